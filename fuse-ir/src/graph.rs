@@ -1,0 +1,239 @@
+//! The graph: an arena of hash-consed nodes in topological order (a node's arguments come before it).
+
+use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
+use crate::DType;
+use std::collections::HashMap;
+
+/// Index of a node in [`Graph::nodes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u32);
+
+impl NodeId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// What an argument of the fused function is, as far as the macro can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputKind {
+    /// A `&Tensor` parameter.
+    Tensor,
+    /// An `f32`/`f64`/`usize`/`i64` parameter: a 0-d operand that takes the dtype of what it meets.
+    Scalar,
+    /// A field of `self`: a tensor or a scalar, known only at run time.
+    Field,
+}
+
+impl InputKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            InputKind::Tensor => "tensor",
+            InputKind::Scalar => "scalar",
+            InputKind::Field => "field",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Input {
+    /// As the user wrote it: `x`, `eps`, `self.norm`.
+    pub name: String,
+    pub kind: InputKind,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub op: Op,
+    pub args: Vec<NodeId>,
+    /// Index into [`Graph::labels`]: the user's source text for this node, for errors and reports.
+    pub label: u32,
+}
+
+/// A traced function. Nodes are in topological order; identical (op, args) pairs are one node.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Graph {
+    pub name: String,
+    pub inputs: Vec<Input>,
+    pub nodes: Vec<Node>,
+    pub outputs: Vec<NodeId>,
+    /// Source snippets (`x.matmul(w_gate)` at line 5); label 0 is always the empty label.
+    pub labels: Vec<String>,
+    dedup: HashMap<(OpKey, Vec<NodeId>), NodeId>,
+    label_ids: HashMap<String, u32>,
+}
+
+/// `Op` with the float made hashable (bit pattern), for hash-consing.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum OpKey {
+    Input(u32),
+    Const(u64),
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Reduce(ReduceOp),
+    MatMul,
+    Transpose,
+    Cast(DType),
+}
+
+impl From<Op> for OpKey {
+    fn from(op: Op) -> Self {
+        match op {
+            Op::Input(i) => OpKey::Input(i),
+            Op::Const(c) => OpKey::Const(c.to_bits()),
+            Op::Unary(u) => OpKey::Unary(u),
+            Op::Binary(b) => OpKey::Binary(b),
+            Op::Reduce(r) => OpKey::Reduce(r),
+            Op::MatMul => OpKey::MatMul,
+            Op::Transpose => OpKey::Transpose,
+            Op::Cast(d) => OpKey::Cast(d),
+        }
+    }
+}
+
+impl Graph {
+    pub fn new(name: impl Into<String>) -> Self {
+        let mut g = Graph { name: name.into(), ..Default::default() };
+        g.label("");
+        g
+    }
+
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.index()]
+    }
+
+    pub fn op(&self, id: NodeId) -> Op {
+        self.nodes[id.index()].op
+    }
+
+    pub fn label_of(&self, id: NodeId) -> &str {
+        &self.labels[self.nodes[id.index()].label as usize]
+    }
+
+    pub fn ids(&self) -> impl Iterator<Item = NodeId> {
+        (0..self.nodes.len() as u32).map(NodeId)
+    }
+
+    /// Interns a source label, returning its index.
+    pub fn label(&mut self, text: &str) -> u32 {
+        if let Some(&i) = self.label_ids.get(text) {
+            return i;
+        }
+        let i = self.labels.len() as u32;
+        self.labels.push(text.to_string());
+        self.label_ids.insert(text.to_string(), i);
+        i
+    }
+
+    /// Adds a node, or returns the existing node with the same op and arguments.
+    /// Panics if the arity is wrong or an argument does not exist (a bug in the caller, never user input).
+    pub fn push(&mut self, op: Op, args: &[NodeId], label: &str) -> NodeId {
+        assert_eq!(op.arity(), args.len(), "{} takes {} arguments", op.name(), op.arity());
+        assert!(args.iter().all(|a| a.index() < self.nodes.len()), "argument out of range");
+        let key = (OpKey::from(op), args.to_vec());
+        if let Some(&id) = self.dedup.get(&key) {
+            return id;
+        }
+        let label = self.label(label);
+        let id = NodeId(self.nodes.len() as u32);
+        self.nodes.push(Node { op, args: args.to_vec(), label });
+        self.dedup.insert(key, id);
+        id
+    }
+
+    /// Declares the next argument of the function and returns its node.
+    pub fn input(&mut self, name: &str, kind: InputKind) -> NodeId {
+        let k = self.inputs.len() as u32;
+        self.inputs.push(Input { name: name.to_string(), kind });
+        self.push(Op::Input(k), &[], name)
+    }
+
+    pub fn constant(&mut self, value: f64) -> NodeId {
+        self.push(Op::Const(value), &[], "")
+    }
+
+    pub fn unary(&mut self, op: UnaryOp, a: NodeId, label: &str) -> NodeId {
+        self.push(Op::Unary(op), &[a], label)
+    }
+
+    pub fn binary(&mut self, op: BinaryOp, a: NodeId, b: NodeId, label: &str) -> NodeId {
+        self.push(Op::Binary(op), &[a, b], label)
+    }
+
+    pub fn reduce(&mut self, op: ReduceOp, a: NodeId, label: &str) -> NodeId {
+        self.push(Op::Reduce(op), &[a], label)
+    }
+
+    pub fn matmul(&mut self, a: NodeId, b: NodeId, label: &str) -> NodeId {
+        self.push(Op::MatMul, &[a, b], label)
+    }
+
+    pub fn transpose(&mut self, a: NodeId, label: &str) -> NodeId {
+        self.push(Op::Transpose, &[a], label)
+    }
+
+    pub fn cast(&mut self, a: NodeId, dtype: DType, label: &str) -> NodeId {
+        self.push(Op::Cast(dtype), &[a], label)
+    }
+
+    /// `softmax(x)` over the last axis, as max, sub, exp, sum, div (numerically stable).
+    pub fn softmax(&mut self, x: NodeId, label: &str) -> NodeId {
+        let m = self.reduce(ReduceOp::Max, x, label);
+        let d = self.binary(BinaryOp::Sub, x, m, label);
+        let e = self.unary(UnaryOp::Exp, d, label);
+        let s = self.reduce(ReduceOp::Sum, e, label);
+        self.binary(BinaryOp::Div, e, s, label)
+    }
+
+    /// `rms_norm(x, w, eps) = x * rsqrt(mean(x^2, -1) + eps) * w`.
+    pub fn rms_norm(&mut self, x: NodeId, w: NodeId, eps: NodeId, label: &str) -> NodeId {
+        let sq = self.unary(UnaryOp::Square, x, label);
+        let ms = self.reduce(ReduceOp::Mean, sq, label);
+        let var = self.binary(BinaryOp::Add, ms, eps, label);
+        let r = self.unary(UnaryOp::Rsqrt, var, label);
+        let xn = self.binary(BinaryOp::Mul, x, r, label);
+        self.binary(BinaryOp::Mul, xn, w, label)
+    }
+
+    /// For each node, the nodes that use it (in order, without repeats).
+    pub fn users(&self) -> Vec<Vec<NodeId>> {
+        let mut users = vec![Vec::new(); self.nodes.len()];
+        for id in self.ids() {
+            for &a in &self.node(id).args {
+                let u: &mut Vec<NodeId> = &mut users[a.index()];
+                if u.last() != Some(&id) {
+                    u.push(id);
+                }
+            }
+        }
+        users
+    }
+
+    /// Checks the invariants every pass relies on; returns what is wrong.
+    pub fn verify(&self) -> Result<(), String> {
+        for id in self.ids() {
+            let n = self.node(id);
+            if n.args.len() != n.op.arity() {
+                return Err(format!("%{} {}: {} arguments, expected {}", id.0, n.op.name(), n.args.len(), n.op.arity()));
+            }
+            if let Some(a) = n.args.iter().find(|a| a.0 >= id.0) {
+                return Err(format!("%{} uses %{}, which does not come before it", id.0, a.0));
+            }
+            if let Op::Input(k) = n.op {
+                if k as usize >= self.inputs.len() {
+                    return Err(format!("%{} reads input {k}, but there are {}", id.0, self.inputs.len()));
+                }
+            }
+            if n.label as usize >= self.labels.len() {
+                return Err(format!("%{}: label {} out of range", id.0, n.label));
+            }
+        }
+        if let Some(o) = self.outputs.iter().find(|o| o.index() >= self.nodes.len()) {
+            return Err(format!("output %{} does not exist", o.0));
+        }
+        if self.outputs.is_empty() {
+            return Err("the graph has no outputs".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,181 @@
+//! Shapes and dtypes of every node, from the shapes and dtypes of the arguments (known only at run time).
+
+use crate::graph::{Graph, NodeId};
+use crate::op::Op;
+use crate::DType;
+use std::fmt;
+
+/// Why a node's shape or dtype cannot be computed. Shapes are as the user's tensors have them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum InferError {
+    /// The operands of a pointwise op do not broadcast.
+    Broadcast { lhs: Vec<usize>, rhs: Vec<usize> },
+    /// `a.matmul(b)` with mismatched inner dimensions or unsupported ranks.
+    MatMul { lhs: Vec<usize>, rhs: Vec<usize> },
+    /// The op needs more axes than the operand has.
+    Rank { needs: &'static str, shape: Vec<usize> },
+    /// Two tensors of different dtypes meet (cast one with `.to_dtype(..)`).
+    DType { lhs: DType, rhs: DType },
+    /// The graph read an argument that was not passed.
+    MissingInput { index: usize },
+}
+
+impl fmt::Display for InferError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InferError::Broadcast { lhs, rhs } => write!(f, "shapes {lhs:?} and {rhs:?} do not broadcast"),
+            InferError::MatMul { lhs, rhs } => write!(
+                f,
+                "cannot multiply {lhs:?} by {rhs:?}: matmul takes [m, k] x [k, n], [b, m, k] x [k, n] or [b, m, k] x [b, k, n]"
+            ),
+            InferError::Rank { needs, shape } => write!(f, "needs {needs}, got shape {shape:?}"),
+            InferError::DType { lhs, rhs } => {
+                write!(f, "dtypes {lhs} and {rhs} differ (convert one with `.to_dtype(DType::..)`)")
+            }
+            InferError::MissingInput { index } => write!(f, "argument {index} was not passed"),
+        }
+    }
+}
+
+/// A node whose shape or dtype cannot be computed, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeError {
+    pub node: NodeId,
+    pub error: InferError,
+}
+
+/// numpy broadcasting of two shapes.
+pub fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let rank = a.len().max(b.len());
+    let mut out = vec![0; rank];
+    for i in 0..rank {
+        let da = if i < rank - a.len() { 1 } else { a[i - (rank - a.len())] };
+        let db = if i < rank - b.len() { 1 } else { b[i - (rank - b.len())] };
+        out[i] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return None,
+        };
+    }
+    Some(out)
+}
+
+/// Shape of `a.matmul(b)`, or `None` if the shapes do not fit.
+pub fn matmul_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let ok = match (a.len(), b.len()) {
+        (2, 2) | (3, 2) => a[a.len() - 1] == b[0],
+        (3, 3) => a[0] == b[0] && a[2] == b[1],
+        _ => false,
+    };
+    ok.then(|| {
+        let mut s = a[..a.len() - 1].to_vec();
+        s.push(b[b.len() - 1]);
+        s
+    })
+}
+
+/// Shapes of all nodes, given the arguments' shapes (a scalar argument has shape `[]`).
+pub fn infer_shapes(g: &Graph, inputs: &[Vec<usize>]) -> Result<Vec<Vec<usize>>, NodeError> {
+    let mut shapes: Vec<Vec<usize>> = Vec::with_capacity(g.nodes.len());
+    for id in g.ids() {
+        let n = g.node(id);
+        let arg = |i: usize| &shapes[n.args[i].index()];
+        let err = |error| NodeError { node: id, error };
+        let s = match n.op {
+            Op::Input(k) => inputs.get(k as usize).cloned().ok_or(err(InferError::MissingInput { index: k as usize }))?,
+            Op::Const(_) => vec![],
+            Op::Unary(_) | Op::Cast(_) => arg(0).clone(),
+            Op::Binary(_) => broadcast(arg(0), arg(1))
+                .ok_or_else(|| err(InferError::Broadcast { lhs: arg(0).clone(), rhs: arg(1).clone() }))?,
+            Op::Reduce(_) => {
+                let mut s = arg(0).clone();
+                match s.last_mut() {
+                    Some(last) => *last = 1,
+                    None => return Err(err(InferError::Rank { needs: "at least one axis to reduce", shape: s })),
+                }
+                s
+            }
+            Op::MatMul => matmul_shape(arg(0), arg(1))
+                .ok_or_else(|| err(InferError::MatMul { lhs: arg(0).clone(), rhs: arg(1).clone() }))?,
+            Op::Transpose => {
+                let mut s = arg(0).clone();
+                let r = s.len();
+                if r < 2 {
+                    return Err(err(InferError::Rank { needs: "at least two axes to transpose", shape: s }));
+                }
+                s.swap(r - 2, r - 1);
+                s
+            }
+        };
+        shapes.push(s);
+    }
+    Ok(shapes)
+}
+
+/// Dtypes of all nodes, given the arguments' dtypes (`None` for scalars, which take the dtype they meet).
+/// A node of scalars only stays `None`; it is stored as f32 if it is ever stored.
+pub fn infer_dtypes(g: &Graph, inputs: &[Option<DType>]) -> Result<Vec<Option<DType>>, NodeError> {
+    let mut dtypes: Vec<Option<DType>> = Vec::with_capacity(g.nodes.len());
+    for id in g.ids() {
+        let n = g.node(id);
+        let arg = |i: usize| dtypes[n.args[i].index()];
+        let d = match n.op {
+            Op::Input(k) => *inputs
+                .get(k as usize)
+                .ok_or(NodeError { node: id, error: InferError::MissingInput { index: k as usize } })?,
+            Op::Const(_) => None,
+            Op::Cast(d) => Some(d),
+            Op::Unary(_) | Op::Reduce(_) | Op::Transpose => arg(0),
+            Op::Binary(_) | Op::MatMul => match (arg(0), arg(1)) {
+                (Some(a), Some(b)) if a != b => {
+                    return Err(NodeError { node: id, error: InferError::DType { lhs: a, rhs: b } })
+                }
+                (a, b) => a.or(b),
+            },
+        };
+        dtypes.push(d);
+    }
+    Ok(dtypes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::InputKind;
+
+    #[test]
+    fn broadcasting_follows_numpy() {
+        assert_eq!(broadcast(&[3, 1], &[4]), Some(vec![3, 4]));
+        assert_eq!(broadcast(&[], &[2, 5]), Some(vec![2, 5]));
+        assert_eq!(broadcast(&[2, 1, 7], &[5, 1]), Some(vec![2, 5, 7]));
+        assert_eq!(broadcast(&[3], &[4]), None);
+    }
+
+    #[test]
+    fn matmul_shapes() {
+        assert_eq!(matmul_shape(&[3, 5], &[5, 7]), Some(vec![3, 7]));
+        assert_eq!(matmul_shape(&[2, 3, 5], &[5, 7]), Some(vec![2, 3, 7]));
+        assert_eq!(matmul_shape(&[2, 3, 5], &[2, 5, 7]), Some(vec![2, 3, 7]));
+        assert_eq!(matmul_shape(&[3, 5], &[4, 7]), None);
+        assert_eq!(matmul_shape(&[5], &[5, 7]), None);
+    }
+
+    #[test]
+    fn infer_reports_the_failing_node() {
+        let mut g = Graph::new("f");
+        let x = g.input("x", InputKind::Tensor);
+        let w = g.input("w", InputKind::Tensor);
+        let wt = g.transpose(w, "w.t()");
+        let m = g.matmul(x, wt, "x.matmul(w.t())");
+        let s = g.reduce(crate::ReduceOp::Sum, m, "m.sum(-1)");
+        g.outputs = vec![s];
+        let shapes = infer_shapes(&g, &[vec![3, 5], vec![7, 5]]).unwrap();
+        assert_eq!(shapes[s.index()], vec![3, 1]);
+        let e = infer_shapes(&g, &[vec![3, 5], vec![7, 4]]).unwrap_err();
+        assert_eq!(e.node, m);
+        let e = infer_dtypes(&g, &[Some(DType::BF16), Some(DType::F32)]).unwrap_err();
+        assert_eq!(e.node, m);
+        assert_eq!(infer_dtypes(&g, &[Some(DType::F16), Some(DType::F16)]).unwrap()[s.index()], Some(DType::F16));
+    }
+}

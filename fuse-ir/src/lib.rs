@@ -1,0 +1,15 @@
+//! fuse-ir: the graph of a traced function, the planner that cuts it into kernels, the reference
+//! interpreter that defines every op, and (later) the CUDA code generator. No syn, no GPU: everything here
+//! is unit-testable and shared by the macro, the runtime and tools.
+
+mod dtype;
+pub mod graph;
+pub mod infer;
+pub mod op;
+pub mod plan;
+mod text;
+
+pub use dtype::DType;
+pub use graph::{Graph, Input, InputKind, Node, NodeId};
+pub use op::{BinaryOp, Op, ReduceOp, UnaryOp};
+pub use plan::{Group, GroupKind, Plan};

@@ -1,0 +1,345 @@
+//! The op table: every operation once, with its name, arity, definition (f64, the reference) and cost.
+//!
+//! Composites (`softmax`, `rms_norm`) are not ops: the graph builder expands them into these, so the planner
+//! sees the reductions and pointwise work they are made of.
+
+use crate::DType;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UnaryOp {
+    Neg,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Tanh,
+    Sigmoid,
+    Silu,
+    Gelu,
+    GeluTanh,
+    Relu,
+    Abs,
+    Square,
+    Recip,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Maximum,
+    Minimum,
+    /// `a.powf(b)`
+    Pow,
+}
+
+/// Reductions over the last axis; the axis is kept with size 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+}
+
+/// What a node computes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Op {
+    /// The k-th argument of the fused function: a tensor, or a scalar (a 0-d operand that broadcasts).
+    Input(u32),
+    /// A float literal (0-d, takes the dtype of what it meets).
+    Const(f64),
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Reduce(ReduceOp),
+    /// `a.matmul(b)`: [m, k] x [k, n], or [b, m, k] x [k, n].
+    MatMul,
+    /// `a.t()`: swap the last two axes. A view: nothing is copied.
+    Transpose,
+    /// `a.to_dtype(d)`.
+    Cast(DType),
+}
+
+impl Op {
+    pub fn arity(&self) -> usize {
+        match self {
+            Op::Input(_) | Op::Const(_) => 0,
+            Op::Unary(_) | Op::Reduce(_) | Op::Transpose | Op::Cast(_) => 1,
+            Op::Binary(_) | Op::MatMul => 2,
+        }
+    }
+
+    /// Name as printed in graphs and errors.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Input(_) => "input",
+            Op::Const(_) => "const",
+            Op::Unary(u) => u.name(),
+            Op::Binary(b) => b.name(),
+            Op::Reduce(r) => r.name(),
+            Op::MatMul => "matmul",
+            Op::Transpose => "t",
+            Op::Cast(_) => "to_dtype",
+        }
+    }
+
+    /// Elementwise ops: computed per element with broadcasting; fusable into any group.
+    pub fn is_pointwise(&self) -> bool {
+        matches!(self, Op::Unary(_) | Op::Binary(_) | Op::Cast(_))
+    }
+
+    /// Leaves: values nobody computes (arguments and literals).
+    pub fn is_leaf(&self) -> bool {
+        matches!(self, Op::Input(_) | Op::Const(_))
+    }
+}
+
+impl UnaryOp {
+    pub const ALL: [UnaryOp; 14] = [
+        UnaryOp::Neg,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Silu,
+        UnaryOp::Gelu,
+        UnaryOp::GeluTanh,
+        UnaryOp::Relu,
+        UnaryOp::Abs,
+        UnaryOp::Square,
+        UnaryOp::Recip,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Silu => "silu",
+            UnaryOp::Gelu => "gelu",
+            UnaryOp::GeluTanh => "gelu_tanh",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Square => "square",
+            UnaryOp::Recip => "recip",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<UnaryOp> {
+        UnaryOp::ALL.into_iter().find(|u| u.name() == name)
+    }
+
+    /// The definition of the op (the reference interpreter's arithmetic).
+    pub fn eval(self, x: f64) -> f64 {
+        match self {
+            UnaryOp::Neg => -x,
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            UnaryOp::Silu => x / (1.0 + (-x).exp()),
+            UnaryOp::Gelu => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
+            UnaryOp::GeluTanh => {
+                let c = (2.0 / std::f64::consts::PI).sqrt();
+                0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+            }
+            UnaryOp::Relu => x.max(0.0),
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Square => x * x,
+            UnaryOp::Recip => 1.0 / x,
+        }
+    }
+
+    /// The same op in f32, as the CPU backend runs it.
+    #[inline]
+    pub fn eval_f32(self, x: f32) -> f32 {
+        match self {
+            UnaryOp::Neg => -x,
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            UnaryOp::Silu => x / (1.0 + (-x).exp()),
+            UnaryOp::Gelu => 0.5 * x * (1.0 + erf(x as f64 / std::f64::consts::SQRT_2) as f32),
+            UnaryOp::GeluTanh => {
+                let c = 0.797_884_6_f32;
+                0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+            }
+            UnaryOp::Relu => x.max(0.0),
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Square => x * x,
+            UnaryOp::Recip => 1.0 / x,
+        }
+    }
+
+    /// Rough floating-point operations per element (for reports).
+    pub fn flops(self) -> u64 {
+        match self {
+            UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Abs | UnaryOp::Square | UnaryOp::Recip => 1,
+            UnaryOp::Exp | UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Tanh => 4,
+            UnaryOp::Sigmoid | UnaryOp::Silu => 6,
+            UnaryOp::Gelu | UnaryOp::GeluTanh => 10,
+        }
+    }
+}
+
+impl BinaryOp {
+    pub const ALL: [BinaryOp; 7] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Maximum,
+        BinaryOp::Minimum,
+        BinaryOp::Pow,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Maximum => "maximum",
+            BinaryOp::Minimum => "minimum",
+            BinaryOp::Pow => "powf",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<BinaryOp> {
+        BinaryOp::ALL.into_iter().find(|b| b.name() == name)
+    }
+
+    pub fn eval(self, a: f64, b: f64) -> f64 {
+        match self {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+            BinaryOp::Div => a / b,
+            BinaryOp::Maximum => a.max(b),
+            BinaryOp::Minimum => a.min(b),
+            BinaryOp::Pow => a.powf(b),
+        }
+    }
+
+    #[inline]
+    pub fn eval_f32(self, a: f32, b: f32) -> f32 {
+        match self {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+            BinaryOp::Div => a / b,
+            BinaryOp::Maximum => a.max(b),
+            BinaryOp::Minimum => a.min(b),
+            BinaryOp::Pow => a.powf(b),
+        }
+    }
+
+    pub fn flops(self) -> u64 {
+        match self {
+            BinaryOp::Pow => 8,
+            _ => 1,
+        }
+    }
+}
+
+impl ReduceOp {
+    pub const ALL: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Mean => "mean",
+            ReduceOp::Max => "max",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<ReduceOp> {
+        ReduceOp::ALL.into_iter().find(|r| r.name() == name)
+    }
+
+    /// Reduces one row (the reference's arithmetic).
+    pub fn eval(self, row: &[f64]) -> f64 {
+        match self {
+            ReduceOp::Sum => row.iter().sum(),
+            ReduceOp::Mean => row.iter().sum::<f64>() / row.len() as f64,
+            ReduceOp::Max => row.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+}
+
+/// erf by Abramowitz-Stegun 7.1.26 refined with one Newton step: |error| < 1e-12 on the reals, enough for
+/// a reference that bf16/f16/f32 results are compared against.
+pub fn erf(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let s = x.signum();
+    let a = x.abs();
+    if a > 6.0 {
+        return s;
+    }
+    // Series for small |x|, continued fraction via erfc for large.
+    let v = if a < 2.5 {
+        // Maclaurin series: erf(a) = 2/sqrt(pi) * sum (-1)^n a^(2n+1) / (n! (2n+1))
+        let mut sum = 0.0;
+        let mut term = a;
+        let a2 = a * a;
+        let mut n = 0.0;
+        for _ in 0..200 {
+            let t = term / (2.0 * n + 1.0);
+            sum += t;
+            if t.abs() <= 1e-17 * sum.abs() {
+                break;
+            }
+            n += 1.0;
+            term *= -a2 / n;
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else {
+        // erfc(a) = exp(-a^2)/sqrt(pi) * 1/(a + 1/2/(a + 1/(a + 3/2/(a + ...)))) (Lentz-free, fixed depth)
+        let mut f = a;
+        for k in (1..60).rev() {
+            f = a + (k as f64 / 2.0) / f;
+        }
+        1.0 - (-a * a).exp() / std::f64::consts::PI.sqrt() / f
+    };
+    s * v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erf_matches_known_values() {
+        let known = [(0.0, 0.0), (0.5, 0.520_499_877_813_046_5), (1.0, 0.842_700_792_949_714_9), (2.0, 0.995_322_265_018_952_7), (3.0, 0.999_977_909_503_001_4), (-1.0, -0.842_700_792_949_714_9)];
+        for (x, want) in known {
+            assert!((erf(x) - want).abs() < 1e-12, "erf({x}) = {} want {want}", erf(x));
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for u in UnaryOp::ALL {
+            assert_eq!(UnaryOp::from_name(u.name()), Some(u));
+        }
+        for b in BinaryOp::ALL {
+            assert_eq!(BinaryOp::from_name(b.name()), Some(b));
+        }
+        for r in ReduceOp::ALL {
+            assert_eq!(ReduceOp::from_name(r.name()), Some(r));
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! The planner's output: the graph cut into groups, each one kernel (one pass over memory).
+//!
+//! Leaves (arguments, literals) and views (`.t()`) belong to no group: literals are inlined where they are
+//! used and a view is read through strides by whatever group uses it. Every other node is computed by
+//! exactly one group; a value crosses groups only through memory, written once.
+
+mod fuse;
+
+use crate::graph::{Graph, NodeId};
+use crate::op::Op;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GroupKind {
+    /// Elementwise work with broadcasting.
+    Pointwise,
+    /// Last-axis reductions with the pointwise work before and after them (rms_norm, softmax).
+    RowReduce,
+    /// One matmul with a pointwise prologue on its left operand and a pointwise epilogue on its product.
+    Gemm,
+    /// Two matmuls with the same left operand, their products meeting in one pointwise epilogue.
+    DualGemm,
+}
+
+impl GroupKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupKind::Pointwise => "pointwise",
+            GroupKind::RowReduce => "rowreduce",
+            GroupKind::Gemm => "gemm",
+            GroupKind::DualGemm => "dualgemm",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Group {
+    pub kind: GroupKind,
+    /// Every node this group computes, in topological order.
+    pub nodes: Vec<NodeId>,
+    /// The matmuls (one for Gemm, two for DualGemm, none otherwise), in graph order.
+    pub matmuls: Vec<NodeId>,
+    /// The pointwise nodes applied to the matmuls' shared left operand as it is loaded (a subset of `nodes`).
+    pub prologue: Vec<NodeId>,
+    /// Values this group reads from memory: arguments, views, or outputs of earlier groups.
+    pub inputs: Vec<NodeId>,
+    /// Nodes of this group written to memory (used by a later group, or returned).
+    pub outputs: Vec<NodeId>,
+}
+
+impl Group {
+    /// The nodes after the matmuls (everything that is neither prologue nor matmul).
+    pub fn epilogue(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.nodes.iter().copied().filter(|n| !self.matmuls.contains(n) && !self.prologue.contains(n))
+    }
+}
+
+/// Groups in an order where every group runs after the groups it reads from.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Plan {
+    pub groups: Vec<Group>,
+}
+
+/// Nodes that need no group: arguments, literals and views.
+pub fn is_free(op: Op) -> bool {
+    op.is_leaf() || op == Op::Transpose
+}
+
+fn kind_of_single(op: Op) -> GroupKind {
+    match op {
+        Op::MatMul => GroupKind::Gemm,
+        Op::Reduce(_) => GroupKind::RowReduce,
+        _ => GroupKind::Pointwise,
+    }
+}
+
+impl Plan {
+    /// One group per computed node: the in-house baseline (one kernel or library call per op).
+    pub fn unfused(g: &Graph) -> Plan {
+        let groups = g
+            .ids()
+            .filter(|&id| !is_free(g.op(id)))
+            .map(|id| {
+                let n = g.node(id);
+                let mut inputs: Vec<NodeId> = Vec::new();
+                for &a in &n.args {
+                    if !matches!(g.op(a), Op::Const(_)) && !inputs.contains(&a) {
+                        inputs.push(a);
+                    }
+                }
+                Group {
+                    kind: kind_of_single(n.op),
+                    nodes: vec![id],
+                    matmuls: if n.op == Op::MatMul { vec![id] } else { vec![] },
+                    prologue: vec![],
+                    inputs,
+                    outputs: vec![id],
+                }
+            })
+            .collect();
+        Plan { groups }
+    }
+
+    /// The fused plan: see `plan/fuse.rs` for the rules.
+    pub fn fused(g: &Graph) -> Plan {
+        fuse::plan(g)
+    }
+
+    /// Index of the group computing each node (`None` for free nodes).
+    pub fn owner(&self, g: &Graph) -> Vec<Option<usize>> {
+        let mut owner = vec![None; g.nodes.len()];
+        for (i, grp) in self.groups.iter().enumerate() {
+            for n in &grp.nodes {
+                owner[n.index()] = Some(i);
+            }
+        }
+        owner
+    }
+
+    /// Checks that the plan computes the graph: each computed node in exactly one group, groups in
+    /// dependency order, every value that crosses groups listed as an output of its group and an input of
+    /// its reader, views taken of values in memory.
+    pub fn verify(&self, g: &Graph) -> Result<(), String> {
+        let mut owner: Vec<Option<usize>> = vec![None; g.nodes.len()];
+        for (i, grp) in self.groups.iter().enumerate() {
+            for &n in &grp.nodes {
+                if is_free(g.op(n)) {
+                    return Err(format!("group {i} computes free node %{}", n.0));
+                }
+                if let Some(j) = owner[n.index()] {
+                    return Err(format!("%{} is in groups {j} and {i}", n.0));
+                }
+                owner[n.index()] = Some(i);
+            }
+            for w in grp.nodes.windows(2) {
+                if w[0] >= w[1] {
+                    return Err(format!("group {i}: nodes not in topological order"));
+                }
+            }
+            let want = match grp.kind {
+                GroupKind::Gemm => 1,
+                GroupKind::DualGemm => 2,
+                _ => 0,
+            };
+            let mm: Vec<NodeId> = grp.nodes.iter().copied().filter(|&n| g.op(n) == Op::MatMul).collect();
+            if mm.len() != want || mm != grp.matmuls {
+                return Err(format!("group {i} ({}) has matmuls {:?}", grp.kind.name(), mm));
+            }
+            if !grp.prologue.iter().all(|p| grp.nodes.contains(p) && g.op(*p).is_pointwise()) {
+                return Err(format!("group {i}: prologue must be pointwise nodes of the group"));
+            }
+        }
+        if let Some(id) = g.ids().find(|&id| !is_free(g.op(id)) && owner[id.index()].is_none()) {
+            return Err(format!("%{} ({}) is computed by no group", id.0, g.op(id).name()));
+        }
+        // A value is in memory if it is an argument, a view of a value in memory, or a group output.
+        let in_memory = |id: NodeId, upto: usize| -> bool {
+            let mut id = id;
+            loop {
+                match g.op(id) {
+                    Op::Input(_) => return true,
+                    Op::Const(_) => return false,
+                    Op::Transpose => id = g.node(id).args[0],
+                    _ => {
+                        return owner[id.index()]
+                            .map(|o| o < upto && self.groups[o].outputs.contains(&id))
+                            .unwrap_or(false)
+                    }
+                }
+            }
+        };
+        for (i, grp) in self.groups.iter().enumerate() {
+            for &inp in &grp.inputs {
+                if !in_memory(inp, i) {
+                    return Err(format!("group {i} reads %{}, which no earlier group writes", inp.0));
+                }
+            }
+            for &n in &grp.nodes {
+                for &a in &g.node(n).args {
+                    let local = owner[a.index()] == Some(i);
+                    let constant = matches!(g.op(a), Op::Const(_));
+                    if !local && !constant && !grp.inputs.contains(&a) {
+                        return Err(format!("group {i}: %{} uses %{} but does not list it as an input", n.0, a.0));
+                    }
+                }
+            }
+            for &o in &grp.outputs {
+                if owner[o.index()] != Some(i) {
+                    return Err(format!("group {i} lists output %{} it does not compute", o.0));
+                }
+            }
+        }
+        for &o in &g.outputs {
+            if !matches!(g.op(o), Op::Const(_)) && !in_memory(o, self.groups.len()) {
+                return Err(format!("returned value %{} is never written", o.0));
+            }
+        }
+        for id in g.ids().filter(|&id| g.op(id) == Op::Transpose) {
+            let a = g.node(id).args[0];
+            if !in_memory(a, self.groups.len()) {
+                return Err(format!("view %{} of %{}, which is not in memory", id.0, a.0));
+            }
+        }
+        Ok(())
+    }
+}
