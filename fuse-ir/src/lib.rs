@@ -5,6 +5,7 @@
 mod dtype;
 pub mod graph;
 pub mod infer;
+pub mod interp;
 pub mod op;
 pub mod plan;
 mod text;

@@ -5,6 +5,8 @@
 //! exactly one group; a value crosses groups only through memory, written once.
 
 mod fuse;
+mod report;
+pub use report::*;
 
 use crate::graph::{Graph, NodeId};
 use crate::op::Op;

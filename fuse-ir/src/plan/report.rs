@@ -1,0 +1,127 @@
+//! The plan in words: one line per kernel (what it fuses, reads and writes) and, given shapes, the memory
+//! traffic fusion saves against the unfused plan. What `FUSE_DEBUG=1` prints and `llama_mlp` shows.
+
+use super::{Group, Plan};
+use crate::graph::{Graph, NodeId};
+use crate::op::Op;
+use crate::DType;
+use std::fmt::Write;
+
+/// Distinct op names shown in a kernel name; more would make the symbol unreadable.
+const MAX_OPS_IN_NAME: usize = 4;
+
+impl Plan {
+    /// The kernel's symbol: graph name, group index, kind, then the distinct pointwise and reduce ops in
+    /// node order (at most four), e.g. `mlp_k0_dualgemm_silu_mul`. Only `[a-z0-9_]`, never starting with
+    /// a digit, so it is a valid C identifier.
+    pub fn kernel_name(&self, g: &Graph, i: usize) -> String {
+        let mut name = format!("{}_k{i}", identifier(&g.name));
+        let Some(group) = self.groups.get(i) else { return name };
+        name.push('_');
+        name.push_str(group.kind.name());
+        let mut ops: Vec<&str> = Vec::new();
+        for &n in &group.nodes {
+            let op = g.op(n);
+            let shown = op.is_pointwise() || matches!(op, Op::Reduce(_));
+            if shown && !ops.contains(&op.name()) && ops.len() < MAX_OPS_IN_NAME {
+                ops.push(op.name());
+            }
+        }
+        for op in ops {
+            name.push('_');
+            name.push_str(op);
+        }
+        name
+    }
+}
+
+/// Lower-case `[a-z0-9_]` form of a function name (`Block::forward` -> `block_forward`).
+fn identifier(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else if !out.is_empty() && !out.ends_with('_') {
+            out.push('_');
+        }
+    }
+    while out.ends_with('_') {
+        out.pop();
+    }
+    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert_str(0, "f_");
+        out = out.trim_end_matches('_').to_string();
+    }
+    out
+}
+
+/// One line per group, then a total line. With `shapes` (per node shapes and dtypes, as `infer_shapes` and
+/// `infer_dtypes` return them) each line also says how many bytes of intermediates stay on chip: a value
+/// the unfused plan writes and reads back once but the fused plan never writes. A dtype `None` counts as f32.
+#[allow(clippy::type_complexity)] // the signature other crates call
+pub fn describe(g: &Graph, plan: &Plan, shapes: Option<(&[Vec<usize>], &[Option<DType>])>) -> String {
+    let mut text = String::new();
+    let mut total_saved = 0usize;
+    for (i, group) in plan.groups.iter().enumerate() {
+        let _ = write!(text, "k{i} {} {}: ", group.kind.name(), plan.kernel_name(g, i));
+        let fused: Vec<String> = group.nodes.iter().map(|&n| value(g, n)).collect();
+        let _ = write!(text, "fuses {}", fused.join(", "));
+        let reads: Vec<String> = group.inputs.iter().map(|&n| value(g, n)).collect();
+        let _ = write!(text, "; reads {}", list_or_nothing(&reads));
+        let writes: Vec<String> = group.outputs.iter().map(|&n| value(g, n)).collect();
+        let _ = write!(text, "; writes {}", list_or_nothing(&writes));
+        if let Some((shapes, dtypes)) = shapes {
+            let kept = kept_on_chip(group);
+            let saved: usize = kept.iter().map(|&n| round_trip_bytes(n, shapes, dtypes)).sum();
+            total_saved += saved;
+            let _ = write!(text, "; keeps {} intermediates on chip, saving {saved} bytes", kept.len());
+        }
+        text.push('\n');
+    }
+    let unfused = Plan::unfused(g).groups.len();
+    let fused = plan.groups.len();
+    let _ = write!(
+        text,
+        "total: {fused} kernels for {} ({unfused} unfused, {} launches saved)",
+        g.name,
+        unfused as i64 - fused as i64
+    );
+    if shapes.is_some() {
+        let _ = write!(text, ", {total_saved} bytes of intermediates never written nor read back");
+    }
+    text.push('\n');
+    text
+}
+
+/// `%3 silu "silu(x.matmul(w))"`: id, op and the user's source text when there is one.
+fn value(g: &Graph, n: NodeId) -> String {
+    let op = match g.op(n) {
+        Op::Input(_) => "arg",
+        op => op.name(),
+    };
+    match g.label_of(n) {
+        "" => format!("%{} {op}", n.0),
+        label => format!("%{} {op} {label:?}", n.0),
+    }
+}
+
+fn list_or_nothing(items: &[String]) -> String {
+    if items.is_empty() {
+        "nothing".to_string()
+    } else {
+        items.join(", ")
+    }
+}
+
+/// Computed nodes of the group that are not written: the unfused plan writes every one of them.
+fn kept_on_chip(group: &Group) -> Vec<NodeId> {
+    group.nodes.iter().copied().filter(|n| !group.outputs.contains(n)).collect()
+}
+
+/// One write and one read of the node's value; 0 when its shape is unknown.
+fn round_trip_bytes(n: NodeId, shapes: &[Vec<usize>], dtypes: &[Option<DType>]) -> usize {
+    let Some(shape) = shapes.get(n.index()) else { return 0 };
+    let dtype = dtypes.get(n.index()).copied().flatten().unwrap_or(DType::F32);
+    2 * shape.iter().product::<usize>() * dtype.size_bytes()
+}
