@@ -1,1 +1,80 @@
+//! # fuse: kernel fusion for Rust tensor code, at `cargo build` time
+//!
+//! Put `#[fuse]` on an ordinary tensor function. The macro traces its body into a graph, groups the
+//! pointwise work around the matmuls into as few kernels as it can (pointwise chains, row reductions,
+//! matmul prologues and epilogues, two matmuls sharing their left operand), and the runtime executes that
+//! plan: one pass over memory per group. Anything the macro cannot trace is a compile error at that token
+//! saying what to write instead; there is no silent fallback.
+//!
+//! ```
+//! use fuse::prelude::*;
+//!
+//! #[fuse]
+//! pub fn mlp(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) -> Result<Tensor> {
+//!     let h = silu(x.matmul(w_gate)) * x.matmul(w_up);
+//!     Ok(h.matmul(w_down))
+//! }
+//!
+//! # fn main() -> fuse::Result<()> {
+//! let dev = Device::cuda_if_available(0); // the CPU when there is no GPU
+//! let rand = |n: usize| (0..n).map(|i| ((i * 7919 % 1000) as f32 / 1000.0) - 0.5).collect::<Vec<f32>>();
+//! let x = Tensor::from_vec(rand(3 * 8), &[3, 8], &dev)?;
+//! let (wg, wu, wd) = (
+//!     Tensor::from_vec(rand(8 * 16), &[8, 16], &dev)?,
+//!     Tensor::from_vec(rand(8 * 16), &[8, 16], &dev)?,
+//!     Tensor::from_vec(rand(16 * 8), &[16, 8], &dev)?,
+//! );
+//! let y = mlp(&x, &wg, &wu, &wd)?;
+//! assert_eq!(y.shape(), &[3, 8]);
+//! // Two kernels: a dual GEMM whose epilogue is silu(g) * u, then the down projection.
+//! assert_eq!(mlp_fused().plan(Fusion::On)?.groups.len(), 2);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## What the body may contain
+//!
+//! `let` bindings, `+ - * /` and unary `-` with numpy broadcasting on tensors, scalar parameters (`f32`, `f64`,
+//! `usize`, `i64`) and float literals; `a.matmul(b)` (2-D, or 3-D batched by a 2-D weight); `w.t()` (a view:
+//! checkpoint weights in `[out, in]` layout need no copy); `exp log sqrt rsqrt tanh sigmoid silu gelu
+//! gelu_tanh relu abs square recip`; `maximum(a, b)`, `minimum(a, b)`, `a.powf(s)`; last-axis reductions that
+//! keep the axis as size 1: `x.sum(-1)`, `x.mean(-1)`, `x.max(-1)`; `softmax(x)`, `rms_norm(x, w, eps)`;
+//! `x.to_dtype(DType::F32)`. Return `Result<Tensor>` or `Result<(Tensor, Tensor, ...)>`; the tail is the
+//! result, with or without `Ok(..)`. On a method taking `&self`, fields (`self.norm`, `self.eps`) may be
+//! tensors or scalars.
+//!
+//! The same operations exist as eager functions returning `Result<Tensor>` (`silu(&x)?`, `x.matmul(&w)?`,
+//! `(&a + &b)?`), so fused and eager code can be mixed and compared.
+//!
+//! ## Beside each fused function
+//!
+//! `#[fuse] fn mlp` also defines `mlp_fused() -> &'static FusedFn` (for a method `forward`, the associated
+//! function `forward_fused()`): its graph, its plan, an explanation of the plan for given inputs, and a way to
+//! run it unfused (`call_with(.., Fusion::Off)`, or `FUSE_FUSION=off` for the whole process) to bisect a wrong
+//! answer or measure what fusion buys.
+//!
+//! ## Environment
+//!
+//! - `FUSE_DEBUG=1` prints each function's plan on its first call, `2` adds per-group times, `5` the graph.
+//! - `FUSE_FUSION=off` runs every function unfused (one pass per op).
 
+pub use fuse_macros::fuse;
+pub use fuse_runtime::*;
+
+/// The graph, planner and reference interpreter, for tools and tests.
+pub use fuse_ir as ir;
+
+/// Everything a user of `#[fuse]` needs: `use fuse::prelude::*;`.
+pub mod prelude {
+    pub use fuse_macros::fuse;
+    pub use fuse_runtime::{
+        abs, exp, gelu, gelu_tanh, log, maximum, minimum, recip, relu, rms_norm, rsqrt, sigmoid, silu, softmax,
+        sqrt, square, tanh, DType, Device, Error, Fusion, FusedFn, Result, Tensor,
+    };
+}
+
+/// What `#[fuse]`-generated code names. Not part of the public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use fuse_runtime::{arg, Arg, FromOutputs, FusedFn, IntoArg};
+}

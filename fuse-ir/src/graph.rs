@@ -110,7 +110,7 @@ impl Graph {
         &self.labels[self.nodes[id.index()].label as usize]
     }
 
-    pub fn ids(&self) -> impl Iterator<Item = NodeId> {
+    pub fn ids(&self) -> impl DoubleEndedIterator<Item = NodeId> + ExactSizeIterator {
         (0..self.nodes.len() as u32).map(NodeId)
     }
 
@@ -207,6 +207,34 @@ impl Graph {
             }
         }
         users
+    }
+
+    /// The same graph without nodes that no output depends on (arguments are always kept, in order).
+    /// Node ids change; labels and hash-consing are rebuilt.
+    pub fn without_dead_nodes(&self) -> Graph {
+        let mut live = vec![false; self.nodes.len()];
+        for o in &self.outputs {
+            live[o.index()] = true;
+        }
+        for id in self.ids().rev() {
+            if live[id.index()] {
+                for a in &self.node(id).args {
+                    live[a.index()] = true;
+                }
+            }
+        }
+        let mut g = Graph::new(self.name.clone());
+        g.inputs = self.inputs.clone();
+        let mut map: Vec<Option<NodeId>> = vec![None; self.nodes.len()];
+        for id in self.ids() {
+            let n = self.node(id);
+            if live[id.index()] || matches!(n.op, Op::Input(_)) {
+                let args: Vec<NodeId> = n.args.iter().map(|a| map[a.index()].expect("live args are mapped")).collect();
+                map[id.index()] = Some(g.push(n.op, &args, &self.labels[n.label as usize]));
+            }
+        }
+        g.outputs = self.outputs.iter().map(|o| map[o.index()].expect("outputs are live")).collect();
+        g
     }
 
     /// Checks the invariants every pass relies on; returns what is wrong.

@@ -204,6 +204,20 @@ mod tests {
     }
 
     #[test]
+    fn dead_nodes_are_dropped_and_arguments_kept() {
+        let mut g = Graph::new("f");
+        let x = g.input("x", InputKind::Tensor);
+        let unused = g.input("unused", InputKind::Scalar);
+        let dead = g.unary(UnaryOp::Exp, x, "exp(x)");
+        let _dead2 = g.binary(BinaryOp::Mul, dead, unused, "dead * unused");
+        let live = g.unary(UnaryOp::Tanh, x, "tanh(x)");
+        g.outputs = vec![live];
+        let p = g.without_dead_nodes();
+        assert_eq!(p.to_text(), "fn f(x: tensor, unused: scalar)\n%0 = input 0 ; \"x\"\n%1 = input 1 ; \"unused\"\n%2 = tanh %0 ; \"tanh(x)\"\nreturn %2\n");
+        p.verify().unwrap();
+    }
+
+    #[test]
     fn hash_consing_merges_identical_nodes() {
         let mut g = Graph::new("f");
         let x = g.input("x", InputKind::Tensor);
