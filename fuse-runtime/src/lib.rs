@@ -1,1 +1,24 @@
+//! fuse-runtime: tensors, devices, the error type, eager ops, and the backends that execute fused plans
+//! (the CPU today; CUDA later). `FusedFn` is what `#[fuse]`-generated code calls.
 
+mod cpu;
+mod device;
+mod eager;
+mod element;
+mod error;
+mod fused;
+mod operators;
+mod reference;
+mod tensor;
+
+pub use device::Device;
+pub use eager::{
+    abs, exp, gelu, gelu_tanh, log, maximum, minimum, recip, relu, rms_norm, rsqrt, sigmoid, silu, softmax, sqrt,
+    square, tanh,
+};
+pub use element::Element;
+pub use error::{Error, Result};
+pub use fuse_ir::DType;
+pub use fused::{arg, Arg, FromOutputs, Fusion, FusedFn, IntoArg};
+pub use reference::{reference, rel_l2_error};
+pub use tensor::Tensor;

@@ -1,0 +1,161 @@
+//! The generated code: the user's function, now calling its fused plan, and `<name>_fused()`, the static
+//! plan behind it. On error: the errors, and the user's signature with a body that cannot add noise.
+
+use crate::diag::Diagnostics;
+use crate::paths;
+use crate::signature::{check_signature, FnSpec};
+use crate::trace::{trace_fn, Traced};
+use fuse_ir::InputKind;
+use proc_macro2::{Literal, Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Attribute, ItemFn};
+
+/// Expands `#[fuse(attr)] func`: the whole macro, given parsed input.
+pub fn fuse_fn(attr: TokenStream, func: &ItemFn) -> TokenStream {
+    let mut diag = Diagnostics::new();
+    if !attr.is_empty() {
+        diag.error_at(&attr, "#[fuse] takes no arguments: write `#[fuse]`");
+    }
+    let spec = check_signature(&func.sig, &mut diag);
+    let traced = trace_fn(&spec, &func.block, &mut diag);
+    match diag.combined() {
+        Some(errors) => with_errors(func, errors),
+        None => generate(func, &spec, &traced),
+    }
+}
+
+/// `mlp` -> `mlp_fused`, pointing at the user's name (so "go to definition" lands there).
+fn fused_name(func: &ItemFn) -> syn::Ident {
+    format_ident!("{}_fused", func.sig.ident, span = func.sig.ident.span())
+}
+
+/// `#[cfg(..)]` attributes, which the generated companion must share with the user's function.
+fn cfg_attrs(func: &ItemFn) -> Vec<&Attribute> {
+    func.attrs.iter().filter(|a| a.path().is_ident("cfg")).collect()
+}
+
+fn generate(func: &ItemFn, spec: &FnSpec, traced: &Traced) -> TokenStream {
+    let ItemFn { attrs, vis, sig, .. } = func;
+    let fused_name = fused_name(func);
+    let fused_fn = paths::fused_fn();
+    let arg = paths::arg();
+    let get_fused = if spec.is_method { quote!(Self::#fused_name()) } else { quote!(#fused_name()) };
+    let params = spec.params.iter().map(|p| {
+        let ident = &p.ident;
+        // Spanned at the parameter, so a type that is not an argument type is reported there.
+        match p.kind {
+            Some(InputKind::Tensor) => quote_spanned!(ident.span()=> #arg(#ident)),
+            _ => quote_spanned!(ident.span()=> #arg(&#ident)),
+        }
+    });
+    let fields = traced.fields.iter().map(|field| {
+        let expr = &field.expr;
+        quote_spanned!(expr.span()=> #arg(&#expr))
+    });
+    let outputs = format_ident!("__fuse_outputs", span = Span::mixed_site());
+    let ok = paths::ok();
+    let from_outputs = paths::from_outputs();
+    let name = Literal::string(&func.sig.ident.to_string());
+    let text = Literal::string(&traced.graph.to_text());
+    let doc = format!(
+        "The fused plan behind [`{}{}`]: its graph, plan and a way to run it unfused.",
+        if spec.is_method { "Self::" } else { "" },
+        func.sig.ident
+    );
+    let cfgs = cfg_attrs(func);
+    quote! {
+        #(#attrs)*
+        #vis #sig {
+            let #outputs = #get_fused.call(&[#(#params,)* #(#fields,)*])?;
+            #ok(#from_outputs(#outputs)?)
+        }
+        #(#cfgs)*
+        #[doc = #doc]
+        #vis fn #fused_name() -> &'static #fused_fn {
+            static FUSED: #fused_fn = #fused_fn::new(#name, #text);
+            &FUSED
+        }
+    }
+}
+
+/// The errors, then the user's items with bodies that type-check whatever the signature, so rustc adds no
+/// errors of its own and rust-analyzer still knows the function.
+fn with_errors(func: &ItemFn, errors: syn::Error) -> TokenStream {
+    let ItemFn { attrs, vis, sig, .. } = func;
+    let errors = errors.to_compile_error();
+    let fused_name = fused_name(func);
+    let fused_fn = paths::fused_fn();
+    let unimplemented = paths::unimplemented();
+    let cfgs = cfg_attrs(func);
+    quote! {
+        #errors
+        #(#attrs)*
+        #[allow(unused_variables)]
+        #vis #sig { #unimplemented }
+        #(#cfgs)*
+        #[allow(dead_code)]
+        #vis fn #fused_name() -> &'static #fused_fn { #unimplemented }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand(src: &str) -> String {
+        let func: ItemFn = syn::parse_str(src).unwrap();
+        fuse_fn(TokenStream::new(), &func).to_string()
+    }
+
+    #[test]
+    fn free_function_calls_its_static_plan() {
+        let out = expand("pub fn mlp(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> { Ok(x.matmul(w) + eps) }");
+        assert!(out.contains("pub fn mlp (x : & Tensor , w : & Tensor , eps : f32) -> Result < Tensor >"), "{out}");
+        assert!(out.contains("mlp_fused () . call (& [:: fuse :: __private :: arg (x) , :: fuse :: __private :: arg (w) , :: fuse :: __private :: arg (& eps) ,])"), "{out}");
+        assert!(out.contains("pub fn mlp_fused () -> & 'static :: fuse :: __private :: FusedFn"), "{out}");
+        assert!(out.contains("FusedFn :: new (\"mlp\" , \"fn mlp(x: tensor, w: tensor, eps: scalar)\\n"), "{out}");
+        assert!(!out.contains("compile_error"), "{out}");
+    }
+
+    #[test]
+    fn method_passes_fields_after_parameters() {
+        let out = expand("fn forward(&self, x: &Tensor) -> Result<Tensor> { Ok(rms_norm(x, &self.norm, self.eps)) }");
+        assert!(out.contains("Self :: forward_fused () . call (& [:: fuse :: __private :: arg (x) , :: fuse :: __private :: arg (& self . norm) , :: fuse :: __private :: arg (& self . eps) ,])"), "{out}");
+        assert!(out.contains("fn forward_fused ()"), "{out}");
+        assert!(out.contains("fn forward(x: tensor, self.norm: field, self.eps: field)"), "{out}");
+    }
+
+    #[test]
+    fn errors_keep_the_signature_and_stub_the_body() {
+        let out = expand("#[inline] pub fn f(x: &Tensor) -> Result<Tensor> { for i in 0..3 {} Ok(x.frob()) }");
+        assert_eq!(out.matches("compile_error").count(), 2, "{out}");
+        assert!(out.contains("# [inline] # [allow (unused_variables)] pub fn f (x : & Tensor) -> Result < Tensor > { :: core :: unimplemented ! () }"), "{out}");
+        assert!(
+            out.contains(
+                "fn f_fused () -> & 'static :: fuse :: __private :: FusedFn { :: core :: unimplemented ! () }"
+            ),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn attribute_arguments_are_an_error() {
+        let func: ItemFn = syn::parse_str("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.exp()) }").unwrap();
+        let out = fuse_fn(quote!(fast), &func).to_string();
+        assert!(out.contains("takes no arguments"), "{out}");
+    }
+
+    #[test]
+    fn output_is_deterministic() {
+        let src = "fn f(a: &Tensor, b: &Tensor, s: f64) -> Result<(Tensor, Tensor)> {
+            let h = silu(a.matmul(b)) * a.matmul(b.t());
+            let y = softmax(h * s);
+            Ok((y, rms_norm(h, b, 1e-6)))
+        }";
+        let first = expand(src);
+        for _ in 0..5 {
+            assert_eq!(expand(src), first);
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! Method calls (`x.matmul(w)`, `x.sum(-1)`, `x.exp()`) and function calls (`silu(x)`, `rms_norm(x, w, eps)`):
+//! the names the language accepts, checked for arity and operand kinds, turned into graph nodes.
+
+use super::expr::{is_last_axis, is_self, plural, strip_parens};
+use super::ops::{self, Function, Method};
+use super::{Binding, Kind, Tracer, Value};
+use crate::label::source_text;
+use fuse_ir::{DType, Op};
+use syn::{Expr, ExprCall, ExprMethodCall};
+
+impl Tracer<'_> {
+    pub(super) fn method_call(&mut self, call: &ExprMethodCall) -> Value {
+        let name = call.method.to_string();
+        if is_self(&call.receiver) {
+            let (receiver, dot, method) = (&call.receiver, &call.dot_token, &call.method);
+            self.diag.error_at(
+                quote::quote!(#receiver #dot #method),
+                format!(
+                    "methods of `self` cannot be traced (`self.{name}(..)`): #[fuse] sees only this body; inline \
+                     what `{name}` computes, or call it outside the fused function and pass its result in"
+                ),
+            );
+            self.trace_all(call.args.iter());
+            return None;
+        }
+        if let Some(turbofish) = &call.turbofish {
+            self.diag.error_at(turbofish, "generic arguments (`::<..>`) are not supported here: remove them");
+        }
+        let receiver = self.expr(&call.receiver);
+        let Some(method) = Method::from_name(&name) else {
+            let hint = match (ops::suggestion(&name), Function::from_name(&name)) {
+                (Some(s), _) => format!("{s}; "),
+                (None, Some(f)) => format!("`{name}` is a function here: write {}; ", f.usage()),
+                (None, None) => String::new(),
+            };
+            self.diag.error_at(
+                &call.method,
+                format!(
+                    "unknown method `{name}` in #[fuse]: {hint}the supported methods are {}",
+                    ops::supported_methods()
+                ),
+            );
+            self.trace_all(call.args.iter());
+            return None;
+        };
+        if call.args.len() != method.arity() {
+            self.diag.error_span(
+                call.paren_token.span.join(),
+                format!(
+                    "`{name}` takes {} argument{}, found {}: write {}",
+                    method.arity(),
+                    plural(method.arity()),
+                    call.args.len(),
+                    method.usage()
+                ),
+            );
+            self.trace_all(call.args.iter());
+            return None;
+        }
+        let arg = call.args.first();
+        match method {
+            Method::Reduce(r) => {
+                let axis = arg?;
+                if !is_last_axis(axis) {
+                    self.diag.error_at(
+                        axis,
+                        format!(
+                            "`{name}` reduces the last axis only (and keeps it, with size 1): write `x.{name}(-1)`; \
+                             to reduce the other axis of a matrix, transpose it first: `x.t().{name}(-1)`"
+                        ),
+                    );
+                    return None;
+                }
+                let a = self.tensor_operand(receiver?, &call.receiver, &name)?;
+                Some(self.push(Op::Reduce(r), &[a], call, Kind::Tensor))
+            }
+            Method::ToDType => {
+                let dtype = self.dtype_argument(arg?);
+                let a = self.tensor_operand(receiver?, &call.receiver, &name)?;
+                Some(self.push(Op::Cast(dtype?), &[a], call, Kind::Tensor))
+            }
+            Method::Transpose => {
+                let a = self.tensor_operand(receiver?, &call.receiver, &name)?;
+                Some(self.push(Op::Transpose, &[a], call, Kind::Tensor))
+            }
+            Method::Unary(u) => {
+                let a = receiver?;
+                let kind = self.kind(a);
+                Some(self.push(Op::Unary(u), &[a], call, kind))
+            }
+            Method::MatMul => {
+                let rhs_expr = arg?;
+                let rhs = self.expr(rhs_expr);
+                let a = self.tensor_operand(receiver?, &call.receiver, &name);
+                let b = self.tensor_operand(rhs?, rhs_expr, &name);
+                Some(self.push(Op::MatMul, &[a?, b?], call, Kind::Tensor))
+            }
+            Method::Powf => {
+                let exponent_expr = arg?;
+                let exponent = self.expr(exponent_expr)?;
+                if self.kind(exponent) == Kind::Tensor {
+                    self.diag.error_at(
+                        exponent_expr,
+                        format!(
+                            "the exponent of `powf` is a literal, a scalar parameter or a field of `self`, but `{}` is a \
+                             tensor: for a tensor exponent write `exp(log(x) * y)`",
+                            source_text(exponent_expr)
+                        ),
+                    );
+                    return None;
+                }
+                let a = receiver?;
+                let kind = self.pointwise_kind(&[a, exponent]);
+                Some(self.push(Op::Binary(fuse_ir::BinaryOp::Pow), &[a, exponent], call, kind))
+            }
+            Method::Binary(op) => {
+                let rhs = self.expr(arg?);
+                let (a, b) = (receiver?, rhs?);
+                let kind = self.pointwise_kind(&[a, b]);
+                Some(self.push(Op::Binary(op), &[a, b], call, kind))
+            }
+        }
+    }
+
+    /// `DType::F32` (any path ending in `F32`, `F16` or `BF16`).
+    fn dtype_argument(&mut self, e: &Expr) -> Option<DType> {
+        let dtype = match strip_parens(e) {
+            Expr::Path(p) if p.qself.is_none() => {
+                p.path.segments.last().filter(|s| s.arguments.is_none()).and_then(|s| {
+                    match s.ident.to_string().as_str() {
+                        "F32" => Some(DType::F32),
+                        "F16" => Some(DType::F16),
+                        "BF16" => Some(DType::BF16),
+                        _ => None,
+                    }
+                })
+            }
+            _ => None,
+        };
+        if dtype.is_none() {
+            self.diag.error_at(
+                e,
+                format!(
+                    "`to_dtype` takes `DType::F32`, `DType::F16` or `DType::BF16` written out, not `{}`",
+                    source_text(e)
+                ),
+            );
+        }
+        dtype
+    }
+
+    pub(super) fn call(&mut self, call: &ExprCall) -> Value {
+        let func = strip_parens(&call.func);
+        let Expr::Path(path) = func else {
+            self.diag.error_at(func, "only the named functions of #[fuse] can be called here, e.g. `silu(x)`");
+            self.trace_all(call.args.iter());
+            return None;
+        };
+        let Some(last) = path.path.segments.last().filter(|_| path.qself.is_none()) else {
+            self.diag.error_at(path, "only the named functions of #[fuse] can be called here, e.g. `silu(x)`");
+            return None;
+        };
+        let name = last.ident.to_string();
+        if name == "Ok" {
+            self.diag.error_at(
+                call,
+                "`Ok(..)` wraps the function's result: it is only allowed at the end of the body (or in \
+                 `return Ok(..);` as the last statement)",
+            );
+            self.trace_all(call.args.iter());
+            return None;
+        }
+        if !last.arguments.is_none() {
+            self.diag.error_at(&last.arguments, "generic arguments are not supported here: remove them");
+        }
+        if let Some(binding) = path.path.get_ident().and_then(|ident| self.lookup(&ident.to_string())) {
+            // A local name: a failed binding (already reported) or a value, which cannot be called.
+            if let Binding::Value(_) = binding {
+                self.diag.error_at(
+                    path,
+                    format!("`{name}` is a value, not a function: ops are called as `silu({name})` or `{name}.exp()`"),
+                );
+            }
+            self.trace_all(call.args.iter());
+            return None;
+        }
+        let Some(function) = Function::from_name(&name) else {
+            let hint = match (ops::suggestion(&name), Method::from_name(&name)) {
+                (Some(s), _) => format!("{s}; "),
+                (None, Some(m)) => format!("`{name}` is a method here: write {}; ", m.usage()),
+                (None, None) => String::new(),
+            };
+            self.diag.error_at(
+                path,
+                format!(
+                    "unknown function `{}` in #[fuse]: {hint}the supported functions are {}",
+                    source_text(path),
+                    ops::supported_functions()
+                ),
+            );
+            self.trace_all(call.args.iter());
+            return None;
+        };
+        if call.args.len() != function.arity() {
+            self.diag.error_span(
+                call.paren_token.span.join(),
+                format!(
+                    "`{name}` takes {} argument{}, found {}: write {}",
+                    function.arity(),
+                    plural(function.arity()),
+                    call.args.len(),
+                    function.usage()
+                ),
+            );
+            self.trace_all(call.args.iter());
+            return None;
+        }
+        let args: Vec<Value> = call.args.iter().map(|a| self.expr(a)).collect();
+        match function {
+            Function::Unary(u) => {
+                let a = args[0]?;
+                let kind = self.kind(a);
+                Some(self.push(Op::Unary(u), &[a], call, kind))
+            }
+            Function::Binary(op) => {
+                let (a, b) = (args[0]?, args[1]?);
+                let kind = self.pointwise_kind(&[a, b]);
+                Some(self.push(Op::Binary(op), &[a, b], call, kind))
+            }
+            Function::Softmax => {
+                let x = self.tensor_operand(args[0]?, &call.args[0], &name)?;
+                let id = self.graph.softmax(x, &source_text(call));
+                self.record_kind(Kind::Tensor);
+                Some(id)
+            }
+            Function::RmsNorm => {
+                let x = self.tensor_operand(args[0]?, &call.args[0], &name);
+                let (weight, eps) = (args[1]?, args[2]?);
+                let id = self.graph.rms_norm(x?, weight, eps, &source_text(call));
+                self.record_kind(Kind::Tensor);
+                Some(id)
+            }
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! Expressions: each supported form becomes graph nodes labelled with the user's text of it. Calls of
+//! methods and functions are in `calls.rs`.
+
+use super::{unsupported, Binding, FieldUse, Kind, Tracer, Value};
+use crate::diag::Diagnostics;
+use crate::label::source_text;
+use fuse_ir::{InputKind, NodeId, Op, UnaryOp};
+use syn::{BinOp, Expr, ExprBinary, ExprField, ExprPath, ExprUnary, Lit, Member, UnOp};
+
+/// `Ok(inner)` gives `inner`, anything else itself; `None` if `Ok` has the wrong number of arguments.
+pub(super) fn strip_ok<'e>(e: &'e Expr, diag: &mut Diagnostics) -> Option<&'e Expr> {
+    if let Expr::Call(call) = strip_parens(e) {
+        if path_ends_in(&call.func, "Ok") {
+            if call.args.len() == 1 {
+                return Some(&call.args[0]);
+            }
+            diag.error_span(
+                call.paren_token.span.join(),
+                "`Ok` wraps exactly one result: write `Ok(h)` or `Ok((a, b))`",
+            );
+            return None;
+        }
+    }
+    Some(e)
+}
+
+/// Parentheses and invisible groups (from `macro_rules!`) change nothing.
+pub(super) fn strip_parens(e: &Expr) -> &Expr {
+    match e {
+        Expr::Paren(p) => strip_parens(&p.expr),
+        Expr::Group(g) => strip_parens(&g.expr),
+        other => other,
+    }
+}
+
+fn path_ends_in(e: &Expr, name: &str) -> bool {
+    matches!(strip_parens(e), Expr::Path(p) if p.qself.is_none() && p.path.segments.last().is_some_and(|s| s.ident == name))
+}
+
+pub(super) fn is_self(e: &Expr) -> bool {
+    matches!(strip_parens(e), Expr::Path(p) if p.qself.is_none() && p.path.is_ident("self"))
+}
+
+/// A number literal's value, if `e` is one.
+fn number(e: &Expr) -> Option<f64> {
+    match strip_parens(e) {
+        Expr::Lit(l) => match &l.lit {
+            Lit::Float(f) => f.base10_parse().ok(),
+            Lit::Int(i) => i.base10_parse().ok(),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// `-1`, the only axis a reduction takes.
+pub(super) fn is_last_axis(e: &Expr) -> bool {
+    matches!(strip_parens(e), Expr::Unary(u) if matches!(u.op, UnOp::Neg(_))
+        && matches!(strip_parens(&u.expr), Expr::Lit(l) if matches!(&l.lit, Lit::Int(i) if i.base10_digits() == "1")))
+}
+
+fn member_name(member: &Member) -> String {
+    match member {
+        Member::Named(ident) => ident.to_string(),
+        Member::Unnamed(index) => index.index.to_string(),
+    }
+}
+
+pub(super) fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+impl Tracer<'_> {
+    pub(super) fn expr(&mut self, e: &Expr) -> Value {
+        match e {
+            Expr::Path(p) => self.path_value(p),
+            Expr::Field(f) => self.field(f),
+            Expr::Lit(l) => match number(e) {
+                Some(v) => Some(self.constant(v)),
+                None => {
+                    unsupported::literal(&l.lit, self.diag);
+                    None
+                }
+            },
+            Expr::Paren(p) => self.expr(&p.expr),
+            Expr::Group(g) => self.expr(&g.expr),
+            Expr::Try(t) => self.expr(&t.expr),
+            Expr::Reference(r) => {
+                if let Some(m) = &r.mutability {
+                    self.diag.error_at(m, "`&mut` cannot be traced: values are never changed in place; write `&x`");
+                }
+                self.expr(&r.expr)
+            }
+            Expr::Unary(u) => self.unary(u),
+            Expr::Binary(b) => self.binary(b),
+            Expr::MethodCall(m) => self.method_call(m),
+            Expr::Call(c) => self.call(c),
+            Expr::Block(b) => {
+                if let Some(label) = &b.label {
+                    self.diag.error_at(label, "labelled blocks cannot be traced: remove the label");
+                }
+                self.scoped_block(&b.block)
+            }
+            Expr::Tuple(t) => {
+                self.diag.error_at(
+                    t,
+                    "a tuple is only allowed as the function's result (`Ok((a, b))`): bind each value with its own `let`",
+                );
+                self.trace_all(t.elems.iter());
+                None
+            }
+            other => {
+                unsupported::expression(other, self.diag);
+                None
+            }
+        }
+    }
+
+    /// Traces expressions only for the errors inside them (their values are not used).
+    pub(super) fn trace_all<'e>(&mut self, exprs: impl Iterator<Item = &'e Expr>) {
+        for e in exprs {
+            self.expr(e);
+        }
+    }
+
+    pub(super) fn push(&mut self, op: Op, args: &[NodeId], node: &impl quote::ToTokens, kind: Kind) -> NodeId {
+        let id = self.graph.push(op, args, &source_text(node));
+        self.record_kind(kind);
+        id
+    }
+
+    fn constant(&mut self, value: f64) -> NodeId {
+        let id = self.graph.constant(value);
+        self.record_kind(Kind::Scalar);
+        id
+    }
+
+    /// The kind of an elementwise result: a tensor if any operand is one.
+    pub(super) fn pointwise_kind(&self, args: &[NodeId]) -> Kind {
+        let kinds: Vec<Kind> = args.iter().map(|&a| self.kind(a)).collect();
+        if kinds.contains(&Kind::Tensor) {
+            Kind::Tensor
+        } else if kinds.contains(&Kind::Unknown) {
+            Kind::Unknown
+        } else {
+            Kind::Scalar
+        }
+    }
+
+    /// `None` (after an error) if `operand` is known to be a scalar.
+    pub(super) fn tensor_operand(&mut self, id: NodeId, operand: &Expr, op: &str) -> Option<NodeId> {
+        if self.kind(id) == Kind::Scalar {
+            self.diag.error_at(
+                operand,
+                format!("`{op}` needs a tensor, but `{}` is a scalar: pass a `&Tensor` here", source_text(operand)),
+            );
+            return None;
+        }
+        Some(id)
+    }
+
+    fn path_value(&mut self, p: &ExprPath) -> Value {
+        let Some(ident) = p.path.get_ident().filter(|_| p.qself.is_none()) else {
+            self.diag.error_at(
+                p,
+                format!(
+                    "`{}` is not a value of this function: a #[fuse] body reads its parameters, its `let` names and \
+                     fields of `self`; write a constant as a literal (e.g. `0.5`) or pass it as a scalar parameter",
+                    source_text(p)
+                ),
+            );
+            return None;
+        };
+        if ident == "self" {
+            self.diag.error_at(p, "`self` is not a tensor: read one of its fields, e.g. `self.weight`");
+            return None;
+        }
+        match self.lookup(&ident.to_string()) {
+            Some(Binding::Value(id)) => Some(id),
+            Some(Binding::Poisoned) => None,
+            None => {
+                self.diag.error_at(
+                    p,
+                    format!(
+                        "cannot find `{ident}` in this #[fuse] function: it is neither a parameter nor bound by a \
+                         `let` before this point"
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// `self.a.b`: an input of the graph, declared at its first use.
+    fn field(&mut self, f: &ExprField) -> Value {
+        let mut parts = vec![member_name(&f.member)];
+        let mut base = strip_parens(&f.base);
+        while let Expr::Field(inner) = base {
+            parts.push(member_name(&inner.member));
+            base = strip_parens(&inner.base);
+        }
+        if !is_self(base) {
+            let base_value = self.expr(base);
+            if base_value.is_some() {
+                self.diag.error_at(
+                    f,
+                    format!(
+                        "`{}` reads a field of `{}`, which is not `self`: inside #[fuse] only fields of `self` are \
+                         inputs; pass that tensor as a `&Tensor` parameter instead",
+                        source_text(f),
+                        source_text(base)
+                    ),
+                );
+            }
+            return None;
+        }
+        if !self.is_method {
+            self.diag.error_at(
+                base,
+                "`self` exists only in methods: put #[fuse] on a method taking `&self`, or pass the tensor as a parameter",
+            );
+            return None;
+        }
+        parts.reverse();
+        let name = format!("self.{}", parts.join("."));
+        let existing = self.graph.inputs.iter().position(|input| input.kind == InputKind::Field && input.name == name);
+        let id = match existing {
+            // Hash-consing returns the input's node.
+            Some(k) => self.graph.push(Op::Input(k as u32), &[], &name),
+            None => {
+                self.fields.push(FieldUse { expr: f.clone() });
+                self.graph.input(&name, InputKind::Field)
+            }
+        };
+        self.record_kind(Kind::Unknown);
+        Some(id)
+    }
+
+    fn unary(&mut self, u: &ExprUnary) -> Value {
+        match u.op {
+            UnOp::Neg(_) => {
+                if let Some(v) = number(&u.expr) {
+                    return Some(self.constant(-v));
+                }
+                let a = self.expr(&u.expr)?;
+                let kind = self.kind(a);
+                Some(self.push(Op::Unary(UnaryOp::Neg), &[a], u, kind))
+            }
+            UnOp::Not(t) => {
+                self.diag.error_at(
+                    t,
+                    "`!` cannot be traced: a fused graph has no booleans; for elementwise choices use \
+                     `maximum(a, b)`, `minimum(a, b)` or `relu(x)`",
+                );
+                self.expr(&u.expr);
+                None
+            }
+            UnOp::Deref(t) => {
+                self.diag.error_at(t, "`*` (dereference) is not needed inside #[fuse]: write the value itself");
+                self.expr(&u.expr);
+                None
+            }
+            _ => {
+                unsupported::expression(&Expr::Unary(u.clone()), self.diag);
+                None
+            }
+        }
+    }
+
+    fn binary(&mut self, b: &ExprBinary) -> Value {
+        let lhs = self.expr(&b.left);
+        let rhs = self.expr(&b.right);
+        let op = match b.op {
+            BinOp::Add(_) => fuse_ir::BinaryOp::Add,
+            BinOp::Sub(_) => fuse_ir::BinaryOp::Sub,
+            BinOp::Mul(_) => fuse_ir::BinaryOp::Mul,
+            BinOp::Div(_) => fuse_ir::BinaryOp::Div,
+            other => {
+                unsupported::binary_operator(&other, self.diag);
+                return None;
+            }
+        };
+        let (l, r) = (lhs?, rhs?);
+        let kind = self.pointwise_kind(&[l, r]);
+        Some(self.push(Op::Binary(op), &[l, r], b, kind))
+    }
+}

@@ -1,0 +1,179 @@
+//! What the tracer accepts by name: the methods and functions of the `#[fuse]` language, their arity, and
+//! what to suggest for the names users bring from eager tensor libraries.
+
+use fuse_ir::{BinaryOp, ReduceOp, UnaryOp};
+
+/// The unary ops callable as `exp(x)` and `x.exp()` (`neg` is written `-x`).
+const UNARY: [UnaryOp; 13] = [
+    UnaryOp::Exp,
+    UnaryOp::Log,
+    UnaryOp::Sqrt,
+    UnaryOp::Rsqrt,
+    UnaryOp::Tanh,
+    UnaryOp::Sigmoid,
+    UnaryOp::Silu,
+    UnaryOp::Gelu,
+    UnaryOp::GeluTanh,
+    UnaryOp::Relu,
+    UnaryOp::Abs,
+    UnaryOp::Square,
+    UnaryOp::Recip,
+];
+
+fn unary(name: &str) -> Option<UnaryOp> {
+    UNARY.into_iter().find(|u| u.name() == name)
+}
+
+fn elementwise_binary(name: &str) -> Option<BinaryOp> {
+    match name {
+        "maximum" => Some(BinaryOp::Maximum),
+        "minimum" => Some(BinaryOp::Minimum),
+        _ => None,
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Method {
+    MatMul,
+    Transpose,
+    Reduce(ReduceOp),
+    Powf,
+    ToDType,
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+}
+
+impl Method {
+    pub fn from_name(name: &str) -> Option<Method> {
+        match name {
+            "matmul" => Some(Method::MatMul),
+            "t" => Some(Method::Transpose),
+            "powf" => Some(Method::Powf),
+            "to_dtype" => Some(Method::ToDType),
+            _ => ReduceOp::from_name(name)
+                .map(Method::Reduce)
+                .or_else(|| unary(name).map(Method::Unary))
+                .or_else(|| elementwise_binary(name).map(Method::Binary)),
+        }
+    }
+
+    /// Arguments besides the receiver.
+    pub fn arity(self) -> usize {
+        match self {
+            Method::Transpose | Method::Unary(_) => 0,
+            Method::MatMul | Method::Reduce(_) | Method::Powf | Method::ToDType | Method::Binary(_) => 1,
+        }
+    }
+
+    /// How a correct call looks, for arity errors.
+    pub fn usage(self) -> String {
+        match self {
+            Method::MatMul => "`a.matmul(b)`".into(),
+            Method::Transpose => "`w.t()`".into(),
+            Method::Reduce(r) => format!("`x.{}(-1)`", r.name()),
+            Method::Powf => "`x.powf(2.0)`".into(),
+            Method::ToDType => "`x.to_dtype(DType::F32)`".into(),
+            Method::Unary(u) => format!("`x.{}()`", u.name()),
+            Method::Binary(b) => format!("`a.{}(b)`", b.name()),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Function {
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Softmax,
+    RmsNorm,
+}
+
+impl Function {
+    pub fn from_name(name: &str) -> Option<Function> {
+        match name {
+            "softmax" => Some(Function::Softmax),
+            "rms_norm" => Some(Function::RmsNorm),
+            _ => unary(name).map(Function::Unary).or_else(|| elementwise_binary(name).map(Function::Binary)),
+        }
+    }
+
+    pub fn arity(self) -> usize {
+        match self {
+            Function::Unary(_) | Function::Softmax => 1,
+            Function::Binary(_) => 2,
+            Function::RmsNorm => 3,
+        }
+    }
+
+    pub fn usage(self) -> String {
+        match self {
+            Function::Unary(u) => format!("`{}(x)`", u.name()),
+            Function::Binary(b) => format!("`{}(a, b)`", b.name()),
+            Function::Softmax => "`softmax(x)`".into(),
+            Function::RmsNorm => "`rms_norm(x, weight, eps)`".into(),
+        }
+    }
+}
+
+/// For messages: every supported method.
+pub fn supported_methods() -> String {
+    let mut names: Vec<String> =
+        ["matmul(b)", "t()", "sum(-1)", "mean(-1)", "max(-1)", "powf(s)", "to_dtype(DType::..)"]
+            .iter()
+            .map(|s| format!("`{s}`"))
+            .collect();
+    names.extend(UNARY.iter().map(|u| format!("`{}()`", u.name())));
+    names.extend(["`maximum(b)`".to_string(), "`minimum(b)`".to_string()]);
+    names.join(", ")
+}
+
+/// For messages: every supported function.
+pub fn supported_functions() -> String {
+    let mut names: Vec<String> = UNARY.iter().map(|u| format!("`{}`", u.name())).collect();
+    names.extend(["maximum", "minimum", "softmax", "rms_norm"].iter().map(|s| format!("`{s}`")));
+    names.join(", ")
+}
+
+/// What to write instead of a name from an eager library, if there is a close equivalent.
+pub fn suggestion(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "transpose" | "permute" => "to swap the last two axes write `w.t()`",
+        "mm" | "dot" | "bmm" | "broadcast_matmul" => "write `a.matmul(b)`",
+        "sum_keepdim" => "write `x.sum(-1)` (it keeps the axis)",
+        "mean_keepdim" => "write `x.mean(-1)` (it keeps the axis)",
+        "max_keepdim" => "write `x.max(-1)` (it keeps the axis)",
+        "pow" | "powi" | "powf_scalar" => "write `x.powf(s)`",
+        "broadcast_add" | "add" => "write `a + b` (it broadcasts)",
+        "broadcast_sub" | "sub" => "write `a - b` (it broadcasts)",
+        "broadcast_mul" | "mul" => "write `a * b` (it broadcasts)",
+        "broadcast_div" | "div" => "write `a / b` (it broadcasts)",
+        "neg" => "write `-x`",
+        "ln" => "write `log(x)`",
+        "broadcast_maximum" | "max_elementwise" => "write `maximum(a, b)`",
+        "broadcast_minimum" | "min" => "write `minimum(a, b)`",
+        "softmax_last_dim" => "write `softmax(x)` (it runs over the last axis)",
+        "clone" | "contiguous" | "to_owned" => "values are never copied inside #[fuse]: use `x` itself",
+        "to_device" => "move tensors to the device before calling the function",
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_advertised_name_is_accepted() {
+        for u in UNARY {
+            assert_eq!(Method::from_name(u.name()), Some(Method::Unary(u)));
+            assert_eq!(Function::from_name(u.name()), Some(Function::Unary(u)));
+        }
+        for name in ["matmul", "t", "sum", "mean", "max", "powf", "to_dtype", "maximum", "minimum"] {
+            assert!(Method::from_name(name).is_some(), "{name}");
+        }
+        for name in ["softmax", "rms_norm", "maximum", "minimum"] {
+            assert!(Function::from_name(name).is_some(), "{name}");
+        }
+        assert_eq!(Method::from_name("neg"), None);
+        assert_eq!(Function::from_name("matmul"), None);
+    }
+}

@@ -1,0 +1,361 @@
+//! Gemm and DualGemm groups: per block of rows, a prologue row program produces the left operand A, the
+//! `gemm` crate multiplies it by each weight (read through its strides: a `.t()` weight is never copied)
+//! into f32 product buffers, and an epilogue row program turns the products into the group's outputs.
+//! Blocks of rows run in parallel for large M; for small M one block runs and the GEMM itself is parallel.
+
+use super::exec::{allocate, sink_of, Outcome};
+use super::kernels::Sink;
+use super::rowprog::{compile, CallInfo, Compiled, RowProgram, RowSpec};
+use super::rowrun::BlockInputs;
+use super::Value;
+use crate::{Error, Result, Tensor};
+use fuse_ir::{DType, Group, NodeId};
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// Up to this many rows run as one block with a multi-threaded GEMM (decode-sized M).
+const SINGLE_BLOCK_ROWS: usize = 64;
+const MIN_BLOCK_ROWS: usize = 16;
+const MAX_BLOCK_ROWS: usize = 128;
+
+/// Where the left operand's rows come from.
+enum LeftOperand {
+    /// Computed (or converted to f32) by a row program into a per-block buffer.
+    Program(RowProgram),
+    /// An f32 tensor read in place through its strides.
+    Direct(Tensor),
+}
+
+struct GemmGroup {
+    left: LeftOperand,
+    /// Outputs of the prologue (group outputs among the prologue nodes); sink i+1 of its program.
+    prologue_outputs: Vec<NodeId>,
+    weights: Vec<Tensor>,
+    /// Which matmuls' products are group outputs (written in their dtype).
+    product_outputs: Vec<(usize, NodeId)>,
+    epilogue: RowProgram,
+    epilogue_outputs: Vec<NodeId>,
+    /// Whether one GEMM call may cover rows of several batches: a 2-D weight, and A's rows evenly strided
+    /// across batches (a per-block buffer, or a tensor whose batch stride is m row strides).
+    fold_batches: bool,
+    /// [batch, m, k] of A and n of the products; rows = batch * m.
+    batch: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+}
+
+/// Runs a Gemm or DualGemm group, or says why its shapes or structure do not fit the fused form.
+pub(crate) fn run_gemm_group(info: &CallInfo<'_>, group: &Group, resolve: &dyn Fn(NodeId) -> Result<Value>) -> Result<Outcome> {
+    let gg = match build(info, group, resolve)? {
+        Ok(gg) => gg,
+        Err(reason) => return Ok(Outcome::DoesNotFit(reason)),
+    };
+    let shape = |id: NodeId| info.shapes[id.index()].clone();
+    let dtype = |id: NodeId| info.dtypes[id.index()].unwrap_or(DType::F32);
+    let order: Vec<NodeId> =
+        gg.prologue_outputs.iter().chain(gg.product_outputs.iter().map(|(_, id)| id)).chain(&gg.epilogue_outputs).copied().collect();
+    let mut buffers: Vec<_> = order.iter().map(|&id| allocate(dtype(id), &shape(id))).collect();
+    let rows = gg.batch * gg.m;
+    let widths: Vec<usize> = gg
+        .prologue_outputs
+        .iter()
+        .map(|_| gg.k)
+        .chain(gg.product_outputs.iter().map(|_| gg.n))
+        .chain((0..gg.epilogue_outputs.len()).map(|i| gg.epilogue.sink_width(i)))
+        .collect();
+    let blocks = block_ranges(rows);
+    let mut sinks: Vec<Sink<'_>> = buffers.iter_mut().map(sink_of).collect();
+    let mut work = Vec::with_capacity(blocks.len());
+    for block in blocks {
+        let mine: Vec<Sink<'_>> = sinks.iter_mut().zip(&widths).map(|(s, &w)| s.take_front(block.len() * w)).collect();
+        work.push((block, mine));
+    }
+    if work.len() == 1 {
+        for (block, mine) in work {
+            gg.run_block(info.function, block, mine, true)?;
+        }
+    } else {
+        work.into_par_iter().try_for_each(|(block, mine)| gg.run_block(info.function, block, mine, false))?;
+    }
+    drop(sinks);
+    let tensors = order.iter().zip(buffers).map(|(&id, data)| (id, Tensor::from_cpu(data, shape(id)))).collect();
+    Ok(Outcome::Done(tensors))
+}
+
+/// Rows per block: one block for small M, else enough blocks to feed every thread, each small enough for
+/// its product buffer to stay near the cache.
+fn block_ranges(rows: usize) -> Vec<Range<usize>> {
+    if rows <= SINGLE_BLOCK_ROWS {
+        return std::iter::once(0..rows).collect();
+    }
+    let threads = rayon::current_num_threads().max(1);
+    let size = rows.div_ceil(threads * 2).clamp(MIN_BLOCK_ROWS, MAX_BLOCK_ROWS);
+    (0..rows).step_by(size).map(|r| r..(r + size).min(rows)).collect()
+}
+
+/// Checks the group's structure and compiles its prologue and epilogue; `Ok(Err(reason))` when it does
+/// not fit (the executor then runs its nodes one at a time).
+fn build(
+    info: &CallInfo<'_>,
+    group: &Group,
+    resolve: &dyn Fn(NodeId) -> Result<Value>,
+) -> Result<std::result::Result<GemmGroup, String>> {
+    let g = info.graph;
+    let in_group = |id: NodeId| group.nodes.contains(&id);
+    let Some(&first) = group.matmuls.first() else {
+        return Ok(Err("a gemm group without a matmul".into()));
+    };
+    let a = g.node(first).args[0];
+    if group.matmuls.iter().any(|&mm| g.node(mm).args[0] != a) {
+        return Ok(Err("matmuls with different left operands".into()));
+    }
+    let weight_nodes: Vec<NodeId> = group.matmuls.iter().map(|&mm| g.node(mm).args[1]).collect();
+    if weight_nodes.iter().any(|&w| in_group(w)) {
+        return Ok(Err("a matmul's right operand is computed in the same group".into()));
+    }
+    let mut prologue: Vec<NodeId> = group.prologue.clone();
+    prologue.sort_unstable();
+    if in_group(a) != prologue.contains(&a) || (!in_group(a) && !prologue.is_empty()) {
+        return Ok(Err("the prologue does not compute the matmul's left operand".into()));
+    }
+    let epilogue: Vec<NodeId> = group.epilogue().collect();
+    for &p in &prologue {
+        if g.node(p).args.iter().any(|&x| in_group(x) && !prologue.contains(&x)) {
+            return Ok(Err("a prologue op reads a value computed after the matmul".into()));
+        }
+    }
+    for &e in &epilogue {
+        if g.node(e).args.iter().any(|&x| prologue.contains(&x)) {
+            return Ok(Err("an epilogue op reads a prologue value".into()));
+        }
+    }
+    let a_shape = info.shapes[a.index()].clone();
+    let product_shape = info.shapes[first.index()].clone();
+    if group.matmuls.iter().any(|&mm| info.shapes[mm.index()] != product_shape) {
+        return Ok(Err("the two products have different shapes".into()));
+    }
+    let (batch, m, k) = match a_shape.as_slice() {
+        [m, k] => (1, *m, *k),
+        [b, m, k] => (*b, *m, *k),
+        _ => return Ok(Err(format!("a left operand of shape {a_shape:?}"))),
+    };
+    let n = *product_shape.last().unwrap_or(&0);
+    let mut weights = Vec::with_capacity(weight_nodes.len());
+    for &w in &weight_nodes {
+        match resolve(w)? {
+            Value::Tensor(t) => weights.push(t),
+            Value::Scalar(_) => return Err(Error::internal(info.function, "a scalar as a matmul operand")),
+        }
+    }
+
+    let prologue_outputs: Vec<NodeId> = group.outputs.iter().copied().filter(|o| prologue.contains(o)).collect();
+    let left = if prologue.is_empty() {
+        match resolve(a)? {
+            Value::Tensor(t) if t.dtype() == DType::F32 => LeftOperand::Direct(t),
+            Value::Tensor(_) => match program(info, &prologue, &[a], &a_shape, resolve)? {
+                Ok(p) => LeftOperand::Program(p),
+                Err(reason) => return Ok(Err(reason)),
+            },
+            Value::Scalar(_) => return Err(Error::internal(info.function, "a scalar as a matmul operand")),
+        }
+    } else {
+        let mut sinks = vec![a];
+        sinks.extend(&prologue_outputs);
+        match program(info, &prologue, &sinks, &a_shape, resolve)? {
+            Ok(p) => LeftOperand::Program(p),
+            Err(reason) => return Ok(Err(reason)),
+        }
+    };
+    let epilogue_outputs: Vec<NodeId> = group.outputs.iter().copied().filter(|o| epilogue.contains(o)).collect();
+    let spec = RowSpec {
+        nodes: &epilogue,
+        sinks: &epilogue_outputs,
+        blocks: &group.matmuls,
+        domain: Some(&product_shape),
+        keep_last_axis: true,
+    };
+    let epilogue_program = match compile(info, &spec, resolve)? {
+        Compiled::Fits(p) => p,
+        Compiled::DoesNotFit(reason) => return Ok(Err(format!("epilogue: {reason}"))),
+    };
+    let product_outputs = group
+        .matmuls
+        .iter()
+        .enumerate()
+        .filter(|(_, mm)| group.outputs.contains(mm))
+        .map(|(j, &mm)| (j, mm))
+        .collect();
+    let rows_evenly_strided = match &left {
+        LeftOperand::Program(_) => true,
+        LeftOperand::Direct(t) => t.rank() == 2 || t.strides()[0] == m * t.strides()[1],
+    };
+    let fold_batches = rows_evenly_strided && weights.iter().all(|w| w.rank() == 2);
+    Ok(Ok(GemmGroup {
+        left,
+        fold_batches,
+        prologue_outputs,
+        weights,
+        product_outputs,
+        epilogue: epilogue_program,
+        epilogue_outputs,
+        batch,
+        m,
+        k,
+        n,
+    }))
+}
+
+fn program(
+    info: &CallInfo<'_>,
+    nodes: &[NodeId],
+    sinks: &[NodeId],
+    domain: &[usize],
+    resolve: &dyn Fn(NodeId) -> Result<Value>,
+) -> Result<std::result::Result<RowProgram, String>> {
+    let spec = RowSpec { nodes, sinks, blocks: &[], domain: Some(domain), keep_last_axis: true };
+    Ok(match compile(info, &spec, resolve)? {
+        Compiled::Fits(p) => Ok(p),
+        Compiled::DoesNotFit(reason) => Err(format!("prologue: {reason}")),
+    })
+}
+
+/// A strided f32 matrix inside a slice.
+#[derive(Clone, Copy)]
+struct MatRef<'a> {
+    data: &'a [f32],
+    offset: usize,
+    row_stride: usize,
+    col_stride: usize,
+}
+
+impl MatRef<'_> {
+    /// Whether every element of a rows x cols matrix lies inside the slice.
+    fn fits(&self, rows: usize, cols: usize) -> bool {
+        if rows == 0 || cols == 0 {
+            return true;
+        }
+        let last = (rows - 1)
+            .checked_mul(self.row_stride)
+            .and_then(|r| (cols - 1).checked_mul(self.col_stride).and_then(|c| r.checked_add(c)))
+            .and_then(|x| x.checked_add(self.offset));
+        last.is_some_and(|l| l < self.data.len())
+    }
+}
+
+impl GemmGroup {
+    /// Prologue, GEMM(s) and epilogue for one block of rows; `sinks` hold this block's rows of every
+    /// output (prologue outputs, then products, then epilogue outputs).
+    fn run_block(&self, function: &str, rows: Range<usize>, mut sinks: Vec<Sink<'_>>, parallel: bool) -> Result<()> {
+        let count = rows.len();
+        let mut epilogue_sinks = sinks.split_off(self.prologue_outputs.len() + self.product_outputs.len());
+        let mut product_sinks = sinks.split_off(self.prologue_outputs.len());
+        let prologue_sinks = sinks;
+        let mut a_buffer: Vec<f32> = Vec::new();
+        if let LeftOperand::Program(p) = &self.left {
+            a_buffer = vec![0.0; count * self.k];
+            let mut all = vec![Sink::F32(&mut a_buffer)];
+            all.extend(prologue_sinks);
+            p.run(rows.clone(), all, &BlockInputs { first_row: rows.start, buffers: &[] }, parallel);
+        }
+        let mut products: Vec<Vec<f32>> = Vec::with_capacity(self.weights.len());
+        for w in &self.weights {
+            let mut product = vec![0.0f32; count * self.n];
+            self.multiply(function, &rows, &a_buffer, w, &mut product, parallel)?;
+            products.push(product);
+        }
+        for ((j, _), sink) in self.product_outputs.iter().zip(product_sinks.iter_mut()) {
+            sink.write(0, &products[*j]);
+        }
+        let buffers: Vec<&[f32]> = products.iter().map(|p| p.as_slice()).collect();
+        let blocks = BlockInputs { first_row: rows.start, buffers: &buffers };
+        self.epilogue.run(rows, std::mem::take(&mut epilogue_sinks), &blocks, parallel);
+        Ok(())
+    }
+
+    /// `product = A[rows] x w`: one GEMM call, or one per batch the rows touch when batches cannot fold.
+    fn multiply(
+        &self,
+        function: &str,
+        rows: &Range<usize>,
+        a_buffer: &[f32],
+        w: &Tensor,
+        product: &mut [f32],
+        parallel: bool,
+    ) -> Result<()> {
+        let (k, n) = (self.k, self.n);
+        let w_data = w.cpu_storage().f32_data();
+        let ws = w.strides();
+        let wr = w.rank();
+        let mut r = rows.start;
+        while r < rows.end {
+            let b = r / self.m;
+            let end = if self.fold_batches { rows.end } else { rows.end.min((b + 1) * self.m) };
+            let a = match &self.left {
+                LeftOperand::Program(_) => {
+                    MatRef { data: a_buffer, offset: (r - rows.start) * k, row_stride: k, col_stride: 1 }
+                }
+                LeftOperand::Direct(t) => {
+                    let s = t.strides();
+                    let batch_offset = if t.rank() == 3 { b * s[0] } else { 0 };
+                    let row_stride = s[t.rank() - 2];
+                    MatRef {
+                        data: t.cpu_storage().f32_data(),
+                        offset: t.offset() + batch_offset + (r % self.m) * row_stride,
+                        row_stride,
+                        col_stride: s[t.rank() - 1],
+                    }
+                }
+            };
+            let batch_offset = if wr == 3 { b * ws[0] } else { 0 };
+            let wm = MatRef { data: w_data, offset: w.offset() + batch_offset, row_stride: ws[wr - 2], col_stride: ws[wr - 1] };
+            let dst = &mut product[(r - rows.start) * n..(end - rows.start) * n];
+            gemm_into(function, dst, end - r, n, k, a, wm, parallel)?;
+            r = end;
+        }
+        Ok(())
+    }
+}
+
+/// `dst (m x n, dense) = a (m x k) x b (k x n)` with the `gemm` crate, after checking every index the
+/// call will touch lies inside its slice.
+#[allow(clippy::too_many_arguments)]
+fn gemm_into(function: &str, dst: &mut [f32], m: usize, n: usize, k: usize, a: MatRef<'_>, b: MatRef<'_>, parallel: bool) -> Result<()> {
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        dst.fill(0.0);
+        return Ok(());
+    }
+    if dst.len() < m * n || !a.fits(m, k) || !b.fits(k, n) {
+        return Err(Error::internal(function, format!("gemm operands out of bounds ({m}x{k} by {k}x{n})")));
+    }
+    let parallelism = if parallel { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
+    // SAFETY: the three matrices were checked to lie inside their slices above; `dst` is borrowed
+    // mutably and so cannot alias `a` or `b`.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.data.as_ptr().add(a.offset),
+            a.col_stride as isize,
+            a.row_stride as isize,
+            b.data.as_ptr().add(b.offset),
+            b.col_stride as isize,
+            b.row_stride as isize,
+            0.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+    Ok(())
+}

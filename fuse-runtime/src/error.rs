@@ -1,0 +1,71 @@
+//! The one error type of the runtime. Every variant carries the facts a user needs to find the mistake in
+//! their own code: the function (`eager` for eager ops), the op, the source text it came from, the shapes.
+
+use crate::Device;
+use fuse_ir::infer::InferError;
+use fuse_ir::DType;
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// The function name errors of eager ops carry.
+pub const EAGER: &str = "eager";
+
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum Error {
+    /// Shapes or dtypes that do not fit an op (e.g. a matmul's inner dimensions differ).
+    #[error("in `{function}`: {op}{}: {error}", quoted(label))]
+    Shape { function: String, op: &'static str, label: String, error: InferError },
+
+    /// A fused function called with the wrong number of arguments.
+    #[error("in `{function}`: expected {expected} arguments, got {got}")]
+    ArgumentCount { function: String, expected: usize, got: usize },
+
+    /// A tensor passed where a scalar is expected, or the reverse.
+    #[error("in `{function}`: parameter `{parameter}` expects a {expected}, got a {got}")]
+    ArgumentKind { function: String, parameter: String, expected: &'static str, got: &'static str },
+
+    /// Tensors on different devices meet in one call.
+    #[error("in `{function}`: tensors on different devices ({first} and {second}); move one with `.to_device(..)`")]
+    DeviceMismatch { function: String, first: Device, second: Device },
+
+    #[error("cuda is unavailable: {reason}")]
+    CudaUnavailable { reason: String },
+
+    /// `Tensor::from_vec` with a vector that does not fill the shape.
+    #[error("from_vec: {len} values do not fill shape {shape:?} ({expected} elements)")]
+    DataLength { shape: Vec<usize>, len: usize, expected: usize },
+
+    /// A function returned a different number of tensors than its Rust signature expects.
+    #[error("in `{function}`: the graph returns {got} tensors, the caller expects {expected}")]
+    OutputCount { function: String, expected: usize, got: usize },
+
+    /// Something valid in general that this version does not do (e.g. reducing an axis other than the last).
+    #[error("in `{function}`: {op}: {reason}")]
+    Unsupported { function: String, op: &'static str, reason: String },
+
+    /// A tensor of one dtype where another is required (e.g. `to_vec` on a dtype the element cannot hold).
+    #[error("in `{function}`: {op}: expected dtype {expected}, got {got}")]
+    DType { function: String, op: &'static str, expected: DType, got: DType },
+
+    /// A bug in fuse (a graph text that does not parse, a plan that does not verify): please report it.
+    #[error("in `{function}`: internal error (a bug in fuse, please report it): {message}")]
+    Internal { function: String, message: String },
+}
+
+fn quoted(label: &str) -> String {
+    if label.is_empty() {
+        String::new()
+    } else {
+        format!(" `{label}`")
+    }
+}
+
+impl Error {
+    pub(crate) fn internal(function: &str, message: impl Into<String>) -> Error {
+        Error::Internal { function: function.to_string(), message: message.into() }
+    }
+
+    pub(crate) fn unsupported(function: &str, op: &'static str, reason: impl Into<String>) -> Error {
+        Error::Unsupported { function: function.to_string(), op, reason: reason.into() }
+    }
+}

@@ -1,0 +1,171 @@
+//! `FusedFn`: what `#[fuse]` expands to. It holds the traced graph as text (a `&'static str` in the user's
+//! binary), parses it and plans it once, and runs the plan on each call.
+
+mod args;
+mod env;
+
+pub use args::{arg, Arg, FromOutputs, Fusion, IntoArg};
+
+use crate::cpu::exec::{execute, infer, GroupRun};
+use crate::cpu::Value;
+use crate::{Error, Result, Tensor};
+use fuse_ir::plan::describe;
+use fuse_ir::{Graph, InputKind, Plan};
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+pub struct FusedFn {
+    name: Cow<'static, str>,
+    graph_text: &'static str,
+    graph: OnceLock<std::result::Result<Graph, String>>,
+    fused: OnceLock<std::result::Result<Plan, String>>,
+    unfused: OnceLock<std::result::Result<Plan, String>>,
+    /// Set by the first call, which prints the FUSE_DEBUG summary.
+    called: AtomicBool,
+}
+
+impl FusedFn {
+    /// A fused function from its graph text; usable in a `static`.
+    pub const fn new(name: &'static str, graph_text: &'static str) -> FusedFn {
+        FusedFn {
+            name: Cow::Borrowed(name),
+            graph_text,
+            graph: OnceLock::new(),
+            fused: OnceLock::new(),
+            unfused: OnceLock::new(),
+            called: AtomicBool::new(false),
+        }
+    }
+
+    /// A fused function from a graph built in code (tests, tools).
+    pub fn from_graph(graph: Graph) -> FusedFn {
+        let checked = graph.verify().map(|()| graph.clone());
+        FusedFn {
+            name: Cow::Owned(graph.name.clone()),
+            graph_text: "",
+            graph: OnceLock::from(checked),
+            fused: OnceLock::new(),
+            unfused: OnceLock::new(),
+            called: AtomicBool::new(false),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The traced graph, parsed on first use.
+    pub fn graph(&self) -> Result<&Graph> {
+        self.graph
+            .get_or_init(|| Graph::parse(self.graph_text))
+            .as_ref()
+            .map_err(|e| Error::internal(&self.name, format!("the embedded graph is invalid: {e}")))
+    }
+
+    /// The fused or unfused plan, computed and verified on first use.
+    pub fn plan(&self, fusion: Fusion) -> Result<&Plan> {
+        let g = self.graph()?;
+        let cell = match fusion {
+            Fusion::On => &self.fused,
+            Fusion::Off => &self.unfused,
+        };
+        cell.get_or_init(|| {
+            let plan = match fusion {
+                Fusion::On => Plan::fused(g),
+                Fusion::Off => Plan::unfused(g),
+            };
+            plan.verify(g).map(|()| plan)
+        })
+        .as_ref()
+        .map_err(|e| Error::internal(&self.name, format!("the plan does not verify: {e}")))
+    }
+
+    /// Runs the function, fused unless `FUSE_FUSION=off`.
+    pub fn call(&self, args: &[Arg<'_>]) -> Result<Vec<Tensor>> {
+        self.call_with(args, env::default_fusion())
+    }
+
+    pub fn call_with(&self, args: &[Arg<'_>], fusion: Fusion) -> Result<Vec<Tensor>> {
+        let g = self.graph()?;
+        let plan = self.plan(fusion)?;
+        let values = self.check_args(g, args)?;
+        let level = env::debug_level();
+        let first = !self.called.swap(true, Ordering::Relaxed);
+        if first && level >= 5 {
+            eprintln!("fuse: graph of `{}`:\n{}", self.name, g.to_text());
+        }
+        if first && level >= 1 {
+            if let Ok(inferred) = infer(&self.name, g, &values) {
+                eprint!("fuse: plan of `{}`:\n{}", self.name, describe(g, plan, Some((&inferred.shapes, &inferred.dtypes))));
+            }
+        }
+        let (outputs, runs) = execute(&self.name, g, plan, values, level >= 2)?;
+        if (first && level >= 1) || level >= 2 {
+            self.report_runs(&runs, level);
+        }
+        Ok(outputs)
+    }
+
+    /// Runs a plan made elsewhere (tests, tools comparing plans), after verifying it against the graph.
+    pub fn call_with_plan(&self, plan: &Plan, args: &[Arg<'_>]) -> Result<Vec<Tensor>> {
+        let g = self.graph()?;
+        plan.verify(g).map_err(|e| Error::internal(&self.name, format!("the plan does not verify: {e}")))?;
+        let values = self.check_args(g, args)?;
+        let level = env::debug_level();
+        let (outputs, runs) = execute(&self.name, g, plan, values, level >= 2)?;
+        if level >= 1 {
+            self.report_runs(&runs, level);
+        }
+        Ok(outputs)
+    }
+
+    /// The plan report for these arguments' shapes and dtypes.
+    pub fn explain(&self, args: &[Arg<'_>]) -> Result<String> {
+        let g = self.graph()?;
+        let plan = self.plan(env::default_fusion())?;
+        let values = self.check_args(g, args)?;
+        let inferred = infer(&self.name, g, &values)?;
+        Ok(describe(g, plan, Some((&inferred.shapes, &inferred.dtypes))))
+    }
+
+    /// The arguments as executor values, after checking their number and kinds against the graph.
+    fn check_args(&self, g: &Graph, args: &[Arg<'_>]) -> Result<Vec<Value>> {
+        if args.len() != g.inputs.len() {
+            return Err(Error::ArgumentCount { function: self.name.to_string(), expected: g.inputs.len(), got: args.len() });
+        }
+        g.inputs
+            .iter()
+            .zip(args)
+            .map(|(input, a)| match (input.kind, a) {
+                (InputKind::Tensor | InputKind::Field, Arg::Tensor(t)) => Ok(Value::Tensor((*t).clone())),
+                (InputKind::Scalar | InputKind::Field, Arg::Scalar(v)) => Ok(Value::Scalar(*v)),
+                (kind, a) => Err(Error::ArgumentKind {
+                    function: self.name.to_string(),
+                    parameter: input.name.clone(),
+                    expected: kind.name(),
+                    got: match a {
+                        Arg::Tensor(_) => "tensor",
+                        Arg::Scalar(_) => "scalar",
+                    },
+                }),
+            })
+            .collect()
+    }
+
+    fn report_runs(&self, runs: &[GroupRun], level: u32) {
+        for run in runs {
+            if let Some(reason) = &run.unfused_because {
+                eprintln!(
+                    "fuse: `{}` k{} {}: ran one op at a time, the shapes of this call do not fit one pass ({reason})",
+                    self.name,
+                    run.index,
+                    run.kind.name()
+                );
+            }
+            if level >= 2 {
+                eprintln!("fuse: `{}` k{} {}: {:.3} ms", self.name, run.index, run.kind.name(), run.time.as_secs_f64() * 1e3);
+            }
+        }
+    }
+}

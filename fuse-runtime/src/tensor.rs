@@ -1,0 +1,160 @@
+//! `Tensor`: a strided view of shared storage. Cloning is cheap (the storage is behind an `Arc`); views
+//! such as `.t()` change shape and strides only.
+
+use crate::cpu::layout::row_offset;
+use crate::cpu::storage::{for_each_offset, CpuData, CpuStorage};
+use crate::element::Element;
+use crate::error::EAGER;
+use crate::{Device, Error, Result};
+use fuse_ir::infer::InferError;
+use fuse_ir::DType;
+use std::fmt;
+use std::sync::Arc;
+
+/// The memory behind tensors, one variant per backend (CUDA comes later).
+pub(crate) enum Storage {
+    Cpu(CpuStorage),
+}
+
+#[derive(Clone)]
+pub struct Tensor {
+    storage: Arc<Storage>,
+    shape: Vec<usize>,
+    /// In elements; 0 on broadcast axes.
+    strides: Vec<usize>,
+    offset: usize,
+    device: Device,
+}
+
+/// Row-major strides of a dense tensor of `shape`.
+pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![0; shape.len()];
+    let mut step = 1;
+    for (s, &d) in strides.iter_mut().zip(shape).rev() {
+        *s = step;
+        step *= d;
+    }
+    strides
+}
+
+/// Number of elements of `shape`, or `None` if it overflows `usize`.
+pub(crate) fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+}
+
+impl Tensor {
+    /// A tensor holding `data` in row-major order. Errors if `data.len()` is not the product of `shape`.
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize], device: &Device) -> Result<Tensor> {
+        let expected = checked_numel(shape);
+        if expected != Some(data.len()) {
+            return Err(Error::DataLength { shape: shape.to_vec(), len: data.len(), expected: expected.unwrap_or(usize::MAX) });
+        }
+        match device {
+            Device::Cpu => Ok(Tensor::from_cpu(CpuData::from_vec(data), shape.to_vec())),
+        }
+    }
+
+    /// A dense tensor over freshly computed CPU data (whose length the caller guarantees).
+    pub(crate) fn from_cpu(data: CpuData, shape: Vec<usize>) -> Tensor {
+        let strides = contiguous_strides(&shape);
+        Tensor { storage: Arc::new(Storage::Cpu(CpuStorage::new(data))), shape, strides, offset: 0, device: Device::Cpu }
+    }
+
+    /// The elements in row-major order, converted to `T` (bf16 -> f32 is exact; f32 -> bf16 rounds).
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        let Storage::Cpu(cpu) = self.storage.as_ref();
+        if let Some(all) = cpu.typed::<T>() {
+            if self.is_contiguous() {
+                return Ok(all[self.offset..self.offset + self.numel()].to_vec());
+            }
+            let mut out = Vec::with_capacity(self.numel());
+            for_each_offset(&self.shape, &self.strides, self.offset, |i| out.push(all[i]));
+            return Ok(out);
+        }
+        let data = cpu.slice();
+        let mut out = Vec::with_capacity(self.numel());
+        for_each_offset(&self.shape, &self.strides, self.offset, |i| out.push(T::from_f32(data.get_f32(i))));
+        Ok(out)
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Strides in elements (0 on broadcast axes).
+    pub fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+
+    pub fn dtype(&self) -> DType {
+        match self.storage.as_ref() {
+            Storage::Cpu(cpu) => cpu.dtype(),
+        }
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Whether the elements lie in row-major order without gaps (axes of size 1 do not count).
+    pub fn is_contiguous(&self) -> bool {
+        let dense = contiguous_strides(&self.shape);
+        self.shape.iter().zip(&self.strides).zip(&dense).all(|((&d, &s), &want)| d == 1 || s == want)
+    }
+
+    /// The last two axes swapped: a view, nothing is copied.
+    pub fn t(&self) -> Result<Tensor> {
+        let r = self.rank();
+        if r < 2 {
+            return Err(Error::Shape {
+                function: EAGER.into(),
+                op: "t",
+                label: "t()".into(),
+                error: InferError::Rank { needs: "at least two axes to transpose", shape: self.shape.clone() },
+            });
+        }
+        let mut view = self.clone();
+        view.shape.swap(r - 2, r - 1);
+        view.strides.swap(r - 2, r - 1);
+        Ok(view)
+    }
+
+    /// The same tensor on `device` (a cheap clone when it is already there).
+    pub fn to_device(&self, device: &Device) -> Result<Tensor> {
+        match (&self.device, device) {
+            (Device::Cpu, Device::Cpu) => Ok(self.clone()),
+        }
+    }
+
+    pub(crate) fn cpu_storage(&self) -> &CpuStorage {
+        match self.storage.as_ref() {
+            Storage::Cpu(cpu) => cpu,
+        }
+    }
+
+    pub(crate) fn offset(&self) -> usize {
+        self.offset
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SHOWN: usize = 8;
+        write!(f, "Tensor({:?}, {}, {}", self.shape, self.dtype(), self.device)?;
+        let data = self.cpu_storage().slice();
+        let values: Vec<f32> = (0..self.numel().min(SHOWN))
+            .map(|i| data.get_f32(self.offset + row_offset(i, &self.shape, &self.strides)))
+            .collect();
+        let more = if self.numel() > SHOWN { ", ..." } else { "" };
+        let shown: Vec<String> = values.iter().map(|v| format!("{v}")).collect();
+        write!(f, ", [{}{more}])", shown.join(", "))
+    }
+}

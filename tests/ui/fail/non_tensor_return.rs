@@ -1,0 +1,8 @@
+use fuse::prelude::*;
+
+#[fuse]
+fn total(x: &Tensor) -> Result<f32> {
+    Ok(x.sum(-1))
+}
+
+fn main() {}

@@ -1,0 +1,8 @@
+use fuse::prelude::*;
+
+#[fuse]
+struct Weights {
+    w: Tensor,
+}
+
+fn main() {}

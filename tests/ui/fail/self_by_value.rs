@@ -1,0 +1,14 @@
+use fuse::prelude::*;
+
+struct Layer {
+    w: Tensor,
+}
+
+impl Layer {
+    #[fuse]
+    fn forward(self, x: &Tensor) -> Result<Tensor> {
+        Ok(x.matmul(&self.w))
+    }
+}
+
+fn main() {}
