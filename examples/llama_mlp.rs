@@ -77,33 +77,32 @@ fn main() -> Result<()> {
     println!("weights: {:.1} MB, made in {:.1?}", 3.0 * (h * i * 2) as f64 / 1e6, started.elapsed());
 
     let f = llama_mlp_fused();
-    println!();
-    println!("{:>6} {:>12} {:>12} {:>8} {:>14}", "batch", "fused", "unfused", "speedup", "rel err (ref)");
-    let mut plan_shown = false;
-    for &m in &opts.batches {
+    let mut table = vec![format!("{:>6} {:>12} {:>12} {:>8} {:>14}", "batch", "fused", "unfused", "speedup", "rel err (ref)")];
+    for (k, &m) in opts.batches.iter().enumerate() {
         let x = random_bf16(&mut rng, &[m, h], 1.0, &dev)?;
         let args = [fuse::arg(&x), fuse::arg(&w_gate), fuse::arg(&w_up), fuse::arg(&w_down)];
-        if !plan_shown {
-            println!("{}", f.explain(&args)?);
-            plan_shown = true;
+        if k == 0 {
+            println!("\nthe plan (batch {m}):\n{}", f.explain(&args)?);
         }
         let y = llama_mlp(&x, &w_gate, &w_up, &w_down)?;
         let err = check_rows(&x, &y, &w_gate, &w_up, &w_down)?;
         let fused = time_calls(opts.reps, || llama_mlp(&x, &w_gate, &w_up, &w_down))?;
         let unfused = time_calls(opts.reps, || Ok(f.call_with(&args, Fusion::Off)?.remove(0)))?;
-        println!(
+        table.push(format!(
             "{m:>6} {:>12} {:>12} {:>7.2}x {:>14.2e}",
             format!("{fused:.2?}"),
             format!("{unfused:.2?}"),
             unfused.as_secs_f64() / fused.as_secs_f64(),
             err
-        );
+        ));
+        println!("{}", table.last().map(String::as_str).unwrap_or_default());
         if err > 2e-2 {
             eprintln!("llama_mlp: batch {m}: relative error {err:.3e} against the reference exceeds 2e-2 (bf16)");
             std::process::exit(1);
         }
     }
-    println!("\ntotal {:.1?}", started.elapsed());
+    println!("\n{}", table.join("\n"));
+    println!("\ntotal {:.1?} (fused and unfused: medians of {} calls after a warm-up)", started.elapsed(), opts.reps);
     Ok(())
 }
 

@@ -61,6 +61,11 @@
 pub use fuse_macros::fuse;
 pub use fuse_runtime::*;
 
+// The README's examples are compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 /// The graph, planner and reference interpreter, for tools and tests.
 pub use fuse_ir as ir;
 
