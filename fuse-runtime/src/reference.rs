@@ -1,5 +1,6 @@
 //! Checking a fused function against the reference interpreter (fuse-ir's f64 definition of every op).
 
+use crate::cpu::exec::node_error;
 use crate::{Arg, Device, Error, FusedFn, Result, Tensor};
 use fuse_ir::interp::{self, Array};
 
@@ -20,12 +21,7 @@ pub fn reference(f: &FusedFn, args: &[Arg<'_>]) -> Result<Vec<Tensor>> {
             Arg::Scalar(s) => Ok(Array::scalar(*s)),
         })
         .collect::<Result<Vec<Array>>>()?;
-    let outputs = interp::eval(g, &inputs).map_err(|e| Error::Shape {
-        function: f.name().to_string(),
-        op: g.op(e.node).name(),
-        label: g.label_of(e.node).to_string(),
-        error: e.error,
-    })?;
+    let outputs = interp::eval(g, &inputs).map_err(|e| node_error(f.name(), g, e))?;
     outputs
         .into_iter()
         .map(|a| Tensor::from_vec(a.data.iter().map(|&v| v as f32).collect::<Vec<f32>>(), &a.shape, &Device::Cpu))

@@ -3,25 +3,13 @@
 
 use fuse_ir::{BinaryOp, ReduceOp, UnaryOp};
 
-/// The unary ops callable as `exp(x)` and `x.exp()` (`neg` is written `-x`).
-const UNARY: [UnaryOp; 13] = [
-    UnaryOp::Exp,
-    UnaryOp::Log,
-    UnaryOp::Sqrt,
-    UnaryOp::Rsqrt,
-    UnaryOp::Tanh,
-    UnaryOp::Sigmoid,
-    UnaryOp::Silu,
-    UnaryOp::Gelu,
-    UnaryOp::GeluTanh,
-    UnaryOp::Relu,
-    UnaryOp::Abs,
-    UnaryOp::Square,
-    UnaryOp::Recip,
-];
+/// The unary ops callable as `exp(x)` and `x.exp()`: all of them but `neg`, which is written `-x`.
+fn callable_unary() -> impl Iterator<Item = UnaryOp> {
+    UnaryOp::ALL.into_iter().filter(|&u| u != UnaryOp::Neg)
+}
 
 fn unary(name: &str) -> Option<UnaryOp> {
-    UNARY.into_iter().find(|u| u.name() == name)
+    callable_unary().find(|u| u.name() == name)
 }
 
 fn elementwise_binary(name: &str) -> Option<BinaryOp> {
@@ -121,14 +109,14 @@ pub fn supported_methods() -> String {
             .iter()
             .map(|s| format!("`{s}`"))
             .collect();
-    names.extend(UNARY.iter().map(|u| format!("`{}()`", u.name())));
+    names.extend(callable_unary().map(|u| format!("`{}()`", u.name())));
     names.extend(["`maximum(b)`".to_string(), "`minimum(b)`".to_string()]);
     names.join(", ")
 }
 
 /// For messages: every supported function.
 pub fn supported_functions() -> String {
-    let mut names: Vec<String> = UNARY.iter().map(|u| format!("`{}`", u.name())).collect();
+    let mut names: Vec<String> = callable_unary().map(|u| format!("`{}`", u.name())).collect();
     names.extend(["maximum", "minimum", "softmax", "rms_norm"].iter().map(|s| format!("`{s}`")));
     names.join(", ")
 }
@@ -163,7 +151,7 @@ mod tests {
 
     #[test]
     fn every_advertised_name_is_accepted() {
-        for u in UNARY {
+        for u in callable_unary() {
             assert_eq!(Method::from_name(u.name()), Some(Method::Unary(u)));
             assert_eq!(Function::from_name(u.name()), Some(Function::Unary(u)));
         }
