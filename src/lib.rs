@@ -53,6 +53,11 @@
 //! run it unfused (`call_with(.., Fusion::Off)`, or `FUSE_FUSION=off` for the whole process) to bisect a wrong
 //! answer or measure what fusion buys.
 //!
+//! The arguments of a fused method are its parameters, then the fields of `self` it reads, in the order
+//! the body first uses them (`forward_fused().graph()?.inputs` lists them). In a trait impl, `#[fuse]` cannot
+//! add `forward_fused()` beside the trait's methods: put the fused body in an inherent method and call it from
+//! the trait method.
+//!
 //! ## Environment
 //!
 //! - `FUSE_DEBUG=1` prints each function's plan on its first call, `2` adds per-group times, `5` the graph.

@@ -183,6 +183,27 @@ impl UnaryOp {
         }
     }
 
+    /// The op as a CUDA C expression in f32 over `x`, a variable name (it may appear more than once).
+    /// Accurate functions only (`expf`, not `__expf`): results are checked against the f64 reference.
+    pub fn cuda(self, x: &str) -> String {
+        match self {
+            UnaryOp::Neg => format!("(-{x})"),
+            UnaryOp::Exp => format!("expf({x})"),
+            UnaryOp::Log => format!("logf({x})"),
+            UnaryOp::Sqrt => format!("sqrtf({x})"),
+            UnaryOp::Rsqrt => format!("rsqrtf({x})"),
+            UnaryOp::Tanh => format!("tanhf({x})"),
+            UnaryOp::Sigmoid => format!("(1.0f / (1.0f + expf(-{x})))"),
+            UnaryOp::Silu => format!("({x} / (1.0f + expf(-{x})))"),
+            UnaryOp::Gelu => format!("(0.5f * {x} * (1.0f + erff({x} * 0.70710677f)))"),
+            UnaryOp::GeluTanh => format!("(0.5f * {x} * (1.0f + tanhf(0.7978846f * ({x} + 0.044715f * {x} * {x} * {x}))))"),
+            UnaryOp::Relu => format!("fmaxf({x}, 0.0f)"),
+            UnaryOp::Abs => format!("fabsf({x})"),
+            UnaryOp::Square => format!("({x} * {x})"),
+            UnaryOp::Recip => format!("(1.0f / {x})"),
+        }
+    }
+
     /// Rough floating-point operations per element (for reports).
     pub fn flops(self) -> u64 {
         match self {
@@ -243,6 +264,19 @@ impl BinaryOp {
             BinaryOp::Maximum => a.max(b),
             BinaryOp::Minimum => a.min(b),
             BinaryOp::Pow => a.powf(b),
+        }
+    }
+
+    /// The op as a CUDA C expression in f32 over the variables `a` and `b`.
+    pub fn cuda(self, a: &str, b: &str) -> String {
+        match self {
+            BinaryOp::Add => format!("({a} + {b})"),
+            BinaryOp::Sub => format!("({a} - {b})"),
+            BinaryOp::Mul => format!("({a} * {b})"),
+            BinaryOp::Div => format!("({a} / {b})"),
+            BinaryOp::Maximum => format!("fmaxf({a}, {b})"),
+            BinaryOp::Minimum => format!("fminf({a}, {b})"),
+            BinaryOp::Pow => format!("powf({a}, {b})"),
         }
     }
 

@@ -1,20 +1,20 @@
-//! Where a tensor lives. Only the CPU backend is built into this version; the CUDA backend will add a
-//! `Cuda` variant, so code that picks a device goes through [`Device::cuda_if_available`].
+//! Where a tensor lives: the CPU, or a GPU through the CUDA backend.
 
-use crate::{Error, Result};
+use crate::cuda::CudaDevice;
+use crate::Result;
 use std::fmt;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Device {
     Cpu,
+    Cuda(CudaDevice),
 }
 
 impl Device {
-    /// The `ordinal`-th GPU. Always an error in this version: the CUDA backend is not built in.
+    /// The `ordinal`-th GPU. Errors (`Error::CudaUnavailable`, with the reason) when there is no NVIDIA
+    /// driver, no such GPU, or its context cannot be created.
     pub fn cuda(ordinal: usize) -> Result<Device> {
-        Err(Error::CudaUnavailable {
-            reason: format!("the CUDA backend is not built into this version of fuse (asked for GPU {ordinal})"),
-        })
+        CudaDevice::new(ordinal).map(Device::Cuda)
     }
 
     /// The `ordinal`-th GPU when there is one, else the CPU.
@@ -23,8 +23,14 @@ impl Device {
     }
 
     pub fn is_cuda(&self) -> bool {
+        matches!(self, Device::Cuda(_))
+    }
+
+    /// Waits for all queued work on this device (a no-op on the CPU, whose work is synchronous).
+    pub fn synchronize(&self) -> Result<()> {
         match self {
-            Device::Cpu => false,
+            Device::Cpu => Ok(()),
+            Device::Cuda(d) => d.synchronize(),
         }
     }
 }
@@ -33,6 +39,7 @@ impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(d) => write!(f, "cuda:{}", d.ordinal()),
         }
     }
 }

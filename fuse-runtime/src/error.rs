@@ -31,6 +31,14 @@ pub enum Error {
     #[error("cuda is unavailable: {reason}")]
     CudaUnavailable { reason: String },
 
+    /// A CUDA driver or cuBLAS call failed (out of memory, a launch failure, ...).
+    #[error("cuda: {op}: {message}")]
+    Cuda { op: String, message: String },
+
+    /// NVRTC rejected a generated kernel (a bug in fuse's code generator, please report it): the log says why.
+    #[error("in `{function}`: kernel `{kernel}` does not compile: {log}")]
+    KernelCompile { function: String, kernel: String, log: String },
+
     /// `Tensor::from_vec` with a vector that does not fill the shape.
     #[error("from_vec: {len} values do not fill shape {shape:?} ({expected} elements)")]
     DataLength { shape: Vec<usize>, len: usize, expected: usize },

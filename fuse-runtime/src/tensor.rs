@@ -3,6 +3,7 @@
 
 use crate::cpu::layout::row_offset;
 use crate::cpu::storage::{for_each_offset, CpuData, CpuStorage};
+use crate::cuda::storage::CudaStorage;
 use crate::element::Element;
 use crate::error::EAGER;
 use crate::{Device, Error, Result};
@@ -11,9 +12,10 @@ use fuse_ir::DType;
 use std::fmt;
 use std::sync::Arc;
 
-/// The memory behind tensors, one variant per backend (CUDA comes later).
+/// The memory behind tensors, one variant per backend.
 pub(crate) enum Storage {
     Cpu(CpuStorage),
+    Cuda(CudaStorage),
 }
 
 #[derive(Clone)]
@@ -51,7 +53,15 @@ impl Tensor {
         }
         match device {
             Device::Cpu => Ok(Tensor::from_cpu(CpuData::from_vec(data), shape.to_vec())),
+            Device::Cuda(d) => Ok(Tensor::from_cuda(CudaStorage::upload(d, &CpuData::from_vec(data))?, shape.to_vec())),
         }
+    }
+
+    /// A dense tensor over device memory holding at least the shape's elements (the caller guarantees it).
+    pub(crate) fn from_cuda(storage: CudaStorage, shape: Vec<usize>) -> Tensor {
+        let strides = contiguous_strides(&shape);
+        let device = Device::Cuda(storage.device().clone());
+        Tensor { storage: Arc::new(Storage::Cuda(storage)), shape, strides, offset: 0, device }
     }
 
     /// A dense tensor over freshly computed CPU data (whose length the caller guarantees).
@@ -62,7 +72,10 @@ impl Tensor {
 
     /// The elements in row-major order, converted to `T` (bf16 -> f32 is exact; f32 -> bf16 rounds).
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        let Storage::Cpu(cpu) = self.storage.as_ref();
+        let cpu = match self.storage.as_ref() {
+            Storage::Cpu(cpu) => cpu,
+            Storage::Cuda(_) => return self.to_device(&Device::Cpu)?.to_vec(),
+        };
         if let Some(all) = cpu.typed::<T>() {
             if self.is_contiguous() {
                 return Ok(all[self.offset..self.offset + self.numel()].to_vec());
@@ -89,6 +102,7 @@ impl Tensor {
     pub fn dtype(&self) -> DType {
         match self.storage.as_ref() {
             Storage::Cpu(cpu) => cpu.dtype(),
+            Storage::Cuda(gpu) => gpu.dtype(),
         }
     }
 
@@ -127,16 +141,50 @@ impl Tensor {
         Ok(view)
     }
 
-    /// The same tensor on `device` (a cheap clone when it is already there).
+    /// The same tensor on `device` (a cheap clone when it is already there). A copy to the host keeps the
+    /// view (shape, strides, offset) over a copy of the whole allocation; a copy to a GPU is dense.
     pub fn to_device(&self, device: &Device) -> Result<Tensor> {
-        match (&self.device, device) {
-            (Device::Cpu, Device::Cpu) => Ok(self.clone()),
+        if &self.device == device {
+            return Ok(self.clone());
+        }
+        match (self.storage.as_ref(), device) {
+            (Storage::Cuda(gpu), Device::Cpu) => {
+                let storage = Arc::new(Storage::Cpu(CpuStorage::new(gpu.download()?)));
+                Ok(Tensor { storage, shape: self.shape.clone(), strides: self.strides.clone(), offset: self.offset, device: Device::Cpu })
+            }
+            (Storage::Cpu(_), Device::Cuda(d)) => {
+                let dense = self.dense_cpu_data()?;
+                Ok(Tensor::from_cuda(CudaStorage::upload(d, &dense)?, self.shape.clone()))
+            }
+            // Between GPUs: through the host (peer copies are a later optimisation).
+            (Storage::Cuda(_), Device::Cuda(_)) => self.to_device(&Device::Cpu)?.to_device(device),
+            (Storage::Cpu(_), Device::Cpu) => Ok(self.clone()),
         }
     }
 
+    /// The elements in row-major order, in the tensor's own dtype, on the host.
+    fn dense_cpu_data(&self) -> Result<CpuData> {
+        Ok(match self.dtype() {
+            DType::F32 => CpuData::F32(self.to_vec()?),
+            DType::F16 => CpuData::F16(self.to_vec()?),
+            DType::BF16 => CpuData::BF16(self.to_vec()?),
+        })
+    }
+
+    /// Host memory of a CPU tensor. The CPU backend only ever receives CPU tensors: the executor checks
+    /// the device of every argument before choosing the backend.
     pub(crate) fn cpu_storage(&self) -> &CpuStorage {
         match self.storage.as_ref() {
             Storage::Cpu(cpu) => cpu,
+            Storage::Cuda(_) => unreachable!("a GPU tensor reached the CPU backend (exec::execute dispatches by device)"),
+        }
+    }
+
+    /// Device memory of a GPU tensor, `None` for a CPU tensor.
+    pub(crate) fn cuda_storage(&self) -> Option<&CudaStorage> {
+        match self.storage.as_ref() {
+            Storage::Cuda(gpu) => Some(gpu),
+            Storage::Cpu(_) => None,
         }
     }
 
@@ -149,7 +197,18 @@ impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const SHOWN: usize = 8;
         write!(f, "Tensor({:?}, {}, {}", self.shape, self.dtype(), self.device)?;
-        let data = self.cpu_storage().slice();
+        let host;
+        let on_host = match self.storage.as_ref() {
+            Storage::Cpu(_) => self,
+            Storage::Cuda(_) => match self.to_device(&Device::Cpu) {
+                Ok(t) => {
+                    host = t;
+                    &host
+                }
+                Err(e) => return write!(f, ", <unreadable: {e}>)"),
+            },
+        };
+        let data = on_host.cpu_storage().slice();
         let values: Vec<f32> = (0..self.numel().min(SHOWN))
             .map(|i| data.get_f32(self.offset + row_offset(i, &self.shape, &self.strides)))
             .collect();
