@@ -1,8 +1,9 @@
 //! fuse-ir: the graph of a traced function, the planner that cuts it into kernels, the reference
-//! interpreter that defines every op, and (later) the CUDA code generator. No syn, no GPU: everything here
+//! interpreter that defines every op, and the CUDA code generator. No syn, no GPU: everything here
 //! is unit-testable and shared by the macro, the runtime and tools.
 
 mod dtype;
+pub mod codegen;
 pub mod graph;
 pub mod infer;
 pub mod interp;

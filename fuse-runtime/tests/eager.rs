@@ -234,8 +234,9 @@ fn conversions_round_trip() {
 
 #[test]
 fn devices() {
-    assert!(matches!(Device::cuda(0), Err(Error::CudaUnavailable { .. })));
-    assert_eq!(Device::cuda_if_available(0), Device::Cpu);
+    // No machine has this many GPUs, with or without a driver.
+    assert!(matches!(Device::cuda(1 << 20), Err(Error::CudaUnavailable { .. })));
+    assert_eq!(Device::cuda_if_available(1 << 20), Device::Cpu);
     assert!(!Device::Cpu.is_cuda());
 }
 

@@ -7,6 +7,7 @@ use super::rowprog::{compile, CallInfo, Compiled, RowSpec};
 use super::rowrun::BlockInputs;
 use super::storage::CpuData;
 use super::Value;
+use crate::cuda::kernels::KernelCache;
 use crate::{Device, Error, Result, Tensor};
 use fuse_ir::infer::{infer_dtypes, infer_shapes, NodeError};
 use fuse_ir::plan::is_free;
@@ -80,9 +81,24 @@ struct Executor<'a> {
 }
 
 /// Runs `plan` on `args` (one per graph input, kinds already checked). Returns the graph's outputs and,
-/// when `timed`, how each group ran.
+/// when `timed`, how each group ran. Runs on the GPU when the tensors are there (see `cuda/exec.rs`),
+/// generating the GPU kernels for this call only.
 pub(crate) fn execute(function: &str, g: &Graph, plan: &Plan, args: Vec<Value>, timed: bool) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
-    check_devices(function, &args)?;
+    execute_cached(function, g, plan, args, timed, None)
+}
+
+/// [`execute`], keeping the plan's GPU kernels in `kernels` across calls.
+pub(crate) fn execute_cached(
+    function: &str,
+    g: &Graph,
+    plan: &Plan,
+    args: Vec<Value>,
+    timed: bool,
+    kernels: Option<&KernelCache>,
+) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
+    if let Some(Device::Cuda(gpu)) = check_devices(function, &args)? {
+        return crate::cuda::exec::execute(function, g, plan, args, &gpu, timed, kernels);
+    }
     let inferred = infer(function, g, &args)?;
     let mut values: Vec<Option<Value>> = vec![None; g.nodes.len()];
     let mut args = args.into_iter().map(Some).collect::<Vec<_>>();
@@ -105,7 +121,8 @@ pub(crate) fn execute(function: &str, g: &Graph, plan: &Plan, args: Vec<Value>, 
     Ok((outputs, runs))
 }
 
-fn check_devices(function: &str, args: &[Value]) -> Result<()> {
+/// The one device every tensor argument is on (`None` when there are no tensors).
+fn check_devices(function: &str, args: &[Value]) -> Result<Option<Device>> {
     let mut first: Option<&Device> = None;
     for a in args {
         if let Value::Tensor(t) = a {
@@ -118,7 +135,7 @@ fn check_devices(function: &str, args: &[Value]) -> Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(first.cloned())
 }
 
 impl Executor<'_> {

@@ -6,8 +6,9 @@ mod env;
 
 pub use args::{arg, Arg, FromOutputs, Fusion, IntoArg};
 
-use crate::cpu::exec::{execute, infer, GroupRun};
+use crate::cpu::exec::{execute_cached, infer, GroupRun};
 use crate::cpu::Value;
+use crate::cuda::kernels::KernelCache;
 use crate::{Error, Result, Tensor};
 use fuse_ir::plan::describe;
 use fuse_ir::{Graph, InputKind, Plan};
@@ -21,6 +22,9 @@ pub struct FusedFn {
     graph: OnceLock<std::result::Result<Graph, String>>,
     fused: OnceLock<std::result::Result<Plan, String>>,
     unfused: OnceLock<std::result::Result<Plan, String>>,
+    /// The GPU kernels of each plan, generated on the first GPU call.
+    fused_kernels: KernelCache,
+    unfused_kernels: KernelCache,
     /// Set by the first call, which prints the FUSE_DEBUG summary.
     called: AtomicBool,
 }
@@ -34,6 +38,8 @@ impl FusedFn {
             graph: OnceLock::new(),
             fused: OnceLock::new(),
             unfused: OnceLock::new(),
+            fused_kernels: OnceLock::new(),
+            unfused_kernels: OnceLock::new(),
             called: AtomicBool::new(false),
         }
     }
@@ -47,6 +53,8 @@ impl FusedFn {
             graph: OnceLock::from(checked),
             fused: OnceLock::new(),
             unfused: OnceLock::new(),
+            fused_kernels: OnceLock::new(),
+            unfused_kernels: OnceLock::new(),
             called: AtomicBool::new(false),
         }
     }
@@ -100,7 +108,11 @@ impl FusedFn {
                 eprint!("fuse: plan of `{}`:\n{}", self.name, describe(g, plan, Some((&inferred.shapes, &inferred.dtypes))));
             }
         }
-        let (outputs, runs) = execute(&self.name, g, plan, values, level >= 2)?;
+        let kernels = match fusion {
+            Fusion::On => &self.fused_kernels,
+            Fusion::Off => &self.unfused_kernels,
+        };
+        let (outputs, runs) = execute_cached(&self.name, g, plan, values, level >= 2, Some(kernels))?;
         if (first && level >= 1) || level >= 2 {
             self.report_runs(&runs, level);
         }
@@ -113,7 +125,7 @@ impl FusedFn {
         plan.verify(g).map_err(|e| Error::internal(&self.name, format!("the plan does not verify: {e}")))?;
         let values = self.check_args(g, args)?;
         let level = env::debug_level();
-        let (outputs, runs) = execute(&self.name, g, plan, values, level >= 2)?;
+        let (outputs, runs) = execute_cached(&self.name, g, plan, values, level >= 2, None)?;
         if level >= 1 {
             self.report_runs(&runs, level);
         }

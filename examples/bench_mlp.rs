@@ -1,0 +1,165 @@
+//! The Llama-3-8B MLP (hidden 4096, intermediate 14336, bf16, checkpoint [out, in] weights read through
+//! `.t()`) on the GPU at M in {1, 4, 16, 64, 256, 1024, 4096}, fused against unfused, timed with CUDA
+//! events (median of 50 after warm-up), beside the floors of this GPU: bytes over copy bandwidth (from a
+//! 1 GiB device-to-device copy) and FLOPs over the cuBLAS bf16 rate (an 8192^3 product).
+//!
+//! Run: `cargo run --release --example bench_mlp [-- --ms 1,16 --reps 50 --json FILE]`
+
+use fuse::prelude::*;
+use fuse::CudaDevice;
+use std::fmt::Write as _;
+
+const HIDDEN: usize = 4096;
+const INTER: usize = 14336;
+const WARMUP: usize = 5;
+
+#[fuse]
+fn llama_mlp(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) -> Result<Tensor> {
+    let h = silu(x.matmul(&w_gate.t())) * x.matmul(&w_up.t());
+    Ok(h.matmul(&w_down.t()))
+}
+
+struct Options {
+    ms: Vec<usize>,
+    reps: usize,
+    json: Option<String>,
+}
+
+fn parse_args() -> std::result::Result<Options, String> {
+    let mut o = Options { ms: vec![1, 4, 16, 64, 256, 1024, 4096], reps: 50, json: None };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let num = |v: &str| v.parse::<usize>().map_err(|_| format!("{flag}: `{v}` is not a positive integer"));
+        match flag.as_str() {
+            "--ms" => o.ms = value.split(',').map(num).collect::<std::result::Result<_, _>>()?,
+            "--reps" => o.reps = num(&value)?.max(1),
+            "--json" => o.json = Some(value),
+            _ => return Err(format!("unknown flag {flag}; flags: --ms A,B --reps N --json FILE")),
+        }
+    }
+    Ok(o)
+}
+
+/// Deterministic values in [-scale, scale): a cheap hash, so 176M weights fill quickly.
+fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    (0..n as u64)
+        .map(|i| {
+            let h = (i ^ seed).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            ((h >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+fn bf16_tensor(shape: &[usize], seed: u64, scale: f32, dev: &Device) -> Result<Tensor> {
+    Tensor::from_vec(values(shape.iter().product(), seed, scale), shape, dev)?.to_dtype(DType::BF16)
+}
+
+/// Times `work` with CUDA events on the device's stream: the median of `reps` runs after warm-up, in ms.
+fn time_ms(gpu: &CudaDevice, reps: usize, mut work: impl FnMut() -> Result<()>) -> Result<f64> {
+    for _ in 0..WARMUP {
+        work()?;
+    }
+    let mut times = (0..reps).map(|_| gpu.time_ms(&mut work)).collect::<Result<Vec<f64>>>()?;
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// Host microseconds to queue one call (median of `reps`; the GPU is idle between them): when this
+/// approaches the GPU time, the host, not the GPU, sets the pace.
+fn host_us(gpu: &CudaDevice, reps: usize, mut work: impl FnMut() -> Result<()>) -> Result<f64> {
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        gpu.synchronize()?;
+        let start = std::time::Instant::now();
+        work()?;
+        times.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// Bytes per second of a 1 GiB device-to-device copy (read + write counted).
+fn copy_bandwidth(dev: &Device, gpu: &CudaDevice, reps: usize) -> Result<f64> {
+    let elements = (1usize << 30) / 4;
+    let x = Tensor::from_vec(vec![1.0f32; elements], &[elements], dev)?;
+    let ms = time_ms(gpu, reps, || x.to_cuda_slice().map(drop))?;
+    Ok(2.0 * (elements * 4) as f64 / (ms * 1e-3))
+}
+
+/// FLOP per second of an 8192^3 bf16 product through fuse's cuBLAS path.
+fn matmul_rate(dev: &Device, gpu: &CudaDevice, reps: usize) -> Result<f64> {
+    let n = 8192;
+    let a = bf16_tensor(&[n, n], 1, 1.0, dev)?;
+    let b = bf16_tensor(&[n, n], 2, 1.0, dev)?;
+    let ms = time_ms(gpu, reps, || a.matmul(&b).map(drop))?;
+    Ok(2.0 * (n as f64).powi(3) / (ms * 1e-3))
+}
+
+/// One measured M: (m, fused ms, unfused ms, floor ms, host us per call).
+type Row = (usize, f64, f64, f64, f64);
+
+/// The results as one JSON object (written by hand: the example needs no serialisation crate).
+fn to_json(dev: &Device, gpu: &CudaDevice, bandwidth: f64, rate: f64, reps: usize, rows: &[Row]) -> String {
+    let mut json = String::from("{");
+    let _ = write!(json, "\"device\": \"{dev}\", \"arch\": \"{}\", ", gpu.arch());
+    let _ = write!(json, "\"copy_bytes_per_s\": {bandwidth:.6e}, \"matmul_flop_per_s\": {rate:.6e}, ");
+    let _ =
+        write!(json, "\"hidden\": {HIDDEN}, \"inter\": {INTER}, \"dtype\": \"bf16\", \"reps\": {reps}, \"rows\": [");
+    for (i, (m, fused, unfused, floor, host)) in rows.iter().enumerate() {
+        let sep = if i == 0 { "" } else { ", " };
+        let _ = write!(json, "{sep}{{\"m\": {m}, \"fused_ms\": {fused:.6}, \"unfused_ms\": {unfused:.6}, ");
+        let _ = write!(json, "\"floor_ms\": {floor:.6}, \"host_us\": {host:.2}}}");
+    }
+    json.push_str("]}\n");
+    json
+}
+
+fn main() -> Result<()> {
+    let opts = match parse_args() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("bench_mlp: {e}");
+            std::process::exit(2);
+        }
+    };
+    let dev = Device::cuda(0)?;
+    let Device::Cuda(gpu) = &dev else { return Ok(()) };
+    let bandwidth = copy_bandwidth(&dev, gpu, 20)?;
+    let rate = matmul_rate(&dev, gpu, 20)?;
+    println!("{dev} ({}): copy {:.2} TB/s, cuBLAS bf16 {:.0} TFLOP/s", gpu.arch(), bandwidth / 1e12, rate / 1e12);
+
+    let w_gate = bf16_tensor(&[INTER, HIDDEN], 11, 0.02, &dev)?;
+    let w_up = bf16_tensor(&[INTER, HIDDEN], 12, 0.02, &dev)?;
+    let w_down = bf16_tensor(&[HIDDEN, INTER], 13, 0.02, &dev)?;
+    let f = llama_mlp_fused();
+    println!(
+        "{:>6} {:>11} {:>11} {:>11} {:>8} {:>9} {:>13}",
+        "M", "fused ms", "unfused ms", "floor ms", "speedup", "of floor", "host us/call"
+    );
+    let mut rows: Vec<Row> = Vec::new();
+    for &m in &opts.ms {
+        let x = bf16_tensor(&[m, HIDDEN], 100 + m as u64, 1.0, &dev)?;
+        let args = [fuse::arg(&x), fuse::arg(&w_gate), fuse::arg(&w_up), fuse::arg(&w_down)];
+        let fused = time_ms(gpu, opts.reps, || f.call_with(&args, Fusion::On).map(drop))?;
+        let unfused = time_ms(gpu, opts.reps, || f.call_with(&args, Fusion::Off).map(drop))?;
+        let host = host_us(gpu, opts.reps, || f.call_with(&args, Fusion::On).map(drop))?;
+        let bytes = 2.0 * (3 * HIDDEN * INTER + 2 * m * HIDDEN) as f64;
+        let flops = 2.0 * 3.0 * (m * HIDDEN * INTER) as f64;
+        let floor = (bytes / bandwidth).max(flops / rate) * 1e3;
+        println!(
+            "{m:>6} {fused:>11.4} {unfused:>11.4} {floor:>11.4} {:>7.2}x {:>8.0}% {host:>13.1}",
+            unfused / fused,
+            floor / fused * 100.0
+        );
+        rows.push((m, fused, unfused, floor, host));
+    }
+    if let Some(path) = &opts.json {
+        let json = to_json(&dev, gpu, bandwidth, rate, opts.reps, &rows);
+        if let Err(e) = std::fs::write(path, json) {
+            eprintln!("bench_mlp: cannot write {path}: {e}");
+            std::process::exit(1);
+        }
+    }
+    Ok(())
+}

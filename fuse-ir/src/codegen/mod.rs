@@ -1,0 +1,180 @@
+//! The CUDA code generator: each group of a plan becomes the CUDA C of its kernels, as deterministic text.
+//!
+//! Every kernel has one parameter, a `FuseArgs` struct passed by value (see `prelude.rs` and the kernel ABI):
+//! the iteration domain's sizes, then per input slot a pointer, element strides over the domain and a scalar,
+//! then per output slot a pointer and strides. Dtypes are not in the source: the runtime specialises it at
+//! load time with the `-D` defines of [`defines`], so one string serves every dtype and layout.
+//!
+//! - Pointwise groups: one grid-stride loop over the domain (a 16-byte vector path when everything is dense).
+//! - RowReduce groups: one block per row; each reduction is a pass over the row from global memory that
+//!   recomputes the pointwise work it needs, then a block reduction; a last pass writes the row's outputs.
+//! - Gemm/DualGemm groups: the matmuls are library calls; a Prologue kernel writes their left operand when
+//!   the group has pointwise work on it, an Epilogue kernel reads the products and applies the rest.
+
+mod emit;
+mod pointwise;
+mod prelude;
+mod rowreduce;
+#[cfg(test)]
+mod tests;
+
+pub use prelude::{BLOCK_THREADS, VECTOR_ELEMENTS};
+
+use crate::graph::{Graph, NodeId};
+use crate::op::Op;
+use crate::plan::{GroupKind, Plan};
+use crate::DType;
+
+/// Most axes a kernel's domain may have (`FuseArgs::sizes` has this many entries).
+pub const MAX_RANK: usize = 6;
+
+/// The define that selects the dense 16-byte vector path; the runtime adds it (after [`defines`]) when every
+/// tensor input and output is dense row-major over the whole domain, with 16-byte-aligned base pointers.
+pub const CONTIGUOUS_DEFINE: &str = "-DFUSE_CONTIGUOUS=1";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelKind {
+    /// One grid-stride loop over the domain; any 1-D grid of [`BLOCK_THREADS`]-thread blocks.
+    Pointwise,
+    /// One block of [`BLOCK_THREADS`] threads per row (the domain's last axis); grid-stride over rows.
+    RowReduce,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The whole group (Pointwise and RowReduce groups).
+    Whole,
+    /// The pointwise work on a Gemm/DualGemm group's left operand, written before the matmuls.
+    Prologue,
+    /// The pointwise work on a Gemm/DualGemm group's products, after the matmuls.
+    Epilogue,
+}
+
+impl Role {
+    fn suffix(self) -> &'static str {
+        match self {
+            Role::Whole => "",
+            Role::Prologue => "_prologue",
+            Role::Epilogue => "_epilogue",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelSpec {
+    /// The `extern "C"` symbol: [`Plan::kernel_name`] plus `_prologue`/`_epilogue` for those roles.
+    pub name: String,
+    /// Self-contained CUDA C (no `#include`); the same graph and plan give byte-identical text.
+    pub source: String,
+    pub kind: KernelKind,
+    /// Index into `plan.groups`.
+    pub group: usize,
+    pub role: Role,
+    /// Values read: input slot k is `inputs[k]`. An Epilogue reads its group's matmul products.
+    pub inputs: Vec<NodeId>,
+    /// Values written: output slot k is `outputs[k]`. A Prologue writes the matmuls' left operand.
+    pub outputs: Vec<NodeId>,
+    /// Nodes computed inside, in topological order.
+    pub nodes: Vec<NodeId>,
+}
+
+/// What the runtime passes in an input slot (not [`crate::graph::InputKind`], which is what the macro saw).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputKind {
+    Tensor(DType),
+    /// A number in `FuseIn::scalar`; the pointer is ignored.
+    Scalar,
+}
+
+/// The kernels of one group, in launch order (Gemm/DualGemm: prologue, then the library matmuls, then the
+/// epilogue; either may be absent). Empty for an index out of range. Assumes a plan that `Plan::verify`
+/// accepts. Same input => byte-identical output.
+pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
+    let Some(grp) = plan.groups.get(group) else { return Vec::new() };
+    let base = plan.kernel_name(g, group);
+    let parts: Vec<(Role, Vec<NodeId>, Vec<NodeId>)> = match grp.kind {
+        GroupKind::Pointwise | GroupKind::RowReduce => vec![(Role::Whole, grp.nodes.clone(), grp.outputs.clone())],
+        GroupKind::Gemm | GroupKind::DualGemm => {
+            let mut parts = Vec::new();
+            if let Some(&first) = grp.matmuls.first() {
+                if !grp.prologue.is_empty() {
+                    let lhs = g.node(first).args[0];
+                    parts.push((Role::Prologue, grp.prologue.clone(), vec![lhs]));
+                }
+            }
+            let epilogue: Vec<NodeId> = grp.epilogue().collect();
+            if !epilogue.is_empty() {
+                let written = grp.outputs.iter().copied().filter(|o| epilogue.contains(o)).collect();
+                parts.push((Role::Epilogue, epilogue, written));
+            }
+            parts
+        }
+    };
+    parts
+        .into_iter()
+        .map(|(role, nodes, outputs)| kernel(g, group, format!("{base}{}", role.suffix()), role, nodes, outputs))
+        .collect()
+}
+
+/// The kernels of every group, in plan order.
+pub fn plan_kernels(g: &Graph, plan: &Plan) -> Vec<KernelSpec> {
+    (0..plan.groups.len()).flat_map(|i| group_kernels(g, plan, i)).collect()
+}
+
+fn kernel(g: &Graph, group: usize, name: String, role: Role, nodes: Vec<NodeId>, outputs: Vec<NodeId>) -> KernelSpec {
+    let inputs = reads(g, &nodes);
+    let kind = if nodes.iter().any(|&n| matches!(g.op(n), Op::Reduce(_))) {
+        KernelKind::RowReduce
+    } else {
+        KernelKind::Pointwise
+    };
+    let parts = emit::KernelParts { g, name: &name, inputs: &inputs, outputs: &outputs, nodes: &nodes };
+    let source = match kind {
+        KernelKind::Pointwise => pointwise::source(&parts),
+        KernelKind::RowReduce => rowreduce::source(&parts),
+    };
+    KernelSpec { name, source, kind, group, role, inputs, outputs, nodes }
+}
+
+/// Values `nodes` read from memory, in order of first use: arguments of theirs computed elsewhere (literals
+/// are inlined, so they are not read).
+fn reads(g: &Graph, nodes: &[NodeId]) -> Vec<NodeId> {
+    let mut inputs: Vec<NodeId> = Vec::new();
+    for &n in nodes {
+        for &a in &g.node(n).args {
+            if !nodes.contains(&a) && !matches!(g.op(a), Op::Const(_)) && !inputs.contains(&a) {
+                inputs.push(a);
+            }
+        }
+    }
+    inputs
+}
+
+/// The `-D` defines that specialise `spec` for the given slot kinds, in a fixed order: `FUSE_NIN`,
+/// `FUSE_NOUT` (at least 1 each: the runtime pads with a dummy slot), then `FUSE_IN<k>` (0 f32, 1 f16, 2 bf16,
+/// 3 scalar) and `FUSE_OUT<k>` (0 f32, 1 f16, 2 bf16). `inputs` and `outputs` follow `spec.inputs` and
+/// `spec.outputs`. The runtime appends [`CONTIGUOUS_DEFINE`] when it applies.
+pub fn defines(spec: &KernelSpec, inputs: &[InputKind], outputs: &[DType]) -> Vec<String> {
+    debug_assert_eq!(inputs.len(), spec.inputs.len(), "{}: one InputKind per input slot", spec.name);
+    debug_assert_eq!(outputs.len(), spec.outputs.len(), "{}: one DType per output slot", spec.name);
+    let mut out = vec![format!("-DFUSE_NIN={}", inputs.len().max(1)), format!("-DFUSE_NOUT={}", outputs.len().max(1))];
+    for (k, input) in inputs.iter().enumerate() {
+        let code = match input {
+            InputKind::Tensor(d) => dtype_code(*d),
+            InputKind::Scalar => 3,
+        };
+        out.push(format!("-DFUSE_IN{k}={code}"));
+    }
+    for (k, &d) in outputs.iter().enumerate() {
+        out.push(format!("-DFUSE_OUT{k}={}", dtype_code(d)));
+    }
+    out
+}
+
+fn dtype_code(d: DType) -> u8 {
+    match d {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+    }
+}

@@ -1,0 +1,192 @@
+//! Row-reduction kernels: one block per row of the domain (its last axis), grid-stride over rows.
+//!
+//! Values are *narrow* (one per row: reductions, literals, scalar arguments and pointwise work on those
+//! only) or *wide* (one per element of the row). Each reduction is a pass over the row: the threads stride
+//! along it, recompute from global memory the wide work its operand needs, accumulate in f32, and meet in a
+//! block reduction that hands every thread the result. Narrow work is computed once per row as soon as its
+//! reductions are known. A last pass computes and writes the wide outputs; thread 0 writes the narrow ones.
+//!
+//! A reduction runs over the row only if its operand really spans it: when every input it depends on has
+//! stride 0 along the row (shape `[.., 1]`, broadcast), the reduction is over one element, as the reference
+//! reduces a value's own last axis.
+
+use super::emit::{self, KernelParts};
+use crate::graph::{InputKind, NodeId};
+use crate::op::{Op, ReduceOp};
+use std::fmt::Write;
+
+pub(super) fn source(parts: &KernelParts<'_>) -> String {
+    let mut k = RowKernel::new(parts);
+    k.emit();
+    k.text
+}
+
+struct RowKernel<'a, 'p> {
+    parts: &'p KernelParts<'a>,
+    /// Per graph node: one value per row.
+    narrow: Vec<bool>,
+    /// Per graph node: its variable exists in the row's scope (narrow and computed).
+    available: Vec<bool>,
+    text: String,
+}
+
+impl<'a, 'p> RowKernel<'a, 'p> {
+    fn new(parts: &'p KernelParts<'a>) -> Self {
+        let g = parts.g;
+        // Values read from memory are wide unless they are scalar arguments.
+        let mut narrow = vec![false; g.nodes.len()];
+        for id in g.ids() {
+            narrow[id.index()] = match g.op(id) {
+                Op::Input(k) if parts.inputs.contains(&id) => {
+                    g.inputs.get(k as usize).is_some_and(|i| i.kind == InputKind::Scalar)
+                }
+                Op::Const(_) => true,
+                _ if !parts.nodes.contains(&id) => false,
+                Op::Reduce(_) => true,
+                op if op.is_pointwise() => g.node(id).args.iter().all(|a| narrow[a.index()]),
+                _ => false,
+            };
+        }
+        let mut available = vec![false; g.nodes.len()];
+        for id in g.ids().filter(|&id| matches!(g.op(id), Op::Const(_))) {
+            available[id.index()] = true;
+        }
+        RowKernel { parts, narrow, available, text: String::new() }
+    }
+
+    fn line(&mut self, indent: usize, text: &str) {
+        let _ = writeln!(self.text, "{:width$}{text}", "", width = indent * 2);
+    }
+
+    fn emit(&mut self) {
+        let parts = self.parts;
+        let g = parts.g;
+        self.text = parts.preamble("rowreduce");
+        self.text.push_str(&parts.signature());
+        self.line(1, "__shared__ float fuse_smem[32];");
+        self.line(1, "const long long n = fuse_row_length(args);");
+        self.line(1, "const long long rows = fuse_row_count(args);");
+        for (k, &id) in parts.inputs.iter().enumerate() {
+            if self.narrow[id.index()] {
+                self.line(1, &format!("const float v{} = {};", id.0, emit::read(k, "0")));
+                self.available[id.index()] = true;
+            }
+        }
+        self.line(1, "for (long long row = blockIdx.x; row < rows; row += gridDim.x) {");
+        self.line(2, "long long bi[FUSE_NIN], si[FUSE_NIN], bo[FUSE_NOUT], so[FUSE_NOUT];");
+        self.line(2, "fuse_row_offsets(args, row, bi, si, bo, so);");
+        self.emit_ready_narrow();
+        for &r in parts.nodes.iter().filter(|&&r| matches!(g.op(r), Op::Reduce(_))) {
+            self.emit_reduction(r);
+            self.emit_ready_narrow();
+        }
+        self.emit_outputs();
+        self.line(1, "}");
+        self.text.push_str("}\n");
+    }
+
+    /// Narrow pointwise nodes whose arguments are all known, computed once for the row.
+    fn emit_ready_narrow(&mut self) {
+        let g = self.parts.g;
+        for &id in self.parts.nodes {
+            let ready = g.op(id).is_pointwise()
+                && self.narrow[id.index()]
+                && !self.available[id.index()]
+                && g.node(id).args.iter().all(|a| self.available[a.index()]);
+            if ready {
+                self.line(2, &emit::compute(g, id));
+                self.available[id.index()] = true;
+            }
+        }
+    }
+
+    /// The wide nodes and input slots `targets` depend on that are not yet in the row's scope, in
+    /// topological order (inputs first, by slot).
+    fn wide_work(&self, targets: &[NodeId]) -> (Vec<usize>, Vec<NodeId>) {
+        let g = self.parts.g;
+        let mut needed = vec![false; g.nodes.len()];
+        let mut stack: Vec<NodeId> = targets.to_vec();
+        while let Some(id) = stack.pop() {
+            if self.available[id.index()] || std::mem::replace(&mut needed[id.index()], true) {
+                continue;
+            }
+            if self.parts.nodes.contains(&id) {
+                stack.extend(g.node(id).args.iter().copied());
+            }
+        }
+        let slots = (0..self.parts.inputs.len()).filter(|&k| needed[self.parts.inputs[k].index()]).collect();
+        let nodes = self.parts.nodes.iter().copied().filter(|n| needed[n.index()]).collect();
+        (slots, nodes)
+    }
+
+    /// Inside a loop over `j`: read the slots and compute the nodes.
+    fn emit_wide(&mut self, slots: &[usize], nodes: &[NodeId]) {
+        let g = self.parts.g;
+        for &k in slots {
+            let id = self.parts.inputs[k];
+            self.line(3, &format!("const float v{} = {};", id.0, emit::read(k, &format!("bi[{k}] + j * si[{k}]"))));
+        }
+        for &id in nodes {
+            self.line(3, &emit::compute(g, id));
+        }
+    }
+
+    fn emit_reduction(&mut self, r: NodeId) {
+        let g = self.parts.g;
+        let Op::Reduce(op) = g.op(r) else { return };
+        let operand = g.node(r).args[0];
+        let (slots, nodes) = self.wide_work(&[operand]);
+        let spans: Vec<String> = slots.iter().map(|k| format!("(FUSE_IN{k} != FUSE_SCALAR && si[{k}] != 0)")).collect();
+        let len = if spans.is_empty() { "1".to_string() } else { format!("({}) ? n : 1", spans.join(" || ")) };
+        let (identity, combine, block) = match op {
+            ReduceOp::Sum | ReduceOp::Mean => ("0.0f", "+=", "fuse_block_sum"),
+            ReduceOp::Max => ("-__int_as_float(0x7f800000)", "max", "fuse_block_max"),
+        };
+        let id = r.0;
+        self.line(2, &format!("// %{id} = {}(%{}) over the row", op.name(), operand.0));
+        self.line(2, &format!("const long long len{id} = {len};"));
+        self.line(2, &format!("float acc{id} = {identity};"));
+        self.line(2, &format!("for (long long j = threadIdx.x; j < len{id}; j += blockDim.x) {{"));
+        self.emit_wide(&slots, &nodes);
+        let value = emit::value(g, operand);
+        if combine == "max" {
+            self.line(3, &format!("acc{id} = fmaxf(acc{id}, {value});"));
+        } else {
+            self.line(3, &format!("acc{id} += {value};"));
+        }
+        self.line(2, "}");
+        let total = format!("{block}(acc{id}, fuse_smem)");
+        match op {
+            ReduceOp::Mean => self.line(2, &format!("const float v{id} = {total} / (float)len{id};")),
+            _ => self.line(2, &format!("const float v{id} = {total};")),
+        }
+        self.available[r.index()] = true;
+    }
+
+    /// The last pass writes the wide outputs (once per row for those broadcast along it); thread 0 writes
+    /// the narrow ones.
+    fn emit_outputs(&mut self) {
+        let parts = self.parts;
+        let (wide, narrow): (Vec<usize>, Vec<usize>) =
+            (0..parts.outputs.len()).partition(|&k| !self.available[parts.outputs[k].index()]);
+        if !wide.is_empty() {
+            let targets: Vec<NodeId> = wide.iter().map(|&k| parts.outputs[k]).collect();
+            let (slots, nodes) = self.wide_work(&targets);
+            self.line(2, "for (long long j = threadIdx.x; j < n; j += blockDim.x) {");
+            self.emit_wide(&slots, &nodes);
+            for &k in &wide {
+                let value = emit::value(parts.g, parts.outputs[k]);
+                self.line(3, &format!("if (so[{k}] != 0 || j == 0) {}", emit::write(k, &format!("bo[{k}] + j * so[{k}]"), &value)));
+            }
+            self.line(2, "}");
+        }
+        if !narrow.is_empty() {
+            self.line(2, "if (threadIdx.x == 0) {");
+            for &k in &narrow {
+                let value = emit::value(parts.g, parts.outputs[k]);
+                self.line(3, &emit::write(k, &format!("bo[{k}]"), &value));
+            }
+            self.line(2, "}");
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! The generator's contract without a GPU: which kernels each kind of group gets, their slots and names,
+//! every op's CUDA expression, the defines, and byte-identical output. (tests/kernels_compile.rs compiles
+//! the kernels with NVRTC; the CUDA backend's tests run them against the reference.)
+
+use super::*;
+use crate::graph::InputKind as ArgKind;
+use crate::op::{BinaryOp, ReduceOp, UnaryOp};
+
+fn kernels(g: &Graph) -> (Plan, Vec<KernelSpec>) {
+    let plan = Plan::fused(g);
+    plan.verify(g).expect("the planner's plan verifies");
+    let specs = plan_kernels(g, &plan);
+    (plan, specs)
+}
+
+fn summary(specs: &[KernelSpec]) -> Vec<(KernelKind, Role, usize)> {
+    specs.iter().map(|s| (s.kind, s.role, s.group)).collect()
+}
+
+/// `(silu(x @ wg) * (x @ wu)) @ wd` with checkpoint-layout weights.
+fn llama_mlp() -> Graph {
+    let mut g = Graph::new("mlp");
+    let x = g.input("x", ArgKind::Tensor);
+    let w: Vec<NodeId> = ["w_gate", "w_up", "w_down"]
+        .iter()
+        .map(|n| {
+            let w = g.input(n, ArgKind::Tensor);
+            g.transpose(w, "w.t()")
+        })
+        .collect();
+    let gate = g.matmul(x, w[0], "x.matmul(w_gate)");
+    let act = g.unary(UnaryOp::Silu, gate, "silu(..)");
+    let up = g.matmul(x, w[1], "x.matmul(w_up)");
+    let h = g.binary(BinaryOp::Mul, act, up, "silu(..) * ..");
+    g.outputs = vec![g.matmul(h, w[2], "h.matmul(w_down)")];
+    g
+}
+
+fn rms_norm() -> Graph {
+    let mut g = Graph::new("norm");
+    let x = g.input("x", ArgKind::Tensor);
+    let w = g.input("w", ArgKind::Tensor);
+    let eps = g.input("eps", ArgKind::Scalar);
+    g.outputs = vec![g.rms_norm(x, w, eps, "rms_norm(x, w, eps)")];
+    g
+}
+
+fn attention() -> Graph {
+    let mut g = Graph::new("attention");
+    let [q, k, v] = ["q", "k", "v"].map(|n| g.input(n, ArgKind::Tensor));
+    let scale = g.input("scale", ArgKind::Scalar);
+    let kt = g.transpose(k, "k.t()");
+    let scores = g.matmul(q, kt, "q.matmul(k.t())");
+    let scores = g.binary(BinaryOp::Mul, scores, scale, "* scale");
+    let p = g.softmax(scores, "softmax(..)");
+    g.outputs = vec![g.matmul(p, v, "p.matmul(v)")];
+    g
+}
+
+/// Ten pointwise ops with a broadcast bias, a scalar argument and literals.
+fn chain10() -> (Graph, [NodeId; 3]) {
+    let mut g = Graph::new("chain");
+    let x = g.input("x", ArgKind::Tensor);
+    let bias = g.input("bias", ArgKind::Tensor);
+    let s = g.input("s", ArgKind::Scalar);
+    let (half, three) = (g.constant(0.5), g.constant(3.0));
+    let mut v = g.binary(BinaryOp::Add, x, bias, "x + bias");
+    v = g.binary(BinaryOp::Mul, v, s, "* s");
+    v = g.unary(UnaryOp::GeluTanh, v, "gelu_tanh");
+    v = g.binary(BinaryOp::Sub, v, half, "- 0.5");
+    v = g.unary(UnaryOp::Abs, v, "abs");
+    v = g.binary(BinaryOp::Add, v, three, "+ 3.0");
+    v = g.unary(UnaryOp::Log, v, "log");
+    v = g.binary(BinaryOp::Maximum, v, bias, "maximum(v, bias)");
+    v = g.binary(BinaryOp::Pow, v, s, "powf(s)");
+    v = g.cast(v, DType::BF16, "to_dtype(bf16)");
+    g.outputs = vec![v];
+    (g, [x, bias, s])
+}
+
+#[test]
+fn the_mlp_is_one_epilogue_kernel() {
+    let g = llama_mlp();
+    let (plan, specs) = kernels(&g);
+    // The dual gemm's silu(g) * u is its epilogue; the down projection has no pointwise work.
+    assert_eq!(summary(&specs), [(KernelKind::Pointwise, Role::Epilogue, 0)]);
+    let epilogue = &specs[0];
+    assert_eq!(epilogue.name, "mlp_k0_dualgemm_silu_mul_epilogue");
+    assert_eq!(epilogue.inputs, plan.groups[0].matmuls, "the products are read from memory");
+    assert_eq!(epilogue.outputs, plan.groups[0].outputs);
+    assert_eq!(epilogue.nodes.len(), 2);
+    assert!(epilogue.source.contains(&format!("extern \"C\" __global__ void __launch_bounds__(256) {}(const FuseArgs args)", epilogue.name)));
+}
+
+#[test]
+fn rms_norm_and_softmax_are_one_row_kernel() {
+    let g = rms_norm();
+    let (plan, specs) = kernels(&g);
+    assert_eq!(summary(&specs), [(KernelKind::RowReduce, Role::Whole, 0)]);
+    assert_eq!(specs[0].inputs, plan.groups[0].inputs);
+    assert_eq!(specs[0].outputs, plan.groups[0].outputs);
+    assert_eq!(specs[0].nodes, plan.groups[0].nodes);
+    let src = &specs[0].source;
+    assert_eq!(src.matches("fuse_block_sum(acc").count(), 1, "one reduction pass");
+    // The scalar eps is read once per kernel, the per-row rsqrt once per row (before the last pass).
+    let eps = specs[0].inputs.iter().position(|&i| g.op(i) == Op::Input(2)).expect("eps is read");
+    let eps_read = src.find(&format!("const float v2 = fuse_read<FUSE_IN{eps}>(args.in[{eps}], 0);")).expect("eps read once");
+    let rsqrt = src.find("const float v6 = rsqrtf(v5);").expect("rsqrt once per row");
+    let last_pass = src.rfind("for (long long j = threadIdx.x; j < n;").expect("a last pass");
+    assert!(eps_read < rsqrt && rsqrt < last_pass, "{src}");
+
+    let mut g = Graph::new("softmax");
+    let x = g.input("x", ArgKind::Tensor);
+    g.outputs = vec![g.softmax(x, "softmax(x)")];
+    let (_, specs) = kernels(&g);
+    assert_eq!(summary(&specs), [(KernelKind::RowReduce, Role::Whole, 0)]);
+    let src = &specs[0].source;
+    assert_eq!(src.matches("fuse_block_max(acc").count(), 1);
+    assert_eq!(src.matches("fuse_block_sum(acc").count(), 1);
+}
+
+#[test]
+fn attention_is_an_epilogue_then_a_row_kernel() {
+    let g = attention();
+    let (plan, specs) = kernels(&g);
+    assert_eq!(plan.groups.len(), 3);
+    assert_eq!(summary(&specs), [(KernelKind::Pointwise, Role::Epilogue, 0), (KernelKind::RowReduce, Role::Whole, 1)]);
+    assert_eq!(specs[0].name, "attention_k0_gemm_mul_epilogue");
+    assert_eq!(specs[1].name, "attention_k1_rowreduce_max_sub_exp_sum");
+    let scale = g.ids().find(|&id| g.op(id) == Op::Input(3)).expect("scale");
+    assert_eq!(specs[0].inputs, [plan.groups[0].matmuls[0], scale]);
+}
+
+#[test]
+fn the_ten_op_chain_is_one_pointwise_kernel() {
+    let (g, [x, bias, s]) = chain10();
+    let (_, specs) = kernels(&g);
+    assert_eq!(summary(&specs), [(KernelKind::Pointwise, Role::Whole, 0)]);
+    let k = &specs[0];
+    assert_eq!(k.inputs, [x, bias, s]);
+    assert_eq!(k.nodes.len(), 10);
+    assert!(k.source.contains("fuse_round_bf16("), "the cast rounds");
+    assert!(k.source.contains("0.5f") && k.source.contains("3.0f"), "literals are inlined");
+    assert!(k.source.contains("#if FUSE_CONTIGUOUS") && k.source.contains("fuse_read8<FUSE_IN1>"), "a vector path");
+}
+
+#[test]
+fn a_prologue_and_an_epilogue_around_one_gemm() {
+    let mut g = Graph::new("scaled");
+    let x = g.input("x", ArgKind::Tensor);
+    let s = g.input("row_scale", ArgKind::Tensor);
+    let w = g.input("w", ArgKind::Tensor);
+    let xs = g.binary(BinaryOp::Mul, x, s, "x * row_scale");
+    let lhs = g.unary(UnaryOp::Relu, xs, "relu(..)");
+    let wt = g.transpose(w, "w.t()");
+    let y = g.matmul(lhs, wt, "..matmul(w.t())");
+    let out = g.unary(UnaryOp::Tanh, y, "tanh(..)");
+    g.outputs = vec![out];
+    let (_, specs) = kernels(&g);
+    assert_eq!(summary(&specs), [(KernelKind::Pointwise, Role::Prologue, 0), (KernelKind::Pointwise, Role::Epilogue, 0)]);
+    let (pro, epi) = (&specs[0], &specs[1]);
+    assert_eq!(pro.name, "scaled_k0_gemm_mul_relu_tanh_prologue");
+    assert_eq!((pro.inputs.as_slice(), pro.outputs.as_slice(), pro.nodes.as_slice()), ([x, s].as_slice(), [lhs].as_slice(), [xs, lhs].as_slice()));
+    assert_eq!(epi.name, "scaled_k0_gemm_mul_relu_tanh_epilogue");
+    assert_eq!((epi.inputs.as_slice(), epi.outputs.as_slice(), epi.nodes.as_slice()), ([y].as_slice(), [out].as_slice(), [out].as_slice()));
+}
+
+#[test]
+fn every_op_appears_with_its_cuda_expression() {
+    let mut g = Graph::new("ops");
+    let x = g.input("x", ArgKind::Tensor);
+    let y = g.input("y", ArgKind::Tensor);
+    let mut outputs = Vec::new();
+    for u in UnaryOp::ALL {
+        outputs.push(g.unary(u, x, u.name()));
+    }
+    for b in BinaryOp::ALL {
+        outputs.push(g.binary(b, x, y, b.name()));
+    }
+    for d in DType::ALL {
+        outputs.push(g.cast(x, d, d.name()));
+    }
+    for r in ReduceOp::ALL {
+        outputs.push(g.reduce(r, x, r.name()));
+    }
+    g.outputs = outputs;
+    let plan = Plan::unfused(&g);
+    let specs = plan_kernels(&g, &plan);
+    assert_eq!(specs.len(), plan.groups.len(), "one kernel per op");
+    for spec in &specs {
+        let id = spec.nodes[0];
+        let v = |n: NodeId| format!("v{}", n.0);
+        let expected = match g.op(id) {
+            Op::Unary(u) => format!("const float v{} = {};", id.0, u.cuda(&v(x))),
+            Op::Binary(b) => format!("const float v{} = {};", id.0, b.cuda(&v(x), &v(y))),
+            Op::Cast(DType::F32) => format!("const float v{} = v{};", id.0, x.0),
+            Op::Cast(d) => format!("const float v{} = fuse_round_{}(v{});", id.0, d.name(), x.0),
+            Op::Reduce(ReduceOp::Max) => format!("acc{0} = fmaxf(acc{0}, v{1});", id.0, x.0),
+            Op::Reduce(_) => format!("acc{} += v{};", id.0, x.0),
+            op => panic!("unexpected {}", op.name()),
+        };
+        assert!(spec.source.contains(&expected), "{}: no `{expected}` in\n{}", spec.name, spec.source);
+        let reduce = matches!(g.op(id), Op::Reduce(_));
+        assert_eq!(spec.kind == KernelKind::RowReduce, reduce, "{}", spec.name);
+    }
+    let mean = specs.iter().find(|s| g.op(s.nodes[0]) == Op::Reduce(ReduceOp::Mean)).expect("a mean kernel");
+    assert!(mean.source.contains("/ (float)len"), "a mean divides by the row length");
+}
+
+#[test]
+fn literals_are_exact_and_deterministic() {
+    assert_eq!(emit::literal(0.5), "0.5f");
+    assert_eq!(emit::literal(3.0), "3.0f");
+    assert_eq!(emit::literal(-1.5), "(-1.5f)");
+    assert_eq!(emit::literal(1e-6), "1e-6f");
+    assert_eq!(emit::literal(0.044715), "0.044715f");
+    assert_eq!(emit::literal(f64::INFINITY), "__int_as_float(0x7f800000)");
+    assert_eq!(emit::literal(f64::NEG_INFINITY), "(-__int_as_float(0x7f800000))");
+    assert_eq!(emit::literal(f64::NAN), "__int_as_float(0x7fc00000)");
+    for c in [0.1f64, 1.0 / 3.0, 12345.678, 6.02e23, -2.5e-12] {
+        let text = emit::literal(c);
+        let digits = text.trim_start_matches("(-").trim_start_matches('(').trim_end_matches(')').trim_end_matches('f');
+        let back: f32 = digits.parse().expect("a C float literal Rust can read");
+        assert_eq!(back.abs(), (c as f32).abs(), "{text} reads back");
+    }
+}
+
+#[test]
+fn defines_come_in_a_fixed_order() {
+    let (g, _) = chain10();
+    let (_, specs) = kernels(&g);
+    let d = defines(&specs[0], &[InputKind::Tensor(DType::BF16), InputKind::Tensor(DType::F32), InputKind::Scalar], &[DType::F16]);
+    assert_eq!(d, ["-DFUSE_NIN=3", "-DFUSE_NOUT=1", "-DFUSE_IN0=2", "-DFUSE_IN1=0", "-DFUSE_IN2=3", "-DFUSE_OUT0=1"]);
+    // Every slot the source names has a define.
+    for k in 0..3 {
+        assert!(specs[0].source.contains(&format!("FUSE_IN{k}>")));
+    }
+    assert!(!specs[0].source.contains("FUSE_IN3"));
+}
+
+#[test]
+fn kernels_without_inputs_still_get_one_slot_each() {
+    let mut g = Graph::new("constant");
+    let c = g.constant(2.0);
+    g.outputs = vec![g.unary(UnaryOp::Exp, c, "exp(2.0)")];
+    let (_, specs) = kernels(&g);
+    assert!(specs[0].inputs.is_empty());
+    assert_eq!(defines(&specs[0], &[], &[DType::F32]), ["-DFUSE_NIN=1", "-DFUSE_NOUT=1", "-DFUSE_OUT0=0"]);
+    assert!(specs[0].source.contains("expf(2.0f)"));
+}
+
+#[test]
+fn output_is_byte_identical_for_the_same_graph() {
+    for g in [llama_mlp(), rms_norm(), attention(), chain10().0] {
+        let (_, first) = kernels(&g);
+        let reparsed = Graph::parse(&g.to_text()).expect("the text form reads back");
+        let (_, again) = kernels(&reparsed);
+        assert_eq!(first, again, "{}", g.name);
+        assert_eq!(first, kernels(&g).1);
+    }
+}
+
+#[test]
+fn user_text_cannot_break_out_of_comments() {
+    let mut g = Graph::new("weird\nname");
+    let x = g.input("x", ArgKind::Tensor);
+    g.outputs = vec![g.unary(UnaryOp::Exp, x, "exp(x) \\\n #error */")];
+    let (_, specs) = kernels(&g);
+    let src = &specs[0].source;
+    assert!(!src.contains('\\'), "a backslash would splice the next line into the comment");
+    for line in src.lines().filter(|l| l.contains("#error")) {
+        assert!(line.starts_with("//") || line.starts_with("#error \"fuse: compile with"), "{line}");
+    }
+    assert!(specs[0].name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+}
+
+#[test]
+fn out_of_range_groups_have_no_kernels() {
+    let g = rms_norm();
+    let plan = Plan::fused(&g);
+    assert!(group_kernels(&g, &plan, plan.groups.len()).is_empty());
+}

@@ -1,0 +1,212 @@
+//! One GPU: its context, its one non-default stream, the cuBLAS handle and the module cache. Created once
+//! per process and ordinal, shared by every tensor and call on that GPU; everything is ordered on the one
+//! stream, so no cross-stream events are needed.
+
+use super::modules::ModuleCache;
+use crate::{Error, Result};
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{sys, CudaContext, CudaStream, DriverError};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// A handle on one GPU; cheap to clone, compared by ordinal.
+#[derive(Clone)]
+pub struct CudaDevice {
+    state: Arc<DeviceState>,
+}
+
+pub(crate) struct DeviceState {
+    ordinal: usize,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    /// `sm_90` for an H100/H200: the NVRTC target (a CUBIN for the exact arch needs no driver JIT).
+    arch: String,
+    sm_count: usize,
+    /// Testing aid: fill every new allocation with NaN bytes.
+    poison: AtomicBool,
+    blas: Mutex<Option<CudaBlas>>,
+    pub(crate) modules: ModuleCache,
+}
+
+/// A driver error as the runtime's error, naming what was being done.
+pub(crate) fn driver_error(op: &str, e: DriverError) -> Error {
+    Error::Cuda { op: op.to_string(), message: format!("{e}") }
+}
+
+fn registry() -> &'static Mutex<BTreeMap<usize, Arc<DeviceState>>> {
+    static DEVICES: OnceLock<Mutex<BTreeMap<usize, Arc<DeviceState>>>> = OnceLock::new();
+    DEVICES.get_or_init(|| Mutex::new(BTreeMap::new()))
+}
+
+/// Locks a mutex, recovering the data if another thread panicked while holding it (the data are caches
+/// and handles that a panic cannot leave half-written).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl CudaDevice {
+    /// The `ordinal`-th GPU, set up on first use. Errors (never panics) when the driver library is missing,
+    /// there is no such GPU, or the context cannot be created.
+    pub fn new(ordinal: usize) -> Result<CudaDevice> {
+        let mut devices = lock(registry());
+        if let Some(state) = devices.get(&ordinal) {
+            return Ok(CudaDevice { state: state.clone() });
+        }
+        let state = Arc::new(DeviceState::create(ordinal)?);
+        devices.insert(ordinal, state.clone());
+        Ok(CudaDevice { state })
+    }
+
+    pub fn ordinal(&self) -> usize {
+        self.state.ordinal
+    }
+
+    /// The context (for interop with other cudarc code).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.state.ctx
+    }
+
+    /// The stream every fuse operation on this GPU runs on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.state.stream
+    }
+
+    /// The NVRTC target architecture, e.g. `sm_90`.
+    pub fn arch(&self) -> &str {
+        &self.state.arch
+    }
+
+    pub fn sm_count(&self) -> usize {
+        self.state.sm_count
+    }
+
+    /// Testing aid: when on, every allocation on this GPU (kernel outputs, products, copies) starts filled
+    /// with NaN bytes (0xFF), so an element a kernel fails to write shows up as NaN instead of a plausible
+    /// leftover from the memory pool.
+    pub fn set_poison_allocations(&self, on: bool) {
+        self.state.poison.store(on, Ordering::Relaxed);
+    }
+
+    pub(crate) fn poisons_allocations(&self) -> bool {
+        self.state.poison.load(Ordering::Relaxed)
+    }
+
+    /// Number of distinct kernels compiled and loaded on this GPU so far (a repeated call adds none).
+    pub fn loaded_kernels(&self) -> usize {
+        self.state.modules.len()
+    }
+
+    /// Milliseconds the GPU spends on what `work` queues on this device's stream, measured with CUDA events
+    /// (so host time before the first launch counts only while the GPU waits for it). Waits for the work.
+    pub fn time_ms(&self, work: impl FnOnce() -> Result<()>) -> Result<f64> {
+        let cuda = |e| driver_error("event", e);
+        let event = || self.state.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda);
+        let (start, end) = (event()?, event()?);
+        start.record(&self.state.stream).map_err(cuda)?;
+        work()?;
+        end.record(&self.state.stream).map_err(cuda)?;
+        end.synchronize().map_err(cuda)?;
+        Ok(f64::from(start.elapsed_ms(&end).map_err(cuda)?))
+    }
+
+    /// Waits until all work queued on this GPU's stream has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        self.state.stream.synchronize().map_err(|e| driver_error("stream synchronize", e))
+    }
+
+    pub(crate) fn state(&self) -> &DeviceState {
+        &self.state
+    }
+
+    /// The cuBLAS handle (created on first use), locked: cuBLAS handles are not thread-safe.
+    pub(crate) fn blas(&self) -> Result<MutexGuard<'_, Option<CudaBlas>>> {
+        let mut guard = lock(&self.state.blas);
+        if guard.is_none() {
+            let blas = CudaBlas::new(self.state.stream.clone())
+                .map_err(|e| Error::Cuda { op: "cublas create".into(), message: format!("{e:?}") })?;
+            *guard = Some(blas);
+        }
+        Ok(guard)
+    }
+}
+
+impl DeviceState {
+    fn create(ordinal: usize) -> Result<DeviceState> {
+        // SAFETY: only tries to open the driver library; loading it has no other effect.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(Error::CudaUnavailable {
+                reason: "the CUDA driver library (libcuda.so) cannot be loaded: no NVIDIA driver on this machine"
+                    .into(),
+            });
+        }
+        let unavailable = |what: &str, e: DriverError| Error::CudaUnavailable { reason: format!("{what}: {e}") };
+        let count = CudaContext::device_count().map_err(|e| unavailable("counting GPUs", e))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(Error::CudaUnavailable { reason: format!("asked for GPU {ordinal}, the machine has {count}") });
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| unavailable("creating the context", e))?;
+        // Everything runs on one stream, so cudarc's per-allocation events would only cost time.
+        // SAFETY: no allocation of this context exists yet, and fuse uses no other stream on it.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(|e| unavailable("creating the stream", e))?;
+        let (major, minor) = ctx.compute_capability().map_err(|e| unavailable("reading the compute capability", e))?;
+        let sm_count = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| unavailable("reading the SM count", e))?;
+        keep_freed_memory_pooled(&ctx);
+        Ok(DeviceState {
+            ordinal,
+            ctx,
+            stream,
+            arch: format!("sm_{major}{minor}"),
+            sm_count: sm_count.max(1) as usize,
+            poison: AtomicBool::new(false),
+            blas: Mutex::new(None),
+            modules: ModuleCache::default(),
+        })
+    }
+}
+
+/// Tells the driver's stream-ordered allocator to keep freed memory for reuse instead of returning it at
+/// every synchronisation: intermediates of one call are then served from the pool on the next call.
+fn keep_freed_memory_pooled(ctx: &CudaContext) {
+    if !ctx.has_async_alloc() {
+        return;
+    }
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let mut threshold: u64 = u64::MAX;
+    // SAFETY: `pool` is written by the driver for a valid device; the attribute takes a u64 by pointer.
+    // A failure only means freed memory goes back to the driver, so it is ignored.
+    unsafe {
+        if sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) == sys::CUresult::CUDA_SUCCESS {
+            let _ = sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            );
+        }
+    }
+}
+
+impl PartialEq for CudaDevice {
+    fn eq(&self, other: &Self) -> bool {
+        self.state.ordinal == other.state.ordinal
+    }
+}
+
+impl Eq for CudaDevice {}
+
+impl Hash for CudaDevice {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.state.ordinal.hash(h)
+    }
+}
+
+impl fmt::Debug for CudaDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CudaDevice({}, {})", self.state.ordinal, self.state.arch)
+    }
+}

@@ -1,0 +1,42 @@
+//! The generated kernels of a plan, made once per fused function and plan rather than on every call: the
+//! sources do not depend on shapes or dtypes (those are `-D` defines), so a `FusedFn` keeps them.
+
+use fuse_ir::codegen::{group_kernels, KernelSpec};
+use fuse_ir::{Graph, Plan};
+use std::hash::{Hash, Hasher};
+use std::sync::OnceLock;
+
+/// A kernel and a fingerprint of its source, so the module cache need not hash the text on each launch.
+pub(crate) struct PreparedKernel {
+    pub spec: KernelSpec,
+    pub source_hash: u64,
+}
+
+/// Per group of a plan, its kernels in launch order.
+pub(crate) struct PlanKernels {
+    pub groups: Vec<Vec<PreparedKernel>>,
+}
+
+/// Where a caller keeps a plan's kernels between calls (`None`: make them for this call only).
+pub type KernelCache = OnceLock<PlanKernels>;
+
+/// A 64-bit fingerprint of a source (the module cache still compares the full text on a hit).
+pub(crate) fn fingerprint(source: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    source.hash(&mut h);
+    h.finish()
+}
+
+impl PlanKernels {
+    pub(crate) fn generate(g: &Graph, plan: &Plan) -> PlanKernels {
+        let groups = (0..plan.groups.len())
+            .map(|i| {
+                group_kernels(g, plan, i)
+                    .into_iter()
+                    .map(|spec| PreparedKernel { source_hash: fingerprint(&spec.source), spec })
+                    .collect()
+            })
+            .collect();
+        PlanKernels { groups }
+    }
+}

@@ -1,0 +1,22 @@
+//! The CUDA backend: executes the same plans as the CPU backend, one launch per generated kernel, cuBLAS
+//! for the matmuls.
+//!
+//! - `device`: one context and one non-default stream per GPU, created once per process and shared;
+//! - `storage`: device memory of a tensor (bytes + dtype), host <-> device copies;
+//! - `kernels`: a plan's generated kernels, kept per fused function; `nvrtc`: CUDA C -> CUBIN;
+//!   `modules`: the in-memory module cache of loaded kernels;
+//! - `launch`: the kernel ABI (`FuseArgs` packing) and launch geometry;
+//! - `gemm`: row-major matmuls mapped onto cuBLAS's column-major GEMM;
+//! - `exec`: the plan executor.
+
+pub(crate) mod device;
+pub(crate) mod exec;
+mod gemm;
+mod interop;
+pub(crate) mod kernels;
+pub(crate) mod launch;
+mod modules;
+pub(crate) mod nvrtc; // pub(crate): lib.rs re-exports its kernel-check helpers for tests/kernels_compile.rs
+pub(crate) mod storage;
+
+pub use device::CudaDevice;

@@ -1,0 +1,293 @@
+//! CUDA C to CUBIN or PTX through NVRTC (raw `cudarc::nvrtc::sys` calls), and the checks CI runs on the
+//! generated kernels without a GPU: compile to PTX, assemble with `ptxas -v`, refuse register spills.
+//!
+//! libnvrtc is loaded on first use. cudarc panics when it cannot load it, so every entry point first asks
+//! [`nvrtc_available`], which only probes for the library and never panics.
+
+use cudarc::nvrtc::sys;
+use std::ffi::{c_char, CStr, CString};
+use std::fmt;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+/// Why NVRTC did not produce code. `Display` shows the compiler log and the numbered source.
+#[derive(Clone, Debug)]
+pub struct NvrtcError {
+    pub kernel: String,
+    /// What failed: `load` (no libnvrtc), `create`, `compile`, `output`.
+    pub stage: &'static str,
+    pub message: String,
+    /// NVRTC's log (errors and warnings with `name.cu(line)` positions); empty before compilation.
+    pub log: String,
+    /// The source with line numbers, to read the log against.
+    pub numbered_source: String,
+}
+
+impl fmt::Display for NvrtcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "nvrtc: {} of kernel `{}` failed: {}", self.stage, self.kernel, self.message)?;
+        if !self.log.trim().is_empty() {
+            write!(f, "\n{}", self.log.trim_end())?;
+        }
+        if !self.numbered_source.is_empty() {
+            write!(f, "\n--- source of `{}` ---\n{}", self.kernel, self.numbered_source)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for NvrtcError {}
+
+/// `   1 | line`: the source as NVRTC's log numbers it.
+fn numbered(source: &str) -> String {
+    source.lines().enumerate().map(|(i, l)| format!("{:5} | {l}\n", i + 1)).collect()
+}
+
+/// Whether libnvrtc can be loaded (probed once; never panics).
+pub fn nvrtc_available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        // SAFETY: only tries to dlopen the candidate library names; nothing is called.
+        std::panic::catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false)
+    })
+}
+
+/// NVRTC's (major, minor) version, or `None` without a usable libnvrtc.
+pub fn nvrtc_version() -> Option<(i32, i32)> {
+    if !nvrtc_available() {
+        return None;
+    }
+    std::panic::catch_unwind(|| {
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: two valid out-pointers; the library is present (checked above).
+        let status = unsafe { sys::nvrtcVersion(&mut major, &mut minor) };
+        (status == sys::nvrtcResult::NVRTC_SUCCESS).then_some((major, minor))
+    })
+    .ok()
+    .flatten()
+}
+
+/// Compiles `source` for the real architecture `arch` (`sm_90`) and returns the CUBIN.
+pub(crate) fn compile_cubin(name: &str, source: &str, defines: &[String], arch: &str) -> Result<Vec<u8>, NvrtcError> {
+    let program = Program::compile(name, source, defines, &format!("--gpu-architecture={arch}"))?;
+    program.output(sys::nvrtcGetCUBINSize, sys::nvrtcGetCUBIN)
+}
+
+/// Compiles `source` to PTX for the virtual architecture of `arch` (`sm_90` -> `compute_90`).
+pub fn compile_ptx(name: &str, source: &str, defines: &[String], arch: &str) -> Result<String, NvrtcError> {
+    let virtual_arch = arch.replacen("sm_", "compute_", 1);
+    let program = Program::compile(name, source, defines, &format!("--gpu-architecture={virtual_arch}"))?;
+    let mut bytes = program.output(sys::nvrtcGetPTXSize, sys::nvrtcGetPTX)?;
+    while bytes.last() == Some(&0) {
+        bytes.pop();
+    }
+    String::from_utf8(bytes).map_err(|_| program.error("output", "the PTX is not UTF-8".into(), String::new()))
+}
+
+type SizeFn = unsafe fn(sys::nvrtcProgram, *mut usize) -> sys::nvrtcResult;
+type BytesFn = unsafe fn(sys::nvrtcProgram, *mut c_char) -> sys::nvrtcResult;
+
+/// A compiled NVRTC program, destroyed on drop.
+struct Program {
+    handle: sys::nvrtcProgram,
+    name: String,
+    source: String,
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from nvrtcCreateProgram and is destroyed once.
+        unsafe {
+            sys::nvrtcDestroyProgram(&mut self.handle);
+        }
+    }
+}
+
+impl Program {
+    fn compile(name: &str, source: &str, defines: &[String], arch_option: &str) -> Result<Program, NvrtcError> {
+        let fail = |stage, message: String| NvrtcError {
+            kernel: name.to_string(),
+            stage,
+            message,
+            log: String::new(),
+            numbered_source: if stage == "load" { String::new() } else { numbered(source) },
+        };
+        if !nvrtc_available() {
+            return Err(fail("load", "libnvrtc was not found (install the CUDA toolkit or set LD_LIBRARY_PATH)".into()));
+        }
+        let c_source = CString::new(source).map_err(|_| fail("create", "the source contains a NUL byte".into()))?;
+        let c_name = CString::new(format!("{name}.cu")).map_err(|_| fail("create", "the name contains a NUL byte".into()))?;
+        let mut options: Vec<CString> = Vec::with_capacity(defines.len() + 3);
+        for option in [arch_option, "-default-device", "--std=c++17"].iter().map(|s| s.to_string()).chain(defines.iter().cloned()) {
+            options.push(CString::new(option).map_err(|_| fail("create", "an option contains a NUL byte".into()))?);
+        }
+        let option_ptrs: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
+        let mut handle: sys::nvrtcProgram = std::ptr::null_mut();
+        // SAFETY: valid NUL-terminated strings that outlive the call; no headers.
+        let status = unsafe {
+            sys::nvrtcCreateProgram(&mut handle, c_source.as_ptr(), c_name.as_ptr(), 0, std::ptr::null(), std::ptr::null())
+        };
+        if status != sys::nvrtcResult::NVRTC_SUCCESS {
+            return Err(fail("create", describe(status)));
+        }
+        let program = Program { handle, name: name.to_string(), source: source.to_string() };
+        let count = option_ptrs.len() as i32;
+        // SAFETY: `count` valid option strings, alive for the call.
+        let status = unsafe { sys::nvrtcCompileProgram(program.handle, count, option_ptrs.as_ptr()) };
+        if status != sys::nvrtcResult::NVRTC_SUCCESS {
+            let log = program.log();
+            return Err(program.error("compile", describe(status), log));
+        }
+        Ok(program)
+    }
+
+    fn error(&self, stage: &'static str, message: String, log: String) -> NvrtcError {
+        NvrtcError { kernel: self.name.clone(), stage, message, log, numbered_source: numbered(&self.source) }
+    }
+
+    fn log(&self) -> String {
+        let mut size = 0usize;
+        // SAFETY: a live program and a valid out-pointer.
+        if unsafe { sys::nvrtcGetProgramLogSize(self.handle, &mut size) } != sys::nvrtcResult::NVRTC_SUCCESS {
+            return String::new();
+        }
+        let mut buffer = vec![0u8; size.max(1)];
+        // SAFETY: the buffer holds `size` bytes, as NVRTC asked.
+        if unsafe { sys::nvrtcGetProgramLog(self.handle, buffer.as_mut_ptr().cast()) } != sys::nvrtcResult::NVRTC_SUCCESS {
+            return String::new();
+        }
+        CStr::from_bytes_until_nul(&buffer).map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+
+    /// The program's CUBIN or PTX bytes, through the matching size and copy functions.
+    fn output(&self, size_of: SizeFn, copy: BytesFn) -> Result<Vec<u8>, NvrtcError> {
+        let mut size = 0usize;
+        // SAFETY: a compiled program and a valid out-pointer.
+        let status = unsafe { size_of(self.handle, &mut size) };
+        if status != sys::nvrtcResult::NVRTC_SUCCESS {
+            return Err(self.error("output", describe(status), self.log()));
+        }
+        let mut bytes = vec![0u8; size];
+        // SAFETY: the buffer holds `size` bytes, as NVRTC asked.
+        let status = unsafe { copy(self.handle, bytes.as_mut_ptr().cast()) };
+        if status != sys::nvrtcResult::NVRTC_SUCCESS {
+            return Err(self.error("output", describe(status), self.log()));
+        }
+        Ok(bytes)
+    }
+}
+
+fn describe(status: sys::nvrtcResult) -> String {
+    format!("{status:?}")
+}
+
+/// What `ptxas -v` says about one kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PtxasReport {
+    pub registers: u32,
+    pub spill_stores: u64,
+    pub spill_loads: u64,
+    pub stack_frame_bytes: u64,
+    /// ptxas's whole output.
+    pub log: String,
+}
+
+/// Assembles `ptx` for `arch` with the `ptxas` at `ptxas` (`-v`), and reads registers, stack and spills
+/// from its report. Errors carry ptxas's output.
+pub fn ptxas_check(ptxas: &Path, name: &str, ptx: &str, arch: &str) -> Result<PtxasReport, String> {
+    // A file per call: callers check the same kernel with other defines concurrently.
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("fuse-ptxas-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let input = dir.join(format!("{name}.{arch}.{call}.ptx"));
+    let output = dir.join(format!("{name}.{arch}.{call}.cubin"));
+    std::fs::write(&input, ptx).map_err(|e| format!("cannot write {}: {e}", input.display()))?;
+    let run = Command::new(ptxas)
+        .arg(format!("-arch={arch}"))
+        .arg("-v")
+        .arg("-o")
+        .arg(&output)
+        .arg(&input)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", ptxas.display()))?;
+    let _ = std::fs::remove_file(&input);
+    let _ = std::fs::remove_file(&output);
+    let log = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    if !run.status.success() {
+        return Err(format!("ptxas -arch={arch} failed on `{name}` ({}):\n{log}", run.status));
+    }
+    parse_ptxas_report(&log).ok_or_else(|| format!("no resource usage for `{name}` in the ptxas output:\n{log}"))
+}
+
+/// Reads `N bytes stack frame, N bytes spill stores, N bytes spill loads` and `Used N registers`.
+fn parse_ptxas_report(log: &str) -> Option<PtxasReport> {
+    let number_before = |line: &str, what: &str| -> Option<u64> {
+        let at = line.find(what)?;
+        line[..at].split_whitespace().last()?.parse().ok()
+    };
+    let mut report = PtxasReport { registers: 0, spill_stores: 0, spill_loads: 0, stack_frame_bytes: 0, log: log.to_string() };
+    let mut seen_registers = false;
+    for line in log.lines() {
+        if let Some(stack) = number_before(line, "bytes stack frame") {
+            report.stack_frame_bytes = report.stack_frame_bytes.max(stack);
+            report.spill_stores += number_before(line, "bytes spill stores").unwrap_or(0);
+            report.spill_loads += number_before(line, "bytes spill loads").unwrap_or(0);
+        }
+        if let Some(at) = line.find("Used ") {
+            let registers = line[at + 5..].split_whitespace().next().and_then(|n| n.parse::<u32>().ok());
+            if let Some(r) = registers {
+                report.registers = report.registers.max(r);
+                seen_registers = true;
+            }
+        }
+    }
+    seen_registers.then_some(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_ptxas_report() {
+        let log = "ptxas info    : 0 bytes gmem\nptxas info    : Compiling entry function 'k' for 'sm_90'\n\
+                   ptxas info    : Function properties for k\n    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n\
+                   ptxas info    : Used 40 registers, used 0 barriers, 432 bytes cmem[0]\n";
+        let r = parse_ptxas_report(log).expect("a report");
+        assert_eq!((r.registers, r.spill_stores, r.spill_loads, r.stack_frame_bytes), (40, 4, 12, 8));
+        assert_eq!(parse_ptxas_report("ptxas fatal   : something"), None);
+    }
+
+    #[test]
+    fn errors_number_the_source() {
+        let e = NvrtcError {
+            kernel: "k".into(),
+            stage: "compile",
+            message: "NVRTC_ERROR_COMPILATION".into(),
+            log: "k.cu(2): error: identifier \"y\" is undefined".into(),
+            numbered_source: numbered("int x;\nint z = y;\n"),
+        };
+        let text = e.to_string();
+        assert!(text.contains("k.cu(2): error") && text.contains("    2 | int z = y;"), "{text}");
+    }
+
+    #[test]
+    fn a_missing_or_present_nvrtc_never_panics() {
+        let version = nvrtc_version();
+        assert_eq!(version.is_some(), nvrtc_available());
+        if let Some((major, _)) = version {
+            assert!(major >= 11, "NVRTC {major}");
+            let ptx = compile_ptx("k", "extern \"C\" __global__ void k(float* p) { p[threadIdx.x] = 1.0f; }", &[], "sm_80");
+            assert!(ptx.is_ok_and(|p| p.contains(".entry k")));
+            let broken = compile_ptx("k", "this is not C", &[], "sm_80").expect_err("must not compile");
+            assert_eq!(broken.stage, "compile");
+            assert!(!broken.log.is_empty());
+        } else {
+            let e = compile_ptx("k", "", &[], "sm_80").expect_err("no NVRTC");
+            assert_eq!(e.stage, "load");
+        }
+    }
+}

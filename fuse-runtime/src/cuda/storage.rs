@@ -1,0 +1,125 @@
+//! Device memory of a tensor: one allocation of bytes and the dtype they hold. Copies between host and
+//! device are ordered on the device's one stream; a copy to the host waits for it.
+
+use super::device::{driver_error, CudaDevice};
+use crate::cpu::storage::CpuData;
+use crate::{Error, Result};
+use cudarc::driver::{CudaSlice, DevicePtr};
+use fuse_ir::DType;
+use half::{bf16, f16};
+
+pub(crate) struct CudaStorage {
+    buffer: CudaSlice<u8>,
+    dtype: DType,
+    device: CudaDevice,
+}
+
+/// The bytes of a slice of plain numbers.
+fn as_bytes<T: Copy>(values: &[T]) -> &[u8] {
+    // SAFETY: T is f32, f16 or bf16 here: plain data without padding, any byte pattern readable as u8.
+    unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values)) }
+}
+
+/// Numbers from little-endian bytes (the GPU's and the host's order).
+fn from_bytes<T: Copy + Default>(bytes: &[u8]) -> Vec<T> {
+    let size = std::mem::size_of::<T>();
+    let mut out = vec![T::default(); bytes.len() / size];
+    // SAFETY: `out` has room for exactly bytes.len() / size elements; the types are plain data, so any bytes
+    // make valid values; the regions do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr().cast::<u8>(), out.len() * size) };
+    out
+}
+
+impl CudaStorage {
+    /// Uninitialised memory for `len` elements of `dtype` (every kernel writes all of its outputs).
+    pub(crate) fn alloc(device: &CudaDevice, dtype: DType, len: usize) -> Result<CudaStorage> {
+        let bytes = len.checked_mul(dtype.size_bytes()).ok_or_else(|| Error::Cuda {
+            op: "alloc".into(),
+            message: format!("{len} elements of {dtype} overflow the address space"),
+        })?;
+        // SAFETY: the memory is uninitialised; every caller writes it before reading it.
+        let buffer = unsafe { device.stream().alloc::<u8>(bytes.max(1)) }.map_err(|e| driver_error("alloc", e))?;
+        let storage = CudaStorage { buffer, dtype, device: device.clone() };
+        if device.poisons_allocations() {
+            storage.fill_bytes(0xFF)?;
+        }
+        Ok(storage)
+    }
+
+    /// A copy of host data on the device.
+    pub(crate) fn upload(device: &CudaDevice, data: &CpuData) -> Result<CudaStorage> {
+        let (bytes, dtype) = match data {
+            CpuData::F32(v) => (as_bytes(v), DType::F32),
+            CpuData::F16(v) => (as_bytes(v), DType::F16),
+            CpuData::BF16(v) => (as_bytes(v), DType::BF16),
+        };
+        let mut storage = CudaStorage::alloc(device, dtype, bytes.len() / dtype.size_bytes())?;
+        if !bytes.is_empty() {
+            let mut view = storage.buffer.slice_mut(0..bytes.len());
+            device.stream().memcpy_htod(bytes, &mut view).map_err(|e| driver_error("copy to the GPU", e))?;
+        }
+        Ok(storage)
+    }
+
+    /// Wraps memory made elsewhere (interop). The caller guarantees it holds `dtype` values.
+    pub(crate) fn from_buffer(device: &CudaDevice, buffer: CudaSlice<u8>, dtype: DType) -> CudaStorage {
+        CudaStorage { buffer, dtype, device: device.clone() }
+    }
+
+    /// Fills the allocation with zero bytes (zero in every dtype).
+    pub(crate) fn zero(&self) -> Result<()> {
+        self.fill_bytes(0)
+    }
+
+    /// Sets every byte of the allocation, in stream order.
+    fn fill_bytes(&self, value: u8) -> Result<()> {
+        let stream = self.device.stream();
+        // SAFETY: the address and byte count are this live allocation's; the memset is queued on the stream
+        // every use of the allocation is ordered on.
+        unsafe {
+            cudarc::driver::result::memset_d8_async(self.base_address(), value, self.buffer.len(), stream.cu_stream())
+        }
+        .map_err(|e| driver_error("memset", e))
+    }
+
+    /// The whole allocation copied to the host (after the work queued before it).
+    pub(crate) fn download(&self) -> Result<CpuData> {
+        let len = self.len();
+        let bytes_len = len * self.dtype.size_bytes();
+        let mut bytes = vec![0u8; bytes_len];
+        if bytes_len > 0 {
+            let view = self.buffer.slice(0..bytes_len);
+            self.device.stream().memcpy_dtoh(&view, &mut bytes).map_err(|e| driver_error("copy to the host", e))?;
+            self.device.synchronize()?;
+        }
+        Ok(match self.dtype {
+            DType::F32 => CpuData::F32(from_bytes::<f32>(&bytes)),
+            DType::F16 => CpuData::F16(from_bytes::<u16>(&bytes).into_iter().map(f16::from_bits).collect()),
+            DType::BF16 => CpuData::BF16(from_bytes::<u16>(&bytes).into_iter().map(bf16::from_bits).collect()),
+        })
+    }
+
+    /// A copy of the whole allocation in a new one, on the same stream.
+    pub(crate) fn duplicate(&self) -> Result<CudaSlice<u8>> {
+        self.device.stream().clone_dtod(&self.buffer).map_err(|e| driver_error("device copy", e))
+    }
+
+    pub(crate) fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub(crate) fn device(&self) -> &CudaDevice {
+        &self.device
+    }
+
+    /// Number of elements.
+    pub(crate) fn len(&self) -> usize {
+        self.buffer.len() / self.dtype.size_bytes()
+    }
+
+    /// The device address of element 0.
+    pub(crate) fn base_address(&self) -> u64 {
+        let (ptr, _sync) = self.buffer.device_ptr(self.device.stream());
+        ptr
+    }
+}

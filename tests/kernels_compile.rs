@@ -1,0 +1,298 @@
+//! Every CUDA kernel the code generator emits for a corpus of `#[fuse]` functions (every op, every kind of
+//! group, the Llama MLP, rms_norm -> MLP -> residual, attention, a ten-op chain) compiles with NVRTC to PTX
+//! for sm_80 and sm_90, in f32/f16/bf16, with scalar and tensor arguments, dense and strided, and assembles
+//! with `ptxas -v` without register spills. No GPU needed.
+//!
+//! Without NVRTC the test says it skipped; with `FUSE_TEST_NVRTC=1` (scripts/test.sh sets it once
+//! scripts/cuda-tools.sh has installed NVRTC and ptxas) a missing NVRTC or `FUSE_PTXAS` is a failure.
+
+use fuse::ir::codegen::{self, InputKind, KernelKind, KernelSpec, Role, CONTIGUOUS_DEFINE};
+use fuse::ir::{BinaryOp, DType, Graph, Op, ReduceOp, UnaryOp};
+use fuse::prelude::*;
+use fuse_runtime::{compile_ptx, nvrtc_available, nvrtc_version, ptxas_check, PtxasReport};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Instant;
+
+const ARCHS: [&str; 2] = ["sm_80", "sm_90"];
+/// Functions whose kernels are checked with every define variant (each kind of kernel and role is here).
+const FULL_MATRIX: [&str; 4] = ["chain10", "ffn_block", "attention", "scaled_projection"];
+
+#[fuse]
+fn unary_a(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
+    let pos = abs(x) + 0.5;
+    (exp(x), log(pos), sqrt(pos), rsqrt(pos), tanh(x), sigmoid(x), silu(x))
+}
+
+#[fuse]
+fn unary_b(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
+    let away = x + 2.5;
+    (gelu(x), gelu_tanh(x), relu(x), abs(x), square(x), recip(away), -x)
+}
+
+#[fuse]
+fn binary(a: &Tensor, b: &Tensor, s: f32) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
+    let pos = abs(a) + 0.25;
+    (a + b, a - b, a * b, a / (abs(b) + 0.5), maximum(a, b), minimum(a, b), pos.powf(s), b * s - 1.5)
+}
+
+#[fuse]
+fn reductions(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor)> {
+    (x.sum(-1), x.mean(-1), x.max(-1), softmax(x), x - x.mean(-1))
+}
+
+#[fuse]
+fn norm_and_cast(x: &Tensor, w: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
+    let n = rms_norm(x, w, eps);
+    (n, n.to_dtype(DType::F32) * 2.0)
+}
+
+#[fuse]
+fn casts(x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+    (x.to_dtype(DType::F16) * 3.0, x.to_dtype(DType::BF16) - 1e-3, exp(x.to_dtype(DType::F32)))
+}
+
+#[fuse]
+fn mlp(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) -> Result<Tensor> {
+    let h = silu(x.matmul(w_gate)) * x.matmul(w_up);
+    Ok(h.matmul(w_down))
+}
+
+#[fuse]
+fn llama_mlp(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) -> Result<Tensor> {
+    let h = silu(x.matmul(&w_gate.t())) * x.matmul(&w_up.t());
+    Ok(h.matmul(&w_down.t()))
+}
+
+#[fuse]
+fn ffn_block(x: &Tensor, norm: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor, eps: f32) -> Result<Tensor> {
+    let h = rms_norm(x, norm, eps);
+    Ok(x + (silu(h.matmul(&w_gate.t())) * h.matmul(&w_up.t())).matmul(&w_down.t()))
+}
+
+#[allow(dead_code)] // only the graph of its #[fuse] method is used
+struct Block {
+    norm: Tensor,
+    gate: Tensor,
+    up: Tensor,
+    down: Tensor,
+    eps: f32,
+}
+
+impl Block {
+    #[fuse]
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = rms_norm(x, &self.norm, self.eps);
+        Ok(x + (silu(h.matmul(&self.gate.t())) * h.matmul(&self.up.t())).matmul(&self.down.t()))
+    }
+}
+
+#[fuse]
+fn attention_scores(q: &Tensor, k: &Tensor, scale: f32) -> Result<Tensor> {
+    Ok(softmax(q.matmul(&k.t()) * scale))
+}
+
+#[fuse]
+fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {
+    Ok(softmax(q.matmul(&k.t()) * scale).matmul(v))
+}
+
+/// A matmul whose left operand is computed on the fly (a prologue) and whose product is activated.
+#[fuse]
+fn scaled_projection(x: &Tensor, row_scale: &Tensor, w: &Tensor) -> Result<Tensor> {
+    Ok(tanh(relu(x * row_scale).matmul(&w.t())))
+}
+
+/// Ten pointwise ops with broadcasting (a bias row, a scalar parameter, literals).
+#[fuse]
+fn chain10(x: &Tensor, bias: &Tensor, s: f32) -> Result<Tensor> {
+    let a = (x + bias) * s;
+    let b = tanh(a) * 0.5 + 1.0;
+    Ok(exp(-square(b)) / (b + 2.0))
+}
+
+fn corpus() -> Vec<&'static FusedFn> {
+    vec![
+        unary_a_fused(),
+        unary_b_fused(),
+        binary_fused(),
+        reductions_fused(),
+        norm_and_cast_fused(),
+        casts_fused(),
+        mlp_fused(),
+        llama_mlp_fused(),
+        ffn_block_fused(),
+        Block::forward_fused(),
+        attention_scores_fused(),
+        attention_fused(),
+        scaled_projection_fused(),
+        chain10_fused(),
+    ]
+}
+
+/// Every kernel of the fused plans, and of the unfused plan of `reductions` (a reduction alone in its
+/// kernel), without repeats.
+fn kernels() -> Vec<(Graph, KernelSpec)> {
+    let mut all: Vec<(Graph, KernelSpec)> = Vec::new();
+    let unfused = reductions_fused();
+    for f in corpus() {
+        let g = f.graph().expect("the corpus traces");
+        let plans = if std::ptr::eq(f, unfused) { vec![Fusion::On, Fusion::Off] } else { vec![Fusion::On] };
+        for fusion in plans {
+            let plan = f.plan(fusion).expect("the corpus plans");
+            for spec in codegen::plan_kernels(g, plan) {
+                if !all.iter().any(|(_, s)| s.source == spec.source) {
+                    all.push((g.clone(), spec));
+                }
+            }
+        }
+    }
+    all
+}
+
+/// The define sets a kernel is checked with: bf16 with scalar arguments and the dense vector path; f16
+/// strided; f32 with fields and scalars passed as tensors, dense (its tail is the element path), and f32
+/// results from bf16 inputs, strided. Row reductions have no dense path.
+fn variants(g: &Graph, spec: &KernelSpec) -> Vec<Vec<String>> {
+    let may_be_scalar: Vec<bool> = spec
+        .inputs
+        .iter()
+        .map(|&id| match g.op(id) {
+            Op::Input(k) => g.inputs[k as usize].kind != fuse::ir::InputKind::Tensor,
+            _ => false,
+        })
+        .collect();
+    let slots = |dtype: DType, scalars: bool| -> Vec<InputKind> {
+        may_be_scalar.iter().map(|&s| if s && scalars { InputKind::Scalar } else { InputKind::Tensor(dtype) }).collect()
+    };
+    let outs = |dtype: DType| vec![dtype; spec.outputs.len()];
+    let dense = spec.kind == KernelKind::Pointwise;
+    let sets = [
+        (codegen::defines(spec, &slots(DType::BF16, true), &outs(DType::BF16)), dense),
+        (codegen::defines(spec, &slots(DType::F16, true), &outs(DType::F16)), false),
+        (codegen::defines(spec, &slots(DType::F32, false), &outs(DType::F32)), dense),
+        (codegen::defines(spec, &slots(DType::BF16, false), &outs(DType::F32)), false),
+    ];
+    sets.into_iter()
+        .map(|(mut d, contiguous)| {
+            if contiguous {
+                d.push(CONTIGUOUS_DEFINE.to_string());
+            }
+            d
+        })
+        .collect()
+}
+
+/// The corpus must exercise what this test claims: every op, both kernel kinds, every role.
+fn check_coverage(kernels: &[(Graph, KernelSpec)]) {
+    let ops: Vec<Op> = kernels.iter().flat_map(|(g, s)| s.nodes.iter().map(|&n| g.op(n))).collect();
+    for u in UnaryOp::ALL {
+        assert!(ops.contains(&Op::Unary(u)), "no kernel computes {}", u.name());
+    }
+    for b in BinaryOp::ALL {
+        assert!(ops.contains(&Op::Binary(b)), "no kernel computes {}", b.name());
+    }
+    for r in ReduceOp::ALL {
+        assert!(ops.contains(&Op::Reduce(r)), "no kernel computes {}", r.name());
+    }
+    for d in DType::ALL {
+        assert!(ops.contains(&Op::Cast(d)), "no kernel casts to {d}");
+    }
+    for kind in [KernelKind::Pointwise, KernelKind::RowReduce] {
+        assert!(kernels.iter().any(|(_, s)| s.kind == kind), "no {kind:?} kernel");
+    }
+    for role in [Role::Whole, Role::Prologue, Role::Epilogue] {
+        assert!(kernels.iter().any(|(_, s)| s.role == role), "no {role:?} kernel");
+    }
+}
+
+/// `FUSE_PTXAS`, else `ptxas` on the PATH.
+fn ptxas() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FUSE_PTXAS").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join("ptxas")).find(|p| p.is_file())
+}
+
+/// Compiles and assembles one kernel variant for one arch; `Err` says what went wrong.
+fn check(spec: &KernelSpec, defines: &[String], arch: &str, ptxas: &std::path::Path) -> std::result::Result<PtxasReport, String> {
+    let ptx = compile_ptx(&spec.name, &spec.source, defines, arch).map_err(|e| format!("{defines:?}: {e}"))?;
+    if !ptx.contains(&format!(".entry {}(", spec.name)) {
+        return Err(format!("{arch} {defines:?}: the PTX has no entry `{}`", spec.name));
+    }
+    let report = ptxas_check(ptxas, &spec.name, &ptx, arch).map_err(|e| format!("{defines:?}: {e}"))?;
+    if report.spill_stores > 0 || report.spill_loads > 0 {
+        return Err(format!("{arch} {defines:?}: register spills\n{}", report.log));
+    }
+    Ok(report)
+}
+
+#[test]
+fn every_generated_kernel_compiles_and_assembles_without_spills() {
+    let required = std::env::var("FUSE_TEST_NVRTC").is_ok_and(|v| v == "1");
+    let kernels = kernels();
+    check_coverage(&kernels);
+    if !nvrtc_available() {
+        assert!(!required, "FUSE_TEST_NVRTC=1 but libnvrtc cannot be loaded (run scripts/cuda-tools.sh, check LD_LIBRARY_PATH)");
+        eprintln!("kernels_compile: SKIPPED, no libnvrtc (scripts/test.sh installs it; FUSE_TEST_NVRTC=1 makes this a failure)");
+        return;
+    }
+    let Some(ptxas) = ptxas() else {
+        assert!(!required, "FUSE_TEST_NVRTC=1 but no ptxas (set FUSE_PTXAS)");
+        eprintln!("kernels_compile: SKIPPED, no ptxas (set FUSE_PTXAS)");
+        return;
+    };
+    // A compilation takes ~0.2 s: every variant for the kernels of FULL_MATRIX, one (in turn) for the others.
+    let jobs: Vec<(usize, Vec<String>, &str)> = kernels
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (g, spec))| {
+            let all = variants(g, spec);
+            let chosen = if FULL_MATRIX.contains(&g.name.as_str()) { all } else { vec![all[i % all.len()].clone()] };
+            chosen.into_iter().flat_map(move |d| ARCHS.map(|arch| (i, d.clone(), arch)))
+        })
+        .collect();
+    let started = Instant::now();
+    let next = Mutex::new(0usize);
+    let failures = Mutex::new(Vec::<String>::new());
+    // The most registers and stack any kernel needed, and which: a trend worth seeing in CI logs.
+    let most = Mutex::new((0u32, 0u64, String::new()));
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let job = {
+                    let mut n = next.lock().unwrap_or_else(|e| e.into_inner());
+                    *n += 1;
+                    jobs.get(*n - 1)
+                };
+                let Some((i, defines, arch)) = job else { break };
+                let spec = &kernels[*i].1;
+                match check(spec, defines, arch, &ptxas) {
+                    Ok(report) => {
+                        let mut most = most.lock().unwrap_or_else(|e| e.into_inner());
+                        if report.registers > most.0 {
+                            *most = (report.registers, most.1, format!("{} {arch} {defines:?}", spec.name));
+                        }
+                        most.1 = most.1.max(report.stack_frame_bytes);
+                    }
+                    Err(e) => failures.lock().unwrap_or_else(|e| e.into_inner()).push(format!("kernel `{}` for {arch}: {e}", spec.name)),
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    let (registers, stack, heaviest) = most.into_inner().unwrap_or_else(|e| e.into_inner());
+    eprintln!("kernels_compile: at most {registers} registers ({heaviest}), at most {stack} bytes of stack frame");
+    eprintln!(
+        "kernels_compile: {} kernels, {} compilations with NVRTC {:?} and {} in {:.1}s, {} failed",
+        kernels.len(),
+        jobs.len(),
+        nvrtc_version(),
+        ptxas.display(),
+        started.elapsed().as_secs_f64(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{} kernel compilations failed:\n{}", failures.len(), failures.join("\n\n"));
+}
