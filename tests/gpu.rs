@@ -5,6 +5,8 @@
 //! Without a GPU each test prints `skipped: no CUDA device` and passes, unless `FUSE_TEST_GPU=1` (the GPU
 //! machine's runner sets it), which turns a missing GPU into a failure.
 
+use std::io::Write as _;
+
 #[path = "gpu/groups.rs"]
 mod groups;
 #[path = "gpu/ops.rs"]
@@ -47,7 +49,8 @@ fn device() -> Option<Device> {
             if std::env::var("FUSE_TEST_GPU").is_ok_and(|v| v.trim() == "1") {
                 panic!("FUSE_TEST_GPU=1 but there is no CUDA device: {e}");
             }
-            println!("skipped: no CUDA device ({e})");
+            // Straight to stderr: libtest captures println!/eprintln! of passing tests, and a skip must be seen.
+            let _ = writeln!(std::io::stderr(), "skipped: no CUDA device ({e})");
             None
         }
     }

@@ -6,6 +6,8 @@
 //! Without NVRTC the test says it skipped; with `FUSE_TEST_NVRTC=1` (scripts/test.sh sets it once
 //! scripts/cuda-tools.sh has installed NVRTC and ptxas) a missing NVRTC or `FUSE_PTXAS` is a failure.
 
+use std::io::Write as _; // skip notices go straight to stderr, past libtest's capture
+
 use fuse::ir::codegen::{self, InputKind, KernelKind, KernelSpec, Role, CONTIGUOUS_DEFINE};
 use fuse::ir::{BinaryOp, DType, Graph, Op, ReduceOp, UnaryOp};
 use fuse::prelude::*;
@@ -235,12 +237,12 @@ fn every_generated_kernel_compiles_and_assembles_without_spills() {
     check_coverage(&kernels);
     if !nvrtc_available() {
         assert!(!required, "FUSE_TEST_NVRTC=1 but libnvrtc cannot be loaded (run scripts/cuda-tools.sh, check LD_LIBRARY_PATH)");
-        eprintln!("kernels_compile: SKIPPED, no libnvrtc (scripts/test.sh installs it; FUSE_TEST_NVRTC=1 makes this a failure)");
+        let _ = writeln!(std::io::stderr(), "kernels_compile: SKIPPED, no libnvrtc (scripts/test.sh installs it; FUSE_TEST_NVRTC=1 makes this a failure)");
         return;
     }
     let Some(ptxas) = ptxas() else {
         assert!(!required, "FUSE_TEST_NVRTC=1 but no ptxas (set FUSE_PTXAS)");
-        eprintln!("kernels_compile: SKIPPED, no ptxas (set FUSE_PTXAS)");
+        let _ = writeln!(std::io::stderr(), "kernels_compile: SKIPPED, no ptxas (set FUSE_PTXAS)");
         return;
     };
     // A compilation takes ~0.2 s: every variant for the kernels of FULL_MATRIX, one (in turn) for the others.
