@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root, after `../shared/device/gpu-pack` packed .gpu/ here:
+#   scripts/gpu-bench.sh OUTDIR [peer modes]
+# Runs the GPU test suite, the MLP benchmark, the main job and the PyTorch peers in one go, and writes every
+# log and JSON under OUTDIR (tables print as they come). Peer modes default to the cheap ones; the
+# torch.compile max-autotune modes take minutes of compilation (pass "autotune,autotune-graph" for those).
+set -uo pipefail
+out=${1:?usage: scripts/gpu-bench.sh OUTDIR [peer modes]}
+modes=${2:-eager,merged,compile,eager-graph}
+batches=1,4,16,64,256,1024,4096
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+status=0
+.gpu/run >"$out/gpu-tests.log" 2>&1 || status=1
+grep -E "^== |test result|FAILED|panicked" "$out/gpu-tests.log" | tail -20
+.gpu/run --example bench_mlp --json "$out/bench.json" 2>&1 | tee "$out/bench.log" || status=1
+.gpu/run --example llama_mlp 2>&1 | tail -8 | tee "$out/llama_mlp.log" || status=1
+python3 .gpu/peers/torch_mlp.py --batches "$batches" --modes "$modes" --json "$out/peers.json" >"$out/peers.log" 2>&1 || status=1
+tail -15 "$out/peers.log"
+exit $status
