@@ -1,7 +1,10 @@
 //! The Llama-3-8B MLP (hidden 4096, intermediate 14336, bf16, checkpoint [out, in] weights read through
 //! `.t()`) on the GPU at M in {1, 4, 16, 64, 256, 1024, 4096}, fused against unfused, timed with CUDA
-//! events (median of 50 after warm-up), beside the floors of this GPU: bytes over copy bandwidth (from a
-//! 1 GiB device-to-device copy) and FLOPs over the cuBLAS bf16 rate (an 8192^3 product).
+//! events two ways: per call (events around each call, median of 50 after warm-up: the GPU idles while
+//! the host queues the call) and back to back (events around 50 calls in a row, divided by 50, median of
+//! 5: how a serving loop sees it, host work hidden behind the GPU's), beside the floors of this GPU: bytes
+//! over copy bandwidth (from a 1 GiB device-to-device copy) and FLOPs over the cuBLAS bf16 rate (an
+//! 8192^3 product). The host column is the host time to queue one fused call.
 //!
 //! Run: `cargo run --release --example bench_mlp [-- --ms 1,16 --reps 50 --json FILE]`
 
@@ -12,6 +15,7 @@ use std::fmt::Write as _;
 const HIDDEN: usize = 4096;
 const INTER: usize = 14336;
 const WARMUP: usize = 5;
+const BACK_TO_BACK_ROUNDS: usize = 5;
 
 #[fuse]
 fn llama_mlp(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) -> Result<Tensor> {
@@ -65,6 +69,26 @@ fn time_ms(gpu: &CudaDevice, reps: usize, mut work: impl FnMut() -> Result<()>) 
     Ok(times[times.len() / 2])
 }
 
+/// Milliseconds per call of `reps` calls queued back to back between two events (median of
+/// `BACK_TO_BACK_ROUNDS` such runs, after warm-up).
+fn back_to_back_ms(gpu: &CudaDevice, reps: usize, mut work: impl FnMut() -> Result<()>) -> Result<f64> {
+    for _ in 0..WARMUP {
+        work()?;
+    }
+    let mut times = (0..BACK_TO_BACK_ROUNDS)
+        .map(|_| {
+            gpu.time_ms(|| {
+                for _ in 0..reps {
+                    work()?;
+                }
+                Ok(())
+            })
+        })
+        .collect::<Result<Vec<f64>>>()?;
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2] / reps as f64)
+}
+
 /// Host microseconds to queue one call (median of `reps`; the GPU is idle between them): when this
 /// approaches the GPU time, the host, not the GPU, sets the pace.
 fn host_us(gpu: &CudaDevice, reps: usize, mut work: impl FnMut() -> Result<()>) -> Result<f64> {
@@ -96,8 +120,18 @@ fn matmul_rate(dev: &Device, gpu: &CudaDevice, reps: usize) -> Result<f64> {
     Ok(2.0 * (n as f64).powi(3) / (ms * 1e-3))
 }
 
-/// One measured M: (m, fused ms, unfused ms, floor ms, host us per call).
-type Row = (usize, f64, f64, f64, f64);
+/// One measured M.
+struct Row {
+    m: usize,
+    fused: f64,
+    unfused: f64,
+    fused_back_to_back: f64,
+    unfused_back_to_back: f64,
+    floor: f64,
+    host_us: f64,
+    /// Relative L2 distance of the fused result from the unfused one (both from repeated calls).
+    fused_vs_unfused: f64,
+}
 
 /// The results as one JSON object (written by hand: the example needs no serialisation crate).
 fn to_json(dev: &Device, gpu: &CudaDevice, bandwidth: f64, rate: f64, reps: usize, rows: &[Row]) -> String {
@@ -106,10 +140,13 @@ fn to_json(dev: &Device, gpu: &CudaDevice, bandwidth: f64, rate: f64, reps: usiz
     let _ = write!(json, "\"copy_bytes_per_s\": {bandwidth:.6e}, \"matmul_flop_per_s\": {rate:.6e}, ");
     let _ =
         write!(json, "\"hidden\": {HIDDEN}, \"inter\": {INTER}, \"dtype\": \"bf16\", \"reps\": {reps}, \"rows\": [");
-    for (i, (m, fused, unfused, floor, host)) in rows.iter().enumerate() {
+    for (i, r) in rows.iter().enumerate() {
         let sep = if i == 0 { "" } else { ", " };
-        let _ = write!(json, "{sep}{{\"m\": {m}, \"fused_ms\": {fused:.6}, \"unfused_ms\": {unfused:.6}, ");
-        let _ = write!(json, "\"floor_ms\": {floor:.6}, \"host_us\": {host:.2}}}");
+        let _ = write!(json, "{sep}{{\"m\": {}, \"fused_ms\": {:.6}, \"unfused_ms\": {:.6}, ", r.m, r.fused, r.unfused);
+        let _ = write!(json, "\"fused_back_to_back_ms\": {:.6}, ", r.fused_back_to_back);
+        let _ = write!(json, "\"unfused_back_to_back_ms\": {:.6}, ", r.unfused_back_to_back);
+        let _ = write!(json, "\"floor_ms\": {:.6}, \"host_us\": {:.2}, ", r.floor, r.host_us);
+        let _ = write!(json, "\"fused_vs_unfused_rel_l2\": {:.3e}}}", r.fused_vs_unfused);
     }
     json.push_str("]}\n");
     json
@@ -134,8 +171,8 @@ fn main() -> Result<()> {
     let w_down = bf16_tensor(&[HIDDEN, INTER], 13, 0.02, &dev)?;
     let f = llama_mlp_fused();
     println!(
-        "{:>6} {:>11} {:>11} {:>11} {:>8} {:>9} {:>13}",
-        "M", "fused ms", "unfused ms", "floor ms", "speedup", "of floor", "host us/call"
+        "{:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8} {:>9} {:>13} {:>10}",
+        "M", "fused ms", "unfused ms", "fused b2b", "unfused b2b", "floor ms", "speedup", "of floor", "host us/call", "rel diff"
     );
     let mut rows: Vec<Row> = Vec::new();
     for &m in &opts.ms {
@@ -143,16 +180,29 @@ fn main() -> Result<()> {
         let args = [fuse::arg(&x), fuse::arg(&w_gate), fuse::arg(&w_up), fuse::arg(&w_down)];
         let fused = time_ms(gpu, opts.reps, || f.call_with(&args, Fusion::On).map(drop))?;
         let unfused = time_ms(gpu, opts.reps, || f.call_with(&args, Fusion::Off).map(drop))?;
+        let fused_b2b = back_to_back_ms(gpu, opts.reps, || f.call_with(&args, Fusion::On).map(drop))?;
+        let unfused_b2b = back_to_back_ms(gpu, opts.reps, || f.call_with(&args, Fusion::Off).map(drop))?;
         let host = host_us(gpu, opts.reps, || f.call_with(&args, Fusion::On).map(drop))?;
+        let result = |fusion| -> Result<Vec<f32>> { f.call_with(&args, fusion)?[0].to_vec::<f32>() };
+        let fused_vs_unfused = fuse::rel_l2_error(&result(Fusion::On)?, &result(Fusion::Off)?);
         let bytes = 2.0 * (3 * HIDDEN * INTER + 2 * m * HIDDEN) as f64;
         let flops = 2.0 * 3.0 * (m * HIDDEN * INTER) as f64;
         let floor = (bytes / bandwidth).max(flops / rate) * 1e3;
         println!(
-            "{m:>6} {fused:>11.4} {unfused:>11.4} {floor:>11.4} {:>7.2}x {:>8.0}% {host:>13.1}",
+            "{m:>6} {fused:>11.4} {unfused:>11.4} {fused_b2b:>11.4} {unfused_b2b:>11.4} {floor:>11.4} {:>7.2}x {:>8.0}% {host:>13.1} {fused_vs_unfused:>10.2e}",
             unfused / fused,
             floor / fused * 100.0
         );
-        rows.push((m, fused, unfused, floor, host));
+        rows.push(Row {
+            m,
+            fused,
+            unfused,
+            fused_back_to_back: fused_b2b,
+            unfused_back_to_back: unfused_b2b,
+            floor,
+            host_us: host,
+            fused_vs_unfused,
+        });
     }
     if let Some(path) = &opts.json {
         let json = to_json(&dev, gpu, bandwidth, rate, opts.reps, &rows);

@@ -1,11 +1,13 @@
 //! The generated code: the user's function, now calling its fused plan, and `<name>_fused()`, the static
-//! plan behind it. On error: the errors, and the user's signature with a body that cannot add noise.
+//! plan behind it (graph text and the CUDA source of each kernel of the fused plan, as `&'static str`s). On
+//! error: the errors, and the user's signature with a body that cannot add noise.
 
 use crate::diag::Diagnostics;
 use crate::paths;
 use crate::signature::{check_signature, FnSpec};
 use crate::trace::{trace_fn, Traced};
-use fuse_ir::InputKind;
+use fuse_ir::codegen::plan_kernels;
+use fuse_ir::{Graph, InputKind, Plan};
 use proc_macro2::{Literal, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
@@ -58,6 +60,7 @@ fn generate(func: &ItemFn, spec: &FnSpec, traced: &Traced) -> TokenStream {
     let from_outputs = paths::from_outputs();
     let name = Literal::string(&func.sig.ident.to_string());
     let text = Literal::string(&traced.graph.to_text());
+    let kernels = static_kernels(&traced.graph);
     let doc = format!(
         "The fused plan behind [`{}{}`]: its graph, plan and a way to run it unfused.",
         if spec.is_method { "Self::" } else { "" },
@@ -73,10 +76,23 @@ fn generate(func: &ItemFn, spec: &FnSpec, traced: &Traced) -> TokenStream {
         #(#cfgs)*
         #[doc = #doc]
         #vis fn #fused_name() -> &'static #fused_fn {
-            static FUSED: #fused_fn = #fused_fn::new(#name, #text);
+            static FUSED: #fused_fn = #fused_fn::with_kernels(#name, #text, &[#(#kernels,)*]);
             &FUSED
         }
     }
+}
+
+/// `FusedFn::kernel("name", "source")` for each kernel of the fused plan, in plan order: the same call the
+/// runtime makes on the parsed graph, so the strings in the binary are the kernels that run.
+fn static_kernels(graph: &Graph) -> Vec<TokenStream> {
+    let kernel = paths::static_kernel();
+    plan_kernels(graph, &Plan::fused(graph))
+        .into_iter()
+        .map(|k| {
+            let (name, source) = (Literal::string(&k.name), Literal::string(&k.source));
+            quote!(#kernel(#name, #source))
+        })
+        .collect()
 }
 
 /// The errors, then the user's items with bodies that type-check whatever the signature, so rustc adds no
@@ -114,7 +130,10 @@ mod tests {
         assert!(out.contains("pub fn mlp (x : & Tensor , w : & Tensor , eps : f32) -> Result < Tensor >"), "{out}");
         assert!(out.contains("mlp_fused () . call (& [:: fuse :: __private :: arg (x) , :: fuse :: __private :: arg (w) , :: fuse :: __private :: arg (& eps) ,])"), "{out}");
         assert!(out.contains("pub fn mlp_fused () -> & 'static :: fuse :: __private :: FusedFn"), "{out}");
-        assert!(out.contains("FusedFn :: new (\"mlp\" , \"fn mlp(x: tensor, w: tensor, eps: scalar)\\n"), "{out}");
+        assert!(out.contains("FusedFn :: with_kernels (\"mlp\" , \"fn mlp(x: tensor, w: tensor, eps: scalar)\\n"), "{out}");
+        // One Gemm group with an epilogue (`+ eps`): one kernel, its source a string literal.
+        assert_eq!(out.matches(":: fuse :: __private :: FusedFn :: kernel (\"mlp_k0_").count(), 1, "{out}");
+        assert!(out.contains("_epilogue\" , \""), "{out}");
         assert!(!out.contains("compile_error"), "{out}");
     }
 

@@ -9,6 +9,12 @@ pub fn fused_fn() -> TokenStream {
     quote!(::fuse::__private::FusedFn)
 }
 
+/// `::fuse::__private::FusedFn::kernel`: one emitted kernel (name and CUDA source) in the static's kernel list;
+/// a constructor on `FusedFn` so that the facade need export no other type for it.
+pub fn static_kernel() -> TokenStream {
+    quote!(::fuse::__private::FusedFn::kernel)
+}
+
 /// `::fuse::__private::arg`: wraps `&Tensor` or `&f32`/`&f64`/`&usize`/`&i64` as one argument of the call.
 pub fn arg() -> TokenStream {
     quote!(::fuse::__private::arg)

@@ -24,6 +24,6 @@ pub use eager::{
 pub use element::Element;
 pub use error::{Error, Result};
 pub use fuse_ir::DType;
-pub use fused::{arg, Arg, FromOutputs, Fusion, FusedFn, IntoArg};
+pub use fused::{arg, Arg, FromOutputs, Fusion, FusedFn, IntoArg, StaticKernel};
 pub use reference::{reference, rel_l2_error};
 pub use tensor::Tensor;

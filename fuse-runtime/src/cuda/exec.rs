@@ -3,10 +3,14 @@
 //! is its generated kernels (`fuse_ir::codegen::group_kernels`) launched with packed `FuseArgs`, and for
 //! Gemm/DualGemm groups the matmuls on cuBLAS between the prologue and the epilogue kernels. Everything is
 //! queued on the device's one stream; nothing waits for the GPU until a result is read.
+//!
+//! With a kernel cache (a `FusedFn`'s), the first call of each argument signature also records what it
+//! queued as a launch plan (`launch_plan.rs`), and later calls of that signature replay it instead.
 
-use super::device::{driver_error, CudaDevice};
-use super::gemm::{plan_gemm, run_gemm, Matrix};
+use super::device::{driver_error, lock, CudaDevice};
+use super::gemm::{launch_gemm, plan_gemm, Matrix};
 use super::kernels::{KernelCache, PlanKernels, PreparedKernel};
+use super::launch_plan::{signature, LaunchPlan, Patch, Recording, Step};
 use super::launch::{plan_launch, Operand, BLOCK_THREADS};
 use super::modules;
 use super::storage::CudaStorage;
@@ -16,6 +20,7 @@ use crate::{Error, Result, Tensor};
 use fuse_ir::codegen::{self, InputKind, Role, CONTIGUOUS_DEFINE};
 use fuse_ir::infer::broadcast;
 use fuse_ir::{DType, Graph, GroupKind, NodeId, Op, Plan};
+use cudarc::driver::CudaFunction;
 use std::time::Instant;
 
 struct Executor<'a> {
@@ -25,6 +30,8 @@ struct Executor<'a> {
     device: &'a CudaDevice,
     inferred: Inferred,
     values: Vec<Option<Value>>,
+    /// What this call queued, when it is to become a launch plan.
+    recording: Option<Recording>,
 }
 
 /// Runs `plan` on `args` (one per graph input, every tensor on `device`). Returns the graph's outputs and,
@@ -39,7 +46,6 @@ pub(crate) fn execute(
     timed: bool,
     cache: Option<&KernelCache>,
 ) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
-    let inferred = infer(function, g, &args)?;
     // Raw driver calls below (launches, memsets) need the context current on this thread.
     device.context().bind_to_thread().map_err(|e| driver_error("bind the context", e))?;
     let generated;
@@ -53,6 +59,17 @@ pub(crate) fn execute(
     if kernels.groups.len() != plan.groups.len() {
         return Err(Error::internal(function, "the cached kernels belong to another plan"));
     }
+    // Per-group timing needs the general path (it synchronises after each group).
+    let replayable = cache.is_some() && !timed;
+    if replayable {
+        if let Some(launch_plan) = lock(&kernels.launch_plans).find(device, &args) {
+            return Ok((launch_plan.replay(function, device, &args)?, Vec::new()));
+        }
+    }
+    let inferred = infer(function, g, &args)?;
+    // Empty values make empty launches and products, which the general path skips call by call.
+    let record = replayable && !inferred.shapes.iter().any(|s| s.contains(&0));
+    let recorded_signature = record.then(|| signature(&args));
     let mut values: Vec<Option<Value>> = vec![None; g.nodes.len()];
     let mut args = args.into_iter().map(Some).collect::<Vec<_>>();
     for id in g.ids() {
@@ -60,7 +77,8 @@ pub(crate) fn execute(
             values[id.index()] = args.get_mut(k as usize).and_then(Option::take);
         }
     }
-    let mut ex = Executor { function, graph: g, plan, device, inferred, values };
+    let recording = record.then(Recording::default);
+    let mut ex = Executor { function, graph: g, plan, device, inferred, values, recording };
     let mut runs = Vec::new();
     for (index, group) in plan.groups.iter().enumerate() {
         let start = Instant::now();
@@ -71,7 +89,66 @@ pub(crate) fn execute(
         }
     }
     let outputs = g.outputs.iter().map(|&o| ex.output(o)).collect::<Result<Vec<_>>>()?;
+    if let (Some(recording), Some(signature)) = (ex.recording.take(), recorded_signature) {
+        let inputs = g.ids().filter_map(|id| match g.op(id) {
+            Op::Input(k) => Some((id.index(), k as usize)),
+            _ => None,
+        });
+        let graph_outputs: Vec<usize> = g.outputs.iter().map(|o| o.index()).collect();
+        let built = LaunchPlan::build(device, signature, inputs.collect(), &graph_outputs, g.nodes.len(), recording);
+        if let Some(launch_plan) = built {
+            lock(&kernels.launch_plans).insert(launch_plan);
+        }
+    }
     Ok((outputs, runs))
+}
+
+/// Launches a generated kernel on the device's stream with its packed `FuseArgs` words.
+pub(crate) fn launch_kernel(
+    device: &CudaDevice,
+    name: &str,
+    function: &CudaFunction,
+    grid: u32,
+    words: &mut [u64],
+) -> Result<()> {
+    let mut params = [words.as_mut_ptr().cast::<std::ffi::c_void>()];
+    // SAFETY: the kernel was generated for exactly this parameter (one FuseArgs, laid out as the packed
+    // words, slot counts and dtypes fixed by the defines); every address is a live allocation on this GPU
+    // whose view was bounds-checked by the caller; the driver copies the parameter at launch, and
+    // allocations are freed in stream order, after the kernel.
+    unsafe {
+        cudarc::driver::result::launch_kernel(
+            function.cu_function(),
+            (grid, 1, 1),
+            (BLOCK_THREADS, 1, 1),
+            0,
+            device.stream().cu_stream(),
+            &mut params,
+        )
+    }
+    .map_err(|e| driver_error(&format!("launch {name}"), e))
+}
+
+/// The device address of a view's first element, after checking it is on `device` and lies inside its
+/// allocation.
+pub(crate) fn checked_address(function: &str, device: &CudaDevice, t: &Tensor) -> Result<u64> {
+    let storage = t.cuda_storage().filter(|s| s.device() == device).ok_or_else(|| Error::DeviceMismatch {
+        function: function.to_string(),
+        first: crate::Device::Cuda(device.clone()),
+        second: t.device().clone(),
+    })?;
+    if last_index(t).is_some_and(|last| last >= storage.len()) {
+        return Err(Error::internal(function, format!("a view of shape {:?} reaches past its allocation", t.shape())));
+    }
+    Ok(storage.base_address() + (t.offset() * storage.dtype().size_bytes()) as u64)
+}
+
+/// The value a `.t()` view reads (launch plans address views by their base value).
+fn base_of(g: &Graph, mut id: NodeId) -> NodeId {
+    while let Op::Transpose = g.op(id) {
+        id = g.node(id).args[0];
+    }
+    id
 }
 
 /// The largest element index a view touches, `None` for an empty view.
@@ -110,29 +187,18 @@ impl Executor<'_> {
         }
     }
 
-    /// A tensor's device memory, after checking it is on this GPU and the view lies inside it.
-    fn storage_of<'t>(&self, t: &'t Tensor) -> Result<&'t CudaStorage> {
-        let storage = t.cuda_storage().filter(|s| s.device() == self.device).ok_or_else(|| Error::DeviceMismatch {
-            function: self.function.to_string(),
-            first: crate::Device::Cuda(self.device.clone()),
-            second: t.device().clone(),
-        })?;
-        if last_index(t).is_some_and(|last| last >= storage.len()) {
-            return Err(self.internal(format!("a view of shape {:?} reaches past its allocation", t.shape())));
-        }
-        Ok(storage)
-    }
-
-    /// The device address of a view's first element.
+    /// The device address of a view's first element (checked: see `checked_address`).
     fn address(&self, t: &Tensor) -> Result<u64> {
-        let storage = self.storage_of(t)?;
-        Ok(storage.base_address() + (t.offset() * storage.dtype().size_bytes()) as u64)
+        checked_address(self.function, self.device, t)
     }
 
     /// A fresh dense tensor for node `id`.
-    fn allocate(&self, id: NodeId) -> Result<Tensor> {
-        let shape = self.shape(id).to_vec();
-        let storage = CudaStorage::alloc(self.device, self.dtype(id), shape.iter().product())?;
+    fn allocate(&mut self, id: NodeId) -> Result<Tensor> {
+        let (shape, dtype) = (self.shape(id).to_vec(), self.dtype(id));
+        let storage = CudaStorage::alloc(self.device, dtype, shape.iter().product())?;
+        if let Some(recording) = &mut self.recording {
+            recording.computed.push((id.index(), dtype, shape.clone()));
+        }
         Ok(Tensor::from_cuda(storage, shape))
     }
 
@@ -201,27 +267,39 @@ impl Executor<'_> {
             let function =
                 modules::kernel(self.device, self.function, &spec.name, &spec.source, kernel.source_hash, &defines)?;
             let mut words = launch.pack();
-            let mut params = [words.as_mut_ptr().cast::<std::ffi::c_void>()];
-            // SAFETY: the kernel was generated for exactly this parameter (one FuseArgs, laid out as the
-            // packed words, slot counts and dtypes fixed by the defines); every address is a live
-            // allocation on this GPU whose view was bounds-checked above; the driver copies the parameter
-            // at launch, and allocations are freed in stream order, after the kernel.
-            unsafe {
-                cudarc::driver::result::launch_kernel(
-                    function.cu_function(),
-                    (grid, 1, 1),
-                    (BLOCK_THREADS, 1, 1),
-                    0,
-                    self.device.stream().cu_stream(),
-                    &mut params,
-                )
+            launch_kernel(self.device, &spec.name, &function, grid, &mut words)?;
+            if self.recording.is_some() {
+                let patches = self.patches(spec, &inputs);
+                if let Some(recording) = &mut self.recording {
+                    recording.steps.push(Step::Kernel { name: spec.name.clone(), function, grid, words, patches });
+                }
             }
-            .map_err(|e| driver_error(&format!("launch {}", spec.name), e))?;
+        } else if let Some(recording) = &mut self.recording {
+            recording.unreplayable = true;
         }
         for (&id, t) in spec.outputs.iter().zip(outputs) {
             self.values[id.index()] = Some(Value::Tensor(t));
         }
         Ok(())
+    }
+
+    /// Where a launch plan puts this call's addresses and scalar arguments into the kernel's words: the
+    /// `FuseArgs` layout of `launch.rs` (8 header words, 8 per input with the scalar last, 7 per output).
+    fn patches(&self, spec: &codegen::KernelSpec, inputs: &[Value]) -> Vec<Patch> {
+        let mut patches = Vec::with_capacity(inputs.len() + spec.outputs.len());
+        for (i, (&id, value)) in spec.inputs.iter().zip(inputs).enumerate() {
+            match (value, self.graph.op(id)) {
+                (Value::Tensor(_), _) => patches.push(Patch { word: 8 + 8 * i, node: base_of(self.graph, id).index() }),
+                (Value::Scalar(_), Op::Input(_)) => patches.push(Patch { word: 8 + 8 * i + 7, node: id.index() }),
+                // A literal stays as packed.
+                (Value::Scalar(_), _) => {}
+            }
+        }
+        let outputs_at = 8 + 8 * inputs.len().max(1);
+        for (j, &id) in spec.outputs.iter().enumerate() {
+            patches.push(Patch { word: outputs_at + 7 * j, node: id.index() });
+        }
+        patches
     }
 
     fn tensor_operand(&self, t: &Tensor) -> Result<Operand> {
@@ -240,19 +318,51 @@ impl Executor<'_> {
         }
         let shape = self.shape(mm).to_vec();
         let product = CudaStorage::alloc(self.device, self.dtype(mm), shape.iter().product())?;
+        let dtype = self.dtype(mm);
+        if let Some(recording) = &mut self.recording {
+            recording.computed.push((mm.index(), dtype, shape.clone()));
+        }
         let (ma, mb) = (self.matrix(&a)?, self.matrix(&b)?);
         if ma.cols == 0 {
             // An empty inner dimension: the product is all zeros.
             product.zero()?;
+            if let Some(recording) = &mut self.recording {
+                recording.unreplayable = true;
+            }
         } else {
             let plan = plan_gemm(&ma, &mb).map_err(|reason| {
                 Error::unsupported(self.function, "matmul", format!("{reason} (make the operand contiguous first)"))
             })?;
-            run_gemm(self.device, &plan, a.dtype(), product.base_address())?;
+            match plan.call(a.dtype())? {
+                Some(call) => {
+                    let (first, second) = (mb.address, ma.address);
+                    launch_gemm(self.device, &call, first, second, product.base_address())?;
+                    let (group, dual) = (self.group_of(mm), self.is_dual(mm));
+                    if let Some(recording) = &mut self.recording {
+                        let (first, second) = (base_of(self.graph, args[1]).index(), base_of(self.graph, args[0]).index());
+                        recording.steps.push(Step::Gemm { call, first, second, product: mm.index(), group, dual });
+                    }
+                }
+                None => {
+                    if let Some(recording) = &mut self.recording {
+                        recording.unreplayable = true;
+                    }
+                }
+            }
         }
         let product = Tensor::from_cuda(product, shape);
         self.values[mm.index()] = Some(Value::Tensor(product));
         Ok(())
+    }
+
+    /// The plan group that computes matmul `mm`.
+    fn group_of(&self, mm: NodeId) -> usize {
+        self.plan.groups.iter().position(|g| g.matmuls.contains(&mm)).unwrap_or(usize::MAX)
+    }
+
+    /// Whether matmul `mm` belongs to a DualGemm group (whose two products may be one cuBLAS call).
+    fn is_dual(&self, mm: NodeId) -> bool {
+        self.plan.groups.iter().any(|g| g.kind == GroupKind::DualGemm && g.matmuls.contains(&mm))
     }
 
     /// A 2-D or 3-D tensor as a (batched) matrix.

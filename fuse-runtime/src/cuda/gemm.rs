@@ -3,10 +3,13 @@
 //! column-major transpose with its row stride as leading dimension, and a `.t()` view (unit row stride) is
 //! a column-major matrix read with `op = T`. Everything about that mapping lives in `plan_gemm`.
 
-use super::device::CudaDevice;
+use super::device::{lock, CudaDevice};
 use crate::{Error, Result};
 use cudarc::cublas::sys::{self, cublasOperation_t as BlasOp, cudaDataType_t};
+use cudarc::driver::{CudaSlice, DevicePtr};
 use fuse_ir::DType;
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
 
 /// A matrix operand: `batch` matrices of `rows x cols` at `address`, strides in elements.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -118,44 +121,155 @@ fn to_i64(v: usize) -> i64 {
     v as i64
 }
 
-/// Runs the planned GEMM on the device's stream; operands and product are `dtype`, accumulation is f32.
-pub(crate) fn run_gemm(device: &CudaDevice, plan: &GemmPlan, dtype: DType, c_address: u64) -> Result<()> {
-    if plan.m == 0 || plan.n == 0 || plan.batch == 0 {
-        return Ok(());
+/// The parameters of one `cublasGemmStridedBatchedEx` call except the three addresses, converted once
+/// (a launch plan keeps them, so a repeated call only fills in the addresses).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct GemmCall {
+    m: i32,
+    n: i32,
+    k: i32,
+    first_op: BlasOp,
+    second_op: BlasOp,
+    lda: i32,
+    ldb: i32,
+    ldc: i32,
+    first_batch_stride: i64,
+    second_batch_stride: i64,
+    c_batch_stride: i64,
+    batch: i32,
+    ty: cudaDataType_t,
+    /// Bytes of one element, to turn address distances into element strides.
+    element_bytes: u64,
+}
+
+impl GemmPlan {
+    /// The call's parameters for `dtype`; `None` when there is nothing to compute (an empty product).
+    pub(crate) fn call(&self, dtype: DType) -> Result<Option<GemmCall>> {
+        if self.m == 0 || self.n == 0 || self.batch == 0 {
+            return Ok(None);
+        }
+        Ok(Some(GemmCall {
+            m: to_i32("n", self.m)?,
+            n: to_i32("m", self.n)?,
+            k: to_i32("k", self.k)?,
+            first_op: self.first.op,
+            second_op: self.second.op,
+            lda: to_i32("ld", self.first.ld)?,
+            ldb: to_i32("ld", self.second.ld)?,
+            ldc: to_i32("ld", self.ldc)?,
+            first_batch_stride: to_i64(self.first_batch_stride),
+            second_batch_stride: to_i64(self.second_batch_stride),
+            c_batch_stride: to_i64(self.c_batch_stride),
+            batch: to_i32("batch", self.batch)?,
+            ty: data_type(dtype),
+            element_bytes: dtype.size_bytes() as u64,
+        }))
     }
-    let (m, n, k) = (to_i32("n", plan.m)?, to_i32("m", plan.n)?, to_i32("k", plan.k)?);
-    let (lda, ldb, ldc) = (to_i32("ld", plan.first.ld)?, to_i32("ld", plan.second.ld)?, to_i32("ld", plan.ldc)?);
-    let batch = to_i32("batch", plan.batch)?;
+}
+
+impl GemmCall {
+    /// Elements of one (unbatched) product.
+    pub(crate) fn product_len(&self) -> usize {
+        self.m as usize * self.n as usize
+    }
+
+    /// Elements from one product to the next in a buffer holding two: a product rounded up to 256 bytes,
+    /// so that the second starts as aligned as a fresh allocation (the kernels that read it may have been
+    /// specialised for 16-byte vector loads).
+    pub(crate) fn paired_product_stride(&self) -> usize {
+        let bytes = (self.product_len() as u64 * self.element_bytes).next_multiple_of(256);
+        (bytes / self.element_bytes) as usize
+    }
+
+    /// Whether this product and `other` differ only in the right operand and the product's place, so that
+    /// both can be one call of batch 2 (DualGemm: the two products share the left operand).
+    pub(crate) fn pairs_with(&self, other: &GemmCall) -> bool {
+        self == other && self.batch == 1
+    }
+
+    /// The two products `first_a · second` and `first_b · second` (cuBLAS's operand order) as one call of
+    /// batch 2 when the two first operands lie a whole number of elements apart: batch 1 is batch 0
+    /// moved by that distance, and the products sit `paired_product_stride` apart. Returns the order
+    /// used (`false`: `first_a` is batch 0 and its product comes first) or `None` when the distance does
+    /// not fit (the caller then makes two calls).
+    pub(crate) fn batched_pair(&self, first_a: u64, first_b: u64) -> Option<(bool, GemmCall)> {
+        let swapped = first_b < first_a;
+        let distance = if swapped { first_a - first_b } else { first_b - first_a };
+        if distance == 0 || distance % self.element_bytes != 0 {
+            return None;
+        }
+        let stride = i64::try_from(distance / self.element_bytes).ok()?;
+        let call = GemmCall {
+            first_batch_stride: stride,
+            second_batch_stride: 0,
+            c_batch_stride: i64::try_from(self.paired_product_stride()).ok()?,
+            batch: 2,
+            ..*self
+        };
+        Some((swapped, call))
+    }
+}
+
+/// cuBLAS's workspace, one per GPU, allocated and handed to the handle once: without one cuBLAS may
+/// allocate its own per call, and `cublasSetStream` would reset it.
+const WORKSPACE_BYTES: usize = 32 << 20;
+
+fn workspaces() -> &'static Mutex<BTreeMap<usize, CudaSlice<u8>>> {
+    static WORKSPACES: OnceLock<Mutex<BTreeMap<usize, CudaSlice<u8>>>> = OnceLock::new();
+    WORKSPACES.get_or_init(|| Mutex::new(BTreeMap::new()))
+}
+
+/// Gives the handle its workspace on first use on this GPU (the handle is made once per GPU and its
+/// stream never changes, so once is enough). A failure leaves cuBLAS managing its own workspace.
+fn ensure_workspace(device: &CudaDevice, handle: sys::cublasHandle_t) {
+    let mut all = lock(workspaces());
+    if all.contains_key(&device.ordinal()) {
+        return;
+    }
+    // SAFETY: uninitialised scratch memory that only cuBLAS writes and reads, on the handle's stream.
+    let Ok(buffer) = (unsafe { device.stream().alloc::<u8>(WORKSPACE_BYTES) }) else { return };
+    let address = buffer.device_ptr(device.stream()).0;
+    // SAFETY: the buffer is a live allocation of WORKSPACE_BYTES on this GPU, kept for the process's life.
+    let status = unsafe { sys::cublasSetWorkspace_v2(handle, address as *mut std::ffi::c_void, WORKSPACE_BYTES) };
+    if status.result().is_ok() {
+        all.insert(device.ordinal(), buffer);
+    }
+}
+
+/// Queues one prepared call on the device's stream with these operand and product addresses.
+pub(crate) fn launch_gemm(device: &CudaDevice, call: &GemmCall, first: u64, second: u64, c: u64) -> Result<()> {
     let (alpha, beta) = (1.0f32, 0.0f32);
-    let ty = data_type(dtype);
     let guard = device.blas()?;
     let blas = guard.as_ref().ok_or_else(|| Error::Cuda { op: "cublas".into(), message: "no handle".into() })?;
+    let handle = *blas.handle();
+    ensure_workspace(device, handle);
     // SAFETY: the addresses are live device allocations of this GPU holding the planned matrices (the
-    // executor checked shapes and strides against their allocations), the handle is bound to this GPU's
-    // stream and locked for the call, and alpha/beta are host f32 as the 32F compute type expects.
+    // executor checked shapes and strides against their allocations; a batched pair's stride is the
+    // distance between its two checked operands), the handle is bound to this GPU's stream and locked for
+    // the call, and alpha/beta are host f32 as the 32F compute type expects.
     let status = unsafe {
         sys::cublasGemmStridedBatchedEx(
-            *blas.handle(),
-            plan.first.op,
-            plan.second.op,
-            m,
-            n,
-            k,
+            handle,
+            call.first_op,
+            call.second_op,
+            call.m,
+            call.n,
+            call.k,
             (&alpha as *const f32).cast(),
-            plan.first_address as *const std::ffi::c_void,
-            ty,
-            lda,
-            to_i64(plan.first_batch_stride),
-            plan.second_address as *const std::ffi::c_void,
-            ty,
-            ldb,
-            to_i64(plan.second_batch_stride),
+            first as *const std::ffi::c_void,
+            call.ty,
+            call.lda,
+            call.first_batch_stride,
+            second as *const std::ffi::c_void,
+            call.ty,
+            call.ldb,
+            call.second_batch_stride,
             (&beta as *const f32).cast(),
-            c_address as *mut std::ffi::c_void,
-            ty,
-            ldc,
-            to_i64(plan.c_batch_stride),
-            batch,
+            c as *mut std::ffi::c_void,
+            call.ty,
+            call.ldc,
+            call.c_batch_stride,
+            call.batch,
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
             sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )
@@ -221,5 +335,30 @@ mod tests {
         let err = plan_gemm(&mat(1, 3, 17, [0, 34, 2]), &mat(1, 17, 5, [0, 5, 1])).unwrap_err();
         assert!(err.contains("left operand"), "{err}");
         assert!(plan_gemm(&mat(1, 3, 17, [0, 17, 1]), &mat(1, 16, 5, [0, 5, 1])).is_err());
+    }
+
+    #[test]
+    fn a_dual_gemm_pairs_into_one_batched_call_when_the_weights_are_whole_elements_apart() {
+        let a = mat(1, 3, 17, [0, 17, 1]);
+        let w = mat(1, 17, 5, [0, 1, 17]);
+        let call = plan_gemm(&a, &w).unwrap().call(DType::BF16).unwrap().unwrap();
+        assert!(call.pairs_with(&call));
+        let (swapped, pair) = call.batched_pair(0x1000, 0x1000 + 2 * 85).unwrap();
+        assert!(!swapped);
+        // 15 products of 2 bytes, rounded up to 256 bytes.
+        assert_eq!((pair.batch, pair.first_batch_stride, pair.second_batch_stride, pair.c_batch_stride), (2, 85, 0, 128));
+        // The second weight first in memory: the order swaps so that the stride stays positive.
+        let (swapped, pair) = call.batched_pair(0x9000, 0x1000).unwrap();
+        assert!(swapped);
+        assert_eq!(pair.first_batch_stride, 0x8000 / 2);
+        // Half an element apart, or the same weight twice: two calls.
+        assert!(call.batched_pair(0x1000, 0x1001).is_none());
+        assert!(call.batched_pair(0x1000, 0x1000).is_none());
+        // A batched product does not pair.
+        let batched = plan_gemm(&mat(2, 3, 17, [51, 17, 1]), &mat(2, 17, 5, [85, 5, 1])).unwrap();
+        let batched = batched.call(DType::F32).unwrap().unwrap();
+        assert!(!batched.pairs_with(&batched));
+        // An empty product is no call at all.
+        assert!(plan_gemm(&mat(1, 0, 17, [0, 17, 1]), &w).unwrap().call(DType::F32).unwrap().is_none());
     }
 }

@@ -1,10 +1,12 @@
 //! The generated kernels of a plan, made once per fused function and plan rather than on every call: the
-//! sources do not depend on shapes or dtypes (those are `-D` defines), so a `FusedFn` keeps them.
+//! sources do not depend on shapes or dtypes (those are `-D` defines), so a `FusedFn` keeps them, and
+//! beside them the launch plans of the argument signatures seen so far (`launch_plan.rs`).
 
+use super::launch_plan::LaunchPlans;
 use fuse_ir::codegen::{group_kernels, KernelSpec};
 use fuse_ir::{Graph, Plan};
 use std::hash::{Hash, Hasher};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 /// A kernel and a fingerprint of its source, so the module cache need not hash the text on each launch.
 pub(crate) struct PreparedKernel {
@@ -15,6 +17,8 @@ pub(crate) struct PreparedKernel {
 /// Per group of a plan, its kernels in launch order.
 pub(crate) struct PlanKernels {
     pub groups: Vec<Vec<PreparedKernel>>,
+    /// Everything a call of a known signature needs, so that it only fills in addresses and launches.
+    pub launch_plans: Mutex<LaunchPlans>,
 }
 
 /// Where a caller keeps a plan's kernels between calls (`None`: make them for this call only).
@@ -37,6 +41,6 @@ impl PlanKernels {
                     .collect()
             })
             .collect();
-        PlanKernels { groups }
+        PlanKernels { groups, launch_plans: Mutex::new(LaunchPlans::default()) }
     }
 }

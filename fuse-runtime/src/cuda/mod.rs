@@ -5,16 +5,19 @@
 //! - `storage`: device memory of a tensor (bytes + dtype), host <-> device copies;
 //! - `kernels`: a plan's generated kernels, kept per fused function; `nvrtc`: CUDA C -> CUBIN;
 //!   `modules`: the in-memory module cache of loaded kernels;
-//! - `launch`: the kernel ABI (`FuseArgs` packing) and launch geometry;
+//! - `launch`: the kernel ABI (`FuseArgs` packing) and launch geometry; `launch_plan`: per argument
+//!   signature, a call recorded once and replayed (addresses filled in, no planning);
 //! - `gemm`: row-major matmuls mapped onto cuBLAS's column-major GEMM;
 //! - `exec`: the plan executor.
 
+mod cache; // the on-disk cubin cache behind nvrtc::compile_cubin
 pub(crate) mod device;
 pub(crate) mod exec;
 mod gemm;
 mod interop;
 pub(crate) mod kernels;
 pub(crate) mod launch;
+mod launch_plan;
 mod modules;
 pub(crate) mod nvrtc; // pub(crate): lib.rs re-exports its kernel-check helpers for tests/kernels_compile.rs
 pub(crate) mod storage;

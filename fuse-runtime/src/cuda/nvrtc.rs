@@ -4,6 +4,8 @@
 //! libnvrtc is loaded on first use. cudarc panics when it cannot load it, so every entry point first asks
 //! [`nvrtc_available`], which only probes for the library and never panics.
 
+use super::cache;
+
 use cudarc::nvrtc::sys;
 use std::ffi::{c_char, CStr, CString};
 use std::fmt;
@@ -69,10 +71,33 @@ pub fn nvrtc_version() -> Option<(i32, i32)> {
     .flatten()
 }
 
-/// Compiles `source` for the real architecture `arch` (`sm_90`) and returns the CUBIN.
+/// Compiles `source` for the real architecture `arch` (`sm_90`) and returns the CUBIN: from the on-disk cache
+/// when an earlier process compiled the same kernel (see `cache.rs`), else from NVRTC, then stored there.
 pub(crate) fn compile_cubin(name: &str, source: &str, defines: &[String], arch: &str) -> Result<Vec<u8>, NvrtcError> {
+    compile_cubin_with(cache::DiskCache::global(), name, source, defines, arch)
+}
+
+/// [`compile_cubin`] with the disk cache given (tests use a temporary one).
+fn compile_cubin_with(
+    disk: &cache::DiskCache,
+    name: &str,
+    source: &str,
+    defines: &[String],
+    arch: &str,
+) -> Result<Vec<u8>, NvrtcError> {
+    // Without a version there is no libnvrtc: nothing to key on, and the compile below reports why.
+    let key = nvrtc_version().map(|version| cache::cubin_key(name, source, defines, arch, version));
+    if let Some(key) = key {
+        if let cache::Lookup::Hit(cubin) = disk.load(key) {
+            return Ok(cubin);
+        }
+    }
     let program = Program::compile(name, source, defines, &format!("--gpu-architecture={arch}"))?;
-    program.output(sys::nvrtcGetCUBINSize, sys::nvrtcGetCUBIN)
+    let cubin = program.output(sys::nvrtcGetCUBINSize, sys::nvrtcGetCUBIN)?;
+    if let Some(key) = key {
+        disk.store(key, &cubin);
+    }
+    Ok(cubin)
 }
 
 /// Compiles `source` to PTX for the virtual architecture of `arch` (`sm_90` -> `compute_90`).
@@ -272,6 +297,30 @@ mod tests {
         };
         let text = e.to_string();
         assert!(text.contains("k.cu(2): error") && text.contains("    2 | int z = y;"), "{text}");
+    }
+
+    #[test]
+    fn cubins_are_looked_up_on_disk_first_and_stored_after_compiling() {
+        let Some(version) = nvrtc_version() else {
+            eprintln!("skipped: no NVRTC (scripts/cuda-tools.sh installs one)");
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("fuse-nvrtc-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let disk = cache::DiskCache::at(Some(dir.clone()));
+        let source = "extern \"C\" __global__ void k(float* p) { p[threadIdx.x] = 2.0f; }";
+        let defines = vec!["-DUNUSED=1".to_string()];
+        let compiled = compile_cubin_with(&disk, "k", source, &defines, "sm_90").expect("compiles");
+        assert!(compiled.starts_with(b"\x7fELF"), "a cubin is an ELF file");
+        let key = cache::cubin_key("k", source, &defines, "sm_90", version);
+        assert_eq!(disk.load(key), cache::Lookup::Hit(compiled.clone()), "stored after compiling");
+        // A stand-in entry proves the next call reads the disk instead of compiling.
+        assert!(disk.store(key, b"stand-in"));
+        assert_eq!(compile_cubin_with(&disk, "k", source, &defines, "sm_90").expect("cached"), b"stand-in");
+        // Another define is another kernel.
+        let other = compile_cubin_with(&disk, "k", source, &[], "sm_90").expect("compiles");
+        assert!(other.starts_with(b"\x7fELF"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -1,10 +1,22 @@
-//! The environment variables the runtime reads, each read once per process.
+//! The environment variables the runtime reads, each read once per process. The on-disk kernel cache's
+//! directory (`FUSE_CACHE_DIR`, `XDG_CACHE_HOME`, `HOME`) is read where it is used, in `cuda/cache.rs`.
 
 use super::args::Fusion;
 use std::sync::OnceLock;
 
-/// `FUSE_DEBUG` as an integer (0 when unset or not a number): 1 plan summary on the first call of each
-/// fused function, 2 per-group times on every call, 5 the graph text.
+/// `FUSE_DEBUG` as an integer (0 when unset or not a number). Each level adds to the ones below it; all of
+/// it goes to stderr, prefixed `fuse:`.
+///
+/// | level | what                                                                                   | when |
+/// |-------|----------------------------------------------------------------------------------------|------|
+/// | 1     | plan summary: groups, their kinds, nodes and shapes for this call; groups that ran unfused | first call of each function |
+/// | 2     | wall time of each group (the GPU is synchronised after each group to measure it)         | every call |
+/// | 3     | which matmul path each Gemm/DualGemm group took (cuBLAS or the CPU GEMM; cuBLAS's call form is not reported yet) | every call |
+/// | 4     | each kernel's `extern "C"` name and CUDA source (the ones `#[fuse]` emitted, else generated) | first call |
+/// | 5     | the traced graph as text                                                                 | first call |
+///
+/// Level 2 and above change timing (a synchronisation per group and no replay of recorded launches): use
+/// them to look, not to benchmark.
 pub(crate) fn debug_level() -> u32 {
     static LEVEL: OnceLock<u32> = OnceLock::new();
     *LEVEL.get_or_init(|| std::env::var("FUSE_DEBUG").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0))

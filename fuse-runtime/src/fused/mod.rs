@@ -1,10 +1,13 @@
 //! `FusedFn`: what `#[fuse]` expands to. It holds the traced graph as text (a `&'static str` in the user's
-//! binary), parses it and plans it once, and runs the plan on each call.
+//! binary) and the CUDA source of each kernel of its fused plan, parses and plans the graph once, and runs
+//! the plan on each call. FUSE_DEBUG (see `env.rs`) reports what it does.
 
 mod args;
 mod env;
+mod static_kernels;
 
 pub use args::{arg, Arg, FromOutputs, Fusion, IntoArg};
+pub use static_kernels::StaticKernel;
 
 use crate::cpu::exec::{execute_cached, infer, GroupRun};
 use crate::cpu::Value;
@@ -19,6 +22,8 @@ use std::sync::OnceLock;
 pub struct FusedFn {
     name: Cow<'static, str>,
     graph_text: &'static str,
+    /// The fused plan's kernels as the macro emitted them; `None` for a `FusedFn` made without them.
+    emitted_kernels: Option<&'static [StaticKernel]>,
     graph: OnceLock<std::result::Result<Graph, String>>,
     fused: OnceLock<std::result::Result<Plan, String>>,
     unfused: OnceLock<std::result::Result<Plan, String>>,
@@ -32,9 +37,25 @@ pub struct FusedFn {
 impl FusedFn {
     /// A fused function from its graph text; usable in a `static`.
     pub const fn new(name: &'static str, graph_text: &'static str) -> FusedFn {
+        Self::make(name, graph_text, None)
+    }
+
+    /// A fused function from its graph text and the kernels of its fused plan, as `#[fuse]` emits it:
+    /// `FusedFn::with_kernels(name, text, &[FusedFn::kernel("f_k0_pointwise_exp", "..."), ..])`.
+    pub const fn with_kernels(name: &'static str, graph_text: &'static str, kernels: &'static [StaticKernel]) -> FusedFn {
+        Self::make(name, graph_text, Some(kernels))
+    }
+
+    /// One emitted kernel. A constructor on `FusedFn` so generated code needs no other path into the runtime.
+    pub const fn kernel(name: &'static str, source: &'static str) -> StaticKernel {
+        StaticKernel { name, source }
+    }
+
+    const fn make(name: &'static str, graph_text: &'static str, emitted_kernels: Option<&'static [StaticKernel]>) -> FusedFn {
         FusedFn {
             name: Cow::Borrowed(name),
             graph_text,
+            emitted_kernels,
             graph: OnceLock::new(),
             fused: OnceLock::new(),
             unfused: OnceLock::new(),
@@ -50,6 +71,7 @@ impl FusedFn {
         FusedFn {
             name: Cow::Owned(graph.name.clone()),
             graph_text: "",
+            emitted_kernels: None,
             graph: OnceLock::from(checked),
             fused: OnceLock::new(),
             unfused: OnceLock::new(),
@@ -61,6 +83,12 @@ impl FusedFn {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The CUDA kernels of the fused plan, name and source, as `#[fuse]` emitted them into the binary, in plan
+    /// order (empty for a function made without them, or whose groups are all library calls).
+    pub fn kernels(&self) -> &'static [StaticKernel] {
+        self.emitted_kernels.unwrap_or(&[])
     }
 
     /// The traced graph, parsed on first use.
@@ -108,6 +136,14 @@ impl FusedFn {
                 eprint!("fuse: plan of `{}`:\n{}", self.name, describe(g, plan, Some((&inferred.shapes, &inferred.dtypes))));
             }
         }
+        if first && level >= 4 {
+            let emitted = self.emitted_kernels.filter(|_| fusion == Fusion::On);
+            static_kernels::print_sources(&self.name, g, plan, emitted);
+        }
+        let device = args.iter().find_map(|a| match a {
+            Arg::Tensor(t) => Some(t.device()),
+            Arg::Scalar(_) => None,
+        });
         let kernels = match fusion {
             Fusion::On => &self.fused_kernels,
             Fusion::Off => &self.unfused_kernels,
@@ -115,6 +151,9 @@ impl FusedFn {
         let (outputs, runs) = execute_cached(&self.name, g, plan, values, level >= 2, Some(kernels))?;
         if (first && level >= 1) || level >= 2 {
             self.report_runs(&runs, level);
+        }
+        if level >= 3 {
+            static_kernels::print_matmul_paths(&self.name, &runs, device);
         }
         Ok(outputs)
     }

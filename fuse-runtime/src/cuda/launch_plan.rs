@@ -1,0 +1,307 @@
+//! Launch plans: what a call of one argument signature (device, and per argument its dtype, shape, strides
+//! and 16-byte alignment, or "scalar") needs, recorded on the first such call and replayed on the next
+//! ones, so that a steady-state call only fills in addresses and scalars and launches: no shape
+//! inference, source generation, defines, module lookup or cuBLAS mapping, and no driver allocation but
+//! the returned outputs'. Intermediates (values no caller sees) live in buffers the plan owns; every use
+//! of them is queued on the device's one stream, so a later call's writes are ordered after an earlier
+//! call's reads and the buffers can be reused call after call.
+//!
+//! `FUSE_DUAL_GEMM=split` (read once) makes a DualGemm's two products two cuBLAS calls instead of one
+//! batched call, to compare the two.
+
+use super::device::CudaDevice;
+use super::exec::checked_address;
+use super::gemm::{launch_gemm, GemmCall};
+use super::storage::CudaStorage;
+use crate::cpu::Value;
+use crate::{Result, Tensor};
+use cudarc::driver::CudaFunction;
+use fuse_ir::DType;
+use std::sync::OnceLock;
+
+/// Launch plans kept per plan: a call with a new signature past this many evicts the oldest (and frees
+/// its intermediates, in stream order).
+const MAX_PLANS: usize = 8;
+
+/// What a launch plan depends on in one argument.
+#[derive(Debug, PartialEq)]
+pub(crate) enum ArgSignature {
+    Scalar,
+    Tensor { dtype: DType, aligned: bool, shape: Vec<usize>, strides: Vec<usize> },
+}
+
+fn is_aligned(t: &Tensor) -> bool {
+    let Some(storage) = t.cuda_storage() else { return false };
+    (storage.base_address() + (t.offset() * t.dtype().size_bytes()) as u64).is_multiple_of(16)
+}
+
+impl ArgSignature {
+    fn of(value: &Value) -> ArgSignature {
+        match value {
+            Value::Scalar(_) => ArgSignature::Scalar,
+            Value::Tensor(t) => ArgSignature::Tensor {
+                dtype: t.dtype(),
+                aligned: is_aligned(t),
+                shape: t.shape().to_vec(),
+                strides: t.strides().to_vec(),
+            },
+        }
+    }
+
+    /// `ArgSignature::of(value) == *self`, without allocating.
+    fn matches(&self, value: &Value) -> bool {
+        match (self, value) {
+            (ArgSignature::Scalar, Value::Scalar(_)) => true,
+            (ArgSignature::Tensor { dtype, aligned, shape, strides }, Value::Tensor(t)) => {
+                *dtype == t.dtype() && shape == t.shape() && strides == t.strides() && *aligned == is_aligned(t)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Word `word` of a kernel's `FuseArgs` takes this call's entry `node` of the address table (a device
+/// address, or a scalar argument's f64 bits).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Patch {
+    pub word: usize,
+    pub node: usize,
+}
+
+/// One thing a call queues. Node indices name entries of the address table; a `.t()` view has its base
+/// value's address, so steps always name base values.
+pub(crate) enum Step {
+    Kernel { name: String, function: CudaFunction, grid: u32, words: Vec<u64>, patches: Vec<Patch> },
+    /// `group` is the plan group, `dual` whether it is a DualGemm (whose two products may pair up).
+    Gemm { call: GemmCall, first: usize, second: usize, product: usize, group: usize, dual: bool },
+    /// Two products of one left operand (`second`) in one buffer, `paired_product_stride` apart: one
+    /// batched call when the two weights are whole elements apart, two calls otherwise.
+    DualGemm { call: GemmCall, first: [usize; 2], second: usize, products: [usize; 2], buffer: CudaStorage },
+}
+
+/// What the first call of a signature recorded while it ran (see `exec.rs`).
+#[derive(Default)]
+pub(crate) struct Recording {
+    pub steps: Vec<Step>,
+    /// Every value the call allocated: node, dtype, shape.
+    pub computed: Vec<(usize, DType, Vec<usize>)>,
+    /// Something this call did is not a replayable step (an empty launch or product): do not keep it.
+    pub unreplayable: bool,
+}
+
+pub(crate) struct LaunchPlan {
+    ordinal: usize,
+    signature: Vec<ArgSignature>,
+    /// (input node, argument index).
+    inputs: Vec<(usize, usize)>,
+    /// Allocated fresh on every call (the caller keeps them): node, dtype, shape.
+    fresh: Vec<(usize, DType, Vec<usize>)>,
+    /// Graph output k is `fresh[results[k]]`.
+    results: Vec<usize>,
+    /// The intermediates' buffers (their addresses are fixed in `addresses`).
+    intermediates: Vec<CudaStorage>,
+    steps: Vec<Step>,
+    addresses: Vec<u64>,
+}
+
+/// The launch plans of one plan, newest last.
+#[derive(Default)]
+pub(crate) struct LaunchPlans {
+    plans: Vec<LaunchPlan>,
+}
+
+impl LaunchPlans {
+    /// The launch plan for these arguments on `device`, if a call with the same signature made one.
+    pub(crate) fn find(&mut self, device: &CudaDevice, args: &[Value]) -> Option<&mut LaunchPlan> {
+        self.plans.iter_mut().find(|p| {
+            p.ordinal == device.ordinal()
+                && p.signature.len() == args.len()
+                && p.signature.iter().zip(args).all(|(s, a)| s.matches(a))
+        })
+    }
+
+    pub(crate) fn insert(&mut self, plan: LaunchPlan) {
+        // Two threads may record the same signature at once: keep the first.
+        if self.plans.iter().any(|p| p.ordinal == plan.ordinal && p.signature == plan.signature) {
+            return;
+        }
+        if self.plans.len() >= MAX_PLANS {
+            self.plans.remove(0);
+        }
+        self.plans.push(plan);
+    }
+}
+
+/// Whether DualGemm products may be one batched cuBLAS call (`FUSE_DUAL_GEMM=split`: never).
+fn batch_dual_gemms() -> bool {
+    static BATCH: OnceLock<bool> = OnceLock::new();
+    *BATCH.get_or_init(|| std::env::var("FUSE_DUAL_GEMM").map_or(true, |v| v != "split"))
+}
+
+/// The signature of a call's arguments (what `LaunchPlans::find` compares).
+pub(crate) fn signature(args: &[Value]) -> Vec<ArgSignature> {
+    args.iter().map(ArgSignature::of).collect()
+}
+
+impl LaunchPlan {
+    /// A launch plan from what a call recorded: `inputs` maps input nodes to arguments, `outputs` are the
+    /// graph's output nodes. `None` when the call cannot be replayed (an output that is an argument, a
+    /// literal or a view, an empty launch) or the intermediates cannot be allocated; the call then keeps
+    /// taking the general path.
+    pub(crate) fn build(
+        device: &CudaDevice,
+        signature: Vec<ArgSignature>,
+        inputs: Vec<(usize, usize)>,
+        outputs: &[usize],
+        node_count: usize,
+        recording: Recording,
+    ) -> Option<LaunchPlan> {
+        if recording.unreplayable {
+            return None;
+        }
+        let Recording { steps, computed, .. } = recording;
+        let escapes = |node: usize| outputs.contains(&node);
+        let fresh: Vec<_> = computed.iter().filter(|(node, ..)| escapes(*node)).cloned().collect();
+        let results = outputs
+            .iter()
+            .map(|o| fresh.iter().position(|(node, ..)| node == o))
+            .collect::<Option<Vec<usize>>>()?;
+        let dtype_of = |node: usize| computed.iter().find(|(n, ..)| *n == node).map(|(_, d, _)| *d);
+        let mut addresses = vec![0u64; node_count];
+        let mut paired = Vec::new();
+        let mut merged = Vec::with_capacity(steps.len());
+        let mut steps = steps.into_iter().peekable();
+        while let Some(step) = steps.next() {
+            let Step::Gemm { call, first, second, product, group, dual: true } = step else {
+                merged.push(step);
+                continue;
+            };
+            let pairs = |next: &Step| match next {
+                Step::Gemm { call: c, second: s, product: p, group: g, .. } => {
+                    *g == group && *s == second && c.pairs_with(&call) && !escapes(product) && !escapes(*p)
+                }
+                _ => false,
+            };
+            match steps.next_if(pairs) {
+                Some(Step::Gemm { first: first_b, product: product_b, .. }) => {
+                    let dtype = dtype_of(product)?;
+                    let buffer = CudaStorage::alloc(device, dtype, 2 * call.paired_product_stride()).ok()?;
+                    paired.extend([product, product_b]);
+                    merged.push(Step::DualGemm {
+                        call,
+                        first: [first, first_b],
+                        second,
+                        products: [product, product_b],
+                        buffer,
+                    });
+                }
+                _ => merged.push(Step::Gemm { call, first, second, product, group, dual: true }),
+            }
+        }
+        let mut intermediates = Vec::new();
+        for (node, dtype, shape) in &computed {
+            if escapes(*node) || paired.contains(node) {
+                continue;
+            }
+            let buffer = CudaStorage::alloc(device, *dtype, shape.iter().product()).ok()?;
+            addresses[*node] = buffer.base_address();
+            intermediates.push(buffer);
+        }
+        Some(LaunchPlan {
+            ordinal: device.ordinal(),
+            signature,
+            inputs,
+            fresh,
+            results,
+            intermediates,
+            steps: merged,
+            addresses,
+        })
+    }
+
+    /// Queues the recorded work for these arguments (of this plan's signature) and returns the outputs.
+    pub(crate) fn replay(&mut self, function: &str, device: &CudaDevice, args: &[Value]) -> Result<Vec<Tensor>> {
+        if device.poisons_allocations() {
+            self.poison_intermediates(device)?;
+        }
+        let addresses = &mut self.addresses;
+        for &(node, k) in &self.inputs {
+            addresses[node] = match args.get(k) {
+                Some(Value::Tensor(t)) => checked_address(function, device, t)?,
+                Some(Value::Scalar(v)) => v.to_bits(),
+                None => return Err(crate::Error::internal(function, "a launch plan names a missing argument")),
+            };
+        }
+        let mut fresh = Vec::with_capacity(self.fresh.len());
+        for (node, dtype, shape) in &self.fresh {
+            let storage = CudaStorage::alloc(device, *dtype, shape.iter().product())?;
+            addresses[*node] = storage.base_address();
+            fresh.push(Tensor::from_cuda(storage, shape.clone()));
+        }
+        for step in &mut self.steps {
+            run_step(device, step, addresses)?;
+        }
+        #[cfg(test)]
+        tests::REPLAYS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(self.results.iter().map(|&i| fresh[i].clone()).collect())
+    }
+}
+
+impl LaunchPlan {
+    /// Refills every reused buffer with NaN bytes, as a fresh allocation would be when poisoning is on, so
+    /// that a kernel failing to write part of an intermediate still shows on a replayed call.
+    fn poison_intermediates(&self, device: &CudaDevice) -> Result<()> {
+        let pairs = self.steps.iter().filter_map(|step| match step {
+            Step::DualGemm { buffer, .. } => Some(buffer),
+            _ => None,
+        });
+        for buffer in self.intermediates.iter().chain(pairs) {
+            let bytes = buffer.len() * buffer.dtype().size_bytes();
+            // SAFETY: the address and byte count are this live allocation's; the memset is queued on the
+            // stream every use of it is ordered on.
+            unsafe {
+                cudarc::driver::result::memset_d8_async(buffer.base_address(), 0xFF, bytes, device.stream().cu_stream())
+            }
+            .map_err(|e| super::device::driver_error("memset", e))?;
+        }
+        Ok(())
+    }
+}
+
+fn run_step(device: &CudaDevice, step: &mut Step, addresses: &mut [u64]) -> Result<()> {
+    match step {
+        Step::Kernel { name, function, grid, words, patches } => {
+            for p in patches.iter() {
+                words[p.word] = addresses[p.node];
+            }
+            super::exec::launch_kernel(device, name, function, *grid, words)
+        }
+        Step::Gemm { call, first, second, product, .. } => {
+            launch_gemm(device, call, addresses[*first], addresses[*second], addresses[*product])
+        }
+        Step::DualGemm { call, first, second, products, buffer } => {
+            let base = buffer.base_address();
+            let half = (call.paired_product_stride() * buffer.dtype().size_bytes()) as u64;
+            let (weight_a, weight_b, a) = (addresses[first[0]], addresses[first[1]], addresses[*second]);
+            match call.batched_pair(weight_a, weight_b).filter(|_| batch_dual_gemms()) {
+                Some((swapped, pair)) => {
+                    // Batch 0 is the weight lower in memory; its product goes first in the buffer.
+                    let (low, place_a, place_b) = if swapped { (weight_b, base + half, base) } else { (weight_a, base, base + half) };
+                    addresses[products[0]] = place_a;
+                    addresses[products[1]] = place_b;
+                    launch_gemm(device, &pair, low, a, base)
+                }
+                None => {
+                    addresses[products[0]] = base;
+                    addresses[products[1]] = base + half;
+                    launch_gemm(device, call, weight_a, a, base)?;
+                    launch_gemm(device, call, weight_b, a, base + half)
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "launch_plan_tests.rs"]
+mod tests;

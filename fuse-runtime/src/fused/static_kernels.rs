@@ -1,0 +1,47 @@
+//! The CUDA sources `#[fuse]` emits into the user's binary, and the FUSE_DEBUG reports about kernels.
+
+use crate::cpu::exec::GroupRun;
+use crate::Device;
+use fuse_ir::codegen::plan_kernels;
+use fuse_ir::{Graph, GroupKind, Plan};
+
+/// One generated kernel as the macro emitted it: its `extern "C"` name and its self-contained CUDA C.
+/// Identical to what `fuse_ir::codegen::plan_kernels` gives at run time for the fused plan of the same graph
+/// (tests/kernels_static.rs checks it), so what a user can read in the binary is what runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StaticKernel {
+    pub name: &'static str,
+    pub source: &'static str,
+}
+
+/// FUSE_DEBUG>=4: each kernel's name and source. `emitted`: the macro's sources when they describe `plan`
+/// (the fused plan of a `FusedFn` made by `with_kernels`); otherwise the kernels are generated from `plan`.
+pub(crate) fn print_sources(function: &str, g: &Graph, plan: &Plan, emitted: Option<&[StaticKernel]>) {
+    let kernels: Vec<(String, String)> = match emitted {
+        Some(kernels) => kernels.iter().map(|k| (k.name.to_string(), k.source.to_string())).collect(),
+        None => plan_kernels(g, plan).into_iter().map(|k| (k.name, k.source)).collect(),
+    };
+    let origin = if emitted.is_some() { "emitted by #[fuse]" } else { "generated at run time" };
+    if kernels.is_empty() {
+        eprintln!("fuse: `{function}` has no generated kernels (library calls only)");
+    }
+    for (name, source) in kernels {
+        eprintln!("fuse: kernel `{name}` of `{function}` ({origin}):\n{}", source.trim_end());
+    }
+}
+
+/// FUSE_DEBUG>=3: which matmul path each matmul group took on this call's device.
+pub(crate) fn print_matmul_paths(function: &str, runs: &[GroupRun], device: Option<&Device>) {
+    for run in runs.iter().filter(|r| matches!(r.kind, GroupKind::Gemm | GroupKind::DualGemm)) {
+        let path = match device {
+            Some(Device::Cuda(_)) => {
+                "cuBLAS (the call form, i.e. transposes, batching and dual-GEMM pairing, is not reported by the CUDA \
+                 executor yet)"
+            }
+            Some(Device::Cpu) => "the CPU backend's f32 GEMM (gemm crate)",
+            None => "no tensor argument, device unknown",
+        };
+        let how = if run.unfused_because.is_some() { "ran unfused; " } else { "" };
+        eprintln!("fuse: `{function}` k{} {}: matmul path: {how}{path}", run.index, run.kind.name());
+    }
+}

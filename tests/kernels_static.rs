@@ -1,0 +1,186 @@
+//! The CUDA sources `#[fuse]` emits into the binary (`FusedFn::kernels`) are exactly the kernels the runtime
+//! generates from the parsed graph text and runs: same names, same bytes, same order. And tracing is
+//! deterministic: two functions with the same body emit the same kernels, up to the function's name in the
+//! kernel names. No GPU or NVRTC needed.
+
+use fuse::ir::codegen::plan_kernels;
+use fuse::ir::Plan;
+use fuse::prelude::*;
+
+#[fuse]
+fn mlp(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) -> Result<Tensor> {
+    let h = silu(x.matmul(&w_gate.t())) * x.matmul(&w_up.t());
+    Ok(h.matmul(&w_down.t()))
+}
+
+#[fuse]
+fn ffn_block(x: &Tensor, norm: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor, eps: f32) -> Result<Tensor> {
+    let h = rms_norm(x, norm, eps);
+    Ok(x + (silu(h.matmul(&w_gate.t())) * h.matmul(&w_up.t())).matmul(&w_down.t()))
+}
+
+#[fuse]
+fn reductions(x: &Tensor, s: f64) -> Result<(Tensor, Tensor, Tensor)> {
+    (softmax(x * s), x - x.mean(-1), x.max(-1))
+}
+
+#[fuse]
+fn chain(x: &Tensor, bias: &Tensor, s: f32) -> Result<Tensor> {
+    let b = tanh((x + bias) * s) * 0.5 + 1.0;
+    Ok(exp(-square(b)) / (b + 2.0))
+}
+
+/// A matmul with a prologue (pointwise work on its left operand) and an epilogue.
+#[fuse]
+fn scaled_projection(x: &Tensor, row_scale: &Tensor, w: &Tensor) -> Result<Tensor> {
+    Ok(tanh(relu(x * row_scale).matmul(&w.t())))
+}
+
+#[allow(dead_code)] // only the static of its #[fuse] method is used
+struct Block {
+    norm: Tensor,
+    gate: Tensor,
+    eps: f32,
+}
+
+impl Block {
+    #[fuse]
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = rms_norm(x, &self.norm, self.eps);
+        Ok(x + gelu(h.matmul(&self.gate.t())))
+    }
+}
+
+#[fuse]
+fn twin_a(x: &Tensor, w: &Tensor, eps: f32) -> Result<(Tensor, Tensor)> {
+    let h = rms_norm(x, w, eps);
+    (softmax(h * 2.0), sigmoid(h.matmul(&w.t())) + eps)
+}
+
+#[fuse]
+fn twin_b(x: &Tensor, w: &Tensor, eps: f32) -> Result<(Tensor, Tensor)> {
+    let h = rms_norm(x, w, eps);
+    (softmax(h * 2.0), sigmoid(h.matmul(&w.t())) + eps)
+}
+
+fn corpus() -> Vec<&'static FusedFn> {
+    vec![
+        mlp_fused(),
+        ffn_block_fused(),
+        reductions_fused(),
+        chain_fused(),
+        scaled_projection_fused(),
+        Block::forward_fused(),
+        twin_a_fused(),
+        twin_b_fused(),
+    ]
+}
+
+#[test]
+fn emitted_sources_are_what_the_runtime_generates() {
+    let mut total = 0;
+    for f in corpus() {
+        let g = f.graph().expect("the embedded graph parses");
+        let generated = plan_kernels(g, &Plan::fused(g));
+        let emitted = f.kernels();
+        let names = |v: Vec<&str>| v.join(", ");
+        assert_eq!(
+            names(emitted.iter().map(|k| k.name).collect()),
+            names(generated.iter().map(|k| k.name.as_str()).collect()),
+            "`{}`: kernel names",
+            f.name()
+        );
+        for (e, k) in emitted.iter().zip(&generated) {
+            // assert! rather than assert_eq!: on failure, print the first differing line, not two whole sources.
+            if e.source != k.source {
+                let differs = e.source.lines().zip(k.source.lines()).position(|(a, b)| a != b);
+                panic!("`{}` kernel `{}`: emitted source differs from the generated one at line {differs:?}", f.name(), e.name);
+            }
+            let entry = e.source.lines().find(|l| l.starts_with("extern \"C\" __global__ void"));
+            assert!(entry.is_some_and(|l| l.contains(&format!(" {}(", e.name))), "`{}`: entry point {entry:?}", e.name);
+        }
+        total += emitted.len();
+    }
+    // Every function above but `mlp` (whose only pointwise work, silu * mul, is an epilogue) has kernels; the
+    // count guards against a macro that silently emits nothing.
+    assert!(total >= 10, "only {total} kernels emitted for the corpus");
+}
+
+#[test]
+fn every_kind_of_kernel_is_covered() {
+    let names: Vec<&str> = corpus().iter().flat_map(|f| f.kernels()).map(|k| k.name).collect();
+    for part in ["_epilogue", "_prologue", "rowreduce", "pointwise"] {
+        assert!(names.iter().any(|n| n.contains(part)), "no `{part}` kernel among {names:?}");
+    }
+}
+
+#[test]
+fn the_same_body_emits_the_same_kernels() {
+    let (a, b) = (twin_a_fused().kernels(), twin_b_fused().kernels());
+    assert!(!a.is_empty());
+    assert_eq!(a.len(), b.len());
+    for (ka, kb) in a.iter().zip(b) {
+        assert_eq!(kb.name.replacen("twin_b", "twin_a", 1), ka.name);
+        // The function's name appears in kernel names and in the header comment; nothing else may differ.
+        let renamed = kb.source.replace("twin_b", "twin_a");
+        let differs = renamed.lines().zip(ka.source.lines()).position(|(x, y)| x != y);
+        assert!(renamed == ka.source, "kernel `{}` differs at line {differs:?}", ka.name);
+    }
+}
+
+#[test]
+fn a_function_built_in_code_has_no_emitted_kernels() {
+    let g = reductions_fused().graph().expect("parses").clone();
+    let f = FusedFn::from_graph(g);
+    assert!(f.kernels().is_empty());
+}
+
+/// Runs `ffn_block` once on the CPU when this process is the child of `debug_levels_add_up` (FUSE_DEBUG is
+/// read once per process, so each level needs a process of its own).
+#[test]
+fn debug_ladder_child() {
+    if std::env::var_os("FUSE_DEBUG_LADDER_CHILD").is_none() {
+        return;
+    }
+    let t = |shape: &[usize]| {
+        let n: usize = shape.iter().product();
+        Tensor::from_vec((0..n).map(|i| ((i * 7 % 11) as f32 - 5.0) / 8.0).collect::<Vec<f32>>(), shape, &Device::Cpu)
+            .expect("a tensor")
+    };
+    let y = ffn_block(&t(&[3, 8]), &t(&[8]), &t(&[16, 8]), &t(&[16, 8]), &t(&[8, 16]), 1e-5).expect("runs");
+    assert_eq!(y.shape(), &[3, 8]);
+}
+
+#[test]
+fn debug_levels_add_up() {
+    let run = |level: u32| {
+        let exe = std::env::current_exe().expect("the test binary");
+        let out = std::process::Command::new(exe)
+            .args(["--exact", "debug_ladder_child", "--nocapture", "--test-threads=1"])
+            .env("FUSE_DEBUG", level.to_string())
+            .env("FUSE_DEBUG_LADDER_CHILD", "1")
+            .env_remove("FUSE_FUSION")
+            .output()
+            .expect("runs the child");
+        assert!(out.status.success(), "FUSE_DEBUG={level}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // What each level adds, in ladder order.
+    let marks = [
+        "fuse: plan of `ffn_block`",
+        "fuse: `ffn_block` k0 ",
+        "matmul path: the CPU backend's f32 GEMM",
+        "fuse: kernel `ffn_block_k0_rowreduce",
+        "fuse: graph of `ffn_block`",
+    ];
+    for level in 0..=5u32 {
+        let stderr = run(level);
+        for (i, mark) in marks.iter().enumerate() {
+            let expected = (i as u32) < level;
+            assert_eq!(stderr.contains(mark), expected, "FUSE_DEBUG={level}, `{mark}`:\n{stderr}");
+        }
+        if level >= 4 {
+            assert!(stderr.contains("(emitted by #[fuse])") && stderr.contains("extern \"C\" __global__"), "{stderr}");
+        }
+    }
+}
