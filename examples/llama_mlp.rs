@@ -50,12 +50,15 @@ fn median(mut times: Vec<Duration>) -> Duration {
     times[times.len() / 2]
 }
 
-fn time_calls(reps: usize, mut f: impl FnMut() -> Result<Tensor>) -> Result<Duration> {
-    f()?; // warm-up: first-call work (plans, f32 shadows of the weights) stays out of the numbers
+/// Wall time of one call until its result is ready (GPU work is asynchronous: wait for the device).
+fn time_calls(reps: usize, dev: &Device, mut f: impl FnMut() -> Result<Tensor>) -> Result<Duration> {
+    f()?; // warm-up: first-call work (plans, kernels, f32 shadows of the weights) stays out of the numbers
+    dev.synchronize()?;
     let mut times = Vec::with_capacity(reps);
     for _ in 0..reps {
         let t = Instant::now();
         f()?;
+        dev.synchronize()?;
         times.push(t.elapsed());
     }
     Ok(median(times))
@@ -84,10 +87,16 @@ fn main() -> Result<()> {
         if k == 0 {
             println!("\nthe plan (batch {m}):\n{}", f.explain(&args)?);
         }
+        let first = Instant::now();
         let y = llama_mlp(&x, &w_gate, &w_up, &w_down)?;
+        dev.synchronize()?;
+        if k == 0 {
+            // Start-up: plans, kernel compilation (or the on-disk cache), weight preparation, the run itself.
+            println!("first call (batch {m}): {:.1?}", first.elapsed());
+        }
         let err = check_rows(&x, &y, &w_gate, &w_up, &w_down)?;
-        let fused = time_calls(opts.reps, || llama_mlp(&x, &w_gate, &w_up, &w_down))?;
-        let unfused = time_calls(opts.reps, || Ok(f.call_with(&args, Fusion::Off)?.remove(0)))?;
+        let fused = time_calls(opts.reps, &dev, || llama_mlp(&x, &w_gate, &w_up, &w_down))?;
+        let unfused = time_calls(opts.reps, &dev, || Ok(f.call_with(&args, Fusion::Off)?.remove(0)))?;
         table.push(format!(
             "{m:>6} {:>12} {:>12} {:>7.2}x {:>14.2e}",
             format!("{fused:.2?}"),
