@@ -3,7 +3,7 @@
 //! Put `#[fuse]` on an ordinary tensor function. The macro traces its body into a graph, groups the
 //! pointwise work around the matmuls into as few kernels as it can (pointwise chains, row reductions,
 //! matmul prologues and epilogues, two matmuls sharing their left operand), and the runtime executes that
-//! plan: one pass over memory per group. Anything the macro cannot trace is a compile error at that token
+//! plan, on the CPU or an NVIDIA GPU: one pass over memory per group. Anything the macro cannot trace is a compile error at that token
 //! saying what to write instead; there is no silent fallback.
 //!
 //! ```
@@ -60,8 +60,10 @@
 //!
 //! ## Environment
 //!
-//! - `FUSE_DEBUG=1` prints each function's plan on its first call, `2` adds per-group times, `5` the graph.
+//! - `FUSE_DEBUG=1` prints each function's plan on its first call, `2` adds per-group times, `3` the matmul
+//!   path of each group, `4` the kernel sources, `5` the graph.
 //! - `FUSE_FUSION=off` runs every function unfused (one pass per op).
+//! - `FUSE_CACHE_DIR`: where compiled CUDA kernels are kept between processes (default `~/.cache/fuse`).
 
 pub use fuse_macros::fuse;
 pub use fuse_runtime::*;

@@ -7,6 +7,8 @@
 
 use std::io::Write as _;
 
+#[path = "common/fused_fns.rs"]
+mod fused_fns;
 #[path = "gpu/groups.rs"]
 mod groups;
 #[path = "gpu/ops.rs"]

@@ -8,6 +8,10 @@
 
 use std::io::Write as _; // skip notices go straight to stderr, past libtest's capture
 
+#[path = "common/fused_fns.rs"]
+mod fused_fns;
+use fused_fns::*;
+
 use fuse::ir::codegen::{self, InputKind, KernelKind, KernelSpec, Role, CONTIGUOUS_DEFINE};
 use fuse::ir::{BinaryOp, DType, Graph, Op, ReduceOp, UnaryOp};
 use fuse::prelude::*;
@@ -21,77 +25,14 @@ const ARCHS: [&str; 2] = ["sm_80", "sm_90"];
 const FULL_MATRIX: [&str; 4] = ["chain10", "ffn_block", "attention", "scaled_projection"];
 
 #[fuse]
-fn unary_a(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
-    let pos = abs(x) + 0.5;
-    (exp(x), log(pos), sqrt(pos), rsqrt(pos), tanh(x), sigmoid(x), silu(x))
-}
-
-#[fuse]
-fn unary_b(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
-    let away = x + 2.5;
-    (gelu(x), gelu_tanh(x), relu(x), abs(x), square(x), recip(away), -x)
-}
-
-#[fuse]
-fn binary(a: &Tensor, b: &Tensor, s: f32) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
-    let pos = abs(a) + 0.25;
-    (a + b, a - b, a * b, a / (abs(b) + 0.5), maximum(a, b), minimum(a, b), pos.powf(s), b * s - 1.5)
-}
-
-#[fuse]
-fn reductions(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor)> {
-    (x.sum(-1), x.mean(-1), x.max(-1), softmax(x), x - x.mean(-1))
-}
-
-#[fuse]
-fn norm_and_cast(x: &Tensor, w: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
-    let n = rms_norm(x, w, eps);
-    (n, n.to_dtype(DType::F32) * 2.0)
-}
-
-#[fuse]
 fn casts(x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
     (x.to_dtype(DType::F16) * 3.0, x.to_dtype(DType::BF16) - 1e-3, exp(x.to_dtype(DType::F32)))
-}
-
-#[fuse]
-fn mlp(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) -> Result<Tensor> {
-    let h = silu(x.matmul(w_gate)) * x.matmul(w_up);
-    Ok(h.matmul(w_down))
-}
-
-#[fuse]
-fn llama_mlp(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) -> Result<Tensor> {
-    let h = silu(x.matmul(&w_gate.t())) * x.matmul(&w_up.t());
-    Ok(h.matmul(&w_down.t()))
 }
 
 #[fuse]
 fn ffn_block(x: &Tensor, norm: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor, eps: f32) -> Result<Tensor> {
     let h = rms_norm(x, norm, eps);
     Ok(x + (silu(h.matmul(&w_gate.t())) * h.matmul(&w_up.t())).matmul(&w_down.t()))
-}
-
-#[allow(dead_code)] // only the graph of its #[fuse] method is used
-struct Block {
-    norm: Tensor,
-    gate: Tensor,
-    up: Tensor,
-    down: Tensor,
-    eps: f32,
-}
-
-impl Block {
-    #[fuse]
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let h = rms_norm(x, &self.norm, self.eps);
-        Ok(x + (silu(h.matmul(&self.gate.t())) * h.matmul(&self.up.t())).matmul(&self.down.t()))
-    }
-}
-
-#[fuse]
-fn attention_scores(q: &Tensor, k: &Tensor, scale: f32) -> Result<Tensor> {
-    Ok(softmax(q.matmul(&k.t()) * scale))
 }
 
 #[fuse]

@@ -2,67 +2,12 @@
 //! reference interpreter on random inputs with odd shapes, in f32, f16 and bf16.
 
 mod common;
+use common::fused_fns::*;
 use common::{check_against_reference, random, rng};
 use fuse::prelude::*;
 
 const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 const SHAPES: [[usize; 2]; 5] = [[1, 1], [1, 17], [3, 33], [17, 5], [127, 130]];
-
-#[fuse]
-pub fn mlp(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) -> Result<Tensor> {
-    let h = silu(x.matmul(w_gate)) * x.matmul(w_up);
-    Ok(h.matmul(w_down))
-}
-
-struct Block {
-    norm: Tensor,
-    gate: Tensor,
-    up: Tensor,
-    down: Tensor,
-    eps: f32,
-}
-
-impl Block {
-    #[fuse]
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let h = rms_norm(x, &self.norm, self.eps);
-        Ok(x + (silu(h.matmul(&self.gate.t())) * h.matmul(&self.up.t())).matmul(&self.down.t()))
-    }
-}
-
-#[fuse]
-fn unary_a(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
-    let pos = abs(x) + 0.5;
-    (exp(x), log(pos), sqrt(pos), rsqrt(pos), tanh(x), sigmoid(x), silu(x))
-}
-
-#[fuse]
-fn unary_b(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
-    let away = x + 2.5;
-    (gelu(x), gelu_tanh(x), relu(x), abs(x), square(x), recip(away), -x)
-}
-
-#[fuse]
-fn binary(a: &Tensor, b: &Tensor, s: f32) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
-    let pos = abs(a) + 0.25;
-    (a + b, a - b, a * b, a / (abs(b) + 0.5), maximum(a, b), minimum(a, b), pos.powf(s), b * s - 1.5)
-}
-
-#[fuse]
-fn reductions(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor)> {
-    (x.sum(-1), x.mean(-1), x.max(-1), softmax(x), x - x.mean(-1))
-}
-
-#[fuse]
-fn norm_and_cast(x: &Tensor, w: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
-    let n = rms_norm(x, w, eps);
-    (n, n.to_dtype(DType::F32) * 2.0)
-}
-
-#[fuse]
-fn attention_scores(q: &Tensor, k: &Tensor, scale: f32) -> Result<Tensor> {
-    Ok(softmax(q.matmul(&k.t()) * scale))
-}
 
 #[test]
 fn unary_ops_match_reference() {

@@ -1,6 +1,8 @@
 //! Shared by the integration tests: random tensors and comparison against the reference interpreter.
 #![allow(dead_code)]
 
+pub mod fused_fns;
+
 use fuse::prelude::*;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 

@@ -1,6 +1,7 @@
 //! Gemm and DualGemm groups on the GPU: prologues, epilogues, `.t()` weights read in place, batched left
 //! operands folded into rows, and the transformer block as a method.
 
+use crate::fused_fns::{attention_scores_fused, Block};
 use crate::{check, gpu, random, rng, DTYPES, ROWS};
 use fuse::prelude::*;
 
@@ -18,27 +19,6 @@ fn norm_then_matmul(x: &Tensor, nw: &Tensor, w: &Tensor, eps: f32) -> Result<Ten
 fn mlp_checkpoint_layout(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) -> Result<Tensor> {
     let h = silu(x.matmul(&w_gate.t())) * x.matmul(&w_up.t());
     Ok(h.matmul(&w_down.t()))
-}
-
-#[fuse]
-fn attention_scores(q: &Tensor, k: &Tensor, scale: f32) -> Result<Tensor> {
-    Ok(softmax(q.matmul(&k.t()) * scale))
-}
-
-struct Block {
-    norm: Tensor,
-    gate: Tensor,
-    up: Tensor,
-    down: Tensor,
-    eps: f32,
-}
-
-impl Block {
-    #[fuse]
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let h = rms_norm(x, &self.norm, self.eps);
-        Ok(x + (silu(h.matmul(&self.gate.t())) * h.matmul(&self.up.t())).matmul(&self.down.t()))
-    }
 }
 
 #[test]

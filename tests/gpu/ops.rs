@@ -1,36 +1,8 @@
 //! Pointwise and row-reduction groups on the GPU, and the eager ops against their CPU twins.
 
+use crate::fused_fns::*;
 use crate::{check, gpu, random, rng, tolerance, DTYPES, ROWS};
 use fuse::prelude::*;
-
-#[fuse]
-fn unary_a(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
-    let pos = abs(x) + 0.5;
-    (exp(x), log(pos), sqrt(pos), rsqrt(pos), tanh(x), sigmoid(x), silu(x))
-}
-
-#[fuse]
-fn unary_b(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
-    let away = x + 2.5;
-    (gelu(x), gelu_tanh(x), relu(x), abs(x), square(x), recip(away), -x)
-}
-
-#[fuse]
-fn binary(a: &Tensor, b: &Tensor, s: f32) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
-    let pos = abs(a) + 0.25;
-    (a + b, a - b, a * b, a / (abs(b) + 0.5), maximum(a, b), minimum(a, b), pos.powf(s), b * s - 1.5)
-}
-
-#[fuse]
-fn reductions(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor)> {
-    (x.sum(-1), x.mean(-1), x.max(-1), softmax(x), x - x.mean(-1))
-}
-
-#[fuse]
-fn norm_and_cast(x: &Tensor, w: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
-    let n = rms_norm(x, w, eps);
-    (n, n.to_dtype(DType::F32) * 2.0)
-}
 
 #[test]
 fn unary_ops_match_reference() {

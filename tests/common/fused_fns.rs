@@ -1,0 +1,70 @@
+//! The `#[fuse]` functions several test binaries share (numerics on the CPU, the GPU suite, the kernel compile
+//! check): every op, every kind of group, the DESIGN.md examples.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use fuse::prelude::*;
+
+#[fuse]
+pub fn unary_a(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
+    let pos = abs(x) + 0.5;
+    (exp(x), log(pos), sqrt(pos), rsqrt(pos), tanh(x), sigmoid(x), silu(x))
+}
+
+#[fuse]
+pub fn unary_b(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
+    let away = x + 2.5;
+    (gelu(x), gelu_tanh(x), relu(x), abs(x), square(x), recip(away), -x)
+}
+
+#[fuse]
+pub fn binary(a: &Tensor, b: &Tensor, s: f32) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
+    let pos = abs(a) + 0.25;
+    (a + b, a - b, a * b, a / (abs(b) + 0.5), maximum(a, b), minimum(a, b), pos.powf(s), b * s - 1.5)
+}
+
+#[fuse]
+pub fn reductions(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor)> {
+    (x.sum(-1), x.mean(-1), x.max(-1), softmax(x), x - x.mean(-1))
+}
+
+#[fuse]
+pub fn norm_and_cast(x: &Tensor, w: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
+    let n = rms_norm(x, w, eps);
+    (n, n.to_dtype(DType::F32) * 2.0)
+}
+
+/// DESIGN.md's MLP, weights in [in, out] layout.
+#[fuse]
+pub fn mlp(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) -> Result<Tensor> {
+    let h = silu(x.matmul(w_gate)) * x.matmul(w_up);
+    Ok(h.matmul(w_down))
+}
+
+/// The same MLP with checkpoint-layout ([out, in]) weights read through `.t()`.
+#[fuse]
+pub fn llama_mlp(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) -> Result<Tensor> {
+    let h = silu(x.matmul(&w_gate.t())) * x.matmul(&w_up.t());
+    Ok(h.matmul(&w_down.t()))
+}
+
+#[fuse]
+pub fn attention_scores(q: &Tensor, k: &Tensor, scale: f32) -> Result<Tensor> {
+    Ok(softmax(q.matmul(&k.t()) * scale))
+}
+
+/// DESIGN.md's transformer block: a `#[fuse]` method reading tensor and scalar fields.
+pub struct Block {
+    pub norm: Tensor,
+    pub gate: Tensor,
+    pub up: Tensor,
+    pub down: Tensor,
+    pub eps: f32,
+}
+
+impl Block {
+    #[fuse]
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = rms_norm(x, &self.norm, self.eps);
+        Ok(x + (silu(h.matmul(&self.gate.t())) * h.matmul(&self.up.t())).matmul(&self.down.t()))
+    }
+}
