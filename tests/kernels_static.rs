@@ -179,6 +179,11 @@ fn debug_levels_add_up() {
             let expected = (i as u32) < level;
             assert_eq!(stderr.contains(mark), expected, "FUSE_DEBUG={level}, `{mark}`:\n{stderr}");
         }
+        if level >= 3 {
+            // The CPU GEMM reports its calls: both weights of the DualGemm read in place, transposed.
+            assert!(stderr.contains("k1 dualgemm: matmul path: the CPU backend's f32 GEMM: gemm::gemm x2 (dual w_gate.t()|w_up.t()"), "{stderr}");
+            assert!(stderr.contains("k2 gemm: matmul path: the CPU backend's f32 GEMM: gemm::gemm x1, m=3 n=8 k=16"), "{stderr}");
+        }
         if level >= 4 {
             assert!(stderr.contains("(emitted by #[fuse])") && stderr.contains("extern \"C\" __global__"), "{stderr}");
         }

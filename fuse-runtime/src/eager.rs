@@ -1,11 +1,21 @@
 //! Eager ops: each builds a one-op graph (composites expand through the graph builder) and runs it through
 //! the same executor as fused functions, so every op has exactly one implementation.
+//!
+//! On the GPU, the graph's plan and generated kernels (and so its launch plans) are kept per graph text in a
+//! small process-wide cache, as a `FusedFn` keeps its own: a repeated eager op neither regenerates its CUDA
+//! source nor re-records its launches. The graph text names the op and each operand's kind (tensor or
+//! scalar); dtypes, shapes and strides are the launch plans' signature. The CPU path plans on every call
+//! (it is cheap there) and never touches the cache.
 
-use crate::cpu::exec::execute;
+use crate::cpu::exec::{execute, execute_cached};
 use crate::cpu::Value;
+use crate::cuda::device::lock;
+use crate::cuda::kernels::KernelCache;
 use crate::error::EAGER;
-use crate::{Error, Result, Tensor};
+use crate::{Device, Error, Result, Tensor};
 use fuse_ir::{BinaryOp, DType, Graph, InputKind, NodeId, Plan, ReduceOp, UnaryOp};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// An operand of an eager op.
 pub(crate) enum Operand<'a> {
@@ -32,10 +42,65 @@ pub(crate) fn run(operands: &[(&str, Operand<'_>)], build: impl FnOnce(&mut Grap
     }
     let out = build(&mut g, &inputs);
     g.outputs = vec![out];
-    let plan = Plan::fused(&g);
-    plan.verify(&g).map_err(|e| Error::internal(EAGER, format!("the plan of an eager op does not verify: {e}")))?;
-    let (mut outputs, _) = execute(EAGER, &g, &plan, args, false)?;
+    let on_gpu = args.iter().any(|a| matches!(a, Value::Tensor(t) if matches!(t.device(), Device::Cuda(_))));
+    let (mut outputs, _) = if on_gpu {
+        let op = lock(gpu_ops()).get_or_insert(g, MAX_GPU_OPS)?;
+        execute_cached(EAGER, &op.graph, &op.plan, args, false, Some(&op.kernels))?
+    } else {
+        let plan = verified_plan(&g)?;
+        execute(EAGER, &g, &plan, args, false)?
+    };
     outputs.pop().ok_or_else(|| Error::internal(EAGER, "an eager op returned nothing"))
+}
+
+fn verified_plan(g: &Graph) -> Result<Plan> {
+    let plan = Plan::fused(g);
+    plan.verify(g).map_err(|e| Error::internal(EAGER, format!("the plan of an eager op does not verify: {e}")))?;
+    Ok(plan)
+}
+
+/// One eager op's graph as the GPU runs it: its fused plan and the plan's kernels and launch plans.
+struct GpuOp {
+    graph: Graph,
+    plan: Plan,
+    kernels: KernelCache,
+}
+
+/// Distinct eager graphs kept (there are about a hundred: op x operand kinds x target dtype); past this
+/// many, the oldest entry goes (a caller still running it keeps its `Arc`).
+const MAX_GPU_OPS: usize = 256;
+
+/// Eager graphs by text, oldest first in `order`.
+#[derive(Default)]
+struct GpuOps {
+    ops: HashMap<String, Arc<GpuOp>>,
+    order: VecDeque<String>,
+}
+
+fn gpu_ops() -> &'static Mutex<GpuOps> {
+    static OPS: OnceLock<Mutex<GpuOps>> = OnceLock::new();
+    OPS.get_or_init(Mutex::default)
+}
+
+impl GpuOps {
+    /// The kept entry for `g`'s text, or a new one (planned and verified once), evicting the oldest past
+    /// `capacity`. Planning a one-op graph is short, so it happens under the lock: two threads never plan
+    /// the same graph twice.
+    fn get_or_insert(&mut self, g: Graph, capacity: usize) -> Result<Arc<GpuOp>> {
+        let text = g.to_text();
+        if let Some(op) = self.ops.get(&text) {
+            return Ok(Arc::clone(op));
+        }
+        let plan = verified_plan(&g)?;
+        let op = Arc::new(GpuOp { graph: g, plan, kernels: KernelCache::new() });
+        while self.ops.len() >= capacity.max(1) {
+            let Some(oldest) = self.order.pop_front() else { break };
+            self.ops.remove(&oldest);
+        }
+        self.order.push_back(text.clone());
+        self.ops.insert(text, Arc::clone(&op));
+        Ok(op)
+    }
 }
 
 pub(crate) fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
@@ -157,5 +222,48 @@ impl Tensor {
         }
         let label = format!("x.to_dtype({dtype})");
         run(&[("x", Operand::Tensor(self))], |g, i| g.cast(i[0], dtype, &label))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cast_graph(dtype: DType) -> Graph {
+        let mut g = Graph::new(EAGER);
+        let x = g.input("x", InputKind::Tensor);
+        let out = g.cast(x, dtype, &format!("x.to_dtype({dtype})"));
+        g.outputs = vec![out];
+        g
+    }
+
+    fn exp_graph(kind: InputKind) -> Graph {
+        let mut g = Graph::new(EAGER);
+        let x = g.input("x", kind);
+        let out = g.unary(UnaryOp::Exp, x, "exp(x)");
+        g.outputs = vec![out];
+        g
+    }
+
+    #[test]
+    fn the_gpu_op_cache_keeps_one_entry_per_graph_text_and_evicts_the_oldest() {
+        let mut cache = GpuOps::default();
+        let a = cache.get_or_insert(exp_graph(InputKind::Tensor), 2).unwrap();
+        let again = cache.get_or_insert(exp_graph(InputKind::Tensor), 2).unwrap();
+        assert!(Arc::ptr_eq(&a, &again), "the same graph text shares its kernels and launch plans");
+        let scalar = cache.get_or_insert(exp_graph(InputKind::Scalar), 2).unwrap();
+        assert!(!Arc::ptr_eq(&a, &scalar), "an operand of another kind is another entry");
+        assert_eq!(cache.ops.len(), 2);
+        // A third graph evicts the oldest (exp of a tensor); an evicted entry lives on in its holders.
+        let bf16 = cache.get_or_insert(cast_graph(DType::BF16), 2).unwrap();
+        assert_eq!(cache.ops.len(), 2);
+        assert_eq!(cache.order.len(), 2);
+        assert!(!cache.ops.contains_key(&exp_graph(InputKind::Tensor).to_text()));
+        assert_eq!(a.graph.to_text(), exp_graph(InputKind::Tensor).to_text());
+        let f16 = cache.get_or_insert(cast_graph(DType::F16), 2).unwrap();
+        assert!(!Arc::ptr_eq(&bf16, &f16), "the target dtype is part of the graph");
+        assert!(Arc::ptr_eq(&bf16, &cache.get_or_insert(cast_graph(DType::BF16), 2).unwrap()));
+        // The kept plan is the one `run` makes on the CPU.
+        assert_eq!(bf16.plan, verified_plan(&cast_graph(DType::BF16)).unwrap());
     }
 }

@@ -29,6 +29,19 @@ pub(crate) struct GroupRun {
     pub time: Duration,
     /// Why the group ran one op at a time, if it did.
     pub unfused_because: Option<String>,
+    /// For a Gemm/DualGemm group of a timed call, how its matmuls ran: the CPU GEMM call, or the cuBLAS
+    /// call form (FUSE_DEBUG>=3 prints it). Only made when `timed`: the fast paths format nothing.
+    pub matmul_path: Option<String>,
+}
+
+/// A matmul operand as the user wrote it, for FUSE_DEBUG: `w_gate`, `self.up.t()`, or `%7` for a value
+/// computed in the function.
+pub(crate) fn operand_name(g: &Graph, id: NodeId) -> String {
+    match g.op(id) {
+        Op::Transpose => format!("{}.t()", operand_name(g, g.node(id).args[0])),
+        Op::Input(k) => g.inputs.get(k as usize).map_or_else(|| format!("%{}", id.0), |i| i.name.clone()),
+        _ => format!("%{}", id.0),
+    }
 }
 
 /// The shapes and dtypes of every node for a call's arguments.
@@ -78,6 +91,8 @@ pub(crate) fn sink_of(data: &mut CpuData) -> Sink<'_> {
 struct Executor<'a> {
     info: CallInfo<'a>,
     values: Vec<Option<Value>>,
+    /// Whether to describe each GEMM call (a timed call: FUSE_DEBUG>=2).
+    describe: bool,
 }
 
 /// Runs `plan` on `args` (one per graph input, kinds already checked). Returns the graph's outputs and,
@@ -108,13 +123,16 @@ pub(crate) fn execute_cached(
         }
     }
     let info = CallInfo { function, graph: g, shapes: &inferred.shapes, dtypes: &inferred.dtypes };
-    let mut ex = Executor { info, values };
+    let mut ex = Executor { info, values, describe: timed };
     let mut runs = Vec::new();
+    let mut paths = Vec::new();
     for (index, group) in plan.groups.iter().enumerate() {
         let start = Instant::now();
-        let unfused_because = ex.run_group(group)?;
+        paths.clear();
+        let unfused_because = ex.run_group(group, &mut paths)?;
         if timed || unfused_because.is_some() {
-            runs.push(GroupRun { index, kind: group.kind, time: start.elapsed(), unfused_because });
+            let matmul_path = (!paths.is_empty()).then(|| paths.join("; "));
+            runs.push(GroupRun { index, kind: group.kind, time: start.elapsed(), unfused_because, matmul_path });
         }
     }
     let outputs = g.outputs.iter().map(|&o| ex.output(o)).collect::<Result<Vec<_>>>()?;
@@ -155,9 +173,9 @@ impl Executor<'_> {
     }
 
     /// Runs one group fused, or its nodes one at a time when this call's shapes do not fit the fused
-    /// form; returns the reason in that case.
-    fn run_group(&mut self, group: &Group) -> Result<Option<String>> {
-        match self.run_fused(group)? {
+    /// form; returns the reason in that case. Describes each GEMM call into `paths` when describing.
+    fn run_group(&mut self, group: &Group, paths: &mut Vec<String>) -> Result<Option<String>> {
+        match self.run_fused(group, paths)? {
             Outcome::Done(outputs) => {
                 self.store(outputs);
                 Ok(None)
@@ -165,7 +183,7 @@ impl Executor<'_> {
             Outcome::DoesNotFit(reason) => {
                 for &n in &group.nodes {
                     let single = single_node_group(self.info.graph, n);
-                    match self.run_fused(&single)? {
+                    match self.run_fused(&single, paths)? {
                         Outcome::Done(outputs) => self.store(outputs),
                         Outcome::DoesNotFit(why) => {
                             return Err(Error::internal(self.info.function, format!("%{} alone does not run: {why}", n.0)))
@@ -183,10 +201,12 @@ impl Executor<'_> {
         }
     }
 
-    fn run_fused(&self, group: &Group) -> Result<Outcome> {
+    fn run_fused(&self, group: &Group, paths: &mut Vec<String>) -> Result<Outcome> {
         let resolve = |id: NodeId| self.resolve(id);
         match group.kind {
-            GroupKind::Gemm | GroupKind::DualGemm => run_gemm_group(&self.info, group, &resolve),
+            GroupKind::Gemm | GroupKind::DualGemm => {
+                run_gemm_group(&self.info, group, &resolve, self.describe.then_some(paths))
+            }
             GroupKind::Pointwise | GroupKind::RowReduce => {
                 if !group.matmuls.is_empty() {
                     return Ok(Outcome::DoesNotFit(format!("a {} group with a matmul", group.kind.name())));

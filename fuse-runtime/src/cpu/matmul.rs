@@ -3,7 +3,7 @@
 //! into f32 product buffers, and an epilogue row program turns the products into the group's outputs.
 //! Blocks of rows run in parallel for large M; for small M one block runs and the GEMM itself is parallel.
 
-use super::exec::{allocate, sink_of, Outcome};
+use super::exec::{allocate, operand_name, sink_of, Outcome};
 use super::kernels::Sink;
 use super::rowprog::{compile, CallInfo, Compiled, RowProgram, RowSpec};
 use super::rowrun::BlockInputs;
@@ -45,12 +45,19 @@ struct GemmGroup {
     n: usize,
 }
 
-/// Runs a Gemm or DualGemm group, or says why its shapes or structure do not fit the fused form.
-pub(crate) fn run_gemm_group(info: &CallInfo<'_>, group: &Group, resolve: &dyn Fn(NodeId) -> Result<Value>) -> Result<Outcome> {
+/// Runs a Gemm or DualGemm group, or says why its shapes or structure do not fit the fused form. With
+/// `paths`, adds how its GEMM calls ran (FUSE_DEBUG>=3).
+pub(crate) fn run_gemm_group(
+    info: &CallInfo<'_>,
+    group: &Group,
+    resolve: &dyn Fn(NodeId) -> Result<Value>,
+    paths: Option<&mut Vec<String>>,
+) -> Result<Outcome> {
     let gg = match build(info, group, resolve)? {
         Ok(gg) => gg,
         Err(reason) => return Ok(Outcome::DoesNotFit(reason)),
     };
+    let names = |ids: &mut dyn Iterator<Item = NodeId>| ids.map(|id| operand_name(info.graph, id)).collect::<Vec<_>>();
     let shape = |id: NodeId| info.shapes[id.index()].clone();
     let dtype = |id: NodeId| info.dtypes[id.index()].unwrap_or(DType::F32);
     let order: Vec<NodeId> =
@@ -65,6 +72,11 @@ pub(crate) fn run_gemm_group(info: &CallInfo<'_>, group: &Group, resolve: &dyn F
         .chain((0..gg.epilogue_outputs.len()).map(|i| gg.epilogue.sink_width(i)))
         .collect();
     let blocks = block_ranges(rows);
+    if let Some(paths) = paths {
+        let weights = names(&mut group.matmuls.iter().map(|&mm| info.graph.node(mm).args[1]));
+        let left = group.matmuls.first().map(|&mm| operand_name(info.graph, info.graph.node(mm).args[0]));
+        paths.push(gg.describe(left.as_deref().unwrap_or("?"), &weights, &blocks));
+    }
     let mut sinks: Vec<Sink<'_>> = buffers.iter_mut().map(sink_of).collect();
     let mut work = Vec::with_capacity(blocks.len());
     for block in blocks {
@@ -244,6 +256,51 @@ impl MatRef<'_> {
 }
 
 impl GemmGroup {
+    /// The GEMM calls this group makes, for FUSE_DEBUG>=3: `left` and `weights` name the operands, `blocks`
+    /// are the row blocks it runs. Begins with "the CPU backend's f32 GEMM".
+    fn describe(&self, left: &str, weights: &[String], blocks: &[Range<usize>]) -> String {
+        let rows = self.batch * self.m;
+        let (calls, m) = if self.fold_batches || self.batch == 1 {
+            let m = if blocks.len() == 1 { format!("m={rows}") } else { format!("m<={}", blocks.iter().map(Range::len).max().unwrap_or(0)) };
+            (blocks.len(), m)
+        } else {
+            let per = self.m.max(1);
+            (blocks.iter().map(|b| b.end.div_ceil(per) - b.start / per).sum(), format!("m<={}", self.m))
+        };
+        let a = match &self.left {
+            LeftOperand::Program(_) => format!("A = {left} as f32 rows made per block by the prologue (row stride {})", self.k),
+            LeftOperand::Direct(t) => {
+                let s = t.strides();
+                format!("A = {left} read in place (strides {}, {})", s[t.rank() - 2], s[t.rank() - 1])
+            }
+        };
+        let b: Vec<String> = self
+            .weights
+            .iter()
+            .zip(weights)
+            .map(|(w, name)| {
+                let s = w.strides();
+                let (rs, cs) = (s[w.rank() - 2], s[w.rank() - 1]);
+                let how = if cs == 1 { "row-major" } else { "column-major, read in place" };
+                format!("{name} (strides {rs}, {cs}: {how})")
+            })
+            .collect();
+        let dual = if self.weights.len() == 2 { format!(" (dual {}, one call per weight)", weights.join("|")) } else { String::new() };
+        let threads = if blocks.len() == 1 {
+            "one block, each GEMM multi-threaded (rayon)".to_string()
+        } else {
+            format!("{} row blocks in parallel, each GEMM single-threaded", blocks.len())
+        };
+        let batches = if self.batch > 1 && !self.fold_batches { ", one call per batch" } else { "" };
+        format!(
+            "the CPU backend's f32 GEMM: gemm::gemm x{}{dual}, {m} n={} k={}, {a}, B = {}{batches}, {threads}",
+            calls * self.weights.len(),
+            self.n,
+            self.k,
+            b.join(" and "),
+        )
+    }
+
     /// Prologue, GEMM(s) and epilogue for one block of rows; `sinks` hold this block's rows of every
     /// output (prologue outputs, then products, then epilogue outputs).
     fn run_block(&self, function: &str, rows: Range<usize>, mut sinks: Vec<Sink<'_>>, parallel: bool) -> Result<()> {

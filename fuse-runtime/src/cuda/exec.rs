@@ -8,13 +8,13 @@
 //! queued as a launch plan (`launch_plan.rs`), and later calls of that signature replay it instead.
 
 use super::device::{driver_error, lock, CudaDevice};
-use super::gemm::{launch_gemm, plan_gemm, Matrix};
+use super::gemm::{launch_gemm, plan_gemm, GemmCall, Matrix};
 use super::kernels::{KernelCache, PlanKernels, PreparedKernel};
-use super::launch_plan::{signature, LaunchPlan, Patch, Recording, Step};
+use super::launch_plan::{dual_gemm_pairing, signature, LaunchPlan, Patch, Recording, Step};
 use super::launch::{plan_launch, Operand, BLOCK_THREADS};
 use super::modules;
 use super::storage::CudaStorage;
-use crate::cpu::exec::{infer, GroupRun, Inferred};
+use crate::cpu::exec::{infer, operand_name, GroupRun, Inferred};
 use crate::cpu::Value;
 use crate::{Error, Result, Tensor};
 use fuse_ir::codegen::{self, InputKind, Role, CONTIGUOUS_DEFINE};
@@ -32,6 +32,23 @@ struct Executor<'a> {
     values: Vec<Option<Value>>,
     /// What this call queued, when it is to become a launch plan.
     recording: Option<Recording>,
+    /// Whether to describe the cuBLAS calls (a timed call, FUSE_DEBUG>=2; never on the replayed path).
+    describe: bool,
+    /// The current group's matmuls so far, when describing.
+    gemms: Vec<DescribedGemm>,
+}
+
+/// One matmul as it ran, for FUSE_DEBUG>=3.
+struct DescribedGemm {
+    /// The cuBLAS call, or why there was none.
+    call: std::result::Result<GemmCall, &'static str>,
+    /// The weight (cuBLAS's A) and the left operand (cuBLAS's B), as the user wrote them.
+    weight: String,
+    left: String,
+    weight_address: u64,
+    /// The base value of the left operand, and whether the product is an output of the function.
+    left_node: NodeId,
+    escapes: bool,
 }
 
 /// Runs `plan` on `args` (one per graph input, every tensor on `device`). Returns the graph's outputs and,
@@ -78,14 +95,16 @@ pub(crate) fn execute(
         }
     }
     let recording = record.then(Recording::default);
-    let mut ex = Executor { function, graph: g, plan, device, inferred, values, recording };
+    let mut ex = Executor { function, graph: g, plan, device, inferred, values, recording, describe: timed, gemms: Vec::new() };
     let mut runs = Vec::new();
     for (index, group) in plan.groups.iter().enumerate() {
         let start = Instant::now();
         ex.run_group(index, &kernels.groups[index])?;
         if timed {
             device.synchronize()?;
-            runs.push(GroupRun { index, kind: group.kind, time: start.elapsed(), unfused_because: None });
+            let time = start.elapsed();
+            let matmul_path = ex.matmul_path(group.kind);
+            runs.push(GroupRun { index, kind: group.kind, time, unfused_because: None, matmul_path });
         }
     }
     let outputs = g.outputs.iter().map(|&o| ex.output(o)).collect::<Result<Vec<_>>>()?;
@@ -101,6 +120,44 @@ pub(crate) fn execute(
         }
     }
     Ok((outputs, runs))
+}
+
+/// FUSE_DEBUG>=3: how a group's matmuls went to cuBLAS (`None` for a group without any). A timed call
+/// runs group by group without launch plans, so a DualGemm's products were two calls; the description
+/// adds what a replayed (untimed) call with these arguments does with them.
+fn describe_matmuls(kind: GroupKind, gemms: &[DescribedGemm]) -> Option<String> {
+    let single = |g: &DescribedGemm| match &g.call {
+        Ok(call) => format!("cuBLAS {}", call.describe(1, &format!("A = {}, B = {}", g.weight, g.left))),
+        Err(why) => format!("{} x {}: {why}", g.left, g.weight),
+    };
+    match (kind, gemms) {
+        (_, []) => None,
+        (GroupKind::DualGemm, [a, b]) => {
+            let (Ok(call_a), Ok(call_b)) = (&a.call, &b.call) else {
+                return Some(gemms.iter().map(single).collect::<Vec<_>>().join("; "));
+            };
+            let names = format!("dual {}|{}, B = {}", a.weight, b.weight, a.left);
+            let this_call = if call_a == call_b {
+                call_a.describe(2, &format!("{names}, one call per product"))
+            } else {
+                format!("{}; {}", single(a), single(b))
+            };
+            let weights = [a.weight_address, b.weight_address];
+            let replayed = match dual_gemm_pairing(call_a, call_b, a.left_node == b.left_node, a.escapes || b.escapes, weights) {
+                Ok((swapped, pair)) => {
+                    let (low, high) = if swapped { (&b.weight, &a.weight) } else { (&a.weight, &b.weight) };
+                    let stride = pair.weight_batch_stride();
+                    pair.describe(1, &format!("dual {low}|{high}, batch stride {stride} elems"))
+                }
+                Err(why) => format!("two calls as above ({why})"),
+            };
+            Some(format!(
+                "cuBLAS, this call (timed: group by group, no launch plan): {this_call}; replayed calls \
+                 (FUSE_DEBUG<2, these arguments): {replayed}"
+            ))
+        }
+        _ => Some(gemms.iter().map(single).collect::<Vec<_>>().join("; ")),
+    }
 }
 
 /// Launches a generated kernel on the device's stream with its packed `FuseArgs` words.
@@ -323,9 +380,11 @@ impl Executor<'_> {
             recording.computed.push((mm.index(), dtype, shape.clone()));
         }
         let (ma, mb) = (self.matrix(&a)?, self.matrix(&b)?);
+        let mut described: std::result::Result<GemmCall, &'static str> = Err("an empty product: no cuBLAS call");
         if ma.cols == 0 {
             // An empty inner dimension: the product is all zeros.
             product.zero()?;
+            described = Err("an empty inner dimension: the product is zero-filled, no cuBLAS call");
             if let Some(recording) = &mut self.recording {
                 recording.unreplayable = true;
             }
@@ -337,6 +396,7 @@ impl Executor<'_> {
                 Some(call) => {
                     let (first, second) = (mb.address, ma.address);
                     launch_gemm(self.device, &call, first, second, product.base_address())?;
+                    described = Ok(call);
                     let (group, dual) = (self.group_of(mm), self.is_dual(mm));
                     if let Some(recording) = &mut self.recording {
                         let (first, second) = (base_of(self.graph, args[1]).index(), base_of(self.graph, args[0]).index());
@@ -350,9 +410,25 @@ impl Executor<'_> {
                 }
             }
         }
+        if self.describe {
+            self.gemms.push(DescribedGemm {
+                call: described,
+                weight: operand_name(self.graph, args[1]),
+                left: operand_name(self.graph, args[0]),
+                weight_address: mb.address,
+                left_node: base_of(self.graph, args[0]),
+                escapes: self.graph.outputs.contains(&mm),
+            });
+        }
         let product = Tensor::from_cuda(product, shape);
         self.values[mm.index()] = Some(Value::Tensor(product));
         Ok(())
+    }
+
+    /// FUSE_DEBUG>=3: how the matmuls of the group just run went to cuBLAS (`None` for a group without
+    /// any); see `describe_matmuls`.
+    fn matmul_path(&mut self, kind: GroupKind) -> Option<String> {
+        describe_matmuls(kind, &std::mem::take(&mut self.gemms))
     }
 
     /// The plan group that computes matmul `mm`.
@@ -394,5 +470,61 @@ impl Executor<'_> {
             Value::Tensor(t) => Ok(t),
             Value::Scalar(v) => Tensor::from_vec(vec![v as f32], &[], &crate::Device::Cuda(self.device.clone())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gemm(weight: &str, weight_address: u64, call: std::result::Result<GemmCall, &'static str>) -> DescribedGemm {
+        DescribedGemm {
+            call,
+            weight: weight.to_string(),
+            left: "h".to_string(),
+            weight_address,
+            left_node: NodeId(3),
+            escapes: false,
+        }
+    }
+
+    #[test]
+    fn matmul_paths_name_the_cublas_call_and_the_dual_gemm_pairing() {
+        // h [16, 4096] x w.t() with w [14336, 4096] in bf16: the Llama-3-8B MLP's gate and up projections.
+        let h = Matrix { address: 0x10_0000, batch: 1, rows: 16, cols: 4096, batch_stride: 0, row_stride: 4096, col_stride: 1 };
+        let w = Matrix { address: 0x20_0000, batch: 1, rows: 4096, cols: 14336, batch_stride: 0, row_stride: 1, col_stride: 4096 };
+        let call = plan_gemm(&h, &w).unwrap().call(DType::BF16).unwrap().unwrap();
+        assert_eq!(describe_matmuls(GroupKind::Gemm, &[]), None);
+        assert_eq!(
+            describe_matmuls(GroupKind::Gemm, &[gemm("w_down.t()", 0x20_0000, Ok(call))]).unwrap(),
+            "cuBLAS cublasGemmStridedBatchedEx x1 (A = w_down.t(), B = h), op(A)=T op(B)=N, m=14336 n=16 k=4096, \
+             lda=4096 ldb=4096 ldc=14336, bf16, compute f32"
+        );
+        let gap = 2 * 14336 * 4096;
+        let dual = [gemm("w_gate.t()", 0x20_0000, Ok(call)), gemm("w_up.t()", 0x20_0000 + gap, Ok(call))];
+        let path = describe_matmuls(GroupKind::DualGemm, &dual).unwrap();
+        assert!(
+            path.starts_with(
+                "cuBLAS, this call (timed: group by group, no launch plan): cublasGemmStridedBatchedEx x2 (dual \
+                 w_gate.t()|w_up.t(), B = h, one call per product), op(A)=T"
+            ),
+            "{path}"
+        );
+        assert!(
+            path.contains(
+                "; replayed calls (FUSE_DEBUG<2, these arguments): cublasGemmStridedBatchedEx x1 (dual \
+                 w_gate.t()|w_up.t(), batch stride 58720256 elems), op(A)=T op(B)=N, m=14336 n=16 k=4096, lda=4096 \
+                 ldb=4096 ldc=14336, batch 2 (strides A 58720256, B 0, C 229376 elems), bf16, compute f32"
+            ),
+            "{path}"
+        );
+        // The up weight first in memory: it is batch 0.
+        let swapped = [gemm("w_gate.t()", 0x20_0000 + gap, Ok(call)), gemm("w_up.t()", 0x20_0000, Ok(call))];
+        assert!(describe_matmuls(GroupKind::DualGemm, &swapped).unwrap().contains("x1 (dual w_up.t()|w_gate.t(), batch stride"));
+        // The two-call fallback says why.
+        let same = [gemm("w.t()", 0x20_0000, Ok(call)), gemm("w.t()", 0x20_0000, Ok(call))];
+        assert!(describe_matmuls(GroupKind::DualGemm, &same).unwrap().ends_with("replayed calls (FUSE_DEBUG<2, these arguments): two calls as above (the same weight twice)"));
+        let empty = [gemm("w.t()", 0x20_0000, Err("an empty product: no cuBLAS call"))];
+        assert_eq!(describe_matmuls(GroupKind::Gemm, &empty).unwrap(), "h x w.t(): an empty product: no cuBLAS call");
     }
 }

@@ -210,6 +210,59 @@ impl GemmCall {
     }
 }
 
+fn op_name(op: BlasOp) -> &'static str {
+    match op {
+        BlasOp::CUBLAS_OP_N => "N",
+        BlasOp::CUBLAS_OP_T => "T",
+        _ => "C",
+    }
+}
+
+fn type_name(ty: cudaDataType_t) -> &'static str {
+    match ty {
+        cudaDataType_t::CUDA_R_32F => "f32",
+        cudaDataType_t::CUDA_R_16F => "f16",
+        cudaDataType_t::CUDA_R_16BF => "bf16",
+        _ => "?",
+    }
+}
+
+impl GemmCall {
+    /// FUSE_DEBUG>=3: `calls` cuBLAS calls of this form, in cuBLAS's column-major terms (A is the row-major
+    /// right operand, the weight; B the left one; see the module doc), `note` in parentheses after the
+    /// count. E.g. `cublasGemmStridedBatchedEx x1 (dual w_gate|w_up, batch stride 58720256 elems), op(A)=T
+    /// op(B)=N, m=14336 n=16 k=4096, lda=4096 ldb=4096 ldc=14336, bf16, compute f32`.
+    pub(crate) fn describe(&self, calls: usize, note: &str) -> String {
+        let note = if note.is_empty() { String::new() } else { format!(" ({note})") };
+        let batch = if self.batch == 1 {
+            String::new()
+        } else {
+            format!(
+                ", batch {} (strides A {}, B {}, C {} elems)",
+                self.batch, self.first_batch_stride, self.second_batch_stride, self.c_batch_stride
+            )
+        };
+        format!(
+            "cublasGemmStridedBatchedEx x{calls}{note}, op(A)={} op(B)={}, m={} n={} k={}, lda={} ldb={} ldc={}{batch}, {}, compute f32",
+            op_name(self.first_op),
+            op_name(self.second_op),
+            self.m,
+            self.n,
+            self.k,
+            self.lda,
+            self.ldb,
+            self.ldc,
+            type_name(self.ty),
+        )
+    }
+
+    /// The batch stride of the right-operand (cuBLAS A) of a call, in elements (a batched pair's distance
+    /// between its two weights).
+    pub(crate) fn weight_batch_stride(&self) -> i64 {
+        self.first_batch_stride
+    }
+}
+
 /// cuBLAS's workspace, one per GPU, allocated and handed to the handle once: without one cuBLAS may
 /// allocate its own per call, and `cublasSetStream` would reset it.
 const WORKSPACE_BYTES: usize = 32 << 20;
@@ -358,6 +411,22 @@ mod tests {
         let batched = plan_gemm(&mat(2, 3, 17, [51, 17, 1]), &mat(2, 17, 5, [85, 5, 1])).unwrap();
         let batched = batched.call(DType::F32).unwrap().unwrap();
         assert!(!batched.pairs_with(&batched));
+        // FUSE_DEBUG>=3's description of the call, alone and paired.
+        let bf16 = plan_gemm(&mat(1, 16, 4096, [0, 4096, 1]), &mat(1, 4096, 14336, [0, 1, 4096])).unwrap();
+        let bf16 = bf16.call(DType::BF16).unwrap().unwrap();
+        assert_eq!(
+            bf16.describe(1, ""),
+            "cublasGemmStridedBatchedEx x1, op(A)=T op(B)=N, m=14336 n=16 k=4096, lda=4096 ldb=4096 ldc=14336, bf16, compute f32"
+        );
+        let (_, pair) = bf16.batched_pair(0x10_0000, 0x10_0000 + 2 * 14336 * 4096).unwrap();
+        assert_eq!(
+            pair.describe(1, "dual w_gate|w_up, batch stride 58720256 elems"),
+            "cublasGemmStridedBatchedEx x1 (dual w_gate|w_up, batch stride 58720256 elems), op(A)=T op(B)=N, \
+             m=14336 n=16 k=4096, lda=4096 ldb=4096 ldc=14336, batch 2 (strides A 58720256, B 0, C 229376 elems), \
+             bf16, compute f32"
+        );
+        assert_eq!(pair.weight_batch_stride(), 58720256);
+        assert!(batched.describe(1, "").contains(", batch 2 (strides A 85, B 51, C 15 elems), f32, compute f32"));
         // An empty product is no call at all.
         assert!(plan_gemm(&mat(1, 0, 17, [0, 17, 1]), &w).unwrap().call(DType::F32).unwrap().is_none());
     }

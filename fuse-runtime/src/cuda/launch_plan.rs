@@ -138,6 +138,47 @@ fn batch_dual_gemms() -> bool {
     *BATCH.get_or_init(|| std::env::var("FUSE_DUAL_GEMM").map_or(true, |v| v != "split"))
 }
 
+/// How a launch plan runs a DualGemm's two products, recorded as calls `a` and `b` with their weights at
+/// `weights` (the same tests as `LaunchPlan::build` and `run_step`): the one batched call and whether
+/// the second weight is its batch 0 (lower in memory), or why it makes two calls. For FUSE_DEBUG>=3.
+pub(crate) fn dual_gemm_pairing(
+    a: &GemmCall,
+    b: &GemmCall,
+    same_left: bool,
+    products_escape: bool,
+    weights: [u64; 2],
+) -> std::result::Result<(bool, GemmCall), &'static str> {
+    dual_gemm_pairing_with(batch_dual_gemms(), a, b, same_left, products_escape, weights)
+}
+
+/// [`dual_gemm_pairing`] with `FUSE_DUAL_GEMM` given (tests).
+pub(crate) fn dual_gemm_pairing_with(
+    batching: bool,
+    a: &GemmCall,
+    b: &GemmCall,
+    same_left: bool,
+    products_escape: bool,
+    weights: [u64; 2],
+) -> std::result::Result<(bool, GemmCall), &'static str> {
+    if !same_left {
+        return Err("the products have different left operands");
+    }
+    if !b.pairs_with(a) {
+        return Err("the two calls differ (shapes, strides or batching)");
+    }
+    if products_escape {
+        return Err("a product is an output of the function");
+    }
+    if !batching {
+        return Err("FUSE_DUAL_GEMM=split");
+    }
+    a.batched_pair(weights[0], weights[1]).ok_or(if weights[0] == weights[1] {
+        "the same weight twice"
+    } else {
+        "the weights are not a whole number of elements apart"
+    })
+}
+
 /// The signature of a call's arguments (what `LaunchPlans::find` compares).
 pub(crate) fn signature(args: &[Value]) -> Vec<ArgSignature> {
     args.iter().map(ArgSignature::of).collect()

@@ -31,6 +31,35 @@ fn signatures_compare_layouts_not_values() {
     assert!(!sig[1].matches(&Value::Tensor(a.to_dtype(DType::BF16).expect("bf16"))));
 }
 
+#[test]
+fn dual_gemm_pairing_says_why_two_calls() {
+    use super::super::gemm::{plan_gemm, Matrix};
+    let mat = |rows, cols, row_stride, col_stride| Matrix {
+        address: 0x1000,
+        batch: 1,
+        rows,
+        cols,
+        batch_stride: 0,
+        row_stride,
+        col_stride,
+    };
+    let call = |a: Matrix, b: Matrix| plan_gemm(&a, &b).unwrap().call(DType::BF16).unwrap().unwrap();
+    let (x, w) = (mat(3, 17, 17, 1), mat(17, 5, 1, 17));
+    let c = call(x, w);
+    let pair = |batching, other: &GemmCall, same_left, escape, weights| {
+        dual_gemm_pairing_with(batching, &c, other, same_left, escape, weights).map(|(swapped, p)| (swapped, p.weight_batch_stride()))
+    };
+    assert_eq!(pair(true, &c, true, false, [0x1000, 0x1000 + 170]), Ok((false, 85)));
+    assert_eq!(pair(true, &c, true, false, [0x1000 + 170, 0x1000]), Ok((true, 85)));
+    assert_eq!(pair(false, &c, true, false, [0x1000, 0x1000 + 170]), Err("FUSE_DUAL_GEMM=split"));
+    assert_eq!(pair(true, &c, true, true, [0x1000, 0x1000 + 170]), Err("a product is an output of the function"));
+    assert_eq!(pair(true, &c, false, false, [0x1000, 0x1000 + 170]), Err("the products have different left operands"));
+    assert_eq!(pair(true, &c, true, false, [0x1000, 0x1000]), Err("the same weight twice"));
+    assert_eq!(pair(true, &c, true, false, [0x1000, 0x1001]), Err("the weights are not a whole number of elements apart"));
+    let other = call(x, mat(17, 5, 5, 1));
+    assert_eq!(pair(true, &other, true, false, [0x1000, 0x2000]), Err("the two calls differ (shapes, strides or batching)"));
+}
+
 /// CUDA device 0 with poisoned allocations, or `None` (after saying so) when there is none.
 fn gpu() -> Option<Device> {
     match Device::cuda(0) {

@@ -11,9 +11,15 @@ use std::sync::OnceLock;
 /// |-------|----------------------------------------------------------------------------------------|------|
 /// | 1     | plan summary: groups, their kinds, nodes and shapes for this call; groups that ran unfused | first call of each function |
 /// | 2     | wall time of each group (the GPU is synchronised after each group to measure it)         | every call |
-/// | 3     | which matmul path each Gemm/DualGemm group took (cuBLAS or the CPU GEMM; cuBLAS's call form is not reported yet) | every call |
+/// | 3     | which matmul path each Gemm/DualGemm group took: the cuBLAS call form (below) or the CPU's `gemm::gemm` calls | every call |
 /// | 4     | each kernel's `extern "C"` name and CUDA source (the ones `#[fuse]` emitted, else generated) | first call |
 /// | 5     | the traced graph as text                                                                 | first call |
+///
+/// Level 3 on the GPU reports each cuBLAS call in cuBLAS's column-major terms: the operands swap, so A is
+/// the weight (the row-major right operand) and B the left operand; `op(A)=T` reads a `.t()` weight in
+/// place. Timed calls (level 2 and above) run group by group, so a DualGemm's two products are two calls
+/// there; the line adds what an untimed call with the same arguments does (one batched call, or two and
+/// why).
 ///
 /// Level 2 and above change timing (a synchronisation per group and no replay of recorded launches): use
 /// them to look, not to benchmark.

@@ -30,18 +30,44 @@ pub(crate) fn print_sources(function: &str, g: &Graph, plan: &Plan, emitted: Opt
     }
 }
 
-/// FUSE_DEBUG>=3: which matmul path each matmul group took on this call's device.
+/// FUSE_DEBUG>=3: which matmul path each matmul group took on this call's device: the call the executor
+/// reported (`GroupRun::matmul_path`), else the device's backend.
 pub(crate) fn print_matmul_paths(function: &str, runs: &[GroupRun], device: Option<&Device>) {
     for run in runs.iter().filter(|r| matches!(r.kind, GroupKind::Gemm | GroupKind::DualGemm)) {
-        let path = match device {
-            Some(Device::Cuda(_)) => {
-                "cuBLAS (the call form, i.e. transposes, batching and dual-GEMM pairing, is not reported by the CUDA \
-                 executor yet)"
-            }
-            Some(Device::Cpu) => "the CPU backend's f32 GEMM (gemm crate)",
-            None => "no tensor argument, device unknown",
+        eprintln!("fuse: `{function}` k{} {}: matmul path: {}", run.index, run.kind.name(), matmul_path(run, device));
+    }
+}
+
+/// The text after "matmul path: " for one run.
+fn matmul_path(run: &GroupRun, device: Option<&Device>) -> String {
+    let path = match (&run.matmul_path, device) {
+        (Some(path), _) => path.as_str(),
+        (None, Some(Device::Cuda(_))) => "cuBLAS (no call reported)",
+        (None, Some(Device::Cpu)) => "the CPU backend's f32 GEMM (gemm crate; no call reported)",
+        (None, None) => "no tensor argument, device unknown",
+    };
+    let how = if run.unfused_because.is_some() { "ran unfused; " } else { "" };
+    format!("{how}{path}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_reported_matmul_path_is_printed_as_is() {
+        let run = |matmul_path: Option<&str>, unfused: bool| GroupRun {
+            index: 1,
+            kind: GroupKind::DualGemm,
+            time: Duration::ZERO,
+            unfused_because: unfused.then(|| "why".to_string()),
+            matmul_path: matmul_path.map(str::to_string),
         };
-        let how = if run.unfused_because.is_some() { "ran unfused; " } else { "" };
-        eprintln!("fuse: `{function}` k{} {}: matmul path: {how}{path}", run.index, run.kind.name());
+        let reported = "cuBLAS cublasGemmStridedBatchedEx x1, op(A)=T op(B)=N";
+        assert_eq!(matmul_path(&run(Some(reported), false), Some(&Device::Cpu)), reported);
+        assert_eq!(matmul_path(&run(Some(reported), true), None), format!("ran unfused; {reported}"));
+        assert!(matmul_path(&run(None, false), Some(&Device::Cpu)).starts_with("the CPU backend's f32 GEMM"));
+        assert_eq!(matmul_path(&run(None, false), None), "no tensor argument, device unknown");
     }
 }
