@@ -5,7 +5,6 @@
 //! Without a GPU each test prints `skipped: no CUDA device` and passes, unless `FUSE_TEST_GPU=1` (the GPU
 //! machine's runner sets it), which turns a missing GPU into a failure.
 
-use std::io::Write as _;
 
 #[path = "common/fused_fns.rs"]
 mod fused_fns;
@@ -30,33 +29,15 @@ static GPU_USE: RwLock<()> = RwLock::new(());
 /// is none.
 pub fn gpu() -> Option<(Device, RwLockReadGuard<'static, ()>)> {
     let hold = GPU_USE.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-    device().map(|dev| (dev, hold))
+    fuse::testing::gpu_or_skip().map(|dev| (dev, hold))
 }
 
 /// Like [`gpu`], holding the GPU alone (no other test launches anything meanwhile).
 pub fn gpu_alone() -> Option<(Device, RwLockWriteGuard<'static, ()>)> {
     let hold = GPU_USE.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-    device().map(|dev| (dev, hold))
+    fuse::testing::gpu_or_skip().map(|dev| (dev, hold))
 }
 
-fn device() -> Option<Device> {
-    match Device::cuda(0) {
-        Ok(dev) => {
-            if let Device::Cuda(cuda) = &dev {
-                cuda.set_poison_allocations(true);
-            }
-            Some(dev)
-        }
-        Err(e) => {
-            if std::env::var("FUSE_TEST_GPU").is_ok_and(|v| v.trim() == "1") {
-                panic!("FUSE_TEST_GPU=1 but there is no CUDA device: {e}");
-            }
-            // Straight to stderr: libtest captures println!/eprintln! of passing tests, and a skip must be seen.
-            let _ = writeln!(std::io::stderr(), "skipped: no CUDA device ({e})");
-            None
-        }
-    }
-}
 
 pub fn rng(seed: u64) -> SmallRng {
     SmallRng::seed_from_u64(seed)

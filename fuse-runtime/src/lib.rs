@@ -11,6 +11,8 @@ mod fused;
 mod operators;
 mod reference;
 mod tensor;
+#[doc(hidden)]
+pub mod testing;
 
 pub use cuda::CudaDevice;
 /// NVRTC and ptxas checks of generated kernels, for tests and tools (tests/kernels_compile.rs).

@@ -7,7 +7,6 @@ use crate::{reference, rel_l2_error, Arg, Device, Fusion, FusedFn};
 use fuse_ir::graph::InputKind as ArgKind;
 use fuse_ir::{BinaryOp, Graph, UnaryOp};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
-use std::io::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Calls that took a launch plan (tests check that repeated calls do).
@@ -60,24 +59,6 @@ fn dual_gemm_pairing_says_why_two_calls() {
     assert_eq!(pair(true, &other, true, false, [0x1000, 0x2000]), Err("the two calls differ (shapes, strides or batching)"));
 }
 
-/// CUDA device 0 with poisoned allocations, or `None` (after saying so) when there is none.
-fn gpu() -> Option<Device> {
-    match Device::cuda(0) {
-        Ok(dev) => {
-            if let Device::Cuda(cuda) = &dev {
-                cuda.set_poison_allocations(true);
-            }
-            Some(dev)
-        }
-        Err(e) => {
-            if std::env::var("FUSE_TEST_GPU").is_ok_and(|v| v.trim() == "1") {
-                panic!("FUSE_TEST_GPU=1 but there is no CUDA device: {e}");
-            }
-            let _ = writeln!(std::io::stderr(), "skipped: no CUDA device ({e})");
-            None
-        }
-    }
-}
 
 fn random(rng: &mut SmallRng, shape: &[usize], dtype: DType, dev: &Device) -> Tensor {
     let data: Vec<f32> = (0..shape.iter().product()).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
@@ -129,7 +110,7 @@ fn assert_matches_reference(what: &str, f: &FusedFn, args: &[Arg<'_>], fusion: F
 
 #[test]
 fn replayed_calls_match_the_reference_as_inputs_scalars_and_weight_order_change() {
-    let Some(dev) = gpu() else { return };
+    let Some(dev) = crate::testing::gpu_or_skip() else { return };
     let (hidden, inter) = (48, 80);
     let mut rng = SmallRng::seed_from_u64(7);
     for with_norm in [false, true] {
