@@ -3,29 +3,13 @@
 //! `cargo bench --bench cpu` prints a table; under `cargo test` (no `--bench` flag) every workload runs once
 //! at a tiny size as a smoke test, so the benchmark cannot rot.
 
+#[path = "../tests/common/fused_fns.rs"]
+mod fused_fns;
+use fused_fns::{chain10_fused, ffn_block_fused, llama_mlp_fused};
+
 use fuse::prelude::*;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::time::{Duration, Instant};
-
-#[fuse]
-fn mlp(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) -> Result<Tensor> {
-    let h = silu(x.matmul(&w_gate.t())) * x.matmul(&w_up.t());
-    Ok(h.matmul(&w_down.t()))
-}
-
-#[fuse]
-fn ffn_block(x: &Tensor, norm: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor, eps: f32) -> Result<Tensor> {
-    let h = rms_norm(x, norm, eps);
-    Ok(x + (silu(h.matmul(&w_gate.t())) * h.matmul(&w_up.t())).matmul(&w_down.t()))
-}
-
-/// Ten pointwise ops with broadcasting (a bias row, a scalar parameter, literals).
-#[fuse]
-fn chain10(x: &Tensor, bias: &Tensor, s: f32) -> Result<Tensor> {
-    let a = (x + bias) * s;
-    let b = tanh(a) * 0.5 + 1.0;
-    Ok(exp(-square(b)) / (b + 2.0))
-}
 
 fn random(rng: &mut SmallRng, shape: &[usize], dtype: DType) -> Result<Tensor> {
     let n = shape.iter().product();
@@ -74,7 +58,7 @@ fn main() -> Result<()> {
     for &m in &batches {
         let x = random(&mut rng, &[m, hidden], bf)?;
         let args = [fuse::arg(&x), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd)];
-        rows.push(measure(format!("mlp {hidden}/{inter} bf16, M={m}"), mlp_fused(), &args, reps)?);
+        rows.push(measure(format!("mlp {hidden}/{inter} bf16, M={m}"), llama_mlp_fused(), &args, reps)?);
         let eps = 1e-5f32;
         let args = [fuse::arg(&x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd), fuse::arg(&eps)];
         rows.push(measure(format!("rms_norm+mlp+residual bf16, M={m}"), ffn_block_fused(), &args, reps)?);

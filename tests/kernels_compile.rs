@@ -30,28 +30,8 @@ fn casts(x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
 }
 
 #[fuse]
-fn ffn_block(x: &Tensor, norm: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor, eps: f32) -> Result<Tensor> {
-    let h = rms_norm(x, norm, eps);
-    Ok(x + (silu(h.matmul(&w_gate.t())) * h.matmul(&w_up.t())).matmul(&w_down.t()))
-}
-
-#[fuse]
 fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {
     Ok(softmax(q.matmul(&k.t()) * scale).matmul(v))
-}
-
-/// A matmul whose left operand is computed on the fly (a prologue) and whose product is activated.
-#[fuse]
-fn scaled_projection(x: &Tensor, row_scale: &Tensor, w: &Tensor) -> Result<Tensor> {
-    Ok(tanh(relu(x * row_scale).matmul(&w.t())))
-}
-
-/// Ten pointwise ops with broadcasting (a bias row, a scalar parameter, literals).
-#[fuse]
-fn chain10(x: &Tensor, bias: &Tensor, s: f32) -> Result<Tensor> {
-    let a = (x + bias) * s;
-    let b = tanh(a) * 0.5 + 1.0;
-    Ok(exp(-square(b)) / (b + 2.0))
 }
 
 fn corpus() -> Vec<&'static FusedFn> {

@@ -3,52 +3,17 @@
 //! deterministic: two functions with the same body emit the same kernels, up to the function's name in the
 //! kernel names. No GPU or NVRTC needed.
 
+#[path = "common/fused_fns.rs"]
+mod fused_fns;
+use fused_fns::{chain10_fused, ffn_block, ffn_block_fused, llama_mlp_fused, scaled_projection_fused, Block};
+
 use fuse::ir::codegen::plan_kernels;
 use fuse::ir::Plan;
 use fuse::prelude::*;
 
 #[fuse]
-fn mlp(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) -> Result<Tensor> {
-    let h = silu(x.matmul(&w_gate.t())) * x.matmul(&w_up.t());
-    Ok(h.matmul(&w_down.t()))
-}
-
-#[fuse]
-fn ffn_block(x: &Tensor, norm: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor, eps: f32) -> Result<Tensor> {
-    let h = rms_norm(x, norm, eps);
-    Ok(x + (silu(h.matmul(&w_gate.t())) * h.matmul(&w_up.t())).matmul(&w_down.t()))
-}
-
-#[fuse]
 fn reductions(x: &Tensor, s: f64) -> Result<(Tensor, Tensor, Tensor)> {
     (softmax(x * s), x - x.mean(-1), x.max(-1))
-}
-
-#[fuse]
-fn chain(x: &Tensor, bias: &Tensor, s: f32) -> Result<Tensor> {
-    let b = tanh((x + bias) * s) * 0.5 + 1.0;
-    Ok(exp(-square(b)) / (b + 2.0))
-}
-
-/// A matmul with a prologue (pointwise work on its left operand) and an epilogue.
-#[fuse]
-fn scaled_projection(x: &Tensor, row_scale: &Tensor, w: &Tensor) -> Result<Tensor> {
-    Ok(tanh(relu(x * row_scale).matmul(&w.t())))
-}
-
-#[allow(dead_code)] // only the static of its #[fuse] method is used
-struct Block {
-    norm: Tensor,
-    gate: Tensor,
-    eps: f32,
-}
-
-impl Block {
-    #[fuse]
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let h = rms_norm(x, &self.norm, self.eps);
-        Ok(x + gelu(h.matmul(&self.gate.t())))
-    }
 }
 
 #[fuse]
@@ -65,10 +30,10 @@ fn twin_b(x: &Tensor, w: &Tensor, eps: f32) -> Result<(Tensor, Tensor)> {
 
 fn corpus() -> Vec<&'static FusedFn> {
     vec![
-        mlp_fused(),
+        llama_mlp_fused(),
         ffn_block_fused(),
         reductions_fused(),
-        chain_fused(),
+        chain10_fused(),
         scaled_projection_fused(),
         Block::forward_fused(),
         twin_a_fused(),
@@ -101,7 +66,7 @@ fn emitted_sources_are_what_the_runtime_generates() {
         }
         total += emitted.len();
     }
-    // Every function above but `mlp` (whose only pointwise work, silu * mul, is an epilogue) has kernels; the
+    // Every function above but `llama_mlp` (whose only pointwise work, silu * mul, is an epilogue) has kernels; the
     // count guards against a macro that silently emits nothing.
     assert!(total >= 10, "only {total} kernels emitted for the corpus");
 }

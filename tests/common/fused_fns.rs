@@ -1,5 +1,5 @@
-//! The `#[fuse]` functions several test binaries share (numerics on the CPU, the GPU suite, the kernel compile
-//! check): every op, every kind of group, the DESIGN.md examples.
+//! The `#[fuse]` functions several test binaries and the CPU bench share (numerics on the CPU, the GPU suite,
+//! the kernel compile and static-source checks, benches/cpu.rs): every op, every kind of group, the DESIGN.md examples.
 #![allow(dead_code)] // each test binary uses its own subset
 
 use fuse::prelude::*;
@@ -45,6 +45,27 @@ pub fn mlp(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) -> Resul
 pub fn llama_mlp(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) -> Result<Tensor> {
     let h = silu(x.matmul(&w_gate.t())) * x.matmul(&w_up.t());
     Ok(h.matmul(&w_down.t()))
+}
+
+/// rms_norm, the SwiGLU MLP, the residual: one transformer FFN block with its weights as parameters.
+#[fuse]
+pub fn ffn_block(x: &Tensor, norm: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor, eps: f32) -> Result<Tensor> {
+    let h = rms_norm(x, norm, eps);
+    Ok(x + (silu(h.matmul(&w_gate.t())) * h.matmul(&w_up.t())).matmul(&w_down.t()))
+}
+
+/// A matmul whose left operand is computed on the fly (a prologue) and whose product is activated.
+#[fuse]
+pub fn scaled_projection(x: &Tensor, row_scale: &Tensor, w: &Tensor) -> Result<Tensor> {
+    Ok(tanh(relu(x * row_scale).matmul(&w.t())))
+}
+
+/// Ten pointwise ops with broadcasting (a bias row, a scalar parameter, literals).
+#[fuse]
+pub fn chain10(x: &Tensor, bias: &Tensor, s: f32) -> Result<Tensor> {
+    let a = (x + bias) * s;
+    let b = tanh(a) * 0.5 + 1.0;
+    Ok(exp(-square(b)) / (b + 2.0))
 }
 
 #[fuse]
