@@ -4,9 +4,12 @@
 //! the host queues the call) and back to back (events around 50 calls in a row, divided by 50, median of
 //! 5: how a serving loop sees it, host work hidden behind the GPU's), beside the floors of this GPU: bytes
 //! over copy bandwidth (from a 1 GiB device-to-device copy) and FLOPs over the cuBLAS bf16 rate (an
-//! 8192^3 product). The host column is the host time to queue one fused call.
+//! 8192^3 product). The host column is the host time to queue one fused call. The first fused call of
+//! each M is timed apart (it tunes the GEMM paths of that rows bucket, see `fuse::tune`), and the paths
+//! the tuner chose are printed. A second table times the fused MLP with each GEMM path forced (cuBLAS,
+//! each skinny config) at the M where the skinny template applies, to show each path's own rate.
 //!
-//! Run: `cargo run --release --example bench_mlp [-- --ms 1,16 --reps 50 --json FILE]`
+//! Run: `cargo run --release --example bench_mlp [-- --ms 1,16 --reps 50 --paths-max-m 256 --json FILE]`
 
 use fuse::prelude::*;
 use fuse::CudaDevice;
@@ -27,10 +30,12 @@ struct Options {
     ms: Vec<usize>,
     reps: usize,
     json: Option<String>,
+    /// The per-path table covers the M up to this.
+    paths_max_m: usize,
 }
 
 fn parse_args() -> std::result::Result<Options, String> {
-    let mut o = Options { ms: vec![1, 4, 16, 64, 256, 1024, 4096], reps: 50, json: None };
+    let mut o = Options { ms: vec![1, 4, 16, 64, 256, 1024, 4096], reps: 50, json: None, paths_max_m: 256 };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -39,7 +44,8 @@ fn parse_args() -> std::result::Result<Options, String> {
             "--ms" => o.ms = value.split(',').map(num).collect::<std::result::Result<_, _>>()?,
             "--reps" => o.reps = num(&value)?.max(1),
             "--json" => o.json = Some(value),
-            _ => return Err(format!("unknown flag {flag}; flags: --ms A,B --reps N --json FILE")),
+            "--paths-max-m" => o.paths_max_m = num(&value)?,
+            _ => return Err(format!("unknown flag {flag}; flags: --ms A,B --reps N --paths-max-m M --json FILE")),
         }
     }
     Ok(o)
@@ -131,6 +137,25 @@ struct Row {
     host_us: f64,
     /// Relative L2 distance of the fused result from the unfused one (both from repeated calls).
     fused_vs_unfused: f64,
+    /// Wall time of the first fused call at this M (tuning this rows bucket, compiling what it needs).
+    first_call_ms: f64,
+    /// The GEMM path per group the tuner chose for this rows bucket (`group=path`).
+    paths: String,
+    /// (path, ms) with that path forced on every GEMM group.
+    forced: Vec<(String, f64)>,
+}
+
+/// What `fuse::tune` chose for `llama_mlp`'s groups at `m` rows, as `#0=skinny:.. #1=cublas`.
+fn chosen_paths(m: usize) -> String {
+    let bucket = m.next_power_of_two();
+    let mut out: Vec<String> = fuse::tune::results()
+        .into_iter()
+        .filter(|e| e.group.starts_with("llama_mlp#") && e.rows_bucket == bucket)
+        .map(|e| format!("#{}={}", e.group.trim_start_matches("llama_mlp#").split(':').next().unwrap_or("?"), e.choice))
+        .collect();
+    out.sort();
+    out.dedup();
+    if out.is_empty() { "-".into() } else { out.join(" ") }
 }
 
 /// The results as one JSON object (written by hand: the example needs no serialisation crate).
@@ -146,6 +171,9 @@ fn to_json(dev: &Device, gpu: &CudaDevice, bandwidth: f64, rate: f64, reps: usiz
         let _ = write!(json, "\"fused_back_to_back_ms\": {:.6}, ", r.fused_back_to_back);
         let _ = write!(json, "\"unfused_back_to_back_ms\": {:.6}, ", r.unfused_back_to_back);
         let _ = write!(json, "\"floor_ms\": {:.6}, \"host_us\": {:.2}, ", r.floor, r.host_us);
+        let _ = write!(json, "\"first_call_ms\": {:.3}, \"paths\": \"{}\", ", r.first_call_ms, r.paths);
+        let forced: Vec<String> = r.forced.iter().map(|(p, ms)| format!("\"{p}\": {ms:.6}")).collect();
+        let _ = write!(json, "\"forced_path_ms\": {{{}}}, ", forced.join(", "));
         let _ = write!(json, "\"fused_vs_unfused_rel_l2\": {:.3e}}}", r.fused_vs_unfused);
     }
     json.push_str("]}\n");
@@ -178,6 +206,10 @@ fn main() -> Result<()> {
     for &m in &opts.ms {
         let x = bf16_tensor(&[m, HIDDEN], 100 + m as u64, 1.0, &dev)?;
         let args = [fuse::arg(&x), fuse::arg(&w_gate), fuse::arg(&w_up), fuse::arg(&w_down)];
+        let start = std::time::Instant::now();
+        f.call_with(&args, Fusion::On)?;
+        gpu.synchronize()?;
+        let first_call_ms = start.elapsed().as_secs_f64() * 1e3;
         let fused = time_ms(gpu, opts.reps, || f.call_with(&args, Fusion::On).map(drop))?;
         let unfused = time_ms(gpu, opts.reps, || f.call_with(&args, Fusion::Off).map(drop))?;
         let fused_b2b = back_to_back_ms(gpu, opts.reps, || f.call_with(&args, Fusion::On).map(drop))?;
@@ -193,7 +225,24 @@ fn main() -> Result<()> {
             unfused / fused,
             floor / fused * 100.0
         );
+        let mut forced = Vec::new();
+        if m <= opts.paths_max_m {
+            let paths = std::iter::once("cublas".to_string())
+                .chain(fuse::ir::codegen::SKINNY_CONFIGS.iter().map(|c| format!("skinny:{}", c.name)));
+            for path in paths {
+                let timed = fuse::tune::with_gemm_choice(&path, || {
+                    time_ms(gpu, opts.reps.min(20), || f.call_with(&args, Fusion::On).map(drop))
+                });
+                match timed {
+                    Ok(ms) => forced.push((path, ms)),
+                    Err(e) => eprintln!("bench_mlp: M={m} with {path} forced: {e}"),
+                }
+            }
+        }
         rows.push(Row {
+            first_call_ms,
+            paths: chosen_paths(m),
+            forced,
             m,
             fused,
             unfused,
@@ -203,6 +252,15 @@ fn main() -> Result<()> {
             host_us: host,
             fused_vs_unfused,
         });
+    }
+    println!("\n{:>6} {:>10}  tuned GEMM path per group", "M", "1st call");
+    for r in &rows {
+        println!("{:>6} {:>8.0}ms  {}", r.m, r.first_call_ms, r.paths);
+    }
+    println!("\nfused MLP with one GEMM path forced (ms per call, events; no launch-plan replay):");
+    for r in rows.iter().filter(|r| !r.forced.is_empty()) {
+        let cells: Vec<String> = r.forced.iter().map(|(p, ms)| format!("{p} {ms:.4}")).collect();
+        println!("{:>6}  {}", r.m, cells.join("  "));
     }
     if let Some(path) = &opts.json {
         let json = to_json(&dev, gpu, bandwidth, rate, opts.reps, &rows);

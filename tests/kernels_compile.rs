@@ -89,6 +89,16 @@ fn variants(g: &Graph, spec: &KernelSpec) -> Vec<Vec<String>> {
         may_be_scalar.iter().map(|&s| if s && scalars { InputKind::Scalar } else { InputKind::Tensor(dtype) }).collect()
     };
     let outs = |dtype: DType| vec![dtype; spec.outputs.len()];
+    if spec.role == Role::Skinny {
+        // Every config in bf16 (the autotuner may pick any), the default in f16; no dense path.
+        let mut sets: Vec<Vec<String>> = codegen::SKINNY_CONFIGS
+            .iter()
+            .map(|c| [codegen::defines(spec, &slots(DType::BF16, true), &outs(DType::BF16)), c.defines(DType::BF16)].concat())
+            .collect();
+        let f16 = codegen::SKINNY_CONFIGS[0].defines(DType::F16);
+        sets.push([codegen::defines(spec, &slots(DType::F16, false), &outs(DType::F32)), f16].concat());
+        return sets;
+    }
     let dense = spec.kind == KernelKind::Pointwise;
     let sets = [
         (codegen::defines(spec, &slots(DType::BF16, true), &outs(DType::BF16)), dense),
@@ -124,7 +134,7 @@ fn check_coverage(kernels: &[(Graph, KernelSpec)]) {
     for kind in [KernelKind::Pointwise, KernelKind::RowReduce] {
         assert!(kernels.iter().any(|(_, s)| s.kind == kind), "no {kind:?} kernel");
     }
-    for role in [Role::Whole, Role::Prologue, Role::Epilogue] {
+    for role in [Role::Whole, Role::Prologue, Role::Epilogue, Role::Skinny] {
         assert!(kernels.iter().any(|(_, s)| s.role == role), "no {role:?} kernel");
     }
 }

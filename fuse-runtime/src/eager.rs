@@ -45,7 +45,7 @@ pub(crate) fn run(operands: &[(&str, Operand<'_>)], build: impl FnOnce(&mut Grap
     let on_gpu = args.iter().any(|a| matches!(a, Value::Tensor(t) if matches!(t.device(), Device::Cuda(_))));
     let (mut outputs, _) = if on_gpu {
         let op = lock(gpu_ops()).get_or_insert(g, MAX_GPU_OPS)?;
-        execute_cached(EAGER, &op.graph, &op.plan, args, false, Some(&op.kernels))?
+        execute_cached(EAGER, &op.graph, &op.plan, args, false, true, Some(&op.kernels))?
     } else {
         let plan = verified_plan(&g)?;
         execute(EAGER, &g, &plan, args, false)?

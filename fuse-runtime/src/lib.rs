@@ -11,6 +11,7 @@ mod fused;
 mod operators;
 mod reference;
 mod tensor;
+pub mod tune;
 #[doc(hidden)]
 pub mod testing;
 

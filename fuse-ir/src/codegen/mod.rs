@@ -10,15 +10,19 @@
 //!   recomputes the pointwise work it needs, then a block reduction; a last pass writes the row's outputs.
 //! - Gemm/DualGemm groups: the matmuls are library calls; a Prologue kernel writes their left operand when
 //!   the group has pointwise work on it, an Epilogue kernel reads the products and applies the rest.
+//!   Such a group also gets a Skinny kernel (`skinny.rs`): the matmuls and the epilogue in one kernel, for
+//!   few rows; the runtime picks, per shape, between it and the library calls.
 
 mod emit;
 mod pointwise;
 mod prelude;
 mod rowreduce;
+mod skinny;
 #[cfg(test)]
 mod tests;
 
 pub use prelude::{BLOCK_THREADS, VECTOR_ELEMENTS};
+pub use skinny::{SkinnyConfig, SKINNY_CONFIGS, SKINNY_TEMPLATE};
 
 use crate::graph::{Graph, NodeId};
 use crate::op::Op;
@@ -48,6 +52,9 @@ pub enum Role {
     Prologue,
     /// The pointwise work on a Gemm/DualGemm group's products, after the matmuls.
     Epilogue,
+    /// A Gemm/DualGemm group's matmuls and epilogue in one kernel (after the prologue, if any): the
+    /// alternative to library matmuls plus the Epilogue kernel.
+    Skinny,
 }
 
 impl Role {
@@ -56,6 +63,7 @@ impl Role {
             Role::Whole => "",
             Role::Prologue => "_prologue",
             Role::Epilogue => "_epilogue",
+            Role::Skinny => "_skinny",
         }
     }
 }
@@ -87,8 +95,9 @@ pub enum InputKind {
 }
 
 /// The kernels of one group, in launch order (Gemm/DualGemm: prologue, then the library matmuls, then the
-/// epilogue; either may be absent). Empty for an index out of range. Assumes a plan that `Plan::verify`
-/// accepts. Same input => byte-identical output.
+/// epilogue; either may be absent), then a Gemm/DualGemm group's Skinny kernel, which stands in for the
+/// matmuls and the epilogue. Empty for an index out of range. Assumes a plan that `Plan::verify` accepts.
+/// Same input => byte-identical output.
 pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
     let Some(grp) = plan.groups.get(group) else { return Vec::new() };
     let base = plan.kernel_name(g, group);
@@ -110,10 +119,18 @@ pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
             parts
         }
     };
-    parts
+    let mut specs: Vec<KernelSpec> = parts
         .into_iter()
         .map(|(role, nodes, outputs)| kernel(g, group, format!("{base}{}", role.suffix()), role, nodes, outputs))
-        .collect()
+        .collect();
+    if let Some(epilogue) = skinny::epilogue(g, grp) {
+        let name = format!("{base}{}", Role::Skinny.suffix());
+        let skinny::SkinnyEpilogue { inputs, outputs, nodes } = epilogue;
+        let parts = emit::KernelParts { g, name: &name, inputs: &inputs, outputs: &outputs, nodes: &nodes };
+        let source = skinny::source(&parts, &grp.matmuls);
+        specs.push(KernelSpec { name, source, kind: KernelKind::Pointwise, group, role: Role::Skinny, inputs, outputs, nodes });
+    }
+    specs
 }
 
 /// The kernels of every group, in plan order.

@@ -65,7 +65,7 @@ fn element(nin: usize, nout: usize, in_offset: impl Fn(usize) -> String, out_off
 }
 
 /// `fuse_body(x, y)`: the group's nodes in topological order over the input values `x`, into `y`.
-fn body_function(parts: &KernelParts<'_>) -> String {
+pub(super) fn body_function(parts: &KernelParts<'_>) -> String {
     let g = parts.g;
     let mut s = String::from("__device__ __forceinline__ void fuse_body(const float (&x)[FUSE_NIN], float (&y)[FUSE_NOUT]) {\n");
     for (k, &id) in parts.inputs.iter().enumerate() {

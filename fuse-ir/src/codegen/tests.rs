@@ -82,14 +82,45 @@ fn chain10() -> (Graph, [NodeId; 3]) {
 fn the_mlp_is_one_epilogue_kernel() {
     let g = llama_mlp();
     let (plan, specs) = kernels(&g);
-    // The dual gemm's silu(g) * u is its epilogue; the down projection has no pointwise work.
-    assert_eq!(summary(&specs), [(KernelKind::Pointwise, Role::Epilogue, 0)]);
+    // The dual gemm's silu(g) * u is its epilogue; the down projection has no pointwise work. Each gemm
+    // group also has its skinny kernel (the down projection's writes the product as it is).
+    assert_eq!(
+        summary(&specs),
+        [(KernelKind::Pointwise, Role::Epilogue, 0), (KernelKind::Pointwise, Role::Skinny, 0), (KernelKind::Pointwise, Role::Skinny, 1)]
+    );
     let epilogue = &specs[0];
     assert_eq!(epilogue.name, "mlp_k0_dualgemm_silu_mul_epilogue");
     assert_eq!(epilogue.inputs, plan.groups[0].matmuls, "the products are read from memory");
     assert_eq!(epilogue.outputs, plan.groups[0].outputs);
     assert_eq!(epilogue.nodes.len(), 2);
     assert!(epilogue.source.contains(&format!("extern \"C\" __global__ void __launch_bounds__(256) {}(const FuseArgs args)", epilogue.name)));
+}
+
+#[test]
+fn the_skinny_kernel_feeds_the_accumulators_to_the_epilogue() {
+    let g = llama_mlp();
+    let (plan, specs) = kernels(&g);
+    let dual = specs.iter().find(|s| s.role == Role::Skinny && s.group == 0).expect("a dual skinny kernel");
+    let [gate, up] = plan.groups[0].matmuls[..] else { panic!("two matmuls") };
+    assert_eq!(dual.name, "mlp_k0_dualgemm_silu_mul_skinny");
+    assert_eq!(dual.inputs, [gate, up]);
+    assert_eq!(dual.outputs, plan.groups[0].outputs);
+    let src = &dual.source;
+    for line in [
+        "#define FUSE_SKINNY_NAME mlp_k0_dualgemm_silu_mul_skinny",
+        "#define FUSE_SKINNY_DUAL 1",
+        "x[0] = acc0;",
+        "x[1] = acc1;",
+        "fuse_write<FUSE_OUT0>(args.out[0], bo[0] + col * so[0], y[0]);",
+    ] {
+        assert!(src.contains(line), "{line} missing from\n{src}");
+    }
+    assert!(src.ends_with(SKINNY_TEMPLATE), "the template comes last, whole");
+    assert!(!src.contains("fuse_read<FUSE_IN0>"), "the products are never read from memory");
+    // The down projection: a lone product, written as it is.
+    let down = specs.iter().find(|s| s.role == Role::Skinny && s.group == 1).expect("a single skinny kernel");
+    assert_eq!((down.inputs.as_slice(), down.outputs.as_slice()), (plan.groups[1].matmuls.as_slice(), plan.groups[1].outputs.as_slice()));
+    assert!(down.source.contains("#define FUSE_SKINNY_DUAL 0") && down.source.contains("y[0] = v"));
 }
 
 #[test]
@@ -124,9 +155,17 @@ fn attention_is_an_epilogue_then_a_row_kernel() {
     let g = attention();
     let (plan, specs) = kernels(&g);
     assert_eq!(plan.groups.len(), 3);
-    assert_eq!(summary(&specs), [(KernelKind::Pointwise, Role::Epilogue, 0), (KernelKind::RowReduce, Role::Whole, 1)]);
+    assert_eq!(
+        summary(&specs),
+        [
+            (KernelKind::Pointwise, Role::Epilogue, 0),
+            (KernelKind::Pointwise, Role::Skinny, 0),
+            (KernelKind::RowReduce, Role::Whole, 1),
+            (KernelKind::Pointwise, Role::Skinny, 2)
+        ]
+    );
     assert_eq!(specs[0].name, "attention_k0_gemm_mul_epilogue");
-    assert_eq!(specs[1].name, "attention_k1_rowreduce_max_sub_exp_sum");
+    assert_eq!(specs[2].name, "attention_k1_rowreduce_max_sub_exp_sum");
     let scale = g.ids().find(|&id| g.op(id) == Op::Input(3)).expect("scale");
     assert_eq!(specs[0].inputs, [plan.groups[0].matmuls[0], scale]);
 }
@@ -157,7 +196,10 @@ fn a_prologue_and_an_epilogue_around_one_gemm() {
     let out = g.unary(UnaryOp::Tanh, y, "tanh(..)");
     g.outputs = vec![out];
     let (_, specs) = kernels(&g);
-    assert_eq!(summary(&specs), [(KernelKind::Pointwise, Role::Prologue, 0), (KernelKind::Pointwise, Role::Epilogue, 0)]);
+    assert_eq!(
+        summary(&specs),
+        [(KernelKind::Pointwise, Role::Prologue, 0), (KernelKind::Pointwise, Role::Epilogue, 0), (KernelKind::Pointwise, Role::Skinny, 0)]
+    );
     let (pro, epi) = (&specs[0], &specs[1]);
     assert_eq!(pro.name, "scaled_k0_gemm_mul_relu_tanh_prologue");
     assert_eq!((pro.inputs.as_slice(), pro.outputs.as_slice(), pro.nodes.as_slice()), ([x, s].as_slice(), [lhs].as_slice(), [xs, lhs].as_slice()));

@@ -99,20 +99,23 @@ struct Executor<'a> {
 /// when `timed`, how each group ran. Runs on the GPU when the tensors are there (see `cuda/exec.rs`),
 /// generating the GPU kernels for this call only.
 pub(crate) fn execute(function: &str, g: &Graph, plan: &Plan, args: Vec<Value>, timed: bool) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
-    execute_cached(function, g, plan, args, timed, None)
+    execute_cached(function, g, plan, args, timed, true, None)
 }
 
-/// [`execute`], keeping the plan's GPU kernels in `kernels` across calls.
+/// [`execute`], keeping the plan's GPU kernels in `kernels` across calls. `library_only` keeps the GPU's
+/// matmuls on cuBLAS (the unfused baseline and eager ops) instead of tuning their path.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn execute_cached(
     function: &str,
     g: &Graph,
     plan: &Plan,
     args: Vec<Value>,
     timed: bool,
+    library_only: bool,
     kernels: Option<&KernelCache>,
 ) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
     if let Some(Device::Cuda(gpu)) = check_devices(function, &args)? {
-        return crate::cuda::exec::execute(function, g, plan, args, &gpu, timed, kernels);
+        return crate::cuda::exec::execute(function, g, plan, args, &gpu, timed, library_only, kernels);
     }
     let inferred = infer(function, g, &args)?;
     let mut values: Vec<Option<Value>> = vec![None; g.nodes.len()];

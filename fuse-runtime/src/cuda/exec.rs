@@ -12,7 +12,9 @@ use super::gemm::{launch_gemm, plan_gemm, GemmCall, Matrix};
 use super::kernels::{KernelCache, PlanKernels, PreparedKernel};
 use super::launch_plan::{dual_gemm_pairing, signature, LaunchPlan, Patch, Recording, Step};
 use super::launch::{plan_launch, Operand, BLOCK_THREADS};
+use super::lt::{launch_lt, lt_matmul};
 use super::modules;
+use tuning::GemmPath;
 use super::storage::CudaStorage;
 use crate::cpu::exec::{infer, operand_name, GroupRun, Inferred};
 use crate::cpu::Value;
@@ -36,7 +38,15 @@ struct Executor<'a> {
     describe: bool,
     /// The current group's matmuls so far, when describing.
     gemms: Vec<DescribedGemm>,
+    /// Matmuls stay on cuBLAS (the unfused baseline, eager ops): no tuning, no templates.
+    library_only: bool,
+    /// How the current Gemm/DualGemm group runs, and for FUSE_DEBUG>=3 how that was decided.
+    path: GemmPath,
+    path_note: Option<String>,
 }
+
+#[path = "tuning.rs"]
+mod tuning;
 
 /// One matmul as it ran, for FUSE_DEBUG>=3.
 struct DescribedGemm {
@@ -54,6 +64,8 @@ struct DescribedGemm {
 /// Runs `plan` on `args` (one per graph input, every tensor on `device`). Returns the graph's outputs and,
 /// when `timed`, each group's time (the stream is synchronised after each group to measure it). The plan's
 /// kernels come from `cache` (filled on first use) or, without one, are generated for this call.
+/// `library_only`: every matmul on cuBLAS (see `tuning.rs` for the other paths).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn execute(
     function: &str,
     g: &Graph,
@@ -61,6 +73,7 @@ pub(crate) fn execute(
     args: Vec<Value>,
     device: &CudaDevice,
     timed: bool,
+    library_only: bool,
     cache: Option<&KernelCache>,
 ) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
     // Raw driver calls below (launches, memsets) need the context current on this thread.
@@ -76,8 +89,9 @@ pub(crate) fn execute(
     if kernels.groups.len() != plan.groups.len() {
         return Err(Error::internal(function, "the cached kernels belong to another plan"));
     }
-    // Per-group timing needs the general path (it synchronises after each group).
-    let replayable = cache.is_some() && !timed;
+    // Per-group timing needs the general path (it synchronises after each group); so does a path forced
+    // for this thread (it must not be recorded for other calls).
+    let replayable = cache.is_some() && !timed && crate::tune::forced_choice().is_none();
     if replayable {
         if let Some(launch_plan) = lock(&kernels.launch_plans).find(device, &args) {
             return Ok((launch_plan.replay(function, device, &args)?, Vec::new()));
@@ -95,7 +109,20 @@ pub(crate) fn execute(
         }
     }
     let recording = record.then(Recording::default);
-    let mut ex = Executor { function, graph: g, plan, device, inferred, values, recording, describe: timed, gemms: Vec::new() };
+    let mut ex = Executor {
+        function,
+        graph: g,
+        plan,
+        device,
+        inferred,
+        values,
+        recording,
+        describe: timed,
+        gemms: Vec::new(),
+        library_only,
+        path: GemmPath::Cublas,
+        path_note: None,
+    };
     let mut runs = Vec::new();
     for (index, group) in plan.groups.iter().enumerate() {
         let start = Instant::now();
@@ -263,16 +290,12 @@ impl Executor<'_> {
         let plan = self.plan;
         let group = &plan.groups[index];
         let is_gemm = matches!(group.kind, GroupKind::Gemm | GroupKind::DualGemm);
-        for spec in specs.iter().filter(|k| k.spec.role != Role::Epilogue) {
+        for spec in specs.iter().filter(|k| matches!(k.spec.role, Role::Whole | Role::Prologue)) {
             self.run_kernel(spec)?;
         }
         if is_gemm {
-            for &mm in &group.matmuls {
-                self.run_matmul(mm)?;
-            }
-        }
-        for spec in specs.iter().filter(|k| k.spec.role == Role::Epilogue) {
-            self.run_kernel(spec)?;
+            let path = self.choose_path(index, specs)?;
+            self.run_gemm(index, specs, &path)?;
         }
         if let Some(missing) = group.outputs.iter().find(|o| self.values[o.index()].is_none()) {
             return Err(self.internal(format!(
@@ -395,12 +418,19 @@ impl Executor<'_> {
             match plan.call(a.dtype())? {
                 Some(call) => {
                     let (first, second) = (mb.address, ma.address);
-                    launch_gemm(self.device, &call, first, second, product.base_address())?;
+                    let lt = match self.path {
+                        GemmPath::Lt(algo) => Some((lt_matmul(self.device, &call)?, algo)),
+                        _ => None,
+                    };
+                    match &lt {
+                        Some((form, algo)) => launch_lt(self.device, form, *algo, first, second, product.base_address())?,
+                        None => launch_gemm(self.device, &call, first, second, product.base_address())?,
+                    }
                     described = Ok(call);
                     let (group, dual) = (self.group_of(mm), self.is_dual(mm));
                     if let Some(recording) = &mut self.recording {
                         let (first, second) = (base_of(self.graph, args[1]).index(), base_of(self.graph, args[0]).index());
-                        recording.steps.push(Step::Gemm { call, first, second, product: mm.index(), group, dual });
+                        recording.steps.push(Step::Gemm { call, lt, first, second, product: mm.index(), group, dual });
                     }
                 }
                 None => {
@@ -428,7 +458,11 @@ impl Executor<'_> {
     /// FUSE_DEBUG>=3: how the matmuls of the group just run went to cuBLAS (`None` for a group without
     /// any); see `describe_matmuls`.
     fn matmul_path(&mut self, kind: GroupKind) -> Option<String> {
-        describe_matmuls(kind, &std::mem::take(&mut self.gemms))
+        let library = describe_matmuls(kind, &std::mem::take(&mut self.gemms));
+        match (self.path_note.take(), library) {
+            (Some(note), Some(library)) => Some(format!("{note}; {library}")),
+            (note, library) => note.or(library),
+        }
     }
 
     /// The plan group that computes matmul `mm`.

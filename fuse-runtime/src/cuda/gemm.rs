@@ -125,21 +125,21 @@ fn to_i64(v: usize) -> i64 {
 /// (a launch plan keeps them, so a repeated call only fills in the addresses).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct GemmCall {
-    m: i32,
-    n: i32,
-    k: i32,
-    first_op: BlasOp,
-    second_op: BlasOp,
-    lda: i32,
-    ldb: i32,
-    ldc: i32,
-    first_batch_stride: i64,
-    second_batch_stride: i64,
-    c_batch_stride: i64,
-    batch: i32,
-    ty: cudaDataType_t,
+    pub(super) m: i32,
+    pub(super) n: i32,
+    pub(super) k: i32,
+    pub(super) first_op: BlasOp,
+    pub(super) second_op: BlasOp,
+    pub(super) lda: i32,
+    pub(super) ldb: i32,
+    pub(super) ldc: i32,
+    pub(super) first_batch_stride: i64,
+    pub(super) second_batch_stride: i64,
+    pub(super) c_batch_stride: i64,
+    pub(super) batch: i32,
+    pub(super) ty: cudaDataType_t,
     /// Bytes of one element, to turn address distances into element strides.
-    element_bytes: u64,
+    pub(super) element_bytes: u64,
 }
 
 impl GemmPlan {

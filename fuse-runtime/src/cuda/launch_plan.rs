@@ -12,12 +12,13 @@
 use super::device::CudaDevice;
 use super::exec::checked_address;
 use super::gemm::{launch_gemm, GemmCall};
+use super::lt::{launch_lt, LtMatmul};
 use super::storage::CudaStorage;
 use crate::cpu::Value;
 use crate::{Result, Tensor};
 use cudarc::driver::CudaFunction;
 use fuse_ir::DType;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// Launch plans kept per plan: a call with a new signature past this many evicts the oldest (and frees
 /// its intermediates, in stream order).
@@ -72,8 +73,9 @@ pub(crate) struct Patch {
 /// value's address, so steps always name base values.
 pub(crate) enum Step {
     Kernel { name: String, function: CudaFunction, grid: u32, words: Vec<u64>, patches: Vec<Patch> },
-    /// `group` is the plan group, `dual` whether it is a DualGemm (whose two products may pair up).
-    Gemm { call: GemmCall, first: usize, second: usize, product: usize, group: usize, dual: bool },
+    /// `group` is the plan group, `dual` whether it is a DualGemm (whose two products may pair up when
+    /// they run on cuBLAS); `lt`: through cuBLASLt with that algorithm of the form.
+    Gemm { call: GemmCall, lt: Option<(Arc<LtMatmul>, usize)>, first: usize, second: usize, product: usize, group: usize, dual: bool },
     /// Two products of one left operand (`second`) in one buffer, `paired_product_stride` apart: one
     /// batched call when the two weights are whole elements apart, two calls otherwise.
     DualGemm { call: GemmCall, first: [usize; 2], second: usize, products: [usize; 2], buffer: CudaStorage },
@@ -213,12 +215,12 @@ impl LaunchPlan {
         let mut merged = Vec::with_capacity(steps.len());
         let mut steps = steps.into_iter().peekable();
         while let Some(step) = steps.next() {
-            let Step::Gemm { call, first, second, product, group, dual: true } = step else {
+            let Step::Gemm { call, lt: None, first, second, product, group, dual: true } = step else {
                 merged.push(step);
                 continue;
             };
             let pairs = |next: &Step| match next {
-                Step::Gemm { call: c, second: s, product: p, group: g, .. } => {
+                Step::Gemm { call: c, lt: None, second: s, product: p, group: g, .. } => {
                     *g == group && *s == second && c.pairs_with(&call) && !escapes(product) && !escapes(*p)
                 }
                 _ => false,
@@ -236,7 +238,7 @@ impl LaunchPlan {
                         buffer,
                     });
                 }
-                _ => merged.push(Step::Gemm { call, first, second, product, group, dual: true }),
+                _ => merged.push(Step::Gemm { call, lt: None, first, second, product, group, dual: true }),
             }
         }
         let mut intermediates = Vec::new();
@@ -317,8 +319,12 @@ fn run_step(device: &CudaDevice, step: &mut Step, addresses: &mut [u64]) -> Resu
             }
             super::exec::launch_kernel(device, name, function, *grid, words)
         }
-        Step::Gemm { call, first, second, product, .. } => {
-            launch_gemm(device, call, addresses[*first], addresses[*second], addresses[*product])
+        Step::Gemm { call, lt, first, second, product, .. } => {
+            let (first, second, product) = (addresses[*first], addresses[*second], addresses[*product]);
+            match lt {
+                Some((form, algo)) => launch_lt(device, form, *algo, first, second, product),
+                None => launch_gemm(device, call, first, second, product),
+            }
         }
         Step::DualGemm { call, first, second, products, buffer } => {
             let base = buffer.base_address();

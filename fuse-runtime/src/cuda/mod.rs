@@ -7,13 +7,16 @@
 //!   `modules`: the in-memory module cache of loaded kernels;
 //! - `launch`: the kernel ABI (`FuseArgs` packing) and launch geometry; `launch_plan`: per argument
 //!   signature, a call recorded once and replayed (addresses filled in, no planning);
-//! - `gemm`: row-major matmuls mapped onto cuBLAS's column-major GEMM;
-//! - `exec`: the plan executor.
+//! - `gemm`: row-major matmuls mapped onto cuBLAS's column-major GEMM; `lt`: the same calls through
+//!   cuBLASLt with a chosen algorithm; `skinny`: the skinny GEMM template's configs and operands;
+//! - `exec`: the plan executor; `tuning`: its choice of path for Gemm/DualGemm groups (timed candidates).
 
 mod cache; // the on-disk cubin cache behind nvrtc::compile_cubin
 pub(crate) mod device;
 pub(crate) mod exec;
 mod gemm;
+mod lt;
+mod skinny;
 mod interop;
 pub(crate) mod kernels;
 pub(crate) mod launch;
@@ -23,3 +26,4 @@ pub(crate) mod nvrtc; // pub(crate): lib.rs re-exports its kernel-check helpers 
 pub(crate) mod storage;
 
 pub use device::CudaDevice;
+pub(crate) use cache::cache_dir;

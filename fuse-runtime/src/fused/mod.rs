@@ -3,7 +3,7 @@
 //! the plan on each call. FUSE_DEBUG (see `env.rs`) reports what it does.
 
 mod args;
-mod env;
+pub(crate) mod env;
 mod static_kernels;
 
 pub use args::{arg, Arg, FromOutputs, Fusion, IntoArg};
@@ -148,7 +148,7 @@ impl FusedFn {
             Fusion::On => &self.fused_kernels,
             Fusion::Off => &self.unfused_kernels,
         };
-        let (outputs, runs) = execute_cached(&self.name, g, plan, values, level >= 2, Some(kernels))?;
+        let (outputs, runs) = execute_cached(&self.name, g, plan, values, level >= 2, fusion == Fusion::Off, Some(kernels))?;
         if (first && level >= 1) || level >= 2 {
             self.report_runs(&runs, level);
         }
@@ -164,7 +164,7 @@ impl FusedFn {
         plan.verify(g).map_err(|e| Error::internal(&self.name, format!("the plan does not verify: {e}")))?;
         let values = self.check_args(g, args)?;
         let level = env::debug_level();
-        let (outputs, runs) = execute_cached(&self.name, g, plan, values, level >= 2, None)?;
+        let (outputs, runs) = execute_cached(&self.name, g, plan, values, level >= 2, false, None)?;
         if level >= 1 {
             self.report_runs(&runs, level);
         }

@@ -1,0 +1,136 @@
+//! The skinny GEMM kernel of a Gemm/DualGemm group: the matmuls and the epilogue in one kernel, for few
+//! rows (decode). The template (`templates/skinny.cuh`) streams the weights ([out, in] layout, read as
+//! `.t()`) once through the tensor cores and calls `fuse_gemm_epilogue(args, row, col, acc0, acc1)` once
+//! per element of the product; this file generates that function from the group's epilogue and pastes the
+//! template after it, so the kernel is still one static string.
+//!
+//! The epilogue's arguments are an ordinary `FuseArgs` over the product's domain with the last axis kept
+//! apart (as a row kernel's), so `row` is the product's row with any batch axes folded in. The products'
+//! own input slots carry no pointer: their values come from the accumulators.
+
+use super::emit::{self, KernelParts};
+use super::pointwise;
+use crate::graph::{Graph, NodeId};
+use crate::op::Op;
+use crate::plan::{Group, GroupKind};
+use crate::DType;
+use std::fmt::Write;
+
+/// The template, spliced after the generated epilogue (see its header comment for the contract).
+pub const SKINNY_TEMPLATE: &str = include_str!("templates/skinny.cuh");
+
+/// One config of the template: its defines and the output tile one 256-thread block computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SkinnyConfig {
+    /// The config's part of the choice name (`skinny:<name>`).
+    pub name: &'static str,
+    pub defines: &'static [&'static str],
+    /// Output columns (weight rows) per block.
+    pub cols_per_block: usize,
+    /// Rows of the left operand per block.
+    pub rows_per_block: usize,
+    /// The fast tuning mode tries this config only up to this many rows.
+    pub fast_max_rows: usize,
+}
+
+/// Every config, in the order they are tried.
+pub const SKINNY_CONFIGS: &[SkinnyConfig] = &[
+    SkinnyConfig { name: "mt1.nt1.kw8", defines: &["-DFUSE_SK_MT=1", "-DFUSE_SK_NT=1", "-DFUSE_SK_KW=8"], cols_per_block: 16, rows_per_block: 8, fast_max_rows: 16 },
+];
+
+impl SkinnyConfig {
+    pub fn by_name(name: &str) -> Option<&'static SkinnyConfig> {
+        SKINNY_CONFIGS.iter().find(|c| c.name == name)
+    }
+
+    /// `-DFUSE_SK_DT` for the dtype, then the config's own defines.
+    pub fn defines(&self, dtype: DType) -> Vec<String> {
+        let dt = if dtype == DType::F16 { 1 } else { 2 };
+        std::iter::once(format!("-DFUSE_SK_DT={dt}")).chain(self.defines.iter().map(|d| d.to_string())).collect()
+    }
+
+    /// Blocks for an `m x n` product (`None` past the grid limit).
+    pub fn grid(&self, m: usize, n: usize) -> Option<u32> {
+        let blocks = n.div_ceil(self.cols_per_block).checked_mul(m.div_ceil(self.rows_per_block))?;
+        u32::try_from(blocks).ok().filter(|&b| b < (1 << 31))
+    }
+}
+
+/// The epilogue a skinny kernel runs: input slots (`products[j]` is the slot of matmul j's product) and
+/// the nodes and outputs. `None` when the group cannot take one: a product that is itself written to
+/// memory, or reductions after the matmuls.
+pub(super) struct SkinnyEpilogue {
+    pub inputs: Vec<NodeId>,
+    pub outputs: Vec<NodeId>,
+    pub nodes: Vec<NodeId>,
+}
+
+pub(super) fn epilogue(g: &Graph, grp: &Group) -> Option<SkinnyEpilogue> {
+    if !matches!(grp.kind, GroupKind::Gemm | GroupKind::DualGemm) || grp.matmuls.is_empty() || grp.matmuls.len() > 2 {
+        return None;
+    }
+    let nodes: Vec<NodeId> = grp.epilogue().collect();
+    if nodes.iter().any(|&n| !g.op(n).is_pointwise() && !matches!(g.op(n), Op::Const(_))) {
+        return None;
+    }
+    if nodes.is_empty() {
+        // A lone matmul whose product is the group's output: the epilogue writes it as it is.
+        let [mm] = grp.matmuls[..] else { return None };
+        return grp.outputs.contains(&mm).then(|| SkinnyEpilogue { inputs: vec![mm], outputs: vec![mm], nodes });
+    }
+    if grp.matmuls.iter().any(|mm| grp.outputs.contains(mm)) {
+        return None;
+    }
+    let inputs = super::reads(g, &nodes);
+    if !grp.matmuls.iter().all(|mm| inputs.contains(mm)) {
+        return None;
+    }
+    let outputs = grp.outputs.iter().copied().filter(|o| nodes.contains(o)).collect();
+    Some(SkinnyEpilogue { inputs, outputs, nodes })
+}
+
+/// The kernel's source: the prelude, the epilogue's body, `fuse_gemm_epilogue`, then the template.
+pub(super) fn source(parts: &KernelParts<'_>, matmuls: &[NodeId]) -> String {
+    let mut s = parts.preamble("skinny gemm");
+    s.push_str(&pointwise::body_function(parts));
+    let _ = writeln!(s, "#define FUSE_SKINNY_NAME {}", parts.name);
+    let _ = writeln!(s, "#define FUSE_SKINNY_DUAL {}", u8::from(matmuls.len() == 2));
+    s.push_str(
+        "__device__ __forceinline__ void fuse_gemm_epilogue(const FuseArgs& args, long long row, long long col,\n\
+         \x20                                                  float acc0, float acc1) {\n",
+    );
+    s.push_str("  long long bi[FUSE_NIN], si[FUSE_NIN], bo[FUSE_NOUT], so[FUSE_NOUT];\n");
+    s.push_str("  fuse_row_offsets(args, row, bi, si, bo, so);\n");
+    s.push_str("  float x[FUSE_NIN];\n  float y[FUSE_NOUT];\n");
+    for (k, id) in parts.inputs.iter().enumerate() {
+        let line = match matmuls.iter().position(|m| m == id) {
+            Some(j) => format!("  x[{k}] = acc{j};"),
+            None => format!("  x[{k}] = {};", emit::read(k, &format!("bi[{k}] + col * si[{k}]"))),
+        };
+        let _ = writeln!(s, "{line}");
+    }
+    s.push_str("  fuse_body(x, y);\n");
+    for k in 0..parts.outputs.len() {
+        let _ = writeln!(s, "  {}", emit::write(k, &format!("bo[{k}] + col * so[{k}]"), &format!("y[{k}]")));
+    }
+    s.push_str("}\n\n");
+    s.push_str(SKINNY_TEMPLATE);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_have_unique_names_and_cover_their_grid() {
+        for (i, c) in SKINNY_CONFIGS.iter().enumerate() {
+            assert_eq!(SkinnyConfig::by_name(c.name), Some(c));
+            assert!(SKINNY_CONFIGS[..i].iter().all(|o| o.name != c.name));
+            let blocks = c.grid(17, 1000).unwrap() as usize;
+            assert!(blocks * c.cols_per_block * c.rows_per_block >= 17 * 1000);
+            assert_eq!(c.defines(DType::BF16)[0], "-DFUSE_SK_DT=2");
+            assert_eq!(c.defines(DType::F16)[0], "-DFUSE_SK_DT=1");
+        }
+    }
+}
