@@ -15,6 +15,20 @@ status=0
 grep -E "^== |test result|FAILED|panicked" "$out/gpu-tests.log" | tail -20
 .gpu/run --example bench_mlp --json "$out/bench.json" 2>&1 | tee "$out/bench.log" || status=1
 .gpu/run --example llama_mlp 2>&1 | tail -8 | tee "$out/llama_mlp.log" || status=1
+# Start-up: the first call in a fresh process, with an empty cache (tuning off, then on) and a warm one.
+startup() { # $1 label, $2 batch; the rest of the environment is set by the caller
+  .gpu/run --example llama_mlp --batches "$2" --reps 3 2>&1 | grep "first call" | sed "s/^/$1: /"
+}
+{
+  cache=$(mktemp -d)
+  FUSE_CACHE_DIR=$cache FUSE_AUTOTUNE=off startup "empty cache, tuning off" 1
+  rm -rf "$cache"; cache=$(mktemp -d)
+  FUSE_CACHE_DIR=$cache startup "empty cache, tuning on (fast)" 1
+  FUSE_CACHE_DIR=$cache startup "warm cache (kernels and tune results)" 1
+  FUSE_CACHE_DIR=$cache startup "warm kernels, tuning a new bucket" 256
+  FUSE_CACHE_DIR=$cache startup "warm cache" 256
+  cp "$cache/tune.tsv" "$out/tune-startup.tsv" 2>/dev/null
+} 2>&1 | tee "$out/startup.log"
 python3 .gpu/peers/torch_mlp.py --batches "$batches" --modes "$modes" --json "$out/peers.json" >"$out/peers.log" 2>&1 || status=1
 tail -15 "$out/peers.log"
 exit $status

@@ -22,20 +22,45 @@ pub const SKINNY_TEMPLATE: &str = include_str!("templates/skinny.cuh");
 /// One config of the template: its defines and the output tile one 256-thread block computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SkinnyConfig {
-    /// The config's part of the choice name (`skinny:<name>`).
+    /// The config's part of the path name (`skinny:<name>`).
     pub name: &'static str,
     pub defines: &'static [&'static str],
-    /// Output columns (weight rows) per block.
+    /// Output columns (weight rows) per block: `16 * MT * (8 / KW)`.
     pub cols_per_block: usize,
-    /// Rows of the left operand per block.
+    /// Rows of the left operand per block: `8 * NT`.
     pub rows_per_block: usize,
-    /// The fast tuning mode tries this config only up to this many rows.
-    pub fast_max_rows: usize,
+    /// The rows (inclusive) for which the fast tuning mode tries this config; the full mode tries it
+    /// everywhere. From the template's measurements on an H200 (see its header).
+    pub fast_rows: (usize, usize),
 }
 
-/// Every config, in the order they are tried.
+macro_rules! skinny_config {
+    ($name:literal, nt = $nt:literal, kw = $kw:literal, pf = $pf:literal, minb = $minb:literal, rows = $lo:literal..=$hi:literal) => {
+        SkinnyConfig {
+            name: $name,
+            defines: &[
+                "-DFUSE_SK_MT=1",
+                concat!("-DFUSE_SK_NT=", $nt),
+                concat!("-DFUSE_SK_KW=", $kw),
+                "-DFUSE_SK_S=6",
+                concat!("-DFUSE_SK_PF=", $pf),
+                concat!("-DFUSE_SK_MINB=", $minb),
+                "-DFUSE_SK_XD=1",
+            ],
+            cols_per_block: 16 * (8 / $kw),
+            rows_per_block: 8 * $nt,
+            fast_rows: ($lo, $hi),
+        }
+    };
+}
+
+/// Every config of the skinny template, in the order they are tried.
 pub const SKINNY_CONFIGS: &[SkinnyConfig] = &[
-    SkinnyConfig { name: "mt1.nt1.kw8", defines: &["-DFUSE_SK_MT=1", "-DFUSE_SK_NT=1", "-DFUSE_SK_KW=8"], cols_per_block: 16, rows_per_block: 8, fast_max_rows: 16 },
+    skinny_config!("nt1.kw8", nt = 1, kw = 8, pf = 1, minb = 3, rows = 1..=8),
+    skinny_config!("nt2.kw8", nt = 2, kw = 8, pf = 1, minb = 3, rows = 1..=16),
+    skinny_config!("nt4.kw8", nt = 4, kw = 8, pf = 1, minb = 2, rows = 9..=32),
+    skinny_config!("nt4.kw4", nt = 4, kw = 4, pf = 0, minb = 2, rows = 17..=64),
+    skinny_config!("nt8.kw8", nt = 8, kw = 8, pf = 0, minb = 1, rows = 33..=64),
 ];
 
 impl SkinnyConfig {

@@ -7,7 +7,7 @@
 //!
 //! The choice comes from, in order: a path forced on this thread (`fuse::tune::with_gemm_choice`), the
 //! results table (`fuse::tune`), timing the candidates now (`FUSE_AUTOTUNE=fast|full`), or a fixed rule
-//! (`off`: the skinny template for up to 16 rows where it applies, else cuBLAS). Timing runs the group's
+//! (`off`: the skinny template for a DualGemm of up to 8 rows, else cuBLAS). Timing runs the group's
 //! matmul part as it will run, after a warm-up, between CUDA events, with the L2 cache flushed before each
 //! repetition; a candidate that fails to compile or launch is skipped. The group then runs once more, for
 //! real, on the winner.
@@ -46,8 +46,8 @@ impl GemmPath {
     }
 }
 
-/// Rows the fixed rule (`FUSE_AUTOTUNE=off`, no result) gives the skinny template.
-const SKINNY_RULE_MAX_ROWS: usize = 16;
+/// Rows up to which the fixed rule (`FUSE_AUTOTUNE=off`, no result) gives a DualGemm the skinny template.
+const SKINNY_RULE_MAX_ROWS: usize = 8;
 /// cuBLASLt algorithms the fast mode tries (full: all the heuristic returns).
 const FAST_LT_ALGOS: usize = 4;
 /// Bytes written to flush the L2 cache (60 MB on an H200) before each timed repetition.
@@ -111,8 +111,11 @@ impl Executor<'_> {
         }
         let mode = tune::mode();
         if mode == AutotuneMode::Off {
-            let rule = match CONFIGS.iter().find(|c| c.fast_max_rows >= rows) {
-                Some(c) if skinny.is_ok() && rows <= SKINNY_RULE_MAX_ROWS => GemmPath::Skinny(c),
+            // Measured on an H200: the dual template beats two cuBLAS calls up to 8 rows, the single one
+            // does not beat cuBLAS (see the template's header).
+            let dual = self.plan.groups[index].matmuls.len() == 2;
+            let rule = match CONFIGS.first() {
+                Some(c) if skinny.is_ok() && dual && rows <= SKINNY_RULE_MAX_ROWS => GemmPath::Skinny(c),
                 _ => GemmPath::Cublas,
             };
             self.note(format!("path {} (FUSE_AUTOTUNE=off: fixed rule)", rule.name()));
@@ -200,7 +203,7 @@ impl Executor<'_> {
     fn candidates(&self, index: usize, rows: usize, mode: AutotuneMode, skinny: bool) -> Result<Vec<GemmPath>> {
         let mut out = vec![GemmPath::Cublas];
         if skinny {
-            let fits = |c: &&SkinnyConfig| mode == AutotuneMode::Full || rows <= c.fast_max_rows;
+            let fits = |c: &&SkinnyConfig| mode == AutotuneMode::Full || (c.fast_rows.0..=c.fast_rows.1).contains(&rows);
             out.extend(CONFIGS.iter().filter(fits).map(GemmPath::Skinny));
         }
         let mm = self.plan.groups[index].matmuls[0];

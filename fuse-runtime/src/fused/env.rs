@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 /// |-------|----------------------------------------------------------------------------------------|------|
 /// | 1     | plan summary: groups, their kinds, nodes and shapes for this call; groups that ran unfused | first call of each function |
 /// | 2     | wall time of each group (the GPU is synchronised after each group to measure it)         | every call |
-/// | 3     | which matmul path each Gemm/DualGemm group took: the cuBLAS call form (below) or the CPU's `gemm::gemm` calls | every call |
+/// | 3     | which matmul path each Gemm/DualGemm group took and why (forced, from the tune results, tuned: each candidate's time, or the fixed rule): the cuBLAS call form (below), the skinny template's config and grid, or the CPU's `gemm::gemm` calls | every call |
 /// | 4     | each kernel's `extern "C"` name and CUDA source (the ones `#[fuse]` emitted, else generated) | first call |
 /// | 5     | the traced graph as text                                                                 | first call |
 ///

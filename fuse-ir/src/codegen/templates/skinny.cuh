@@ -53,17 +53,30 @@
 //                                                    blocks that share a weight tile run together)
 //   block = 256
 //
-// CONFIG SET for the autotuner (MT=1 in all; S=6 XD=1 in all)          measured best for (H200, 2026-11-29)
-//   name  NT KW PF MINB   regs dual/single (0 spills)
-//   c1     1  8  1  3     70 / 50
-//   c2     1  8  2  4     64 / 50
-//   c3     2  8  1  3     80 / 70      <- defaults
-//   c4     4  8  1  2    124 / 96
-//   c5     4  4  0  2    124 / 96
-//   c6     8  8  0  1    196 / 151
-//   c7     8  4  0  1    196 / 151
-// RECOMMENDED (from scripts/kernels/run-skinny.sh on one H200, Llama-3-8B MLP shapes): see the table below.
-//RECTABLE
+// CONFIG SET for the autotuner (MT=1, S=6, XD=1 in all). Registers from nvcc 13.0 -Xptxas -v, sm_90,
+// dual / single kernel; 0 bytes spilled and 0 stack frame for all.
+//   name  NT KW PF MINB   regs
+//   c1     1  8  1  3     70 / 56
+//   c2     1  8  2  4     64 / 56      (never best in the last run; droppable)
+//   c3     2  8  1  3     80 / 72      <- defaults
+//   c4     4  8  1  2    124 / 108
+//   c5     4  4  0  2    124 / 108
+//   c6     8  8  0  1    194 / 151
+//   c7     8  4  0  1    196 / 151    (never best in the last run; droppable)
+// RECOMMENDED, measured on one H200 (2026-11-29, scripts/kernels/run-skinny.sh, copy bandwidth 4.234 TB/s,
+// median of 30 event-timed launches, 3 weight sets rotated; Llama-3-8B MLP: dual = [M,4096] x 2 x [14336,4096],
+// single = [M,14336] x [4096,14336]):
+//   M        dual: config  us  %copy  (cuBLAS us, 2 GEMMs)    single: config  us  %copy  (cuBLAS us)
+//   1        c1   59.5  93.3%  (63.4)                         c3   35.8  77.5%  (32.8)
+//   2        c1   60.2  92.2%  (67.9)                         c3   35.5  78.1%  (33.2)
+//   4        c1   60.7  91.4%  (62.9)                         c3   35.9  77.3%  (33.6)
+//   8        c1   61.2  90.6%  (63.7)                         c3   36.5  76.0%  (33.5)
+//   16       c3   68.3  81.3%  (63.4)                         c3   38.1  72.9%  (34.0)
+//   32       c5   81.7  67.9%  (65.7)                         c4   44.1  62.9%  (34.9)
+//   64       c6  123.5  44.9%  (69.1)                         c5   67.3  41.2%  (37.7)
+//   128      c7  208.0  26.7%  (70.3)                         c5  123.5  22.5%  (38.8)
+//   So: M <= 8 dual c1; M <= 16 otherwise c3; M = 32: c4/c5; M >= 64 this kernel loses to cuBLAS
+//   (use cuBLAS / a tiled GEMM there). Let the autotuner choose among c1, c3, c4, c5, c6.
 // ---------------------------------------------------------------------------------------------------------
 
 #ifndef FUSE_SK_ONCE
