@@ -1,8 +1,9 @@
 //! The Llama-3-8B MLP (hidden 4096, intermediate 14336, bf16, checkpoint [out, in] weights read through
 //! `.t()`) on the GPU at M in {1, 4, 16, 64, 256, 1024, 4096}, fused against unfused, timed with CUDA
-//! events two ways: per call (events around each call, median of 50 after warm-up: the GPU idles while
+//! events three ways: per call (events around each call, median of 50 after warm-up: the GPU idles while
 //! the host queues the call) and back to back (events around 50 calls in a row, divided by 50, median of
-//! 5: how a serving loop sees it, host work hidden behind the GPU's), beside the floors of this GPU: bytes
+//! 5: how a serving loop sees it, host work hidden behind the GPU's), and as the PyTorch peers are timed
+//! (`triton.testing.do_bench`: a 256 MiB copy before each call evicts L2, then events around the call), beside the floors of this GPU: bytes
 //! over copy bandwidth (from a 1 GiB device-to-device copy) and FLOPs over the cuBLAS bf16 rate (an
 //! 8192^3 product). The host column is the host time to queue one fused call. The first fused call of
 //! each M is timed apart (it tunes the GEMM paths of that rows bucket, see `fuse::tune`), and the paths
@@ -75,6 +76,23 @@ fn time_ms(gpu: &CudaDevice, reps: usize, mut work: impl FnMut() -> Result<()>) 
     Ok(times[times.len() / 2])
 }
 
+/// Times `work` as the peers' `triton.testing.do_bench` does: before each run a 256 MiB copy evicts L2 (and
+/// keeps the GPU busy while the host queues the run), then events around the run; median of `reps` after
+/// warm-up, in ms.
+fn flushed_ms(gpu: &CudaDevice, flush: &Tensor, reps: usize, mut work: impl FnMut() -> Result<()>) -> Result<f64> {
+    for _ in 0..WARMUP {
+        work()?;
+    }
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let copy = flush.to_cuda_slice()?;
+        times.push(gpu.time_ms(&mut work)?);
+        drop(copy);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
 /// Milliseconds per call of `reps` calls queued back to back between two events (median of
 /// `BACK_TO_BACK_ROUNDS` such runs, after warm-up).
 fn back_to_back_ms(gpu: &CudaDevice, reps: usize, mut work: impl FnMut() -> Result<()>) -> Result<f64> {
@@ -133,6 +151,9 @@ struct Row {
     unfused: f64,
     fused_back_to_back: f64,
     unfused_back_to_back: f64,
+    /// As the peers are timed (`flushed_ms`).
+    fused_flushed: f64,
+    unfused_flushed: f64,
     floor: f64,
     host_us: f64,
     /// Relative L2 distance of the fused result from the unfused one (both from repeated calls).
@@ -170,6 +191,7 @@ fn to_json(dev: &Device, gpu: &CudaDevice, bandwidth: f64, rate: f64, reps: usiz
         let _ = write!(json, "{sep}{{\"m\": {}, \"fused_ms\": {:.6}, \"unfused_ms\": {:.6}, ", r.m, r.fused, r.unfused);
         let _ = write!(json, "\"fused_back_to_back_ms\": {:.6}, ", r.fused_back_to_back);
         let _ = write!(json, "\"unfused_back_to_back_ms\": {:.6}, ", r.unfused_back_to_back);
+        let _ = write!(json, "\"fused_flushed_ms\": {:.6}, \"unfused_flushed_ms\": {:.6}, ", r.fused_flushed, r.unfused_flushed);
         let _ = write!(json, "\"floor_ms\": {:.6}, \"host_us\": {:.2}, ", r.floor, r.host_us);
         let _ = write!(json, "\"first_call_ms\": {:.3}, \"paths\": \"{}\", ", r.first_call_ms, r.paths);
         let forced: Vec<String> = r.forced.iter().map(|(p, ms)| format!("\"{p}\": {ms:.6}")).collect();
@@ -198,6 +220,7 @@ fn main() -> Result<()> {
     let w_up = bf16_tensor(&[INTER, HIDDEN], 12, 0.02, &dev)?;
     let w_down = bf16_tensor(&[HIDDEN, INTER], 13, 0.02, &dev)?;
     let f = llama_mlp_fused();
+    let flush = Tensor::from_vec(vec![1.0f32; 1 << 26], &[1 << 26], &dev)?;
     println!(
         "{:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8} {:>9} {:>13} {:>10}",
         "M", "fused ms", "unfused ms", "fused b2b", "unfused b2b", "floor ms", "speedup", "of floor", "host us/call", "rel diff"
@@ -215,6 +238,8 @@ fn main() -> Result<()> {
         let fused_b2b = back_to_back_ms(gpu, opts.reps, || f.call_with(&args, Fusion::On).map(drop))?;
         let unfused_b2b = back_to_back_ms(gpu, opts.reps, || f.call_with(&args, Fusion::Off).map(drop))?;
         let host = host_us(gpu, opts.reps, || f.call_with(&args, Fusion::On).map(drop))?;
+        let fused_flushed = flushed_ms(gpu, &flush, opts.reps, || f.call_with(&args, Fusion::On).map(drop))?;
+        let unfused_flushed = flushed_ms(gpu, &flush, opts.reps, || f.call_with(&args, Fusion::Off).map(drop))?;
         let result = |fusion| -> Result<Vec<f32>> { f.call_with(&args, fusion)?[0].to_vec::<f32>() };
         let fused_vs_unfused = fuse::rel_l2_error(&result(Fusion::On)?, &result(Fusion::Off)?);
         let bytes = 2.0 * (3 * HIDDEN * INTER + 2 * m * HIDDEN) as f64;
@@ -248,10 +273,18 @@ fn main() -> Result<()> {
             unfused,
             fused_back_to_back: fused_b2b,
             unfused_back_to_back: unfused_b2b,
+            fused_flushed,
+            unfused_flushed,
             floor,
             host_us: host,
             fused_vs_unfused,
         });
+    }
+    println!("\ntimed as the peers are (L2 flushed by a 256 MiB copy before each call, events around the call):");
+    println!("{:>6} {:>11} {:>11} {:>8} {:>9}", "M", "fused ms", "unfused ms", "speedup", "of floor");
+    for r in &rows {
+        let (f, u) = (r.fused_flushed, r.unfused_flushed);
+        println!("{:>6} {f:>11.4} {u:>11.4} {:>7.2}x {:>8.0}%", r.m, u / f, r.floor / f * 100.0);
     }
     println!("\n{:>6} {:>10}  tuned GEMM path per group", "M", "1st call");
     for r in &rows {

@@ -13,6 +13,12 @@ export PYTHONUNBUFFERED=1
 status=0
 .gpu/run >"$out/gpu-tests.log" 2>&1 || status=1
 grep -E "^== |test result|FAILED|panicked" "$out/gpu-tests.log" | tail -20
+# The skinny template as the runtime generates it (epilogues included) under compute-sanitizer's memcheck.
+gpu_test=$(ls .gpu/bin/test-gpu-* | head -1)
+LD_LIBRARY_PATH=/usr/local/cuda/lib64 FUSE_TEST_GPU=1 /usr/local/cuda/bin/compute-sanitizer --tool memcheck \
+  "$gpu_test" skinny::every_skinny_config_matches_the_reference skinny::the_skinny_epilogue_reads_other_inputs \
+  >"$out/sanitizer.log" 2>&1 || status=1
+grep -E "ERROR SUMMARY|test result" "$out/sanitizer.log" | tail -3
 .gpu/run --example bench_mlp --json "$out/bench.json" 2>&1 | tee "$out/bench.log" || status=1
 .gpu/run --example llama_mlp 2>&1 | tail -8 | tee "$out/llama_mlp.log" || status=1
 # Start-up: the first call in a fresh process, with an empty cache (tuning off, then on) and a warm one.

@@ -10,7 +10,11 @@
 //           cuBLAS (cublasGemmEx, bf16 in/out, f32 compute; dual = two calls), against the copy bandwidth
 //           measured in the same run.
 #include <cuda_runtime.h>
+#ifdef SKINNY_NO_CUBLAS_HEADERS
+#include "cublas_shim.h"
+#else
 #include <cublas_v2.h>
+#endif
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -38,30 +42,36 @@ __device__ __forceinline__ void fuse_gemm_epilogue(const FuseArgs& a, long long 
     float v = a.dual ? bench_silu(acc0) * acc1 : acc0;
     a.out[row * a.ldc + col] = bench_f2bf(v);
 }
-#include "../../fuse-ir/src/codegen/templates/skinny.cuh"
+#ifndef SKINNY_CUH
+#define SKINNY_CUH "skinny_v2.cuh"  // -DSKINNY_CUH='"path"' selects another copy of the template
+#endif
+#include SKINNY_CUH
 
 // Every config as its own kernel (the same body the extern "C" kernel of the template runs).
-template <int MT, int NT, int KW, int S, int DUAL, int DT, int MINB, int PF, int XD>
+template <int MT, int NT, int KW, int S, int DUAL, int DT, int MINB, int PF, int XS>
 __global__ void __launch_bounds__(256, MINB) bench_sk(const FuseSkinnyParams p) {
-    fuse_sk_body<MT, NT, KW, S, DUAL, DT, PF, XD>(p);
+    extern __shared__ FuseSkV4 bench_dsmem[];
+    fuse_sk_body<MT, NT, KW, S, DUAL, DT, PF, XS>(p, bench_dsmem);
 }
 typedef void (*KernFn)(const FuseSkinnyParams);
 struct Cfg {
     const char* name;
-    int mt, nt, kw, s;
+    int mt, nt, kw, s, xs;
     KernFn bf[2];   // [dual]
     KernFn f16[2];  // [dual] or null
 };
-#define CFGB(MT, NT, KW, S, MINB, PF, XD)                                                                   \
+// dynamic shared memory bytes, as documented in the template: 512*S*(16*(1+DUAL)*MT + XS*KW*NT)
+static int smem_of(const Cfg& c, int dual) { return 512 * c.s * (16 * (1 + dual) * c.mt + (c.xs ? c.kw * c.nt : 0)); }
+#define CFGB(MT, NT, KW, S, MINB, PF, XS)                                                                   \
     Cfg {                                                                                                 \
-        "nt" #NT "kw" #KW "s" #S "b" #MINB "p" #PF "x" #XD, MT, NT, KW, S,                              \
-            {bench_sk<MT, NT, KW, S, 0, 2, MINB, PF, XD>, bench_sk<MT, NT, KW, S, 1, 2, MINB, PF, XD>}, { nullptr, nullptr } \
+        "nt" #NT "kw" #KW "s" #S "b" #MINB "p" #PF "x" #XS "m" #MT, MT, NT, KW, S, XS,                   \
+            {bench_sk<MT, NT, KW, S, 0, 2, MINB, PF, XS>, bench_sk<MT, NT, KW, S, 1, 2, MINB, PF, XS>}, { nullptr, nullptr } \
     }
-#define CFGF(MT, NT, KW, S, MINB, PF, XD)                                                                   \
+#define CFGF(MT, NT, KW, S, MINB, PF, XS)                                                                   \
     Cfg {                                                                                                 \
-        "nt" #NT "kw" #KW "s" #S "b" #MINB "p" #PF "x" #XD, MT, NT, KW, S,                              \
-            {bench_sk<MT, NT, KW, S, 0, 2, MINB, PF, XD>, bench_sk<MT, NT, KW, S, 1, 2, MINB, PF, XD>},          \
-            {bench_sk<MT, NT, KW, S, 0, 1, MINB, PF, XD>, bench_sk<MT, NT, KW, S, 1, 1, MINB, PF, XD>}           \
+        "nt" #NT "kw" #KW "s" #S "b" #MINB "p" #PF "x" #XS "m" #MT, MT, NT, KW, S, XS,                   \
+            {bench_sk<MT, NT, KW, S, 0, 2, MINB, PF, XS>, bench_sk<MT, NT, KW, S, 1, 2, MINB, PF, XS>},          \
+            {bench_sk<MT, NT, KW, S, 0, 1, MINB, PF, XS>, bench_sk<MT, NT, KW, S, 1, 1, MINB, PF, XS>}           \
     }
 #include "skinny_configs.inc"  // static std::vector<Cfg> g_cfgs = { CFGF(...), CFGB(...), ... };
 
@@ -152,7 +162,7 @@ static long long grid_of(const Cfg& c, long long M, long long N) {
 static void launch(const Cfg& c, int dual, int f16, const FuseSkinnyParams& p, cudaStream_t s = 0) {
     KernFn k = f16 ? c.f16[dual] : c.bf[dual];
     if (!k) return;
-    k<<<(unsigned)grid_of(c, p.gemm.m, p.gemm.n), 256, 0, s>>>(p);
+    k<<<(unsigned)grid_of(c, p.gemm.m, p.gemm.n), 256, smem_of(c, dual), s>>>(p);
 }
 static void ref(const unsigned short* x, const unsigned short* w0, const unsigned short* w1, long long M, long long N,
                 long long K, long long lda, long long ldw0, long long ldw1, int dual, int f16, float* out) {
@@ -397,7 +407,19 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
-    // the template's own extern "C" kernel (default config) must compile and run too
+    // the template's own extern "C" kernel (default config) must compile and run too; raise every kernel's
+    // dynamic shared memory limit to what its config needs (as the runtime does)
+    for (const Cfg& c : g_cfgs)
+        for (int dual = 0; dual < 2; ++dual)
+            for (KernFn k : {c.bf[dual], c.f16[dual]})
+                if (k) CK(cudaFuncSetAttribute((const void*)k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_of(c, dual)));
+#ifdef FUSE_SK_SMEM_BYTES
+    for (const Cfg& c : g_cfgs)
+        if (!strcmp(c.name, "extern-default") && smem_of(c, FUSE_SKINNY_DUAL) != FUSE_SK_SMEM_BYTES) {
+            printf("FUSE_SK_SMEM_BYTES %d != harness formula %d\n", (int)FUSE_SK_SMEM_BYTES, smem_of(c, FUSE_SKINNY_DUAL));
+            return 1;
+        }
+#endif
     if (mode == "sanitize") return run_check(true) ? 1 : 0;
     int f = 0;
     if (mode == "check" || mode == "all") f += run_check(false);

@@ -1,6 +1,7 @@
 //! The skinny GEMM template, each config forced in turn: against the reference at odd shapes (rows 1, 3,
 //! 17, 100; output columns and inner sizes that are no multiple of any tile), against cuBLAS at the Llama
-//! MLP's sizes, with an epilogue that reads another input; and the autotuner's choice being recorded.
+//! MLP's sizes at every M of BENCH.md, with an epilogue that reads another input; and the autotuner's choice
+//! being recorded.
 
 use crate::fused_fns::{ffn_block_fused, llama_mlp_fused};
 use crate::{assert_close, gpu, random, rng, tolerance};
@@ -67,7 +68,7 @@ fn every_skinny_config_matches_cublas_at_the_llama_sizes() {
     let wg = random(&mut r, &[i, h], DType::BF16, -0.02, 0.02, &dev);
     let wu = random(&mut r, &[i, h], DType::BF16, -0.02, 0.02, &dev);
     let wd = random(&mut r, &[h, i], DType::BF16, -0.02, 0.02, &dev);
-    for rows in [1, 4, 16, 64, 256] {
+    for rows in [1, 4, 16, 64, 256, 1024, 4096] {
         let x = random(&mut r, &[rows, h], DType::BF16, -1.0, 1.0, &dev);
         let args = [fuse::arg(&x), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd)];
         let want = forced("cublas", llama_mlp_fused(), &args);

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! # fuse autotune results v1
-//! <environment>\t<group>\t<rows bucket>\t<choice>\t<median microseconds>
+//! <environment>\t<group>\t<rows bucket>\t<choice>\t<microseconds (fastest timed run)>
 //! ```
 //!
 //! The environment names the GPU, its arch, the driver, NVRTC and fuse versions; the group names the fused
@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-const HEADER: &str = "# fuse autotune results v1: environment, group, rows bucket, choice, median us";
+const HEADER: &str = "# fuse autotune results v1: environment, group, rows bucket, choice, fastest us";
 
 /// What a result is for.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -1,0 +1,353 @@
+// ---------------------------------------------------------------------------------------------------------
+// skinny.cuh: "skinny" GEMM for decode (few rows of X), tensor cores (mma.sync m16n8k16), fused epilogue hook.
+//
+// MATH
+//   Y[m, n] = sum_k X[m, k] * W[n, k]           m < M, n < N, k < K, accumulated in f32.
+//   X: [M, K] row-major, row stride lda elements, unit column stride.
+//   W: [N, K] row-major (checkpoint "[out, in]" layout), row stride ldw elements.
+//   Dual (FUSE_SKINNY_DUAL=1): two weights W0, W1 of the same [N, K] shape (separate pointers, own row
+//   strides ldw0, ldw1; not repacked), the same X; acc0 = X W0^T, acc1 = X W1^T for the same (m, n).
+//   dtype: -DFUSE_SK_DT=2 bf16, =1 f16 (X, W0, W1 all the same dtype). Tensor-core mma, f32 accumulate.
+//
+// CONTRACT WITH THE CODE GENERATOR
+//   Before this text the generated code defines:
+//     struct FuseArgs;                            (opaque here: the epilogue's arguments)
+//     #define FUSE_SKINNY_NAME <symbol>           (extern "C" name of the kernel)
+//     #define FUSE_SKINNY_DUAL 0|1
+//     __device__ __forceinline__ void fuse_gemm_epilogue(const FuseArgs& args, long long row, long long col,
+//                                                        float acc0, float acc1);
+//   fuse_gemm_epilogue is called exactly once per (row < M, col < N) (row = m, col = n); consecutive threads
+//   get consecutive col. Non-dual: acc1 = 0.f.
+//   This file defines (guarded so that it may be included several times with different configs):
+//     struct FuseGemmArgs { const void* x; const void* w0; const void* w1; long long m, n, k, lda, ldw0, ldw1; };
+//     struct FuseSkinnyParams { FuseArgs epi; FuseGemmArgs gemm; };
+//     extern "C" __global__ void __launch_bounds__(256, FUSE_SK_MINB) FUSE_SKINNY_NAME(const FuseSkinnyParams p);
+//   w1 / ldw1 are ignored when FUSE_SKINNY_DUAL == 0.
+//   Requirements (the runtime guarantees them): M, N >= 1; K >= 8, K % 8 == 0; lda, ldw0, ldw1 % 8 == 0;
+//   x, w0, w1 16-byte aligned. N, K otherwise arbitrary (N edge and K tail are handled), M arbitrary.
+//   Deterministic: no atomics; the same inputs give bit-identical outputs.
+//   No #include; only names fuse_sk_* / FUSE_SK_* / FuseSk* / FuseGemmArgs / FuseSkinnyParams are defined.
+//
+// COMPILE-TIME DEFINES (each has a default below; the defaults are the recommended config for M <= 16).
+// Every combination listed under CONFIG SET is valid for any M, N, K and for both dual and single kernels.
+//   FUSE_SK_DT    2 = bf16, 1 = f16                                                      (default 2)
+//   FUSE_SK_MT    16-row weight tiles per warp (columns per warp = 16*MT). 1 for every kernel; 2 is accepted
+//                 for single (non-dual) kernels only (static_assert) and is not in the config set. (default 1)
+//   FUSE_SK_NT    8-row X tiles per block (rows m per block = 8*NT)          {1, 2, 4, 8} (default 2)
+//   FUSE_SK_KW    warps of the block that split K (divides 8). The 8 warps form 8/KW groups along n; the KW
+//                 warps of a group take interleaved 32-wide k chunks and are summed through shared memory
+//                 in a fixed order (deterministic)                              {4, 8}      (default 8)
+//   FUSE_SK_S     max stages of each warp's cp.async weight ring (S-1 chunks in flight per warp); clamped
+//                 in the kernel to 6 / ((1+DUAL)*MT) so that static smem = 8192*S*(1+DUAL)*MT <= 48 KB:
+//                 dual gets 3 stages, single 6                                  {2..6}      (default 6)
+//   FUSE_SK_PF    L2 prefetch-size hint on the weight copies: 0 none, 1 .L2::128B, 2 .L2::256B (default 1)
+//   FUSE_SK_XD    X register prefetch distance in chunks. Keep 1: 2 and 3 measured slower (the register
+//                 queue shift waits on the in-flight loads)                                (default 1)
+//   FUSE_SK_MINB  min resident blocks per SM (__launch_bounds__(256, MINB)): bounds the registers
+//                 (3 -> <= 80, 4 -> <= 64); use the value from CONFIG SET, others may spill (default 3)
+//
+// LAUNCH: 1-D grid, block = 256 threads, static shared memory only (49152 bytes for every config in the set)
+//   BN    = 16 * MT * (8 / KW)                      columns n per block
+//   BM    = 8 * NT                                  rows m per block
+//   grid  = ceil(N / BN) * ceil(M / BM)             (blockIdx.x = nb * ceil(M / BM) + mb: m fastest, so the
+//                                                    blocks that share a weight tile run together)
+//   block = 256
+//
+// CONFIG SET for the autotuner (MT=1, S=6, XD=1 in all). Registers from nvcc 13.0 -Xptxas -v, sm_90,
+// dual / single kernel; 0 bytes spilled and 0 stack frame for all.
+//   name  NT KW PF MINB   regs
+//   c1     1  8  1  3     70 / 56
+//   c2     1  8  2  4     64 / 56      (never best in the last run; droppable)
+//   c3     2  8  1  3     80 / 72      <- defaults
+//   c4     4  8  1  2    124 / 108
+//   c5     4  4  0  2    124 / 108
+//   c6     8  8  0  1    194 / 151
+//   c7     8  4  0  1    196 / 151    (never best in the last run; droppable)
+// RECOMMENDED, measured on one H200 (2026-11-29, scripts/kernels/run-skinny.sh, copy bandwidth 4.234 TB/s,
+// median of 30 event-timed launches, 3 weight sets rotated; Llama-3-8B MLP: dual = [M,4096] x 2 x [14336,4096],
+// single = [M,14336] x [4096,14336]):
+//   M        dual: config  us  %copy  (cuBLAS us, 2 GEMMs)    single: config  us  %copy  (cuBLAS us)
+//   1        c1   59.5  93.3%  (63.4)                         c3   35.8  77.5%  (32.8)
+//   2        c1   60.2  92.2%  (67.9)                         c3   35.5  78.1%  (33.2)
+//   4        c1   60.7  91.4%  (62.9)                         c3   35.9  77.3%  (33.6)
+//   8        c1   61.2  90.6%  (63.7)                         c3   36.5  76.0%  (33.5)
+//   16       c3   68.3  81.3%  (63.4)                         c3   38.1  72.9%  (34.0)
+//   32       c5   81.7  67.9%  (65.7)                         c4   44.1  62.9%  (34.9)
+//   64       c6  123.5  44.9%  (69.1)                         c5   67.3  41.2%  (37.7)
+//   128      c7  208.0  26.7%  (70.3)                         c5  123.5  22.5%  (38.8)
+//   So: M <= 8 dual c1; M <= 16 otherwise c3; M = 32: c4/c5; M >= 64 this kernel loses to cuBLAS
+//   (use cuBLAS / a tiled GEMM there). Let the autotuner choose among c1, c3, c4, c5, c6.
+// ---------------------------------------------------------------------------------------------------------
+
+#ifndef FUSE_SK_ONCE
+#define FUSE_SK_ONCE
+
+struct FuseGemmArgs {
+    const void* x;
+    const void* w0;
+    const void* w1;
+    long long m, n, k, lda, ldw0, ldw1;
+};
+struct FuseSkinnyParams {
+    FuseArgs epi;
+    FuseGemmArgs gemm;
+};
+
+struct alignas(16) FuseSkV4 {
+    unsigned x, y, z, w;
+};
+
+// X: small and re-read by every block: keep it in L1 / L2.
+__device__ __forceinline__ FuseSkV4 fuse_sk_ldx(const unsigned short* p) {
+    FuseSkV4 v;
+    asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+__device__ __forceinline__ unsigned fuse_sk_smem_addr(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+// Weights: streamed once, 16 bytes per thread, global -> shared without L1 (cp.async.cg); nbytes = 0 fills zeros.
+template <int PF>
+__device__ __forceinline__ void fuse_sk_cp16(unsigned dst, const unsigned short* src, unsigned nbytes) {
+    if (PF == 2)
+        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(nbytes)
+                     : "memory");
+    else if (PF == 1)
+        asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(nbytes)
+                     : "memory");
+    else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(nbytes) : "memory");
+}
+__device__ __forceinline__ void fuse_sk_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void fuse_sk_cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+template <int DT>
+__device__ __forceinline__ void fuse_sk_mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                            unsigned b0, unsigned b1) {
+    if (DT == 2) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    } else {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+}
+
+// One 32-wide k chunk. Thread (g = lane/4, t = lane%4) holds 8 consecutive k (at 8t) of weight rows g (wl) and
+// g+8 (wh) and of X row g (xv). k permutation (the same for A and B): mma #1 takes the thread's elements 0..3,
+// mma #2 its elements 4..7. A fragment regs: {row g k-pair 0, row g+8 k-pair 0, row g k-pair 1, row g+8 k-pair 1};
+// B fragment regs: {k-pair 0, k-pair 1} of X row g (the mma's column n = g).
+template <int DT>
+__device__ __forceinline__ void fuse_sk_mma32(float (&c)[4], const FuseSkV4& wl, const FuseSkV4& wh,
+                                              const FuseSkV4& xv) {
+    fuse_sk_mma<DT>(c, wl.x, wh.x, wl.y, wh.y, xv.x, xv.y);
+    fuse_sk_mma<DT>(c, wl.z, wh.z, wl.w, wh.w, xv.z, xv.w);
+}
+
+// Shared memory per block: the weight ring, 8 warps x S stages x (2*D*MT) x 32 lanes x 16 bytes
+// = 8192 * S * D * MT bytes (reused for the K-split reduction after the main loop).
+template <int MT, int NT, int KW, int SMAX, int DUAL, int DT, int PF, int XD>
+__device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p) {
+    constexpr int D = DUAL ? 2 : 1;
+    constexpr int L = 2 * D * MT;     // 16-byte weight loads per thread per chunk
+    constexpr int NG = 8 / KW;        // warp groups along n
+    constexpr int BN = 16 * MT * NG;  // columns per block
+    constexpr int BM = 8 * NT;        // rows per block
+    static_assert(8 % KW == 0, "FUSE_SK_KW must divide 8");
+    static_assert(SMAX >= 2, "FUSE_SK_S must be >= 2");
+    static_assert(XD >= 1, "FUSE_SK_XD must be >= 1");
+    static_assert(D * MT <= 3, "FUSE_SK_MT = 2 is for single (non-dual) kernels only (48 KB static smem)");
+    constexpr int S = SMAX < 6 / (D * MT) ? SMAX : 6 / (D * MT);  // ring stages: 8192*S*D*MT <= 48 KB
+    __shared__ FuseSkV4 fuse_sk_ring[8][S][L][32];
+    float(*red)[D][MT][4][32] = reinterpret_cast<float(*)[D][MT][4][32]>(&fuse_sk_ring[0][0][0][0]);
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int kw = warp % KW, ng = warp / KW;
+
+    const long long M = p.gemm.m, N = p.gemm.n, K = p.gemm.k;
+    const unsigned mblocks = (unsigned)((M + BM - 1) / BM);
+    const unsigned mb = blockIdx.x % mblocks, nb = blockIdx.x / mblocks;
+    const long long m0 = (long long)mb * BM;
+    const long long nblk = (long long)nb * BN;
+    const long long n0 = nblk + (long long)ng * 16 * MT;  // first weight row of this warp
+
+    float acc[D][MT][NT][4];
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) acc[d][i][j][r] = 0.f;
+
+    // This warp's chunks: global 32-wide chunk q = c * KW + kw, c = 0 .. nch-1.
+    const long long T = (K + 31) / 32;
+    const int nch = (n0 < N && T > kw) ? (int)((T - kw + KW - 1) / KW) : 0;
+    if (nch > 0) {
+        const long long koff = (long long)kw * 32 + 8 * t;
+        const unsigned short* wp[D][MT][2];
+#pragma unroll
+        for (int d = 0; d < D; ++d) {
+            const unsigned short* wb = (const unsigned short*)(d == 0 ? p.gemm.w0 : p.gemm.w1);
+            const long long ldw = d == 0 ? p.gemm.ldw0 : p.gemm.ldw1;
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    long long n = n0 + 16 * i + 8 * h + g;
+                    n = n < N ? n : N - 1;  // clamp: rows past N are computed, never stored
+                    wp[d][i][h] = wb + n * ldw + koff;
+                }
+        }
+        const unsigned short* xp[NT];
+        bool xok[NT];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            long long m = m0 + 8 * j + g;
+            xok[j] = m < M;
+            m = m < M ? m : M - 1;
+            xp[j] = (const unsigned short*)p.gemm.x + m * p.gemm.lda + koff;
+        }
+        const unsigned ring = fuse_sk_smem_addr(&fuse_sk_ring[warp][0][0][lane]);
+        // stage s, load l of this thread: ring + (s * L + l) * 512
+        auto issue = [&](int c) {
+            const long long k = (long long)c * (32 * KW);  // + koff in the pointers
+            const bool kok = k + koff < K;
+            const unsigned nbytes = kok ? 16u : 0u;
+            const long long ko = kok ? k : 0;
+            const unsigned dst = ring + (unsigned)((c % S) * L) * 512u;
+#pragma unroll
+            for (int d = 0; d < D; ++d)
+#pragma unroll
+                for (int i = 0; i < MT; ++i)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                        fuse_sk_cp16<PF>(dst + (unsigned)(((d * MT + i) * 2 + h) * 512), wp[d][i][h] + ko, nbytes);
+        };
+        auto loadx = [&](int c, FuseSkV4 (&xv)[NT]) {
+            const long long k = (long long)c * (32 * KW);
+            const bool kok = k + koff < K;
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                if (kok && xok[j]) xv[j] = fuse_sk_ldx(xp[j] + k);
+                else xv[j] = FuseSkV4{0u, 0u, 0u, 0u};
+            }
+        };
+#pragma unroll
+        for (int s = 0; s < S - 1; ++s) {
+            if (s < nch) issue(s);
+            fuse_sk_cp_commit();
+        }
+        // X: register queue, XD chunks ahead (chunks past this warp's last are k >= K: zeros, no load).
+        FuseSkV4 xq[XD][NT];
+#pragma unroll
+        for (int q = 0; q < XD; ++q) loadx(q, xq[q]);
+#pragma unroll 1
+        for (int c = 0; c < nch; ++c) {
+            if (c + S - 1 < nch) issue(c + S - 1);
+            fuse_sk_cp_commit();
+            FuseSkV4 xc[NT];
+#pragma unroll
+            for (int j = 0; j < NT; ++j) xc[j] = xq[0][j];
+#pragma unroll
+            for (int q = 0; q + 1 < XD; ++q)
+#pragma unroll
+                for (int j = 0; j < NT; ++j) xq[q][j] = xq[q + 1][j];
+            loadx(c + XD, xq[XD - 1]);
+            fuse_sk_cp_wait<S - 1>();  // chunk c has landed (each thread reads only what it copied itself)
+            const FuseSkV4* slot = &fuse_sk_ring[warp][c % S][0][lane];
+            FuseSkV4 wv[D][MT][2];
+#pragma unroll
+            for (int d = 0; d < D; ++d)
+#pragma unroll
+                for (int i = 0; i < MT; ++i)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) wv[d][i][h] = slot[((d * MT + i) * 2 + h) * 32];
+#pragma unroll
+            for (int d = 0; d < D; ++d)
+#pragma unroll
+                for (int i = 0; i < MT; ++i)
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) fuse_sk_mma32<DT>(acc[d][i][j], wv[d][i][0], wv[d][i][1], xc[j]);
+        }
+        fuse_sk_cp_wait<0>();
+    }
+    __syncthreads();  // the ring is reused for the reduction
+
+    // Reduce the KW partial sums of each n-group through shared memory (fixed order: deterministic), one 8-row
+    // X tile at a time, and call the epilogue with consecutive threads on consecutive columns.
+    // Accumulator layout (m16n8 C fragment): reg r of lane (g, t) holds tile row (= n) g + 8*(r>>1),
+    // tile column (= m) 2t + (r&1).
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        if (j > 0) __syncthreads();
+#pragma unroll
+        for (int d = 0; d < D; ++d)
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) red[warp][d][i][r][lane] = acc[d][i][j][r];
+        __syncthreads();
+        for (int e = tid; e < 8 * BN; e += 256) {
+            const int c = e % BN, rr = e / BN;  // block-local column (n) and row (m) within this X tile
+            const long long m = m0 + 8 * j + rr, n = nblk + c;
+            if (m < M && n < N) {
+                const int grp = c / (16 * MT), i = (c / 16) % MT, nn = c % 16;
+                const int reg = ((nn >> 3) << 1) | (rr & 1);
+                const int ln = (nn & 7) * 4 + (rr >> 1);
+                float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+                for (int w = 0; w < KW; ++w) {
+                    s0 += red[grp * KW + w][0][i][reg][ln];
+                    if (DUAL) s1 += red[grp * KW + w][D - 1][i][reg][ln];
+                }
+                fuse_gemm_epilogue(p.epi, m, n, s0, DUAL ? s1 : 0.f);
+            }
+        }
+    }
+}
+
+#endif  // FUSE_SK_ONCE
+
+#ifndef FUSE_SK_DT
+#define FUSE_SK_DT 2
+#endif
+#ifndef FUSE_SK_MT
+#define FUSE_SK_MT 1
+#endif
+#ifndef FUSE_SK_NT
+#define FUSE_SK_NT 2
+#endif
+#ifndef FUSE_SK_KW
+#define FUSE_SK_KW 8
+#endif
+#ifndef FUSE_SK_S
+#define FUSE_SK_S 6
+#endif
+#ifndef FUSE_SK_PF
+#define FUSE_SK_PF 1
+#endif
+#ifndef FUSE_SK_XD
+#define FUSE_SK_XD 1
+#endif
+#ifndef FUSE_SK_MINB
+#define FUSE_SK_MINB 3
+#endif
+
+extern "C" __global__ void __launch_bounds__(256, FUSE_SK_MINB) FUSE_SKINNY_NAME(const FuseSkinnyParams p) {
+    fuse_sk_body<FUSE_SK_MT, FUSE_SK_NT, FUSE_SK_KW, FUSE_SK_S, FUSE_SKINNY_DUAL, FUSE_SK_DT, FUSE_SK_PF, FUSE_SK_XD>(p);
+}
