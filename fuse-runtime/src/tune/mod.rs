@@ -11,6 +11,23 @@
 //!   plain text, one result per line, each keyed by GPU, arch, driver, NVRTC and fuse versions, so it can
 //!   be copied to another machine and used there as-is: lines for another environment are kept but unused.
 //! - Shape buckets: the rows of the left operand (batch axes folded in) rounded up to a power of two.
+//!
+//! A tool that pre-tunes a model for shipping sets the file and the mode, runs the model once per row count
+//! it will serve, and reads back what was chosen:
+//!
+//! ```
+//! # use fuse_runtime as fuse; // the facade crate `fuse` re-exports this one
+//! use fuse::tune::{self, AutotuneMode};
+//! let file = std::env::temp_dir().join("fuse-doc-tune.tsv");
+//! tune::set_tune_file(&file);
+//! tune::set_mode(AutotuneMode::Full);
+//! assert_eq!(tune::mode(), AutotuneMode::Full);
+//! assert_eq!(tune::tune_file().as_deref(), Some(file.as_path()));
+//! // ... call the fused functions at each row count on the GPU here ...
+//! for result in tune::results() {
+//!     println!("{} rows <= {}: {} ({:.1} us)", result.group, result.rows_bucket, result.choice, result.micros);
+//! }
+//! ```
 
 mod file;
 
