@@ -28,7 +28,12 @@ def fuse_series(bench):
     """{label: [(M, us)]} for the project's own paths; rows without a time are skipped."""
     rows = sorted(bench.get("rows", []), key=lambda r: r["m"])
     series = {}
-    for key, label in (("fused_ms", "fuse fused"), ("unfused_ms", "fuse unfused")):
+    labels = (
+        ("fused_ms", "fuse fused (per call)"),
+        ("fused_flushed_ms", "fuse fused (timed as the peers)"),
+        ("unfused_ms", "fuse unfused (per call)"),
+    )
+    for key, label in labels:
         points = [(r["m"], r[key] * 1e3) for r in rows if r.get(key) is not None]
         if points:
             series[label] = points

@@ -7,7 +7,7 @@
 # Variables:
 #   SKINNY_CUH      the template copy to include, relative to scripts/kernels or absolute (default skinny_v2.cuh;
 #                   e.g. ../../fuse-ir/src/codegen/templates/skinny.cuh)
-#   SKINNY_CONFIGS  the config list: "MT,NT,KW,S,MINB,PF,XS[,f]" separated by spaces (f: also f16 kernels)
+#   SKINNY_CONFIGS  the config list: "MT,NT,KW,S,MINB,PF,XS,U[,f]" separated by spaces (f: also f16 kernels)
 #   SKINNY_MODE     all (default) | check | bench | sanitize-only | build (build only, here: no GPU needed)
 #   SKINNY_BIN      a harness binary built earlier (SKINNY_MODE=build wrote OUTDIR/skinny_bench): skip the build
 #   SKINNY_SANITIZE 1 (default) runs compute-sanitizer memcheck, 0 skips it
@@ -28,11 +28,11 @@ if [ -z "$bin" ]; then
     {
         echo "static std::vector<Cfg> g_cfgs = {"
         for c in $configs; do
-            IFS=, read -r mt nt kw st minb pf xs f16 <<<"$c"
-            if [ "${f16:-}" = f ]; then echo "    CFGF($mt, $nt, $kw, $st, $minb, $pf, $xs),"; else echo "    CFGB($mt, $nt, $kw, $st, $minb, $pf, $xs),"; fi
+            IFS=, read -r mt nt kw st minb pf xs u f16 <<<"$c"
+            if [ "${f16:-}" = f ]; then echo "    CFGF($mt, $nt, $kw, $st, $minb, $pf, $xs, $u),"; else echo "    CFGB($mt, $nt, $kw, $st, $minb, $pf, $xs, $u),"; fi
         done
         # the template's own extern "C" kernel (default config, dual): must compile and pass too
-        echo '    Cfg{"extern-default", FUSE_SK_MT, FUSE_SK_NT, FUSE_SK_KW, FUSE_SK_S, FUSE_SK_XS, {nullptr, fuse_skinny_default_kernel}, {nullptr, nullptr}},'
+        echo '    Cfg{"extern-default", FUSE_SK_MT, FUSE_SK_NT, FUSE_SK_KW, FUSE_SK_S, FUSE_SK_XS, FUSE_SK_U, {nullptr, fuse_skinny_default_kernel}, {nullptr, nullptr}},'
         echo "};"
     } >"$build/skinny_configs.inc"
     cat "$build/skinny_configs.inc" >"$out/configs.inc"
@@ -54,7 +54,7 @@ if [ -z "$bin" ]; then
          /stack frame/ { sp = $0; gsub(/^ +/, "", sp) }
          /Used [0-9]+ registers/ { u = $0; sub(/.*Used /, "", u); print name " | " u " | " sp }' "$out/build.log" |
         (command -v cu++filt >/dev/null && cu++filt || cat) | sed 's/(FuseSkinnyParams)//; s/void //' >"$out/ptxas.txt"
-    echo "== ptxas (bench_sk<MT,NT,KW,S,DUAL,DT,MINB,PF,XS>: registers | spills)"
+    echo "== ptxas (bench_sk<MT,NT,KW,S,DUAL,DT,MINB,PF,XS,U>: registers | spills)"
     sed -E 's/, used [0-9]+ barriers//; s/, [0-9]+ bytes cmem\[0\]//' "$out/ptxas.txt"
     if grep -vq " 0 bytes spill stores, 0 bytes spill loads" "$out/ptxas.txt"; then echo "WARNING: some kernel spills"; fi
     if grep -v "^0 bytes stack" "$out/ptxas.txt" | grep -q "stack frame" && grep -vq "| 0 bytes stack frame" "$out/ptxas.txt"; then echo "WARNING: some kernel has a stack frame"; fi

@@ -48,30 +48,30 @@ __device__ __forceinline__ void fuse_gemm_epilogue(const FuseArgs& a, long long 
 #include SKINNY_CUH
 
 // Every config as its own kernel (the same body the extern "C" kernel of the template runs).
-template <int MT, int NT, int KW, int S, int DUAL, int DT, int MINB, int PF, int XS>
+template <int MT, int NT, int KW, int S, int DUAL, int DT, int MINB, int PF, int XS, int U>
 __global__ void __launch_bounds__(256, MINB) bench_sk(const FuseSkinnyParams p) {
     extern __shared__ FuseSkV4 bench_dsmem[];
-    fuse_sk_body<MT, NT, KW, S, DUAL, DT, PF, XS>(p, bench_dsmem);
+    fuse_sk_body<MT, NT, KW, S, DUAL, DT, PF, XS, U>(p, bench_dsmem);
 }
 typedef void (*KernFn)(const FuseSkinnyParams);
 struct Cfg {
     const char* name;
-    int mt, nt, kw, s, xs;
+    int mt, nt, kw, s, xs, u;
     KernFn bf[2];   // [dual]
     KernFn f16[2];  // [dual] or null
 };
-// dynamic shared memory bytes, as documented in the template: 512*S*(16*(1+DUAL)*MT + XS*KW*NT)
-static int smem_of(const Cfg& c, int dual) { return 512 * c.s * (16 * (1 + dual) * c.mt + (c.xs ? c.kw * c.nt : 0)); }
-#define CFGB(MT, NT, KW, S, MINB, PF, XS)                                                                   \
+// dynamic shared memory bytes, as documented in the template: 512*S*U*(16*(1+DUAL)*MT + XS*KW*NT)
+static int smem_of(const Cfg& c, int dual) { return 512 * c.s * c.u * (16 * (1 + dual) * c.mt + (c.xs ? c.kw * c.nt : 0)); }
+#define CFGB(MT, NT, KW, S, MINB, PF, XS, U)                                                              \
     Cfg {                                                                                                 \
-        "nt" #NT "kw" #KW "s" #S "b" #MINB "p" #PF "x" #XS "m" #MT, MT, NT, KW, S, XS,                   \
-            {bench_sk<MT, NT, KW, S, 0, 2, MINB, PF, XS>, bench_sk<MT, NT, KW, S, 1, 2, MINB, PF, XS>}, { nullptr, nullptr } \
+        "nt" #NT "kw" #KW "s" #S "b" #MINB "p" #PF "x" #XS "m" #MT "u" #U, MT, NT, KW, S, XS, U,         \
+            {bench_sk<MT, NT, KW, S, 0, 2, MINB, PF, XS, U>, bench_sk<MT, NT, KW, S, 1, 2, MINB, PF, XS, U>}, { nullptr, nullptr } \
     }
-#define CFGF(MT, NT, KW, S, MINB, PF, XS)                                                                   \
+#define CFGF(MT, NT, KW, S, MINB, PF, XS, U)                                                              \
     Cfg {                                                                                                 \
-        "nt" #NT "kw" #KW "s" #S "b" #MINB "p" #PF "x" #XS "m" #MT, MT, NT, KW, S, XS,                   \
-            {bench_sk<MT, NT, KW, S, 0, 2, MINB, PF, XS>, bench_sk<MT, NT, KW, S, 1, 2, MINB, PF, XS>},          \
-            {bench_sk<MT, NT, KW, S, 0, 1, MINB, PF, XS>, bench_sk<MT, NT, KW, S, 1, 1, MINB, PF, XS>}           \
+        "nt" #NT "kw" #KW "s" #S "b" #MINB "p" #PF "x" #XS "m" #MT "u" #U, MT, NT, KW, S, XS, U,         \
+            {bench_sk<MT, NT, KW, S, 0, 2, MINB, PF, XS, U>, bench_sk<MT, NT, KW, S, 1, 2, MINB, PF, XS, U>},          \
+            {bench_sk<MT, NT, KW, S, 0, 1, MINB, PF, XS, U>, bench_sk<MT, NT, KW, S, 1, 1, MINB, PF, XS, U>}           \
     }
 #include "skinny_configs.inc"  // static std::vector<Cfg> g_cfgs = { CFGF(...), CFGB(...), ... };
 
@@ -155,7 +155,7 @@ static void fill(unsigned short* p, size_t n, unsigned long long seed, float sca
     CK(cudaGetLastError());
 }
 static long long cdiv(long long a, long long b) { return (a + b - 1) / b; }
-static long long grid_of(const Cfg& c, long long M, long long N) {
+static long long grid_of(const Cfg& c, long long M, long long N) {  // the template's grid formula
     long long bn = 16LL * c.mt * (8 / c.kw), bm = 8LL * c.nt;
     return cdiv(N, bn) * cdiv(M, bm);
 }

@@ -173,7 +173,7 @@ __device__ __forceinline__ void fuse_sk_mma32(float (&c)[4], const FuseSkV4& wl,
 // Shared memory per block (dynamic, FUSE_SK_SMEM_BYTES): the weight ring, 8 warps x S stages x (2*D*MT) x 32
 // lanes x 16 bytes = 8192 * S * D * MT bytes, then (XS=1) the X ring, KW x S x NT x 32 lanes x 16 bytes
 // = 512 * S * KW * NT bytes. The weight ring is reused for the K-split reduction after the main loop.
-template <int MT, int NT, int KW, int S, int DUAL, int DT, int PF, int XS>
+template <int MT, int NT, int KW, int S, int DUAL, int DT, int PF, int XS, int U>
 __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4* smem) {
     constexpr int D = DUAL ? 2 : 1;
     constexpr int L = 2 * D * MT;     // 16-byte weight loads per thread per chunk
@@ -182,8 +182,9 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
     constexpr int BM = 8 * NT;        // rows per block
     static_assert(8 % KW == 0, "FUSE_SK_KW must divide 8");
     static_assert(S >= 2, "FUSE_SK_S must be >= 2");
-    static_assert(MT >= 1 && NT >= 1, "FUSE_SK_MT, FUSE_SK_NT must be >= 1");
-    FuseSkV4* const xring = smem + 8 * S * L * 32;  // XS only
+    static_assert(MT >= 1 && NT >= 1 && U >= 1, "FUSE_SK_MT, FUSE_SK_NT, FUSE_SK_U must be >= 1");
+    constexpr int CW = 32 * U;  // chunk width in k
+    FuseSkV4* const xring = smem + 8 * S * U * L * 32;  // XS only
     float(*red)[D][MT][4][32] = reinterpret_cast<float(*)[D][MT][4][32]>(smem);
 
     const int tid = threadIdx.x;
@@ -211,10 +212,10 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
 
     // This warp's chunks: global 32-wide chunk q = c * KW + kw, c = 0 .. nch-1. With XS the NG warps of the same
     // kw share the X ring and step together (named barrier 1 + kw), so inactive warps (n0 >= N) step along too.
-    const long long T = (K + 31) / 32;
+    const long long T = (K + CW - 1) / CW;
     const int nch = ((XS || wact) && T > kw) ? (int)((T - kw + KW - 1) / KW) : 0;
     if (nch > 0) {
-        const long long koff = (long long)kw * 32 + 8 * t;
+        const long long koff = (long long)kw * CW + 8 * U * t;  // + 8u for piece u
         const unsigned short* wp[D][MT][2];
 #pragma unroll
         for (int d = 0; d < D; ++d) {
@@ -229,24 +230,27 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                     wp[d][i][h] = wb + n * ldw + koff;
                 }
         }
-        const unsigned ring = fuse_sk_smem_addr(smem + (warp * S * L) * 32 + lane);
-        // stage s, load l of this thread: ring + (s * L + l) * 512
+        const unsigned ring = fuse_sk_smem_addr(smem + (warp * S * U * L) * 32 + lane);
+        // stage s, piece u, load l of this thread: ring + ((s * U + u) * L + l) * 512
         auto issue_w = [&](int c) {
-            const long long k = (long long)c * (32 * KW);  // + koff in the pointers
-            const bool kok = k + koff < K;
-            const unsigned nbytes = kok ? 16u : 0u;
-            const long long ko = kok ? k : 0;
-            const unsigned dst = ring + (unsigned)((c % S) * L) * 512u;
+            const long long k = (long long)c * (CW * KW);  // + koff in the pointers
 #pragma unroll
-            for (int d = 0; d < D; ++d)
+            for (int u = 0; u < U; ++u) {
+                const bool kok = k + koff + 8 * u < K;
+                const unsigned nbytes = kok ? 16u : 0u;
+                const long long ko = kok ? k + 8 * u : 0;
+                const unsigned dst = ring + (unsigned)(((c % S) * U + u) * L) * 512u;
 #pragma unroll
-                for (int i = 0; i < MT; ++i)
+                for (int d = 0; d < D; ++d)
 #pragma unroll
-                    for (int h = 0; h < 2; ++h)
-                        fuse_sk_cp16<PF>(dst + (unsigned)(((d * MT + i) * 2 + h) * 512), wp[d][i][h] + ko, nbytes);
+                    for (int i = 0; i < MT; ++i)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h)
+                            fuse_sk_cp16<PF>(dst + (unsigned)(((d * MT + i) * 2 + h) * 512), wp[d][i][h] + ko, nbytes);
+            }
         };
-        auto read_w = [&](int c, FuseSkV4 (&wv)[D][MT][2]) {
-            const FuseSkV4* slot = smem + ((warp * S + c % S) * L) * 32 + lane;
+        auto read_w = [&](int c, int u, FuseSkV4 (&wv)[D][MT][2]) {
+            const FuseSkV4* slot = smem + ((warp * S + c % S) * U + u) * L * 32 + lane;
 #pragma unroll
             for (int d = 0; d < D; ++d)
 #pragma unroll
@@ -268,17 +272,22 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                 m = m < M ? m : M - 1;
                 xp[u] = (const unsigned short*)p.gemm.x + m * p.gemm.lda + koff;
             }
-            const unsigned xr = fuse_sk_smem_addr(xring + (kw * S * NT) * 32 + lane);
+            // X ring slot (kw, s, u, j) at ((kw * S + s) * U + u) * NT + j.
+            const unsigned xr = fuse_sk_smem_addr(xring + (kw * S * U * NT) * 32 + lane);
             auto issue = [&](int c) {
                 if (wact) issue_w(c);
-                const long long k = (long long)c * (32 * KW);
-                const bool kok = k + koff < K;
-                const long long ko = kok ? k : 0;
-                const unsigned dst = xr + (unsigned)((c % S) * NT) * 512u;
+                const long long k = (long long)c * (CW * KW);
 #pragma unroll
-                for (int u = 0; u < (NT + NG - 1) / NG; ++u) {
-                    const int j = u * NG + ng;
-                    if (j < NT) fuse_sk_cp16<0>(dst + (unsigned)(j * 512), xp[u] + ko, (kok && xok[u]) ? 16u : 0u);
+                for (int u = 0; u < U; ++u) {
+                    const bool kok = k + koff + 8 * u < K;
+                    const long long ko = kok ? k + 8 * u : 0;
+                    const unsigned dst = xr + (unsigned)(((c % S) * U + u) * NT) * 512u;
+#pragma unroll
+                    for (int v = 0; v < (NT + NG - 1) / NG; ++v) {
+                        const int j = v * NG + ng;
+                        if (j < NT)
+                            fuse_sk_cp16<0>(dst + (unsigned)(j * 512), xp[v] + ko, (kok && xok[v]) ? 16u : 0u);
+                    }
                 }
             };
 #pragma unroll
@@ -295,16 +304,20 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                 if (c + S - 1 < nch) issue(c + S - 1);  // into the slot of chunk c-1
                 fuse_sk_cp_commit();
                 if (wact) {
-                    FuseSkV4 wv[D][MT][2];
-                    read_w(c, wv);
-                    const FuseSkV4* xs = xring + ((kw * S + c % S) * NT) * 32 + lane;
 #pragma unroll
-                    for (int j = 0; j < NT; ++j) {
-                        const FuseSkV4 xv = xs[j * 32];
+                    for (int u = 0; u < U; ++u) {
+                        FuseSkV4 wv[D][MT][2];
+                        read_w(c, u, wv);
+                        const FuseSkV4* xs = xring + (((kw * S + c % S) * U + u) * NT) * 32 + lane;
 #pragma unroll
-                        for (int d = 0; d < D; ++d)
+                        for (int j = 0; j < NT; ++j) {
+                            const FuseSkV4 xv = xs[j * 32];
 #pragma unroll
-                            for (int i = 0; i < MT; ++i) fuse_sk_mma32<DT>(acc[d][i][j], wv[d][i][0], wv[d][i][1], xv);
+                            for (int d = 0; d < D; ++d)
+#pragma unroll
+                                for (int i = 0; i < MT; ++i)
+                                    fuse_sk_mma32<DT>(acc[d][i][j], wv[d][i][0], wv[d][i][1], xv);
+                        }
                     }
                 }
             }
@@ -319,13 +332,16 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                 m = m < M ? m : M - 1;
                 xp[j] = (const unsigned short*)p.gemm.x + m * p.gemm.lda + koff;
             }
-            auto loadx = [&](int c, FuseSkV4 (&xv)[NT]) {
-                const long long k = (long long)c * (32 * KW);
-                const bool kok = k + koff < K;
+            auto loadx = [&](int c, FuseSkV4 (&xv)[U][NT]) {
+                const long long k = (long long)c * (CW * KW);
 #pragma unroll
-                for (int j = 0; j < NT; ++j) {
-                    if (kok && xok[j]) xv[j] = fuse_sk_ldx(xp[j] + k);
-                    else xv[j] = FuseSkV4{0u, 0u, 0u, 0u};
+                for (int u = 0; u < U; ++u) {
+                    const bool kok = k + koff + 8 * u < K;
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) {
+                        if (kok && xok[j]) xv[u][j] = fuse_sk_ldx(xp[j] + k + 8 * u);
+                        else xv[u][j] = FuseSkV4{0u, 0u, 0u, 0u};
+                    }
                 }
             };
 #pragma unroll
@@ -333,26 +349,31 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                 if (s < nch) issue_w(s);
                 fuse_sk_cp_commit();
             }
-            FuseSkV4 xq[NT];
+            FuseSkV4 xq[U][NT];
             loadx(0, xq);
 #pragma unroll 1
             for (int c = 0; c < nch; ++c) {
                 if (c + S - 1 < nch) issue_w(c + S - 1);  // into the slot of chunk c-1, which this thread has read
                 fuse_sk_cp_commit();
-                FuseSkV4 xc[NT];
+                FuseSkV4 xc[U][NT];
 #pragma unroll
-                for (int j = 0; j < NT; ++j) xc[j] = xq[j];
+                for (int u = 0; u < U; ++u)
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) xc[u][j] = xq[u][j];
                 loadx(c + 1, xq);
                 fuse_sk_cp_wait<S - 1>();  // chunk c has landed (each thread reads only what it copied itself)
-                FuseSkV4 wv[D][MT][2];
-                read_w(c, wv);
 #pragma unroll
-                for (int d = 0; d < D; ++d)
+                for (int u = 0; u < U; ++u) {
+                    FuseSkV4 wv[D][MT][2];
+                    read_w(c, u, wv);
 #pragma unroll
-                    for (int i = 0; i < MT; ++i)
+                    for (int d = 0; d < D; ++d)
 #pragma unroll
-                        for (int j = 0; j < NT; ++j)
-                            fuse_sk_mma32<DT>(acc[d][i][j], wv[d][i][0], wv[d][i][1], xc[j]);
+                        for (int i = 0; i < MT; ++i)
+#pragma unroll
+                            for (int j = 0; j < NT; ++j)
+                                fuse_sk_mma32<DT>(acc[d][i][j], wv[d][i][0], wv[d][i][1], xc[u][j]);
+                }
             }
         }
         fuse_sk_cp_wait<0>();
@@ -415,16 +436,19 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
 #ifndef FUSE_SK_XS
 #define FUSE_SK_XS 0
 #endif
+#ifndef FUSE_SK_U
+#define FUSE_SK_U 1
+#endif
 #ifndef FUSE_SK_MINB
 #define FUSE_SK_MINB 2
 #endif
 // Dynamic shared memory bytes the launch must pass (and the kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
 #undef FUSE_SK_SMEM_BYTES
 #define FUSE_SK_SMEM_BYTES \
-    (512 * FUSE_SK_S * (16 * (1 + FUSE_SKINNY_DUAL) * FUSE_SK_MT + (FUSE_SK_XS ? FUSE_SK_KW * FUSE_SK_NT : 0)))
+    (512 * FUSE_SK_S * FUSE_SK_U * (16 * (1 + FUSE_SKINNY_DUAL) * FUSE_SK_MT + (FUSE_SK_XS ? FUSE_SK_KW * FUSE_SK_NT : 0)))
 
 extern "C" __global__ void __launch_bounds__(256, FUSE_SK_MINB) FUSE_SKINNY_NAME(const FuseSkinnyParams p) {
     extern __shared__ FuseSkV4 fuse_sk_dsmem[];
     fuse_sk_body<FUSE_SK_MT, FUSE_SK_NT, FUSE_SK_KW, FUSE_SK_S, FUSE_SKINNY_DUAL, FUSE_SK_DT, FUSE_SK_PF,
-                 FUSE_SK_XS>(p, fuse_sk_dsmem);
+                 FUSE_SK_XS, FUSE_SK_U>(p, fuse_sk_dsmem);
 }
