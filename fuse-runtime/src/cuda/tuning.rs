@@ -10,7 +10,8 @@
 //! (`off`: the skinny template for a DualGemm of up to 8 rows, else cuBLAS). Timing runs the group's
 //! matmul part as it will run, after a warm-up, between CUDA events, with the L2 cache flushed before each
 //! repetition, and keeps the fastest repetition (the stream is shared, so another thread's work can only
-//! add time); a candidate that fails to compile or launch is skipped. The group then runs once more, for
+//! add time). A candidate that fails to compile or launch, or whose results differ from cuBLAS's by more
+//! than rounding (`agreement`), is skipped and cannot be chosen. The group then runs once more, for
 //! real, on the winner.
 
 use super::super::cache::CacheKey;
@@ -81,6 +82,16 @@ fn flush_l2(device: &CudaDevice) -> Result<()> {
     // SAFETY: the address and length are this live allocation's; queued on the stream everything uses.
     unsafe { cudarc::driver::result::memset_d8_async(buffer.base_address(), 0x5A, FLUSH_BYTES, device.stream().cu_stream()) }
         .map_err(|e| driver_error("memset", e))
+}
+
+/// How far (relative L2) a candidate's results may be from cuBLAS's: both round the same products to the
+/// output dtype, summed in other orders.
+fn agreement(dtype: DType) -> f64 {
+    match dtype {
+        DType::BF16 => 2e-2,
+        DType::F16 => 5e-3,
+        DType::F32 => 1e-3,
+    }
 }
 
 /// The fastest of a candidate's runs: other threads may queue work on the same stream between its events,
@@ -242,9 +253,28 @@ impl Executor<'_> {
         let (recording, describe) = (self.recording.take(), std::mem::replace(&mut self.describe, false));
         let device = self.device;
         let mut timed = Vec::with_capacity(candidates.len());
+        // The first candidate's results (cuBLAS) are what the others must reproduce before they may win.
+        let mut baseline: Option<Vec<Vec<f32>>> = None;
         for path in candidates {
             let mut run = || -> Result<f64> {
                 self.run_gemm(index, specs, path)?;
+                let results = self.group_results(index)?;
+                match &baseline {
+                    None => baseline = Some(results),
+                    Some(want) => {
+                        let tolerance = agreement(self.dtype(self.plan.groups[index].matmuls[0]));
+                        for (got, want) in results.iter().zip(want) {
+                            let error = crate::rel_l2_error(got, want);
+                            if !(error <= tolerance) {
+                                return Err(self.internal(format!(
+                                    "{} disagrees with {}: relative error {error:.2e} > {tolerance:.0e}",
+                                    path.name(),
+                                    candidates[0].name()
+                                )));
+                            }
+                        }
+                    }
+                }
                 let mut samples = Vec::with_capacity(reps);
                 for _ in 0..reps {
                     flush_l2(device)?;
@@ -267,6 +297,18 @@ impl Executor<'_> {
         self.recording = recording;
         self.describe = describe;
         Ok(timed)
+    }
+
+    /// The values the group's matmul part wrote, as f32 on the host (to compare candidates).
+    fn group_results(&self, index: usize) -> Result<Vec<Vec<f32>>> {
+        let group = &self.plan.groups[index];
+        let mut out = Vec::with_capacity(group.outputs.len());
+        for &o in &group.outputs {
+            if let Some(Value::Tensor(t)) = &self.values[o.index()] {
+                out.push(t.to_vec::<f32>()?);
+            }
+        }
+        Ok(out)
     }
 
     /// The results-table key of this group at this call's shape, and its rows (left operand, batches folded).
