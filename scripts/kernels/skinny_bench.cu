@@ -43,7 +43,7 @@ __device__ __forceinline__ void fuse_gemm_epilogue(const FuseArgs& a, long long 
     a.out[row * a.ldc + col] = bench_f2bf(v);
 }
 #ifndef SKINNY_CUH
-#define SKINNY_CUH "skinny_v2.cuh"  // -DSKINNY_CUH='"path"' selects another copy of the template
+#define SKINNY_CUH "../../fuse-ir/src/codegen/templates/skinny.cuh"  // -DSKINNY_CUH='"path"' selects another copy
 #endif
 #include SKINNY_CUH
 

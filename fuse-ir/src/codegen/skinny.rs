@@ -19,48 +19,60 @@ use std::fmt::Write;
 /// The template, spliced after the generated epilogue (see its header comment for the contract).
 pub const SKINNY_TEMPLATE: &str = include_str!("templates/skinny.cuh");
 
-/// One config of the template: its defines and the output tile one 256-thread block computes.
+/// One config of the template (see its header for what each define does): the defines, the output tile
+/// of one 256-thread block, and the dynamic shared memory it needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SkinnyConfig {
-    /// The config's part of the path name (`skinny:<name>`).
+    /// The config's part of the path name (`skinny:<name>`): rows x columns per block, `xs` when the left
+    /// operand is staged through shared memory.
     pub name: &'static str,
     pub defines: &'static [&'static str],
-    /// Output columns (weight rows) per block: `16 * MT * (8 / KW)`.
-    pub cols_per_block: usize,
-    /// Rows of the left operand per block: `8 * NT`.
-    pub rows_per_block: usize,
+    /// 16-row weight tiles per warp, 8-row tiles of the left operand per block, warps splitting K, ring
+    /// stages, and whether the left operand goes through shared memory.
+    pub mt: usize,
+    pub nt: usize,
+    pub kw: usize,
+    pub stages: usize,
+    pub xs: bool,
     /// The rows (inclusive) for which the fast tuning mode tries this config; the full mode tries it
     /// everywhere. From the template's measurements on an H200 (see its header).
     pub fast_rows: (usize, usize),
 }
 
 macro_rules! skinny_config {
-    ($name:literal, nt = $nt:literal, kw = $kw:literal, pf = $pf:literal, minb = $minb:literal, rows = $lo:literal..=$hi:literal) => {
+    ($name:literal: mt $mt:literal, nt $nt:literal, kw $kw:literal, s $s:literal, xs $xs:literal, minb $minb:literal, rows $lo:literal..=$hi:literal) => {
         SkinnyConfig {
             name: $name,
             defines: &[
-                "-DFUSE_SK_MT=1",
+                concat!("-DFUSE_SK_MT=", $mt),
                 concat!("-DFUSE_SK_NT=", $nt),
                 concat!("-DFUSE_SK_KW=", $kw),
-                "-DFUSE_SK_S=6",
-                concat!("-DFUSE_SK_PF=", $pf),
+                concat!("-DFUSE_SK_S=", $s),
+                concat!("-DFUSE_SK_XS=", $xs),
                 concat!("-DFUSE_SK_MINB=", $minb),
-                "-DFUSE_SK_XD=1",
+                "-DFUSE_SK_PF=1",
+                "-DFUSE_SK_U=1",
             ],
-            cols_per_block: 16 * (8 / $kw),
-            rows_per_block: 8 * $nt,
+            mt: $mt,
+            nt: $nt,
+            kw: $kw,
+            stages: $s,
+            xs: $xs == 1,
             fast_rows: ($lo, $hi),
         }
     };
 }
 
-/// Every config of the skinny template, in the order they are tried.
+/// Every config of the skinny template (its header's CONFIG SET), in the order they are tried.
 pub const SKINNY_CONFIGS: &[SkinnyConfig] = &[
-    skinny_config!("nt1.kw8", nt = 1, kw = 8, pf = 1, minb = 3, rows = 1..=8),
-    skinny_config!("nt2.kw8", nt = 2, kw = 8, pf = 1, minb = 3, rows = 1..=16),
-    skinny_config!("nt4.kw8", nt = 4, kw = 8, pf = 1, minb = 2, rows = 9..=32),
-    skinny_config!("nt4.kw4", nt = 4, kw = 4, pf = 0, minb = 2, rows = 17..=64),
-    skinny_config!("nt8.kw8", nt = 8, kw = 8, pf = 0, minb = 1, rows = 33..=64),
+    skinny_config!("r8c16": mt 1, nt 1, kw 8, s 4, xs 0, minb 3, rows 1..=8),
+    skinny_config!("r8c32": mt 2, nt 1, kw 8, s 2, xs 0, minb 2, rows 2..=8),
+    skinny_config!("r16c16": mt 1, nt 2, kw 8, s 4, xs 0, minb 2, rows 9..=16),
+    skinny_config!("r16c64xs": mt 1, nt 2, kw 2, s 4, xs 1, minb 2, rows 9..=16),
+    skinny_config!("r32c16": mt 1, nt 4, kw 8, s 4, xs 0, minb 2, rows 17..=32),
+    skinny_config!("r32c64xs": mt 1, nt 4, kw 2, s 4, xs 1, minb 2, rows 17..=32),
+    skinny_config!("r64c128xs": mt 1, nt 8, kw 1, s 4, xs 1, minb 1, rows 33..=64),
+    skinny_config!("r64c32xs": mt 1, nt 8, kw 4, s 4, xs 1, minb 1, rows 33..=64),
 ];
 
 impl SkinnyConfig {
@@ -74,9 +86,26 @@ impl SkinnyConfig {
         std::iter::once(format!("-DFUSE_SK_DT={dt}")).chain(self.defines.iter().map(|d| d.to_string())).collect()
     }
 
+    /// Output columns (weight rows) per block: `16 * MT * (8 / KW)`.
+    pub fn cols_per_block(&self) -> usize {
+        16 * self.mt * (8 / self.kw)
+    }
+
+    /// Rows of the left operand per block: `8 * NT`.
+    pub fn rows_per_block(&self) -> usize {
+        8 * self.nt
+    }
+
+    /// Dynamic shared memory of one block, the template's `FUSE_SK_SMEM_BYTES` (U = 1):
+    /// `512 * S * (16 * (1 + DUAL) * MT + (XS ? KW * NT : 0))`.
+    pub fn shared_bytes(&self, dual: bool) -> usize {
+        let staged = if self.xs { self.kw * self.nt } else { 0 };
+        512 * self.stages * (16 * (1 + usize::from(dual)) * self.mt + staged)
+    }
+
     /// Blocks for an `m x n` product (`None` past the grid limit).
     pub fn grid(&self, m: usize, n: usize) -> Option<u32> {
-        let blocks = n.div_ceil(self.cols_per_block).checked_mul(m.div_ceil(self.rows_per_block))?;
+        let blocks = n.div_ceil(self.cols_per_block()).checked_mul(m.div_ceil(self.rows_per_block()))?;
         u32::try_from(blocks).ok().filter(|&b| b < (1 << 31))
     }
 }
@@ -148,12 +177,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn shared_memory_follows_the_template_header() {
+        // From the CONFIG SET table in skinny.cuh: dual / single bytes.
+        let want = [(65536, 32768), (65536, 32768), (65536, 32768), (73728, 40960), (65536, 32768), (81920, 49152), (81920, 49152), (131072, 98304)];
+        let got: Vec<(usize, usize)> = SKINNY_CONFIGS.iter().map(|c| (c.shared_bytes(true), c.shared_bytes(false))).collect();
+        assert_eq!(got, want);
+        assert!(SKINNY_TEMPLATE.contains("#define FUSE_SK_SMEM_BYTES"), "the template states its shared memory");
+    }
+
+    #[test]
     fn configs_have_unique_names_and_cover_their_grid() {
         for (i, c) in SKINNY_CONFIGS.iter().enumerate() {
             assert_eq!(SkinnyConfig::by_name(c.name), Some(c));
             assert!(SKINNY_CONFIGS[..i].iter().all(|o| o.name != c.name));
             let blocks = c.grid(17, 1000).unwrap() as usize;
-            assert!(blocks * c.cols_per_block * c.rows_per_block >= 17 * 1000);
+            assert!(blocks * c.cols_per_block() * c.rows_per_block() >= 17 * 1000);
+            // The template's header lists each config's shared memory; an H200 block may have 227 KB.
+            assert!(c.shared_bytes(true) <= 131072 && c.shared_bytes(false) <= c.shared_bytes(true));
             assert_eq!(c.defines(DType::BF16)[0], "-DFUSE_SK_DT=2");
             assert_eq!(c.defines(DType::F16)[0], "-DFUSE_SK_DT=1");
         }

@@ -187,12 +187,14 @@ fn describe_matmuls(kind: GroupKind, gemms: &[DescribedGemm]) -> Option<String> 
     }
 }
 
-/// Launches a generated kernel on the device's stream with its packed `FuseArgs` words.
+/// Launches a generated kernel on the device's stream with its packed `FuseArgs` words (and, for the
+/// skinny template, its `FuseGemmArgs` after them) and `shared_bytes` of dynamic shared memory.
 pub(crate) fn launch_kernel(
     device: &CudaDevice,
     name: &str,
     function: &CudaFunction,
     grid: u32,
+    shared_bytes: u32,
     words: &mut [u64],
 ) -> Result<()> {
     let mut params = [words.as_mut_ptr().cast::<std::ffi::c_void>()];
@@ -205,7 +207,7 @@ pub(crate) fn launch_kernel(
             function.cu_function(),
             (grid, 1, 1),
             (BLOCK_THREADS, 1, 1),
-            0,
+            shared_bytes,
             device.stream().cu_stream(),
             &mut params,
         )
@@ -347,11 +349,12 @@ impl Executor<'_> {
             let function =
                 modules::kernel(self.device, self.function, &spec.name, &spec.source, kernel.source_hash, &defines)?;
             let mut words = launch.pack();
-            launch_kernel(self.device, &spec.name, &function, grid, &mut words)?;
+            launch_kernel(self.device, &spec.name, &function, grid, 0, &mut words)?;
             if self.recording.is_some() {
                 let patches = self.patches(spec, &inputs);
                 if let Some(recording) = &mut self.recording {
-                    recording.steps.push(Step::Kernel { name: spec.name.clone(), function, grid, words, patches });
+                    let name = spec.name.clone();
+                    recording.steps.push(Step::Kernel { name, function, grid, shared_bytes: 0, words, patches });
                 }
             }
         } else if let Some(recording) = &mut self.recording {

@@ -72,7 +72,7 @@ pub(crate) struct Patch {
 /// One thing a call queues. Node indices name entries of the address table; a `.t()` view has its base
 /// value's address, so steps always name base values.
 pub(crate) enum Step {
-    Kernel { name: String, function: CudaFunction, grid: u32, words: Vec<u64>, patches: Vec<Patch> },
+    Kernel { name: String, function: CudaFunction, grid: u32, shared_bytes: u32, words: Vec<u64>, patches: Vec<Patch> },
     /// `group` is the plan group, `dual` whether it is a DualGemm (whose two products may pair up when
     /// they run on cuBLAS); `lt`: through cuBLASLt with that algorithm of the form.
     Gemm { call: GemmCall, lt: Option<(Arc<LtMatmul>, usize)>, first: usize, second: usize, product: usize, group: usize, dual: bool },
@@ -313,11 +313,11 @@ impl LaunchPlan {
 
 fn run_step(device: &CudaDevice, step: &mut Step, addresses: &mut [u64]) -> Result<()> {
     match step {
-        Step::Kernel { name, function, grid, words, patches } => {
+        Step::Kernel { name, function, grid, shared_bytes, words, patches } => {
             for p in patches.iter() {
                 words[p.word] = addresses[p.node];
             }
-            super::exec::launch_kernel(device, name, function, *grid, words)
+            super::exec::launch_kernel(device, name, function, *grid, *shared_bytes, words)
         }
         Step::Gemm { call, lt, first, second, product, .. } => {
             let (first, second, product) = (addresses[*first], addresses[*second], addresses[*product]);

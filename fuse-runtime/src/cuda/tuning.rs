@@ -7,7 +7,7 @@
 //!
 //! The choice comes from, in order: a path forced on this thread (`fuse::tune::with_gemm_choice`), the
 //! results table (`fuse::tune`), timing the candidates now (`FUSE_AUTOTUNE=fast|full`), or a fixed rule
-//! (`off`: the skinny template for a DualGemm of up to 8 rows, else cuBLAS). Timing runs the group's
+//! (`off`: the skinny template for a DualGemm of up to 8 rows or a Gemm of up to 4, else cuBLAS). Timing runs the group's
 //! matmul part as it will run, after a warm-up, between CUDA events, with the L2 cache flushed before each
 //! repetition, and keeps the fastest repetition (the stream is shared, so another thread's work can only
 //! add time). A candidate that fails to compile or launch, or whose results differ from cuBLAS's by more
@@ -19,6 +19,7 @@ use super::super::skinny::{skinny_gemm, SkinnyConfig, SkinnyGemm, CONFIGS};
 use super::*;
 use crate::tune::{self, AutotuneMode, TuneKey};
 use std::collections::BTreeMap;
+use cudarc::driver::sys::CUfunction_attribute;
 use std::sync::{Mutex, OnceLock};
 
 /// One way to run a Gemm/DualGemm group.
@@ -48,8 +49,9 @@ impl GemmPath {
     }
 }
 
-/// Rows up to which the fixed rule (`FUSE_AUTOTUNE=off`, no result) gives a DualGemm the skinny template.
-const SKINNY_RULE_MAX_ROWS: usize = 8;
+/// Rows up to which the fixed rule (`FUSE_AUTOTUNE=off`, no result) gives a DualGemm, then a Gemm, the
+/// skinny template (measured on an H200: it beats cuBLAS there, see the template's header).
+const SKINNY_RULE_MAX_ROWS: (usize, usize) = (8, 4);
 /// cuBLASLt algorithms the fast mode tries (full: all the heuristic returns).
 const FAST_LT_ALGOS: usize = 4;
 /// Bytes written to flush the L2 cache (60 MB on an H200) before each timed repetition.
@@ -124,11 +126,11 @@ impl Executor<'_> {
         }
         let mode = tune::mode();
         if mode == AutotuneMode::Off {
-            // Measured on an H200: the dual template beats two cuBLAS calls up to 8 rows, the single one
-            // does not beat cuBLAS (see the template's header).
             let dual = self.plan.groups[index].matmuls.len() == 2;
-            let rule = match CONFIGS.first() {
-                Some(c) if skinny.is_ok() && dual && rows <= SKINNY_RULE_MAX_ROWS => GemmPath::Skinny(c),
+            let limit = if dual { SKINNY_RULE_MAX_ROWS.0 } else { SKINNY_RULE_MAX_ROWS.1 };
+            let config = CONFIGS.iter().find(|c| c.fast_rows.0 <= rows && rows <= c.fast_rows.1);
+            let rule = match config {
+                Some(c) if skinny.is_ok() && rows <= limit => GemmPath::Skinny(c),
                 _ => GemmPath::Cublas,
             };
             self.note(format!("path {} (FUSE_AUTOTUNE=off: fixed rule)", rule.name()));
@@ -391,10 +393,17 @@ impl Executor<'_> {
         defines.extend(config.defines(dtype));
         let grid = config.grid(gemm.m, gemm.n).ok_or_else(|| self.internal("the skinny grid is too large"))?;
         let function = modules::kernel(self.device, self.function, &spec.name, &spec.source, kernel.source_hash, &defines)?;
+        // The template's ring lives in dynamic shared memory, past the default 48 KB for most configs.
+        let shared_bytes = config.shared_bytes(group.matmuls.len() == 2);
+        let shared = i32::try_from(shared_bytes).map_err(|_| self.internal("skinny shared memory size"))?;
+        function
+            .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
+            .map_err(|e| driver_error(&format!("{}: allow {shared_bytes} bytes of shared memory", spec.name), e))?;
         let mut words = launch.pack();
         let gemm_at = words.len();
         words.extend(gemm.words());
-        launch_kernel(self.device, &spec.name, &function, grid, &mut words)?;
+        let shared_bytes = shared as u32;
+        launch_kernel(self.device, &spec.name, &function, grid, shared_bytes, &mut words)?;
         if self.recording.is_some() {
             let mut patches = self.patches(spec, &values);
             let left = self.graph.node(group.matmuls[0]).args[0];
@@ -403,7 +412,7 @@ impl Executor<'_> {
                 patches.push(Patch { word: gemm_at + 1 + j, node: base_of(self.graph, self.graph.node(mm).args[1]).index() });
             }
             if let Some(recording) = &mut self.recording {
-                recording.steps.push(Step::Kernel { name: spec.name.clone(), function, grid, words, patches });
+                recording.steps.push(Step::Kernel { name: spec.name.clone(), function, grid, shared_bytes, words, patches });
             }
         }
         for (&id, t) in spec.outputs.iter().zip(outputs) {

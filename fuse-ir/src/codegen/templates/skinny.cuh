@@ -28,55 +28,66 @@
 //   Deterministic: no atomics; the same inputs give bit-identical outputs.
 //   No #include; only names fuse_sk_* / FUSE_SK_* / FuseSk* / FuseGemmArgs / FuseSkinnyParams are defined.
 //
-// COMPILE-TIME DEFINES (each has a default below; the defaults are the recommended config for M <= 16).
+// COMPILE-TIME DEFINES (each has a default below; the defaults are config k1).
 // Every combination listed under CONFIG SET is valid for any M, N, K and for both dual and single kernels.
 //   FUSE_SK_DT    2 = bf16, 1 = f16                                                      (default 2)
-//   FUSE_SK_MT    16-row weight tiles per warp (columns per warp = 16*MT). 1 for every kernel; 2 is accepted
-//                 for single (non-dual) kernels only (static_assert) and is not in the config set. (default 1)
-//   FUSE_SK_NT    8-row X tiles per block (rows m per block = 8*NT)          {1, 2, 4, 8} (default 2)
-//   FUSE_SK_KW    warps of the block that split K (divides 8). The 8 warps form 8/KW groups along n; the KW
-//                 warps of a group take interleaved 32-wide k chunks and are summed through shared memory
-//                 in a fixed order (deterministic)                              {4, 8}      (default 8)
-//   FUSE_SK_S     max stages of each warp's cp.async weight ring (S-1 chunks in flight per warp); clamped
-//                 in the kernel to 6 / ((1+DUAL)*MT) so that static smem = 8192*S*(1+DUAL)*MT <= 48 KB:
-//                 dual gets 3 stages, single 6                                  {2..6}      (default 6)
+//   FUSE_SK_MT    16-row weight tiles per warp (weight rows per warp = 16*MT)    {1, 2}  (default 1)
+//   FUSE_SK_NT    8-row X tiles per block (rows m per block = 8*NT)          {1, 2, 4, 8} (default 1)
+//   FUSE_SK_KW    warps of the block that split K (divides 8). The 8 warps form NG = 8/KW groups along n; the
+//                 KW warps of a group take interleaved (32*U)-wide k chunks and are summed through shared
+//                 memory in a fixed order (deterministic)                     {1, 2, 4, 8} (default 8)
+//   FUSE_SK_S     stages of each warp's cp.async weight ring (S-1 chunks in flight per warp) (default 4)
+//                 (measured: power-of-two S was faster for the single kernel at MT=1, S=6/12 ~20% slower)
 //   FUSE_SK_PF    L2 prefetch-size hint on the weight copies: 0 none, 1 .L2::128B, 2 .L2::256B (default 1)
-//   FUSE_SK_XD    X register prefetch distance in chunks. Keep 1: 2 and 3 measured slower (the register
-//                 queue shift waits on the in-flight loads)                                (default 1)
+//   FUSE_SK_XS    0: each warp loads its X fragments from global memory (L1/L2) into registers, one chunk ahead.
+//                 1: X is staged through shared memory with cp.async in the same ring as the weights; the NG
+//                 warps of the same kw share one copy (named barrier 1+kw per chunk), so X traffic from L2 is
+//                 divided by NG. Pays for M >= 16 with KW <= 2 (dual).                    (default 0)
+//   FUSE_SK_U     16-byte k pieces per thread per chunk (chunk width 32*U). Accepted, not in the set: U=2/4 was
+//                 never faster and was ~2x slower for the single kernel.                  (default 1)
 //   FUSE_SK_MINB  min resident blocks per SM (__launch_bounds__(256, MINB)): bounds the registers
-//                 (3 -> <= 80, 4 -> <= 64); use the value from CONFIG SET, others may spill (default 3)
+//                 (2 -> <= 128, 3 -> <= 80); use the value from CONFIG SET, others may spill (default 3)
+//   FUSE_SK_XD    (v1) ignored.
 //
-// LAUNCH: 1-D grid, block = 256 threads, static shared memory only (49152 bytes for every config in the set)
+// LAUNCH: 1-D grid, block = 256 threads, DYNAMIC shared memory (no static shared memory):
 //   BN    = 16 * MT * (8 / KW)                      columns n per block
 //   BM    = 8 * NT                                  rows m per block
 //   grid  = ceil(N / BN) * ceil(M / BM)             (blockIdx.x = nb * ceil(M / BM) + mb: m fastest, so the
 //                                                    blocks that share a weight tile run together)
 //   block = 256
+//   dynamic smem bytes = FUSE_SK_SMEM_BYTES (defined below from the config and FUSE_SKINNY_DUAL):
+//                      = 512 * S * U * (16 * (1 + DUAL) * MT + (XS ? KW * NT : 0))
+//   The kernel needs CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES >= that value whenever it is > 48 KB
+//   (set it always: it is harmless below 48 KB) and the same value as sharedMemBytes at launch. Every config
+//   in the set is <= 131072 bytes (H200 limit per block: 232448).
 //
-// CONFIG SET for the autotuner (MT=1, S=6, XD=1 in all). Registers from nvcc 13.0 -Xptxas -v, sm_90,
-// dual / single kernel; 0 bytes spilled and 0 stack frame for all.
-//   name  NT KW PF MINB   regs
-//   c1     1  8  1  3     70 / 56
-//   c2     1  8  2  4     64 / 56      (never best in the last run; droppable)
-//   c3     2  8  1  3     80 / 72      <- defaults
-//   c4     4  8  1  2    124 / 108
-//   c5     4  4  0  2    124 / 108
-//   c6     8  8  0  1    194 / 151
-//   c7     8  4  0  1    196 / 151    (never best in the last run; droppable)
-// RECOMMENDED, measured on one H200 (2026-11-29, scripts/kernels/run-skinny.sh, copy bandwidth 4.234 TB/s,
-// median of 30 event-timed launches, 3 weight sets rotated; Llama-3-8B MLP: dual = [M,4096] x 2 x [14336,4096],
-// single = [M,14336] x [4096,14336]):
-//   M        dual: config  us  %copy  (cuBLAS us, 2 GEMMs)    single: config  us  %copy  (cuBLAS us)
-//   1        c1   59.5  93.3%  (63.4)                         c3   35.8  77.5%  (32.8)
-//   2        c1   60.2  92.2%  (67.9)                         c3   35.5  78.1%  (33.2)
-//   4        c1   60.7  91.4%  (62.9)                         c3   35.9  77.3%  (33.6)
-//   8        c1   61.2  90.6%  (63.7)                         c3   36.5  76.0%  (33.5)
-//   16       c3   68.3  81.3%  (63.4)                         c3   38.1  72.9%  (34.0)
-//   32       c5   81.7  67.9%  (65.7)                         c4   44.1  62.9%  (34.9)
-//   64       c6  123.5  44.9%  (69.1)                         c5   67.3  41.2%  (37.7)
-//   128      c7  208.0  26.7%  (70.3)                         c5  123.5  22.5%  (38.8)
-//   So: M <= 8 dual c1; M <= 16 otherwise c3; M = 32: c4/c5; M >= 64 this kernel loses to cuBLAS
-//   (use cuBLAS / a tiled GEMM there). Let the autotuner choose among c1, c3, c4, c5, c6.
+// CONFIG SET for the autotuner (PF=1, U=1 in all). Registers from nvcc 13.0 -Xptxas -v, sm_90, dual / single;
+// 0 bytes spilled and 0 stack frame for all. smem = dynamic bytes dual / single. grid for Llama-3-8B at M=1:
+// dual N=14336, single N=4096.
+//   name  MT NT KW S  XS MINB  BN x BM   regs      smem (bytes)      grid dual/single   meant for
+//   k1     1  1  8 4  0  3     16 x 8    72 / 80   65536 / 32768     896 / 256          dual M<=4, single M<=8
+//   k2     2  1  8 2  0  2     32 x 8   100 / 70   65536 / 32768     448 / 128          dual M=8
+//   k3     1  2  8 4  0  2     16 x 16   92 / 72   65536 / 32768     896 / 256          single M=16
+//   k4     1  2  2 4  1  2     64 x 16   79 / 59   73728 / 40960     224 / 64           dual M=16
+//   k5     1  4  8 4  0  2     16 x 32  124 / 102  65536 / 32768     896 / 256          single M=32
+//   k6     1  4  2 4  1  2     64 x 32   98 / 74   81920 / 49152     224 / 64           dual M=32
+//   k7     1  8  1 4  1  1    128 x 64  128 / 96   81920 / 49152     112 / 32           dual M>=64
+//   k8     1  8  4 4  1  1     32 x 64  144 / 112 131072 / 98304     448 / 128          single M>=64
+// MEASURED on one H200 (2026-11-29, scripts/kernels/run-skinny.sh harness, copy bandwidth 4.254 TB/s, median of
+// 30 event-timed launches, 3 weight sets rotated; Llama-3-8B MLP: dual = [M,4096] x 2 x [14336,4096],
+// single = [M,14336] x [4096,14336]; cuBLAS = cublasGemmEx bf16, dual = 2 calls; v1 = the previous template's
+// best config, timed in the same device command):
+//   M     dual: config   us  %copy (cuBLAS us) [v1 us]        single: config  us  %copy (cuBLAS us) [v1 us]
+//   1           k1     60.1  91.9% (64.4) [61.0]                      k1   32.5  85.1% (34.0) [36.6]
+//   2           k1     60.0  92.0% (63.7) [61.5]                      k1   33.3  83.0% (33.3) [36.0]
+//   4           k1     60.1  91.9% (64.2) [61.8]                      k1   33.4  82.6% (34.3) [36.2]
+//   8           k2     61.6  89.7% (64.1) [62.8]                      k1   34.3  80.6% (34.0) [36.5]
+//   16          k4     65.4  84.5% (65.0) [69.2]                      k3   36.9  74.9% (34.7) [38.1]
+//   32          k6     70.9  77.9% (65.5) [83.4]                      k5   42.4  65.1% (35.2) [44.5]
+//   64          k7     92.1  59.9% (70.7) [123.4]                     k8   64.8  42.6% (38.5) [66.6]
+//   128         k7    132.1  41.8% (70.2) [213.9]                     k8   95.9  28.8% (39.0) [122.1]
+//   So: dual M <= 8 beats cuBLAS by 4-7%, single M <= 4 by 0-5% (ties at M = 8); at M = 16 cuBLAS is 1-6%
+//   faster; M >= 32 cuBLAS wins clearly: use cuBLAS / a tiled GEMM there. Let the autotuner choose among k1..k8.
 // ---------------------------------------------------------------------------------------------------------
 
 #ifndef FUSE_SK_ONCE
@@ -128,6 +139,21 @@ __device__ __forceinline__ void fuse_sk_cp_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// Named barrier 1 + id (id < 8) over NTH threads; immediate ids so that ptxas reserves only the ones used.
+template <int NTH>
+__device__ __forceinline__ void fuse_sk_bar(int id) {
+    switch (id) {
+        case 0: asm volatile("bar.sync 1, %0;" ::"n"(NTH) : "memory"); break;
+        case 1: asm volatile("bar.sync 2, %0;" ::"n"(NTH) : "memory"); break;
+        case 2: asm volatile("bar.sync 3, %0;" ::"n"(NTH) : "memory"); break;
+        case 3: asm volatile("bar.sync 4, %0;" ::"n"(NTH) : "memory"); break;
+        case 4: asm volatile("bar.sync 5, %0;" ::"n"(NTH) : "memory"); break;
+        case 5: asm volatile("bar.sync 6, %0;" ::"n"(NTH) : "memory"); break;
+        case 6: asm volatile("bar.sync 7, %0;" ::"n"(NTH) : "memory"); break;
+        default: asm volatile("bar.sync 8, %0;" ::"n"(NTH) : "memory"); break;
+    }
+}
+
 template <int DT>
 __device__ __forceinline__ void fuse_sk_mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                                             unsigned b0, unsigned b1) {
@@ -155,22 +181,22 @@ __device__ __forceinline__ void fuse_sk_mma32(float (&c)[4], const FuseSkV4& wl,
     fuse_sk_mma<DT>(c, wl.z, wh.z, wl.w, wh.w, xv.z, xv.w);
 }
 
-// Shared memory per block: the weight ring, 8 warps x S stages x (2*D*MT) x 32 lanes x 16 bytes
-// = 8192 * S * D * MT bytes (reused for the K-split reduction after the main loop).
-template <int MT, int NT, int KW, int SMAX, int DUAL, int DT, int PF, int XD>
-__device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p) {
+// Shared memory per block (dynamic, FUSE_SK_SMEM_BYTES): the weight ring, 8 warps x S stages x (2*D*MT) x 32
+// lanes x 16 bytes = 8192 * S * D * MT bytes, then (XS=1) the X ring, KW x S x NT x 32 lanes x 16 bytes
+// = 512 * S * KW * NT bytes. The weight ring is reused for the K-split reduction after the main loop.
+template <int MT, int NT, int KW, int S, int DUAL, int DT, int PF, int XS, int U>
+__device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4* smem) {
     constexpr int D = DUAL ? 2 : 1;
     constexpr int L = 2 * D * MT;     // 16-byte weight loads per thread per chunk
     constexpr int NG = 8 / KW;        // warp groups along n
     constexpr int BN = 16 * MT * NG;  // columns per block
     constexpr int BM = 8 * NT;        // rows per block
     static_assert(8 % KW == 0, "FUSE_SK_KW must divide 8");
-    static_assert(SMAX >= 2, "FUSE_SK_S must be >= 2");
-    static_assert(XD >= 1, "FUSE_SK_XD must be >= 1");
-    static_assert(D * MT <= 3, "FUSE_SK_MT = 2 is for single (non-dual) kernels only (48 KB static smem)");
-    constexpr int S = SMAX < 6 / (D * MT) ? SMAX : 6 / (D * MT);  // ring stages: 8192*S*D*MT <= 48 KB
-    __shared__ FuseSkV4 fuse_sk_ring[8][S][L][32];
-    float(*red)[D][MT][4][32] = reinterpret_cast<float(*)[D][MT][4][32]>(&fuse_sk_ring[0][0][0][0]);
+    static_assert(S >= 2, "FUSE_SK_S must be >= 2");
+    static_assert(MT >= 1 && NT >= 1 && U >= 1, "FUSE_SK_MT, FUSE_SK_NT, FUSE_SK_U must be >= 1");
+    constexpr int CW = 32 * U;  // chunk width in k
+    FuseSkV4* const xring = smem + 8 * S * U * L * 32;  // XS only
+    float(*red)[D][MT][4][32] = reinterpret_cast<float(*)[D][MT][4][32]>(smem);
 
     const int tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
@@ -183,6 +209,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p) {
     const long long m0 = (long long)mb * BM;
     const long long nblk = (long long)nb * BN;
     const long long n0 = nblk + (long long)ng * 16 * MT;  // first weight row of this warp
+    const bool wact = n0 < N;                             // this warp has weight rows
 
     float acc[D][MT][NT][4];
 #pragma unroll
@@ -194,11 +221,12 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p) {
 #pragma unroll
                 for (int r = 0; r < 4; ++r) acc[d][i][j][r] = 0.f;
 
-    // This warp's chunks: global 32-wide chunk q = c * KW + kw, c = 0 .. nch-1.
-    const long long T = (K + 31) / 32;
-    const int nch = (n0 < N && T > kw) ? (int)((T - kw + KW - 1) / KW) : 0;
+    // This warp's chunks: global 32-wide chunk q = c * KW + kw, c = 0 .. nch-1. With XS the NG warps of the same
+    // kw share the X ring and step together (named barrier 1 + kw), so inactive warps (n0 >= N) step along too.
+    const long long T = (K + CW - 1) / CW;
+    const int nch = ((XS || wact) && T > kw) ? (int)((T - kw + KW - 1) / KW) : 0;
     if (nch > 0) {
-        const long long koff = (long long)kw * 32 + 8 * t;
+        const long long koff = (long long)kw * CW + 8 * U * t;  // + 8u for piece u
         const unsigned short* wp[D][MT][2];
 #pragma unroll
         for (int d = 0; d < D; ++d) {
@@ -213,76 +241,151 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p) {
                     wp[d][i][h] = wb + n * ldw + koff;
                 }
         }
-        const unsigned short* xp[NT];
-        bool xok[NT];
+        const unsigned ring = fuse_sk_smem_addr(smem + (warp * S * U * L) * 32 + lane);
+        // stage s, piece u, load l of this thread: ring + ((s * U + u) * L + l) * 512
+        auto issue_w = [&](int c) {
+            const long long k = (long long)c * (CW * KW);  // + koff in the pointers
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            long long m = m0 + 8 * j + g;
-            xok[j] = m < M;
-            m = m < M ? m : M - 1;
-            xp[j] = (const unsigned short*)p.gemm.x + m * p.gemm.lda + koff;
-        }
-        const unsigned ring = fuse_sk_smem_addr(&fuse_sk_ring[warp][0][0][lane]);
-        // stage s, load l of this thread: ring + (s * L + l) * 512
-        auto issue = [&](int c) {
-            const long long k = (long long)c * (32 * KW);  // + koff in the pointers
-            const bool kok = k + koff < K;
-            const unsigned nbytes = kok ? 16u : 0u;
-            const long long ko = kok ? k : 0;
-            const unsigned dst = ring + (unsigned)((c % S) * L) * 512u;
+            for (int u = 0; u < U; ++u) {
+                const bool kok = k + koff + 8 * u < K;
+                const unsigned nbytes = kok ? 16u : 0u;
+                const long long ko = kok ? k + 8 * u : 0;
+                const unsigned dst = ring + (unsigned)(((c % S) * U + u) * L) * 512u;
 #pragma unroll
-            for (int d = 0; d < D; ++d)
+                for (int d = 0; d < D; ++d)
 #pragma unroll
-                for (int i = 0; i < MT; ++i)
+                    for (int i = 0; i < MT; ++i)
 #pragma unroll
-                    for (int h = 0; h < 2; ++h)
-                        fuse_sk_cp16<PF>(dst + (unsigned)(((d * MT + i) * 2 + h) * 512), wp[d][i][h] + ko, nbytes);
-        };
-        auto loadx = [&](int c, FuseSkV4 (&xv)[NT]) {
-            const long long k = (long long)c * (32 * KW);
-            const bool kok = k + koff < K;
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                if (kok && xok[j]) xv[j] = fuse_sk_ldx(xp[j] + k);
-                else xv[j] = FuseSkV4{0u, 0u, 0u, 0u};
+                        for (int h = 0; h < 2; ++h)
+                            fuse_sk_cp16<PF>(dst + (unsigned)(((d * MT + i) * 2 + h) * 512), wp[d][i][h] + ko, nbytes);
             }
         };
-#pragma unroll
-        for (int s = 0; s < S - 1; ++s) {
-            if (s < nch) issue(s);
-            fuse_sk_cp_commit();
-        }
-        // X: register queue, XD chunks ahead (chunks past this warp's last are k >= K: zeros, no load).
-        FuseSkV4 xq[XD][NT];
-#pragma unroll
-        for (int q = 0; q < XD; ++q) loadx(q, xq[q]);
-#pragma unroll 1
-        for (int c = 0; c < nch; ++c) {
-            if (c + S - 1 < nch) issue(c + S - 1);
-            fuse_sk_cp_commit();
-            FuseSkV4 xc[NT];
-#pragma unroll
-            for (int j = 0; j < NT; ++j) xc[j] = xq[0][j];
-#pragma unroll
-            for (int q = 0; q + 1 < XD; ++q)
-#pragma unroll
-                for (int j = 0; j < NT; ++j) xq[q][j] = xq[q + 1][j];
-            loadx(c + XD, xq[XD - 1]);
-            fuse_sk_cp_wait<S - 1>();  // chunk c has landed (each thread reads only what it copied itself)
-            const FuseSkV4* slot = &fuse_sk_ring[warp][c % S][0][lane];
-            FuseSkV4 wv[D][MT][2];
+        auto read_w = [&](int c, int u, FuseSkV4 (&wv)[D][MT][2]) {
+            const FuseSkV4* slot = smem + ((warp * S + c % S) * U + u) * L * 32 + lane;
 #pragma unroll
             for (int d = 0; d < D; ++d)
 #pragma unroll
                 for (int i = 0; i < MT; ++i)
 #pragma unroll
                     for (int h = 0; h < 2; ++h) wv[d][i][h] = slot[((d * MT + i) * 2 + h) * 32];
+        };
+        if (XS) {
+            // ---- X staged in shared memory, shared by the NG warps of this kw --------------------------------
+            // X ring slot (kw, s, j): 32 lanes x 16 B; lane (g, t) holds X row m0 + 8j + g, k 8t .. 8t+7 of the chunk.
+            // Warp ng copies the tiles j with j % NG == ng.
+            const unsigned short* xp[(NT + NG - 1) / NG];
+            bool xok[(NT + NG - 1) / NG];
 #pragma unroll
-            for (int d = 0; d < D; ++d)
+            for (int u = 0; u < (NT + NG - 1) / NG; ++u) {
+                const int j = u * NG + ng;
+                long long m = m0 + 8 * j + g;
+                xok[u] = j < NT && m < M;
+                m = m < M ? m : M - 1;
+                xp[u] = (const unsigned short*)p.gemm.x + m * p.gemm.lda + koff;
+            }
+            // X ring slot (kw, s, u, j) at ((kw * S + s) * U + u) * NT + j.
+            const unsigned xr = fuse_sk_smem_addr(xring + (kw * S * U * NT) * 32 + lane);
+            auto issue = [&](int c) {
+                if (wact) issue_w(c);
+                const long long k = (long long)c * (CW * KW);
 #pragma unroll
-                for (int i = 0; i < MT; ++i)
+                for (int u = 0; u < U; ++u) {
+                    const bool kok = k + koff + 8 * u < K;
+                    const long long ko = kok ? k + 8 * u : 0;
+                    const unsigned dst = xr + (unsigned)(((c % S) * U + u) * NT) * 512u;
 #pragma unroll
-                    for (int j = 0; j < NT; ++j) fuse_sk_mma32<DT>(acc[d][i][j], wv[d][i][0], wv[d][i][1], xc[j]);
+                    for (int v = 0; v < (NT + NG - 1) / NG; ++v) {
+                        const int j = v * NG + ng;
+                        if (j < NT)
+                            fuse_sk_cp16<0>(dst + (unsigned)(j * 512), xp[v] + ko, (kok && xok[v]) ? 16u : 0u);
+                    }
+                }
+            };
+#pragma unroll
+            for (int s = 0; s < S - 1; ++s) {
+                if (s < nch) issue(s);
+                fuse_sk_cp_commit();
+            }
+#pragma unroll 1
+            for (int c = 0; c < nch; ++c) {
+                fuse_sk_cp_wait<S - 2>();  // this thread's copies of chunk c have landed
+                // all copies of chunk c by the NG warps are visible, and all of them are done with chunk c-1
+                if (NG > 1) fuse_sk_bar<NG * 32>(kw);
+                else __syncwarp();
+                if (c + S - 1 < nch) issue(c + S - 1);  // into the slot of chunk c-1
+                fuse_sk_cp_commit();
+                if (wact) {
+#pragma unroll
+                    for (int u = 0; u < U; ++u) {
+                        FuseSkV4 wv[D][MT][2];
+                        read_w(c, u, wv);
+                        const FuseSkV4* xs = xring + (((kw * S + c % S) * U + u) * NT) * 32 + lane;
+#pragma unroll
+                        for (int j = 0; j < NT; ++j) {
+                            const FuseSkV4 xv = xs[j * 32];
+#pragma unroll
+                            for (int d = 0; d < D; ++d)
+#pragma unroll
+                                for (int i = 0; i < MT; ++i)
+                                    fuse_sk_mma32<DT>(acc[d][i][j], wv[d][i][0], wv[d][i][1], xv);
+                        }
+                    }
+                }
+            }
+        } else {
+            // ---- X from L1 / L2 into registers, one chunk ahead ----------------------------------------------
+            const unsigned short* xp[NT];
+            bool xok[NT];
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                long long m = m0 + 8 * j + g;
+                xok[j] = m < M;
+                m = m < M ? m : M - 1;
+                xp[j] = (const unsigned short*)p.gemm.x + m * p.gemm.lda + koff;
+            }
+            auto loadx = [&](int c, FuseSkV4 (&xv)[U][NT]) {
+                const long long k = (long long)c * (CW * KW);
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const bool kok = k + koff + 8 * u < K;
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) {
+                        if (kok && xok[j]) xv[u][j] = fuse_sk_ldx(xp[j] + k + 8 * u);
+                        else xv[u][j] = FuseSkV4{0u, 0u, 0u, 0u};
+                    }
+                }
+            };
+#pragma unroll
+            for (int s = 0; s < S - 1; ++s) {
+                if (s < nch) issue_w(s);
+                fuse_sk_cp_commit();
+            }
+            FuseSkV4 xq[U][NT];
+            loadx(0, xq);
+#pragma unroll 1
+            for (int c = 0; c < nch; ++c) {
+                if (c + S - 1 < nch) issue_w(c + S - 1);  // into the slot of chunk c-1, which this thread has read
+                fuse_sk_cp_commit();
+                FuseSkV4 xc[U][NT];
+#pragma unroll
+                for (int u = 0; u < U; ++u)
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) xc[u][j] = xq[u][j];
+                loadx(c + 1, xq);
+                fuse_sk_cp_wait<S - 1>();  // chunk c has landed (each thread reads only what it copied itself)
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    FuseSkV4 wv[D][MT][2];
+                    read_w(c, u, wv);
+#pragma unroll
+                    for (int d = 0; d < D; ++d)
+#pragma unroll
+                        for (int i = 0; i < MT; ++i)
+#pragma unroll
+                            for (int j = 0; j < NT; ++j)
+                                fuse_sk_mma32<DT>(acc[d][i][j], wv[d][i][0], wv[d][i][1], xc[u][j]);
+                }
+            }
         }
         fuse_sk_cp_wait<0>();
     }
@@ -330,24 +433,37 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p) {
 #define FUSE_SK_MT 1
 #endif
 #ifndef FUSE_SK_NT
-#define FUSE_SK_NT 2
+#define FUSE_SK_NT 1
 #endif
 #ifndef FUSE_SK_KW
 #define FUSE_SK_KW 8
 #endif
 #ifndef FUSE_SK_S
-#define FUSE_SK_S 6
+#define FUSE_SK_S 4
 #endif
 #ifndef FUSE_SK_PF
 #define FUSE_SK_PF 1
 #endif
-#ifndef FUSE_SK_XD
-#define FUSE_SK_XD 1
+#ifndef FUSE_SK_XS
+#define FUSE_SK_XS 0
+#endif
+#ifndef FUSE_SK_U
+#define FUSE_SK_U 1
 #endif
 #ifndef FUSE_SK_MINB
 #define FUSE_SK_MINB 3
 #endif
+// Dynamic shared memory bytes the launch must pass (and the kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
+#undef FUSE_SK_SMEM_BYTES
+#define FUSE_SK_SMEM_BYTES \
+    (512 * FUSE_SK_S * FUSE_SK_U * (16 * (1 + FUSE_SKINNY_DUAL) * FUSE_SK_MT + (FUSE_SK_XS ? FUSE_SK_KW * FUSE_SK_NT : 0)))
 
 extern "C" __global__ void __launch_bounds__(256, FUSE_SK_MINB) FUSE_SKINNY_NAME(const FuseSkinnyParams p) {
-    fuse_sk_body<FUSE_SK_MT, FUSE_SK_NT, FUSE_SK_KW, FUSE_SK_S, FUSE_SKINNY_DUAL, FUSE_SK_DT, FUSE_SK_PF, FUSE_SK_XD>(p);
+    extern __shared__ FuseSkV4 fuse_sk_dsmem[];
+    // A launch with less dynamic shared memory than the ring needs would corrupt it silently: stop instead.
+    unsigned fuse_sk_dsize;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(fuse_sk_dsize));
+    if (fuse_sk_dsize < (unsigned)(FUSE_SK_SMEM_BYTES)) __trap();
+    fuse_sk_body<FUSE_SK_MT, FUSE_SK_NT, FUSE_SK_KW, FUSE_SK_S, FUSE_SKINNY_DUAL, FUSE_SK_DT, FUSE_SK_PF,
+                 FUSE_SK_XS, FUSE_SK_U>(p, fuse_sk_dsmem);
 }
