@@ -64,6 +64,13 @@ impl Tensor {
         Tensor { storage: Arc::new(Storage::Cuda(storage)), shape, strides, offset: 0, device }
     }
 
+    /// A dense view of `shape` over the same storage, starting `offset` elements in (the caller guarantees
+    /// the storage holds it).
+    pub(crate) fn at_offset(&self, offset: usize, shape: Vec<usize>) -> Tensor {
+        let strides = contiguous_strides(&shape);
+        Tensor { storage: self.storage.clone(), shape, strides, offset, device: self.device.clone() }
+    }
+
     /// A dense tensor over freshly computed CPU data (whose length the caller guarantees).
     pub(crate) fn from_cpu(data: CpuData, shape: Vec<usize>) -> Tensor {
         let strides = contiguous_strides(&shape);

@@ -1,4 +1,5 @@
-//! The skinny GEMM template, each config forced in turn: against the reference at odd shapes (rows 1, 3,
+//! The GEMM paths, each forced in turn (the skinny template in every config, and the library paths):
+//! against the reference at odd shapes (rows 1, 3,
 //! 17, 100; output columns and inner sizes that are no multiple of any tile), against cuBLAS at the Llama
 //! MLP's sizes at every M of BENCH.md, with an epilogue that reads another input; and the autotuner's choice
 //! being recorded.
@@ -9,6 +10,13 @@ use fuse::ir::codegen::SKINNY_CONFIGS;
 use fuse::prelude::*;
 
 const ODD_ROWS: [usize; 4] = [1, 3, 17, 100];
+
+/// Every GEMM path the tuner may choose: the library ones (paired and split cuBLAS, cuBLASLt's first
+/// algorithm) and each skinny config.
+fn every_path() -> Vec<String> {
+    let library = ["cublas", "cublas:split", "cublaslt:0"].map(String::from);
+    library.into_iter().chain(SKINNY_CONFIGS.iter().map(|c| format!("skinny:{}", c.name))).collect()
+}
 
 fn forced(path: &str, f: &FusedFn, args: &[fuse::Arg<'_>]) -> Vec<Tensor> {
     fuse::tune::with_gemm_choice(path, || f.call_with(args, Fusion::On)).unwrap_or_else(|e| panic!("{path}: {e}"))
@@ -28,8 +36,7 @@ fn every_skinny_config_matches_the_reference_at_odd_shapes() {
                 let wd = random(&mut r, &[h, i], dtype, -0.2, 0.2, &dev);
                 let args = [fuse::arg(&x), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd)];
                 let want = fuse::reference(llama_mlp_fused(), &args).expect("reference");
-                for config in SKINNY_CONFIGS {
-                    let path = format!("skinny:{}", config.name);
+                for path in every_path() {
                     let got = forced(&path, llama_mlp_fused(), &args);
                     assert_close(&format!("llama_mlp {path} h={h} i={i} m={rows}"), &got[0], &want[0], dtype);
                 }

@@ -57,6 +57,7 @@ impl CudaDevice {
         }
         let state = Arc::new(DeviceState::create(ordinal)?);
         devices.insert(ordinal, state.clone());
+        prepare_libraries(CudaDevice { state: state.clone() });
         Ok(CudaDevice { state })
     }
 
@@ -168,6 +169,25 @@ impl DeviceState {
             modules: ModuleCache::default(),
         })
     }
+}
+
+/// Creates the cuBLAS and cuBLASLt handles and their workspaces on a background thread: creating them takes
+/// over 100 ms, which a program would otherwise wait for in its first matmul; a model is usually still
+/// loading its weights when they are ready. A failure here is silent: the first matmul then tries again
+/// and reports it.
+fn prepare_libraries(device: CudaDevice) {
+    let spawned = std::thread::Builder::new().name("fuse-cublas-setup".into()).spawn(move || {
+        if device.context().bind_to_thread().is_err() {
+            return;
+        }
+        if let Ok(guard) = device.blas() {
+            if let Some(blas) = guard.as_ref() {
+                super::gemm::ensure_workspace(&device, *blas.handle());
+            }
+        }
+        let _ = super::lt::prepare(&device);
+    });
+    drop(spawned);
 }
 
 /// Tells the driver's stream-ordered allocator to keep freed memory for reuse instead of returning it at

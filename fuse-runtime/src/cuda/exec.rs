@@ -9,8 +9,9 @@
 
 use super::device::{driver_error, lock, CudaDevice};
 use super::gemm::{launch_gemm, plan_gemm, GemmCall, Matrix};
+use super::launch_plan::dual_gemm_pairing;
 use super::kernels::{KernelCache, PlanKernels, PreparedKernel};
-use super::launch_plan::{dual_gemm_pairing, signature, LaunchPlan, Patch, Recording, Step};
+use super::launch_plan::{signature, LaunchPlan, Patch, Recording, Step};
 use super::launch::{plan_launch, Operand, BLOCK_THREADS};
 use super::lt::{launch_lt, lt_matmul};
 use super::modules;
@@ -149,41 +150,31 @@ pub(crate) fn execute(
     Ok((outputs, runs))
 }
 
-/// FUSE_DEBUG>=3: how a group's matmuls went to cuBLAS (`None` for a group without any). A timed call
-/// runs group by group without launch plans, so a DualGemm's products were two calls; the description
-/// adds what a replayed (untimed) call with these arguments does with them.
-fn describe_matmuls(kind: GroupKind, gemms: &[DescribedGemm]) -> Option<String> {
+/// FUSE_DEBUG>=3: how a group's matmuls went to the library (`None` for a group without any), in cuBLAS's
+/// call form (a cuBLASLt path makes the same product; the path note before this names it). `pairs`: the
+/// group's path puts a DualGemm's two products into one batched call where `dual_gemm_pairing` allows,
+/// as this call did and a replayed call with the same arguments does.
+fn describe_matmuls(kind: GroupKind, gemms: &[DescribedGemm], pairs: bool) -> Option<String> {
     let single = |g: &DescribedGemm| match &g.call {
         Ok(call) => format!("cuBLAS {}", call.describe(1, &format!("A = {}, B = {}", g.weight, g.left))),
         Err(why) => format!("{} x {}: {why}", g.left, g.weight),
     };
+    let singles = || Some(gemms.iter().map(single).collect::<Vec<_>>().join("; "));
     match (kind, gemms) {
         (_, []) => None,
-        (GroupKind::DualGemm, [a, b]) => {
-            let (Ok(call_a), Ok(call_b)) = (&a.call, &b.call) else {
-                return Some(gemms.iter().map(single).collect::<Vec<_>>().join("; "));
-            };
-            let names = format!("dual {}|{}, B = {}", a.weight, b.weight, a.left);
-            let this_call = if call_a == call_b {
-                call_a.describe(2, &format!("{names}, one call per product"))
-            } else {
-                format!("{}; {}", single(a), single(b))
-            };
+        (GroupKind::DualGemm, [a, b]) if pairs => {
+            let (Ok(call_a), Ok(call_b)) = (&a.call, &b.call) else { return singles() };
             let weights = [a.weight_address, b.weight_address];
-            let replayed = match dual_gemm_pairing(call_a, call_b, a.left_node == b.left_node, a.escapes || b.escapes, weights) {
+            match dual_gemm_pairing(call_a, call_b, a.left_node == b.left_node, a.escapes || b.escapes, weights) {
                 Ok((swapped, pair)) => {
                     let (low, high) = if swapped { (&b.weight, &a.weight) } else { (&a.weight, &b.weight) };
                     let stride = pair.weight_batch_stride();
-                    pair.describe(1, &format!("dual {low}|{high}, batch stride {stride} elems"))
+                    Some(format!("cuBLAS {}", pair.describe(1, &format!("dual {low}|{high}, batch stride {stride} elems, B = {}", a.left))))
                 }
-                Err(why) => format!("two calls as above ({why})"),
-            };
-            Some(format!(
-                "cuBLAS, this call (timed: group by group, no launch plan): {this_call}; replayed calls \
-                 (FUSE_DEBUG<2, these arguments): {replayed}"
-            ))
+                Err(why) => Some(format!("{}; {} (two calls: {why})", single(a), single(b))),
+            }
         }
-        _ => Some(gemms.iter().map(single).collect::<Vec<_>>().join("; ")),
+        _ => singles(),
     }
 }
 
@@ -430,7 +421,8 @@ impl Executor<'_> {
                         None => launch_gemm(self.device, &call, first, second, product.base_address())?,
                     }
                     described = Ok(call);
-                    let (group, dual) = (self.group_of(mm), self.is_dual(mm));
+                    // Split on purpose: a launch plan must not pair these two calls either.
+                    let (group, dual) = (self.group_of(mm), self.is_dual(mm) && self.path != GemmPath::CublasSplit);
                     if let Some(recording) = &mut self.recording {
                         let (first, second) = (base_of(self.graph, args[1]).index(), base_of(self.graph, args[0]).index());
                         recording.steps.push(Step::Gemm { call, lt, first, second, product: mm.index(), group, dual });
@@ -461,7 +453,7 @@ impl Executor<'_> {
     /// FUSE_DEBUG>=3: how the matmuls of the group just run went to cuBLAS (`None` for a group without
     /// any); see `describe_matmuls`.
     fn matmul_path(&mut self, kind: GroupKind) -> Option<String> {
-        let library = describe_matmuls(kind, &std::mem::take(&mut self.gemms));
+        let library = describe_matmuls(kind, &std::mem::take(&mut self.gemms), self.path == GemmPath::Cublas);
         match (self.path_note.take(), library) {
             (Some(note), Some(library)) => Some(format!("{note}; {library}")),
             (note, library) => note.or(library),
@@ -531,37 +523,27 @@ mod tests {
         let h = Matrix { address: 0x10_0000, batch: 1, rows: 16, cols: 4096, batch_stride: 0, row_stride: 4096, col_stride: 1 };
         let w = Matrix { address: 0x20_0000, batch: 1, rows: 4096, cols: 14336, batch_stride: 0, row_stride: 1, col_stride: 4096 };
         let call = plan_gemm(&h, &w).unwrap().call(DType::BF16).unwrap().unwrap();
-        assert_eq!(describe_matmuls(GroupKind::Gemm, &[]), None);
-        assert_eq!(
-            describe_matmuls(GroupKind::Gemm, &[gemm("w_down.t()", 0x20_0000, Ok(call))]).unwrap(),
-            "cuBLAS cublasGemmStridedBatchedEx x1 (A = w_down.t(), B = h), op(A)=T op(B)=N, m=14336 n=16 k=4096, \
-             lda=4096 ldb=4096 ldc=14336, bf16, compute f32"
-        );
+        assert_eq!(describe_matmuls(GroupKind::Gemm, &[], true), None);
+        let down = "cuBLAS cublasGemmStridedBatchedEx x1 (A = w_down.t(), B = h), op(A)=T op(B)=N, m=14336 n=16 k=4096, \
+             lda=4096 ldb=4096 ldc=14336, bf16, compute f32";
+        assert_eq!(describe_matmuls(GroupKind::Gemm, &[gemm("w_down.t()", 0x20_0000, Ok(call))], true).unwrap(), down);
         let gap = 2 * 14336 * 4096;
         let dual = [gemm("w_gate.t()", 0x20_0000, Ok(call)), gemm("w_up.t()", 0x20_0000 + gap, Ok(call))];
-        let path = describe_matmuls(GroupKind::DualGemm, &dual).unwrap();
-        assert!(
-            path.starts_with(
-                "cuBLAS, this call (timed: group by group, no launch plan): cublasGemmStridedBatchedEx x2 (dual \
-                 w_gate.t()|w_up.t(), B = h, one call per product), op(A)=T"
-            ),
-            "{path}"
-        );
-        assert!(
-            path.contains(
-                "; replayed calls (FUSE_DEBUG<2, these arguments): cublasGemmStridedBatchedEx x1 (dual \
-                 w_gate.t()|w_up.t(), batch stride 58720256 elems), op(A)=T op(B)=N, m=14336 n=16 k=4096, lda=4096 \
-                 ldb=4096 ldc=14336, batch 2 (strides A 58720256, B 0, C 229376 elems), bf16, compute f32"
-            ),
-            "{path}"
+        assert_eq!(
+            describe_matmuls(GroupKind::DualGemm, &dual, true).unwrap(),
+            "cuBLAS cublasGemmStridedBatchedEx x1 (dual w_gate.t()|w_up.t(), batch stride 58720256 elems, B = h), \
+             op(A)=T op(B)=N, m=14336 n=16 k=4096, lda=4096 ldb=4096 ldc=14336, batch 2 (strides A 58720256, B 0, \
+             C 229376 elems), bf16, compute f32"
         );
         // The up weight first in memory: it is batch 0.
         let swapped = [gemm("w_gate.t()", 0x20_0000 + gap, Ok(call)), gemm("w_up.t()", 0x20_0000, Ok(call))];
-        assert!(describe_matmuls(GroupKind::DualGemm, &swapped).unwrap().contains("x1 (dual w_up.t()|w_gate.t(), batch stride"));
-        // The two-call fallback says why.
+        assert!(describe_matmuls(GroupKind::DualGemm, &swapped, true).unwrap().contains("x1 (dual w_up.t()|w_gate.t(), batch stride"));
+        // Two calls, and why; or two calls because the path splits them.
         let same = [gemm("w.t()", 0x20_0000, Ok(call)), gemm("w.t()", 0x20_0000, Ok(call))];
-        assert!(describe_matmuls(GroupKind::DualGemm, &same).unwrap().ends_with("replayed calls (FUSE_DEBUG<2, these arguments): two calls as above (the same weight twice)"));
+        assert!(describe_matmuls(GroupKind::DualGemm, &same, true).unwrap().ends_with("(two calls: the same weight twice)"));
+        let split = describe_matmuls(GroupKind::DualGemm, &dual, false).unwrap();
+        assert_eq!(split.matches("cublasGemmStridedBatchedEx x1 (A = w_").count(), 2, "{split}");
         let empty = [gemm("w.t()", 0x20_0000, Err("an empty product: no cuBLAS call"))];
-        assert_eq!(describe_matmuls(GroupKind::Gemm, &empty).unwrap(), "h x w.t(): an empty product: no cuBLAS call");
+        assert_eq!(describe_matmuls(GroupKind::Gemm, &empty, true).unwrap(), "h x w.t(): an empty product: no cuBLAS call");
     }
 }

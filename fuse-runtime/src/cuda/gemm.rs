@@ -274,7 +274,7 @@ fn workspaces() -> &'static Mutex<BTreeMap<usize, CudaSlice<u8>>> {
 
 /// Gives the handle its workspace on first use on this GPU (the handle is made once per GPU and its
 /// stream never changes, so once is enough). A failure leaves cuBLAS managing its own workspace.
-fn ensure_workspace(device: &CudaDevice, handle: sys::cublasHandle_t) {
+pub(crate) fn ensure_workspace(device: &CudaDevice, handle: sys::cublasHandle_t) {
     let mut all = lock(workspaces());
     if all.contains_key(&device.ordinal()) {
         return;

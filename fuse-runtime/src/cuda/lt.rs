@@ -94,6 +94,11 @@ impl LtMatmul {
     }
 }
 
+/// Creates this GPU's cuBLASLt handle and workspace now rather than at the first cuBLASLt matmul.
+pub(crate) fn prepare(device: &CudaDevice) -> Result<()> {
+    lock(state()).device(device).map(|_| ())
+}
+
 /// The descriptors and algorithms of `call` on `device` (made on first use).
 pub(crate) fn lt_matmul(device: &CudaDevice, call: &GemmCall) -> Result<Arc<LtMatmul>> {
     let mut st = lock(state());

@@ -84,11 +84,18 @@ impl CudaStorage {
 
     /// The whole allocation copied to the host (after the work queued before it).
     pub(crate) fn download(&self) -> Result<CpuData> {
-        let len = self.len();
-        let bytes_len = len * self.dtype.size_bytes();
+        self.download_range(0, self.len())
+    }
+
+    /// Elements `start..start + len` (clamped to the allocation) copied to the host.
+    pub(crate) fn download_range(&self, start: usize, len: usize) -> Result<CpuData> {
+        let start = start.min(self.len());
+        let len = len.min(self.len() - start);
+        let size = self.dtype.size_bytes();
+        let bytes_len = len * size;
         let mut bytes = vec![0u8; bytes_len];
         if bytes_len > 0 {
-            let view = self.buffer.slice(0..bytes_len);
+            let view = self.buffer.slice(start * size..start * size + bytes_len);
             self.device.stream().memcpy_dtoh(&view, &mut bytes).map_err(|e| driver_error("copy to the host", e))?;
             self.device.synchronize()?;
         }

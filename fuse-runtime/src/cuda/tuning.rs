@@ -1,7 +1,8 @@
 //! How a Gemm/DualGemm group runs on the GPU, chosen per shape bucket:
 //!
-//! - `cublas`: cuBLAS for the matmuls (a DualGemm's two as one batched call when replayed), then the
-//!   epilogue kernel;
+//! - `cublas`: cuBLAS for the matmuls (a DualGemm's two as one batched call where the two weights lie a
+//!   whole number of elements apart), then the epilogue kernel; `cublas:split`: a DualGemm's two as two
+//!   calls (at some shapes cuBLAS picks a slower kernel for the batched call);
 //! - `cublaslt:<i>`: the same through cuBLASLt with algorithm `i` of its heuristic's list;
 //! - `skinny:<config>`: the skinny template, matmuls and epilogue in one kernel (`cuda/skinny.rs`).
 //!
@@ -25,7 +26,10 @@ use std::sync::{Mutex, OnceLock};
 /// One way to run a Gemm/DualGemm group.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) enum GemmPath {
+    /// cuBLAS; a DualGemm's two products as one batched call where the weights allow it.
     Cublas,
+    /// cuBLAS, a DualGemm's products as two calls.
+    CublasSplit,
     Lt(usize),
     Skinny(&'static SkinnyConfig),
 }
@@ -34,6 +38,7 @@ impl GemmPath {
     pub(super) fn name(&self) -> String {
         match self {
             GemmPath::Cublas => "cublas".into(),
+            GemmPath::CublasSplit => "cublas:split".into(),
             GemmPath::Lt(i) => format!("cublaslt:{i}"),
             GemmPath::Skinny(c) => format!("skinny:{}", c.name),
         }
@@ -42,6 +47,7 @@ impl GemmPath {
     fn parse(text: &str) -> Option<GemmPath> {
         match text.split_once(':') {
             None if text == "cublas" => Some(GemmPath::Cublas),
+            Some(("cublas", "split")) => Some(GemmPath::CublasSplit),
             Some(("cublaslt", i)) => i.parse().ok().map(GemmPath::Lt),
             Some(("skinny", c)) => SkinnyConfig::by_name(c).map(GemmPath::Skinny),
             _ => None,
@@ -52,6 +58,13 @@ impl GemmPath {
 /// Rows up to which the fixed rule (`FUSE_AUTOTUNE=off`, no result) gives a DualGemm, then a Gemm, the
 /// skinny template (measured on an H200: it beats cuBLAS there, see the template's header).
 const SKINNY_RULE_MAX_ROWS: (usize, usize) = (8, 4);
+/// Rows past which even the full mode does not time the skinny template (measured 3-10x slower than cuBLAS
+/// from 128 rows on an H200; timing it at thousands of rows only makes start-up slow).
+const FULL_SKINNY_MAX_ROWS: usize = 128;
+/// Elements of each result compared with cuBLAS's while tuning: the first and the last this many (a
+/// wrong tile anywhere in between would be missed, but indexing errors show at both ends; the full copy
+/// of a [4096, 14336] product would cost more than the timing).
+const CHECKED_ELEMENTS: usize = 1 << 20;
 /// cuBLASLt algorithms the fast mode tries (full: all the heuristic returns).
 const FAST_LT_ALGOS: usize = 4;
 /// Bytes written to flush the L2 cache (60 MB on an H200) before each timed repetition.
@@ -173,8 +186,10 @@ impl Executor<'_> {
             let spec = specs.iter().find(|k| k.spec.role == Role::Skinny).ok_or_else(|| self.internal("no skinny kernel"))?;
             return self.run_skinny(index, spec, config);
         }
-        for &mm in &self.plan.groups[index].matmuls {
-            self.run_matmul(mm)?;
+        if *path != GemmPath::Cublas || !self.run_dual_pair(index)? {
+            for &mm in &self.plan.groups[index].matmuls {
+                self.run_matmul(mm)?;
+            }
         }
         for spec in specs.iter().filter(|k| k.spec.role == Role::Epilogue) {
             self.run_kernel(spec)?;
@@ -217,8 +232,14 @@ impl Executor<'_> {
     /// this many rows), and the cuBLASLt algorithms.
     fn candidates(&self, index: usize, rows: usize, mode: AutotuneMode, skinny: bool) -> Result<Vec<GemmPath>> {
         let mut out = vec![GemmPath::Cublas];
+        if self.plan.groups[index].matmuls.len() == 2 {
+            out.push(GemmPath::CublasSplit);
+        }
         if skinny {
-            let fits = |c: &&SkinnyConfig| mode == AutotuneMode::Full || (c.fast_rows.0..=c.fast_rows.1).contains(&rows);
+            let fits = |c: &&SkinnyConfig| match mode {
+                AutotuneMode::Full => rows <= FULL_SKINNY_MAX_ROWS,
+                _ => (c.fast_rows.0..=c.fast_rows.1).contains(&rows),
+            };
             out.extend(CONFIGS.iter().filter(fits).map(GemmPath::Skinny));
         }
         let mm = self.plan.groups[index].matmuls[0];
@@ -301,16 +322,96 @@ impl Executor<'_> {
         Ok(timed)
     }
 
-    /// The values the group's matmul part wrote, as f32 on the host (to compare candidates).
+    /// The values the group's matmul part wrote (each a fresh dense allocation), as f32 on the host: the
+    /// first and last `CHECKED_ELEMENTS` of each, to compare candidates.
     fn group_results(&self, index: usize) -> Result<Vec<Vec<f32>>> {
         let group = &self.plan.groups[index];
         let mut out = Vec::with_capacity(group.outputs.len());
         for &o in &group.outputs {
-            if let Some(Value::Tensor(t)) = &self.values[o.index()] {
-                out.push(t.to_vec::<f32>()?);
+            let Some(Value::Tensor(t)) = &self.values[o.index()] else { continue };
+            let Some(storage) = t.cuda_storage() else { continue };
+            let n = t.numel();
+            let mut values = Vec::with_capacity(n.min(2 * CHECKED_ELEMENTS));
+            let ranges = if n <= 2 * CHECKED_ELEMENTS {
+                vec![(0, n)]
+            } else {
+                vec![(0, CHECKED_ELEMENTS), (n - CHECKED_ELEMENTS, CHECKED_ELEMENTS)]
+            };
+            for (start, len) in ranges {
+                let data = storage.download_range(t.offset() + start, len)?;
+                let mut part = vec![0.0f32; len];
+                data.as_slice().read_f32(0, 1, &mut part);
+                values.extend(part);
             }
+            out.push(values);
         }
         Ok(out)
+    }
+
+    /// A DualGemm's two products as one batched cuBLAS call into one buffer, when `dual_gemm_pairing`
+    /// allows (the same test a launch plan makes again on each replay). `false`: the caller makes two calls.
+    fn run_dual_pair(&mut self, index: usize) -> Result<bool> {
+        let group = &self.plan.groups[index];
+        let [mm0, mm1] = group.matmuls[..] else { return Ok(false) };
+        let (n0, n1) = (self.graph.node(mm0), self.graph.node(mm1));
+        let tensor = |v: Value| match v {
+            Value::Tensor(t) => Some(t),
+            Value::Scalar(_) => None,
+        };
+        let (Some(a), Some(w0), Some(w1)) =
+            (tensor(self.resolve(n0.args[0])?), tensor(self.resolve(n0.args[1])?), tensor(self.resolve(n1.args[1])?))
+        else {
+            return Ok(false);
+        };
+        let dtype = self.dtype(mm0);
+        if [a.dtype(), w0.dtype(), w1.dtype(), self.dtype(mm1)].iter().any(|&d| d != dtype) {
+            return Ok(false);
+        }
+        let (ma, m0, m1) = (self.matrix(&a)?, self.matrix(&w0)?, self.matrix(&w1)?);
+        if ma.cols == 0 {
+            return Ok(false);
+        }
+        let call = |w| plan_gemm(&ma, w).ok().and_then(|p| p.call(dtype).ok().flatten());
+        let (Some(c0), Some(c1)) = (call(&m0), call(&m1)) else { return Ok(false) };
+        let escapes = self.graph.outputs.contains(&mm0) || self.graph.outputs.contains(&mm1);
+        let same_left = n0.args[0] == n1.args[0];
+        let Ok((swapped, pair)) = dual_gemm_pairing(&c0, &c1, same_left, escapes, [m0.address, m1.address]) else {
+            return Ok(false);
+        };
+        let stride = c0.paired_product_stride();
+        let buffer = CudaStorage::alloc(self.device, dtype, 2 * stride)?;
+        let base = buffer.base_address();
+        let low = if swapped { m1.address } else { m0.address };
+        launch_gemm(self.device, &pair, low, ma.address, base)?;
+        // Batch 0 is the weight lower in memory: its product comes first in the buffer.
+        let first = Tensor::from_cuda(buffer, self.shape(mm0).to_vec());
+        let second = first.at_offset(stride, self.shape(mm1).to_vec());
+        let (t0, t1) = if swapped { (second, first) } else { (first, second) };
+        let recorded = [(mm0, &c0), (mm1, &c1)];
+        if let Some(recording) = &mut self.recording {
+            for (mm, c) in recorded {
+                let node = self.graph.node(mm);
+                let (first, second) = (base_of(self.graph, node.args[1]).index(), base_of(self.graph, node.args[0]).index());
+                recording.computed.push((mm.index(), dtype, self.inferred.shapes[mm.index()].clone()));
+                recording.steps.push(Step::Gemm { call: *c, lt: None, first, second, product: mm.index(), group: index, dual: true });
+            }
+        }
+        if self.describe {
+            for (mm, c) in recorded {
+                let args = &self.graph.node(mm).args;
+                self.gemms.push(DescribedGemm {
+                    call: Ok(*c),
+                    weight: operand_name(self.graph, args[1]),
+                    left: operand_name(self.graph, args[0]),
+                    weight_address: if mm == mm0 { m0.address } else { m1.address },
+                    left_node: base_of(self.graph, args[0]),
+                    escapes,
+                });
+            }
+        }
+        self.values[mm0.index()] = Some(Value::Tensor(t0));
+        self.values[mm1.index()] = Some(Value::Tensor(t1));
+        Ok(true)
     }
 
     /// The results-table key of this group at this call's shape, and its rows (left operand, batches folded).
@@ -433,12 +534,12 @@ mod tests {
 
     #[test]
     fn path_names_round_trip() {
-        let mut paths = vec![GemmPath::Cublas, GemmPath::Lt(3)];
+        let mut paths = vec![GemmPath::Cublas, GemmPath::CublasSplit, GemmPath::Lt(3)];
         paths.extend(CONFIGS.iter().map(GemmPath::Skinny));
         for p in paths {
             assert_eq!(GemmPath::parse(&p.name()), Some(p));
         }
-        for bad in ["", "cublaslt", "cublaslt:x", "skinny:nope", "magic"] {
+        for bad in ["", "cublaslt", "cublaslt:x", "cublas:joined", "skinny:nope", "magic"] {
             assert_eq!(GemmPath::parse(bad), None, "{bad}");
         }
         assert_eq!(fastest(&[3.0, 1.0, 2.0]), 1.0);

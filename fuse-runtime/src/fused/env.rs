@@ -15,11 +15,10 @@ use std::sync::OnceLock;
 /// | 4     | each kernel's `extern "C"` name and CUDA source (the ones `#[fuse]` emitted, else generated) | first call |
 /// | 5     | the traced graph as text                                                                 | first call |
 ///
-/// Level 3 on the GPU reports each cuBLAS call in cuBLAS's column-major terms: the operands swap, so A is
+/// Level 3 on the GPU reports each library call in cuBLAS's column-major terms: the operands swap, so A is
 /// the weight (the row-major right operand) and B the left operand; `op(A)=T` reads a `.t()` weight in
-/// place. Timed calls (level 2 and above) run group by group, so a DualGemm's two products are two calls
-/// there; the line adds what an untimed call with the same arguments does (one batched call, or two and
-/// why).
+/// place. A DualGemm on the `cublas` path is one batched call when its two weights lie a whole number of
+/// elements apart (the line says so, or why it made two calls).
 ///
 /// Level 2 and above change timing (a synchronisation per group and no replay of recorded launches): use
 /// them to look, not to benchmark.
