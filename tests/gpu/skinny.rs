@@ -1,8 +1,7 @@
 //! The GEMM paths, each forced in turn (the skinny template in every config, and the library paths):
-//! against the reference at odd shapes (rows 1, 3,
-//! 17, 100; output columns and inner sizes that are no multiple of any tile), against cuBLAS at the Llama
-//! MLP's sizes at every M of BENCH.md, with an epilogue that reads another input; and the autotuner's choice
-//! being recorded.
+//! against the reference at odd shapes (rows 1, 3, 17, 100; output columns and inner sizes that are no
+//! multiple of any tile), against cuBLAS at the Llama MLP's sizes at every M of BENCH.md, with an epilogue
+//! that reads another input; and the autotuner's choice being recorded.
 
 use crate::fused_fns::{ffn_block_fused, llama_mlp_fused};
 use crate::{assert_close, gpu, random, rng, tolerance};
