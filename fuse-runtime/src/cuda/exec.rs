@@ -412,8 +412,13 @@ impl Executor<'_> {
             match plan.call(a.dtype())? {
                 Some(call) => {
                     let (first, second) = (mb.address, ma.address);
+                    // A cuBLASLt algorithm this shape does not offer (a results file from elsewhere, say)
+                    // falls back to cuBLAS: the product is the same, only the speed differs.
                     let lt = match self.path {
-                        GemmPath::Lt(algo) => Some((lt_matmul(self.device, &call)?, algo)),
+                        GemmPath::Lt(algo) => lt_matmul(self.device, &call)
+                            .ok()
+                            .filter(|form| algo < form.algorithms())
+                            .map(|form| (form, algo)),
                         _ => None,
                     };
                     match &lt {
