@@ -15,7 +15,7 @@ use super::launch_plan::{signature, LaunchPlan, Patch, Recording, Step};
 use super::launch::{plan_launch, Operand, BLOCK_THREADS};
 use super::lt::{launch_lt, lt_matmul};
 use super::modules;
-use tuning::GemmPath;
+use gemm_paths::GemmPath;
 use super::storage::CudaStorage;
 use crate::cpu::exec::{infer, operand_name, GroupRun, Inferred};
 use crate::cpu::Value;
@@ -46,6 +46,8 @@ struct Executor<'a> {
     path_note: Option<String>,
 }
 
+#[path = "gemm_paths.rs"]
+mod gemm_paths;
 #[path = "tuning.rs"]
 mod tuning;
 
@@ -313,20 +315,8 @@ impl Executor<'_> {
                 self.internal(format!("{}: shapes {domain:?} and {shape:?} do not broadcast", spec.name))
             })?;
         }
-        let mut kinds = Vec::with_capacity(inputs.len());
-        let mut in_operands = Vec::with_capacity(inputs.len());
-        for value in &inputs {
-            match value {
-                Value::Tensor(t) => {
-                    kinds.push(InputKind::Tensor(t.dtype()));
-                    in_operands.push(self.tensor_operand(t)?);
-                }
-                Value::Scalar(v) => {
-                    kinds.push(InputKind::Scalar);
-                    in_operands.push(Operand::Scalar(*v));
-                }
-            }
-        }
+        let (kinds, in_operands): (Vec<InputKind>, Vec<Operand>) =
+            inputs.iter().map(|v| self.input_slot(v)).collect::<Result<Vec<_>>>()?.into_iter().unzip();
         let out_operands = outputs.iter().map(|t| self.tensor_operand(t)).collect::<Result<Vec<_>>>()?;
         let launch = plan_launch(spec.kind, &domain, &in_operands, &out_operands)
             .map_err(|reason| Error::unsupported(self.function, "kernel", format!("{}: {reason}", spec.name)))?;
@@ -374,6 +364,14 @@ impl Executor<'_> {
             patches.push(Patch { word: outputs_at + 7 * j, node: id.index() });
         }
         patches
+    }
+
+    /// What an input slot holds: its kind (for the defines) and its operand (for the launch).
+    fn input_slot(&self, value: &Value) -> Result<(InputKind, Operand)> {
+        Ok(match value {
+            Value::Tensor(t) => (InputKind::Tensor(t.dtype()), self.tensor_operand(t)?),
+            Value::Scalar(v) => (InputKind::Scalar, Operand::Scalar(*v)),
+        })
     }
 
     fn tensor_operand(&self, t: &Tensor) -> Result<Operand> {

@@ -9,7 +9,8 @@
 //!   signature, a call recorded once and replayed (addresses filled in, no planning);
 //! - `gemm`: row-major matmuls mapped onto cuBLAS's column-major GEMM; `lt`: the same calls through
 //!   cuBLASLt with a chosen algorithm; `skinny`: the skinny GEMM template's configs and operands;
-//! - `exec`: the plan executor; `tuning`: its choice of path for Gemm/DualGemm groups (timed candidates).
+//! - `exec`: the plan executor; `gemm_paths`: the ways it can run a Gemm/DualGemm group; `tuning`: which
+//!   of them a group takes (timed candidates).
 
 mod cache; // the on-disk cubin cache behind nvrtc::compile_cubin
 pub(crate) mod device;
