@@ -34,6 +34,8 @@ pub struct SkinnyConfig {
     pub kw: usize,
     pub stages: usize,
     pub xs: bool,
+    /// Blocks that split K across the grid (`FUSE_SK_SP`); above 1 the kernel needs a workspace.
+    pub splits: usize,
     /// The rows (inclusive) for which the fast tuning mode tries this config; the full mode tries it
     /// everywhere. From the template's measurements on an H200 (see its header).
     pub fast_rows: (usize, usize),
@@ -41,6 +43,9 @@ pub struct SkinnyConfig {
 
 macro_rules! skinny_config {
     ($name:literal: mt $mt:literal, nt $nt:literal, kw $kw:literal, s $s:literal, xs $xs:literal, minb $minb:literal, rows $lo:literal..=$hi:literal) => {
+        skinny_config!($name: mt $mt, nt $nt, kw $kw, s $s, xs $xs, minb $minb, sp 1, rows $lo..=$hi)
+    };
+    ($name:literal: mt $mt:literal, nt $nt:literal, kw $kw:literal, s $s:literal, xs $xs:literal, minb $minb:literal, sp $sp:literal, rows $lo:literal..=$hi:literal) => {
         SkinnyConfig {
             name: $name,
             defines: &[
@@ -50,6 +55,7 @@ macro_rules! skinny_config {
                 concat!("-DFUSE_SK_S=", $s),
                 concat!("-DFUSE_SK_XS=", $xs),
                 concat!("-DFUSE_SK_MINB=", $minb),
+                concat!("-DFUSE_SK_SP=", $sp),
                 "-DFUSE_SK_PF=1",
                 "-DFUSE_SK_U=1",
             ],
@@ -58,6 +64,7 @@ macro_rules! skinny_config {
             kw: $kw,
             stages: $s,
             xs: $xs == 1,
+            splits: $sp,
             fast_rows: ($lo, $hi),
         }
     };
@@ -73,6 +80,10 @@ pub const SKINNY_CONFIGS: &[SkinnyConfig] = &[
     skinny_config!("r32c64xs": mt 1, nt 4, kw 2, s 4, xs 1, minb 2, rows 17..=32),
     skinny_config!("r64c128xs": mt 1, nt 8, kw 1, s 4, xs 1, minb 1, rows 33..=64),
     skinny_config!("r64c32xs": mt 1, nt 8, kw 4, s 4, xs 1, minb 1, rows 33..=64),
+    // K split across 2 blocks: twice the blocks where N is small (the down projection's 4096 columns).
+    // Correct on the H200 (the GPU suite forces it); not faster yet as measured (see BENCHMARKS.md), where
+    // each forced or tuning run also allocated and zeroed its workspace.
+    skinny_config!("r8c16k2": mt 1, nt 1, kw 8, s 4, xs 0, minb 3, sp 2, rows 1..=8),
 ];
 
 impl SkinnyConfig {
@@ -103,10 +114,24 @@ impl SkinnyConfig {
         512 * self.stages * (16 * (1 + usize::from(dual)) * self.mt + staged)
     }
 
+    /// Output tiles of an `m x n` product (one block each, or `splits` blocks each).
+    pub fn tiles(&self, m: usize, n: usize) -> usize {
+        n.div_ceil(self.cols_per_block()).saturating_mul(m.div_ceil(self.rows_per_block()))
+    }
+
     /// Blocks for an `m x n` product (`None` past the grid limit).
     pub fn grid(&self, m: usize, n: usize) -> Option<u32> {
-        let blocks = n.div_ceil(self.cols_per_block()).checked_mul(m.div_ceil(self.rows_per_block()))?;
+        let blocks = self.tiles(m, n).checked_mul(self.splits)?;
         u32::try_from(blocks).ok().filter(|&b| b < (1 << 31))
+    }
+
+    /// Floats of partial sums a split-K launch needs (0 without splits): `tiles * SP * BM * BN * (1 + DUAL)`.
+    pub fn workspace_floats(&self, m: usize, n: usize, dual: bool) -> usize {
+        if self.splits == 1 {
+            return 0;
+        }
+        let tile = self.rows_per_block() * self.cols_per_block() * (1 + usize::from(dual));
+        self.tiles(m, n) * self.splits * tile
     }
 }
 
@@ -178,8 +203,18 @@ mod tests {
 
     #[test]
     fn shared_memory_follows_the_template_header() {
-        // From the CONFIG SET table in skinny.cuh: dual / single bytes.
-        let want = [(65536, 32768), (65536, 32768), (65536, 32768), (73728, 40960), (65536, 32768), (81920, 49152), (81920, 49152), (131072, 98304)];
+        // From the CONFIG SET table in skinny.cuh (r8c16k2: r8c16's): dual / single bytes.
+        let want = [
+            (65536, 32768),
+            (65536, 32768),
+            (65536, 32768),
+            (73728, 40960),
+            (65536, 32768),
+            (81920, 49152),
+            (81920, 49152),
+            (131072, 98304),
+            (65536, 32768),
+        ];
         let got: Vec<(usize, usize)> = SKINNY_CONFIGS.iter().map(|c| (c.shared_bytes(true), c.shared_bytes(false))).collect();
         assert_eq!(got, want);
         assert!(SKINNY_TEMPLATE.contains("#define FUSE_SK_SMEM_BYTES"), "the template states its shared memory");
@@ -191,7 +226,9 @@ mod tests {
             assert_eq!(SkinnyConfig::by_name(c.name), Some(c));
             assert!(SKINNY_CONFIGS[..i].iter().all(|o| o.name != c.name));
             let blocks = c.grid(17, 1000).unwrap() as usize;
-            assert!(blocks * c.cols_per_block() * c.rows_per_block() >= 17 * 1000);
+            assert!(blocks * c.cols_per_block() * c.rows_per_block() >= 17 * 1000 * c.splits);
+            assert_eq!(blocks, c.tiles(17, 1000) * c.splits);
+            assert_eq!(c.workspace_floats(17, 1000, true) > 0, c.splits > 1);
             // The template's header lists each config's shared memory; an H200 block may have 227 KB.
             assert!(c.shared_bytes(true) <= 131072 && c.shared_bytes(false) <= c.shared_bytes(true));
             assert_eq!(c.defines(DType::BF16)[0], "-DFUSE_SK_DT=2");

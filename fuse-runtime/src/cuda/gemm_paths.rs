@@ -211,9 +211,21 @@ impl Executor<'_> {
         function
             .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
             .map_err(|e| driver_error(&format!("{}: allow {shared_bytes} bytes of shared memory", spec.name), e))?;
+        // Split-K: partial sums and one counter per tile (zeroed here; every launch leaves them zeroed).
+        let dual = group.matmuls.len() == 2;
+        let scratch = match config.workspace_floats(gemm.m, gemm.n, dual) {
+            0 => None,
+            floats => {
+                let workspace = CudaStorage::alloc(self.device, DType::F32, floats)?;
+                let counters = CudaStorage::alloc(self.device, DType::F32, config.tiles(gemm.m, gemm.n))?;
+                counters.zero()?;
+                Some((workspace, counters))
+            }
+        };
+        let (ws, counters) = scratch.as_ref().map_or((0, 0), |(w, c)| (w.base_address(), c.base_address()));
         let mut words = launch.pack();
         let gemm_at = words.len();
-        words.extend(gemm.words());
+        words.extend(gemm.words(ws, counters));
         let shared_bytes = shared as u32;
         launch_kernel(self.device, &spec.name, &function, grid, shared_bytes, &mut words)?;
         if self.recording.is_some() {
@@ -225,6 +237,7 @@ impl Executor<'_> {
             }
             if let Some(recording) = &mut self.recording {
                 recording.steps.push(Step::Kernel { name: spec.name.clone(), function, grid, shared_bytes, words, patches });
+                recording.scratch.extend(scratch.into_iter().flat_map(|(w, c)| [w, c]));
             }
         }
         for (&id, t) in spec.outputs.iter().zip(outputs) {

@@ -89,6 +89,9 @@ pub(crate) struct Recording {
     pub computed: Vec<(usize, DType, Vec<usize>)>,
     /// Something this call did is not a replayable step (an empty launch or product): do not keep it.
     pub unreplayable: bool,
+    /// Buffers the recorded steps use at fixed addresses (split-K workspaces and their counters, which
+    /// every launch leaves zeroed): the launch plan keeps them, never poisons or patches them.
+    pub scratch: Vec<CudaStorage>,
 }
 
 pub(crate) struct LaunchPlan {
@@ -102,6 +105,8 @@ pub(crate) struct LaunchPlan {
     results: Vec<usize>,
     /// The intermediates' buffers (their addresses are fixed in `addresses`).
     intermediates: Vec<CudaStorage>,
+    /// See `Recording::scratch`.
+    _scratch: Vec<CudaStorage>,
     steps: Vec<Step>,
     addresses: Vec<u64>,
 }
@@ -202,7 +207,7 @@ impl LaunchPlan {
         if recording.unreplayable {
             return None;
         }
-        let Recording { steps, computed, .. } = recording;
+        let Recording { steps, computed, scratch, .. } = recording;
         let escapes = |node: usize| outputs.contains(&node);
         let fresh: Vec<_> = computed.iter().filter(|(node, ..)| escapes(*node)).cloned().collect();
         let results = outputs
@@ -257,6 +262,7 @@ impl LaunchPlan {
             fresh,
             results,
             intermediates,
+            _scratch: scratch,
             steps: merged,
             addresses,
         })

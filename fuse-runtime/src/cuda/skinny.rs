@@ -64,11 +64,13 @@ pub(crate) fn skinny_gemm(dtype: DType, a: &Matrix, weights: &[Matrix]) -> Resul
 }
 
 impl SkinnyGemm {
-    /// `FuseGemmArgs { x, w0, w1, m, n, k, lda, ldw0, ldw1 }`, every field 8 bytes.
-    pub(crate) fn words(&self) -> [u64; 9] {
+    /// `FuseGemmArgs { x, w0, w1, m, n, k, lda, ldw0, ldw1, ws, counters }`, every field 8 bytes; the
+    /// split-K workspace and counters are 0 for a config without splits.
+    pub(crate) fn words(&self, workspace: u64, counters: u64) -> [u64; 11] {
         let [w0, w1] = self.w;
         let [l0, l1] = self.ldw;
-        [self.x, w0, w1, self.m as u64, self.n as u64, self.k as u64, self.lda as u64, l0 as u64, l1 as u64]
+        let (m, n, k, lda) = (self.m as u64, self.n as u64, self.k as u64, self.lda as u64);
+        [self.x, w0, w1, m, n, k, lda, l0 as u64, l1 as u64, workspace, counters]
     }
 }
 
@@ -88,7 +90,8 @@ mod tests {
         let u = matrix(0x20_0000, 1, 4096, 14336, [0, 1, 4096]);
         let g = skinny_gemm(DType::BF16, &x, &[w, u]).unwrap();
         assert_eq!((g.m, g.n, g.k, g.lda, g.ldw), (3, 14336, 4096, 4096, [4096, 4096]));
-        assert_eq!(g.words(), [0x1000, 0x10_0000, 0x20_0000, 3, 14336, 4096, 4096, 4096, 4096]);
+        assert_eq!(g.words(0, 0), [0x1000, 0x10_0000, 0x20_0000, 3, 14336, 4096, 4096, 4096, 4096, 0, 0]);
+        assert_eq!(g.words(0x30_0000, 0x40_0000)[9..], [0x30_0000, 0x40_0000]);
         // Batches fold into rows when evenly spaced.
         let xb = matrix(0x1000, 2, 3, 4096, [3 * 4096, 4096, 1]);
         assert_eq!(skinny_gemm(DType::F16, &xb, &[w]).unwrap().m, 6);

@@ -19,13 +19,15 @@
 //   fuse_gemm_epilogue is called exactly once per (row < M, col < N) (row = m, col = n); consecutive threads
 //   get consecutive col. Non-dual: acc1 = 0.f.
 //   This file defines (guarded so that it may be included several times with different configs):
-//     struct FuseGemmArgs { const void* x; const void* w0; const void* w1; long long m, n, k, lda, ldw0, ldw1; };
+//     struct FuseGemmArgs { const void* x; const void* w0; const void* w1; long long m, n, k, lda, ldw0, ldw1;
+//                           float* ws; unsigned* counters; };   (ws/counters: only when FUSE_SK_SP > 1)
 //     struct FuseSkinnyParams { FuseArgs epi; FuseGemmArgs gemm; };
 //     extern "C" __global__ void __launch_bounds__(256, FUSE_SK_MINB) FUSE_SKINNY_NAME(const FuseSkinnyParams p);
 //   w1 / ldw1 are ignored when FUSE_SKINNY_DUAL == 0.
 //   Requirements (the runtime guarantees them): M, N >= 1; K >= 8, K % 8 == 0; lda, ldw0, ldw1 % 8 == 0;
 //   x, w0, w1 16-byte aligned. N, K otherwise arbitrary (N edge and K tail are handled), M arbitrary.
-//   Deterministic: no atomics; the same inputs give bit-identical outputs.
+//   Deterministic: the same inputs give bit-identical outputs. (With FUSE_SK_SP > 1 one atomic counter per
+//   tile only decides which block sums the partial results; the sum runs in a fixed order either way.)
 //   No #include; only names fuse_sk_* / FUSE_SK_* / FuseSk* / FuseGemmArgs / FuseSkinnyParams are defined.
 //
 // COMPILE-TIME DEFINES (each has a default below; the defaults are config k1).
@@ -48,12 +50,20 @@
 //   FUSE_SK_MINB  min resident blocks per SM (__launch_bounds__(256, MINB)): bounds the registers
 //                 (2 -> <= 128, 3 -> <= 80); use the value from CONFIG SET, others may spill (default 3)
 //   FUSE_SK_XD    (v1) ignored.
+//   FUSE_SK_SP    blocks that split K across the grid (default 1). Each of the SP blocks of a tile takes a
+//                 contiguous 1/SP of the k chunks and writes its partial [BM x BN] sums to `ws`; the block that
+//                 finds itself last on the tile's counter (atomicAdd) sums the SP partials in order 0..SP-1,
+//                 runs the epilogue and sets the counter back to 0 for the next launch. For small N (the down
+//                 projection's 4096 columns give only 256 blocks of BN = 16).
 //
-// LAUNCH: 1-D grid, block = 256 threads, DYNAMIC shared memory (no static shared memory):
+// LAUNCH: 1-D grid, block = 256 threads, DYNAMIC shared memory (static: 4 bytes when SP > 1):
 //   BN    = 16 * MT * (8 / KW)                      columns n per block
 //   BM    = 8 * NT                                  rows m per block
-//   grid  = ceil(N / BN) * ceil(M / BM)             (blockIdx.x = nb * ceil(M / BM) + mb: m fastest, so the
-//                                                    blocks that share a weight tile run together)
+//   tiles = ceil(N / BN) * ceil(M / BM)             (tile = nb * ceil(M / BM) + mb: m fastest, so the blocks
+//                                                    that share a weight tile run together)
+//   grid  = tiles * SP                              (blockIdx.x = tile * SP + split)
+//   SP > 1: ws = tiles * SP * BM * BN * (1 + DUAL) floats; counters = tiles unsigned ints, all 0 before the
+//           first launch (each launch leaves them 0 again)
 //   block = 256
 //   dynamic smem bytes = FUSE_SK_SMEM_BYTES (defined below from the config and FUSE_SKINNY_DUAL):
 //                      = 512 * S * U * (16 * (1 + DUAL) * MT + (XS ? KW * NT : 0))
@@ -61,7 +71,9 @@
 //   (set it always: it is harmless below 48 KB) and the same value as sharedMemBytes at launch. Every config
 //   in the set is <= 131072 bytes (H200 limit per block: 232448).
 //
-// CONFIG SET for the autotuner (PF=1, U=1 in all). Registers from nvcc 13.0 -Xptxas -v, sm_90, dual / single;
+// CONFIG SET for the autotuner (PF=1, U=1, SP=1 in all). fuse-ir's `SKINNY_CONFIGS` names them by block tile:
+// k1 r8c16, k2 r8c32, k3 r16c16, k4 r16c64xs, k5 r32c16, k6 r32c64xs, k7 r64c128xs, k8 r64c32xs; plus r8c16k2
+// (k1 with SP=2: correct, not faster as measured so far). Registers from nvcc 13.0 -Xptxas -v, sm_90, dual / single;
 // 0 bytes spilled and 0 stack frame for all. smem = dynamic bytes dual / single. grid for Llama-3-8B at M=1:
 // dual N=14336, single N=4096.
 //   name  MT NT KW S  XS MINB  BN x BM   regs      smem (bytes)      grid dual/single   meant for
@@ -98,6 +110,8 @@ struct FuseGemmArgs {
     const void* w0;
     const void* w1;
     long long m, n, k, lda, ldw0, ldw1;
+    float* ws;
+    unsigned* counters;
 };
 struct FuseSkinnyParams {
     FuseArgs epi;
@@ -184,7 +198,14 @@ __device__ __forceinline__ void fuse_sk_mma32(float (&c)[4], const FuseSkV4& wl,
 // Shared memory per block (dynamic, FUSE_SK_SMEM_BYTES): the weight ring, 8 warps x S stages x (2*D*MT) x 32
 // lanes x 16 bytes = 8192 * S * D * MT bytes, then (XS=1) the X ring, KW x S x NT x 32 lanes x 16 bytes
 // = 512 * S * KW * NT bytes. The weight ring is reused for the K-split reduction after the main loop.
-template <int MT, int NT, int KW, int S, int DUAL, int DT, int PF, int XS, int U>
+// A partial sum another block wrote, read past L1 (which may hold a stale line of it).
+__device__ __forceinline__ float fuse_sk_ldcg(const float* p) {
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+
+template <int MT, int NT, int KW, int S, int DUAL, int DT, int PF, int XS, int U, int SP>
 __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4* smem) {
     constexpr int D = DUAL ? 2 : 1;
     constexpr int L = 2 * D * MT;     // 16-byte weight loads per thread per chunk
@@ -193,7 +214,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
     constexpr int BM = 8 * NT;        // rows per block
     static_assert(8 % KW == 0, "FUSE_SK_KW must divide 8");
     static_assert(S >= 2, "FUSE_SK_S must be >= 2");
-    static_assert(MT >= 1 && NT >= 1 && U >= 1, "FUSE_SK_MT, FUSE_SK_NT, FUSE_SK_U must be >= 1");
+    static_assert(MT >= 1 && NT >= 1 && U >= 1 && SP >= 1, "FUSE_SK_MT, NT, U and SP must be >= 1");
     constexpr int CW = 32 * U;  // chunk width in k
     FuseSkV4* const xring = smem + 8 * S * U * L * 32;  // XS only
     float(*red)[D][MT][4][32] = reinterpret_cast<float(*)[D][MT][4][32]>(smem);
@@ -205,7 +226,8 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
 
     const long long M = p.gemm.m, N = p.gemm.n, K = p.gemm.k;
     const unsigned mblocks = (unsigned)((M + BM - 1) / BM);
-    const unsigned mb = blockIdx.x % mblocks, nb = blockIdx.x / mblocks;
+    const unsigned tile = blockIdx.x / SP, split = blockIdx.x % SP;
+    const unsigned mb = tile % mblocks, nb = tile / mblocks;
     const long long m0 = (long long)mb * BM;
     const long long nblk = (long long)nb * BN;
     const long long n0 = nblk + (long long)ng * 16 * MT;  // first weight row of this warp
@@ -223,10 +245,13 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
 
     // This warp's chunks: global 32-wide chunk q = c * KW + kw, c = 0 .. nch-1. With XS the NG warps of the same
     // kw share the X ring and step together (named barrier 1 + kw), so inactive warps (n0 >= N) step along too.
-    const long long T = (K + CW - 1) / CW;
+    // This block's k chunks: [q0, q0 + T) of all of them (all when SP = 1).
+    const long long chunks = (K + CW - 1) / CW;
+    const long long q0 = chunks * split / SP;
+    const long long T = chunks * (split + 1) / SP - q0;
     const int nch = ((XS || wact) && T > kw) ? (int)((T - kw + KW - 1) / KW) : 0;
     if (nch > 0) {
-        const long long koff = (long long)kw * CW + 8 * U * t;  // + 8u for piece u
+        const long long koff = (q0 + kw) * CW + 8 * U * t;  // + 8u for piece u
         const unsigned short* wp[D][MT][2];
 #pragma unroll
         for (int d = 0; d < D; ++d) {
@@ -418,9 +443,40 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                     s0 += red[grp * KW + w][0][i][reg][ln];
                     if (DUAL) s1 += red[grp * KW + w][D - 1][i][reg][ln];
                 }
+                if (SP == 1) {
+                    fuse_gemm_epilogue(p.epi, m, n, s0, DUAL ? s1 : 0.f);
+                } else {
+                    float* w = p.gemm.ws + ((long long)blockIdx.x * (BM * BN) + (8 * j + rr) * BN + c) * D;
+                    w[0] = s0;
+                    if (DUAL) w[1] = s1;
+                }
+            }
+        }
+    }
+    if (SP > 1) {
+        // The last of the tile's SP blocks to get here sums the partials in split order and runs the epilogue.
+        __shared__ unsigned fuse_sk_last;
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) fuse_sk_last = atomicAdd(p.gemm.counters + tile, 1u) == SP - 1;
+        __syncthreads();
+        if (!fuse_sk_last) return;
+        __threadfence();
+        for (int e = tid; e < BM * BN; e += 256) {
+            const int c = e % BN, r = e / BN;
+            const long long m = m0 + r, n = nblk + c;
+            if (m < M && n < N) {
+                float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+                for (int q = 0; q < SP; ++q) {
+                    const float* w = p.gemm.ws + ((long long)(tile * SP + q) * (BM * BN) + e) * D;
+                    s0 += fuse_sk_ldcg(w);
+                    if (DUAL) s1 += fuse_sk_ldcg(w + 1);
+                }
                 fuse_gemm_epilogue(p.epi, m, n, s0, DUAL ? s1 : 0.f);
             }
         }
+        if (tid == 0) p.gemm.counters[tile] = 0u;
     }
 }
 
@@ -453,6 +509,9 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
 #ifndef FUSE_SK_MINB
 #define FUSE_SK_MINB 3
 #endif
+#ifndef FUSE_SK_SP
+#define FUSE_SK_SP 1
+#endif
 // Dynamic shared memory bytes the launch must pass (and the kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
 #undef FUSE_SK_SMEM_BYTES
 #define FUSE_SK_SMEM_BYTES \
@@ -465,5 +524,5 @@ extern "C" __global__ void __launch_bounds__(256, FUSE_SK_MINB) FUSE_SKINNY_NAME
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(fuse_sk_dsize));
     if (fuse_sk_dsize < (unsigned)(FUSE_SK_SMEM_BYTES)) __trap();
     fuse_sk_body<FUSE_SK_MT, FUSE_SK_NT, FUSE_SK_KW, FUSE_SK_S, FUSE_SKINNY_DUAL, FUSE_SK_DT, FUSE_SK_PF,
-                 FUSE_SK_XS, FUSE_SK_U>(p, fuse_sk_dsmem);
+                 FUSE_SK_XS, FUSE_SK_U, FUSE_SK_SP>(p, fuse_sk_dsmem);
 }
