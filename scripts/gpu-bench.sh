@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after `../shared/device/gpu-pack` packed .gpu/ here:
 #   scripts/gpu-bench.sh OUTDIR [peer modes]
-# Runs the GPU test suite, the MLP benchmark, the main job and the PyTorch peers in one go, and writes every
-# log and JSON under OUTDIR (tables print as they come). Peer modes default to the cheap ones; the
-# torch.compile max-autotune modes take minutes of compilation (pass "autotune,autotune-graph" for those).
+# Runs the GPU test suite (and its skinny-template tests under compute-sanitizer), the MLP benchmark, the main
+# job, the start-up measurements (fresh processes, empty and warm caches, pre-tuning every bucket) and the
+# PyTorch peers in one go, and writes every log and JSON under OUTDIR: eight files, the most the device tool
+# brings back (tables print as they come). Peer modes default to the cheap ones; the torch.compile
+# max-autotune modes take minutes of compilation (pass "autotune,autotune-graph" for those).
 set -uo pipefail
 out=${1:?usage: scripts/gpu-bench.sh OUTDIR [peer modes]}
 modes=${2:-eager,merged,compile,eager-graph}
@@ -17,8 +19,9 @@ grep -E "^== |test result|FAILED|panicked" "$out/gpu-tests.log" | tail -20
 gpu_test=$(ls .gpu/bin/test-gpu-* | head -1)
 LD_LIBRARY_PATH=/usr/local/cuda/lib64 FUSE_TEST_GPU=1 /usr/local/cuda/bin/compute-sanitizer --tool memcheck \
   "$gpu_test" skinny::every_skinny_config_matches_the_reference skinny::the_skinny_epilogue_reads_other_inputs \
-  >"$out/sanitizer.log" 2>&1 || status=1
-grep -E "ERROR SUMMARY|test result" "$out/sanitizer.log" | tail -3
+  >"$out/sanitizer.txt" 2>&1 || status=1
+grep -E "ERROR SUMMARY|test result" "$out/sanitizer.txt" | tail -3
+{ echo "== compute-sanitizer memcheck, skinny tests"; cat "$out/sanitizer.txt"; } >>"$out/gpu-tests.log" && rm -f "$out/sanitizer.txt"
 .gpu/run --example bench_mlp --json "$out/bench.json" 2>&1 | tee "$out/bench.log" || status=1
 .gpu/run --example llama_mlp 2>&1 | tail -8 | tee "$out/llama_mlp.log" || status=1
 # Start-up: the first call in a fresh process, with an empty cache (tuning off, then on) and a warm one.
@@ -33,7 +36,6 @@ startup() { # $1 label, $2 batch; the rest of the environment is set by the call
   FUSE_CACHE_DIR=$cache startup "warm cache (kernels and tune results)" 1
   FUSE_CACHE_DIR=$cache startup "warm kernels, tuning a new bucket" 256
   FUSE_CACHE_DIR=$cache startup "warm cache" 256
-  cp "$cache/tune.tsv" "$out/tune-startup.tsv" 2>/dev/null
   # Pre-tuning every bucket from an empty cache (kernels compiled, every candidate timed: the full mode).
   cache=$(mktemp -d)
   FUSE_CACHE_DIR=$cache .gpu/run --example tune_mlp --out "$out/tune-mlp.tsv" --mode full 2>&1 | grep -E "tuned|->"
