@@ -2,6 +2,10 @@
 //! interpreter that defines every op, and the CUDA code generator. No syn, no GPU: everything here
 //! is unit-testable and shared by the macro, the runtime and tools.
 
+// The test graphs shared with the integration tests (tests/common/samples.rs) name this crate `fuse_ir`.
+#[cfg(test)]
+extern crate self as fuse_ir;
+
 mod dtype;
 pub mod codegen;
 pub mod graph;

@@ -5,6 +5,10 @@ use fuse_ir::graph::InputKind;
 use fuse_ir::plan::is_free;
 use fuse_ir::{BinaryOp, DType, Graph, GroupKind, NodeId, Op, Plan, ReduceOp, UnaryOp};
 
+#[path = "common/samples.rs"]
+mod samples;
+use samples::{attention, chain10, llama_mlp};
+
 /// The fused plan, checked: it verifies, the unfused plan verifies, and the kind rules hold.
 fn planned(g: &Graph) -> Plan {
     let plan = Plan::fused(g);
@@ -55,24 +59,6 @@ fn check_structure(g: &Graph, plan: &Plan) {
     for id in g.ids().filter(|&id| is_free(g.op(id))) {
         assert_eq!(owner[id.index()], None);
     }
-}
-
-/// `(silu(x @ wg) * (x @ wu)) @ wd`, weights `[out, in]` (transposed in the graph) or `[in, out]`.
-fn llama_mlp(transposed_weights: bool) -> (Graph, [NodeId; 4]) {
-    let mut g = Graph::new("mlp");
-    let x = g.input("x", InputKind::Tensor);
-    let mut weights = Vec::new();
-    for name in ["w_gate", "w_up", "w_down"] {
-        let w = g.input(name, InputKind::Tensor);
-        weights.push(if transposed_weights { g.transpose(w, &format!("{name}.t()")) } else { w });
-    }
-    let gate = g.matmul(x, weights[0], "x.matmul(w_gate)");
-    let act = g.unary(UnaryOp::Silu, gate, "silu(x.matmul(w_gate))");
-    let up = g.matmul(x, weights[1], "x.matmul(w_up)");
-    let h = g.binary(BinaryOp::Mul, act, up, "silu(..) * x.matmul(w_up)");
-    let out = g.matmul(h, weights[2], "h.matmul(w_down)");
-    g.outputs = vec![out];
-    (g, [gate, up, h, out])
 }
 
 #[test]
@@ -147,23 +133,7 @@ fn transformer_block_is_at_most_three_kernels() {
 
 #[test]
 fn pointwise_chain_with_broadcasts_is_one_kernel() {
-    let mut g = Graph::new("chain");
-    let x = g.input("x", InputKind::Tensor);
-    let bias = g.input("bias", InputKind::Tensor);
-    let s = g.input("s", InputKind::Scalar);
-    let half = g.constant(0.5);
-    let three = g.constant(3.0);
-    let mut v = g.binary(BinaryOp::Add, x, bias, "x + bias");
-    v = g.binary(BinaryOp::Mul, v, s, "* s");
-    v = g.unary(UnaryOp::GeluTanh, v, "gelu_tanh");
-    v = g.binary(BinaryOp::Sub, v, half, "- 0.5");
-    v = g.unary(UnaryOp::Abs, v, "abs");
-    v = g.binary(BinaryOp::Add, v, three, "+ 3.0");
-    v = g.unary(UnaryOp::Log, v, "log");
-    v = g.binary(BinaryOp::Maximum, v, bias, "maximum(v, bias)");
-    v = g.binary(BinaryOp::Pow, v, s, "powf(s)");
-    v = g.cast(v, DType::BF16, "to_dtype(bf16)");
-    g.outputs = vec![v];
+    let (g, [x, bias, s]) = chain10();
     let plan = planned(&g);
     assert_eq!(kinds(&plan), [GroupKind::Pointwise]);
     assert_eq!(plan.groups[0].nodes.len(), 10);
@@ -249,14 +219,7 @@ fn a_shared_left_operand_chain_is_the_dual_gemm_prologue() {
 
 #[test]
 fn attention_is_gemm_rowreduce_gemm() {
-    let mut g = Graph::new("attention");
-    let [q, k, v] = ["q", "k", "v"].map(|n| g.input(n, InputKind::Tensor));
-    let scale = g.input("scale", InputKind::Scalar);
-    let kt = g.transpose(k, "k.t()");
-    let scores = g.matmul(q, kt, "q.matmul(k.t())");
-    let scores = g.binary(BinaryOp::Mul, scores, scale, "* scale");
-    let p = g.softmax(scores, "softmax(..)");
-    g.outputs = vec![g.matmul(p, v, "p.matmul(v)")];
+    let g = attention();
     assert_eq!(kinds(&planned(&g)), [GroupKind::Gemm, GroupKind::RowReduce, GroupKind::Gemm]);
 }
 

@@ -6,6 +6,15 @@ use super::*;
 use crate::graph::InputKind as ArgKind;
 use crate::op::{BinaryOp, ReduceOp, UnaryOp};
 
+#[path = "../../tests/common/samples.rs"]
+mod samples;
+use samples::{attention, chain10};
+
+/// The Llama MLP with checkpoint-layout weights (`.t()` in the graph).
+fn llama_mlp() -> Graph {
+    samples::llama_mlp(true).0
+}
+
 fn kernels(g: &Graph) -> (Plan, Vec<KernelSpec>) {
     let plan = Plan::fused(g);
     plan.verify(g).expect("the planner's plan verifies");
@@ -17,25 +26,6 @@ fn summary(specs: &[KernelSpec]) -> Vec<(KernelKind, Role, usize)> {
     specs.iter().map(|s| (s.kind, s.role, s.group)).collect()
 }
 
-/// `(silu(x @ wg) * (x @ wu)) @ wd` with checkpoint-layout weights.
-fn llama_mlp() -> Graph {
-    let mut g = Graph::new("mlp");
-    let x = g.input("x", ArgKind::Tensor);
-    let w: Vec<NodeId> = ["w_gate", "w_up", "w_down"]
-        .iter()
-        .map(|n| {
-            let w = g.input(n, ArgKind::Tensor);
-            g.transpose(w, "w.t()")
-        })
-        .collect();
-    let gate = g.matmul(x, w[0], "x.matmul(w_gate)");
-    let act = g.unary(UnaryOp::Silu, gate, "silu(..)");
-    let up = g.matmul(x, w[1], "x.matmul(w_up)");
-    let h = g.binary(BinaryOp::Mul, act, up, "silu(..) * ..");
-    g.outputs = vec![g.matmul(h, w[2], "h.matmul(w_down)")];
-    g
-}
-
 fn rms_norm() -> Graph {
     let mut g = Graph::new("norm");
     let x = g.input("x", ArgKind::Tensor);
@@ -43,39 +33,6 @@ fn rms_norm() -> Graph {
     let eps = g.input("eps", ArgKind::Scalar);
     g.outputs = vec![g.rms_norm(x, w, eps, "rms_norm(x, w, eps)")];
     g
-}
-
-fn attention() -> Graph {
-    let mut g = Graph::new("attention");
-    let [q, k, v] = ["q", "k", "v"].map(|n| g.input(n, ArgKind::Tensor));
-    let scale = g.input("scale", ArgKind::Scalar);
-    let kt = g.transpose(k, "k.t()");
-    let scores = g.matmul(q, kt, "q.matmul(k.t())");
-    let scores = g.binary(BinaryOp::Mul, scores, scale, "* scale");
-    let p = g.softmax(scores, "softmax(..)");
-    g.outputs = vec![g.matmul(p, v, "p.matmul(v)")];
-    g
-}
-
-/// Ten pointwise ops with a broadcast bias, a scalar argument and literals.
-fn chain10() -> (Graph, [NodeId; 3]) {
-    let mut g = Graph::new("chain");
-    let x = g.input("x", ArgKind::Tensor);
-    let bias = g.input("bias", ArgKind::Tensor);
-    let s = g.input("s", ArgKind::Scalar);
-    let (half, three) = (g.constant(0.5), g.constant(3.0));
-    let mut v = g.binary(BinaryOp::Add, x, bias, "x + bias");
-    v = g.binary(BinaryOp::Mul, v, s, "* s");
-    v = g.unary(UnaryOp::GeluTanh, v, "gelu_tanh");
-    v = g.binary(BinaryOp::Sub, v, half, "- 0.5");
-    v = g.unary(UnaryOp::Abs, v, "abs");
-    v = g.binary(BinaryOp::Add, v, three, "+ 3.0");
-    v = g.unary(UnaryOp::Log, v, "log");
-    v = g.binary(BinaryOp::Maximum, v, bias, "maximum(v, bias)");
-    v = g.binary(BinaryOp::Pow, v, s, "powf(s)");
-    v = g.cast(v, DType::BF16, "to_dtype(bf16)");
-    g.outputs = vec![v];
-    (g, [x, bias, s])
 }
 
 #[test]
