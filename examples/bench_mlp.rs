@@ -12,20 +12,16 @@
 //!
 //! Run: `cargo run --release --example bench_mlp [-- --ms 1,16 --reps 50 --paths-max-m 256 --json FILE]`
 
+#[path = "common/llama.rs"]
+mod llama;
+
 use fuse::prelude::*;
 use fuse::CudaDevice;
+use llama::{bf16_tensor, llama_mlp_fused, HIDDEN, INTER};
 use std::fmt::Write as _;
 
-const HIDDEN: usize = 4096;
-const INTER: usize = 14336;
 const WARMUP: usize = 5;
 const BACK_TO_BACK_ROUNDS: usize = 5;
-
-#[fuse]
-fn llama_mlp(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) -> Result<Tensor> {
-    let h = silu(x.matmul(&w_gate.t())) * x.matmul(&w_up.t());
-    Ok(h.matmul(&w_down.t()))
-}
 
 struct Options {
     ms: Vec<usize>,
@@ -50,20 +46,6 @@ fn parse_args() -> std::result::Result<Options, String> {
         }
     }
     Ok(o)
-}
-
-/// Deterministic values in [-scale, scale): a cheap hash, so 176M weights fill quickly.
-fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-    (0..n as u64)
-        .map(|i| {
-            let h = (i ^ seed).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            ((h >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
-}
-
-fn bf16_tensor(shape: &[usize], seed: u64, scale: f32, dev: &Device) -> Result<Tensor> {
-    Tensor::from_vec(values(shape.iter().product(), seed, scale), shape, dev)?.to_dtype(DType::BF16)
 }
 
 /// Times `work` with CUDA events on the device's stream: the median of `reps` runs after warm-up, in ms.
@@ -216,9 +198,7 @@ fn main() -> Result<()> {
     let rate = matmul_rate(&dev, gpu, 20)?;
     println!("{dev} ({}): copy {:.2} TB/s, cuBLAS bf16 {:.0} TFLOP/s", gpu.arch(), bandwidth / 1e12, rate / 1e12);
 
-    let w_gate = bf16_tensor(&[INTER, HIDDEN], 11, 0.02, &dev)?;
-    let w_up = bf16_tensor(&[INTER, HIDDEN], 12, 0.02, &dev)?;
-    let w_down = bf16_tensor(&[HIDDEN, INTER], 13, 0.02, &dev)?;
+    let [w_gate, w_up, w_down] = llama::weights(&dev)?;
     let f = llama_mlp_fused();
     let flush = Tensor::from_vec(vec![1.0f32; 1 << 26], &[1 << 26], &dev)?;
     println!(

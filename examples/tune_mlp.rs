@@ -5,18 +5,13 @@
 //!
 //! Run: `cargo run --release --example tune_mlp -- --out tune.tsv [--ms 1,4,16,64,256,1024,4096] [--mode full|fast]`
 
+#[path = "common/llama.rs"]
+mod llama;
+
 use fuse::prelude::*;
 use fuse::tune::AutotuneMode;
+use llama::{bf16_tensor, llama_mlp, HIDDEN};
 use std::time::Instant;
-
-const HIDDEN: usize = 4096;
-const INTER: usize = 14336;
-
-#[fuse]
-fn llama_mlp(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) -> Result<Tensor> {
-    let h = silu(x.matmul(&w_gate.t())) * x.matmul(&w_up.t());
-    Ok(h.matmul(&w_down.t()))
-}
 
 struct Options {
     out: String,
@@ -53,18 +48,6 @@ fn parse_args() -> std::result::Result<Options, String> {
     Ok(o)
 }
 
-/// Uniform-ish values in [-scale, scale) from a cheap hash (the tuner needs real data, not zeros).
-fn bf16_tensor(shape: &[usize], seed: u64, scale: f32, dev: &Device) -> Result<Tensor> {
-    let n: usize = shape.iter().product();
-    let data: Vec<f32> = (0..n as u64)
-        .map(|i| {
-            let h = (i ^ seed).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            ((h >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect();
-    Tensor::from_vec(data, shape, dev)?.to_dtype(DType::BF16)
-}
-
 fn main() -> Result<()> {
     let opts = parse_args().unwrap_or_else(|e| {
         eprintln!("tune_mlp: {e}");
@@ -73,9 +56,7 @@ fn main() -> Result<()> {
     let dev = Device::cuda(0)?;
     fuse::tune::set_tune_file(&opts.out);
     fuse::tune::set_mode(opts.mode);
-    let w_gate = bf16_tensor(&[INTER, HIDDEN], 11, 0.02, &dev)?;
-    let w_up = bf16_tensor(&[INTER, HIDDEN], 12, 0.02, &dev)?;
-    let w_down = bf16_tensor(&[HIDDEN, INTER], 13, 0.02, &dev)?;
+    let [w_gate, w_up, w_down] = llama::weights(&dev)?;
     let start = Instant::now();
     for &m in &opts.ms {
         let x = bf16_tensor(&[m, HIDDEN], 100 + m as u64, 1.0, &dev)?;
