@@ -145,9 +145,10 @@ fn batch_dual_gemms() -> bool {
     *BATCH.get_or_init(|| std::env::var("FUSE_DUAL_GEMM").map_or(true, |v| v != "split"))
 }
 
-/// How a launch plan runs a DualGemm's two products, recorded as calls `a` and `b` with their weights at
-/// `weights` (the same tests as `LaunchPlan::build` and `run_step`): the one batched call and whether
-/// the second weight is its batch 0 (lower in memory), or why it makes two calls. For FUSE_DEBUG>=3.
+/// How a DualGemm's two products run on the `cublas` path, as calls `a` and `b` with their weights at
+/// `weights`: the one batched call and whether the second weight is its batch 0 (lower in memory), or why
+/// it makes two calls. The executor's first call (`gemm_paths.rs`) and FUSE_DEBUG>=3 ask this; a replay
+/// makes the same tests (`LaunchPlan::build`, `run_step`).
 pub(crate) fn dual_gemm_pairing(
     a: &GemmCall,
     b: &GemmCall,
