@@ -126,10 +126,10 @@ impl TuneTable {
 
     /// Keeps a result and writes the file (merged with what is on disk now).
     pub(crate) fn record(&mut self, key: TuneKey, choice: &str, micros: f64) {
-        self.map.insert(key.clone(), (choice.to_string(), micros));
+        self.map.insert(key, (choice.to_string(), micros));
         let Some(path) = self.path.clone() else { return };
+        // What is on disk now (another process may have written since), with this process's results on top.
         let mut merged = read(&path);
-        merged.insert(key, (choice.to_string(), micros));
         merged.extend(self.map.iter().map(|(k, v)| (k.clone(), v.clone())));
         if let Err(e) = write_atomically(&path, &render(&merged)) {
             if !self.warned_write {
