@@ -1,6 +1,6 @@
 //! Every CUDA kernel the code generator emits for a corpus of `#[fuse]` functions (every op, every kind of
 //! group, the Llama MLP, rms_norm -> MLP -> residual, attention, a ten-op chain) compiles with NVRTC to PTX
-//! for sm_80 and sm_90, in f32/f16/bf16, with scalar and tensor arguments, dense and strided, and assembles
+//! for sm_80 and sm_90 (the wgmma template for sm_90a), in f32/f16/bf16, with scalar and tensor arguments, dense and strided, and assembles
 //! with `ptxas -v` without register spills. No GPU needed.
 //!
 //! Without NVRTC the test says it skipped; with `FUSE_TEST_NVRTC=1` (scripts/test.sh sets it once
@@ -21,6 +21,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 const ARCHS: [&str; 2] = ["sm_80", "sm_90"];
+const WGMMA_ARCHS: [&str; 1] = ["sm_90a"];
 /// Functions whose kernels are checked with every define variant (each kind of kernel and role is here).
 const FULL_MATRIX: [&str; 4] = ["chain10", "ffn_block", "attention", "scaled_projection"];
 
@@ -99,6 +100,18 @@ fn variants(g: &Graph, spec: &KernelSpec) -> Vec<Vec<String>> {
         sets.push([codegen::defines(spec, &slots(DType::F16, false), &outs(DType::F32)), f16].concat());
         return sets;
     }
+    if spec.role == Role::Wgmma {
+        // Every config the group's product count allows, in bf16; the first in f16.
+        let dual = spec.source.contains("#define FUSE_WGMMA_DUAL 1");
+        let mut sets: Vec<Vec<String>> = codegen::WGMMA_CONFIGS
+            .iter()
+            .filter(|c| c.supports(dual))
+            .map(|c| [codegen::defines(spec, &slots(DType::BF16, true), &outs(DType::BF16)), c.defines(DType::BF16)].concat())
+            .collect();
+        let f16 = codegen::WGMMA_CONFIGS[0].defines(DType::F16);
+        sets.push([codegen::defines(spec, &slots(DType::F16, false), &outs(DType::F32)), f16].concat());
+        return sets;
+    }
     let dense = spec.kind == KernelKind::Pointwise;
     let sets = [
         (codegen::defines(spec, &slots(DType::BF16, true), &outs(DType::BF16)), dense),
@@ -134,7 +147,7 @@ fn check_coverage(kernels: &[(Graph, KernelSpec)]) {
     for kind in [KernelKind::Pointwise, KernelKind::RowReduce] {
         assert!(kernels.iter().any(|(_, s)| s.kind == kind), "no {kind:?} kernel");
     }
-    for role in [Role::Whole, Role::Prologue, Role::Epilogue, Role::Skinny] {
+    for role in [Role::Whole, Role::Prologue, Role::Epilogue, Role::Skinny, Role::Wgmma] {
         assert!(kernels.iter().any(|(_, s)| s.role == role), "no {role:?} kernel");
     }
 }
@@ -182,8 +195,12 @@ fn every_generated_kernel_compiles_and_assembles_without_spills() {
         .enumerate()
         .flat_map(|(i, (g, spec))| {
             let all = variants(g, spec);
-            let chosen = if FULL_MATRIX.contains(&g.name.as_str()) { all } else { vec![all[i % all.len()].clone()] };
-            chosen.into_iter().flat_map(move |d| ARCHS.map(|arch| (i, d.clone(), arch)))
+            // Every wgmma config (each takes seconds) only for the MLP block, the shape it is for.
+            let full = FULL_MATRIX.contains(&g.name.as_str()) && (spec.role != Role::Wgmma || g.name == "ffn_block");
+            let chosen = if full { all } else { vec![all[i % all.len()].clone()] };
+            // The wgmma template is for sm_90a alone (the runtime offers it on sm_90 GPUs only).
+            let archs: &[&'static str] = if spec.role == Role::Wgmma { &WGMMA_ARCHS } else { &ARCHS };
+            chosen.into_iter().flat_map(move |d| archs.iter().map(move |&arch| (i, d.clone(), arch)))
         })
         .collect();
     let started = Instant::now();

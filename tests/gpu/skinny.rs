@@ -1,20 +1,38 @@
-//! The GEMM paths, each forced in turn (the skinny template in every config, and the library paths):
-//! against the reference at odd shapes (rows 1, 3, 17, 100; output columns and inner sizes that are no
-//! multiple of any tile), against cuBLAS at the Llama MLP's sizes at every M of BENCH.md, with an epilogue
-//! that reads another input; and the autotuner's choice being recorded.
+//! The GEMM paths, each forced in turn (the skinny and wgmma templates in every config, and the library
+//! paths): against the reference at odd shapes (rows 1, 3, 17, 100, 300; output columns and inner sizes
+//! that are no multiple of any tile), against cuBLAS at the Llama MLP's sizes at every M of BENCH.md, with
+//! an epilogue that reads another input; and the autotuner's choice being recorded. The wgmma template
+//! runs on sm_90 GPUs only: elsewhere its paths are skipped, visibly.
 
-use crate::fused_fns::{ffn_block_fused, llama_mlp_fused};
+use crate::fused_fns::{ffn_block_fused, llama_mlp_fused, scaled_projection_fused};
 use crate::{assert_close, gpu, random, rng, tolerance};
-use fuse::ir::codegen::SKINNY_CONFIGS;
+use fuse::ir::codegen::{SKINNY_CONFIGS, WGMMA_CONFIGS};
 use fuse::prelude::*;
 
 const ODD_ROWS: [usize; 4] = [1, 3, 17, 100];
 
-/// Every GEMM path the tuner may choose: the library ones (paired and split cuBLAS, cuBLASLt's first
-/// algorithm) and each skinny config.
+/// The template configs that hold two products (a DualGemm's), as path names.
+fn template_paths(dual: bool) -> Vec<String> {
+    let skinny = SKINNY_CONFIGS.iter().map(|c| format!("skinny:{}", c.name));
+    skinny.chain(WGMMA_CONFIGS.iter().filter(|c| c.supports(dual)).map(|c| format!("wgmma:{}", c.name))).collect()
+}
+
+/// Every GEMM path the tuner may choose for the Llama MLP: the library ones (paired and split cuBLAS,
+/// cuBLASLt's first algorithm) and each template config that holds its dual product.
 fn every_path() -> Vec<String> {
     let library = ["cublas", "cublas:split", "cublaslt:0"].map(String::from);
-    library.into_iter().chain(SKINNY_CONFIGS.iter().map(|c| format!("skinny:{}", c.name))).collect()
+    library.into_iter().chain(template_paths(true)).collect()
+}
+
+/// Whether this GPU runs `path` (the wgmma template: sm_90 only); says so when it does not.
+fn runs_here(path: &str, f: &FusedFn, args: &[fuse::Arg<'_>]) -> bool {
+    match fuse::tune::with_gemm_choice(path, || f.call_with(args, Fusion::On)) {
+        Err(e) if path.starts_with("wgmma:") && e.to_string().contains("sm_90 GPUs only") => {
+            eprintln!("gpu::skinny: SKIPPED {path} (this GPU is not sm_90): {e}");
+            false
+        }
+        _ => true,
+    }
 }
 
 fn forced(path: &str, f: &FusedFn, args: &[fuse::Arg<'_>]) -> Vec<Tensor> {
@@ -35,7 +53,7 @@ fn every_skinny_config_matches_the_reference_at_odd_shapes() {
                 let wd = random(&mut r, &[h, i], dtype, -0.2, 0.2, &dev);
                 let args = [fuse::arg(&x), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd)];
                 let want = fuse::reference(llama_mlp_fused(), &args).expect("reference");
-                for path in every_path() {
+                for path in every_path().into_iter().filter(|p| runs_here(p, llama_mlp_fused(), &args)) {
                     let got = forced(&path, llama_mlp_fused(), &args);
                     assert_close(&format!("llama_mlp {path} h={h} i={i} m={rows}"), &got[0], &want[0], dtype);
                 }
@@ -58,8 +76,7 @@ fn the_skinny_epilogue_reads_other_inputs() {
         let wd = random(&mut r, &[h, i], DType::BF16, -0.2, 0.2, &dev);
         let args = [fuse::arg(&x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd), fuse::arg(&1e-5f32)];
         let want = fuse::reference(ffn_block_fused(), &args).expect("reference");
-        for config in SKINNY_CONFIGS {
-            let path = format!("skinny:{}", config.name);
+        for path in template_paths(true).into_iter().filter(|p| runs_here(p, ffn_block_fused(), &args)) {
             let got = forced(&path, ffn_block_fused(), &args);
             assert_close(&format!("ffn_block {path} m={rows}"), &got[0], &want[0], DType::BF16);
         }
@@ -78,14 +95,48 @@ fn every_skinny_config_matches_cublas_at_the_llama_sizes() {
         let x = random(&mut r, &[rows, h], DType::BF16, -1.0, 1.0, &dev);
         let args = [fuse::arg(&x), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd)];
         let want = forced("cublas", llama_mlp_fused(), &args);
-        for config in SKINNY_CONFIGS {
-            let path = format!("skinny:{}", config.name);
+        for path in template_paths(true).into_iter().filter(|p| runs_here(p, llama_mlp_fused(), &args)) {
             let got = forced(&path, llama_mlp_fused(), &args);
             // Both round to bf16 twice (h, then y); they differ by rounding, well inside the reference's tolerance.
             assert_close(&format!("llama_mlp {path} vs cublas m={rows}"), &got[0], &want[0], DType::BF16);
         }
     }
     assert!(tolerance(DType::BF16) < 0.05);
+}
+
+#[test]
+fn every_wgmma_config_runs_a_single_product_with_prologue_and_epilogue() {
+    // scaled_projection: relu(x * row_scale) is a prologue kernel, tanh the template's epilogue; one
+    // product, so the configs too large for two (BM 256) run too. 300 rows: several blocks of 256.
+    let Some((dev, _gpu)) = gpu() else { return };
+    let mut r = rng(85);
+    for (k, n) in [(136, 1000), (264, 4104)] {
+        for rows in [1, 3, 17, 100, 300] {
+            let x = random(&mut r, &[rows, k], DType::BF16, -1.0, 1.0, &dev);
+            let scale = random(&mut r, &[rows, 1], DType::BF16, 0.5, 1.5, &dev);
+            let w = random(&mut r, &[n, k], DType::BF16, -0.2, 0.2, &dev);
+            let args = [fuse::arg(&x), fuse::arg(&scale), fuse::arg(&w)];
+            let want = fuse::reference(scaled_projection_fused(), &args).expect("reference");
+            for c in WGMMA_CONFIGS {
+                let path = format!("wgmma:{}", c.name);
+                if !runs_here(&path, scaled_projection_fused(), &args) {
+                    return;
+                }
+                let got = forced(&path, scaled_projection_fused(), &args);
+                assert_close(&format!("scaled_projection {path} k={k} n={n} m={rows}"), &got[0], &want[0], DType::BF16);
+            }
+        }
+    }
+    // Two products do not fit BM 256: forcing it on the MLP's dual GEMM is an error that says so.
+    let x = random(&mut r, &[5, 64], DType::BF16, -1.0, 1.0, &dev);
+    let w = random(&mut r, &[96, 64], DType::BF16, -0.2, 0.2, &dev);
+    let wd = random(&mut r, &[64, 96], DType::BF16, -0.2, 0.2, &dev);
+    let args = [fuse::arg(&x), fuse::arg(&w), fuse::arg(&w), fuse::arg(&wd)];
+    if let Err(e) = fuse::tune::with_gemm_choice("wgmma:n256", || llama_mlp_fused().call_with(&args, Fusion::On)) {
+        assert!(e.to_string().contains("two products") || e.to_string().contains("sm_90 GPUs only"), "{e}");
+    } else {
+        panic!("wgmma:n256 ran a dual GEMM");
+    }
 }
 
 #[test]

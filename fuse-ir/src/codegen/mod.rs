@@ -11,18 +11,21 @@
 //! - Gemm/DualGemm groups: the matmuls are library calls; a Prologue kernel writes their left operand when
 //!   the group has pointwise work on it, an Epilogue kernel reads the products and applies the rest.
 //!   Such a group also gets a Skinny kernel (`skinny.rs`): the matmuls and the epilogue in one kernel, for
-//!   few rows; the runtime picks, per shape, between it and the library calls.
+//!   few rows, and a Wgmma kernel (`wgmma.rs`), the same for many rows on sm_90a; the runtime picks, per
+//!   shape, among them and the library calls.
 
 mod emit;
 mod pointwise;
 mod prelude;
 mod rowreduce;
 mod skinny;
+mod wgmma;
 #[cfg(test)]
 mod tests;
 
 pub use prelude::{BLOCK_THREADS, VECTOR_ELEMENTS};
 pub use skinny::{SkinnyConfig, SKINNY_CONFIGS, SKINNY_TEMPLATE};
+pub use wgmma::{WgmmaConfig, WGMMA_CONFIGS, WGMMA_TEMPLATE};
 
 use crate::graph::{Graph, NodeId};
 use crate::op::Op;
@@ -55,6 +58,8 @@ pub enum Role {
     /// A Gemm/DualGemm group's matmuls and epilogue in one kernel (after the prologue, if any): the
     /// alternative to library matmuls plus the Epilogue kernel.
     Skinny,
+    /// The same as Skinny with the tensor-core template for many rows (sm_90a only).
+    Wgmma,
 }
 
 impl Role {
@@ -64,6 +69,7 @@ impl Role {
             Role::Prologue => "_prologue",
             Role::Epilogue => "_epilogue",
             Role::Skinny => "_skinny",
+            Role::Wgmma => "_wgmma",
         }
     }
 }
@@ -95,8 +101,8 @@ pub enum InputKind {
 }
 
 /// The kernels of one group, in launch order (Gemm/DualGemm: prologue, then the library matmuls, then the
-/// epilogue; either may be absent), then a Gemm/DualGemm group's Skinny kernel, which stands in for the
-/// matmuls and the epilogue. Empty for an index out of range. Assumes a plan that `Plan::verify` accepts.
+/// epilogue; either may be absent), then a Gemm/DualGemm group's Skinny and Wgmma kernels, which each
+/// stand in for the matmuls and the epilogue. Empty for an index out of range. Assumes a plan that `Plan::verify` accepts.
 /// Same input => byte-identical output.
 pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
     let Some(grp) = plan.groups.get(group) else { return Vec::new() };
@@ -128,7 +134,21 @@ pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
         let skinny::SkinnyEpilogue { inputs, outputs, nodes } = epilogue;
         let parts = emit::KernelParts { g, name: &name, inputs: &inputs, outputs: &outputs, nodes: &nodes };
         let source = skinny::source(&parts, &grp.matmuls);
+        let wgmma_name = format!("{base}{}", Role::Wgmma.suffix());
+        let parts = emit::KernelParts { name: &wgmma_name, ..parts };
+        let wgmma_source = wgmma::source(&parts, &grp.matmuls);
+        let (i, o, n) = (inputs.clone(), outputs.clone(), nodes.clone());
         specs.push(KernelSpec { name, source, kind: KernelKind::Pointwise, group, role: Role::Skinny, inputs, outputs, nodes });
+        specs.push(KernelSpec {
+            name: wgmma_name,
+            source: wgmma_source,
+            kind: KernelKind::Pointwise,
+            group,
+            role: Role::Wgmma,
+            inputs: i,
+            outputs: o,
+            nodes: n,
+        });
     }
     specs
 }

@@ -170,30 +170,45 @@ pub(super) fn epilogue(g: &Graph, grp: &Group) -> Option<SkinnyEpilogue> {
 
 /// The kernel's source: the prelude, the epilogue's body, `fuse_gemm_epilogue`, then the template.
 pub(super) fn source(parts: &KernelParts<'_>, matmuls: &[NodeId]) -> String {
-    let mut s = parts.preamble("skinny gemm");
-    s.push_str(&pointwise::body_function(parts));
+    let mut s = epilogue_hook(parts, matmuls, "skinny gemm");
     let _ = writeln!(s, "#define FUSE_SKINNY_NAME {}", parts.name);
     let _ = writeln!(s, "#define FUSE_SKINNY_DUAL {}", u8::from(matmuls.len() == 2));
+    s.push_str(SKINNY_TEMPLATE);
+    s
+}
+
+/// What every GEMM template is spliced after: the prelude, the epilogue's body, and the hook in two
+/// parts: `fuse_gemm_row(args, row)` (the slots' offsets for one product row, computed once per row) and
+/// `fuse_gemm_store(args, r, col, acc0, acc1)` (one element: accumulator j feeds the slot of matmul j),
+/// with `fuse_gemm_epilogue(args, row, col, acc0, acc1)` doing both.
+pub(super) fn epilogue_hook(parts: &KernelParts<'_>, matmuls: &[NodeId], kind: &str) -> String {
+    let mut s = parts.preamble(kind);
+    s.push_str(&pointwise::body_function(parts));
+    s.push_str("struct FuseGemmRow { long long bi[FUSE_NIN], si[FUSE_NIN], bo[FUSE_NOUT], so[FUSE_NOUT]; };\n");
+    s.push_str("__device__ __forceinline__ FuseGemmRow fuse_gemm_row(const FuseArgs& args, long long row) {\n");
+    s.push_str("  FuseGemmRow r;\n  fuse_row_offsets(args, row, r.bi, r.si, r.bo, r.so);\n  return r;\n}\n");
     s.push_str(
-        "__device__ __forceinline__ void fuse_gemm_epilogue(const FuseArgs& args, long long row, long long col,\n\
-         \x20                                                  float acc0, float acc1) {\n",
+        "__device__ __forceinline__ void fuse_gemm_store(const FuseArgs& args, const FuseGemmRow& r, long long col,\n\
+         \x20                                               float acc0, float acc1) {\n",
     );
-    s.push_str("  long long bi[FUSE_NIN], si[FUSE_NIN], bo[FUSE_NOUT], so[FUSE_NOUT];\n");
-    s.push_str("  fuse_row_offsets(args, row, bi, si, bo, so);\n");
     s.push_str("  float x[FUSE_NIN];\n  float y[FUSE_NOUT];\n");
     for (k, id) in parts.inputs.iter().enumerate() {
         let line = match matmuls.iter().position(|m| m == id) {
             Some(j) => format!("  x[{k}] = acc{j};"),
-            None => format!("  x[{k}] = {};", emit::read(k, &format!("bi[{k}] + col * si[{k}]"))),
+            None => format!("  x[{k}] = {};", emit::read(k, &format!("r.bi[{k}] + col * r.si[{k}]"))),
         };
         let _ = writeln!(s, "{line}");
     }
     s.push_str("  fuse_body(x, y);\n");
     for k in 0..parts.outputs.len() {
-        let _ = writeln!(s, "  {}", emit::write(k, &format!("bo[{k}] + col * so[{k}]"), &format!("y[{k}]")));
+        let _ = writeln!(s, "  {}", emit::write(k, &format!("r.bo[{k}] + col * r.so[{k}]"), &format!("y[{k}]")));
     }
-    s.push_str("}\n\n");
-    s.push_str(SKINNY_TEMPLATE);
+    s.push_str("}\n");
+    s.push_str(
+        "__device__ __forceinline__ void fuse_gemm_epilogue(const FuseArgs& args, long long row, long long col,\n\
+         \x20                                                  float acc0, float acc1) {\n\
+         \x20 fuse_gemm_store(args, fuse_gemm_row(args, row), col, acc0, acc1);\n}\n\n",
+    );
     s
 }
 

@@ -43,7 +43,13 @@ fn the_mlp_is_one_epilogue_kernel() {
     // group also has its skinny kernel (the down projection's writes the product as it is).
     assert_eq!(
         summary(&specs),
-        [(KernelKind::Pointwise, Role::Epilogue, 0), (KernelKind::Pointwise, Role::Skinny, 0), (KernelKind::Pointwise, Role::Skinny, 1)]
+        [
+            (KernelKind::Pointwise, Role::Epilogue, 0),
+            (KernelKind::Pointwise, Role::Skinny, 0),
+            (KernelKind::Pointwise, Role::Wgmma, 0),
+            (KernelKind::Pointwise, Role::Skinny, 1),
+            (KernelKind::Pointwise, Role::Wgmma, 1)
+        ]
     );
     let epilogue = &specs[0];
     assert_eq!(epilogue.name, "mlp_k0_dualgemm_silu_mul_epilogue");
@@ -68,7 +74,7 @@ fn the_skinny_kernel_feeds_the_accumulators_to_the_epilogue() {
         "#define FUSE_SKINNY_DUAL 1",
         "x[0] = acc0;",
         "x[1] = acc1;",
-        "fuse_write<FUSE_OUT0>(args.out[0], bo[0] + col * so[0], y[0]);",
+        "fuse_write<FUSE_OUT0>(args.out[0], r.bo[0] + col * r.so[0], y[0]);",
     ] {
         assert!(src.contains(line), "{line} missing from\n{src}");
     }
@@ -78,6 +84,27 @@ fn the_skinny_kernel_feeds_the_accumulators_to_the_epilogue() {
     let down = specs.iter().find(|s| s.role == Role::Skinny && s.group == 1).expect("a single skinny kernel");
     assert_eq!((down.inputs.as_slice(), down.outputs.as_slice()), (plan.groups[1].matmuls.as_slice(), plan.groups[1].outputs.as_slice()));
     assert!(down.source.contains("#define FUSE_SKINNY_DUAL 0") && down.source.contains("y[0] = v"));
+}
+
+#[test]
+fn the_wgmma_kernel_shares_the_skinny_kernels_epilogue() {
+    let g = llama_mlp();
+    let (_, specs) = kernels(&g);
+    for group in [0, 1] {
+        let of = |role| specs.iter().find(|s| s.role == role && s.group == group).expect("both templates");
+        let (skinny, wgmma) = (of(Role::Skinny), of(Role::Wgmma));
+        assert_eq!((&wgmma.inputs, &wgmma.outputs, &wgmma.nodes), (&skinny.inputs, &skinny.outputs, &skinny.nodes));
+        assert_eq!(wgmma.name, skinny.name.replace("_skinny", "_wgmma"));
+        let hook = |src: &str| {
+            let start = src.find("struct FuseGemmRow").expect("the hook");
+            src[start..start + src[start..].find("}\n\n").expect("its end")].to_string()
+        };
+        assert_eq!(hook(&wgmma.source), hook(&skinny.source), "one epilogue hook for both templates");
+        assert!(wgmma.source.ends_with(WGMMA_TEMPLATE), "the template comes last, whole");
+        let dual = if group == 0 { 1 } else { 0 };
+        assert!(wgmma.source.contains(&format!("#define FUSE_WGMMA_DUAL {dual}")));
+        assert!(wgmma.source.contains(&format!("#define FUSE_WGMMA_NAME {}", wgmma.name)));
+    }
 }
 
 #[test]
@@ -117,12 +144,14 @@ fn attention_is_an_epilogue_then_a_row_kernel() {
         [
             (KernelKind::Pointwise, Role::Epilogue, 0),
             (KernelKind::Pointwise, Role::Skinny, 0),
+            (KernelKind::Pointwise, Role::Wgmma, 0),
             (KernelKind::RowReduce, Role::Whole, 1),
-            (KernelKind::Pointwise, Role::Skinny, 2)
+            (KernelKind::Pointwise, Role::Skinny, 2),
+            (KernelKind::Pointwise, Role::Wgmma, 2)
         ]
     );
     assert_eq!(specs[0].name, "attention_k0_gemm_mul_epilogue");
-    assert_eq!(specs[2].name, "attention_k1_rowreduce_max_sub_exp_sum");
+    assert_eq!(specs[3].name, "attention_k1_rowreduce_max_sub_exp_sum");
     let scale = g.ids().find(|&id| g.op(id) == Op::Input(3)).expect("scale");
     assert_eq!(specs[0].inputs, [plan.groups[0].matmuls[0], scale]);
 }
@@ -155,7 +184,12 @@ fn a_prologue_and_an_epilogue_around_one_gemm() {
     let (_, specs) = kernels(&g);
     assert_eq!(
         summary(&specs),
-        [(KernelKind::Pointwise, Role::Prologue, 0), (KernelKind::Pointwise, Role::Epilogue, 0), (KernelKind::Pointwise, Role::Skinny, 0)]
+        [
+            (KernelKind::Pointwise, Role::Prologue, 0),
+            (KernelKind::Pointwise, Role::Epilogue, 0),
+            (KernelKind::Pointwise, Role::Skinny, 0),
+            (KernelKind::Pointwise, Role::Wgmma, 0)
+        ]
     );
     let (pro, epi) = (&specs[0], &specs[1]);
     assert_eq!(pro.name, "scaled_k0_gemm_mul_relu_tanh_prologue");

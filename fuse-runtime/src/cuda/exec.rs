@@ -181,12 +181,13 @@ fn describe_matmuls(kind: GroupKind, gemms: &[DescribedGemm], pairs: bool) -> Op
 }
 
 /// Launches a generated kernel on the device's stream with its packed `FuseArgs` words (and, for the
-/// skinny template, its `FuseGemmArgs` after them) and `shared_bytes` of dynamic shared memory.
+/// templates, their `FuseGemmArgs` after them and the wgmma template's tensor maps before them), `grid`
+/// blocks of `block` threads and `shared_bytes` of dynamic shared memory.
 pub(crate) fn launch_kernel(
     device: &CudaDevice,
     name: &str,
     function: &CudaFunction,
-    grid: u32,
+    (grid, block): (u32, u32),
     shared_bytes: u32,
     words: &mut [u64],
 ) -> Result<()> {
@@ -199,7 +200,7 @@ pub(crate) fn launch_kernel(
         cudarc::driver::result::launch_kernel(
             function.cu_function(),
             (grid, 1, 1),
-            (BLOCK_THREADS, 1, 1),
+            (block, 1, 1),
             shared_bytes,
             device.stream().cu_stream(),
             &mut params,
@@ -330,12 +331,12 @@ impl Executor<'_> {
             let function =
                 modules::kernel(self.device, self.function, &spec.name, &spec.source, kernel.source_hash, &defines)?;
             let mut words = launch.pack();
-            launch_kernel(self.device, &spec.name, &function, grid, 0, &mut words)?;
+            launch_kernel(self.device, &spec.name, &function, (grid, BLOCK_THREADS), 0, &mut words)?;
             if self.recording.is_some() {
                 let patches = self.patches(spec, &inputs);
                 if let Some(recording) = &mut self.recording {
                     let name = spec.name.clone();
-                    recording.steps.push(Step::Kernel { name, function, grid, shared_bytes: 0, words, patches });
+                    recording.steps.push(Step::Kernel { name, function, grid, block: BLOCK_THREADS, shared_bytes: 0, words, patches, maps: Vec::new() });
                 }
             }
         } else if let Some(recording) = &mut self.recording {

@@ -4,9 +4,12 @@
 //!   whole number of elements apart), then the epilogue kernel; `cublas:split`: a DualGemm's two as two
 //!   calls (at some shapes cuBLAS picks a slower kernel for the batched call);
 //! - `cublaslt:<i>`: the same through cuBLASLt with algorithm `i` of its heuristic's list;
-//! - `skinny:<config>`: the skinny template, matmuls and epilogue in one kernel (`cuda/skinny.rs`).
+//! - `skinny:<config>`: the skinny template, matmuls and epilogue in one kernel (`cuda/skinny.rs`);
+//! - `wgmma:<config>`: the same with the tensor-core template for many rows, sm_90 only (`cuda/wgmma.rs`).
 
+use super::super::launch_plan::MapPatch;
 use super::super::skinny::{skinny_gemm, SkinnyConfig, SkinnyGemm};
+use super::super::wgmma::{self, TensorMapSpec, WgmmaConfig, MAP_WORDS, PARAM_ALIGN_WORDS};
 use super::*;
 use cudarc::driver::sys::CUfunction_attribute;
 
@@ -19,6 +22,7 @@ pub(super) enum GemmPath {
     CublasSplit,
     Lt(usize),
     Skinny(&'static SkinnyConfig),
+    Wgmma(&'static WgmmaConfig),
 }
 
 impl GemmPath {
@@ -28,6 +32,7 @@ impl GemmPath {
             GemmPath::CublasSplit => "cublas:split".into(),
             GemmPath::Lt(i) => format!("cublaslt:{i}"),
             GemmPath::Skinny(c) => format!("skinny:{}", c.name),
+            GemmPath::Wgmma(c) => format!("wgmma:{}", c.name),
         }
     }
 
@@ -37,18 +42,42 @@ impl GemmPath {
             Some(("cublas", "split")) => Some(GemmPath::CublasSplit),
             Some(("cublaslt", i)) => i.parse().ok().map(GemmPath::Lt),
             Some(("skinny", c)) => SkinnyConfig::by_name(c).map(GemmPath::Skinny),
+            Some(("wgmma", c)) => WgmmaConfig::by_name(c).map(GemmPath::Wgmma),
             _ => None,
         }
     }
+
+    /// The generated kernel a template path launches (`None`: library calls plus the epilogue kernel).
+    pub(super) fn template_role(&self) -> Option<Role> {
+        match self {
+            GemmPath::Skinny(_) => Some(Role::Skinny),
+            GemmPath::Wgmma(_) => Some(Role::Wgmma),
+            _ => None,
+        }
+    }
+}
+
+/// How one template config launches for one shape.
+struct TemplateLaunch {
+    config: &'static str,
+    defines: Vec<String>,
+    arch: String,
+    grid: u32,
+    block: u32,
+    shared_bytes: usize,
+    workspace_floats: usize,
+    tiles: usize,
+    /// The wgmma template's tensor maps (X, W0, W1), which come before its FuseArgs.
+    maps: Option<[TensorMapSpec; 3]>,
 }
 
 impl Executor<'_> {
     /// The matmul part of the group (after its prologue) on `path`.
     pub(super) fn run_gemm(&mut self, index: usize, specs: &[PreparedKernel], path: &GemmPath) -> Result<()> {
         self.path = path.clone();
-        if let GemmPath::Skinny(config) = path {
-            let spec = specs.iter().find(|k| k.spec.role == Role::Skinny).ok_or_else(|| self.internal("no skinny kernel"))?;
-            return self.run_skinny(index, spec, config);
+        if let Some(role) = path.template_role() {
+            let spec = specs.iter().find(|k| k.spec.role == role).ok_or_else(|| self.internal(format!("no {role:?} kernel")))?;
+            return self.run_template(index, spec, path);
         }
         if *path != GemmPath::Cublas || !self.run_dual_pair(index)? {
             for &mm in &self.plan.groups[index].matmuls {
@@ -61,10 +90,13 @@ impl Executor<'_> {
         Ok(())
     }
 
-    /// The group's operands as the skinny template reads them, or why it cannot.
-    pub(super) fn skinny_operands(&self, index: usize, specs: &[PreparedKernel]) -> std::result::Result<SkinnyGemm, String> {
-        if !specs.iter().any(|k| k.spec.role == Role::Skinny) {
-            return Err("the group has no skinny kernel (its epilogue does not fit one)".into());
+    /// The group's operands as the template of `role` reads them, or why it cannot.
+    pub(super) fn template_operands(&self, index: usize, specs: &[PreparedKernel], role: Role) -> std::result::Result<SkinnyGemm, String> {
+        if !specs.iter().any(|k| k.spec.role == role) {
+            return Err(format!("the group has no {role:?} kernel (its epilogue does not fit one)"));
+        }
+        if role == Role::Wgmma && wgmma::compile_arch(self.device.arch()).is_none() {
+            return Err(format!("the wgmma template runs on sm_90 GPUs only, not {}", self.device.arch()));
         }
         let group = &self.plan.groups[index];
         let left = self.graph.node(group.matmuls[0]).args[0];
@@ -89,7 +121,47 @@ impl Executor<'_> {
         if a.dtype() != dtype {
             return Err("mixed dtypes".into());
         }
-        skinny_gemm(dtype, &self.matrix(&a).map_err(|e| e.to_string())?, &weights).map_err(str::to_string)
+        let gemm = skinny_gemm(dtype, &self.matrix(&a).map_err(|e| e.to_string())?, &weights).map_err(str::to_string)?;
+        if role == Role::Wgmma {
+            wgmma::check(&gemm)?;
+        }
+        Ok(gemm)
+    }
+
+    /// The launch of `path`'s template for these operands.
+    fn template_launch(&self, path: &GemmPath, gemm: &SkinnyGemm, dtype: DType, dual: bool) -> Result<TemplateLaunch> {
+        let too_large = || self.internal("the template's grid is too large");
+        Ok(match path {
+            GemmPath::Skinny(c) => TemplateLaunch {
+                config: c.name,
+                defines: c.defines(dtype),
+                arch: self.device.arch().to_string(),
+                grid: c.grid(gemm.m, gemm.n).ok_or_else(too_large)?,
+                block: BLOCK_THREADS,
+                shared_bytes: c.shared_bytes(dual),
+                workspace_floats: c.workspace_floats(gemm.m, gemm.n, dual),
+                tiles: c.tiles(gemm.m, gemm.n),
+                maps: None,
+            },
+            GemmPath::Wgmma(c) => {
+                if !c.supports(dual) {
+                    return Err(Error::unsupported(self.function, "matmul", format!("wgmma:{} cannot hold two products", c.name)));
+                }
+                let arch = wgmma::compile_arch(self.device.arch()).ok_or_else(|| self.internal("wgmma off sm_90"))?;
+                TemplateLaunch {
+                    config: c.name,
+                    defines: c.defines(dtype),
+                    arch: arch.to_string(),
+                    grid: c.grid(gemm.m, gemm.n).ok_or_else(too_large)?,
+                    block: c.threads(),
+                    shared_bytes: c.shared_bytes(dual),
+                    workspace_floats: c.workspace_floats(gemm.m, gemm.n, dual),
+                    tiles: c.tiles(gemm.m, gemm.n),
+                    maps: Some(TensorMapSpec::of(gemm, c, dtype, dual)),
+                }
+            }
+            _ => return Err(self.internal(format!("{} is not a template path", path.name()))),
+        })
     }
 
     /// A DualGemm's two products as one batched cuBLAS call into one buffer, when `dual_gemm_pairing`
@@ -158,15 +230,18 @@ impl Executor<'_> {
         Ok(true)
     }
 
-    /// The skinny kernel: the matmuls and the epilogue in one launch, its `FuseArgs` over the product with
-    /// the last axis kept apart (so a row is a product row), then `FuseGemmArgs`.
-    fn run_skinny(&mut self, index: usize, kernel: &PreparedKernel, config: &SkinnyConfig) -> Result<()> {
+    /// A template kernel (skinny or wgmma): the matmuls and the epilogue in one launch, its `FuseArgs` over
+    /// the product with the last axis kept apart (so a row is a product row), then `FuseGemmArgs`; the
+    /// wgmma template's tensor maps come first.
+    fn run_template(&mut self, index: usize, kernel: &PreparedKernel, path: &GemmPath) -> Result<()> {
         let spec = &kernel.spec;
         let group = &self.plan.groups[index];
         let gemm = self
-            .skinny_operands(index, std::slice::from_ref(kernel))
-            .map_err(|why| Error::unsupported(self.function, "matmul", format!("the skinny template: {why}")))?;
+            .template_operands(index, std::slice::from_ref(kernel), spec.role)
+            .map_err(|why| Error::unsupported(self.function, "matmul", format!("{}: {why}", path.name())))?;
         let dtype = self.dtype(group.matmuls[0]);
+        let dual = group.matmuls.len() == 2;
+        let shape = self.template_launch(path, &gemm, dtype, dual)?;
         let product_shape = self.shape(group.matmuls[0]).to_vec();
         let dense = crate::tensor::contiguous_strides(&product_shape);
         let mut values = Vec::with_capacity(spec.inputs.len());
@@ -195,48 +270,65 @@ impl Executor<'_> {
             return Err(Error::unsupported(
                 self.function,
                 "matmul",
-                format!("the skinny template: the epilogue's domain {domain:?} is not the product's {product_shape:?}"),
+                format!("{}: the epilogue's domain {domain:?} is not the product's {product_shape:?}", path.name()),
             ));
         }
         let launch = plan_launch(codegen::KernelKind::RowReduce, &domain, &in_operands, &out_operands)
             .map_err(|reason| Error::unsupported(self.function, "kernel", format!("{}: {reason}", spec.name)))?;
         let out_dtypes: Vec<DType> = outputs.iter().map(Tensor::dtype).collect();
         let mut defines = codegen::defines(spec, &kinds, &out_dtypes);
-        defines.extend(config.defines(dtype));
-        let grid = config.grid(gemm.m, gemm.n).ok_or_else(|| self.internal("the skinny grid is too large"))?;
-        let function = modules::kernel(self.device, self.function, &spec.name, &spec.source, kernel.source_hash, &defines)?;
-        // The template's ring lives in dynamic shared memory, past the default 48 KB for most configs.
-        let shared_bytes = config.shared_bytes(group.matmuls.len() == 2);
-        let shared = i32::try_from(shared_bytes).map_err(|_| self.internal("skinny shared memory size"))?;
+        defines.extend(shape.defines.iter().cloned());
+        let function =
+            modules::kernel_for_arch(self.device, self.function, &spec.name, &spec.source, kernel.source_hash, &defines, &shape.arch)?;
+        // The templates' rings live in dynamic shared memory, past the default 48 KB for most configs.
+        let shared = i32::try_from(shape.shared_bytes).map_err(|_| self.internal("template shared memory size"))?;
         function
             .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
-            .map_err(|e| driver_error(&format!("{}: allow {shared_bytes} bytes of shared memory", spec.name), e))?;
+            .map_err(|e| driver_error(&format!("{}: allow {} bytes of shared memory", spec.name, shape.shared_bytes), e))?;
         // Split-K: partial sums and one counter per tile (zeroed here; every launch leaves them zeroed).
-        let dual = group.matmuls.len() == 2;
-        let scratch = match config.workspace_floats(gemm.m, gemm.n, dual) {
+        let scratch = match shape.workspace_floats {
             0 => None,
             floats => {
                 let workspace = CudaStorage::alloc(self.device, DType::F32, floats)?;
-                let counters = CudaStorage::alloc(self.device, DType::F32, config.tiles(gemm.m, gemm.n))?;
+                let counters = CudaStorage::alloc(self.device, DType::F32, shape.tiles)?;
                 counters.zero()?;
                 Some((workspace, counters))
             }
         };
         let (ws, counters) = scratch.as_ref().map_or((0, 0), |(w, c)| (w.base_address(), c.base_address()));
-        let mut words = launch.pack();
+        // The wgmma template: three tensor maps (X, W0, W1), then FuseArgs.
+        let left = base_of(self.graph, self.graph.node(group.matmuls[0]).args[0]).index();
+        let weight = |j: usize| base_of(self.graph, self.graph.node(group.matmuls[j.min(group.matmuls.len() - 1)]).args[1]).index();
+        let mut maps = Vec::new();
+        let mut words = Vec::new();
+        if let Some(specs) = shape.maps {
+            let (nodes, addresses) = ([left, weight(0), weight(1)], [gemm.x, gemm.w[0], if dual { gemm.w[1] } else { gemm.w[0] }]);
+            for (j, map) in specs.into_iter().enumerate() {
+                words.extend(map.encode(addresses[j]).map_err(|e| self.internal(e))?);
+                maps.push(MapPatch { word: j * MAP_WORDS, node: nodes[j], map, encoded_at: addresses[j] });
+            }
+        }
+        let args_at = words.len();
+        words.extend(launch.pack());
         let gemm_at = words.len();
         words.extend(gemm.words(ws, counters));
+        if shape.maps.is_some() {
+            words.resize(words.len().next_multiple_of(PARAM_ALIGN_WORDS), 0);
+        }
         let shared_bytes = shared as u32;
-        launch_kernel(self.device, &spec.name, &function, grid, shared_bytes, &mut words)?;
+        let (grid, block) = (shape.grid, shape.block);
+        launch_kernel(self.device, &spec.name, &function, (grid, block), shared_bytes, &mut words)?;
         if self.recording.is_some() {
             let mut patches = self.patches(spec, &values);
-            let left = self.graph.node(group.matmuls[0]).args[0];
-            patches.push(Patch { word: gemm_at, node: base_of(self.graph, left).index() });
-            for (j, &mm) in group.matmuls.iter().enumerate() {
-                patches.push(Patch { word: gemm_at + 1 + j, node: base_of(self.graph, self.graph.node(mm).args[1]).index() });
+            for p in &mut patches {
+                p.word += args_at;
+            }
+            patches.push(Patch { word: gemm_at, node: left });
+            for j in 0..group.matmuls.len() {
+                patches.push(Patch { word: gemm_at + 1 + j, node: weight(j) });
             }
             if let Some(recording) = &mut self.recording {
-                recording.steps.push(Step::Kernel { name: spec.name.clone(), function, grid, shared_bytes, words, patches });
+                recording.steps.push(Step::Kernel { name: spec.name.clone(), function, grid, block, shared_bytes, words, patches, maps });
                 recording.scratch.extend(scratch.into_iter().flat_map(|(w, c)| [w, c]));
             }
         }
@@ -246,7 +338,8 @@ impl Executor<'_> {
         if self.describe {
             let form = format!("m={} n={} k={} lda={} ldw={:?}", gemm.m, gemm.n, gemm.k, gemm.lda, &gemm.ldw[..group.matmuls.len()]);
             let note = self.path_note.take().map_or(String::new(), |n| format!("{n}; "));
-            self.path_note = Some(format!("{note}skinny template {} ({form}), grid {grid}", config.name));
+            let kind = if shape.maps.is_some() { "wgmma" } else { "skinny" };
+            self.path_note = Some(format!("{note}{kind} template {} ({form}), grid {grid} x {block} threads", shape.config));
         }
         Ok(())
     }
@@ -260,10 +353,11 @@ mod tests {
     fn path_names_round_trip() {
         let mut paths = vec![GemmPath::Cublas, GemmPath::CublasSplit, GemmPath::Lt(3)];
         paths.extend(fuse_ir::codegen::SKINNY_CONFIGS.iter().map(GemmPath::Skinny));
+        paths.extend(fuse_ir::codegen::WGMMA_CONFIGS.iter().map(GemmPath::Wgmma));
         for p in paths {
             assert_eq!(GemmPath::parse(&p.name()), Some(p));
         }
-        for bad in ["", "cublaslt", "cublaslt:x", "cublas:joined", "skinny:nope", "magic"] {
+        for bad in ["", "cublaslt", "cublaslt:x", "cublas:joined", "skinny:nope", "wgmma:n7", "magic"] {
             assert_eq!(GemmPath::parse(bad), None, "{bad}");
         }
     }

@@ -14,6 +14,7 @@ use super::exec::checked_address;
 use super::gemm::{launch_gemm, GemmCall};
 use super::lt::{launch_lt, LtMatmul};
 use super::storage::CudaStorage;
+use super::wgmma::TensorMapSpec;
 use crate::cpu::Value;
 use crate::{Result, Tensor};
 use cudarc::driver::CudaFunction;
@@ -69,10 +70,30 @@ pub(crate) struct Patch {
     pub node: usize,
 }
 
+/// Words `word..word + 16` of a kernel's parameter are the tensor map `map` of this call's entry `node`
+/// (the wgmma template's operands): encoded again when the address changes.
+#[derive(Clone, Debug)]
+pub(crate) struct MapPatch {
+    pub word: usize,
+    pub node: usize,
+    pub map: TensorMapSpec,
+    /// The address the words hold now.
+    pub encoded_at: u64,
+}
+
 /// One thing a call queues. Node indices name entries of the address table; a `.t()` view has its base
 /// value's address, so steps always name base values.
 pub(crate) enum Step {
-    Kernel { name: String, function: CudaFunction, grid: u32, shared_bytes: u32, words: Vec<u64>, patches: Vec<Patch> },
+    Kernel {
+        name: String,
+        function: CudaFunction,
+        grid: u32,
+        block: u32,
+        shared_bytes: u32,
+        words: Vec<u64>,
+        patches: Vec<Patch>,
+        maps: Vec<MapPatch>,
+    },
     /// `group` is the plan group, `dual` whether it is a DualGemm (whose two products may pair up when
     /// they run on cuBLAS); `lt`: through cuBLASLt with that algorithm of the form.
     Gemm { call: GemmCall, lt: Option<(Arc<LtMatmul>, usize)>, first: usize, second: usize, product: usize, group: usize, dual: bool },
@@ -320,11 +341,19 @@ impl LaunchPlan {
 
 fn run_step(device: &CudaDevice, step: &mut Step, addresses: &mut [u64]) -> Result<()> {
     match step {
-        Step::Kernel { name, function, grid, shared_bytes, words, patches } => {
+        Step::Kernel { name, function, grid, block, shared_bytes, words, patches, maps } => {
             for p in patches.iter() {
                 words[p.word] = addresses[p.node];
             }
-            super::exec::launch_kernel(device, name, function, *grid, *shared_bytes, words)
+            for m in maps.iter_mut() {
+                // The encoding is a host call: skip it while the operand stays where it was.
+                if addresses[m.node] != m.encoded_at {
+                    let encoded = m.map.encode(addresses[m.node]).map_err(|e| crate::Error::internal(name, e))?;
+                    words[m.word..m.word + encoded.len()].copy_from_slice(&encoded);
+                    m.encoded_at = addresses[m.node];
+                }
+            }
+            super::exec::launch_kernel(device, name, function, (*grid, *block), *shared_bytes, words)
         }
         Step::Gemm { call, lt, first, second, product, .. } => {
             let (first, second, product) = (addresses[*first], addresses[*second], addresses[*product]);

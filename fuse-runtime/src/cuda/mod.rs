@@ -9,6 +9,7 @@
 //!   signature, a call recorded once and replayed (addresses filled in, no planning);
 //! - `gemm`: row-major matmuls mapped onto cuBLAS's column-major GEMM; `lt`: the same calls through
 //!   cuBLASLt with a chosen algorithm; `skinny`: the skinny GEMM template's configs and operands;
+//!   `wgmma`: where the tensor-core template for many rows runs, and its operands' TMA descriptors;
 //! - `exec`: the plan executor; `gemm_paths`: the ways it can run a Gemm/DualGemm group; `tuning`: which
 //!   of them a group takes (timed candidates).
 
@@ -18,6 +19,7 @@ pub(crate) mod exec;
 mod gemm;
 mod lt;
 mod skinny;
+mod wgmma;
 mod interop;
 pub(crate) mod kernels;
 pub(crate) mod launch;

@@ -42,15 +42,28 @@ pub(crate) fn kernel(
     source_hash: u64,
     defines: &[String],
 ) -> Result<CudaFunction> {
+    kernel_for_arch(device, function, name, source, source_hash, defines, device.arch())
+}
+
+/// [`kernel`] compiled for `arch` instead of the GPU's own (`sm_90a` for the wgmma template on an sm_90 GPU).
+pub(crate) fn kernel_for_arch(
+    device: &CudaDevice,
+    function: &str,
+    name: &str,
+    source: &str,
+    source_hash: u64,
+    defines: &[String],
+    arch: &str,
+) -> Result<CudaFunction> {
     let cache = &device.state().modules;
-    let key = ModuleKey { name: name.into(), source_hash, defines: defines.to_vec(), arch: device.arch().into() };
+    let key = ModuleKey { name: name.into(), source_hash, defines: defines.to_vec(), arch: arch.into() };
     let mut functions = lock(&cache.functions);
     if let Some((cached_source, f)) = functions.get(&key) {
         if cached_source == source {
             return Ok(f.clone());
         }
     }
-    let cubin = compile_cubin(name, source, defines, device.arch()).map_err(|e| Error::KernelCompile {
+    let cubin = compile_cubin(name, source, defines, arch).map_err(|e| Error::KernelCompile {
         function: function.to_string(),
         kernel: name.to_string(),
         log: e.to_string(),

@@ -11,6 +11,7 @@
 
 use super::super::cache::CacheKey;
 use super::super::skinny::{SkinnyConfig, CONFIGS};
+use super::super::wgmma::CONFIGS as WGMMA_CONFIGS;
 use super::gemm_paths::GemmPath;
 use super::*;
 use crate::tune::{self, AutotuneMode, TuneKey};
@@ -83,11 +84,11 @@ impl Executor<'_> {
         if self.library_only {
             return Ok(GemmPath::Cublas);
         }
-        let skinny = self.skinny_operands(index, specs);
+        let skinny = self.template_operands(index, specs, Role::Skinny);
         if let Some(forced) = tune::forced_choice() {
             let path = GemmPath::parse(&forced)
                 .ok_or_else(|| Error::unsupported(self.function, "matmul", format!("no GEMM path is named {forced:?}")))?;
-            if let (GemmPath::Skinny(_), Err(why)) = (&path, &skinny) {
+            if let Err(why) = self.path_runs(index, specs, &path) {
                 return Err(Error::unsupported(self.function, "matmul", format!("{forced} cannot run group {index}: {why}")));
             }
             self.note(format!("path {} (forced)", path.name()));
@@ -95,7 +96,7 @@ impl Executor<'_> {
         }
         let (rows, key) = self.tune_key(index, specs)?;
         let known = lock(tune::table()).lookup(&key).and_then(GemmPath::parse);
-        if let Some(path) = known.filter(|p| !matches!(p, GemmPath::Skinny(_)) || skinny.is_ok()) {
+        if let Some(path) = known.filter(|p| self.path_runs(index, specs, p).is_ok()) {
             self.note(format!("path {} (from the tune results, rows bucket {})", path.name(), key.bucket));
             return Ok(path);
         }
@@ -111,7 +112,7 @@ impl Executor<'_> {
             self.note(format!("path {} (FUSE_AUTOTUNE=off: fixed rule)", rule.name()));
             return Ok(rule);
         }
-        let candidates = self.candidates(index, rows, mode, skinny.is_ok())?;
+        let candidates = self.candidates(index, specs, rows, mode, skinny.is_ok())?;
         let timed = self.measure(index, specs, &candidates, &key, mode)?;
         let best = timed
             .iter()
@@ -141,9 +142,22 @@ impl Executor<'_> {
         self.path_note = Some(note);
     }
 
-    /// Everything worth timing for this group: cuBLAS, the skinny configs (the fast mode: those meant for
-    /// this many rows), and the cuBLASLt algorithms.
-    fn candidates(&self, index: usize, rows: usize, mode: AutotuneMode, skinny: bool) -> Result<Vec<GemmPath>> {
+    /// Whether `path` can run this group (a template needs its kernel, operands it can read and, for the
+    /// wgmma template, an sm_90 GPU and room for the group's accumulators), or why not.
+    fn path_runs(&self, index: usize, specs: &[PreparedKernel], path: &GemmPath) -> std::result::Result<(), String> {
+        let Some(role) = path.template_role() else { return Ok(()) };
+        self.template_operands(index, specs, role)?;
+        match path {
+            GemmPath::Wgmma(c) if !c.supports(self.plan.groups[index].matmuls.len() == 2) => {
+                Err(format!("wgmma:{} has no room for two products' accumulators", c.name))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Everything worth timing for this group: cuBLAS, the skinny and wgmma configs (the fast mode: those
+    /// meant for this many rows), and the cuBLASLt algorithms.
+    fn candidates(&self, index: usize, specs: &[PreparedKernel], rows: usize, mode: AutotuneMode, skinny: bool) -> Result<Vec<GemmPath>> {
         let mut out = vec![GemmPath::Cublas];
         if self.plan.groups[index].matmuls.len() == 2 {
             out.push(GemmPath::CublasSplit);
@@ -155,6 +169,12 @@ impl Executor<'_> {
             };
             out.extend(CONFIGS.iter().filter(fits).map(GemmPath::Skinny));
         }
+        let wgmma = WGMMA_CONFIGS
+            .iter()
+            .filter(|c| mode == AutotuneMode::Full || (c.fast_rows.0..=c.fast_rows.1).contains(&rows))
+            .map(GemmPath::Wgmma)
+            .filter(|p| self.path_runs(index, specs, p).is_ok());
+        out.extend(wgmma);
         let mm = self.plan.groups[index].matmuls[0];
         let args = &self.graph.node(mm).args;
         if let (Value::Tensor(a), Value::Tensor(b)) = (self.resolve(args[0])?, self.resolve(args[1])?) {
