@@ -15,7 +15,7 @@ use std::fmt::Write;
 pub const WGMMA_TEMPLATE: &str = include_str!("templates/wgmma.cuh");
 
 /// One config of the template: rows of X per block (`BM`, the instruction's N), consumer warpgroups (64
-/// weight rows each), ring stages, blocks splitting K.
+/// weight rows each), ring stages, blocks splitting K, blocks per cluster sharing weight tiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WgmmaConfig {
     /// The config's part of the path name (`wgmma:<name>`).
@@ -24,6 +24,8 @@ pub struct WgmmaConfig {
     pub cw: usize,
     pub stages: usize,
     pub splits: usize,
+    /// Blocks of a cluster along m that share each weight tile through TMA multicast (1 or 2).
+    pub cluster: usize,
     /// The rows (inclusive) for which the fast tuning mode tries this config; the full mode tries all.
     pub fast_rows: (usize, usize),
 }
@@ -32,22 +34,34 @@ pub struct WgmmaConfig {
 pub const MAX_SHARED_BYTES: usize = 232_448;
 
 const fn config(name: &'static str, bm: usize, cw: usize, stages: usize, splits: usize, fast_rows: (usize, usize)) -> WgmmaConfig {
-    WgmmaConfig { name, bm, cw, stages, splits, fast_rows }
+    WgmmaConfig { name, bm, cw, stages, splits, cluster: 1, fast_rows }
+}
+
+/// A config whose blocks pair up along m, each loading half of the weight tile for both.
+const fn paired(name: &'static str, bm: usize, fast_rows: (usize, usize)) -> WgmmaConfig {
+    WgmmaConfig { name, bm, cw: 2, stages: 4, splits: 1, cluster: 2, fast_rows }
 }
 
 /// Every config, in the order they are tried. Split-K (`k<SP>`) is for products with few weight rows (the
-/// down projection's 4096 give 32 blocks of 128), `c1` for one consumer warpgroup (two blocks per SM).
+/// down projection's 4096 give 32 blocks of 128), `c1` for one consumer warpgroup (two blocks per SM, twice
+/// the blocks), `m2` for pairs of blocks sharing weight tiles (many rows: L2 traffic, not DRAM, limits).
 pub const WGMMA_CONFIGS: &[WgmmaConfig] = &[
     config("n16", 16, 2, 6, 1, (9, 16)),
-    config("n16c1", 16, 1, 6, 1, (9, 16)),
+    config("n16c1", 16, 1, 6, 1, (1, 16)),
     config("n16k4", 16, 2, 6, 4, (9, 16)),
+    config("n16c1k4", 16, 1, 6, 4, (1, 16)),
     config("n32", 32, 2, 6, 1, (17, 32)),
+    config("n32c1", 32, 1, 5, 1, (17, 32)),
     config("n32k4", 32, 2, 6, 4, (17, 32)),
+    config("n32c1k4", 32, 1, 5, 4, (17, 32)),
     config("n64", 64, 2, 5, 1, (33, 64)),
+    config("n64c1k2", 64, 1, 4, 2, (33, 64)),
     config("n64k4", 64, 2, 5, 4, (33, 64)),
     config("n128", 128, 2, 4, 1, (65, usize::MAX)),
+    paired("n128m2", 128, (129, usize::MAX)),
     config("n128k2", 128, 2, 4, 2, (65, 512)),
     config("n256", 256, 2, 4, 1, (129, usize::MAX)),
+    paired("n256m2", 256, (257, usize::MAX)),
     config("n256k4", 256, 2, 4, 4, (129, 1024)),
 ];
 
@@ -65,6 +79,7 @@ impl WgmmaConfig {
             format!("-DFUSE_WG_CW={}", self.cw),
             format!("-DFUSE_WG_S={}", self.stages),
             format!("-DFUSE_WG_SP={}", self.splits),
+            format!("-DFUSE_WG_MC={}", self.cluster),
         ]
     }
 
@@ -88,9 +103,14 @@ impl WgmmaConfig {
         self.stages * stage + 16 * self.stages + 16 + 1024
     }
 
-    /// Output tiles of an `m x n` product.
+    /// Weight rows each block loads per stage (of each weight): half the tile's in a pair.
+    pub fn weight_box_rows(&self) -> usize {
+        self.cols_per_block() / self.cluster
+    }
+
+    /// Output tiles of an `m x n` product (m-blocks rounded up to whole clusters).
     pub fn tiles(&self, m: usize, n: usize) -> usize {
-        n.div_ceil(self.cols_per_block()).saturating_mul(m.div_ceil(self.bm))
+        n.div_ceil(self.cols_per_block()).saturating_mul(m.div_ceil(self.bm).next_multiple_of(self.cluster))
     }
 
     /// Blocks for an `m x n` product (`None` past the grid limit).
@@ -165,6 +185,7 @@ mod tests {
             assert!(blocks * c.cols_per_block() * c.bm >= 17 * 1000 * c.splits);
             assert_eq!(c.workspace_floats(17, 1000, true) > 0, c.splits > 1);
             assert_eq!(c.defines(DType::BF16)[0], "-DFUSE_WG_DT=2");
+            assert!(c.cluster == 1 || (c.splits == 1 && c.grid(17, 1000).unwrap() % 2 == 0), "{}: whole clusters", c.name);
         }
         // The dual product needs twice the accumulators: BM 256 cannot hold them.
         assert!(!WgmmaConfig::by_name("n256").unwrap().supports(true));

@@ -180,33 +180,68 @@ fn describe_matmuls(kind: GroupKind, gemms: &[DescribedGemm], pairs: bool) -> Op
     }
 }
 
-/// Launches a generated kernel on the device's stream with its packed `FuseArgs` words (and, for the
-/// templates, their `FuseGemmArgs` after them and the wgmma template's tensor maps before them), `grid`
-/// blocks of `block` threads and `shared_bytes` of dynamic shared memory.
-pub(crate) fn launch_kernel(
-    device: &CudaDevice,
-    name: &str,
-    function: &CudaFunction,
-    (grid, block): (u32, u32),
-    shared_bytes: u32,
-    words: &mut [u64],
-) -> Result<()> {
-    let mut params = [words.as_mut_ptr().cast::<std::ffi::c_void>()];
-    // SAFETY: the kernel was generated for exactly this parameter (one FuseArgs, laid out as the packed
-    // words, slot counts and dtypes fixed by the defines); every address is a live allocation on this GPU
-    // whose view was bounds-checked by the caller; the driver copies the parameter at launch, and
-    // allocations are freed in stream order, after the kernel.
-    unsafe {
-        cudarc::driver::result::launch_kernel(
-            function.cu_function(),
-            (grid, 1, 1),
-            (block, 1, 1),
-            shared_bytes,
-            device.stream().cu_stream(),
-            &mut params,
-        )
+/// How a kernel launches: blocks, threads per block, blocks per cluster (1: no cluster), dynamic shared
+/// memory in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KernelDims {
+    pub grid: u32,
+    pub block: u32,
+    pub cluster: u32,
+    pub shared_bytes: u32,
+}
+
+impl KernelDims {
+    /// A generated kernel's: `grid` blocks of [`BLOCK_THREADS`], no cluster, no dynamic shared memory.
+    pub(crate) fn plain(grid: u32) -> KernelDims {
+        KernelDims { grid, block: BLOCK_THREADS, cluster: 1, shared_bytes: 0 }
     }
-    .map_err(|e| driver_error(&format!("launch {name}"), e))
+}
+
+/// Launches a generated kernel on the device's stream with its packed `FuseArgs` words (and, for the
+/// templates, their `FuseGemmArgs` after them and the wgmma template's tensor maps before them).
+pub(crate) fn launch_kernel(device: &CudaDevice, name: &str, function: &CudaFunction, dims: KernelDims, words: &mut [u64]) -> Result<()> {
+    use cudarc::driver::sys;
+    let mut params = [words.as_mut_ptr().cast::<std::ffi::c_void>()];
+    let stream = device.stream().cu_stream();
+    // SAFETY (both launches): the kernel was generated for exactly this parameter (one FuseArgs, laid out
+    // as the packed words, slot counts and dtypes fixed by the defines); every address is a live allocation
+    // on this GPU whose view was bounds-checked by the caller; the driver copies the parameter at launch,
+    // and allocations are freed in stream order, after the kernel.
+    if dims.cluster <= 1 {
+        return unsafe {
+            cudarc::driver::result::launch_kernel(
+                function.cu_function(),
+                (dims.grid, 1, 1),
+                (dims.block, 1, 1),
+                dims.shared_bytes,
+                stream,
+                &mut params,
+            )
+        }
+        .map_err(|e| driver_error(&format!("launch {name}"), e));
+    }
+    // SAFETY: plain data; the union member written is the one the attribute id names.
+    let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attribute.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: dims.cluster, y: 1, z: 1 };
+    let config = sys::CUlaunchConfig {
+        gridDimX: dims.grid,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: dims.block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: dims.shared_bytes,
+        hStream: stream,
+        attrs: &mut attribute,
+        numAttrs: 1,
+    };
+    // SAFETY: as above; `config` and `attribute` outlive the call.
+    let status = unsafe { sys::cuLaunchKernelEx(&config, function.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) };
+    match status {
+        sys::CUresult::CUDA_SUCCESS => Ok(()),
+        e => Err(Error::internal(name, format!("cuLaunchKernelEx (clusters of {}): {e:?}", dims.cluster))),
+    }
 }
 
 /// The device address of a view's first element, after checking it is on `device` and lies inside its
@@ -331,12 +366,12 @@ impl Executor<'_> {
             let function =
                 modules::kernel(self.device, self.function, &spec.name, &spec.source, kernel.source_hash, &defines)?;
             let mut words = launch.pack();
-            launch_kernel(self.device, &spec.name, &function, (grid, BLOCK_THREADS), 0, &mut words)?;
+            launch_kernel(self.device, &spec.name, &function, KernelDims::plain(grid), &mut words)?;
             if self.recording.is_some() {
                 let patches = self.patches(spec, &inputs);
                 if let Some(recording) = &mut self.recording {
                     let name = spec.name.clone();
-                    recording.steps.push(Step::Kernel { name, function, grid, block: BLOCK_THREADS, shared_bytes: 0, words, patches, maps: Vec::new() });
+                    recording.steps.push(Step::Kernel { name, function, dims: KernelDims::plain(grid), words, patches, maps: Vec::new() });
                 }
             }
         } else if let Some(recording) = &mut self.recording {

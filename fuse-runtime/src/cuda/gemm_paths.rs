@@ -64,6 +64,7 @@ struct TemplateLaunch {
     arch: String,
     grid: u32,
     block: u32,
+    cluster: u32,
     shared_bytes: usize,
     workspace_floats: usize,
     tiles: usize,
@@ -138,6 +139,7 @@ impl Executor<'_> {
                 arch: self.device.arch().to_string(),
                 grid: c.grid(gemm.m, gemm.n).ok_or_else(too_large)?,
                 block: BLOCK_THREADS,
+                cluster: 1,
                 shared_bytes: c.shared_bytes(dual),
                 workspace_floats: c.workspace_floats(gemm.m, gemm.n, dual),
                 tiles: c.tiles(gemm.m, gemm.n),
@@ -154,6 +156,7 @@ impl Executor<'_> {
                     arch: arch.to_string(),
                     grid: c.grid(gemm.m, gemm.n).ok_or_else(too_large)?,
                     block: c.threads(),
+                    cluster: c.cluster as u32,
                     shared_bytes: c.shared_bytes(dual),
                     workspace_floats: c.workspace_floats(gemm.m, gemm.n, dual),
                     tiles: c.tiles(gemm.m, gemm.n),
@@ -315,9 +318,8 @@ impl Executor<'_> {
         if shape.maps.is_some() {
             words.resize(words.len().next_multiple_of(PARAM_ALIGN_WORDS), 0);
         }
-        let shared_bytes = shared as u32;
-        let (grid, block) = (shape.grid, shape.block);
-        launch_kernel(self.device, &spec.name, &function, (grid, block), shared_bytes, &mut words)?;
+        let dims = KernelDims { grid: shape.grid, block: shape.block, cluster: shape.cluster, shared_bytes: shared as u32 };
+        launch_kernel(self.device, &spec.name, &function, dims, &mut words)?;
         if self.recording.is_some() {
             let mut patches = self.patches(spec, &values);
             for p in &mut patches {
@@ -328,7 +330,7 @@ impl Executor<'_> {
                 patches.push(Patch { word: gemm_at + 1 + j, node: weight(j) });
             }
             if let Some(recording) = &mut self.recording {
-                recording.steps.push(Step::Kernel { name: spec.name.clone(), function, grid, block, shared_bytes, words, patches, maps });
+                recording.steps.push(Step::Kernel { name: spec.name.clone(), function, dims, words, patches, maps });
                 recording.scratch.extend(scratch.into_iter().flat_map(|(w, c)| [w, c]));
             }
         }
@@ -339,6 +341,7 @@ impl Executor<'_> {
             let form = format!("m={} n={} k={} lda={} ldw={:?}", gemm.m, gemm.n, gemm.k, gemm.lda, &gemm.ldw[..group.matmuls.len()]);
             let note = self.path_note.take().map_or(String::new(), |n| format!("{n}; "));
             let kind = if shape.maps.is_some() { "wgmma" } else { "skinny" };
+            let (grid, block) = (dims.grid, dims.block);
             self.path_note = Some(format!("{note}{kind} template {} ({form}), grid {grid} x {block} threads", shape.config));
         }
         Ok(())

@@ -10,7 +10,7 @@
 //! batched call, to compare the two.
 
 use super::device::CudaDevice;
-use super::exec::checked_address;
+use super::exec::{checked_address, KernelDims};
 use super::gemm::{launch_gemm, GemmCall};
 use super::lt::{launch_lt, LtMatmul};
 use super::storage::CudaStorage;
@@ -87,9 +87,7 @@ pub(crate) enum Step {
     Kernel {
         name: String,
         function: CudaFunction,
-        grid: u32,
-        block: u32,
-        shared_bytes: u32,
+        dims: KernelDims,
         words: Vec<u64>,
         patches: Vec<Patch>,
         maps: Vec<MapPatch>,
@@ -341,7 +339,7 @@ impl LaunchPlan {
 
 fn run_step(device: &CudaDevice, step: &mut Step, addresses: &mut [u64]) -> Result<()> {
     match step {
-        Step::Kernel { name, function, grid, block, shared_bytes, words, patches, maps } => {
+        Step::Kernel { name, function, dims, words, patches, maps } => {
             for p in patches.iter() {
                 words[p.word] = addresses[p.node];
             }
@@ -353,7 +351,7 @@ fn run_step(device: &CudaDevice, step: &mut Step, addresses: &mut [u64]) -> Resu
                     m.encoded_at = addresses[m.node];
                 }
             }
-            super::exec::launch_kernel(device, name, function, (*grid, *block), *shared_bytes, words)
+            super::exec::launch_kernel(device, name, function, *dims, words)
         }
         Step::Gemm { call, lt, first, second, product, .. } => {
             let (first, second, product) = (addresses[*first], addresses[*second], addresses[*product]);

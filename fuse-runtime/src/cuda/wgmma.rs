@@ -42,7 +42,7 @@ impl TensorMapSpec {
     /// The three maps of a launch: X, W0, W1 (W0 again for a single product: never read).
     pub(crate) fn of(gemm: &SkinnyGemm, config: &WgmmaConfig, dtype: DType, dual: bool) -> [TensorMapSpec; 3] {
         let x = TensorMapSpec { dtype, rows: gemm.m, k: gemm.k, ld: gemm.lda, box_rows: config.bm };
-        let w = |j: usize| TensorMapSpec { dtype, rows: gemm.n, k: gemm.k, ld: gemm.ldw[j], box_rows: config.cols_per_block() };
+        let w = |j: usize| TensorMapSpec { dtype, rows: gemm.n, k: gemm.k, ld: gemm.ldw[j], box_rows: config.weight_box_rows() };
         [x, w(0), if dual { w(1) } else { w(0) }]
     }
 
@@ -114,6 +114,9 @@ mod tests {
         assert_eq!((w0.rows, w0.ld, w0.box_rows), (14336, 4096, 128));
         assert_eq!(w1.ld, 4104);
         assert_eq!(TensorMapSpec::of(&gemm, config, DType::BF16, false)[2], w0);
+        // A pair of blocks loads half of each weight tile each.
+        let paired = WgmmaConfig::by_name("n128m2").unwrap();
+        assert_eq!(TensorMapSpec::of(&gemm, paired, DType::BF16, true)[1].box_rows, 64);
         let wide = SkinnyGemm { m: 1 << 31, ..gemm };
         assert!(check(&wide).unwrap_err().contains("2^31"));
         assert!(check(&gemm).is_ok());

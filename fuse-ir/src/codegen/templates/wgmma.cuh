@@ -28,11 +28,14 @@
 //     struct alignas(128) FuseWgTmap { unsigned long long words[16]; };      (a CUtensorMap)
 //     struct FuseWgmmaParams { FuseWgTmap tx, tw0, tw1; FuseArgs epi; FuseGemmArgs gemm; };
 //     extern "C" __global__ void FUSE_WGMMA_NAME(const __grid_constant__ FuseWgmmaParams p);
-//   Block: 128 * (1 + FUSE_WG_CW) threads. Grid: tiles * FUSE_WG_SP blocks, tiles = ceil(N / BN) * ceil(M / BM),
-//   BN = 64 * FUSE_WG_CW; the tile's m-block varies fastest, so neighbouring blocks share a weight tile in L2.
+//   Block: 128 * (1 + FUSE_WG_CW) threads. Grid: tiles * FUSE_WG_SP blocks, tiles = ceil(N / BN) * MB, where
+//   MB = ceil(M / BM) rounded up to a multiple of FUSE_WG_MC; BN = 64 * FUSE_WG_CW. The tile's m-block varies
+//   fastest, so neighbouring blocks share a weight tile in L2. FUSE_WG_MC = 2 (no split-K): launched in
+//   clusters of 2 along m; the two blocks share each weight tile, each loading half of it with TMA multicast
+//   into both (half the L2 traffic for weights); a block past M only lends its half.
 //   Tensor maps (the runtime encodes them: cuTensorMapEncodeTiled, 2-D, dims {K, rows}, stride ld * 2 bytes,
 //   CU_TENSOR_MAP_SWIZZLE_128B, out-of-bounds elements read as zero):
-//     tx  over X with box {64, BM};  tw0 / tw1 over W0 / W1 with box {64, BN} (tw1 unused when not dual).
+//     tx  over X with box {64, BM};  tw0 / tw1 over W0 / W1 with box {64, BN / MC} (tw1 unused when not dual).
 //   The x / w0 / w1 / lda / ldw fields of FuseGemmArgs are not read (the maps carry them); m, n, k are.
 //   Split-K (FUSE_WG_SP > 1): ws holds tiles * SP * D * BN * BM floats, counters one zeroed word per tile;
 //   every launch leaves the counters zero again.
@@ -102,12 +105,33 @@ __device__ __forceinline__ void fuse_wg_bar_wait(unsigned bar, unsigned parity) 
     } while (!done);
 }
 
+// Arrival on the barrier at the same offset in the cluster's block `peer` (whose TMA multicasts into this block).
+__device__ __forceinline__ void fuse_wg_bar_arrive_peer(unsigned bar, unsigned peer) {
+    asm volatile(
+        "{ .reg .b32 r; mapa.shared::cluster.u32 r, %0, %1; mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r]; }" ::"r"(
+            bar),
+        "r"(peer)
+        : "memory");
+}
+__device__ __forceinline__ void fuse_wg_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 // ---- TMA: one 2-D box into shared memory, completing on `bar` ----------------------------------------------
 __device__ __forceinline__ void fuse_wg_tma(unsigned dst, const FuseWgTmap* map, int c0, int c1, unsigned bar) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
             dst),
         "l"(map), "r"(c0), "r"(c1), "r"(bar)
+        : "memory");
+}
+
+// The same box into the same offset of both blocks of a 2-block cluster, completing on each one's `bar`.
+__device__ __forceinline__ void fuse_wg_tma_both(unsigned dst, const FuseWgTmap* map, int c0, int c1, unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+        "%3}], [%4], %5;" ::"r"(dst),
+        "l"(map), "r"(c0), "r"(c1), "r"(bar), "h"((unsigned short)3)
         : "memory");
 }
 
@@ -141,7 +165,7 @@ __device__ __forceinline__ float fuse_wg_ldcg(const float* p) {
     return v;
 }
 
-template <int BM, int CW, int S, int DUAL, int DT, int SP>
+template <int BM, int CW, int S, int DUAL, int DT, int SP, int MC>
 __device__ __forceinline__ void fuse_wg_body(const FuseWgmmaParams& p, unsigned char* raw) {
     constexpr int D = DUAL ? 2 : 1;
     constexpr int BN = 64 * CW;              // weight rows per block
@@ -153,6 +177,7 @@ __device__ __forceinline__ void fuse_wg_body(const FuseWgmmaParams& p, unsigned 
     static_assert(BM % 8 == 0 && BM >= 8 && BM <= 256, "FUSE_WG_BM: 8..256, a multiple of 8");
     static_assert(CW == 1 || CW == 2, "FUSE_WG_CW: 1 or 2");
     static_assert(S >= 2 && SP >= 1, "FUSE_WG_S >= 2, FUSE_WG_SP >= 1");
+    static_assert(MC == 1 || (MC == 2 && SP == 1), "FUSE_WG_MC: 1, or 2 without split-K");
 
     const unsigned raw_addr = fuse_wg_smem_addr(raw);
     const unsigned base = (raw_addr + 1023u) & ~1023u;
@@ -160,10 +185,12 @@ __device__ __forceinline__ void fuse_wg_body(const FuseWgmmaParams& p, unsigned 
     unsigned* last_flag = reinterpret_cast<unsigned*>(raw + (bars + 16u * S - raw_addr));
 
     const long long M = p.gemm.m, N = p.gemm.n, K = p.gemm.k;
-    const unsigned mblocks = (unsigned)((M + BM - 1) / BM);
+    const unsigned mblocks = (unsigned)((M + BM - 1) / BM + MC - 1) / MC * MC;
     const unsigned tile = blockIdx.x / SP, split = blockIdx.x % SP;
     const int m0 = (int)((tile % mblocks) * BM);
     const int n0 = (int)((tile / mblocks) * BN);
+    unsigned rank = 0;  // this block's rank in its cluster (MC = 2: the tile's m-block parity)
+    if (MC == 2) asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
     const int ktiles = (int)((K + 63) / 64);
     const int kt0 = (int)((long long)ktiles * split / SP);
     const int nk = (int)((long long)ktiles * (split + 1) / SP) - kt0;
@@ -172,11 +199,13 @@ __device__ __forceinline__ void fuse_wg_body(const FuseWgmmaParams& p, unsigned 
 #pragma unroll 1
         for (int s = 0; s < S; ++s) {
             fuse_wg_bar_init(bars + 8u * s, 1u);
-            fuse_wg_bar_init(bars + 8u * (S + s), (unsigned)(CW * 4));
+            fuse_wg_bar_init(bars + 8u * (S + s), (unsigned)(CW * 4 * MC));
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    __syncthreads();
+    // The peer's barriers must be initialised before this block's consumers arrive on them.
+    if (MC == 2) fuse_wg_cluster_sync();
+    else __syncthreads();
 
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
@@ -189,14 +218,25 @@ __device__ __forceinline__ void fuse_wg_body(const FuseWgmmaParams& p, unsigned 
                 const unsigned round = (unsigned)(i / S);
                 fuse_wg_bar_wait(bars + 8u * (S + s), (round & 1u) ^ 1u);
                 const unsigned full = bars + 8u * s;
-                fuse_wg_bar_expect(full, (unsigned)STAGE);
+                // A block past M (the second of a cluster) loads no X: it only lends its half of the weights.
+                const bool xload = m0 < M;
+                fuse_wg_bar_expect(full, (unsigned)(D * W_BYTES + (xload ? X_BYTES : 0)));
                 const unsigned st = base + (unsigned)(s * STAGE);
                 const int k = (kt0 + i) * 64;
-                fuse_wg_tma(st, &p.tw0, k, n0, full);
-                if (DUAL) fuse_wg_tma(st + W_BYTES, &p.tw1, k, n0, full);
-                fuse_wg_tma(st + D * W_BYTES, &p.tx, k, m0, full);
+                if (MC == 1) {
+                    fuse_wg_tma(st, &p.tw0, k, n0, full);
+                    if (DUAL) fuse_wg_tma(st + W_BYTES, &p.tw1, k, n0, full);
+                } else {
+                    const unsigned half = rank * (W_BYTES / 2);
+                    const int row = n0 + (int)rank * (BN / 2);
+                    fuse_wg_tma_both(st + half, &p.tw0, k, row, full);
+                    if (DUAL) fuse_wg_tma_both(st + W_BYTES + half, &p.tw1, k, row, full);
+                }
+                if (xload) fuse_wg_tma(st + D * W_BYTES, &p.tx, k, m0, full);
             }
         }
+        // Neither block of a cluster may exit while the other can still multicast into it or arrive on it.
+        if (MC == 2) fuse_wg_cluster_sync();
         return;  // the consumers synchronise among themselves only (named barrier 1)
     }
 
@@ -229,11 +269,16 @@ __device__ __forceinline__ void fuse_wg_body(const FuseWgmmaParams& p, unsigned 
         fuse_wg_pin(acc0);
         if constexpr (DUAL) fuse_wg_pin(acc1);
         fuse_wg_wait<1>();  // the previous stage's wgmmas have completed: release it
-        if (i > 0 && lane == 0) fuse_wg_bar_arrive(bars + 8u * (S + (i - 1) % S));
+        if (i > 0 && lane == 0) {
+            const unsigned empty = bars + 8u * (S + (i - 1) % S);
+            fuse_wg_bar_arrive(empty);
+            if (MC == 2) fuse_wg_bar_arrive_peer(empty, rank ^ 1u);  // the peer's producer writes here too
+        }
     }
     fuse_wg_wait<0>();
     fuse_wg_pin(acc0);
     if constexpr (DUAL) fuse_wg_pin(acc1);
+    if (MC == 2) fuse_wg_cluster_sync();
 
     if (SP > 1) {
         // Partial tile to the workspace as [accumulator][consumer thread]; the tile's last block sums them.
@@ -310,6 +355,9 @@ __device__ __forceinline__ void fuse_wg_body(const FuseWgmmaParams& p, unsigned 
 #ifndef FUSE_WG_SP
 #define FUSE_WG_SP 1
 #endif
+#ifndef FUSE_WG_MC
+#define FUSE_WG_MC 1
+#endif
 // Dynamic shared memory bytes the launch must pass: the ring, the barriers and flag, and 1024 bytes of slack
 // to align the ring.
 #undef FUSE_WG_SMEM_BYTES
@@ -321,5 +369,5 @@ extern "C" __global__ void __launch_bounds__(128 * (1 + FUSE_WG_CW), 1) FUSE_WGM
     unsigned fuse_wg_dsize;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(fuse_wg_dsize));
     if (fuse_wg_dsize < (unsigned)(FUSE_WG_SMEM_BYTES)) __trap();
-    fuse_wg_body<FUSE_WG_BM, FUSE_WG_CW, FUSE_WG_S, FUSE_WGMMA_DUAL, FUSE_WG_DT, FUSE_WG_SP>(p, fuse_wg_dsmem);
+    fuse_wg_body<FUSE_WG_BM, FUSE_WG_CW, FUSE_WG_S, FUSE_WGMMA_DUAL, FUSE_WG_DT, FUSE_WG_SP, FUSE_WG_MC>(p, fuse_wg_dsmem);
 }
