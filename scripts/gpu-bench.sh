@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after `../shared/device/gpu-pack` packed .gpu/ here:
 #   scripts/gpu-bench.sh OUTDIR [peer modes]
-# Runs the GPU test suite (and its skinny-template tests under compute-sanitizer), the MLP benchmark, the main
+# Runs the GPU test suite (and its GEMM-template tests under compute-sanitizer), the MLP benchmark, the main
 # job, the start-up measurements (fresh processes, empty and warm caches, pre-tuning every bucket) and the
 # PyTorch peers in one go, and writes every log and JSON under OUTDIR: eight files, the most the device tool
 # brings back (tables print as they come). Peer modes default to the cheap ones; the torch.compile
@@ -15,13 +15,15 @@ export PYTHONUNBUFFERED=1
 status=0
 .gpu/run >"$out/gpu-tests.log" 2>&1 || status=1
 grep -E "^== |test result|FAILED|panicked" "$out/gpu-tests.log" | tail -20
-# The skinny template as the runtime generates it (epilogues included) under compute-sanitizer's memcheck.
+# The skinny and wgmma templates as the runtime generates them (epilogues included) under compute-sanitizer's
+# memcheck: every config at odd shapes.
 gpu_test=$(ls .gpu/bin/test-gpu-* | head -1)
 LD_LIBRARY_PATH=/usr/local/cuda/lib64 FUSE_TEST_GPU=1 /usr/local/cuda/bin/compute-sanitizer --tool memcheck \
   "$gpu_test" skinny::every_skinny_config_matches_the_reference skinny::the_skinny_epilogue_reads_other_inputs \
+  skinny::every_wgmma_config_runs_a_single_product \
   >"$out/sanitizer.txt" 2>&1 || status=1
 grep -E "ERROR SUMMARY|test result" "$out/sanitizer.txt" | tail -3
-{ echo "== compute-sanitizer memcheck, skinny tests"; cat "$out/sanitizer.txt"; } >>"$out/gpu-tests.log" && rm -f "$out/sanitizer.txt"
+{ echo "== compute-sanitizer memcheck, skinny and wgmma tests"; cat "$out/sanitizer.txt"; } >>"$out/gpu-tests.log" && rm -f "$out/sanitizer.txt"
 .gpu/run --example bench_mlp --json "$out/bench.json" 2>&1 | tee "$out/bench.log" || status=1
 .gpu/run --example llama_mlp 2>&1 | tail -8 | tee "$out/llama_mlp.log" || status=1
 # Start-up: the first call in a fresh process, with an empty cache (tuning off, then on) and a warm one.
@@ -38,7 +40,10 @@ startup() { # $1 label, $2 batch; the rest of the environment is set by the call
   FUSE_CACHE_DIR=$cache startup "warm cache" 256
   # Pre-tuning every bucket from an empty cache (kernels compiled, every candidate timed: the full mode).
   cache=$(mktemp -d)
-  FUSE_CACHE_DIR=$cache .gpu/run --example tune_mlp --out "$out/tune-mlp.tsv" --mode full 2>&1 | grep -E "tuned|->"
+  # FUSE_DEBUG=3: every candidate's time; the table gives each family's best per M and group.
+  FUSE_DEBUG=3 FUSE_CACHE_DIR=$cache .gpu/run --example tune_mlp --out "$out/tune-mlp.tsv" --mode full >"$cache/tune.log" 2>&1
+  grep -E "tuned|->" "$cache/tune.log"
+  python3 scripts/tune_table.py "$cache/tune.log"
 } 2>&1 | tee "$out/startup.log"
 python3 .gpu/peers/torch_mlp.py --batches "$batches" --modes "$modes" --json "$out/peers.json" >"$out/peers.log" 2>&1 || status=1
 tail -15 "$out/peers.log"

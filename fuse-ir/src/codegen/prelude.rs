@@ -127,9 +127,10 @@ __device__ __forceinline__ void fuse_offsets(const FuseArgs& args, long long i, 
 #pragma unroll
   for (int d = FUSE_MAX_RANK - 1; d >= 0; --d) {
     if (d < args.rank) {
+      // The outermost axis takes what is left: no division (a rank-2 domain divides nothing).
       const long long size = args.sizes[d];
-      const long long c = rest % size;
-      rest /= size;
+      const long long c = d == 0 ? rest : rest % size;
+      if (d > 0) rest /= size;
 #pragma unroll
       for (int k = 0; k < FUSE_NIN; ++k) oi[k] += c * args.in[k].strides[d];
 #pragma unroll
@@ -168,9 +169,10 @@ __device__ __forceinline__ void fuse_row_offsets(const FuseArgs& args, long long
 #pragma unroll
       for (int k = 0; k < FUSE_NOUT; ++k) so[k] = args.out[k].strides[d];
     } else if (d < args.rank - 1) {
+      // The outermost axis takes what is left: no division (a rank-2 domain divides nothing).
       const long long size = args.sizes[d];
-      const long long c = rest % size;
-      rest /= size;
+      const long long c = d == 0 ? rest : rest % size;
+      if (d > 0) rest /= size;
 #pragma unroll
       for (int k = 0; k < FUSE_NIN; ++k) bi[k] += c * args.in[k].strides[d];
 #pragma unroll
