@@ -1,7 +1,8 @@
 //! Which path (`gemm_paths.rs`) a Gemm/DualGemm group takes, chosen per shape bucket. The choice comes
 //! from, in order: a path forced on this thread (`fuse::tune::with_gemm_choice`), the results table
 //! (`fuse::tune`), timing the candidates now (`FUSE_AUTOTUNE=fast|full`), or a fixed rule (`off`: the
-//! skinny template for a DualGemm of up to 8 rows or a Gemm of up to 4, else cuBLAS).
+//! skinny template for a DualGemm of up to 8 rows or a Gemm of up to 4, else cuBLAS). The wgmma template is
+//! a candidate on sm_90 GPUs only (its configs for many rows in the full mode only: see `WGMMA_CONFIGS`).
 //!
 //! Timing runs the group's matmul part as it will run, after a warm-up, between CUDA events, with the L2
 //! cache flushed before each repetition, and keeps the fastest repetition (the stream is shared, so another

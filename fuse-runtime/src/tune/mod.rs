@@ -1,5 +1,5 @@
 //! The autotuner's settings and memory. A Gemm/DualGemm group can run several ways (cuBLAS, a cuBLASLt
-//! algorithm, the skinny template in one of its configs); which is fastest depends on the shape and the
+//! algorithm, the skinny or the wgmma template in one of its configs); which is fastest depends on the shape and the
 //! GPU, so the first call of a shape bucket times the candidates and keeps the winner. The measuring is
 //! in `cuda/tuning.rs`; this module holds what does not need a GPU: the mode, the choices as text, the
 //! buckets, and the results file (`file.rs`).
@@ -131,7 +131,7 @@ thread_local! {
 }
 
 /// Runs `f` with every Gemm/DualGemm group on this thread taking the path `choice` where it can (`cublas`,
-/// `cublaslt:<i>`, `skinny:<config>`; see `FUSE_DEBUG=3`), without tuning and without recorded launch
+/// `cublaslt:<i>`, `skinny:<config>`, `wgmma:<config>`; see `FUSE_DEBUG=3`), without tuning and without recorded launch
 /// plans. For tests and benchmarks that check or time one path: a group the path cannot run is an error
 /// saying why (the unfused plan and eager ops stay on cuBLAS regardless).
 #[doc(hidden)]
