@@ -19,12 +19,14 @@ mod pointwise;
 mod prelude;
 mod rowreduce;
 mod skinny;
+mod tiling;
 mod wgmma;
 #[cfg(test)]
 mod tests;
 
 pub use prelude::{BLOCK_THREADS, VECTOR_ELEMENTS};
 pub use skinny::{SkinnyConfig, SKINNY_CONFIGS, SKINNY_TEMPLATE};
+pub use tiling::GemmTiling;
 pub use wgmma::{WgmmaConfig, WGMMA_CONFIGS, WGMMA_TEMPLATE};
 
 use crate::graph::{Graph, NodeId};

@@ -10,6 +10,7 @@
 
 use super::emit::{self, KernelParts};
 use super::pointwise;
+use super::tiling::GemmTiling;
 use crate::graph::{Graph, NodeId};
 use crate::op::Op;
 use crate::plan::{Group, GroupKind};
@@ -97,41 +98,27 @@ impl SkinnyConfig {
         std::iter::once(format!("-DFUSE_SK_DT={dt}")).chain(self.defines.iter().map(|d| d.to_string())).collect()
     }
 
-    /// Output columns (weight rows) per block: `16 * MT * (8 / KW)`.
-    pub fn cols_per_block(&self) -> usize {
-        16 * self.mt * (8 / self.kw)
-    }
-
-    /// Rows of the left operand per block: `8 * NT`.
-    pub fn rows_per_block(&self) -> usize {
-        8 * self.nt
-    }
-
     /// Dynamic shared memory of one block, the template's `FUSE_SK_SMEM_BYTES` (U = 1):
     /// `512 * S * (16 * (1 + DUAL) * MT + (XS ? KW * NT : 0))`.
     pub fn shared_bytes(&self, dual: bool) -> usize {
         let staged = if self.xs { self.kw * self.nt } else { 0 };
         512 * self.stages * (16 * (1 + usize::from(dual)) * self.mt + staged)
     }
+}
 
-    /// Output tiles of an `m x n` product (one block each, or `splits` blocks each).
-    pub fn tiles(&self, m: usize, n: usize) -> usize {
-        n.div_ceil(self.cols_per_block()).saturating_mul(m.div_ceil(self.rows_per_block()))
+impl GemmTiling for SkinnyConfig {
+    /// `16 * MT * (8 / KW)`.
+    fn cols_per_block(&self) -> usize {
+        16 * self.mt * (8 / self.kw)
     }
 
-    /// Blocks for an `m x n` product (`None` past the grid limit).
-    pub fn grid(&self, m: usize, n: usize) -> Option<u32> {
-        let blocks = self.tiles(m, n).checked_mul(self.splits)?;
-        u32::try_from(blocks).ok().filter(|&b| b < (1 << 31))
+    /// `8 * NT`.
+    fn rows_per_block(&self) -> usize {
+        8 * self.nt
     }
 
-    /// Floats of partial sums a split-K launch needs (0 without splits): `tiles * SP * BM * BN * (1 + DUAL)`.
-    pub fn workspace_floats(&self, m: usize, n: usize, dual: bool) -> usize {
-        if self.splits == 1 {
-            return 0;
-        }
-        let tile = self.rows_per_block() * self.cols_per_block() * (1 + usize::from(dual));
-        self.tiles(m, n) * self.splits * tile
+    fn splits(&self) -> usize {
+        self.splits
     }
 }
 

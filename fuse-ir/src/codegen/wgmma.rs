@@ -7,6 +7,7 @@
 
 use super::emit::KernelParts;
 use super::skinny::epilogue_hook;
+use super::tiling::GemmTiling;
 use crate::graph::NodeId;
 use crate::DType;
 use std::fmt::Write;
@@ -88,11 +89,6 @@ impl WgmmaConfig {
         ]
     }
 
-    /// Weight rows (output columns) per block.
-    pub fn cols_per_block(&self) -> usize {
-        64 * self.cw
-    }
-
     pub fn threads(&self) -> u32 {
         128 * (1 + self.cw as u32)
     }
@@ -113,23 +109,25 @@ impl WgmmaConfig {
         self.cols_per_block() / self.cluster
     }
 
-    /// Output tiles of an `m x n` product (m-blocks rounded up to whole clusters).
-    pub fn tiles(&self, m: usize, n: usize) -> usize {
-        n.div_ceil(self.cols_per_block()).saturating_mul(m.div_ceil(self.bm).next_multiple_of(self.cluster))
+}
+
+impl GemmTiling for WgmmaConfig {
+    /// 64 per consumer warpgroup.
+    fn cols_per_block(&self) -> usize {
+        64 * self.cw
     }
 
-    /// Blocks for an `m x n` product (`None` past the grid limit).
-    pub fn grid(&self, m: usize, n: usize) -> Option<u32> {
-        let blocks = self.tiles(m, n).checked_mul(self.splits)?;
-        u32::try_from(blocks).ok().filter(|&b| b < (1 << 31))
+    fn rows_per_block(&self) -> usize {
+        self.bm
     }
 
-    /// Floats of partial sums a split-K launch needs (0 without splits).
-    pub fn workspace_floats(&self, m: usize, n: usize, dual: bool) -> usize {
-        if self.splits == 1 {
-            return 0;
-        }
-        self.tiles(m, n) * self.splits * (1 + usize::from(dual)) * self.bm * self.cols_per_block()
+    fn splits(&self) -> usize {
+        self.splits
+    }
+
+    /// Rounded up to whole clusters (a block past the rows lends its half of the weight tiles).
+    fn row_blocks(&self, m: usize) -> usize {
+        m.div_ceil(self.bm).next_multiple_of(self.cluster)
     }
 }
 

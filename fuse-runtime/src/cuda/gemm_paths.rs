@@ -12,6 +12,7 @@ use super::super::skinny::{skinny_gemm, SkinnyConfig, SkinnyGemm};
 use super::super::wgmma::{self, TensorMapSpec, WgmmaConfig, MAP_WORDS, PARAM_ALIGN_WORDS};
 use super::*;
 use cudarc::driver::sys::CUfunction_attribute;
+use fuse_ir::codegen::GemmTiling;
 
 /// One way to run a Gemm/DualGemm group.
 #[derive(Clone, Debug, PartialEq)]
