@@ -40,7 +40,7 @@ fn the_mlp_is_one_epilogue_kernel() {
     let g = llama_mlp();
     let (plan, specs) = kernels(&g);
     // The dual gemm's silu(g) * u is its epilogue; the down projection has no pointwise work. Each gemm
-    // group also has its skinny kernel (the down projection's writes the product as it is).
+    // group also has its skinny and wgmma kernels (the down projection's write the product as it is).
     assert_eq!(
         summary(&specs),
         [
