@@ -8,7 +8,8 @@
 //! 8192^3 product). The host column is the host time to queue one fused call. The first fused call of
 //! each M is timed apart (it tunes the GEMM paths of that rows bucket, see `fuse::tune`), and the paths
 //! the tuner chose are printed. A second table times the fused MLP with each GEMM path forced (cuBLAS,
-//! each skinny config) at the M where the skinny template applies, to show each path's own rate.
+//! each skinny config) at the M where the skinny template applies, to show each path's own rate. A third
+//! times the FFN block (rms_norm in front, the residual after) beside the MLP alone at those M.
 //!
 //! Run: `cargo run --release --example bench_mlp [-- --ms 1,16 --reps 50 --paths-max-m 256 --json FILE]`
 
@@ -19,6 +20,14 @@ use fuse::prelude::*;
 use fuse::CudaDevice;
 use llama::{bf16_tensor, llama_mlp_fused, HIDDEN, INTER};
 use std::fmt::Write as _;
+
+/// One transformer FFN block: rms_norm in front, the residual after (BENCH.md's second workload). Fused,
+/// rms_norm is the dual GEMM's prologue, which the skinny template runs as it loads x.
+#[fuse]
+fn ffn_block(x: &Tensor, norm: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor, eps: f32) -> Result<Tensor> {
+    let h = rms_norm(x, norm, eps);
+    Ok(x + (silu(h.matmul(&w_gate.t())) * h.matmul(&w_up.t())).matmul(&w_down.t()))
+}
 
 const WARMUP: usize = 5;
 const BACK_TO_BACK_ROUNDS: usize = 5;
@@ -148,13 +157,14 @@ struct Row {
     forced: Vec<(String, f64)>,
 }
 
-/// What `fuse::tune` chose for `llama_mlp`'s groups at `m` rows, as `#0=skinny:.. #1=cublas`.
-fn chosen_paths(m: usize) -> String {
+/// What `fuse::tune` chose for `function`'s groups at `m` rows, as `#0=skinny:.. #1=cublas`.
+fn chosen_paths(function: &str, m: usize) -> String {
     let bucket = m.next_power_of_two();
+    let prefix = format!("{function}#");
     let mut out: Vec<String> = fuse::tune::results()
         .into_iter()
-        .filter(|e| e.group.starts_with("llama_mlp#") && e.rows_bucket == bucket)
-        .map(|e| format!("#{}={}", e.group.trim_start_matches("llama_mlp#").split(':').next().unwrap_or("?"), e.choice))
+        .filter(|e| e.group.starts_with(&prefix) && e.rows_bucket == bucket)
+        .map(|e| format!("#{}={}", e.group.trim_start_matches(&prefix).split(':').next().unwrap_or("?"), e.choice))
         .collect();
     out.sort();
     out.dedup();
@@ -182,6 +192,30 @@ fn to_json(dev: &Device, gpu: &CudaDevice, bandwidth: f64, rate: f64, reps: usiz
     }
     json.push_str("]}\n");
     json
+}
+
+/// The FFN block at the M up to `--paths-max-m`, beside the MLP alone from the same run: what rms_norm and
+/// the residual add on top of the MLP.
+fn ffn_table(dev: &Device, gpu: &CudaDevice, opts: &Options, rows: &[Row], [wg, wu, wd]: [&Tensor; 3]) -> Result<()> {
+    let f = ffn_block_fused();
+    let norm = bf16_tensor(&[HIDDEN], 14, 1.0, dev)?;
+    println!("\nFFN block (rms_norm -> MLP -> + x), ms per call / back to back, beside the MLP alone:");
+    println!("{:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  tuned paths", "M", "ffn fused", "ffn b2b", "ffn unfused", "mlp fused", "mlp b2b", "ffn - mlp");
+    for r in rows.iter().filter(|r| r.m <= opts.paths_max_m) {
+        let x = bf16_tensor(&[r.m, HIDDEN], 200 + r.m as u64, 1.0, dev)?;
+        let args = [fuse::arg(&x), fuse::arg(&norm), fuse::arg(wg), fuse::arg(wu), fuse::arg(wd), fuse::arg(&1e-5f32)];
+        f.call_with(&args, Fusion::On)?;
+        let fused = time_ms(gpu, opts.reps, || f.call_with(&args, Fusion::On).map(drop))?;
+        let b2b = back_to_back_ms(gpu, opts.reps, || f.call_with(&args, Fusion::On).map(drop))?;
+        let unfused = time_ms(gpu, opts.reps, || f.call_with(&args, Fusion::Off).map(drop))?;
+        let diff = b2b - r.fused_back_to_back;
+        let paths = chosen_paths("ffn_block", r.m);
+        println!(
+            "{:>6} {fused:>11.4} {b2b:>11.4} {unfused:>11.4} {:>11.4} {:>11.4} {diff:>11.4}  {paths}",
+            r.m, r.fused, r.fused_back_to_back
+        );
+    }
+    Ok(())
 }
 
 fn main() -> Result<()> {
@@ -247,7 +281,7 @@ fn main() -> Result<()> {
         }
         rows.push(Row {
             first_call_ms,
-            paths: chosen_paths(m),
+            paths: chosen_paths("llama_mlp", m),
             forced,
             m,
             fused,
@@ -276,6 +310,7 @@ fn main() -> Result<()> {
         let cells: Vec<String> = r.forced.iter().map(|(p, ms)| format!("{p} {ms:.4}")).collect();
         println!("{:>6}  {}", r.m, cells.join("  "));
     }
+    ffn_table(&dev, gpu, &opts, &rows, [&w_gate, &w_up, &w_down])?;
     if let Some(path) = &opts.json {
         let json = to_json(&dev, gpu, bandwidth, rate, opts.reps, &rows);
         if let Err(e) = std::fs::write(path, json) {

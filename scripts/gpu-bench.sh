@@ -19,7 +19,7 @@ grep -E "^== |test result|FAILED|panicked" "$out/gpu-tests.log" | tail -20
 # memcheck: every config at odd shapes.
 gpu_test=$(ls .gpu/bin/test-gpu-* | head -1)
 LD_LIBRARY_PATH=/usr/local/cuda/lib64 FUSE_TEST_GPU=1 /usr/local/cuda/bin/compute-sanitizer --tool memcheck \
-  "$gpu_test" skinny::every_skinny_config_matches_the_reference skinny::the_skinny_epilogue_reads_other_inputs \
+  "$gpu_test" skinny::every_skinny_config_matches_the_reference skinny::the_skinny_prologue_and_epilogue_read_other_inputs \
   skinny::every_wgmma_config_runs_a_single_product \
   >"$out/sanitizer.txt" 2>&1 || status=1
 grep -E "ERROR SUMMARY|test result" "$out/sanitizer.txt" | tail -3

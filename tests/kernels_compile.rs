@@ -98,6 +98,12 @@ fn variants(g: &Graph, spec: &KernelSpec) -> Vec<Vec<String>> {
             .collect();
         let f16 = codegen::SKINNY_CONFIGS[0].defines(DType::F16);
         sets.push([codegen::defines(spec, &slots(DType::F16, false), &outs(DType::F32)), f16].concat());
+        if spec.prologue.is_some() {
+            // The same, running the group's prologue in the kernel.
+            let with_prologue: Vec<Vec<String>> =
+                sets.iter().map(|d| [d.clone(), vec!["-DFUSE_GEMM_PRO=1".to_string()]].concat()).collect();
+            sets.extend(with_prologue);
+        }
         return sets;
     }
     if spec.role == Role::Wgmma {
@@ -150,6 +156,10 @@ fn check_coverage(kernels: &[(Graph, KernelSpec)]) {
     for role in [Role::Whole, Role::Prologue, Role::Epilogue, Role::Skinny, Role::Wgmma] {
         assert!(kernels.iter().any(|(_, s)| s.role == role), "no {role:?} kernel");
     }
+    assert!(
+        kernels.iter().any(|(g, s)| s.prologue.is_some() && s.source.contains("fuse_block_sum") && g.name == "ffn_block"),
+        "no skinny kernel runs a row-reduction prologue (rms_norm)"
+    );
 }
 
 /// `FUSE_PTXAS`, else `ptxas` on the PATH.

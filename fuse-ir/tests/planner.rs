@@ -31,8 +31,12 @@ fn check_structure(g: &Graph, plan: &Plan) {
     let users = g.users();
     for (i, grp) in plan.groups.iter().enumerate() {
         let reductions = grp.nodes.iter().filter(|&&n| matches!(g.op(n), Op::Reduce(_))).count();
+        let prologue_reductions = grp.prologue.iter().filter(|&&n| matches!(g.op(n), Op::Reduce(_))).count();
         match grp.kind {
             GroupKind::RowReduce => assert!(reductions > 0, "group {i}: rowreduce without a reduction"),
+            GroupKind::Gemm | GroupKind::DualGemm => {
+                assert_eq!(reductions, prologue_reductions, "group {i}: a reduction after the matmuls")
+            }
             _ => assert_eq!(reductions, 0, "group {i} ({}) holds a reduction", grp.kind.name()),
         }
         for &m in &grp.matmuls {
@@ -127,8 +131,27 @@ fn transformer_block_is_at_most_three_kernels() {
     let d = g.matmul(m, down_t, "(..).matmul(&self.down.t())");
     g.outputs = vec![g.binary(BinaryOp::Add, x, d, "x + ..")];
     let plan = planned(&g);
-    assert_eq!(kinds(&plan), [GroupKind::RowReduce, GroupKind::DualGemm, GroupKind::Gemm]);
-    assert_eq!(plan.groups[0].outputs, [h], "the normalised rows are written once and read by both matmuls");
+    assert_eq!(kinds(&plan), [GroupKind::DualGemm, GroupKind::Gemm]);
+    let dual = &plan.groups[0];
+    assert!(dual.prologue.contains(&h), "rms_norm is the dual gemm's prologue: {:?}", dual.prologue);
+    assert_eq!(dual.prologue.len(), 6, "all of rms_norm's nodes");
+    assert!(!dual.outputs.contains(&h), "the normalised rows are not written");
+    assert!([x, norm, eps].iter().all(|v| dual.inputs.contains(v)), "rms_norm's inputs are the group's");
+}
+
+#[test]
+fn a_normalised_operand_read_elsewhere_stays_a_row_reduction() {
+    let mut g = Graph::new("norm_twice");
+    let x = g.input("x", InputKind::Tensor);
+    let w = g.input("w", InputKind::Tensor);
+    let norm = g.input("norm", InputKind::Tensor);
+    let eps = g.input("eps", InputKind::Scalar);
+    let h = g.rms_norm(x, norm, eps, "rms_norm(x, norm, eps)");
+    let p = g.matmul(h, w, "h.matmul(w)");
+    g.outputs = vec![p, h];
+    let plan = planned(&g);
+    assert_eq!(kinds(&plan), [GroupKind::RowReduce, GroupKind::Gemm]);
+    assert!(plan.groups[1].prologue.is_empty());
 }
 
 #[test]
@@ -218,9 +241,12 @@ fn a_shared_left_operand_chain_is_the_dual_gemm_prologue() {
 }
 
 #[test]
-fn attention_is_gemm_rowreduce_gemm() {
+fn attention_is_a_gemm_then_a_gemm_with_the_softmax_as_prologue() {
     let g = attention();
-    assert_eq!(kinds(&planned(&g)), [GroupKind::Gemm, GroupKind::RowReduce, GroupKind::Gemm]);
+    let plan = planned(&g);
+    assert_eq!(kinds(&plan), [GroupKind::Gemm, GroupKind::Gemm]);
+    let softmax = &plan.groups[1].prologue;
+    assert!(softmax.iter().filter(|&&n| matches!(g.op(n), Op::Reduce(_))).count() == 2, "max and sum: {softmax:?}");
 }
 
 #[test]

@@ -63,12 +63,13 @@ fn every_skinny_config_matches_the_reference_at_odd_shapes() {
 }
 
 #[test]
-fn the_skinny_epilogue_reads_other_inputs() {
-    // ffn_block: rms_norm is its own group; the down projection's epilogue adds the residual x.
+fn the_skinny_prologue_and_epilogue_read_other_inputs() {
+    // ffn_block: rms_norm is the dual GEMM's prologue (the skinny template runs it as it loads x: 100 rows
+    // make several row blocks of every config), the down projection's epilogue adds the residual x.
     let Some((dev, _gpu)) = gpu() else { return };
     let mut r = rng(82);
     let (h, i) = (136, 1000);
-    for rows in [1, 17] {
+    for rows in [1, 3, 17, 64, 100] {
         let x = random(&mut r, &[rows, h], DType::BF16, -1.0, 1.0, &dev);
         let norm = random(&mut r, &[h], DType::BF16, 0.5, 1.5, &dev);
         let wg = random(&mut r, &[i, h], DType::BF16, -0.2, 0.2, &dev);
@@ -81,6 +82,44 @@ fn the_skinny_epilogue_reads_other_inputs() {
             assert_close(&format!("ffn_block {path} m={rows}"), &got[0], &want[0], DType::BF16);
         }
     }
+}
+
+/// Runs ffn_block on `path` at 3 rows when the parent test asks (`FUSE_PROLOGUE_CHILD`); nothing otherwise.
+#[test]
+fn prologue_child() {
+    let Ok(path) = std::env::var("FUSE_PROLOGUE_CHILD") else { return };
+    let Some((dev, _gpu)) = gpu() else { return };
+    let mut r = rng(86);
+    let (rows, h, i) = (3, 64, 96);
+    let x = random(&mut r, &[rows, h], DType::BF16, -1.0, 1.0, &dev);
+    let norm = random(&mut r, &[h], DType::BF16, 0.5, 1.5, &dev);
+    let [wg, wu] = [0; 2].map(|_| random(&mut r, &[i, h], DType::BF16, -0.2, 0.2, &dev));
+    let wd = random(&mut r, &[h, i], DType::BF16, -0.2, 0.2, &dev);
+    let args = [fuse::arg(&x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd), fuse::arg(&1e-5f32)];
+    forced(&path, ffn_block_fused(), &args);
+}
+
+#[test]
+fn the_skinny_template_runs_rms_norm_itself() {
+    // FUSE_DEBUG=3 names each group's path: on the skinny path the dual GEMM normalises x as it loads it
+    // (no prologue kernel, the normalised rows never written); on cuBLAS the prologue kernel writes them.
+    let Some((_dev, _gpu)) = gpu() else { return };
+    let run = |path: &str| {
+        let exe = std::env::current_exe().expect("the test binary");
+        let out = std::process::Command::new(exe)
+            .args(["--exact", "skinny::prologue_child", "--nocapture", "--test-threads=1"])
+            .env("FUSE_DEBUG", "3")
+            .env("FUSE_PROLOGUE_CHILD", path)
+            .output()
+            .expect("runs the child");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{path}: {stderr}");
+        stderr
+    };
+    let skinny = run("skinny:r8c16");
+    assert!(skinny.contains("k0 dualgemm: matmul path: path skinny:r8c16 (forced); skinny (running the prologue as it loads the left operand)"), "{skinny}");
+    let library = run("cublas");
+    assert!(library.contains("k0 dualgemm: matmul path:") && !library.contains("running the prologue"), "{library}");
 }
 
 #[test]

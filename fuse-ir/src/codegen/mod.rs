@@ -11,12 +11,13 @@
 //! - Gemm/DualGemm groups: the matmuls are library calls; a Prologue kernel writes their left operand when
 //!   the group has pointwise work on it, an Epilogue kernel reads the products and applies the rest.
 //!   Such a group also gets a Skinny kernel (`skinny.rs`): the matmuls and the epilogue in one kernel, for
-//!   few rows, and a Wgmma kernel (`wgmma.rs`), the same for many rows on sm_90a; the runtime picks, per
+//!   few rows, which can also run the prologue as it loads the left operand (`prologue.rs`), and a Wgmma kernel (`wgmma.rs`), the same for many rows on sm_90a; the runtime picks, per
 //!   shape, among them and the library calls.
 
 mod emit;
 mod pointwise;
 mod prelude;
+mod prologue;
 mod rowreduce;
 mod skinny;
 mod tiling;
@@ -25,6 +26,7 @@ mod wgmma;
 mod tests;
 
 pub use prelude::{BLOCK_THREADS, VECTOR_ELEMENTS};
+pub use prologue::PROLOGUE_MAX_ROWS;
 pub use skinny::{SkinnyConfig, SKINNY_CONFIGS, SKINNY_TEMPLATE};
 pub use tiling::GemmTiling;
 pub use wgmma::{WgmmaConfig, WGMMA_CONFIGS, WGMMA_TEMPLATE};
@@ -88,10 +90,22 @@ pub struct KernelSpec {
     pub role: Role,
     /// Values read: input slot k is `inputs[k]`. An Epilogue reads its group's matmul products.
     pub inputs: Vec<NodeId>,
+    /// A Skinny kernel of a group whose prologue it can run itself (with `-DFUSE_GEMM_PRO=1`): where the
+    /// prologue's input slots are (see `prologue.rs`).
+    pub prologue: Option<PrologueSlots>,
     /// Values written: output slot k is `outputs[k]`. A Prologue writes the matmuls' left operand.
     pub outputs: Vec<NodeId>,
     /// Nodes computed inside, in topological order.
     pub nodes: Vec<NodeId>,
+}
+
+/// The input slots of a Skinny kernel's in-kernel prologue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrologueSlots {
+    /// The prologue's slots are `first..` (after the epilogue's), read over the left operand's domain.
+    pub first: usize,
+    /// The slot of the tensor the template streams in place of the left operand.
+    pub primary: usize,
 }
 
 /// What the runtime passes in an input slot (not [`crate::graph::InputKind`], which is what the macro saw).
@@ -132,25 +146,21 @@ pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
         .map(|(role, nodes, outputs)| kernel(g, group, format!("{base}{}", role.suffix()), role, nodes, outputs))
         .collect();
     if let Some(epilogue) = skinny::epilogue(g, grp) {
-        let name = format!("{base}{}", Role::Skinny.suffix());
         let skinny::SkinnyEpilogue { inputs, outputs, nodes } = epilogue;
-        let parts = emit::KernelParts { g, name: &name, inputs: &inputs, outputs: &outputs, nodes: &nodes };
-        let source = skinny::source(&parts, &grp.matmuls);
-        let wgmma_name = format!("{base}{}", Role::Wgmma.suffix());
-        let parts = emit::KernelParts { name: &wgmma_name, ..parts };
-        let wgmma_source = wgmma::source(&parts, &grp.matmuls);
-        let (i, o, n) = (inputs.clone(), outputs.clone(), nodes.clone());
-        specs.push(KernelSpec { name, source, kind: KernelKind::Pointwise, group, role: Role::Skinny, inputs, outputs, nodes });
-        specs.push(KernelSpec {
-            name: wgmma_name,
-            source: wgmma_source,
-            kind: KernelKind::Pointwise,
-            group,
-            role: Role::Wgmma,
-            inputs: i,
-            outputs: o,
-            nodes: n,
-        });
+        let pro = prologue::of(g, grp);
+        for (role, pro) in [(Role::Skinny, pro.as_ref()), (Role::Wgmma, None)] {
+            let name = format!("{base}{}", role.suffix());
+            let parts = emit::KernelParts { g, name: &name, inputs: &inputs, outputs: &outputs, nodes: &nodes };
+            let source = match role {
+                Role::Skinny => skinny::source(&parts, &grp.matmuls, pro),
+                _ => wgmma::source(&parts, &grp.matmuls),
+            };
+            let mut all_inputs = inputs.clone();
+            all_inputs.extend(pro.iter().flat_map(|p| p.inputs.iter().copied()));
+            let prologue = pro.map(|p| PrologueSlots { first: inputs.len(), primary: inputs.len() + p.primary });
+            let (kind, outputs, nodes) = (KernelKind::Pointwise, outputs.clone(), nodes.clone());
+            specs.push(KernelSpec { name, source, kind, group, role, inputs: all_inputs, prologue, outputs, nodes });
+        }
     }
     specs
 }
@@ -172,7 +182,7 @@ fn kernel(g: &Graph, group: usize, name: String, role: Role, nodes: Vec<NodeId>,
         KernelKind::Pointwise => pointwise::source(&parts),
         KernelKind::RowReduce => rowreduce::source(&parts),
     };
-    KernelSpec { name, source, kind, group, role, inputs, outputs, nodes }
+    KernelSpec { name, source, kind, group, role, inputs, prologue: None, outputs, nodes }
 }
 
 /// Values `nodes` read from memory, in order of first use: arguments of theirs computed elsewhere (literals

@@ -16,22 +16,26 @@ use crate::op::{Op, ReduceOp};
 use std::fmt::Write;
 
 pub(super) fn source(parts: &KernelParts<'_>) -> String {
-    let mut k = RowKernel::new(parts);
+    let mut k = RowKernel::new(parts, 0);
     k.emit();
     k.text
 }
 
-struct RowKernel<'a, 'p> {
-    parts: &'p KernelParts<'a>,
+/// The row work of one kernel; also what a GEMM template's in-kernel prologue is made of (`prologue.rs`).
+pub(super) struct RowKernel<'a, 'p> {
+    pub parts: &'p KernelParts<'a>,
+    /// The `FuseArgs` slot of `parts.inputs[0]` (the others follow): a prologue's slots come after the
+    /// epilogue's in a template kernel.
+    first_slot: usize,
     /// Per graph node: one value per row.
-    narrow: Vec<bool>,
+    pub narrow: Vec<bool>,
     /// Per graph node: its variable exists in the row's scope (narrow and computed).
-    available: Vec<bool>,
-    text: String,
+    pub available: Vec<bool>,
+    pub text: String,
 }
 
 impl<'a, 'p> RowKernel<'a, 'p> {
-    fn new(parts: &'p KernelParts<'a>) -> Self {
+    pub fn new(parts: &'p KernelParts<'a>, first_slot: usize) -> Self {
         let g = parts.g;
         // Values read from memory are wide unless they are scalar arguments.
         let mut narrow = vec![false; g.nodes.len()];
@@ -51,10 +55,15 @@ impl<'a, 'p> RowKernel<'a, 'p> {
         for id in g.ids().filter(|&id| matches!(g.op(id), Op::Const(_))) {
             available[id.index()] = true;
         }
-        RowKernel { parts, narrow, available, text: String::new() }
+        RowKernel { parts, first_slot, narrow, available, text: String::new() }
     }
 
-    fn line(&mut self, indent: usize, text: &str) {
+    /// The `FuseArgs` slot of `parts.inputs[k]`.
+    pub fn slot(&self, k: usize) -> usize {
+        self.first_slot + k
+    }
+
+    pub fn line(&mut self, indent: usize, text: &str) {
         let _ = writeln!(self.text, "{:width$}{text}", "", width = indent * 2);
     }
 
@@ -66,12 +75,7 @@ impl<'a, 'p> RowKernel<'a, 'p> {
         self.line(1, "__shared__ float fuse_smem[32];");
         self.line(1, "const long long n = fuse_row_length(args);");
         self.line(1, "const long long rows = fuse_row_count(args);");
-        for (k, &id) in parts.inputs.iter().enumerate() {
-            if self.narrow[id.index()] {
-                self.line(1, &format!("const float v{} = {};", id.0, emit::read(k, "0")));
-                self.available[id.index()] = true;
-            }
-        }
+        self.emit_scalar_reads(1);
         self.line(1, "for (long long row = blockIdx.x; row < rows; row += gridDim.x) {");
         self.line(2, "long long bi[FUSE_NIN], si[FUSE_NIN], bo[FUSE_NOUT], so[FUSE_NOUT];");
         self.line(2, "fuse_row_offsets(args, row, bi, si, bo, so);");
@@ -85,8 +89,18 @@ impl<'a, 'p> RowKernel<'a, 'p> {
         self.text.push_str("}\n");
     }
 
+    /// The scalar arguments, read once.
+    pub fn emit_scalar_reads(&mut self, indent: usize) {
+        for (k, &id) in self.parts.inputs.iter().enumerate() {
+            if self.narrow[id.index()] {
+                self.line(indent, &format!("const float v{} = {};", id.0, emit::read(self.slot(k), "0")));
+                self.available[id.index()] = true;
+            }
+        }
+    }
+
     /// Narrow pointwise nodes whose arguments are all known, computed once for the row.
-    fn emit_ready_narrow(&mut self) {
+    pub fn emit_ready_narrow(&mut self) {
         let g = self.parts.g;
         for &id in self.parts.nodes {
             let ready = g.op(id).is_pointwise()
@@ -102,7 +116,7 @@ impl<'a, 'p> RowKernel<'a, 'p> {
 
     /// The wide nodes and input slots `targets` depend on that are not yet in the row's scope, in
     /// topological order (inputs first, by slot).
-    fn wide_work(&self, targets: &[NodeId]) -> (Vec<usize>, Vec<NodeId>) {
+    pub fn wide_work(&self, targets: &[NodeId]) -> (Vec<usize>, Vec<NodeId>) {
         let g = self.parts.g;
         let mut needed = vec![false; g.nodes.len()];
         let mut stack: Vec<NodeId> = targets.to_vec();
@@ -119,24 +133,26 @@ impl<'a, 'p> RowKernel<'a, 'p> {
         (slots, nodes)
     }
 
-    /// Inside a loop over `j`: read the slots and compute the nodes.
-    fn emit_wide(&mut self, slots: &[usize], nodes: &[NodeId]) {
+    /// Inside a loop over `j`: read the slots (indices into `parts.inputs`) and compute the nodes.
+    pub fn emit_wide(&mut self, slots: &[usize], nodes: &[NodeId]) {
         let g = self.parts.g;
         for &k in slots {
             let id = self.parts.inputs[k];
-            self.line(3, &format!("const float v{} = {};", id.0, emit::read(k, &format!("bi[{k}] + j * si[{k}]"))));
+            let s = self.slot(k);
+            self.line(3, &format!("const float v{} = {};", id.0, emit::read(s, &format!("bi[{s}] + j * si[{s}]"))));
         }
         for &id in nodes {
             self.line(3, &emit::compute(g, id));
         }
     }
 
-    fn emit_reduction(&mut self, r: NodeId) {
+    pub fn emit_reduction(&mut self, r: NodeId) {
         let g = self.parts.g;
         let Op::Reduce(op) = g.op(r) else { return };
         let operand = g.node(r).args[0];
         let (slots, nodes) = self.wide_work(&[operand]);
-        let spans: Vec<String> = slots.iter().map(|k| format!("(FUSE_IN{k} != FUSE_SCALAR && si[{k}] != 0)")).collect();
+        let spans: Vec<String> =
+            slots.iter().map(|&k| self.slot(k)).map(|s| format!("(FUSE_IN{s} != FUSE_SCALAR && si[{s}] != 0)")).collect();
         let len = if spans.is_empty() { "1".to_string() } else { format!("({}) ? n : 1", spans.join(" || ")) };
         let (identity, combine, block) = match op {
             ReduceOp::Sum | ReduceOp::Mean => ("0.0f", "+=", "fuse_block_sum"),

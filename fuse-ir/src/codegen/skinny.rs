@@ -10,6 +10,7 @@
 
 use super::emit::{self, KernelParts};
 use super::pointwise;
+use super::prologue::Prologue;
 use super::tiling::GemmTiling;
 use crate::graph::{Graph, NodeId};
 use crate::op::Op;
@@ -155,9 +156,16 @@ pub(super) fn epilogue(g: &Graph, grp: &Group) -> Option<SkinnyEpilogue> {
     Some(SkinnyEpilogue { inputs, outputs, nodes })
 }
 
-/// The kernel's source: the prelude, the epilogue's body, `fuse_gemm_epilogue`, then the template.
-pub(super) fn source(parts: &KernelParts<'_>, matmuls: &[NodeId]) -> String {
+/// The kernel's source: the prelude, the epilogue's body, `fuse_gemm_epilogue`, the in-kernel prologue's
+/// functions (when the group has a prologue the template can run), then the template.
+pub(super) fn source(parts: &KernelParts<'_>, matmuls: &[NodeId], pro: Option<&Prologue>) -> String {
     let mut s = epilogue_hook(parts, matmuls, "skinny gemm");
+    if let Some(pro) = pro {
+        let names: Vec<String> = pro.inputs.iter().map(|id| format!("%{}", id.0)).collect();
+        let first = parts.inputs.len();
+        let _ = writeln!(s, "// in[{first}..] = the prologue's inputs {}; it computes %{}", names.join(", "), pro.lhs.0);
+        s.push_str(&super::prologue::hooks(parts.g, pro, first));
+    }
     let _ = writeln!(s, "#define FUSE_SKINNY_NAME {}", parts.name);
     let _ = writeln!(s, "#define FUSE_SKINNY_DUAL {}", u8::from(matmuls.len() == 2));
     s.push_str(SKINNY_TEMPLATE);

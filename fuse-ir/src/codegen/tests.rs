@@ -135,23 +135,23 @@ fn rms_norm_and_softmax_are_one_row_kernel() {
 }
 
 #[test]
-fn attention_is_an_epilogue_then_a_row_kernel() {
+fn attention_is_an_epilogue_then_a_softmax_prologue() {
     let g = attention();
     let (plan, specs) = kernels(&g);
-    assert_eq!(plan.groups.len(), 3);
+    assert_eq!(plan.groups.len(), 2);
     assert_eq!(
         summary(&specs),
         [
             (KernelKind::Pointwise, Role::Epilogue, 0),
             (KernelKind::Pointwise, Role::Skinny, 0),
             (KernelKind::Pointwise, Role::Wgmma, 0),
-            (KernelKind::RowReduce, Role::Whole, 1),
-            (KernelKind::Pointwise, Role::Skinny, 2),
-            (KernelKind::Pointwise, Role::Wgmma, 2)
+            (KernelKind::RowReduce, Role::Prologue, 1),
+            (KernelKind::Pointwise, Role::Skinny, 1),
+            (KernelKind::Pointwise, Role::Wgmma, 1)
         ]
     );
     assert_eq!(specs[0].name, "attention_k0_gemm_mul_epilogue");
-    assert_eq!(specs[3].name, "attention_k1_rowreduce_max_sub_exp_sum");
+    assert_eq!(specs[3].name, "attention_k1_gemm_max_sub_exp_sum_prologue");
     let scale = g.ids().find(|&id| g.op(id) == Op::Input(3)).expect("scale");
     assert_eq!(specs[0].inputs, [plan.groups[0].matmuls[0], scale]);
 }
@@ -312,4 +312,57 @@ fn out_of_range_groups_have_no_kernels() {
     let g = rms_norm();
     let plan = Plan::fused(&g);
     assert!(group_kernels(&g, &plan, plan.groups.len()).is_empty());
+}
+
+/// rms_norm(x, w, eps) -> silu(h Wg) * (h Wu): the normalisation is the dual gemm's prologue.
+fn normed_mlp() -> Graph {
+    let mut g = Graph::new("normed");
+    let x = g.input("x", ArgKind::Tensor);
+    let w = g.input("w", ArgKind::Tensor);
+    let eps = g.input("eps", ArgKind::Scalar);
+    let [wg, wu] = ["wg", "wu"].map(|n| g.input(n, ArgKind::Tensor));
+    let h = g.rms_norm(x, w, eps, "rms_norm(x, w, eps)");
+    let a = g.matmul(h, wg, "h.matmul(wg)");
+    let a = g.unary(UnaryOp::Silu, a, "silu(..)");
+    let b = g.matmul(h, wu, "h.matmul(wu)");
+    g.outputs = vec![g.binary(BinaryOp::Mul, a, b, "silu(..) * ..")];
+    g
+}
+
+#[test]
+fn the_skinny_kernel_can_run_an_rms_norm_prologue() {
+    let g = normed_mlp();
+    let (plan, specs) = kernels(&g);
+    assert_eq!(
+        summary(&specs),
+        [
+            (KernelKind::RowReduce, Role::Prologue, 0),
+            (KernelKind::Pointwise, Role::Epilogue, 0),
+            (KernelKind::Pointwise, Role::Skinny, 0),
+            (KernelKind::Pointwise, Role::Wgmma, 0)
+        ]
+    );
+    let grp = &plan.groups[0];
+    let ids = |names: &[&str]| -> Vec<NodeId> {
+        names.iter().map(|n| g.ids().find(|&id| g.op(id) == Op::Input(g.inputs.iter().position(|i| i.name == *n).unwrap() as u32)).unwrap()).collect()
+    };
+    let [x, w, eps] = ids(&["x", "w", "eps"])[..] else { panic!() };
+    let skinny = &specs[2];
+    // Epilogue slots (the two products), then the prologue's: x streamed in place of h, then eps and w.
+    assert_eq!(skinny.inputs[..2], grp.matmuls[..]);
+    assert_eq!(skinny.inputs[2..], [x, eps, w]);
+    assert_eq!(skinny.prologue, Some(PrologueSlots { first: 2, primary: 2 }));
+    let src = &skinny.source;
+    assert!(src.contains("#if FUSE_GEMM_PRO\n"), "the prologue is compiled in only on request");
+    assert!(src.contains("fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long n)"));
+    assert!(src.contains("fuse_block_sum("), "the mean of squares is a block reduction");
+    assert!(src.contains(&format!("const float v{} = a;", x.0)), "x comes from the template's load");
+    let (rows, element) = src.split_once("float fuse_gemm_pro(const FuseArgs& args, int r, long long j, float a)").unwrap();
+    assert!(rows.contains("fuse_read<FUSE_IN2>(args.in[2], bi[2] + j * si[2])"), "the row pass reads x");
+    assert!(element.contains("fuse_read<FUSE_IN4>(args.in[4], bi[4] + j * si[4])"), "w is read per column k");
+    assert!(!element.contains("args.in[2]"), "x is not read again per element");
+    // The wgmma kernel does not run the prologue: the runtime writes h first on that path.
+    assert_eq!(specs[3].prologue, None);
+    assert_eq!(specs[3].inputs, grp.matmuls);
+    assert!(!specs[3].source.contains("FUSE_GEMM_PRO"));
 }

@@ -7,8 +7,9 @@
 //! - A node reading the products of two single-matmul groups with the same left operand merges them into a
 //!   DualGemm and joins it (`silu(x Wg) * (x Wu)`).
 //! - A reduction joins a Pointwise/RowReduce producer (which becomes RowReduce); never a gemm epilogue.
-//! - A matmul starts a Gemm group; a Pointwise group that computes only its left operand becomes its prologue.
-//!   The right operand always comes from memory.
+//! - A matmul starts a Gemm group; a Pointwise or RowReduce group that computes only its left operand becomes
+//!   its prologue (rms_norm -> matmul: the GEMM templates can then normalise rows as they load them, and the
+//!   normalised rows need not reach memory). The right operand always comes from memory.
 //!
 //! Every join or merge is refused if the group would read a value that depends on the group itself (a
 //! cycle between kernels). Values cross groups through memory; free nodes (leaves, views) are in no group.
@@ -192,14 +193,14 @@ impl<'g> Planner<'g> {
         }
     }
 
-    /// Makes the Pointwise group computing the shared left operand of `group`'s matmuls its prologue, when
-    /// that group computes nothing else and nothing else reads it.
+    /// Makes the Pointwise or RowReduce group computing the shared left operand of `group`'s matmuls its
+    /// prologue, when that group computes nothing else and nothing else reads it.
     fn try_absorb_prologue(&mut self, group: usize) {
         let matmuls = self.drafts[group].matmuls.clone();
         let Some(&first) = matmuls.first() else { return };
         let lhs = self.args(first)[0];
         let Some(producer) = self.owner[lhs.index()] else { return };
-        if producer == group || self.drafts[producer].kind != GroupKind::Pointwise {
+        if producer == group || !matches!(self.drafts[producer].kind, GroupKind::Pointwise | GroupKind::RowReduce) {
             return;
         }
         let right_in_memory = matmuls.iter().all(|&m| self.owner[self.args(m)[1].index()] != Some(producer));

@@ -17,7 +17,8 @@ pub enum GroupKind {
     Pointwise,
     /// Last-axis reductions with the pointwise work before and after them (rms_norm, softmax).
     RowReduce,
-    /// One matmul with a pointwise prologue on its left operand and a pointwise epilogue on its product.
+    /// One matmul with a prologue on its left operand (pointwise work, or a row reduction such as rms_norm)
+    /// and a pointwise epilogue on its product.
     Gemm,
     /// Two matmuls with the same left operand, their products meeting in one pointwise epilogue.
     DualGemm,
@@ -41,7 +42,8 @@ pub struct Group {
     pub nodes: Vec<NodeId>,
     /// The matmuls (one for Gemm, two for DualGemm, none otherwise), in graph order.
     pub matmuls: Vec<NodeId>,
-    /// The pointwise nodes applied to the matmuls' shared left operand as it is loaded (a subset of `nodes`).
+    /// The nodes that compute the matmuls' shared left operand (a subset of `nodes`): pointwise work, and
+    /// last-axis reductions over the operand's rows (rms_norm's mean of squares).
     pub prologue: Vec<NodeId>,
     /// Values this group reads from memory: arguments, views, or outputs of earlier groups.
     pub inputs: Vec<NodeId>,
@@ -147,8 +149,9 @@ impl Plan {
             if mm.len() != want || mm != grp.matmuls {
                 return Err(format!("group {i} ({}) has matmuls {:?}", grp.kind.name(), mm));
             }
-            if !grp.prologue.iter().all(|p| grp.nodes.contains(p) && g.op(*p).is_pointwise()) {
-                return Err(format!("group {i}: prologue must be pointwise nodes of the group"));
+            let row_work = |op: &Op| op.is_pointwise() || matches!(op, Op::Reduce(_));
+            if !grp.prologue.iter().all(|p| grp.nodes.contains(p) && row_work(&g.op(*p))) {
+                return Err(format!("group {i}: prologue must be pointwise or reduction nodes of the group"));
             }
         }
         if let Some(id) = g.ids().find(|&id| !is_free(g.op(id)) && owner[id.index()].is_none()) {

@@ -321,11 +321,24 @@ impl Executor<'_> {
         let plan = self.plan;
         let group = &plan.groups[index];
         let is_gemm = matches!(group.kind, GroupKind::Gemm | GroupKind::DualGemm);
+        // Where the Skinny kernel can run the prologue itself, the prologue kernel is not recorded yet: it
+        // runs now for the path choice's sake, and goes into the launch plan only if another path wins.
+        let in_kernel = |k: &PreparedKernel| k.spec.role == Role::Skinny && self.in_kernel_prologue(index, &k.spec).is_ok();
+        let deferred = is_gemm && specs.iter().any(in_kernel);
+        let recording = if deferred { self.recording.take() } else { None };
         for spec in specs.iter().filter(|k| matches!(k.spec.role, Role::Whole | Role::Prologue)) {
             self.run_kernel(spec)?;
         }
+        if deferred {
+            self.recording = recording;
+        }
         if is_gemm {
             let path = self.choose_path(index, specs)?;
+            if deferred && !matches!(path, GemmPath::Skinny(_)) && self.recording.is_some() {
+                for spec in specs.iter().filter(|k| k.spec.role == Role::Prologue) {
+                    self.run_kernel(spec)?;
+                }
+            }
             self.run_gemm(index, specs, &path)?;
         }
         if let Some(missing) = group.outputs.iter().find(|o| self.values[o.index()].is_none()) {

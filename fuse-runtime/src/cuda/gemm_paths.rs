@@ -12,7 +12,8 @@ use super::super::skinny::{skinny_gemm, SkinnyConfig, SkinnyGemm};
 use super::super::wgmma::{self, TensorMapSpec, WgmmaConfig, MAP_WORDS, PARAM_ALIGN_WORDS};
 use super::*;
 use cudarc::driver::sys::CUfunction_attribute;
-use fuse_ir::codegen::GemmTiling;
+use crate::cpu::layout::broadcast_strides;
+use fuse_ir::codegen::{GemmTiling, KernelSpec};
 
 /// One way to run a Gemm/DualGemm group.
 #[derive(Clone, Debug, PartialEq)]
@@ -92,11 +93,33 @@ impl Executor<'_> {
         Ok(())
     }
 
-    /// The group's operands as the template of `role` reads them, or why it cannot.
-    pub(super) fn template_operands(&self, index: usize, specs: &[PreparedKernel], role: Role) -> std::result::Result<SkinnyGemm, String> {
-        if !specs.iter().any(|k| k.spec.role == role) {
-            return Err(format!("the group has no {role:?} kernel (its epilogue does not fit one)"));
+    /// The tensor a Skinny kernel streams in place of the left operand when it runs the group's prologue
+    /// itself (`-DFUSE_GEMM_PRO=1`) on this call, or why it cannot: the prologue's first tensor must have
+    /// the left operand's shape and dtype, and every input of the prologue must broadcast onto that shape.
+    pub(super) fn in_kernel_prologue(&self, index: usize, spec: &KernelSpec) -> std::result::Result<Tensor, String> {
+        let Some(pro) = spec.prologue else { return Err("the kernel has no prologue".into()) };
+        let left = self.graph.node(self.plan.groups[index].matmuls[0]).args[0];
+        let lhs_shape = self.shape(left);
+        let Ok(Value::Tensor(primary)) = self.resolve(spec.inputs[pro.primary]) else {
+            return Err("the prologue has no tensor to stream".into());
+        };
+        if primary.shape() != lhs_shape || primary.dtype() != self.dtype(left) {
+            return Err(format!("the prologue streams a {:?} {} tensor, not the left operand's {lhs_shape:?} {}", primary.shape(), primary.dtype(), self.dtype(left)));
         }
+        for &id in &spec.inputs[pro.first..] {
+            if broadcast(lhs_shape, self.shape(id)).as_deref() != Some(lhs_shape) {
+                return Err(format!("the prologue's input %{} does not broadcast onto the left operand", id.0));
+            }
+        }
+        Ok(primary)
+    }
+
+    /// The group's operands as the template of `role` reads them, or why it cannot. A Skinny kernel that
+    /// runs the prologue itself reads the prologue's tensor in place of the left operand.
+    pub(super) fn template_operands(&self, index: usize, specs: &[PreparedKernel], role: Role) -> std::result::Result<SkinnyGemm, String> {
+        let Some(kernel) = specs.iter().find(|k| k.spec.role == role) else {
+            return Err(format!("the group has no {role:?} kernel (its epilogue does not fit one)"));
+        };
         if role == Role::Wgmma && wgmma::compile_arch(self.device.arch()).is_none() {
             return Err(format!("the wgmma template runs on sm_90 GPUs only, not {}", self.device.arch()));
         }
@@ -106,7 +129,10 @@ impl Executor<'_> {
             Ok(Value::Tensor(t)) => Ok(t),
             _ => Err("a matmul operand is not a tensor".to_string()),
         };
-        let a = tensor(left)?;
+        let a = match self.in_kernel_prologue(index, &kernel.spec) {
+            Ok(primary) => primary,
+            Err(_) => tensor(left)?,
+        };
         let dtype = self.dtype(group.matmuls[0]);
         let mut weights = Vec::new();
         for &mm in &group.matmuls {
@@ -248,9 +274,13 @@ impl Executor<'_> {
         let shape = self.template_launch(path, &gemm, dtype, dual)?;
         let product_shape = self.shape(group.matmuls[0]).to_vec();
         let dense = crate::tensor::contiguous_strides(&product_shape);
+        let left = self.graph.node(group.matmuls[0]).args[0];
+        let primary = self.in_kernel_prologue(index, spec).ok().map(|_| spec.prologue.map_or(left, |p| spec.inputs[p.primary]));
+        let lhs_shape = self.shape(left).to_vec();
+        let prologue_from = spec.prologue.map_or(spec.inputs.len(), |p| p.first);
         let mut values = Vec::with_capacity(spec.inputs.len());
         let (mut kinds, mut in_operands) = (Vec::new(), Vec::new());
-        for &id in &spec.inputs {
+        for (slot, &id) in spec.inputs.iter().enumerate() {
             if group.matmuls.contains(&id) {
                 // The accumulators stand in for the product: no memory behind this slot.
                 kinds.push(InputKind::Tensor(dtype));
@@ -259,7 +289,18 @@ impl Executor<'_> {
                 continue;
             }
             let value = self.resolve(id)?;
-            let (kind, operand) = self.input_slot(&value)?;
+            let (kind, mut operand) = self.input_slot(&value)?;
+            if slot >= prologue_from {
+                // A prologue slot: strides over the left operand's domain, whose last axis (k) stands in
+                // for the product's; all zero when the kernel runs without its prologue (unread).
+                if let Operand::Tensor { address, shape, strides } = operand {
+                    let strides = match primary {
+                        Some(_) => broadcast_strides(&shape, &strides, &lhs_shape),
+                        None => vec![0; product_shape.len()],
+                    };
+                    operand = Operand::Tensor { address, shape: product_shape.clone(), strides };
+                }
+            }
             kinds.push(kind);
             in_operands.push(operand);
             values.push(value);
@@ -267,7 +308,7 @@ impl Executor<'_> {
         let outputs = spec.outputs.iter().map(|&id| self.allocate(id)).collect::<Result<Vec<_>>>()?;
         let out_operands = outputs.iter().map(|t| self.tensor_operand(t)).collect::<Result<Vec<_>>>()?;
         let mut domain = product_shape.clone();
-        for &id in spec.inputs.iter().chain(&spec.nodes).chain(&spec.outputs) {
+        for &id in spec.inputs[..prologue_from].iter().chain(&spec.nodes).chain(&spec.outputs) {
             domain = broadcast(&domain, self.shape(id)).unwrap_or_default();
         }
         if domain != product_shape {
@@ -282,6 +323,9 @@ impl Executor<'_> {
         let out_dtypes: Vec<DType> = outputs.iter().map(Tensor::dtype).collect();
         let mut defines = codegen::defines(spec, &kinds, &out_dtypes);
         defines.extend(shape.defines.iter().cloned());
+        if primary.is_some() {
+            defines.push("-DFUSE_GEMM_PRO=1".into());
+        }
         let function =
             modules::kernel_for_arch(self.device, self.function, &spec.name, &spec.source, kernel.source_hash, &defines, &shape.arch)?;
         // The templates' rings live in dynamic shared memory, past the default 48 KB for most configs.
@@ -301,7 +345,7 @@ impl Executor<'_> {
         };
         let (ws, counters) = scratch.as_ref().map_or((0, 0), |(w, c)| (w.base_address(), c.base_address()));
         // The wgmma template: three tensor maps (X, W0, W1), then FuseArgs.
-        let left = base_of(self.graph, self.graph.node(group.matmuls[0]).args[0]).index();
+        let left = base_of(self.graph, primary.unwrap_or(left)).index();
         let weight = |j: usize| base_of(self.graph, self.graph.node(group.matmuls[j.min(group.matmuls.len() - 1)]).args[1]).index();
         let mut maps = Vec::new();
         let mut words = Vec::new();
@@ -341,7 +385,11 @@ impl Executor<'_> {
         if self.describe {
             let form = format!("m={} n={} k={} lda={} ldw={:?}", gemm.m, gemm.n, gemm.k, gemm.lda, &gemm.ldw[..group.matmuls.len()]);
             let note = self.path_note.take().map_or(String::new(), |n| format!("{n}; "));
-            let kind = if shape.maps.is_some() { "wgmma" } else { "skinny" };
+            let kind = match (shape.maps.is_some(), primary.is_some()) {
+                (true, _) => "wgmma",
+                (false, true) => "skinny (running the prologue as it loads the left operand)",
+                (false, false) => "skinny",
+            };
             let (grid, block) = (dims.grid, dims.block);
             self.path_note = Some(format!("{note}{kind} template {} ({form}), grid {grid} x {block} threads", shape.config));
         }

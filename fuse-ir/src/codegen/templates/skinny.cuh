@@ -18,6 +18,13 @@
 //                                                        float acc0, float acc1);
 //   fuse_gemm_epilogue is called exactly once per (row < M, col < N) (row = m, col = n); consecutive threads
 //   get consecutive col. Non-dual: acc1 = 0.f.
+//   With -DFUSE_GEMM_PRO=1 (an in-kernel prologue: X is computed from the tensor at `x` as it is loaded),
+//   the generated code also defines FUSE_GEMM_PRO_ROWS (>= BM) and
+//     __device__ void fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long k);
+//     __device__ float fuse_gemm_pro(const FuseArgs& args, int r, long long kk, float a);
+//   fuse_gemm_pro_rows is called once by the whole block (rows = the block's rows < M, k = K) before the
+//   main loop; X[m0 + r, kk] is then fuse_gemm_pro(args, r, kk, value at x) for every element the block
+//   reads (elements past M or K stay 0).
 //   This file defines (guarded so that it may be included several times with different configs):
 //     struct FuseGemmArgs { const void* x; const void* w0; const void* w1; long long m, n, k, lda, ldw0, ldw1;
 //                           float* ws; unsigned* counters; };   (ws/counters: only when FUSE_SK_SP > 1)
@@ -198,6 +205,21 @@ __device__ __forceinline__ void fuse_sk_mma32(float (&c)[4], const FuseSkV4& wl,
 // Shared memory per block (dynamic, FUSE_SK_SMEM_BYTES): the weight ring, 8 warps x S stages x (2*D*MT) x 32
 // lanes x 16 bytes = 8192 * S * D * MT bytes, then (XS=1) the X ring, KW x S x NT x 32 lanes x 16 bytes
 // = 512 * S * KW * NT bytes. The weight ring is reused for the K-split reduction after the main loop.
+#if FUSE_GEMM_PRO
+// The in-kernel prologue on 8 consecutive k of X row m0 + r (16-bit elements of dtype DT).
+template <int DT>
+__device__ __forceinline__ FuseSkV4 fuse_sk_pro8(const FuseArgs& args, int r, long long k, FuseSkV4 v) {
+    unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float lo = fuse_gemm_pro(args, r, k + 2 * i, fuse_unpack<DT>((unsigned short)(w[i] & 0xffffu)));
+        const float hi = fuse_gemm_pro(args, r, k + 2 * i + 1, fuse_unpack<DT>((unsigned short)(w[i] >> 16)));
+        w[i] = (unsigned)fuse_pack<DT>(lo) | ((unsigned)fuse_pack<DT>(hi) << 16);
+    }
+    return FuseSkV4{w[0], w[1], w[2], w[3]};
+}
+#endif
+
 // A partial sum another block wrote, read past L1 (which may hold a stale line of it).
 __device__ __forceinline__ float fuse_sk_ldcg(const float* p) {
     float v;
@@ -232,6 +254,11 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
     const long long nblk = (long long)nb * BN;
     const long long n0 = nblk + (long long)ng * 16 * MT;  // first weight row of this warp
     const bool wact = n0 < N;                             // this warp has weight rows
+#if FUSE_GEMM_PRO
+    static_assert(BM <= FUSE_GEMM_PRO_ROWS, "the in-kernel prologue holds FUSE_GEMM_PRO_ROWS rows");
+    fuse_gemm_pro_rows(p.epi, m0, (int)(M - m0 < BM ? M - m0 : BM), K);
+    __syncthreads();
+#endif
 
     float acc[D][MT][NT][4];
 #pragma unroll
@@ -347,7 +374,11 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                         const FuseSkV4* xs = xring + (((kw * S + c % S) * U + u) * NT) * 32 + lane;
 #pragma unroll
                         for (int j = 0; j < NT; ++j) {
-                            const FuseSkV4 xv = xs[j * 32];
+                            FuseSkV4 xv = xs[j * 32];
+#if FUSE_GEMM_PRO
+                            const long long kk = (long long)c * (CW * KW) + koff + 8 * u;
+                            if (kk < K && m0 + 8 * j + g < M) xv = fuse_sk_pro8<DT>(p.epi, 8 * j + g, kk, xv);
+#endif
 #pragma unroll
                             for (int d = 0; d < D; ++d)
 #pragma unroll
@@ -397,6 +428,15 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
 #pragma unroll
                     for (int j = 0; j < NT; ++j) xc[u][j] = xq[u][j];
                 loadx(c + 1, xq);
+#if FUSE_GEMM_PRO
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const long long kk = (long long)c * (CW * KW) + koff + 8 * u;
+#pragma unroll
+                    for (int j = 0; j < NT; ++j)
+                        if (kk < K && xok[j]) xc[u][j] = fuse_sk_pro8<DT>(p.epi, 8 * j + g, kk, xc[u][j]);
+                }
+#endif
                 fuse_sk_cp_wait<S - 1>();  // chunk c has landed (each thread reads only what it copied itself)
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
