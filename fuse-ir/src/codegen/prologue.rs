@@ -3,11 +3,14 @@
 //! loads the left operand, so the operand is never written to memory and needs no kernel of its own.
 //!
 //! The template streams one tensor in place of the left operand, the *primary*: the prologue's first tensor
-//! input (the runtime checks that it has the left operand's shape and dtype). It calls two generated
-//! functions, compiled in only with `-DFUSE_GEMM_PRO=1`:
+//! input (the runtime checks that it has the left operand's shape and dtype, dense rows). It calls two
+//! generated functions, compiled in only with `-DFUSE_GEMM_PRO=1`, for blocks of at most
+//! [`PROLOGUE_MAX_ROWS`] rows:
 //! - `fuse_gemm_pro_rows(args, m0, rows, k)`, by the whole block once: the narrow values (reductions and the
-//!   work on them) of left-operand rows `m0 .. m0 + rows`, each a pass over the row with a block
-//!   reduction as in a row kernel, kept in shared memory with the rows' slot offsets;
+//!   work on them) of left-operand rows `m0 .. m0 + rows`, kept in shared memory with the rows' slot
+//!   offsets. Each reduction is one pass over all the block's rows at once (16-byte loads of the primary,
+//!   so the loads of every row are in flight together), each thread's partial per row in shared memory,
+//!   then one warp per row sums the 256 partials in a fixed order (deterministic);
 //! - `fuse_gemm_pro(args, r, j, a)`: the left operand at block row `r`, column `j`, given the primary's
 //!   value `a` there.
 //!
@@ -17,11 +20,12 @@
 use super::emit::{self, KernelParts};
 use super::rowreduce::RowKernel;
 use crate::graph::{Graph, InputKind, NodeId};
-use crate::op::Op;
+use crate::op::{Op, ReduceOp};
 use crate::plan::Group;
 
-/// Rows of the left operand one block may hold (the skinny template's largest row tile).
-pub const PROLOGUE_MAX_ROWS: usize = 64;
+/// Rows of the left operand one block may hold: one warp of the 256-thread block finishes each row's
+/// reductions (the skinny configs of 8 rows per block; the template refuses more at compile time).
+pub const PROLOGUE_MAX_ROWS: usize = 8;
 
 pub(super) struct Prologue {
     /// Values the prologue reads, in slot order; `inputs[primary]` is what the template streams.
@@ -48,6 +52,24 @@ pub(super) fn of(g: &Graph, grp: &Group) -> Option<Prologue> {
         _ => false,
     };
     let primary = inputs.iter().position(|&id| !scalar(id))?;
+    // Each reduction's pass runs over the primary's columns, so its operand must span them.
+    let depends_on = |from: NodeId, on: NodeId| {
+        let mut stack = vec![from];
+        let mut seen = vec![false; g.nodes.len()];
+        while let Some(n) = stack.pop() {
+            if n == on {
+                return true;
+            }
+            if !std::mem::replace(&mut seen[n.index()], true) && grp.prologue.contains(&n) {
+                stack.extend(g.node(n).args.iter().copied());
+            }
+        }
+        false
+    };
+    let reductions = grp.prologue.iter().filter(|&&n| matches!(g.op(n), Op::Reduce(_)));
+    if !reductions.clone().all(|&r| depends_on(g.node(r).args[0], inputs[primary])) {
+        return None;
+    }
     Some(Prologue { inputs, primary, nodes: grp.prologue.clone(), lhs })
 }
 
@@ -56,31 +78,101 @@ pub(super) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) -> String {
     let parts = KernelParts { g, name: "", inputs: &pro.inputs, outputs: &[], nodes: &pro.nodes };
     let mut k = RowKernel::new(&parts, first_slot);
     let slots = pro.inputs.len();
+    let primary = pro.inputs[pro.primary];
+    let primary_slot = k.slot(pro.primary);
+    // Narrow values kept per row, in shared-memory order; the first `top` need no reduction.
+    let mut kept: Vec<NodeId> = Vec::new();
+    let newly_narrow = |k: &RowKernel<'_, '_>, kept: &[NodeId]| -> Vec<NodeId> {
+        pro.nodes.iter().copied().filter(|n| k.narrow[n.index()] && k.available[n.index()] && !kept.contains(n)).collect()
+    };
 
-    // The row pass, as a row kernel's, then the row's narrow values and slot offsets to shared memory.
     k.line(0, "__device__ void fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long n) {");
-    k.line(1, "__shared__ float fuse_smem[32];");
+    k.line(1, "const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;");
     k.emit_scalar_reads(1);
-    k.line(1, "for (int r = 0; r < rows; ++r) {");
-    k.line(2, "long long bi[FUSE_NIN], si[FUSE_NIN], bo[FUSE_NOUT], so[FUSE_NOUT];");
-    k.line(2, "fuse_row_offsets(args, m0 + r, bi, si, bo, so);");
     k.emit_ready_narrow();
-    for &r in pro.nodes.iter().filter(|&&r| matches!(g.op(r), Op::Reduce(_))) {
-        k.emit_reduction(r);
-        k.emit_ready_narrow();
-    }
-    let kept: Vec<NodeId> = pro.nodes.iter().copied().filter(|n| k.narrow[n.index()] && k.available[n.index()]).collect();
-    k.line(2, "if (threadIdx.x == 0) {");
+    kept.extend(newly_narrow(&k, &kept));
+    let top = kept.len();
+    k.line(1, "if (tid < rows) {");
+    k.line(2, "long long bi[FUSE_NIN], si[FUSE_NIN], bo[FUSE_NOUT], so[FUSE_NOUT];");
+    k.line(2, "fuse_row_offsets(args, m0 + tid, bi, si, bo, so);");
     for i in 0..slots {
         let s = k.slot(i);
-        k.line(3, &format!("fuse_pro_row[r].bi[{i}] = bi[{s}];"));
-        k.line(3, &format!("fuse_pro_row[r].si[{i}] = si[{s}];"));
+        k.line(2, &format!("fuse_pro_row[tid].bi[{i}] = bi[{s}];"));
+        k.line(2, &format!("fuse_pro_row[tid].si[{i}] = si[{s}];"));
     }
     for (q, id) in kept.iter().enumerate() {
-        k.line(3, &format!("fuse_pro_row[r].v[{q}] = v{};", id.0));
+        k.line(2, &format!("fuse_pro_row[tid].v[{q}] = v{};", id.0));
     }
-    k.line(2, "}");
     k.line(1, "}");
+    k.line(1, "__syncthreads();");
+    k.line(1, "const long long n8 = n >> 3;  // the template guarantees k % 8 == 0");
+    for &r in pro.nodes.iter().filter(|&&r| matches!(g.op(r), Op::Reduce(_))) {
+        let Op::Reduce(op) = g.op(r) else { continue };
+        let operand = g.node(r).args[0];
+        let (identity, combine, warp_reduce) = match op {
+            ReduceOp::Sum | ReduceOp::Mean => ("0.0f", "{a} + {b}", "fuse_warp_sum"),
+            ReduceOp::Max => ("-__int_as_float(0x7f800000)", "fmaxf({a}, {b})", "fuse_warp_max"),
+        };
+        let fold = |a: &str, b: &str| combine.replace("{a}", a).replace("{b}", b);
+        k.line(1, &format!("{{  // %{} = {}(%{}) over each row", r.0, op.name(), operand.0));
+        k.line(2, &format!("for (int r = 0; r < rows; ++r) fuse_pro_part[r][tid] = {identity};"));
+        k.line(2, "int row = -1;");
+        k.line(2, &format!("float acc = {identity};"));
+        k.line(2, "long long bi[FUSE_NIN], si[FUSE_NIN];");
+        k.line(2, "#pragma unroll 4");
+        k.line(2, "for (long long q = tid; q < rows * n8; q += blockDim.x) {");
+        k.line(3, "const int r = (int)(q / n8);");
+        k.line(3, &format!("if (r != row) {{ if (row >= 0) fuse_pro_part[row][tid] = acc; row = r; acc = {identity}; }}"));
+        k.line(3, "const FuseProRow& p = fuse_pro_row[r];");
+        for i in 0..slots {
+            let s = k.slot(i);
+            k.line(3, &format!("bi[{s}] = p.bi[{i}]; si[{s}] = p.si[{i}];"));
+        }
+        for (q, id) in kept.iter().enumerate().skip(top) {
+            k.line(3, &format!("const float v{} = p.v[{q}];", id.0));
+        }
+        k.line(3, "const long long j8 = 8 * (q - (long long)r * n8);");
+        k.line(3, "float xv[8];");
+        k.line(3, &format!("fuse_read8<FUSE_IN{primary_slot}>(args.in[{primary_slot}], bi[{primary_slot}] + j8, xv);"));
+        k.line(3, "#pragma unroll");
+        k.line(3, "for (int e = 0; e < 8; ++e) {");
+        k.line(4, "const long long j = j8 + e;");
+        k.line(4, &format!("const float v{} = xv[e];", primary.0));
+        k.available[primary.index()] = true;
+        let (wide_slots, wide_nodes) = k.wide_work(&[operand]);
+        k.emit_wide(&wide_slots, &wide_nodes);
+        k.line(4, &format!("acc = {};", fold("acc", &emit::value(g, operand))));
+        k.line(3, "}");
+        k.line(2, "}");
+        k.line(2, "if (row >= 0) fuse_pro_part[row][tid] = acc;");
+        k.line(2, "__syncthreads();");
+        // Forget the wide values: the next pass recomputes what it needs.
+        for &n in &wide_nodes {
+            k.available[n.index()] = false;
+        }
+        k.available[primary.index()] = false;
+        k.line(2, "if (warp < rows) {");
+        k.line(3, &format!("float s = {identity};"));
+        k.line(3, &format!("for (int i = lane; i < 256; i += 32) s = {};", fold("s", "fuse_pro_part[warp][i]")));
+        k.line(3, &format!("s = {warp_reduce}(s);"));
+        k.line(3, "if (lane == 0) {");
+        for (q, id) in kept.iter().enumerate().skip(top) {
+            k.line(4, &format!("const float v{} = fuse_pro_row[warp].v[{q}];", id.0));
+        }
+        let value = if op == ReduceOp::Mean { "s / (float)n" } else { "s" };
+        k.line(4, &format!("const float v{} = {value};", r.0));
+        k.available[r.index()] = true;
+        k.emit_ready_narrow();
+        let fresh = newly_narrow(&k, &kept);
+        for id in fresh {
+            k.line(4, &format!("fuse_pro_row[warp].v[{}] = v{};", kept.len(), id.0));
+            kept.push(id);
+        }
+        k.line(3, "}");
+        k.line(2, "}");
+        k.line(2, "__syncthreads();");
+        k.line(1, "}");
+    }
     k.line(0, "}");
     let rows_fn = std::mem::take(&mut k.text);
 
@@ -90,14 +182,12 @@ pub(super) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) -> String {
     k.line(1, "long long bi[FUSE_NIN], si[FUSE_NIN];");
     for i in 0..slots {
         let s = k.slot(i);
-        k.line(1, &format!("bi[{s}] = p.bi[{i}];"));
-        k.line(1, &format!("si[{s}] = p.si[{i}];"));
+        k.line(1, &format!("bi[{s}] = p.bi[{i}]; si[{s}] = p.si[{i}];"));
     }
     k.emit_scalar_reads(1);
     for (q, id) in kept.iter().enumerate() {
         k.line(1, &format!("const float v{} = p.v[{q}];", id.0));
     }
-    let primary = pro.inputs[pro.primary];
     k.line(1, &format!("const float v{} = a;", primary.0));
     k.available[primary.index()] = true;
     let (wide_slots, wide_nodes) = k.wide_work(&[pro.lhs]);
@@ -110,6 +200,7 @@ pub(super) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) -> String {
     format!(
         "#if FUSE_GEMM_PRO\n#define FUSE_GEMM_PRO_ROWS {PROLOGUE_MAX_ROWS}\n\
          struct FuseProRow {{ long long bi[{slots}], si[{slots}]; float v[{kept_len}]; }};\n\
-         __shared__ FuseProRow fuse_pro_row[FUSE_GEMM_PRO_ROWS];\n{rows_fn}{apply_fn}#endif  // FUSE_GEMM_PRO\n"
+         __shared__ FuseProRow fuse_pro_row[FUSE_GEMM_PRO_ROWS];\n\
+         __shared__ float fuse_pro_part[FUSE_GEMM_PRO_ROWS][256];\n{rows_fn}{apply_fn}#endif  // FUSE_GEMM_PRO\n"
     )
 }

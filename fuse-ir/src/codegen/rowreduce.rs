@@ -162,6 +162,8 @@ impl<'a, 'p> RowKernel<'a, 'p> {
         self.line(2, &format!("// %{id} = {}(%{}) over the row", op.name(), operand.0));
         self.line(2, &format!("const long long len{id} = {len};"));
         self.line(2, &format!("float acc{id} = {identity};"));
+        // Unrolled so that several loads of the row are in flight at once (a row is few loads per thread).
+        self.line(2, "#pragma unroll 4");
         self.line(2, &format!("for (long long j = threadIdx.x; j < len{id}; j += blockDim.x) {{"));
         self.emit_wide(&slots, &nodes);
         let value = emit::value(g, operand);
@@ -188,6 +190,7 @@ impl<'a, 'p> RowKernel<'a, 'p> {
         if !wide.is_empty() {
             let targets: Vec<NodeId> = wide.iter().map(|&k| parts.outputs[k]).collect();
             let (slots, nodes) = self.wide_work(&targets);
+            self.line(2, "#pragma unroll 4");
             self.line(2, "for (long long j = threadIdx.x; j < n; j += blockDim.x) {");
             self.emit_wide(&slots, &nodes);
             for &k in &wide {

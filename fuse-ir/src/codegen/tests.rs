@@ -355,10 +355,10 @@ fn the_skinny_kernel_can_run_an_rms_norm_prologue() {
     let src = &skinny.source;
     assert!(src.contains("#if FUSE_GEMM_PRO\n"), "the prologue is compiled in only on request");
     assert!(src.contains("fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long n)"));
-    assert!(src.contains("fuse_block_sum("), "the mean of squares is a block reduction");
     assert!(src.contains(&format!("const float v{} = a;", x.0)), "x comes from the template's load");
     let (rows, element) = src.split_once("float fuse_gemm_pro(const FuseArgs& args, int r, long long j, float a)").unwrap();
-    assert!(rows.contains("fuse_read<FUSE_IN2>(args.in[2], bi[2] + j * si[2])"), "the row pass reads x");
+    assert!(rows.contains("fuse_read8<FUSE_IN2>(args.in[2], bi[2] + j8, xv)"), "the row pass reads x 16 bytes at a time");
+    assert!(rows.contains("fuse_warp_sum(s)") && rows.contains("const float v8 = rsqrtf(v7);"), "one warp per row ends it");
     assert!(element.contains("fuse_read<FUSE_IN4>(args.in[4], bi[4] + j * si[4])"), "w is read per column k");
     assert!(!element.contains("args.in[2]"), "x is not read again per element");
     // The wgmma kernel does not run the prologue: the runtime writes h first on that path.

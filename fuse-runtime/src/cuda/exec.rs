@@ -44,6 +44,9 @@ struct Executor<'a> {
     /// How the current Gemm/DualGemm group runs, and for FUSE_DEBUG>=3 how that was decided.
     path: GemmPath,
     path_note: Option<String>,
+    /// The current group's prologue kernel is left to `run_gemm`: the skinny paths run the prologue in
+    /// their kernel, the others launch the prologue kernel first (so the tuner times it with them).
+    prologue_deferred: bool,
 }
 
 #[path = "gemm_paths.rs"]
@@ -125,6 +128,7 @@ pub(crate) fn execute(
         library_only,
         path: GemmPath::Cublas,
         path_note: None,
+        prologue_deferred: false,
     };
     let mut runs = Vec::new();
     for (index, group) in plan.groups.iter().enumerate() {
@@ -321,26 +325,22 @@ impl Executor<'_> {
         let plan = self.plan;
         let group = &plan.groups[index];
         let is_gemm = matches!(group.kind, GroupKind::Gemm | GroupKind::DualGemm);
-        // Where the Skinny kernel can run the prologue itself, the prologue kernel is not recorded yet: it
-        // runs now for the path choice's sake, and goes into the launch plan only if another path wins.
-        let in_kernel = |k: &PreparedKernel| k.spec.role == Role::Skinny && self.in_kernel_prologue(index, &k.spec).is_ok();
-        let deferred = is_gemm && specs.iter().any(in_kernel);
-        let recording = if deferred { self.recording.take() } else { None };
+        // Where the Skinny kernel can run the prologue itself, the prologue kernel runs here unrecorded (the
+        // path choice reads the left operand) and `run_gemm` runs it again, recorded, on the other paths.
+        let first_skinny = GemmPath::Skinny(&super::skinny::CONFIGS[0]);
+        self.prologue_deferred = is_gemm && matches!(self.template_operands(index, specs, &first_skinny), Ok((_, Some(_))));
+        let recording = if self.prologue_deferred { self.recording.take() } else { None };
         for spec in specs.iter().filter(|k| matches!(k.spec.role, Role::Whole | Role::Prologue)) {
             self.run_kernel(spec)?;
         }
-        if deferred {
+        if self.prologue_deferred {
             self.recording = recording;
         }
         if is_gemm {
             let path = self.choose_path(index, specs)?;
-            if deferred && !matches!(path, GemmPath::Skinny(_)) && self.recording.is_some() {
-                for spec in specs.iter().filter(|k| k.spec.role == Role::Prologue) {
-                    self.run_kernel(spec)?;
-                }
-            }
             self.run_gemm(index, specs, &path)?;
         }
+        self.prologue_deferred = false;
         if let Some(missing) = group.outputs.iter().find(|o| self.values[o.index()].is_none()) {
             return Err(self.internal(format!(
                 "group {index} ({}): no kernel wrote its output %{}",

@@ -13,7 +13,7 @@ use super::super::wgmma::{self, TensorMapSpec, WgmmaConfig, MAP_WORDS, PARAM_ALI
 use super::*;
 use cudarc::driver::sys::CUfunction_attribute;
 use crate::cpu::layout::broadcast_strides;
-use fuse_ir::codegen::{GemmTiling, KernelSpec};
+use fuse_ir::codegen::{GemmTiling, PROLOGUE_MAX_ROWS};
 
 /// One way to run a Gemm/DualGemm group.
 #[derive(Clone, Debug, PartialEq)]
@@ -75,12 +75,19 @@ struct TemplateLaunch {
 }
 
 impl Executor<'_> {
-    /// The matmul part of the group (after its prologue) on `path`.
+    /// The matmul part of the group (after its prologue) on `path`; with the prologue deferred (see
+    /// `run_group`), the prologue kernel first unless `path` runs it in its kernel.
     pub(super) fn run_gemm(&mut self, index: usize, specs: &[PreparedKernel], path: &GemmPath) -> Result<()> {
         self.path = path.clone();
+        let streams_prologue = || matches!(self.template_operands(index, specs, path), Ok((_, Some(_))));
+        if self.prologue_deferred && !streams_prologue() {
+            for spec in specs.iter().filter(|k| k.spec.role == Role::Prologue) {
+                self.run_kernel(spec)?;
+            }
+        }
         if let Some(role) = path.template_role() {
             let spec = specs.iter().find(|k| k.spec.role == role).ok_or_else(|| self.internal(format!("no {role:?} kernel")))?;
-            return self.run_template(index, spec, path);
+            return self.run_template(index, specs, spec, path);
         }
         if *path != GemmPath::Cublas || !self.run_dual_pair(index)? {
             for &mm in &self.plan.groups[index].matmuls {
@@ -93,18 +100,27 @@ impl Executor<'_> {
         Ok(())
     }
 
-    /// The tensor a Skinny kernel streams in place of the left operand when it runs the group's prologue
-    /// itself (`-DFUSE_GEMM_PRO=1`) on this call, or why it cannot: the prologue's first tensor must have
-    /// the left operand's shape and dtype, and every input of the prologue must broadcast onto that shape.
-    pub(super) fn in_kernel_prologue(&self, index: usize, spec: &KernelSpec) -> std::result::Result<Tensor, String> {
-        let Some(pro) = spec.prologue else { return Err("the kernel has no prologue".into()) };
+    /// The prologue's tensor that `path`'s kernel streams in place of the left operand when it runs the
+    /// group's prologue itself (`-DFUSE_GEMM_PRO=1`) on this call, or why it cannot: only a skinny config
+    /// of at most `PROLOGUE_MAX_ROWS` rows per block does; the tensor must have the left operand's shape
+    /// and dtype, and every input of the prologue must broadcast onto that shape.
+    fn in_kernel_prologue(&self, index: usize, specs: &[PreparedKernel], path: &GemmPath) -> std::result::Result<NodeId, String> {
+        let GemmPath::Skinny(c) = path else { return Err("only the skinny template runs a prologue".into()) };
+        if c.rows_per_block() > PROLOGUE_MAX_ROWS {
+            return Err(format!("skinny:{} holds more than {PROLOGUE_MAX_ROWS} rows per block", c.name));
+        }
+        let Some(pro) = specs.iter().find(|k| k.spec.role == Role::Skinny).and_then(|k| k.spec.prologue.map(|p| (p, &k.spec))) else {
+            return Err("the group has no prologue the skinny kernel can run".into());
+        };
+        let (pro, spec) = pro;
         let left = self.graph.node(self.plan.groups[index].matmuls[0]).args[0];
         let lhs_shape = self.shape(left);
-        let Ok(Value::Tensor(primary)) = self.resolve(spec.inputs[pro.primary]) else {
+        let primary = spec.inputs[pro.primary];
+        if !matches!(self.resolve(primary), Ok(Value::Tensor(_))) {
             return Err("the prologue has no tensor to stream".into());
-        };
-        if primary.shape() != lhs_shape || primary.dtype() != self.dtype(left) {
-            return Err(format!("the prologue streams a {:?} {} tensor, not the left operand's {lhs_shape:?} {}", primary.shape(), primary.dtype(), self.dtype(left)));
+        }
+        if self.shape(primary) != lhs_shape || self.dtype(primary) != self.dtype(left) {
+            return Err(format!("the prologue's tensor %{} is not shaped and typed as the left operand", primary.0));
         }
         for &id in &spec.inputs[pro.first..] {
             if broadcast(lhs_shape, self.shape(id)).as_deref() != Some(lhs_shape) {
@@ -114,12 +130,18 @@ impl Executor<'_> {
         Ok(primary)
     }
 
-    /// The group's operands as the template of `role` reads them, or why it cannot. A Skinny kernel that
-    /// runs the prologue itself reads the prologue's tensor in place of the left operand.
-    pub(super) fn template_operands(&self, index: usize, specs: &[PreparedKernel], role: Role) -> std::result::Result<SkinnyGemm, String> {
-        let Some(kernel) = specs.iter().find(|k| k.spec.role == role) else {
+    /// The group's operands as `path`'s template reads them, or why it cannot; with the node it streams in
+    /// place of the left operand when it runs the prologue itself (see `in_kernel_prologue`).
+    pub(super) fn template_operands(
+        &self,
+        index: usize,
+        specs: &[PreparedKernel],
+        path: &GemmPath,
+    ) -> std::result::Result<(SkinnyGemm, Option<NodeId>), String> {
+        let Some(role) = path.template_role() else { return Err(format!("{} is not a template path", path.name())) };
+        if !specs.iter().any(|k| k.spec.role == role) {
             return Err(format!("the group has no {role:?} kernel (its epilogue does not fit one)"));
-        };
+        }
         if role == Role::Wgmma && wgmma::compile_arch(self.device.arch()).is_none() {
             return Err(format!("the wgmma template runs on sm_90 GPUs only, not {}", self.device.arch()));
         }
@@ -128,10 +150,6 @@ impl Executor<'_> {
         let tensor = |id: NodeId| match self.resolve(id) {
             Ok(Value::Tensor(t)) => Ok(t),
             _ => Err("a matmul operand is not a tensor".to_string()),
-        };
-        let a = match self.in_kernel_prologue(index, &kernel.spec) {
-            Ok(primary) => primary,
-            Err(_) => tensor(left)?,
         };
         let dtype = self.dtype(group.matmuls[0]);
         let mut weights = Vec::new();
@@ -146,14 +164,23 @@ impl Executor<'_> {
             }
             weights.push(self.matrix(&w).map_err(|e| e.to_string())?);
         }
-        if a.dtype() != dtype {
-            return Err("mixed dtypes".into());
+        let read = |a: &Tensor| -> std::result::Result<SkinnyGemm, String> {
+            if a.dtype() != dtype {
+                return Err("mixed dtypes".into());
+            }
+            let gemm = skinny_gemm(dtype, &self.matrix(a).map_err(|e| e.to_string())?, &weights).map_err(str::to_string)?;
+            if role == Role::Wgmma {
+                wgmma::check(&gemm)?;
+            }
+            Ok(gemm)
+        };
+        // The prologue's tensor when the template can stream it; otherwise the left operand, in memory.
+        if let Ok(primary) = self.in_kernel_prologue(index, specs, path) {
+            if let Ok(gemm) = read(&tensor(primary)?) {
+                return Ok((gemm, Some(primary)));
+            }
         }
-        let gemm = skinny_gemm(dtype, &self.matrix(&a).map_err(|e| e.to_string())?, &weights).map_err(str::to_string)?;
-        if role == Role::Wgmma {
-            wgmma::check(&gemm)?;
-        }
-        Ok(gemm)
+        Ok((read(&tensor(left)?)?, None))
     }
 
     /// The launch of `path`'s template for these operands.
@@ -263,11 +290,11 @@ impl Executor<'_> {
     /// A template kernel (skinny or wgmma): the matmuls and the epilogue in one launch, its `FuseArgs` over
     /// the product with the last axis kept apart (so a row is a product row), then `FuseGemmArgs`; the
     /// wgmma template's tensor maps come first.
-    fn run_template(&mut self, index: usize, kernel: &PreparedKernel, path: &GemmPath) -> Result<()> {
+    fn run_template(&mut self, index: usize, specs: &[PreparedKernel], kernel: &PreparedKernel, path: &GemmPath) -> Result<()> {
         let spec = &kernel.spec;
         let group = &self.plan.groups[index];
-        let gemm = self
-            .template_operands(index, std::slice::from_ref(kernel), spec.role)
+        let (gemm, primary) = self
+            .template_operands(index, specs, path)
             .map_err(|why| Error::unsupported(self.function, "matmul", format!("{}: {why}", path.name())))?;
         let dtype = self.dtype(group.matmuls[0]);
         let dual = group.matmuls.len() == 2;
@@ -275,7 +302,6 @@ impl Executor<'_> {
         let product_shape = self.shape(group.matmuls[0]).to_vec();
         let dense = crate::tensor::contiguous_strides(&product_shape);
         let left = self.graph.node(group.matmuls[0]).args[0];
-        let primary = self.in_kernel_prologue(index, spec).ok().map(|_| spec.prologue.map_or(left, |p| spec.inputs[p.primary]));
         let lhs_shape = self.shape(left).to_vec();
         let prologue_from = spec.prologue.map_or(spec.inputs.len(), |p| p.first);
         let mut values = Vec::with_capacity(spec.inputs.len());

@@ -85,7 +85,7 @@ impl Executor<'_> {
         if self.library_only {
             return Ok(GemmPath::Cublas);
         }
-        let skinny = self.template_operands(index, specs, Role::Skinny);
+        let skinny = self.template_operands(index, specs, &GemmPath::Skinny(&CONFIGS[0]));
         if let Some(forced) = tune::forced_choice() {
             let path = GemmPath::parse(&forced)
                 .ok_or_else(|| Error::unsupported(self.function, "matmul", format!("no GEMM path is named {forced:?}")))?;
@@ -146,8 +146,10 @@ impl Executor<'_> {
     /// Whether `path` can run this group (a template needs its kernel, operands it can read and, for the
     /// wgmma template, an sm_90 GPU and room for the group's accumulators), or why not.
     fn path_runs(&self, index: usize, specs: &[PreparedKernel], path: &GemmPath) -> std::result::Result<(), String> {
-        let Some(role) = path.template_role() else { return Ok(()) };
-        self.template_operands(index, specs, role)?;
+        if path.template_role().is_none() {
+            return Ok(());
+        }
+        self.template_operands(index, specs, path)?;
         match path {
             GemmPath::Wgmma(c) if !c.supports(self.plan.groups[index].matmuls.len() == 2) => {
                 Err(format!("wgmma:{} has no room for two products' accumulators", c.name))

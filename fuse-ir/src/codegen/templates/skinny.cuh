@@ -256,6 +256,27 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
     const bool wact = n0 < N;                             // this warp has weight rows
 #if FUSE_GEMM_PRO
     static_assert(BM <= FUSE_GEMM_PRO_ROWS, "the in-kernel prologue holds FUSE_GEMM_PRO_ROWS rows");
+    {
+        // The row pass holds up the main loop: send this warp's first S-1 weight chunks towards L2 first.
+        const long long chunks = (K + 32 * U - 1) / (32 * U);
+        const long long k0 = (chunks * split / SP + kw) * (32 * U) + 8 * U * t;
+        if (wact) {
+#pragma unroll
+            for (int s = 0; s < S - 1; ++s) {
+                const long long k = k0 + (long long)s * (32 * U * KW);
+                if (k >= K) break;
+#pragma unroll
+                for (int d = 0; d < D; ++d)
+#pragma unroll
+                    for (int i = 0; i < 2 * MT; ++i) {
+                        const long long n = n0 + 8 * i + g;
+                        const unsigned short* w = (const unsigned short*)(d == 0 ? p.gemm.w0 : p.gemm.w1);
+                        const long long ldw = d == 0 ? p.gemm.ldw0 : p.gemm.ldw1;
+                        if (n < N) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + n * ldw + k));
+                    }
+            }
+        }
+    }
     fuse_gemm_pro_rows(p.epi, m0, (int)(M - m0 < BM ? M - m0 : BM), K);
     __syncthreads();
 #endif
