@@ -6,13 +6,15 @@
 //! input (the runtime checks that it has the left operand's shape and dtype, dense rows). It calls two
 //! generated functions, compiled in only with `-DFUSE_GEMM_PRO=1`, for blocks of at most
 //! [`PROLOGUE_MAX_ROWS`] rows:
-//! - `fuse_gemm_pro_rows(args, m0, rows, k)`, by the whole block once: the narrow values (reductions and the
-//!   work on them) of left-operand rows `m0 .. m0 + rows`, kept in shared memory with the rows' slot
+//! - `fuse_gemm_pro_rows(args, m0, rows, k, part)`, by the whole block once: the narrow values (reductions
+//!   and the work on them) of left-operand rows `m0 .. m0 + rows`, kept in shared memory with the rows' slot
 //!   offsets. Each reduction is one pass over all the block's rows at once (16-byte loads of the primary,
-//!   so the loads of every row are in flight together), each thread's partial per row in shared memory,
-//!   then one warp per row sums the 256 partials in a fixed order (deterministic);
-//! - `fuse_gemm_pro(args, r, j, a)`: the left operand at block row `r`, column `j`, given the primary's
-//!   value `a` there.
+//!   so the loads of every row are in flight together), each thread's partial per row in `part` (shared
+//!   memory the template lends: `PROLOGUE_MAX_ROWS` x 256 floats, its ring before the main loop, so that the
+//!   prologue costs no occupancy), then one warp per row sums the 256 partials in a fixed order
+//!   (deterministic);
+//! - `fuse_gemm_pro8(args, r, j8, a)`: the left operand at block row `r`, columns `j8 .. j8 + 8`, given the
+//!   primary's values `a` there (replaced by the result).
 //!
 //! The prologue's input slots follow the epilogue's in the same `FuseArgs`; the runtime gives them strides
 //! over the left operand's domain, whose rows are the product's rows.
@@ -73,6 +75,19 @@ pub(super) fn of(g: &Graph, grp: &Group) -> Option<Prologue> {
     Some(Prologue { inputs, primary, nodes: grp.prologue.clone(), lhs })
 }
 
+/// Eight values of a slot from column `j8` on: one 16-byte-aligned vector load where the slot is dense
+/// along the row, else one load each.
+const READ8: &str = "template <int D>\n\
+__device__ __forceinline__ void fuse_pro_read8(const FuseIn& in, long long b, long long s, long long j8, float (&v)[8]) {\n\
+  const unsigned long long at = (unsigned long long)in.ptr + (unsigned long long)(b + j8) * (D == FUSE_F32 ? 4 : 2);\n\
+  if (D != FUSE_SCALAR && s == 1 && (at & 15) == 0) {\n\
+    fuse_read8<D>(in, b + j8, v);\n\
+  } else {\n\
+#pragma unroll\n\
+    for (int e = 0; e < 8; ++e) v[e] = fuse_read<D>(in, b + (j8 + e) * s);\n\
+  }\n\
+}\n";
+
 /// The two functions, for a kernel whose prologue slots start at `first_slot`.
 pub(super) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) -> String {
     let parts = KernelParts { g, name: "", inputs: &pro.inputs, outputs: &[], nodes: &pro.nodes };
@@ -86,7 +101,7 @@ pub(super) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) -> String {
         pro.nodes.iter().copied().filter(|n| k.narrow[n.index()] && k.available[n.index()] && !kept.contains(n)).collect()
     };
 
-    k.line(0, "__device__ void fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long n) {");
+    k.line(0, "__device__ void fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long n, float* part) {");
     k.line(1, "const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;");
     k.emit_scalar_reads(1);
     k.emit_ready_narrow();
@@ -115,14 +130,14 @@ pub(super) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) -> String {
         };
         let fold = |a: &str, b: &str| combine.replace("{a}", a).replace("{b}", b);
         k.line(1, &format!("{{  // %{} = {}(%{}) over each row", r.0, op.name(), operand.0));
-        k.line(2, &format!("for (int r = 0; r < rows; ++r) fuse_pro_part[r][tid] = {identity};"));
+        k.line(2, &format!("for (int r = 0; r < rows; ++r) part[r * 256 + tid] = {identity};"));
         k.line(2, "int row = -1;");
         k.line(2, &format!("float acc = {identity};"));
         k.line(2, "long long bi[FUSE_NIN], si[FUSE_NIN];");
         k.line(2, "#pragma unroll 4");
         k.line(2, "for (long long q = tid; q < rows * n8; q += blockDim.x) {");
         k.line(3, "const int r = (int)(q / n8);");
-        k.line(3, &format!("if (r != row) {{ if (row >= 0) fuse_pro_part[row][tid] = acc; row = r; acc = {identity}; }}"));
+        k.line(3, &format!("if (r != row) {{ if (row >= 0) part[row * 256 + tid] = acc; row = r; acc = {identity}; }}"));
         k.line(3, "const FuseProRow& p = fuse_pro_row[r];");
         for i in 0..slots {
             let s = k.slot(i);
@@ -144,7 +159,7 @@ pub(super) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) -> String {
         k.line(4, &format!("acc = {};", fold("acc", &emit::value(g, operand))));
         k.line(3, "}");
         k.line(2, "}");
-        k.line(2, "if (row >= 0) fuse_pro_part[row][tid] = acc;");
+        k.line(2, "if (row >= 0) part[row * 256 + tid] = acc;");
         k.line(2, "__syncthreads();");
         // Forget the wide values: the next pass recomputes what it needs.
         for &n in &wide_nodes {
@@ -153,7 +168,7 @@ pub(super) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) -> String {
         k.available[primary.index()] = false;
         k.line(2, "if (warp < rows) {");
         k.line(3, &format!("float s = {identity};"));
-        k.line(3, &format!("for (int i = lane; i < 256; i += 32) s = {};", fold("s", "fuse_pro_part[warp][i]")));
+        k.line(3, &format!("for (int i = lane; i < 256; i += 32) s = {};", fold("s", "part[warp * 256 + i]")));
         k.line(3, &format!("s = {warp_reduce}(s);"));
         k.line(3, "if (lane == 0) {");
         for (q, id) in kept.iter().enumerate().skip(top) {
@@ -176,8 +191,9 @@ pub(super) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) -> String {
     k.line(0, "}");
     let rows_fn = std::mem::take(&mut k.text);
 
-    // One element: the narrow values back from shared memory, then the wide work the operand needs.
-    k.line(0, "__device__ __forceinline__ float fuse_gemm_pro(const FuseArgs& args, int r, long long j, float a) {");
+    // Eight consecutive columns: the narrow values back from shared memory, each other input's eight
+    // values (one 16-byte load where it is dense along k), then the wide work the operand needs.
+    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro8(const FuseArgs& args, int r, long long j8, float (&a)[8]) {");
     k.line(1, "const FuseProRow& p = fuse_pro_row[r];");
     k.line(1, "long long bi[FUSE_NIN], si[FUSE_NIN];");
     for i in 0..slots {
@@ -188,11 +204,25 @@ pub(super) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) -> String {
     for (q, id) in kept.iter().enumerate() {
         k.line(1, &format!("const float v{} = p.v[{q}];", id.0));
     }
-    k.line(1, &format!("const float v{} = a;", primary.0));
     k.available[primary.index()] = true;
     let (wide_slots, wide_nodes) = k.wide_work(&[pro.lhs]);
-    k.emit_wide(&wide_slots, &wide_nodes);
-    k.line(1, &format!("return {};", emit::value(g, pro.lhs)));
+    for &i in &wide_slots {
+        let s = k.slot(i);
+        k.line(1, &format!("float in{s}[8];"));
+        k.line(1, &format!("fuse_pro_read8<FUSE_IN{s}>(args.in[{s}], bi[{s}], si[{s}], j8, in{s});"));
+    }
+    k.line(1, "#pragma unroll");
+    k.line(1, "for (int e = 0; e < 8; ++e) {");
+    k.line(2, &format!("const float v{} = a[e];", primary.0));
+    for &i in &wide_slots {
+        let s = k.slot(i);
+        k.line(2, &format!("const float v{} = in{s}[e];", pro.inputs[i].0));
+    }
+    for &n in &wide_nodes {
+        k.line(2, &emit::compute(g, n));
+    }
+    k.line(2, &format!("a[e] = {};", emit::value(g, pro.lhs)));
+    k.line(1, "}");
     k.line(0, "}");
     let apply_fn = std::mem::take(&mut k.text);
 
@@ -200,7 +230,6 @@ pub(super) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) -> String {
     format!(
         "#if FUSE_GEMM_PRO\n#define FUSE_GEMM_PRO_ROWS {PROLOGUE_MAX_ROWS}\n\
          struct FuseProRow {{ long long bi[{slots}], si[{slots}]; float v[{kept_len}]; }};\n\
-         __shared__ FuseProRow fuse_pro_row[FUSE_GEMM_PRO_ROWS];\n\
-         __shared__ float fuse_pro_part[FUSE_GEMM_PRO_ROWS][256];\n{rows_fn}{apply_fn}#endif  // FUSE_GEMM_PRO\n"
+         __shared__ FuseProRow fuse_pro_row[FUSE_GEMM_PRO_ROWS];\n{READ8}{rows_fn}{apply_fn}#endif  // FUSE_GEMM_PRO\n"
     )
 }

@@ -354,13 +354,13 @@ fn the_skinny_kernel_can_run_an_rms_norm_prologue() {
     assert_eq!(skinny.prologue, Some(PrologueSlots { first: 2, primary: 2 }));
     let src = &skinny.source;
     assert!(src.contains("#if FUSE_GEMM_PRO\n"), "the prologue is compiled in only on request");
-    assert!(src.contains("fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long n)"));
-    assert!(src.contains(&format!("const float v{} = a;", x.0)), "x comes from the template's load");
-    let (rows, element) = src.split_once("float fuse_gemm_pro(const FuseArgs& args, int r, long long j, float a)").unwrap();
+    assert!(src.contains("fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long n, float* part)"));
+    let (rows, element) = src.split_once("void fuse_gemm_pro8(const FuseArgs& args, int r, long long j8, float (&a)[8])").unwrap();
     assert!(rows.contains("fuse_read8<FUSE_IN2>(args.in[2], bi[2] + j8, xv)"), "the row pass reads x 16 bytes at a time");
     assert!(rows.contains("fuse_warp_sum(s)") && rows.contains("const float v8 = rsqrtf(v7);"), "one warp per row ends it");
-    assert!(element.contains("fuse_read<FUSE_IN4>(args.in[4], bi[4] + j * si[4])"), "w is read per column k");
+    assert!(element.contains("fuse_pro_read8<FUSE_IN4>(args.in[4], bi[4], si[4], j8, in4);"), "w: 8 columns at a time");
     assert!(!element.contains("args.in[2]"), "x is not read again per element");
+    assert!(element.contains(&format!("const float v{} = a[e];", x.0)), "x comes from the template's load");
     // The wgmma kernel does not run the prologue: the runtime writes h first on that path.
     assert_eq!(specs[3].prologue, None);
     assert_eq!(specs[3].inputs, grp.matmuls);

@@ -20,11 +20,11 @@
 //   get consecutive col. Non-dual: acc1 = 0.f.
 //   With -DFUSE_GEMM_PRO=1 (an in-kernel prologue: X is computed from the tensor at `x` as it is loaded),
 //   the generated code also defines FUSE_GEMM_PRO_ROWS (>= BM) and
-//     __device__ void fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long k);
-//     __device__ float fuse_gemm_pro(const FuseArgs& args, int r, long long kk, float a);
-//   fuse_gemm_pro_rows is called once by the whole block (rows = the block's rows < M, k = K) before the
-//   main loop; X[m0 + r, kk] is then fuse_gemm_pro(args, r, kk, value at x) for every element the block
-//   reads (elements past M or K stay 0).
+//     __device__ void fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long k, float* part);
+//     __device__ void fuse_gemm_pro8(const FuseArgs& args, int r, long long kk, float (&a)[8]);
+//   fuse_gemm_pro_rows is called once by the whole block (rows = the block's rows < M, k = K, part = 8 x 256
+//   floats of the then idle weight ring) before the main loop; X[m0 + r, kk .. kk + 8] is then what fuse_gemm_pro8(args, r, kk, a) leaves in `a`, given the
+//   values at x there, for every 8 elements the block reads (kk % 8 == 0; elements past M or K stay 0).
 //   This file defines (guarded so that it may be included several times with different configs):
 //     struct FuseGemmArgs { const void* x; const void* w0; const void* w1; long long m, n, k, lda, ldw0, ldw1;
 //                           float* ws; unsigned* counters; };   (ws/counters: only when FUSE_SK_SP > 1)
@@ -210,12 +210,15 @@ __device__ __forceinline__ void fuse_sk_mma32(float (&c)[4], const FuseSkV4& wl,
 template <int DT>
 __device__ __forceinline__ FuseSkV4 fuse_sk_pro8(const FuseArgs& args, int r, long long k, FuseSkV4 v) {
     unsigned w[4] = {v.x, v.y, v.z, v.w};
+    float a[8];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const float lo = fuse_gemm_pro(args, r, k + 2 * i, fuse_unpack<DT>((unsigned short)(w[i] & 0xffffu)));
-        const float hi = fuse_gemm_pro(args, r, k + 2 * i + 1, fuse_unpack<DT>((unsigned short)(w[i] >> 16)));
-        w[i] = (unsigned)fuse_pack<DT>(lo) | ((unsigned)fuse_pack<DT>(hi) << 16);
+        a[2 * i] = fuse_unpack<DT>((unsigned short)(w[i] & 0xffffu));
+        a[2 * i + 1] = fuse_unpack<DT>((unsigned short)(w[i] >> 16));
     }
+    fuse_gemm_pro8(args, r, k, a);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = (unsigned)fuse_pack<DT>(a[2 * i]) | ((unsigned)fuse_pack<DT>(a[2 * i + 1]) << 16);
     return FuseSkV4{w[0], w[1], w[2], w[3]};
 }
 #endif
@@ -277,7 +280,9 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
             }
         }
     }
-    fuse_gemm_pro_rows(p.epi, m0, (int)(M - m0 < BM ? M - m0 : BM), K);
+    // The weight ring is idle until the main loop: it holds the row pass's partial sums (8 x 256 floats).
+    static_assert(FUSE_GEMM_PRO_ROWS * 256 * 4 <= 512 * S * U * 16 * (1 + DUAL) * MT, "the ring holds the partials");
+    fuse_gemm_pro_rows(p.epi, m0, (int)(M - m0 < BM ? M - m0 : BM), K, reinterpret_cast<float*>(smem));
     __syncthreads();
 #endif
 
