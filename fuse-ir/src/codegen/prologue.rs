@@ -13,8 +13,9 @@
 //!   memory the template lends: `PROLOGUE_MAX_ROWS` x 256 floats, its ring before the main loop, so that the
 //!   prologue costs no occupancy), then one warp per row sums the 256 partials in a fixed order
 //!   (deterministic);
-//! - `fuse_gemm_pro8(args, r, j8, a)`: the left operand at block row `r`, columns `j8 .. j8 + 8`, given the
-//!   primary's values `a` there (replaced by the result).
+//! - `fuse_gemm_pro8(args, fuse_pro_row[r], j8, a)`: the left operand at block row `r`, columns
+//!   `j8 .. j8 + 8`, given the primary's values `a` there (replaced by the result). The template keeps its
+//!   row's `FuseProRow` in registers across the main loop.
 //!
 //! The prologue's input slots follow the epilogue's in the same `FuseArgs`; the runtime gives them strides
 //! over the left operand's domain, whose rows are the product's rows.
@@ -193,8 +194,7 @@ pub(super) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) -> String {
 
     // Eight consecutive columns: the narrow values back from shared memory, each other input's eight
     // values (one 16-byte load where it is dense along k), then the wide work the operand needs.
-    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro8(const FuseArgs& args, int r, long long j8, float (&a)[8]) {");
-    k.line(1, "const FuseProRow& p = fuse_pro_row[r];");
+    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro8(const FuseArgs& args, const FuseProRow& p, long long j8, float (&a)[8]) {");
     k.line(1, "long long bi[FUSE_NIN], si[FUSE_NIN];");
     for i in 0..slots {
         let s = k.slot(i);

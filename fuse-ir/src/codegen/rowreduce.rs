@@ -15,6 +15,9 @@ use crate::graph::{InputKind, NodeId};
 use crate::op::{Op, ReduceOp};
 use std::fmt::Write;
 
+/// Columns of a row each thread has in flight at once in a row kernel's passes.
+const ROW_UNROLL: usize = 4;
+
 pub(super) fn source(parts: &KernelParts<'_>) -> String {
     let mut k = RowKernel::new(parts, 0);
     k.emit();
@@ -162,23 +165,38 @@ impl<'a, 'p> RowKernel<'a, 'p> {
         self.line(2, &format!("// %{id} = {}(%{}) over the row", op.name(), operand.0));
         self.line(2, &format!("const long long len{id} = {len};"));
         self.line(2, &format!("float acc{id} = {identity};"));
-        // Unrolled so that several loads of the row are in flight at once (a row is few loads per thread).
-        self.line(2, "#pragma unroll 4");
-        self.line(2, &format!("for (long long j = threadIdx.x; j < len{id}; j += blockDim.x) {{"));
-        self.emit_wide(&slots, &nodes);
         let value = emit::value(g, operand);
-        if combine == "max" {
-            self.line(3, &format!("acc{id} = fmaxf(acc{id}, {value});"));
-        } else {
-            self.line(3, &format!("acc{id} += {value};"));
-        }
-        self.line(2, "}");
+        let fold = if combine == "max" { format!("acc{id} = fmaxf(acc{id}, {value});") } else { format!("acc{id} += {value};") };
+        self.emit_row_loop(&format!("len{id}"), |k| {
+            k.emit_wide(&slots, &nodes);
+            k.line(3, &fold);
+        });
         let total = format!("{block}(acc{id}, fuse_smem)");
         match op {
             ReduceOp::Mean => self.line(2, &format!("const float v{id} = {total} / (float)len{id};")),
             _ => self.line(2, &format!("const float v{id} = {total};")),
         }
         self.available[r.index()] = true;
+    }
+
+    /// A loop over the row's columns `j < len` whose body `body` emits: each thread takes
+    /// [`ROW_UNROLL`] columns at a time with no exit between them, so their loads are in flight together
+    /// (a plain unrolled loop tests the bound between copies, which keeps each load behind the last), and
+    /// the row's tail one column at a time. Each thread visits its columns in the same order either way.
+    fn emit_row_loop(&mut self, len: &str, body: impl Fn(&mut Self)) {
+        self.line(2, &format!("for (long long j0 = threadIdx.x; j0 < {len}; j0 += {ROW_UNROLL} * (long long)blockDim.x) {{"));
+        self.line(3, &format!("if (j0 + {} * (long long)blockDim.x < {len}) {{", ROW_UNROLL - 1));
+        self.line(4, "#pragma unroll");
+        self.line(4, &format!("for (int u = 0; u < {ROW_UNROLL}; ++u) {{"));
+        self.line(4, "const long long j = j0 + u * (long long)blockDim.x;");
+        body(self);
+        self.line(4, "}");
+        self.line(3, "} else {");
+        self.line(3, &format!("for (long long j = j0; j < {len}; j += blockDim.x) {{"));
+        body(self);
+        self.line(3, "}");
+        self.line(3, "}");
+        self.line(2, "}");
     }
 
     /// The last pass writes the wide outputs (once per row for those broadcast along it); thread 0 writes
@@ -190,13 +208,40 @@ impl<'a, 'p> RowKernel<'a, 'p> {
         if !wide.is_empty() {
             let targets: Vec<NodeId> = wide.iter().map(|&k| parts.outputs[k]).collect();
             let (slots, nodes) = self.wide_work(&targets);
-            self.line(2, "#pragma unroll 4");
-            self.line(2, "for (long long j = threadIdx.x; j < n; j += blockDim.x) {");
+            let store = |k: usize, value: &str| {
+                format!("if (so[{k}] != 0 || j == 0) {}", emit::write(k, &format!("bo[{k}] + j * so[{k}]"), value))
+            };
+            // Four columns per thread at a time, computed before any is stored (a store may alias a later
+            // load, so loads are not moved above it): their loads are in flight together.
+            self.line(2, &format!("for (long long j0 = threadIdx.x; j0 < n; j0 += {ROW_UNROLL} * (long long)blockDim.x) {{"));
+            self.line(3, &format!("if (j0 + {} * (long long)blockDim.x < n) {{", ROW_UNROLL - 1));
+            for &k in &wide {
+                self.line(4, &format!("float y{k}[{ROW_UNROLL}];"));
+            }
+            self.line(4, "#pragma unroll");
+            self.line(4, &format!("for (int u = 0; u < {ROW_UNROLL}; ++u) {{"));
+            self.line(4, "const long long j = j0 + u * (long long)blockDim.x;");
+            self.emit_wide(&slots, &nodes);
+            for &k in &wide {
+                self.line(4, &format!("y{k}[u] = {};", emit::value(parts.g, parts.outputs[k])));
+            }
+            self.line(4, "}");
+            self.line(4, "#pragma unroll");
+            self.line(4, &format!("for (int u = 0; u < {ROW_UNROLL}; ++u) {{"));
+            self.line(4, "const long long j = j0 + u * (long long)blockDim.x;");
+            for &k in &wide {
+                self.line(5, &store(k, &format!("y{k}[u]")));
+            }
+            self.line(4, "}");
+            self.line(3, "} else {");
+            self.line(3, "for (long long j = j0; j < n; j += blockDim.x) {");
             self.emit_wide(&slots, &nodes);
             for &k in &wide {
                 let value = emit::value(parts.g, parts.outputs[k]);
-                self.line(3, &format!("if (so[{k}] != 0 || j == 0) {}", emit::write(k, &format!("bo[{k}] + j * so[{k}]"), &value)));
+                self.line(4, &store(k, &value));
             }
+            self.line(3, "}");
+            self.line(3, "}");
             self.line(2, "}");
         }
         if !narrow.is_empty() {

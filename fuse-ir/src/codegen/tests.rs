@@ -121,8 +121,10 @@ fn rms_norm_and_softmax_are_one_row_kernel() {
     let eps = specs[0].inputs.iter().position(|&i| g.op(i) == Op::Input(2)).expect("eps is read");
     let eps_read = src.find(&format!("const float v2 = fuse_read<FUSE_IN{eps}>(args.in[{eps}], 0);")).expect("eps read once");
     let rsqrt = src.find("const float v6 = rsqrtf(v5);").expect("rsqrt once per row");
-    let last_pass = src.rfind("for (long long j = threadIdx.x; j < n;").expect("a last pass");
+    let last_pass = src.rfind("for (long long j0 = threadIdx.x; j0 < n;").expect("a last pass");
     assert!(eps_read < rsqrt && rsqrt < last_pass, "{src}");
+    // Each pass takes four columns per thread with no bound test between them, then the row's tail.
+    assert_eq!(src.matches("if (j0 + 3 * (long long)blockDim.x < ").count(), 2, "{src}");
 
     let mut g = Graph::new("softmax");
     let x = g.input("x", ArgKind::Tensor);
@@ -355,7 +357,7 @@ fn the_skinny_kernel_can_run_an_rms_norm_prologue() {
     let src = &skinny.source;
     assert!(src.contains("#if FUSE_GEMM_PRO\n"), "the prologue is compiled in only on request");
     assert!(src.contains("fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long n, float* part)"));
-    let (rows, element) = src.split_once("void fuse_gemm_pro8(const FuseArgs& args, int r, long long j8, float (&a)[8])").unwrap();
+    let (rows, element) = src.split_once("void fuse_gemm_pro8(const FuseArgs& args, const FuseProRow& p, long long j8, float (&a)[8])").unwrap();
     assert!(rows.contains("fuse_read8<FUSE_IN2>(args.in[2], bi[2] + j8, xv)"), "the row pass reads x 16 bytes at a time");
     assert!(rows.contains("fuse_warp_sum(s)") && rows.contains("const float v8 = rsqrtf(v7);"), "one warp per row ends it");
     assert!(element.contains("fuse_pro_read8<FUSE_IN4>(args.in[4], bi[4], si[4], j8, in4);"), "w: 8 columns at a time");

@@ -21,10 +21,12 @@
 //   With -DFUSE_GEMM_PRO=1 (an in-kernel prologue: X is computed from the tensor at `x` as it is loaded),
 //   the generated code also defines FUSE_GEMM_PRO_ROWS (>= BM) and
 //     __device__ void fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long k, float* part);
-//     __device__ void fuse_gemm_pro8(const FuseArgs& args, int r, long long kk, float (&a)[8]);
+//     struct FuseProRow;  __shared__ FuseProRow fuse_pro_row[FUSE_GEMM_PRO_ROWS];
+//     __device__ void fuse_gemm_pro8(const FuseArgs& args, const FuseProRow& row, long long kk, float (&a)[8]);
 //   fuse_gemm_pro_rows is called once by the whole block (rows = the block's rows < M, k = K, part = 8 x 256
-//   floats of the then idle weight ring) before the main loop; X[m0 + r, kk .. kk + 8] is then what fuse_gemm_pro8(args, r, kk, a) leaves in `a`, given the
-//   values at x there, for every 8 elements the block reads (kk % 8 == 0; elements past M or K stay 0).
+//   floats of the then idle weight ring) before the main loop; X[m0 + r, kk .. kk + 8] is then what
+//   fuse_gemm_pro8(args, fuse_pro_row[r], kk, a) leaves in `a`, given the values at x there, for every 8
+//   elements the block reads (kk % 8 == 0; elements past M or K stay 0).
 //   This file defines (guarded so that it may be included several times with different configs):
 //     struct FuseGemmArgs { const void* x; const void* w0; const void* w1; long long m, n, k, lda, ldw0, ldw1;
 //                           float* ws; unsigned* counters; };   (ws/counters: only when FUSE_SK_SP > 1)
@@ -206,9 +208,10 @@ __device__ __forceinline__ void fuse_sk_mma32(float (&c)[4], const FuseSkV4& wl,
 // lanes x 16 bytes = 8192 * S * D * MT bytes, then (XS=1) the X ring, KW x S x NT x 32 lanes x 16 bytes
 // = 512 * S * KW * NT bytes. The weight ring is reused for the K-split reduction after the main loop.
 #if FUSE_GEMM_PRO
-// The in-kernel prologue on 8 consecutive k of X row m0 + r (16-bit elements of dtype DT).
+// The in-kernel prologue on 8 consecutive k of one X row (16-bit elements of dtype DT), whose FuseProRow the
+// caller holds; rounded back two at a time (cvt.rn.{bf16,f16}x2: round to nearest even, as fuse_pack).
 template <int DT>
-__device__ __forceinline__ FuseSkV4 fuse_sk_pro8(const FuseArgs& args, int r, long long k, FuseSkV4 v) {
+__device__ __forceinline__ FuseSkV4 fuse_sk_pro8(const FuseArgs& args, const FuseProRow& row, long long k, FuseSkV4 v) {
     unsigned w[4] = {v.x, v.y, v.z, v.w};
     float a[8];
 #pragma unroll
@@ -216,9 +219,12 @@ __device__ __forceinline__ FuseSkV4 fuse_sk_pro8(const FuseArgs& args, int r, lo
         a[2 * i] = fuse_unpack<DT>((unsigned short)(w[i] & 0xffffu));
         a[2 * i + 1] = fuse_unpack<DT>((unsigned short)(w[i] >> 16));
     }
-    fuse_gemm_pro8(args, r, k, a);
+    fuse_gemm_pro8(args, row, k, a);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = (unsigned)fuse_pack<DT>(a[2 * i]) | ((unsigned)fuse_pack<DT>(a[2 * i + 1]) << 16);
+    for (int i = 0; i < 4; ++i) {
+        if (DT == 2) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[i]) : "f"(a[2 * i + 1]), "f"(a[2 * i]));
+        else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w[i]) : "f"(a[2 * i + 1]), "f"(a[2 * i]));
+    }
     return FuseSkV4{w[0], w[1], w[2], w[3]};
 }
 #endif
@@ -284,6 +290,8 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
     static_assert(FUSE_GEMM_PRO_ROWS * 256 * 4 <= 512 * S * U * 16 * (1 + DUAL) * MT, "the ring holds the partials");
     fuse_gemm_pro_rows(p.epi, m0, (int)(M - m0 < BM ? M - m0 : BM), K, reinterpret_cast<float*>(smem));
     __syncthreads();
+    // This thread's X row (NT = 1 here): its offsets and narrow values stay in registers for the main loop.
+    const FuseProRow pro_row = fuse_pro_row[g];
 #endif
 
     float acc[D][MT][NT][4];
@@ -403,7 +411,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                             FuseSkV4 xv = xs[j * 32];
 #if FUSE_GEMM_PRO
                             const long long kk = (long long)c * (CW * KW) + koff + 8 * u;
-                            if (kk < K && m0 + 8 * j + g < M) xv = fuse_sk_pro8<DT>(p.epi, 8 * j + g, kk, xv);
+                            if (kk < K && m0 + 8 * j + g < M) xv = fuse_sk_pro8<DT>(p.epi, pro_row, kk, xv);
 #endif
 #pragma unroll
                             for (int d = 0; d < D; ++d)
@@ -460,7 +468,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                     const long long kk = (long long)c * (CW * KW) + koff + 8 * u;
 #pragma unroll
                     for (int j = 0; j < NT; ++j)
-                        if (kk < K && xok[j]) xc[u][j] = fuse_sk_pro8<DT>(p.epi, 8 * j + g, kk, xc[u][j]);
+                        if (kk < K && xok[j]) xc[u][j] = fuse_sk_pro8<DT>(p.epi, pro_row, kk, xc[u][j]);
                 }
 #endif
                 fuse_sk_cp_wait<S - 1>();  // chunk c has landed (each thread reads only what it copied itself)
