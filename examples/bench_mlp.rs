@@ -268,7 +268,8 @@ fn main() -> Result<()> {
         if m <= opts.paths_max_m {
             let paths = std::iter::once("cublas".to_string())
                 .chain(fuse::ir::codegen::SKINNY_CONFIGS.iter().map(|c| format!("skinny:{}", c.name)))
-                .chain(fuse::ir::codegen::WGMMA_CONFIGS.iter().filter(|c| c.supports(true)).map(|c| format!("wgmma:{}", c.name)));
+                .chain(fuse::ir::codegen::WGMMA_CONFIGS.iter().filter(|c| c.supports(true)).map(|c| format!("wgmma:{}", c.name)))
+                .chain(fuse::ir::codegen::MMA_CONFIGS.iter().filter(|c| c.supports(true)).map(|c| format!("mma:{}", c.name)));
             for path in paths {
                 let timed = fuse::tune::with_gemm_choice(&path, || {
                     time_ms(gpu, opts.reps.min(20), || f.call_with(&args, Fusion::On).map(drop))

@@ -113,6 +113,19 @@ fn variants(g: &Graph, spec: &KernelSpec) -> Vec<Vec<String>> {
         }
         return sets;
     }
+    if spec.role == Role::Mma {
+        // Every config the group's product count allows, in bf16; the last in f16.
+        let dual = spec.source.contains("#define FUSE_MMA_DUAL 1");
+        let fits: Vec<&codegen::MmaConfig> = codegen::MMA_CONFIGS.iter().filter(|c| c.supports(dual)).collect();
+        let mut sets: Vec<Vec<String>> = fits
+            .iter()
+            .map(|c| [codegen::defines(spec, &slots(DType::BF16, true), &outs(DType::BF16)), c.defines(DType::BF16)].concat())
+            .collect();
+        if let Some(c) = fits.last() {
+            sets.push([codegen::defines(spec, &slots(DType::F16, false), &outs(DType::F32)), c.defines(DType::F16)].concat());
+        }
+        return sets;
+    }
     if spec.role == Role::Wgmma {
         // Every config the group's product count allows, in bf16; the first in f16.
         let dual = spec.source.contains("#define FUSE_WGMMA_DUAL 1");
@@ -160,7 +173,7 @@ fn check_coverage(kernels: &[(Graph, KernelSpec)]) {
     for kind in [KernelKind::Pointwise, KernelKind::RowReduce] {
         assert!(kernels.iter().any(|(_, s)| s.kind == kind), "no {kind:?} kernel");
     }
-    for role in [Role::Whole, Role::Prologue, Role::Epilogue, Role::Skinny, Role::Wgmma] {
+    for role in [Role::Whole, Role::Prologue, Role::Epilogue, Role::Skinny, Role::Wgmma, Role::Mma] {
         assert!(kernels.iter().any(|(_, s)| s.role == role), "no {role:?} kernel");
     }
     assert!(

@@ -64,7 +64,7 @@ fn emitted_sources_are_what_the_runtime_generates() {
             let entry = e.source.lines().find(|l| l.starts_with("extern \"C\" __global__ void"));
             // A template's entry point is named through the define the generated part sets before it.
             let named = |define: &str| e.source.contains(&format!("\n#define {define} {}\n", e.name)) && entry.is_some_and(|l| l.contains(&format!(" {define}(")));
-            let calls = |l: &str| l.contains(&format!(" {}(", e.name)) || named("FUSE_SKINNY_NAME") || named("FUSE_WGMMA_NAME");
+            let calls = |l: &str| l.contains(&format!(" {}(", e.name)) || named("FUSE_SKINNY_NAME") || named("FUSE_WGMMA_NAME") || named("FUSE_MMA_NAME");
             assert!(entry.is_some_and(calls), "`{}`: entry point {entry:?}", e.name);
         }
         total += emitted.len();

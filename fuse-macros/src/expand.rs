@@ -131,12 +131,13 @@ mod tests {
         assert!(out.contains("mlp_fused () . call (& [:: fuse :: __private :: arg (x) , :: fuse :: __private :: arg (w) , :: fuse :: __private :: arg (& eps) ,])"), "{out}");
         assert!(out.contains("pub fn mlp_fused () -> & 'static :: fuse :: __private :: FusedFn"), "{out}");
         assert!(out.contains("FusedFn :: with_kernels (\"mlp\" , \"fn mlp(x: tensor, w: tensor, eps: scalar)\\n"), "{out}");
-        // One Gemm group with an epilogue (`+ eps`): its epilogue kernel and its skinny and wgmma kernels (the
-        // matmul and the epilogue in one), each source a string literal.
-        assert_eq!(out.matches(":: fuse :: __private :: FusedFn :: kernel (\"mlp_k0_").count(), 3, "{out}");
+        // One Gemm group with an epilogue (`+ eps`): its epilogue kernel and its skinny, wgmma and mma kernels
+        // (the matmul and the epilogue in one), each source a string literal.
+        assert_eq!(out.matches(":: fuse :: __private :: FusedFn :: kernel (\"mlp_k0_").count(), 4, "{out}");
         assert!(out.contains("_epilogue\" , \""), "{out}");
         assert!(out.contains("_skinny\" , \""), "{out}");
         assert!(out.contains("_wgmma\" , \""), "{out}");
+        assert!(out.contains("_mma\" , \""), "{out}");
         assert!(!out.contains("compile_error"), "{out}");
     }
 

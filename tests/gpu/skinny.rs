@@ -1,4 +1,4 @@
-//! The GEMM paths, each forced in turn (the skinny and wgmma templates in every config, and the library
+//! The GEMM paths, each forced in turn (the skinny, wgmma and mma templates in every config, and the library
 //! paths): against the reference at odd shapes (rows 1, 3, 17, 100, 300; output columns and inner sizes
 //! that are no multiple of any tile), against cuBLAS at the Llama MLP's sizes at every M of BENCH.md, with
 //! an epilogue that reads another input; and the autotuner's choice being recorded. The wgmma template
@@ -6,7 +6,7 @@
 
 use crate::fused_fns::{ffn_block_fused, llama_mlp_fused, scaled_projection_fused};
 use crate::{assert_close, gpu, random, rng, tolerance};
-use fuse::ir::codegen::{SKINNY_CONFIGS, WGMMA_CONFIGS};
+use fuse::ir::codegen::{MMA_CONFIGS, SKINNY_CONFIGS, WGMMA_CONFIGS};
 use fuse::prelude::*;
 
 const ODD_ROWS: [usize; 4] = [1, 3, 17, 100];
@@ -14,7 +14,8 @@ const ODD_ROWS: [usize; 4] = [1, 3, 17, 100];
 /// The template configs that hold two products (a DualGemm's), as path names.
 fn template_paths(dual: bool) -> Vec<String> {
     let skinny = SKINNY_CONFIGS.iter().map(|c| format!("skinny:{}", c.name));
-    skinny.chain(WGMMA_CONFIGS.iter().filter(|c| c.supports(dual)).map(|c| format!("wgmma:{}", c.name))).collect()
+    let wgmma = WGMMA_CONFIGS.iter().filter(|c| c.supports(dual)).map(|c| format!("wgmma:{}", c.name));
+    skinny.chain(wgmma).chain(MMA_CONFIGS.iter().filter(|c| c.supports(dual)).map(|c| format!("mma:{}", c.name))).collect()
 }
 
 /// Every GEMM path the tuner may choose for the Llama MLP: the library ones (paired and split cuBLAS,
@@ -146,7 +147,8 @@ fn every_skinny_config_matches_cublas_at_the_llama_sizes() {
 #[test]
 fn every_wgmma_config_runs_a_single_product_with_prologue_and_epilogue() {
     // scaled_projection: relu(x * row_scale) is a prologue kernel, tanh the template's epilogue; one
-    // product, so the configs too large for two (BM 256) run too. 300 rows: several blocks of 256.
+    // product, so the configs too large for two (wgmma BM 256, mma 128 x 128) run too. 300 rows: several
+    // blocks of 256. The mma.sync template's configs run here as well.
     let Some((dev, _gpu)) = gpu() else { return };
     let mut r = rng(85);
     for (k, n) in [(136, 1000), (264, 4104)] {
@@ -156,25 +158,27 @@ fn every_wgmma_config_runs_a_single_product_with_prologue_and_epilogue() {
             let w = random(&mut r, &[n, k], DType::BF16, -0.2, 0.2, &dev);
             let args = [fuse::arg(&x), fuse::arg(&scale), fuse::arg(&w)];
             let want = fuse::reference(scaled_projection_fused(), &args).expect("reference");
-            for c in WGMMA_CONFIGS {
-                let path = format!("wgmma:{}", c.name);
+            let paths = WGMMA_CONFIGS.iter().map(|c| format!("wgmma:{}", c.name));
+            for path in paths.chain(MMA_CONFIGS.iter().map(|c| format!("mma:{}", c.name))) {
                 if !runs_here(&path, scaled_projection_fused(), &args) {
-                    return;
+                    continue;
                 }
                 let got = forced(&path, scaled_projection_fused(), &args);
                 assert_close(&format!("scaled_projection {path} k={k} n={n} m={rows}"), &got[0], &want[0], DType::BF16);
             }
         }
     }
-    // Two products do not fit BM 256: forcing it on the MLP's dual GEMM is an error that says so.
+    // Two products do not fit wgmma's BM 256 or mma's 128 x 128: forcing them on the MLP's dual GEMM is an
+    // error that says so.
     let x = random(&mut r, &[5, 64], DType::BF16, -1.0, 1.0, &dev);
     let w = random(&mut r, &[96, 64], DType::BF16, -0.2, 0.2, &dev);
     let wd = random(&mut r, &[64, 96], DType::BF16, -0.2, 0.2, &dev);
     let args = [fuse::arg(&x), fuse::arg(&w), fuse::arg(&w), fuse::arg(&wd)];
-    if let Err(e) = fuse::tune::with_gemm_choice("wgmma:n256", || llama_mlp_fused().call_with(&args, Fusion::On)) {
-        assert!(e.to_string().contains("two products") || e.to_string().contains("sm_90 GPUs only"), "{e}");
-    } else {
-        panic!("wgmma:n256 ran a dual GEMM");
+    for path in ["wgmma:n256", "mma:m128n128"] {
+        match fuse::tune::with_gemm_choice(path, || llama_mlp_fused().call_with(&args, Fusion::On)) {
+            Err(e) => assert!(e.to_string().contains("two products") || e.to_string().contains("sm_90 GPUs only"), "{e}"),
+            Ok(_) => panic!("{path} ran a dual GEMM"),
+        }
     }
 }
 

@@ -11,10 +11,12 @@
 //! - Gemm/DualGemm groups: the matmuls are library calls; a Prologue kernel writes their left operand when
 //!   the group has pointwise work on it, an Epilogue kernel reads the products and applies the rest.
 //!   Such a group also gets a Skinny kernel (`skinny.rs`): the matmuls and the epilogue in one kernel, for
-//!   few rows, which can also run the prologue as it loads the left operand (`prologue.rs`), and a Wgmma kernel (`wgmma.rs`), the same for many rows on sm_90a; the runtime picks, per
+//!   few rows, which can also run the prologue as it loads the left operand (`prologue.rs`), an Mma kernel
+//!   (`mma.rs`), the same for many rows on sm_80 and later, and a Wgmma kernel (`wgmma.rs`), the same for many rows on sm_90a; the runtime picks, per
 //!   shape, among them and the library calls.
 
 mod emit;
+mod mma;
 mod pointwise;
 mod prelude;
 mod prologue;
@@ -25,6 +27,7 @@ mod wgmma;
 #[cfg(test)]
 mod tests;
 
+pub use mma::{MmaConfig, MMA_CONFIGS, MMA_TEMPLATE};
 pub use prelude::{BLOCK_THREADS, VECTOR_ELEMENTS};
 pub use prologue::PROLOGUE_MAX_ROWS;
 pub use skinny::{SkinnyConfig, SKINNY_CONFIGS, SKINNY_TEMPLATE};
@@ -64,6 +67,8 @@ pub enum Role {
     Skinny,
     /// The same as Skinny with the tensor-core template for many rows (sm_90a only).
     Wgmma,
+    /// The same with the tiled mma.sync template for many rows (sm_80 and later).
+    Mma,
 }
 
 impl Role {
@@ -74,6 +79,7 @@ impl Role {
             Role::Epilogue => "_epilogue",
             Role::Skinny => "_skinny",
             Role::Wgmma => "_wgmma",
+            Role::Mma => "_mma",
         }
     }
 }
@@ -117,7 +123,7 @@ pub enum InputKind {
 }
 
 /// The kernels of one group, in launch order (Gemm/DualGemm: prologue, then the library matmuls, then the
-/// epilogue; either may be absent), then a Gemm/DualGemm group's Skinny and Wgmma kernels, which each
+/// epilogue; either may be absent), then a Gemm/DualGemm group's Skinny, Wgmma and Mma kernels, which each
 /// stand in for the matmuls and the epilogue. Empty for an index out of range. Assumes a plan that `Plan::verify` accepts.
 /// Same input => byte-identical output.
 pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
@@ -148,12 +154,13 @@ pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
     if let Some(epilogue) = skinny::epilogue(g, grp) {
         let skinny::SkinnyEpilogue { inputs, outputs, nodes } = epilogue;
         let pro = prologue::of(g, grp);
-        for (role, pro) in [(Role::Skinny, pro.as_ref()), (Role::Wgmma, None)] {
+        for (role, pro) in [(Role::Skinny, pro.as_ref()), (Role::Wgmma, None), (Role::Mma, None)] {
             let name = format!("{base}{}", role.suffix());
             let parts = emit::KernelParts { g, name: &name, inputs: &inputs, outputs: &outputs, nodes: &nodes };
             let source = match role {
                 Role::Skinny => skinny::source(&parts, &grp.matmuls, pro),
-                _ => wgmma::source(&parts, &grp.matmuls),
+                Role::Wgmma => wgmma::source(&parts, &grp.matmuls),
+                _ => mma::source(&parts, &grp.matmuls),
             };
             let mut all_inputs = inputs.clone();
             all_inputs.extend(pro.iter().flat_map(|p| p.inputs.iter().copied()));

@@ -47,8 +47,10 @@ fn the_mlp_is_one_epilogue_kernel() {
             (KernelKind::Pointwise, Role::Epilogue, 0),
             (KernelKind::Pointwise, Role::Skinny, 0),
             (KernelKind::Pointwise, Role::Wgmma, 0),
+            (KernelKind::Pointwise, Role::Mma, 0),
             (KernelKind::Pointwise, Role::Skinny, 1),
-            (KernelKind::Pointwise, Role::Wgmma, 1)
+            (KernelKind::Pointwise, Role::Wgmma, 1),
+            (KernelKind::Pointwise, Role::Mma, 1)
         ]
     );
     let epilogue = &specs[0];
@@ -147,13 +149,15 @@ fn attention_is_an_epilogue_then_a_softmax_prologue() {
             (KernelKind::Pointwise, Role::Epilogue, 0),
             (KernelKind::Pointwise, Role::Skinny, 0),
             (KernelKind::Pointwise, Role::Wgmma, 0),
+            (KernelKind::Pointwise, Role::Mma, 0),
             (KernelKind::RowReduce, Role::Prologue, 1),
             (KernelKind::Pointwise, Role::Skinny, 1),
-            (KernelKind::Pointwise, Role::Wgmma, 1)
+            (KernelKind::Pointwise, Role::Wgmma, 1),
+            (KernelKind::Pointwise, Role::Mma, 1)
         ]
     );
     assert_eq!(specs[0].name, "attention_k0_gemm_mul_epilogue");
-    assert_eq!(specs[3].name, "attention_k1_gemm_max_sub_exp_sum_prologue");
+    assert_eq!(specs[4].name, "attention_k1_gemm_max_sub_exp_sum_prologue");
     let scale = g.ids().find(|&id| g.op(id) == Op::Input(3)).expect("scale");
     assert_eq!(specs[0].inputs, [plan.groups[0].matmuls[0], scale]);
 }
@@ -190,7 +194,8 @@ fn a_prologue_and_an_epilogue_around_one_gemm() {
             (KernelKind::Pointwise, Role::Prologue, 0),
             (KernelKind::Pointwise, Role::Epilogue, 0),
             (KernelKind::Pointwise, Role::Skinny, 0),
-            (KernelKind::Pointwise, Role::Wgmma, 0)
+            (KernelKind::Pointwise, Role::Wgmma, 0),
+            (KernelKind::Pointwise, Role::Mma, 0)
         ]
     );
     let (pro, epi) = (&specs[0], &specs[1]);
@@ -341,7 +346,8 @@ fn the_skinny_kernel_can_run_an_rms_norm_prologue() {
             (KernelKind::RowReduce, Role::Prologue, 0),
             (KernelKind::Pointwise, Role::Epilogue, 0),
             (KernelKind::Pointwise, Role::Skinny, 0),
-            (KernelKind::Pointwise, Role::Wgmma, 0)
+            (KernelKind::Pointwise, Role::Wgmma, 0),
+            (KernelKind::Pointwise, Role::Mma, 0)
         ]
     );
     let grp = &plan.groups[0];

@@ -5,7 +5,8 @@
 //!   calls (at some shapes cuBLAS picks a slower kernel for the batched call);
 //! - `cublaslt:<i>`: the same through cuBLASLt with algorithm `i` of its heuristic's list;
 //! - `skinny:<config>`: the skinny template, matmuls and epilogue in one kernel (`cuda/skinny.rs`);
-//! - `wgmma:<config>`: the same with the tensor-core template for many rows, sm_90 only (`cuda/wgmma.rs`).
+//! - `wgmma:<config>`: the same with the tensor-core template for many rows, sm_90 only (`cuda/wgmma.rs`);
+//! - `mma:<config>`: the same with the tiled mma.sync template for many rows, sm_80 and later.
 
 use super::super::launch_plan::MapPatch;
 use super::super::skinny::{skinny_gemm, SkinnyConfig, SkinnyGemm};
@@ -13,7 +14,7 @@ use super::super::wgmma::{self, TensorMapSpec, WgmmaConfig, MAP_WORDS, PARAM_ALI
 use super::*;
 use cudarc::driver::sys::CUfunction_attribute;
 use crate::cpu::layout::broadcast_strides;
-use fuse_ir::codegen::{GemmTiling, PROLOGUE_MAX_ROWS};
+use fuse_ir::codegen::{GemmTiling, MmaConfig, PROLOGUE_MAX_ROWS};
 
 /// One way to run a Gemm/DualGemm group.
 #[derive(Clone, Debug, PartialEq)]
@@ -25,6 +26,7 @@ pub(super) enum GemmPath {
     Lt(usize),
     Skinny(&'static SkinnyConfig),
     Wgmma(&'static WgmmaConfig),
+    Mma(&'static MmaConfig),
 }
 
 impl GemmPath {
@@ -35,6 +37,7 @@ impl GemmPath {
             GemmPath::Lt(i) => format!("cublaslt:{i}"),
             GemmPath::Skinny(c) => format!("skinny:{}", c.name),
             GemmPath::Wgmma(c) => format!("wgmma:{}", c.name),
+            GemmPath::Mma(c) => format!("mma:{}", c.name),
         }
     }
 
@@ -45,6 +48,7 @@ impl GemmPath {
             Some(("cublaslt", i)) => i.parse().ok().map(GemmPath::Lt),
             Some(("skinny", c)) => SkinnyConfig::by_name(c).map(GemmPath::Skinny),
             Some(("wgmma", c)) => WgmmaConfig::by_name(c).map(GemmPath::Wgmma),
+            Some(("mma", c)) => MmaConfig::by_name(c).map(GemmPath::Mma),
             _ => None,
         }
     }
@@ -54,6 +58,7 @@ impl GemmPath {
         match self {
             GemmPath::Skinny(_) => Some(Role::Skinny),
             GemmPath::Wgmma(_) => Some(Role::Wgmma),
+            GemmPath::Mma(_) => Some(Role::Mma),
             _ => None,
         }
     }
@@ -215,6 +220,23 @@ impl Executor<'_> {
                     workspace_floats: c.workspace_floats(gemm.m, gemm.n, dual),
                     tiles: c.tiles(gemm.m, gemm.n),
                     maps: Some(TensorMapSpec::of(gemm, c, dtype, dual)),
+                }
+            }
+            GemmPath::Mma(c) => {
+                if !c.supports(dual) {
+                    return Err(Error::unsupported(self.function, "matmul", format!("mma:{} cannot hold two products", c.name)));
+                }
+                TemplateLaunch {
+                    config: c.name,
+                    defines: c.defines(dtype),
+                    arch: self.device.arch().to_string(),
+                    grid: c.grid(gemm.m, gemm.n).ok_or_else(too_large)?,
+                    block: BLOCK_THREADS,
+                    cluster: 1,
+                    shared_bytes: c.shared_bytes(dual),
+                    workspace_floats: 0,
+                    tiles: c.tiles(gemm.m, gemm.n),
+                    maps: None,
                 }
             }
             _ => return Err(self.internal(format!("{} is not a template path", path.name()))),
@@ -411,10 +433,11 @@ impl Executor<'_> {
         if self.describe {
             let form = format!("m={} n={} k={} lda={} ldw={:?}", gemm.m, gemm.n, gemm.k, gemm.lda, &gemm.ldw[..group.matmuls.len()]);
             let note = self.path_note.take().map_or(String::new(), |n| format!("{n}; "));
-            let kind = match (shape.maps.is_some(), primary.is_some()) {
-                (true, _) => "wgmma",
-                (false, true) => "skinny (running the prologue as it loads the left operand)",
-                (false, false) => "skinny",
+            let kind = match (path, primary.is_some()) {
+                (GemmPath::Wgmma(_), _) => "wgmma",
+                (GemmPath::Mma(_), _) => "mma",
+                (_, true) => "skinny (running the prologue as it loads the left operand)",
+                (_, false) => "skinny",
             };
             let (grid, block) = (dims.grid, dims.block);
             self.path_note = Some(format!("{note}{kind} template {} ({form}), grid {grid} x {block} threads", shape.config));
@@ -432,10 +455,11 @@ mod tests {
         let mut paths = vec![GemmPath::Cublas, GemmPath::CublasSplit, GemmPath::Lt(3)];
         paths.extend(fuse_ir::codegen::SKINNY_CONFIGS.iter().map(GemmPath::Skinny));
         paths.extend(fuse_ir::codegen::WGMMA_CONFIGS.iter().map(GemmPath::Wgmma));
+        paths.extend(fuse_ir::codegen::MMA_CONFIGS.iter().map(GemmPath::Mma));
         for p in paths {
             assert_eq!(GemmPath::parse(&p.name()), Some(p));
         }
-        for bad in ["", "cublaslt", "cublaslt:x", "cublas:joined", "skinny:nope", "wgmma:n7", "magic"] {
+        for bad in ["", "cublaslt", "cublaslt:x", "cublas:joined", "skinny:nope", "wgmma:n7", "mma:m7", "magic"] {
             assert_eq!(GemmPath::parse(bad), None, "{bad}");
         }
     }

@@ -12,7 +12,8 @@
 
 use super::super::cache::CacheKey;
 use super::super::skinny::{SkinnyConfig, CONFIGS};
-use super::super::wgmma::CONFIGS as WGMMA_CONFIGS;
+use super::super::wgmma::{self, CONFIGS as WGMMA_CONFIGS};
+use fuse_ir::codegen::MMA_CONFIGS;
 use super::gemm_paths::GemmPath;
 use super::*;
 use crate::tune::{self, AutotuneMode, TuneKey};
@@ -31,6 +32,8 @@ const FULL_SKINNY_MAX_ROWS: usize = 128;
 const CHECKED_ELEMENTS: usize = 1 << 20;
 /// cuBLASLt algorithms the fast mode tries (full: all the heuristic returns).
 const FAST_LT_ALGOS: usize = 4;
+/// Rows from which the fast mode times the mma.sync template (its tiles are 64 or 128 rows).
+const MMA_FAST_MIN_ROWS: usize = 64;
 /// Bytes written to flush the L2 cache (60 MB on an H200) before each timed repetition.
 const FLUSH_BYTES: usize = 256 << 20;
 
@@ -150,10 +153,10 @@ impl Executor<'_> {
             return Ok(());
         }
         self.template_operands(index, specs, path)?;
+        let dual = self.plan.groups[index].matmuls.len() == 2;
         match path {
-            GemmPath::Wgmma(c) if !c.supports(self.plan.groups[index].matmuls.len() == 2) => {
-                Err(format!("wgmma:{} has no room for two products' accumulators", c.name))
-            }
+            GemmPath::Wgmma(c) if !c.supports(dual) => Err(format!("wgmma:{} has no room for two products' accumulators", c.name)),
+            GemmPath::Mma(c) if !c.supports(dual) => Err(format!("mma:{} has no room for two products' accumulators", c.name)),
             _ => Ok(()),
         }
     }
@@ -178,6 +181,13 @@ impl Executor<'_> {
             .map(GemmPath::Wgmma)
             .filter(|p| self.path_runs(index, specs, p).is_ok());
         out.extend(wgmma);
+        // The mma.sync template for many rows: in the fast mode on GPUs without the wgmma template (on an
+        // H200 it is the slower of fuse's two, BENCHMARKS.md), in the full mode everywhere.
+        let fast_mma = wgmma::compile_arch(self.device.arch()).is_none() && rows >= MMA_FAST_MIN_ROWS;
+        if mode == AutotuneMode::Full || fast_mma {
+            let mma = MMA_CONFIGS.iter().map(GemmPath::Mma).filter(|p| self.path_runs(index, specs, p).is_ok());
+            out.extend(mma.collect::<Vec<_>>());
+        }
         let mm = self.plan.groups[index].matmuls[0];
         let args = &self.graph.node(mm).args;
         if let (Value::Tensor(a), Value::Tensor(b)) = (self.resolve(args[0])?, self.resolve(args[1])?) {

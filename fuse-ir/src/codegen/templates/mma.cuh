@@ -1,0 +1,227 @@
+// ---------------------------------------------------------------------------------------------------------
+// mma.cuh: tiled tensor-core GEMM for many rows on sm_80 and later (mma.sync m16n8k16, a cp.async ring of
+// k-slices in shared memory, ldmatrix), with the same fused epilogue hook as skinny.cuh.
+//
+// MATH
+//   Y[m, n] = sum_k X[m, k] * W[n, k], f32 accumulate. X: [M, K] row-major, row stride lda elements, unit
+//   column stride. W: [N, K] row-major (checkpoint "[out, in]" layout), row stride ldw. Dual
+//   (FUSE_MMA_DUAL=1): two weights W0, W1 of the same shape, the same X; acc0 = X W0^T, acc1 = X W1^T.
+//   dtype: -DFUSE_MM_DT=2 bf16, =1 f16 (X, W0, W1 all the same).
+//
+// CONTRACT WITH THE CODE GENERATOR
+//   Before this text the generated code defines struct FuseArgs, #define FUSE_MMA_NAME <symbol>,
+//   #define FUSE_MMA_DUAL 0|1, and the epilogue hook of skinny.cuh in its two parts:
+//     FuseGemmRow fuse_gemm_row(const FuseArgs& args, long long row);
+//     void fuse_gemm_store(const FuseArgs& args, const FuseGemmRow& r, long long col, float acc0, float acc1);
+//   fuse_gemm_store is called exactly once per (row < M, col < N), consecutive lanes on consecutive col.
+//   This file defines FuseGemmArgs (the same layout as skinny.cuh's: the runtime packs both alike; ws and
+//   counters are unused here), FuseMmaParams { FuseArgs epi; FuseGemmArgs gemm; } and
+//     extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMmaParams p);
+//   Requirements (the runtime guarantees them): M, N >= 1; K >= 8, K % 8 == 0; lda, ldw0, ldw1 % 8 == 0;
+//   x, w0, w1 16-byte aligned. Deterministic (each output is one thread's sum in a fixed order).
+//
+// COMPILE-TIME DEFINES
+//   FUSE_MM_DT  2 bf16, 1 f16                                                            (default 2)
+//   FUSE_MM_BM  rows of X per block, 64 or 128                                           (default 128)
+//   FUSE_MM_BN  weight rows (output columns) per block, 64 or 128                        (default 128)
+//   FUSE_MM_S   stages of the ring, >= 2                                                 (default 4)
+//
+// LAUNCH: 1-D grid of ceil(M / BM) * ceil(N / BN) blocks (block = nb * ceil(M / BM) + mb: the blocks that
+//   share a weight tile run together), 256 threads, dynamic shared memory FUSE_MM_SMEM_BYTES (below; set
+//   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it).
+//
+// HOW: 8 warps as 2 (m) x 4 (n), each computing a (BM/2) x (BN/4) sub-tile in m16n8 pieces. Each ring stage
+//   holds a 32-wide k slice of the X tile and of each weight tile, rows of 64 bytes whose four 16-byte chunks
+//   are permuted by (row / 2) % 4 so that ldmatrix's 8-row reads hit distinct banks. One barrier per slice:
+//   after it the slice is in place and every warp is done with the slot the next copy overwrites. After the
+//   main loop the accumulators go through shared memory (the ring, then idle), and each warp writes whole
+//   rows through the hook.
+// ---------------------------------------------------------------------------------------------------------
+
+#ifndef FUSE_MM_DT
+#define FUSE_MM_DT 2
+#endif
+#ifndef FUSE_MM_BM
+#define FUSE_MM_BM 128
+#endif
+#ifndef FUSE_MM_BN
+#define FUSE_MM_BN 128
+#endif
+#ifndef FUSE_MM_S
+#define FUSE_MM_S 4
+#endif
+
+struct FuseGemmArgs {
+    const void* x;
+    const void* w0;
+    const void* w1;
+    long long m, n, k, lda, ldw0, ldw1;
+    float* ws;
+    unsigned* counters;
+};
+struct FuseMmaParams {
+    FuseArgs epi;
+    FuseGemmArgs gemm;
+};
+
+#define FUSE_MM_D (1 + FUSE_MMA_DUAL)
+// Ring: S stages of (BM + D * BN) rows of 64 bytes; the epilogue's staging: D tiles of BM x (BN + 4) floats.
+#define FUSE_MM_RING_BYTES (FUSE_MM_S * (FUSE_MM_BM + FUSE_MM_D * FUSE_MM_BN) * 64)
+#define FUSE_MM_STAGE_BYTES (FUSE_MM_D * FUSE_MM_BM * (FUSE_MM_BN + 4) * 4)
+#define FUSE_MM_SMEM_BYTES \
+    (FUSE_MM_RING_BYTES > FUSE_MM_STAGE_BYTES ? FUSE_MM_RING_BYTES : FUSE_MM_STAGE_BYTES)
+
+__device__ __forceinline__ unsigned fuse_mm_smem_addr(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+// 16 bytes global -> shared, bypassing L1; nbytes = 0 fills zeros (rows past M or N, k past K).
+__device__ __forceinline__ void fuse_mm_cp16(unsigned dst, const void* src, unsigned nbytes) {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(nbytes) : "memory");
+}
+// Byte offset of (row, 16-byte chunk) in a tile of 64-byte rows, chunks permuted against bank conflicts.
+__device__ __forceinline__ unsigned fuse_mm_at(int row, int chunk) {
+    return (unsigned)(row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4));
+}
+__device__ __forceinline__ void fuse_mm_ldsm4(unsigned addr, unsigned (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+template <int DT>
+__device__ __forceinline__ void fuse_mm_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    if (DT == 2) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMmaParams p) {
+    constexpr int BM = FUSE_MM_BM, BN = FUSE_MM_BN, S = FUSE_MM_S, D = FUSE_MM_D, DT = FUSE_MM_DT;
+    constexpr int WM = BM / 2, WN = BN / 4;  // warp sub-tile
+    constexpr int MI = WM / 16, NI = WN / 8;  // m16 and n8 pieces per warp
+    static_assert(BM % 32 == 0 && BN % 64 == 0 && NI % 2 == 0 && S >= 2, "FUSE_MM_BM/BN/S");
+    constexpr int TILE_ROWS = BM + D * BN;  // 64-byte rows per stage
+    extern __shared__ __align__(128) unsigned char fuse_mm_smem[];
+    // A launch with less dynamic shared memory than the tiles need would corrupt them silently: stop instead.
+    unsigned dsize;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dsize));
+    if (dsize < (unsigned)(FUSE_MM_SMEM_BYTES)) __trap();
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp & 1, wn = warp >> 1;
+    const long long M = p.gemm.m, N = p.gemm.n, K = p.gemm.k;
+    const long long mblocks = (M + BM - 1) / BM;
+    const long long m0 = (long long)(blockIdx.x % mblocks) * BM;
+    const long long n0 = (long long)(blockIdx.x / mblocks) * BN;
+    const unsigned short* x = (const unsigned short*)p.gemm.x;
+    const unsigned short* w[2] = {(const unsigned short*)p.gemm.w0, (const unsigned short*)p.gemm.w1};
+    const long long ldw[2] = {p.gemm.ldw0, p.gemm.ldw1};
+    const unsigned ring = fuse_mm_smem_addr(fuse_mm_smem);
+
+    // One k slice (32 wide) of every tile into stage `s`: each 64-byte row is 4 chunks of 16 bytes.
+    auto load = [&](int s, long long k0) {
+        const unsigned base = ring + (unsigned)(s * TILE_ROWS * 64);
+        for (int i = tid; i < TILE_ROWS * 4; i += 256) {
+            const int row = i >> 2, chunk = i & 3;
+            const long long k = k0 + chunk * 8;
+            const void* src;
+            bool ok;
+            if (row < BM) {
+                const long long m = m0 + row;
+                ok = m < M && k < K;
+                src = x + (ok ? m * p.gemm.lda + k : 0);
+            } else {
+                const int j = (row - BM) / BN, r = (row - BM) % BN;
+                const long long n = n0 + r;
+                ok = n < N && k < K;
+                src = w[j] + (ok ? n * ldw[j] + k : 0);
+            }
+            fuse_mm_cp16(base + fuse_mm_at(row, chunk), src, ok ? 16u : 0u);
+        }
+    };
+
+    float acc[D][MI][NI][4];
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < NI; ++j)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) acc[d][i][j][r] = 0.f;
+
+    const long long slices = (K + 31) / 32;
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) {
+        if (s < slices) load(s, (long long)s * 32);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    // ldmatrix row addresses of this lane: A pieces (rows 0-15 x k 0-15 as four 8x8 matrices) and B pieces
+    // (two n8 pieces x k 0-15).
+    const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
+    const int b_row = (lane & 7) + (lane >> 4) * 8, b_chunk = (lane >> 3) & 1;
+#pragma unroll 1
+    for (long long kt = 0; kt < slices; ++kt) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(S - 2) : "memory");
+        __syncthreads();  // slice kt is in place; every warp is done with the slot of slice kt - 1
+        if (kt + S - 1 < slices) load((int)((kt + S - 1) % S), (kt + S - 1) * 32);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        const unsigned base = ring + (unsigned)((kt % S) * TILE_ROWS * 64);
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) {  // two k16 steps per slice
+            unsigned a[MI][4];
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+                fuse_mm_ldsm4(base + fuse_mm_at(wm * WM + i * 16 + a_row, ks * 2 + a_chunk), a[i]);
+#pragma unroll
+            for (int d = 0; d < D; ++d) {
+#pragma unroll
+                for (int j = 0; j < NI; j += 2) {
+                    unsigned b[4];
+                    fuse_mm_ldsm4(base + fuse_mm_at(BM + d * BN + wn * WN + j * 8 + b_row, ks * 2 + b_chunk), b);
+#pragma unroll
+                    for (int i = 0; i < MI; ++i) {
+                        fuse_mm_mma<DT>(acc[d][i][j], a[i], b[0], b[1]);
+                        fuse_mm_mma<DT>(acc[d][i][j + 1], a[i], b[2], b[3]);
+                    }
+                }
+            }
+        }
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads();  // the ring is free: stage the accumulators there
+
+    // C piece layout (m16n8): regs 0,1 = row g, columns 2t, 2t+1; regs 2,3 = row g + 8.
+    float* stage = reinterpret_cast<float*>(fuse_mm_smem);
+    constexpr int LD = BN + 4;
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < NI; ++j)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int row = wm * WM + i * 16 + g + (r >> 1) * 8, col = wn * WN + j * 8 + 2 * t + (r & 1);
+                    stage[(d * BM + row) * LD + col] = acc[d][i][j][r];
+                }
+    __syncthreads();
+    // One row per warp at a time, consecutive lanes on consecutive columns.
+    for (int row = warp; row < BM; row += 8) {
+        const long long m = m0 + row;
+        if (m >= M) break;
+        const FuseGemmRow r = fuse_gemm_row(p.epi, m);
+        for (int col = lane; col < BN; col += 32) {
+            const long long n = n0 + col;
+            if (n < N) fuse_gemm_store(p.epi, r, n, stage[row * LD + col], D == 2 ? stage[(BM + row) * LD + col] : 0.f);
+        }
+    }
+}
