@@ -146,8 +146,8 @@ impl Executor<'_> {
         self.path_note = Some(note);
     }
 
-    /// Whether `path` can run this group (a template needs its kernel, operands it can read and, for the
-    /// wgmma template, an sm_90 GPU and room for the group's accumulators), or why not.
+    /// Whether `path` can run this group (a template needs its kernel and operands it can read; the wgmma
+    /// template an sm_90 GPU; the wgmma and mma templates room for the group's accumulators), or why not.
     fn path_runs(&self, index: usize, specs: &[PreparedKernel], path: &GemmPath) -> std::result::Result<(), String> {
         if path.template_role().is_none() {
             return Ok(());
