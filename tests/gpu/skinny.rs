@@ -213,3 +213,44 @@ fn a_forced_path_that_cannot_run_is_an_error_and_tuning_records_its_choice() {
         assert!(ours.iter().any(|e| e.rows_bucket == 8 && e.micros > 0.0), "no result for the dual GEMM at 5 rows: {results:?}");
     }
 }
+
+#[test]
+fn queued_calls_whose_kernels_overlap_each_read_finished_inputs() {
+    // On sm_90 and later fuse launches each kernel to overlap the one before it (programmatic dependent
+    // launch); each kernel waits for that one before it touches memory. Calls queued with no
+    // synchronisation between them, each a chain of dependent kernels (the rms_norm prologue, the dual GEMM,
+    // the down projection adding the residual), must each match the reference: a kernel reading before its
+    // wait would see the previous call's values or unwritten (NaN-poisoned) memory.
+    let Some((dev, _gpu)) = gpu() else { return };
+    let Device::Cuda(cuda) = &dev else { panic!("gpu() gave {dev}") };
+    let major: u32 = cuda.arch().trim_start_matches("sm_").trim_end_matches('a').parse::<u32>().expect("sm_NN") / 10;
+    let pdl_off = std::env::var("FUSE_PDL").is_ok_and(|v| matches!(v.trim(), "off" | "0" | "false"));
+    assert_eq!(cuda.overlaps_launches(), major >= 9 && !pdl_off, "{} with FUSE_PDL off: {pdl_off}", cuda.arch());
+    let mut r = rng(87);
+    let (h, i) = (136, 1000);
+    let norm = random(&mut r, &[h], DType::BF16, 0.5, 1.5, &dev);
+    let [wg, wu] = [0; 2].map(|_| random(&mut r, &[i, h], DType::BF16, -0.2, 0.2, &dev));
+    let wd = random(&mut r, &[h, i], DType::BF16, -0.2, 0.2, &dev);
+    for rows in [1, 3, 17] {
+        let xs: Vec<Tensor> = (0..8).map(|_| random(&mut r, &[rows, h], DType::BF16, -1.0, 1.0, &dev)).collect();
+        for path in ["tuned", "skinny:r8c16", "wgmma:n16", "cublas"] {
+            let call = |x: &Tensor| {
+                let args = [fuse::arg(x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd), fuse::arg(&1e-5f32)];
+                if path == "tuned" {
+                    return ffn_block_fused().call_with(&args, Fusion::On).expect("tuned call");
+                }
+                forced(path, ffn_block_fused(), &args)
+            };
+            if path.starts_with("wgmma:") && major != 9 {
+                eprintln!("gpu::skinny: SKIPPED {path} (this GPU is not sm_90)");
+                continue;
+            }
+            let got: Vec<Vec<Tensor>> = xs.iter().map(call).collect();
+            for (x, got) in xs.iter().zip(&got) {
+                let args = [fuse::arg(x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd), fuse::arg(&1e-5f32)];
+                let want = fuse::reference(ffn_block_fused(), &args).expect("reference");
+                assert_close(&format!("ffn_block {path} queued m={rows}"), &got[0], &want[0], DType::BF16);
+            }
+        }
+    }
+}

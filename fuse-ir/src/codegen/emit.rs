@@ -35,9 +35,13 @@ impl KernelParts<'_> {
         s
     }
 
-    /// The kernel's signature up to its opening brace (the ABI: one `FuseArgs` by value).
+    /// The kernel's signature (the ABI: one `FuseArgs` by value) and its first statements: wait for the
+    /// kernel before it (a launch may overlap it, see the prelude), then let the next one launch.
     pub fn signature(&self) -> String {
-        format!("extern \"C\" __global__ void __launch_bounds__({BLOCK_THREADS}) {}(const FuseArgs args) {{\n", self.name)
+        format!(
+            "extern \"C\" __global__ void __launch_bounds__({BLOCK_THREADS}) {}(const FuseArgs args) {{\n  fuse_grid_wait();\n  fuse_grid_release();\n",
+            self.name
+        )
     }
 }
 

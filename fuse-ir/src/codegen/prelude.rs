@@ -181,6 +181,22 @@ __device__ __forceinline__ void fuse_row_offsets(const FuseArgs& args, long long
   }
 }
 
+// Programmatic dependent launch (sm_90 and later): the runtime may launch a kernel while the kernel before it
+// in the stream is still running. fuse_grid_wait() returns once that kernel has completed and its writes are
+// visible (at once when the launch did not overlap); every kernel calls it before it reads a tensor or writes
+// anything, so only L2 prefetches may come before it. fuse_grid_release() lets the next kernel launch as this
+// one's blocks finish.
+__device__ __forceinline__ void fuse_grid_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void fuse_grid_release() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // Block reductions in a fixed tree order (deterministic). Every thread gets the result. The leading barrier
 // keeps `smem` from being overwritten while an earlier reduction's warps still read it.
 __device__ __forceinline__ float fuse_warp_sum(float v) {

@@ -25,6 +25,8 @@ pub(crate) struct DeviceState {
     /// `sm_90` for an H100/H200: the NVRTC target (a CUBIN for the exact arch needs no driver JIT).
     arch: String,
     sm_count: usize,
+    /// Kernel launches may overlap the kernel before them (see [`CudaDevice::overlaps_launches`]).
+    overlap: bool,
     /// Testing aid: fill every new allocation with NaN bytes.
     poison: AtomicBool,
     blas: Mutex<Option<CudaBlas>>,
@@ -82,6 +84,13 @@ impl CudaDevice {
 
     pub fn sm_count(&self) -> usize {
         self.state.sm_count
+    }
+
+    /// Whether fuse's kernels launch with programmatic dependent launch: a kernel may start while the one
+    /// before it in the stream finishes, and waits for it before it touches memory. On for sm_90 and
+    /// later (the first with `griddepcontrol`) unless `FUSE_PDL=off`.
+    pub fn overlaps_launches(&self) -> bool {
+        self.state.overlap
     }
 
     /// Testing aid: when on, every allocation on this GPU (kernel outputs, products, copies) starts filled
@@ -164,6 +173,7 @@ impl DeviceState {
             stream,
             arch: format!("sm_{major}{minor}"),
             sm_count: sm_count.max(1) as usize,
+            overlap: major >= 9 && crate::fused::env::launch_overlap(),
             poison: AtomicBool::new(false),
             blas: Mutex::new(None),
             modules: ModuleCache::default(),

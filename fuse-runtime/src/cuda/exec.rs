@@ -202,32 +202,26 @@ impl KernelDims {
 }
 
 /// Launches a generated kernel on the device's stream with its packed `FuseArgs` words (and, for the
-/// templates, their `FuseGemmArgs` after them and the wgmma template's tensor maps before them).
+/// templates, their `FuseGemmArgs` after them and the wgmma template's tensor maps before them). Where the
+/// device allows it ([`CudaDevice::overlaps_launches`]), the launch may overlap the kernel before it in the
+/// stream (programmatic dependent launch): every generated kernel waits for that kernel before it touches
+/// memory, so its set-up and first L2 prefetches run during the other's last blocks.
 pub(crate) fn launch_kernel(device: &CudaDevice, name: &str, function: &CudaFunction, dims: KernelDims, words: &mut [u64]) -> Result<()> {
     use cudarc::driver::sys;
     let mut params = [words.as_mut_ptr().cast::<std::ffi::c_void>()];
-    let stream = device.stream().cu_stream();
-    // SAFETY (both launches): the kernel was generated for exactly this parameter (one FuseArgs, laid out
-    // as the packed words, slot counts and dtypes fixed by the defines); every address is a live allocation
-    // on this GPU whose view was bounds-checked by the caller; the driver copies the parameter at launch,
-    // and allocations are freed in stream order, after the kernel.
-    if dims.cluster <= 1 {
-        return unsafe {
-            cudarc::driver::result::launch_kernel(
-                function.cu_function(),
-                (dims.grid, 1, 1),
-                (dims.block, 1, 1),
-                dims.shared_bytes,
-                stream,
-                &mut params,
-            )
-        }
-        .map_err(|e| driver_error(&format!("launch {name}"), e));
+    // SAFETY (zeroed): plain data; each union member written below is the one its attribute id names.
+    let mut attributes: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+    let mut count = 0;
+    if dims.cluster > 1 {
+        attributes[count].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attributes[count].value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: dims.cluster, y: 1, z: 1 };
+        count += 1;
     }
-    // SAFETY: plain data; the union member written is the one the attribute id names.
-    let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attribute.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: dims.cluster, y: 1, z: 1 };
+    if device.overlaps_launches() {
+        attributes[count].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attributes[count].value.programmaticStreamSerializationAllowed = 1;
+        count += 1;
+    }
     let config = sys::CUlaunchConfig {
         gridDimX: dims.grid,
         gridDimY: 1,
@@ -236,15 +230,21 @@ pub(crate) fn launch_kernel(device: &CudaDevice, name: &str, function: &CudaFunc
         blockDimY: 1,
         blockDimZ: 1,
         sharedMemBytes: dims.shared_bytes,
-        hStream: stream,
-        attrs: &mut attribute,
-        numAttrs: 1,
+        hStream: device.stream().cu_stream(),
+        attrs: attributes.as_mut_ptr(),
+        numAttrs: count as u32,
     };
-    // SAFETY: as above; `config` and `attribute` outlive the call.
+    // SAFETY: the kernel was generated for exactly this parameter (one FuseArgs, laid out as the packed
+    // words, slot counts and dtypes fixed by the defines); every address is a live allocation on this GPU
+    // whose view was bounds-checked by the caller; the driver copies the parameter at launch, and
+    // allocations are freed in stream order, after the kernel. `config` and `attributes` outlive the call.
     let status = unsafe { sys::cuLaunchKernelEx(&config, function.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) };
     match status {
         sys::CUresult::CUDA_SUCCESS => Ok(()),
-        e => Err(Error::internal(name, format!("cuLaunchKernelEx (clusters of {}): {e:?}", dims.cluster))),
+        e => Err(Error::Cuda {
+            op: format!("launch {name} ({} blocks of {}, cluster {}, {} B shared)", dims.grid, dims.block, dims.cluster, dims.shared_bytes),
+            message: format!("{e:?}"),
+        }),
     }
 }
 

@@ -53,6 +53,16 @@ impl GemmPath {
         }
     }
 
+    /// Why a template config cannot run a group of one product or two (`dual`), if it cannot.
+    pub(super) fn lacks_room(&self, dual: bool) -> Option<String> {
+        let fits = match self {
+            GemmPath::Wgmma(c) => c.supports(dual),
+            GemmPath::Mma(c) => c.supports(dual),
+            _ => true,
+        };
+        (!fits).then(|| format!("{} has no room for two products' accumulators", self.name()))
+    }
+
     /// The generated kernel a template path launches (`None`: library calls plus the epilogue kernel).
     pub(super) fn template_role(&self) -> Option<Role> {
         match self {
@@ -84,8 +94,10 @@ impl Executor<'_> {
     /// `run_group`), the prologue kernel first unless `path` runs it in its kernel.
     pub(super) fn run_gemm(&mut self, index: usize, specs: &[PreparedKernel], path: &GemmPath) -> Result<()> {
         self.path = path.clone();
-        let streams_prologue = || matches!(self.template_operands(index, specs, path), Ok((_, Some(_))));
-        if self.prologue_deferred && !streams_prologue() {
+        // Deferral was decided on these operands with a skinny config (`run_group`); of the checks in
+        // `in_kernel_prologue`, only the rows per block depend on the config.
+        let streams_prologue = matches!(path, GemmPath::Skinny(c) if c.rows_per_block() <= PROLOGUE_MAX_ROWS);
+        if self.prologue_deferred && !streams_prologue {
             for spec in specs.iter().filter(|k| k.spec.role == Role::Prologue) {
                 self.run_kernel(spec)?;
             }
@@ -190,56 +202,34 @@ impl Executor<'_> {
 
     /// The launch of `path`'s template for these operands.
     fn template_launch(&self, path: &GemmPath, gemm: &SkinnyGemm, dtype: DType, dual: bool) -> Result<TemplateLaunch> {
-        let too_large = || self.internal("the template's grid is too large");
-        Ok(match path {
-            GemmPath::Skinny(c) => TemplateLaunch {
-                config: c.name,
-                defines: c.defines(dtype),
-                arch: self.device.arch().to_string(),
-                grid: c.grid(gemm.m, gemm.n).ok_or_else(too_large)?,
-                block: BLOCK_THREADS,
-                cluster: 1,
-                shared_bytes: c.shared_bytes(dual),
-                workspace_floats: c.workspace_floats(gemm.m, gemm.n, dual),
-                tiles: c.tiles(gemm.m, gemm.n),
-                maps: None,
-            },
-            GemmPath::Wgmma(c) => {
-                if !c.supports(dual) {
-                    return Err(Error::unsupported(self.function, "matmul", format!("wgmma:{} cannot hold two products", c.name)));
-                }
-                let arch = wgmma::compile_arch(self.device.arch()).ok_or_else(|| self.internal("wgmma off sm_90"))?;
-                TemplateLaunch {
-                    config: c.name,
-                    defines: c.defines(dtype),
-                    arch: arch.to_string(),
-                    grid: c.grid(gemm.m, gemm.n).ok_or_else(too_large)?,
-                    block: c.threads(),
-                    cluster: c.cluster as u32,
-                    shared_bytes: c.shared_bytes(dual),
-                    workspace_floats: c.workspace_floats(gemm.m, gemm.n, dual),
-                    tiles: c.tiles(gemm.m, gemm.n),
-                    maps: Some(TensorMapSpec::of(gemm, c, dtype, dual)),
-                }
-            }
-            GemmPath::Mma(c) => {
-                if !c.supports(dual) {
-                    return Err(Error::unsupported(self.function, "matmul", format!("mma:{} cannot hold two products", c.name)));
-                }
-                TemplateLaunch {
-                    config: c.name,
-                    defines: c.defines(dtype),
-                    arch: self.device.arch().to_string(),
-                    grid: c.grid(gemm.m, gemm.n).ok_or_else(too_large)?,
-                    block: BLOCK_THREADS,
-                    cluster: 1,
-                    shared_bytes: c.shared_bytes(dual),
-                    workspace_floats: 0,
-                    tiles: c.tiles(gemm.m, gemm.n),
-                    maps: None,
-                }
-            }
+        if let Some(why) = path.lacks_room(dual) {
+            return Err(Error::unsupported(self.function, "matmul", why));
+        }
+        let (tiling, config, defines, shared_bytes): (&dyn GemmTiling, _, _, _) = match path {
+            GemmPath::Skinny(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),
+            GemmPath::Wgmma(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),
+            GemmPath::Mma(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),
             _ => return Err(self.internal(format!("{} is not a template path", path.name()))),
+        };
+        // The wgmma template: its own arch target, block size, clusters and tensor maps.
+        let (arch, block, cluster, maps) = match path {
+            GemmPath::Wgmma(c) => {
+                let arch = wgmma::compile_arch(self.device.arch()).ok_or_else(|| self.internal("wgmma off sm_90"))?;
+                (arch, c.threads(), c.cluster as u32, Some(TensorMapSpec::of(gemm, c, dtype, dual)))
+            }
+            _ => (self.device.arch(), BLOCK_THREADS, 1, None),
+        };
+        Ok(TemplateLaunch {
+            config,
+            defines,
+            arch: arch.to_string(),
+            grid: tiling.grid(gemm.m, gemm.n).ok_or_else(|| self.internal("the template's grid is too large"))?,
+            block,
+            cluster,
+            shared_bytes,
+            workspace_floats: tiling.workspace_floats(gemm.m, gemm.n, dual),
+            tiles: tiling.tiles(gemm.m, gemm.n),
+            maps,
         })
     }
 

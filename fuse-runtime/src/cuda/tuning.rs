@@ -153,12 +153,7 @@ impl Executor<'_> {
             return Ok(());
         }
         self.template_operands(index, specs, path)?;
-        let dual = self.plan.groups[index].matmuls.len() == 2;
-        match path {
-            GemmPath::Wgmma(c) if !c.supports(dual) => Err(format!("wgmma:{} has no room for two products' accumulators", c.name)),
-            GemmPath::Mma(c) if !c.supports(dual) => Err(format!("mma:{} has no room for two products' accumulators", c.name)),
-            _ => Ok(()),
-        }
+        path.lacks_room(self.plan.groups[index].matmuls.len() == 2).map_or(Ok(()), Err)
     }
 
     /// Everything worth timing for this group: cuBLAS, the skinny and wgmma configs (the fast mode: those
@@ -186,7 +181,7 @@ impl Executor<'_> {
         let fast_mma = wgmma::compile_arch(self.device.arch()).is_none() && rows >= MMA_FAST_MIN_ROWS;
         if mode == AutotuneMode::Full || fast_mma {
             let mma = MMA_CONFIGS.iter().map(GemmPath::Mma).filter(|p| self.path_runs(index, specs, p).is_ok());
-            out.extend(mma.collect::<Vec<_>>());
+            out.extend(mma);
         }
         let mm = self.plan.groups[index].matmuls[0];
         let args = &self.graph.node(mm).args;

@@ -31,7 +31,18 @@ pub(crate) fn debug_level() -> u32 {
 pub(crate) fn default_fusion() -> Fusion {
     static FUSION: OnceLock<Fusion> = OnceLock::new();
     *FUSION.get_or_init(|| match std::env::var("FUSE_FUSION") {
-        Ok(v) if matches!(v.trim().to_ascii_lowercase().as_str(), "off" | "0" | "false") => Fusion::Off,
+        Ok(v) if is_off(&v) => Fusion::Off,
         _ => Fusion::On,
     })
+}
+
+/// `FUSE_PDL`: `off`, `0` or `false` launch every kernel after the one before it has finished, without
+/// programmatic dependent launch (for comparison, or a driver that mishandles it).
+pub(crate) fn launch_overlap() -> bool {
+    static OVERLAP: OnceLock<bool> = OnceLock::new();
+    *OVERLAP.get_or_init(|| !std::env::var("FUSE_PDL").is_ok_and(|v| is_off(&v)))
+}
+
+fn is_off(value: &str) -> bool {
+    matches!(value.trim().to_ascii_lowercase().as_str(), "off" | "0" | "false")
 }

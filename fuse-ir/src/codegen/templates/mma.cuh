@@ -14,6 +14,7 @@
 //     FuseGemmRow fuse_gemm_row(const FuseArgs& args, long long row);
 //     void fuse_gemm_store(const FuseArgs& args, const FuseGemmRow& r, long long col, float acc0, float acc1);
 //   fuse_gemm_store is called exactly once per (row < M, col < N), consecutive lanes on consecutive col.
+//   The prelude's fuse_grid_wait() / fuse_grid_release() (the launch may overlap the kernel before it).
 //   This file defines FuseGemmArgs (the same layout as skinny.cuh's: the runtime packs both alike; ws and
 //   counters are unused here), FuseMmaParams { FuseArgs epi; FuseGemmArgs gemm; } and
 //     extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMmaParams p);
@@ -113,6 +114,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMma
     unsigned dsize;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dsize));
     if (dsize < (unsigned)(FUSE_MM_SMEM_BYTES)) __trap();
+    fuse_grid_wait();  // nothing global is read or written before (see the prelude)
+    fuse_grid_release();
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp & 1, wn = warp >> 1;

@@ -16,6 +16,8 @@
 //     #define FUSE_SKINNY_DUAL 0|1
 //     __device__ __forceinline__ void fuse_gemm_epilogue(const FuseArgs& args, long long row, long long col,
 //                                                        float acc0, float acc1);
+//     __device__ void fuse_grid_wait(); __device__ void fuse_grid_release();   (the prelude's: the kernel may
+//                                                 be launched overlapping the one before it; see there)
 //   fuse_gemm_epilogue is called exactly once per (row < M, col < N) (row = m, col = n); consecutive threads
 //   get consecutive col. Non-dual: acc1 = 0.f.
 //   With -DFUSE_GEMM_PRO=1 (an in-kernel prologue: X is computed from the tensor at `x` as it is loaded),
@@ -82,7 +84,7 @@
 //
 // CONFIG SET for the autotuner (PF=1, U=1, SP=1 in all). fuse-ir's `SKINNY_CONFIGS` names them by block tile:
 // k1 r8c16, k2 r8c32, k3 r16c16, k4 r16c64xs, k5 r32c16, k6 r32c64xs, k7 r64c128xs, k8 r64c32xs; plus r8c16k2
-// (k1 with SP=2: correct, not faster as measured so far). Registers from nvcc 13.0 -Xptxas -v, sm_90, dual / single;
+// (k1 with SP=2: correct, not faster as measured so far) and r8c16s8 (k1 with S=8). Registers from nvcc 13.0 -Xptxas -v, sm_90, dual / single;
 // 0 bytes spilled and 0 stack frame for all. smem = dynamic bytes dual / single. grid for Llama-3-8B at M=1:
 // dual N=14336, single N=4096.
 //   name  MT NT KW S  XS MINB  BN x BM   regs      smem (bytes)      grid dual/single   meant for
@@ -263,10 +265,9 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
     const long long nblk = (long long)nb * BN;
     const long long n0 = nblk + (long long)ng * 16 * MT;  // first weight row of this warp
     const bool wact = n0 < N;                             // this warp has weight rows
-#if FUSE_GEMM_PRO
-    static_assert(BM <= FUSE_GEMM_PRO_ROWS, "the in-kernel prologue holds FUSE_GEMM_PRO_ROWS rows");
     {
-        // The row pass holds up the main loop: send this warp's first S-1 weight chunks towards L2 first.
+        // Send this warp's first S-1 weight chunks towards L2 before waiting for the kernel before this one
+        // (a launch that overlaps it), and before the in-kernel prologue's row pass.
         const long long chunks = (K + 32 * U - 1) / (32 * U);
         const long long k0 = (chunks * split / SP + kw) * (32 * U) + 8 * U * t;
         if (wact) {
@@ -286,6 +287,10 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
             }
         }
     }
+    fuse_grid_wait();
+    fuse_grid_release();
+#if FUSE_GEMM_PRO
+    static_assert(BM <= FUSE_GEMM_PRO_ROWS, "the in-kernel prologue holds FUSE_GEMM_PRO_ROWS rows");
     // The weight ring is idle until the main loop: it holds the row pass's partial sums (8 x 256 floats).
     static_assert(FUSE_GEMM_PRO_ROWS * 256 * 4 <= 512 * S * U * 16 * (1 + DUAL) * MT, "the ring holds the partials");
     fuse_gemm_pro_rows(p.epi, m0, (int)(M - m0 < BM ? M - m0 : BM), K, reinterpret_cast<float*>(smem));

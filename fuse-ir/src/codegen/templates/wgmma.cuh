@@ -21,6 +21,8 @@
 //       (the epilogue at one element: `fuse_gemm_row` once per row, then `fuse_gemm_store` per column)
 //     template <int DT> void fuse_wg_mma(float (&d)[BM / 2], unsigned long long a, unsigned long long b);
 //       one overload per BM of the config set: one `wgmma.mma_async m64n<BM>k16` (scale-d = 1).
+//     void fuse_grid_wait(); void fuse_grid_release();  (the prelude's: the launch may overlap the kernel
+//       before it; see there)
 //   fuse_gemm_store is called exactly once per (row < M, col < N), consecutive lanes on consecutive col;
 //   non-dual: acc1 = 0.f.
 //   This file defines (guarded, so that it may be included several times with different configs):
@@ -374,5 +376,7 @@ extern "C" __global__ void __launch_bounds__(128 * (1 + FUSE_WG_CW), 1) FUSE_WGM
     unsigned fuse_wg_dsize;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(fuse_wg_dsize));
     if (fuse_wg_dsize < (unsigned)(FUSE_WG_SMEM_BYTES)) __trap();
+    fuse_grid_wait();  // nothing global is read or written before (see the prelude)
+    fuse_grid_release();
     fuse_wg_body<FUSE_WG_BM, FUSE_WG_CW, FUSE_WG_S, FUSE_WGMMA_DUAL, FUSE_WG_DT, FUSE_WG_SP, FUSE_WG_MC>(p, fuse_wg_dsmem);
 }
