@@ -3,7 +3,8 @@
 //! events three ways: per call (events around each call, median of 50 after warm-up: the GPU idles while
 //! the host queues the call) and back to back (events around 50 calls in a row, divided by 50, median of
 //! 5: how a serving loop sees it, host work hidden behind the GPU's), and as the PyTorch peers are timed
-//! (`triton.testing.do_bench`: a 256 MiB copy before each call evicts L2, then events around the call), beside the floors of this GPU: bytes
+//! (`triton.testing.do_bench`: runs queued without waits, 256 MB of zeros written before each to evict L2,
+//! events around each run), beside the floors of this GPU: bytes
 //! over copy bandwidth (from a 1 GiB device-to-device copy) and FLOPs over the cuBLAS bf16 rate (an
 //! 8192^3 product). The host column is the host time to queue one fused call. The first fused call of
 //! each M is timed apart (it tunes the GEMM paths of that rows bucket, see `fuse::tune`), and the paths
@@ -11,7 +12,10 @@
 //! each skinny config) at the M where the skinny template applies, to show each path's own rate. A third
 //! times the FFN block (rms_norm in front, the residual after) beside the MLP alone at those M.
 //!
-//! Run: `cargo run --release --example bench_mlp [-- --ms 1,16 --reps 50 --paths-max-m 256 --json FILE]`
+//! With `--overlap-ab`, a last table times programmatic dependent launch on against off (see
+//! `CudaDevice::set_launch_overlap`), alternated in one process.
+//!
+//! Run: `cargo run --release --example bench_mlp [-- --ms 1,16 --reps 50 --paths-max-m 256 --json FILE --overlap-ab]`
 
 #[path = "common/llama.rs"]
 mod llama;
@@ -31,6 +35,8 @@ fn ffn_block(x: &Tensor, norm: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: 
 
 const WARMUP: usize = 5;
 const BACK_TO_BACK_ROUNDS: usize = 5;
+/// What `do_bench` zeroes before each run: `torch.empty(int(256e6 // 4), dtype=torch.int)`.
+const FLUSH_BYTES: usize = 256_000_000;
 
 struct Options {
     ms: Vec<usize>,
@@ -38,12 +44,18 @@ struct Options {
     json: Option<String>,
     /// The per-path table covers the M up to this.
     paths_max_m: usize,
+    /// Also time programmatic dependent launch on against off, alternated in this process.
+    overlap_ab: bool,
 }
 
 fn parse_args() -> std::result::Result<Options, String> {
-    let mut o = Options { ms: vec![1, 4, 16, 64, 256, 1024, 4096], reps: 50, json: None, paths_max_m: 256 };
+    let mut o = Options { ms: vec![1, 4, 16, 64, 256, 1024, 4096], reps: 50, json: None, paths_max_m: 256, overlap_ab: false };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
+        if flag == "--overlap-ab" {
+            o.overlap_ab = true;
+            continue;
+        }
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
         let num = |v: &str| v.parse::<usize>().map_err(|_| format!("{flag}: `{v}` is not a positive integer"));
         match flag.as_str() {
@@ -51,7 +63,7 @@ fn parse_args() -> std::result::Result<Options, String> {
             "--reps" => o.reps = num(&value)?.max(1),
             "--json" => o.json = Some(value),
             "--paths-max-m" => o.paths_max_m = num(&value)?,
-            _ => return Err(format!("unknown flag {flag}; flags: --ms A,B --reps N --paths-max-m M --json FILE")),
+            _ => return Err(format!("unknown flag {flag}; flags: --ms A,B --reps N --paths-max-m M --json FILE --overlap-ab")),
         }
     }
     Ok(o)
@@ -67,19 +79,14 @@ fn time_ms(gpu: &CudaDevice, reps: usize, mut work: impl FnMut() -> Result<()>) 
     Ok(times[times.len() / 2])
 }
 
-/// Times `work` as the peers' `triton.testing.do_bench` does: before each run a 256 MiB copy evicts L2 (and
-/// keeps the GPU busy while the host queues the run), then events around the run; median of `reps` after
-/// warm-up, in ms.
-fn flushed_ms(gpu: &CudaDevice, flush: &Tensor, reps: usize, mut work: impl FnMut() -> Result<()>) -> Result<f64> {
+/// Times `work` as the peers' `triton.testing.do_bench` does: warm-up, then `reps` runs queued with no wait
+/// between them, each after zeros are written over 256 MB (evicting L2), events around each run; the median,
+/// in ms.
+fn flushed_ms(gpu: &CudaDevice, reps: usize, mut work: impl FnMut() -> Result<()>) -> Result<f64> {
     for _ in 0..WARMUP {
         work()?;
     }
-    let mut times = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let copy = flush.to_cuda_slice()?;
-        times.push(gpu.time_ms(&mut work)?);
-        drop(copy);
-    }
+    let mut times = gpu.time_queued_ms(reps, || gpu.queue_l2_flush(FLUSH_BYTES), &mut work)?;
     times.sort_by(f64::total_cmp);
     Ok(times[times.len() / 2])
 }
@@ -218,6 +225,37 @@ fn ffn_table(dev: &Device, gpu: &CudaDevice, opts: &Options, rows: &[Row], [wg, 
     Ok(())
 }
 
+/// The fused MLP with programmatic dependent launch on and off, alternated (`OVERLAP_ROUNDS` rounds of
+/// each) so that clock and thermal drift fall on both alike: back to back and as the peers are timed,
+/// the median of the rounds.
+fn overlap_table(dev: &Device, gpu: &CudaDevice, opts: &Options, [wg, wu, wd]: [&Tensor; 3]) -> Result<()> {
+    const OVERLAP_ROUNDS: usize = 3;
+    let initial = gpu.overlaps_launches();
+    println!("\nprogrammatic dependent launch on / off (ms, median of {OVERLAP_ROUNDS} alternated rounds):");
+    println!("{:>6} {:>11} {:>11} {:>11} {:>11}", "M", "b2b on", "b2b off", "flushed on", "flushed off");
+    let f = llama_mlp_fused();
+    for &m in &opts.ms {
+        let x = bf16_tensor(&[m, HIDDEN], 100 + m as u64, 1.0, dev)?;
+        let args = [fuse::arg(&x), fuse::arg(wg), fuse::arg(wu), fuse::arg(wd)];
+        let mut times = [[0.0; OVERLAP_ROUNDS]; 4];
+        for round in 0..OVERLAP_ROUNDS {
+            for (j, on) in [true, false].into_iter().enumerate() {
+                gpu.set_launch_overlap(on);
+                times[j][round] = back_to_back_ms(gpu, opts.reps, || f.call_with(&args, Fusion::On).map(drop))?;
+                times[2 + j][round] = flushed_ms(gpu, opts.reps, || f.call_with(&args, Fusion::On).map(drop))?;
+            }
+        }
+        let median = |mut v: [f64; OVERLAP_ROUNDS]| {
+            v.sort_by(f64::total_cmp);
+            v[OVERLAP_ROUNDS / 2]
+        };
+        let [a, b, c, d] = times.map(median);
+        println!("{m:>6} {a:>11.4} {b:>11.4} {c:>11.4} {d:>11.4}");
+    }
+    gpu.set_launch_overlap(initial);
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let opts = match parse_args() {
         Ok(o) => o,
@@ -234,7 +272,6 @@ fn main() -> Result<()> {
 
     let [w_gate, w_up, w_down] = llama::weights(&dev)?;
     let f = llama_mlp_fused();
-    let flush = Tensor::from_vec(vec![1.0f32; 1 << 26], &[1 << 26], &dev)?;
     println!(
         "{:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8} {:>9} {:>13} {:>10}",
         "M", "fused ms", "unfused ms", "fused b2b", "unfused b2b", "floor ms", "speedup", "of floor", "host us/call", "rel diff"
@@ -252,8 +289,8 @@ fn main() -> Result<()> {
         let fused_b2b = back_to_back_ms(gpu, opts.reps, || f.call_with(&args, Fusion::On).map(drop))?;
         let unfused_b2b = back_to_back_ms(gpu, opts.reps, || f.call_with(&args, Fusion::Off).map(drop))?;
         let host = host_us(gpu, opts.reps, || f.call_with(&args, Fusion::On).map(drop))?;
-        let fused_flushed = flushed_ms(gpu, &flush, opts.reps, || f.call_with(&args, Fusion::On).map(drop))?;
-        let unfused_flushed = flushed_ms(gpu, &flush, opts.reps, || f.call_with(&args, Fusion::Off).map(drop))?;
+        let fused_flushed = flushed_ms(gpu, opts.reps, || f.call_with(&args, Fusion::On).map(drop))?;
+        let unfused_flushed = flushed_ms(gpu, opts.reps, || f.call_with(&args, Fusion::Off).map(drop))?;
         let result = |fusion| -> Result<Vec<f32>> { f.call_with(&args, fusion)?[0].to_vec::<f32>() };
         let fused_vs_unfused = fuse::rel_l2_error(&result(Fusion::On)?, &result(Fusion::Off)?);
         let bytes = 2.0 * (3 * HIDDEN * INTER + 2 * m * HIDDEN) as f64;
@@ -296,7 +333,7 @@ fn main() -> Result<()> {
             fused_vs_unfused,
         });
     }
-    println!("\ntimed as the peers are (L2 flushed by a 256 MiB copy before each call, events around the call):");
+    println!("\ntimed as the peers are (do_bench: runs queued without waits, 256 MB of zeros written before each, events around it):");
     println!("{:>6} {:>11} {:>11} {:>8} {:>9}", "M", "fused ms", "unfused ms", "speedup", "of floor");
     for r in &rows {
         let (f, u) = (r.fused_flushed, r.unfused_flushed);
@@ -312,6 +349,9 @@ fn main() -> Result<()> {
         println!("{:>6}  {}", r.m, cells.join("  "));
     }
     ffn_table(&dev, gpu, &opts, &rows, [&w_gate, &w_up, &w_down])?;
+    if opts.overlap_ab {
+        overlap_table(&dev, gpu, &opts, [&w_gate, &w_up, &w_down])?;
+    }
     if let Some(path) = &opts.json {
         let json = to_json(&dev, gpu, bandwidth, rate, opts.reps, &rows);
         if let Err(e) = std::fs::write(path, json) {

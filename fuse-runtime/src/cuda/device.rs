@@ -24,12 +24,15 @@ pub(crate) struct DeviceState {
     stream: Arc<CudaStream>,
     /// `sm_90` for an H100/H200: the NVRTC target (a CUBIN for the exact arch needs no driver JIT).
     arch: String,
+    arch_major: i32,
     sm_count: usize,
     /// Kernel launches may overlap the kernel before them (see [`CudaDevice::overlaps_launches`]).
-    overlap: bool,
+    overlap: AtomicBool,
     /// Testing aid: fill every new allocation with NaN bytes.
     poison: AtomicBool,
     blas: Mutex<Option<CudaBlas>>,
+    /// Scratch memory of `queue_l2_flush`.
+    flush: Mutex<Option<super::storage::CudaStorage>>,
     pub(crate) modules: ModuleCache,
 }
 
@@ -90,7 +93,13 @@ impl CudaDevice {
     /// before it in the stream finishes, and waits for it before it touches memory. On for sm_90 and
     /// later (the first with `griddepcontrol`) unless `FUSE_PDL=off`.
     pub fn overlaps_launches(&self) -> bool {
-        self.state.overlap
+        self.state.overlap.load(Ordering::Relaxed)
+    }
+
+    /// Turns programmatic dependent launch on or off for the launches that follow (to compare the two in
+    /// one process); it stays off on GPUs older than sm_90, which lack it.
+    pub fn set_launch_overlap(&self, on: bool) {
+        self.state.overlap.store(on && self.state.arch_major >= 9, Ordering::Relaxed);
     }
 
     /// Testing aid: when on, every allocation on this GPU (kernel outputs, products, copies) starts filled
@@ -120,6 +129,43 @@ impl CudaDevice {
         end.record(&self.state.stream).map_err(cuda)?;
         end.synchronize().map_err(cuda)?;
         Ok(f64::from(start.elapsed_ms(&end).map_err(cuda)?))
+    }
+
+    /// Milliseconds of each of `reps` runs of `work`, queued one after another with no wait between them
+    /// (so host time is hidden whenever the GPU has work queued), each run preceded by `before` outside its
+    /// events. This is how `triton.testing.do_bench` times the PyTorch peers (with
+    /// [`CudaDevice::queue_l2_flush`] as `before`). Waits once, for the last run.
+    pub fn time_queued_ms(
+        &self,
+        reps: usize,
+        mut before: impl FnMut() -> Result<()>,
+        mut work: impl FnMut() -> Result<()>,
+    ) -> Result<Vec<f64>> {
+        let cuda = |e| driver_error("event", e);
+        let event = || self.state.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda);
+        let mut spans = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            before()?;
+            let (start, end) = (event()?, event()?);
+            start.record(&self.state.stream).map_err(cuda)?;
+            work()?;
+            end.record(&self.state.stream).map_err(cuda)?;
+            spans.push((start, end));
+        }
+        self.synchronize()?;
+        spans.iter().map(|(start, end)| start.elapsed_ms(end).map(f64::from).map_err(cuda)).collect()
+    }
+
+    /// Queues zeros written over `bytes` bytes (rounded up to whole words) of scratch memory (allocated on first use and kept for the
+    /// next call of the same size): `do_bench`'s way of evicting the L2 cache before a timed run.
+    pub fn queue_l2_flush(&self, bytes: usize) -> Result<()> {
+        let mut scratch = lock(&self.state.flush);
+        let words = bytes.div_ceil(4);
+        if scratch.as_ref().is_none_or(|s| s.len() != words) {
+            *scratch = None;
+            *scratch = Some(super::storage::CudaStorage::alloc(self, crate::DType::F32, words)?);
+        }
+        scratch.as_ref().map_or(Ok(()), |s| s.zero())
     }
 
     /// Waits until all work queued on this GPU's stream has finished.
@@ -173,9 +219,11 @@ impl DeviceState {
             stream,
             arch: format!("sm_{major}{minor}"),
             sm_count: sm_count.max(1) as usize,
-            overlap: major >= 9 && crate::fused::env::launch_overlap(),
+            overlap: AtomicBool::new(major >= 9 && crate::fused::env::launch_overlap()),
+            arch_major: major,
             poison: AtomicBool::new(false),
             blas: Mutex::new(None),
+            flush: Mutex::new(None),
             modules: ModuleCache::default(),
         })
     }

@@ -266,13 +266,16 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
     const long long n0 = nblk + (long long)ng * 16 * MT;  // first weight row of this warp
     const bool wact = n0 < N;                             // this warp has weight rows
     {
-        // Send this warp's first S-1 weight chunks towards L2 before waiting for the kernel before this one
-        // (a launch that overlaps it), and before the in-kernel prologue's row pass.
+        // Send this warp's first PD weight chunks towards L2 before waiting for the kernel before this one
+        // (programmatic dependent launch, see the prelude's fuse_grid_wait): a launch that overlaps it
+        // streams them while that kernel's last blocks leave DRAM idle (and the in-kernel prologue's row
+        // pass, below, holds up the main loop).
+        constexpr int PD = 8;
         const long long chunks = (K + 32 * U - 1) / (32 * U);
         const long long k0 = (chunks * split / SP + kw) * (32 * U) + 8 * U * t;
         if (wact) {
 #pragma unroll
-            for (int s = 0; s < S - 1; ++s) {
+            for (int s = 0; s < PD; ++s) {
                 const long long k = k0 + (long long)s * (32 * U * KW);
                 if (k >= K) break;
 #pragma unroll

@@ -133,6 +133,11 @@ __device__ __forceinline__ void fuse_wg_tma(unsigned dst, const FuseWgTmap* map,
         : "memory");
 }
 
+// A box of the tensor towards L2 only.
+__device__ __forceinline__ void fuse_wg_prefetch(const FuseWgTmap* map, int c0, int c1) {
+    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(map), "r"(c0), "r"(c1) : "memory");
+}
+
 // The same box into the same offset of both blocks of a 2-block cluster, completing on each one's `bar`.
 __device__ __forceinline__ void fuse_wg_tma_both(unsigned dst, const FuseWgTmap* map, int c0, int c1, unsigned bar) {
     asm volatile(
@@ -201,6 +206,20 @@ __device__ __forceinline__ void fuse_wg_body(const FuseWgmmaParams& p, unsigned 
     const int ktiles = (int)((K + 63) / 64);
     const int kt0 = (int)((long long)ktiles * split / SP);
     const int nk = (int)((long long)ktiles * (split + 1) / SP) - kt0;
+
+    // Send the first 4 weight k-tiles towards L2, then wait for the kernel before this one (a launch that
+    // overlaps it streams them while that kernel's last blocks leave DRAM idle): nothing else global is read
+    // or written before the wait (see the prelude).
+    if (threadIdx.x == 0) {
+#pragma unroll 1
+        for (int i = 0; i < nk && i < 4; ++i) {
+            const int row = n0 + (int)rank * (BN / MC);
+            fuse_wg_prefetch(&p.tw0, (kt0 + i) * 64, row);
+            if (DUAL) fuse_wg_prefetch(&p.tw1, (kt0 + i) * 64, row);
+        }
+    }
+    fuse_grid_wait();
+    fuse_grid_release();
 
     if (threadIdx.x == 0) {
 #pragma unroll 1
@@ -376,7 +395,5 @@ extern "C" __global__ void __launch_bounds__(128 * (1 + FUSE_WG_CW), 1) FUSE_WGM
     unsigned fuse_wg_dsize;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(fuse_wg_dsize));
     if (fuse_wg_dsize < (unsigned)(FUSE_WG_SMEM_BYTES)) __trap();
-    fuse_grid_wait();  // nothing global is read or written before (see the prelude)
-    fuse_grid_release();
     fuse_wg_body<FUSE_WG_BM, FUSE_WG_CW, FUSE_WG_S, FUSE_WGMMA_DUAL, FUSE_WG_DT, FUSE_WG_SP, FUSE_WG_MC>(p, fuse_wg_dsmem);
 }
