@@ -207,10 +207,12 @@ __device__ __forceinline__ void fuse_wg_body(const FuseWgmmaParams& p, unsigned 
     const int kt0 = (int)((long long)ktiles * split / SP);
     const int nk = (int)((long long)ktiles * (split + 1) / SP) - kt0;
 
-    // Send the first 4 weight k-tiles towards L2, then wait for the kernel before this one (a launch that
-    // overlaps it streams them while that kernel's last blocks leave DRAM idle): nothing else global is read
-    // or written before the wait (see the prelude).
-    if (threadIdx.x == 0) {
+    // The blocks of the first wave send their first 4 weight k-tiles towards L2, then every block waits for
+    // the kernel before this one (a launch that overlaps it streams them while that kernel's last blocks
+    // leave DRAM idle): nothing else global is read or written before the wait (see the prelude).
+    unsigned nsm;
+    asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
+    if (threadIdx.x == 0 && blockIdx.x < nsm) {
 #pragma unroll 1
         for (int i = 0; i < nk && i < 4; ++i) {
             const int row = n0 + (int)rank * (BN / MC);
