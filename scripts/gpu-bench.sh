@@ -24,7 +24,7 @@ LD_LIBRARY_PATH=/usr/local/cuda/lib64 FUSE_TEST_GPU=1 /usr/local/cuda/bin/comput
   >"$out/sanitizer.txt" 2>&1 || status=1
 grep -E "ERROR SUMMARY|test result" "$out/sanitizer.txt" | tail -3
 { echo "== compute-sanitizer memcheck, skinny and wgmma tests"; cat "$out/sanitizer.txt"; } >>"$out/gpu-tests.log" && rm -f "$out/sanitizer.txt"
-.gpu/run --example bench_mlp --json "$out/bench.json" 2>&1 | tee "$out/bench.log" || status=1
+.gpu/run --example bench_mlp --overlap-ab --json "$out/bench.json" 2>&1 | tee "$out/bench.log" || status=1
 .gpu/run --example llama_mlp 2>&1 | tail -8 | tee "$out/llama_mlp.log" || status=1
 # Start-up: the first call in a fresh process, with an empty cache (tuning off, then on) and a warm one.
 startup() { # $1 label, $2 batch; the rest of the environment is set by the caller

@@ -192,12 +192,14 @@ pub(crate) struct KernelDims {
     pub block: u32,
     pub cluster: u32,
     pub shared_bytes: u32,
+    /// The launch may overlap the kernel before it where the device allows (see `launch_kernel`).
+    pub overlap: bool,
 }
 
 impl KernelDims {
     /// A generated kernel's: `grid` blocks of [`BLOCK_THREADS`], no cluster, no dynamic shared memory.
     pub(crate) fn plain(grid: u32) -> KernelDims {
-        KernelDims { grid, block: BLOCK_THREADS, cluster: 1, shared_bytes: 0 }
+        KernelDims { grid, block: BLOCK_THREADS, cluster: 1, shared_bytes: 0, overlap: true }
     }
 }
 
@@ -217,7 +219,7 @@ pub(crate) fn launch_kernel(device: &CudaDevice, name: &str, function: &CudaFunc
         attributes[count].value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: dims.cluster, y: 1, z: 1 };
         count += 1;
     }
-    if device.overlaps_launches() {
+    if dims.overlap && device.overlaps_launches() {
         attributes[count].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attributes[count].value.programmaticStreamSerializationAllowed = 1;
         count += 1;
