@@ -160,8 +160,8 @@ struct Row {
     first_call_ms: f64,
     /// The GEMM path per group the tuner chose for this rows bucket (`group=path`).
     paths: String,
-    /// (path, ms) with that path forced on every GEMM group.
-    forced: Vec<(String, f64)>,
+    /// (path, (ms per call, ms as the peers are timed)) with that path forced on every GEMM group.
+    forced: Vec<(String, (f64, f64))>,
 }
 
 /// What `fuse::tune` chose for `function`'s groups at `m` rows, as `#0=skinny:.. #1=cublas`.
@@ -193,8 +193,10 @@ fn to_json(dev: &Device, gpu: &CudaDevice, bandwidth: f64, rate: f64, reps: usiz
         let _ = write!(json, "\"fused_flushed_ms\": {:.6}, \"unfused_flushed_ms\": {:.6}, ", r.fused_flushed, r.unfused_flushed);
         let _ = write!(json, "\"floor_ms\": {:.6}, \"host_us\": {:.2}, ", r.floor, r.host_us);
         let _ = write!(json, "\"first_call_ms\": {:.3}, \"paths\": \"{}\", ", r.first_call_ms, r.paths);
-        let forced: Vec<String> = r.forced.iter().map(|(p, ms)| format!("\"{p}\": {ms:.6}")).collect();
+        let forced: Vec<String> = r.forced.iter().map(|(p, (ms, _))| format!("\"{p}\": {ms:.6}")).collect();
         let _ = write!(json, "\"forced_path_ms\": {{{}}}, ", forced.join(", "));
+        let flushed: Vec<String> = r.forced.iter().map(|(p, (_, ms))| format!("\"{p}\": {ms:.6}")).collect();
+        let _ = write!(json, "\"forced_path_flushed_ms\": {{{}}}, ", flushed.join(", "));
         let _ = write!(json, "\"fused_vs_unfused_rel_l2\": {:.3e}}}", r.fused_vs_unfused);
     }
     json.push_str("]}\n");
@@ -309,7 +311,9 @@ fn main() -> Result<()> {
                 .chain(fuse::ir::codegen::MMA_CONFIGS.iter().filter(|c| c.supports(true)).map(|c| format!("mma:{}", c.name)));
             for path in paths {
                 let timed = fuse::tune::with_gemm_choice(&path, || {
-                    time_ms(gpu, opts.reps.min(20), || f.call_with(&args, Fusion::On).map(drop))
+                    let per_call = time_ms(gpu, opts.reps.min(20), || f.call_with(&args, Fusion::On).map(drop))?;
+                    let flushed = flushed_ms(gpu, opts.reps.min(20), || f.call_with(&args, Fusion::On).map(drop))?;
+                    Ok::<_, fuse::Error>((per_call, flushed))
                 });
                 match timed {
                     Ok(ms) => forced.push((path, ms)),
@@ -343,9 +347,9 @@ fn main() -> Result<()> {
     for r in &rows {
         println!("{:>6} {:>8.0}ms  {}", r.m, r.first_call_ms, r.paths);
     }
-    println!("\nfused MLP with one GEMM path forced (ms per call, events; no launch-plan replay):");
+    println!("\nfused MLP with one GEMM path forced (ms per call / as the peers are timed; no launch-plan replay):");
     for r in rows.iter().filter(|r| !r.forced.is_empty()) {
-        let cells: Vec<String> = r.forced.iter().map(|(p, ms)| format!("{p} {ms:.4}")).collect();
+        let cells: Vec<String> = r.forced.iter().map(|(p, (ms, fl))| format!("{p} {ms:.4}/{fl:.4}")).collect();
         println!("{:>6}  {}", r.m, cells.join("  "));
     }
     ffn_table(&dev, gpu, &opts, &rows, [&w_gate, &w_up, &w_down])?;
