@@ -86,9 +86,6 @@ pub const SKINNY_CONFIGS: &[SkinnyConfig] = &[
     // Correct on the H200 (the GPU suite forces it); not faster yet as measured (see BENCHMARKS.md), where
     // each forced or tuning run also allocated and zeroed its workspace.
     skinny_config!("r8c16k2": mt 1, nt 1, kw 8, s 4, xs 0, minb 3, sp 2, rows 1..=8),
-    // k1 with 8 stages: 7 chunks per warp in flight instead of 3, for the down projection, whose 256 blocks
-    // of k1 fill one wave at 2 per SM and so keep too few bytes in flight (85% of copy bandwidth at M = 1).
-    skinny_config!("r8c16s8": mt 1, nt 1, kw 8, s 8, xs 0, minb 3, rows 1..=8),
 ];
 
 impl SkinnyConfig {
@@ -216,7 +213,7 @@ mod tests {
 
     #[test]
     fn shared_memory_follows_the_template_header() {
-        // From the CONFIG SET table in skinny.cuh (r8c16k2: r8c16's; r8c16s8: twice r8c16's): dual / single.
+        // From the CONFIG SET table in skinny.cuh (r8c16k2: r8c16's): dual / single bytes.
         let want = [
             (65536, 32768),
             (65536, 32768),
@@ -227,7 +224,6 @@ mod tests {
             (81920, 49152),
             (131072, 98304),
             (65536, 32768),
-            (131072, 65536),
         ];
         let got: Vec<(usize, usize)> = SKINNY_CONFIGS.iter().map(|c| (c.shared_bytes(true), c.shared_bytes(false))).collect();
         assert_eq!(got, want);

@@ -84,7 +84,8 @@
 //
 // CONFIG SET for the autotuner (PF=1, U=1, SP=1 in all). fuse-ir's `SKINNY_CONFIGS` names them by block tile:
 // k1 r8c16, k2 r8c32, k3 r16c16, k4 r16c64xs, k5 r32c16, k6 r32c64xs, k7 r64c128xs, k8 r64c32xs; plus r8c16k2
-// (k1 with SP=2: correct, not faster as measured so far) and r8c16s8 (k1 with S=8). Registers from nvcc 13.0 -Xptxas -v, sm_90, dual / single;
+// (k1 with SP=2: correct, not faster as measured so far). (k1 with S=8, 7 chunks per warp in flight, was tried
+// for the down projection on 2026-11-29: 41.2 against 40.2 us at M = 1, L2 flushed; not kept.) Registers from nvcc 13.0 -Xptxas -v, sm_90, dual / single;
 // 0 bytes spilled and 0 stack frame for all. smem = dynamic bytes dual / single. grid for Llama-3-8B at M=1:
 // dual N=14336, single N=4096.
 //   name  MT NT KW S  XS MINB  BN x BM   regs      smem (bytes)      grid dual/single   meant for
