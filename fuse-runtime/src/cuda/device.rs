@@ -24,6 +24,7 @@ pub(crate) struct DeviceState {
     stream: Arc<CudaStream>,
     /// `sm_90` for an H100/H200: the NVRTC target (a CUBIN for the exact arch needs no driver JIT).
     arch: String,
+    /// The compute capability's major number (9 for sm_90).
     arch_major: i32,
     sm_count: usize,
     /// Kernel launches may overlap the kernel before them (see [`CudaDevice::overlaps_launches`]).
@@ -156,8 +157,9 @@ impl CudaDevice {
         spans.iter().map(|(start, end)| start.elapsed_ms(end).map(f64::from).map_err(cuda)).collect()
     }
 
-    /// Queues zeros written over `bytes` bytes (rounded up to whole words) of scratch memory (allocated on first use and kept for the
-    /// next call of the same size): `do_bench`'s way of evicting the L2 cache before a timed run.
+    /// Queues zeros written over `bytes` bytes (rounded up to whole words) of scratch memory, allocated on
+    /// first use and kept for the next call of the same size: `do_bench`'s way of evicting the L2 cache
+    /// before a timed run.
     pub fn queue_l2_flush(&self, bytes: usize) -> Result<()> {
         let mut scratch = lock(&self.state.flush);
         let words = bytes.div_ceil(4);
