@@ -45,6 +45,20 @@ __device__ __forceinline__ void fuse_gemm_epilogue(const FuseArgs& a, long long 
 // The prelude's programmatic-dependent-launch hooks: this harness launches without overlap, so no-ops.
 __device__ __forceinline__ void fuse_grid_wait() {}
 __device__ __forceinline__ void fuse_grid_release() {}
+// What the code generator puts before every GEMM template (fuse-ir's codegen/skinny.rs, GEMM_COMMON).
+struct FuseGemmArgs {
+    const void* x;
+    const void* w0;
+    const void* w1;
+    long long m, n, k, lda, ldw0, ldw1;
+    float* ws;
+    unsigned* counters;
+};
+__device__ __forceinline__ unsigned fuse_smem_addr(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
 #ifndef SKINNY_CUH
 #define SKINNY_CUH "../../fuse-ir/src/codegen/templates/skinny.cuh"  // -DSKINNY_CUH='"path"' selects another copy
 #endif

@@ -172,10 +172,28 @@ pub(super) fn source(parts: &KernelParts<'_>, matmuls: &[NodeId], pro: Option<&P
     s
 }
 
-/// What every GEMM template is spliced after: the prelude, the epilogue's body, and the hook in two
-/// parts: `fuse_gemm_row(args, row)` (the slots' offsets for one product row, computed once per row) and
+/// The operands every GEMM template reads after `FuseArgs`, as fuse-runtime packs them (`SkinnyGemm::words`),
+/// and the shared-memory address helper their cp.async, ldmatrix and TMA code uses.
+const GEMM_COMMON: &str = "\
+struct FuseGemmArgs {
+  const void* x;
+  const void* w0;
+  const void* w1;
+  long long m, n, k, lda, ldw0, ldw1;
+  float* ws;
+  unsigned* counters;
+};
+__device__ __forceinline__ unsigned fuse_smem_addr(const void* p) {
+  unsigned a;
+  asm(\"{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\" : \"=r\"(a) : \"l\"(p));
+  return a;
+}
+";
+
+/// What every GEMM template is spliced after: the prelude, the epilogue's body, the hook in two parts:
+/// `fuse_gemm_row(args, row)` (the slots' offsets for one product row, computed once per row) and
 /// `fuse_gemm_store(args, r, col, acc0, acc1)` (one element: accumulator j feeds the slot of matmul j),
-/// with `fuse_gemm_epilogue(args, row, col, acc0, acc1)` doing both.
+/// with `fuse_gemm_epilogue(args, row, col, acc0, acc1)` doing both, then [`GEMM_COMMON`].
 pub(super) fn epilogue_hook(parts: &KernelParts<'_>, matmuls: &[NodeId], kind: &str) -> String {
     let mut s = parts.preamble(kind);
     s.push_str(&pointwise::body_function(parts));
@@ -204,6 +222,7 @@ pub(super) fn epilogue_hook(parts: &KernelParts<'_>, matmuls: &[NodeId], kind: &
          \x20                                                  float acc0, float acc1) {\n\
          \x20 fuse_gemm_store(args, fuse_gemm_row(args, row), col, acc0, acc1);\n}\n\n",
     );
+    s.push_str(GEMM_COMMON);
     s
 }
 

@@ -14,9 +14,9 @@
 //     FuseGemmRow fuse_gemm_row(const FuseArgs& args, long long row);
 //     void fuse_gemm_store(const FuseArgs& args, const FuseGemmRow& r, long long col, float acc0, float acc1);
 //   fuse_gemm_store is called exactly once per (row < M, col < N), consecutive lanes on consecutive col.
-//   The prelude's fuse_grid_wait() / fuse_grid_release() (the launch may overlap the kernel before it).
-//   This file defines FuseGemmArgs (the same layout as skinny.cuh's: the runtime packs both alike; ws and
-//   counters are unused here), FuseMmaParams { FuseArgs epi; FuseGemmArgs gemm; } and
+//   The prelude's fuse_grid_wait() / fuse_grid_release() (the launch may overlap the kernel before it), and
+//   struct FuseGemmArgs and fuse_smem_addr as skinny.cuh's contract describes them (ws and counters unused).
+//   This file defines FuseMmaParams { FuseArgs epi; FuseGemmArgs gemm; } and
 //     extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMmaParams p);
 //   Requirements (the runtime guarantees them): M, N >= 1; K >= 8, K % 8 == 0; lda, ldw0, ldw1 % 8 == 0;
 //   x, w0, w1 16-byte aligned. Deterministic (each output is one thread's sum in a fixed order).
@@ -52,14 +52,6 @@
 #define FUSE_MM_S 4
 #endif
 
-struct FuseGemmArgs {
-    const void* x;
-    const void* w0;
-    const void* w1;
-    long long m, n, k, lda, ldw0, ldw1;
-    float* ws;
-    unsigned* counters;
-};
 struct FuseMmaParams {
     FuseArgs epi;
     FuseGemmArgs gemm;
@@ -72,11 +64,6 @@ struct FuseMmaParams {
 #define FUSE_MM_SMEM_BYTES \
     (FUSE_MM_RING_BYTES > FUSE_MM_STAGE_BYTES ? FUSE_MM_RING_BYTES : FUSE_MM_STAGE_BYTES)
 
-__device__ __forceinline__ unsigned fuse_mm_smem_addr(const void* p) {
-    unsigned a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
 // 16 bytes global -> shared, bypassing L1; nbytes = 0 fills zeros (rows past M or N, k past K).
 __device__ __forceinline__ void fuse_mm_cp16(unsigned dst, const void* src, unsigned nbytes) {
     asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(nbytes) : "memory");
@@ -126,7 +113,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMma
     const unsigned short* x = (const unsigned short*)p.gemm.x;
     const unsigned short* w[2] = {(const unsigned short*)p.gemm.w0, (const unsigned short*)p.gemm.w1};
     const long long ldw[2] = {p.gemm.ldw0, p.gemm.ldw1};
-    const unsigned ring = fuse_mm_smem_addr(fuse_mm_smem);
+    const unsigned ring = fuse_smem_addr(fuse_mm_smem);
 
     // One k slice (32 wide) of every tile into stage `s`: each 64-byte row is 4 chunks of 16 bytes.
     auto load = [&](int s, long long k0) {

@@ -18,6 +18,9 @@
 //                                                        float acc0, float acc1);
 //     __device__ void fuse_grid_wait(); __device__ void fuse_grid_release();   (the prelude's: the kernel may
 //                                                 be launched overlapping the one before it; see there)
+//     struct FuseGemmArgs { const void* x; const void* w0; const void* w1; long long m, n, k, lda, ldw0, ldw1;
+//                           float* ws; unsigned* counters; };   (ws/counters: only when FUSE_SK_SP > 1)
+//     __device__ unsigned fuse_smem_addr(const void* p);        (a shared-memory pointer as a 32-bit address)
 //   fuse_gemm_epilogue is called exactly once per (row < M, col < N) (row = m, col = n); consecutive threads
 //   get consecutive col. Non-dual: acc1 = 0.f.
 //   With -DFUSE_GEMM_PRO=1 (an in-kernel prologue: X is computed from the tensor at `x` as it is loaded),
@@ -30,8 +33,6 @@
 //   fuse_gemm_pro8(args, fuse_pro_row[r], kk, a) leaves in `a`, given the values at x there, for every 8
 //   elements the block reads (kk % 8 == 0; elements past M or K stay 0).
 //   This file defines (guarded so that it may be included several times with different configs):
-//     struct FuseGemmArgs { const void* x; const void* w0; const void* w1; long long m, n, k, lda, ldw0, ldw1;
-//                           float* ws; unsigned* counters; };   (ws/counters: only when FUSE_SK_SP > 1)
 //     struct FuseSkinnyParams { FuseArgs epi; FuseGemmArgs gemm; };
 //     extern "C" __global__ void __launch_bounds__(256, FUSE_SK_MINB) FUSE_SKINNY_NAME(const FuseSkinnyParams p);
 //   w1 / ldw1 are ignored when FUSE_SKINNY_DUAL == 0.
@@ -39,7 +40,7 @@
 //   x, w0, w1 16-byte aligned. N, K otherwise arbitrary (N edge and K tail are handled), M arbitrary.
 //   Deterministic: the same inputs give bit-identical outputs. (With FUSE_SK_SP > 1 one atomic counter per
 //   tile only decides which block sums the partial results; the sum runs in a fixed order either way.)
-//   No #include; only names fuse_sk_* / FUSE_SK_* / FuseSk* / FuseGemmArgs / FuseSkinnyParams are defined.
+//   No #include; only names fuse_sk_* / FUSE_SK_* / FuseSk* / FuseSkinnyParams are defined.
 //
 // COMPILE-TIME DEFINES (each has a default below; the defaults are config k1).
 // Every combination listed under CONFIG SET is valid for any M, N, K and for both dual and single kernels.
@@ -117,14 +118,6 @@
 #ifndef FUSE_SK_ONCE
 #define FUSE_SK_ONCE
 
-struct FuseGemmArgs {
-    const void* x;
-    const void* w0;
-    const void* w1;
-    long long m, n, k, lda, ldw0, ldw1;
-    float* ws;
-    unsigned* counters;
-};
 struct FuseSkinnyParams {
     FuseArgs epi;
     FuseGemmArgs gemm;
@@ -141,11 +134,6 @@ __device__ __forceinline__ FuseSkV4 fuse_sk_ldx(const unsigned short* p) {
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
     return v;
-}
-__device__ __forceinline__ unsigned fuse_sk_smem_addr(const void* p) {
-    unsigned a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
 }
 // Weights: streamed once, 16 bytes per thread, global -> shared without L1 (cp.async.cg); nbytes = 0 fills zeros.
 template <int PF>
@@ -342,7 +330,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                     wp[d][i][h] = wb + n * ldw + koff;
                 }
         }
-        const unsigned ring = fuse_sk_smem_addr(smem + (warp * S * U * L) * 32 + lane);
+        const unsigned ring = fuse_smem_addr(smem + (warp * S * U * L) * 32 + lane);
         // stage s, piece u, load l of this thread: ring + ((s * U + u) * L + l) * 512
         auto issue_w = [&](int c) {
             const long long k = (long long)c * (CW * KW);  // + koff in the pointers
@@ -385,7 +373,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                 xp[u] = (const unsigned short*)p.gemm.x + m * p.gemm.lda + koff;
             }
             // X ring slot (kw, s, u, j) at ((kw * S + s) * U + u) * NT + j.
-            const unsigned xr = fuse_sk_smem_addr(xring + (kw * S * U * NT) * 32 + lane);
+            const unsigned xr = fuse_smem_addr(xring + (kw * S * U * NT) * 32 + lane);
             auto issue = [&](int c) {
                 if (wact) issue_w(c);
                 const long long k = (long long)c * (CW * KW);

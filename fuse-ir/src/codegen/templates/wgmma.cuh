@@ -23,10 +23,10 @@
 //       one overload per BM of the config set: one `wgmma.mma_async m64n<BM>k16` (scale-d = 1).
 //     void fuse_grid_wait(); void fuse_grid_release();  (the prelude's: the launch may overlap the kernel
 //       before it; see there)
+//     struct FuseGemmArgs and unsigned fuse_smem_addr(const void*)  (skinny.cuh's contract describes them)
 //   fuse_gemm_store is called exactly once per (row < M, col < N), consecutive lanes on consecutive col;
 //   non-dual: acc1 = 0.f.
 //   This file defines (guarded, so that it may be included several times with different configs):
-//     struct FuseGemmArgs (the same fields as skinny.cuh's: x, w0, w1, m, n, k, lda, ldw0, ldw1, ws, counters)
 //     struct alignas(128) FuseWgTmap { unsigned long long words[16]; };      (a CUtensorMap)
 //     struct FuseWgmmaParams { FuseWgTmap tx, tw0, tw1; FuseArgs epi; FuseGemmArgs gemm; };
 //     extern "C" __global__ void FUSE_WGMMA_NAME(const __grid_constant__ FuseWgmmaParams p);
@@ -67,14 +67,6 @@
 #error "the wgmma template needs sm_90a (wgmma, TMA and setmaxnreg)"
 #endif
 
-struct FuseGemmArgs {
-    const void* x;
-    const void* w0;
-    const void* w1;
-    long long m, n, k, lda, ldw0, ldw1;
-    float* ws;
-    unsigned* counters;
-};
 struct alignas(128) FuseWgTmap {
     unsigned long long words[16];
 };
@@ -84,11 +76,6 @@ struct FuseWgmmaParams {
     FuseGemmArgs gemm;
 };
 
-__device__ __forceinline__ unsigned fuse_wg_smem_addr(const void* p) {
-    unsigned a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
 
 // ---- mbarriers -------------------------------------------------------------------------------------------
 __device__ __forceinline__ void fuse_wg_bar_init(unsigned bar, unsigned count) {
@@ -186,7 +173,7 @@ __device__ __forceinline__ void fuse_wg_body(const FuseWgmmaParams& p, unsigned 
     static_assert(S >= 2 && SP >= 1, "FUSE_WG_S >= 2, FUSE_WG_SP >= 1");
     static_assert(MC == 1 || (MC == 2 && SP == 1), "FUSE_WG_MC: 1, or 2 without split-K");
 
-    const unsigned raw_addr = fuse_wg_smem_addr(raw);
+    const unsigned raw_addr = fuse_smem_addr(raw);
     const unsigned base = (raw_addr + 1023u) & ~1023u;
     const unsigned bars = base + S * STAGE;  // full[S], empty[S], then one word: "this block is last"
     unsigned* last_flag = reinterpret_cast<unsigned*>(raw + (bars + 16u * S - raw_addr));
