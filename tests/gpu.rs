@@ -12,6 +12,8 @@ mod fused_fns;
 mod groups;
 #[path = "gpu/ops.rs"]
 mod ops;
+#[path = "gpu/sanitize.rs"]
+mod sanitize;
 #[path = "gpu/skinny.rs"]
 mod skinny;
 #[path = "gpu/tensors.rs"]

@@ -254,3 +254,40 @@ fn queued_calls_whose_kernels_overlap_each_read_finished_inputs() {
         }
     }
 }
+
+#[test]
+fn repeated_calls_of_every_template_config_are_bit_identical() {
+    // A race on a shared-memory buffer (the skinny template's staged-X ring shared by 2, 4 or 8 warps, the
+    // cross-warp K reduction that reuses the weight ring, wgmma's and mma's rings) shows as a result that
+    // changes from one run to the next: the templates sum in a fixed order, so every repeat must equal the
+    // first bit for bit. Shapes put several warps on each buffer: 17 and 64 rows (several row tiles of the
+    // 8- and 16-row configs, full tiles of the 64-row ones), K = 1288 for the down projection (each warp's
+    // ring wraps around), 1288 columns (no multiple of any block's).
+    let Some((dev, _gpu)) = gpu() else { return };
+    let mut r = rng(88);
+    let (h, i) = (136, 1288);
+    let norm = random(&mut r, &[h], DType::BF16, 0.5, 1.5, &dev);
+    let [wg, wu] = [0; 2].map(|_| random(&mut r, &[i, h], DType::BF16, -0.2, 0.2, &dev));
+    let wd = random(&mut r, &[h, i], DType::BF16, -0.2, 0.2, &dev);
+    const REPEATS: usize = 60;
+    for rows in [17, 64] {
+        let x = random(&mut r, &[rows, h], DType::BF16, -1.0, 1.0, &dev);
+        let args = [fuse::arg(&x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd), fuse::arg(&1e-5f32)];
+        let want = fuse::reference(ffn_block_fused(), &args).expect("reference");
+        for path in template_paths(true).into_iter().filter(|p| runs_here(p, ffn_block_fused(), &args)) {
+            let first = forced(&path, ffn_block_fused(), &args);
+            assert_close(&format!("ffn_block {path} m={rows}"), &first[0], &want[0], DType::BF16);
+            let bits = |t: &Tensor| -> Vec<u32> { t.to_vec::<f32>().expect("to_vec").iter().map(|v| v.to_bits()).collect() };
+            let first = bits(&first[0]);
+            // Queued back to back (no host round trip between them), then read back one by one.
+            let runs: Vec<Tensor> = (0..REPEATS).map(|_| forced(&path, ffn_block_fused(), &args).remove(0)).collect();
+            for (n, run) in runs.iter().enumerate() {
+                let got = bits(run);
+                if let Some(e) = got.iter().zip(&first).position(|(a, b)| a != b) {
+                    panic!("ffn_block {path} m={rows}: repeat {n} differs from the first run at element {e} ({} vs {})",
+                        f32::from_bits(got[e]), f32::from_bits(first[e]));
+                }
+            }
+        }
+    }
+}

@@ -42,6 +42,7 @@ impl CacheKey {
 pub(crate) fn cubin_key(name: &str, source: &str, defines: &[String], arch: &str, nvrtc: (i32, i32)) -> CacheKey {
     let nvrtc = format!("{}.{}", nvrtc.0, nvrtc.1);
     let mut parts: Vec<&[u8]> = vec![b"fuse-cubin", env!("CARGO_PKG_VERSION").as_bytes(), nvrtc.as_bytes()];
+    parts.extend(super::nvrtc::FIXED_OPTIONS.iter().map(|o| o.as_bytes()));
     parts.extend([arch.as_bytes(), name.as_bytes(), source.as_bytes()]);
     parts.extend(defines.iter().map(|d| d.as_bytes()));
     CacheKey::of(&parts)

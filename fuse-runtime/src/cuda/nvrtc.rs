@@ -111,6 +111,10 @@ pub fn compile_ptx(name: &str, source: &str, defines: &[String], arch: &str) -> 
     String::from_utf8(bytes).map_err(|_| program.error("output", "the PTX is not UTF-8".into(), String::new()))
 }
 
+/// Options of every compile besides the architecture and the defines (part of the cubin cache key).
+/// `-lineinfo` maps SASS to source lines for compute-sanitizer and ncu; it does not change the code.
+pub(crate) const FIXED_OPTIONS: &[&str] = &["-default-device", "--std=c++17", "-lineinfo"];
+
 type SizeFn = unsafe fn(sys::nvrtcProgram, *mut usize) -> sys::nvrtcResult;
 type BytesFn = unsafe fn(sys::nvrtcProgram, *mut c_char) -> sys::nvrtcResult;
 
@@ -145,7 +149,7 @@ impl Program {
         let c_source = CString::new(source).map_err(|_| fail("create", "the source contains a NUL byte".into()))?;
         let c_name = CString::new(format!("{name}.cu")).map_err(|_| fail("create", "the name contains a NUL byte".into()))?;
         let mut options: Vec<CString> = Vec::with_capacity(defines.len() + 3);
-        for option in [arch_option, "-default-device", "--std=c++17"].iter().map(|s| s.to_string()).chain(defines.iter().cloned()) {
+        for option in std::iter::once(&arch_option).chain(FIXED_OPTIONS).map(|s| s.to_string()).chain(defines.iter().cloned()) {
             options.push(CString::new(option).map_err(|_| fail("create", "an option contains a NUL byte".into()))?);
         }
         let option_ptrs: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();

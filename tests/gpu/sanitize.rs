@@ -1,0 +1,80 @@
+//! What `scripts/gpu-sanitize.sh` runs under each of compute-sanitizer's tools (memcheck, racecheck,
+//! synccheck, initcheck): every config of every GEMM template once (the skinny template with and without its
+//! in-kernel prologue, its split-K config, wgmma, mma) and the pointwise and row kernels, at small odd shapes
+//! that still reach every code path: several row blocks, N and K tails, each skinny warp's weight ring
+//! wrapping around (the down projection's K = 1288 gives 41 chunks of 32, more than 4 stages for each of 8
+//! warps), the staged-X ring shared by 2, 4 and 8 warps. Each result is checked against the reference, so a
+//! run under a tool is a correctness run too. Tuning is not exercised here (every GEMM path is forced).
+
+use crate::fused_fns::{chain10_fused, ffn_block_fused, llama_mlp_fused, norm_and_cast_fused, reductions_fused, scaled_projection_fused};
+use crate::{assert_close, check, gpu, random, rng};
+use fuse::ir::codegen::{MMA_CONFIGS, SKINNY_CONFIGS, WGMMA_CONFIGS};
+use fuse::prelude::*;
+
+const ROWS: [usize; 2] = [3, 17];
+const HIDDEN: usize = 136; // 4 chunks of 32 and a tail of 8
+const INTER: usize = 1288; // no multiple of any block's columns; 41 chunks of 32 for the down projection
+
+/// Every template path that holds `dual` products, as path names; wgmma only on sm_90 (said when skipped).
+fn template_paths(dev: &Device, dual: bool) -> Vec<String> {
+    let sm90 = matches!(dev, Device::Cuda(c) if c.arch().starts_with("sm_90"));
+    if !sm90 {
+        eprintln!("gpu::sanitize: SKIPPED the wgmma configs (this GPU is not sm_90)");
+    }
+    let skinny = SKINNY_CONFIGS.iter().map(|c| format!("skinny:{}", c.name));
+    let wgmma = WGMMA_CONFIGS.iter().filter(|c| sm90 && c.supports(dual)).map(|c| format!("wgmma:{}", c.name));
+    let mma = MMA_CONFIGS.iter().filter(|c| c.supports(dual)).map(|c| format!("mma:{}", c.name));
+    skinny.chain(wgmma).chain(mma).collect()
+}
+
+fn forced(what: &str, path: &str, f: &FusedFn, args: &[fuse::Arg<'_>]) -> Vec<Tensor> {
+    fuse::tune::with_gemm_choice(path, || f.call_with(args, Fusion::On)).unwrap_or_else(|e| panic!("{what} {path}: {e}"))
+}
+
+#[test]
+fn every_gemm_template_config_once() {
+    let Some((dev, _gpu)) = gpu() else { return };
+    let mut r = rng(111);
+    for rows in ROWS {
+        let x = random(&mut r, &[rows, HIDDEN], DType::BF16, -1.0, 1.0, &dev);
+        let norm = random(&mut r, &[HIDDEN], DType::BF16, 0.5, 1.5, &dev);
+        let [wg, wu] = [0; 2].map(|_| random(&mut r, &[INTER, HIDDEN], DType::BF16, -0.2, 0.2, &dev));
+        let wd = random(&mut r, &[HIDDEN, INTER], DType::BF16, -0.2, 0.2, &dev);
+        // ffn_block: the dual GEMM with rms_norm as its prologue (in-kernel on the skinny configs of 8 rows),
+        // the down projection adding the residual; llama_mlp: the dual GEMM with no prologue.
+        let ffn = [fuse::arg(&x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd), fuse::arg(&1e-5f32)];
+        let mlp = [fuse::arg(&x), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd)];
+        for (name, f, args) in [("ffn_block", ffn_block_fused(), &ffn[..]), ("llama_mlp", llama_mlp_fused(), &mlp[..])] {
+            let want = fuse::reference(f, args).expect("reference");
+            for path in template_paths(&dev, true) {
+                let got = forced(name, &path, f, args);
+                assert_close(&format!("{name} {path} m={rows}"), &got[0], &want[0], DType::BF16);
+            }
+        }
+        // One product with a prologue kernel and an activation epilogue: the configs too large for two.
+        let scale = random(&mut r, &[rows, 1], DType::BF16, 0.5, 1.5, &dev);
+        let args = [fuse::arg(&x), fuse::arg(&scale), fuse::arg(&wg)];
+        let want = fuse::reference(scaled_projection_fused(), &args).expect("reference");
+        let single = template_paths(&dev, false).into_iter().filter(|p| !template_paths(&dev, true).contains(p));
+        for path in single {
+            let got = forced("scaled_projection", &path, scaled_projection_fused(), &args);
+            assert_close(&format!("scaled_projection {path} m={rows}"), &got[0], &want[0], DType::BF16);
+        }
+    }
+}
+
+#[test]
+fn pointwise_and_row_kernels_once() {
+    let Some((dev, _gpu)) = gpu() else { return };
+    let mut r = rng(112);
+    for dtype in [DType::F32, DType::BF16] {
+        for (rows, cols) in [(3, 17), (17, 1000), (2, 4095)] {
+            let x = random(&mut r, &[rows, cols], dtype, -1.0, 1.0, &dev);
+            let bias = random(&mut r, &[cols], dtype, -0.5, 0.5, &dev);
+            let w = random(&mut r, &[cols], dtype, 0.5, 1.5, &dev);
+            check(&format!("chain10 {rows}x{cols}"), chain10_fused(), &[fuse::arg(&x), fuse::arg(&bias), fuse::arg(&0.7f32)], dtype);
+            check(&format!("reductions {rows}x{cols}"), reductions_fused(), &[fuse::arg(&x)], dtype);
+            check(&format!("norm_and_cast {rows}x{cols}"), norm_and_cast_fused(), &[fuse::arg(&x), fuse::arg(&w), fuse::arg(&1e-5f64)], dtype);
+        }
+    }
+}
