@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after `../shared/device/gpu-pack` packed .gpu/ here:
 #   scripts/gpu-bench.sh OUTDIR [peer modes]
-# Runs the GPU test suite (and its GEMM-template tests under compute-sanitizer), the MLP benchmark, the main
+# Runs the GPU test suite (and every kernel config under compute-sanitizer's four tools), the MLP benchmark, the main
 # job, the start-up measurements (fresh processes, empty and warm caches, pre-tuning every bucket) and the
 # PyTorch peers in one go, and writes every log and JSON under OUTDIR: eight files, the most the device tool
 # brings back (tables print as they come). Peer modes default to the cheap ones; the torch.compile
@@ -15,15 +15,12 @@ export PYTHONUNBUFFERED=1
 status=0
 .gpu/run >"$out/gpu-tests.log" 2>&1 || status=1
 grep -E "^== |test result|FAILED|panicked" "$out/gpu-tests.log" | tail -20
-# The skinny and wgmma templates as the runtime generates them (epilogues included) under compute-sanitizer's
-# memcheck: every config at odd shapes.
-gpu_test=$(ls .gpu/bin/test-gpu-* | head -1)
-LD_LIBRARY_PATH=/usr/local/cuda/lib64 FUSE_TEST_GPU=1 /usr/local/cuda/bin/compute-sanitizer --tool memcheck \
-  "$gpu_test" skinny::every_skinny_config_matches_the_reference skinny::the_skinny_prologue_and_epilogue_read_other_inputs \
-  skinny::every_wgmma_config_runs_a_single_product \
-  >"$out/sanitizer.txt" 2>&1 || status=1
-grep -E "ERROR SUMMARY|test result" "$out/sanitizer.txt" | tail -3
-{ echo "== compute-sanitizer memcheck, skinny and wgmma tests"; cat "$out/sanitizer.txt"; } >>"$out/gpu-tests.log" && rm -f "$out/sanitizer.txt"
+# Every GEMM template config and the pointwise and row kernels, as the runtime generates them, under each of
+# compute-sanitizer's tools (memcheck, racecheck, synccheck, initcheck): scripts/gpu-sanitize.sh.
+scripts/gpu-sanitize.sh "$out/sanitize" >"$out/sanitize.txt" 2>&1 || status=1
+cat "$out/sanitize.txt"
+{ echo "== compute-sanitizer (scripts/gpu-sanitize.sh)"; cat "$out/sanitize.txt"; tail -n 3 "$out"/sanitize/*.log; } >>"$out/gpu-tests.log"
+rm -rf "$out/sanitize.txt" "$out/sanitize"
 .gpu/run --example bench_mlp --overlap-ab --json "$out/bench.json" 2>&1 | tee "$out/bench.log" || status=1
 .gpu/run --example llama_mlp 2>&1 | tail -8 | tee "$out/llama_mlp.log" || status=1
 # Start-up: the first call in a fresh process, with an empty cache (tuning off, then on) and a warm one.

@@ -5,12 +5,13 @@
 # row kernels; tests/gpu/sanitize.rs) under each of compute-sanitizer's tools, TOOLS defaulting to
 # "racecheck memcheck synccheck initcheck". Writes OUTDIR/sanitize-TOOL.log for each and prints one line per
 # tool with its error count; exits non-zero when a tool reports errors or a test fails. Kernels are compiled
-# with -lineinfo, so reports name source lines (FUSE_DEBUG=4 prints the sources with their line numbers).
+# with -lineinfo (SANITIZE_TIMEOUT: seconds per tool, default 600; SANITIZE_BIN another test binary;
+# SANITIZE_FILTER the tests, default sanitize::), so reports name source lines (FUSE_DEBUG=4 prints the sources with their line numbers).
 set -uo pipefail
 out=${1:?usage: scripts/gpu-sanitize.sh OUTDIR [TOOLS]}
 tools=${2:-racecheck memcheck synccheck initcheck}
 mkdir -p "$out"
-gpu_test=$(ls .gpu/bin/test-gpu-* | head -1)
+gpu_test=${SANITIZE_BIN:-$(ls .gpu/bin/test-gpu-* | head -1)}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} FUSE_TEST_GPU=1 FUSE_AUTOTUNE=off
 # A fresh kernel cache: every kernel is compiled in this process (the tools see the same cubins either way).
 FUSE_CACHE_DIR=$(mktemp -d)
@@ -24,8 +25,11 @@ for tool in $tools; do
   esac
   log="$out/sanitize-$tool.log"
   t0=$(date +%s)
-  /usr/local/cuda/bin/compute-sanitizer --tool "$tool" "${extra[@]}" --print-limit 40 \
-    "$gpu_test" sanitize:: --test-threads=1 >"$log" 2>&1 || status=1
+  # Every report is printed (no limit) and folded by scripts/sanitizer_summary.py into one line per distinct
+  # error with its count, at the end of the log.
+  timeout "${SANITIZE_TIMEOUT:-600}" /usr/local/cuda/bin/compute-sanitizer --tool "$tool" "${extra[@]}" \
+    --print-limit 100000000 --show-backtrace no "$gpu_test" ${SANITIZE_FILTER:-sanitize::} --test-threads=1 2>&1 \
+    | python3 scripts/sanitizer_summary.py "$log" || status=1
   summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | sed 's/^=* *//' | tr '\n' ' ')
   result=$(grep -E "^test result" "$log" | tail -1)
   echo "$tool: ${summary:-no summary} | ${result:-no test result} | $(( $(date +%s) - t0 )) s"
