@@ -16,6 +16,7 @@
 //!   shape, among them and the library calls.
 
 mod emit;
+mod meta;
 mod mma;
 mod pointwise;
 mod prelude;
@@ -88,8 +89,9 @@ impl Role {
 pub struct KernelSpec {
     /// The `extern "C"` symbol: [`Plan::kernel_name`] plus `_prologue`/`_epilogue` for those roles.
     pub name: String,
-    /// Self-contained CUDA C (no `#include`); the same graph and plan give byte-identical text.
-    pub source: String,
+    /// Self-contained CUDA C (no `#include`); the same graph and plan give byte-identical text. Borrowed when
+    /// it is the `&'static str` that `#[fuse]` emitted (see `meta.rs`).
+    pub source: std::borrow::Cow<'static, str>,
     pub kind: KernelKind,
     /// Index into `plan.groups`.
     pub group: usize,
@@ -166,7 +168,7 @@ pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
             all_inputs.extend(pro.iter().flat_map(|p| p.inputs.iter().copied()));
             let prologue = pro.map(|p| PrologueSlots { first: inputs.len(), primary: inputs.len() + p.primary });
             let (kind, outputs, nodes) = (KernelKind::Pointwise, outputs.clone(), nodes.clone());
-            specs.push(KernelSpec { name, source, kind, group, role, inputs: all_inputs, prologue, outputs, nodes });
+            specs.push(KernelSpec { name, source: source.into(), kind, group, role, inputs: all_inputs, prologue, outputs, nodes });
         }
     }
     specs
@@ -189,7 +191,7 @@ fn kernel(g: &Graph, group: usize, name: String, role: Role, nodes: Vec<NodeId>,
         KernelKind::Pointwise => pointwise::source(&parts),
         KernelKind::RowReduce => rowreduce::source(&parts),
     };
-    KernelSpec { name, source, kind, group, role, inputs, prologue: None, outputs, nodes }
+    KernelSpec { name, source: source.into(), kind, group, role, inputs, prologue: None, outputs, nodes }
 }
 
 /// Values `nodes` read from memory, in order of first use: arguments of theirs computed elsewhere (literals

@@ -5,6 +5,7 @@
 //! exactly one group; a value crosses groups only through memory, written once.
 
 mod fuse;
+mod text;
 mod report;
 pub use report::*;
 

@@ -19,7 +19,7 @@ pub struct StaticKernel {
 pub(crate) fn print_sources(function: &str, g: &Graph, plan: &Plan, emitted: Option<&[StaticKernel]>) {
     let kernels: Vec<(String, String)> = match emitted {
         Some(kernels) => kernels.iter().map(|k| (k.name.to_string(), k.source.to_string())).collect(),
-        None => plan_kernels(g, plan).into_iter().map(|k| (k.name, k.source)).collect(),
+        None => plan_kernels(g, plan).into_iter().map(|k| (k.name, k.source.into_owned())).collect(),
     };
     let origin = if emitted.is_some() { "emitted by #[fuse]" } else { "generated at run time" };
     if kernels.is_empty() {
