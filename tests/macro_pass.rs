@@ -5,7 +5,7 @@
 use fuse::ir::interp::{self, Array};
 use fuse::ir::Graph;
 use fuse::prelude::*;
-use rand::{rngs::SmallRng, Rng, SeedableRng};
+use fuse::testing::TestRng;
 
 /// Relative L2 error allowed for f32 results against the f64 reference.
 const TOLERANCE: f64 = 1e-4;
@@ -55,11 +55,11 @@ fn every_op(x: &Tensor, w: &Tensor, v: &Tensor, s: f32) -> Result<(Tensor, Tenso
 }
 
 /// A random tensor (uniform in `lo..hi`, away from zero when the range allows) and its reference copy.
-fn random(rng: &mut SmallRng, shape: &[usize], lo: f32, hi: f32) -> (Tensor, Array) {
+fn random(rng: &mut TestRng, shape: &[usize], lo: f32, hi: f32) -> (Tensor, Array) {
     let n = shape.iter().product();
     let data: Vec<f32> = (0..n)
         .map(|_| loop {
-            let v: f32 = rng.gen_range(lo..hi);
+            let v = rng.uniform(lo, hi);
             if v.abs() > 1e-2 {
                 break v;
             }
@@ -104,7 +104,7 @@ fn inputs_by_name(graph: &Graph, named: &[(&str, &Array)]) -> Vec<Array> {
 
 #[test]
 fn mlp_matches_reference_on_odd_shapes() -> Result<()> {
-    let mut rng = SmallRng::seed_from_u64(1);
+    let mut rng = TestRng::new(1);
     let graph = mlp_fused().graph()?;
     for (rows, dim, hidden) in [(1, 1, 1), (3, 17, 5), (1, 3, 17), (17, 5, 3)] {
         let (x, xa) = random(&mut rng, &[rows, dim], -1.0, 1.0);
@@ -120,7 +120,7 @@ fn mlp_matches_reference_on_odd_shapes() -> Result<()> {
 
 #[test]
 fn batched_mlp_matches_reference() -> Result<()> {
-    let mut rng = SmallRng::seed_from_u64(2);
+    let mut rng = TestRng::new(2);
     let graph = mlp_fused().graph()?;
     let (x, xa) = random(&mut rng, &[3, 5, 17], -1.0, 1.0);
     let (wg, wga) = random(&mut rng, &[17, 3], -1.0, 1.0);
@@ -134,7 +134,7 @@ fn batched_mlp_matches_reference() -> Result<()> {
 
 #[test]
 fn method_reads_fields_of_self() -> Result<()> {
-    let mut rng = SmallRng::seed_from_u64(3);
+    let mut rng = TestRng::new(3);
     let graph = Block::forward_fused().graph()?;
     let names: Vec<&str> = graph.inputs.iter().map(|i| i.name.as_str()).collect();
     assert_eq!(names, ["x", "self.norm", "self.eps", "self.mlp.gate", "self.mlp.up", "self.mlp.down"]);
@@ -164,7 +164,7 @@ fn method_reads_fields_of_self() -> Result<()> {
 
 #[test]
 fn tuple_return_with_scalar_parameter() -> Result<()> {
-    let mut rng = SmallRng::seed_from_u64(4);
+    let mut rng = TestRng::new(4);
     let graph = attention_scores_fused().graph()?;
     let (q, qa) = random(&mut rng, &[3, 17], -1.0, 1.0);
     let (k, ka) = random(&mut rng, &[5, 17], -1.0, 1.0);
@@ -178,7 +178,7 @@ fn tuple_return_with_scalar_parameter() -> Result<()> {
 
 #[test]
 fn every_op_matches_reference() -> Result<()> {
-    let mut rng = SmallRng::seed_from_u64(5);
+    let mut rng = TestRng::new(5);
     let graph = every_op_fused().graph()?;
     // Positive inputs: `log`, `sqrt`, `rsqrt` and `powf` are defined there.
     let (x, xa) = random(&mut rng, &[3, 17], 0.5, 1.5);
@@ -194,7 +194,7 @@ fn every_op_matches_reference() -> Result<()> {
 
 #[test]
 fn same_inputs_give_identical_results() -> Result<()> {
-    let mut rng = SmallRng::seed_from_u64(6);
+    let mut rng = TestRng::new(6);
     let (q, _) = random(&mut rng, &[3, 17], -1.0, 1.0);
     let (k, _) = random(&mut rng, &[3, 17], -1.0, 1.0);
     let (p1, _) = attention_scores(&q, &k, 0.5)?;
@@ -205,7 +205,7 @@ fn same_inputs_give_identical_results() -> Result<()> {
 
 #[test]
 fn shape_error_names_the_function_and_the_expression() {
-    let mut rng = SmallRng::seed_from_u64(7);
+    let mut rng = TestRng::new(7);
     let (x, _) = random(&mut rng, &[3, 17], -1.0, 1.0);
     let (wg, _) = random(&mut rng, &[16, 5], -1.0, 1.0);
     let (wu, _) = random(&mut rng, &[17, 5], -1.0, 1.0);

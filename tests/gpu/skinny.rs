@@ -141,7 +141,7 @@ fn every_skinny_config_matches_cublas_at_the_llama_sizes() {
             assert_close(&format!("llama_mlp {path} vs cublas m={rows}"), &got[0], &want[0], DType::BF16);
         }
     }
-    assert!(tolerance(DType::BF16) < 0.05);
+    assert!(tolerance(DType::BF16, &dev) < 0.05);
 }
 
 #[test]

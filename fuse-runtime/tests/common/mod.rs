@@ -6,19 +6,18 @@ use fuse_ir::interp::{eval, Array};
 use fuse_ir::plan::is_free;
 use fuse_ir::{DType, Graph, Group, GroupKind, NodeId, Op, Plan};
 use fuse_runtime::{arg, Arg, Device, Fusion, FusedFn, Tensor};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+pub use fuse_runtime::testing::TestRng;
 
-pub fn rng(seed: u64) -> SmallRng {
-    SmallRng::seed_from_u64(seed)
+pub fn rng(seed: u64) -> TestRng {
+    TestRng::new(seed)
 }
 
 /// Values in ±[0.2, 2] (or [0.2, 2] when `positive`): non-zero, and safe for log, sqrt, recip, division.
-pub fn values(rng: &mut SmallRng, n: usize, positive: bool) -> Vec<f32> {
+pub fn values(rng: &mut TestRng, n: usize, positive: bool) -> Vec<f32> {
     (0..n)
         .map(|_| {
-            let m: f32 = rng.gen_range(0.2..2.0);
-            if positive || rng.gen_bool(0.5) {
+            let m = rng.uniform(0.2, 2.0);
+            if positive || rng.next_u64() & 1 == 0 {
                 m
             } else {
                 -m
@@ -27,11 +26,11 @@ pub fn values(rng: &mut SmallRng, n: usize, positive: bool) -> Vec<f32> {
         .collect()
 }
 
-pub fn tensor(rng: &mut SmallRng, shape: &[usize], dtype: DType) -> Tensor {
+pub fn tensor(rng: &mut TestRng, shape: &[usize], dtype: DType) -> Tensor {
     tensor_in(rng, shape, dtype, false)
 }
 
-pub fn tensor_in(rng: &mut SmallRng, shape: &[usize], dtype: DType, positive: bool) -> Tensor {
+pub fn tensor_in(rng: &mut TestRng, shape: &[usize], dtype: DType, positive: bool) -> Tensor {
     let n = shape.iter().product();
     let t = Tensor::from_vec(values(rng, n, positive), shape, &Device::Cpu).expect("shape and data agree");
     t.to_dtype(dtype).expect("conversion")
@@ -82,13 +81,9 @@ pub fn rel_l2(got: &Tensor, want: &Array) -> f64 {
     }
 }
 
-/// A tolerance on relative L2 error that fits the dtype.
+/// The relative L2 error a CPU result of this dtype may show (`fuse_runtime::testing::tolerance`).
 pub fn tolerance(dtype: DType) -> f64 {
-    match dtype {
-        DType::F32 => 1e-5,
-        DType::F16 => 2e-3,
-        DType::BF16 => 2e-2,
-    }
+    fuse_runtime::testing::tolerance(dtype, &Device::Cpu)
 }
 
 /// The least precise dtype among the tensors.
