@@ -157,3 +157,38 @@ fn debug_levels_add_up() {
         }
     }
 }
+
+#[fuse]
+fn only_here(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    Ok(tanh(rms_norm(x, b, 1e-5).matmul(&w.t())) * 0.5)
+}
+
+#[test]
+fn a_fused_call_runs_the_plan_and_kernels_the_macro_emitted() {
+    use fuse::ir::codegen::groups_generated_on_this_thread as generated;
+    use fuse::ir::plan::fused_plans_made_on_this_thread as planned;
+    // Only this test uses `only_here`, so its plan and kernels are made (or not) on this thread.
+    let (plans, groups) = (planned(), generated());
+    let dev = Device::Cpu;
+    let x = Tensor::from_vec((0..3 * 8).map(|i| i as f32 / 10.0).collect::<Vec<f32>>(), &[3, 8], &dev).unwrap();
+    let w = Tensor::from_vec((0..5 * 8).map(|i| (i % 7) as f32 / 7.0).collect::<Vec<f32>>(), &[5, 8], &dev).unwrap();
+    let b = Tensor::from_vec(vec![1.5f32; 8], &[8], &dev).unwrap();
+    let y = only_here(&x, &w, &b).expect("the fused call");
+    assert_eq!(y.shape(), &[3, 5]);
+    let specs = only_here_fused().plan_kernel_specs(Fusion::On).expect("the kernels the GPU would launch");
+    assert_eq!((planned(), generated()), (plans, groups), "a #[fuse] call planned or generated kernels at run time");
+    // The launcher's sources are the binary's strings themselves, not copies or regenerations.
+    let emitted = only_here_fused().kernels();
+    let launched: Vec<_> = specs.iter().flatten().collect();
+    assert_eq!(launched.len(), emitted.len());
+    for (spec, kernel) in launched.iter().zip(emitted) {
+        let std::borrow::Cow::Borrowed(source) = spec.source else { panic!("{}: an owned source", spec.name) };
+        assert!(std::ptr::eq(source, kernel.source), "{}: not the emitted string", spec.name);
+    }
+    // The counters move when planning and generating do happen (so the check above can fail).
+    let g = only_here_fused().graph().unwrap();
+    let replanned = Plan::fused(g);
+    assert_eq!(&replanned, only_here_fused().plan(Fusion::On).unwrap(), "the emitted plan is the planner's");
+    only_here_fused().plan_kernel_specs(Fusion::Off).expect("unfused kernels, generated");
+    assert!(planned() > plans && generated() > groups);
+}

@@ -1,6 +1,7 @@
 //! The generated code: the user's function, now calling its fused plan, and `<name>_fused()`, the static
-//! plan behind it (graph text and the CUDA source of each kernel of the fused plan, as `&'static str`s). On
-//! error: the errors, and the user's signature with a body that cannot add noise.
+//! plan behind it: the graph text, the fused plan's text (the planner runs here, at build time) and each
+//! kernel of that plan, its description and CUDA source, as `&'static str`s. On error: the errors, and the
+//! user's signature with a body that cannot add noise.
 
 use crate::diag::Diagnostics;
 use crate::paths;
@@ -60,7 +61,9 @@ fn generate(func: &ItemFn, spec: &FnSpec, traced: &Traced) -> TokenStream {
     let from_outputs = paths::from_outputs();
     let name = Literal::string(&func.sig.ident.to_string());
     let text = Literal::string(&traced.graph.to_text());
-    let kernels = static_kernels(&traced.graph);
+    let plan = Plan::fused(&traced.graph);
+    let plan_text = Literal::string(&plan.to_text());
+    let kernels = static_kernels(&traced.graph, &plan);
     let doc = format!(
         "The fused plan behind [`{}{}`]: its graph, plan and a way to run it unfused.",
         if spec.is_method { "Self::" } else { "" },
@@ -76,21 +79,21 @@ fn generate(func: &ItemFn, spec: &FnSpec, traced: &Traced) -> TokenStream {
         #(#cfgs)*
         #[doc = #doc]
         #vis fn #fused_name() -> &'static #fused_fn {
-            static FUSED: #fused_fn = #fused_fn::with_kernels(#name, #text, &[#(#kernels,)*]);
+            static FUSED: #fused_fn = #fused_fn::emitted(#name, #text, #plan_text, &[#(#kernels,)*]);
             &FUSED
         }
     }
 }
 
-/// `FusedFn::kernel("name", "source")` for each kernel of the fused plan, in plan order: the same call the
-/// runtime makes on the parsed graph, so the strings in the binary are the kernels that run.
-fn static_kernels(graph: &Graph) -> Vec<TokenStream> {
+/// `FusedFn::kernel("name", "description", "source")` for each kernel of the fused plan, in plan order: the
+/// runtime launches these strings; it does not run the code generator for a `#[fuse]` function.
+fn static_kernels(graph: &Graph, plan: &Plan) -> Vec<TokenStream> {
     let kernel = paths::static_kernel();
-    plan_kernels(graph, &Plan::fused(graph))
+    plan_kernels(graph, plan)
         .into_iter()
         .map(|k| {
-            let (name, source) = (Literal::string(&k.name), Literal::string(&k.source));
-            quote!(#kernel(#name, #source))
+            let (name, meta, source) = (Literal::string(&k.name), Literal::string(&k.meta()), Literal::string(&k.source));
+            quote!(#kernel(#name, #meta, #source))
         })
         .collect()
 }
@@ -130,11 +133,12 @@ mod tests {
         assert!(out.contains("pub fn mlp (x : & Tensor , w : & Tensor , eps : f32) -> Result < Tensor >"), "{out}");
         assert!(out.contains("mlp_fused () . call (& [:: fuse :: __private :: arg (x) , :: fuse :: __private :: arg (w) , :: fuse :: __private :: arg (& eps) ,])"), "{out}");
         assert!(out.contains("pub fn mlp_fused () -> & 'static :: fuse :: __private :: FusedFn"), "{out}");
-        assert!(out.contains("FusedFn :: with_kernels (\"mlp\" , \"fn mlp(x: tensor, w: tensor, eps: scalar)\\n"), "{out}");
+        assert!(out.contains("FusedFn :: emitted (\"mlp\" , \"fn mlp(x: tensor, w: tensor, eps: scalar)\\n"), "{out}");
+        assert!(out.contains("\"gemm nodes %3 %4 matmuls %3 prologue inputs %0 %1 %2 outputs %4\\n\""), "{out}");
         // One Gemm group with an epilogue (`+ eps`): its epilogue kernel and its skinny, wgmma and mma kernels
         // (the matmul and the epilogue in one), each source a string literal.
         assert_eq!(out.matches(":: fuse :: __private :: FusedFn :: kernel (\"mlp_k0_").count(), 4, "{out}");
-        assert!(out.contains("_epilogue\" , \""), "{out}");
+        assert!(out.contains("_epilogue\" , \"mlp_k0_gemm_add_epilogue pointwise group 0 epilogue inputs"), "{out}");
         assert!(out.contains("_skinny\" , \""), "{out}");
         assert!(out.contains("_wgmma\" , \""), "{out}");
         assert!(out.contains("_mma\" , \""), "{out}");

@@ -9,7 +9,7 @@ pub fn fused_fn() -> TokenStream {
     quote!(::fuse::__private::FusedFn)
 }
 
-/// `::fuse::__private::FusedFn::kernel`: one emitted kernel (name and CUDA source) in the static's kernel list;
+/// `::fuse::__private::FusedFn::kernel`: one emitted kernel (name, description, CUDA source) in the static's list;
 /// a constructor on `FusedFn` so that the facade need export no other type for it.
 pub fn static_kernel() -> TokenStream {
     quote!(::fuse::__private::FusedFn::kernel)

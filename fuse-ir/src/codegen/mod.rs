@@ -130,6 +130,7 @@ pub enum InputKind {
 /// Same input => byte-identical output.
 pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
     let Some(grp) = plan.groups.get(group) else { return Vec::new() };
+    GROUPS_GENERATED.with(|n| n.set(n.get() + 1));
     let base = plan.kernel_name(g, group);
     let parts: Vec<(Role, Vec<NodeId>, Vec<NodeId>)> = match grp.kind {
         GroupKind::Pointwise | GroupKind::RowReduce => vec![(Role::Whole, grp.nodes.clone(), grp.outputs.clone())],
@@ -172,6 +173,16 @@ pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
         }
     }
     specs
+}
+
+thread_local! {
+    static GROUPS_GENERATED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many groups [`group_kernels`] generated on this thread: tests show with it that the runtime launches
+/// the kernels a `#[fuse]` function emitted instead of generating them.
+pub fn groups_generated_on_this_thread() -> usize {
+    GROUPS_GENERATED.with(|n| n.get())
 }
 
 /// The kernels of every group, in plan order.

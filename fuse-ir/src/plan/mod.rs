@@ -65,6 +65,16 @@ pub struct Plan {
     pub groups: Vec<Group>,
 }
 
+thread_local! {
+    static FUSED_PLANS_MADE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many times [`Plan::fused`] ran on this thread: tests show with it that a `#[fuse]` function's call
+/// does not plan again (the macro planned at build time).
+pub fn fused_plans_made_on_this_thread() -> usize {
+    FUSED_PLANS_MADE.with(|n| n.get())
+}
+
 /// Nodes that need no group: arguments, literals and views.
 pub fn is_free(op: Op) -> bool {
     op.is_leaf() || op == Op::Transpose
@@ -107,6 +117,7 @@ impl Plan {
 
     /// The fused plan: see `plan/fuse.rs` for the rules.
     pub fn fused(g: &Graph) -> Plan {
+        FUSED_PLANS_MADE.with(|n| n.set(n.get() + 1));
         fuse::plan(g)
     }
 

@@ -22,6 +22,9 @@ use std::sync::OnceLock;
 pub struct FusedFn {
     name: Cow<'static, str>,
     graph_text: &'static str,
+    /// The fused plan as the macro emitted it (its text form); `None` for a `FusedFn` made without one, whose
+    /// plan is made at run time.
+    plan_text: Option<&'static str>,
     /// The fused plan's kernels as the macro emitted them; `None` for a `FusedFn` made without them.
     emitted_kernels: Option<&'static [StaticKernel]>,
     graph: OnceLock<std::result::Result<Graph, String>>,
@@ -35,26 +38,33 @@ pub struct FusedFn {
 }
 
 impl FusedFn {
-    /// A fused function from its graph text; usable in a `static`.
+    /// A fused function from its graph text, planned at run time; usable in a `static`.
     pub const fn new(name: &'static str, graph_text: &'static str) -> FusedFn {
-        Self::make(name, graph_text, None)
+        Self::make(name, graph_text, None, None)
     }
 
-    /// A fused function from its graph text and the kernels of its fused plan, as `#[fuse]` emits it:
-    /// `FusedFn::with_kernels(name, text, &[FusedFn::kernel("f_k0_pointwise_exp", "..."), ..])`.
-    pub const fn with_kernels(name: &'static str, graph_text: &'static str, kernels: &'static [StaticKernel]) -> FusedFn {
-        Self::make(name, graph_text, Some(kernels))
+    /// A fused function as `#[fuse]` emits it: its graph text, its fused plan's text and that plan's kernels,
+    /// `FusedFn::emitted(name, graph, plan, &[FusedFn::kernel("f_k0_pointwise_exp", "...", "..."), ..])`. The
+    /// plan and kernels are what runs: nothing is planned or generated at run time for the fused form.
+    pub const fn emitted(name: &'static str, graph_text: &'static str, plan_text: &'static str, kernels: &'static [StaticKernel]) -> FusedFn {
+        Self::make(name, graph_text, Some(plan_text), Some(kernels))
     }
 
     /// One emitted kernel. A constructor on `FusedFn` so generated code needs no other path into the runtime.
-    pub const fn kernel(name: &'static str, source: &'static str) -> StaticKernel {
-        StaticKernel { name, source }
+    pub const fn kernel(name: &'static str, meta: &'static str, source: &'static str) -> StaticKernel {
+        StaticKernel { name, meta, source }
     }
 
-    const fn make(name: &'static str, graph_text: &'static str, emitted_kernels: Option<&'static [StaticKernel]>) -> FusedFn {
+    const fn make(
+        name: &'static str,
+        graph_text: &'static str,
+        plan_text: Option<&'static str>,
+        emitted_kernels: Option<&'static [StaticKernel]>,
+    ) -> FusedFn {
         FusedFn {
             name: Cow::Borrowed(name),
             graph_text,
+            plan_text,
             emitted_kernels,
             graph: OnceLock::new(),
             fused: OnceLock::new(),
@@ -71,6 +81,7 @@ impl FusedFn {
         FusedFn {
             name: Cow::Owned(graph.name.clone()),
             graph_text: "",
+            plan_text: None,
             emitted_kernels: None,
             graph: OnceLock::from(checked),
             fused: OnceLock::new(),
@@ -85,10 +96,33 @@ impl FusedFn {
         &self.name
     }
 
-    /// The CUDA kernels of the fused plan, name and source, as `#[fuse]` emitted them into the binary, in plan
-    /// order (empty for a function made without them, or whose groups are all library calls).
+    /// The CUDA kernels of the fused plan, name, description and source, as `#[fuse]` emitted them into the
+    /// binary, in plan order (empty for a function made without them, or whose groups are all library calls).
     pub fn kernels(&self) -> &'static [StaticKernel] {
         self.emitted_kernels.unwrap_or(&[])
+    }
+
+    /// The kernels of `plan` (this function's plan for `fusion`) grouped by plan group, in launch order, as the
+    /// GPU launches them: the emitted ones, sources borrowed from the binary, for the fused plan of a
+    /// `#[fuse]` function; generated now for any other plan.
+    pub fn plan_kernel_specs(&self, fusion: Fusion) -> Result<Vec<Vec<fuse_ir::codegen::KernelSpec>>> {
+        let (g, plan) = (self.graph()?, self.plan(fusion)?);
+        let mut groups = vec![Vec::new(); plan.groups.len()];
+        match self.emitted_kernels.filter(|_| fusion == Fusion::On && self.plan_text.is_some()) {
+            Some(emitted) => {
+                for kernel in emitted {
+                    let spec = kernel.spec().map_err(|e| Error::internal(&self.name, format!("an emitted kernel: {e}")))?;
+                    let slot = groups.get_mut(spec.group);
+                    slot.ok_or_else(|| Error::internal(&self.name, format!("kernel `{}` of a group past the plan", spec.name)))?.push(spec);
+                }
+            }
+            None => {
+                for (i, group) in groups.iter_mut().enumerate() {
+                    *group = fuse_ir::codegen::group_kernels(g, plan, i);
+                }
+            }
+        }
+        Ok(groups)
     }
 
     /// The traced graph, parsed on first use.
@@ -99,19 +133,21 @@ impl FusedFn {
             .map_err(|e| Error::internal(&self.name, format!("the embedded graph is invalid: {e}")))
     }
 
-    /// The fused or unfused plan, computed and verified on first use.
+    /// The fused or unfused plan, verified, on first use: the fused plan the macro emitted when there is one
+    /// (read back, not planned again), else the planner's.
     pub fn plan(&self, fusion: Fusion) -> Result<&Plan> {
         let g = self.graph()?;
         let cell = match fusion {
             Fusion::On => &self.fused,
             Fusion::Off => &self.unfused,
         };
-        cell.get_or_init(|| {
-            let plan = match fusion {
-                Fusion::On => Plan::fused(g),
-                Fusion::Off => Plan::unfused(g),
-            };
-            plan.verify(g).map(|()| plan)
+        cell.get_or_init(|| match (fusion, self.plan_text) {
+            (Fusion::On, Some(text)) => Plan::parse(text, g),
+            (Fusion::On, None) => Plan::fused(g).verify(g).map(|()| Plan::fused(g)),
+            (Fusion::Off, _) => {
+                let plan = Plan::unfused(g);
+                plan.verify(g).map(|()| plan)
+            }
         })
         .as_ref()
         .map_err(|e| Error::internal(&self.name, format!("the plan does not verify: {e}")))

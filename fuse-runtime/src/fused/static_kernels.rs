@@ -2,16 +2,24 @@
 
 use crate::cpu::exec::GroupRun;
 use crate::Device;
-use fuse_ir::codegen::plan_kernels;
+use fuse_ir::codegen::{plan_kernels, KernelSpec};
 use fuse_ir::{Graph, GroupKind, Plan};
 
-/// One generated kernel as the macro emitted it: its `extern "C"` name and its self-contained CUDA C.
-/// Identical to what `fuse_ir::codegen::plan_kernels` gives at run time for the fused plan of the same graph
-/// (tests/kernels_static.rs checks it), so what a user can read in the binary is what runs.
+/// One generated kernel as the macro emitted it: its `extern "C"` name, its description (slots, group, role:
+/// `KernelSpec::meta`) and its self-contained CUDA C. The runtime launches these strings for a `#[fuse]`
+/// function (it does not run the code generator for it), so what a user can read in the binary is what runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StaticKernel {
     pub name: &'static str,
+    pub meta: &'static str,
     pub source: &'static str,
+}
+
+impl StaticKernel {
+    /// The kernel as the launcher takes it, its source borrowed (not copied) from the binary.
+    pub fn spec(&self) -> Result<KernelSpec, String> {
+        KernelSpec::from_meta(self.meta, std::borrow::Cow::Borrowed(self.source))
+    }
 }
 
 /// FUSE_DEBUG>=4: each kernel's name and source. `emitted`: the macro's sources when they describe `plan`
