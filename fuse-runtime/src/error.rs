@@ -5,7 +5,9 @@ use crate::Device;
 use fuse_ir::infer::InferError;
 use fuse_ir::DType;
 
-pub type Result<T> = std::result::Result<T, Error>;
+/// `Result<T>` is `Result<T, fuse::Error>`; a second parameter still works (`Result<usize, String>`), so the
+/// prelude's glob import does not break the user's own results.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The function name errors of eager ops carry.
 pub const EAGER: &str = "eager";
@@ -42,6 +44,10 @@ pub enum Error {
     /// `Tensor::from_vec` with a vector that does not fill the shape.
     #[error("from_vec: {len} values do not fill shape {shape:?} ({expected} elements)")]
     DataLength { shape: Vec<usize>, len: usize, expected: usize },
+
+    /// An argument no tensor can be made from (a zero step, bounds out of order, a shape too large).
+    #[error("{op}: {reason}")]
+    InvalidArgument { op: &'static str, reason: String },
 
     /// A function returned a different number of tensors than its Rust signature expects.
     #[error("in `{function}`: the graph returns {got} tensors, the caller expects {expected}")]

@@ -1,6 +1,7 @@
 //! fuse-runtime: tensors, devices, the error type, eager ops, and the backends that execute fused plans
 //! (the CPU, and NVIDIA GPUs through CUDA). `FusedFn` is what `#[fuse]`-generated code calls.
 
+mod constructors;
 mod cpu;
 mod cuda;
 mod device;
@@ -9,6 +10,7 @@ mod element;
 mod error;
 mod fused;
 mod operators;
+mod random;
 mod reference;
 mod tensor;
 pub mod tune;

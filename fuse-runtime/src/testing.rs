@@ -29,28 +29,23 @@ pub fn gpu_or_skip() -> Option<Device> {
 
 use crate::{Arg, DType, Fusion, FusedFn, Tensor};
 
-/// A small deterministic generator (SplitMix64): the same seed gives the same values on every machine and
-/// for every device a case runs on, with no dependency for the library to carry.
+/// The generator of the test helpers: deterministic (SplitMix64), so that the same seed gives the same values
+/// on every machine and for every device a case runs on.
 #[derive(Clone, Debug)]
-pub struct TestRng(u64);
+pub struct TestRng(crate::random::SplitMix64);
 
 impl TestRng {
     pub fn new(seed: u64) -> TestRng {
-        TestRng(seed)
+        TestRng(crate::random::SplitMix64::new(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `[lo, hi)`.
     pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        let unit = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
-        lo + (hi - lo) * unit
+        lo + (hi - lo) * self.0.unit()
     }
 }
 

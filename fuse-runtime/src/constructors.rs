@@ -1,0 +1,68 @@
+//! Tensors made from nothing, with candle's names and argument order: `zeros`, `ones`, `full`, `arange`,
+//! `arange_step`, and seeded random tensors `rand` (uniform) and `randn` (normal). The random ones draw on
+//! the CPU from a seed the caller gives, so a model's initial weights are the same on every device.
+
+use crate::random::SplitMix64;
+use crate::{DType, Device, Error, Result, Tensor};
+
+impl Tensor {
+    /// A tensor of `shape` filled with `value`, in `dtype` (rounded to it), on `device`.
+    pub fn full(value: f32, shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+        let n = numel(shape, "full")?;
+        Tensor::from_vec(vec![value; n], shape, &Device::Cpu)?.to_dtype(dtype)?.to_device(device)
+    }
+
+    /// `Tensor::zeros(&[2, 3], DType::F32, &dev)`.
+    pub fn zeros(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+        Tensor::full(0.0, shape, dtype, device)
+    }
+
+    /// `Tensor::ones(&[2, 3], DType::BF16, &dev)`.
+    pub fn ones(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+        Tensor::full(1.0, shape, dtype, device)
+    }
+
+    /// `start, start + 1, ..` below `end`, as f32 of shape `[n]`.
+    pub fn arange(start: f32, end: f32, device: &Device) -> Result<Tensor> {
+        Tensor::arange_step(start, end, 1.0, device)
+    }
+
+    /// `start, start + step, ..` strictly before `end` (above it for a negative step), as f32 of shape `[n]`.
+    pub fn arange_step(start: f32, end: f32, step: f32, device: &Device) -> Result<Tensor> {
+        if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
+            let reason = format!("({start}, {end}, {step}): the step must be finite and non-zero, the ends finite");
+            return Err(Error::InvalidArgument { op: "arange_step", reason });
+        }
+        let n = ((end - start) / step).ceil().max(0.0) as usize;
+        let data: Vec<f32> = (0..n).map(|i| start + step * i as f32).collect();
+        Tensor::from_vec(data, &[n], device)
+    }
+
+    /// Uniform in `[lo, up)`, f32 of `shape`, from `seed`: the same seed gives the same tensor everywhere.
+    pub fn rand(lo: f32, up: f32, shape: &[usize], seed: u64, device: &Device) -> Result<Tensor> {
+        if !(lo < up) || !lo.is_finite() || !up.is_finite() {
+            return Err(Error::InvalidArgument { op: "rand", reason: format!("({lo}, {up}, ..): needs finite bounds with lo < up") });
+        }
+        let mut rng = SplitMix64::new(seed);
+        Tensor::random_with(shape, device, || lo + (up - lo) * rng.unit())
+    }
+
+    /// Normal with `mean` and `std`, f32 of `shape`, from `seed`.
+    pub fn randn(mean: f32, std: f32, shape: &[usize], seed: u64, device: &Device) -> Result<Tensor> {
+        if !(std >= 0.0) || !mean.is_finite() || !std.is_finite() {
+            return Err(Error::InvalidArgument { op: "randn", reason: format!("({mean}, {std}, ..): needs a finite mean and std >= 0") });
+        }
+        let mut rng = SplitMix64::new(seed);
+        Tensor::random_with(shape, device, || mean + std * rng.normal())
+    }
+
+    fn random_with(shape: &[usize], device: &Device, mut draw: impl FnMut() -> f32) -> Result<Tensor> {
+        let n = numel(shape, "rand")?;
+        Tensor::from_vec((0..n).map(|_| draw()).collect::<Vec<f32>>(), shape, device)
+    }
+}
+
+fn numel(shape: &[usize], op: &'static str) -> Result<usize> {
+    crate::tensor::checked_numel(shape)
+        .ok_or_else(|| Error::InvalidArgument { op, reason: format!("shape {shape:?} has more elements than memory can hold") })
+}
