@@ -120,13 +120,24 @@ pub(crate) fn binary(op: BinaryOp, a: Operand<'_>, b: Operand<'_>) -> Result<Ten
     run(&[("a", a), ("b", b)], |g, i| g.binary(op, i[0], i[1], &label))
 }
 
+/// Each unary op as a function, `exp(&x)`, and as a method, `x.exp()`: both forms trace under `#[fuse]` too.
 macro_rules! unary_fns {
-    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {$(
-        $(#[$doc])*
-        pub fn $name(x: &Tensor) -> Result<Tensor> {
-            unary(UnaryOp::$op, x)
+    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(x: &Tensor) -> Result<Tensor> {
+                unary(UnaryOp::$op, x)
+            }
+        )*
+        impl Tensor {
+            $(
+                $(#[$doc])*
+                pub fn $name(&self) -> Result<Tensor> {
+                    unary(UnaryOp::$op, self)
+                }
+            )*
         }
-    )*};
+    };
 }
 
 unary_fns! {
@@ -177,6 +188,16 @@ pub fn rms_norm(x: &Tensor, w: &Tensor, eps: impl Into<f64>) -> Result<Tensor> {
 }
 
 impl Tensor {
+    /// Elementwise maximum with `other`, with broadcasting: `a.maximum(&b)`.
+    pub fn maximum(&self, other: &Tensor) -> Result<Tensor> {
+        maximum(self, other)
+    }
+
+    /// Elementwise minimum with `other`, with broadcasting: `a.minimum(&b)`.
+    pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
+        minimum(self, other)
+    }
+
     /// `[m, k] x [k, n]`, `[b, m, k] x [k, n]` or `[b, m, k] x [b, k, n]`.
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
         run(&[("a", Operand::Tensor(self)), ("b", Operand::Tensor(rhs))], |g, i| g.matmul(i[0], i[1], "a.matmul(b)"))
@@ -210,9 +231,9 @@ impl Tensor {
         run(&[("x", Operand::Tensor(self))], |g, i| g.reduce(op, i[0], &label))
     }
 
-    /// Elementwise `self^e`.
-    pub fn powf(&self, e: f64) -> Result<Tensor> {
-        binary(BinaryOp::Pow, Operand::Tensor(self), Operand::Scalar(e))
+    /// Elementwise `self^e`; `e` any float or integer (`x.powf(2)`, `x.powf(0.5)`).
+    pub fn powf(&self, e: impl Into<f64>) -> Result<Tensor> {
+        binary(BinaryOp::Pow, Operand::Tensor(self), Operand::Scalar(e.into()))
     }
 
     /// The values converted to `dtype` (a cheap clone when already there).

@@ -1,6 +1,7 @@
 //! `+ - * /` and unary `-` on tensors, returning `Result<Tensor>`: between tensors (owned or borrowed),
-//! with `f32`/`f64` on either side, and with a `Result<Tensor>` on either side so that `(&a + &b)? * &c`
-//! and `(&a + &b) * &c` both work.
+//! with `f32`/`f64`/`i32` on either side, and with a `Result<Tensor>` on either side so that
+//! `(&a + &b)? * &c`, `(&a + &b) * &c` and `(&a + &b)? * 2` all work, as they do inside `#[fuse]`
+//! (Rust's orphan rule allows no operator between a `Result` and a number: there, `?` first).
 
 use crate::eager::{binary, unary, Operand};
 use crate::{Result, Tensor};
@@ -15,6 +16,8 @@ macro_rules! tensor_op {
         tensor_op!(@pair $trait, $method, $op, Tensor, Tensor, |a: Tensor, b: Tensor| binary($op, Operand::Tensor(&a), Operand::Tensor(&b)));
         tensor_op!(@scalar $trait, $method, $op, f32);
         tensor_op!(@scalar $trait, $method, $op, f64);
+        // Integer literals, as `#[fuse]` bodies take them: `&x + 1` (an unsuffixed literal is an i32).
+        tensor_op!(@scalar $trait, $method, $op, i32);
         tensor_op!(@pair $trait, $method, $op, Result<Tensor>, &Tensor, |a: Result<Tensor>, b: &Tensor| binary($op, Operand::Tensor(&a?), Operand::Tensor(b)));
         tensor_op!(@pair $trait, $method, $op, Result<Tensor>, Tensor, |a: Result<Tensor>, b: Tensor| binary($op, Operand::Tensor(&a?), Operand::Tensor(&b)));
         tensor_op!(@pair $trait, $method, $op, &Tensor, Result<Tensor>, |a: &Tensor, b: Result<Tensor>| binary($op, Operand::Tensor(a), Operand::Tensor(&b?)));

@@ -1,0 +1,37 @@
+//! The same body, written eager-style (`&`, `?`, methods, integer literals), runs as plain Rust on eager
+//! tensors and traces unchanged under `#[fuse]`; both give the reference's answer.
+
+use fuse::prelude::*;
+use fuse::testing::{assert_close, random, TestRng};
+
+fn eager(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let h = (x.silu()? * 2)?;
+    let g = (&h + 1)?.tanh()?.maximum(&x.abs()?)?;
+    let n = (g.powf(2)? - (b - 3)?.recip()?)?;
+    let s = (x.matmul(&w.t()?)? / 4)?;
+    Ok(((s.exp()?.sum(-1)? + n.mean(-1)?)? + (1 - x.max(-1)?)?.sqrt()?.minimum(&x.sigmoid()?)?)?)
+}
+
+#[fuse]
+fn fused(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let h = (x.silu()? * 2)?;
+    let g = (&h + 1)?.tanh()?.maximum(&x.abs()?)?;
+    let n = (g.powf(2)? - (b - 3)?.recip()?)?;
+    let s = (x.matmul(&w.t()?)? / 4)?;
+    Ok(((s.exp()?.sum(-1)? + n.mean(-1)?)? + (1 - x.max(-1)?)?.sqrt()?.minimum(&x.sigmoid()?)?)?)
+}
+
+fn both_forms_agree_with_the_reference(dev: &Device) {
+    let mut r = TestRng::new(31);
+    for (m, k) in [(1, 1), (3, 17), (17, 33)] {
+        let x = random(&mut r, &[m, k], DType::F32, -0.9, 0.9, dev);
+        let w = random(&mut r, &[5, k], DType::F32, -0.5, 0.5, dev);
+        let b = random(&mut r, &[k], DType::F32, 0.5, 1.5, dev);
+        let args = [fuse::arg(&x), fuse::arg(&w), fuse::arg(&b)];
+        let want = fuse::reference(fused_fused(), &args).expect("the reference");
+        assert_close(&format!("#[fuse] [{m}, {k}]"), &fused(&x, &w, &b).expect("fused"), &want[0], DType::F32, dev);
+        assert_close(&format!("eager [{m}, {k}]"), &eager(&x, &w, &b).expect("eager"), &want[0], DType::F32, dev);
+    }
+}
+
+fuse::device_tests!(both_forms_agree_with_the_reference);
