@@ -6,6 +6,7 @@
 #[cfg(test)]
 extern crate self as fuse_ir;
 
+mod display;
 mod dtype;
 pub mod codegen;
 pub mod graph;

@@ -56,11 +56,35 @@ fn identifier(name: &str) -> String {
     out
 }
 
-/// One line per group, then a total line. With `shapes` (per node shapes and dtypes, as `infer_shapes` and
-/// `infer_dtypes` return them) each line also says how many bytes of intermediates stay on chip: a value
-/// the unfused plan writes and reads back once but the fused plan never writes. A dtype `None` counts as f32.
+/// What runs a plan, for the words of its description: a group is a kernel launch on the GPU and a pass
+/// over memory on the CPU, where fused intermediates stay in registers and cache rather than on chip.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Gpu,
+    Cpu,
+}
+
+impl Backend {
+    fn words(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Backend::Gpu => ("kernels", "on chip", "launches"),
+            Backend::Cpu => ("passes", "in registers and cache", "passes over memory"),
+        }
+    }
+}
+
+/// [`describe_for`] in the GPU's words.
 #[allow(clippy::type_complexity)] // the signature other crates call
 pub fn describe(g: &Graph, plan: &Plan, shapes: Option<(&[Vec<usize>], &[Option<DType>])>) -> String {
+    describe_for(g, plan, shapes, Backend::Gpu)
+}
+
+/// One line per group, then a total line. With `shapes` (per node shapes and dtypes, as `infer_shapes` and
+/// `infer_dtypes` return them) each line also says how many bytes of intermediates are never written: a
+/// value the unfused plan writes and reads back once but the fused plan keeps. A dtype `None` counts as f32.
+#[allow(clippy::type_complexity)]
+pub fn describe_for(g: &Graph, plan: &Plan, shapes: Option<(&[Vec<usize>], &[Option<DType>])>, backend: Backend) -> String {
+    let (units, kept_where, saved_what) = backend.words();
     let mut text = String::new();
     let mut total_saved = 0usize;
     for (i, group) in plan.groups.iter().enumerate() {
@@ -75,7 +99,7 @@ pub fn describe(g: &Graph, plan: &Plan, shapes: Option<(&[Vec<usize>], &[Option<
             let kept = kept_on_chip(group);
             let saved: usize = kept.iter().map(|&n| round_trip_bytes(n, shapes, dtypes)).sum();
             total_saved += saved;
-            let _ = write!(text, "; keeps {} intermediates on chip, saving {saved} bytes", kept.len());
+            let _ = write!(text, "; keeps {} intermediates {kept_where}, saving {saved} bytes", kept.len());
         }
         text.push('\n');
     }
@@ -83,7 +107,7 @@ pub fn describe(g: &Graph, plan: &Plan, shapes: Option<(&[Vec<usize>], &[Option<
     let fused = plan.groups.len();
     let _ = write!(
         text,
-        "total: {fused} kernels for {} ({unfused} unfused, {} launches saved)",
+        "total: {fused} {units} for {} ({unfused} unfused, {} {saved_what} saved)",
         g.name,
         unfused as i64 - fused as i64
     );
