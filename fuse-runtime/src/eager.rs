@@ -7,10 +7,10 @@
 //! scalar); dtypes, shapes and strides are the launch plans' signature. The CPU path plans on every call
 //! (it is cheap there) and never touches the cache.
 
-use crate::cpu::exec::{execute, execute_cached};
-use crate::cpu::Value;
-use crate::cuda::device::lock;
-use crate::cuda::kernels::KernelCache;
+use crate::call::Value;
+use crate::cuda::driver::lock;
+use crate::cuda::KernelCache;
+use crate::exec::{execute, execute_cached};
 use crate::error::EAGER;
 use crate::{Device, Error, Result, Tensor};
 use fuse_ir::{BinaryOp, DType, Graph, InputKind, NodeId, Plan, ReduceOp, UnaryOp};

@@ -1,14 +1,19 @@
 //! fuse-runtime: tensors, devices, the error type, eager ops, and the backends that execute fused plans
 //! (the CPU, and NVIDIA GPUs through CUDA). `FusedFn` is what `#[fuse]`-generated code calls.
 
+mod call;
 mod constructors;
 mod cpu;
 mod cuda;
 mod device;
 mod eager;
 mod element;
+mod env;
 mod error;
+mod exec;
 mod fused;
+mod host;
+mod layout;
 mod operators;
 mod random;
 mod reference;
@@ -20,7 +25,7 @@ pub mod testing;
 pub use cuda::CudaDevice;
 /// NVRTC and ptxas checks of generated kernels, for tests and tools (tests/kernels_compile.rs).
 #[doc(hidden)]
-pub use cuda::nvrtc::{compile_ptx, nvrtc_available, nvrtc_version, ptxas_check, NvrtcError, PtxasReport};
+pub use cuda::compile::nvrtc::{compile_ptx, nvrtc_available, nvrtc_version, ptxas_check, NvrtcError, PtxasReport};
 pub use device::Device;
 pub use eager::{
     abs, exp, gelu, gelu_tanh, log, maximum, minimum, recip, relu, rms_norm, rsqrt, sigmoid, silu, softmax, sqrt,

@@ -1,6 +1,6 @@
 //! Checking a fused function against the reference interpreter (fuse-ir's f64 definition of every op).
 
-use crate::cpu::exec::node_error;
+use crate::call::node_error;
 use crate::{Arg, Device, Error, FusedFn, Result, Tensor};
 use fuse_ir::interp::{self, Array};
 

@@ -1,8 +1,8 @@
 //! `Tensor`: a strided view of shared storage. Cloning is cheap (the storage is behind an `Arc`); views
 //! such as `.t()` change shape and strides only.
 
-use crate::cpu::layout::row_offset;
-use crate::cpu::storage::{for_each_offset, CpuData, CpuStorage};
+use crate::layout::row_offset;
+use crate::host::{for_each_offset, CpuData, CpuStorage};
 use crate::cuda::storage::CudaStorage;
 use crate::element::Element;
 use crate::error::EAGER;

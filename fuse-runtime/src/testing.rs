@@ -15,7 +15,7 @@ pub fn gpu_or_skip() -> Option<Device> {
             Some(dev)
         }
         Err(e) => {
-            if std::env::var("FUSE_TEST_GPU").is_ok_and(|v| v.trim() == "1") {
+            if crate::env::gpu_required() {
                 panic!("FUSE_TEST_GPU=1 but there is no CUDA device: {e}");
             }
             // Straight to stderr: libtest captures println!/eprintln! of passing tests, and a skip must be seen.

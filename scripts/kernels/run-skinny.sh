@@ -6,7 +6,7 @@
 #   build.log (nvcc + ptxas -v), ptxas.txt (one line per kernel), sanitize.log, bench.log (full tables).
 # Variables:
 #   SKINNY_CUH      the template copy to include, relative to scripts/kernels or absolute (default: the
-#                   project's own, ../../fuse-ir/src/codegen/templates/skinny.cuh; point it at a copy to try a variant)
+#                   project's own, ../../fuse-ir/src/codegen/gemm/templates/skinny.cuh; point it at a copy to try a variant)
 #   SKINNY_CONFIGS  the config list (default: the template's CONFIG SET k1..k8): "MT,NT,KW,S,MINB,PF,XS,U[,f]" separated by spaces (f: also f16 kernels)
 #   SKINNY_MODE     all (default) | check | bench | sanitize-only | build (build only, here: no GPU needed)
 #   SKINNY_BIN      a harness binary built earlier (SKINNY_MODE=build wrote OUTDIR/skinny_bench): skip the build
@@ -20,7 +20,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 export PATH="$cuda/bin:$PATH"
 mode=${SKINNY_MODE:-all}
-cuh=${SKINNY_CUH:-../../fuse-ir/src/codegen/templates/skinny.cuh}
+cuh=${SKINNY_CUH:-../../fuse-ir/src/codegen/gemm/templates/skinny.cuh}
 configs=${SKINNY_CONFIGS:-"1,1,8,4,3,1,0,1,f 2,1,8,2,2,1,0,1 1,2,8,4,2,1,0,1 1,2,2,4,2,1,1,1 1,4,8,4,2,1,0,1 1,4,2,4,2,1,1,1 1,8,1,4,1,1,1,1,f 1,8,4,4,1,1,1,1"}
 bin=${SKINNY_BIN:-}
 if [ -z "$bin" ]; then

@@ -1,4 +1,4 @@
-// Standalone harness for fuse-ir/src/codegen/templates/skinny.cuh (the skinny decode GEMM).
+// Standalone harness for fuse-ir/src/codegen/gemm/templates/skinny.cuh (the skinny decode GEMM).
 // Built and run by scripts/kernels/run-skinny.sh on the GPU machine:
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 skinny_bench.cu -lcublas
 //   ./skinny_bench [check|sanitize|bench|all]   (default all = check + bench)
@@ -45,7 +45,7 @@ __device__ __forceinline__ void fuse_gemm_epilogue(const FuseArgs& a, long long 
 // The prelude's programmatic-dependent-launch hooks: this harness launches without overlap, so no-ops.
 __device__ __forceinline__ void fuse_grid_wait() {}
 __device__ __forceinline__ void fuse_grid_release() {}
-// What the code generator puts before every GEMM template (fuse-ir's codegen/skinny.rs, GEMM_COMMON).
+// What the code generator puts before every GEMM template (fuse-ir's codegen/gemm/skinny.rs, GEMM_COMMON).
 struct FuseGemmArgs {
     const void* x;
     const void* w0;
@@ -60,7 +60,7 @@ __device__ __forceinline__ unsigned fuse_smem_addr(const void* p) {
     return a;
 }
 #ifndef SKINNY_CUH
-#define SKINNY_CUH "../../fuse-ir/src/codegen/templates/skinny.cuh"  // -DSKINNY_CUH='"path"' selects another copy
+#define SKINNY_CUH "../../fuse-ir/src/codegen/gemm/templates/skinny.cuh"  // -DSKINNY_CUH='"path"' selects another copy
 #endif
 #include SKINNY_CUH
 

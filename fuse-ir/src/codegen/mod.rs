@@ -10,33 +10,30 @@
 //!   recomputes the pointwise work it needs, then a block reduction; a last pass writes the row's outputs.
 //! - Gemm/DualGemm groups: the matmuls are library calls; a Prologue kernel writes their left operand when
 //!   the group has pointwise work on it, an Epilogue kernel reads the products and applies the rest.
-//!   Such a group also gets a Skinny kernel (`skinny.rs`): the matmuls and the epilogue in one kernel, for
-//!   few rows, which can also run the prologue as it loads the left operand (`prologue.rs`), an Mma kernel
-//!   (`mma.rs`), the same for many rows on sm_80 and later, and a Wgmma kernel (`wgmma.rs`), the same for many rows on sm_90a; the runtime picks, per
-//!   shape, among them and the library calls.
+//!   Such a group also gets a Skinny kernel (`gemm/skinny.rs`): the matmuls and the epilogue in one kernel,
+//!   for few rows, which can also run the prologue as it loads the left operand (`gemm/prologue.rs`), an Mma
+//!   kernel (`gemm/mma.rs`), the same for many rows on sm_80 and later, and a Wgmma kernel
+//!   (`gemm/wgmma.rs`), the same for many rows on sm_90a; the runtime picks, per shape, among them and the
+//!   library calls. `gemm/` mirrors fuse-runtime's `cuda/gemm/`: templates and configs here, launches there.
 
 mod emit;
+mod gemm;
 mod meta;
-mod mma;
 mod pointwise;
 mod prelude;
-mod prologue;
 mod rowreduce;
-mod skinny;
-mod tiling;
-mod wgmma;
 #[cfg(test)]
 mod tests;
 
-pub use mma::{MmaConfig, MMA_CONFIGS, MMA_TEMPLATE};
+pub use gemm::{
+    GemmTiling, MmaConfig, SkinnyConfig, WgmmaConfig, MMA_CONFIGS, MMA_TEMPLATE, PROLOGUE_MAX_ROWS, SKINNY_CONFIGS,
+    SKINNY_TEMPLATE, WGMMA_CONFIGS, WGMMA_TEMPLATE,
+};
 pub use prelude::{BLOCK_THREADS, VECTOR_ELEMENTS};
-pub use prologue::PROLOGUE_MAX_ROWS;
-pub use skinny::{SkinnyConfig, SKINNY_CONFIGS, SKINNY_TEMPLATE};
-pub use tiling::GemmTiling;
-pub use wgmma::{WgmmaConfig, WGMMA_CONFIGS, WGMMA_TEMPLATE};
 
 use crate::graph::{Graph, NodeId};
 use crate::op::Op;
+use gemm::{mma, prologue, skinny, wgmma};
 use crate::plan::{GroupKind, Plan};
 use crate::DType;
 

@@ -1,92 +1,17 @@
 //! The plan executor: infers this call's shapes and dtypes, then runs the plan group by group over a table
 //! of values (arguments, literals, group outputs, and `.t()` views of those), and returns the outputs.
 
-use super::kernels::Sink;
+use super::kernels::{allocate, sink_of, Sink};
+use super::Outcome;
 use super::matmul::run_gemm_group;
 use super::rowprog::{compile, CallInfo, Compiled, RowSpec};
 use super::rowrun::BlockInputs;
-use super::storage::CpuData;
-use super::Value;
-use crate::cuda::kernels::KernelCache;
-use crate::{Device, Error, Result, Tensor};
-use fuse_ir::infer::{infer_dtypes, infer_shapes, NodeError};
+use crate::host::CpuData;
+use crate::call::{infer, input_values, GroupRun, Value};
+use crate::{Error, Result, Tensor};
 use fuse_ir::plan::is_free;
 use fuse_ir::{DType, Graph, Group, GroupKind, NodeId, Op, Plan};
-use std::time::{Duration, Instant};
-
-/// What running a group did.
-pub(crate) enum Outcome {
-    /// The group's outputs.
-    Done(Vec<(NodeId, Tensor)>),
-    /// The shapes of this call do not fit the group's fused form (the planner decides without shapes).
-    DoesNotFit(String),
-}
-
-/// How one group ran, for FUSE_DEBUG.
-pub(crate) struct GroupRun {
-    pub index: usize,
-    pub kind: GroupKind,
-    pub time: Duration,
-    /// Why the group ran one op at a time, if it did.
-    pub unfused_because: Option<String>,
-    /// For a Gemm/DualGemm group of a timed call, how its matmuls ran: the CPU GEMM call, or the cuBLAS
-    /// call form (FUSE_DEBUG>=3 prints it). Only made when `timed`: the fast paths format nothing.
-    pub matmul_path: Option<String>,
-}
-
-/// A matmul operand as the user wrote it, for FUSE_DEBUG: `w_gate`, `self.up.t()`, or `%7` for a value
-/// computed in the function.
-pub(crate) fn operand_name(g: &Graph, id: NodeId) -> String {
-    match g.op(id) {
-        Op::Transpose => format!("{}.t()", operand_name(g, g.node(id).args[0])),
-        Op::Input(k) => g.inputs.get(k as usize).map_or_else(|| format!("%{}", id.0), |i| i.name.clone()),
-        _ => format!("%{}", id.0),
-    }
-}
-
-/// The shapes and dtypes of every node for a call's arguments.
-pub(crate) struct Inferred {
-    pub shapes: Vec<Vec<usize>>,
-    pub dtypes: Vec<Option<DType>>,
-}
-
-/// Maps an inference failure to the user-facing error naming the function, op and source.
-pub(crate) fn node_error(function: &str, g: &Graph, e: NodeError) -> Error {
-    Error::Shape { function: function.to_string(), op: g.op(e.node).name(), label: g.label_of(e.node).to_string(), error: e.error }
-}
-
-pub(crate) fn infer(function: &str, g: &Graph, args: &[Value]) -> Result<Inferred> {
-    let shapes: Vec<Vec<usize>> = args
-        .iter()
-        .map(|a| match a {
-            Value::Tensor(t) => t.shape().to_vec(),
-            Value::Scalar(_) => Vec::new(),
-        })
-        .collect();
-    let dtypes: Vec<Option<DType>> = args
-        .iter()
-        .map(|a| match a {
-            Value::Tensor(t) => Some(t.dtype()),
-            Value::Scalar(_) => None,
-        })
-        .collect();
-    let shapes = infer_shapes(g, &shapes).map_err(|e| node_error(function, g, e))?;
-    let dtypes = infer_dtypes(g, &dtypes).map_err(|e| node_error(function, g, e))?;
-    Ok(Inferred { shapes, dtypes })
-}
-
-/// A zeroed buffer for an output of `shape`.
-pub(crate) fn allocate(dtype: DType, shape: &[usize]) -> CpuData {
-    CpuData::zeros(dtype, shape.iter().product())
-}
-
-pub(crate) fn sink_of(data: &mut CpuData) -> Sink<'_> {
-    match data {
-        CpuData::F32(v) => Sink::F32(v),
-        CpuData::F16(v) => Sink::F16(v),
-        CpuData::BF16(v) => Sink::BF16(v),
-    }
-}
+use std::time::Instant;
 
 struct Executor<'a> {
     info: CallInfo<'a>,
@@ -95,36 +20,11 @@ struct Executor<'a> {
     describe: bool,
 }
 
-/// Runs `plan` on `args` (one per graph input, kinds already checked). Returns the graph's outputs and,
-/// when `timed`, how each group ran. Runs on the GPU when the tensors are there (see `cuda/exec.rs`),
-/// generating the GPU kernels for this call only.
+/// Runs `plan` on the CPU (every tensor argument is in host memory). Returns the graph's outputs and, when
+/// `timed`, how each group ran (groups that ran unfused are always reported).
 pub(crate) fn execute(function: &str, g: &Graph, plan: &Plan, args: Vec<Value>, timed: bool) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
-    execute_cached(function, g, plan, args, timed, true, None)
-}
-
-/// [`execute`], keeping the plan's GPU kernels in `kernels` across calls. `library_only` keeps the GPU's
-/// matmuls on cuBLAS (the unfused baseline and eager ops) instead of tuning their path.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn execute_cached(
-    function: &str,
-    g: &Graph,
-    plan: &Plan,
-    args: Vec<Value>,
-    timed: bool,
-    library_only: bool,
-    kernels: Option<&KernelCache>,
-) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
-    if let Some(Device::Cuda(gpu)) = check_devices(function, &args)? {
-        return crate::cuda::exec::execute(function, g, plan, args, &gpu, timed, library_only, kernels);
-    }
     let inferred = infer(function, g, &args)?;
-    let mut values: Vec<Option<Value>> = vec![None; g.nodes.len()];
-    let mut args = args.into_iter().map(Some).collect::<Vec<_>>();
-    for id in g.ids() {
-        if let Op::Input(k) = g.op(id) {
-            values[id.index()] = args.get_mut(k as usize).and_then(Option::take);
-        }
-    }
+    let values = input_values(g, args);
     let info = CallInfo { function, graph: g, shapes: &inferred.shapes, dtypes: &inferred.dtypes };
     let mut ex = Executor { info, values, describe: timed };
     let mut runs = Vec::new();
@@ -140,23 +40,6 @@ pub(crate) fn execute_cached(
     }
     let outputs = g.outputs.iter().map(|&o| ex.output(o)).collect::<Result<Vec<_>>>()?;
     Ok((outputs, runs))
-}
-
-/// The one device every tensor argument is on (`None` when there are no tensors).
-fn check_devices(function: &str, args: &[Value]) -> Result<Option<Device>> {
-    let mut first: Option<&Device> = None;
-    for a in args {
-        if let Value::Tensor(t) = a {
-            match first {
-                None => first = Some(t.device()),
-                Some(d) if d != t.device() => {
-                    return Err(Error::DeviceMismatch { function: function.into(), first: d.clone(), second: t.device().clone() })
-                }
-                Some(_) => {}
-            }
-        }
-    }
-    Ok(first.cloned())
 }
 
 impl Executor<'_> {

@@ -2,6 +2,8 @@
 //! (no per-element `match`) so the compiler can vectorise the cheap ones.
 
 use super::math;
+use crate::host::CpuData;
+use fuse_ir::DType;
 use fuse_ir::{BinaryOp, ReduceOp, UnaryOp};
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
@@ -146,6 +148,19 @@ impl<'a> Sink<'a> {
             Sink::F16(s) => s[at..at + len].fill(f16::from_f32(v)),
             Sink::BF16(s) => s[at..at + len].fill(bf16::from_f32(v)),
         }
+    }
+}
+
+/// A zeroed buffer for an output of `shape`.
+pub(crate) fn allocate(dtype: DType, shape: &[usize]) -> CpuData {
+    CpuData::zeros(dtype, shape.iter().product())
+}
+
+pub(crate) fn sink_of(data: &mut CpuData) -> Sink<'_> {
+    match data {
+        CpuData::F32(v) => Sink::F32(v),
+        CpuData::F16(v) => Sink::F16(v),
+        CpuData::BF16(v) => Sink::BF16(v),
     }
 }
 

@@ -3,11 +3,13 @@
 //! into f32 product buffers, and an epilogue row program turns the products into the group's outputs.
 //! Blocks of rows run in parallel for large M; for small M one block runs and the GEMM itself is parallel.
 
-use super::exec::{allocate, operand_name, sink_of, Outcome};
+use super::kernels::{allocate, sink_of};
+use super::Outcome;
+use crate::call::operand_name;
 use super::kernels::Sink;
 use super::rowprog::{compile, CallInfo, Compiled, RowProgram, RowSpec};
 use super::rowrun::BlockInputs;
-use super::Value;
+use crate::call::Value;
 use crate::{Error, Result, Tensor};
 use fuse_ir::{DType, Group, NodeId};
 use rayon::prelude::*;

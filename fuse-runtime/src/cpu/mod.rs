@@ -4,23 +4,25 @@
 //!   shapes do not fit its fused form);
 //! - `rowprog` / `rowrun`: pointwise and row-reduction groups compiled to straight-line row code and run;
 //! - `matmul`: Gemm and DualGemm groups (prologue, `gemm` crate, epilogue);
-//! - `kernels`, `math`, `layout`, `storage`: inner loops, vectorisable exp/tanh, iteration domains, host
-//!   memory.
+//! - `kernels`, `math`: inner loops, vectorisable exp/tanh.
+//!
+//! The host memory of a tensor (`host.rs`) and iteration domains (`layout.rs`) are shared with the rest of
+//! the crate; nothing here knows of the CUDA backend (`exec.rs` at the crate root dispatches).
 
 pub(crate) mod exec;
 mod kernels;
-pub(crate) mod layout;
 mod math;
 mod matmul;
 mod rowprog;
 mod rowrun;
-pub(crate) mod storage;
 
 use crate::Tensor;
+use fuse_ir::NodeId;
 
-/// A value in the executor: a tensor, or a scalar argument or literal (0-d, no dtype of its own).
-#[derive(Clone, Debug)]
-pub(crate) enum Value {
-    Tensor(Tensor),
-    Scalar(f64),
+/// What running a group did.
+pub(crate) enum Outcome {
+    /// The group's outputs.
+    Done(Vec<(NodeId, Tensor)>),
+    /// The shapes of this call do not fit the group's fused form (the planner decides without shapes).
+    DoesNotFit(String),
 }

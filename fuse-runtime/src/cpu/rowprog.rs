@@ -3,8 +3,8 @@
 //! over memory: sources are read through broadcast strides, intermediates live in small per-thread row
 //! buffers, and only the group's outputs are written.
 
-use super::layout::{broadcast_strides, coalesce};
-use super::Value;
+use crate::layout::{broadcast_strides, coalesce};
+use crate::call::Value;
 use crate::element::round_to;
 use crate::tensor::contiguous_strides;
 use crate::{Error, Result, Tensor};

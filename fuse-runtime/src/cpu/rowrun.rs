@@ -2,9 +2,9 @@
 //! thread walks its rows in cache-sized column tiles, evaluating the program into its own row buffers.
 
 use super::kernels::{self, Lane, Sink};
-use super::layout::row_offset;
+use crate::layout::row_offset;
 use super::rowprog::{Instr, Operand, RowProgram, Source};
-use super::storage::CpuSlice;
+use crate::host::CpuSlice;
 use crate::element::round_to;
 use rayon::prelude::*;
 use std::ops::Range;

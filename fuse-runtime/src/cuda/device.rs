@@ -1,11 +1,15 @@
 //! One GPU: its context, its one non-default stream, the cuBLAS handle and the module cache. Created once
 //! per process and ordinal, shared by every tensor and call on that GPU; everything is ordered on the one
 //! stream, so no cross-stream events are needed.
+//!
+//! The libraries' warm-up on a new device (`gemm::warm_up`) is started by `CudaDevice::new` in `cuda/mod.rs`:
+//! this module imports none of the modules that build on it.
 
-use super::modules::ModuleCache;
+use super::compile::ModuleCache;
+use super::driver::{driver_error, lock};
 use crate::{Error, Result};
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{sys, CudaContext, CudaStream, DriverError};
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -33,13 +37,8 @@ pub(crate) struct DeviceState {
     poison: AtomicBool,
     blas: Mutex<Option<CudaBlas>>,
     /// Scratch memory of `queue_l2_flush`.
-    flush: Mutex<Option<super::storage::CudaStorage>>,
-    pub(crate) modules: ModuleCache,
-}
-
-/// A driver error as the runtime's error, naming what was being done.
-pub(crate) fn driver_error(op: &str, e: DriverError) -> Error {
-    Error::Cuda { op: op.to_string(), message: format!("{e}") }
+    flush: Mutex<Option<CudaSlice<u8>>>,
+    modules: ModuleCache,
 }
 
 fn registry() -> &'static Mutex<BTreeMap<usize, Arc<DeviceState>>> {
@@ -47,25 +46,21 @@ fn registry() -> &'static Mutex<BTreeMap<usize, Arc<DeviceState>>> {
     DEVICES.get_or_init(|| Mutex::new(BTreeMap::new()))
 }
 
-/// Locks a mutex, recovering the data if another thread panicked while holding it (the data are caches
-/// and handles that a panic cannot leave half-written).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// The `ordinal`-th GPU, set up on first use, and whether this call set it up. Errors (never panics) when
+/// the driver library is missing, there is no such GPU, or the context cannot be created. `on_create` runs
+/// once per GPU, with the registry still locked, before any other caller gets the device.
+pub(crate) fn open(ordinal: usize, on_create: impl FnOnce(CudaDevice)) -> Result<CudaDevice> {
+    let mut devices = lock(registry());
+    if let Some(state) = devices.get(&ordinal) {
+        return Ok(CudaDevice { state: state.clone() });
+    }
+    let state = Arc::new(DeviceState::create(ordinal)?);
+    devices.insert(ordinal, state.clone());
+    on_create(CudaDevice { state: state.clone() });
+    Ok(CudaDevice { state })
 }
 
 impl CudaDevice {
-    /// The `ordinal`-th GPU, set up on first use. Errors (never panics) when the driver library is missing,
-    /// there is no such GPU, or the context cannot be created.
-    pub fn new(ordinal: usize) -> Result<CudaDevice> {
-        let mut devices = lock(registry());
-        if let Some(state) = devices.get(&ordinal) {
-            return Ok(CudaDevice { state: state.clone() });
-        }
-        let state = Arc::new(DeviceState::create(ordinal)?);
-        devices.insert(ordinal, state.clone());
-        prepare_libraries(CudaDevice { state: state.clone() });
-        Ok(CudaDevice { state })
-    }
 
     pub fn ordinal(&self) -> usize {
         self.state.ordinal
@@ -162,12 +157,23 @@ impl CudaDevice {
     /// before a timed run.
     pub fn queue_l2_flush(&self, bytes: usize) -> Result<()> {
         let mut scratch = lock(&self.state.flush);
-        let words = bytes.div_ceil(4);
-        if scratch.as_ref().is_none_or(|s| s.len() != words) {
+        let len = bytes.div_ceil(4).checked_mul(4).ok_or_else(|| Error::Cuda {
+            op: "alloc".into(),
+            message: format!("{} elements of f32 overflow the address space", bytes.div_ceil(4)),
+        })?;
+        // At least one byte, as every allocation of the backend.
+        let len = len.max(1);
+        if scratch.as_ref().is_none_or(|s| s.len() != len) {
             *scratch = None;
-            *scratch = Some(super::storage::CudaStorage::alloc(self, crate::DType::F32, words)?);
+            // SAFETY: uninitialised, and zeroed below before the caller's work can read it.
+            *scratch = Some(unsafe { self.state.stream.alloc::<u8>(len) }.map_err(|e| driver_error("alloc", e))?);
         }
-        scratch.as_ref().map_or(Ok(()), |s| s.zero())
+        let Some(s) = scratch.as_ref() else { return Ok(()) };
+        let (address, _sync) = cudarc::driver::DevicePtr::device_ptr(s, &self.state.stream);
+        // SAFETY: the address and byte count are this live allocation's; queued on the stream every use of
+        // it is ordered on.
+        unsafe { cudarc::driver::result::memset_d8_async(address, 0, s.len(), self.state.stream.cu_stream()) }
+            .map_err(|e| driver_error("memset", e))
     }
 
     /// Waits until all work queued on this GPU's stream has finished.
@@ -175,8 +181,19 @@ impl CudaDevice {
         self.state.stream.synchronize().map_err(|e| driver_error("stream synchronize", e))
     }
 
-    pub(crate) fn state(&self) -> &DeviceState {
-        &self.state
+    /// The kernel `name` of `source` (whose fingerprint is `source_hash`) specialised by `defines` and
+    /// compiled for `arch` (the GPU's own, or `sm_90a` for the wgmma template), loaded on first use.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn kernel(
+        &self,
+        function: &str,
+        name: &str,
+        source: &str,
+        source_hash: u64,
+        defines: &[String],
+        arch: &str,
+    ) -> Result<CudaFunction> {
+        self.state.modules.kernel(&self.state.ctx, function, name, source, source_hash, defines, arch)
     }
 
     /// The cuBLAS handle (created on first use), locked: cuBLAS handles are not thread-safe.
@@ -221,7 +238,7 @@ impl DeviceState {
             stream,
             arch: format!("sm_{major}{minor}"),
             sm_count: sm_count.max(1) as usize,
-            overlap: AtomicBool::new(major >= 9 && crate::fused::env::launch_overlap()),
+            overlap: AtomicBool::new(major >= 9 && crate::env::launch_overlap()),
             arch_major: major,
             poison: AtomicBool::new(false),
             blas: Mutex::new(None),
@@ -229,25 +246,6 @@ impl DeviceState {
             modules: ModuleCache::default(),
         })
     }
-}
-
-/// Creates the cuBLAS and cuBLASLt handles and their workspaces on a background thread: creating them takes
-/// over 100 ms, which a program would otherwise wait for in its first matmul; a model is usually still
-/// loading its weights when they are ready. A failure here is silent: the first matmul then tries again
-/// and reports it.
-fn prepare_libraries(device: CudaDevice) {
-    let spawned = std::thread::Builder::new().name("fuse-cublas-setup".into()).spawn(move || {
-        if device.context().bind_to_thread().is_err() {
-            return;
-        }
-        if let Ok(guard) = device.blas() {
-            if let Some(blas) = guard.as_ref() {
-                super::gemm::ensure_workspace(&device, *blas.handle());
-            }
-        }
-        let _ = super::lt::prepare(&device);
-    });
-    drop(spawned);
 }
 
 /// Tells the driver's stream-ordered allocator to keep freed memory for reuse instead of returning it at

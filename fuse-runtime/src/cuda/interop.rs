@@ -1,6 +1,6 @@
 //! Handing device memory to and from other cudarc code without a trip through the host.
 
-use super::device::driver_error;
+use super::driver::driver_error;
 use super::storage::CudaStorage;
 use crate::tensor::checked_numel;
 use crate::{Device, Error, Result, Tensor};

@@ -1,8 +1,9 @@
 //! Device memory of a tensor: one allocation of bytes and the dtype they hold. Copies between host and
 //! device are ordered on the device's one stream; a copy to the host waits for it.
 
-use super::device::{driver_error, CudaDevice};
-use crate::cpu::storage::CpuData;
+use super::device::CudaDevice;
+use super::driver::driver_error;
+use crate::host::CpuData;
 use crate::{Error, Result};
 use cudarc::driver::{CudaSlice, DevicePtr};
 use fuse_ir::DType;

@@ -3,15 +3,15 @@
 //! the plan on each call. FUSE_DEBUG (see `env.rs`) reports what it does.
 
 mod args;
-pub(crate) mod env;
 mod static_kernels;
 
 pub use args::{arg, Arg, FromOutputs, Fusion, IntoArg};
 pub use static_kernels::StaticKernel;
 
-use crate::cpu::exec::{execute_cached, infer, GroupRun};
-use crate::cpu::Value;
-use crate::cuda::kernels::KernelCache;
+use crate::call::{infer, GroupRun, Value};
+use crate::cuda::KernelCache;
+use crate::env;
+use crate::exec::execute_cached;
 use crate::{Error, Result, Tensor};
 use fuse_ir::plan::describe;
 use fuse_ir::{Graph, InputKind, Plan};
@@ -155,7 +155,7 @@ impl FusedFn {
 
     /// Runs the function, fused unless `FUSE_FUSION=off`.
     pub fn call(&self, args: &[Arg<'_>]) -> Result<Vec<Tensor>> {
-        self.call_with(args, env::default_fusion())
+        self.call_with(args, default_fusion())
     }
 
     pub fn call_with(&self, args: &[Arg<'_>], fusion: Fusion) -> Result<Vec<Tensor>> {
@@ -210,7 +210,7 @@ impl FusedFn {
     /// The plan report for these arguments' shapes and dtypes.
     pub fn explain(&self, args: &[Arg<'_>]) -> Result<String> {
         let g = self.graph()?;
-        let plan = self.plan(env::default_fusion())?;
+        let plan = self.plan(default_fusion())?;
         let values = self.check_args(g, args)?;
         let inferred = infer(&self.name, g, &values)?;
         Ok(describe(g, plan, Some((&inferred.shapes, &inferred.dtypes))))
@@ -254,5 +254,14 @@ impl FusedFn {
                 eprintln!("fuse: `{}` k{} {}: {:.3} ms", self.name, run.index, run.kind.name(), run.time.as_secs_f64() * 1e3);
             }
         }
+    }
+}
+
+/// The fusion a call gets when it does not say (`FUSE_FUSION`).
+fn default_fusion() -> Fusion {
+    if env::fusion_off() {
+        Fusion::Off
+    } else {
+        Fusion::On
     }
 }

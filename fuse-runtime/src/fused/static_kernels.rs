@@ -1,6 +1,6 @@
 //! The CUDA sources `#[fuse]` emits into the user's binary, and the FUSE_DEBUG reports about kernels.
 
-use crate::cpu::exec::GroupRun;
+use crate::call::GroupRun;
 use crate::Device;
 use fuse_ir::codegen::{plan_kernels, KernelSpec};
 use fuse_ir::{Graph, GroupKind, Plan};

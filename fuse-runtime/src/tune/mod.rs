@@ -1,7 +1,7 @@
 //! The autotuner's settings and memory. A Gemm/DualGemm group can run several ways (cuBLAS, a cuBLASLt
 //! algorithm, the skinny or the wgmma template in one of its configs); which is fastest depends on the shape and the
 //! GPU, so the first call of a shape bucket times the candidates and keeps the winner. The measuring is
-//! in `cuda/tuning.rs`; this module holds what does not need a GPU: the mode, the choices as text, the
+//! in `cuda/exec/tuning.rs`; this module holds what does not need a GPU: the mode, the choices as text, the
 //! buckets, and the results file (`file.rs`).
 //!
 //! - `FUSE_AUTOTUNE=off|fast|full` (default `fast`): `off` uses the results file and otherwise a fixed rule
@@ -68,16 +68,14 @@ struct Settings {
 fn settings() -> &'static Mutex<Settings> {
     static SETTINGS: OnceLock<Mutex<Settings>> = OnceLock::new();
     SETTINGS.get_or_init(|| {
-        let mode = match std::env::var("FUSE_AUTOTUNE") {
-            Ok(v) => AutotuneMode::parse(&v).unwrap_or_else(|| {
+        let mode = match crate::env::autotune() {
+            Some(v) => AutotuneMode::parse(&v).unwrap_or_else(|| {
                 eprintln!("fuse: FUSE_AUTOTUNE={v:?} is not off, fast or full; using fast");
                 AutotuneMode::Fast
             }),
-            Err(_) => AutotuneMode::Fast,
+            None => AutotuneMode::Fast,
         };
-        let file = std::env::var_os("FUSE_TUNE_FILE").filter(|p| !p.is_empty()).map(PathBuf::from).or_else(|| {
-            crate::cuda::cache_dir(|name| std::env::var_os(name)).map(|dir| dir.join("tune.tsv"))
-        });
+        let file = crate::env::tune_file().or_else(|| crate::env::kernel_cache_dir().map(|dir| dir.join("tune.tsv")));
         Mutex::new(Settings { mode, file })
     })
 }

@@ -32,7 +32,7 @@ fn signatures_compare_layouts_not_values() {
 
 #[test]
 fn dual_gemm_pairing_says_why_two_calls() {
-    use super::super::gemm::{plan_gemm, Matrix};
+    use crate::cuda::gemm::cublas::{plan_gemm, Matrix};
     let mat = |rows, cols, row_stride, col_stride| Matrix {
         address: 0x1000,
         batch: 1,

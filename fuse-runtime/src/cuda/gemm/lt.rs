@@ -3,8 +3,9 @@
 //! faster. A [`LtMatmul`] holds the descriptors of one call form (a `GemmCall`) and the heuristic's
 //! algorithms, made once per form and GPU and kept for the process.
 
-use super::device::{lock, CudaDevice};
-use super::gemm::GemmCall;
+use crate::cuda::device::CudaDevice;
+use crate::cuda::driver::lock;
+use super::cublas::GemmCall;
 use crate::{Error, Result};
 use cudarc::cublas::sys::cudaDataType_t as BlasType;
 use cudarc::cublaslt::sys::{self, cublasLtMatmulAlgo_t};
@@ -81,7 +82,7 @@ impl LtState {
         let handle = cudarc::cublaslt::result::create_handle().map_err(|e| lt_error("create", e))?;
         // SAFETY: scratch memory only cuBLASLt uses, on the device's stream, kept for the process's life.
         let workspace = unsafe { device.stream().alloc::<u8>(WORKSPACE_BYTES) }
-            .map_err(|e| super::device::driver_error("alloc the cuBLASLt workspace", e))?;
+            .map_err(|e| crate::cuda::driver::driver_error("alloc the cuBLASLt workspace", e))?;
         self.devices.push(LtDevice { ordinal: device.ordinal(), handle: Raw(handle), workspace });
         Ok(self.devices.last().expect("just pushed"))
     }

@@ -6,20 +6,21 @@
 //! of them is queued on the device's one stream, so a later call's writes are ordered after an earlier
 //! call's reads and the buffers can be reused call after call.
 //!
-//! `FUSE_DUAL_GEMM=split` (read once) makes a DualGemm's two products two cuBLAS calls instead of one
+//! `FUSE_DUAL_GEMM=split` (read once, `crate::env`) makes a DualGemm's two products two cuBLAS calls instead of one
 //! batched call, to compare the two.
 
-use super::device::CudaDevice;
-use super::exec::{checked_address, KernelDims};
-use super::gemm::{launch_gemm, GemmCall};
-use super::lt::{launch_lt, LtMatmul};
-use super::storage::CudaStorage;
-use super::wgmma::TensorMapSpec;
-use crate::cpu::Value;
+use super::launch::{checked_address, launch_kernel, KernelDims};
+use crate::call::Value;
+use crate::cuda::device::CudaDevice;
+use crate::cuda::driver::driver_error;
+use crate::cuda::gemm::cublas::{launch_gemm, GemmCall};
+use crate::cuda::gemm::lt::{launch_lt, LtMatmul};
+use crate::cuda::gemm::wgmma::TensorMapSpec;
+use crate::cuda::storage::CudaStorage;
 use crate::{Result, Tensor};
 use cudarc::driver::CudaFunction;
 use fuse_ir::DType;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// Launch plans kept per plan: a call with a new signature past this many evicts the oldest (and frees
 /// its intermediates, in stream order).
@@ -158,15 +159,9 @@ impl LaunchPlans {
     }
 }
 
-/// Whether DualGemm products may be one batched cuBLAS call (`FUSE_DUAL_GEMM=split`: never).
-fn batch_dual_gemms() -> bool {
-    static BATCH: OnceLock<bool> = OnceLock::new();
-    *BATCH.get_or_init(|| std::env::var("FUSE_DUAL_GEMM").map_or(true, |v| v != "split"))
-}
-
 /// How a DualGemm's two products run on the `cublas` path, as calls `a` and `b` with their weights at
 /// `weights`: the one batched call and whether the second weight is its batch 0 (lower in memory), or why
-/// it makes two calls. The executor's first call (`gemm_paths.rs`) and FUSE_DEBUG>=3 ask this; a replay
+/// it makes two calls. The executor's first call (`exec/gemm_paths.rs`) and FUSE_DEBUG>=3 ask this; a replay
 /// makes the same tests (`LaunchPlan::build`, `run_step`).
 pub(crate) fn dual_gemm_pairing(
     a: &GemmCall,
@@ -175,7 +170,7 @@ pub(crate) fn dual_gemm_pairing(
     products_escape: bool,
     weights: [u64; 2],
 ) -> std::result::Result<(bool, GemmCall), &'static str> {
-    dual_gemm_pairing_with(batch_dual_gemms(), a, b, same_left, products_escape, weights)
+    dual_gemm_pairing_with(crate::env::batch_dual_gemms(), a, b, same_left, products_escape, weights)
 }
 
 /// [`dual_gemm_pairing`] with `FUSE_DUAL_GEMM` given (tests).
@@ -331,7 +326,7 @@ impl LaunchPlan {
             unsafe {
                 cudarc::driver::result::memset_d8_async(buffer.base_address(), 0xFF, bytes, device.stream().cu_stream())
             }
-            .map_err(|e| super::device::driver_error("memset", e))?;
+            .map_err(|e| driver_error("memset", e))?;
         }
         Ok(())
     }
@@ -351,7 +346,7 @@ fn run_step(device: &CudaDevice, step: &mut Step, addresses: &mut [u64]) -> Resu
                     m.encoded_at = addresses[m.node];
                 }
             }
-            super::exec::launch_kernel(device, name, function, *dims, words)
+            launch_kernel(device, name, function, *dims, words)
         }
         Step::Gemm { call, lt, first, second, product, .. } => {
             let (first, second, product) = (addresses[*first], addresses[*second], addresses[*product]);
@@ -364,7 +359,7 @@ fn run_step(device: &CudaDevice, step: &mut Step, addresses: &mut [u64]) -> Resu
             let base = buffer.base_address();
             let half = (call.paired_product_stride() * buffer.dtype().size_bytes()) as u64;
             let (weight_a, weight_b, a) = (addresses[first[0]], addresses[first[1]], addresses[*second]);
-            match call.batched_pair(weight_a, weight_b).filter(|_| batch_dual_gemms()) {
+            match call.batched_pair(weight_a, weight_b).filter(|_| crate::env::batch_dual_gemms()) {
                 Some((swapped, pair)) => {
                     // Batch 0 is the weight lower in memory; its product goes first in the buffer.
                     let (low, place_a, place_b) = if swapped { (weight_b, base + half, base) } else { (weight_a, base, base + half) };
@@ -384,5 +379,4 @@ fn run_step(device: &CudaDevice, step: &mut Step, addresses: &mut [u64]) -> Resu
 }
 
 #[cfg(test)]
-#[path = "launch_plan_tests.rs"]
 mod tests;

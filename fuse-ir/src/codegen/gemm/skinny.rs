@@ -8,8 +8,8 @@
 //! apart (as a row kernel's), so `row` is the product's row with any batch axes folded in. The products'
 //! own input slots carry no pointer: their values come from the accumulators.
 
-use super::emit::{self, KernelParts};
-use super::pointwise;
+use crate::codegen::emit::{self, KernelParts};
+use crate::codegen::pointwise;
 use super::prologue::Prologue;
 use super::tiling::GemmTiling;
 use crate::graph::{Graph, NodeId};
@@ -126,13 +126,13 @@ impl GemmTiling for SkinnyConfig {
 /// The epilogue a skinny kernel runs: input slots (`products[j]` is the slot of matmul j's product) and
 /// the nodes and outputs. `None` when the group cannot take one: a product that is itself written to
 /// memory, or reductions after the matmuls.
-pub(super) struct SkinnyEpilogue {
+pub(in crate::codegen) struct SkinnyEpilogue {
     pub inputs: Vec<NodeId>,
     pub outputs: Vec<NodeId>,
     pub nodes: Vec<NodeId>,
 }
 
-pub(super) fn epilogue(g: &Graph, grp: &Group) -> Option<SkinnyEpilogue> {
+pub(in crate::codegen) fn epilogue(g: &Graph, grp: &Group) -> Option<SkinnyEpilogue> {
     if !matches!(grp.kind, GroupKind::Gemm | GroupKind::DualGemm) || grp.matmuls.is_empty() || grp.matmuls.len() > 2 {
         return None;
     }
@@ -148,7 +148,7 @@ pub(super) fn epilogue(g: &Graph, grp: &Group) -> Option<SkinnyEpilogue> {
     if grp.matmuls.iter().any(|mm| grp.outputs.contains(mm)) {
         return None;
     }
-    let inputs = super::reads(g, &nodes);
+    let inputs = crate::codegen::reads(g, &nodes);
     if !grp.matmuls.iter().all(|mm| inputs.contains(mm)) {
         return None;
     }
@@ -158,7 +158,7 @@ pub(super) fn epilogue(g: &Graph, grp: &Group) -> Option<SkinnyEpilogue> {
 
 /// The kernel's source: the prelude, the epilogue's body, `fuse_gemm_epilogue`, the in-kernel prologue's
 /// functions (when the group has a prologue the template can run), then the template.
-pub(super) fn source(parts: &KernelParts<'_>, matmuls: &[NodeId], pro: Option<&Prologue>) -> String {
+pub(in crate::codegen) fn source(parts: &KernelParts<'_>, matmuls: &[NodeId], pro: Option<&Prologue>) -> String {
     let mut s = epilogue_hook(parts, matmuls, "skinny gemm");
     if let Some(pro) = pro {
         let names: Vec<String> = pro.inputs.iter().map(|id| format!("%{}", id.0)).collect();
@@ -194,7 +194,7 @@ __device__ __forceinline__ unsigned fuse_smem_addr(const void* p) {
 /// `fuse_gemm_row(args, row)` (the slots' offsets for one product row, computed once per row) and
 /// `fuse_gemm_store(args, r, col, acc0, acc1)` (one element: accumulator j feeds the slot of matmul j),
 /// with `fuse_gemm_epilogue(args, row, col, acc0, acc1)` doing both, then [`GEMM_COMMON`].
-pub(super) fn epilogue_hook(parts: &KernelParts<'_>, matmuls: &[NodeId], kind: &str) -> String {
+pub(in crate::codegen) fn epilogue_hook(parts: &KernelParts<'_>, matmuls: &[NodeId], kind: &str) -> String {
     let mut s = parts.preamble(kind);
     s.push_str(&pointwise::body_function(parts));
     s.push_str("struct FuseGemmRow { long long bi[FUSE_NIN], si[FUSE_NIN], bo[FUSE_NOUT], so[FUSE_NOUT]; };\n");

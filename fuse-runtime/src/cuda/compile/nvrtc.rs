@@ -86,7 +86,7 @@ fn compile_cubin_with(
     arch: &str,
 ) -> Result<Vec<u8>, NvrtcError> {
     // Without a version there is no libnvrtc: nothing to key on, and the compile below reports why.
-    let key = nvrtc_version().map(|version| cache::cubin_key(name, source, defines, arch, version));
+    let key = nvrtc_version().map(|version| cubin_key(name, source, defines, arch, version));
     if let Some(key) = key {
         if let cache::Lookup::Hit(cubin) = disk.load(key) {
             return Ok(cubin);
@@ -114,6 +114,16 @@ pub fn compile_ptx(name: &str, source: &str, defines: &[String], arch: &str) -> 
 /// Options of every compile besides the architecture and the defines (part of the cubin cache key).
 /// `-lineinfo` maps SASS to source lines for compute-sanitizer and ncu; it does not change the code.
 pub(crate) const FIXED_OPTIONS: &[&str] = &["-default-device", "--std=c++17", "-lineinfo"];
+
+/// The key of a cubin: every input of the compilation that can change its bytes.
+pub(crate) fn cubin_key(name: &str, source: &str, defines: &[String], arch: &str, nvrtc: (i32, i32)) -> cache::CacheKey {
+    let nvrtc = format!("{}.{}", nvrtc.0, nvrtc.1);
+    let mut parts: Vec<&[u8]> = vec![b"fuse-cubin", env!("CARGO_PKG_VERSION").as_bytes(), nvrtc.as_bytes()];
+    parts.extend(FIXED_OPTIONS.iter().map(|o| o.as_bytes()));
+    parts.extend([arch.as_bytes(), name.as_bytes(), source.as_bytes()]);
+    parts.extend(defines.iter().map(|d| d.as_bytes()));
+    cache::CacheKey::of(&parts)
+}
 
 type SizeFn = unsafe fn(sys::nvrtcProgram, *mut usize) -> sys::nvrtcResult;
 type BytesFn = unsafe fn(sys::nvrtcProgram, *mut c_char) -> sys::nvrtcResult;
@@ -316,7 +326,7 @@ mod tests {
         let defines = vec!["-DUNUSED=1".to_string()];
         let compiled = compile_cubin_with(&disk, "k", source, &defines, "sm_90").expect("compiles");
         assert!(compiled.starts_with(b"\x7fELF"), "a cubin is an ELF file");
-        let key = cache::cubin_key("k", source, &defines, "sm_90", version);
+        let key = cubin_key("k", source, &defines, "sm_90", version);
         assert_eq!(disk.load(key), cache::Lookup::Hit(compiled.clone()), "stored after compiling");
         // A stand-in entry proves the next call reads the disk instead of compiling.
         assert!(disk.store(key, b"stand-in"));

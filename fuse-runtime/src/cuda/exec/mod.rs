@@ -5,25 +5,44 @@
 //! queued on the device's one stream; nothing waits for the GPU until a result is read.
 //!
 //! With a kernel cache (a `FusedFn`'s), the first call of each argument signature also records what it
-//! queued as a launch plan (`launch_plan.rs`), and later calls of that signature replay it instead.
+//! queued as a launch plan (`launch_plan/`), and later calls of that signature replay it instead.
+//!
+//! The executor is one type whose methods are grouped by concern in this folder:
+//! - here: the call, the value table, plain kernels and cuBLAS matmuls;
+//! - `gemm_paths`: how a Gemm/DualGemm group runs on the path chosen for it (`gemm_path::GemmPath`);
+//! - `tuning`: which path that is (forced, from the results table, timed, or a fixed rule).
+//!
+//! Beside it: `kernels` (a plan's generated kernels, kept per fused function), `fuse_args` (the kernel ABI:
+//! `FuseArgs` packing and launch geometry), `launch` (one kernel launch), `launch_plan` (a call recorded and
+//! replayed), `describe` (FUSE_DEBUG>=3's account of the matmuls).
 
-use super::device::{driver_error, lock, CudaDevice};
-use super::gemm::{launch_gemm, plan_gemm, GemmCall, Matrix};
-use super::launch_plan::dual_gemm_pairing;
-use super::kernels::{KernelCache, PlanKernels, PreparedKernel};
-use super::launch_plan::{signature, LaunchPlan, Patch, Recording, Step};
-use super::launch::{plan_launch, Operand, BLOCK_THREADS};
-use super::lt::{launch_lt, lt_matmul};
-use super::modules;
-use gemm_paths::GemmPath;
-use super::storage::CudaStorage;
-use crate::cpu::exec::{infer, operand_name, GroupRun, Inferred};
-use crate::cpu::Value;
+mod describe;
+mod fuse_args;
+mod gemm_path;
+mod gemm_paths;
+pub(crate) mod kernels;
+mod launch;
+mod launch_plan;
+mod tuning;
+
+pub(crate) use fuse_args::BLOCK_THREADS;
+
+use crate::call::{infer, input_values, operand_name, GroupRun, Inferred, Value};
+use crate::cuda::device::CudaDevice;
+use crate::cuda::driver::{driver_error, lock};
+use crate::cuda::gemm::cublas::{launch_gemm, plan_gemm, GemmCall, Matrix};
+use crate::cuda::gemm::lt::{launch_lt, lt_matmul};
+use crate::cuda::storage::CudaStorage;
 use crate::{Error, Result, Tensor};
+use describe::{describe_matmuls, DescribedGemm};
+use fuse_args::{plan_launch, Operand};
 use fuse_ir::codegen::{self, InputKind, Role, CONTIGUOUS_DEFINE};
 use fuse_ir::infer::broadcast;
 use fuse_ir::{DType, Graph, GroupKind, NodeId, Op, Plan};
-use cudarc::driver::CudaFunction;
+use gemm_path::GemmPath;
+use kernels::{KernelCache, PlanKernels, PreparedKernel};
+use launch::{checked_address, launch_kernel, KernelDims};
+use launch_plan::{signature, LaunchPlan, Patch, Recording, Step};
 use std::time::Instant;
 
 struct Executor<'a> {
@@ -47,24 +66,6 @@ struct Executor<'a> {
     /// The current group's prologue kernel is left to `run_gemm`: the skinny paths run the prologue in
     /// their kernel, the others launch the prologue kernel first (so the tuner times it with them).
     prologue_deferred: bool,
-}
-
-#[path = "gemm_paths.rs"]
-mod gemm_paths;
-#[path = "tuning.rs"]
-mod tuning;
-
-/// One matmul as it ran, for FUSE_DEBUG>=3.
-struct DescribedGemm {
-    /// The cuBLAS call, or why there was none.
-    call: std::result::Result<GemmCall, &'static str>,
-    /// The weight (cuBLAS's A) and the left operand (cuBLAS's B), as the user wrote them.
-    weight: String,
-    left: String,
-    weight_address: u64,
-    /// The base value of the left operand, and whether the product is an output of the function.
-    left_node: NodeId,
-    escapes: bool,
 }
 
 /// Runs `plan` on `args` (one per graph input, every tensor on `device`). Returns the graph's outputs and,
@@ -107,13 +108,7 @@ pub(crate) fn execute(
     // Empty values make empty launches and products, which the general path skips call by call.
     let record = replayable && !inferred.shapes.iter().any(|s| s.contains(&0));
     let recorded_signature = record.then(|| signature(&args));
-    let mut values: Vec<Option<Value>> = vec![None; g.nodes.len()];
-    let mut args = args.into_iter().map(Some).collect::<Vec<_>>();
-    for id in g.ids() {
-        if let Op::Input(k) = g.op(id) {
-            values[id.index()] = args.get_mut(k as usize).and_then(Option::take);
-        }
-    }
+    let values = input_values(g, args);
     let recording = record.then(Recording::default);
     let mut ex = Executor {
         function,
@@ -156,128 +151,12 @@ pub(crate) fn execute(
     Ok((outputs, runs))
 }
 
-/// FUSE_DEBUG>=3: how a group's matmuls went to the library (`None` for a group without any), in cuBLAS's
-/// call form (a cuBLASLt path makes the same product; the path note before this names it). `pairs`: the
-/// group's path puts a DualGemm's two products into one batched call where `dual_gemm_pairing` allows,
-/// as this call did and a replayed call with the same arguments does.
-fn describe_matmuls(kind: GroupKind, gemms: &[DescribedGemm], pairs: bool) -> Option<String> {
-    let single = |g: &DescribedGemm| match &g.call {
-        Ok(call) => format!("cuBLAS {}", call.describe(1, &format!("A = {}, B = {}", g.weight, g.left))),
-        Err(why) => format!("{} x {}: {why}", g.left, g.weight),
-    };
-    let singles = || Some(gemms.iter().map(single).collect::<Vec<_>>().join("; "));
-    match (kind, gemms) {
-        (_, []) => None,
-        (GroupKind::DualGemm, [a, b]) if pairs => {
-            let (Ok(call_a), Ok(call_b)) = (&a.call, &b.call) else { return singles() };
-            let weights = [a.weight_address, b.weight_address];
-            match dual_gemm_pairing(call_a, call_b, a.left_node == b.left_node, a.escapes || b.escapes, weights) {
-                Ok((swapped, pair)) => {
-                    let (low, high) = if swapped { (&b.weight, &a.weight) } else { (&a.weight, &b.weight) };
-                    let stride = pair.weight_batch_stride();
-                    Some(format!("cuBLAS {}", pair.describe(1, &format!("dual {low}|{high}, batch stride {stride} elems, B = {}", a.left))))
-                }
-                Err(why) => Some(format!("{}; {} (two calls: {why})", single(a), single(b))),
-            }
-        }
-        _ => singles(),
-    }
-}
-
-/// How a kernel launches: blocks, threads per block, blocks per cluster (1: no cluster), dynamic shared
-/// memory in bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct KernelDims {
-    pub grid: u32,
-    pub block: u32,
-    pub cluster: u32,
-    pub shared_bytes: u32,
-    /// The launch may overlap the kernel before it where the device allows (see `launch_kernel`).
-    pub overlap: bool,
-}
-
-impl KernelDims {
-    /// A generated kernel's: `grid` blocks of [`BLOCK_THREADS`], no cluster, no dynamic shared memory.
-    pub(crate) fn plain(grid: u32) -> KernelDims {
-        KernelDims { grid, block: BLOCK_THREADS, cluster: 1, shared_bytes: 0, overlap: true }
-    }
-}
-
-/// Launches a generated kernel on the device's stream with its packed `FuseArgs` words (and, for the
-/// templates, their `FuseGemmArgs` after them and the wgmma template's tensor maps before them). Where the
-/// device allows it ([`CudaDevice::overlaps_launches`]), the launch may overlap the kernel before it in the
-/// stream (programmatic dependent launch): every generated kernel waits for that kernel before it touches
-/// memory, so its set-up and first L2 prefetches run during the other's last blocks.
-pub(crate) fn launch_kernel(device: &CudaDevice, name: &str, function: &CudaFunction, dims: KernelDims, words: &mut [u64]) -> Result<()> {
-    use cudarc::driver::sys;
-    let mut params = [words.as_mut_ptr().cast::<std::ffi::c_void>()];
-    // SAFETY (zeroed): plain data; each union member written below is the one its attribute id names.
-    let mut attributes: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
-    let mut count = 0;
-    if dims.cluster > 1 {
-        attributes[count].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attributes[count].value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: dims.cluster, y: 1, z: 1 };
-        count += 1;
-    }
-    if dims.overlap && device.overlaps_launches() {
-        attributes[count].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attributes[count].value.programmaticStreamSerializationAllowed = 1;
-        count += 1;
-    }
-    let config = sys::CUlaunchConfig {
-        gridDimX: dims.grid,
-        gridDimY: 1,
-        gridDimZ: 1,
-        blockDimX: dims.block,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: dims.shared_bytes,
-        hStream: device.stream().cu_stream(),
-        attrs: attributes.as_mut_ptr(),
-        numAttrs: count as u32,
-    };
-    // SAFETY: the kernel was generated for exactly this parameter (one FuseArgs, laid out as the packed
-    // words, slot counts and dtypes fixed by the defines); every address is a live allocation on this GPU
-    // whose view was bounds-checked by the caller; the driver copies the parameter at launch, and
-    // allocations are freed in stream order, after the kernel. `config` and `attributes` outlive the call.
-    let status = unsafe { sys::cuLaunchKernelEx(&config, function.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) };
-    match status {
-        sys::CUresult::CUDA_SUCCESS => Ok(()),
-        e => Err(Error::Cuda {
-            op: format!("launch {name} ({} blocks of {}, cluster {}, {} B shared)", dims.grid, dims.block, dims.cluster, dims.shared_bytes),
-            message: format!("{e:?}"),
-        }),
-    }
-}
-
-/// The device address of a view's first element, after checking it is on `device` and lies inside its
-/// allocation.
-pub(crate) fn checked_address(function: &str, device: &CudaDevice, t: &Tensor) -> Result<u64> {
-    let storage = t.cuda_storage().filter(|s| s.device() == device).ok_or_else(|| Error::DeviceMismatch {
-        function: function.to_string(),
-        first: crate::Device::Cuda(device.clone()),
-        second: t.device().clone(),
-    })?;
-    if last_index(t).is_some_and(|last| last >= storage.len()) {
-        return Err(Error::internal(function, format!("a view of shape {:?} reaches past its allocation", t.shape())));
-    }
-    Ok(storage.base_address() + (t.offset() * storage.dtype().size_bytes()) as u64)
-}
-
 /// The value a `.t()` view reads (launch plans address views by their base value).
 fn base_of(g: &Graph, mut id: NodeId) -> NodeId {
     while let Op::Transpose = g.op(id) {
         id = g.node(id).args[0];
     }
     id
-}
-
-/// The largest element index a view touches, `None` for an empty view.
-fn last_index(t: &Tensor) -> Option<usize> {
-    if t.shape().contains(&0) {
-        return None;
-    }
-    Some(t.offset() + t.shape().iter().zip(t.strides()).map(|(&d, &s)| (d - 1) * s).sum::<usize>())
 }
 
 impl Executor<'_> {
@@ -329,7 +208,7 @@ impl Executor<'_> {
         let is_gemm = matches!(group.kind, GroupKind::Gemm | GroupKind::DualGemm);
         // Where the Skinny kernel can run the prologue itself, the prologue kernel runs here unrecorded (the
         // path choice reads the left operand) and `run_gemm` runs it again, recorded, on the other paths.
-        let first_skinny = GemmPath::Skinny(&super::skinny::CONFIGS[0]);
+        let first_skinny = GemmPath::Skinny(&crate::cuda::gemm::skinny::CONFIGS[0]);
         self.prologue_deferred = is_gemm && matches!(self.template_operands(index, specs, &first_skinny), Ok((_, Some(_))));
         let recording = if self.prologue_deferred { self.recording.take() } else { None };
         for spec in specs.iter().filter(|k| matches!(k.spec.role, Role::Whole | Role::Prologue)) {
@@ -379,7 +258,7 @@ impl Executor<'_> {
         let grid = launch.grid(spec.kind, self.device.sm_count());
         if grid > 0 {
             let function =
-                modules::kernel(self.device, self.function, &spec.name, &spec.source, kernel.source_hash, &defines)?;
+                self.device.kernel(self.function, &spec.name, &spec.source, kernel.source_hash, &defines, self.device.arch())?;
             let mut words = launch.pack();
             launch_kernel(self.device, &spec.name, &function, KernelDims::plain(grid), &mut words)?;
             if self.recording.is_some() {
@@ -553,51 +432,5 @@ impl Executor<'_> {
             Value::Tensor(t) => Ok(t),
             Value::Scalar(v) => Tensor::from_vec(vec![v as f32], &[], &crate::Device::Cuda(self.device.clone())),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn gemm(weight: &str, weight_address: u64, call: std::result::Result<GemmCall, &'static str>) -> DescribedGemm {
-        DescribedGemm {
-            call,
-            weight: weight.to_string(),
-            left: "h".to_string(),
-            weight_address,
-            left_node: NodeId(3),
-            escapes: false,
-        }
-    }
-
-    #[test]
-    fn matmul_paths_name_the_cublas_call_and_the_dual_gemm_pairing() {
-        // h [16, 4096] x w.t() with w [14336, 4096] in bf16: the Llama-3-8B MLP's gate and up projections.
-        let h = Matrix { address: 0x10_0000, batch: 1, rows: 16, cols: 4096, batch_stride: 0, row_stride: 4096, col_stride: 1 };
-        let w = Matrix { address: 0x20_0000, batch: 1, rows: 4096, cols: 14336, batch_stride: 0, row_stride: 1, col_stride: 4096 };
-        let call = plan_gemm(&h, &w).unwrap().call(DType::BF16).unwrap().unwrap();
-        assert_eq!(describe_matmuls(GroupKind::Gemm, &[], true), None);
-        let down = "cuBLAS cublasGemmStridedBatchedEx x1 (A = w_down.t(), B = h), op(A)=T op(B)=N, m=14336 n=16 k=4096, \
-             lda=4096 ldb=4096 ldc=14336, bf16, compute f32";
-        assert_eq!(describe_matmuls(GroupKind::Gemm, &[gemm("w_down.t()", 0x20_0000, Ok(call))], true).unwrap(), down);
-        let gap = 2 * 14336 * 4096;
-        let dual = [gemm("w_gate.t()", 0x20_0000, Ok(call)), gemm("w_up.t()", 0x20_0000 + gap, Ok(call))];
-        assert_eq!(
-            describe_matmuls(GroupKind::DualGemm, &dual, true).unwrap(),
-            "cuBLAS cublasGemmStridedBatchedEx x1 (dual w_gate.t()|w_up.t(), batch stride 58720256 elems, B = h), \
-             op(A)=T op(B)=N, m=14336 n=16 k=4096, lda=4096 ldb=4096 ldc=14336, batch 2 (strides A 58720256, B 0, \
-             C 229376 elems), bf16, compute f32"
-        );
-        // The up weight first in memory: it is batch 0.
-        let swapped = [gemm("w_gate.t()", 0x20_0000 + gap, Ok(call)), gemm("w_up.t()", 0x20_0000, Ok(call))];
-        assert!(describe_matmuls(GroupKind::DualGemm, &swapped, true).unwrap().contains("x1 (dual w_up.t()|w_gate.t(), batch stride"));
-        // Two calls, and why; or two calls because the path splits them.
-        let same = [gemm("w.t()", 0x20_0000, Ok(call)), gemm("w.t()", 0x20_0000, Ok(call))];
-        assert!(describe_matmuls(GroupKind::DualGemm, &same, true).unwrap().ends_with("(two calls: the same weight twice)"));
-        let split = describe_matmuls(GroupKind::DualGemm, &dual, false).unwrap();
-        assert_eq!(split.matches("cublasGemmStridedBatchedEx x1 (A = w_").count(), 2, "{split}");
-        let empty = [gemm("w.t()", 0x20_0000, Err("an empty product: no cuBLAS call"))];
-        assert_eq!(describe_matmuls(GroupKind::Gemm, &empty, true).unwrap(), "h x w.t(): an empty product: no cuBLAS call");
     }
 }

@@ -2,7 +2,7 @@
 //! (`templates/mma.cuh`: mma.sync, a cp.async ring, ldmatrix), the many-rows counterpart of the skinny
 //! template for GPUs without wgmma, with the same epilogue hook.
 
-use super::emit::KernelParts;
+use crate::codegen::emit::KernelParts;
 use super::skinny::epilogue_hook;
 use super::tiling::GemmTiling;
 use crate::graph::NodeId;
@@ -74,7 +74,7 @@ impl GemmTiling for MmaConfig {
 }
 
 /// The kernel's source: the epilogue hook, the defines, then the template.
-pub(super) fn source(parts: &KernelParts<'_>, matmuls: &[NodeId]) -> String {
+pub(in crate::codegen) fn source(parts: &KernelParts<'_>, matmuls: &[NodeId]) -> String {
     let mut s = epilogue_hook(parts, matmuls, "mma gemm");
     let _ = writeln!(s, "#define FUSE_MMA_NAME {}", parts.name);
     let _ = writeln!(s, "#define FUSE_MMA_DUAL {}", u8::from(matmuls.len() == 2));

@@ -1,4 +1,4 @@
-//! Which path (`gemm_paths.rs`) a Gemm/DualGemm group takes, chosen per shape bucket. The choice comes
+//! Which path (`gemm_path.rs`) a Gemm/DualGemm group takes, chosen per shape bucket. The choice comes
 //! from, in order: a path forced on this thread (`fuse::tune::with_gemm_choice`), the results table
 //! (`fuse::tune`), timing the candidates now (`FUSE_AUTOTUNE=fast|full`), or a fixed rule (`off`: the
 //! skinny template for a DualGemm of up to 8 rows or a Gemm of up to 4, else cuBLAS). The wgmma template is
@@ -10,12 +10,11 @@
 //! from cuBLAS's by more than rounding (`agreement`), is skipped and cannot be chosen. The group then runs
 //! once more, for real, on the winner.
 
-use super::super::cache::CacheKey;
-use super::super::skinny::{SkinnyConfig, CONFIGS};
-use super::super::wgmma::{self, CONFIGS as WGMMA_CONFIGS};
-use fuse_ir::codegen::MMA_CONFIGS;
-use super::gemm_paths::GemmPath;
 use super::*;
+use crate::cuda::compile::cache::CacheKey;
+use crate::cuda::gemm::skinny::{SkinnyConfig, CONFIGS};
+use crate::cuda::gemm::wgmma::{self, CONFIGS as WGMMA_CONFIGS};
+use fuse_ir::codegen::MMA_CONFIGS;
 use crate::tune::{self, AutotuneMode, TuneKey};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
@@ -47,7 +46,7 @@ fn environment(device: &CudaDevice) -> String {
             let mut driver = 0i32;
             // SAFETY: writes one int.
             let _ = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver) };
-            let nvrtc = super::super::nvrtc::nvrtc_version().map_or("none".into(), |(a, b)| format!("{a}.{b}"));
+            let nvrtc = crate::cuda::compile::nvrtc::nvrtc_version().map_or("none".into(), |(a, b)| format!("{a}.{b}"));
             format!("{name}|{}|driver {driver}|nvrtc {nvrtc}|fuse {}", device.arch(), env!("CARGO_PKG_VERSION"))
         })
         .clone()
@@ -140,7 +139,7 @@ impl Executor<'_> {
     }
 
     fn note(&mut self, note: String) {
-        if crate::fused::env::debug_level() >= 3 {
+        if crate::env::debug_level() >= 3 {
             eprintln!("fuse: {}: {note}", self.function);
         }
         self.path_note = Some(note);
@@ -248,7 +247,7 @@ impl Executor<'_> {
             };
             let result = run();
             if let Err(e) = &result {
-                if crate::fused::env::debug_level() >= 3 {
+                if crate::env::debug_level() >= 3 {
                     eprintln!("fuse: {}: candidate {} skipped: {e}", self.function, path.name());
                 }
                 // A failed launch may leave work queued; let it drain before the next candidate.

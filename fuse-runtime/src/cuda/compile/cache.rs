@@ -1,7 +1,7 @@
 //! The on-disk cubin cache: NVRTC output kept between processes, so a warm start compiles nothing.
 //!
-//! - Where: `FUSE_CACHE_DIR`, else `$XDG_CACHE_HOME/fuse`, else `$HOME/.cache/fuse`; with none of them set,
-//!   no disk cache (every process compiles).
+//! - Where: `FUSE_CACHE_DIR`, else `$XDG_CACHE_HOME/fuse`, else `$HOME/.cache/fuse` (`crate::env`); with none
+//!   of them set, no disk cache (every process compiles).
 //! - Key: a 128-bit FNV-1a hash of everything that changes the cubin: kernel name, source, defines, arch,
 //!   NVRTC version and fuse version. One file per key, `<key as 32 hex digits>.cubin`.
 //! - Entry: a header (magic, key, payload length, payload checksum) then the payload. A reader checks all four,
@@ -36,16 +36,6 @@ impl CacheKey {
     fn file_name(self) -> String {
         format!("{:032x}.cubin", self.0)
     }
-}
-
-/// The key of a cubin: every input of the compilation that can change its bytes.
-pub(crate) fn cubin_key(name: &str, source: &str, defines: &[String], arch: &str, nvrtc: (i32, i32)) -> CacheKey {
-    let nvrtc = format!("{}.{}", nvrtc.0, nvrtc.1);
-    let mut parts: Vec<&[u8]> = vec![b"fuse-cubin", env!("CARGO_PKG_VERSION").as_bytes(), nvrtc.as_bytes()];
-    parts.extend(super::nvrtc::FIXED_OPTIONS.iter().map(|o| o.as_bytes()));
-    parts.extend([arch.as_bytes(), name.as_bytes(), source.as_bytes()]);
-    parts.extend(defines.iter().map(|d| d.as_bytes()));
-    CacheKey::of(&parts)
 }
 
 /// 128-bit FNV-1a: simple, stable across platforms and Rust versions (std's hashers promise neither), and fast
@@ -161,7 +151,7 @@ impl DiskCache {
     /// The process-wide cache, its directory read from the environment once.
     pub(crate) fn global() -> &'static DiskCache {
         static CACHE: std::sync::OnceLock<DiskCache> = std::sync::OnceLock::new();
-        CACHE.get_or_init(|| DiskCache::at(cache_dir(|name| std::env::var_os(name))))
+        CACHE.get_or_init(|| DiskCache::at(crate::env::kernel_cache_dir()))
     }
 
     fn path(&self, key: CacheKey) -> Option<PathBuf> {
@@ -218,18 +208,10 @@ fn write_entry(dir: &Path, key: CacheKey, payload: &[u8]) -> std::io::Result<()>
     result
 }
 
-/// `FUSE_CACHE_DIR`, else `$XDG_CACHE_HOME/fuse`, else `$HOME/.cache/fuse`; empty values count as unset.
-/// `var` reads the environment (a parameter so tests need not change the process's environment).
-pub(crate) fn cache_dir(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
-    let set = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-    set("FUSE_CACHE_DIR")
-        .or_else(|| set("XDG_CACHE_HOME").map(|d| d.join("fuse")))
-        .or_else(|| set("HOME").map(|d| d.join(".cache").join("fuse")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cuda::compile::nvrtc::cubin_key;
 
     /// A fresh directory under the system temp dir, removed on drop.
     struct TempDir(PathBuf);
@@ -356,17 +338,5 @@ mod tests {
         assert!(!cache.store(k, b"cubin"), "still false, and the warning is not repeated");
         assert_eq!(cache.load(k), Lookup::Miss);
         assert!(DiskCache::at(None).load(k) == Lookup::Miss && !DiskCache::at(None).store(k, b"x"));
-    }
-
-    #[test]
-    fn the_directory_comes_from_the_environment_in_order() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| std::ffi::OsString::from(v))
-        };
-        const ALL: [(&str, &str); 3] = [("FUSE_CACHE_DIR", "/c/fuse"), ("XDG_CACHE_HOME", "/xdg"), ("HOME", "/home/u")];
-        assert_eq!(cache_dir(env(&ALL)), Some(PathBuf::from("/c/fuse")));
-        assert_eq!(cache_dir(env(&[("FUSE_CACHE_DIR", ""), ("XDG_CACHE_HOME", "/xdg")])), Some(PathBuf::from("/xdg/fuse")));
-        assert_eq!(cache_dir(env(&[("HOME", "/home/u")])), Some(PathBuf::from("/home/u/.cache/fuse")));
-        assert_eq!(cache_dir(env(&[])), None);
     }
 }

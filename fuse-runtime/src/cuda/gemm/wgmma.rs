@@ -1,4 +1,4 @@
-//! The wgmma template (fuse-ir `codegen/templates/wgmma.cuh`, configs in `WGMMA_CONFIGS`) from the
+//! The wgmma template (fuse-ir `codegen/gemm/templates/wgmma.cuh`, configs in `WGMMA_CONFIGS`) from the
 //! runtime's side: where it can run, and the TMA descriptors of its operands, which come first in its one
 //! parameter (`FuseWgmmaParams { tx, tw0, tw1, FuseArgs, FuseGemmArgs }`).
 

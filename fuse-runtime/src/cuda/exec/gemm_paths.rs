@@ -1,78 +1,14 @@
-//! How each path of a Gemm/DualGemm group runs on the GPU (`tuning.rs` chooses among them):
-//!
-//! - `cublas`: cuBLAS for the matmuls (a DualGemm's two as one batched call where the two weights lie a
-//!   whole number of elements apart), then the epilogue kernel; `cublas:split`: a DualGemm's two as two
-//!   calls (at some shapes cuBLAS picks a slower kernel for the batched call);
-//! - `cublaslt:<i>`: the same through cuBLASLt with algorithm `i` of its heuristic's list;
-//! - `skinny:<config>`: the skinny template, matmuls and epilogue in one kernel (`cuda/skinny.rs`);
-//! - `wgmma:<config>`: the same with the tensor-core template for many rows, sm_90 only (`cuda/wgmma.rs`);
-//! - `mma:<config>`: the same with the tiled mma.sync template for many rows, sm_80 and later.
+//! The executor's Gemm/DualGemm groups on the path chosen for them (`gemm_path.rs` names the paths,
+//! `tuning.rs` chooses): library matmuls then the epilogue kernel, a DualGemm's two products as one batched
+//! cuBLAS call, or one template kernel (skinny, wgmma, mma) for the matmuls and the epilogue together.
 
-use super::super::launch_plan::MapPatch;
-use super::super::skinny::{skinny_gemm, SkinnyConfig, SkinnyGemm};
-use super::super::wgmma::{self, TensorMapSpec, WgmmaConfig, MAP_WORDS, PARAM_ALIGN_WORDS};
+use super::launch_plan::{dual_gemm_pairing, MapPatch};
 use super::*;
+use crate::cuda::gemm::skinny::{skinny_gemm, SkinnyGemm};
+use crate::cuda::gemm::wgmma::{self, TensorMapSpec, MAP_WORDS, PARAM_ALIGN_WORDS};
+use crate::layout::broadcast_strides;
 use cudarc::driver::sys::CUfunction_attribute;
-use crate::cpu::layout::broadcast_strides;
-use fuse_ir::codegen::{GemmTiling, MmaConfig, PROLOGUE_MAX_ROWS};
-
-/// One way to run a Gemm/DualGemm group.
-#[derive(Clone, Debug, PartialEq)]
-pub(super) enum GemmPath {
-    /// cuBLAS; a DualGemm's two products as one batched call where the weights allow it.
-    Cublas,
-    /// cuBLAS, a DualGemm's products as two calls.
-    CublasSplit,
-    Lt(usize),
-    Skinny(&'static SkinnyConfig),
-    Wgmma(&'static WgmmaConfig),
-    Mma(&'static MmaConfig),
-}
-
-impl GemmPath {
-    pub(super) fn name(&self) -> String {
-        match self {
-            GemmPath::Cublas => "cublas".into(),
-            GemmPath::CublasSplit => "cublas:split".into(),
-            GemmPath::Lt(i) => format!("cublaslt:{i}"),
-            GemmPath::Skinny(c) => format!("skinny:{}", c.name),
-            GemmPath::Wgmma(c) => format!("wgmma:{}", c.name),
-            GemmPath::Mma(c) => format!("mma:{}", c.name),
-        }
-    }
-
-    pub(super) fn parse(text: &str) -> Option<GemmPath> {
-        match text.split_once(':') {
-            None if text == "cublas" => Some(GemmPath::Cublas),
-            Some(("cublas", "split")) => Some(GemmPath::CublasSplit),
-            Some(("cublaslt", i)) => i.parse().ok().map(GemmPath::Lt),
-            Some(("skinny", c)) => SkinnyConfig::by_name(c).map(GemmPath::Skinny),
-            Some(("wgmma", c)) => WgmmaConfig::by_name(c).map(GemmPath::Wgmma),
-            Some(("mma", c)) => MmaConfig::by_name(c).map(GemmPath::Mma),
-            _ => None,
-        }
-    }
-
-    /// Why a template config cannot run a group of one product or two (`dual`), if it cannot.
-    pub(super) fn lacks_room(&self, dual: bool) -> Option<String> {
-        let fits = match self {
-            GemmPath::Wgmma(c) => c.supports(dual),
-            GemmPath::Mma(c) => c.supports(dual),
-            _ => true,
-        };
-        (!fits).then(|| format!("{} has no room for two products' accumulators", self.name()))
-    }
-
-    /// The generated kernel a template path launches (`None`: library calls plus the epilogue kernel).
-    pub(super) fn template_role(&self) -> Option<Role> {
-        match self {
-            GemmPath::Skinny(_) => Some(Role::Skinny),
-            GemmPath::Wgmma(_) => Some(Role::Wgmma),
-            GemmPath::Mma(_) => Some(Role::Mma),
-            _ => None,
-        }
-    }
-}
+use fuse_ir::codegen::{GemmTiling, PROLOGUE_MAX_ROWS};
 
 /// How one template config launches for one shape.
 struct TemplateLaunch {
@@ -365,7 +301,7 @@ impl Executor<'_> {
             defines.push("-DFUSE_GEMM_PRO=1".into());
         }
         let function =
-            modules::kernel_for_arch(self.device, self.function, &spec.name, &spec.source, kernel.source_hash, &defines, &shape.arch)?;
+            self.device.kernel(self.function, &spec.name, &spec.source, kernel.source_hash, &defines, &shape.arch)?;
         // The templates' rings live in dynamic shared memory, past the default 48 KB for most configs.
         let shared = i32::try_from(shape.shared_bytes).map_err(|_| self.internal("template shared memory size"))?;
         function
@@ -436,24 +372,5 @@ impl Executor<'_> {
             self.path_note = Some(format!("{note}{kind} template {} ({form}), grid {grid} x {block} threads", shape.config));
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn path_names_round_trip() {
-        let mut paths = vec![GemmPath::Cublas, GemmPath::CublasSplit, GemmPath::Lt(3)];
-        paths.extend(fuse_ir::codegen::SKINNY_CONFIGS.iter().map(GemmPath::Skinny));
-        paths.extend(fuse_ir::codegen::WGMMA_CONFIGS.iter().map(GemmPath::Wgmma));
-        paths.extend(fuse_ir::codegen::MMA_CONFIGS.iter().map(GemmPath::Mma));
-        for p in paths {
-            assert_eq!(GemmPath::parse(&p.name()), Some(p));
-        }
-        for bad in ["", "cublaslt", "cublaslt:x", "cublas:joined", "skinny:nope", "wgmma:n7", "mma:m7", "magic"] {
-            assert_eq!(GemmPath::parse(bad), None, "{bad}");
-        }
     }
 }

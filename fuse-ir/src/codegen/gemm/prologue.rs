@@ -20,8 +20,8 @@
 //! The prologue's input slots follow the epilogue's in the same `FuseArgs`; the runtime gives them strides
 //! over the left operand's domain, whose rows are the product's rows.
 
-use super::emit::{self, KernelParts};
-use super::rowreduce::RowKernel;
+use crate::codegen::emit::{self, KernelParts};
+use crate::codegen::rowreduce::RowKernel;
 use crate::graph::{Graph, InputKind, NodeId};
 use crate::op::{Op, ReduceOp};
 use crate::plan::Group;
@@ -30,7 +30,7 @@ use crate::plan::Group;
 /// reductions (the skinny configs of 8 rows per block; the template refuses more at compile time).
 pub const PROLOGUE_MAX_ROWS: usize = 8;
 
-pub(super) struct Prologue {
+pub(in crate::codegen) struct Prologue {
     /// Values the prologue reads, in slot order; `inputs[primary]` is what the template streams.
     pub inputs: Vec<NodeId>,
     pub primary: usize,
@@ -40,7 +40,7 @@ pub(super) struct Prologue {
 }
 
 /// The group's prologue as the template can run it, or `None` (no prologue, or no tensor to stream).
-pub(super) fn of(g: &Graph, grp: &Group) -> Option<Prologue> {
+pub(in crate::codegen) fn of(g: &Graph, grp: &Group) -> Option<Prologue> {
     let lhs = g.node(*grp.matmuls.first()?).args[0];
     if !grp.prologue.contains(&lhs) {
         return None;
@@ -49,7 +49,7 @@ pub(super) fn of(g: &Graph, grp: &Group) -> Option<Prologue> {
     if !grp.prologue.iter().all(row_work) {
         return None;
     }
-    let inputs = super::reads(g, &grp.prologue);
+    let inputs = crate::codegen::reads(g, &grp.prologue);
     let scalar = |id: NodeId| match g.op(id) {
         Op::Input(k) => g.inputs.get(k as usize).is_some_and(|i| i.kind == InputKind::Scalar),
         _ => false,
@@ -90,7 +90,7 @@ __device__ __forceinline__ void fuse_pro_read8(const FuseIn& in, long long b, lo
 }\n";
 
 /// The two functions, for a kernel whose prologue slots start at `first_slot`.
-pub(super) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) -> String {
+pub(in crate::codegen) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) -> String {
     let parts = KernelParts { g, name: "", inputs: &pro.inputs, outputs: &[], nodes: &pro.nodes };
     let mut k = RowKernel::new(&parts, first_slot);
     let slots = pro.inputs.len();

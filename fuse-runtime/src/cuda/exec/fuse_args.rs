@@ -11,7 +11,7 @@
 //! This file maps a call's operands onto a launch domain (broadcast, merged axes), packs the words, and
 //! picks the launch geometry. It touches no GPU, so it is tested on any machine.
 
-use crate::cpu::layout::{broadcast_strides, coalesce};
+use crate::layout::{broadcast_strides, coalesce};
 use crate::tensor::contiguous_strides;
 use fuse_ir::codegen::{KernelKind, MAX_RANK};
 

@@ -3,7 +3,8 @@
 //! column-major transpose with its row stride as leading dimension, and a `.t()` view (unit row stride) is
 //! a column-major matrix read with `op = T`. Everything about that mapping lives in `plan_gemm`.
 
-use super::device::{lock, CudaDevice};
+use crate::cuda::device::CudaDevice;
+use crate::cuda::driver::lock;
 use crate::{Error, Result};
 use cudarc::cublas::sys::{self, cublasOperation_t as BlasOp, cudaDataType_t};
 use cudarc::driver::{CudaSlice, DevicePtr};

@@ -1,8 +1,8 @@
-//! The skinny GEMM template (fuse-ir `codegen/templates/skinny.cuh`, configs in `SKINNY_CONFIGS`) from
+//! The skinny GEMM template (fuse-ir `codegen/gemm/templates/skinny.cuh`, configs in `SKINNY_CONFIGS`) from
 //! the runtime's side: which operands it can read, and the `FuseGemmArgs` words that follow the
 //! epilogue's `FuseArgs` in its one parameter.
 
-use super::gemm::Matrix;
+use super::cublas::Matrix;
 pub(crate) use fuse_ir::codegen::{SkinnyConfig, SKINNY_CONFIGS as CONFIGS};
 use fuse_ir::DType;
 

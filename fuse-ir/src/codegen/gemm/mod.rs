@@ -1,0 +1,24 @@
+//! The GEMM templates from the code generator's side, the mirror of fuse-runtime's `cuda/gemm/`: each
+//! template's CUDA source (`templates/*.cuh`, included as text) with its configs (tile shapes, stages,
+//! split-K) and the generated hooks that splice a group's epilogue, and for the skinny template its
+//! prologue, into it.
+//!
+//! - `skinny`: the skinny template for few rows (streams the weights once), and the epilogue hook all
+//!   three templates share;
+//! - `prologue`: the skinny template's in-kernel prologue (pointwise work and row reductions on the left
+//!   operand as it is loaded);
+//! - `wgmma`: the tensor-core template for many rows on sm_90a (TMA, wgmma);
+//! - `mma`: the tiled mma.sync template for many rows on sm_80 and later;
+//! - `tiling`: what the runtime asks of every config (grid, tiles, split-K workspace).
+
+pub(in crate::codegen) mod mma;
+pub(in crate::codegen) mod prologue;
+pub(in crate::codegen) mod skinny;
+mod tiling;
+pub(in crate::codegen) mod wgmma;
+
+pub use mma::{MmaConfig, MMA_CONFIGS, MMA_TEMPLATE};
+pub use prologue::PROLOGUE_MAX_ROWS;
+pub use skinny::{SkinnyConfig, SKINNY_CONFIGS, SKINNY_TEMPLATE};
+pub use tiling::GemmTiling;
+pub use wgmma::{WgmmaConfig, WGMMA_CONFIGS, WGMMA_TEMPLATE};

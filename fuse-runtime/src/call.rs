@@ -1,0 +1,80 @@
+//! The types a call of a plan passes between the dispatcher (`exec.rs`), the two backends and the
+//! `FusedFn` reports, owned by neither backend: the values of a call, the shapes and dtypes inferred for
+//! them, and how each group ran.
+
+use crate::{Error, Result, Tensor};
+use fuse_ir::infer::{infer_dtypes, infer_shapes, NodeError};
+use fuse_ir::{DType, Graph, GroupKind, NodeId, Op};
+use std::time::Duration;
+
+/// A value in the executor: a tensor, or a scalar argument or literal (0-d, no dtype of its own).
+#[derive(Clone, Debug)]
+pub(crate) enum Value {
+    Tensor(Tensor),
+    Scalar(f64),
+}
+
+/// How one group ran, for FUSE_DEBUG.
+pub(crate) struct GroupRun {
+    pub index: usize,
+    pub kind: GroupKind,
+    pub time: Duration,
+    /// Why the group ran one op at a time, if it did.
+    pub unfused_because: Option<String>,
+    /// For a Gemm/DualGemm group of a timed call, how its matmuls ran: the CPU GEMM call, or the cuBLAS
+    /// call form (FUSE_DEBUG>=3 prints it). Only made when `timed`: the fast paths format nothing.
+    pub matmul_path: Option<String>,
+}
+
+/// A matmul operand as the user wrote it, for FUSE_DEBUG: `w_gate`, `self.up.t()`, or `%7` for a value
+/// computed in the function.
+pub(crate) fn operand_name(g: &Graph, id: NodeId) -> String {
+    match g.op(id) {
+        Op::Transpose => format!("{}.t()", operand_name(g, g.node(id).args[0])),
+        Op::Input(k) => g.inputs.get(k as usize).map_or_else(|| format!("%{}", id.0), |i| i.name.clone()),
+        _ => format!("%{}", id.0),
+    }
+}
+
+/// The shapes and dtypes of every node for a call's arguments.
+pub(crate) struct Inferred {
+    pub shapes: Vec<Vec<usize>>,
+    pub dtypes: Vec<Option<DType>>,
+}
+
+/// Maps an inference failure to the user-facing error naming the function, op and source.
+pub(crate) fn node_error(function: &str, g: &Graph, e: NodeError) -> Error {
+    Error::Shape { function: function.to_string(), op: g.op(e.node).name(), label: g.label_of(e.node).to_string(), error: e.error }
+}
+
+pub(crate) fn infer(function: &str, g: &Graph, args: &[Value]) -> Result<Inferred> {
+    let shapes: Vec<Vec<usize>> = args
+        .iter()
+        .map(|a| match a {
+            Value::Tensor(t) => t.shape().to_vec(),
+            Value::Scalar(_) => Vec::new(),
+        })
+        .collect();
+    let dtypes: Vec<Option<DType>> = args
+        .iter()
+        .map(|a| match a {
+            Value::Tensor(t) => Some(t.dtype()),
+            Value::Scalar(_) => None,
+        })
+        .collect();
+    let shapes = infer_shapes(g, &shapes).map_err(|e| node_error(function, g, e))?;
+    let dtypes = infer_dtypes(g, &dtypes).map_err(|e| node_error(function, g, e))?;
+    Ok(Inferred { shapes, dtypes })
+}
+
+/// The value table of a call before any group runs: each graph input's node holds its argument.
+pub(crate) fn input_values(g: &Graph, args: Vec<Value>) -> Vec<Option<Value>> {
+    let mut values: Vec<Option<Value>> = vec![None; g.nodes.len()];
+    let mut args = args.into_iter().map(Some).collect::<Vec<_>>();
+    for id in g.ids() {
+        if let Op::Input(k) = g.op(id) {
+            values[id.index()] = args.get_mut(k as usize).and_then(Option::take);
+        }
+    }
+    values
+}

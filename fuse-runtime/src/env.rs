@@ -1,0 +1,116 @@
+//! Every environment variable fuse reads, read here and nowhere else in the library. Most are read once per
+//! process (the first time they matter) and kept; the others say so.
+//!
+//! | variable         | values                              | default            | what it does |
+//! |------------------|-------------------------------------|--------------------|--------------|
+//! | `FUSE_DEBUG`     | `0`..`5`                            | `0`                | reports on stderr, each level adding to those below: 1 plan summary, 2 per-group times, 3 matmul paths and tuning decisions, 4 kernel sources, 5 the graph (see [`debug_level`]) |
+//! | `FUSE_FUSION`    | `off`, `0`, `false`; anything else  | on                 | `off` runs every fused function unfused, one pass per op |
+//! | `FUSE_PDL`       | `off`, `0`, `false`; anything else  | on                 | `off` launches each kernel after the one before it has finished (no programmatic dependent launch); sm_90 and later only |
+//! | `FUSE_AUTOTUNE`  | `off`, `fast`, `full` (and synonyms, see `tune::AutotuneMode`) | `fast` | how much the autotuner times: `off` uses the results file, else a fixed rule; `fast` a short list; `full` every candidate |
+//! | `FUSE_TUNE_FILE` | a path (empty: unset)               | `tune.tsv` in the cache directory | the autotuner's results file |
+//! | `FUSE_CACHE_DIR` | a directory (empty: unset)          | `$XDG_CACHE_HOME/fuse`, else `$HOME/.cache/fuse`, else none | where compiled CUDA kernels (and the default results file) are kept between processes |
+//! | `FUSE_DUAL_GEMM` | `split`; anything else              | batched            | `split` makes a DualGemm's two products two cuBLAS calls instead of one batched call |
+//! | `FUSE_TEST_GPU`  | `1`; anything else                  | unset              | `fuse::testing::gpu_or_skip` panics instead of skipping when there is no GPU (read on each call) |
+//!
+//! fuse's own test suites read a few more, there and not here (they configure the tests, not the
+//! library): `FUSE_TEST_NVRTC=1` (a missing NVRTC or ptxas fails `tests/kernels_compile.rs`), `FUSE_PTXAS`
+//! (the ptxas it runs; `scripts/cuda-tools.sh` sets both), and `FUSE_DEBUG_LADDER_CHILD`,
+//! `FUSE_PROLOGUE_CHILD` (set by a test for the child process it starts). `tests/gpu/skinny.rs` reads
+//! `FUSE_PDL` as this module does, to know what the library did.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// `FUSE_DEBUG` as an integer (0 when unset or not a number). Each level adds to the ones below it; all of
+/// it goes to stderr, prefixed `fuse:`.
+///
+/// | level | what                                                                                   | when |
+/// |-------|----------------------------------------------------------------------------------------|------|
+/// | 1     | plan summary: groups, their kinds, nodes and shapes for this call; groups that ran unfused | first call of each function |
+/// | 2     | wall time of each group (the GPU is synchronised after each group to measure it)         | every call |
+/// | 3     | which matmul path each Gemm/DualGemm group took and why (forced, from the tune results, tuned: each candidate's time, or the fixed rule): the cuBLAS call form (below), the skinny template's config and grid, or the CPU's `gemm::gemm` calls | every call |
+/// | 4     | each kernel's `extern "C"` name and CUDA source (the ones `#[fuse]` emitted, else generated) | first call |
+/// | 5     | the traced graph as text                                                                 | first call |
+///
+/// Level 3 on the GPU reports each library call in cuBLAS's column-major terms: the operands swap, so A is
+/// the weight (the row-major right operand) and B the left operand; `op(A)=T` reads a `.t()` weight in
+/// place. A DualGemm on the `cublas` path is one batched call when its two weights lie a whole number of
+/// elements apart (the line says so, or why it made two calls).
+///
+/// Level 2 and above change timing (a synchronisation per group and no replay of recorded launches): use
+/// them to look, not to benchmark.
+pub(crate) fn debug_level() -> u32 {
+    static LEVEL: OnceLock<u32> = OnceLock::new();
+    *LEVEL.get_or_init(|| std::env::var("FUSE_DEBUG").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0))
+}
+
+/// `FUSE_FUSION`: `off`, `0` or `false` run every fused function unfused.
+pub(crate) fn fusion_off() -> bool {
+    static OFF: OnceLock<bool> = OnceLock::new();
+    *OFF.get_or_init(|| std::env::var("FUSE_FUSION").is_ok_and(|v| is_off(&v)))
+}
+
+/// `FUSE_PDL`: `off`, `0` or `false` launch every kernel after the one before it has finished, without
+/// programmatic dependent launch (for comparison, or a driver that mishandles it).
+pub(crate) fn launch_overlap() -> bool {
+    static OVERLAP: OnceLock<bool> = OnceLock::new();
+    *OVERLAP.get_or_init(|| !std::env::var("FUSE_PDL").is_ok_and(|v| is_off(&v)))
+}
+
+/// `FUSE_DUAL_GEMM`: whether DualGemm products may be one batched cuBLAS call (`split`: never).
+pub(crate) fn batch_dual_gemms() -> bool {
+    static BATCH: OnceLock<bool> = OnceLock::new();
+    *BATCH.get_or_init(|| std::env::var("FUSE_DUAL_GEMM").map_or(true, |v| v != "split"))
+}
+
+/// `FUSE_AUTOTUNE` as set (`None` when unset or not unicode); `tune` parses it once, into its settings.
+pub(crate) fn autotune() -> Option<String> {
+    std::env::var("FUSE_AUTOTUNE").ok()
+}
+
+/// `FUSE_TUNE_FILE` when set and not empty; `tune` reads it once, falling back to the cache directory.
+pub(crate) fn tune_file() -> Option<PathBuf> {
+    std::env::var_os("FUSE_TUNE_FILE").filter(|p| !p.is_empty()).map(PathBuf::from)
+}
+
+/// [`cache_dir`] of this process's environment. Its callers (the cubin cache, the tune settings) each
+/// read it once.
+pub(crate) fn kernel_cache_dir() -> Option<PathBuf> {
+    cache_dir(|name| std::env::var_os(name))
+}
+
+/// `FUSE_CACHE_DIR`, else `$XDG_CACHE_HOME/fuse`, else `$HOME/.cache/fuse`; empty values count as unset.
+/// `var` reads the environment (a parameter so tests need not change the process's environment).
+pub(crate) fn cache_dir(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    let set = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    set("FUSE_CACHE_DIR")
+        .or_else(|| set("XDG_CACHE_HOME").map(|d| d.join("fuse")))
+        .or_else(|| set("HOME").map(|d| d.join(".cache").join("fuse")))
+}
+
+/// `FUSE_TEST_GPU=1`: a test suite's missing GPU is a failure, not a skip. Read on every call.
+pub(crate) fn gpu_required() -> bool {
+    std::env::var("FUSE_TEST_GPU").is_ok_and(|v| v.trim() == "1")
+}
+
+fn is_off(value: &str) -> bool {
+    matches!(value.trim().to_ascii_lowercase().as_str(), "off" | "0" | "false")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_directory_comes_from_the_environment_in_order() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| OsString::from(v))
+        };
+        const ALL: [(&str, &str); 3] = [("FUSE_CACHE_DIR", "/c/fuse"), ("XDG_CACHE_HOME", "/xdg"), ("HOME", "/home/u")];
+        assert_eq!(cache_dir(env(&ALL)), Some(PathBuf::from("/c/fuse")));
+        assert_eq!(cache_dir(env(&[("FUSE_CACHE_DIR", ""), ("XDG_CACHE_HOME", "/xdg")])), Some(PathBuf::from("/xdg/fuse")));
+        assert_eq!(cache_dir(env(&[("HOME", "/home/u")])), Some(PathBuf::from("/home/u/.cache/fuse")));
+        assert_eq!(cache_dir(env(&[])), None);
+    }
+}
