@@ -22,7 +22,7 @@ mod interop;
 pub(crate) mod storage;
 
 pub use device::CudaDevice;
-pub(crate) use exec::kernels::KernelCache;
+pub(crate) use exec::kernels::{KernelCache, PlanKernels};
 
 impl CudaDevice {
     /// The `ordinal`-th GPU, set up on first use (the cuBLAS and cuBLASLt handles then warm up in the

@@ -9,11 +9,11 @@ pub use args::{arg, Arg, FromOutputs, Fusion, IntoArg};
 pub use static_kernels::StaticKernel;
 
 use crate::call::{infer, GroupRun, Value};
-use crate::cuda::KernelCache;
+use crate::cuda::{KernelCache, PlanKernels};
 use crate::env;
 use crate::exec::execute_cached;
-use crate::{Error, Result, Tensor};
-use fuse_ir::plan::describe;
+use crate::{Device, Error, Result, Tensor};
+use fuse_ir::plan::{describe_for, Backend};
 use fuse_ir::{Graph, InputKind, Plan};
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -167,23 +167,33 @@ impl FusedFn {
         if first && level >= 5 {
             eprintln!("fuse: graph of `{}`:\n{}", self.name, g.to_text());
         }
-        if first && level >= 1 {
-            if let Ok(inferred) = infer(&self.name, g, &values) {
-                eprint!("fuse: plan of `{}`:\n{}", self.name, describe(g, plan, Some((&inferred.shapes, &inferred.dtypes))));
-            }
-        }
-        if first && level >= 4 {
-            let emitted = self.emitted_kernels.filter(|_| fusion == Fusion::On);
-            static_kernels::print_sources(&self.name, g, plan, emitted);
-        }
         let device = args.iter().find_map(|a| match a {
             Arg::Tensor(t) => Some(t.device()),
             Arg::Scalar(_) => None,
         });
+        let on_gpu = device.is_some_and(Device::is_cuda);
+        if first && level >= 1 {
+            if let Ok(inferred) = infer(&self.name, g, &values) {
+                let shapes = Some((&inferred.shapes[..], &inferred.dtypes[..]));
+                eprint!("fuse: plan of `{}`:\n{}", self.name, describe_for(g, plan, shapes, backend(on_gpu)));
+            }
+        }
+        if first && level >= 4 {
+            if on_gpu {
+                let emitted = self.emitted_kernels.filter(|_| fusion == Fusion::On);
+                static_kernels::print_sources(&self.name, g, plan, emitted);
+            } else {
+                eprintln!("fuse: `{}` runs on the CPU: no CUDA kernels to show (FUSE_DEBUG=4 prints them for a GPU call)", self.name);
+            }
+        }
         let kernels = match fusion {
             Fusion::On => &self.fused_kernels,
             Fusion::Off => &self.unfused_kernels,
         };
+        if on_gpu && kernels.get().is_none() {
+            // The GPU launches the kernels the macro emitted (for the fused plan), generated ones otherwise.
+            let _ = kernels.set(PlanKernels::from_specs(self.plan_kernel_specs(fusion)?));
+        }
         let (outputs, runs) = execute_cached(&self.name, g, plan, values, level >= 2, fusion == Fusion::Off, Some(kernels))?;
         if (first && level >= 1) || level >= 2 {
             self.report_runs(&runs, level);
@@ -207,13 +217,14 @@ impl FusedFn {
         Ok(outputs)
     }
 
-    /// The plan report for these arguments' shapes and dtypes.
+    /// The plan report for these arguments' shapes and dtypes, in the words of the device they are on.
     pub fn explain(&self, args: &[Arg<'_>]) -> Result<String> {
         let g = self.graph()?;
         let plan = self.plan(default_fusion())?;
         let values = self.check_args(g, args)?;
         let inferred = infer(&self.name, g, &values)?;
-        Ok(describe(g, plan, Some((&inferred.shapes, &inferred.dtypes))))
+        let on_gpu = args.iter().any(|a| matches!(a, Arg::Tensor(t) if t.device().is_cuda()));
+        Ok(describe_for(g, plan, Some((&inferred.shapes, &inferred.dtypes)), backend(on_gpu)))
     }
 
     /// The arguments as executor values, after checking their number and kinds against the graph.
@@ -263,5 +274,13 @@ fn default_fusion() -> Fusion {
         Fusion::Off
     } else {
         Fusion::On
+    }
+}
+
+fn backend(on_gpu: bool) -> Backend {
+    if on_gpu {
+        Backend::Gpu
+    } else {
+        Backend::Cpu
     }
 }

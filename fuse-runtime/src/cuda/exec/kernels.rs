@@ -32,15 +32,15 @@ pub(crate) fn fingerprint(source: &str) -> u64 {
 }
 
 impl PlanKernels {
+    /// The kernels of a plan made at run time (eager ops, unfused plans, plans built in code).
     pub(crate) fn generate(g: &Graph, plan: &Plan) -> PlanKernels {
-        let groups = (0..plan.groups.len())
-            .map(|i| {
-                group_kernels(g, plan, i)
-                    .into_iter()
-                    .map(|spec| PreparedKernel { source_hash: fingerprint(&spec.source), spec })
-                    .collect()
-            })
-            .collect();
+        PlanKernels::from_specs((0..plan.groups.len()).map(|i| group_kernels(g, plan, i)).collect())
+    }
+
+    /// Kernels given per group, in launch order: a `#[fuse]` function's emitted ones (`FusedFn::plan_kernel_specs`).
+    pub(crate) fn from_specs(groups: Vec<Vec<KernelSpec>>) -> PlanKernels {
+        let prepare = |spec: KernelSpec| PreparedKernel { source_hash: fingerprint(&spec.source), spec };
+        let groups = groups.into_iter().map(|specs| specs.into_iter().map(prepare).collect()).collect();
         PlanKernels { groups, launch_plans: Mutex::new(LaunchPlans::default()) }
     }
 }
