@@ -1,5 +1,11 @@
 //! fuse-runtime: tensors, devices, the error type, eager ops, and the backends that execute fused plans
 //! (the CPU, and NVIDIA GPUs through CUDA). `FusedFn` is what `#[fuse]`-generated code calls.
+//!
+//! Rooms: `fused/` (`FusedFn`, its reports) and `eager.rs` call the dispatcher, `exec.rs`, which hands each
+//! call to one backend, `cpu/` or `cuda/`; the two never import each other. What a call passes between
+//! them is in `call.rs` (values, inferred shapes and dtypes, how each group ran), with `host.rs` (host
+//! memory) and `layout.rs` (iteration domains). `env.rs` reads every `FUSE_*` variable and documents them
+//! in one table; `tune/` keeps the autotuner's settings and results file.
 
 mod call;
 mod constructors;

@@ -84,6 +84,41 @@ pub(crate) fn plan_launch(
     Ok(Launch { dims, numel, inputs, outputs, contiguous })
 }
 
+/// Words of the `FuseArgs` header: `sizes[MAX_RANK]`, `numel`, `rank`.
+const HEADER_WORDS: usize = MAX_RANK + 2;
+/// Words of one `FuseIn`: `ptr`, `strides[MAX_RANK]`, `scalar`.
+const IN_WORDS: usize = MAX_RANK + 2;
+/// Words of one `FuseOut`: `ptr`, `strides[MAX_RANK]`.
+const OUT_WORDS: usize = MAX_RANK + 1;
+
+/// Where the fields a call changes lie in a kernel's packed `FuseArgs` ([`Launch::pack`] writes them there,
+/// a launch plan patches them there): word indices, for a kernel of `inputs` input slots as launched.
+pub(crate) struct ArgsLayout {
+    /// Input slots in the parameter: at least one (the ABI's dummy input when there are none).
+    slots: usize,
+}
+
+impl ArgsLayout {
+    pub(crate) fn new(inputs: usize) -> ArgsLayout {
+        ArgsLayout { slots: inputs.max(1) }
+    }
+
+    /// The word of input `i`'s device address.
+    pub(crate) fn input_address(&self, i: usize) -> usize {
+        HEADER_WORDS + IN_WORDS * i
+    }
+
+    /// The word of input `i`'s scalar (an f64's bits).
+    pub(crate) fn input_scalar(&self, i: usize) -> usize {
+        self.input_address(i) + IN_WORDS - 1
+    }
+
+    /// The word of output `j`'s device address.
+    pub(crate) fn output_address(&self, j: usize) -> usize {
+        HEADER_WORDS + IN_WORDS * self.slots + OUT_WORDS * j
+    }
+}
+
 /// Words of one stride array, padded to `MAX_RANK`.
 fn stride_words(strides: &[usize]) -> [u64; MAX_RANK] {
     let mut words = [0u64; MAX_RANK];
@@ -98,7 +133,7 @@ impl Launch {
     /// (the ABI has `FUSE_NIN >= 1`).
     pub(crate) fn pack(&self) -> Vec<u64> {
         let nin = self.inputs.len().max(1);
-        let mut words = Vec::with_capacity(8 + 8 * nin + 7 * self.outputs.len());
+        let mut words = Vec::with_capacity(HEADER_WORDS + IN_WORDS * nin + OUT_WORDS * self.outputs.len());
         words.extend(stride_words(&self.dims));
         words.push(self.numel as u64);
         words.push(self.dims.len() as u64);
@@ -108,7 +143,7 @@ impl Launch {
             words.push(scalar.to_bits());
         }
         if self.inputs.is_empty() {
-            words.extend([0u64; 8]);
+            words.extend([0u64; IN_WORDS]);
         }
         for (address, strides) in &self.outputs {
             words.push(*address);
@@ -225,5 +260,18 @@ mod tests {
         // No inputs: one zeroed dummy.
         let l = plan_launch(KernelKind::Pointwise, &[4], &[], &[tensor(0, &[4], &[1])]).unwrap();
         assert_eq!(l.pack().len(), 8 + 8 + 7);
+    }
+
+    #[test]
+    fn the_layout_names_the_words_pack_writes() {
+        let x = tensor(0x1000, &[3, 17], &[17, 1]);
+        let out = tensor(0x2000, &[3, 1], &[1, 1]);
+        let l = plan_launch(KernelKind::RowReduce, &[3, 17], &[x, Operand::Scalar(1e-5)], &[out]).unwrap();
+        let (w, layout) = (l.pack(), ArgsLayout::new(2));
+        assert_eq!(w[layout.input_address(0)], 0x1000);
+        assert_eq!(w[layout.input_scalar(1)], 1e-5f64.to_bits());
+        assert_eq!(w[layout.output_address(0)], 0x2000);
+        let l = plan_launch(KernelKind::Pointwise, &[4], &[], &[tensor(0x3000, &[4], &[1])]).unwrap();
+        assert_eq!(l.pack()[ArgsLayout::new(0).output_address(0)], 0x3000);
     }
 }

@@ -172,9 +172,10 @@ impl Executor<'_> {
     /// A DualGemm's two products as one batched cuBLAS call into one buffer, when `dual_gemm_pairing`
     /// allows (the same test a launch plan makes again on each replay). `false`: the caller makes two calls.
     fn run_dual_pair(&mut self, index: usize) -> Result<bool> {
-        let group = &self.plan.groups[index];
+        let (graph, plan) = (self.graph, self.plan);
+        let group = &plan.groups[index];
         let [mm0, mm1] = group.matmuls[..] else { return Ok(false) };
-        let (n0, n1) = (self.graph.node(mm0), self.graph.node(mm1));
+        let (n0, n1) = (graph.node(mm0), graph.node(mm1));
         let tensor = |v: Value| match v {
             Value::Tensor(t) => Some(t),
             Value::Scalar(_) => None,
@@ -202,20 +203,24 @@ impl Executor<'_> {
         let stride = c0.paired_product_stride();
         let buffer = CudaStorage::alloc(self.device, dtype, 2 * stride)?;
         let base = buffer.base_address();
-        let low = if swapped { m1.address } else { m0.address };
-        launch_gemm(self.device, &pair, low, ma.address, base)?;
         // Batch 0 is the weight lower in memory: its product comes first in the buffer.
+        let (low, high) = if swapped { (mm1, mm0) } else { (mm0, mm1) };
+        self.addresses[low.index()] = base;
+        self.addresses[high.index()] = base + (stride * dtype.size_bytes()) as u64;
+        // The one batched call, launched through the address table as a replay launches it; recorded as the
+        // two calls it stands for, which `LaunchPlan::build` pairs again (the same tests as here).
+        let (weight, left) = (base_of(graph, graph.node(low).args[1]).index(), base_of(graph, n0.args[0]).index());
+        let mut batched = Step::Gemm { call: pair, lt: None, first: weight, second: left, product: low.index(), group: index, dual: true };
+        run_step(self.device, &mut batched, &mut self.addresses)?;
         let first = Tensor::from_cuda(buffer, self.shape(mm0).to_vec());
         let second = first.at_offset(stride, self.shape(mm1).to_vec());
         let (t0, t1) = if swapped { (second, first) } else { (first, second) };
         let recorded = [(mm0, &c0), (mm1, &c1)];
-        if let Some(recording) = &mut self.recording {
-            for (mm, c) in recorded {
-                let node = self.graph.node(mm);
-                let (first, second) = (base_of(self.graph, node.args[1]).index(), base_of(self.graph, node.args[0]).index());
-                recording.computed.push((mm.index(), dtype, self.inferred.shapes[mm.index()].clone()));
-                recording.steps.push(Step::Gemm { call: *c, lt: None, first, second, product: mm.index(), group: index, dual: true });
-            }
+        for (mm, c) in recorded {
+            let node = graph.node(mm);
+            let (first, second) = (base_of(graph, node.args[1]).index(), base_of(graph, node.args[0]).index());
+            self.record_computed(mm, dtype, &self.inferred.shapes[mm.index()].clone());
+            self.record(Step::Gemm { call: *c, lt: None, first, second, product: mm.index(), group: index, dual: true });
         }
         if self.describe {
             for (mm, c) in recorded {
@@ -240,7 +245,8 @@ impl Executor<'_> {
     /// wgmma template's tensor maps come first.
     fn run_template(&mut self, index: usize, specs: &[PreparedKernel], kernel: &PreparedKernel, path: &GemmPath) -> Result<()> {
         let spec = &kernel.spec;
-        let group = &self.plan.groups[index];
+        let plan = self.plan;
+        let group = &plan.groups[index];
         let (gemm, primary) = self
             .template_operands(index, specs, path)
             .map_err(|why| Error::unsupported(self.function, "matmul", format!("{}: {why}", path.name())))?;
@@ -341,20 +347,17 @@ impl Executor<'_> {
         // projection, back to back) cost ~10 us per call on an H200, where every other kernel gained 1-7 us.
         let overlap = !matches!(path, GemmPath::Wgmma(_));
         let dims = KernelDims { grid: shape.grid, block: shape.block, cluster: shape.cluster, shared_bytes: shared as u32, overlap };
-        launch_kernel(self.device, &spec.name, &function, dims, &mut words)?;
-        if self.recording.is_some() {
-            let mut patches = self.patches(spec, &values);
-            for p in &mut patches {
-                p.word += args_at;
-            }
-            patches.push(Patch { word: gemm_at, node: left });
-            for j in 0..group.matmuls.len() {
-                patches.push(Patch { word: gemm_at + 1 + j, node: weight(j) });
-            }
-            if let Some(recording) = &mut self.recording {
-                recording.steps.push(Step::Kernel { name: spec.name.clone(), function, dims, words, patches, maps });
-                recording.scratch.extend(scratch.into_iter().flat_map(|(w, c)| [w, c]));
-            }
+        let mut patches = self.patches(spec, &values);
+        for p in &mut patches {
+            p.word += args_at;
+        }
+        patches.push(Patch { word: gemm_at + SkinnyGemm::X_WORD, node: left });
+        for j in 0..group.matmuls.len() {
+            patches.push(Patch { word: gemm_at + SkinnyGemm::weight_word(j), node: weight(j) });
+        }
+        self.queue(Step::Kernel { name: spec.name.clone(), function, dims, words, patches, maps })?;
+        if let Some(recording) = &mut self.recording {
+            recording.scratch.extend(scratch.into_iter().flat_map(|(w, c)| [w, c]));
         }
         for (&id, t) in spec.outputs.iter().zip(outputs) {
             self.values[id.index()] = Some(Value::Tensor(t));

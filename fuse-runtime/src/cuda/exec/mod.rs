@@ -5,7 +5,10 @@
 //! queued on the device's one stream; nothing waits for the GPU until a result is read.
 //!
 //! With a kernel cache (a `FusedFn`'s), the first call of each argument signature also records what it
-//! queued as a launch plan (`launch_plan/`), and later calls of that signature replay it instead.
+//! queued as a launch plan (`launch_plan/`), and later calls of that signature replay it instead. There is
+//! one launch path: every launch, first call or replay, is a `launch_plan::Step` run by
+//! `launch_plan::run_step` over a per-node address table; the first call builds each step (`queue`) and
+//! keeps it only when recording.
 //!
 //! The executor is one type whose methods are grouped by concern in this folder:
 //! - here: the call, the value table, plain kernels and cuBLAS matmuls;
@@ -30,8 +33,8 @@ pub(crate) use fuse_args::BLOCK_THREADS;
 use crate::call::{infer, input_values, operand_name, GroupRun, Inferred, Value};
 use crate::cuda::device::CudaDevice;
 use crate::cuda::driver::{driver_error, lock};
-use crate::cuda::gemm::cublas::{launch_gemm, plan_gemm, GemmCall, Matrix};
-use crate::cuda::gemm::lt::{launch_lt, lt_matmul};
+use crate::cuda::gemm::cublas::{plan_gemm, GemmCall, Matrix};
+use crate::cuda::gemm::lt::lt_matmul;
 use crate::cuda::storage::CudaStorage;
 use crate::{Error, Result, Tensor};
 use describe::{describe_matmuls, DescribedGemm};
@@ -41,8 +44,9 @@ use fuse_ir::infer::broadcast;
 use fuse_ir::{DType, Graph, GroupKind, NodeId, Op, Plan};
 use gemm_path::GemmPath;
 use kernels::{KernelCache, PlanKernels, PreparedKernel};
-use launch::{checked_address, launch_kernel, KernelDims};
-use launch_plan::{signature, LaunchPlan, Patch, Recording, Step};
+use fuse_args::ArgsLayout;
+use launch::{checked_address, KernelDims};
+use launch_plan::{run_step, signature, table_entry, LaunchPlan, Patch, Recording, Step};
 use std::time::Instant;
 
 struct Executor<'a> {
@@ -52,6 +56,9 @@ struct Executor<'a> {
     device: &'a CudaDevice,
     inferred: Inferred,
     values: Vec<Option<Value>>,
+    /// Per node, the address table a launch plan keeps: the device address of each base value (a `.t()`
+    /// view has its base's), a scalar argument's f64 bits. Every step is launched through it (`queue`).
+    addresses: Vec<u64>,
     /// What this call queued, when it is to become a launch plan.
     recording: Option<Recording>,
     /// Whether to describe the cuBLAS calls (a timed call, FUSE_DEBUG>=2; never on the replayed path).
@@ -108,6 +115,19 @@ pub(crate) fn execute(
     // Empty values make empty launches and products, which the general path skips call by call.
     let record = replayable && !inferred.shapes.iter().any(|s| s.contains(&0));
     let recorded_signature = record.then(|| signature(&args));
+    let inputs: Vec<(usize, usize)> = g
+        .ids()
+        .filter_map(|id| match g.op(id) {
+            Op::Input(k) => Some((id.index(), k as usize)),
+            _ => None,
+        })
+        .collect();
+    let mut addresses = vec![0u64; g.nodes.len()];
+    for &(node, k) in &inputs {
+        if let Some(value) = args.get(k) {
+            addresses[node] = table_entry(function, device, value)?;
+        }
+    }
     let values = input_values(g, args);
     let recording = record.then(Recording::default);
     let mut ex = Executor {
@@ -117,6 +137,7 @@ pub(crate) fn execute(
         device,
         inferred,
         values,
+        addresses,
         recording,
         describe: timed,
         gemms: Vec::new(),
@@ -138,12 +159,8 @@ pub(crate) fn execute(
     }
     let outputs = g.outputs.iter().map(|&o| ex.output(o)).collect::<Result<Vec<_>>>()?;
     if let (Some(recording), Some(signature)) = (ex.recording.take(), recorded_signature) {
-        let inputs = g.ids().filter_map(|id| match g.op(id) {
-            Op::Input(k) => Some((id.index(), k as usize)),
-            _ => None,
-        });
         let graph_outputs: Vec<usize> = g.outputs.iter().map(|o| o.index()).collect();
-        let built = LaunchPlan::build(device, signature, inputs.collect(), &graph_outputs, g.nodes.len(), recording);
+        let built = LaunchPlan::build(device, signature, inputs, &graph_outputs, g.nodes.len(), recording);
         if let Some(launch_plan) = built {
             lock(&kernels.launch_plans).insert(launch_plan);
         }
@@ -192,14 +209,42 @@ impl Executor<'_> {
         checked_address(self.function, self.device, t)
     }
 
-    /// A fresh dense tensor for node `id`.
+    /// A fresh dense tensor for node `id`, its address in the table.
     fn allocate(&mut self, id: NodeId) -> Result<Tensor> {
         let (shape, dtype) = (self.shape(id).to_vec(), self.dtype(id));
         let storage = CudaStorage::alloc(self.device, dtype, shape.iter().product())?;
-        if let Some(recording) = &mut self.recording {
-            recording.computed.push((id.index(), dtype, shape.clone()));
-        }
+        self.addresses[id.index()] = storage.base_address();
+        self.record_computed(id, dtype, &shape);
         Ok(Tensor::from_cuda(storage, shape))
+    }
+
+    /// Launches `step` through the address table, as a replay would (`launch_plan::run_step`), and keeps
+    /// it when this call is being recorded.
+    fn queue(&mut self, mut step: Step) -> Result<()> {
+        run_step(self.device, &mut step, &mut self.addresses)?;
+        self.record(step);
+        Ok(())
+    }
+
+    /// Keeps `step` when this call is being recorded.
+    fn record(&mut self, step: Step) {
+        if let Some(recording) = &mut self.recording {
+            recording.steps.push(step);
+        }
+    }
+
+    /// Notes, when recording, that this call allocated node `id` (a launch plan gives it a buffer).
+    fn record_computed(&mut self, id: NodeId, dtype: DType, shape: &[usize]) {
+        if let Some(recording) = &mut self.recording {
+            recording.computed.push((id.index(), dtype, shape.to_vec()));
+        }
+    }
+
+    /// Notes, when recording, that this call did something a launch plan cannot replay.
+    fn unreplayable(&mut self) {
+        if let Some(recording) = &mut self.recording {
+            recording.unreplayable = true;
+        }
     }
 
     fn run_group(&mut self, index: usize, specs: &[PreparedKernel]) -> Result<()> {
@@ -259,17 +304,11 @@ impl Executor<'_> {
         if grid > 0 {
             let function =
                 self.device.kernel(self.function, &spec.name, &spec.source, kernel.source_hash, &defines, self.device.arch())?;
-            let mut words = launch.pack();
-            launch_kernel(self.device, &spec.name, &function, KernelDims::plain(grid), &mut words)?;
-            if self.recording.is_some() {
-                let patches = self.patches(spec, &inputs);
-                if let Some(recording) = &mut self.recording {
-                    let name = spec.name.clone();
-                    recording.steps.push(Step::Kernel { name, function, dims: KernelDims::plain(grid), words, patches, maps: Vec::new() });
-                }
-            }
-        } else if let Some(recording) = &mut self.recording {
-            recording.unreplayable = true;
+            let (words, patches) = (launch.pack(), self.patches(spec, &inputs));
+            let name = spec.name.clone();
+            self.queue(Step::Kernel { name, function, dims: KernelDims::plain(grid), words, patches, maps: Vec::new() })?;
+        } else {
+            self.unreplayable();
         }
         for (&id, t) in spec.outputs.iter().zip(outputs) {
             self.values[id.index()] = Some(Value::Tensor(t));
@@ -277,21 +316,22 @@ impl Executor<'_> {
         Ok(())
     }
 
-    /// Where a launch plan puts this call's addresses and scalar arguments into the kernel's words: the
-    /// `FuseArgs` layout of `launch.rs` (8 header words, 8 per input with the scalar last, 7 per output).
+    /// Where a call's addresses and scalar arguments go in the kernel's words (`fuse_args::ArgsLayout`).
     fn patches(&self, spec: &codegen::KernelSpec, inputs: &[Value]) -> Vec<Patch> {
+        let layout = ArgsLayout::new(inputs.len());
         let mut patches = Vec::with_capacity(inputs.len() + spec.outputs.len());
         for (i, (&id, value)) in spec.inputs.iter().zip(inputs).enumerate() {
             match (value, self.graph.op(id)) {
-                (Value::Tensor(_), _) => patches.push(Patch { word: 8 + 8 * i, node: base_of(self.graph, id).index() }),
-                (Value::Scalar(_), Op::Input(_)) => patches.push(Patch { word: 8 + 8 * i + 7, node: id.index() }),
+                (Value::Tensor(_), _) => {
+                    patches.push(Patch { word: layout.input_address(i), node: base_of(self.graph, id).index() })
+                }
+                (Value::Scalar(_), Op::Input(_)) => patches.push(Patch { word: layout.input_scalar(i), node: id.index() }),
                 // A literal stays as packed.
                 (Value::Scalar(_), _) => {}
             }
         }
-        let outputs_at = 8 + 8 * inputs.len().max(1);
         for (j, &id) in spec.outputs.iter().enumerate() {
-            patches.push(Patch { word: outputs_at + 7 * j, node: id.index() });
+            patches.push(Patch { word: layout.output_address(j), node: id.index() });
         }
         patches
     }
@@ -310,7 +350,8 @@ impl Executor<'_> {
 
     /// One matmul on cuBLAS into a fresh dense product of the node's dtype.
     fn run_matmul(&mut self, mm: NodeId) -> Result<()> {
-        let args = &self.graph.node(mm).args;
+        let graph = self.graph;
+        let args = &graph.node(mm).args;
         let (a, b) = match (self.resolve(args[0])?, self.resolve(args[1])?) {
             (Value::Tensor(a), Value::Tensor(b)) => (a, b),
             _ => return Err(self.internal("a scalar as a matmul operand")),
@@ -321,25 +362,21 @@ impl Executor<'_> {
         let shape = self.shape(mm).to_vec();
         let product = CudaStorage::alloc(self.device, self.dtype(mm), shape.iter().product())?;
         let dtype = self.dtype(mm);
-        if let Some(recording) = &mut self.recording {
-            recording.computed.push((mm.index(), dtype, shape.clone()));
-        }
+        self.addresses[mm.index()] = product.base_address();
+        self.record_computed(mm, dtype, &shape);
         let (ma, mb) = (self.matrix(&a)?, self.matrix(&b)?);
         let mut described: std::result::Result<GemmCall, &'static str> = Err("an empty product: no cuBLAS call");
         if ma.cols == 0 {
             // An empty inner dimension: the product is all zeros.
             product.zero()?;
             described = Err("an empty inner dimension: the product is zero-filled, no cuBLAS call");
-            if let Some(recording) = &mut self.recording {
-                recording.unreplayable = true;
-            }
+            self.unreplayable();
         } else {
             let plan = plan_gemm(&ma, &mb).map_err(|reason| {
                 Error::unsupported(self.function, "matmul", format!("{reason} (make the operand contiguous first)"))
             })?;
             match plan.call(a.dtype())? {
                 Some(call) => {
-                    let (first, second) = (mb.address, ma.address);
                     // A cuBLASLt algorithm this shape does not offer (a results file from elsewhere, say)
                     // falls back to cuBLAS: the product is the same, only the speed differs.
                     let lt = match self.path {
@@ -349,23 +386,14 @@ impl Executor<'_> {
                             .map(|form| (form, algo)),
                         _ => None,
                     };
-                    match &lt {
-                        Some((form, algo)) => launch_lt(self.device, form, *algo, first, second, product.base_address())?,
-                        None => launch_gemm(self.device, &call, first, second, product.base_address())?,
-                    }
-                    described = Ok(call);
+                    // cuBLAS's A is the weight, its B the left operand (see `plan_gemm`).
+                    let (first, second) = (base_of(graph, args[1]).index(), base_of(graph, args[0]).index());
                     // Split on purpose: a launch plan must not pair these two calls either.
                     let (group, dual) = (self.group_of(mm), self.is_dual(mm) && self.path != GemmPath::CublasSplit);
-                    if let Some(recording) = &mut self.recording {
-                        let (first, second) = (base_of(self.graph, args[1]).index(), base_of(self.graph, args[0]).index());
-                        recording.steps.push(Step::Gemm { call, lt, first, second, product: mm.index(), group, dual });
-                    }
+                    self.queue(Step::Gemm { call, lt, first, second, product: mm.index(), group, dual })?;
+                    described = Ok(call);
                 }
-                None => {
-                    if let Some(recording) = &mut self.recording {
-                        recording.unreplayable = true;
-                    }
-                }
+                None => self.unreplayable(),
             }
         }
         if self.describe {

@@ -64,6 +64,14 @@ pub(crate) fn skinny_gemm(dtype: DType, a: &Matrix, weights: &[Matrix]) -> Resul
 }
 
 impl SkinnyGemm {
+    /// The word of [`SkinnyGemm::words`] holding the left operand's address.
+    pub(crate) const X_WORD: usize = 0;
+
+    /// The word of [`SkinnyGemm::words`] holding weight `j`'s address.
+    pub(crate) fn weight_word(j: usize) -> usize {
+        Self::X_WORD + 1 + j
+    }
+
     /// `FuseGemmArgs { x, w0, w1, m, n, k, lda, ldw0, ldw1, ws, counters }`, every field 8 bytes; the
     /// split-K workspace and counters are 0 for a config without splits.
     pub(crate) fn words(&self, workspace: u64, counters: u64) -> [u64; 11] {

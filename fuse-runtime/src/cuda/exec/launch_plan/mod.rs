@@ -6,6 +6,9 @@
 //! of them is queued on the device's one stream, so a later call's writes are ordered after an earlier
 //! call's reads and the buffers can be reused call after call.
 //!
+//! The executor launches its first call through the same [`run_step`], with the same kind of address
+//! table, so a replay differs from the call it recorded only in where the addresses come from.
+//!
 //! `FUSE_DUAL_GEMM=split` (read once, `crate::env`) makes a DualGemm's two products two cuBLAS calls instead of one
 //! batched call, to compare the two.
 
@@ -291,8 +294,7 @@ impl LaunchPlan {
         let addresses = &mut self.addresses;
         for &(node, k) in &self.inputs {
             addresses[node] = match args.get(k) {
-                Some(Value::Tensor(t)) => checked_address(function, device, t)?,
-                Some(Value::Scalar(v)) => v.to_bits(),
+                Some(value) => table_entry(function, device, value)?,
                 None => return Err(crate::Error::internal(function, "a launch plan names a missing argument")),
             };
         }
@@ -332,7 +334,17 @@ impl LaunchPlan {
     }
 }
 
-fn run_step(device: &CudaDevice, step: &mut Step, addresses: &mut [u64]) -> Result<()> {
+/// An argument's entry in the address table: a tensor's checked device address, a scalar's f64 bits.
+pub(crate) fn table_entry(function: &str, device: &CudaDevice, value: &Value) -> Result<u64> {
+    match value {
+        Value::Tensor(t) => checked_address(function, device, t),
+        Value::Scalar(v) => Ok(v.to_bits()),
+    }
+}
+
+/// Queues one step with this call's addresses: patches its words from the address table (a first call's
+/// words already hold them), then launches. The executor's first call and a replay both launch this way.
+pub(crate) fn run_step(device: &CudaDevice, step: &mut Step, addresses: &mut [u64]) -> Result<()> {
     match step {
         Step::Kernel { name, function, dims, words, patches, maps } => {
             for p in patches.iter() {
