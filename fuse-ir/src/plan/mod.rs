@@ -53,6 +53,27 @@ pub struct Group {
 }
 
 impl Group {
+    /// The group that computes node `id` alone (a computed node, not an argument, literal or view): what
+    /// the unfused plan is made of, and what a backend runs a group as, node by node, when a call's shapes
+    /// do not fit the group's one pass.
+    pub fn single(g: &Graph, id: NodeId) -> Group {
+        let n = g.node(id);
+        let mut inputs: Vec<NodeId> = Vec::new();
+        for &a in &n.args {
+            if !matches!(g.op(a), Op::Const(_)) && !inputs.contains(&a) {
+                inputs.push(a);
+            }
+        }
+        Group {
+            kind: kind_of_single(n.op),
+            nodes: vec![id],
+            matmuls: if n.op == Op::MatMul { vec![id] } else { vec![] },
+            prologue: vec![],
+            inputs,
+            outputs: vec![id],
+        }
+    }
+
     /// The nodes after the matmuls (everything that is neither prologue nor matmul).
     pub fn epilogue(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.nodes.iter().copied().filter(|n| !self.matmuls.contains(n) && !self.prologue.contains(n))
@@ -91,28 +112,7 @@ fn kind_of_single(op: Op) -> GroupKind {
 impl Plan {
     /// One group per computed node: the in-house baseline (one kernel or library call per op).
     pub fn unfused(g: &Graph) -> Plan {
-        let groups = g
-            .ids()
-            .filter(|&id| !is_free(g.op(id)))
-            .map(|id| {
-                let n = g.node(id);
-                let mut inputs: Vec<NodeId> = Vec::new();
-                for &a in &n.args {
-                    if !matches!(g.op(a), Op::Const(_)) && !inputs.contains(&a) {
-                        inputs.push(a);
-                    }
-                }
-                Group {
-                    kind: kind_of_single(n.op),
-                    nodes: vec![id],
-                    matmuls: if n.op == Op::MatMul { vec![id] } else { vec![] },
-                    prologue: vec![],
-                    inputs,
-                    outputs: vec![id],
-                }
-            })
-            .collect();
-        Plan { groups }
+        Plan { groups: g.ids().filter(|&id| !is_free(g.op(id))).map(|id| Group::single(g, id)).collect() }
     }
 
     /// The fused plan: see `plan/fuse.rs` for the rules.

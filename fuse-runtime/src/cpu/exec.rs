@@ -9,7 +9,6 @@ use super::rowrun::BlockInputs;
 use crate::host::CpuData;
 use crate::call::{infer, input_values, GroupRun, Value};
 use crate::{Error, Result, Tensor};
-use fuse_ir::plan::is_free;
 use fuse_ir::{DType, Graph, Group, GroupKind, NodeId, Op, Plan};
 use std::time::Instant;
 
@@ -68,7 +67,7 @@ impl Executor<'_> {
             }
             Outcome::DoesNotFit(reason) => {
                 for &n in &group.nodes {
-                    let single = single_node_group(self.info.graph, n);
+                    let single = Group::single(self.info.graph, n);
                     match self.run_fused(&single, paths)? {
                         Outcome::Done(outputs) => self.store(outputs),
                         Outcome::DoesNotFit(why) => {
@@ -128,27 +127,4 @@ impl Executor<'_> {
     }
 }
 
-/// The group that computes only `n`, every value it reads coming from memory.
-fn single_node_group(g: &Graph, n: NodeId) -> Group {
-    let op = g.op(n);
-    let mut inputs: Vec<NodeId> = Vec::new();
-    for &a in &g.node(n).args {
-        if !matches!(g.op(a), Op::Const(_)) && !inputs.contains(&a) {
-            inputs.push(a);
-        }
-    }
-    let kind = match op {
-        Op::MatMul => GroupKind::Gemm,
-        Op::Reduce(_) => GroupKind::RowReduce,
-        _ => GroupKind::Pointwise,
-    };
-    debug_assert!(!is_free(op));
-    Group {
-        kind,
-        nodes: vec![n],
-        matmuls: if op == Op::MatMul { vec![n] } else { vec![] },
-        prologue: vec![],
-        inputs,
-        outputs: vec![n],
-    }
-}
+

@@ -149,12 +149,14 @@ pub(crate) fn execute(
     let mut runs = Vec::new();
     for (index, group) in plan.groups.iter().enumerate() {
         let start = Instant::now();
-        ex.run_group(index, &kernels.groups[index])?;
-        if timed {
-            device.synchronize()?;
+        let unfused_because = ex.run_group(index, &kernels.groups[index])?;
+        if timed || unfused_because.is_some() {
+            if timed {
+                device.synchronize()?;
+            }
             let time = start.elapsed();
             let matmul_path = ex.matmul_path(group.kind);
-            runs.push(GroupRun { index, kind: group.kind, time, unfused_because: None, matmul_path });
+            runs.push(GroupRun { index, kind: group.kind, time, unfused_because, matmul_path });
         }
     }
     let outputs = g.outputs.iter().map(|&o| ex.output(o)).collect::<Result<Vec<_>>>()?;
@@ -247,9 +249,13 @@ impl Executor<'_> {
         }
     }
 
-    fn run_group(&mut self, index: usize, specs: &[PreparedKernel]) -> Result<()> {
+    fn run_group(&mut self, index: usize, specs: &[PreparedKernel]) -> Result<Option<String>> {
         let plan = self.plan;
         let group = &plan.groups[index];
+        if let Some(reason) = self.does_not_fit(group) {
+            self.run_node_by_node(group)?;
+            return Ok(Some(reason));
+        }
         let is_gemm = matches!(group.kind, GroupKind::Gemm | GroupKind::DualGemm);
         // Where the Skinny kernel can run the prologue itself, the prologue kernel runs here unrecorded (the
         // path choice reads the left operand) and `run_gemm` runs it again, recorded, on the other paths.
@@ -273,6 +279,46 @@ impl Executor<'_> {
                 group.kind.name(),
                 missing.0
             )));
+        }
+        Ok(None)
+    }
+
+    /// Why this call's shapes do not fit a pointwise or row group's one pass (`None` when they do): the
+    /// planner groups without shapes (`x.sum(-1) + z` is one row group), and a value whose rows are another
+    /// width than the others' makes no one domain. The CPU backend decides the same (`cpu/rowprog.rs`).
+    fn does_not_fit(&self, group: &fuse_ir::Group) -> Option<String> {
+        if !matches!(group.kind, GroupKind::Pointwise | GroupKind::RowReduce) {
+            return None;
+        }
+        let mut domain: Vec<usize> = Vec::new();
+        for &id in group.inputs.iter().chain(&group.nodes) {
+            let shape = self.shape(id);
+            match broadcast(&domain, shape) {
+                Some(d) => domain = d,
+                None => return Some(format!("shapes {domain:?} and {shape:?} make no one domain")),
+            }
+        }
+        // A row kernel reduces along the domain's rows: an operand whose rows are narrower (broadcast along
+        // them, `[3, 1]` in a `[3, 7]` domain) would be summed once per column.
+        let width = domain.last().copied().unwrap_or(1);
+        for &n in group.nodes.iter().filter(|&&n| matches!(self.graph.op(n), Op::Reduce(_))) {
+            let operand = self.graph.node(n).args[0];
+            let rows = self.shape(operand).last().copied().unwrap_or(1);
+            if rows != width {
+                return Some(format!("%{} reduces rows of {rows}, the group's rows hold {width}", n.0));
+            }
+        }
+        None
+    }
+
+    /// Runs `group` one node at a time, each node's kernel generated now (as the unfused plan's would be).
+    fn run_node_by_node(&mut self, group: &fuse_ir::Group) -> Result<()> {
+        for &n in &group.nodes {
+            let single = Plan { groups: vec![fuse_ir::Group::single(self.graph, n)] };
+            for spec in codegen::group_kernels(self.graph, &single, 0) {
+                let kernel = PreparedKernel { source_hash: kernels::fingerprint(&spec.source), spec };
+                self.run_kernel(&kernel)?;
+            }
         }
         Ok(())
     }
