@@ -89,7 +89,7 @@ impl GgmlType {
     /// whole number of blocks.
     pub fn bytes_for(self, n_elements: u64) -> Option<u64> {
         let (block_len, block_bytes) = self.block_layout()?;
-        if n_elements % block_len as u64 != 0 {
+        if !n_elements.is_multiple_of(block_len as u64) {
             return None;
         }
         (n_elements / block_len as u64).checked_mul(block_bytes as u64)
@@ -117,7 +117,10 @@ mod tests {
         assert_eq!(GgmlType::from_id(30), GgmlType::BF16);
         assert_eq!(GgmlType::from_id(16), GgmlType::Other(16));
         assert_eq!(GgmlType::Q4_1.bytes_for(64), Some(40));
-        assert_eq!(GgmlType::Q8_0.bytes_for(576 * 49152), Some(576 / 32 * 34 * 49152));
+        assert_eq!(
+            GgmlType::Q8_0.bytes_for(576 * 49152),
+            Some(576 / 32 * 34 * 49152)
+        );
         assert_eq!(GgmlType::Q4_1.bytes_for(33), None);
         assert_eq!(GgmlType::Other(16).bytes_for(256), None);
         assert_eq!(GgmlType::Other(16).to_string(), "ggml type id 16");

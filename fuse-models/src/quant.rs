@@ -32,14 +32,16 @@ pub fn dequantize_f32(ty: GgmlType, bytes: &[u8], n_elements: usize) -> Result<V
 pub fn dequantize_bf16(ty: GgmlType, bytes: &[u8], n_elements: usize) -> Result<Vec<bf16>> {
     let bytes_per_chunk = check(ty, bytes, n_elements)?;
     let mut out = vec![bf16::ZERO; n_elements];
-    out.par_chunks_mut(CHUNK_ELEMENTS).zip(bytes.par_chunks(bytes_per_chunk)).for_each(|(dst, src)| {
-        let mut tmp = [0f32; CHUNK_ELEMENTS];
-        let tmp = &mut tmp[..dst.len()];
-        decode_run(ty, src, tmp);
-        for (d, &t) in dst.iter_mut().zip(tmp.iter()) {
-            *d = bf16::from_f32(t);
-        }
-    });
+    out.par_chunks_mut(CHUNK_ELEMENTS)
+        .zip(bytes.par_chunks(bytes_per_chunk))
+        .for_each(|(dst, src)| {
+            let mut tmp = [0f32; CHUNK_ELEMENTS];
+            let tmp = &mut tmp[..dst.len()];
+            decode_run(ty, src, tmp);
+            for (d, &t) in dst.iter_mut().zip(tmp.iter()) {
+                *d = bf16::from_f32(t);
+            }
+        });
     Ok(out)
 }
 
@@ -52,7 +54,7 @@ fn check(ty: GgmlType, bytes: &[u8], n_elements: usize) -> Result<usize> {
         });
     }
     let (block_len, block_bytes) = ty.block_layout().expect("supported types have a layout");
-    if n_elements % block_len != 0 {
+    if !n_elements.is_multiple_of(block_len) {
         return Err(Error::BadLength {
             type_name: ty.to_string(),
             what: format!("{n_elements} elements is not a whole number of blocks of {block_len}"),
@@ -62,7 +64,10 @@ fn check(ty: GgmlType, bytes: &[u8], n_elements: usize) -> Result<usize> {
     if bytes.len() != expected {
         return Err(Error::BadLength {
             type_name: ty.to_string(),
-            what: format!("{n_elements} elements take {expected} bytes, got {}", bytes.len()),
+            what: format!(
+                "{n_elements} elements take {expected} bytes, got {}",
+                bytes.len()
+            ),
         });
     }
     Ok(CHUNK_ELEMENTS / block_len * block_bytes)
