@@ -1,0 +1,184 @@
+//! Reading GGUF files (versions 2 and 3): header, metadata of every value type, tensor infos, and each tensor's
+//! bytes by name, with typed metadata getters. The file is memory-mapped: tensors are borrowed, not copied.
+//!
+//! No crate fitted: the GGUF parsers on crates.io are small single-author crates without structured errors or
+//! bounds checks, and candle-core's reader comes with the whole framework. The format is simple enough that
+//! this module is short.
+
+mod cursor;
+mod getters;
+mod parse;
+mod value;
+
+use std::collections::HashMap;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+
+pub use value::MetaValue;
+
+use crate::error::{Error, Result};
+use crate::ggml_type::GgmlType;
+
+/// One tensor's entry in the file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorInfo {
+    pub name: String,
+    /// Dimensions in ggml's order: `dims[0]` varies fastest (for a matrix, the length of a row).
+    pub dims: Vec<u64>,
+    pub ggml_type: GgmlType,
+    /// Byte offset from the start of the data section.
+    pub offset: u64,
+    pub n_elements: u64,
+}
+
+impl TensorInfo {
+    /// Dimensions in row-major order, outermost first (as PyTorch and `[rows, cols]` name them): ggml's
+    /// `[576, 1536]` for `ffn_gate` is the `[1536, 576]` matrix of 1536 rows.
+    pub fn shape(&self) -> Vec<usize> {
+        self.dims.iter().rev().map(|&d| d as usize).collect()
+    }
+}
+
+enum Storage {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Deref for Storage {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Storage::Mapped(map) => map,
+            Storage::Owned(bytes) => bytes,
+        }
+    }
+}
+
+/// A parsed GGUF file. Opening it checks the whole layout, so every later access is in bounds.
+pub struct GgufFile {
+    path: PathBuf,
+    storage: Storage,
+    version: u32,
+    metadata: Vec<(String, MetaValue)>,
+    metadata_index: HashMap<String, usize>,
+    tensors: Vec<TensorInfo>,
+    tensor_index: HashMap<String, usize>,
+    alignment: u64,
+    data_offset: u64,
+}
+
+impl GgufFile {
+    /// Opens and parses the file at `path` (memory-mapped).
+    pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
+        let path = path.as_ref().to_path_buf();
+        let io_error = |source| Error::Io {
+            path: path.clone(),
+            source,
+        };
+        let file = std::fs::File::open(&path).map_err(io_error)?;
+        // SAFETY: the map is read-only and private to this value. As with any memory-mapped file, another
+        // process truncating the file while it is mapped is outside what Rust can guard against; model files
+        // are not rewritten in place.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_error)?;
+        Self::from_storage(Storage::Mapped(map), path)
+    }
+
+    /// Parses a GGUF image held in memory; `name` stands for the file in error messages.
+    pub fn from_bytes(bytes: Vec<u8>, name: impl Into<PathBuf>) -> Result<GgufFile> {
+        Self::from_storage(Storage::Owned(bytes), name.into())
+    }
+
+    fn from_storage(storage: Storage, path: PathBuf) -> Result<GgufFile> {
+        let parsed = parse::parse(&storage, &path)?;
+        Ok(GgufFile {
+            path,
+            storage,
+            version: parsed.version,
+            metadata: parsed.metadata,
+            metadata_index: parsed.metadata_index,
+            tensors: parsed.tensors,
+            tensor_index: parsed.tensor_index,
+            alignment: parsed.alignment,
+            data_offset: parsed.data_offset,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+    /// The data section's alignment (`general.alignment`, 32 when absent).
+    pub fn alignment(&self) -> u64 {
+        self.alignment
+    }
+    /// Byte offset of the data section in the file.
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
+    }
+
+    /// Every metadata entry, in file order.
+    pub fn metadata(&self) -> impl Iterator<Item = (&str, &MetaValue)> {
+        self.metadata.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// The value of `key`, if present.
+    pub fn get(&self, key: &str) -> Option<&MetaValue> {
+        self.metadata_index.get(key).map(|&i| &self.metadata[i].1)
+    }
+
+    /// Every tensor's entry, in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// The entry of the tensor called `name`.
+    pub fn tensor_info(&self, name: &str) -> Result<&TensorInfo> {
+        self.tensor_index
+            .get(name)
+            .map(|&i| &self.tensors[i])
+            .ok_or_else(|| Error::MissingTensor {
+                path: self.path.clone(),
+                name: name.to_string(),
+            })
+    }
+
+    /// The raw (still quantised) bytes of the tensor called `name`, borrowed from the file.
+    pub fn tensor_bytes(&self, name: &str) -> Result<&[u8]> {
+        let info = self.tensor_info(name)?;
+        let len =
+            info.ggml_type
+                .bytes_for(info.n_elements)
+                .ok_or_else(|| Error::UnsupportedType {
+                    type_name: info.ggml_type.to_string(),
+                    what: "its block size is unknown, so tensor bytes cannot be located",
+                })?;
+        // In bounds: `parse` checked every tensor of a known type against the file length.
+        let start = (self.data_offset + info.offset) as usize;
+        Ok(&self.storage[start..start + len as usize])
+    }
+
+    /// The tensor called `name` dequantised to f32, in row-major order of [`TensorInfo::shape`].
+    pub fn tensor_f32(&self, name: &str) -> Result<Vec<f32>> {
+        let info = self.tensor_info(name)?;
+        crate::quant::dequantize_f32(
+            info.ggml_type,
+            self.tensor_bytes(name)?,
+            info.n_elements as usize,
+        )
+    }
+
+    /// The tensor called `name` dequantised to bf16, in row-major order of [`TensorInfo::shape`].
+    pub fn tensor_bf16(&self, name: &str) -> Result<Vec<half::bf16>> {
+        let info = self.tensor_info(name)?;
+        crate::quant::dequantize_bf16(
+            info.ggml_type,
+            self.tensor_bytes(name)?,
+            info.n_elements as usize,
+        )
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;
