@@ -40,6 +40,6 @@ pub use eager::{
 pub use element::Element;
 pub use error::{Error, Result};
 pub use fuse_ir::DType;
-pub use fused::{arg, Arg, FromOutputs, Fusion, FusedFn, IntoArg, StaticKernel};
+pub use fused::{arg, field_is_tensor, Arg, FromOutputs, Fusion, FusedFn, IntoArg, StaticKernel};
 pub use reference::{reference, rel_l2_error};
 pub use tensor::Tensor;

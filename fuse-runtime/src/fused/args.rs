@@ -11,7 +11,16 @@ pub enum Arg<'a> {
 
 /// What may be passed to a fused function: tensors and the scalar types `f32`, `f64`, `usize`, `i64`.
 pub trait IntoArg {
+    /// Whether the value is passed as a tensor (else as a scalar).
+    const IS_TENSOR: bool;
     fn to_arg(&self) -> Arg<'_>;
+}
+
+/// Whether the field that `field` reads is passed as a tensor: what `#[fuse]` on a method declares for
+/// each field it reads (`field_is_tensor::<Self, _>(|s| &s.norm)`), from the field's type.
+#[doc(hidden)]
+pub fn field_is_tensor<S, T: IntoArg + ?Sized>(_field: for<'a> fn(&'a S) -> &'a T) -> bool {
+    T::IS_TENSOR
 }
 
 /// `arg(x)` for `x: &Tensor`, `arg(&eps)` for `eps: f32`, `arg(&self.norm)` for a field.
@@ -20,12 +29,14 @@ pub fn arg<T: IntoArg + ?Sized>(v: &T) -> Arg<'_> {
 }
 
 impl IntoArg for Tensor {
+    const IS_TENSOR: bool = true;
     fn to_arg(&self) -> Arg<'_> {
         Arg::Tensor(self)
     }
 }
 
 impl<T: IntoArg + ?Sized> IntoArg for &T {
+    const IS_TENSOR: bool = T::IS_TENSOR;
     fn to_arg(&self) -> Arg<'_> {
         (**self).to_arg()
     }
@@ -34,6 +45,7 @@ impl<T: IntoArg + ?Sized> IntoArg for &T {
 macro_rules! scalar_args {
     ($($t:ty),*) => {$(
         impl IntoArg for $t {
+            const IS_TENSOR: bool = false;
             fn to_arg(&self) -> Arg<'_> {
                 Arg::Scalar(*self as f64)
             }

@@ -5,7 +5,7 @@
 mod args;
 mod static_kernels;
 
-pub use args::{arg, Arg, FromOutputs, Fusion, IntoArg};
+pub use args::{arg, field_is_tensor, Arg, FromOutputs, Fusion, IntoArg};
 pub use static_kernels::StaticKernel;
 
 use crate::call::{infer, GroupRun, Value};
@@ -35,6 +35,9 @@ pub struct FusedFn {
     unfused_kernels: KernelCache,
     /// Set by the first call, which prints the FUSE_DEBUG summary.
     called: AtomicBool,
+    /// For a method: whether each field input (in graph order) is a tensor, as the field's Rust type says
+    /// (declared by the generated companion, see [`FusedFn::declare_fields`]).
+    field_kinds: OnceLock<Vec<bool>>,
 }
 
 impl FusedFn {
@@ -72,6 +75,7 @@ impl FusedFn {
             fused_kernels: OnceLock::new(),
             unfused_kernels: OnceLock::new(),
             called: AtomicBool::new(false),
+            field_kinds: OnceLock::new(),
         }
     }
 
@@ -89,7 +93,17 @@ impl FusedFn {
             fused_kernels: OnceLock::new(),
             unfused_kernels: OnceLock::new(),
             called: AtomicBool::new(false),
+            field_kinds: OnceLock::new(),
         }
+    }
+
+    /// Declares, once, whether each field of a `#[fuse]` method is a tensor (`true`) or a scalar, from the
+    /// fields' Rust types (the generated `<method>_fused()` calls it with [`field_is_tensor`]), so that a call
+    /// listing the fields by hand in another order is an error rather than a wrong answer.
+    #[doc(hidden)]
+    pub fn declare_fields(&self, kinds: impl FnOnce() -> Vec<bool>) -> &Self {
+        self.field_kinds.get_or_init(kinds);
+        self
     }
 
     pub fn name(&self) -> &str {
@@ -232,21 +246,30 @@ impl FusedFn {
         if args.len() != g.inputs.len() {
             return Err(Error::ArgumentCount { function: self.name.to_string(), expected: g.inputs.len(), got: args.len() });
         }
+        let mut field_kinds = self.field_kinds.get().map(|k| k.iter().copied());
         g.inputs
             .iter()
             .zip(args)
-            .map(|(input, a)| match (input.kind, a) {
-                (InputKind::Tensor | InputKind::Field, Arg::Tensor(t)) => Ok(Value::Tensor((*t).clone())),
-                (InputKind::Scalar | InputKind::Field, Arg::Scalar(v)) => Ok(Value::Scalar(*v)),
-                (kind, a) => Err(Error::ArgumentKind {
-                    function: self.name.to_string(),
-                    parameter: input.name.clone(),
-                    expected: kind.name(),
-                    got: match a {
-                        Arg::Tensor(_) => "tensor",
-                        Arg::Scalar(_) => "scalar",
-                    },
-                }),
+            .map(|(input, a)| {
+                // A field is what its Rust type says where the companion declared it; otherwise either.
+                let expected = match (input.kind, field_kinds.as_mut().and_then(Iterator::next)) {
+                    (InputKind::Field, Some(true)) => InputKind::Tensor,
+                    (InputKind::Field, Some(false)) => InputKind::Scalar,
+                    (kind, _) => kind,
+                };
+                match (expected, a) {
+                    (InputKind::Tensor | InputKind::Field, Arg::Tensor(t)) => Ok(Value::Tensor((*t).clone())),
+                    (InputKind::Scalar | InputKind::Field, Arg::Scalar(v)) => Ok(Value::Scalar(*v)),
+                    (kind, a) => Err(Error::ArgumentKind {
+                        function: self.name.to_string(),
+                        parameter: input.name.clone(),
+                        expected: kind.name(),
+                        got: match a {
+                            Arg::Tensor(_) => "tensor",
+                            Arg::Scalar(_) => "scalar",
+                        },
+                    }),
+                }
             })
             .collect()
     }
