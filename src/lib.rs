@@ -53,6 +53,27 @@
 //! run it unfused (`call_with(.., Fusion::Off)`, or `FUSE_FUSION=off` for the whole process) to bisect a wrong
 //! answer or measure what fusion buys.
 //!
+//! ### Fused and unfused
+//!
+//! ```
+//! use fuse::prelude::*;
+//!
+//! #[fuse]
+//! fn scaled_exp(x: &Tensor, s: f32) -> Result<Tensor> {
+//!     Ok(exp(x * s))
+//! }
+//!
+//! # fn main() -> fuse::Result<()> {
+//! let x = Tensor::arange(0.0, 6.0, &Device::Cpu)?;
+//! let args = [fuse::arg(&x), fuse::arg(&0.5f32)];
+//! let fused = scaled_exp_fused().call_with(&args, Fusion::On)?;
+//! let unfused = scaled_exp_fused().call_with(&args, Fusion::Off)?;
+//! assert_eq!(fused[0].to_vec::<f32>()?, unfused[0].to_vec::<f32>()?);
+//! println!("{}", scaled_exp_fused().explain(&args)?); // one pass instead of three, in the CPU's words
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! The arguments of a fused method are its parameters, then the fields of `self` it reads, in the order
 //! the body first uses them (`forward_fused().graph()?.inputs` lists them). In a trait impl, `#[fuse]` cannot
 //! add `forward_fused()` beside the trait's methods: put the fused body in an inherent method and call it from

@@ -167,11 +167,20 @@ impl FusedFn {
         .map_err(|e| Error::internal(&self.name, format!("the plan does not verify: {e}")))
     }
 
-    /// Runs the function, fused unless `FUSE_FUSION=off`.
+    /// Runs the function, fused unless `FUSE_FUSION=off`. `args` follow the graph's inputs: the parameters
+    /// in order, then (for a method) the fields the body reads, in order of first use, as
+    /// `f.graph()?.inputs` lists them (`x, self.norm, self.eps, ..`). A method's own call passes them right;
+    /// by hand, a field of the wrong kind (a scalar where its type is a tensor) is an error.
     pub fn call(&self, args: &[Arg<'_>]) -> Result<Vec<Tensor>> {
         self.call_with(args, default_fusion())
     }
 
+    /// Runs the function with `fusion` chosen for this call: [`Fusion::On`] runs the plan `#[fuse]` emitted
+    /// (one kernel or pass per group), [`Fusion::Off`] one op at a time (the baseline, and a way to bisect a
+    /// wrong answer). Returns the graph's outputs in order; errors name the function and the expression
+    /// (shapes that do not combine, dtypes, devices, argument kinds and count).
+    ///
+    /// The crate docs of `fuse` show it on a `#[fuse]` function (section "Fused and unfused").
     pub fn call_with(&self, args: &[Arg<'_>], fusion: Fusion) -> Result<Vec<Tensor>> {
         let g = self.graph()?;
         let plan = self.plan(fusion)?;
