@@ -40,7 +40,7 @@ impl Tracer<'_> {
                     ops::supported_methods()
                 ),
             );
-            self.trace_all(call.args.iter());
+            self.trace_arguments_of_unknown_call(call.args.iter());
             return None;
         };
         if call.args.len() != method.arity() {
@@ -188,7 +188,10 @@ impl Tracer<'_> {
             let hint = match (ops::suggestion(&name), Method::from_name(&name)) {
                 (Some(s), _) => format!("{s}; "),
                 (None, Some(m)) => format!("`{name}` is a method here: write {}; ", m.usage()),
-                (None, None) => String::new(),
+                (None, None) => format!(
+                    "#[fuse] sees only this body, not the functions it calls: inline what `{name}` computes here, \
+                     or put #[fuse] on `{name}` too and call both from ordinary code; "
+                ),
             };
             self.diag.error_at(
                 path,
@@ -198,7 +201,7 @@ impl Tracer<'_> {
                     ops::supported_functions()
                 ),
             );
-            self.trace_all(call.args.iter());
+            self.trace_arguments_of_unknown_call(call.args.iter());
             return None;
         };
         if call.args.len() != function.arity() {

@@ -66,6 +66,21 @@ fn member_name(member: &Member) -> String {
     }
 }
 
+/// `[6, 4]`, `&[0; 3]`.
+fn is_array_literal(e: &Expr) -> bool {
+    match strip_parens(e) {
+        Expr::Reference(r) => is_array_literal(&r.expr),
+        Expr::Array(_) | Expr::Repeat(_) => true,
+        _ => false,
+    }
+}
+
+/// `EPS`, `HIDDEN_2`: the naming convention of a `const` or `static`.
+fn is_constant_name(name: &str) -> bool {
+    name.chars().any(|c| c.is_ascii_uppercase())
+        && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+}
+
 pub(super) fn plural(n: usize) -> &'static str {
     if n == 1 {
         ""
@@ -127,6 +142,13 @@ impl Tracer<'_> {
         }
     }
 
+    /// The arguments of a call the macro does not know, traced for the errors inside them. Array literals
+    /// are skipped: they belong to that call (`x.view(&[6, 4])`), and "array literals cannot be traced"
+    /// would send the user the wrong way.
+    pub(super) fn trace_arguments_of_unknown_call<'e>(&mut self, args: impl Iterator<Item = &'e Expr>) {
+        self.trace_all(args.filter(|a| !is_array_literal(a)));
+    }
+
     pub(super) fn push(&mut self, op: Op, args: &[NodeId], node: &impl quote::ToTokens, kind: Kind) -> NodeId {
         let id = self.graph.push(op, args, &source_text(node));
         self.record_kind(kind);
@@ -182,6 +204,18 @@ impl Tracer<'_> {
         match self.lookup(&ident.to_string()) {
             Some(Binding::Value(id)) => Some(id),
             Some(Binding::Poisoned) => None,
+            None if is_constant_name(&ident.to_string()) => {
+                self.diag.error_at(
+                    p,
+                    format!(
+                        "cannot find `{ident}` in this #[fuse] function: the graph is built from this body alone, so a \
+                         `const` or `static` outside it cannot be read; write its value here as a literal (e.g. \
+                         `1e-5`), or take it as a scalar parameter (`{}: f64`) and pass `{ident}` from the caller",
+                        ident.to_string().to_lowercase()
+                    ),
+                );
+                None
+            }
             None => {
                 self.diag.error_at(
                     p,
