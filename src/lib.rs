@@ -54,9 +54,44 @@
 //! answer or measure what fusion buys.
 //!
 //! The arguments of a fused method are its parameters, then the fields of `self` it reads, in the order
-//! the body first uses them (`forward_fused().graph()?.inputs` lists them). In a trait impl, `#[fuse]` cannot
-//! add `forward_fused()` beside the trait's methods: put the fused body in an inherent method and call it from
-//! the trait method.
+//! the body first uses them (`forward_fused().graph()?.inputs` lists them).
+//!
+//! ## Methods and trait impls
+//!
+//! `#[fuse]` on one method works in an inherent impl (`impl Block { #[fuse] fn forward(&self, ..) }`). In a
+//! trait impl it cannot: the companion `forward_fused()` is not a member of the trait, and the macro, seeing
+//! only the method, cannot put it elsewhere. Put `#[fuse]` on the impl block instead; it fuses every method
+//! marked `#[fuse]` and every method taking `&self` that returns `Result<Tensor>` or a tuple of tensors,
+//! leaves the other methods as they are, and puts the companions in an inherent impl of the type
+//! (`Lin::forward_fused()`). The graph of a method fused this way is named `Lin::forward`.
+//!
+//! ```
+//! use fuse::prelude::*;
+//!
+//! trait Module {
+//!     fn forward(&self, xs: &Tensor) -> Result<Tensor>;
+//! }
+//!
+//! struct Lin { w: Tensor, b: Tensor }
+//!
+//! #[fuse]
+//! impl Module for Lin {
+//!     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+//!         Ok(xs.matmul(&self.w.t()) + &self.b)
+//!     }
+//! }
+//!
+//! # fn main() -> fuse::Result<()> {
+//! let lin = Lin {
+//!     w: Tensor::from_vec(vec![0.5f32; 3 * 2], &[3, 2], &Device::Cpu)?,
+//!     b: Tensor::from_vec(vec![1.0f32; 3], &[3], &Device::Cpu)?,
+//! };
+//! let y = lin.forward(&Tensor::from_vec(vec![1.0f32, 2.0], &[1, 2], &Device::Cpu)?)?;
+//! assert_eq!(y.to_vec::<f32>()?, [2.5, 2.5, 2.5]);
+//! assert_eq!(Lin::forward_fused().graph()?.name, "Lin::forward");
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! ## Environment
 //!

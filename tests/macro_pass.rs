@@ -37,6 +37,23 @@ impl Block {
     }
 }
 
+/// Candle's shape of model code: the forward pass is a trait method, so `#[fuse]` goes on the impl block.
+trait Module {
+    fn forward(&self, xs: &Tensor) -> Result<Tensor>;
+}
+
+struct Lin {
+    w: Tensor,
+    b: Tensor,
+}
+
+#[fuse]
+impl Module for Lin {
+    fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        Ok(gelu(xs.matmul(&self.w.t()) + &self.b))
+    }
+}
+
 #[fuse]
 fn attention_scores(q: &Tensor, k: &Tensor, scale: f64) -> Result<(Tensor, Tensor)> {
     let s = q.matmul(&k.t()) * scale;
@@ -159,6 +176,22 @@ fn method_reads_fields_of_self() -> Result<()> {
         ],
     );
     assert_matches_reference("Block::forward", &graph, &inputs, &[&y]);
+    Ok(())
+}
+
+#[test]
+fn trait_impl_method_matches_reference() -> Result<()> {
+    let mut rng = TestRng::new(8);
+    let graph = Lin::forward_fused().graph()?;
+    assert_eq!(graph.name, "Lin::forward");
+    let (xs, xsa) = random(&mut rng, &[5, 17], -1.0, 1.0);
+    let (w, wa) = random(&mut rng, &[3, 17], -1.0, 1.0);
+    let (b, ba) = random(&mut rng, &[3], -1.0, 1.0);
+    let lin = Lin { w, b };
+    let module: &dyn Module = &lin;
+    let y = module.forward(&xs)?;
+    let inputs = inputs_by_name(&graph, &[("xs", &xsa), ("self.w", &wa), ("self.b", &ba)]);
+    assert_matches_reference("<Lin as Module>::forward", &graph, &inputs, &[&y]);
     Ok(())
 }
 

@@ -60,10 +60,11 @@ struct Tracer<'d> {
     diag: &'d mut Diagnostics,
 }
 
-/// Traces `body` of the function described by `spec`; errors go to `diag`.
-pub fn trace_fn(spec: &FnSpec, body: &Block, diag: &mut Diagnostics) -> Traced {
+/// Traces `body` of the function described by `spec` into a graph called `name` (`mlp`, `Block::forward`);
+/// errors go to `diag`.
+pub fn trace_fn(spec: &FnSpec, name: &str, body: &Block, diag: &mut Diagnostics) -> Traced {
     let mut tracer = Tracer {
-        graph: Graph::new(spec.name.to_string()),
+        graph: Graph::new(name),
         kinds: Vec::new(),
         scopes: vec![Vec::new()],
         fields: Vec::new(),
