@@ -71,6 +71,16 @@ fn every_op(x: &Tensor, w: &Tensor, v: &Tensor, s: f32) -> Result<(Tensor, Tenso
     Ok((e.matmul(&v.t()), e.to_dtype(DType::F32)))
 }
 
+/// The line of `centered`'s `x.mean(-1)`, which its label names.
+const CENTERED_MEAN_LINE: u32 = line!() + 4;
+
+#[fuse]
+fn centered(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let c = x - x.mean(-1);
+    Ok(c
+        .matmul(&w.t()))
+}
+
 /// A random tensor (uniform in `lo..hi`, away from zero when the range allows) and its reference copy.
 fn random(rng: &mut TestRng, shape: &[usize], lo: f32, hi: f32) -> (Tensor, Array) {
     let n = shape.iter().product();
@@ -237,6 +247,21 @@ fn same_inputs_give_identical_results() -> Result<()> {
 }
 
 #[test]
+fn labels_are_the_users_text_and_where_it_is() -> Result<()> {
+    let graph = centered_fused().graph()?;
+    let labels: Vec<&str> = graph.ids().map(|id| graph.label_of(id)).collect();
+    let file = file!();
+    let mean = format!("x.mean(-1) at {file}:{CENTERED_MEAN_LINE}");
+    assert!(labels.contains(&mean.as_str()), "no label {mean:?} in {labels:#?}");
+    let matmul = format!("c.matmul(&w.t()) at {file}:{}", CENTERED_MEAN_LINE + 1);
+    assert!(labels.contains(&matmul.as_str()), "no label {matmul:?} in {labels:#?}");
+    let block = Block::forward_fused().graph()?;
+    let norm = block.ids().map(|id| block.label_of(id)).find(|l| l.starts_with("rms_norm("));
+    assert_eq!(norm.and_then(|l| l.split(" at ").next()), Some("rms_norm(x, &self.norm, self.eps)"));
+    Ok(())
+}
+
+#[test]
 fn shape_error_names_the_function_and_the_expression() {
     let mut rng = TestRng::new(7);
     let (x, _) = random(&mut rng, &[3, 17], -1.0, 1.0);
@@ -249,5 +274,6 @@ fn shape_error_names_the_function_and_the_expression() {
     };
     assert!(message.contains("mlp"), "the message does not name the function: {message}");
     assert!(message.contains("x.matmul(w_gate)"), "the message does not quote the expression: {message}");
+    assert!(message.contains(&format!(" at {}:", file!())), "the message does not say where: {message}");
     assert!(message.contains("17") && message.contains("16"), "the message does not give the shapes: {message}");
 }

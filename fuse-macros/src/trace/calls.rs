@@ -4,7 +4,7 @@
 use super::expr::{is_last_axis, is_self, plural, strip_parens};
 use super::ops::{self, Function, Method};
 use super::{Binding, Kind, Tracer, Value};
-use crate::label::source_text;
+use crate::label::{node_label, source_text};
 use fuse_ir::{DType, Op};
 use syn::{Expr, ExprCall, ExprMethodCall};
 
@@ -232,14 +232,14 @@ impl Tracer<'_> {
             }
             Function::Softmax => {
                 let x = self.tensor_operand(args[0]?, &call.args[0], &name)?;
-                let id = self.graph.softmax(x, &source_text(call));
+                let id = self.graph.softmax(x, &node_label(call));
                 self.record_kind(Kind::Tensor);
                 Some(id)
             }
             Function::RmsNorm => {
                 let x = self.tensor_operand(args[0]?, &call.args[0], &name);
                 let (weight, eps) = (args[1]?, args[2]?);
-                let id = self.graph.rms_norm(x?, weight, eps, &source_text(call));
+                let id = self.graph.rms_norm(x?, weight, eps, &node_label(call));
                 self.record_kind(Kind::Tensor);
                 Some(id)
             }

@@ -3,7 +3,7 @@
 
 use super::{unsupported, Binding, FieldUse, Kind, Tracer, Value};
 use crate::diag::Diagnostics;
-use crate::label::source_text;
+use crate::label::{node_label, source_text};
 use fuse_ir::{InputKind, NodeId, Op, UnaryOp};
 use syn::{BinOp, Expr, ExprBinary, ExprField, ExprPath, ExprUnary, Lit, Member, UnOp};
 
@@ -150,7 +150,7 @@ impl Tracer<'_> {
     }
 
     pub(super) fn push(&mut self, op: Op, args: &[NodeId], node: &impl quote::ToTokens, kind: Kind) -> NodeId {
-        let id = self.graph.push(op, args, &source_text(node));
+        let id = self.graph.push(op, args, &node_label(node));
         self.record_kind(kind);
         id
     }
