@@ -35,7 +35,7 @@
 //! ## What the body may contain
 //!
 //! `let` bindings, `+ - * /` and unary `-` with numpy broadcasting on tensors, scalar parameters (`f32`, `f64`,
-//! `usize`, `i64`) and float literals; `a.matmul(b)` (2-D, or 3-D batched by a 2-D weight); `w.t()` (a view:
+//! `usize`, `i64`) and number literals, integer or float (`2`, `0.5`, `1e-5`); `a.matmul(b)` (2-D, or 3-D batched by a 2-D weight); `w.t()` (a view:
 //! checkpoint weights in `[out, in]` layout need no copy); `exp log sqrt rsqrt tanh sigmoid silu gelu
 //! gelu_tanh relu abs square recip`; `maximum(a, b)`, `minimum(a, b)`, `a.powf(s)`; last-axis reductions that
 //! keep the axis as size 1: `x.sum(-1)`, `x.mean(-1)`, `x.max(-1)`; `softmax(x)`, `rms_norm(x, w, eps)`;
