@@ -35,7 +35,7 @@
 //! ## What the body may contain
 //!
 //! `let` bindings, `+ - * /` and unary `-` with numpy broadcasting on tensors, scalar parameters (`f32`, `f64`,
-//! `usize`, `i64`) and float literals; `a.matmul(b)` (2-D, or 3-D batched by a 2-D weight); `w.t()` (a view:
+//! `usize`, `i64`) and number literals, integer or float (`2`, `0.5`, `1e-5`); `a.matmul(b)` (2-D, or 3-D batched by a 2-D weight); `w.t()` (a view:
 //! checkpoint weights in `[out, in]` layout need no copy); `exp log sqrt rsqrt tanh sigmoid silu gelu
 //! gelu_tanh relu abs square recip`; `maximum(a, b)`, `minimum(a, b)`, `a.powf(s)`; last-axis reductions that
 //! keep the axis as size 1: `x.sum(-1)`, `x.mean(-1)`, `x.max(-1)`; `softmax(x)`, `rms_norm(x, w, eps)`;
@@ -75,9 +75,44 @@
 //! ```
 //!
 //! The arguments of a fused method are its parameters, then the fields of `self` it reads, in the order
-//! the body first uses them (`forward_fused().graph()?.inputs` lists them). In a trait impl, `#[fuse]` cannot
-//! add `forward_fused()` beside the trait's methods: put the fused body in an inherent method and call it from
-//! the trait method.
+//! the body first uses them (`forward_fused().graph()?.inputs` lists them).
+//!
+//! ## Methods and trait impls
+//!
+//! `#[fuse]` on one method works in an inherent impl (`impl Block { #[fuse] fn forward(&self, ..) }`). In a
+//! trait impl it cannot: the companion `forward_fused()` is not a member of the trait, and the macro, seeing
+//! only the method, cannot put it elsewhere. Put `#[fuse]` on the impl block instead; it fuses every method
+//! marked `#[fuse]` and every method taking `&self` that returns `Result<Tensor>` or a tuple of tensors,
+//! leaves the other methods as they are, and puts the companions in an inherent impl of the type
+//! (`Lin::forward_fused()`). The graph of a method fused this way is named `Lin::forward`.
+//!
+//! ```
+//! use fuse::prelude::*;
+//!
+//! trait Module {
+//!     fn forward(&self, xs: &Tensor) -> Result<Tensor>;
+//! }
+//!
+//! struct Lin { w: Tensor, b: Tensor }
+//!
+//! #[fuse]
+//! impl Module for Lin {
+//!     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+//!         Ok(xs.matmul(&self.w.t()) + &self.b)
+//!     }
+//! }
+//!
+//! # fn main() -> fuse::Result<()> {
+//! let lin = Lin {
+//!     w: Tensor::from_vec(vec![0.5f32; 3 * 2], &[3, 2], &Device::Cpu)?,
+//!     b: Tensor::from_vec(vec![1.0f32; 3], &[3], &Device::Cpu)?,
+//! };
+//! let y = lin.forward(&Tensor::from_vec(vec![1.0f32, 2.0], &[1, 2], &Device::Cpu)?)?;
+//! assert_eq!(y.to_vec::<f32>()?, [2.5, 2.5, 2.5]);
+//! assert_eq!(Lin::forward_fused().graph()?.name, "Lin::forward");
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! ## Environment
 //!

@@ -37,6 +37,23 @@ impl Block {
     }
 }
 
+/// Candle's shape of model code: the forward pass is a trait method, so `#[fuse]` goes on the impl block.
+trait Module {
+    fn forward(&self, xs: &Tensor) -> Result<Tensor>;
+}
+
+struct Lin {
+    w: Tensor,
+    b: Tensor,
+}
+
+#[fuse]
+impl Module for Lin {
+    fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        Ok(gelu(xs.matmul(&self.w.t()) + &self.b))
+    }
+}
+
 #[fuse]
 fn attention_scores(q: &Tensor, k: &Tensor, scale: f64) -> Result<(Tensor, Tensor)> {
     let s = q.matmul(&k.t()) * scale;
@@ -52,6 +69,16 @@ fn every_op(x: &Tensor, w: &Tensor, v: &Tensor, s: f32) -> Result<(Tensor, Tenso
     let d = maximum(&a, &b) - minimum(c, -x) + x.powf(s) + x.powf(2) - a.maximum(&c) / b.minimum(&c);
     let e = softmax(&d) + rms_norm(&d, w, 1e-5) + d.sum(-1) * d.mean(-1) - d.max(-1);
     Ok((e.matmul(&v.t()), e.to_dtype(DType::F32)))
+}
+
+/// The line of `centered`'s `x.mean(-1)`, which its label names.
+const CENTERED_MEAN_LINE: u32 = line!() + 4;
+
+#[fuse]
+fn centered(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let c = x - x.mean(-1);
+    Ok(c
+        .matmul(&w.t()))
 }
 
 /// A random tensor (uniform in `lo..hi`, away from zero when the range allows) and its reference copy.
@@ -163,6 +190,22 @@ fn method_reads_fields_of_self() -> Result<()> {
 }
 
 #[test]
+fn trait_impl_method_matches_reference() -> Result<()> {
+    let mut rng = TestRng::new(8);
+    let graph = Lin::forward_fused().graph()?;
+    assert_eq!(graph.name, "Lin::forward");
+    let (xs, xsa) = random(&mut rng, &[5, 17], -1.0, 1.0);
+    let (w, wa) = random(&mut rng, &[3, 17], -1.0, 1.0);
+    let (b, ba) = random(&mut rng, &[3], -1.0, 1.0);
+    let lin = Lin { w, b };
+    let module: &dyn Module = &lin;
+    let y = module.forward(&xs)?;
+    let inputs = inputs_by_name(&graph, &[("xs", &xsa), ("self.w", &wa), ("self.b", &ba)]);
+    assert_matches_reference("<Lin as Module>::forward", &graph, &inputs, &[&y]);
+    Ok(())
+}
+
+#[test]
 fn tuple_return_with_scalar_parameter() -> Result<()> {
     let mut rng = TestRng::new(4);
     let graph = attention_scores_fused().graph()?;
@@ -204,6 +247,21 @@ fn same_inputs_give_identical_results() -> Result<()> {
 }
 
 #[test]
+fn labels_are_the_users_text_and_where_it_is() -> Result<()> {
+    let graph = centered_fused().graph()?;
+    let labels: Vec<&str> = graph.ids().map(|id| graph.label_of(id)).collect();
+    let file = file!();
+    let mean = format!("x.mean(-1) at {file}:{CENTERED_MEAN_LINE}");
+    assert!(labels.contains(&mean.as_str()), "no label {mean:?} in {labels:#?}");
+    let matmul = format!("c.matmul(&w.t()) at {file}:{}", CENTERED_MEAN_LINE + 1);
+    assert!(labels.contains(&matmul.as_str()), "no label {matmul:?} in {labels:#?}");
+    let block = Block::forward_fused().graph()?;
+    let norm = block.ids().map(|id| block.label_of(id)).find(|l| l.starts_with("rms_norm("));
+    assert_eq!(norm.and_then(|l| l.split(" at ").next()), Some("rms_norm(x, &self.norm, self.eps)"));
+    Ok(())
+}
+
+#[test]
 fn shape_error_names_the_function_and_the_expression() {
     let mut rng = TestRng::new(7);
     let (x, _) = random(&mut rng, &[3, 17], -1.0, 1.0);
@@ -216,5 +274,6 @@ fn shape_error_names_the_function_and_the_expression() {
     };
     assert!(message.contains("mlp"), "the message does not name the function: {message}");
     assert!(message.contains("x.matmul(w_gate)"), "the message does not quote the expression: {message}");
+    assert!(message.contains(&format!(" at {}:", file!())), "the message does not say where: {message}");
     assert!(message.contains("17") && message.contains("16"), "the message does not give the shapes: {message}");
 }

@@ -48,7 +48,7 @@ pub enum ReduceOp {
 pub enum Op {
     /// The k-th argument of the fused function: a tensor, or a scalar (a 0-d operand that broadcasts).
     Input(u32),
-    /// A float literal (0-d, takes the dtype of what it meets).
+    /// A number literal, integer or float (0-d, takes the dtype of what it meets).
     Const(f64),
     Unary(UnaryOp),
     Binary(BinaryOp),

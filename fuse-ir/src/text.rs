@@ -169,14 +169,14 @@ mod tests {
     use super::*;
 
     fn sample() -> Graph {
-        let mut g = Graph::new("block");
+        let mut g = Graph::new("Block::forward");
         let x = g.input("x", InputKind::Tensor);
         let w = g.input("self.norm", InputKind::Field);
         let eps = g.input("eps", InputKind::Scalar);
         let wg = g.input("wg", InputKind::Tensor);
         let h = g.rms_norm(x, w, eps, "rms_norm(x, &self.norm, eps)");
         let wt = g.transpose(wg, "wg.t()");
-        let m = g.matmul(h, wt, "h.matmul(&wg.t())");
+        let m = g.matmul(h, wt, "h.matmul(&wg.t()) at src/model.rs:12");
         let c = g.constant(-1.5e-7);
         let y = g.binary(BinaryOp::Mul, m, c, "m * \"quoted\"\n\\");
         let y = g.cast(y, DType::F32, "y.to_dtype(DType::F32)");
@@ -194,6 +194,9 @@ mod tests {
         assert_eq!(back.nodes, g.nodes);
         assert_eq!(back.inputs, g.inputs);
         assert_eq!(back.outputs, g.outputs);
+        assert_eq!(back.name, "Block::forward");
+        assert_eq!(back.labels, g.labels);
+        assert!(text.contains("%11 = matmul %9 %10 ; \"h.matmul(&wg.t()) at src/model.rs:12\"\n"), "{text}");
     }
 
     #[test]

@@ -27,6 +27,11 @@ impl Diagnostics {
         self.errors.push(syn::Error::new(span, message));
     }
 
+    /// How many errors so far: a caller compares counts to learn whether its own step found any.
+    pub fn len(&self) -> usize {
+        self.errors.len()
+    }
+
     #[cfg(test)]
     pub fn has_errors(&self) -> bool {
         !self.errors.is_empty()

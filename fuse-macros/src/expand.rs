@@ -12,19 +12,54 @@ use fuse_ir::{Graph, InputKind, Plan};
 use proc_macro2::{Literal, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{Attribute, ItemFn};
+use syn::{Attribute, ItemFn, Visibility};
 
-/// Expands `#[fuse(attr)] func`: the whole macro, given parsed input.
+/// Expands `#[fuse(attr)] func` on a free function or on a method whose impl block the macro cannot see (its
+/// companion is emitted next to it, so the block must be inherent).
 pub fn fuse_fn(attr: TokenStream, func: &ItemFn) -> TokenStream {
     let mut diag = Diagnostics::new();
+    check_no_arguments(&attr, &mut diag);
+    let place = Place { in_impl: func.sig.receiver().is_some(), owner: None, companion_vis: func.vis.clone() };
+    let Expansion { item, companion } = expand_fn(func, &place, &mut diag);
+    let errors = diag.combined().map(|e| e.to_compile_error());
+    quote!(#errors #item #companion)
+}
+
+pub fn check_no_arguments(attr: &TokenStream, diag: &mut Diagnostics) {
     if !attr.is_empty() {
-        diag.error_at(&attr, "#[fuse] takes no arguments: write `#[fuse]`");
+        diag.error_at(attr, "#[fuse] takes no arguments: write `#[fuse]`");
     }
-    let spec = check_signature(&func.sig, &mut diag);
-    let traced = trace_fn(&spec, &func.block, &mut diag);
-    match diag.combined() {
-        Some(errors) => with_errors(func, errors),
-        None => generate(func, &spec, &traced),
+}
+
+/// Where a fused function is defined, which decides how its companion is named and called.
+pub struct Place {
+    /// Inside an impl block: the companion is an associated function, called as `Self::name_fused()`.
+    pub in_impl: bool,
+    /// The type whose impl block holds the function, when known: the graph is named `Type::name`.
+    pub owner: Option<String>,
+    pub companion_vis: Visibility,
+}
+
+/// A fused function's generated code: the function itself and its companion `<name>_fused()`.
+pub struct Expansion {
+    pub item: TokenStream,
+    pub companion: TokenStream,
+}
+
+/// Checks and traces `func`, adding its errors to `diag`; with errors, both items get bodies that add no
+/// errors of their own.
+pub fn expand_fn(func: &ItemFn, place: &Place, diag: &mut Diagnostics) -> Expansion {
+    let errors_before = diag.len();
+    let spec = check_signature(&func.sig, diag);
+    let name = match &place.owner {
+        Some(owner) => format!("{owner}::{}", func.sig.ident),
+        None => func.sig.ident.to_string(),
+    };
+    let traced = trace_fn(&spec, &name, &func.block, diag);
+    if diag.len() > errors_before {
+        stubs(func, place)
+    } else {
+        generate(func, place, &name, &spec, &traced)
     }
 }
 
@@ -34,16 +69,16 @@ fn fused_name(func: &ItemFn) -> syn::Ident {
 }
 
 /// `#[cfg(..)]` attributes, which the generated companion must share with the user's function.
-fn cfg_attrs(func: &ItemFn) -> Vec<&Attribute> {
-    func.attrs.iter().filter(|a| a.path().is_ident("cfg")).collect()
+pub fn cfg_attrs(attrs: &[Attribute]) -> Vec<&Attribute> {
+    attrs.iter().filter(|a| a.path().is_ident("cfg")).collect()
 }
 
-fn generate(func: &ItemFn, spec: &FnSpec, traced: &Traced) -> TokenStream {
+fn generate(func: &ItemFn, place: &Place, name: &str, spec: &FnSpec, traced: &Traced) -> Expansion {
     let ItemFn { attrs, vis, sig, .. } = func;
     let fused_name = fused_name(func);
     let fused_fn = paths::fused_fn();
     let arg = paths::arg();
-    let get_fused = if spec.is_method { quote!(Self::#fused_name()) } else { quote!(#fused_name()) };
+    let get_fused = if place.in_impl { quote!(Self::#fused_name()) } else { quote!(#fused_name()) };
     let params = spec.params.iter().map(|p| {
         let ident = &p.ident;
         // Spanned at the parameter, so a type that is not an argument type is reported there.
@@ -59,29 +94,34 @@ fn generate(func: &ItemFn, spec: &FnSpec, traced: &Traced) -> TokenStream {
     let outputs = format_ident!("__fuse_outputs", span = Span::mixed_site());
     let ok = paths::ok();
     let from_outputs = paths::from_outputs();
-    let name = Literal::string(&func.sig.ident.to_string());
+    let name = Literal::string(name);
     let text = Literal::string(&traced.graph.to_text());
     let plan = Plan::fused(&traced.graph);
     let plan_text = Literal::string(&plan.to_text());
     let kernels = static_kernels(&traced.graph, &plan);
     let doc = format!(
         "The fused plan behind [`{}{}`]: its graph, plan and a way to run it unfused.",
-        if spec.is_method { "Self::" } else { "" },
+        if place.in_impl { "Self::" } else { "" },
         func.sig.ident
     );
-    let cfgs = cfg_attrs(func);
-    quote! {
-        #(#attrs)*
-        #vis #sig {
-            let #outputs = #get_fused.call(&[#(#params,)* #(#fields,)*])?;
-            #ok(#from_outputs(#outputs)?)
-        }
-        #(#cfgs)*
-        #[doc = #doc]
-        #vis fn #fused_name() -> &'static #fused_fn {
-            static FUSED: #fused_fn = #fused_fn::emitted(#name, #text, #plan_text, &[#(#kernels,)*]);
-            &FUSED
-        }
+    let cfgs = cfg_attrs(attrs);
+    let companion_vis = &place.companion_vis;
+    Expansion {
+        item: quote! {
+            #(#attrs)*
+            #vis #sig {
+                let #outputs = #get_fused.call(&[#(#params,)* #(#fields,)*])?;
+                #ok(#from_outputs(#outputs)?)
+            }
+        },
+        companion: quote! {
+            #(#cfgs)*
+            #[doc = #doc]
+            #companion_vis fn #fused_name() -> &'static #fused_fn {
+                static FUSED: #fused_fn = #fused_fn::emitted(#name, #text, #plan_text, &[#(#kernels,)*]);
+                &FUSED
+            }
+        },
     }
 }
 
@@ -98,23 +138,26 @@ fn static_kernels(graph: &Graph, plan: &Plan) -> Vec<TokenStream> {
         .collect()
 }
 
-/// The errors, then the user's items with bodies that type-check whatever the signature, so rustc adds no
-/// errors of its own and rust-analyzer still knows the function.
-fn with_errors(func: &ItemFn, errors: syn::Error) -> TokenStream {
+/// The user's items with bodies that type-check whatever the signature, so rustc adds no errors of its own to
+/// the macro's and rust-analyzer still knows the function.
+fn stubs(func: &ItemFn, place: &Place) -> Expansion {
     let ItemFn { attrs, vis, sig, .. } = func;
-    let errors = errors.to_compile_error();
     let fused_name = fused_name(func);
     let fused_fn = paths::fused_fn();
     let unimplemented = paths::unimplemented();
-    let cfgs = cfg_attrs(func);
-    quote! {
-        #errors
-        #(#attrs)*
-        #[allow(unused_variables)]
-        #vis #sig { #unimplemented }
-        #(#cfgs)*
-        #[allow(dead_code)]
-        #vis fn #fused_name() -> &'static #fused_fn { #unimplemented }
+    let cfgs = cfg_attrs(attrs);
+    let companion_vis = &place.companion_vis;
+    Expansion {
+        item: quote! {
+            #(#attrs)*
+            #[allow(unused_variables)]
+            #vis #sig { #unimplemented }
+        },
+        companion: quote! {
+            #(#cfgs)*
+            #[allow(dead_code)]
+            #companion_vis fn #fused_name() -> &'static #fused_fn { #unimplemented }
+        },
     }
 }
 

@@ -2,12 +2,14 @@
 //! body with a call to the fused plan. Use it through the `fuse` crate (`use fuse::prelude::*;`).
 //!
 //! One file per phase: `signature.rs` checks the signature, `trace.rs` turns the body into a
-//! `fuse_ir::Graph`, `expand.rs` writes the generated code (every path it names is in `paths.rs`), and
-//! `diag.rs` collects every error so one build reports them all. This file only parses and delegates.
-//! The macro reads no environment variables and never panics on user input.
+//! `fuse_ir::Graph`, `expand.rs` writes the generated code (every path it names is in `paths.rs`),
+//! `impl_block.rs` applies all that to the methods of an `impl` block, and `diag.rs` collects every error so
+//! one build reports them all. This file only parses and delegates. The macro reads no environment variables
+//! and never panics on user input.
 
 mod diag;
 mod expand;
+mod impl_block;
 mod label;
 mod paths;
 mod signature;
@@ -27,21 +29,27 @@ use proc_macro::TokenStream;
 ///
 /// Also generates `mlp_fused() -> &'static FusedFn` (for a method, the associated `forward_fused()`),
 /// which gives the graph and the plan. Anything the macro cannot trace is a compile error at that token.
+///
+/// On an `impl` block (the only place it works for a trait impl such as `impl Module for Lin`), it fuses
+/// every method marked `#[fuse]` and every method taking `&self` that returns `Result<Tensor>` or a tuple of
+/// tensors, and puts their `*_fused()` companions in an inherent `impl` of the type.
 #[proc_macro_attribute]
 pub fn fuse(attr: TokenStream, item: TokenStream) -> TokenStream {
     let item = proc_macro2::TokenStream::from(item);
-    match syn::parse2::<syn::ItemFn>(item.clone()) {
-        Ok(func) => expand::fuse_fn(attr.into(), &func).into(),
-        Err(parse_error) => {
-            let error = syn::Error::new(
-                parse_error.span(),
-                format!(
-                    "#[fuse] goes on a function (a free `fn` or a method taking `&self`) returning \
-                     `Result<Tensor>`: {parse_error}"
-                ),
-            )
-            .to_compile_error();
-            quote::quote!(#error #item).into()
-        }
+    let fn_error = match syn::parse2::<syn::ItemFn>(item.clone()) {
+        Ok(func) => return expand::fuse_fn(attr.into(), &func).into(),
+        Err(e) => e,
+    };
+    if let Ok(block) = syn::parse2::<syn::ItemImpl>(item.clone()) {
+        return impl_block::fuse_impl(attr.into(), &block).into();
     }
+    let error = syn::Error::new(
+        fn_error.span(),
+        format!(
+            "#[fuse] goes on a function (a free `fn` or a method taking `&self`) returning `Result<Tensor>`, or \
+             on an `impl` block of such methods: {fn_error}"
+        ),
+    )
+    .to_compile_error();
+    quote::quote!(#error #item).into()
 }

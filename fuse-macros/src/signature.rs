@@ -23,7 +23,6 @@ pub enum Returns {
 }
 
 pub struct FnSpec {
-    pub name: syn::Ident,
     /// Takes `&self`: fields of `self` may be read, and the generated code lives in an impl block.
     pub is_method: bool,
     pub params: Vec<Param>,
@@ -58,7 +57,7 @@ pub fn check_signature(sig: &Signature, diag: &mut Diagnostics) -> FnSpec {
     if let Some(variadic) = &sig.variadic {
         diag.error_at(variadic, "variadic parameters are not supported: pass each tensor as `name: &Tensor`");
     }
-    FnSpec { name: sig.ident.clone(), is_method, params, returns: check_return(sig, diag) }
+    FnSpec { is_method, params, returns: check_return(sig, diag) }
 }
 
 fn check_qualifiers(sig: &Signature, diag: &mut Diagnostics) {
@@ -98,16 +97,19 @@ fn mentions_type_parameter(ty: &Type, generics: &syn::Generics) -> bool {
     matches!(ty, Type::Path(p) if p.qself.is_none() && generics.type_params().any(|t| p.path.is_ident(&t.ident)))
 }
 
-fn check_receiver(receiver: &syn::Receiver, diag: &mut Diagnostics) {
-    // `&self` and `self: &Self` are fine; anything else moves or mutates `self`.
-    let by_shared_ref = match (&receiver.reference, &receiver.colon_token) {
+/// `&self` or `self: &Self`; anything else moves or mutates `self`.
+pub fn takes_shared_self(receiver: &syn::Receiver) -> bool {
+    match (&receiver.reference, &receiver.colon_token) {
         (Some(_), _) => receiver.mutability.is_none(),
         (None, Some(_)) => {
             matches!(&*receiver.ty, Type::Reference(r) if r.mutability.is_none() && is_self_type(&r.elem))
         }
         (None, None) => false,
-    };
-    if !by_shared_ref {
+    }
+}
+
+fn check_receiver(receiver: &syn::Receiver, diag: &mut Diagnostics) {
+    if !takes_shared_self(receiver) {
         diag.error_at(
             receiver,
             "a #[fuse] method takes `&self`: write `&self` (fields are read, never moved or changed)",
@@ -210,7 +212,7 @@ pub fn is_tensor_type(ty: &Type) -> bool {
     }
 }
 
-fn check_return(sig: &Signature, diag: &mut Diagnostics) -> Option<Returns> {
+pub fn check_return(sig: &Signature, diag: &mut Diagnostics) -> Option<Returns> {
     let ty = match &sig.output {
         ReturnType::Default => {
             diag.error_span(

@@ -54,17 +54,22 @@ struct Tracer<'d> {
     scopes: Vec<Vec<(String, Binding)>>,
     fields: Vec<FieldUse>,
     is_method: bool,
+    /// `let mut` bindings, reported after the rest of the body: a loop or an assignment that needs the `mut`
+    /// is the cause to fix first.
+    needless_mut: Vec<(syn::token::Mut, syn::Ident)>,
     diag: &'d mut Diagnostics,
 }
 
-/// Traces `body` of the function described by `spec`; errors go to `diag`.
-pub fn trace_fn(spec: &FnSpec, body: &Block, diag: &mut Diagnostics) -> Traced {
+/// Traces `body` of the function described by `spec` into a graph called `name` (`mlp`, `Block::forward`);
+/// errors go to `diag`.
+pub fn trace_fn(spec: &FnSpec, name: &str, body: &Block, diag: &mut Diagnostics) -> Traced {
     let mut tracer = Tracer {
-        graph: Graph::new(spec.name.to_string()),
+        graph: Graph::new(name),
         kinds: Vec::new(),
         scopes: vec![Vec::new()],
         fields: Vec::new(),
         is_method: spec.is_method,
+        needless_mut: Vec::new(),
         diag,
     };
     for param in &spec.params {
@@ -79,6 +84,12 @@ pub fn trace_fn(spec: &FnSpec, body: &Block, diag: &mut Diagnostics) -> Traced {
         tracer.bind(param.ident.to_string(), binding);
     }
     tracer.function_body(body, spec.returns);
+    for (mutability, ident) in std::mem::take(&mut tracer.needless_mut) {
+        tracer.diag.error_at(
+            mutability,
+            format!("`let mut` is not needed: values are never changed in place; rebind with `let {ident} = ...;`"),
+        );
+    }
     // A `let` never used leaves nodes no output needs; every parameter stays an input.
     let graph = tracer.graph.without_dead_nodes();
     Traced { graph, fields: tracer.fields }
@@ -214,14 +225,8 @@ impl Tracer<'_> {
         };
         let name = match pat {
             Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
-                if let Some(m) = &p.mutability {
-                    self.diag.error_at(
-                        m,
-                        format!(
-                            "`let mut` is not needed: values are never changed in place; rebind with `let {} = ...;`",
-                            p.ident
-                        ),
-                    );
+                if let Some(m) = p.mutability {
+                    self.needless_mut.push((m, p.ident.clone()));
                 }
                 p.ident.to_string()
             }

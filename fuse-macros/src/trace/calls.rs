@@ -4,7 +4,7 @@
 use super::expr::{is_last_axis, is_self, plural, strip_parens};
 use super::ops::{self, Function, Method};
 use super::{Binding, Kind, Tracer, Value};
-use crate::label::source_text;
+use crate::label::{node_label, source_text};
 use fuse_ir::{DType, Op};
 use syn::{Expr, ExprCall, ExprMethodCall};
 
@@ -40,7 +40,7 @@ impl Tracer<'_> {
                     ops::supported_methods()
                 ),
             );
-            self.trace_all(call.args.iter());
+            self.trace_arguments_of_unknown_call(call.args.iter());
             return None;
         };
         if call.args.len() != method.arity() {
@@ -188,7 +188,10 @@ impl Tracer<'_> {
             let hint = match (ops::suggestion(&name), Method::from_name(&name)) {
                 (Some(s), _) => format!("{s}; "),
                 (None, Some(m)) => format!("`{name}` is a method here: write {}; ", m.usage()),
-                (None, None) => String::new(),
+                (None, None) => format!(
+                    "#[fuse] sees only this body, not the functions it calls: inline what `{name}` computes here, \
+                     or put #[fuse] on `{name}` too and call both from ordinary code; "
+                ),
             };
             self.diag.error_at(
                 path,
@@ -198,7 +201,7 @@ impl Tracer<'_> {
                     ops::supported_functions()
                 ),
             );
-            self.trace_all(call.args.iter());
+            self.trace_arguments_of_unknown_call(call.args.iter());
             return None;
         };
         if call.args.len() != function.arity() {
@@ -229,14 +232,14 @@ impl Tracer<'_> {
             }
             Function::Softmax => {
                 let x = self.tensor_operand(args[0]?, &call.args[0], &name)?;
-                let id = self.graph.softmax(x, &source_text(call));
+                let id = self.graph.softmax(x, &node_label(call));
                 self.record_kind(Kind::Tensor);
                 Some(id)
             }
             Function::RmsNorm => {
                 let x = self.tensor_operand(args[0]?, &call.args[0], &name);
                 let (weight, eps) = (args[1]?, args[2]?);
-                let id = self.graph.rms_norm(x?, weight, eps, &source_text(call));
+                let id = self.graph.rms_norm(x?, weight, eps, &node_label(call));
                 self.record_kind(Kind::Tensor);
                 Some(id)
             }

@@ -3,7 +3,7 @@
 
 use super::{unsupported, Binding, FieldUse, Kind, Tracer, Value};
 use crate::diag::Diagnostics;
-use crate::label::source_text;
+use crate::label::{node_label, source_text};
 use fuse_ir::{InputKind, NodeId, Op, UnaryOp};
 use syn::{BinOp, Expr, ExprBinary, ExprField, ExprPath, ExprUnary, Lit, Member, UnOp};
 
@@ -64,6 +64,21 @@ fn member_name(member: &Member) -> String {
         Member::Named(ident) => ident.to_string(),
         Member::Unnamed(index) => index.index.to_string(),
     }
+}
+
+/// `[6, 4]`, `&[0; 3]`.
+fn is_array_literal(e: &Expr) -> bool {
+    match strip_parens(e) {
+        Expr::Reference(r) => is_array_literal(&r.expr),
+        Expr::Array(_) | Expr::Repeat(_) => true,
+        _ => false,
+    }
+}
+
+/// `EPS`, `HIDDEN_2`: the naming convention of a `const` or `static`.
+fn is_constant_name(name: &str) -> bool {
+    name.chars().any(|c| c.is_ascii_uppercase())
+        && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
 }
 
 pub(super) fn plural(n: usize) -> &'static str {
@@ -127,8 +142,15 @@ impl Tracer<'_> {
         }
     }
 
+    /// The arguments of a call the macro does not know, traced for the errors inside them. Array literals
+    /// are skipped: they belong to that call (`x.view(&[6, 4])`), and "array literals cannot be traced"
+    /// would send the user the wrong way.
+    pub(super) fn trace_arguments_of_unknown_call<'e>(&mut self, args: impl Iterator<Item = &'e Expr>) {
+        self.trace_all(args.filter(|a| !is_array_literal(a)));
+    }
+
     pub(super) fn push(&mut self, op: Op, args: &[NodeId], node: &impl quote::ToTokens, kind: Kind) -> NodeId {
-        let id = self.graph.push(op, args, &source_text(node));
+        let id = self.graph.push(op, args, &node_label(node));
         self.record_kind(kind);
         id
     }
@@ -182,6 +204,18 @@ impl Tracer<'_> {
         match self.lookup(&ident.to_string()) {
             Some(Binding::Value(id)) => Some(id),
             Some(Binding::Poisoned) => None,
+            None if is_constant_name(&ident.to_string()) => {
+                self.diag.error_at(
+                    p,
+                    format!(
+                        "cannot find `{ident}` in this #[fuse] function: the graph is built from this body alone, so a \
+                         `const` or `static` outside it cannot be read; write its value here as a literal (e.g. \
+                         `1e-5`), or take it as a scalar parameter (`{}: f64`) and pass `{ident}` from the caller",
+                        ident.to_string().to_lowercase()
+                    ),
+                );
+                None
+            }
             None => {
                 self.diag.error_at(
                     p,

@@ -121,6 +121,11 @@ pub fn supported_functions() -> String {
     names.join(", ")
 }
 
+/// Methods that read a tensor's sizes, which are not known when the graph is built.
+pub fn is_size_method(name: &str) -> bool {
+    matches!(name, "shape" | "dims" | "dim" | "size" | "elem_count" | "rank")
+}
+
 /// What to write instead of a name from an eager library, if there is a close equivalent.
 pub fn suggestion(name: &str) -> Option<&'static str> {
     Some(match name {
@@ -141,6 +146,10 @@ pub fn suggestion(name: &str) -> Option<&'static str> {
         "softmax_last_dim" => "write `softmax(x)` (it runs over the last axis)",
         "clone" | "contiguous" | "to_owned" => "values are never copied inside #[fuse]: use `x` itself",
         "to_device" => "move tensors to the device before calling the function",
+        name if is_size_method(name) => {
+            "sizes are not known when the graph is built: take the size as a `usize` parameter and pass it from \
+             the caller"
+        }
         _ => return None,
     })
 }

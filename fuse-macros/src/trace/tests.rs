@@ -9,7 +9,7 @@ fn trace(src: &str) -> Result<Graph, Vec<String>> {
     let func: syn::ItemFn = syn::parse_str(src).unwrap_or_else(|e| panic!("test source does not parse: {e}"));
     let mut diag = Diagnostics::new();
     let spec = check_signature(&func.sig, &mut diag);
-    let traced = trace_fn(&spec, &func.block, &mut diag);
+    let traced = trace_fn(&spec, &func.sig.ident.to_string(), &func.block, &mut diag);
     if diag.has_errors() {
         Err(diag.messages())
     } else {
@@ -289,6 +289,12 @@ fn each_mistake_gives_one_error() {
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(matmul(x, x)) }", "write `a.matmul(b)`"),
         ("fn f(x: &Tensor) -> Result<Tensor> { let g = |t| t; Ok(g(x)) }", "closures cannot be traced"),
         ("fn f(x: &Tensor) -> Result<Tensor> { let g = x.exp(); Ok(g(x)) }", "`g` is a value, not a function"),
+        ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x + EPS) }", "or take it as a scalar parameter (`eps: f64`)"),
+        ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.sum(-1) / x.shape()[1]) }", "take the size as a `usize` parameter"),
+        ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x / x.dims()) }", "take the size as a `usize` parameter"),
+        ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.view(&[6, 4])) }", "unknown method `view`"),
+        ("fn f(x: &Tensor) -> Result<Tensor> { Ok(view(x, [6, 4])) }", "unknown function `view`"),
+        ("fn f(x: &Tensor) -> Result<Tensor> { Ok(helper(x)) }", "inline what `helper` computes here"),
     ];
     for (src, want) in cases {
         let errors = errors(src);
@@ -320,6 +326,14 @@ fn several_mistakes_give_several_errors_in_source_order() {
     for (e, w) in errors.iter().zip(want) {
         assert!(e.contains(w), "want {w}, got {e}");
     }
+}
+
+#[test]
+fn a_needless_let_mut_is_reported_after_the_loop_that_needs_it() {
+    let errors = errors("fn f(x: &Tensor) -> Result<Tensor> { let mut h = x.exp(); for _ in 0..3 { h = h.exp(); } Ok(h) }");
+    assert_eq!(errors.len(), 2, "{errors:#?}");
+    assert!(errors[0].contains("`for` loops cannot be traced"), "{errors:#?}");
+    assert!(errors[1].contains("`let mut` is not needed"), "{errors:#?}");
 }
 
 #[test]

@@ -21,6 +21,14 @@ pub(super) fn expression(e: &Expr, diag: &mut Diagnostics) {
         Expr::Closure(c) => diag
             .error_at(c, "closures cannot be traced: write the expression inline, or make it its own #[fuse] function"),
         Expr::Macro(m) => macro_call(&m.mac, diag),
+        Expr::Index(i) if reads_a_size(&i.expr) => diag.error_at(
+            i,
+            format!(
+                "`{0}` reads a size, which a #[fuse] body cannot: the graph is built once for every shape; take the \
+                 size as a `usize` parameter (`n: usize`) and pass `{0}` from the caller",
+                source_text(i)
+            ),
+        ),
         Expr::Index(i) => diag.error_span(
             i.bracket_token.span.join(),
             "indexing cannot be traced: fused ops work on whole tensors; select the part you need before calling \
@@ -81,6 +89,11 @@ pub(super) fn expression(e: &Expr, diag: &mut Diagnostics) {
             ),
         ),
     }
+}
+
+/// `x.shape()`, `x.dims()`: what a user indexes for one size.
+fn reads_a_size(e: &Expr) -> bool {
+    matches!(e, Expr::MethodCall(m) if super::ops::is_size_method(&m.method.to_string()))
 }
 
 /// `println!(..)` and friends: not part of any graph.
