@@ -56,9 +56,18 @@ fn describe(g: &Graph, id: NodeId) -> String {
         op => op.name().to_string(),
     };
     let call = if args.is_empty() { op } else { format!("{op}({})", args.join(", ")) };
-    match g.label_of(id) {
+    match without_location(g.label_of(id)) {
         "" => format!("%{} = {call}", id.0),
         label => format!("%{} = {call}  \"{}\"", id.0, comment_text(label)),
+    }
+}
+
+/// A label without the ` at FILE:LINE` the macro appends: kernel sources quote the expression only, so that
+/// moving a function to other lines leaves its kernels (and their compiled cubins) as they are.
+fn without_location(label: &str) -> &str {
+    match label.rsplit_once(" at ") {
+        Some((text, at)) if at.rsplit_once(':').is_some_and(|(_, line)| line.parse::<u32>().is_ok()) => text,
+        _ => label,
     }
 }
 
