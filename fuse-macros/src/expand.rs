@@ -10,7 +10,7 @@ use crate::trace::{trace_fn, Traced};
 use fuse_ir::codegen::plan_kernels;
 use fuse_ir::{Graph, InputKind, Plan};
 use proc_macro2::{Literal, Span, TokenStream};
-use quote::{format_ident, quote, quote_spanned};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::{Attribute, ItemFn, Visibility};
 
@@ -79,18 +79,27 @@ fn generate(func: &ItemFn, place: &Place, name: &str, spec: &FnSpec, traced: &Tr
     let fused_fn = paths::fused_fn();
     let arg = paths::arg();
     let get_fused = if place.in_impl { quote!(Self::#fused_name()) } else { quote!(#fused_name()) };
-    let params = spec.params.iter().map(|p| {
-        let ident = &p.ident;
-        // Spanned at the parameter, so a type that is not an argument type is reported there.
-        match p.kind {
-            Some(InputKind::Tensor) => quote_spanned!(ident.span()=> #arg(#ident)),
-            _ => quote_spanned!(ident.span()=> #arg(&#ident)),
-        }
-    });
-    let fields = traced.fields.iter().map(|field| {
-        let expr = &field.expr;
-        quote_spanned!(expr.span()=> #arg(&#expr))
-    });
+    let params: Vec<TokenStream> = spec
+        .params
+        .iter()
+        .map(|p| {
+            let ident = &p.ident;
+            // Spanned at the parameter, so a type that is not an argument type is reported there.
+            match p.kind {
+                Some(InputKind::Tensor) => quote_spanned!(ident.span()=> #arg(#ident)),
+                _ => quote_spanned!(ident.span()=> #arg(&#ident)),
+            }
+        })
+        .collect();
+    let fields: Vec<TokenStream> = traced
+        .fields
+        .iter()
+        .map(|field| {
+            let expr = &field.expr;
+            quote_spanned!(expr.span()=> #arg(&#expr))
+        })
+        .collect();
+    let args = quote!(&[#(#params,)* #(#fields,)*]);
     let outputs = format_ident!("__fuse_outputs", span = Span::mixed_site());
     let ok = paths::ok();
     let from_outputs = paths::from_outputs();
@@ -106,11 +115,13 @@ fn generate(func: &ItemFn, place: &Place, name: &str, spec: &FnSpec, traced: &Tr
     );
     let cfgs = cfg_attrs(attrs);
     let companion_vis = &place.companion_vis;
+    let declared = declare_fields(traced);
+    let typed = typed_companions(func, place, &get_fused, &args);
     Expansion {
         item: quote! {
             #(#attrs)*
             #vis #sig {
-                let #outputs = #get_fused.call(&[#(#params,)* #(#fields,)*])?;
+                let #outputs = #get_fused.call(#args)?;
                 #ok(#from_outputs(#outputs)?)
             }
         },
@@ -119,9 +130,69 @@ fn generate(func: &ItemFn, place: &Place, name: &str, spec: &FnSpec, traced: &Tr
             #[doc = #doc]
             #companion_vis fn #fused_name() -> &'static #fused_fn {
                 static FUSED: #fused_fn = #fused_fn::emitted(#name, #text, #plan_text, &[#(#kernels,)*]);
-                &FUSED
+                &FUSED #declared
             }
+            #typed
         },
+    }
+}
+
+/// For a method reading fields: `.declare_fields(|| vec![field_is_tensor::<Self, _>(|s| &s.norm), ..])`,
+/// each field's kind from its Rust type, so that fields passed by hand in another order are an error.
+fn declare_fields(traced: &Traced) -> TokenStream {
+    if traced.fields.is_empty() {
+        return TokenStream::new();
+    }
+    let is_tensor = paths::field_is_tensor();
+    let receiver = format_ident!("__fuse_self", span = Span::mixed_site());
+    let kinds = traced.fields.iter().map(|field| {
+        // `self.mlp.gate` read from the closure's parameter instead of `self`.
+        let path: TokenStream = field
+            .expr
+            .to_token_stream()
+            .into_iter()
+            .map(|t| match &t {
+                proc_macro2::TokenTree::Ident(i) if i == "self" => receiver.to_token_stream().into_iter().next().unwrap_or(t),
+                _ => t,
+            })
+            .collect();
+        // Spanned at the field: a field of a type that is no argument is reported at the user's expression.
+        quote_spanned!(field.expr.span()=> #is_tensor::<Self, _>(|#receiver| &#path))
+    });
+    quote!(.declare_fields(|| ::std::vec![#(#kinds),*]))
+}
+
+/// `<name>_with(.., fusion)` (the function with fusion chosen for the call) and `<name>_explain(..)` (its plan
+/// for these arguments), typed like the function itself: a method's fields are passed for the caller.
+fn typed_companions(func: &ItemFn, place: &Place, get_fused: &TokenStream, args: &TokenStream) -> TokenStream {
+    let ItemFn { attrs, sig, .. } = func;
+    let (fusion, explain_result, ok, from_outputs) = (paths::fusion(), paths::explain_result(), paths::ok(), paths::from_outputs());
+    let fusion_param = format_ident!("fusion", span = Span::mixed_site());
+    let mut with_sig = sig.clone();
+    with_sig.ident = format_ident!("{}_with", sig.ident, span = sig.ident.span());
+    with_sig.inputs.push(syn::parse_quote!(#fusion_param: #fusion));
+    let mut explain_sig = sig.clone();
+    explain_sig.ident = format_ident!("{}_explain", sig.ident, span = sig.ident.span());
+    explain_sig.output = syn::parse_quote!(-> #explain_result);
+    let with_doc = format!("[`{}`] with fusion chosen for this call (`Fusion::Off`: one op at a time).", sig.ident);
+    let explain_doc = format!("What [`{}`] fuses and saves for these arguments' shapes, in the words of their device.", sig.ident);
+    let cfgs = cfg_attrs(attrs);
+    let vis = &place.companion_vis;
+    let outputs = format_ident!("__fuse_outputs", span = Span::mixed_site());
+    quote! {
+        #(#cfgs)*
+        #[doc = #with_doc]
+        #[allow(dead_code)]
+        #vis #with_sig {
+            let #outputs = #get_fused.call_with(#args, #fusion_param)?;
+            #ok(#from_outputs(#outputs)?)
+        }
+        #(#cfgs)*
+        #[doc = #explain_doc]
+        #[allow(dead_code)]
+        #vis #explain_sig {
+            #get_fused.explain(#args)
+        }
     }
 }
 

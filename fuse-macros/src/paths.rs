@@ -25,6 +25,21 @@ pub fn from_outputs() -> TokenStream {
     quote!(::fuse::__private::FromOutputs::from_outputs)
 }
 
+/// `::fuse::__private::field_is_tensor`: a field's kind from its type, for the companion's declaration.
+pub fn field_is_tensor() -> TokenStream {
+    quote!(::fuse::__private::field_is_tensor)
+}
+
+/// `::fuse::__private::Fusion`: the extra parameter of the typed companion `<name>_with`.
+pub fn fusion() -> TokenStream {
+    quote!(::fuse::__private::Fusion)
+}
+
+/// `::fuse::__private::Result<::std::string::String>`: what `<name>_explain` returns.
+pub fn explain_result() -> TokenStream {
+    quote!(::fuse::__private::Result<::std::string::String>)
+}
+
 pub fn ok() -> TokenStream {
     quote!(::core::result::Result::Ok)
 }

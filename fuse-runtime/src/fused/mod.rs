@@ -261,7 +261,11 @@ impl FusedFn {
             .zip(args)
             .map(|(input, a)| {
                 // A field is what its Rust type says where the companion declared it; otherwise either.
-                let expected = match (input.kind, field_kinds.as_mut().and_then(Iterator::next)) {
+                let declared = match input.kind {
+                    InputKind::Field => field_kinds.as_mut().and_then(Iterator::next),
+                    _ => None,
+                };
+                let expected = match (input.kind, declared) {
                     (InputKind::Field, Some(true)) => InputKind::Tensor,
                     (InputKind::Field, Some(false)) => InputKind::Scalar,
                     (kind, _) => kind,
