@@ -191,3 +191,14 @@ fn a_fused_call_runs_the_plan_and_kernels_the_macro_emitted() {
     only_here_fused().plan_kernel_specs(Fusion::Off).expect("unfused kernels, generated");
     assert!(planned() > plans && generated() > groups);
 }
+
+#[test]
+fn each_emitted_kernel_says_its_group_and_role() {
+    let roles: Vec<(usize, &str)> = llama_mlp_fused().kernels().iter().map(|k| (k.group(), k.role())).collect();
+    // The dual GEMM's epilogue (after library matmuls) and its three one-kernel alternatives, then the down
+    // projection's three alternatives (no epilogue: the library writes its product directly).
+    assert_eq!(roles, [(0, "epilogue"), (0, "skinny"), (0, "wgmma"), (0, "mma"), (1, "skinny"), (1, "wgmma"), (1, "mma")]);
+    let ffn: Vec<&str> = ffn_block_fused().kernels().iter().map(|k| k.role()).collect();
+    assert!(ffn.starts_with(&["prologue", "epilogue", "skinny"]), "{ffn:?}");
+    assert!(chain10_fused().kernels().iter().all(|k| k.role() == "whole"));
+}

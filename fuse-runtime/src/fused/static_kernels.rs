@@ -16,6 +16,19 @@ pub struct StaticKernel {
 }
 
 impl StaticKernel {
+    /// The plan group this kernel belongs to (`k0`, `k1`, .. in reports).
+    pub fn group(&self) -> usize {
+        self.meta.split_whitespace().nth(3).and_then(|g| g.parse().ok()).unwrap_or(0)
+    }
+
+    /// What the kernel does in its group: `whole` (a pointwise or row group's one kernel); for a matmul group,
+    /// `prologue` and `epilogue` (around library matmuls), or one of the alternatives that each do the matmuls
+    /// and the epilogue in one kernel, `skinny`, `wgmma` and `mma`: one of those, or the library path, runs
+    /// per shape.
+    pub fn role(&self) -> &'static str {
+        self.meta.split_whitespace().nth(4).unwrap_or("whole")
+    }
+
     /// The kernel as the launcher takes it, its source borrowed (not copied) from the binary.
     pub fn spec(&self) -> Result<KernelSpec, String> {
         KernelSpec::from_meta(self.meta, std::borrow::Cow::Borrowed(self.source))
