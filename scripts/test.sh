@@ -14,3 +14,7 @@ scripts/fetch-smollm2.sh
 export FUSE_TEST_MODEL=1
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+# A CPU-only build (without the default `cuda` feature, so without cudarc) must build, and the runtime's CPU
+# tests pass in it, with tests/without_cuda.rs checking that a GPU is refused by name.
+cargo check -p fuse-kernels --no-default-features --lib
+cargo test -p fuse-runtime --no-default-features --lib --tests

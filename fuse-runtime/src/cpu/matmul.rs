@@ -12,6 +12,7 @@ use super::rowrun::BlockInputs;
 use crate::call::Value;
 use crate::{Error, Result, Tensor};
 use fuse_ir::{DType, Group, NodeId};
+use gemm_common::Parallelism;
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -376,7 +377,7 @@ impl GemmGroup {
     }
 }
 
-/// `dst (m x n, dense) = a (m x k) x b (k x n)` with the `gemm` crate, after checking every index the
+/// `dst (m x n, dense) = a (m x k) x b (k x n)` with `gemm-f32` (the `gemm` crate's f32 kernels alone), after checking every index the
 /// call will touch lies inside its slice.
 #[allow(clippy::too_many_arguments)]
 fn gemm_into(function: &str, dst: &mut [f32], m: usize, n: usize, k: usize, a: MatRef<'_>, b: MatRef<'_>, parallel: bool) -> Result<()> {
@@ -390,24 +391,37 @@ fn gemm_into(function: &str, dst: &mut [f32], m: usize, n: usize, k: usize, a: M
     if dst.len() < m * n || !a.fits(m, k) || !b.fits(k, n) {
         return Err(Error::internal(function, format!("gemm operands out of bounds ({m}x{k} by {k}x{n})")));
     }
-    let parallelism = if parallel { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
+    let parallelism = if parallel { Parallelism::Rayon(0) } else { Parallelism::None };
+    // The microkernels prefer a column-major destination, so (as `gemm::gemm` does before it dispatches) a
+    // row-major `dst` is computed as its transpose, dst^T = b^T a^T: swap m and n, the operands, and every
+    // pair of strides. All strides here are non-negative, `gemm::gemm`'s other normalisation.
+    let (dst_cs, dst_rs) = (1isize, n as isize);
+    let a_ptr = a.data.as_ptr().wrapping_add(a.offset);
+    let b_ptr = b.data.as_ptr().wrapping_add(b.offset);
+    let (a_cs, a_rs, b_cs, b_rs) = (a.col_stride as isize, a.row_stride as isize, b.col_stride as isize, b.row_stride as isize);
+    let (m, n, dst_cs, dst_rs, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs) = if dst_cs < dst_rs {
+        (n, m, dst_rs, dst_cs, b_ptr, b_rs, b_cs, a_ptr, a_rs, a_cs)
+    } else {
+        (m, n, dst_cs, dst_rs, a_ptr, a_cs, a_rs, b_ptr, b_cs, b_rs)
+    };
     // SAFETY: the three matrices were checked to lie inside their slices above; `dst` is borrowed
-    // mutably and so cannot alias `a` or `b`.
+    // mutably and so cannot alias `a` or `b`. Arguments: dst = 0 * dst (not read) + 1 * lhs * rhs, no
+    // conjugation.
     unsafe {
-        gemm::gemm(
+        gemm_f32::gemm::f32::get_gemm_fn()(
             m,
             n,
             k,
             dst.as_mut_ptr(),
-            1,
-            n as isize,
+            dst_cs,
+            dst_rs,
             false,
-            a.data.as_ptr().add(a.offset),
-            a.col_stride as isize,
-            a.row_stride as isize,
-            b.data.as_ptr().add(b.offset),
-            b.col_stride as isize,
-            b.row_stride as isize,
+            lhs,
+            lhs_cs,
+            lhs_rs,
+            rhs,
+            rhs_cs,
+            rhs_rs,
             0.0f32,
             1.0f32,
             false,
