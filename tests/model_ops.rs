@@ -204,6 +204,8 @@ fn attention_beside_pointwise_work_matches_reference(dev: &Device) {
         let args = [fuse::arg(&q), fuse::arg(&k), fuse::arg(&cos), fuse::arg(&sin), fuse::arg(&v)];
         check("rope, attention and pointwise", rotate_and_attend_fused(), &args, dtype, dev);
         if !dev.is_cuda() {
+            let explained = rotate_and_attend_fused().explain(&args).expect("explain");
+            assert!(explained.contains("model_attention"), "{explained}");
             let eager = (silu(&attention(&rope(&(&q * 2.0f32).unwrap(), &cos, &sin).unwrap(), &rope(&k, &cos, &sin).unwrap(), &v, 0.125, true).unwrap()).unwrap() + 1.0f32).unwrap();
             let fused = rotate_and_attend(&q, &k, &cos, &sin, &v).expect("fused");
             fuse::testing::assert_close("eager against fused", &eager, &fused, dtype, dev);

@@ -74,7 +74,7 @@ impl Shape {
     /// key/value head.
     fn block(&self, q: &[f32], k: &[f32], v: &[f32], first: usize, out: &mut [f32]) {
         let d = self.d;
-        let rows = if d == 0 { 0 } else { out.len() / d };
+        let rows = out.len().checked_div(d).unwrap_or(0);
         let mut max = [f32::NEG_INFINITY; QUERY_BLOCK];
         let mut sum = [0.0f32; QUERY_BLOCK];
         let mut scores = [0.0f32; KEY_TILE];
