@@ -1,5 +1,6 @@
 //! The graph: an arena of hash-consed nodes in topological order (a node's arguments come before it).
 
+use crate::model_op::ModelOp;
 use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
 use crate::DType;
 use std::collections::HashMap;
@@ -74,6 +75,7 @@ enum OpKey {
     MatMul,
     Transpose,
     Cast(DType),
+    Model(ModelOp),
 }
 
 impl From<Op> for OpKey {
@@ -87,6 +89,7 @@ impl From<Op> for OpKey {
             Op::MatMul => OpKey::MatMul,
             Op::Transpose => OpKey::Transpose,
             Op::Cast(d) => OpKey::Cast(d),
+            Op::Model(m) => OpKey::Model(m),
         }
     }
 }
@@ -174,6 +177,11 @@ impl Graph {
 
     pub fn cast(&mut self, a: NodeId, dtype: DType, label: &str) -> NodeId {
         self.push(Op::Cast(dtype), &[a], label)
+    }
+
+    /// A model op (`embedding`, `argmax`, `rope`, `attention`) over `args`, in the op's argument order.
+    pub fn model(&mut self, op: ModelOp, args: &[NodeId], label: &str) -> NodeId {
+        self.push(Op::Model(op), args, label)
     }
 
     /// `softmax(x)` over the last axis, as max, sub, exp, sum, div (numerically stable).

@@ -18,6 +18,16 @@ pub enum InferError {
     DType { lhs: DType, rhs: DType },
     /// The graph read an argument that was not passed.
     MissingInput { index: usize },
+    /// Arithmetic on token ids (`u32`), which take none.
+    Integer { dtype: DType },
+    /// A float converted to `u32`: ids come from `argmax` or `Tensor::from_vec(Vec<u32>, ..)`.
+    ToInteger { from: DType },
+    /// An operand of the wrong dtype: `operand` names it (`ids`), `expected` says what it takes (`u32`).
+    OperandDType { operand: &'static str, expected: &'static str, got: Option<DType> },
+    /// Operand shapes that do not fit a model op; `expected` says what it takes.
+    Operands { expected: &'static str, shapes: Vec<Vec<usize>> },
+    /// A token id outside the embedding table.
+    IdOutOfRange { id: u64, vocab: usize },
 }
 
 impl fmt::Display for InferError {
@@ -33,6 +43,27 @@ impl fmt::Display for InferError {
                 write!(f, "dtypes {lhs} and {rhs} differ (convert one with `.to_dtype(DType::..)`)")
             }
             InferError::MissingInput { index } => write!(f, "argument {index} was not passed"),
+            InferError::Integer { dtype } => write!(
+                f,
+                "{dtype} values (token ids) take no arithmetic: convert them with `.to_dtype(DType::F32)` first"
+            ),
+            InferError::ToInteger { from } => write!(
+                f,
+                "{from} values do not convert to u32: token ids come from `argmax` or `Tensor::from_vec(Vec<u32>, ..)`"
+            ),
+            InferError::OperandDType { operand, expected, got: Some(got) } => {
+                write!(f, "`{operand}` must be {expected}, got {got}")
+            }
+            InferError::OperandDType { operand, expected, got: None } => {
+                write!(f, "`{operand}` must be a {expected} tensor, got a scalar")
+            }
+            InferError::Operands { expected, shapes } => {
+                let shapes: Vec<String> = shapes.iter().map(|s| format!("{s:?}")).collect();
+                write!(f, "takes {expected}, got shapes {}", shapes.join(", "))
+            }
+            InferError::IdOutOfRange { id, vocab } => {
+                write!(f, "token id {id} is out of range for a vocabulary of {vocab} (ids are 0..{vocab})")
+            }
         }
     }
 }
@@ -107,6 +138,10 @@ pub fn infer_shapes(g: &Graph, inputs: &[Vec<usize>]) -> Result<Vec<Vec<usize>>,
                 s.swap(r - 2, r - 1);
                 s
             }
+            Op::Model(m) => {
+                let args: Vec<&[usize]> = n.args.iter().map(|a| shapes[a.index()].as_slice()).collect();
+                m.infer_shape(&args).map_err(err)?
+            }
         };
         shapes.push(s);
     }
@@ -120,19 +155,29 @@ pub fn infer_dtypes(g: &Graph, inputs: &[Option<DType>]) -> Result<Vec<Option<DT
     for id in g.ids() {
         let n = g.node(id);
         let arg = |i: usize| dtypes[n.args[i].index()];
+        let err = |error| NodeError { node: id, error };
+        // Token ids take no arithmetic: every op that computes on its operands' values refuses them.
+        let computes = (n.op.is_pointwise() && !matches!(n.op, Op::Cast(_))) || matches!(n.op, Op::Reduce(_) | Op::MatMul);
+        if let Some(dtype) = n.args.iter().filter_map(|a| dtypes[a.index()]).find(|d| computes && !d.is_float()) {
+            return Err(err(InferError::Integer { dtype }));
+        }
         let d = match n.op {
-            Op::Input(k) => *inputs
-                .get(k as usize)
-                .ok_or(NodeError { node: id, error: InferError::MissingInput { index: k as usize } })?,
+            Op::Input(k) => *inputs.get(k as usize).ok_or(err(InferError::MissingInput { index: k as usize }))?,
             Op::Const(_) => None,
+            Op::Cast(DType::U32) => match arg(0) {
+                Some(from) if from.is_float() => return Err(err(InferError::ToInteger { from })),
+                _ => Some(DType::U32),
+            },
             Op::Cast(d) => Some(d),
             Op::Unary(_) | Op::Reduce(_) | Op::Transpose => arg(0),
             Op::Binary(_) | Op::MatMul => match (arg(0), arg(1)) {
-                (Some(a), Some(b)) if a != b => {
-                    return Err(NodeError { node: id, error: InferError::DType { lhs: a, rhs: b } })
-                }
+                (Some(a), Some(b)) if a != b => return Err(err(InferError::DType { lhs: a, rhs: b })),
                 (a, b) => a.or(b),
             },
+            Op::Model(m) => {
+                let args: Vec<Option<DType>> = n.args.iter().map(|a| dtypes[a.index()]).collect();
+                m.infer_dtype(&args).map_err(err)?
+            }
         };
         dtypes.push(d);
     }

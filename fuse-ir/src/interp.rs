@@ -87,6 +87,11 @@ fn run<'a>(g: &Graph, inputs: &'a [Array], keep_all: bool) -> Result<Vec<Option<
                 };
                 Some(Cow::Owned(Array { shape, data }))
             }
+            Op::Model(m) => {
+                let args: Vec<&Array> = (0..node.args.len()).map(arg).collect();
+                let value = crate::model_op::eval(m, &args, shape).map_err(|error| NodeError { node: id, error })?;
+                Some(Cow::Owned(value))
+            }
             Op::Transpose if lazy[id.index()] => None,
             Op::Transpose => Some(Cow::Owned(transpose(arg(0)))),
             Op::MatMul => {

@@ -12,11 +12,13 @@ pub mod codegen;
 pub mod graph;
 pub mod infer;
 pub mod interp;
+pub mod model_op;
 pub mod op;
 pub mod plan;
 mod text;
 
 pub use dtype::DType;
 pub use graph::{Graph, Input, InputKind, Node, NodeId};
+pub use model_op::ModelOp;
 pub use op::{BinaryOp, Op, ReduceOp, UnaryOp};
 pub use plan::{Group, GroupKind, Plan};

@@ -1,8 +1,11 @@
 //! The op table: every operation once, with its name, arity, definition (f64, the reference) and cost.
 //!
+//! The ops a whole model adds (embedding, argmax, rope, attention) are defined in `model_op.rs`.
+//!
 //! Composites (`softmax`, `rms_norm`) are not ops: the graph builder expands them into these, so the planner
 //! sees the reductions and pointwise work they are made of.
 
+use crate::model_op::ModelOp;
 use crate::DType;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -59,6 +62,8 @@ pub enum Op {
     Transpose,
     /// `a.to_dtype(d)`.
     Cast(DType),
+    /// An op of a whole model (`embedding`, `argmax`, `rope`, `attention`): a group of its own.
+    Model(ModelOp),
 }
 
 impl Op {
@@ -67,6 +72,7 @@ impl Op {
             Op::Input(_) | Op::Const(_) => 0,
             Op::Unary(_) | Op::Reduce(_) | Op::Transpose | Op::Cast(_) => 1,
             Op::Binary(_) | Op::MatMul => 2,
+            Op::Model(m) => m.arity(),
         }
     }
 
@@ -81,6 +87,7 @@ impl Op {
             Op::MatMul => "matmul",
             Op::Transpose => "t",
             Op::Cast(_) => "to_dtype",
+            Op::Model(m) => m.name(),
         }
     }
 

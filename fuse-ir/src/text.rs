@@ -9,6 +9,7 @@
 //! ```
 
 use crate::graph::{Graph, InputKind, NodeId};
+use crate::model_op::ModelOp;
 use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
 use crate::DType;
 use std::fmt::Write;
@@ -32,6 +33,7 @@ impl Graph {
                 Op::Cast(d) => {
                     let _ = write!(s, "to_dtype {d}");
                 }
+                Op::Model(m) => s.push_str(&m.to_text()),
                 op => s.push_str(op.name()),
             }
             for a in &n.args {
@@ -106,6 +108,8 @@ impl Graph {
                         Op::Binary(b)
                     } else if let Some(r) = ReduceOp::from_name(name) {
                         Op::Reduce(r)
+                    } else if let Some(m) = ModelOp::parse(name, &mut words) {
+                        Op::Model(m)
                     } else {
                         return Err(err("unknown op"));
                     }

@@ -12,6 +12,7 @@ pub(crate) enum CpuData {
     F32(Vec<f32>),
     F16(Vec<f16>),
     BF16(Vec<bf16>),
+    U32(Vec<u32>),
 }
 
 pub(crate) struct CpuStorage {
@@ -25,6 +26,7 @@ pub(crate) enum CpuSlice<'a> {
     F32(&'a [f32]),
     F16(&'a [f16]),
     BF16(&'a [bf16]),
+    U32(&'a [u32]),
 }
 
 impl CpuData {
@@ -38,7 +40,10 @@ impl CpuData {
                 Ok(v) => CpuData::F16(*v),
                 Err(any) => match any.downcast::<Vec<bf16>>() {
                     Ok(v) => CpuData::BF16(*v),
-                    Err(_) => unreachable!("Element is sealed to f32, f16 and bf16"),
+                    Err(any) => match any.downcast::<Vec<u32>>() {
+                        Ok(v) => CpuData::U32(*v),
+                        Err(_) => unreachable!("Element is sealed to f32, f16, bf16 and u32"),
+                    },
                 },
             },
         }
@@ -50,6 +55,7 @@ impl CpuData {
             DType::F32 => CpuData::F32(vec![0.0; len]),
             DType::F16 => CpuData::F16(vec![f16::ZERO; len]),
             DType::BF16 => CpuData::BF16(vec![bf16::ZERO; len]),
+            DType::U32 => CpuData::U32(vec![0; len]),
         }
     }
 
@@ -58,6 +64,7 @@ impl CpuData {
             CpuData::F32(_) => DType::F32,
             CpuData::F16(_) => DType::F16,
             CpuData::BF16(_) => DType::BF16,
+            CpuData::U32(_) => DType::U32,
         }
     }
 
@@ -66,6 +73,7 @@ impl CpuData {
             CpuData::F32(v) => CpuSlice::F32(v),
             CpuData::F16(v) => CpuSlice::F16(v),
             CpuData::BF16(v) => CpuSlice::BF16(v),
+            CpuData::U32(v) => CpuSlice::U32(v),
         }
     }
 }
@@ -89,6 +97,7 @@ impl CpuStorage {
             CpuData::F32(v) => v,
             CpuData::F16(v) => self.f32_shadow.get_or_init(|| v.as_slice().to_f32_vec()),
             CpuData::BF16(v) => self.f32_shadow.get_or_init(|| v.as_slice().to_f32_vec()),
+            CpuData::U32(v) => self.f32_shadow.get_or_init(|| v.iter().map(|&id| id as f32).collect()),
         }
     }
 
@@ -98,6 +107,7 @@ impl CpuStorage {
             CpuData::F32(v) => v,
             CpuData::F16(v) => v,
             CpuData::BF16(v) => v,
+            CpuData::U32(v) => v,
         };
         any.downcast_ref::<Vec<T>>().map(|v| v.as_slice())
     }
@@ -118,6 +128,7 @@ impl CpuSlice<'_> {
             (CpuSlice::F32(v), _) => gather(v, start, stride, out, |x| x),
             (CpuSlice::F16(v), _) => gather(v, start, stride, out, f16::to_f32),
             (CpuSlice::BF16(v), _) => gather(v, start, stride, out, bf16::to_f32),
+            (CpuSlice::U32(v), _) => gather(v, start, stride, out, |id| id as f32),
         }
     }
 
@@ -128,6 +139,7 @@ impl CpuSlice<'_> {
             CpuSlice::F32(v) => v[index],
             CpuSlice::F16(v) => v[index].to_f32(),
             CpuSlice::BF16(v) => v[index].to_f32(),
+            CpuSlice::U32(v) => v[index] as f32,
         }
     }
 }

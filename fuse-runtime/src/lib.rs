@@ -22,6 +22,7 @@ mod cpu;
 mod cuda;
 mod device;
 mod eager;
+mod eager_model;
 mod element;
 mod env;
 mod error;
@@ -46,6 +47,7 @@ pub use eager::{
     abs, exp, gelu, gelu_tanh, log, maximum, minimum, recip, relu, rms_norm, rsqrt, sigmoid, silu, softmax, sqrt,
     square, tanh,
 };
+pub use eager_model::{attention, embedding, rope};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use fuse_ir::DType;

@@ -2,7 +2,7 @@
 //! such as `.t()` change shape and strides only.
 
 use crate::layout::row_offset;
-use crate::host::{for_each_offset, CpuData, CpuStorage};
+use crate::host::{for_each_offset, CpuData, CpuSlice, CpuStorage};
 use crate::cuda::storage::CudaStorage;
 use crate::element::Element;
 use crate::error::EAGER;
@@ -77,8 +77,12 @@ impl Tensor {
         Tensor { storage: Arc::new(Storage::Cpu(CpuStorage::new(data))), shape, strides, offset: 0, device: Device::Cpu }
     }
 
-    /// The elements in row-major order, converted to `T` (bf16 -> f32 is exact; f32 -> bf16 rounds).
+    /// The elements in row-major order, converted to `T` (bf16 -> f32 is exact; f32 -> bf16 rounds; u32 ids
+    /// -> f32 is exact below 2^24). Reading a float tensor as `u32` is an error: floats are not ids.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE == DType::U32 && self.dtype() != DType::U32 {
+            return Err(Error::DType { function: EAGER.into(), op: "to_vec", expected: DType::U32, got: self.dtype() });
+        }
         let cpu = match self.storage.as_ref() {
             Storage::Cpu(cpu) => cpu,
             Storage::Cuda(_) => return self.to_device(&Device::Cpu)?.to_vec(),
@@ -169,12 +173,18 @@ impl Tensor {
         }
     }
 
+    /// A dense copy in host memory, in the tensor's own dtype (for kernels that read rows in place).
+    pub(crate) fn dense_copy(&self) -> Result<Tensor> {
+        Ok(Tensor::from_cpu(self.dense_cpu_data()?, self.shape.clone()))
+    }
+
     /// The elements in row-major order, in the tensor's own dtype, on the host.
     fn dense_cpu_data(&self) -> Result<CpuData> {
         Ok(match self.dtype() {
             DType::F32 => CpuData::F32(self.to_vec()?),
             DType::F16 => CpuData::F16(self.to_vec()?),
             DType::BF16 => CpuData::BF16(self.to_vec()?),
+            DType::U32 => CpuData::U32(self.to_vec()?),
         })
     }
 
@@ -216,11 +226,16 @@ impl fmt::Debug for Tensor {
             },
         };
         let data = on_host.cpu_storage().slice();
-        let values: Vec<f32> = (0..self.numel().min(SHOWN))
-            .map(|i| data.get_f32(self.offset + row_offset(i, &self.shape, &self.strides)))
+        let shown: Vec<String> = (0..self.numel().min(SHOWN))
+            .map(|i| {
+                let at = self.offset + row_offset(i, &self.shape, &self.strides);
+                match data {
+                    CpuSlice::U32(ids) => ids[at].to_string(),
+                    _ => data.get_f32(at).to_string(),
+                }
+            })
             .collect();
         let more = if self.numel() > SHOWN { ", ..." } else { "" };
-        let shown: Vec<String> = values.iter().map(|v| format!("{v}")).collect();
         write!(f, ", [{}{more}])", shown.join(", "))
     }
 }

@@ -146,6 +146,8 @@ pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
             }
             parts
         }
+        // No GPU kernels for model ops yet: the runtime reports them as unsupported on the GPU.
+        GroupKind::Model => Vec::new(),
     };
     let mut specs: Vec<KernelSpec> = parts
         .into_iter()
@@ -242,5 +244,7 @@ fn dtype_code(d: DType) -> u8 {
         DType::F32 => 0,
         DType::F16 => 1,
         DType::BF16 => 2,
+        // No kernel reads or writes token ids yet (the runtime refuses them first); 4 is reserved for them.
+        DType::U32 => 4,
     }
 }

@@ -7,6 +7,8 @@
 //! - A node reading the products of two single-matmul groups with the same left operand merges them into a
 //!   DualGemm and joins it (`silu(x Wg) * (x Wu)`).
 //! - A reduction joins a Pointwise/RowReduce producer (which becomes RowReduce); never a gemm epilogue.
+//! - A model op (embedding, argmax, rope, attention) is a Model group of its own: nothing joins it, and it
+//!   joins nothing (its kernels are whole loops of their own, not pointwise expressions).
 //! - A matmul starts a Gemm group; a Pointwise or RowReduce group that computes only its left operand becomes
 //!   its prologue (rms_norm -> matmul: the GEMM templates can then normalise rows as they load them, and the
 //!   normalised rows need not reach memory). The right operand always comes from memory.
@@ -25,6 +27,9 @@ pub(super) fn plan(g: &Graph) -> Plan {
             op if is_free(op) => {}
             Op::MatMul => planner.place_matmul(id),
             Op::Reduce(_) => planner.place_reduce(id),
+            Op::Model(_) => {
+                planner.start(GroupKind::Model, id);
+            }
             _ => planner.place_pointwise(id),
         }
     }
@@ -117,9 +122,10 @@ impl<'g> Planner<'g> {
         let rank = |kind: GroupKind| match kind {
             GroupKind::Gemm | GroupKind::DualGemm => 0,
             GroupKind::RowReduce => 1,
-            GroupKind::Pointwise => 2,
+            GroupKind::Pointwise | GroupKind::Model => 2,
         };
         let mut candidates = producers.clone();
+        candidates.retain(|&c| self.drafts[c].kind != GroupKind::Model);
         candidates.sort_by_key(|&c| rank(self.drafts[c].kind)); // stable: ties keep argument order
         for group in candidates {
             let reads_prologue = self.args(id).iter().any(|a| self.drafts[group].prologue.contains(a));

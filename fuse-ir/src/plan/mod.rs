@@ -23,6 +23,8 @@ pub enum GroupKind {
     Gemm,
     /// Two matmuls with the same left operand, their products meeting in one pointwise epilogue.
     DualGemm,
+    /// One model op (`embedding`, `argmax`, `rope`, `attention`) alone: nothing fuses into it yet.
+    Model,
 }
 
 impl GroupKind {
@@ -32,8 +34,12 @@ impl GroupKind {
             GroupKind::RowReduce => "rowreduce",
             GroupKind::Gemm => "gemm",
             GroupKind::DualGemm => "dualgemm",
+            GroupKind::Model => "model",
         }
     }
+
+    pub const ALL: [GroupKind; 5] =
+        [GroupKind::Pointwise, GroupKind::RowReduce, GroupKind::Gemm, GroupKind::DualGemm, GroupKind::Model];
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -105,6 +111,7 @@ fn kind_of_single(op: Op) -> GroupKind {
     match op {
         Op::MatMul => GroupKind::Gemm,
         Op::Reduce(_) => GroupKind::RowReduce,
+        Op::Model(_) => GroupKind::Model,
         _ => GroupKind::Pointwise,
     }
 }
@@ -160,6 +167,12 @@ impl Plan {
             let mm: Vec<NodeId> = grp.nodes.iter().copied().filter(|&n| g.op(n) == Op::MatMul).collect();
             if mm.len() != want || mm != grp.matmuls {
                 return Err(format!("group {i} ({}) has matmuls {:?}", grp.kind.name(), mm));
+            }
+            if grp.kind == GroupKind::Model && !(grp.nodes.len() == 1 && matches!(g.op(grp.nodes[0]), Op::Model(_))) {
+                return Err(format!("group {i} (model) must compute one model op alone"));
+            }
+            if let Some(&m) = grp.nodes.iter().find(|&&n| matches!(g.op(n), Op::Model(_)) && grp.kind != GroupKind::Model) {
+                return Err(format!("group {i} ({}) computes model op %{}, which runs alone", grp.kind.name(), m.0));
             }
             let row_work = |op: &Op| op.is_pointwise() || matches!(op, Op::Reduce(_));
             if !grp.prologue.iter().all(|p| grp.nodes.contains(p) && row_work(&g.op(*p))) {

@@ -11,8 +11,8 @@ use std::fmt::Write;
 const MAX_OPS_IN_NAME: usize = 4;
 
 impl Plan {
-    /// The kernel's symbol: graph name, group index, kind, then the distinct pointwise and reduce ops in
-    /// node order (at most four), e.g. `mlp_k0_dualgemm_silu_mul`. Only `[a-z0-9_]`, never starting with
+    /// The kernel's symbol: graph name, group index, kind, then the distinct pointwise, reduce and model ops
+    /// in node order (at most four), e.g. `mlp_k0_dualgemm_silu_mul`, `layer_k2_model_attention`. Only `[a-z0-9_]`, never starting with
     /// a digit, so it is a valid C identifier.
     pub fn kernel_name(&self, g: &Graph, i: usize) -> String {
         let mut name = format!("{}_k{i}", identifier(&g.name));
@@ -22,7 +22,7 @@ impl Plan {
         let mut ops: Vec<&str> = Vec::new();
         for &n in &group.nodes {
             let op = g.op(n);
-            let shown = op.is_pointwise() || matches!(op, Op::Reduce(_));
+            let shown = op.is_pointwise() || matches!(op, Op::Reduce(_) | Op::Model(_));
             if shown && !ops.contains(&op.name()) && ops.len() < MAX_OPS_IN_NAME {
                 ops.push(op.name());
             }

@@ -36,7 +36,7 @@ impl Plan {
             let at = |e: String| format!("plan line {}: {e}", n + 1);
             let mut words = line.split_whitespace();
             let kind = words.next().unwrap_or_default();
-            let kind = [GroupKind::Pointwise, GroupKind::RowReduce, GroupKind::Gemm, GroupKind::DualGemm]
+            let kind = GroupKind::ALL
                 .into_iter()
                 .find(|k| k.name() == kind)
                 .ok_or_else(|| at(format!("unknown group kind `{kind}`")))?;

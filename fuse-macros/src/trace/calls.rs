@@ -5,8 +5,8 @@ use super::expr::{is_last_axis, is_self, plural, strip_parens};
 use super::ops::{self, Function, Method};
 use super::{Binding, Kind, Tracer, Value};
 use crate::label::{node_label, source_text};
-use fuse_ir::{DType, Op};
-use syn::{Expr, ExprCall, ExprMethodCall};
+use fuse_ir::{DType, ModelOp, Op};
+use syn::{Expr, ExprCall, ExprMethodCall, Lit};
 
 impl Tracer<'_> {
     pub(super) fn method_call(&mut self, call: &ExprMethodCall) -> Value {
@@ -73,6 +73,19 @@ impl Tracer<'_> {
                 }
                 let a = self.tensor_operand(receiver?, &call.receiver, &name)?;
                 Some(self.push(Op::Reduce(r), &[a], call, Kind::Tensor))
+            }
+            Method::Argmax => {
+                let axis = arg?;
+                if !is_last_axis(axis) {
+                    self.diag.error_at(
+                        axis,
+                        "`argmax` runs along the last axis only (and keeps it, with size 1): write `x.argmax(-1)`; for \
+                         the other axis of a matrix, transpose it first: `x.t().argmax(-1)`",
+                    );
+                    return None;
+                }
+                let a = self.tensor_operand(receiver?, &call.receiver, &name)?;
+                Some(self.push(Op::Model(ModelOp::Argmax), &[a], call, Kind::Tensor))
             }
             Method::ToDType => {
                 let dtype = self.dtype_argument(arg?);
@@ -218,6 +231,9 @@ impl Tracer<'_> {
             self.trace_all(call.args.iter());
             return None;
         }
+        if function == Function::Attention {
+            return self.attention(call);
+        }
         let args: Vec<Value> = call.args.iter().map(|a| self.expr(a)).collect();
         match function {
             Function::Unary(u) => {
@@ -243,6 +259,60 @@ impl Tracer<'_> {
                 self.record_kind(Kind::Tensor);
                 Some(id)
             }
+            Function::Embedding | Function::Rope => {
+                let op = if function == Function::Embedding { ModelOp::Embedding } else { ModelOp::Rope };
+                let tensors = self.tensor_operands(&args, call, &name)?;
+                Some(self.push(Op::Model(op), &tensors, call, Kind::Tensor))
+            }
+            Function::Attention => unreachable!("traced by `attention` above"),
         }
+    }
+
+    /// Every argument of `call` as a tensor operand, each misuse reported; `None` if any is missing.
+    fn tensor_operands(&mut self, args: &[Value], call: &ExprCall, name: &str) -> Option<Vec<fuse_ir::NodeId>> {
+        let checked: Vec<Value> =
+            args.iter().zip(&call.args).map(|(a, e)| a.and_then(|id| self.tensor_operand(id, e, name))).collect();
+        checked.into_iter().collect()
+    }
+
+    /// `attention(q, k, v, scale, causal)`: three tensors, a scalar scale, and `causal` written `true` or
+    /// `false` (the mask is part of the graph, so it must be known when the graph is built).
+    fn attention(&mut self, call: &ExprCall) -> Value {
+        let args: Vec<Value> = call.args.iter().take(4).map(|a| self.expr(a)).collect();
+        let causal_expr = &call.args[4];
+        let causal = match strip_parens(causal_expr) {
+            Expr::Lit(l) => match &l.lit {
+                Lit::Bool(b) => Some(b.value),
+                _ => None,
+            },
+            _ => None,
+        };
+        if causal.is_none() {
+            self.diag.error_at(
+                causal_expr,
+                format!(
+                    "`causal` is written `true` or `false` here, not `{}`: the mask is part of the fused graph; for \
+                     both cases write one #[fuse] function per case and choose between them in ordinary code",
+                    source_text(causal_expr)
+                ),
+            );
+        }
+        let scale_expr = &call.args[3];
+        if let Some(scale) = args[3] {
+            if self.kind(scale) == Kind::Tensor {
+                self.diag.error_at(
+                    scale_expr,
+                    format!(
+                        "the scale of `attention` is a literal, a scalar parameter or a field of `self`, but `{}` is a \
+                         tensor: pass it as an `f32` parameter",
+                        source_text(scale_expr)
+                    ),
+                );
+                return None;
+            }
+        }
+        let mut operands = self.tensor_operands(&args[..3], call, "attention")?;
+        operands.push(args[3]?);
+        Some(self.push(Op::Model(ModelOp::Attention { causal: causal? }), &operands, call, Kind::Tensor))
     }
 }

@@ -27,6 +27,7 @@ pub enum Method {
     Reduce(ReduceOp),
     Powf,
     ToDType,
+    Argmax,
     Unary(UnaryOp),
     Binary(BinaryOp),
 }
@@ -38,6 +39,7 @@ impl Method {
             "t" => Some(Method::Transpose),
             "powf" => Some(Method::Powf),
             "to_dtype" => Some(Method::ToDType),
+            "argmax" => Some(Method::Argmax),
             _ => ReduceOp::from_name(name)
                 .map(Method::Reduce)
                 .or_else(|| unary(name).map(Method::Unary))
@@ -49,7 +51,7 @@ impl Method {
     pub fn arity(self) -> usize {
         match self {
             Method::Transpose | Method::Unary(_) => 0,
-            Method::MatMul | Method::Reduce(_) | Method::Powf | Method::ToDType | Method::Binary(_) => 1,
+            Method::MatMul | Method::Reduce(_) | Method::Powf | Method::ToDType | Method::Argmax | Method::Binary(_) => 1,
         }
     }
 
@@ -61,6 +63,7 @@ impl Method {
             Method::Reduce(r) => format!("`x.{}(-1)`", r.name()),
             Method::Powf => "`x.powf(2.0)`".into(),
             Method::ToDType => "`x.to_dtype(DType::F32)`".into(),
+            Method::Argmax => "`x.argmax(-1)`".into(),
             Method::Unary(u) => format!("`x.{}()`", u.name()),
             Method::Binary(b) => format!("`a.{}(b)`", b.name()),
         }
@@ -73,6 +76,9 @@ pub enum Function {
     Binary(BinaryOp),
     Softmax,
     RmsNorm,
+    Embedding,
+    Rope,
+    Attention,
 }
 
 impl Function {
@@ -80,6 +86,9 @@ impl Function {
         match name {
             "softmax" => Some(Function::Softmax),
             "rms_norm" => Some(Function::RmsNorm),
+            "embedding" => Some(Function::Embedding),
+            "rope" => Some(Function::Rope),
+            "attention" => Some(Function::Attention),
             _ => unary(name).map(Function::Unary).or_else(|| elementwise_binary(name).map(Function::Binary)),
         }
     }
@@ -87,8 +96,9 @@ impl Function {
     pub fn arity(self) -> usize {
         match self {
             Function::Unary(_) | Function::Softmax => 1,
-            Function::Binary(_) => 2,
-            Function::RmsNorm => 3,
+            Function::Binary(_) | Function::Embedding => 2,
+            Function::RmsNorm | Function::Rope => 3,
+            Function::Attention => 5,
         }
     }
 
@@ -98,6 +108,9 @@ impl Function {
             Function::Binary(b) => format!("`{}(a, b)`", b.name()),
             Function::Softmax => "`softmax(x)`".into(),
             Function::RmsNorm => "`rms_norm(x, weight, eps)`".into(),
+            Function::Embedding => "`embedding(ids, table)`".into(),
+            Function::Rope => "`rope(x, cos, sin)`".into(),
+            Function::Attention => "`attention(q, k, v, scale, causal)` (`causal`: `true` or `false`)".into(),
         }
     }
 }
@@ -105,7 +118,7 @@ impl Function {
 /// For messages: every supported method.
 pub fn supported_methods() -> String {
     let mut names: Vec<String> =
-        ["matmul(b)", "t()", "sum(-1)", "mean(-1)", "max(-1)", "powf(s)", "to_dtype(DType::..)"]
+        ["matmul(b)", "t()", "sum(-1)", "mean(-1)", "max(-1)", "argmax(-1)", "powf(s)", "to_dtype(DType::..)"]
             .iter()
             .map(|s| format!("`{s}`"))
             .collect();
@@ -117,7 +130,8 @@ pub fn supported_methods() -> String {
 /// For messages: every supported function.
 pub fn supported_functions() -> String {
     let mut names: Vec<String> = callable_unary().map(|u| format!("`{}`", u.name())).collect();
-    names.extend(["maximum", "minimum", "softmax", "rms_norm"].iter().map(|s| format!("`{s}`")));
+    let others = ["maximum", "minimum", "softmax", "rms_norm", "embedding", "rope", "attention"];
+    names.extend(others.iter().map(|s| format!("`{s}`")));
     names.join(", ")
 }
 
@@ -144,6 +158,9 @@ pub fn suggestion(name: &str) -> Option<&'static str> {
         "broadcast_maximum" | "max_elementwise" => "write `maximum(a, b)`",
         "broadcast_minimum" | "min" => "write `minimum(a, b)`",
         "softmax_last_dim" => "write `softmax(x)` (it runs over the last axis)",
+        "argmax_keepdim" => "write `x.argmax(-1)` (it keeps the axis)",
+        "index_select" => "for an embedding lookup write `embedding(ids, table)`",
+        "scaled_dot_product_attention" | "sdpa" | "flash_attn" => "write `attention(q, k, v, scale, causal)`",
         "clone" | "contiguous" | "to_owned" => "values are never copied inside #[fuse]: use `x` itself",
         "to_device" => "move tensors to the device before calling the function",
         name if is_size_method(name) => {
@@ -164,10 +181,10 @@ mod tests {
             assert_eq!(Method::from_name(u.name()), Some(Method::Unary(u)));
             assert_eq!(Function::from_name(u.name()), Some(Function::Unary(u)));
         }
-        for name in ["matmul", "t", "sum", "mean", "max", "powf", "to_dtype", "maximum", "minimum"] {
+        for name in ["matmul", "t", "sum", "mean", "max", "argmax", "powf", "to_dtype", "maximum", "minimum"] {
             assert!(Method::from_name(name).is_some(), "{name}");
         }
-        for name in ["softmax", "rms_norm", "maximum", "minimum"] {
+        for name in ["softmax", "rms_norm", "maximum", "minimum", "embedding", "rope", "attention"] {
             assert!(Function::from_name(name).is_some(), "{name}");
         }
         assert_eq!(Method::from_name("neg"), None);

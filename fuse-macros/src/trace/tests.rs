@@ -342,3 +342,40 @@ fn a_failed_binding_does_not_cascade() {
     let errors = errors("fn f(x: Vec<f32>) -> Result<Tensor> { let h = x.frob(); let g = h.exp() + x; Ok(g * h) }");
     assert_eq!(errors.len(), 2, "{errors:#?}");
 }
+
+#[test]
+fn model_ops_trace_to_model_nodes() {
+    let g = graph(
+        "fn layer(ids: &Tensor, table: &Tensor, cos: &Tensor, sin: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {
+            let x = embedding(&ids, table);
+            let q = rope(&x, cos, sin);
+            let a = attention(&q, k, v, scale, true);
+            let b = attention(&q, k, v, 0.125, false);
+            Ok((a + b).argmax(-1))
+        }",
+    );
+    let model: Vec<fuse_ir::ModelOp> = ops(&g).into_iter().filter_map(|op| if let Op::Model(m) = op { Some(m) } else { None }).collect();
+    use fuse_ir::ModelOp::*;
+    assert_eq!(model, [Embedding, Rope, Attention { causal: true }, Attention { causal: false }, Argmax]);
+    assert!(g.to_text().contains("attention causal=true %8 %4 %5 %6 ; \"attention(&q, k, v, scale, true)\""), "{}", g.to_text());
+}
+
+#[test]
+fn model_op_mistakes_say_what_to_write() {
+    let cases = [
+        ("attention(q, k, v, 0.5)", "`attention` takes 5 arguments, found 4"),
+        ("attention(q, k, v, 0.5, c)", "`causal` is written `true` or `false` here, not `c`"),
+        ("attention(q, k, v, k, true)", "the scale of `attention` is a literal, a scalar parameter or a field of `self`, but `k` is a tensor"),
+        ("attention(q, k, c, 0.5, true)", "`attention` needs a tensor, but `c` is a scalar"),
+        ("rope(q, k)", "`rope` takes 3 arguments, found 2: write `rope(x, cos, sin)`"),
+        ("embedding(c, k)", "`embedding` needs a tensor, but `c` is a scalar"),
+        ("q.argmax(0)", "`argmax` runs along the last axis only"),
+        ("q.argmax_keepdim(-1)", "write `x.argmax(-1)` (it keeps the axis)"),
+        ("k.embedding(q)", "`embedding` is a function here: write `embedding(ids, table)`"),
+    ];
+    for (body, says) in cases {
+        let src = format!("fn f(q: &Tensor, k: &Tensor, v: &Tensor, c: f32) -> Result<Tensor> {{ Ok({body}) }}");
+        let errors = errors(&src);
+        assert!(errors.iter().any(|e| e.contains(says)), "{body}: {errors:#?}");
+    }
+}

@@ -4,6 +4,7 @@
 use super::kernels::{allocate, sink_of, Sink};
 use super::Outcome;
 use super::matmul::run_gemm_group;
+use super::model::run_model;
 use super::rowprog::{compile, CallInfo, Compiled, RowSpec};
 use super::rowrun::BlockInputs;
 use crate::host::CpuData;
@@ -97,6 +98,10 @@ impl Executor<'_> {
                     return Ok(Outcome::DoesNotFit(format!("a {} group with a matmul", group.kind.name())));
                 }
                 self.run_rows(group)
+            }
+            GroupKind::Model => {
+                let outputs = group.nodes.iter().map(|&id| Ok((id, run_model(&self.info, &resolve, id)?)));
+                Ok(Outcome::Done(outputs.collect::<Result<Vec<_>>>()?))
             }
         }
     }

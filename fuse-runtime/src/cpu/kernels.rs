@@ -99,11 +99,13 @@ fn sum(row: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// A writable region of one output, in its dtype.
+/// A writable region of one output, in its dtype. Row programs write ids only by copying them (inference
+/// refuses arithmetic on ids and float -> u32 casts), so a `U32` sink receives whole numbers.
 pub(crate) enum Sink<'a> {
     F32(&'a mut [f32]),
     F16(&'a mut [f16]),
     BF16(&'a mut [bf16]),
+    U32(&'a mut [u32]),
 }
 
 impl<'a> Sink<'a> {
@@ -112,6 +114,7 @@ impl<'a> Sink<'a> {
             Sink::F32(s) => s.len(),
             Sink::F16(s) => s.len(),
             Sink::BF16(s) => s.len(),
+            Sink::U32(s) => s.len(),
         }
     }
 
@@ -126,6 +129,7 @@ impl<'a> Sink<'a> {
             Sink::F32(s) => Sink::F32(split(s, mid)),
             Sink::F16(s) => Sink::F16(split(s, mid)),
             Sink::BF16(s) => Sink::BF16(split(s, mid)),
+            Sink::U32(s) => Sink::U32(split(s, mid)),
         }
     }
 
@@ -137,6 +141,7 @@ impl<'a> Sink<'a> {
             Sink::F32(s) => s[at..at + n].copy_from_slice(src),
             Sink::F16(s) => s[at..at + n].convert_from_f32_slice(src),
             Sink::BF16(s) => s[at..at + n].convert_from_f32_slice(src),
+            Sink::U32(s) => s[at..at + n].iter_mut().zip(src).for_each(|(o, &v)| *o = v as u32),
         }
     }
 
@@ -147,6 +152,7 @@ impl<'a> Sink<'a> {
             Sink::F32(s) => s[at..at + len].fill(v),
             Sink::F16(s) => s[at..at + len].fill(f16::from_f32(v)),
             Sink::BF16(s) => s[at..at + len].fill(bf16::from_f32(v)),
+            Sink::U32(s) => s[at..at + len].fill(v as u32),
         }
     }
 }
@@ -161,6 +167,7 @@ pub(crate) fn sink_of(data: &mut CpuData) -> Sink<'_> {
         CpuData::F32(v) => Sink::F32(v),
         CpuData::F16(v) => Sink::F16(v),
         CpuData::BF16(v) => Sink::BF16(v),
+        CpuData::U32(v) => Sink::U32(v),
     }
 }
 

@@ -4,15 +4,18 @@
 //!   shapes do not fit its fused form);
 //! - `rowprog` / `rowrun`: pointwise and row-reduction groups compiled to straight-line row code and run;
 //! - `matmul`: Gemm and DualGemm groups (prologue, `gemm` crate, epilogue);
+//! - `model`, `attention`: Model groups (embedding, argmax, rope; attention with an online softmax);
 //! - `kernels`, `math`: inner loops, vectorisable exp/tanh.
 //!
 //! The host memory of a tensor (`host.rs`) and iteration domains (`layout.rs`) are shared with the rest of
 //! the crate; nothing here knows of the CUDA backend (`exec.rs` at the crate root dispatches).
 
 pub(crate) mod exec;
+mod attention;
 mod kernels;
 mod math;
 mod matmul;
+mod model;
 mod rowprog;
 mod rowrun;
 

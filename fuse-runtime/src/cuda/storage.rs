@@ -53,6 +53,7 @@ impl CudaStorage {
             CpuData::F32(v) => (as_bytes(v), DType::F32),
             CpuData::F16(v) => (as_bytes(v), DType::F16),
             CpuData::BF16(v) => (as_bytes(v), DType::BF16),
+            CpuData::U32(v) => (as_bytes(v), DType::U32),
         };
         let mut storage = CudaStorage::alloc(device, dtype, bytes.len() / dtype.size_bytes())?;
         if !bytes.is_empty() {
@@ -104,6 +105,7 @@ impl CudaStorage {
             DType::F32 => CpuData::F32(from_bytes::<f32>(&bytes)),
             DType::F16 => CpuData::F16(from_bytes::<u16>(&bytes).into_iter().map(f16::from_bits).collect()),
             DType::BF16 => CpuData::BF16(from_bytes::<u16>(&bytes).into_iter().map(bf16::from_bits).collect()),
+            DType::U32 => CpuData::U32(from_bytes::<u32>(&bytes)),
         })
     }
 

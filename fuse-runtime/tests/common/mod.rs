@@ -89,7 +89,8 @@ pub fn tolerance(dtype: DType) -> f64 {
 /// The least precise dtype among the tensors.
 pub fn coarsest<'a>(tensors: impl IntoIterator<Item = &'a Tensor>) -> DType {
     let rank = |d: DType| match d {
-        DType::F32 => 0,
+        // Ids are exact; they never set the tolerance of a float result.
+        DType::U32 | DType::F32 => 0,
         DType::F16 => 1,
         DType::BF16 => 2,
     };

@@ -252,6 +252,10 @@ impl Executor<'_> {
     fn run_group(&mut self, index: usize, specs: &[PreparedKernel]) -> Result<Option<String>> {
         let plan = self.plan;
         let group = &plan.groups[index];
+        if group.kind == GroupKind::Model {
+            let op = group.nodes.first().map_or("model op", |&n| self.graph.op(n).name());
+            return Err(Error::unsupported(self.function, op, "not yet on the GPU (move the tensors to Device::Cpu)"));
+        }
         if let Some(reason) = self.does_not_fit(group) {
             self.run_node_by_node(group)?;
             return Ok(Some(reason));
@@ -385,6 +389,9 @@ impl Executor<'_> {
     /// What an input slot holds: its kind (for the defines) and its operand (for the launch).
     fn input_slot(&self, value: &Value) -> Result<(InputKind, Operand)> {
         Ok(match value {
+            Value::Tensor(t) if t.dtype() == DType::U32 => {
+                return Err(Error::unsupported(self.function, "kernel", "u32 tensors (token ids) are not yet read by GPU kernels"))
+            }
             Value::Tensor(t) => (InputKind::Tensor(t.dtype()), self.tensor_operand(t)?),
             Value::Scalar(v) => (InputKind::Scalar, Operand::Scalar(*v)),
         })

@@ -108,6 +108,8 @@ fn data_type(dtype: DType) -> cudaDataType_t {
         DType::F32 => cudaDataType_t::CUDA_R_32F,
         DType::F16 => cudaDataType_t::CUDA_R_16F,
         DType::BF16 => cudaDataType_t::CUDA_R_16BF,
+        // Never reached: inference refuses a matmul of ids.
+        DType::U32 => cudaDataType_t::CUDA_R_32U,
     }
 }
 

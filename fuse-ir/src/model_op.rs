@@ -1,0 +1,169 @@
+//! The ops a whole model needs beyond pointwise work, reductions and matmul: `embedding`, `argmax`, `rope`
+//! and `attention`. Each is one node (`Op::Model`), planned as a group of its own; this file defines each
+//! once: its name and text form, its shapes and dtypes, and (in `model_op/reference.rs`) its f64 meaning.
+
+mod reference;
+
+use crate::infer::InferError;
+use crate::DType;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ModelOp {
+    /// `embedding(&ids, &table)`: the rows of `table` [vocab, hidden] picked by the u32 `ids` (any shape
+    /// [..]), giving [.., hidden]. An id >= vocab is an error naming it.
+    Embedding,
+    /// `x.argmax(-1)`: the u32 index of the largest value along the last axis, which is kept with size 1 (as
+    /// `sum`/`max` keep it). Ties give the first index; a NaN counts as the largest (as torch).
+    Argmax,
+    /// `rope(&x, &cos, &sin)`: rotary embedding in the half-split layout of Hugging Face's Llama: x [.., seq,
+    /// d], cos and sin [seq, d/2]; `out[i] = x[i] cos[i] - x[i + d/2] sin[i]` and `out[i + d/2] = x[i + d/2]
+    /// cos[i] + x[i] sin[i]` for i < d/2.
+    Rope,
+    /// `attention(&q, &k, &v, scale, causal)`: `softmax(q k^T * scale) v` with q [b, hq, sq, d], k and v [b,
+    /// hkv, skv, d], hq a multiple of hkv (query head h reads key/value head h / (hq / hkv)). `causal` aligns
+    /// the queries with the last sq keys: query i sees keys 0 ..= skv - sq + i. Arguments: q, k, v, scale.
+    Attention { causal: bool },
+}
+
+impl ModelOp {
+    pub const ALL: [ModelOp; 5] = [
+        ModelOp::Embedding,
+        ModelOp::Argmax,
+        ModelOp::Rope,
+        ModelOp::Attention { causal: false },
+        ModelOp::Attention { causal: true },
+    ];
+
+    pub fn arity(self) -> usize {
+        match self {
+            ModelOp::Argmax => 1,
+            ModelOp::Embedding => 2,
+            ModelOp::Rope => 3,
+            ModelOp::Attention { .. } => 4,
+        }
+    }
+
+    /// Name as written by users and printed in graphs and errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelOp::Embedding => "embedding",
+            ModelOp::Argmax => "argmax",
+            ModelOp::Rope => "rope",
+            ModelOp::Attention { .. } => "attention",
+        }
+    }
+
+    /// The op in a graph's text form: its name, then `causal=true|false` for attention.
+    pub fn to_text(self) -> String {
+        match self {
+            ModelOp::Attention { causal } => format!("attention causal={causal}"),
+            op => op.name().to_string(),
+        }
+    }
+
+    /// Reads [`ModelOp::to_text`] back: `name` is the op's word, `words` what follows it (the flag is taken
+    /// from there). `None` if `name` is no model op or its flag is missing.
+    pub fn parse<'a>(name: &str, words: &mut impl Iterator<Item = &'a str>) -> Option<ModelOp> {
+        match name {
+            "embedding" => Some(ModelOp::Embedding),
+            "argmax" => Some(ModelOp::Argmax),
+            "rope" => Some(ModelOp::Rope),
+            "attention" => match words.next()? {
+                "causal=true" => Some(ModelOp::Attention { causal: true }),
+                "causal=false" => Some(ModelOp::Attention { causal: false }),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The result's shape from the arguments' shapes (a scalar has shape `[]`).
+    pub fn infer_shape(self, args: &[&[usize]]) -> Result<Vec<usize>, InferError> {
+        let mismatch = |expected| InferError::Operands { expected, shapes: args.iter().map(|s| s.to_vec()).collect() };
+        match self {
+            ModelOp::Embedding => {
+                let (ids, table) = (args[0], args[1]);
+                if table.len() != 2 {
+                    return Err(InferError::Rank { needs: "a [vocab, hidden] table", shape: table.to_vec() });
+                }
+                Ok(ids.iter().copied().chain([table[1]]).collect())
+            }
+            ModelOp::Argmax => match args[0].split_last() {
+                Some((&n, rest)) if n > 0 => Ok(rest.iter().copied().chain([1]).collect()),
+                _ => Err(InferError::Rank { needs: "a last axis of at least one element", shape: args[0].to_vec() }),
+            },
+            ModelOp::Rope => {
+                const EXPECTED: &str = "x [.., seq, d] with d even, and cos and sin [seq, d/2]";
+                let (x, cos, sin) = (args[0], args[1], args[2]);
+                let r = x.len();
+                if r < 2 || x[r - 1] % 2 != 0 || cos != [x[r - 2], x[r - 1] / 2] || sin != cos {
+                    return Err(mismatch(EXPECTED));
+                }
+                Ok(x.to_vec())
+            }
+            ModelOp::Attention { causal } => {
+                let (q, k, v, scale) = (args[0], args[1], args[2], args[3]);
+                let fits = q.len() == 4
+                    && k.len() == 4
+                    && k == v
+                    && scale.is_empty()
+                    && q[0] == k[0]
+                    && q[3] == k[3]
+                    && k[1] > 0
+                    && q[1] % k[1] == 0
+                    && k[2] > 0;
+                if !fits {
+                    return Err(mismatch(
+                        "q [b, hq, sq, d], k and v [b, hkv, skv, d] with skv > 0 and hq a multiple of hkv, and a \
+                         scalar scale",
+                    ));
+                }
+                if causal && q[2] > k[2] {
+                    return Err(mismatch("causal: no more queries than keys (query i sees keys 0 ..= skv - sq + i)"));
+                }
+                Ok(q.to_vec())
+            }
+        }
+    }
+
+    /// The result's dtype from the arguments' (`None` for scalars).
+    pub fn infer_dtype(self, args: &[Option<DType>]) -> Result<Option<DType>, InferError> {
+        const FLOAT: &str = "a float (f32, f16, bf16)";
+        let float = |operand: &'static str, d: Option<DType>| match d {
+            Some(d) if d.is_float() => Ok(d),
+            got => Err(InferError::OperandDType { operand, expected: FLOAT, got }),
+        };
+        let same = |first: DType, others: &[(&'static str, Option<DType>)]| -> Result<DType, InferError> {
+            for &(operand, d) in others {
+                let d = float(operand, d)?;
+                if d != first {
+                    return Err(InferError::DType { lhs: first, rhs: d });
+                }
+            }
+            Ok(first)
+        };
+        match self {
+            ModelOp::Embedding => match args[0] {
+                Some(DType::U32) => Ok(Some(float("table", args[1])?)),
+                got => Err(InferError::OperandDType { operand: "ids", expected: "u32", got }),
+            },
+            ModelOp::Argmax => float("x", args[0]).map(|_| Some(DType::U32)),
+            ModelOp::Rope => {
+                let x = float("x", args[0])?;
+                same(x, &[("cos", args[1]), ("sin", args[2])]).map(Some)
+            }
+            ModelOp::Attention { .. } => {
+                let q = float("q", args[0])?;
+                if let Some(d) = args[3].filter(|d| !d.is_float()) {
+                    return Err(InferError::OperandDType { operand: "scale", expected: FLOAT, got: Some(d) });
+                }
+                same(q, &[("k", args[1]), ("v", args[2])]).map(Some)
+            }
+        }
+    }
+}
+
+pub use reference::eval;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,98 @@
+//! The model ops in f64, written plainly: the definition the CPU and GPU kernels are compared against.
+//! Shapes were checked by `ModelOp::infer_shape`; only values (token ids) can still be wrong here.
+
+use super::ModelOp;
+use crate::infer::InferError;
+use crate::interp::Array;
+
+/// Computes `op` on `args` into an array of `shape` (the inferred result shape).
+pub fn eval(op: ModelOp, args: &[&Array], shape: Vec<usize>) -> Result<Array, InferError> {
+    let data = match op {
+        ModelOp::Embedding => embedding(args[0], args[1])?,
+        ModelOp::Argmax => argmax(args[0]),
+        ModelOp::Rope => rope(args[0], args[1], args[2]),
+        ModelOp::Attention { causal } => attention(args[0], args[1], args[2], args[3].data[0], causal),
+    };
+    Ok(Array::new(shape, data))
+}
+
+fn embedding(ids: &Array, table: &Array) -> Result<Vec<f64>, InferError> {
+    let (vocab, hidden) = (table.shape[0], table.shape[1]);
+    let mut data = Vec::with_capacity(ids.data.len() * hidden);
+    for &id in &ids.data {
+        if !(id >= 0.0 && id < vocab as f64 && id.fract() == 0.0) {
+            return Err(InferError::IdOutOfRange { id: id as u64, vocab });
+        }
+        let row = id as usize;
+        data.extend_from_slice(&table.data[row * hidden..(row + 1) * hidden]);
+    }
+    Ok(data)
+}
+
+fn argmax(x: &Array) -> Vec<f64> {
+    let n = x.shape.last().copied().unwrap_or(1);
+    x.data
+        .chunks(n)
+        .map(|row| {
+            let mut best = 0;
+            for (i, &v) in row.iter().enumerate() {
+                let b = row[best];
+                if v > b || (v.is_nan() && !b.is_nan()) {
+                    best = i;
+                }
+            }
+            best as f64
+        })
+        .collect()
+}
+
+fn rope(x: &Array, cos: &Array, sin: &Array) -> Vec<f64> {
+    let r = x.shape.len();
+    let (seq, d) = (x.shape[r - 2], x.shape[r - 1]);
+    let half = d / 2;
+    let mut data = vec![0.0; x.data.len()];
+    if d == 0 {
+        return data;
+    }
+    for (row, (src, out)) in x.data.chunks(d).zip(data.chunks_mut(d)).enumerate() {
+        let position = row % seq;
+        let c = &cos.data[position * half..(position + 1) * half];
+        let s = &sin.data[position * half..(position + 1) * half];
+        for i in 0..half {
+            out[i] = src[i] * c[i] - src[i + half] * s[i];
+            out[i + half] = src[i + half] * c[i] + src[i] * s[i];
+        }
+    }
+    data
+}
+
+fn attention(q: &Array, k: &Array, v: &Array, scale: f64, causal: bool) -> Vec<f64> {
+    let [batch, q_heads, queries, d] = [q.shape[0], q.shape[1], q.shape[2], q.shape[3]];
+    let [kv_heads, keys] = [k.shape[1], k.shape[2]];
+    let per_kv_head = q_heads / kv_heads;
+    let mut data = Vec::with_capacity(q.data.len());
+    let row = |a: &Array, index: usize| a.data[index * d..(index + 1) * d].to_vec();
+    for b in 0..batch {
+        for h in 0..q_heads {
+            let kv = b * kv_heads + h / per_kv_head;
+            for i in 0..queries {
+                let query = row(q, (b * q_heads + h) * queries + i);
+                let visible = if causal { keys - queries + i + 1 } else { keys };
+                let scores: Vec<f64> = (0..visible)
+                    .map(|j| row(k, kv * keys + j).iter().zip(&query).map(|(x, y)| x * y).sum::<f64>() * scale)
+                    .collect();
+                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let total: f64 = weights.iter().sum();
+                let mut out = vec![0.0; d];
+                for (j, w) in weights.iter().enumerate() {
+                    for (o, x) in out.iter_mut().zip(row(v, kv * keys + j)) {
+                        *o += w / total * x;
+                    }
+                }
+                data.extend(out);
+            }
+        }
+    }
+    data
+}

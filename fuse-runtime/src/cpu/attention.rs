@@ -1,0 +1,188 @@
+//! Attention on the CPU without a score matrix: each task takes one (batch, query head, block of queries) and
+//! streams over its key/value head in tiles, keeping per query a running maximum, a running sum of weights
+//! and an unnormalised output row (the online softmax). A tile's scores live in a small buffer on the stack;
+//! a key/value tile is read once per block of queries, while it is in L1. Grouped-query heads index their
+//! shared key/value head; nothing is copied.
+
+use super::math;
+use super::model::PARALLEL_MIN_ELEMENTS;
+use rayon::prelude::*;
+
+/// Queries per task: enough to reuse each key/value tile from cache, few enough to give every thread work.
+const QUERY_BLOCK: usize = 16;
+/// Keys per tile: their scores fit in a few cache lines.
+const KEY_TILE: usize = 64;
+
+/// `softmax(q k^T * scale) v` over dense f32 q [b, hq, sq, d] and k, v [b, hkv, skv, d] (shapes checked by
+/// inference: hq a multiple of hkv, skv > 0, and sq <= skv when causal). Returns [b, hq, sq, d].
+pub(super) fn attention(q: &[f32], k: &[f32], v: &[f32], q_shape: &[usize], kv_shape: &[usize], scale: f32, causal: bool) -> Vec<f32> {
+    let [_, q_heads, queries, d] = [q_shape[0], q_shape[1], q_shape[2], q_shape[3]];
+    let [kv_heads, keys] = [kv_shape[1], kv_shape[2]];
+    let mut out = vec![0.0f32; q.len()];
+    if out.is_empty() {
+        return out;
+    }
+    let shape = Shape { queries, keys, d, scale, causal };
+    let head_len = queries * d;
+    let parallel = out.len().saturating_mul(keys) >= PARALLEL_MIN_ELEMENTS;
+    let run_head = |(head, out_head): (usize, &mut [f32])| {
+        // head = b * hq + h; its key/value head is b * hkv + h / (hq / hkv).
+        let (b, h) = (head / q_heads, head % q_heads);
+        let kv = b * kv_heads + h / (q_heads / kv_heads);
+        let kv_len = keys * d;
+        let (k_head, v_head) = (&k[kv * kv_len..(kv + 1) * kv_len], &v[kv * kv_len..(kv + 1) * kv_len]);
+        let q_head = &q[head * head_len..(head + 1) * head_len];
+        let run_block = |(block, out_block): (usize, &mut [f32])| {
+            let first = block * QUERY_BLOCK;
+            shape.block(&q_head[first * d..first * d + out_block.len()], k_head, v_head, first, out_block);
+        };
+        if parallel {
+            out_head.par_chunks_mut(QUERY_BLOCK * d).enumerate().for_each(run_block);
+        } else {
+            out_head.chunks_mut(QUERY_BLOCK * d).enumerate().for_each(run_block);
+        }
+    };
+    if parallel {
+        out.par_chunks_mut(head_len).enumerate().for_each(run_head);
+    } else {
+        out.chunks_mut(head_len).enumerate().for_each(run_head);
+    }
+    out
+}
+
+#[derive(Clone, Copy)]
+struct Shape {
+    queries: usize,
+    keys: usize,
+    d: usize,
+    scale: f32,
+    causal: bool,
+}
+
+impl Shape {
+    /// The keys query `i` sees: all of them, or (causal) those up to its own position among the last
+    /// `queries` keys.
+    fn visible(&self, i: usize) -> usize {
+        if self.causal {
+            self.keys - self.queries + i + 1
+        } else {
+            self.keys
+        }
+    }
+
+    /// One block of queries (`q` and `out`: its rows; `first`: the index of its first query) against one
+    /// key/value head.
+    fn block(&self, q: &[f32], k: &[f32], v: &[f32], first: usize, out: &mut [f32]) {
+        let d = self.d;
+        let rows = out.len().checked_div(d).unwrap_or(0);
+        let mut max = [f32::NEG_INFINITY; QUERY_BLOCK];
+        let mut sum = [0.0f32; QUERY_BLOCK];
+        let mut scores = [0.0f32; KEY_TILE];
+        let keys_read = if rows == 0 { 0 } else { self.visible(first + rows - 1) };
+        for tile in (0..keys_read).step_by(KEY_TILE) {
+            for r in 0..rows {
+                let end = self.visible(first + r).min(tile + KEY_TILE);
+                if end <= tile {
+                    continue;
+                }
+                let query = &q[r * d..(r + 1) * d];
+                let tile_scores = &mut scores[..end - tile];
+                let mut tile_max = f32::NEG_INFINITY;
+                for (j, s) in tile_scores.iter_mut().enumerate() {
+                    let key = tile + j;
+                    *s = dot(query, &k[key * d..(key + 1) * d]) * self.scale;
+                    tile_max = tile_max.max(*s);
+                }
+                // Rescale what was summed under the old maximum, once per tile.
+                let new_max = max[r].max(tile_max);
+                let correction = math::exp(max[r] - new_max);
+                let acc = &mut out[r * d..(r + 1) * d];
+                if correction != 1.0 {
+                    acc.iter_mut().for_each(|a| *a *= correction);
+                    sum[r] *= correction;
+                }
+                for (j, &s) in tile_scores.iter().enumerate() {
+                    let p = math::exp(s - new_max);
+                    sum[r] += p;
+                    let key = tile + j;
+                    for (a, &x) in acc.iter_mut().zip(&v[key * d..(key + 1) * d]) {
+                        *a += p * x;
+                    }
+                }
+                max[r] = new_max;
+            }
+        }
+        for r in 0..rows {
+            let inv = 1.0 / sum[r];
+            out[r * d..(r + 1) * d].iter_mut().for_each(|a| *a *= inv);
+        }
+    }
+}
+
+/// Dot product over eight lanes (vectorisable; a single running sum is not).
+#[inline]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 8;
+    let mut acc = [0.0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..LANES {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plain definition, for comparison: scores, softmax, weighted sum (f64).
+    fn plain(q: &[f32], k: &[f32], v: &[f32], q_shape: [usize; 4], kv_shape: [usize; 4], scale: f32, causal: bool) -> Vec<f32> {
+        let [b, hq, sq, d] = q_shape;
+        let [_, hkv, skv, _] = kv_shape;
+        let mut out = Vec::new();
+        for bi in 0..b {
+            for h in 0..hq {
+                let kv = bi * hkv + h / (hq / hkv);
+                for i in 0..sq {
+                    let visible = if causal { skv - sq + i + 1 } else { skv };
+                    let qr = &q[((bi * hq + h) * sq + i) * d..][..d];
+                    let s: Vec<f64> = (0..visible)
+                        .map(|j| qr.iter().zip(&k[(kv * skv + j) * d..][..d]).map(|(x, y)| (x * y) as f64).sum::<f64>() * scale as f64)
+                        .collect();
+                    let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let w: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                    let total: f64 = w.iter().sum();
+                    for c in 0..d {
+                        out.push((0..visible).map(|j| w[j] / total * v[(kv * skv + j) * d + c] as f64).sum::<f64>() as f32);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn tiles_and_blocks_match_the_plain_definition() {
+        let mut seed = 7u32;
+        let mut next = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1 << 24) as f32 - 0.5
+        };
+        // More keys than a tile, more queries than a block, grouped heads; causal and not.
+        for (q_shape, kv_shape) in [([2, 4, 37, 5], [2, 2, 130, 5]), ([1, 3, 1, 8], [1, 1, 65, 8]), ([1, 1, 17, 3], [1, 1, 17, 3])] {
+            let n = |s: [usize; 4]| s.iter().product::<usize>();
+            let q: Vec<f32> = (0..n(q_shape)).map(|_| next() * 4.0).collect();
+            let k: Vec<f32> = (0..n(kv_shape)).map(|_| next() * 4.0).collect();
+            let v: Vec<f32> = (0..n(kv_shape)).map(|_| next()).collect();
+            for causal in [false, true] {
+                let got = attention(&q, &k, &v, &q_shape, &kv_shape, 0.7, causal);
+                let want = plain(&q, &k, &v, q_shape, kv_shape, 0.7, causal);
+                let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+                assert!(worst < 1e-5, "{q_shape:?} {kv_shape:?} causal {causal}: off by {worst}");
+            }
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! Model groups on the CPU: `embedding`, `argmax` and `rope` here, `attention` in `attention.rs`. Each group
+//! is one model op; it reads its operands densely in f32 (ids as u32, embedding rows in their own dtype),
+//! computes with rayon when the work is large enough to pay for it, and writes one output.
+
+use super::attention::attention;
+use super::kernels::sink_of;
+use super::rowprog::CallInfo;
+use crate::call::{node_error, Value};
+use crate::host::{CpuData, CpuSlice};
+use crate::{Error, Result, Tensor};
+use fuse_ir::infer::{InferError, NodeError};
+use fuse_ir::{DType, ModelOp, NodeId, Op};
+use rayon::prelude::*;
+use std::borrow::Cow;
+
+/// Below this many output elements a model op runs on the calling thread.
+pub(super) const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
+
+/// Computes model node `id` (the only node of its group), reading its operands through `resolve`.
+pub(super) fn run_model(info: &CallInfo<'_>, resolve: &dyn Fn(NodeId) -> Result<Value>, id: NodeId) -> Result<Tensor> {
+    let (g, function) = (info.graph, info.function);
+    let Op::Model(op) = g.op(id) else {
+        return Err(Error::internal(function, format!("%{} in a model group is no model op", id.0)));
+    };
+    let args = &g.node(id).args;
+    let tensor = |i: usize| match resolve(args[i])? {
+        Value::Tensor(t) => Ok(t),
+        Value::Scalar(_) => Err(Error::internal(function, format!("a scalar as operand {i} of {}", op.name()))),
+    };
+    let dtype = info.dtypes[id.index()].unwrap_or(DType::F32);
+    let data = match op {
+        ModelOp::Embedding => {
+            let (ids, table) = (tensor(0)?.to_vec::<u32>()?, tensor(1)?);
+            // A table with gaps (a transposed view) is copied densely once; a dense one is read in place.
+            let table = if table.is_contiguous() { table } else { table.dense_copy()? };
+            embedding(&ids, &table).map_err(|error| node_error(function, g, NodeError { node: id, error }))?
+        }
+        ModelOp::Argmax => CpuData::U32(argmax(&tensor(0)?)?),
+        ModelOp::Rope => {
+            let (x, cos, sin) = (tensor(0)?, tensor(1)?, tensor(2)?);
+            from_f32(dtype, rope(&dense_f32(&x)?, &dense_f32(&cos)?, &dense_f32(&sin)?, x.shape()))
+        }
+        ModelOp::Attention { causal } => {
+            let scale = match resolve(args[3])? {
+                Value::Scalar(v) => v as f32,
+                Value::Tensor(t) => t.to_vec::<f32>()?.first().copied().ok_or_else(|| Error::internal(function, "an empty scale"))?,
+            };
+            let (q, k, v) = (tensor(0)?, tensor(1)?, tensor(2)?);
+            let out = attention(&dense_f32(&q)?, &dense_f32(&k)?, &dense_f32(&v)?, q.shape(), k.shape(), scale, causal);
+            from_f32(dtype, out)
+        }
+    };
+    Ok(Tensor::from_cpu(data, info.shapes[id.index()].clone()))
+}
+
+/// The tensor's elements in row-major order as f32: borrowed when it is a dense f32 tensor, else converted.
+pub(super) fn dense_f32(t: &Tensor) -> Result<Cow<'_, [f32]>> {
+    if t.is_contiguous() {
+        if let CpuSlice::F32(all) = t.cpu_storage().slice() {
+            return Ok(Cow::Borrowed(&all[t.offset()..t.offset() + t.numel()]));
+        }
+    }
+    Ok(Cow::Owned(t.to_vec::<f32>()?))
+}
+
+/// f32 results stored in `dtype` (rounded for the half types).
+fn from_f32(dtype: DType, values: Vec<f32>) -> CpuData {
+    if dtype == DType::F32 {
+        return CpuData::F32(values);
+    }
+    let mut data = CpuData::zeros(dtype, values.len());
+    sink_of(&mut data).write(0, &values);
+    data
+}
+
+/// The rows of a dense `table` picked by `ids`, copied in the table's own dtype (no rounding). An id out of
+/// range is the error, found before anything is copied.
+fn embedding(ids: &[u32], table: &Tensor) -> std::result::Result<CpuData, InferError> {
+    let (vocab, hidden) = (table.shape()[0], table.shape()[1]);
+    if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab) {
+        return Err(InferError::IdOutOfRange { id: id as u64, vocab });
+    }
+    let (storage, start) = (table.cpu_storage().slice(), table.offset());
+    Ok(match storage {
+        CpuSlice::F32(v) => CpuData::F32(gather_rows(&v[start..], ids, hidden)),
+        CpuSlice::F16(v) => CpuData::F16(gather_rows(&v[start..], ids, hidden)),
+        CpuSlice::BF16(v) => CpuData::BF16(gather_rows(&v[start..], ids, hidden)),
+        CpuSlice::U32(v) => CpuData::U32(gather_rows(&v[start..], ids, hidden)),
+    })
+}
+
+fn gather_rows<T: Copy + Default + Send + Sync>(table: &[T], ids: &[u32], hidden: usize) -> Vec<T> {
+    let mut out = vec![T::default(); ids.len() * hidden];
+    if hidden == 0 {
+        return out;
+    }
+    let copy = |(row, &id): (&mut [T], &u32)| row.copy_from_slice(&table[id as usize * hidden..][..hidden]);
+    if out.len() >= PARALLEL_MIN_ELEMENTS {
+        out.par_chunks_mut(hidden).zip(ids).for_each(copy);
+    } else {
+        out.chunks_mut(hidden).zip(ids).for_each(copy);
+    }
+    out
+}
+
+/// The index of each row's largest value: ties give the first, a NaN counts as the largest (as torch).
+fn argmax(x: &Tensor) -> Result<Vec<u32>> {
+    let n = x.shape().last().copied().unwrap_or(1);
+    let data = dense_f32(x)?;
+    let row_argmax = |row: &[f32]| {
+        let mut best = 0;
+        for (i, &v) in row.iter().enumerate() {
+            if v > row[best] || (v.is_nan() && !row[best].is_nan()) {
+                best = i;
+            }
+        }
+        best as u32
+    };
+    Ok(if data.len() >= PARALLEL_MIN_ELEMENTS {
+        data.par_chunks(n).map(row_argmax).collect()
+    } else {
+        data.chunks(n).map(row_argmax).collect()
+    })
+}
+
+/// Rotary embedding in the half-split layout, rows of `x` [.., seq, d] against cos/sin [seq, d/2].
+fn rope(x: &[f32], cos: &[f32], sin: &[f32], shape: &[usize]) -> Vec<f32> {
+    let r = shape.len();
+    let (seq, d) = (shape[r - 2], shape[r - 1]);
+    let half = d / 2;
+    let mut out = vec![0.0f32; x.len()];
+    if d == 0 {
+        return out;
+    }
+    let rotate = |(row, dst): (usize, &mut [f32])| {
+        let src = &x[row * d..(row + 1) * d];
+        let position = row % seq;
+        let (c, s) = (&cos[position * half..(position + 1) * half], &sin[position * half..(position + 1) * half]);
+        let (lo, hi) = dst.split_at_mut(half);
+        for i in 0..half {
+            lo[i] = src[i] * c[i] - src[i + half] * s[i];
+            hi[i] = src[i + half] * c[i] + src[i] * s[i];
+        }
+    };
+    if out.len() >= PARALLEL_MIN_ELEMENTS {
+        out.par_chunks_mut(d).enumerate().for_each(rotate);
+    } else {
+        out.chunks_mut(d).enumerate().for_each(rotate);
+    }
+    out
+}

@@ -1,0 +1,52 @@
+//! The model ops as eager functions: `embedding(&ids, &table)`, `x.argmax(-1)`, `rope(&x, &cos, &sin)` and
+//! `attention(&q, &k, &v, scale, causal)`. Like every eager op, each builds a one-op graph and runs it through
+//! the executor, so `#[fuse]` and eager code share one implementation (and one definition: `fuse_ir::ModelOp`).
+
+use crate::eager::{run, Operand};
+use crate::error::EAGER;
+use crate::{Error, Result, Tensor};
+use fuse_ir::ModelOp;
+
+/// The rows of `table` [vocab, hidden] picked by the u32 token `ids` (any shape [..]): [.., hidden], in the
+/// table's dtype. An id >= vocab is an error naming it and the vocabulary size.
+pub fn embedding(ids: &Tensor, table: &Tensor) -> Result<Tensor> {
+    run(&[("ids", Operand::Tensor(ids)), ("table", Operand::Tensor(table))], |g, i| {
+        g.model(ModelOp::Embedding, &[i[0], i[1]], "embedding(ids, table)")
+    })
+}
+
+/// Rotary position embedding in the half-split layout of Hugging Face's Llama: `x` [.., seq, d] (d even),
+/// `cos` and `sin` [seq, d/2]; `out[i] = x[i] cos[i] - x[i + d/2] sin[i]`, `out[i + d/2] = x[i + d/2] cos[i] +
+/// x[i] sin[i]` for i < d/2.
+pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    let operands = [("x", Operand::Tensor(x)), ("cos", Operand::Tensor(cos)), ("sin", Operand::Tensor(sin))];
+    run(&operands, |g, i| g.model(ModelOp::Rope, &[i[0], i[1], i[2]], "rope(x, cos, sin)"))
+}
+
+/// `softmax(q k^T * scale) v` per head, without materialising the scores: q [b, hq, sq, d], k and v [b, hkv,
+/// skv, d] with hq a multiple of hkv (grouped-query: query head h reads key/value head h / (hq / hkv), no
+/// copy). With `causal`, the queries are the last sq positions: query i sees keys 0 ..= skv - sq + i.
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: impl Into<f64>, causal: bool) -> Result<Tensor> {
+    let operands = [
+        ("q", Operand::Tensor(q)),
+        ("k", Operand::Tensor(k)),
+        ("v", Operand::Tensor(v)),
+        ("scale", Operand::Scalar(scale.into())),
+    ];
+    let label = format!("attention(q, k, v, scale, {causal})");
+    run(&operands, |g, i| g.model(ModelOp::Attention { causal }, &[i[0], i[1], i[2], i[3]], &label))
+}
+
+impl Tensor {
+    /// The u32 index of the largest value along the last axis (`axis` is -1 or the last axis' index), which
+    /// is kept with size 1 as `sum`, `mean` and `max` keep it: [.., n] gives [.., 1]. Ties give the first
+    /// index and a NaN counts as the largest, as in torch.
+    pub fn argmax(&self, axis: i64) -> Result<Tensor> {
+        let last = self.rank() as i64 - 1;
+        if axis != -1 && axis != last {
+            let reason = format!("only the last axis (-1) is supported, got axis {axis} of a tensor of shape {:?}", self.shape());
+            return Err(Error::unsupported(EAGER, "argmax", reason));
+        }
+        run(&[("x", Operand::Tensor(self))], |g, i| g.model(ModelOp::Argmax, &[i[0]], "x.argmax(-1)"))
+    }
+}

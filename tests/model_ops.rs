@@ -1,0 +1,239 @@
+//! The model ops (`embedding`, `argmax`, `rope`, `attention`) and u32 token ids, traced by `#[fuse]`, fused and
+//! unfused, against the reference interpreter on random inputs with odd shapes, on each device. The GPU runs
+//! no model op yet: there each case asserts the `Unsupported` error instead (and that ids upload and download).
+
+use fuse::prelude::*;
+use fuse::testing::{check_against_reference, random, TestRng};
+use fuse::{Arg, Fusion};
+
+const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+#[fuse]
+fn lookup(ids: &Tensor, table: &Tensor) -> Result<Tensor> {
+    Ok(embedding(ids, table))
+}
+
+#[fuse]
+fn pick(x: &Tensor) -> Result<Tensor> {
+    Ok(x.argmax(-1))
+}
+
+#[fuse]
+fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    Ok(rope(x, cos, sin))
+}
+
+#[fuse]
+fn attend(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {
+    Ok(attention(q, k, v, scale, false))
+}
+
+#[fuse]
+fn attend_causal(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {
+    Ok(attention(q, k, v, scale, true))
+}
+
+/// Pointwise work on both sides of the model ops: fused, it runs in groups of its own around them.
+#[fuse]
+fn rotate_and_attend(q: &Tensor, k: &Tensor, cos: &Tensor, sin: &Tensor, v: &Tensor) -> Result<Tensor> {
+    let q = rope(&(q * 2.0), cos, sin);
+    let k = rope(k, cos, sin);
+    Ok(silu(attention(&q, &k, v, 0.125, true)) + 1.0)
+}
+
+/// On the CPU: `f` fused and unfused against the reference. On a GPU: the model op is reported unsupported.
+fn check(what: &str, f: &FusedFn, args: &[Arg<'_>], dtype: DType, dev: &Device) {
+    if !dev.is_cuda() {
+        return check_against_reference(what, f, args, dtype, dev);
+    }
+    for fusion in [Fusion::On, Fusion::Off] {
+        match f.call_with(args, fusion) {
+            Err(Error::Unsupported { reason, .. }) if reason.contains("not yet on the GPU") => {}
+            other => panic!("{what} ({fusion:?}) on the GPU: expected Unsupported, got {other:?}"),
+        }
+    }
+}
+
+fn random_ids(r: &mut TestRng, shape: &[usize], vocab: u32, dev: &Device) -> Tensor {
+    let ids: Vec<u32> = (0..shape.iter().product::<usize>()).map(|_| (r.next_u64() % vocab as u64) as u32).collect();
+    Tensor::from_vec(ids, shape, dev).expect("ids")
+}
+
+fn token_ids_round_trip_and_convert(dev: &Device) {
+    let ids = Tensor::from_vec(vec![0u32, 7, 49151, 1 << 24], &[2, 2], dev).expect("ids");
+    assert_eq!((ids.dtype(), ids.shape()), (DType::U32, &[2, 2][..]));
+    assert_eq!(ids.to_vec::<u32>().expect("u32"), [0, 7, 49151, 1 << 24]);
+    assert_eq!(ids.to_vec::<f32>().expect("as f32"), [0.0, 7.0, 49151.0, 16_777_216.0], "exact up to 2^24");
+    assert!(format!("{ids:?}").ends_with("[0, 7, 49151, 16777216])"), "{ids:?}");
+    let floats = Tensor::from_vec(vec![1.5f32, 2.0], &[2], dev).expect("floats");
+    assert!(matches!(floats.to_vec::<u32>(), Err(Error::DType { expected: DType::U32, got: DType::F32, .. })));
+    let err = floats.to_dtype(DType::U32).expect_err("floats are not ids");
+    assert!(err.to_string().contains("f32 values do not convert to u32"), "{err}");
+    if dev.is_cuda() {
+        let err = ids.to_dtype(DType::F32).expect_err("no GPU kernel reads ids yet");
+        assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+    } else {
+        assert_eq!(ids.to_dtype(DType::F32).expect("to f32").to_vec::<f32>().expect("f32")[2], 49151.0);
+    }
+}
+
+fn arithmetic_on_ids_is_an_error_naming_the_op(dev: &Device) {
+    let ids = Tensor::from_vec(vec![1u32, 2, 3], &[3], dev).expect("ids");
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3], dev).expect("x");
+    for (result, op) in [((&ids + &x), "add"), ((&ids * 2.0f32), "mul"), (ids.exp(), "exp"), (ids.sum(-1), "sum")] {
+        let err = result.expect_err("ids take no arithmetic");
+        let text = err.to_string();
+        assert!(text.contains(op) && text.contains("u32 values (token ids) take no arithmetic"), "{text}");
+    }
+    let err = ids.argmax(-1).expect_err("argmax of ids");
+    assert!(err.to_string().contains("`x` must be a float (f32, f16, bf16), got u32"), "{err}");
+}
+
+fn embedding_matches_reference(dev: &Device) {
+    let mut r = TestRng::new(41);
+    for dtype in DTYPES {
+        for (ids_shape, vocab, hidden) in [(vec![1], 1, 1), (vec![3, 5], 37, 17), (vec![2, 1, 7], 300, 64), (vec![], 5, 3)] {
+            let ids = random_ids(&mut r, &ids_shape, vocab as u32, dev);
+            let table = random(&mut r, &[vocab, hidden], dtype, -1.0, 1.0, dev);
+            check(&format!("embedding {ids_shape:?} of [{vocab}, {hidden}]"), lookup_fused(), &[fuse::arg(&ids), fuse::arg(&table)], dtype, dev);
+        }
+    }
+    if !dev.is_cuda() {
+        // Rows are copied in the table's own dtype: exact.
+        let table = random(&mut r, &[11, 9], DType::BF16, -1.0, 1.0, dev);
+        let ids = Tensor::from_vec(vec![10u32, 0, 10], &[3], dev).expect("ids");
+        let rows: Vec<half::bf16> = embedding(&ids, &table).expect("embedding").to_vec().expect("rows");
+        let all: Vec<half::bf16> = table.to_vec().expect("table");
+        assert_eq!(rows, [&all[90..99], &all[0..9], &all[90..99]].concat());
+    }
+}
+
+fn an_id_outside_the_vocabulary_is_an_error(dev: &Device) {
+    let table = Tensor::from_vec(vec![0.5f32; 12], &[4, 3], dev).expect("table");
+    let ids = Tensor::from_vec(vec![1u32, 4, 0], &[3], dev).expect("ids");
+    let eager = embedding(&ids, &table);
+    let fused = lookup(&ids, &table);
+    for err in [eager.expect_err("eager"), fused.expect_err("fused")] {
+        if dev.is_cuda() {
+            assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+        } else {
+            assert!(err.to_string().contains("token id 4 is out of range for a vocabulary of 4"), "{err}");
+        }
+    }
+    let floats = Tensor::from_vec(vec![1.0f32], &[1], dev).expect("float ids");
+    assert!(embedding(&floats, &table).expect_err("float ids").to_string().contains("`ids` must be u32, got f32"));
+}
+
+fn argmax_matches_reference_and_keeps_the_axis(dev: &Device) {
+    let mut r = TestRng::new(42);
+    for dtype in DTYPES {
+        for shape in [vec![1, 1], vec![3, 17], vec![2, 5, 33], vec![7]] {
+            let x = random(&mut r, &shape, dtype, -3.0, 3.0, dev);
+            let args = [fuse::arg(&x)];
+            check(&format!("argmax {shape:?}"), pick_fused(), &args, DType::U32, dev);
+            if !dev.is_cuda() {
+                let got = pick(&x).expect("argmax");
+                let mut kept = shape.clone();
+                *kept.last_mut().expect("an axis") = 1;
+                assert_eq!((got.shape(), got.dtype()), (&kept[..], DType::U32));
+                assert_eq!(got.to_vec::<u32>().unwrap(), x.argmax(-1).unwrap().to_vec::<u32>().unwrap(), "eager");
+            }
+        }
+    }
+    if !dev.is_cuda() {
+        let x = Tensor::from_vec(vec![1.0f32, 3.0, 3.0, -1.0, f32::NAN, 5.0], &[2, 3], dev).expect("x");
+        assert_eq!(x.argmax(-1).unwrap().to_vec::<u32>().unwrap(), [1, 1], "ties: the first; NaN: the largest");
+        assert_eq!(x.argmax(1).unwrap().to_vec::<u32>().unwrap(), [1, 1], "the last axis by index");
+    }
+    let x = Tensor::from_vec(vec![1.0f32; 6], &[2, 3], dev).expect("x");
+    assert!(matches!(x.argmax(0), Err(Error::Unsupported { op: "argmax", .. })));
+}
+
+fn rope_matches_reference(dev: &Device) {
+    let mut r = TestRng::new(43);
+    for dtype in DTYPES {
+        for shape in [vec![1, 2], vec![3, 8], vec![2, 3, 5, 64], vec![9, 17, 8]] {
+            let (seq, d) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+            let x = random(&mut r, &shape, dtype, -2.0, 2.0, dev);
+            let cos = random(&mut r, &[seq, d / 2], dtype, -1.0, 1.0, dev);
+            let sin = random(&mut r, &[seq, d / 2], dtype, -1.0, 1.0, dev);
+            let args = [fuse::arg(&x), fuse::arg(&cos), fuse::arg(&sin)];
+            check(&format!("rope {shape:?}"), rotate_fused(), &args, dtype, dev);
+        }
+    }
+    let x = Tensor::from_vec(vec![1.0f32; 10], &[2, 5], dev).expect("x");
+    let cs = Tensor::from_vec(vec![1.0f32; 4], &[2, 2], dev).expect("cos");
+    let err = rope(&x, &cs, &cs).expect_err("odd d");
+    assert!(err.to_string().contains("rope `rope(x, cos, sin)`: takes x [.., seq, d] with d even"), "{err}");
+}
+
+fn attention_matches_reference(dev: &Device) {
+    let mut r = TestRng::new(44);
+    for dtype in DTYPES {
+        for (q_heads, kv_heads) in [(3, 1), (9, 3), (2, 2)] {
+            for d in [8, 64] {
+                for queries in [1, 3, 17] {
+                    for keys in [1, 5, 33] {
+                        let batch = if queries == 3 { 2 } else { 1 };
+                        let q = random(&mut r, &[batch, q_heads, queries, d], dtype, -1.0, 1.0, dev);
+                        let k = random(&mut r, &[batch, kv_heads, keys, d], dtype, -1.0, 1.0, dev);
+                        let v = random(&mut r, &[batch, kv_heads, keys, d], dtype, -1.0, 1.0, dev);
+                        let scale = 1.0 / (d as f32).sqrt() * 2.0;
+                        let args = [fuse::arg(&q), fuse::arg(&k), fuse::arg(&v), fuse::arg(&scale)];
+                        let what = format!("attention hq {q_heads} hkv {kv_heads} d {d} sq {queries} skv {keys}");
+                        check(&what, attend_fused(), &args, dtype, dev);
+                        if queries <= keys {
+                            check(&format!("causal {what}"), attend_causal_fused(), &args, dtype, dev);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn attention_beside_pointwise_work_matches_reference(dev: &Device) {
+    let mut r = TestRng::new(45);
+    for dtype in DTYPES {
+        let (seq, d) = (17, 8);
+        let q = random(&mut r, &[2, 9, seq, d], dtype, -1.0, 1.0, dev);
+        let k = random(&mut r, &[2, 3, seq, d], dtype, -1.0, 1.0, dev);
+        let v = random(&mut r, &[2, 3, seq, d], dtype, -1.0, 1.0, dev);
+        let cos = random(&mut r, &[seq, d / 2], dtype, -1.0, 1.0, dev);
+        let sin = random(&mut r, &[seq, d / 2], dtype, -1.0, 1.0, dev);
+        let args = [fuse::arg(&q), fuse::arg(&k), fuse::arg(&cos), fuse::arg(&sin), fuse::arg(&v)];
+        check("rope, attention and pointwise", rotate_and_attend_fused(), &args, dtype, dev);
+        if !dev.is_cuda() {
+            let explained = rotate_and_attend_fused().explain(&args).expect("explain");
+            assert!(explained.contains("model_attention"), "{explained}");
+            let eager = (silu(&attention(&rope(&(&q * 2.0f32).unwrap(), &cos, &sin).unwrap(), &rope(&k, &cos, &sin).unwrap(), &v, 0.125, true).unwrap()).unwrap() + 1.0f32).unwrap();
+            let fused = rotate_and_attend(&q, &k, &cos, &sin, &v).expect("fused");
+            fuse::testing::assert_close("eager against fused", &eager, &fused, dtype, dev);
+        }
+    }
+    let kinds: Vec<&str> = rotate_and_attend_fused().plan(Fusion::On).unwrap().groups.iter().map(|g| g.kind.name()).collect();
+    assert_eq!(kinds, ["pointwise", "model", "model", "model", "pointwise"], "q * 2; rope(q); rope(k); attention; silu(..) + 1");
+}
+
+fn attention_shapes_that_do_not_fit_are_errors(dev: &Device) {
+    let t = |shape: &[usize]| Tensor::from_vec(vec![0.5f32; shape.iter().product()], shape, dev).expect("tensor");
+    let (q, k) = (t(&[1, 4, 2, 8]), t(&[1, 3, 5, 8]));
+    let err = attention(&q, &k, &k, 1.0, false).expect_err("4 query heads over 3 kv heads");
+    assert!(err.to_string().contains("hq a multiple of hkv") && err.to_string().contains("[1, 4, 2, 8]"), "{err}");
+    let err = attention(&t(&[1, 1, 6, 8]), &t(&[1, 1, 5, 8]), &t(&[1, 1, 5, 8]), 1.0, true).expect_err("causal, sq > skv");
+    assert!(err.to_string().contains("no more queries than keys"), "{err}");
+    let err = attention(&q, &t(&[1, 2, 5, 8]), &t(&[1, 2, 5, 8]).to_dtype(DType::BF16).unwrap(), 1.0, false).expect_err("dtypes");
+    assert!(err.to_string().contains("dtypes f32 and bf16 differ"), "{err}");
+}
+
+fuse::device_tests!(
+    token_ids_round_trip_and_convert,
+    arithmetic_on_ids_is_an_error_naming_the_op,
+    embedding_matches_reference,
+    an_id_outside_the_vocabulary_is_an_error,
+    argmax_matches_reference_and_keeps_the_axis,
+    rope_matches_reference,
+    attention_matches_reference,
+    attention_beside_pointwise_work_matches_reference,
+    attention_shapes_that_do_not_fit_are_errors,
+);
