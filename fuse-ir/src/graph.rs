@@ -1,6 +1,7 @@
 //! The graph: an arena of hash-consed nodes in topological order (a node's arguments come before it).
 
 use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
+use crate::view::ViewOp;
 use crate::DType;
 use std::collections::HashMap;
 
@@ -74,6 +75,7 @@ enum OpKey {
     MatMul,
     Transpose,
     Cast(DType),
+    View(ViewOp),
 }
 
 impl From<Op> for OpKey {
@@ -87,6 +89,7 @@ impl From<Op> for OpKey {
             Op::MatMul => OpKey::MatMul,
             Op::Transpose => OpKey::Transpose,
             Op::Cast(d) => OpKey::Cast(d),
+            Op::View(v) => OpKey::View(v),
         }
     }
 }
@@ -174,6 +177,11 @@ impl Graph {
 
     pub fn cast(&mut self, a: NodeId, dtype: DType, label: &str) -> NodeId {
         self.push(Op::Cast(dtype), &[a], label)
+    }
+
+    /// A view or layout op over `args` (the tensor(s) first, then any sizes: see `ViewOp`).
+    pub fn view(&mut self, op: ViewOp, args: &[NodeId], label: &str) -> NodeId {
+        self.push(Op::View(op), args, label)
     }
 
     /// `softmax(x)` over the last axis, as max, sub, exp, sum, div (numerically stable).

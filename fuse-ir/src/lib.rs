@@ -15,8 +15,10 @@ pub mod interp;
 pub mod op;
 pub mod plan;
 mod text;
+pub mod view;
 
 pub use dtype::DType;
 pub use graph::{Graph, Input, InputKind, Node, NodeId};
 pub use op::{BinaryOp, Op, ReduceOp, UnaryOp};
 pub use plan::{Group, GroupKind, Plan};
+pub use view::ViewOp;

@@ -3,6 +3,7 @@
 //! Composites (`softmax`, `rms_norm`) are not ops: the graph builder expands them into these, so the planner
 //! sees the reductions and pointwise work they are made of.
 
+use crate::view::ViewOp;
 use crate::DType;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -53,12 +54,15 @@ pub enum Op {
     Unary(UnaryOp),
     Binary(BinaryOp),
     Reduce(ReduceOp),
-    /// `a.matmul(b)`: [m, k] x [k, n], or [b, m, k] x [k, n].
+    /// `a.matmul(b)`: [.., m, k] x [.., k, n], the leading (batch) axes broadcast.
     MatMul,
     /// `a.t()`: swap the last two axes. A view: nothing is copied.
     Transpose,
     /// `a.to_dtype(d)`.
     Cast(DType),
+    /// Views and layout (`reshape`, `transpose(a, b)`, `permute`, `narrow`, `cat`, `contiguous`, `dim`): see
+    /// `view.rs`.
+    View(ViewOp),
 }
 
 impl Op {
@@ -67,6 +71,7 @@ impl Op {
             Op::Input(_) | Op::Const(_) => 0,
             Op::Unary(_) | Op::Reduce(_) | Op::Transpose | Op::Cast(_) => 1,
             Op::Binary(_) | Op::MatMul => 2,
+            Op::View(v) => v.arity(),
         }
     }
 
@@ -81,6 +86,7 @@ impl Op {
             Op::MatMul => "matmul",
             Op::Transpose => "t",
             Op::Cast(_) => "to_dtype",
+            Op::View(v) => v.name(),
         }
     }
 
