@@ -20,10 +20,37 @@ fn elementwise_binary(name: &str) -> Option<BinaryOp> {
     }
 }
 
+/// The view and layout methods (`views.rs` traces them).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ViewMethod {
+    Reshape,
+    Transpose,
+    Permute,
+    Narrow,
+    Contiguous,
+    Dim,
+}
+
+impl ViewMethod {
+    const ALL: [(&'static str, ViewMethod, usize, &'static str); 6] = [
+        ("reshape", ViewMethod::Reshape, 1, "`x.reshape(&[d0, d1, ..])`"),
+        ("transpose", ViewMethod::Transpose, 2, "`x.transpose(1, 2)`"),
+        ("permute", ViewMethod::Permute, 1, "`x.permute(&[0, 2, 1, 3])`"),
+        ("narrow", ViewMethod::Narrow, 3, "`x.narrow(axis, start, len)`"),
+        ("contiguous", ViewMethod::Contiguous, 0, "`x.contiguous()`"),
+        ("dim", ViewMethod::Dim, 1, "`x.dim(0)`"),
+    ];
+
+    fn entry(self) -> (&'static str, ViewMethod, usize, &'static str) {
+        ViewMethod::ALL.into_iter().find(|e| e.1 == self).unwrap_or(ViewMethod::ALL[0])
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Method {
     MatMul,
     Transpose,
+    View(ViewMethod),
     Reduce(ReduceOp),
     Powf,
     ToDType,
@@ -38,6 +65,9 @@ impl Method {
             "t" => Some(Method::Transpose),
             "powf" => Some(Method::Powf),
             "to_dtype" => Some(Method::ToDType),
+            _ if ViewMethod::ALL.iter().any(|e| e.0 == name) => {
+                ViewMethod::ALL.into_iter().find(|e| e.0 == name).map(|e| Method::View(e.1))
+            }
             _ => ReduceOp::from_name(name)
                 .map(Method::Reduce)
                 .or_else(|| unary(name).map(Method::Unary))
@@ -49,6 +79,7 @@ impl Method {
     pub fn arity(self) -> usize {
         match self {
             Method::Transpose | Method::Unary(_) => 0,
+            Method::View(v) => v.entry().2,
             Method::MatMul | Method::Reduce(_) | Method::Powf | Method::ToDType | Method::Binary(_) => 1,
         }
     }
@@ -58,6 +89,7 @@ impl Method {
         match self {
             Method::MatMul => "`a.matmul(b)`".into(),
             Method::Transpose => "`w.t()`".into(),
+            Method::View(v) => v.entry().3.into(),
             Method::Reduce(r) => format!("`x.{}(-1)`", r.name()),
             Method::Powf => "`x.powf(2.0)`".into(),
             Method::ToDType => "`x.to_dtype(DType::F32)`".into(),
@@ -73,6 +105,8 @@ pub enum Function {
     Binary(BinaryOp),
     Softmax,
     RmsNorm,
+    /// `cat(&[&a, &b, ..], axis)` (`views.rs`).
+    Cat,
 }
 
 impl Function {
@@ -80,6 +114,7 @@ impl Function {
         match name {
             "softmax" => Some(Function::Softmax),
             "rms_norm" => Some(Function::RmsNorm),
+            "cat" => Some(Function::Cat),
             _ => unary(name).map(Function::Unary).or_else(|| elementwise_binary(name).map(Function::Binary)),
         }
     }
@@ -87,7 +122,7 @@ impl Function {
     pub fn arity(self) -> usize {
         match self {
             Function::Unary(_) | Function::Softmax => 1,
-            Function::Binary(_) => 2,
+            Function::Binary(_) | Function::Cat => 2,
             Function::RmsNorm => 3,
         }
     }
@@ -98,6 +133,7 @@ impl Function {
             Function::Binary(b) => format!("`{}(a, b)`", b.name()),
             Function::Softmax => "`softmax(x)`".into(),
             Function::RmsNorm => "`rms_norm(x, weight, eps)`".into(),
+            Function::Cat => "`cat(&[&a, &b], axis)`".into(),
         }
     }
 }
@@ -107,6 +143,7 @@ pub fn supported_methods() -> String {
     let mut names: Vec<String> =
         ["matmul(b)", "t()", "sum(-1)", "mean(-1)", "max(-1)", "powf(s)", "to_dtype(DType::..)"]
             .iter()
+            .chain(&["reshape(&[..])", "transpose(a, b)", "permute(&[..])", "narrow(axis, start, len)", "contiguous()", "dim(i)"])
             .map(|s| format!("`{s}`"))
             .collect();
     names.extend(callable_unary().map(|u| format!("`{}()`", u.name())));
@@ -117,19 +154,23 @@ pub fn supported_methods() -> String {
 /// For messages: every supported function.
 pub fn supported_functions() -> String {
     let mut names: Vec<String> = callable_unary().map(|u| format!("`{}`", u.name())).collect();
-    names.extend(["maximum", "minimum", "softmax", "rms_norm"].iter().map(|s| format!("`{s}`")));
+    names.extend(["maximum", "minimum", "softmax", "rms_norm", "cat"].iter().map(|s| format!("`{s}`")));
     names.join(", ")
 }
 
-/// Methods that read a tensor's sizes, which are not known when the graph is built.
+/// Methods that read a tensor's sizes as numbers, which are not known when the graph is built (`x.dim(i)`
+/// is a size the graph reads at run time: a method of the language).
 pub fn is_size_method(name: &str) -> bool {
-    matches!(name, "shape" | "dims" | "dim" | "size" | "elem_count" | "rank")
+    matches!(name, "shape" | "dims" | "size" | "elem_count" | "rank")
 }
 
 /// What to write instead of a name from an eager library, if there is a close equivalent.
 pub fn suggestion(name: &str) -> Option<&'static str> {
     Some(match name {
-        "transpose" | "permute" => "to swap the last two axes write `w.t()`",
+        "swapaxes" | "swap_dims" => "write `x.transpose(a, b)`",
+        "view" | "flatten" | "unsqueeze" | "squeeze" => "write `x.reshape(&[d0, d1, ..])` (a view when the strides allow)",
+        "concat" | "concatenate" | "stack" => "write `cat(&[&a, &b], axis)`",
+        "slice" | "i" => "write `x.narrow(axis, start, len)`",
         "mm" | "dot" | "bmm" | "broadcast_matmul" => "write `a.matmul(b)`",
         "sum_keepdim" => "write `x.sum(-1)` (it keeps the axis)",
         "mean_keepdim" => "write `x.mean(-1)` (it keeps the axis)",
@@ -144,11 +185,11 @@ pub fn suggestion(name: &str) -> Option<&'static str> {
         "broadcast_maximum" | "max_elementwise" => "write `maximum(a, b)`",
         "broadcast_minimum" | "min" => "write `minimum(a, b)`",
         "softmax_last_dim" => "write `softmax(x)` (it runs over the last axis)",
-        "clone" | "contiguous" | "to_owned" => "values are never copied inside #[fuse]: use `x` itself",
+        "clone" | "to_owned" => "values are never copied inside #[fuse]: use `x` itself",
         "to_device" => "move tensors to the device before calling the function",
         name if is_size_method(name) => {
-            "sizes are not known when the graph is built: take the size as a `usize` parameter and pass it from \
-             the caller"
+            "sizes are not known when the graph is built: write `x.dim(i)` where a size is needed (in `reshape` or \
+             `narrow`), or take it as a `usize` parameter and pass it from the caller"
         }
         _ => return None,
     })
@@ -164,10 +205,10 @@ mod tests {
             assert_eq!(Method::from_name(u.name()), Some(Method::Unary(u)));
             assert_eq!(Function::from_name(u.name()), Some(Function::Unary(u)));
         }
-        for name in ["matmul", "t", "sum", "mean", "max", "powf", "to_dtype", "maximum", "minimum"] {
+        for name in ["matmul", "t", "sum", "mean", "max", "powf", "to_dtype", "maximum", "minimum", "reshape", "transpose", "permute", "narrow", "contiguous", "dim"] {
             assert!(Method::from_name(name).is_some(), "{name}");
         }
-        for name in ["softmax", "rms_norm", "maximum", "minimum"] {
+        for name in ["softmax", "rms_norm", "maximum", "minimum", "cat"] {
             assert!(Function::from_name(name).is_some(), "{name}");
         }
         assert_eq!(Method::from_name("neg"), None);
