@@ -5,7 +5,7 @@
 use fuse_ir::graph::InputKind;
 use fuse_ir::interp::{eval, Array};
 use fuse_ir::plan::is_free;
-use fuse_ir::view::{Axes, ViewOp};
+use fuse_ir::view::{reshape_strides, Axes, ViewOp};
 use fuse_ir::{BinaryOp, Graph, GroupKind, NodeId, Op, Plan, UnaryOp};
 
 /// 0, 1, 2, .. in `shape`.
@@ -168,4 +168,58 @@ fn copies_are_groups_of_their_own() {
     assert!(plan.groups[2].inputs.contains(&p), "the add reads the view itself: {plan}");
     let got = run(&g, &[Array::new(vec![2, 1], vec![0.0, 1.0]), iota(&[3, 2])]);
     assert_eq!(got.shape, vec![4, 1]);
+}
+
+
+#[test]
+fn reshape_strides_split_and_merge_when_the_memory_allows() {
+    // Dense: any reshape is a view.
+    assert_eq!(reshape_strides(&[6, 4], &[4, 1], &[2, 3, 4]), Some(vec![12, 4, 1]));
+    // A transposed matrix can split its axes but not merge them.
+    assert_eq!(reshape_strides(&[4, 6], &[1, 4], &[2, 2, 6]), Some(vec![2, 1, 4]));
+    assert_eq!(reshape_strides(&[4, 6], &[1, 4], &[24]), None);
+    // Narrowed rows: the row axis may split, the row and column axes may not merge.
+    assert_eq!(reshape_strides(&[4, 3], &[8, 1], &[2, 2, 3]), Some(vec![16, 8, 1]));
+    assert_eq!(reshape_strides(&[4, 3], &[8, 1], &[12]), None);
+    // Axes of size 1 come and go freely.
+    assert_eq!(reshape_strides(&[3, 1, 5], &[5, 99, 1], &[1, 15, 1]), Some(vec![15, 1, 1]));
+    assert_eq!(reshape_strides(&[0, 3], &[3, 1], &[3, 0]), Some(vec![0, 1]));
+}
+
+#[test]
+fn shapes_and_errors() {
+    let s = |op: ViewOp, shapes: &[&[usize]], sizes: &[Option<f64>]| op.infer_shape(shapes, sizes);
+    assert_eq!(s(ViewOp::Reshape { rank: 2 }, &[&[2, 3, 4], &[], &[]], &[None, Some(-1.0), Some(4.0)]), Ok(vec![6, 4]));
+    assert!(s(ViewOp::Reshape { rank: 1 }, &[&[2, 3], &[]], &[None, Some(5.0)]).unwrap_err().to_string().contains("6 elements"));
+    assert_eq!(s(ViewOp::Transpose { a: 0, b: -1 }, &[&[2, 3, 4]], &[]), Ok(vec![4, 3, 2]));
+    assert!(s(ViewOp::Transpose { a: 0, b: 3 }, &[&[2, 3, 4]], &[]).is_err());
+    let p = ViewOp::Permute(Axes::new(&[2, 0, 1]).unwrap());
+    assert_eq!(s(p, &[&[2, 3, 4]], &[]), Ok(vec![4, 2, 3]));
+    assert!(s(ViewOp::Permute(Axes::new(&[0, 0, 1]).unwrap()), &[&[2, 3, 4]], &[]).is_err());
+    let n = ViewOp::Narrow { axis: -1 };
+    assert_eq!(s(n, &[&[2, 7], &[], &[]], &[None, Some(2.0), Some(5.0)]), Ok(vec![2, 5]));
+    assert!(s(n, &[&[2, 7], &[], &[]], &[None, Some(3.0), Some(5.0)]).unwrap_err().to_string().contains("past the end"));
+    let c = ViewOp::Cat { axis: 1, parts: 2 };
+    assert_eq!(s(c, &[&[2, 3], &[2, 5]], &[]), Ok(vec![2, 8]));
+    assert!(s(c, &[&[2, 3], &[3, 5]], &[]).is_err());
+}
+
+#[test]
+fn text_parameters_round_trip() {
+    let ops = [
+        ViewOp::Reshape { rank: 3 },
+        ViewOp::Transpose { a: 1, b: -2 },
+        ViewOp::Permute(Axes::new(&[3, 1, 0, 2]).unwrap()),
+        ViewOp::Narrow { axis: -1 },
+        ViewOp::Cat { axis: 0, parts: 3 },
+        ViewOp::Contiguous,
+        ViewOp::Dim { axis: 2 },
+    ];
+    for op in ops {
+        let params = op.params();
+        let words: Vec<&str> = params.iter().map(String::as_str).collect();
+        assert_eq!(ViewOp::parse(op.name(), &words, op.arity()), Some(op));
+    }
+    assert_eq!(ViewOp::parse("narrow", &["0"], 2), None);
+    assert_eq!(ViewOp::parse("transpose", &["0"], 1), None);
 }
