@@ -2,6 +2,7 @@
 
 use crate::model_op::ModelOp;
 use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
+use crate::view::ViewOp;
 use crate::DType;
 use std::collections::HashMap;
 
@@ -76,6 +77,7 @@ enum OpKey {
     Transpose,
     Cast(DType),
     Model(ModelOp),
+    View(ViewOp),
 }
 
 impl From<Op> for OpKey {
@@ -90,6 +92,7 @@ impl From<Op> for OpKey {
             Op::Transpose => OpKey::Transpose,
             Op::Cast(d) => OpKey::Cast(d),
             Op::Model(m) => OpKey::Model(m),
+            Op::View(v) => OpKey::View(v),
         }
     }
 }
@@ -182,6 +185,11 @@ impl Graph {
     /// A model op (`embedding`, `argmax`, `rope`, `attention`) over `args`, in the op's argument order.
     pub fn model(&mut self, op: ModelOp, args: &[NodeId], label: &str) -> NodeId {
         self.push(Op::Model(op), args, label)
+    }
+
+    /// A view or layout op over `args` (the tensor(s) first, then any sizes: see `ViewOp`).
+    pub fn view(&mut self, op: ViewOp, args: &[NodeId], label: &str) -> NodeId {
+        self.push(Op::View(op), args, label)
     }
 
     /// `softmax(x)` over the last axis, as max, sub, exp, sum, div (numerically stable).

@@ -2,6 +2,7 @@
 
 use crate::graph::{Graph, NodeId};
 use crate::op::Op;
+use crate::view::ViewOp;
 use crate::DType;
 use std::fmt;
 
@@ -28,6 +29,9 @@ pub enum InferError {
     Operands { expected: &'static str, shapes: Vec<Vec<usize>> },
     /// A token id outside the embedding table.
     IdOutOfRange { id: u64, vocab: usize },
+    /// A view or layout op that does not fit its operand (bad axes, sizes, element counts); the message
+    /// says what and why (see `view.rs`).
+    View(String),
 }
 
 impl fmt::Display for InferError {
@@ -36,7 +40,8 @@ impl fmt::Display for InferError {
             InferError::Broadcast { lhs, rhs } => write!(f, "shapes {lhs:?} and {rhs:?} do not broadcast"),
             InferError::MatMul { lhs, rhs } => write!(
                 f,
-                "cannot multiply {lhs:?} by {rhs:?}: matmul takes [m, k] x [k, n], [b, m, k] x [k, n] or [b, m, k] x [b, k, n]"
+                "cannot multiply {lhs:?} by {rhs:?}: matmul takes [.., m, k] x [.., k, n] (at least two axes each, \
+                 leading batch axes broadcast)"
             ),
             InferError::Rank { needs, shape } => write!(f, "needs {needs}, got shape {shape:?}"),
             InferError::DType { lhs, rhs } => {
@@ -64,6 +69,7 @@ impl fmt::Display for InferError {
             InferError::IdOutOfRange { id, vocab } => {
                 write!(f, "token id {id} is out of range for a vocabulary of {vocab} (ids are 0..{vocab})")
             }
+            InferError::View(message) => f.write_str(message),
         }
     }
 }
@@ -92,22 +98,27 @@ pub fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     Some(out)
 }
 
-/// Shape of `a.matmul(b)`, or `None` if the shapes do not fit.
+/// Shape of `a.matmul(b)`: [.., m, k] x [.., k, n] -> [.., m, n] with the leading (batch) axes broadcast
+/// (numpy's rule; a 2-D operand is shared by every batch), or `None` if the shapes do not fit.
 pub fn matmul_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
-    let ok = match (a.len(), b.len()) {
-        (2, 2) | (3, 2) => a[a.len() - 1] == b[0],
-        (3, 3) => a[0] == b[0] && a[2] == b[1],
-        _ => false,
-    };
-    ok.then(|| {
-        let mut s = a[..a.len() - 1].to_vec();
-        s.push(b[b.len() - 1]);
-        s
-    })
+    let (ra, rb) = (a.len(), b.len());
+    if ra < 2 || rb < 2 || a[ra - 1] != b[rb - 2] {
+        return None;
+    }
+    let mut s = broadcast(&a[..ra - 2], &b[..rb - 2])?;
+    s.extend([a[ra - 2], b[rb - 1]]);
+    Some(s)
 }
 
-/// Shapes of all nodes, given the arguments' shapes (a scalar argument has shape `[]`).
+/// Shapes of all nodes, given the arguments' shapes (a scalar argument has shape `[]`). A graph whose view
+/// sizes read scalar arguments needs their values: see [`infer_shapes_with`].
 pub fn infer_shapes(g: &Graph, inputs: &[Vec<usize>]) -> Result<Vec<Vec<usize>>, NodeError> {
+    infer_shapes_with(g, inputs, &[])
+}
+
+/// [`infer_shapes`] given also the value of each scalar argument (`None` for tensors), which the sizes of
+/// `reshape` and `narrow` may read.
+pub fn infer_shapes_with(g: &Graph, inputs: &[Vec<usize>], scalars: &[Option<f64>]) -> Result<Vec<Vec<usize>>, NodeError> {
     let mut shapes: Vec<Vec<usize>> = Vec::with_capacity(g.nodes.len());
     for id in g.ids() {
         let n = g.node(id);
@@ -142,10 +153,26 @@ pub fn infer_shapes(g: &Graph, inputs: &[Vec<usize>]) -> Result<Vec<Vec<usize>>,
                 let args: Vec<&[usize]> = n.args.iter().map(|a| shapes[a.index()].as_slice()).collect();
                 m.infer_shape(&args).map_err(err)?
             }
+            Op::View(v) => {
+                let arg_shapes: Vec<&[usize]> = n.args.iter().map(|a| shapes[a.index()].as_slice()).collect();
+                let sizes: Vec<Option<f64>> = n.args.iter().map(|&a| size_of(g, a, &shapes, scalars)).collect();
+                v.infer_shape(&arg_shapes, &sizes).map_err(err)?
+            }
         };
         shapes.push(s);
     }
     Ok(shapes)
+}
+
+/// The value of a size argument known before anything runs: a literal, a scalar argument's value, or
+/// `x.dim(i)` (from the shapes inferred so far).
+pub fn size_of(g: &Graph, id: NodeId, shapes: &[Vec<usize>], scalars: &[Option<f64>]) -> Option<f64> {
+    match g.op(id) {
+        Op::Const(c) => Some(c),
+        Op::Input(k) => scalars.get(k as usize).copied().flatten(),
+        Op::View(ViewOp::Dim { axis }) => ViewOp::dim_value(axis, shapes.get(g.node(id).args[0].index())?),
+        _ => None,
+    }
 }
 
 /// Dtypes of all nodes, given the arguments' dtypes (`None` for scalars, which take the dtype they meet).
@@ -170,6 +197,20 @@ pub fn infer_dtypes(g: &Graph, inputs: &[Option<DType>]) -> Result<Vec<Option<DT
             },
             Op::Cast(d) => Some(d),
             Op::Unary(_) | Op::Reduce(_) | Op::Transpose => arg(0),
+            Op::View(ViewOp::Dim { .. }) => None,
+            Op::View(ViewOp::Cat { .. }) => {
+                let mut d = None;
+                for &a in &n.args {
+                    match (d, dtypes[a.index()]) {
+                        (Some(x), Some(y)) if x != y => {
+                            return Err(NodeError { node: id, error: InferError::DType { lhs: x, rhs: y } })
+                        }
+                        (x, y) => d = x.or(y),
+                    }
+                }
+                d
+            }
+            Op::View(_) => arg(0),
             Op::Binary(_) | Op::MatMul => match (arg(0), arg(1)) {
                 (Some(a), Some(b)) if a != b => return Err(err(InferError::DType { lhs: a, rhs: b })),
                 (a, b) => a.or(b),
@@ -204,6 +245,11 @@ mod tests {
         assert_eq!(matmul_shape(&[2, 3, 5], &[2, 5, 7]), Some(vec![2, 3, 7]));
         assert_eq!(matmul_shape(&[3, 5], &[4, 7]), None);
         assert_eq!(matmul_shape(&[5], &[5, 7]), None);
+        // Leading axes broadcast, on both sides.
+        assert_eq!(matmul_shape(&[2, 9, 3, 5], &[2, 9, 5, 7]), Some(vec![2, 9, 3, 7]));
+        assert_eq!(matmul_shape(&[2, 1, 3, 5], &[4, 5, 7]), Some(vec![2, 4, 3, 7]));
+        assert_eq!(matmul_shape(&[3, 5], &[4, 5, 7]), Some(vec![4, 3, 7]));
+        assert_eq!(matmul_shape(&[2, 3, 5], &[4, 5, 7]), None);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! the fused kernels (CPU and CUDA) are compared against, so it favours being obviously right over speed.
 
 use crate::graph::{Graph, NodeId};
-use crate::infer::{infer_shapes, NodeError};
+use crate::infer::{infer_shapes_with, NodeError};
 use crate::op::Op;
 use std::borrow::Cow;
 
@@ -58,7 +58,9 @@ fn run<'a>(g: &Graph, inputs: &'a [Array], keep_all: bool) -> Result<Vec<Option<
         assert_eq!(a.data.len(), a.numel(), "argument {k}: {} values for shape {:?}", a.data.len(), a.shape);
     }
     let input_shapes: Vec<Vec<usize>> = inputs.iter().map(|a| a.shape.clone()).collect();
-    let shapes = infer_shapes(g, &input_shapes)?;
+    // A 0-d argument's value may be a size (`x.reshape(&[n, ..])` with `n: usize`).
+    let scalars: Vec<Option<f64>> = inputs.iter().map(|a| a.shape.is_empty().then(|| a.data[0])).collect();
+    let shapes = infer_shapes_with(g, &input_shapes, &scalars)?;
     let lazy = lazy_transposes(g, keep_all);
     let last_use = last_uses(g, &lazy, keep_all);
 
@@ -91,6 +93,10 @@ fn run<'a>(g: &Graph, inputs: &'a [Array], keep_all: bool) -> Result<Vec<Option<
                 let args: Vec<&Array> = (0..node.args.len()).map(arg).collect();
                 let value = crate::model_op::eval(m, &args, shape).map_err(|error| NodeError { node: id, error })?;
                 Some(Cow::Owned(value))
+            }
+            Op::View(v) => {
+                let args: Vec<&Array> = node.args.iter().map(|&a| value_of(&values, a)).collect();
+                Some(Cow::Owned(v.eval(&args, shape)))
             }
             Op::Transpose if lazy[id.index()] => None,
             Op::Transpose => Some(Cow::Owned(transpose(arg(0)))),
@@ -216,21 +222,32 @@ fn transpose(a: &Array) -> Array {
     Array { shape, data }
 }
 
-/// `a.matmul(b)` given `bt`, the right operand with its last two axes swapped ([n, k] or [batch, n, k]), so
-/// the inner loop runs over contiguous k. Shapes were checked by `matmul_shape`.
+/// `a.matmul(b)` given `bt`, the right operand with its last two axes swapped ([.., n, k]), so the inner
+/// loop runs over contiguous k. Shapes were checked by `matmul_shape`: leading axes broadcast.
 fn matmul_transposed(a: &Array, bt: &Array, out_shape: Vec<usize>) -> Array {
-    let k = a.shape[a.shape.len() - 1];
-    let n = bt.shape[bt.shape.len() - 2];
-    let rows: usize = a.shape[..a.shape.len() - 1].iter().product();
-    // A 2-D right operand is shared by every row; a 3-D one has one matrix per batch.
-    let rows_per_matrix = if bt.shape.len() == 3 { a.shape[a.shape.len() - 2] } else { rows };
-    let mut data = Vec::with_capacity(rows * n);
-    for row in 0..rows {
-        let a_row = &a.data[row * k..(row + 1) * k];
-        let matrix = &bt.data[(row / rows_per_matrix.max(1)) * n * k..][..n * k];
-        for col in 0..n {
-            let b_col = &matrix[col * k..(col + 1) * k];
-            data.push(a_row.iter().zip(b_col).map(|(x, y)| x * y).sum());
+    let (ra, rb) = (a.shape.len(), bt.shape.len());
+    let (m, k, n) = (a.shape[ra - 2], a.shape[ra - 1], bt.shape[rb - 2]);
+    let batch = &out_shape[..out_shape.len() - 2];
+    // Which matrix of each operand a batch reads: broadcast strides in matrices.
+    let batch_a = broadcast_strides(&a.shape[..ra - 2], batch);
+    let batch_b = broadcast_strides(&bt.shape[..rb - 2], batch);
+    let batches: usize = batch.iter().product();
+    let mut data = Vec::with_capacity(batches * m * n);
+    for index in 0..batches {
+        let (mut ia, mut ib, mut rest) = (0, 0, index);
+        for axis in (0..batch.len()).rev() {
+            let i = rest % batch[axis];
+            rest /= batch[axis];
+            ia += i * batch_a[axis];
+            ib += i * batch_b[axis];
+        }
+        let (matrix_a, matrix_b) = (&a.data[ia * m * k..][..m * k], &bt.data[ib * n * k..][..n * k]);
+        for row in 0..m {
+            let a_row = &matrix_a[row * k..(row + 1) * k];
+            for col in 0..n {
+                let b_col = &matrix_b[col * k..(col + 1) * k];
+                data.push(a_row.iter().zip(b_col).map(|(x, y)| x * y).sum());
+            }
         }
     }
     Array { shape: out_shape, data }

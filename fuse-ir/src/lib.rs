@@ -16,9 +16,11 @@ pub mod model_op;
 pub mod op;
 pub mod plan;
 mod text;
+pub mod view;
 
 pub use dtype::DType;
 pub use graph::{Graph, Input, InputKind, Node, NodeId};
 pub use model_op::ModelOp;
 pub use op::{BinaryOp, Op, ReduceOp, UnaryOp};
 pub use plan::{Group, GroupKind, Plan};
+pub use view::ViewOp;

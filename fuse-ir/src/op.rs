@@ -6,6 +6,7 @@
 //! sees the reductions and pointwise work they are made of.
 
 use crate::model_op::ModelOp;
+use crate::view::ViewOp;
 use crate::DType;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -56,7 +57,7 @@ pub enum Op {
     Unary(UnaryOp),
     Binary(BinaryOp),
     Reduce(ReduceOp),
-    /// `a.matmul(b)`: [m, k] x [k, n], or [b, m, k] x [k, n].
+    /// `a.matmul(b)`: [.., m, k] x [.., k, n], the leading (batch) axes broadcast.
     MatMul,
     /// `a.t()`: swap the last two axes. A view: nothing is copied.
     Transpose,
@@ -64,6 +65,9 @@ pub enum Op {
     Cast(DType),
     /// An op of a whole model (`embedding`, `argmax`, `rope`, `attention`): a group of its own.
     Model(ModelOp),
+    /// Views and layout (`reshape`, `transpose(a, b)`, `permute`, `narrow`, `cat`, `contiguous`, `dim`): see
+    /// `view.rs`.
+    View(ViewOp),
 }
 
 impl Op {
@@ -73,6 +77,7 @@ impl Op {
             Op::Unary(_) | Op::Reduce(_) | Op::Transpose | Op::Cast(_) => 1,
             Op::Binary(_) | Op::MatMul => 2,
             Op::Model(m) => m.arity(),
+            Op::View(v) => v.arity(),
         }
     }
 
@@ -88,6 +93,7 @@ impl Op {
             Op::Transpose => "t",
             Op::Cast(_) => "to_dtype",
             Op::Model(m) => m.name(),
+            Op::View(v) => v.name(),
         }
     }
 

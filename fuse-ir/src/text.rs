@@ -11,6 +11,7 @@
 use crate::graph::{Graph, InputKind, NodeId};
 use crate::model_op::ModelOp;
 use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
+use crate::view::ViewOp;
 use crate::DType;
 use std::fmt::Write;
 
@@ -34,6 +35,12 @@ impl Graph {
                     let _ = write!(s, "to_dtype {d}");
                 }
                 Op::Model(m) => s.push_str(&m.to_text()),
+                Op::View(v) => {
+                    s.push_str(v.name());
+                    for p in v.params() {
+                        let _ = write!(s, " {p}");
+                    }
+                }
                 op => s.push_str(op.name()),
             }
             for a in &n.args {
@@ -95,12 +102,20 @@ impl Graph {
             }
             let mut words = rhs.split_whitespace();
             let name = words.next().ok_or_else(|| err("missing op"))?;
+            // Parameters (axes, a dtype, ..) come before the `%N` arguments.
+            let rest: Vec<&str> = words.collect();
+            let split = rest.iter().position(|w| w.starts_with('%')).unwrap_or(rest.len());
+            let (params, refs) = rest.split_at(split);
+            let mut words = params.iter().copied();
             let op = match name {
                 "input" => Op::Input(words.next().and_then(|w| w.parse().ok()).ok_or_else(|| err("bad input index"))?),
                 "const" => Op::Const(words.next().and_then(|w| w.parse().ok()).ok_or_else(|| err("bad constant"))?),
                 "to_dtype" => Op::Cast(words.next().and_then(DType::parse).ok_or_else(|| err("bad dtype"))?),
                 "matmul" => Op::MatMul,
                 "t" => Op::Transpose,
+                _ if ViewOp::parse(name, params, refs.len()).is_some() => {
+                    Op::View(ViewOp::parse(name, params, refs.len()).ok_or_else(|| err("bad view"))?)
+                }
                 _ => {
                     if let Some(u) = UnaryOp::from_name(name) {
                         Op::Unary(u)
@@ -115,8 +130,12 @@ impl Graph {
                     }
                 }
             };
+            // A view's parameters were read by `ViewOp::parse`.
+            if !matches!(op, Op::View(_)) && words.next().is_some() {
+                return Err(err("unexpected parameter"));
+            }
             let args: Vec<NodeId> =
-                words.map(|w| parse_ref(w, g.nodes.len())).collect::<Option<_>>().ok_or_else(|| err("bad argument"))?;
+                refs.iter().map(|w| parse_ref(w, g.nodes.len())).collect::<Option<_>>().ok_or_else(|| err("bad argument"))?;
             if args.len() != op.arity() {
                 return Err(err("wrong number of arguments"));
             }

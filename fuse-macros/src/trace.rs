@@ -9,6 +9,7 @@ mod calls;
 mod expr;
 mod ops;
 mod unsupported;
+mod views;
 
 use crate::diag::Diagnostics;
 use crate::signature::{FnSpec, Returns};
@@ -336,3 +337,5 @@ impl Tracer<'_> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod view_tests;

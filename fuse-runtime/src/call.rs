@@ -3,7 +3,7 @@
 //! them, and how each group ran.
 
 use crate::{Error, Result, Tensor};
-use fuse_ir::infer::{infer_dtypes, infer_shapes, NodeError};
+use fuse_ir::infer::{infer_dtypes, infer_shapes_with, NodeError};
 use fuse_ir::{DType, Graph, GroupKind, NodeId, Op};
 use std::time::Duration;
 
@@ -31,6 +31,9 @@ pub(crate) struct GroupRun {
 pub(crate) fn operand_name(g: &Graph, id: NodeId) -> String {
     match g.op(id) {
         Op::Transpose => format!("{}.t()", operand_name(g, g.node(id).args[0])),
+        Op::View(v) if fuse_ir::plan::view_source(g, id).is_some() => {
+            format!("{}.{}(..)", operand_name(g, g.node(id).args[0]), v.name())
+        }
         Op::Input(k) => g.inputs.get(k as usize).map_or_else(|| format!("%{}", id.0), |i| i.name.clone()),
         _ => format!("%{}", id.0),
     }
@@ -62,7 +65,15 @@ pub(crate) fn infer(function: &str, g: &Graph, args: &[Value]) -> Result<Inferre
             Value::Scalar(_) => None,
         })
         .collect();
-    let shapes = infer_shapes(g, &shapes).map_err(|e| node_error(function, g, e))?;
+    // Scalar arguments may be sizes of views (`x.reshape(&[n, ..])` with `n: usize`).
+    let scalars: Vec<Option<f64>> = args
+        .iter()
+        .map(|a| match a {
+            Value::Tensor(_) => None,
+            Value::Scalar(v) => Some(*v),
+        })
+        .collect();
+    let shapes = infer_shapes_with(g, &shapes, &scalars).map_err(|e| node_error(function, g, e))?;
     let dtypes = infer_dtypes(g, &dtypes).map_err(|e| node_error(function, g, e))?;
     Ok(Inferred { shapes, dtypes })
 }

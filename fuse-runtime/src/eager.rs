@@ -18,6 +18,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// An operand of an eager op.
+#[derive(Clone, Copy)]
 pub(crate) enum Operand<'a> {
     Tensor(&'a Tensor),
     Scalar(f64),

@@ -34,6 +34,7 @@ mod operators;
 mod random;
 mod reference;
 mod tensor;
+mod views;
 pub mod tune;
 #[doc(hidden)]
 pub mod testing;
@@ -54,3 +55,4 @@ pub use fuse_ir::DType;
 pub use fused::{arg, field_is_tensor, Arg, FromOutputs, Fusion, FusedFn, IntoArg, StaticKernel};
 pub use reference::{reference, rel_l2_error};
 pub use tensor::Tensor;
+pub use views::{cat, Axis};

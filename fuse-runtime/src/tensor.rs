@@ -8,6 +8,7 @@ use crate::element::Element;
 use crate::error::EAGER;
 use crate::{Device, Error, Result};
 use fuse_ir::infer::InferError;
+use fuse_ir::view::Layout;
 use fuse_ir::DType;
 use std::fmt;
 use std::sync::Arc;
@@ -152,6 +153,17 @@ impl Tensor {
         Ok(view)
     }
 
+    /// Where this tensor's elements lie in its storage.
+    pub(crate) fn layout(&self) -> Layout {
+        Layout { shape: self.shape.clone(), strides: self.strides.clone(), offset: self.offset }
+    }
+
+    /// A view of the same storage with another layout (the caller guarantees the storage holds it).
+    pub(crate) fn with_layout(&self, layout: Layout) -> Tensor {
+        let Layout { shape, strides, offset } = layout;
+        Tensor { storage: self.storage.clone(), shape, strides, offset, device: self.device.clone() }
+    }
+
     /// The same tensor on `device` (a cheap clone when it is already there). A copy to the host keeps the
     /// view (shape, strides, offset) over a copy of the whole allocation; a copy to a GPU is dense.
     pub fn to_device(&self, device: &Device) -> Result<Tensor> {
@@ -179,7 +191,7 @@ impl Tensor {
     }
 
     /// The elements in row-major order, in the tensor's own dtype, on the host.
-    fn dense_cpu_data(&self) -> Result<CpuData> {
+    pub(crate) fn dense_cpu_data(&self) -> Result<CpuData> {
         Ok(match self.dtype() {
             DType::F32 => CpuData::F32(self.to_vec()?),
             DType::F16 => CpuData::F16(self.to_vec()?),

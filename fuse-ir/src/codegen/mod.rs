@@ -128,6 +128,10 @@ pub enum InputKind {
 pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
     let Some(grp) = plan.groups.get(group) else { return Vec::new() };
     GROUPS_GENERATED.with(|n| n.set(n.get() + 1));
+    // `cat` has no generated kernel (the GPU executor reports it as unsupported there).
+    if grp.nodes.iter().any(|&n| matches!(g.op(n), Op::View(crate::view::ViewOp::Cat { .. }))) {
+        return Vec::new();
+    }
     let base = plan.kernel_name(g, group);
     let parts: Vec<(Role, Vec<NodeId>, Vec<NodeId>)> = match grp.kind {
         GroupKind::Pointwise | GroupKind::RowReduce => vec![(Role::Whole, grp.nodes.clone(), grp.outputs.clone())],

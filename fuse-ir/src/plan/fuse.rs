@@ -13,10 +13,13 @@
 //!   its prologue (rms_norm -> matmul: the GEMM templates can then normalise rows as they load them, and the
 //!   normalised rows need not reach memory). The right operand always comes from memory.
 //!
+//! - `cat` and `contiguous` are a Pointwise group each that nothing joins or inlines (a copy the user asked
+//!   for; the backends run it as a copy, not as pointwise code).
+//!
 //! Every join or merge is refused if the group would read a value that depends on the group itself (a
 //! cycle between kernels). Values cross groups through memory; free nodes (leaves, views) are in no group.
 
-use super::{is_free, Group, GroupKind, Plan};
+use super::{is_copy, is_free, view_source, Group, GroupKind, Plan};
 use crate::graph::{Graph, NodeId};
 use crate::op::Op;
 
@@ -25,6 +28,9 @@ pub(super) fn plan(g: &Graph) -> Plan {
     for id in g.ids() {
         match g.op(id) {
             op if is_free(op) => {}
+            op if is_copy(op) => {
+                planner.start(GroupKind::Pointwise, id);
+            }
             Op::MatMul => planner.place_matmul(id),
             Op::Reduce(_) => planner.place_reduce(id),
             Op::Model(_) => {
@@ -60,6 +66,11 @@ impl<'g> Planner<'g> {
             returned[o.index()] = true;
         }
         Planner { g, users: g.users(), returned, owner: vec![None; g.nodes.len()], drafts: Vec::new() }
+    }
+
+    /// A `cat`/`contiguous` group: nothing joins it, and it joins nothing.
+    fn sealed(&self, group: usize) -> bool {
+        self.drafts[group].nodes.iter().any(|&n| is_copy(self.g.op(n)))
     }
 
     fn args(&self, id: NodeId) -> &'g [NodeId] {
@@ -105,7 +116,7 @@ impl<'g> Planner<'g> {
         let input = self.args(id)[0];
         if let Some(producer) = self.owner[input.index()] {
             let kind = self.drafts[producer].kind;
-            if matches!(kind, GroupKind::Pointwise | GroupKind::RowReduce) && self.acyclic(&[producer], Some(id)) {
+            if matches!(kind, GroupKind::Pointwise | GroupKind::RowReduce) && !self.sealed(producer) && self.acyclic(&[producer], Some(id)) {
                 self.join(producer, id);
                 self.drafts[producer].kind = GroupKind::RowReduce;
                 return;
@@ -124,7 +135,7 @@ impl<'g> Planner<'g> {
             GroupKind::RowReduce => 1,
             GroupKind::Pointwise | GroupKind::Model => 2,
         };
-        let mut candidates = producers.clone();
+        let mut candidates: Vec<usize> = producers.iter().copied().filter(|&p| !self.sealed(p)).collect();
         candidates.retain(|&c| self.drafts[c].kind != GroupKind::Model);
         candidates.sort_by_key(|&c| rank(self.drafts[c].kind)); // stable: ties keep argument order
         for group in candidates {
@@ -187,7 +198,7 @@ impl<'g> Planner<'g> {
             return;
         }
         for &p in producers {
-            if p == group || self.drafts[p].kind != GroupKind::Pointwise {
+            if p == group || self.drafts[p].kind != GroupKind::Pointwise || self.sealed(p) {
                 continue;
             }
             let private = self.drafts[p].nodes.iter().all(|&n| {
@@ -206,7 +217,8 @@ impl<'g> Planner<'g> {
         let Some(&first) = matmuls.first() else { return };
         let lhs = self.args(first)[0];
         let Some(producer) = self.owner[lhs.index()] else { return };
-        if producer == group || !matches!(self.drafts[producer].kind, GroupKind::Pointwise | GroupKind::RowReduce) {
+        let absorbable = matches!(self.drafts[producer].kind, GroupKind::Pointwise | GroupKind::RowReduce);
+        if producer == group || !absorbable || self.sealed(producer) {
             return;
         }
         let right_in_memory = matmuls.iter().all(|&m| self.owner[self.args(m)[1].index()] != Some(producer));
@@ -309,8 +321,8 @@ impl<'g> Planner<'g> {
         for &n in &self.drafts[d].nodes {
             for &a in self.args(n) {
                 let mut value = a;
-                while self.g.op(value) == Op::Transpose {
-                    value = self.args(value)[0];
+                while let Some(source) = view_source(self.g, value) {
+                    value = source;
                 }
                 if let Some(o) = self.owner[value.index()].filter(|&o| o != d) {
                     if !sources.contains(&o) {

@@ -11,6 +11,7 @@ pub use report::*;
 
 use crate::graph::{Graph, NodeId};
 use crate::op::Op;
+use crate::view::ViewOp;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GroupKind {
@@ -102,9 +103,27 @@ pub fn fused_plans_made_on_this_thread() -> usize {
     FUSED_PLANS_MADE.with(|n| n.get())
 }
 
-/// Nodes that need no group: arguments, literals and views.
+/// Nodes that need no group: arguments, literals, views (`.t()`, `reshape`, `transpose`, `permute`,
+/// `narrow`: read through strides by the groups that use them) and sizes (`x.dim(i)`). `cat` and
+/// `contiguous` compute.
 pub fn is_free(op: Op) -> bool {
-    op.is_leaf() || op == Op::Transpose
+    op.is_leaf() || op == Op::Transpose || matches!(op, Op::View(v) if !v.is_copy())
+}
+
+/// For a view (`.t()` or a free view op), the value whose memory it reads; `None` for anything else,
+/// `x.dim(i)` included (a size, not a view).
+pub fn view_source(g: &Graph, id: NodeId) -> Option<NodeId> {
+    match g.op(id) {
+        Op::Transpose => Some(g.node(id).args[0]),
+        Op::View(ViewOp::Dim { .. }) => None,
+        Op::View(v) if !v.is_copy() => Some(g.node(id).args[0]),
+        _ => None,
+    }
+}
+
+/// `cat` and `contiguous`: each a group of its own, which nothing joins (a copy, not pointwise work).
+pub fn is_copy(op: Op) -> bool {
+    matches!(op, Op::View(v) if v.is_copy())
 }
 
 fn kind_of_single(op: Op) -> GroupKind {
@@ -182,14 +201,18 @@ impl Plan {
         if let Some(id) = g.ids().find(|&id| !is_free(g.op(id)) && owner[id.index()].is_none()) {
             return Err(format!("%{} ({}) is computed by no group", id.0, g.op(id).name()));
         }
-        // A value is in memory if it is an argument, a view of a value in memory, or a group output.
+        // A value is in memory if it is an argument, a view of a value in memory, or a group output; a size
+        // (`x.dim(i)`) is known from shapes alone.
         let in_memory = |id: NodeId, upto: usize| -> bool {
             let mut id = id;
             loop {
+                if let Some(source) = view_source(g, id) {
+                    id = source;
+                    continue;
+                }
                 match g.op(id) {
-                    Op::Input(_) => return true,
+                    Op::Input(_) | Op::View(ViewOp::Dim { .. }) => return true,
                     Op::Const(_) => return false,
-                    Op::Transpose => id = g.node(id).args[0],
                     _ => {
                         return owner[id.index()]
                             .map(|o| o < upto && self.groups[o].outputs.contains(&id))
@@ -224,8 +247,8 @@ impl Plan {
                 return Err(format!("returned value %{} is never written", o.0));
             }
         }
-        for id in g.ids().filter(|&id| g.op(id) == Op::Transpose) {
-            let a = g.node(id).args[0];
+        for id in g.ids() {
+            let Some(a) = view_source(g, id) else { continue };
             if !in_memory(a, self.groups.len()) {
                 return Err(format!("view %{} of %{}, which is not in memory", id.0, a.0));
             }

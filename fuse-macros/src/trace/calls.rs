@@ -54,7 +54,8 @@ impl Tracer<'_> {
                     method.usage()
                 ),
             );
-            self.trace_all(call.args.iter());
+            // An array literal belongs to the call (`x.reshape(&[..])`): not traced on its own.
+            self.trace_arguments_of_unknown_call(call.args.iter());
             return None;
         }
         let arg = call.args.first();
@@ -96,6 +97,7 @@ impl Tracer<'_> {
                 let a = self.tensor_operand(receiver?, &call.receiver, &name)?;
                 Some(self.push(Op::Transpose, &[a], call, Kind::Tensor))
             }
+            Method::View(v) => self.view_method(v, call, receiver),
             Method::Unary(u) => {
                 let a = receiver?;
                 let kind = self.kind(a);
@@ -228,11 +230,14 @@ impl Tracer<'_> {
                     function.usage()
                 ),
             );
-            self.trace_all(call.args.iter());
+            self.trace_arguments_of_unknown_call(call.args.iter());
             return None;
         }
         if function == Function::Attention {
             return self.attention(call);
+        }
+        if function == Function::Cat {
+            return self.cat(call);
         }
         let args: Vec<Value> = call.args.iter().map(|a| self.expr(a)).collect();
         match function {
@@ -252,6 +257,7 @@ impl Tracer<'_> {
                 self.record_kind(Kind::Tensor);
                 Some(id)
             }
+            Function::Cat => None,
             Function::RmsNorm => {
                 let x = self.tensor_operand(args[0]?, &call.args[0], &name);
                 let (weight, eps) = (args[1]?, args[2]?);

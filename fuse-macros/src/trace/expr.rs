@@ -155,7 +155,7 @@ impl Tracer<'_> {
         id
     }
 
-    fn constant(&mut self, value: f64) -> NodeId {
+    pub(super) fn constant(&mut self, value: f64) -> NodeId {
         let id = self.graph.constant(value);
         self.record_kind(Kind::Scalar);
         id

@@ -20,10 +20,37 @@ fn elementwise_binary(name: &str) -> Option<BinaryOp> {
     }
 }
 
+/// The view and layout methods (`views.rs` traces them).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ViewMethod {
+    Reshape,
+    Transpose,
+    Permute,
+    Narrow,
+    Contiguous,
+    Dim,
+}
+
+impl ViewMethod {
+    const ALL: [(&'static str, ViewMethod, usize, &'static str); 6] = [
+        ("reshape", ViewMethod::Reshape, 1, "`x.reshape(&[d0, d1, ..])`"),
+        ("transpose", ViewMethod::Transpose, 2, "`x.transpose(1, 2)`"),
+        ("permute", ViewMethod::Permute, 1, "`x.permute(&[0, 2, 1, 3])`"),
+        ("narrow", ViewMethod::Narrow, 3, "`x.narrow(axis, start, len)`"),
+        ("contiguous", ViewMethod::Contiguous, 0, "`x.contiguous()`"),
+        ("dim", ViewMethod::Dim, 1, "`x.dim(0)`"),
+    ];
+
+    fn entry(self) -> (&'static str, ViewMethod, usize, &'static str) {
+        ViewMethod::ALL.into_iter().find(|e| e.1 == self).unwrap_or(ViewMethod::ALL[0])
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Method {
     MatMul,
     Transpose,
+    View(ViewMethod),
     Reduce(ReduceOp),
     Powf,
     ToDType,
@@ -40,6 +67,9 @@ impl Method {
             "powf" => Some(Method::Powf),
             "to_dtype" => Some(Method::ToDType),
             "argmax" => Some(Method::Argmax),
+            _ if ViewMethod::ALL.iter().any(|e| e.0 == name) => {
+                ViewMethod::ALL.into_iter().find(|e| e.0 == name).map(|e| Method::View(e.1))
+            }
             _ => ReduceOp::from_name(name)
                 .map(Method::Reduce)
                 .or_else(|| unary(name).map(Method::Unary))
@@ -51,6 +81,7 @@ impl Method {
     pub fn arity(self) -> usize {
         match self {
             Method::Transpose | Method::Unary(_) => 0,
+            Method::View(v) => v.entry().2,
             Method::MatMul | Method::Reduce(_) | Method::Powf | Method::ToDType | Method::Argmax | Method::Binary(_) => 1,
         }
     }
@@ -60,6 +91,7 @@ impl Method {
         match self {
             Method::MatMul => "`a.matmul(b)`".into(),
             Method::Transpose => "`w.t()`".into(),
+            Method::View(v) => v.entry().3.into(),
             Method::Reduce(r) => format!("`x.{}(-1)`", r.name()),
             Method::Powf => "`x.powf(2.0)`".into(),
             Method::ToDType => "`x.to_dtype(DType::F32)`".into(),
@@ -79,6 +111,8 @@ pub enum Function {
     Embedding,
     Rope,
     Attention,
+    /// `cat(&[&a, &b, ..], axis)` (`views.rs`).
+    Cat,
 }
 
 impl Function {
@@ -89,6 +123,7 @@ impl Function {
             "embedding" => Some(Function::Embedding),
             "rope" => Some(Function::Rope),
             "attention" => Some(Function::Attention),
+            "cat" => Some(Function::Cat),
             _ => unary(name).map(Function::Unary).or_else(|| elementwise_binary(name).map(Function::Binary)),
         }
     }
@@ -96,7 +131,7 @@ impl Function {
     pub fn arity(self) -> usize {
         match self {
             Function::Unary(_) | Function::Softmax => 1,
-            Function::Binary(_) | Function::Embedding => 2,
+            Function::Binary(_) | Function::Embedding | Function::Cat => 2,
             Function::RmsNorm | Function::Rope => 3,
             Function::Attention => 5,
         }
@@ -111,6 +146,7 @@ impl Function {
             Function::Embedding => "`embedding(ids, table)`".into(),
             Function::Rope => "`rope(x, cos, sin)`".into(),
             Function::Attention => "`attention(q, k, v, scale, causal)` (`causal`: `true` or `false`)".into(),
+            Function::Cat => "`cat(&[&a, &b], axis)`".into(),
         }
     }
 }
@@ -120,6 +156,7 @@ pub fn supported_methods() -> String {
     let mut names: Vec<String> =
         ["matmul(b)", "t()", "sum(-1)", "mean(-1)", "max(-1)", "argmax(-1)", "powf(s)", "to_dtype(DType::..)"]
             .iter()
+            .chain(&["reshape(&[..])", "transpose(a, b)", "permute(&[..])", "narrow(axis, start, len)", "contiguous()", "dim(i)"])
             .map(|s| format!("`{s}`"))
             .collect();
     names.extend(callable_unary().map(|u| format!("`{}()`", u.name())));
@@ -130,20 +167,24 @@ pub fn supported_methods() -> String {
 /// For messages: every supported function.
 pub fn supported_functions() -> String {
     let mut names: Vec<String> = callable_unary().map(|u| format!("`{}`", u.name())).collect();
-    let others = ["maximum", "minimum", "softmax", "rms_norm", "embedding", "rope", "attention"];
+    let others = ["maximum", "minimum", "softmax", "rms_norm", "embedding", "rope", "attention", "cat"];
     names.extend(others.iter().map(|s| format!("`{s}`")));
     names.join(", ")
 }
 
-/// Methods that read a tensor's sizes, which are not known when the graph is built.
+/// Methods that read a tensor's sizes as numbers, which are not known when the graph is built (`x.dim(i)`
+/// is a size the graph reads at run time: a method of the language).
 pub fn is_size_method(name: &str) -> bool {
-    matches!(name, "shape" | "dims" | "dim" | "size" | "elem_count" | "rank")
+    matches!(name, "shape" | "dims" | "size" | "elem_count" | "rank")
 }
 
 /// What to write instead of a name from an eager library, if there is a close equivalent.
 pub fn suggestion(name: &str) -> Option<&'static str> {
     Some(match name {
-        "transpose" | "permute" => "to swap the last two axes write `w.t()`",
+        "swapaxes" | "swap_dims" => "write `x.transpose(a, b)`",
+        "view" | "flatten" | "unsqueeze" | "squeeze" => "write `x.reshape(&[d0, d1, ..])` (a view when the strides allow)",
+        "concat" | "concatenate" | "stack" => "write `cat(&[&a, &b], axis)`",
+        "slice" | "i" => "write `x.narrow(axis, start, len)`",
         "mm" | "dot" | "bmm" | "broadcast_matmul" => "write `a.matmul(b)`",
         "sum_keepdim" => "write `x.sum(-1)` (it keeps the axis)",
         "mean_keepdim" => "write `x.mean(-1)` (it keeps the axis)",
@@ -161,11 +202,11 @@ pub fn suggestion(name: &str) -> Option<&'static str> {
         "argmax_keepdim" => "write `x.argmax(-1)` (it keeps the axis)",
         "index_select" => "for an embedding lookup write `embedding(ids, table)`",
         "scaled_dot_product_attention" | "sdpa" | "flash_attn" => "write `attention(q, k, v, scale, causal)`",
-        "clone" | "contiguous" | "to_owned" => "values are never copied inside #[fuse]: use `x` itself",
+        "clone" | "to_owned" => "values are never copied inside #[fuse]: use `x` itself",
         "to_device" => "move tensors to the device before calling the function",
         name if is_size_method(name) => {
-            "sizes are not known when the graph is built: take the size as a `usize` parameter and pass it from \
-             the caller"
+            "sizes are not known when the graph is built: write `x.dim(i)` where a size is needed (in `reshape` or \
+             `narrow`), or take it as a `usize` parameter and pass it from the caller"
         }
         _ => return None,
     })
@@ -181,10 +222,10 @@ mod tests {
             assert_eq!(Method::from_name(u.name()), Some(Method::Unary(u)));
             assert_eq!(Function::from_name(u.name()), Some(Function::Unary(u)));
         }
-        for name in ["matmul", "t", "sum", "mean", "max", "argmax", "powf", "to_dtype", "maximum", "minimum"] {
+        for name in ["matmul", "t", "sum", "mean", "max", "argmax", "powf", "to_dtype", "maximum", "minimum", "reshape", "transpose", "permute", "narrow", "contiguous", "dim"] {
             assert!(Method::from_name(name).is_some(), "{name}");
         }
-        for name in ["softmax", "rms_norm", "maximum", "minimum", "embedding", "rope", "attention"] {
+        for name in ["softmax", "rms_norm", "maximum", "minimum", "embedding", "rope", "attention", "cat"] {
             assert!(Function::from_name(name).is_some(), "{name}");
         }
         assert_eq!(Method::from_name("neg"), None);

@@ -19,11 +19,11 @@ fn trace(src: &str) -> Result<Graph, Vec<String>> {
     }
 }
 
-fn graph(src: &str) -> Graph {
+pub(super) fn graph(src: &str) -> Graph {
     trace(src).unwrap_or_else(|errors| panic!("unexpected errors: {errors:#?}"))
 }
 
-fn errors(src: &str) -> Vec<String> {
+pub(super) fn errors(src: &str) -> Vec<String> {
     match trace(src) {
         Ok(g) => panic!("expected errors, got the graph\n{}", g.to_text()),
         Err(errors) => errors,
@@ -208,7 +208,7 @@ fn each_mistake_gives_one_error() {
         ("fn f(x: &Tensor) -> Result<Tensor> { let g = |t| t; Ok(x.exp()) }", "closures cannot be traced"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(frobnicate(x)) }", "unknown function `frobnicate`"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.frobnicate()) }", "unknown method `frobnicate`"),
-        ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.transpose()) }", "write `w.t()`"),
+        ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.transpose()) }", "takes 2 arguments, found 0: write `x.transpose(1, 2)`"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(exp(x, x)) }", "`exp` takes 1 argument, found 2"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.matmul()) }", "`matmul` takes 1 argument, found 0"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.sum(0)) }", "write `x.sum(-1)`"),
@@ -291,7 +291,7 @@ fn each_mistake_gives_one_error() {
         ("fn f(x: &Tensor) -> Result<Tensor> { let g = x.exp(); Ok(g(x)) }", "`g` is a value, not a function"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x + EPS) }", "or take it as a scalar parameter (`eps: f64`)"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.sum(-1) / x.shape()[1]) }", "take the size as a `usize` parameter"),
-        ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x / x.dims()) }", "take the size as a `usize` parameter"),
+        ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x / x.dims()) }", "take it as a `usize` parameter"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.view(&[6, 4])) }", "unknown method `view`"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(view(x, [6, 4])) }", "unknown function `view`"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(helper(x)) }", "inline what `helper` computes here"),

@@ -1,5 +1,5 @@
 //! The plan executor: infers this call's shapes and dtypes, then runs the plan group by group over a table
-//! of values (arguments, literals, group outputs, and `.t()` views of those), and returns the outputs.
+//! of values (arguments, literals, group outputs, and views of those), and returns the outputs.
 
 use super::kernels::{allocate, sink_of, Sink};
 use super::Outcome;
@@ -11,7 +11,13 @@ use crate::host::CpuData;
 use crate::call::{infer, input_values, GroupRun, Value};
 use crate::{Error, Result, Tensor};
 use fuse_ir::{DType, Graph, Group, GroupKind, NodeId, Op, Plan};
+use crate::views::resolve_view;
+use fuse_ir::view::ViewOp;
 use std::time::Instant;
+
+fn is_cat(op: Op) -> bool {
+    matches!(op, Op::View(ViewOp::Cat { .. }))
+}
 
 struct Executor<'a> {
     info: CallInfo<'a>,
@@ -52,6 +58,11 @@ impl Executor<'_> {
                 Value::Tensor(t) => Ok(Value::Tensor(t.t()?)),
                 Value::Scalar(_) => Err(Error::internal(self.info.function, "a transposed scalar")),
             },
+            // A reshape that strides cannot express reads a dense copy of its source.
+            Op::View(v) if !v.is_copy() => {
+                let dense = |t: &Tensor| Ok(Tensor::from_cpu(t.dense_cpu_data()?, t.shape().to_vec()));
+                resolve_view(self.info.function, g, id, self.info.shapes, &|a| self.resolve(a), &dense)
+            }
             _ => self.values[id.index()]
                 .clone()
                 .ok_or_else(|| Error::internal(self.info.function, format!("%{} is read before it is computed", id.0))),
@@ -92,6 +103,10 @@ impl Executor<'_> {
         match group.kind {
             GroupKind::Gemm | GroupKind::DualGemm => {
                 run_gemm_group(&self.info, group, &resolve, self.describe.then_some(paths))
+            }
+            GroupKind::Pointwise if matches!(group.nodes.as_slice(), [n] if is_cat(self.info.graph.op(*n))) => {
+                let id = group.nodes[0];
+                Ok(Outcome::Done(vec![(id, super::copy::cat(&self.info, id, &resolve)?)]))
             }
             GroupKind::Pointwise | GroupKind::RowReduce => {
                 if !group.matmuls.is_empty() {

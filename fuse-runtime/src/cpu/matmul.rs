@@ -10,6 +10,7 @@ use super::kernels::Sink;
 use super::rowprog::{compile, CallInfo, Compiled, RowProgram, RowSpec};
 use super::rowrun::BlockInputs;
 use crate::call::Value;
+use crate::layout::{broadcast_strides, coalesce, row_offset};
 use crate::{Error, Result, Tensor};
 use fuse_ir::{DType, Group, NodeId};
 use gemm_common::Parallelism;
@@ -41,8 +42,13 @@ struct GemmGroup {
     /// Whether one GEMM call may cover rows of several batches: a 2-D weight, and A's rows evenly strided
     /// across batches (a per-block buffer, or a tensor whose batch stride is m row strides).
     fold_batches: bool,
-    /// [batch, m, k] of A and n of the products; rows = batch * m.
+    /// [batch, m, k] of A and n of the products; rows = batch * m. `batch` is the product of the products'
+    /// leading axes, `batch_dims`.
     batch: usize,
+    batch_dims: Vec<usize>,
+    /// Per batch axis, how far a direct left operand and each weight move (0 where they broadcast).
+    left_batch_strides: Vec<usize>,
+    weight_batch_strides: Vec<Vec<usize>>,
     m: usize,
     k: usize,
     n: usize,
@@ -150,12 +156,18 @@ fn build(
     if group.matmuls.iter().any(|&mm| info.shapes[mm.index()] != product_shape) {
         return Ok(Err("the two products have different shapes".into()));
     }
-    let (batch, m, k) = match a_shape.as_slice() {
-        [m, k] => (1, *m, *k),
-        [b, m, k] => (*b, *m, *k),
-        _ => return Ok(Err(format!("a left operand of shape {a_shape:?}"))),
-    };
-    let n = *product_shape.last().unwrap_or(&0);
+    let (ra, rp) = (a_shape.len(), product_shape.len());
+    if ra < 2 || rp < 2 {
+        return Ok(Err(format!("a left operand of shape {a_shape:?}")));
+    }
+    let (m, k, n) = (a_shape[ra - 2], a_shape[ra - 1], product_shape[rp - 1]);
+    let batch_dims = product_shape[..rp - 2].to_vec();
+    let batch: usize = batch_dims.iter().product();
+    // A left operand shared by several batches (`[m, k] x [b, k, n]`): its rows are not the product's.
+    let left_broadcast = a_shape[..ra - 2].iter().product::<usize>() != batch;
+    if left_broadcast && !prologue.is_empty() {
+        return Ok(Err("a prologue on a left operand shared by several batches".into()));
+    }
     let mut weights = Vec::with_capacity(weight_nodes.len());
     for &w in &weight_nodes {
         match resolve(w)? {
@@ -167,7 +179,9 @@ fn build(
     let prologue_outputs: Vec<NodeId> = group.outputs.iter().copied().filter(|o| prologue.contains(o)).collect();
     let left = if prologue.is_empty() {
         match resolve(a)? {
-            Value::Tensor(t) if t.dtype() == DType::F32 => LeftOperand::Direct(t),
+            // A left operand shared by several batches is read in place through broadcast strides (other
+            // dtypes through the storage's f32 copy), as weights are.
+            Value::Tensor(t) if t.dtype() == DType::F32 || left_broadcast => LeftOperand::Direct(t),
             Value::Tensor(_) => match program(info, &prologue, &[a], &a_shape, resolve)? {
                 Ok(p) => LeftOperand::Program(p),
                 Err(reason) => return Ok(Err(reason)),
@@ -201,11 +215,24 @@ fn build(
         .filter(|(_, mm)| group.outputs.contains(mm))
         .map(|(j, &mm)| (j, mm))
         .collect();
+    let left_batch_strides = match &left {
+        LeftOperand::Program(_) => vec![0; batch_dims.len()],
+        LeftOperand::Direct(t) => batch_strides(t, &batch_dims),
+    };
+    let weight_batch_strides: Vec<Vec<usize>> = weights.iter().map(|w| batch_strides(w, &batch_dims)).collect();
     let rows_evenly_strided = match &left {
         LeftOperand::Program(_) => true,
-        LeftOperand::Direct(t) => t.rank() == 2 || t.strides()[0] == m * t.strides()[1],
+        LeftOperand::Direct(t) => {
+            // The batch axes and the row axis walk as one axis of the row stride.
+            let row_stride = t.strides()[t.rank() - 2];
+            let mut strides = left_batch_strides.clone();
+            strides.push(row_stride);
+            let (dims, merged) = coalesce(&[batch_dims.as_slice(), &[m]].concat(), &[strides], false);
+            dims.len() == 1 && (dims[0] <= 1 || merged[0][0] == row_stride)
+        }
     };
-    let fold_batches = rows_evenly_strided && weights.iter().all(|w| w.rank() == 2);
+    let shared_weights = weight_batch_strides.iter().all(|s| s.iter().all(|&x| x == 0));
+    let fold_batches = rows_evenly_strided && shared_weights;
     Ok(Ok(GemmGroup {
         left,
         fold_batches,
@@ -215,10 +242,19 @@ fn build(
         epilogue: epilogue_program,
         epilogue_outputs,
         batch,
+        batch_dims,
+        left_batch_strides,
+        weight_batch_strides,
         m,
         k,
         n,
     }))
+}
+
+/// How far `t` moves per step of each batch axis of the product (0 where it broadcasts).
+fn batch_strides(t: &Tensor, batch_dims: &[usize]) -> Vec<usize> {
+    let r = t.rank();
+    broadcast_strides(&t.shape()[..r - 2], &t.strides()[..r - 2], batch_dims)
 }
 
 fn program(
@@ -319,9 +355,9 @@ impl GemmGroup {
             p.run(rows.clone(), all, &BlockInputs { first_row: rows.start, buffers: &[] }, parallel);
         }
         let mut products: Vec<Vec<f32>> = Vec::with_capacity(self.weights.len());
-        for w in &self.weights {
+        for j in 0..self.weights.len() {
             let mut product = vec![0.0f32; count * self.n];
-            self.multiply(function, &rows, &a_buffer, w, &mut product, parallel)?;
+            self.multiply(function, &rows, &a_buffer, j, &mut product, parallel)?;
             products.push(product);
         }
         for ((j, _), sink) in self.product_outputs.iter().zip(product_sinks.iter_mut()) {
@@ -333,17 +369,19 @@ impl GemmGroup {
         Ok(())
     }
 
-    /// `product = A[rows] x w`: one GEMM call, or one per batch the rows touch when batches cannot fold.
+    /// `product = A[rows] x weights[j]`: one GEMM call, or one per batch the rows touch when batches cannot
+    /// fold.
     fn multiply(
         &self,
         function: &str,
         rows: &Range<usize>,
         a_buffer: &[f32],
-        w: &Tensor,
+        j: usize,
         product: &mut [f32],
         parallel: bool,
     ) -> Result<()> {
         let (k, n) = (self.k, self.n);
+        let (w, w_batch) = (&self.weights[j], &self.weight_batch_strides[j]);
         let w_data = w.cpu_storage().f32_data();
         let ws = w.strides();
         let wr = w.rank();
@@ -357,7 +395,7 @@ impl GemmGroup {
                 }
                 LeftOperand::Direct(t) => {
                     let s = t.strides();
-                    let batch_offset = if t.rank() == 3 { b * s[0] } else { 0 };
+                    let batch_offset = row_offset(b, &self.batch_dims, &self.left_batch_strides);
                     let row_stride = s[t.rank() - 2];
                     MatRef {
                         data: t.cpu_storage().f32_data(),
@@ -367,7 +405,7 @@ impl GemmGroup {
                     }
                 }
             };
-            let batch_offset = if wr == 3 { b * ws[0] } else { 0 };
+            let batch_offset = row_offset(b, &self.batch_dims, w_batch);
             let wm = MatRef { data: w_data, offset: w.offset() + batch_offset, row_stride: ws[wr - 2], col_stride: ws[wr - 1] };
             let dst = &mut product[(r - rows.start) * n..(end - rows.start) * n];
             gemm_into(function, dst, end - r, n, k, a, wm, parallel)?;

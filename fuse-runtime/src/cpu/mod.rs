@@ -5,11 +5,13 @@
 //! - `rowprog` / `rowrun`: pointwise and row-reduction groups compiled to straight-line row code and run;
 //! - `matmul`: Gemm and DualGemm groups (prologue, `gemm` crate, epilogue);
 //! - `model`, `attention`: Model groups (embedding, argmax, rope; attention with an online softmax);
+//! - `copy`: `cat` (views are strided tensors, resolved by `exec`; `contiguous` is a row program);
 //! - `kernels`, `math`: inner loops, vectorisable exp/tanh.
 //!
 //! The host memory of a tensor (`host.rs`) and iteration domains (`layout.rs`) are shared with the rest of
 //! the crate; nothing here knows of the CUDA backend (`exec.rs` at the crate root dispatches).
 
+mod copy;
 pub(crate) mod exec;
 mod attention;
 mod kernels;

@@ -9,6 +9,7 @@ use crate::element::round_to;
 use crate::tensor::contiguous_strides;
 use crate::{Error, Result, Tensor};
 use fuse_ir::infer::broadcast;
+use fuse_ir::view::ViewOp;
 use fuse_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, UnaryOp};
 
 /// The facts about this call that compiling needs.
@@ -288,6 +289,8 @@ pub(crate) fn compile(info: &CallInfo<'_>, spec: &RowSpec<'_>, resolve: &dyn Fn(
                 b.instrs.push(VInstr::Round { dtype, src: (*vreg, *wide), dst });
                 val_of(dst)
             }
+            // `contiguous` is its operand, written densely by the program's one pass.
+            (Op::View(ViewOp::Contiguous), [v]) => *v,
             // A reduction over an axis of length 1 is the value itself.
             (Op::Reduce(_), [v @ (Val::Lit(_) | Val::V { wide: false, .. })]) => *v,
             (Op::Reduce(op), [Val::V { vreg, wide: true }]) => {

@@ -2,7 +2,7 @@ use fuse::prelude::*;
 
 #[fuse]
 fn project(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    Ok(x.matmul(&w.transpose()))
+    Ok(x.mm(&w))
 }
 
 fn main() {}

@@ -47,6 +47,8 @@ use kernels::{KernelCache, PlanKernels, PreparedKernel};
 use fuse_args::ArgsLayout;
 use launch::{checked_address, KernelDims};
 use launch_plan::{run_step, signature, table_entry, LaunchPlan, Patch, Recording, Step};
+use crate::views::resolve_view;
+use fuse_ir::view::ViewOp;
 use std::time::Instant;
 
 struct Executor<'a> {
@@ -112,8 +114,11 @@ pub(crate) fn execute(
         }
     }
     let inferred = infer(function, g, &args)?;
-    // Empty values make empty launches and products, which the general path skips call by call.
-    let record = replayable && !inferred.shapes.iter().any(|s| s.contains(&0));
+    // Empty values make empty launches and products, which the general path skips call by call. A view op's
+    // layout may depend on a scalar argument (narrow's start), which a launch plan's signature does not
+    // hold: such graphs take the general path on every call.
+    let has_views = g.nodes.iter().any(|n| matches!(n.op, Op::View(_)));
+    let record = replayable && !has_views && !inferred.shapes.iter().any(|s| s.contains(&0));
     let recorded_signature = record.then(|| signature(&args));
     let inputs: Vec<(usize, usize)> = g
         .ids()
@@ -170,7 +175,8 @@ pub(crate) fn execute(
     Ok((outputs, runs))
 }
 
-/// The value a `.t()` view reads (launch plans address views by their base value).
+/// The value a `.t()` view reads (launch plans address views by their base value). Other views have an
+/// address of their own (a narrow moves it), set by `place_views` before a group reads them.
 fn base_of(g: &Graph, mut id: NodeId) -> NodeId {
     while let Op::Transpose = g.op(id) {
         id = g.node(id).args[0];
@@ -200,6 +206,16 @@ impl Executor<'_> {
                 Value::Tensor(t) => Ok(Value::Tensor(t.t()?)),
                 Value::Scalar(_) => Err(self.internal("a transposed scalar")),
             },
+            Op::View(v) if !v.is_copy() => {
+                let no_copy = |_: &Tensor| {
+                    Err(Error::unsupported(
+                        self.function,
+                        "reshape",
+                        "of a tensor whose strides do not allow a view, on the GPU: call `.contiguous()` first",
+                    ))
+                };
+                resolve_view(self.function, self.graph, id, &self.inferred.shapes, &|a| self.resolve(a), &no_copy)
+            }
             _ => self.values[id.index()]
                 .clone()
                 .ok_or_else(|| self.internal(format!("%{} is read before it is computed", id.0))),
@@ -249,6 +265,24 @@ impl Executor<'_> {
         }
     }
 
+    /// Puts the address of each view that `group` reads (other than `.t()`, which shares its base's) in the
+    /// address table, so that launches read it where it starts.
+    fn place_views(&mut self, group: &fuse_ir::Group) -> Result<()> {
+        let mut stack: Vec<NodeId> = group.inputs.clone();
+        while let Some(id) = stack.pop() {
+            match self.graph.op(id) {
+                Op::Transpose => stack.push(self.graph.node(id).args[0]),
+                Op::View(v) if !v.is_copy() && !matches!(v, ViewOp::Dim { .. }) => {
+                    if let Value::Tensor(t) = self.resolve(id)? {
+                        self.addresses[id.index()] = self.address(&t)?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     fn run_group(&mut self, index: usize, specs: &[PreparedKernel]) -> Result<Option<String>> {
         let plan = self.plan;
         let group = &plan.groups[index];
@@ -256,6 +290,10 @@ impl Executor<'_> {
             let op = group.nodes.first().map_or("model op", |&n| self.graph.op(n).name());
             return Err(Error::unsupported(self.function, op, "not yet on the GPU (move the tensors to Device::Cpu)"));
         }
+        if group.nodes.iter().any(|&n| matches!(self.graph.op(n), Op::View(ViewOp::Cat { .. }))) {
+            return Err(Error::unsupported(self.function, "cat", "on the GPU (not implemented yet; run it on the CPU)"));
+        }
+        self.place_views(group)?;
         if let Some(reason) = self.does_not_fit(group) {
             self.run_node_by_node(group)?;
             return Ok(Some(reason));

@@ -1,0 +1,180 @@
+//! View and layout calls: `x.reshape(&[..])`, `x.transpose(a, b)`, `x.permute(&[..])`, `x.narrow(axis, start,
+//! len)`, `x.contiguous()`, `x.dim(i)` and `cat(&[&a, &b, ..], axis)`. What fixes the graph's structure must
+//! be written out (axes, a permutation, the list of tensors to join, how many entries a shape has); sizes
+//! may vary per call (literals, scalar parameters, `x.dim(i)`) and become graph arguments of the view node.
+
+use super::expr::strip_parens;
+use super::ops::ViewMethod;
+use super::{Kind, Tracer, Value};
+use crate::label::source_text;
+use fuse_ir::view::{Axes, ViewOp, MAX_AXES};
+use fuse_ir::{NodeId, Op};
+use syn::punctuated::Punctuated;
+use syn::token::Comma;
+use syn::{Expr, ExprCall, ExprMethodCall, Lit, UnOp};
+
+/// An integer literal, possibly negated: `1`, `-1`.
+fn integer(e: &Expr) -> Option<i64> {
+    match strip_parens(e) {
+        Expr::Lit(l) => match &l.lit {
+            Lit::Int(i) => i.base10_parse().ok(),
+            _ => None,
+        },
+        Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => integer(&u.expr).map(|v| -v),
+        _ => None,
+    }
+}
+
+/// The entries of `&[a, b, ..]` or `[a, b, ..]`.
+fn array_entries(e: &Expr) -> Option<&Punctuated<Expr, Comma>> {
+    match strip_parens(e) {
+        Expr::Reference(r) if r.mutability.is_none() => array_entries(&r.expr),
+        Expr::Array(a) => Some(&a.elems),
+        _ => None,
+    }
+}
+
+impl Tracer<'_> {
+    /// `name`'s axis argument: an integer literal that fits the op (`i8`).
+    fn axis_literal(&mut self, e: &Expr, name: &str) -> Option<i8> {
+        let axis = integer(e).and_then(|v| i8::try_from(v).ok());
+        if axis.is_none() {
+            self.diag.error_at(
+                e,
+                format!(
+                    "the axis of `{name}` must be an integer literal such as `1` or `-1` (axes are fixed when the \
+                     graph is built), not `{}`",
+                    source_text(e)
+                ),
+            );
+        }
+        axis
+    }
+
+    /// A size: a non-negative integer literal (or `-1` where `allow_inferred`), a scalar parameter or
+    /// `x.dim(i)`, possibly through a `let` name.
+    fn size(&mut self, e: &Expr, name: &str, allow_inferred: bool) -> Value {
+        if let Some(v) = integer(e) {
+            if v >= 0 || (allow_inferred && v == -1) {
+                return Some(self.constant(v as f64));
+            }
+        }
+        let id = self.expr(e)?;
+        let is_size = match self.graph.op(id) {
+            Op::Input(_) => self.kind(id) == Kind::Scalar,
+            Op::View(ViewOp::Dim { .. }) => true,
+            _ => false,
+        };
+        if !is_size {
+            let inferred = if allow_inferred { " (or `-1` for the rest)" } else { "" };
+            self.diag.error_at(
+                e,
+                format!(
+                    "a size in `{name}` is an integer literal{inferred}, a `usize` parameter or `x.dim(i)`, not `{}`",
+                    source_text(e)
+                ),
+            );
+            return None;
+        }
+        Some(id)
+    }
+
+    /// The method calls of [`ViewMethod`]; the arity was checked.
+    pub(super) fn view_method(&mut self, method: ViewMethod, call: &ExprMethodCall, receiver: Value) -> Value {
+        let name = call.method.to_string();
+        let args: Vec<&Expr> = call.args.iter().collect();
+        let (op, sizes): (Option<ViewOp>, Vec<Value>) = match method {
+            ViewMethod::Reshape => {
+                let Some(entries) = array_entries(args[0]) else {
+                    self.diag.error_at(
+                        args[0],
+                        format!(
+                            "`reshape` takes the new shape written out as an array, `x.reshape(&[d0, d1, ..])`, not `{}`: \
+                             each entry an integer literal, a `usize` parameter or `x.dim(i)`",
+                            source_text(args[0])
+                        ),
+                    );
+                    return None;
+                };
+                if entries.len() > MAX_AXES {
+                    self.diag.error_at(args[0], format!("`reshape` makes at most {MAX_AXES} axes, found {}", entries.len()));
+                    return None;
+                }
+                let sizes = entries.iter().map(|e| self.size(e, "reshape", true)).collect();
+                (Some(ViewOp::Reshape { rank: entries.len() as u8 }), sizes)
+            }
+            ViewMethod::Transpose => {
+                let (a, b) = (self.axis_literal(args[0], &name), self.axis_literal(args[1], &name));
+                (a.zip(b).map(|(a, b)| ViewOp::Transpose { a, b }), vec![])
+            }
+            ViewMethod::Permute => (self.permutation(args[0]).map(ViewOp::Permute), vec![]),
+            ViewMethod::Narrow => {
+                let axis = self.axis_literal(args[0], &name);
+                let sizes = vec![self.size(args[1], "narrow", false), self.size(args[2], "narrow", false)];
+                (axis.map(|axis| ViewOp::Narrow { axis }), sizes)
+            }
+            ViewMethod::Contiguous => (Some(ViewOp::Contiguous), vec![]),
+            ViewMethod::Dim => (self.axis_literal(args[0], &name).map(|axis| ViewOp::Dim { axis }), vec![]),
+        };
+        let x = self.tensor_operand(receiver?, &call.receiver, &name);
+        let mut operands = vec![x?];
+        for s in sizes {
+            operands.push(s?);
+        }
+        let kind = if method == ViewMethod::Dim { Kind::Scalar } else { Kind::Tensor };
+        Some(self.push(Op::View(op?), &operands, call, kind))
+    }
+
+    /// `&[2, 0, 1]`: every axis once, as integer literals.
+    fn permutation(&mut self, e: &Expr) -> Option<Axes> {
+        let usage = "write the new order of the axes as integer literals, e.g. `x.permute(&[0, 2, 1, 3])`";
+        let Some(entries) = array_entries(e) else {
+            self.diag.error_at(e, format!("`permute` takes an array written out, not `{}`: {usage}", source_text(e)));
+            return None;
+        };
+        let axes: Option<Vec<usize>> = entries.iter().map(|a| integer(a).and_then(|v| usize::try_from(v).ok())).collect();
+        let Some(axes) = axes else {
+            self.diag.error_at(e, format!("`permute` takes non-negative integer literals: {usage}"));
+            return None;
+        };
+        let mut sorted = axes.clone();
+        sorted.sort_unstable();
+        if sorted != (0..axes.len()).collect::<Vec<_>>() {
+            self.diag.error_at(e, format!("`{}` is not a permutation: each axis 0..{} once", source_text(e), axes.len()));
+            return None;
+        }
+        let stored = Axes::new(&axes);
+        if stored.is_none() {
+            self.diag.error_at(e, format!("`permute` takes at most {MAX_AXES} axes, found {}", axes.len()));
+        }
+        stored
+    }
+
+    /// `cat(&[&a, &b, ..], axis)`; the arity was checked.
+    pub(super) fn cat(&mut self, call: &ExprCall) -> Value {
+        let (list, axis) = (&call.args[0], &call.args[1]);
+        let Some(entries) = array_entries(list) else {
+            self.diag.error_at(
+                list,
+                format!("`cat` takes the tensors written out as an array, `cat(&[&a, &b], axis)`, not `{}`", source_text(list)),
+            );
+            self.expr(list);
+            return None;
+        };
+        let axis = self.axis_literal(axis, "cat");
+        if entries.is_empty() || entries.len() > u8::MAX as usize {
+            self.diag.error_at(list, format!("`cat` joins 1 to 255 tensors, found {}", entries.len()));
+            return None;
+        }
+        let parts: Vec<Value> = entries
+            .iter()
+            .map(|e| {
+                let id = self.expr(e)?;
+                self.tensor_operand(id, e, "cat")
+            })
+            .collect();
+        let parts: Vec<NodeId> = parts.into_iter().collect::<Option<_>>()?;
+        let op = ViewOp::Cat { axis: axis?, parts: parts.len() as u8 };
+        Some(self.push(Op::View(op), &parts, call, Kind::Tensor))
+    }
+}

@@ -1,0 +1,159 @@
+//! Views and layout at run time: the eager `reshape`, `transpose`, `permute`, `narrow`, `contiguous`, `dim`
+//! and `cat` (one-op graphs through the executor, like every eager op), and how both executors resolve a
+//! view node into a strided `Tensor` over its source's storage, with no copy.
+//!
+//! A `reshape` is a view when the source's strides allow it (always for a dense tensor); otherwise the CPU
+//! backend first makes a dense copy of the source, and the GPU backend reports it as unsupported (call
+//! `.contiguous()` first there).
+
+use crate::call::Value;
+use crate::eager::{run, Operand};
+use crate::error::EAGER;
+use crate::{Error, Result, Tensor};
+use fuse_ir::view::{Axes, ViewOp, MAX_AXES};
+use fuse_ir::{Graph, NodeId, Op};
+
+/// An axis index: `usize`, or a signed integer counting from the end when negative (`-1` is the last axis).
+pub trait Axis: Copy {
+    fn index(self) -> i64;
+}
+
+macro_rules! axis_for {
+    ($($t:ty),*) => {$(
+        impl Axis for $t {
+            fn index(self) -> i64 {
+                self as i64
+            }
+        }
+    )*};
+}
+axis_for!(usize, i64, i32, isize);
+
+/// An axis as a view op stores it (`i8`: no tensor has more than [`MAX_AXES`] axes).
+fn stored_axis(op: &'static str, axis: impl Axis, shape: &[usize]) -> Result<i8> {
+    i8::try_from(axis.index()).map_err(|_| {
+        Error::unsupported(EAGER, op, format!("axis {} is out of range for a tensor of shape {shape:?}", axis.index()))
+    })
+}
+
+/// Sizes as scalar operands named `d0`, `d1`, ..: the graph text stays the same for every size.
+fn size_operands<'a>(x: &'a Tensor, sizes: &[usize]) -> Vec<(String, Operand<'a>)> {
+    let mut operands = vec![("x".to_string(), Operand::Tensor(x))];
+    operands.extend(sizes.iter().enumerate().map(|(i, &d)| (format!("d{i}"), Operand::Scalar(d as f64))));
+    operands
+}
+
+fn run_view(operands: &[(String, Operand<'_>)], op: ViewOp, label: &str) -> Result<Tensor> {
+    let named: Vec<(&str, Operand<'_>)> = operands.iter().map(|(n, o)| (n.as_str(), o.clone())).collect();
+    run(&named, |g, inputs| g.view(op, inputs, label))
+}
+
+impl Tensor {
+    /// The same elements in row-major order as `shape` (same element count). A view when the strides allow
+    /// it (always for a dense tensor); otherwise a dense copy on the CPU, and an error on a GPU (call
+    /// `.contiguous()` first there).
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        let rank = u8::try_from(shape.len())
+            .map_err(|_| Error::unsupported(EAGER, "reshape", format!("{} axes are too many", shape.len())))?;
+        run_view(&size_operands(self, shape), ViewOp::Reshape { rank }, &format!("x.reshape(&{shape:?})"))
+    }
+
+    /// Axes `a` and `b` swapped (negative axes count from the end): a view, nothing is copied.
+    pub fn transpose(&self, a: impl Axis, b: impl Axis) -> Result<Tensor> {
+        let op = ViewOp::Transpose { a: stored_axis("transpose", a, self.shape())?, b: stored_axis("transpose", b, self.shape())? };
+        let label = format!("x.transpose({}, {})", a.index(), b.index());
+        run_view(&size_operands(self, &[]), op, &label)
+    }
+
+    /// The axes reordered: axis `i` of the result is axis `axes[i]` of `self`. A view.
+    pub fn permute(&self, axes: &[usize]) -> Result<Tensor> {
+        let stored = Axes::new(axes).ok_or_else(|| {
+            Error::unsupported(EAGER, "permute", format!("{axes:?}: at most {MAX_AXES} axes, each below {MAX_AXES}"))
+        })?;
+        run_view(&size_operands(self, &[]), ViewOp::Permute(stored), &format!("x.permute(&{axes:?})"))
+    }
+
+    /// `len` entries of axis `axis` from `start` on: a view (an offset into the same storage).
+    pub fn narrow(&self, axis: impl Axis, start: usize, len: usize) -> Result<Tensor> {
+        let op = ViewOp::Narrow { axis: stored_axis("narrow", axis, self.shape())? };
+        let label = format!("x.narrow({}, {start}, {len})", axis.index());
+        run_view(&size_operands(self, &[start, len]), op, &label)
+    }
+
+    /// The same values, dense in row-major order: a cheap clone when they already are, else a copy.
+    pub fn contiguous(&self) -> Result<Tensor> {
+        if self.is_contiguous() {
+            return Ok(self.clone());
+        }
+        run_view(&size_operands(self, &[]), ViewOp::Contiguous, "x.contiguous()")
+    }
+
+    /// The size of axis `axis` (negative counts from the end).
+    pub fn dim(&self, axis: impl Axis) -> Result<usize> {
+        fuse_ir::view::normalize_axis(axis.index(), self.rank()).map(|i| self.shape()[i]).ok_or_else(|| Error::Shape {
+            function: EAGER.into(),
+            op: "dim",
+            label: format!("x.dim({})", axis.index()),
+            error: fuse_ir::infer::InferError::View(format!(
+                "dim: axis {} is out of range for a tensor of shape {:?}",
+                axis.index(),
+                self.shape()
+            )),
+        })
+    }
+
+    /// `cat(tensors, axis)` as an associated function, as candle has it.
+    pub fn cat(tensors: &[&Tensor], axis: impl Axis) -> Result<Tensor> {
+        cat(tensors, axis)
+    }
+}
+
+/// The tensors joined along `axis` (they agree on every other axis): a copy.
+pub fn cat(tensors: &[&Tensor], axis: impl Axis) -> Result<Tensor> {
+    let first = tensors.first().ok_or_else(|| Error::unsupported(EAGER, "cat", "no tensors to join"))?;
+    let parts = u8::try_from(tensors.len())
+        .map_err(|_| Error::unsupported(EAGER, "cat", format!("{} tensors: at most 255 at once", tensors.len())))?;
+    let op = ViewOp::Cat { axis: stored_axis("cat", axis, first.shape())?, parts };
+    let names: Vec<String> = (0..tensors.len()).map(|i| format!("t{i}")).collect();
+    let operands: Vec<(&str, Operand<'_>)> = names.iter().zip(tensors).map(|(n, &t)| (n.as_str(), Operand::Tensor(t))).collect();
+    let label = format!("cat(&[{}], {})", names.join(", "), axis.index());
+    run(&operands, |g, inputs| g.view(op, inputs, &label))
+}
+
+/// The value of view node `id` (not `cat`/`contiguous`, which groups compute): a strided view of its
+/// source, or a size for `x.dim(i)`. `shapes` are the call's inferred shapes; `resolve` gives the other
+/// nodes' values; `dense_copy` makes a dense copy for a reshape that strides cannot express.
+pub(crate) fn resolve_view(
+    function: &str,
+    g: &Graph,
+    id: NodeId,
+    shapes: &[Vec<usize>],
+    resolve: &dyn Fn(NodeId) -> Result<Value>,
+    dense_copy: &dyn Fn(&Tensor) -> Result<Tensor>,
+) -> Result<Value> {
+    let node = g.node(id);
+    let Op::View(op) = node.op else { return Err(Error::internal(function, format!("%{} is not a view", id.0))) };
+    if let ViewOp::Dim { axis } = op {
+        let size = ViewOp::dim_value(axis, &shapes[node.args[0].index()]);
+        return size.map(Value::Scalar).ok_or_else(|| Error::internal(function, format!("%{}: axis {axis} unchecked", id.0)));
+    }
+    let source = match resolve(node.args[0])? {
+        Value::Tensor(t) => t,
+        Value::Scalar(_) => return Err(Error::internal(function, format!("%{} ({}) of a scalar", id.0, op.name()))),
+    };
+    let mut sizes = vec![None];
+    for &a in &node.args[1..] {
+        sizes.push(match resolve(a)? {
+            Value::Scalar(v) => Some(v),
+            Value::Tensor(_) => None,
+        });
+    }
+    let out_shape = &shapes[id.index()];
+    if let Some(layout) = op.layout(&source.layout(), out_shape, &sizes) {
+        return Ok(Value::Tensor(source.with_layout(layout)));
+    }
+    let dense = dense_copy(&source)?;
+    op.layout(&dense.layout(), out_shape, &sizes)
+        .map(|layout| Value::Tensor(dense.with_layout(layout)))
+        .ok_or_else(|| Error::internal(function, format!("%{} ({}) has no layout over a dense copy", id.0, op.name())))
+}
