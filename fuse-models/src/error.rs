@@ -61,6 +61,10 @@ pub enum Error {
     #[error("token id {id} is outside the vocabulary (size {vocab_size})")]
     UnknownTokenId { id: u32, vocab_size: usize },
 
+    /// A tensor operation failed (shapes, dtypes, devices, a GPU error): fuse's error, unchanged.
+    #[error(transparent)]
+    Fuse(#[from] fuse::Error),
+
     /// The chat template could not be rendered.
     #[error("chat template: {what}")]
     ChatTemplate { what: String },

@@ -54,6 +54,7 @@ pub mod chat;
 pub mod error;
 pub mod ggml_type;
 pub mod gguf;
+pub mod llama;
 mod model_file;
 pub mod quant;
 pub mod rotary;

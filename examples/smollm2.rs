@@ -1,0 +1,142 @@
+//! Generates text with SmolLM2-135M-Instruct from its GGUF file, the decoder written with `#[fuse]`
+//! (fuse-models' `llama`). The command line is the project's contract (DESIGN.md):
+//!
+//! ```text
+//! cargo run --release --example smollm2 -- --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]
+//!       [--seed S] [--device cpu|cuda] [--dtype f32|bf16] [--model FILE.gguf] [--json FILE] [--chat]
+//! ```
+//! Without `--model` it reads the file `scripts/fetch-smollm2.sh` fetched. It prints the text as it is
+//! generated, then the prefill and decode speed; `--json FILE` writes the ids, the text and the speeds.
+
+use fuse::prelude::*;
+use fuse_models::chat::ChatMessage;
+use fuse_models::gguf::GgufFile;
+use fuse_models::llama::{generate, Llama, Sampling};
+use fuse_models::tokenizer::Tokenizer;
+use std::io::Write;
+use std::path::PathBuf;
+
+struct Options {
+    prompt: String,
+    max_tokens: usize,
+    temperature: f32,
+    top_p: f32,
+    seed: u64,
+    device: String,
+    dtype: DType,
+    model: Option<PathBuf>,
+    json: Option<PathBuf>,
+    chat: bool,
+}
+
+fn parse() -> std::result::Result<Options, String> {
+    let mut o = Options { prompt: String::new(), max_tokens: 64, temperature: 0.0, top_p: 0.9, seed: 0, device: "best".into(), dtype: DType::F32, model: None, json: None, chat: false };
+    let mut args = std::env::args().skip(1);
+    let mut prompt = None;
+    while let Some(flag) = args.next() {
+        if flag == "--chat" {
+            o.chat = true;
+            continue;
+        }
+        let value = args.next().ok_or(format!("{flag} needs a value"))?;
+        let number = |v: &str| v.parse::<f64>().map_err(|_| format!("{flag}: `{v}` is not a number"));
+        match flag.as_str() {
+            "--prompt" => prompt = Some(value),
+            "--max-tokens" => o.max_tokens = number(&value)? as usize,
+            "--temperature" => o.temperature = number(&value)? as f32,
+            "--top-p" => o.top_p = number(&value)? as f32,
+            "--seed" => o.seed = number(&value)? as u64,
+            "--device" => o.device = value,
+            "--dtype" => {
+                o.dtype = match value.as_str() {
+                    "f32" => DType::F32,
+                    "bf16" => DType::BF16,
+                    _ => return Err(format!("--dtype: `{value}` is not f32 or bf16")),
+                }
+            }
+            "--model" => o.model = Some(value.into()),
+            "--json" => o.json = Some(value.into()),
+            _ => return Err(format!("unknown flag {flag}")),
+        }
+    }
+    o.prompt = prompt.ok_or("--prompt TEXT is required")?;
+    Ok(o)
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("smollm2: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let o = parse()?;
+    let path = o.model.clone().unwrap_or_else(fuse_models::smollm2_path);
+    if !path.exists() {
+        return Err(format!("{} not found: run scripts/fetch-smollm2.sh (or pass --model FILE.gguf)", path.display()).into());
+    }
+    let device = match o.device.as_str() {
+        "best" => Device::cuda_if_available(0),
+        "cpu" => Device::Cpu,
+        "cuda" => Device::cuda(0)?,
+        other => return Err(format!("--device: `{other}` is not cpu or cuda").into()),
+    };
+    let file = GgufFile::open(&path)?;
+    let tokenizer = Tokenizer::from_gguf(&file)?;
+    let model = Llama::load(&file, &device, o.dtype)?;
+    let text = if o.chat { tokenizer.apply_chat_template(&[ChatMessage::user(&o.prompt)])? } else { o.prompt.clone() };
+    let prompt_ids = tokenizer.encode(&text)?;
+    let sampling = if o.temperature > 0.0 { Sampling::TopP { temperature: o.temperature, top_p: o.top_p, seed: o.seed } } else { Sampling::Greedy };
+    print!("{text}");
+    let mut stream = tokenizer.stream();
+    let out = generate(&model, &prompt_ids, o.max_tokens, sampling, tokenizer.eos_id(), |id| {
+        if let Some(piece) = stream.step(id)? {
+            print!("{piece}");
+            let _ = std::io::stdout().flush();
+        }
+        Ok(())
+    })?;
+    println!();
+    let prefill_tps = prompt_ids.len() as f64 / out.prefill.as_secs_f64();
+    let decoded = out.ids.len().saturating_sub(1).max(1);
+    let decode_us = out.decode.as_secs_f64() * 1e6 / decoded as f64;
+    eprintln!(
+        "{} prompt tokens in {:.1} ms ({prefill_tps:.0} tokens/s); {} tokens generated, {decode_us:.0} us per decoded token ({:.1} tokens/s) on {device} in {}",
+        prompt_ids.len(),
+        out.prefill.as_secs_f64() * 1e3,
+        out.ids.len(),
+        1e6 / decode_us,
+        o.dtype
+    );
+    if let Some(json) = &o.json {
+        let generated = tokenizer.decode(&out.ids)?;
+        let list = |ids: &[u32]| ids.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+        let body = format!(
+            "{{\"prompt_ids\": [{}], \"generated_ids\": [{}], \"text\": {}, \"prefill_tokens_per_s\": {prefill_tps:.3}, \"decode_tokens_per_s\": {:.3}, \"decode_us_per_token\": {decode_us:.3}, \"device\": \"{device}\", \"dtype\": \"{}\"}}\n",
+            list(&prompt_ids),
+            list(&out.ids),
+            json_string(&generated),
+            1e6 / decode_us,
+            o.dtype
+        );
+        std::fs::write(json, body)?;
+    }
+    Ok(())
+}
+
+/// `s` as a JSON string literal.
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}

@@ -1,0 +1,66 @@
+//! One decoder layer as two fused methods: the attention block (rms_norm, the q/k/v projections, rotary
+//! embedding, attention over the cache and the new rows, the output projection and the residual) and the
+//! FFN block (rms_norm, SwiGLU, the down projection and the residual).
+
+use fuse::prelude::*;
+
+/// Weights of a layer's attention half, in checkpoint layout ([out, in]).
+pub struct AttentionBlock {
+    pub norm: Tensor,
+    pub wq: Tensor,
+    pub wk: Tensor,
+    pub wv: Tensor,
+    pub wo: Tensor,
+    pub eps: f32,
+    pub scale: f32,
+}
+
+impl AttentionBlock {
+    /// `x` [b, s, hidden] at positions `pos .. pos + s` (cos/sin: those rows of the rotary tables, [s, d/2]);
+    /// `k_past`/`v_past` [b, hkv, past, d]. Returns the block's output and the keys and values of every
+    /// position so far ([b, hkv, past + s, d]).
+    #[fuse]
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        k_past: &Tensor,
+        v_past: &Tensor,
+        b: usize,
+        s: usize,
+        hq: usize,
+        hkv: usize,
+        d: usize,
+        hidden: usize,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let h = rms_norm(x, &self.norm, self.eps);
+        let q = h.matmul(&self.wq.t()).reshape(&[b, s, hq, d]).transpose(1, 2);
+        let k = h.matmul(&self.wk.t()).reshape(&[b, s, hkv, d]).transpose(1, 2);
+        let v = h.matmul(&self.wv.t()).reshape(&[b, s, hkv, d]).transpose(1, 2);
+        let q = rope(&q, cos, sin);
+        let k = cat(&[k_past, &rope(&k, cos, sin)], 2);
+        let v = cat(&[v_past, &v], 2);
+        let a = attention(&q, &k, &v, self.scale, true);
+        let o = a.transpose(1, 2).reshape(&[b, s, hidden]);
+        (x + o.matmul(&self.wo.t()), k, v)
+    }
+}
+
+/// Weights of a layer's feed-forward half.
+pub struct FfnBlock {
+    pub norm: Tensor,
+    pub gate: Tensor,
+    pub up: Tensor,
+    pub down: Tensor,
+    pub eps: f32,
+}
+
+impl FfnBlock {
+    #[fuse]
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = rms_norm(x, &self.norm, self.eps);
+        Ok(x + (silu(h.matmul(&self.gate.t())) * h.matmul(&self.up.t())).matmul(&self.down.t()))
+    }
+}

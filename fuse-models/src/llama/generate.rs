@@ -1,0 +1,87 @@
+//! Generation: the prompt in one forward pass (prefill), then one token per pass (decode), greedy or
+//! sampled, stopping at eos or after `max_tokens`, with the time of each phase.
+
+use super::Llama;
+use crate::Result;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::time::{Duration, Instant};
+
+/// How the next token is chosen from the logits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Sampling {
+    /// The most likely token (ties: the lowest id).
+    Greedy,
+    /// Softmax at `temperature`, restricted to the smallest set of tokens whose probability reaches `top_p`,
+    /// drawn with a generator seeded by `seed`.
+    TopP { temperature: f32, top_p: f32, seed: u64 },
+}
+
+/// What [`generate`] produced.
+#[derive(Clone, Debug)]
+pub struct Generated {
+    pub ids: Vec<u32>,
+    /// Logits of the position after the prompt (what chose the first generated token).
+    pub first_logits: Vec<f32>,
+    pub prefill: Duration,
+    pub decode: Duration,
+}
+
+/// Generates up to `max_tokens` tokens after `prompt`, calling `on_token` with each as it comes.
+pub fn generate(
+    model: &Llama,
+    prompt: &[u32],
+    max_tokens: usize,
+    sampling: Sampling,
+    eos: u32,
+    mut on_token: impl FnMut(u32) -> Result<()>,
+) -> Result<Generated> {
+    let mut cache = model.new_cache()?;
+    let mut rng = SmallRng::seed_from_u64(match sampling {
+        Sampling::TopP { seed, .. } => seed,
+        Sampling::Greedy => 0,
+    });
+    let start = Instant::now();
+    let first_logits = model.forward(prompt, &mut cache)?;
+    let prefill = start.elapsed();
+    let mut ids = Vec::new();
+    let mut logits = first_logits.clone();
+    let start = Instant::now();
+    while ids.len() < max_tokens {
+        let next = choose(&logits, sampling, &mut rng);
+        ids.push(next);
+        on_token(next)?;
+        if next == eos || ids.len() == max_tokens {
+            break;
+        }
+        logits = model.forward(&[next], &mut cache)?;
+    }
+    Ok(Generated { ids, first_logits, prefill, decode: start.elapsed() })
+}
+
+fn choose(logits: &[f32], sampling: Sampling, rng: &mut SmallRng) -> u32 {
+    let argmax = || logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| if v > best.1 { (i, v) } else { best }).0 as u32;
+    let Sampling::TopP { temperature, top_p, .. } = sampling else { return argmax() };
+    if temperature <= 0.0 {
+        return argmax();
+    }
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut probs: Vec<(u32, f64)> = logits.iter().enumerate().map(|(i, &v)| (i as u32, (((v - max) / temperature) as f64).exp())).collect();
+    let total: f64 = probs.iter().map(|p| p.1).sum();
+    probs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut kept = 0.0;
+    let cut = probs.iter().position(|p| {
+        kept += p.1 / total;
+        kept >= top_p as f64
+    });
+    probs.truncate(cut.map_or(probs.len(), |c| c + 1));
+    let mass: f64 = probs.iter().map(|p| p.1).sum();
+    let mut draw = rng.gen::<f64>() * mass;
+    for &(id, p) in &probs {
+        if draw < p {
+            return id;
+        }
+        draw -= p;
+    }
+    probs.last().map_or_else(argmax, |p| p.0)
+}

@@ -1,0 +1,18 @@
+//! The Llama-family decoder (SmolLM2-135M-Instruct) written the way a model crate writes it: weights in
+//! structs, each block a `#[fuse]` method, loading from GGUF, and generation on top.
+//!
+//! - [`Config`]: the sizes from the file's metadata.
+//! - [`Llama`]: the weights on a device, in a dtype; [`Llama::forward`] runs a batch of new tokens through
+//!   every layer with a [`KvCache`] and returns the last position's logits.
+//! - [`generate`]: prefill the prompt in one pass, then decode one token at a time (greedy, or temperature
+//!   and top-p sampling with a seed), stopping at eos or a token budget.
+
+mod block;
+mod cache;
+mod generate;
+mod load;
+
+pub use block::{AttentionBlock, FfnBlock};
+pub use cache::KvCache;
+pub use generate::{generate, Generated, Sampling};
+pub use load::{Config, Llama};
