@@ -40,3 +40,39 @@ fn logits_and_greedy_tokens_match_transformers_in_f32() {
         assert_eq!(got.ids, want_ids, "`{name}`: greedy tokens");
     }
 }
+
+#[test]
+fn bf16_logits_stay_close_to_the_f32_reference() {
+    let Some(file) = common::model() else { return };
+    let reference = common::reference();
+    let model = Llama::load(file, &Device::Cpu, DType::BF16).expect("the model loads in bf16");
+    let stride = reference["logits"]["stride"].as_u64().unwrap_or(48) as usize;
+    for prompt in reference["prompts"].as_array().expect("prompts") {
+        let name = prompt["name"].as_str().unwrap_or("?");
+        let ids = common::ids(&prompt["prompt_ids"]);
+        let got = generate(&model, &ids, 1, Sampling::Greedy, 2, |_| Ok(())).expect("generates");
+        let want: Vec<f64> = prompt["first_step_logits"]["strided"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let ours: Vec<f64> = got.first_logits.iter().step_by(stride).map(|&v| v as f64).collect();
+        // bf16 weights and activations (8 bits of mantissa) through 30 layers: a few percent.
+        let err = rel_l2(&ours, &want);
+        eprintln!("`{name}` in bf16: first-step logits relative L2 {err:.2e}");
+        assert!(err <= 5e-2, "`{name}` in bf16: first-step logits relative L2 {err:.2e} > 5e-2");
+        let first = common::ids(&prompt["greedy_ids"])[0];
+        assert_eq!(got.ids[0], first, "`{name}` in bf16: the first greedy token");
+    }
+}
+
+#[test]
+fn an_unknown_token_or_a_full_cache_is_an_error() {
+    let Some(file) = common::model() else { return };
+    let model = Llama::load(file, &Device::Cpu, DType::F32).expect("the model loads");
+    let mut cache = model.new_cache().expect("a cache");
+    let err = model.forward(&[1, 49152], &mut cache).unwrap_err();
+    assert!(matches!(err, fuse_models::Error::UnknownTokenId { id: 49152, vocab_size: 49152 }), "{err}");
+    let c = &model.config;
+    let mut small = fuse_models::llama::KvCache::new(c.layers, 1, c.kv_heads, c.head_dim, 4, DType::F32, &Device::Cpu).unwrap();
+    model.forward(&[1, 2, 3], &mut small).expect("three positions fit in four");
+    let err = model.forward(&[4, 5], &mut small).unwrap_err();
+    assert!(err.to_string().contains("holds 4 positions; 3 are used and 2 more"), "{err}");
+    assert_eq!(small.len(), 3, "a refused step leaves the cache as it was");
+}

@@ -54,7 +54,7 @@ pub struct Llama {
     embedding: Tensor,
     layers: Vec<(AttentionBlock, FfnBlock)>,
     output_norm: Tensor,
-    /// cos and sin of position p times each rotary frequency, [context, head_dim / 2] (f32).
+    /// cos and sin of position p times each rotary frequency, [context, head_dim / 2], in the model's dtype.
     cos: Tensor,
     sin: Tensor,
     device: Device,
@@ -98,7 +98,7 @@ impl Llama {
             };
             layers.push((attention, ffn));
         }
-        let (cos, sin) = rotary_tables(c, device)?;
+        let (cos, sin) = rotary_tables(c, device, dtype)?;
         Ok(Llama {
             embedding: tensor("token_embd.weight")?,
             output_norm: tensor("output_norm.weight")?,
@@ -156,12 +156,13 @@ fn upload(data: Vec<f32>, shape: &[usize], device: &Device, dtype: DType) -> fus
 }
 
 /// cos and sin of `p * theta^(-2i/d)` for every position p < context and i < d/2, in f32 as Hugging Face's
-/// Llama computes them (inverse frequencies, products and cosines all in f32), so that the logits agree.
-fn rotary_tables(c: &Config, device: &Device) -> fuse::Result<(Tensor, Tensor)> {
+/// Llama computes them (inverse frequencies, products and cosines all in f32), then stored in the model's
+/// dtype (as transformers casts them to the activations' dtype), so that the logits agree.
+fn rotary_tables(c: &Config, device: &Device, dtype: DType) -> fuse::Result<(Tensor, Tensor)> {
     let half = c.head_dim / 2;
     let theta = c.rope_theta as f32;
     let inv: Vec<f32> = (0..half).map(|i| 1.0 / theta.powf((2 * i) as f32 / c.head_dim as f32)).collect();
     let angles = (0..c.context).flat_map(|p| inv.iter().map(move |f| p as f32 * f));
     let (cos, sin): (Vec<f32>, Vec<f32>) = angles.map(|a| (a.cos(), a.sin())).unzip();
-    Ok((Tensor::from_vec(cos, &[c.context, half], device)?, Tensor::from_vec(sin, &[c.context, half], device)?))
+    Ok((upload(cos, &[c.context, half], device, dtype)?, upload(sin, &[c.context, half], device, dtype)?))
 }
