@@ -6,7 +6,9 @@
 //!       [--seed S] [--device cpu|cuda] [--dtype f32|bf16] [--model FILE.gguf] [--json FILE] [--chat]
 //! ```
 //! Without `--model` it reads the file `scripts/fetch-smollm2.sh` fetched. It prints the text as it is
-//! generated, then the prefill and decode speed; `--json FILE` writes the ids, the text and the speeds.
+//! generated, then the prefill and decode speed; `--json FILE` writes the ids, the text and the speeds;
+//! `--compare-unfused` times one decode step fused and unfused. The device defaults to the CPU: the model's
+//! attention, rope, embedding and argmax have no GPU kernels yet (`--device cuda` says so).
 
 use fuse::prelude::*;
 use fuse_models::chat::ChatMessage;
@@ -27,15 +29,17 @@ struct Options {
     model: Option<PathBuf>,
     json: Option<PathBuf>,
     chat: bool,
+    compare_unfused: bool,
 }
 
 fn parse() -> std::result::Result<Options, String> {
-    let mut o = Options { prompt: String::new(), max_tokens: 64, temperature: 0.0, top_p: 0.9, seed: 0, device: "best".into(), dtype: DType::F32, model: None, json: None, chat: false };
+    let mut o = Options { prompt: String::new(), max_tokens: 64, temperature: 0.0, top_p: 0.9, seed: 0, device: "cpu".into(), dtype: DType::F32, model: None, json: None, chat: false, compare_unfused: false };
     let mut args = std::env::args().skip(1);
     let mut prompt = None;
     while let Some(flag) = args.next() {
-        if flag == "--chat" {
-            o.chat = true;
+        if flag == "--chat" || flag == "--compare-unfused" {
+            o.chat |= flag == "--chat";
+            o.compare_unfused |= flag == "--compare-unfused";
             continue;
         }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
@@ -77,7 +81,6 @@ fn run() -> std::result::Result<(), Box<dyn std::error::Error>> {
         return Err(format!("{} not found: run scripts/fetch-smollm2.sh (or pass --model FILE.gguf)", path.display()).into());
     }
     let device = match o.device.as_str() {
-        "best" => Device::cuda_if_available(0),
         "cpu" => Device::Cpu,
         "cuda" => Device::cuda(0)?,
         other => return Err(format!("--device: `{other}` is not cpu or cuda").into()),
@@ -122,6 +125,29 @@ fn run() -> std::result::Result<(), Box<dyn std::error::Error>> {
         );
         std::fs::write(json, body)?;
     }
+    if o.compare_unfused {
+        compare_one_step(&model, &prompt_ids)?;
+    }
+    Ok(())
+}
+
+/// One decode step after the prompt, fused and unfused (one op at a time): time and largest logit gap.
+fn compare_one_step(model: &Llama, prompt: &[u32]) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let next = *prompt.last().ok_or("an empty prompt")?;
+    let mut step = |fusion: Fusion| -> std::result::Result<(f64, Vec<f32>), Box<dyn std::error::Error>> {
+        let mut cache = model.new_cache()?;
+        model.forward_with(&prompt[..prompt.len() - 1], &mut cache, fusion)?;
+        model.forward_with(&[next], &mut cache, fusion)?; // warm: the step's first call compiles or plans
+        let mut cache = model.new_cache()?;
+        model.forward_with(&prompt[..prompt.len() - 1], &mut cache, fusion)?;
+        let start = std::time::Instant::now();
+        let logits = model.forward_with(&[next], &mut cache, fusion)?;
+        Ok((start.elapsed().as_secs_f64() * 1e3, logits))
+    };
+    let (fused_ms, fused) = step(Fusion::On)?;
+    let (unfused_ms, unfused) = step(Fusion::Off)?;
+    let gap = fused.iter().zip(&unfused).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    eprintln!("one decode step: fused {fused_ms:.1} ms, unfused {unfused_ms:.1} ms ({:.2}x); largest logit difference {gap:.2e}", unfused_ms / fused_ms);
     Ok(())
 }
 

@@ -128,6 +128,11 @@ impl Llama {
     /// Runs `ids` (the next positions of one sequence) through the model, appending to `cache`; returns the
     /// logits of the last position (f32, `vocab` of them).
     pub fn forward(&self, ids: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
+        self.forward_with(ids, cache, Fusion::On)
+    }
+
+    /// [`Llama::forward`] with the blocks' fusion chosen (`Fusion::Off`: one op at a time, the baseline).
+    pub fn forward_with(&self, ids: &[u32], cache: &mut KvCache, fusion: Fusion) -> Result<Vec<f32>> {
         let c = &self.config;
         let s = ids.len();
         cache.reserve(s).map_err(|what| Error::BadShape { what })?;
@@ -140,9 +145,9 @@ impl Llama {
         let mut x = embedding(&ids, &self.embedding)?;
         for (i, (attention, ffn)) in self.layers.iter().enumerate() {
             let (k_past, v_past) = cache.layer(i);
-            let (y, k, v) = attention.forward(&x, &cos, &sin, k_past, v_past, 1, s, c.heads, c.kv_heads, c.head_dim, c.hidden)?;
+            let (y, k, v) = attention.forward_with(&x, &cos, &sin, k_past, v_past, 1, s, c.heads, c.kv_heads, c.head_dim, c.hidden, fusion)?;
             cache.set_layer(i, k, v);
-            x = ffn.forward(&y)?;
+            x = ffn.forward_with(&y, fusion)?;
         }
         cache.advance(s);
         let last = x.narrow(1, s - 1, 1)?;
