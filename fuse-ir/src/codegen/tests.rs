@@ -374,3 +374,15 @@ fn the_skinny_kernel_can_run_an_rms_norm_prologue() {
     assert_eq!(specs[3].inputs, grp.matmuls);
     assert!(!specs[3].source.contains("FUSE_GEMM_PRO"));
 }
+
+#[test]
+fn contiguous_is_a_copy_kernel() {
+    // `x.t().contiguous()`: the copy's kernel reads x through the transposed strides and writes densely; it
+    // must compute the value, not refuse the node (an `#error` that NVRTC reports at run time).
+    let text = "fn f(x: tensor)\n%0 = input 0\n%1 = t %0\n%2 = contiguous %1\nreturn %2\n";
+    let g = Graph::parse(text).unwrap();
+    let specs = plan_kernels(&g, &Plan::fused(&g));
+    assert_eq!(specs.len(), 1);
+    assert!(!specs[0].source.contains("cannot run in a pointwise kernel"), "{}", specs[0].source);
+    assert!(specs[0].source.contains("const float v2 = v1;"), "{}", specs[0].source);
+}
