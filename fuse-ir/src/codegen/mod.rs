@@ -19,6 +19,7 @@
 mod emit;
 mod gemm;
 mod meta;
+mod model;
 mod pointwise;
 mod prelude;
 mod rowreduce;
@@ -29,6 +30,7 @@ pub use gemm::{
     GemmTiling, MmaConfig, SkinnyConfig, WgmmaConfig, MMA_CONFIGS, MMA_TEMPLATE, PROLOGUE_MAX_ROWS, SKINNY_CONFIGS,
     SKINNY_TEMPLATE, WGMMA_CONFIGS, WGMMA_TEMPLATE,
 };
+pub use model::{ModelKernel, ATTENTION_MAX_HEAD_DIM, ATTENTION_THREADS, MODEL_BLOCK_THREADS, MODEL_RANK};
 pub use prelude::{BLOCK_THREADS, VECTOR_ELEMENTS};
 
 use crate::graph::{Graph, NodeId};
