@@ -14,8 +14,6 @@ pub const ATTENTION_MAX_HEAD_DIM: usize = 256;
 /// Axes of a strided operand the kernels address (`FuseLayout`), padded in front with axes of size 1.
 pub const MODEL_RANK: usize = 6;
 
-const COMMON: &str = include_str!("common.cuh");
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModelKernel {
     Embedding,
@@ -78,7 +76,7 @@ mod tests {
 
     #[test]
     fn sources_agree_with_the_constants_here() {
-        assert!(COMMON.contains(&format!("#define FUSE_MODEL_RANK {MODEL_RANK}")));
+        assert!(include_str!("common.cuh").contains(&format!("#define FUSE_MODEL_RANK {MODEL_RANK}")));
         let attention = ModelKernel::Attention.source();
         assert!(attention.contains(&format!("#define FUSE_ATTENTION_THREADS {ATTENTION_THREADS}")));
         assert!(attention.contains(&format!("#define FUSE_ATTENTION_MAX_D {ATTENTION_MAX_HEAD_DIM}")));
