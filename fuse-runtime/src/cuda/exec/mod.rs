@@ -209,14 +209,10 @@ impl Executor<'_> {
                 Value::Scalar(_) => Err(self.internal("a transposed scalar")),
             },
             Op::View(v) if !v.is_copy() => {
-                let no_copy = |_: &Tensor| {
-                    Err(Error::unsupported(
-                        self.function,
-                        "reshape",
-                        "of a tensor whose strides do not allow a view, on the GPU: call `.contiguous()` first",
-                    ))
-                };
-                resolve_view(self.function, self.graph, id, &self.inferred.shapes, &|a| self.resolve(a), &no_copy)
+                // A reshape its strides cannot view reads a dense copy, as on the CPU (the decoder's heads
+                // merged back after attention); graphs with views are never recorded, so an eager copy is fine.
+                let copy = |t: &Tensor| t.contiguous();
+                resolve_view(self.function, self.graph, id, &self.inferred.shapes, &|a| self.resolve(a), &copy)
             }
             _ => self.values[id.index()]
                 .clone()
