@@ -276,3 +276,40 @@ fn every_generated_kernel_compiles_and_assembles_without_spills() {
     );
     assert!(failures.is_empty(), "{} kernel compilations failed:\n{}", failures.len(), failures.join("\n\n"));
 }
+
+/// The hand-written model-op kernels (`fuse::ir::codegen::ModelKernel`): each in every dtype it reads (cat
+/// also u32) for sm_80 and sm_90, without spills.
+#[test]
+fn every_model_kernel_compiles_and_assembles_without_spills() {
+    use fuse::ir::codegen::ModelKernel;
+    let required = std::env::var("FUSE_TEST_NVRTC").is_ok_and(|v| v == "1");
+    let (true, Some(ptxas)) = (nvrtc_available(), ptxas()) else {
+        assert!(!required, "FUSE_TEST_NVRTC=1 but NVRTC or ptxas is missing");
+        let _ = writeln!(std::io::stderr(), "kernels_compile: model kernels SKIPPED, no NVRTC or ptxas");
+        return;
+    };
+    let mut failures = Vec::new();
+    for kernel in ModelKernel::ALL {
+        let dtypes: &[DType] = if kernel == ModelKernel::Cat { &[DType::F32, DType::F16, DType::BF16, DType::U32] } else { &DType::ALL };
+        for &dtype in dtypes {
+            let spec = KernelSpec {
+                name: kernel.name().to_string(),
+                source: kernel.source().into(),
+                kind: KernelKind::Pointwise,
+                group: 0,
+                role: Role::Whole,
+                inputs: Vec::new(),
+                prologue: None,
+                outputs: Vec::new(),
+                nodes: Vec::new(),
+            };
+            for arch in ARCHS {
+                match check(&spec, &ModelKernel::defines(dtype), arch, &ptxas) {
+                    Ok(report) => eprintln!("kernels_compile: {} {dtype} {arch}: {} registers", kernel.name(), report.registers),
+                    Err(e) => failures.push(format!("{} {dtype} {arch}: {e}", kernel.name())),
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} model kernel compilations failed:\n{}", failures.len(), failures.join("\n\n"));
+}

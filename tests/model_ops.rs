@@ -1,6 +1,6 @@
 //! The model ops (`embedding`, `argmax`, `rope`, `attention`) and u32 token ids, traced by `#[fuse]`, fused and
-//! unfused, against the reference interpreter on random inputs with odd shapes, on each device. The GPU runs
-//! no model op yet: there each case asserts the `Unsupported` error instead (and that ids upload and download).
+//! unfused, against the reference interpreter on random inputs with odd shapes, on each device (the GPU with
+//! its tolerances, `fuse::testing::tolerance`), and their errors, the same on each device.
 
 use fuse::prelude::*;
 use fuse::testing::{check_against_reference, random, TestRng};
@@ -41,17 +41,9 @@ fn rotate_and_attend(q: &Tensor, k: &Tensor, cos: &Tensor, sin: &Tensor, v: &Ten
     Ok(silu(attention(&q, &k, v, 0.125, true)) + 1.0)
 }
 
-/// On the CPU: `f` fused and unfused against the reference. On a GPU: the model op is reported unsupported.
+/// `f` fused and unfused against the reference on `dev`.
 fn check(what: &str, f: &FusedFn, args: &[Arg<'_>], dtype: DType, dev: &Device) {
-    if !dev.is_cuda() {
-        return check_against_reference(what, f, args, dtype, dev);
-    }
-    for fusion in [Fusion::On, Fusion::Off] {
-        match f.call_with(args, fusion) {
-            Err(Error::Unsupported { reason, .. }) if reason.contains("not yet on the GPU") => {}
-            other => panic!("{what} ({fusion:?}) on the GPU: expected Unsupported, got {other:?}"),
-        }
-    }
+    check_against_reference(what, f, args, dtype, dev)
 }
 
 fn random_ids(r: &mut TestRng, shape: &[usize], vocab: u32, dev: &Device) -> Tensor {
@@ -98,7 +90,7 @@ fn embedding_matches_reference(dev: &Device) {
             check(&format!("embedding {ids_shape:?} of [{vocab}, {hidden}]"), lookup_fused(), &[fuse::arg(&ids), fuse::arg(&table)], dtype, dev);
         }
     }
-    if !dev.is_cuda() {
+    {
         // Rows are copied in the table's own dtype: exact.
         let table = random(&mut r, &[11, 9], DType::BF16, -1.0, 1.0, dev);
         let ids = Tensor::from_vec(vec![10u32, 0, 10], &[3], dev).expect("ids");
@@ -113,12 +105,9 @@ fn an_id_outside_the_vocabulary_is_an_error(dev: &Device) {
     let ids = Tensor::from_vec(vec![1u32, 4, 0], &[3], dev).expect("ids");
     let eager = embedding(&ids, &table);
     let fused = lookup(&ids, &table);
+    // On the GPU too: the ids are checked on the host before the launch.
     for err in [eager.expect_err("eager"), fused.expect_err("fused")] {
-        if dev.is_cuda() {
-            assert!(matches!(err, Error::Unsupported { .. }), "{err}");
-        } else {
-            assert!(err.to_string().contains("token id 4 is out of range for a vocabulary of 4"), "{err}");
-        }
+        assert!(err.to_string().contains("token id 4 is out of range for a vocabulary of 4"), "{err}");
     }
     let floats = Tensor::from_vec(vec![1.0f32], &[1], dev).expect("float ids");
     assert!(embedding(&floats, &table).expect_err("float ids").to_string().contains("`ids` must be u32, got f32"));
@@ -131,7 +120,7 @@ fn argmax_matches_reference_and_keeps_the_axis(dev: &Device) {
             let x = random(&mut r, &shape, dtype, -3.0, 3.0, dev);
             let args = [fuse::arg(&x)];
             check(&format!("argmax {shape:?}"), pick_fused(), &args, DType::U32, dev);
-            if !dev.is_cuda() {
+            {
                 let got = pick(&x).expect("argmax");
                 let mut kept = shape.clone();
                 *kept.last_mut().expect("an axis") = 1;
@@ -140,7 +129,7 @@ fn argmax_matches_reference_and_keeps_the_axis(dev: &Device) {
             }
         }
     }
-    if !dev.is_cuda() {
+    {
         let x = Tensor::from_vec(vec![1.0f32, 3.0, 3.0, -1.0, f32::NAN, 5.0], &[2, 3], dev).expect("x");
         assert_eq!(x.argmax(-1).unwrap().to_vec::<u32>().unwrap(), [1, 1], "ties: the first; NaN: the largest");
         assert_eq!(x.argmax(1).unwrap().to_vec::<u32>().unwrap(), [1, 1], "the last axis by index");
@@ -203,7 +192,7 @@ fn attention_beside_pointwise_work_matches_reference(dev: &Device) {
         let sin = random(&mut r, &[seq, d / 2], dtype, -1.0, 1.0, dev);
         let args = [fuse::arg(&q), fuse::arg(&k), fuse::arg(&cos), fuse::arg(&sin), fuse::arg(&v)];
         check("rope, attention and pointwise", rotate_and_attend_fused(), &args, dtype, dev);
-        if !dev.is_cuda() {
+        {
             let explained = rotate_and_attend_fused().explain(&args).expect("explain");
             assert!(explained.contains("model_attention"), "{explained}");
             let eager = (silu(&attention(&rope(&(&q * 2.0f32).unwrap(), &cos, &sin).unwrap(), &rope(&k, &cos, &sin).unwrap(), &v, 0.125, true).unwrap()).unwrap() + 1.0f32).unwrap();

@@ -5,14 +5,9 @@
 mod common;
 
 use fuse::prelude::*;
+use common::rel_l2;
 use fuse_models::llama::{generate, Llama, Sampling};
 
-/// Relative L2 of `got` against `want`.
-fn rel_l2(got: &[f64], want: &[f64]) -> f64 {
-    let diff: f64 = got.iter().zip(want).map(|(g, w)| (g - w) * (g - w)).sum();
-    let norm: f64 = want.iter().map(|w| w * w).sum();
-    (diff / norm.max(1e-30)).sqrt()
-}
 
 #[test]
 fn logits_and_greedy_tokens_match_transformers_in_f32() {

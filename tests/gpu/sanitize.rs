@@ -5,6 +5,8 @@
 //! wrapping around (the down projection's K = 1288 gives 41 chunks of 32, more than 4 stages for each of 8
 //! warps), the staged-X ring shared by 2, 4 and 8 warps. Each result is checked against the reference, so a
 //! run under a tool is a correctness run too. Tuning is not exercised here (every GEMM path is forced).
+//! Also each model-op kernel and cat once per dtype at odd shapes (strided operands, GQA, causal and not,
+//! more keys than one tile of 128, d = 64 and 136 so the second channel of a thread is used).
 
 use crate::fused_fns::{chain10_fused, ffn_block_fused, llama_mlp_fused, norm_and_cast_fused, reductions_fused, scaled_projection_fused};
 use crate::{assert_close, check, gpu, random, rng};
@@ -75,6 +77,56 @@ fn pointwise_and_row_kernels_once() {
             check(&format!("chain10 {rows}x{cols}"), chain10_fused(), &[fuse::arg(&x), fuse::arg(&bias), fuse::arg(&0.7f32)], dtype);
             check(&format!("reductions {rows}x{cols}"), reductions_fused(), &[fuse::arg(&x)], dtype);
             check(&format!("norm_and_cast {rows}x{cols}"), norm_and_cast_fused(), &[fuse::arg(&x), fuse::arg(&w), fuse::arg(&1e-5f64)], dtype);
+        }
+    }
+}
+
+#[fuse]
+fn lookup(ids: &Tensor, table: &Tensor) -> Result<Tensor> {
+    Ok(embedding(ids, table))
+}
+
+#[fuse]
+fn pick_rotate_join(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+    // x [2, 3, seq, d] read transposed: rope and argmax see strided rows, cat a strided part.
+    let xt = x.transpose(1, 2);
+    (xt.argmax(-1), rope(&x.transpose(0, 1), cos, sin), cat(&[x, &xt.transpose(1, 2), &exp(x)], 2))
+}
+
+#[fuse]
+fn attend(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {
+    Ok(attention(&q.transpose(1, 2), k, v, scale, false))
+}
+
+#[fuse]
+fn attend_causal(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {
+    Ok(attention(&q.transpose(1, 2), k, v, scale, true))
+}
+
+#[test]
+fn model_kernels_once() {
+    let Some((dev, _gpu)) = gpu() else { return };
+    let mut r = rng(113);
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        let ids = Tensor::from_vec(vec![0u32, 36, 5, 17, 36], &[5], &dev).expect("ids");
+        let table = random(&mut r, &[37, 19], dtype, -1.0, 1.0, &dev);
+        check(&format!("embedding {dtype}"), lookup_fused(), &[fuse::arg(&ids), fuse::arg(&table)], dtype);
+        let (seq, d) = (7, 10);
+        let x = random(&mut r, &[2, 3, seq, d], dtype, -2.0, 2.0, &dev);
+        let [cos, sin] = [0; 2].map(|_| random(&mut r, &[seq, d / 2], dtype, -1.0, 1.0, &dev));
+        let args = [fuse::arg(&x), fuse::arg(&cos), fuse::arg(&sin)];
+        let want = fuse::reference(pick_rotate_join_fused(), &args).expect("reference");
+        let got = pick_rotate_join_fused().call(&args).expect("argmax, rope, cat");
+        assert_close(&format!("argmax {dtype}"), &got[0], &want[0], DType::U32);
+        assert_close(&format!("rope {dtype}"), &got[1], &want[1], dtype);
+        assert_close(&format!("cat {dtype}"), &got[2], &want[2], dtype);
+        // q [b, sq, hq, d] transposed to heads; GQA 6 over 2; 131 keys: two tiles, the second of 3.
+        for (queries, keys, d) in [(5, 131, 64), (1, 9, 136)] {
+            let q = random(&mut r, &[2, queries, 6, d], dtype, -1.0, 1.0, &dev);
+            let [k, v] = [0; 2].map(|_| random(&mut r, &[2, 2, keys, d], dtype, -1.0, 1.0, &dev));
+            let args = [fuse::arg(&q), fuse::arg(&k), fuse::arg(&v), fuse::arg(&0.3f32)];
+            check(&format!("attention sq {queries} skv {keys} d {d} {dtype}"), attend_fused(), &args, dtype);
+            check(&format!("causal attention sq {queries} skv {keys} d {d} {dtype}"), attend_causal_fused(), &args, dtype);
         }
     }
 }

@@ -19,6 +19,7 @@
 mod emit;
 mod gemm;
 mod meta;
+mod model;
 mod pointwise;
 mod prelude;
 mod rowreduce;
@@ -29,6 +30,7 @@ pub use gemm::{
     GemmTiling, MmaConfig, SkinnyConfig, WgmmaConfig, MMA_CONFIGS, MMA_TEMPLATE, PROLOGUE_MAX_ROWS, SKINNY_CONFIGS,
     SKINNY_TEMPLATE, WGMMA_CONFIGS, WGMMA_TEMPLATE,
 };
+pub use model::{ModelKernel, ATTENTION_MAX_HEAD_DIM, ATTENTION_THREADS, MODEL_BLOCK_THREADS, MODEL_RANK};
 pub use prelude::{BLOCK_THREADS, VECTOR_ELEMENTS};
 
 use crate::graph::{Graph, NodeId};
@@ -128,7 +130,7 @@ pub enum InputKind {
 pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
     let Some(grp) = plan.groups.get(group) else { return Vec::new() };
     GROUPS_GENERATED.with(|n| n.set(n.get() + 1));
-    // `cat` has no generated kernel (the GPU executor reports it as unsupported there).
+    // `cat` has no generated kernel: the GPU executor runs the hand-written one (`codegen/model/`).
     if grp.nodes.iter().any(|&n| matches!(g.op(n), Op::View(crate::view::ViewOp::Cat { .. }))) {
         return Vec::new();
     }
@@ -150,7 +152,7 @@ pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
             }
             parts
         }
-        // No GPU kernels for model ops yet: the runtime reports them as unsupported on the GPU.
+        // Model ops have no generated kernels: the GPU executor runs the hand-written ones (`codegen/model/`).
         GroupKind::Model => Vec::new(),
     };
     let mut specs: Vec<KernelSpec> = parts

@@ -51,3 +51,11 @@ pub fn ids(value: &serde_json::Value) -> Vec<u32> {
         .map(|v| v.as_u64().expect("an id") as u32)
         .collect()
 }
+
+/// Relative L2 of `got` against `want`.
+#[allow(dead_code)] // not every test file that mounts this module compares logits
+pub fn rel_l2(got: &[f64], want: &[f64]) -> f64 {
+    let diff: f64 = got.iter().zip(want).map(|(g, w)| (g - w) * (g - w)).sum();
+    let norm: f64 = want.iter().map(|w| w * w).sum();
+    (diff / norm.max(1e-30)).sqrt()
+}

@@ -26,6 +26,7 @@ mod gemm_paths;
 pub(crate) mod kernels;
 mod launch;
 mod launch_plan;
+mod model;
 mod tuning;
 
 pub(crate) use fuse_args::BLOCK_THREADS;
@@ -117,7 +118,8 @@ pub(crate) fn execute(
     // Empty values make empty launches and products, which the general path skips call by call. A view op's
     // layout may depend on a scalar argument (narrow's start), which a launch plan's signature does not
     // hold: such graphs take the general path on every call.
-    let has_views = g.nodes.iter().any(|n| matches!(n.op, Op::View(_)));
+    // Model ops are not recorded either (`model.rs`: embedding checks its ids on the host on every call).
+    let has_views = g.nodes.iter().any(|n| matches!(n.op, Op::View(_) | Op::Model(_)));
     let record = replayable && !has_views && !inferred.shapes.iter().any(|s| s.contains(&0));
     let recorded_signature = record.then(|| signature(&args));
     let inputs: Vec<(usize, usize)> = g
@@ -207,14 +209,10 @@ impl Executor<'_> {
                 Value::Scalar(_) => Err(self.internal("a transposed scalar")),
             },
             Op::View(v) if !v.is_copy() => {
-                let no_copy = |_: &Tensor| {
-                    Err(Error::unsupported(
-                        self.function,
-                        "reshape",
-                        "of a tensor whose strides do not allow a view, on the GPU: call `.contiguous()` first",
-                    ))
-                };
-                resolve_view(self.function, self.graph, id, &self.inferred.shapes, &|a| self.resolve(a), &no_copy)
+                // A reshape its strides cannot view reads a dense copy, as on the CPU (the decoder's heads
+                // merged back after attention); graphs with views are never recorded, so an eager copy is fine.
+                let copy = |t: &Tensor| t.contiguous();
+                resolve_view(self.function, self.graph, id, &self.inferred.shapes, &|a| self.resolve(a), &copy)
             }
             _ => self.values[id.index()]
                 .clone()
@@ -286,12 +284,18 @@ impl Executor<'_> {
     fn run_group(&mut self, index: usize, specs: &[PreparedKernel]) -> Result<Option<String>> {
         let plan = self.plan;
         let group = &plan.groups[index];
-        if group.kind == GroupKind::Model {
-            let op = group.nodes.first().map_or("model op", |&n| self.graph.op(n).name());
-            return Err(Error::unsupported(self.function, op, "not yet on the GPU (move the tensors to Device::Cpu)"));
-        }
-        if group.nodes.iter().any(|&n| matches!(self.graph.op(n), Op::View(ViewOp::Cat { .. }))) {
-            return Err(Error::unsupported(self.function, "cat", "on the GPU (not implemented yet; run it on the CPU)"));
+        // Model ops and cat are groups of one node each, run by their hand-written kernels (`model.rs`).
+        let is_cat = |n: &NodeId| matches!(self.graph.op(*n), Op::View(ViewOp::Cat { .. }));
+        if group.kind == GroupKind::Model || group.nodes.iter().any(is_cat) {
+            let &[node] = group.nodes.as_slice() else {
+                return Err(self.internal(format!("group {index}: a model op or cat beside other nodes")));
+            };
+            if is_cat(&node) {
+                self.run_cat(node)?;
+            } else {
+                self.run_model(node)?;
+            }
+            return Ok(None);
         }
         self.place_views(group)?;
         if let Some(reason) = self.does_not_fit(group) {

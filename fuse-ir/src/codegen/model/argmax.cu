@@ -1,0 +1,63 @@
+// argmax(x, -1) -> u32 [rows.., 1]: one block of 256 threads per row (grid-stride over rows). Each thread
+// scans its columns, then the block reduces (value, index) pairs. Order: a NaN beats any number, a larger
+// value beats a smaller, and equal values (or two NaNs) go to the lower index: the first, as the CPU does.
+#define FUSE_ARGMAX_THREADS 256
+#define FUSE_ARGMAX_WARPS (FUSE_ARGMAX_THREADS / 32)
+
+struct FuseArgmaxArgs {
+  const fuse_elem* x;
+  unsigned int* out;
+  long long rows;
+  long long columns;
+  long long column_stride;
+  FuseLayout row_layout;  // the axes before the last: where each row starts
+};
+
+__device__ __forceinline__ bool fuse_argmax_better(float v, unsigned int i, float w, unsigned int j) {
+  const bool v_nan = v != v, w_nan = w != w;
+  if (v_nan || w_nan) return v_nan && (!w_nan || i < j);
+  return v > w || (v == w && i < j);
+}
+
+extern "C" __global__ void __launch_bounds__(FUSE_ARGMAX_THREADS) fuse_model_argmax(const FuseArgmaxArgs a) {
+  __shared__ float warp_value[FUSE_ARGMAX_WARPS];
+  __shared__ unsigned int warp_index[FUSE_ARGMAX_WARPS];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (long long row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const fuse_elem* x = a.x + fuse_layout_offset(a.row_layout, row);
+    // No column yet: -inf at an index past every real one, so any element beats it.
+    float best = __int_as_float(0xff800000);
+    unsigned int best_index = 0xffffffffu;
+    for (long long c = threadIdx.x; c < a.columns; c += FUSE_ARGMAX_THREADS) {
+      const float v = fuse_model_load(x, c * a.column_stride);
+      if (fuse_argmax_better(v, (unsigned int)c, best, best_index)) {
+        best = v;
+        best_index = (unsigned int)c;
+      }
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float v = __shfl_down_sync(0xffffffffu, best, offset);
+      const unsigned int i = __shfl_down_sync(0xffffffffu, best_index, offset);
+      if (fuse_argmax_better(v, i, best, best_index)) {
+        best = v;
+        best_index = i;
+      }
+    }
+    if (lane == 0) {
+      warp_value[warp] = best;
+      warp_index[warp] = best_index;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < FUSE_ARGMAX_WARPS; ++w) {
+        if (fuse_argmax_better(warp_value[w], warp_index[w], best, best_index)) {
+          best = warp_value[w];
+          best_index = warp_index[w];
+        }
+      }
+      a.out[row] = best_index;
+    }
+    __syncthreads();  // the next row rewrites warp_value and warp_index
+  }
+}

@@ -1,0 +1,58 @@
+// Shared by the model-op kernels (embedding, argmax, rope, attention, cat): the element type chosen by
+// -DFUSE_MODEL_DTYPE (0 f32, 1 f16, 2 bf16, 3 u32), f32 loads and stores of it, and the padded 6-axis
+// layout of a strided operand. Self-contained (includes nothing). Every argument struct holds 8-byte words
+// only, so the host packs it as a plain array of u64 (see fuse-runtime's cuda/exec/model.rs).
+#ifndef FUSE_MODEL_DTYPE
+#error "fuse: compile the model kernels with -DFUSE_MODEL_DTYPE=<0 f32, 1 f16, 2 bf16, 3 u32>"
+#endif
+#define FUSE_MODEL_RANK 6
+
+#if FUSE_MODEL_DTYPE == 0 || FUSE_MODEL_DTYPE == 3
+typedef unsigned int fuse_elem;
+#else
+typedef unsigned short fuse_elem;
+#endif
+
+// An element's bits as f32 (f16/bf16 widened exactly; u32 is never read as a number).
+__device__ __forceinline__ float fuse_model_load(const fuse_elem* p, long long i) {
+  const fuse_elem bits = p[i];
+#if FUSE_MODEL_DTYPE == 0
+  return __uint_as_float(bits);
+#elif FUSE_MODEL_DTYPE == 1
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+  return f;
+#else
+  return __uint_as_float(((unsigned int)bits) << 16);
+#endif
+}
+
+// Stores f32 rounded to nearest even in the element type, as the CPU backend rounds.
+__device__ __forceinline__ void fuse_model_store(fuse_elem* p, long long i, float f) {
+#if FUSE_MODEL_DTYPE == 0
+  p[i] = __float_as_uint(f);
+#elif FUSE_MODEL_DTYPE == 1
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  p[i] = h;
+#else
+  unsigned short h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  p[i] = h;
+#endif
+}
+
+// A strided operand of up to 6 axes, padded in front with axes of size 1: element offsets of linear
+// (row-major) indices. The loops are unrolled so each field has a constant offset in the parameter.
+struct FuseLayout { long long sizes[FUSE_MODEL_RANK]; long long strides[FUSE_MODEL_RANK]; };
+
+__device__ __forceinline__ long long fuse_layout_offset(const FuseLayout& l, long long linear) {
+  long long offset = 0;
+#pragma unroll
+  for (int a = FUSE_MODEL_RANK - 1; a >= 0; --a) {
+    const long long size = l.sizes[a];
+    offset += (linear % size) * l.strides[a];
+    linear /= size;
+  }
+  return offset;
+}

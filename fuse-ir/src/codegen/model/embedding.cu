@@ -1,0 +1,24 @@
+// embedding(ids, table) -> out [ids.., hidden]: one thread per output element (grid-stride), each element
+// copied bit for bit from the table row its id names. ids are dense u32; the table may be strided.
+struct FuseEmbeddingArgs {
+  const unsigned int* ids;
+  const fuse_elem* table;
+  fuse_elem* out;
+  long long count;  // ids * hidden
+  long long hidden;
+  long long vocab;
+  long long row_stride;
+  long long col_stride;
+};
+
+extern "C" __global__ void __launch_bounds__(256) fuse_model_embedding(const FuseEmbeddingArgs a) {
+  const long long step = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.count; i += step) {
+    const long long row = i / a.hidden;
+    const long long col = i - row * a.hidden;
+    long long id = a.ids[row];
+    // The host checked every id before the launch; clamping keeps any other id inside the table all the same.
+    if (id >= a.vocab) id = a.vocab - 1;
+    a.out[i] = a.table[id * a.row_stride + col * a.col_stride];
+  }
+}

@@ -1,0 +1,91 @@
+//! Hand-written CUDA C for the model ops (`embedding`, `argmax`, `rope`, `attention`) and `cat`: one kernel
+//! per op, the same text for every shape; the element type is the `-D` define of [`ModelKernel::defines`].
+//! Each kernel takes one argument struct made of 8-byte words (pointers, sizes, strides; a `double` scale),
+//! which the runtime packs as `u64` words in the order the struct declares them (`cuda/exec/model.rs`).
+
+use crate::DType;
+
+/// Threads per block of every model kernel but attention's.
+pub const MODEL_BLOCK_THREADS: u32 = 256;
+/// Threads per block of the attention kernel (one block per query row; keys in tiles of this many).
+pub const ATTENTION_THREADS: u32 = 128;
+/// The largest head dimension the attention kernel holds (its query row and per-thread channels).
+pub const ATTENTION_MAX_HEAD_DIM: usize = 256;
+/// Axes of a strided operand the kernels address (`FuseLayout`), padded in front with axes of size 1.
+pub const MODEL_RANK: usize = 6;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelKernel {
+    Embedding,
+    Argmax,
+    Rope,
+    Attention,
+    Cat,
+}
+
+impl ModelKernel {
+    pub const ALL: [ModelKernel; 5] =
+        [ModelKernel::Embedding, ModelKernel::Argmax, ModelKernel::Rope, ModelKernel::Attention, ModelKernel::Cat];
+
+    /// The `extern "C"` symbol.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelKernel::Embedding => "fuse_model_embedding",
+            ModelKernel::Argmax => "fuse_model_argmax",
+            ModelKernel::Rope => "fuse_model_rope",
+            ModelKernel::Attention => "fuse_model_attention",
+            ModelKernel::Cat => "fuse_model_cat",
+        }
+    }
+
+    /// The kernel's self-contained source (the shared helpers, then the kernel).
+    pub fn source(self) -> &'static str {
+        match self {
+            ModelKernel::Embedding => concat!(include_str!("common.cuh"), include_str!("embedding.cu")),
+            ModelKernel::Argmax => concat!(include_str!("common.cuh"), include_str!("argmax.cu")),
+            ModelKernel::Rope => concat!(include_str!("common.cuh"), include_str!("rope.cu")),
+            ModelKernel::Attention => concat!(include_str!("common.cuh"), include_str!("attention.cu")),
+            ModelKernel::Cat => concat!(include_str!("common.cuh"), include_str!("cat.cu")),
+        }
+    }
+
+    /// Threads per block the kernel is written for.
+    pub fn block_threads(self) -> u32 {
+        match self {
+            ModelKernel::Attention => ATTENTION_THREADS,
+            _ => MODEL_BLOCK_THREADS,
+        }
+    }
+
+    /// The defines that pick the element type: the float dtype the kernel reads and writes (embedding: the
+    /// table's; argmax: x's; cat: the parts', u32 included).
+    pub fn defines(dtype: DType) -> Vec<String> {
+        let code = match dtype {
+            DType::F32 => 0,
+            DType::F16 => 1,
+            DType::BF16 => 2,
+            DType::U32 => 3,
+        };
+        vec![format!("-DFUSE_MODEL_DTYPE={code}")]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_agree_with_the_constants_here() {
+        assert!(include_str!("common.cuh").contains(&format!("#define FUSE_MODEL_RANK {MODEL_RANK}")));
+        let attention = ModelKernel::Attention.source();
+        assert!(attention.contains(&format!("#define FUSE_ATTENTION_THREADS {ATTENTION_THREADS}")));
+        assert!(attention.contains(&format!("#define FUSE_ATTENTION_MAX_D {ATTENTION_MAX_HEAD_DIM}")));
+        assert!(ModelKernel::Argmax.source().contains(&format!("#define FUSE_ARGMAX_THREADS {MODEL_BLOCK_THREADS}")));
+        for kernel in ModelKernel::ALL {
+            let source = kernel.source();
+            assert!(source.contains("__global__ void __launch_bounds__("), "{kernel:?}");
+            assert!(source.contains(&format!(" {}(const Fuse", kernel.name())), "{kernel:?}: no entry {}", kernel.name());
+            assert!(!source.contains("#include"), "{kernel:?} must be self-contained");
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Model groups (`embedding`, `argmax`, `rope`, `attention`: one node, one kernel) and `cat` (one kernel per
+//! part) on the GPU: the hand-written kernels of `fuse_ir::codegen::ModelKernel`, compiled once per dtype
+//! through the module cache and launched through `run_step` like every other kernel. Each takes one struct
+//! of 8-byte words, packed here field by field in the order the `.cu` file declares them.
+//!
+//! Operands are read as the views they are (their strides go to the kernel), with one exception: embedding
+//! copies its ids to the host to check them against the vocabulary before the launch (a synchronising
+//! device-to-host copy, accepted for this first slice), so an id out of range is the same error as on the
+//! CPU; the kernel also clamps ids, so no launch reads outside the table. Graphs with these ops are never
+//! recorded as launch plans (the steps are queued without patches): every call takes the general path.
+
+use super::launch::KernelDims;
+use super::launch_plan::Step;
+use super::{kernels, Executor};
+use crate::call::{node_error, Value};
+use crate::{Error, Result, Tensor};
+use fuse_ir::codegen::{ModelKernel, ATTENTION_MAX_HEAD_DIM, MODEL_RANK};
+use fuse_ir::infer::{InferError, NodeError};
+use fuse_ir::view::{dense_strides, ViewOp};
+use fuse_ir::{DType, ModelOp, NodeId, Op};
+
+/// A kernel's argument struct as the words the driver copies, in declaration order.
+#[derive(Default)]
+struct Words(Vec<u64>);
+
+impl Words {
+    fn address(&mut self, address: u64) -> &mut Self {
+        self.0.push(address);
+        self
+    }
+
+    fn count(&mut self, n: usize) -> &mut Self {
+        self.0.push(n as u64);
+        self
+    }
+
+    fn counts(&mut self, ns: &[usize]) -> &mut Self {
+        ns.iter().for_each(|&n| self.0.push(n as u64));
+        self
+    }
+
+    /// A `FuseLayout`: the sizes, then the strides, padded in front to `MODEL_RANK` axes of size 1.
+    fn layout(&mut self, shape: &[usize], strides: &[usize]) -> &mut Self {
+        let pad = MODEL_RANK - shape.len();
+        self.counts(&[vec![1; pad], shape.to_vec()].concat()).counts(&[vec![0; pad], strides.to_vec()].concat())
+    }
+}
+
+/// Blocks for a grid-stride loop over `count` items, `per_block` a block (the loop covers any excess).
+fn blocks(count: usize, per_block: u32) -> u32 {
+    count.div_ceil(per_block as usize).clamp(1, 1 << 20) as u32
+}
+
+impl Executor<'_> {
+    fn tensor_arg(&self, id: NodeId, what: &str) -> Result<Tensor> {
+        match self.resolve(id)? {
+            Value::Tensor(t) => Ok(t),
+            Value::Scalar(_) => Err(self.internal(format!("a scalar as the {what} of a model op"))),
+        }
+    }
+
+    /// Rank checks the kernels' fixed layouts need (inference allows any rank).
+    fn fits_layout(&self, op: &'static str, t: &Tensor) -> Result<()> {
+        if t.shape().len() > MODEL_RANK {
+            return Err(Error::unsupported(self.function, op, format!("operands of more than {MODEL_RANK} axes on the GPU")));
+        }
+        Ok(())
+    }
+
+    /// Compiles (once) and queues `kernel` for `dtype` with `grid` blocks and the packed `words`.
+    fn launch_model_kernel(&mut self, kernel: ModelKernel, dtype: DType, grid: u32, words: Words) -> Result<()> {
+        let source = kernel.source();
+        let defines = ModelKernel::defines(dtype);
+        let function = self.device.kernel(self.function, kernel.name(), source, kernels::fingerprint(source), &defines, self.device.arch())?;
+        // No programmatic overlap: these kernels do not wait on the kernel before them (griddepcontrol).
+        let dims = KernelDims { grid, block: kernel.block_threads(), cluster: 1, shared_bytes: 0, overlap: false };
+        self.queue(Step::Kernel { name: kernel.name().to_string(), function, dims, words: words.0, patches: Vec::new(), maps: Vec::new() })
+    }
+
+    /// Runs the one model node of a Model group into a fresh dense output.
+    pub(super) fn run_model(&mut self, id: NodeId) -> Result<()> {
+        self.unreplayable();
+        let Op::Model(op) = self.graph.op(id) else {
+            return Err(self.internal(format!("%{} in a model group is no model op", id.0)));
+        };
+        let args = self.graph.node(id).args.clone();
+        let out = self.allocate(id)?;
+        let out_address = if out.numel() == 0 { 0 } else { self.address(&out)? };
+        let mut words = Words::default();
+        let (kernel, dtype, grid, items) = match op {
+            ModelOp::Embedding => {
+                let (ids, table) = (self.tensor_arg(args[0], "ids")?, self.tensor_arg(args[1], "table")?);
+                let (vocab, hidden) = (table.shape()[0], table.shape()[1]);
+                // The ids are checked on the host (see the module's comment): the CPU backend's error.
+                let host_ids = ids.to_vec::<u32>()?;
+                if let Some(&bad) = host_ids.iter().find(|&&i| i as usize >= vocab) {
+                    let error = InferError::IdOutOfRange { id: bad as u64, vocab };
+                    return Err(node_error(self.function, self.graph, NodeError { node: id, error }));
+                }
+                let count = host_ids.len() * hidden;
+                // The kernel reads ids densely: a strided view of them goes back up as a dense copy.
+                let ids = if ids.is_contiguous() { ids } else { Tensor::from_vec(host_ids, ids.shape(), &crate::Device::Cuda(self.device.clone()))? };
+                if count > 0 {
+                    words.address(self.address(&ids)?).address(self.address(&table)?).address(out_address);
+                    words.counts(&[count, hidden, vocab]).counts(table.strides());
+                }
+                (ModelKernel::Embedding, table.dtype(), blocks(count, ModelKernel::Embedding.block_threads()), count)
+            }
+            ModelOp::Argmax => {
+                let x = self.tensor_arg(args[0], "x")?;
+                self.fits_layout("argmax", &x)?;
+                let r = x.shape().len();
+                let (columns, rows) = (x.shape()[r - 1], out.numel());
+                if rows > 0 {
+                    words.address(self.address(&x)?).address(out_address).counts(&[rows, columns, x.strides()[r - 1]]);
+                    words.layout(&x.shape()[..r - 1], &x.strides()[..r - 1]);
+                }
+                (ModelKernel::Argmax, x.dtype(), rows.clamp(1, 1 << 20) as u32, rows)
+            }
+            ModelOp::Rope => {
+                let (x, cos, sin) = (self.tensor_arg(args[0], "x")?, self.tensor_arg(args[1], "cos")?, self.tensor_arg(args[2], "sin")?);
+                self.fits_layout("rope", &x)?;
+                let r = x.shape().len();
+                let (seq, half) = (x.shape()[r - 2], x.shape()[r - 1] / 2);
+                let pairs = out.numel() / 2;
+                if pairs > 0 {
+                    words.address(self.address(&x)?).address(self.address(&cos)?).address(self.address(&sin)?).address(out_address);
+                    words.counts(&[pairs, half, seq, x.strides()[r - 1]]).counts(cos.strides()).counts(sin.strides());
+                    words.layout(&x.shape()[..r - 1], &x.strides()[..r - 1]);
+                }
+                (ModelKernel::Rope, x.dtype(), blocks(pairs, ModelKernel::Rope.block_threads()), pairs)
+            }
+            ModelOp::Attention { causal } => {
+                let (q, k, v) = (self.tensor_arg(args[0], "q")?, self.tensor_arg(args[1], "k")?, self.tensor_arg(args[2], "v")?);
+                let scale = match self.resolve(args[3])? {
+                    Value::Scalar(s) => s,
+                    Value::Tensor(t) => t.to_vec::<f32>()?.first().copied().ok_or_else(|| self.internal("an empty scale"))? as f64,
+                };
+                let ([batch, q_heads, queries, d], [_, kv_heads, keys, _]) = (dims4(q.shape()), dims4(k.shape()));
+                if d > ATTENTION_MAX_HEAD_DIM {
+                    return Err(Error::unsupported(self.function, "attention", format!("a head dimension of {d} on the GPU (at most {ATTENTION_MAX_HEAD_DIM})")));
+                }
+                // The kernel splits a row index into (b, h, i) in 32 bits.
+                let rows = batch * q_heads * queries;
+                if u32::try_from(rows).is_err() {
+                    return Err(Error::unsupported(self.function, "attention", format!("{rows} query rows on the GPU (fewer than 2^32)")));
+                }
+                let items = rows * d;
+                if items > 0 {
+                    for t in [&q, &k, &v] {
+                        words.address(self.address(t)?);
+                    }
+                    words.address(out_address).counts(&[batch, q_heads, queries, kv_heads, keys, d, causal as usize]);
+                    words.0.push(scale.to_bits());
+                    words.counts(q.strides()).counts(k.strides()).counts(v.strides());
+                }
+                (ModelKernel::Attention, q.dtype(), rows.clamp(1, 1 << 20) as u32, items)
+            }
+        };
+        if items > 0 {
+            self.launch_model_kernel(kernel, dtype, grid, words)?;
+        }
+        self.values[id.index()] = Some(Value::Tensor(out));
+        Ok(())
+    }
+
+    /// `cat(parts, axis)` into a fresh dense output: one copy kernel per non-empty part, into its slice.
+    pub(super) fn run_cat(&mut self, id: NodeId) -> Result<()> {
+        self.unreplayable();
+        let Op::View(ViewOp::Cat { axis, .. }) = self.graph.op(id) else {
+            return Err(self.internal(format!("%{} is no cat", id.0)));
+        };
+        let args = self.graph.node(id).args.clone();
+        let out = self.allocate(id)?;
+        self.fits_layout("cat", &out)?;
+        let rank = out.shape().len();
+        let axis = if axis < 0 { (rank as i64 + axis as i64) as usize } else { axis as usize };
+        let out_strides = dense_strides(out.shape());
+        let element = out.dtype().size_bytes() as u64;
+        let mut start = 0;
+        for &part_id in &args {
+            let part = self.tensor_arg(part_id, "part")?;
+            let count = part.numel();
+            if count > 0 {
+                let slice = self.address(&out)? + (start * out_strides[axis]) as u64 * element;
+                let mut words = Words::default();
+                words.address(self.address(&part)?).address(slice).count(count).layout(part.shape(), part.strides());
+                let pad = MODEL_RANK - rank;
+                words.counts(&[vec![0; pad], out_strides.clone()].concat());
+                self.launch_model_kernel(ModelKernel::Cat, out.dtype(), blocks(count, ModelKernel::Cat.block_threads()), words)?;
+            }
+            start += part.shape()[axis];
+        }
+        self.values[id.index()] = Some(Value::Tensor(out));
+        Ok(())
+    }
+}
+
+/// A 4-D shape's sizes (inference checked the rank).
+fn dims4(shape: &[usize]) -> [usize; 4] {
+    [shape[0], shape[1], shape[2], shape[3]]
+}
