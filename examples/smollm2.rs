@@ -134,7 +134,7 @@ fn run() -> std::result::Result<(), Box<dyn std::error::Error>> {
 /// One decode step after the prompt, fused and unfused (one op at a time): time and largest logit gap.
 fn compare_one_step(model: &Llama, prompt: &[u32]) -> std::result::Result<(), Box<dyn std::error::Error>> {
     let next = *prompt.last().ok_or("an empty prompt")?;
-    let mut step = |fusion: Fusion| -> std::result::Result<(f64, Vec<f32>), Box<dyn std::error::Error>> {
+    let step = |fusion: Fusion| -> std::result::Result<(f64, Vec<f32>), Box<dyn std::error::Error>> {
         let mut cache = model.new_cache()?;
         model.forward_with(&prompt[..prompt.len() - 1], &mut cache, fusion)?;
         model.forward_with(&[next], &mut cache, fusion)?; // warm: the step's first call compiles or plans

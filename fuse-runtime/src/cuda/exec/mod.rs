@@ -209,8 +209,12 @@ impl Executor<'_> {
                 Value::Scalar(_) => Err(self.internal("a transposed scalar")),
             },
             Op::View(v) if !v.is_copy() => {
-                // A reshape its strides cannot view reads a dense copy, as on the CPU (the decoder's heads
-                // merged back after attention); graphs with views are never recorded, so an eager copy is fine.
+                // Resolved once per call (`place_views` keeps it): a reshape its strides cannot view reads a
+                // dense copy, as on the CPU (the decoder's heads merged back after attention), and that copy
+                // must live until the kernels that read it have run, at the address the group was given.
+                if let Some(value) = &self.values[id.index()] {
+                    return Ok(value.clone());
+                }
                 let copy = |t: &Tensor| t.contiguous();
                 resolve_view(self.function, self.graph, id, &self.inferred.shapes, &|a| self.resolve(a), &copy)
             }
@@ -273,6 +277,7 @@ impl Executor<'_> {
                 Op::View(v) if !v.is_copy() && !matches!(v, ViewOp::Dim { .. }) => {
                     if let Value::Tensor(t) = self.resolve(id)? {
                         self.addresses[id.index()] = self.address(&t)?;
+                        self.values[id.index()] = Some(Value::Tensor(t));
                     }
                 }
                 _ => {}
