@@ -7,8 +7,8 @@
 //! ```
 //! Without `--model` it reads the file `scripts/fetch-smollm2.sh` fetched. It prints the text as it is
 //! generated, then the prefill and decode speed; `--json FILE` writes the ids, the text and the speeds;
-//! `--compare-unfused` times one decode step fused and unfused. The device defaults to the CPU: the model's
-//! attention, rope, embedding and argmax have no GPU kernels yet (`--device cuda` says so).
+//! `--compare-unfused` times one decode step fused and unfused. The device defaults to the GPU when there is
+//! one (`--device cpu` or `cuda` to choose).
 
 use fuse::prelude::*;
 use fuse_models::chat::ChatMessage;
@@ -33,7 +33,7 @@ struct Options {
 }
 
 fn parse() -> std::result::Result<Options, String> {
-    let mut o = Options { prompt: String::new(), max_tokens: 64, temperature: 0.0, top_p: 0.9, seed: 0, device: "cpu".into(), dtype: DType::F32, model: None, json: None, chat: false, compare_unfused: false };
+    let mut o = Options { prompt: String::new(), max_tokens: 64, temperature: 0.0, top_p: 0.9, seed: 0, device: "best".into(), dtype: DType::F32, model: None, json: None, chat: false, compare_unfused: false };
     let mut args = std::env::args().skip(1);
     let mut prompt = None;
     while let Some(flag) = args.next() {
@@ -81,6 +81,7 @@ fn run() -> std::result::Result<(), Box<dyn std::error::Error>> {
         return Err(format!("{} not found: run scripts/fetch-smollm2.sh (or pass --model FILE.gguf)", path.display()).into());
     }
     let device = match o.device.as_str() {
+        "best" => Device::cuda_if_available(0),
         "cpu" => Device::Cpu,
         "cuda" => Device::cuda(0)?,
         other => return Err(format!("--device: `{other}` is not cpu or cuda").into()),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The main job (README): SmolLM2-135M-Instruct generating a short answer (fetched on first use; the CPU until
-# the model's GPU kernels land), one decode step fused against unfused, then the Llama-3-8B MLP on the best
-# device available, checked and timed. Extra arguments go to the MLP example.
+# The main job (README): SmolLM2-135M-Instruct generating a short answer on the best device (fetched on first
+# use), one decode step fused against unfused, then the Llama-3-8B MLP on the best device available, checked
+# and timed. Extra arguments go to the MLP example.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "run-main.sh: cargo not found; install Rust from https://rustup.rs" >&2; exit 1; }
