@@ -52,3 +52,13 @@ fn typed_companions_pass_the_fields_for_the_caller(dev: &Device) {
 }
 
 fuse::device_tests!(fields_listed_by_hand_in_another_order_are_an_error, typed_companions_pass_the_fields_for_the_caller);
+
+#[test]
+fn a_method_fused_alone_is_named_with_its_type() {
+    // `#[fuse]` saw only the method, not `impl Block`: the companion declares the type at run time.
+    assert_eq!(Block::forward_fused().name(), "Block::forward");
+    let (blk, _) = block(&Device::Cpu);
+    let x = Tensor::from_vec(vec![1.0f32; 3 * 7], &[3, 7], &Device::Cpu).unwrap();
+    let err = blk.forward(&x).unwrap_err();
+    assert!(err.to_string().starts_with("in `Block::forward`:"), "{err}");
+}

@@ -115,6 +115,8 @@ fn generate(func: &ItemFn, place: &Place, name: &str, spec: &FnSpec, traced: &Tr
     );
     let cfgs = cfg_attrs(attrs);
     let companion_vis = &place.companion_vis;
+    // A method whose impl block the macro cannot see learns its type's name at run time, for errors.
+    let owner = (place.in_impl && place.owner.is_none()).then(|| quote!(.declare_owner(::core::any::type_name::<Self>())));
     let declared = declare_fields(traced);
     let typed = typed_companions(func, place, &get_fused, &args);
     Expansion {
@@ -130,7 +132,7 @@ fn generate(func: &ItemFn, place: &Place, name: &str, spec: &FnSpec, traced: &Tr
             #[doc = #doc]
             #companion_vis fn #fused_name() -> &'static #fused_fn {
                 static FUSED: #fused_fn = #fused_fn::emitted(#name, #text, #plan_text, &[#(#kernels,)*]);
-                &FUSED #declared
+                &FUSED #owner #declared
             }
             #typed
         },

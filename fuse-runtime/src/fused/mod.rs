@@ -38,6 +38,8 @@ pub struct FusedFn {
     /// For a method: whether each field input (in graph order) is a tensor, as the field's Rust type says
     /// (declared by the generated companion, see [`FusedFn::declare_fields`]).
     field_kinds: OnceLock<Vec<bool>>,
+    /// `Type::method` for a method whose macro saw only the method (see [`FusedFn::declare_owner`]).
+    qualified: OnceLock<String>,
 }
 
 impl FusedFn {
@@ -76,6 +78,7 @@ impl FusedFn {
             unfused_kernels: OnceLock::new(),
             called: AtomicBool::new(false),
             field_kinds: OnceLock::new(),
+            qualified: OnceLock::new(),
         }
     }
 
@@ -94,6 +97,7 @@ impl FusedFn {
             unfused_kernels: OnceLock::new(),
             called: AtomicBool::new(false),
             field_kinds: OnceLock::new(),
+            qualified: OnceLock::new(),
         }
     }
 
@@ -106,8 +110,22 @@ impl FusedFn {
         self
     }
 
+    /// Declares, once, the type a method belongs to (`std::any::type_name::<Self>()`, from the generated
+    /// companion), so that errors and reports name `Block::forward` even when `#[fuse]` saw only the method.
+    #[doc(hidden)]
+    pub fn declare_owner(&self, type_name: &str) -> &Self {
+        if !self.name.contains("::") {
+            // `model::Block<f32>` -> `Block`
+            let base = type_name.split('<').next().unwrap_or(type_name);
+            let short = base.rsplit("::").next().unwrap_or(base);
+            self.qualified.get_or_init(|| format!("{short}::{}", self.name));
+        }
+        self
+    }
+
+    /// The function's name in errors and reports: `mlp`, or `Block::forward` for a method.
     pub fn name(&self) -> &str {
-        &self.name
+        self.qualified.get().map_or(&self.name, |q| q.as_str())
     }
 
     /// The CUDA kernels of the fused plan, name, description and source, as `#[fuse]` emitted them into the
@@ -125,9 +143,9 @@ impl FusedFn {
         match self.emitted_kernels.filter(|_| fusion == Fusion::On && self.plan_text.is_some()) {
             Some(emitted) => {
                 for kernel in emitted {
-                    let spec = kernel.spec().map_err(|e| Error::internal(&self.name, format!("an emitted kernel: {e}")))?;
+                    let spec = kernel.spec().map_err(|e| Error::internal(self.name(), format!("an emitted kernel: {e}")))?;
                     let slot = groups.get_mut(spec.group);
-                    slot.ok_or_else(|| Error::internal(&self.name, format!("kernel `{}` of a group past the plan", spec.name)))?.push(spec);
+                    slot.ok_or_else(|| Error::internal(self.name(), format!("kernel `{}` of a group past the plan", spec.name)))?.push(spec);
                 }
             }
             None => {
@@ -144,7 +162,7 @@ impl FusedFn {
         self.graph
             .get_or_init(|| Graph::parse(self.graph_text))
             .as_ref()
-            .map_err(|e| Error::internal(&self.name, format!("the embedded graph is invalid: {e}")))
+            .map_err(|e| Error::internal(self.name(), format!("the embedded graph is invalid: {e}")))
     }
 
     /// The fused or unfused plan, verified, on first use: the fused plan the macro emitted when there is one
@@ -164,7 +182,7 @@ impl FusedFn {
             }
         })
         .as_ref()
-        .map_err(|e| Error::internal(&self.name, format!("the plan does not verify: {e}")))
+        .map_err(|e| Error::internal(self.name(), format!("the plan does not verify: {e}")))
     }
 
     /// Runs the function, fused unless `FUSE_FUSION=off`. `args` follow the graph's inputs: the parameters
@@ -188,7 +206,7 @@ impl FusedFn {
         let level = env::debug_level();
         let first = !self.called.swap(true, Ordering::Relaxed);
         if first && level >= 5 {
-            eprintln!("fuse: graph of `{}`:\n{}", self.name, g.to_text());
+            eprintln!("fuse: graph of `{}`:\n{}", self.name(), g.to_text());
         }
         let device = args.iter().find_map(|a| match a {
             Arg::Tensor(t) => Some(t.device()),
@@ -196,17 +214,17 @@ impl FusedFn {
         });
         let on_gpu = device.is_some_and(Device::is_cuda);
         if first && level >= 1 {
-            if let Ok(inferred) = infer(&self.name, g, &values) {
+            if let Ok(inferred) = infer(self.name(), g, &values) {
                 let shapes = Some((&inferred.shapes[..], &inferred.dtypes[..]));
-                eprint!("fuse: plan of `{}`:\n{}", self.name, describe_for(g, plan, shapes, backend(on_gpu)));
+                eprint!("fuse: plan of `{}`:\n{}", self.name(), describe_for(g, plan, shapes, backend(on_gpu)));
             }
         }
         if first && level >= 4 {
             if on_gpu {
                 let emitted = self.emitted_kernels.filter(|_| fusion == Fusion::On);
-                static_kernels::print_sources(&self.name, g, plan, emitted);
+                static_kernels::print_sources(self.name(), g, plan, emitted);
             } else {
-                eprintln!("fuse: `{}` runs on the CPU: no CUDA kernels to show (FUSE_DEBUG=4 prints them for a GPU call)", self.name);
+                eprintln!("fuse: `{}` runs on the CPU: no CUDA kernels to show (FUSE_DEBUG=4 prints them for a GPU call)", self.name());
             }
         }
         let kernels = match fusion {
@@ -217,12 +235,12 @@ impl FusedFn {
             // The GPU launches the kernels the macro emitted (for the fused plan), generated ones otherwise.
             let _ = kernels.set(PlanKernels::from_specs(self.plan_kernel_specs(fusion)?));
         }
-        let (outputs, runs) = execute_cached(&self.name, g, plan, values, level >= 2, fusion == Fusion::Off, Some(kernels))?;
+        let (outputs, runs) = execute_cached(self.name(), g, plan, values, level >= 2, fusion == Fusion::Off, Some(kernels))?;
         if (first && level >= 1) || level >= 2 {
             self.report_runs(&runs, level);
         }
         if level >= 3 {
-            static_kernels::print_matmul_paths(&self.name, &runs, device);
+            static_kernels::print_matmul_paths(self.name(), &runs, device);
         }
         Ok(outputs)
     }
@@ -230,10 +248,10 @@ impl FusedFn {
     /// Runs a plan made elsewhere (tests, tools comparing plans), after verifying it against the graph.
     pub fn call_with_plan(&self, plan: &Plan, args: &[Arg<'_>]) -> Result<Vec<Tensor>> {
         let g = self.graph()?;
-        plan.verify(g).map_err(|e| Error::internal(&self.name, format!("the plan does not verify: {e}")))?;
+        plan.verify(g).map_err(|e| Error::internal(self.name(), format!("the plan does not verify: {e}")))?;
         let values = self.check_args(g, args)?;
         let level = env::debug_level();
-        let (outputs, runs) = execute_cached(&self.name, g, plan, values, level >= 2, false, None)?;
+        let (outputs, runs) = execute_cached(self.name(), g, plan, values, level >= 2, false, None)?;
         if level >= 1 {
             self.report_runs(&runs, level);
         }
@@ -245,7 +263,7 @@ impl FusedFn {
         let g = self.graph()?;
         let plan = self.plan(default_fusion())?;
         let values = self.check_args(g, args)?;
-        let inferred = infer(&self.name, g, &values)?;
+        let inferred = infer(self.name(), g, &values)?;
         let on_gpu = args.iter().any(|a| matches!(a, Arg::Tensor(t) if t.device().is_cuda()));
         Ok(describe_for(g, plan, Some((&inferred.shapes, &inferred.dtypes)), backend(on_gpu)))
     }
@@ -253,7 +271,7 @@ impl FusedFn {
     /// The arguments as executor values, after checking their number and kinds against the graph.
     fn check_args(&self, g: &Graph, args: &[Arg<'_>]) -> Result<Vec<Value>> {
         if args.len() != g.inputs.len() {
-            return Err(Error::ArgumentCount { function: self.name.to_string(), expected: g.inputs.len(), got: args.len() });
+            return Err(Error::ArgumentCount { function: self.name().to_string(), expected: g.inputs.len(), got: args.len() });
         }
         let mut field_kinds = self.field_kinds.get().map(|k| k.iter().copied());
         g.inputs
@@ -274,7 +292,7 @@ impl FusedFn {
                     (InputKind::Tensor | InputKind::Field, Arg::Tensor(t)) => Ok(Value::Tensor((*t).clone())),
                     (InputKind::Scalar | InputKind::Field, Arg::Scalar(v)) => Ok(Value::Scalar(*v)),
                     (kind, a) => Err(Error::ArgumentKind {
-                        function: self.name.to_string(),
+                        function: self.name().to_string(),
                         parameter: input.name.clone(),
                         expected: kind.name(),
                         got: match a {
@@ -292,13 +310,13 @@ impl FusedFn {
             if let Some(reason) = &run.unfused_because {
                 eprintln!(
                     "fuse: `{}` k{} {}: ran one op at a time, the shapes of this call do not fit one pass ({reason})",
-                    self.name,
+                    self.name(),
                     run.index,
                     run.kind.name()
                 );
             }
             if level >= 2 {
-                eprintln!("fuse: `{}` k{} {}: {:.3} ms", self.name, run.index, run.kind.name(), run.time.as_secs_f64() * 1e3);
+                eprintln!("fuse: `{}` k{} {}: {:.3} ms", self.name(), run.index, run.kind.name(), run.time.as_secs_f64() * 1e3);
             }
         }
     }
