@@ -1,73 +1,79 @@
 //! The decoder against transformers' LlamaForCausalLM on the same file (tests/data/smollm2_reference.json,
-//! f32 on the CPU): the first-step logits of each reference prompt (its top 64 and every 48th, relative L2)
-//! and its 32 greedy tokens, on the CPU in f32.
+//! f32 on the CPU), on each device (`case::cpu`, and `case::cuda` on CUDA device 0, skipped visibly without
+//! one): in f32 the first-step logits of each reference prompt (its top 64 and every 48th, relative L2) and its
+//! greedy tokens; in bf16 the logits within a few percent and the first token; bad inputs as errors.
 
 mod common;
 
-use fuse::prelude::*;
 use common::rel_l2;
+use fuse::prelude::*;
 use fuse_models::llama::{generate, Llama, Sampling};
 
+/// The reference's strided first-step logits and ours at the same stride.
+fn strided_logits(reference: &serde_json::Value, prompt: &serde_json::Value, logits: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    let stride = reference["logits"]["stride"].as_u64().unwrap_or(48) as usize;
+    let want = prompt["first_step_logits"]["strided"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    (logits.iter().step_by(stride).map(|&v| v as f64).collect(), want)
+}
 
-#[test]
-fn logits_and_greedy_tokens_match_transformers_in_f32() {
+fn logits_and_greedy_tokens_match_transformers_in_f32(dev: &Device) {
     let Some(file) = common::model() else { return };
     let reference = common::reference();
-    let model = Llama::load(file, &Device::Cpu, DType::F32).expect("the model loads");
+    let model = Llama::load(file, dev, DType::F32).expect("the model loads");
     let eos = 2;
     for prompt in reference["prompts"].as_array().expect("prompts") {
         let name = prompt["name"].as_str().unwrap_or("?");
         let ids = common::ids(&prompt["prompt_ids"]);
         let want_ids = common::ids(&prompt["greedy_ids"]);
         let got = generate(&model, &ids, want_ids.len(), Sampling::Greedy, eos, |_| Ok(())).expect("generates");
-        let logits = &prompt["first_step_logits"];
-        let stride = reference["logits"]["stride"].as_u64().unwrap_or(48) as usize;
-        let want: Vec<f64> = logits["strided"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-        let ours: Vec<f64> = got.first_logits.iter().step_by(stride).map(|&v| v as f64).collect();
+        let (ours, want) = strided_logits(&reference, prompt, &got.first_logits);
         let err = rel_l2(&ours, &want);
-        eprintln!("`{name}`: first-step logits (every {stride}th) relative L2 {err:.2e}");
-        assert!(err <= 1e-3, "`{name}`: first-step logits (every {stride}th) relative L2 {err:.2e} > 1e-3");
-        let top: Vec<(usize, f64)> = logits["top"].as_array().unwrap().iter().map(|p| (p[0].as_u64().unwrap() as usize, p[1].as_f64().unwrap())).collect();
-        let (top_ours, top_want): (Vec<f64>, Vec<f64>) = top.iter().map(|&(id, v)| (got.first_logits[id] as f64, v)).unzip();
+        eprintln!("`{name}` on {dev}: first-step logits (strided) relative L2 {err:.2e}");
+        assert!(err <= 1e-3, "`{name}` on {dev}: first-step logits (strided) relative L2 {err:.2e} > 1e-3");
+        let top = prompt["first_step_logits"]["top"].as_array().unwrap();
+        let top = top.iter().map(|p| (p[0].as_u64().unwrap() as usize, p[1].as_f64().unwrap()));
+        let (top_ours, top_want): (Vec<f64>, Vec<f64>) = top.map(|(id, v)| (got.first_logits[id] as f64, v)).unzip();
         let err = rel_l2(&top_ours, &top_want);
-        eprintln!("`{name}`: the 64 largest logits, relative L2 {err:.2e}; {} greedy tokens", want_ids.len());
-        assert!(err <= 1e-3, "`{name}`: the 64 largest logits, relative L2 {err:.2e} > 1e-3");
-        assert_eq!(got.ids, want_ids, "`{name}`: greedy tokens");
+        eprintln!("`{name}` on {dev}: the 64 largest logits, relative L2 {err:.2e}; {} greedy tokens", want_ids.len());
+        assert!(err <= 1e-3, "`{name}` on {dev}: the 64 largest logits, relative L2 {err:.2e} > 1e-3");
+        assert_eq!(got.ids, want_ids, "`{name}` on {dev}: greedy tokens");
     }
 }
 
-#[test]
-fn bf16_logits_stay_close_to_the_f32_reference() {
+fn bf16_logits_stay_close_to_the_f32_reference(dev: &Device) {
     let Some(file) = common::model() else { return };
     let reference = common::reference();
-    let model = Llama::load(file, &Device::Cpu, DType::BF16).expect("the model loads in bf16");
-    let stride = reference["logits"]["stride"].as_u64().unwrap_or(48) as usize;
+    let model = Llama::load(file, dev, DType::BF16).expect("the model loads in bf16");
     for prompt in reference["prompts"].as_array().expect("prompts") {
         let name = prompt["name"].as_str().unwrap_or("?");
         let ids = common::ids(&prompt["prompt_ids"]);
         let got = generate(&model, &ids, 1, Sampling::Greedy, 2, |_| Ok(())).expect("generates");
-        let want: Vec<f64> = prompt["first_step_logits"]["strided"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-        let ours: Vec<f64> = got.first_logits.iter().step_by(stride).map(|&v| v as f64).collect();
+        let (ours, want) = strided_logits(&reference, prompt, &got.first_logits);
         // bf16 weights and activations (8 bits of mantissa) through 30 layers: a few percent.
         let err = rel_l2(&ours, &want);
-        eprintln!("`{name}` in bf16: first-step logits relative L2 {err:.2e}");
-        assert!(err <= 5e-2, "`{name}` in bf16: first-step logits relative L2 {err:.2e} > 5e-2");
+        eprintln!("`{name}` in bf16 on {dev}: first-step logits relative L2 {err:.2e}");
+        assert!(err <= 5e-2, "`{name}` in bf16 on {dev}: first-step logits relative L2 {err:.2e} > 5e-2");
         let first = common::ids(&prompt["greedy_ids"])[0];
-        assert_eq!(got.ids[0], first, "`{name}` in bf16: the first greedy token");
+        assert_eq!(got.ids[0], first, "`{name}` in bf16 on {dev}: the first greedy token");
     }
 }
 
-#[test]
-fn an_unknown_token_or_a_full_cache_is_an_error() {
+fn an_unknown_token_or_a_full_cache_is_an_error(dev: &Device) {
     let Some(file) = common::model() else { return };
-    let model = Llama::load(file, &Device::Cpu, DType::F32).expect("the model loads");
+    let model = Llama::load(file, dev, DType::F32).expect("the model loads");
     let mut cache = model.new_cache().expect("a cache");
     let err = model.forward(&[1, 49152], &mut cache).unwrap_err();
     assert!(matches!(err, fuse_models::Error::UnknownTokenId { id: 49152, vocab_size: 49152 }), "{err}");
     let c = &model.config;
-    let mut small = fuse_models::llama::KvCache::new(c.layers, 1, c.kv_heads, c.head_dim, 4, DType::F32, &Device::Cpu).unwrap();
+    let mut small = fuse_models::llama::KvCache::new(c.layers, 1, c.kv_heads, c.head_dim, 4, DType::F32, dev).unwrap();
     model.forward(&[1, 2, 3], &mut small).expect("three positions fit in four");
     let err = model.forward(&[4, 5], &mut small).unwrap_err();
     assert!(err.to_string().contains("holds 4 positions; 3 are used and 2 more"), "{err}");
     assert_eq!(small.len(), 3, "a refused step leaves the cache as it was");
 }
+
+fuse::device_tests!(
+    logits_and_greedy_tokens_match_transformers_in_f32,
+    bf16_logits_stay_close_to_the_f32_reference,
+    an_unknown_token_or_a_full_cache_is_an_error,
+);
