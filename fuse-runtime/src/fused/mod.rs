@@ -114,11 +114,13 @@ impl FusedFn {
     /// companion), so that errors and reports name `Block::forward` even when `#[fuse]` saw only the method.
     #[doc(hidden)]
     pub fn declare_owner(&self, type_name: &str) -> &Self {
-        if !self.name.contains("::") {
-            // `model::Block<f32>` -> `Block`
-            let base = type_name.split('<').next().unwrap_or(type_name);
-            let short = base.rsplit("::").next().unwrap_or(base);
-            self.qualified.get_or_init(|| format!("{short}::{}", self.name));
+        // Called on every call of the method: after the first, one load of the cell.
+        if self.qualified.get().is_none() && !self.name.contains("::") {
+            self.qualified.get_or_init(|| {
+                // `model::Block<f32>` -> `Block`
+                let base = type_name.split('<').next().unwrap_or(type_name);
+                format!("{}::{}", base.rsplit("::").next().unwrap_or(base), self.name)
+            });
         }
         self
     }
@@ -208,10 +210,7 @@ impl FusedFn {
         if first && level >= 5 {
             eprintln!("fuse: graph of `{}`:\n{}", self.name(), g.to_text());
         }
-        let device = args.iter().find_map(|a| match a {
-            Arg::Tensor(t) => Some(t.device()),
-            Arg::Scalar(_) => None,
-        });
+        let device = device_of(args);
         let on_gpu = device.is_some_and(Device::is_cuda);
         if first && level >= 1 {
             if let Ok(inferred) = infer(self.name(), g, &values) {
@@ -264,7 +263,7 @@ impl FusedFn {
         let plan = self.plan(default_fusion())?;
         let values = self.check_args(g, args)?;
         let inferred = infer(self.name(), g, &values)?;
-        let on_gpu = args.iter().any(|a| matches!(a, Arg::Tensor(t) if t.device().is_cuda()));
+        let on_gpu = device_of(args).is_some_and(Device::is_cuda);
         Ok(describe_for(g, plan, Some((&inferred.shapes, &inferred.dtypes)), backend(on_gpu)))
     }
 
@@ -329,6 +328,14 @@ fn default_fusion() -> Fusion {
     } else {
         Fusion::On
     }
+}
+
+/// The device of the first tensor argument (the dispatcher checks that every tensor is on it).
+fn device_of<'a>(args: &[Arg<'a>]) -> Option<&'a Device> {
+    args.iter().find_map(|a| match a {
+        Arg::Tensor(t) => Some(t.device()),
+        Arg::Scalar(_) => None,
+    })
 }
 
 fn backend(on_gpu: bool) -> Backend {
