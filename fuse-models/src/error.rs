@@ -57,6 +57,10 @@ pub enum Error {
     #[error("tokenizer: {what}")]
     Tokenizer { what: String },
 
+    /// More positions than the key/value cache holds.
+    #[error("the key/value cache holds {capacity} positions; {used} are used and {asked} more were asked for")]
+    CacheFull { capacity: usize, used: usize, asked: usize },
+
     /// A token id outside the vocabulary.
     #[error("token id {id} is outside the vocabulary (size {vocab_size})")]
     UnknownTokenId { id: u32, vocab_size: usize },

@@ -68,6 +68,7 @@ fn an_unknown_token_or_a_full_cache_is_an_error(dev: &Device) {
     let mut small = fuse_models::llama::KvCache::new(c.layers, 1, c.kv_heads, c.head_dim, 4, DType::F32, dev).unwrap();
     model.forward(&[1, 2, 3], &mut small).expect("three positions fit in four");
     let err = model.forward(&[4, 5], &mut small).unwrap_err();
+    assert!(matches!(err, fuse_models::Error::CacheFull { capacity: 4, used: 3, asked: 2 }), "{err}");
     assert!(err.to_string().contains("holds 4 positions; 3 are used and 2 more"), "{err}");
     assert_eq!(small.len(), 3, "a refused step leaves the cache as it was");
 }

@@ -34,9 +34,9 @@ impl KvCache {
     }
 
     /// Checks that `new` more positions fit.
-    pub fn reserve(&self, new: usize) -> std::result::Result<(), String> {
+    pub fn reserve(&self, new: usize) -> crate::Result<()> {
         if self.len + new > self.capacity {
-            return Err(format!("the key/value cache holds {} positions; {} are used and {new} more were asked for", self.capacity, self.len));
+            return Err(crate::Error::CacheFull { capacity: self.capacity, used: self.len, asked: new });
         }
         Ok(())
     }

@@ -135,7 +135,7 @@ impl Llama {
     pub fn forward_with(&self, ids: &[u32], cache: &mut KvCache, fusion: Fusion) -> Result<Vec<f32>> {
         let c = &self.config;
         let s = ids.len();
-        cache.reserve(s).map_err(|what| Error::BadShape { what })?;
+        cache.reserve(s)?;
         if let Some(&bad) = ids.iter().find(|&&id| id as usize >= c.vocab) {
             return Err(Error::UnknownTokenId { id: bad, vocab_size: c.vocab });
         }
