@@ -136,10 +136,10 @@ fn run() -> std::result::Result<(), Box<dyn std::error::Error>> {
 fn compare_one_step(model: &Llama, prompt: &[u32]) -> std::result::Result<(), Box<dyn std::error::Error>> {
     let next = *prompt.last().ok_or("an empty prompt")?;
     let step = |fusion: Fusion| -> std::result::Result<(f64, Vec<f32>), Box<dyn std::error::Error>> {
-        let mut cache = model.new_cache()?;
+        let mut cache = model.new_cache(prompt.len())?;
         model.forward_with(&prompt[..prompt.len() - 1], &mut cache, fusion)?;
         model.forward_with(&[next], &mut cache, fusion)?; // warm: the step's first call compiles or plans
-        let mut cache = model.new_cache()?;
+        let mut cache = model.new_cache(prompt.len())?;
         model.forward_with(&prompt[..prompt.len() - 1], &mut cache, fusion)?;
         let start = std::time::Instant::now();
         let logits = model.forward_with(&[next], &mut cache, fusion)?;

@@ -232,6 +232,10 @@ impl Graph {
         for o in &self.outputs {
             live[o.index()] = true;
         }
+        // A write into an argument is an effect the caller sees: kept even when its result is not read.
+        for id in self.ids().filter(|&id| self.op(id).writes_in_place()) {
+            live[id.index()] = true;
+        }
         for id in self.ids().rev() {
             if live[id.index()] {
                 for a in &self.node(id).args {
@@ -253,6 +257,32 @@ impl Graph {
         g
     }
 
+    /// `slice_set` writes into its destination in place, so the destination must be an argument (memory the
+    /// caller owns, not a value of this graph) that no other node reads: then no order of the ops can observe
+    /// the write, and the graph still means one thing.
+    pub fn verify_writes(&self) -> Result<(), String> {
+        let users = self.users();
+        for id in self.ids().filter(|&id| self.op(id).writes_in_place()) {
+            let dest = self.node(id).args[0];
+            let label = self.label_of(id);
+            if !matches!(self.op(dest), Op::Input(_)) {
+                return Err(format!(
+                    "`{label}` writes in place into a computed value; the destination of slice_set must be an argument of the function"
+                ));
+            }
+            if self.node(id).args[1] == dest {
+                return Err(format!("`{label}` writes an argument into itself"));
+            }
+            if let Some(&other) = users[dest.index()].iter().find(|&&u| u != id) {
+                return Err(format!(
+                    "`{label}` writes into an argument that `{}` also reads; read the result of slice_set instead (the write is in place)",
+                    self.label_of(other)
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks the invariants every pass relies on; returns what is wrong.
     pub fn verify(&self) -> Result<(), String> {
         for id in self.ids() {
@@ -272,6 +302,7 @@ impl Graph {
                 return Err(format!("%{}: label {} out of range", id.0, n.label));
             }
         }
+        self.verify_writes()?;
         if let Some(o) = self.outputs.iter().find(|o| o.index() >= self.nodes.len()) {
             return Err(format!("output %{} does not exist", o.0));
         }

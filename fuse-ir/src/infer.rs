@@ -210,6 +210,10 @@ pub fn infer_dtypes(g: &Graph, inputs: &[Option<DType>]) -> Result<Vec<Option<DT
                 }
                 d
             }
+            Op::View(ViewOp::SliceSet { .. }) => match (arg(0), arg(1)) {
+                (Some(a), Some(b)) if a != b => return Err(err(InferError::DType { lhs: a, rhs: b })),
+                (a, b) => a.or(b),
+            },
             Op::View(_) => arg(0),
             Op::Binary(_) | Op::MatMul => match (arg(0), arg(1)) {
                 (Some(a), Some(b)) if a != b => return Err(err(InferError::DType { lhs: a, rhs: b })),

@@ -106,6 +106,11 @@ impl Op {
     pub fn is_leaf(&self) -> bool {
         matches!(self, Op::Input(_) | Op::Const(_))
     }
+
+    /// `slice_set`: the one op that writes into an operand (its first) instead of a new value.
+    pub fn writes_in_place(&self) -> bool {
+        matches!(self, Op::View(crate::view::ViewOp::SliceSet { .. }))
+    }
 }
 
 impl UnaryOp {

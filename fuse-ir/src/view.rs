@@ -54,6 +54,11 @@ pub enum ViewOp {
     Cat { axis: i8, parts: u8 },
     /// `x.contiguous()`: the same values, dense row-major (a copy).
     Contiguous,
+    /// `dest.slice_set(&src, axis, offset)`: writes `src` into `dest` at `offset ..` along `axis`, in place,
+    /// and is `dest` after the write (arguments `[dest, src, offset]`). The one op that changes an operand:
+    /// `dest` must be an argument of the function that nothing else reads (see `Graph::verify`), so no
+    /// order of the other ops can observe the write; a key/value cache's append is what it is for.
+    SliceSet { axis: i8 },
     /// `x.dim(axis)`: the size of an axis, as a 0-d value (usable as a size in `reshape` and `narrow`).
     Dim { axis: i8 },
 }
@@ -102,7 +107,7 @@ impl ViewOp {
     pub fn arity(&self) -> usize {
         match self {
             ViewOp::Reshape { rank } => 1 + *rank as usize,
-            ViewOp::Narrow { .. } => 3,
+            ViewOp::Narrow { .. } | ViewOp::SliceSet { .. } => 3,
             ViewOp::Cat { parts, .. } => *parts as usize,
             ViewOp::Transpose { .. } | ViewOp::Permute(_) | ViewOp::Contiguous | ViewOp::Dim { .. } => 1,
         }
@@ -117,18 +122,20 @@ impl ViewOp {
             ViewOp::Cat { .. } => "cat",
             ViewOp::Contiguous => "contiguous",
             ViewOp::Dim { .. } => "dim",
+            ViewOp::SliceSet { .. } => "slice_set",
         }
     }
 
-    /// `cat` and `contiguous` write a new value (a group of their own); the others cost no copy.
+    /// `cat`, `contiguous` and `slice_set` write memory (a group of their own); the others cost no copy.
     pub fn is_copy(&self) -> bool {
-        matches!(self, ViewOp::Cat { .. } | ViewOp::Contiguous)
+        matches!(self, ViewOp::Cat { .. } | ViewOp::Contiguous | ViewOp::SliceSet { .. })
     }
 
     /// Which arguments are sizes (0-d values read at run time), not tensors.
     pub fn is_size_argument(&self, index: usize) -> bool {
         match self {
             ViewOp::Reshape { .. } | ViewOp::Narrow { .. } => index > 0,
+            ViewOp::SliceSet { .. } => index == 2,
             _ => false,
         }
     }
@@ -138,7 +145,9 @@ impl ViewOp {
         match self {
             ViewOp::Transpose { a, b } => vec![a.to_string(), b.to_string()],
             ViewOp::Permute(axes) => axes.to_vec().iter().map(|a| a.to_string()).collect(),
-            ViewOp::Narrow { axis } | ViewOp::Cat { axis, .. } | ViewOp::Dim { axis } => vec![axis.to_string()],
+            ViewOp::Narrow { axis } | ViewOp::Cat { axis, .. } | ViewOp::Dim { axis } | ViewOp::SliceSet { axis } => {
+                vec![axis.to_string()]
+            }
             ViewOp::Reshape { .. } | ViewOp::Contiguous => vec![],
         }
     }
@@ -158,6 +167,7 @@ impl ViewOp {
             ("cat", &[axis]) => ViewOp::Cat { axis: small(axis)?, parts: u8::try_from(args).ok().filter(|&p| p > 0)? },
             ("contiguous", []) => ViewOp::Contiguous,
             ("dim", &[axis]) => ViewOp::Dim { axis: small(axis)? },
+            ("slice_set", &[axis]) => ViewOp::SliceSet { axis: small(axis)? },
             _ => return None,
         };
         (op.arity() == args).then_some(op)
@@ -211,6 +221,21 @@ impl ViewOp {
                 Ok(s)
             }
             ViewOp::Contiguous => Ok(x.to_vec()),
+            ViewOp::SliceSet { axis } => {
+                let (src, i) = (shapes[1], normalize_axis(axis as i64, x.len()).ok_or_else(|| axis_error("slice_set: axis", axis as i64, x))?);
+                let offset = size_value("slice_set: offset", sizes[2])?;
+                let same_elsewhere = src.len() == x.len() && (0..x.len()).all(|k| k == i || src[k] == x[k]);
+                if !same_elsewhere {
+                    return Err(error(format!("slice_set along axis {axis}: the source {src:?} and the destination {x:?} differ on another axis")));
+                }
+                if offset.checked_add(src[i]).map_or(true, |end| end > x[i]) {
+                    return Err(error(format!(
+                        "slice_set: offset {offset} + {} rows is past the end of axis {axis} (size {}) of the destination {x:?}",
+                        src[i], x[i]
+                    )));
+                }
+                Ok(x.to_vec())
+            }
             ViewOp::Dim { axis } => {
                 normalize_axis(axis as i64, x.len()).ok_or_else(|| axis_error("dim: axis", axis as i64, x))?;
                 Ok(vec![])
@@ -249,7 +274,7 @@ impl ViewOp {
                 let start = size_value("", sizes[1]).ok()?;
                 Some(Layout { shape: out_shape.to_vec(), strides: src.strides.clone(), offset: src.offset + start * src.strides[i] })
             }
-            ViewOp::Cat { .. } | ViewOp::Contiguous | ViewOp::Dim { .. } => None,
+            ViewOp::Cat { .. } | ViewOp::Contiguous | ViewOp::Dim { .. } | ViewOp::SliceSet { .. } => None,
         }
     }
 
@@ -259,6 +284,17 @@ impl ViewOp {
         let x = args[0];
         match *self {
             ViewOp::Contiguous => x.clone(),
+            ViewOp::SliceSet { axis } => {
+                let (src, i) = (args[1], normalize_axis(axis as i64, x.shape.len()).unwrap_or(0));
+                let offset = args[2].data.first().copied().unwrap_or(0.0) as usize;
+                let (inner, rows): (usize, usize) = (x.shape[i + 1..].iter().product(), x.shape[i]);
+                let mut data = x.data.clone();
+                for (o, chunk) in src.data.chunks(src.shape[i] * inner).enumerate().filter(|_| !src.data.is_empty()) {
+                    let at = (o * rows + offset) * inner;
+                    data[at..at + chunk.len()].copy_from_slice(chunk);
+                }
+                Array::new(out_shape, data)
+            }
             ViewOp::Dim { axis } => Array::scalar(ViewOp::dim_value(axis, &x.shape).unwrap_or(0.0)),
             ViewOp::Cat { axis, .. } => {
                 let i = normalize_axis(axis as i64, x.shape.len()).unwrap_or(0);

@@ -13,7 +13,7 @@ mod views;
 
 use crate::diag::Diagnostics;
 use crate::signature::{FnSpec, Returns};
-use fuse_ir::{Graph, InputKind, NodeId};
+use fuse_ir::{Graph, InputKind, NodeId, Op};
 use syn::{Block, Expr, Local, Pat, Stmt, Type};
 
 /// The traced function: its graph (inputs: the parameters in order, then each field of `self` in order of
@@ -58,6 +58,8 @@ struct Tracer<'d> {
     /// `let mut` bindings, reported after the rest of the body: a loop or an assignment that needs the `mut`
     /// is the cause to fix first.
     needless_mut: Vec<(syn::token::Mut, syn::Ident)>,
+    /// Each `slice_set` node and where it was written: its destination may have no other reader.
+    writes: Vec<(NodeId, proc_macro2::Span)>,
     diag: &'d mut Diagnostics,
 }
 
@@ -71,6 +73,7 @@ pub fn trace_fn(spec: &FnSpec, name: &str, body: &Block, diag: &mut Diagnostics)
         fields: Vec::new(),
         is_method: spec.is_method,
         needless_mut: Vec::new(),
+        writes: Vec::new(),
         diag,
     };
     for param in &spec.params {
@@ -91,12 +94,36 @@ pub fn trace_fn(spec: &FnSpec, name: &str, body: &Block, diag: &mut Diagnostics)
             format!("`let mut` is not needed: values are never changed in place; rebind with `let {ident} = ...;`"),
         );
     }
+    tracer.check_writes();
     // A `let` never used leaves nodes no output needs; every parameter stays an input.
     let graph = tracer.graph.without_dead_nodes();
     Traced { graph, fields: tracer.fields }
 }
 
 impl Tracer<'_> {
+    /// A `slice_set` destination that something else reads too would see old or new rows depending on the
+    /// order the ops run in: an error at the write.
+    fn check_writes(&mut self) {
+        let users = self.graph.users();
+        for (id, span) in std::mem::take(&mut self.writes) {
+            let node = self.graph.node(id);
+            let dest = node.args[0];
+            let name = match self.graph.op(dest) {
+                Op::Input(k) => self.graph.inputs[k as usize].name.clone(),
+                _ => continue,
+            };
+            if node.args[1] == dest || users[dest.index()].iter().any(|&u| u != id) {
+                self.diag.error_span(
+                    span,
+                    format!(
+                        "`{name}` is written in place by `slice_set` and read elsewhere in this function; read the \
+                         result of `slice_set` instead (`let {name} = {name}.slice_set(..);`), so that every read comes after the write"
+                    ),
+                );
+            }
+        }
+    }
+
     fn bind(&mut self, name: String, binding: Binding) {
         if let Some(scope) = self.scopes.last_mut() {
             scope.push((name, binding));

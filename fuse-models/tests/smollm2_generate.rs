@@ -61,7 +61,7 @@ fn bf16_logits_stay_close_to_the_f32_reference(dev: &Device) {
 fn an_unknown_token_or_a_full_cache_is_an_error(dev: &Device) {
     let Some(file) = common::model() else { return };
     let model = Llama::load(file, dev, DType::F32).expect("the model loads");
-    let mut cache = model.new_cache().expect("a cache");
+    let mut cache = model.new_cache(8).expect("a cache");
     let err = model.forward(&[1, 49152], &mut cache).unwrap_err();
     assert!(matches!(err, fuse_models::Error::UnknownTokenId { id: 49152, vocab_size: 49152 }), "{err}");
     let c = &model.config;
@@ -71,6 +71,8 @@ fn an_unknown_token_or_a_full_cache_is_an_error(dev: &Device) {
     assert!(matches!(err, fuse_models::Error::CacheFull { capacity: 4, used: 3, asked: 2 }), "{err}");
     assert!(err.to_string().contains("holds 4 positions; 3 are used and 2 more"), "{err}");
     assert_eq!(small.len(), 3, "a refused step leaves the cache as it was");
+    let too_long = model.new_cache(c.context + 1).err().expect("a cache past the context is refused");
+    assert!(matches!(too_long, fuse_models::Error::CacheFull { asked, .. } if asked == c.context + 1), "{too_long}");
 }
 
 fuse::device_tests!(

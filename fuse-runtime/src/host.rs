@@ -1,12 +1,17 @@
 //! Host memory of a tensor: one typed vector, plus an f32 copy made on first need for the GEMM (which
 //! runs in f32), kept so that weights are converted once across calls rather than on every call.
+//!
+//! The vector sits behind a lock because one op writes into its operand in place (`slice_set`, a key/value
+//! cache's append): readers hold a read guard while they run, the write holds the write guard and drops the
+//! f32 copy, so a reader never sees a half-written vector nor a stale copy.
 
 use crate::element::Element;
 use fuse_ir::DType;
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use std::any::Any;
-use std::sync::OnceLock;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 pub(crate) enum CpuData {
     F32(Vec<f32>),
@@ -16,8 +21,43 @@ pub(crate) enum CpuData {
 }
 
 pub(crate) struct CpuStorage {
-    data: CpuData,
-    f32_shadow: OnceLock<Vec<f32>>,
+    data: RwLock<CpuData>,
+    /// The data as f32 when it is of another dtype, made on first need; dropped by a write.
+    f32_shadow: Mutex<Option<Arc<Vec<f32>>>>,
+}
+
+/// Read access to a storage's vector for as long as it lives.
+pub(crate) struct CpuRead<'a>(RwLockReadGuard<'a, CpuData>);
+
+impl CpuRead<'_> {
+    pub(crate) fn slice(&self) -> CpuSlice<'_> {
+        self.0.as_slice()
+    }
+
+    /// The whole vector as `T` when that is its type (no conversion).
+    pub(crate) fn typed<T: Element>(&self) -> Option<&[T]> {
+        self.0.typed()
+    }
+}
+
+/// A storage's elements as f32: the vector itself (read-locked) or its converted copy.
+pub(crate) enum F32Read<'a> {
+    Data(RwLockReadGuard<'a, CpuData>),
+    Copy(Arc<Vec<f32>>),
+}
+
+impl Deref for F32Read<'_> {
+    type Target = [f32];
+
+    fn deref(&self) -> &[f32] {
+        match self {
+            F32Read::Data(guard) => match &**guard {
+                CpuData::F32(v) => v,
+                _ => unreachable!("F32Read::Data holds f32 data only"),
+            },
+            F32Read::Copy(v) => v,
+        }
+    }
 }
 
 /// A borrowed typed slice: what kernels read.
@@ -76,40 +116,71 @@ impl CpuData {
             CpuData::U32(v) => CpuSlice::U32(v),
         }
     }
-}
-
-impl CpuStorage {
-    pub(crate) fn new(data: CpuData) -> CpuStorage {
-        CpuStorage { data, f32_shadow: OnceLock::new() }
-    }
-
-    pub(crate) fn dtype(&self) -> DType {
-        self.data.dtype()
-    }
-
-    pub(crate) fn slice(&self) -> CpuSlice<'_> {
-        self.data.as_slice()
-    }
-
-    /// The storage as f32, same layout: the data itself for f32, else a converted copy made once.
-    pub(crate) fn f32_data(&self) -> &[f32] {
-        match &self.data {
-            CpuData::F32(v) => v,
-            CpuData::F16(v) => self.f32_shadow.get_or_init(|| v.as_slice().to_f32_vec()),
-            CpuData::BF16(v) => self.f32_shadow.get_or_init(|| v.as_slice().to_f32_vec()),
-            CpuData::U32(v) => self.f32_shadow.get_or_init(|| v.iter().map(|&id| id as f32).collect()),
-        }
-    }
 
     /// The whole vector as `T` when that is its type (no conversion).
     pub(crate) fn typed<T: Element>(&self) -> Option<&[T]> {
-        let any: &dyn Any = match &self.data {
+        let any: &dyn Any = match self {
             CpuData::F32(v) => v,
             CpuData::F16(v) => v,
             CpuData::BF16(v) => v,
             CpuData::U32(v) => v,
         };
         any.downcast_ref::<Vec<T>>().map(|v| v.as_slice())
+    }
+
+    /// The whole vector as `T`, mutable, when that is its type.
+    pub(crate) fn typed_mut<T: Element>(&mut self) -> Option<&mut [T]> {
+        let any: &mut dyn Any = match self {
+            CpuData::F32(v) => v,
+            CpuData::F16(v) => v,
+            CpuData::BF16(v) => v,
+            CpuData::U32(v) => v,
+        };
+        any.downcast_mut::<Vec<T>>().map(|v| v.as_mut_slice())
+    }
+
+    fn to_f32(&self) -> Vec<f32> {
+        match self {
+            CpuData::F32(v) => v.clone(),
+            CpuData::F16(v) => v.as_slice().to_f32_vec(),
+            CpuData::BF16(v) => v.as_slice().to_f32_vec(),
+            CpuData::U32(v) => v.iter().map(|&id| id as f32).collect(),
+        }
+    }
+}
+
+impl CpuStorage {
+    pub(crate) fn new(data: CpuData) -> CpuStorage {
+        CpuStorage { data: RwLock::new(data), f32_shadow: Mutex::new(None) }
+    }
+
+    /// The vector, read-locked (a panic while another thread wrote cannot leave it torn: writes copy
+    /// plain numbers, so the lock's poison is ignored).
+    pub(crate) fn read(&self) -> CpuRead<'_> {
+        CpuRead(self.data.read().unwrap_or_else(|poisoned| poisoned.into_inner()))
+    }
+
+    pub(crate) fn dtype(&self) -> DType {
+        self.read().0.dtype()
+    }
+
+    /// The storage as f32, same layout: the data itself for f32, else a converted copy made once (until the
+    /// next write).
+    pub(crate) fn f32_data(&self) -> F32Read<'_> {
+        let guard = self.data.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if matches!(*guard, CpuData::F32(_)) {
+            return F32Read::Data(guard);
+        }
+        let mut shadow = self.f32_shadow.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        F32Read::Copy(shadow.get_or_insert_with(|| Arc::new(guard.to_f32())).clone())
+    }
+
+    /// Changes the vector in place (`f` gets it write-locked); the f32 copy, now stale, is dropped.
+    pub(crate) fn write<R>(&self, f: impl FnOnce(&mut CpuData) -> R) -> R {
+        let mut guard = self.data.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let result = f(&mut guard);
+        *self.f32_shadow.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+        result
     }
 }
 

@@ -88,6 +88,7 @@ impl Tensor {
             Storage::Cpu(cpu) => cpu,
             Storage::Cuda(_) => return self.to_device(&Device::Cpu)?.to_vec(),
         };
+        let cpu = cpu.read();
         if let Some(all) = cpu.typed::<T>() {
             if self.is_contiguous() {
                 return Ok(all[self.offset..self.offset + self.numel()].to_vec());
@@ -237,7 +238,8 @@ impl fmt::Debug for Tensor {
                 Err(e) => return write!(f, ", <unreadable: {e}>)"),
             },
         };
-        let data = on_host.cpu_storage().slice();
+        let guard = on_host.cpu_storage().read();
+        let data = guard.slice();
         let shown: Vec<String> = (0..self.numel().min(SHOWN))
             .map(|i| {
                 let at = self.offset + row_offset(i, &self.shape, &self.strides);

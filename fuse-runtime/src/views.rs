@@ -1,5 +1,5 @@
-//! Views and layout at run time: the eager `reshape`, `transpose`, `permute`, `narrow`, `contiguous`, `dim`
-//! and `cat` (one-op graphs through the executor, like every eager op), and how both executors resolve a
+//! Views and layout at run time: the eager `reshape`, `transpose`, `permute`, `narrow`, `contiguous`, `dim`,
+//! `cat` and `slice_set` (one-op graphs through the executor, like every eager op), and how both executors resolve a
 //! view node into a strided `Tensor` over its source's storage, with no copy.
 //!
 //! A `reshape` is a view when the source's strides allow it (always for a dense tensor); otherwise the CPU
@@ -100,6 +100,25 @@ impl Tensor {
                 self.shape()
             )),
         })
+    }
+
+    /// Writes `src` into this tensor's memory, in place, at `offset ..` along `axis` (`src` has this
+    /// tensor's sizes on every other axis), and returns this tensor (a handle to the same memory, which now
+    /// holds the rows). Like candle's `slice_set`, it changes memory every clone and view of this tensor
+    /// shares: what a key/value cache's append needs, with no copy of the rows already there.
+    ///
+    /// ```
+    /// use fuse::prelude::*;
+    /// let cache = Tensor::zeros(&[1, 4, 2], DType::F32, &Device::Cpu)?;
+    /// let row = Tensor::from_vec(vec![1.0f32, 2.0], &[1, 1, 2], &Device::Cpu)?;
+    /// cache.slice_set(&row, 1, 2)?;
+    /// assert_eq!(cache.to_vec::<f32>()?, [0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.0]);
+    /// # Ok::<(), fuse::Error>(())
+    /// ```
+    pub fn slice_set(&self, src: &Tensor, axis: impl Axis, offset: usize) -> Result<Tensor> {
+        let op = ViewOp::SliceSet { axis: stored_axis("slice_set", axis, self.shape())? };
+        let operands = [("dest", Operand::Tensor(self)), ("src", Operand::Tensor(src)), ("offset", Operand::Scalar(offset as f64))];
+        run(&operands, |g, inputs| g.view(op, inputs, "dest.slice_set(&src, axis, offset)"))
     }
 
     /// `cat(tensors, axis)` as an associated function, as candle has it.

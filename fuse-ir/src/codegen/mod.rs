@@ -130,8 +130,9 @@ pub enum InputKind {
 pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
     let Some(grp) = plan.groups.get(group) else { return Vec::new() };
     GROUPS_GENERATED.with(|n| n.set(n.get() + 1));
-    // `cat` has no generated kernel: the GPU executor runs the hand-written one (`codegen/model/`).
-    if grp.nodes.iter().any(|&n| matches!(g.op(n), Op::View(crate::view::ViewOp::Cat { .. }))) {
+    // `cat` and `slice_set` have no generated kernel: the GPU executor runs the hand-written copy
+    // (`codegen/model/cat.cu`).
+    if grp.nodes.iter().any(|&n| matches!(g.op(n), Op::View(crate::view::ViewOp::Cat { .. })) || g.op(n).writes_in_place()) {
         return Vec::new();
     }
     let base = plan.kernel_name(g, group);

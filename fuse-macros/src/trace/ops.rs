@@ -29,16 +29,18 @@ pub enum ViewMethod {
     Narrow,
     Contiguous,
     Dim,
+    SliceSet,
 }
 
 impl ViewMethod {
-    const ALL: [(&'static str, ViewMethod, usize, &'static str); 6] = [
+    const ALL: [(&'static str, ViewMethod, usize, &'static str); 7] = [
         ("reshape", ViewMethod::Reshape, 1, "`x.reshape(&[d0, d1, ..])`"),
         ("transpose", ViewMethod::Transpose, 2, "`x.transpose(1, 2)`"),
         ("permute", ViewMethod::Permute, 1, "`x.permute(&[0, 2, 1, 3])`"),
         ("narrow", ViewMethod::Narrow, 3, "`x.narrow(axis, start, len)`"),
         ("contiguous", ViewMethod::Contiguous, 0, "`x.contiguous()`"),
         ("dim", ViewMethod::Dim, 1, "`x.dim(0)`"),
+        ("slice_set", ViewMethod::SliceSet, 3, "`let cache = cache.slice_set(&rows, axis, offset)`"),
     ];
 
     fn entry(self) -> (&'static str, ViewMethod, usize, &'static str) {

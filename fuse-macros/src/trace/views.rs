@@ -115,6 +115,7 @@ impl Tracer<'_> {
             }
             ViewMethod::Contiguous => (Some(ViewOp::Contiguous), vec![]),
             ViewMethod::Dim => (self.axis_literal(args[0], &name).map(|axis| ViewOp::Dim { axis }), vec![]),
+            ViewMethod::SliceSet => return self.slice_set(call, receiver),
         };
         let x = self.tensor_operand(receiver?, &call.receiver, &name);
         let mut operands = vec![x?];
@@ -123,6 +124,30 @@ impl Tracer<'_> {
         }
         let kind = if method == ViewMethod::Dim { Kind::Scalar } else { Kind::Tensor };
         Some(self.push(Op::View(op?), &operands, call, kind))
+    }
+
+    /// `dest.slice_set(&src, axis, offset)`: writes into `dest` in place, so `dest` must be an argument (or a
+    /// field) of the function; that nothing else reads it is checked once the body is traced.
+    fn slice_set(&mut self, call: &ExprMethodCall, receiver: Value) -> Value {
+        let args: Vec<&Expr> = call.args.iter().collect();
+        let axis = self.axis_literal(args[1], "slice_set");
+        let offset = self.size(args[2], "slice_set", false);
+        let src = self.expr(args[0]).and_then(|id| self.tensor_operand(id, args[0], "slice_set"));
+        let dest = self.tensor_operand(receiver?, &call.receiver, "slice_set")?;
+        if !matches!(self.graph.op(dest), Op::Input(_)) {
+            self.diag.error_at(
+                &call.receiver,
+                format!(
+                    "`slice_set` writes into `{}` in place, so it must be an argument or a field of the function (memory \
+                     the caller owns), not a value computed here",
+                    source_text(&call.receiver)
+                ),
+            );
+            return None;
+        }
+        let id = self.push(Op::View(ViewOp::SliceSet { axis: axis? }), &[dest, src?, offset?], call, Kind::Tensor);
+        self.writes.push((id, syn::spanned::Spanned::span(call)));
+        Some(id)
     }
 
     /// `&[2, 0, 1]`: every axis once, as integer literals.

@@ -1,6 +1,6 @@
 //! One decoder layer as two fused methods: the attention block (rms_norm, the q/k/v projections, rotary
-//! embedding, attention over the cache and the new rows, the output projection and the residual) and the
-//! FFN block (rms_norm, SwiGLU, the down projection and the residual).
+//! embedding, the new keys and values written into the cache in place, attention over the cache, the output
+//! projection and the residual) and the FFN block (rms_norm, SwiGLU, the down projection and the residual).
 
 use fuse::prelude::*;
 
@@ -16,9 +16,9 @@ pub struct AttentionBlock {
 }
 
 impl AttentionBlock {
-    /// `x` [b, s, hidden] at positions `pos .. pos + s` (cos/sin: those rows of the rotary tables, [s, d/2]);
-    /// `k_past`/`v_past` [b, hkv, past, d]. Returns the block's output and the keys and values of every
-    /// position so far ([b, hkv, past + s, d]).
+    /// `x` [b, s, hidden] at positions `pos .. pos + s` (cos/sin: those rows of the rotary tables, [s, d/2]).
+    /// The new keys and values are written into the layer's cache ([b, hkv, capacity, d]) in place at
+    /// `pos ..`; attention reads the first `len = pos + s` rows of it. Returns the block's output.
     #[fuse]
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
@@ -26,25 +26,27 @@ impl AttentionBlock {
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
-        k_past: &Tensor,
-        v_past: &Tensor,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        pos: usize,
+        len: usize,
         b: usize,
         s: usize,
         hq: usize,
         hkv: usize,
         d: usize,
         hidden: usize,
-    ) -> Result<(Tensor, Tensor, Tensor)> {
+    ) -> Result<Tensor> {
         let h = rms_norm(x, &self.norm, self.eps);
         let q = h.matmul(&self.wq.t()).reshape(&[b, s, hq, d]).transpose(1, 2);
         let k = h.matmul(&self.wk.t()).reshape(&[b, s, hkv, d]).transpose(1, 2);
         let v = h.matmul(&self.wv.t()).reshape(&[b, s, hkv, d]).transpose(1, 2);
         let q = rope(&q, cos, sin);
-        let k = cat(&[k_past, &rope(&k, cos, sin)], 2);
-        let v = cat(&[v_past, &v], 2);
-        let a = attention(&q, &k, &v, self.scale, true);
+        let k_cache = k_cache.slice_set(&rope(&k, cos, sin), 2, pos);
+        let v_cache = v_cache.slice_set(&v, 2, pos);
+        let a = attention(&q, &k_cache.narrow(2, 0, len), &v_cache.narrow(2, 0, len), self.scale, true);
         let o = a.transpose(1, 2).reshape(&[b, s, hidden]);
-        (x + o.matmul(&self.wo.t()), k, v)
+        Ok(x + o.matmul(&self.wo.t()))
     }
 }
 

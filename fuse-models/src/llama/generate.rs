@@ -36,7 +36,9 @@ pub fn generate(
     eos: u32,
     mut on_token: impl FnMut(u32) -> Result<()>,
 ) -> Result<Generated> {
-    let mut cache = model.new_cache()?;
+    // Room for the prompt and every token but the last (which is never fed back).
+    let capacity = (prompt.len() + max_tokens.saturating_sub(1)).clamp(1, model.config.context);
+    let mut cache = model.new_cache(capacity)?;
     let mut rng = SmallRng::seed_from_u64(match sampling {
         Sampling::TopP { seed, .. } => seed,
         Sampling::Greedy => 0,

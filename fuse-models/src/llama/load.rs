@@ -119,10 +119,13 @@ impl Llama {
         self.dtype
     }
 
-    /// An empty cache for a batch of one, as long as the model's context.
-    pub fn new_cache(&self) -> Result<KvCache> {
+    /// An empty cache for a batch of one holding `capacity` positions (at most the model's context).
+    pub fn new_cache(&self, capacity: usize) -> Result<KvCache> {
         let c = &self.config;
-        Ok(KvCache::new(c.layers, 1, c.kv_heads, c.head_dim, c.context, self.dtype, &self.device)?)
+        if capacity > c.context {
+            return Err(Error::CacheFull { capacity: c.context, used: 0, asked: capacity });
+        }
+        Ok(KvCache::new(c.layers, 1, c.kv_heads, c.head_dim, capacity, self.dtype, &self.device)?)
     }
 
     /// Runs `ids` (the next positions of one sequence) through the model, appending to `cache`; returns the
@@ -144,9 +147,9 @@ impl Llama {
         let (cos, sin) = (self.cos.narrow(0, pos, s)?, self.sin.narrow(0, pos, s)?);
         let mut x = embedding(&ids, &self.embedding)?;
         for (i, (attention, ffn)) in self.layers.iter().enumerate() {
-            let (k_past, v_past) = cache.layer(i);
-            let (y, k, v) = attention.forward_with(&x, &cos, &sin, k_past, v_past, 1, s, c.heads, c.kv_heads, c.head_dim, c.hidden, fusion)?;
-            cache.set_layer(i, k, v);
+            let (k_cache, v_cache) = cache.layer(i);
+            let (b, len) = (1, pos + s);
+            let y = attention.forward_with(&x, &cos, &sin, k_cache, v_cache, pos, len, b, s, c.heads, c.kv_heads, c.head_dim, c.hidden, fusion)?;
             x = ffn.forward_with(&y, fusion)?;
         }
         cache.advance(s);

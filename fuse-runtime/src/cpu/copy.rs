@@ -1,11 +1,12 @@
 //! `cat` on the CPU: each part's elements, in row-major order, into its slice of every outer row of the
-//! result (a copy in the parts' own dtype). `contiguous` needs no code of its own: it is the identity in
+//! result (a copy in the parts' own dtype). `slice_set`: the source's elements written into the
+//! destination's storage in place, through the destination's strides. `contiguous` needs no code of its own: it is the identity in
 //! a row program, whose one pass reads through strides and writes densely (`rowprog.rs`).
 
 use super::rowprog::CallInfo;
 use crate::call::Value;
 use crate::element::Element;
-use crate::host::CpuData;
+use crate::host::{for_each_offset, CpuData};
 use crate::{Error, Result, Tensor};
 use fuse_ir::view::{normalize_axis, ViewOp};
 use fuse_ir::{DType, NodeId, Op};
@@ -47,4 +48,45 @@ fn join<T: Element>(parts: &[Tensor], axis: usize) -> Result<CpuData> {
         }
     }
     Ok(CpuData::from_vec(out))
+}
+
+/// Writes `slice_set` node `id`'s source into its destination's memory (rows `offset ..` along the axis)
+/// and returns the destination, which now holds them.
+pub(crate) fn slice_set(info: &CallInfo<'_>, id: NodeId, resolve: &dyn Fn(NodeId) -> Result<Value>) -> Result<Tensor> {
+    let g = info.graph;
+    let Op::View(ViewOp::SliceSet { axis }) = g.op(id) else {
+        return Err(Error::internal(info.function, format!("%{} is not a slice_set", id.0)));
+    };
+    let args = &g.node(id).args;
+    let (Value::Tensor(dest), Value::Tensor(src)) = (resolve(args[0])?, resolve(args[1])?) else {
+        return Err(Error::internal(info.function, "slice_set of a scalar"));
+    };
+    let offset = match resolve(args[2])? {
+        Value::Scalar(v) => v as usize,
+        Value::Tensor(_) => return Err(Error::internal(info.function, "slice_set: a tensor offset")),
+    };
+    let axis = normalize_axis(axis as i64, dest.shape().len())
+        .ok_or_else(|| Error::internal(info.function, format!("%{}: axis {axis} unchecked", id.0)))?;
+    // The source is read out first (it may share the destination's storage), then written under the lock.
+    match dest.dtype() {
+        DType::F32 => write_rows::<f32>(&dest, &src, axis, offset),
+        DType::F16 => write_rows::<f16>(&dest, &src, axis, offset),
+        DType::BF16 => write_rows::<bf16>(&dest, &src, axis, offset),
+        DType::U32 => write_rows::<u32>(&dest, &src, axis, offset),
+    }?;
+    Ok(dest)
+}
+
+fn write_rows<T: Element>(dest: &Tensor, src: &Tensor, axis: usize, offset: usize) -> Result<()> {
+    let values = src.to_vec::<T>()?;
+    // The destination's elements that the source covers: its view narrowed to the written rows.
+    let mut shape = dest.shape().to_vec();
+    shape[axis] = src.shape()[axis];
+    let start = dest.offset() + offset * dest.strides()[axis];
+    dest.cpu_storage().write(|data| {
+        let all = data.typed_mut::<T>().expect("inference checked that source and destination dtypes agree");
+        let mut next = values.iter();
+        for_each_offset(&shape, dest.strides(), start, |i| all[i] = *next.next().expect("as many values as offsets"));
+    });
+    Ok(())
 }

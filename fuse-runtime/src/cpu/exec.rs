@@ -19,6 +19,10 @@ fn is_cat(op: Op) -> bool {
     matches!(op, Op::View(ViewOp::Cat { .. }))
 }
 
+fn is_slice_set(op: Op) -> bool {
+    matches!(op, Op::View(ViewOp::SliceSet { .. }))
+}
+
 struct Executor<'a> {
     info: CallInfo<'a>,
     values: Vec<Option<Value>>,
@@ -107,6 +111,10 @@ impl Executor<'_> {
             GroupKind::Pointwise if matches!(group.nodes.as_slice(), [n] if is_cat(self.info.graph.op(*n))) => {
                 let id = group.nodes[0];
                 Ok(Outcome::Done(vec![(id, super::copy::cat(&self.info, id, &resolve)?)]))
+            }
+            GroupKind::Pointwise if matches!(group.nodes.as_slice(), [n] if is_slice_set(self.info.graph.op(*n))) => {
+                let id = group.nodes[0];
+                Ok(Outcome::Done(vec![(id, super::copy::slice_set(&self.info, id, &resolve)?)]))
             }
             GroupKind::Pointwise | GroupKind::RowReduce => {
                 if !group.matmuls.is_empty() {

@@ -383,6 +383,10 @@ impl GemmGroup {
         let (k, n) = (self.k, self.n);
         let (w, w_batch) = (&self.weights[j], &self.weight_batch_strides[j]);
         let w_data = w.cpu_storage().f32_data();
+        let left_data = match &self.left {
+            LeftOperand::Direct(t) => Some(t.cpu_storage().f32_data()),
+            LeftOperand::Program(_) => None,
+        };
         let ws = w.strides();
         let wr = w.rank();
         let mut r = rows.start;
@@ -398,7 +402,7 @@ impl GemmGroup {
                     let batch_offset = row_offset(b, &self.batch_dims, &self.left_batch_strides);
                     let row_stride = s[t.rank() - 2];
                     MatRef {
-                        data: t.cpu_storage().f32_data(),
+                        data: left_data.as_deref().unwrap_or_default(),
                         offset: t.offset() + batch_offset + (r % self.m) * row_stride,
                         row_stride,
                         col_stride: s[t.rank() - 1],
@@ -406,7 +410,7 @@ impl GemmGroup {
                 }
             };
             let batch_offset = row_offset(b, &self.batch_dims, w_batch);
-            let wm = MatRef { data: w_data, offset: w.offset() + batch_offset, row_stride: ws[wr - 2], col_stride: ws[wr - 1] };
+            let wm = MatRef { data: &w_data, offset: w.offset() + batch_offset, row_stride: ws[wr - 2], col_stride: ws[wr - 1] };
             let dst = &mut product[(r - rows.start) * n..(end - rows.start) * n];
             gemm_into(function, dst, end - r, n, k, a, wm, parallel)?;
             r = end;

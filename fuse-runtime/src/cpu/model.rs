@@ -11,7 +11,6 @@ use crate::{Error, Result, Tensor};
 use fuse_ir::infer::{InferError, NodeError};
 use fuse_ir::{DType, ModelOp, NodeId, Op};
 use rayon::prelude::*;
-use std::borrow::Cow;
 
 /// Below this many output elements a model op runs on the calling thread.
 pub(super) const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
@@ -53,14 +52,10 @@ pub(super) fn run_model(info: &CallInfo<'_>, resolve: &dyn Fn(NodeId) -> Result<
     Ok(Tensor::from_cpu(data, info.shapes[id.index()].clone()))
 }
 
-/// The tensor's elements in row-major order as f32: borrowed when it is a dense f32 tensor, else converted.
-pub(super) fn dense_f32(t: &Tensor) -> Result<Cow<'_, [f32]>> {
-    if t.is_contiguous() {
-        if let CpuSlice::F32(all) = t.cpu_storage().slice() {
-            return Ok(Cow::Borrowed(&all[t.offset()..t.offset() + t.numel()]));
-        }
-    }
-    Ok(Cow::Owned(t.to_vec::<f32>()?))
+/// The tensor's elements in row-major order as f32 (a copy: the ops here read every element more than
+/// once, and a copy frees the storage's lock for a write that may follow).
+pub(super) fn dense_f32(t: &Tensor) -> Result<Vec<f32>> {
+    t.to_vec::<f32>()
 }
 
 /// f32 results stored in `dtype` (rounded for the half types).
@@ -80,8 +75,8 @@ fn embedding(ids: &[u32], table: &Tensor) -> std::result::Result<CpuData, InferE
     if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab) {
         return Err(InferError::IdOutOfRange { id: id as u64, vocab });
     }
-    let (storage, start) = (table.cpu_storage().slice(), table.offset());
-    Ok(match storage {
+    let (guard, start) = (table.cpu_storage().read(), table.offset());
+    Ok(match guard.slice() {
         CpuSlice::F32(v) => CpuData::F32(gather_rows(&v[start..], ids, hidden)),
         CpuSlice::F16(v) => CpuData::F16(gather_rows(&v[start..], ids, hidden)),
         CpuSlice::BF16(v) => CpuData::BF16(gather_rows(&v[start..], ids, hidden)),

@@ -4,7 +4,7 @@
 use super::kernels::{self, Lane, Sink};
 use crate::layout::row_offset;
 use super::rowprog::{Instr, Operand, RowProgram, Source};
-use crate::host::CpuSlice;
+use crate::host::{CpuRead, CpuSlice};
 use crate::element::round_to;
 use rayon::prelude::*;
 use std::ops::Range;
@@ -39,12 +39,23 @@ impl RowProgram {
             return;
         }
         let tasks = self.split(rows.clone(), parallel);
-        let data: Vec<CpuSlice<'_>> = self
+        // Every tensor source read-locked for the run (an in-place write waits for it to end).
+        let guards: Vec<Option<CpuRead<'_>>> = self
             .sources
             .iter()
             .map(|s| match s {
-                Source::Tensor { tensor, .. } => tensor.cpu_storage().slice(),
-                Source::Block(k) => CpuSlice::F32(blocks.buffers[*k]),
+                Source::Tensor { tensor, .. } => Some(tensor.cpu_storage().read()),
+                Source::Block(_) => None,
+            })
+            .collect();
+        let data: Vec<CpuSlice<'_>> = self
+            .sources
+            .iter()
+            .zip(&guards)
+            .map(|(s, guard)| match (s, guard) {
+                (_, Some(guard)) => guard.slice(),
+                (Source::Block(k), None) => CpuSlice::F32(blocks.buffers[*k]),
+                (Source::Tensor { .. }, None) => unreachable!("every tensor source has its guard"),
             })
             .collect();
         debug_assert!(sinks.iter().enumerate().all(|(i, s)| s.len() == rows.len() * self.sink_width(i)));

@@ -291,12 +291,15 @@ impl Executor<'_> {
         let group = &plan.groups[index];
         // Model ops and cat are groups of one node each, run by their hand-written kernels (`model.rs`).
         let is_cat = |n: &NodeId| matches!(self.graph.op(*n), Op::View(ViewOp::Cat { .. }));
-        if group.kind == GroupKind::Model || group.nodes.iter().any(is_cat) {
+        let is_write = |n: &NodeId| self.graph.op(*n).writes_in_place();
+        if group.kind == GroupKind::Model || group.nodes.iter().any(|n| is_cat(n) || is_write(n)) {
             let &[node] = group.nodes.as_slice() else {
-                return Err(self.internal(format!("group {index}: a model op or cat beside other nodes")));
+                return Err(self.internal(format!("group {index}: a model op, cat or slice_set beside other nodes")));
             };
             if is_cat(&node) {
                 self.run_cat(node)?;
+            } else if is_write(&node) {
+                self.run_slice_set(node)?;
             } else {
                 self.run_model(node)?;
             }

@@ -196,6 +196,39 @@ impl Executor<'_> {
     }
 }
 
+impl Executor<'_> {
+    /// `dest.slice_set(&src, axis, offset)`: the cat kernel copies `src` into `dest`'s own memory (rows
+    /// `offset ..` along `axis`, through `dest`'s strides); the node's value is `dest`, which now holds them.
+    pub(super) fn run_slice_set(&mut self, id: NodeId) -> Result<()> {
+        self.unreplayable();
+        let Op::View(ViewOp::SliceSet { axis }) = self.graph.op(id) else {
+            return Err(self.internal(format!("%{} is no slice_set", id.0)));
+        };
+        let args = self.graph.node(id).args.clone();
+        let (dest, src) = (self.tensor_arg(args[0], "destination")?, self.tensor_arg(args[1], "source")?);
+        let offset = match self.resolve(args[2])? {
+            Value::Scalar(v) => v as usize,
+            Value::Tensor(_) => return Err(self.internal("slice_set: a tensor offset")),
+        };
+        self.fits_layout("slice_set", &dest)?;
+        let rank = dest.shape().len();
+        let axis = if axis < 0 { (rank as i64 + axis as i64) as usize } else { axis as usize };
+        let count = src.numel();
+        if count > 0 {
+            let element = dest.dtype().size_bytes() as u64;
+            let start = self.address(&dest)? + (offset * dest.strides()[axis]) as u64 * element;
+            let pad = MODEL_RANK - rank;
+            let mut words = Words::default();
+            words.address(self.address(&src)?).address(start).count(count).layout(src.shape(), src.strides());
+            words.counts(&[vec![0; pad], dest.strides().to_vec()].concat());
+            self.launch_model_kernel(ModelKernel::Cat, dest.dtype(), blocks(count, ModelKernel::Cat.block_threads()), words)?;
+        }
+        self.addresses[id.index()] = if dest.numel() == 0 { 0 } else { self.address(&dest)? };
+        self.values[id.index()] = Some(Value::Tensor(dest));
+        Ok(())
+    }
+}
+
 /// A 4-D shape's sizes (inference checked the rank).
 fn dims4(shape: &[usize]) -> [usize; 4] {
     [shape[0], shape[1], shape[2], shape[3]]
