@@ -1,4 +1,4 @@
-//! View and layout ops (`reshape`, `transpose`, `permute`, `narrow`, `cat`, `contiguous`, `dim`) and matmul
+//! View and layout ops (`reshape`, `transpose`, `permute`, `narrow`, `cat`, `contiguous`, `dim`, `slice_set`) and matmul
 //! with batch axes on both sides: traced by `#[fuse]`, fused and unfused, and as eager ops, against the
 //! reference interpreter on random inputs with odd shapes, on each device (`fuse::device_tests!`); and the
 //! errors for bad axes, sizes and shapes. On the GPU, batched matmuls of rank 4 are `Error::Unsupported` (see
@@ -41,6 +41,78 @@ fn joined(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 #[fuse]
 fn batched(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     Ok(a.matmul(b))
+}
+
+/// A decoder's cache step: new rows (a transposed view) written into the cache in place, then read back
+/// through a narrow view by a row reduction.
+#[fuse]
+fn cache_step(cache: &Tensor, rows: &Tensor, pos: usize, len: usize) -> Result<Tensor> {
+    let cache = cache.slice_set(&rows.transpose(1, 2), 2, pos);
+    Ok(softmax(cache.narrow(2, 0, len) * 2.0))
+}
+
+/// `want` with rows `pos ..` of axis 2 of a [b, h, cap, d] cache replaced by `rows` [b, s, h, d].
+fn cache_with_rows(want: &mut [f32], rows: &[f32], [b, h, cap, d]: [usize; 4], s: usize, pos: usize) {
+    for ((bi, hi), (si, di)) in (0..b).flat_map(|x| (0..h).map(move |y| (x, y))).flat_map(|bh| (0..s).flat_map(move |si| (0..d).map(move |di| (bh, (si, di))))) {
+        want[((bi * h + hi) * cap + pos + si) * d + di] = rows[((bi * s + si) * h + hi) * d + di];
+    }
+}
+
+fn slice_set_writes_in_place(dev: &Device) {
+    let mut r = TestRng::new(39);
+    for dtype in DTYPES {
+        for (b, h, cap, d, pos, s) in [(1, 1, 1, 1, 0usize, 1usize), (1, 3, 17, 5, 16, 1), (2, 3, 33, 17, 4, 29)] {
+            let cache = random(&mut r, &[b, h, cap, d], dtype, -1.0, 1.0, dev);
+            let rows = random(&mut r, &[b, s, h, d], dtype, -1.0, 1.0, dev);
+            let mut want = cache.to_vec::<f32>().unwrap();
+            cache_with_rows(&mut want, &rows.to_vec::<f32>().unwrap(), [b, h, cap, d], s, pos);
+            let what = format!("cache_step [{b}, {h}, {cap}, {d}] rows {pos}+{s} {dtype}");
+            let len = pos + s;
+            let args = [fuse::arg(&cache), fuse::arg(&rows), fuse::arg(&pos), fuse::arg(&len)];
+            // The reference computes values only; the fused runs (fused and unfused) also write the cache.
+            check(&what, cache_step_fused(), &args, dtype, dev);
+            assert_eq!(cache.to_vec::<f32>().unwrap(), want, "{what}: the caller's cache after the write");
+            // Eager, into a destination that is itself a view (a narrow of a wider tensor, with an offset).
+            let wide = random(&mut r, &[b, h + 2, cap, d], dtype, -1.0, 1.0, dev);
+            let mut want = wide.to_vec::<f32>().unwrap();
+            let src = rows.transpose(1, 2).unwrap();
+            let written = wide.narrow(1, 2, h).unwrap().slice_set(&src, 2, pos).unwrap();
+            assert_eq!(written.shape(), &[b, h, cap, d], "{what}: slice_set returns the destination");
+            for bi in 0..b {
+                let mut plane: Vec<f32> = Vec::new();
+                for hi in 0..h {
+                    let at = ((bi * (h + 2) + 2 + hi) * cap) * d;
+                    plane.extend_from_slice(&want[at..at + cap * d]);
+                }
+                let single = rows.narrow(0, bi, 1).unwrap().to_vec::<f32>().unwrap();
+                cache_with_rows(&mut plane, &single, [1, h, cap, d], s, pos);
+                for hi in 0..h {
+                    let at = ((bi * (h + 2) + 2 + hi) * cap) * d;
+                    want[at..at + cap * d].copy_from_slice(&plane[hi * cap * d..(hi + 1) * cap * d]);
+                }
+            }
+            assert_eq!(wide.to_vec::<f32>().unwrap(), want, "{what}: eager slice_set into a narrow view");
+        }
+    }
+}
+
+fn slice_set_errors_are_clear(dev: &Device) {
+    let cache = random(&mut TestRng::new(40), &[2, 5, 3], DType::F32, -1.0, 1.0, dev);
+    let rows = random(&mut TestRng::new(41), &[2, 2, 3], DType::F32, -1.0, 1.0, dev);
+    let before = cache.to_vec::<f32>().unwrap();
+    let shape_error = |r: Result<Tensor>| match r {
+        Err(e @ Error::Shape { .. }) => e.to_string(),
+        other => panic!("expected a shape error, got {other:?}"),
+    };
+    let past = shape_error(cache.slice_set(&rows, 1, 4));
+    assert!(past.contains("slice_set: offset 4 + 2 rows is past the end of axis 1 (size 5)"), "{past}");
+    let wrong = shape_error(cache.slice_set(&rows.narrow(2, 0, 2).unwrap(), 1, 0));
+    assert!(wrong.contains("differ on another axis"), "{wrong}");
+    match cache.slice_set(&rows.to_dtype(DType::BF16).unwrap(), 1, 0) {
+        Err(Error::Shape { error: fuse::ir::infer::InferError::DType { .. }, .. }) => {}
+        other => panic!("a bf16 source into an f32 cache: expected a dtype error, got {other:?}"),
+    }
+    assert_eq!(cache.to_vec::<f32>().unwrap(), before, "a refused write leaves the destination as it was");
 }
 
 fn gpu_unsupported(dev: &Device, result: Result<Vec<Tensor>>, op: &str) -> bool {
@@ -188,4 +260,6 @@ fuse::device_tests!(
     matmul_broadcasts_batch_axes,
     eager_views_match,
     view_errors_are_clear,
+    slice_set_writes_in_place,
+    slice_set_errors_are_clear,
 );

@@ -58,6 +58,27 @@ fn bf16_logits_stay_close_to_the_f32_reference(dev: &Device) {
     }
 }
 
+/// The cache's memory is the one allocated up front: a handle taken before a step sees the step's rows
+/// (written in place), rows past the length stay as they were (zero), earlier rows are not rewritten.
+fn decode_writes_the_cache_in_place(dev: &Device) {
+    let Some(file) = common::model() else { return };
+    let model = Llama::load(file, dev, DType::F32).expect("the model loads");
+    let mut cache = model.new_cache(8).expect("a cache");
+    let (keys, values) = (cache.layer(0).0.clone(), cache.layer(29).1.clone());
+    let row = |t: &Tensor, head: usize, pos: usize| t.narrow(1, head, 1).unwrap().narrow(2, pos, 1).unwrap().to_vec::<f32>().unwrap();
+    let written = |t: &Tensor, pos: usize| (0..3).all(|h| row(t, h, pos).iter().any(|&v| v != 0.0));
+    model.forward(&[1, 9690, 28], &mut cache).expect("prefill");
+    for t in [&keys, &values] {
+        assert!((0..3).all(|p| written(t, p)) && !(3..8).any(|p| written(t, p)), "rows 0..3 written by the prefill, no others");
+    }
+    let before = keys.to_vec::<f32>().unwrap();
+    model.forward(&[253], &mut cache).expect("a decode step");
+    let after = keys.to_vec::<f32>().unwrap();
+    assert!(written(&keys, 3) && !(4..8).any(|p| written(&keys, p)), "the step wrote row 3 only");
+    let head_rows = |data: &[f32]| -> Vec<f32> { data.chunks(8 * 64).flat_map(|head| head[..3 * 64].to_vec()).collect() };
+    assert_eq!(head_rows(&before), head_rows(&after), "the rows already there are not rewritten");
+}
+
 fn an_unknown_token_or_a_full_cache_is_an_error(dev: &Device) {
     let Some(file) = common::model() else { return };
     let model = Llama::load(file, dev, DType::F32).expect("the model loads");
@@ -79,4 +100,5 @@ fuse::device_tests!(
     logits_and_greedy_tokens_match_transformers_in_f32,
     bf16_logits_stay_close_to_the_f32_reference,
     an_unknown_token_or_a_full_cache_is_an_error,
+    decode_writes_the_cache_in_place,
 );
