@@ -113,6 +113,20 @@ fn slice_set_errors_are_clear(dev: &Device) {
         other => panic!("a bf16 source into an f32 cache: expected a dtype error, got {other:?}"),
     }
     assert_eq!(cache.to_vec::<f32>().unwrap(), before, "a refused write leaves the destination as it was");
+    // The cache and a view of it as two arguments: the view's reader could run before or after the write.
+    let cache = random(&mut TestRng::new(42), &[1, 2, 5, 3], DType::F32, -1.0, 1.0, dev);
+    let rows = random(&mut TestRng::new(43), &[1, 1, 2, 3], DType::F32, -1.0, 1.0, dev);
+    let view = cache.narrow(2, 0, 1).unwrap().transpose(1, 2).unwrap();
+    let (one, two) = (1usize, 2usize);
+    let args = [fuse::arg(&cache), fuse::arg(&rows), fuse::arg(&one), fuse::arg(&two)];
+    assert!(cache_step_fused().call(&args).is_ok(), "the write on its own is fine");
+    let before = cache.to_vec::<f32>().unwrap();
+    let aliased = [fuse::arg(&cache), fuse::arg(&view), fuse::arg(&one), fuse::arg(&two)];
+    match cache_step_fused().call(&aliased) {
+        Err(e @ Error::Unsupported { .. }) => assert!(e.to_string().contains("shares its memory with the argument `rows`"), "{e}"),
+        other => panic!("a destination aliased by another argument: expected Unsupported, got {other:?}"),
+    }
+    assert_eq!(cache.to_vec::<f32>().unwrap(), before, "a refused write leaves the destination as it was");
 }
 
 fn gpu_unsupported(dev: &Device, result: Result<Vec<Tensor>>, op: &str) -> bool {

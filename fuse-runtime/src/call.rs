@@ -75,7 +75,31 @@ pub(crate) fn infer(function: &str, g: &Graph, args: &[Value]) -> Result<Inferre
         .collect();
     let shapes = infer_shapes_with(g, &shapes, &scalars).map_err(|e| node_error(function, g, e))?;
     let dtypes = infer_dtypes(g, &dtypes).map_err(|e| node_error(function, g, e))?;
+    check_write_aliases(function, g, args)?;
     Ok(Inferred { shapes, dtypes })
+}
+
+/// A `slice_set` destination that shares memory with another tensor argument: that argument's readers would
+/// see old or new rows depending on the order the groups run in, so the call is refused.
+fn check_write_aliases(function: &str, g: &Graph, args: &[Value]) -> Result<()> {
+    for id in g.ids().filter(|&id| g.op(id).writes_in_place()) {
+        let dest = g.node(id).args[0];
+        let fuse_ir::Op::Input(k) = g.op(dest) else { continue };
+        let Some(Value::Tensor(written)) = args.get(k as usize) else { continue };
+        for (i, arg) in args.iter().enumerate() {
+            if let Value::Tensor(other) = arg {
+                if i != k as usize && other.shares_memory_with(written) {
+                    let (dest, other) = (&g.inputs[k as usize].name, &g.inputs[i].name);
+                    return Err(Error::unsupported(
+                        function,
+                        "slice_set",
+                        format!("`{dest}` is written in place and shares its memory with the argument `{other}`, which the call also reads"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The value table of a call before any group runs: each graph input's node holds its argument.

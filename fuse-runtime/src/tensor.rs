@@ -218,6 +218,11 @@ impl Tensor {
         }
     }
 
+    /// Whether both are views of the same memory.
+    pub(crate) fn shares_memory_with(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.storage, &other.storage)
+    }
+
     pub(crate) fn offset(&self) -> usize {
         self.offset
     }
