@@ -534,27 +534,24 @@ impl Executor<'_> {
         self.plan.groups.iter().any(|g| g.kind == GroupKind::DualGemm && g.matmuls.contains(&mm))
     }
 
-    /// A 2-D or 3-D tensor as a (batched) matrix.
+    /// A tensor of two or more axes as a (batched) matrix: its batch axes (all but the last two) must merge
+    /// into one strided axis (a dense [b, h, s, d] does; a transposed view of one whose batch axes are not
+    /// adjacent in memory does not: `.contiguous()` it first).
     fn matrix(&self, t: &Tensor) -> Result<Matrix> {
         let (s, st) = (t.shape(), t.strides());
         let address = self.address(t)?;
-        match (s, st) {
-            ([r, c], [rs, cs]) => {
-                Ok(Matrix { address, batch: 1, rows: *r, cols: *c, batch_stride: 0, row_stride: *rs, col_stride: *cs })
-            }
-            ([b, r, c], [bs, rs, cs]) => Ok(Matrix {
-                address,
-                batch: *b,
-                rows: *r,
-                cols: *c,
-                batch_stride: *bs,
-                row_stride: *rs,
-                col_stride: *cs,
-            }),
-            _ => {
-                Err(Error::unsupported(self.function, "matmul", format!("an operand of shape {s:?} (2-D or 3-D only)")))
-            }
+        let r = s.len();
+        if r < 2 {
+            return Err(Error::unsupported(self.function, "matmul", format!("an operand of shape {s:?} (at least 2-D)")));
         }
+        let (batch, batch_stride) = merged_batch(&s[..r - 2], &st[..r - 2]).ok_or_else(|| {
+            Error::unsupported(
+                self.function,
+                "matmul",
+                format!("an operand of shape {s:?} and strides {st:?}: its batch axes do not merge into one (make it contiguous first)"),
+            )
+        })?;
+        Ok(Matrix { address, batch, rows: s[r - 2], cols: s[r - 1], batch_stride, row_stride: st[r - 2], col_stride: st[r - 1] })
     }
 
     /// A returned value as a tensor; scalars and literals become 0-d f32 tensors on this GPU.
@@ -563,5 +560,33 @@ impl Executor<'_> {
             Value::Tensor(t) => Ok(t),
             Value::Scalar(v) => Tensor::from_vec(vec![v as f32], &[], &crate::Device::Cuda(self.device.clone())),
         }
+    }
+}
+
+/// Batch axes as one: their element count and the stride between consecutive batches, when every axis
+/// (axes of size 1 aside) steps exactly over the one after it; `None` when they do not merge.
+fn merged_batch(shape: &[usize], strides: &[usize]) -> Option<(usize, usize)> {
+    let axes: Vec<(usize, usize)> = shape.iter().zip(strides).map(|(&d, &st)| (d, st)).filter(|&(d, _)| d != 1).collect();
+    let Some(&(_, innermost)) = axes.last() else { return Some((1, 0)) };
+    if axes.windows(2).any(|w| w[0].1 != w[1].0 * w[1].1) {
+        return None;
+    }
+    Some((axes.iter().map(|&(d, _)| d).product(), innermost))
+}
+
+#[cfg(test)]
+mod merged_batch_tests {
+    use super::merged_batch;
+
+    #[test]
+    fn batch_axes_merge_only_when_adjacent_in_memory() {
+        assert_eq!(merged_batch(&[], &[]), Some((1, 0)));
+        assert_eq!(merged_batch(&[2, 3], &[3 * 35, 35]), Some((6, 35)));
+        assert_eq!(merged_batch(&[1, 3], &[99, 7]), Some((3, 7)));
+        assert_eq!(merged_batch(&[2, 1, 1], &[3, 3, 3]), Some((2, 3)));
+        // [b, h] of a transposed [b, s, h, d] view: h steps d, b steps s*h*d, not h*d.
+        assert_eq!(merged_batch(&[2, 3], &[5 * 3 * 4, 4]), None);
+        // A broadcast batch axis (stride 0) beside a real one.
+        assert_eq!(merged_batch(&[2, 3], &[0, 12]), None);
     }
 }
