@@ -1,8 +1,8 @@
 //! View and layout ops (`reshape`, `transpose`, `permute`, `narrow`, `cat`, `contiguous`, `dim`, `slice_set`) and matmul
 //! with batch axes on both sides: traced by `#[fuse]`, fused and unfused, and as eager ops, against the
 //! reference interpreter on random inputs with odd shapes, on each device (`fuse::device_tests!`); and the
-//! errors for bad axes, sizes and shapes. On the GPU, batched matmuls of rank 4 are `Error::Unsupported` (see
-//! README); their case says so.
+//! errors for bad axes, sizes and shapes. On the GPU, batch axes that do not merge into one strided axis are
+//! `Error::Unsupported` (see README); their case says so.
 
 use fuse::prelude::*;
 use fuse::testing::{assert_close, check_against_reference as check, random, TestRng};
