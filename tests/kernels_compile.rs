@@ -278,10 +278,10 @@ fn every_generated_kernel_compiles_and_assembles_without_spills() {
 }
 
 /// The hand-written model-op kernels (`fuse::ir::codegen::ModelKernel`): each in every dtype it reads (cat
-/// also u32) for sm_80 and sm_90, without spills.
+/// also u32) for sm_80 and sm_90, attention for each head dimension it is built for, without spills.
 #[test]
 fn every_model_kernel_compiles_and_assembles_without_spills() {
-    use fuse::ir::codegen::ModelKernel;
+    use fuse::ir::codegen::{ModelKernel, ATTENTION_HEAD_DIMS};
     let required = std::env::var("FUSE_TEST_NVRTC").is_ok_and(|v| v == "1");
     let (true, Some(ptxas)) = (nvrtc_available(), ptxas()) else {
         assert!(!required, "FUSE_TEST_NVRTC=1 but NVRTC or ptxas is missing");
@@ -303,10 +303,17 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
                 outputs: Vec::new(),
                 nodes: Vec::new(),
             };
-            for arch in ARCHS {
-                match check(&spec, &ModelKernel::defines(dtype), arch, &ptxas) {
-                    Ok(report) => eprintln!("kernels_compile: {} {dtype} {arch}: {} registers", kernel.name(), report.registers),
-                    Err(e) => failures.push(format!("{} {dtype} {arch}: {e}", kernel.name())),
+            let variants: Vec<Vec<String>> = match kernel {
+                ModelKernel::Attention => ATTENTION_HEAD_DIMS
+                    .iter()
+                    .map(|d| [ModelKernel::defines(dtype), vec![format!("-DFUSE_ATTENTION_D={d}")]].concat())
+                    .collect(),
+                _ => vec![ModelKernel::defines(dtype)],
+            };
+            for (defines, arch) in variants.iter().flat_map(|d| ARCHS.map(|arch| (d, arch))) {
+                match check(&spec, defines, arch, &ptxas) {
+                    Ok(report) => eprintln!("kernels_compile: {} {defines:?} {arch}: {} registers", kernel.name(), report.registers),
+                    Err(e) => failures.push(format!("{} {defines:?} {arch}: {e}", kernel.name())),
                 }
             }
         }

@@ -33,6 +33,18 @@ fn attend_causal(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tenso
     Ok(attention(q, k, v, scale, true))
 }
 
+/// Decode and prefill as a model runs them: q [b, sq, hq, d] read as heads, k and v the first `used`
+/// positions of a longer cache [b, hkv, capacity, d] (a narrow view along the positions).
+#[fuse]
+fn attend_cache(q: &Tensor, k_cache: &Tensor, v_cache: &Tensor, used: usize, scale: f32) -> Result<Tensor> {
+    Ok(attention(&q.transpose(1, 2), &k_cache.narrow(2, 0, used), &v_cache.narrow(2, 0, used), scale, false))
+}
+
+#[fuse]
+fn attend_cache_causal(q: &Tensor, k_cache: &Tensor, v_cache: &Tensor, used: usize, scale: f32) -> Result<Tensor> {
+    Ok(attention(&q.transpose(1, 2), &k_cache.narrow(2, 0, used), &v_cache.narrow(2, 0, used), scale, true))
+}
+
 /// Pointwise work on both sides of the model ops: fused, it runs in groups of its own around them.
 #[fuse]
 fn rotate_and_attend(q: &Tensor, k: &Tensor, cos: &Tensor, sin: &Tensor, v: &Tensor) -> Result<Tensor> {
@@ -181,6 +193,53 @@ fn attention_matches_reference(dev: &Device) {
     }
 }
 
+/// One query against many cached keys: the GPU splits the keys across blocks (from 1000 keys on, at 132
+/// multiprocessors; fuse-ir's `attention_launch`) and merges the splits in a second kernel.
+fn attention_decode_over_a_cache_matches_reference(dev: &Device) {
+    let mut r = TestRng::new(46);
+    let (batch, q_heads, kv_heads) = (2, 9, 3);
+    for dtype in [DType::F32, DType::BF16] {
+        for (d, capacity, used_keys) in [(64, 4100, &[1usize, 17, 1000, 4095][..]), (1, 1003, &[1000]), (3, 1003, &[1000]), (128, 1003, &[1000]), (256, 1003, &[1000])] {
+            let [k_cache, v_cache] = [0; 2].map(|_| random(&mut r, &[batch, kv_heads, capacity, d], dtype, -1.0, 1.0, dev));
+            for &used in used_keys {
+                let q = random(&mut r, &[batch, 1, q_heads, d], dtype, -1.0, 1.0, dev);
+                let scale = 2.0 / (d as f32).sqrt();
+                let args = [fuse::arg(&q), fuse::arg(&k_cache), fuse::arg(&v_cache), fuse::arg(&used), fuse::arg(&scale)];
+                let what = format!("decode attention d {d} over {used} of {capacity} cached keys");
+                check(&what, attend_cache_fused(), &args, dtype, dev);
+                check(&format!("causal {what}"), attend_cache_causal_fused(), &args, dtype, dev);
+                if used == 4095 {
+                    // No atomics: the splits merge in a fixed order, so a repeated call is bit-identical.
+                    let [first, again] = [0; 2].map(|_| attend_cache_causal_fused().call(&args).expect("decode")[0].to_vec::<f32>().expect("read"));
+                    assert!(first.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}: two calls differ");
+                }
+            }
+        }
+    }
+}
+
+/// Many queries: on the GPU, tiles of 16 (query, head) rows share each key/value tile; causal tiles skip the
+/// keys past their last query's; 300 queries make many tiles (and key splits where there are few of them).
+fn attention_prefill_matches_reference(dev: &Device) {
+    let mut r = TestRng::new(47);
+    for dtype in [DType::F32, DType::BF16] {
+        for (q_heads, kv_heads) in [(3, 3), (9, 3)] {
+            for (seq, dims) in [(17, &[1, 3, 64, 128, 256][..]), (300, &[64])] {
+                for &d in dims {
+                    let batch = if seq == 17 { 2 } else { 1 };
+                    let q = random(&mut r, &[batch, q_heads, seq, d], dtype, -1.0, 1.0, dev);
+                    let [k, v] = [0; 2].map(|_| random(&mut r, &[batch, kv_heads, seq, d], dtype, -1.0, 1.0, dev));
+                    let scale = 2.0 / (d as f32).sqrt();
+                    let args = [fuse::arg(&q), fuse::arg(&k), fuse::arg(&v), fuse::arg(&scale)];
+                    let what = format!("prefill attention b {batch} hq {q_heads} hkv {kv_heads} seq {seq} d {d}");
+                    check(&what, attend_fused(), &args, dtype, dev);
+                    check(&format!("causal {what}"), attend_causal_fused(), &args, dtype, dev);
+                }
+            }
+        }
+    }
+}
+
 fn attention_beside_pointwise_work_matches_reference(dev: &Device) {
     let mut r = TestRng::new(45);
     for dtype in DTYPES {
@@ -223,6 +282,8 @@ fuse::device_tests!(
     argmax_matches_reference_and_keeps_the_axis,
     rope_matches_reference,
     attention_matches_reference,
+    attention_decode_over_a_cache_matches_reference,
+    attention_prefill_matches_reference,
     attention_beside_pointwise_work_matches_reference,
     attention_shapes_that_do_not_fit_are_errors,
 );

@@ -30,7 +30,11 @@ pub use gemm::{
     GemmTiling, MmaConfig, SkinnyConfig, WgmmaConfig, MMA_CONFIGS, MMA_TEMPLATE, PROLOGUE_MAX_ROWS, SKINNY_CONFIGS,
     SKINNY_TEMPLATE, WGMMA_CONFIGS, WGMMA_TEMPLATE,
 };
-pub use model::{ModelKernel, ATTENTION_MAX_HEAD_DIM, ATTENTION_THREADS, MODEL_BLOCK_THREADS, MODEL_RANK};
+pub use model::{
+    attention_launch, AttentionLaunch, AttentionShape, ModelKernel, ATTENTION_COMBINE_THREADS, ATTENTION_HEAD_DIMS,
+    ATTENTION_KEY_TILE, ATTENTION_MAX_HEAD_DIM, ATTENTION_ROW_TILE, ATTENTION_THREADS, MODEL_BLOCK_THREADS,
+    MODEL_RANK,
+};
 pub use prelude::{BLOCK_THREADS, VECTOR_ELEMENTS};
 
 use crate::graph::{Graph, NodeId};

@@ -38,7 +38,16 @@ pub(crate) struct DeviceState {
     blas: Mutex<Option<CudaBlas>>,
     /// Scratch memory of `queue_l2_flush`.
     flush: Mutex<Option<CudaSlice<u8>>>,
+    /// Scratch memory of [`CudaDevice::workspace`].
+    workspace: Mutex<Option<CudaSlice<u8>>>,
     modules: ModuleCache,
+}
+
+/// Scratch memory of [`CudaDevice::workspace`], held until dropped.
+pub(crate) struct Workspace<'a> {
+    /// The device address of its first byte.
+    pub address: u64,
+    _guard: MutexGuard<'a, Option<CudaSlice<u8>>>,
 }
 
 fn registry() -> &'static Mutex<BTreeMap<usize, Arc<DeviceState>>> {
@@ -176,6 +185,31 @@ impl CudaDevice {
             .map_err(|e| driver_error("memset", e))
     }
 
+    /// At least `bytes` bytes of scratch memory for kernels that hand partial results to a later kernel
+    /// (attention's key splits): one buffer per GPU, reallocated only to grow (to a power of two), so that
+    /// repeated calls allocate nothing. The caller keeps the returned guard until it has queued every launch
+    /// that uses the memory: those launches are then in stream order with every other use, and no other
+    /// thread can interleave its own or free the buffer (a reallocation frees the old one in stream order,
+    /// after the work queued before). With poisoned allocations the bytes asked for are set to 0xFF each time.
+    pub(crate) fn workspace(&self, bytes: usize) -> Result<Workspace<'_>> {
+        let mut guard = lock(&self.state.workspace);
+        let bytes = bytes.max(1);
+        if guard.as_ref().is_none_or(|w| w.len() < bytes) {
+            *guard = None;
+            let len = bytes.checked_next_power_of_two().unwrap_or(bytes);
+            // SAFETY: uninitialised; the kernels that read it write it first (in stream order).
+            *guard = Some(unsafe { self.state.stream.alloc::<u8>(len) }.map_err(|e| driver_error("alloc", e))?);
+        }
+        let Some(buffer) = guard.as_ref() else { return Err(Error::internal("workspace", "no buffer after allocating it")) };
+        let address = cudarc::driver::DevicePtr::device_ptr(buffer, &self.state.stream).0;
+        if self.poisons_allocations() {
+            // SAFETY: the first `bytes` bytes of this live allocation, queued on the stream of every use.
+            unsafe { cudarc::driver::result::memset_d8_async(address, 0xFF, bytes, self.state.stream.cu_stream()) }
+                .map_err(|e| driver_error("memset", e))?;
+        }
+        Ok(Workspace { address, _guard: guard })
+    }
+
     /// Waits until all work queued on this GPU's stream has finished.
     pub fn synchronize(&self) -> Result<()> {
         self.state.stream.synchronize().map_err(|e| driver_error("stream synchronize", e))
@@ -243,6 +277,7 @@ impl DeviceState {
             poison: AtomicBool::new(false),
             blas: Mutex::new(None),
             flush: Mutex::new(None),
+            workspace: Mutex::new(None),
             modules: ModuleCache::default(),
         })
     }

@@ -1,16 +1,21 @@
 //! Hand-written CUDA C for the model ops (`embedding`, `argmax`, `rope`, `attention`) and `cat`: one kernel
-//! per op, the same text for every shape; the element type is the `-D` define of [`ModelKernel::defines`].
-//! Each kernel takes one argument struct made of 8-byte words (pointers, sizes, strides; a `double` scale),
-//! which the runtime packs as `u64` words in the order the struct declares them (`cuda/exec/model.rs`).
+//! per op (attention: two, the second merging key splits), the same text for every shape; the element type
+//! is the `-D` define of [`ModelKernel::defines`]. Each kernel takes one argument struct made of 8-byte words
+//! (pointers, sizes, strides; a `double` scale), which the runtime packs as `u64` words in the order the
+//! struct declares them (`cuda/exec/model.rs`). Attention's geometry (tiles, splits, shared memory) is
+//! `attention.rs`.
+
+mod attention;
+
+pub use attention::{
+    attention_launch, AttentionLaunch, AttentionShape, ATTENTION_COMBINE_THREADS, ATTENTION_HEAD_DIMS,
+    ATTENTION_KEY_TILE, ATTENTION_MAX_HEAD_DIM, ATTENTION_ROW_TILE, ATTENTION_THREADS,
+};
 
 use crate::DType;
 
-/// Threads per block of every model kernel but attention's.
+/// Threads per block of every model kernel but the two of attention.
 pub const MODEL_BLOCK_THREADS: u32 = 256;
-/// Threads per block of the attention kernel (one block per query row; keys in tiles of this many).
-pub const ATTENTION_THREADS: u32 = 128;
-/// The largest head dimension the attention kernel holds (its query row and per-thread channels).
-pub const ATTENTION_MAX_HEAD_DIM: usize = 256;
 /// Axes of a strided operand the kernels address (`FuseLayout`), padded in front with axes of size 1.
 pub const MODEL_RANK: usize = 6;
 
@@ -20,12 +25,20 @@ pub enum ModelKernel {
     Argmax,
     Rope,
     Attention,
+    /// Merges attention's per-split partials (when the keys were split across blocks).
+    AttentionCombine,
     Cat,
 }
 
 impl ModelKernel {
-    pub const ALL: [ModelKernel; 5] =
-        [ModelKernel::Embedding, ModelKernel::Argmax, ModelKernel::Rope, ModelKernel::Attention, ModelKernel::Cat];
+    pub const ALL: [ModelKernel; 6] = [
+        ModelKernel::Embedding,
+        ModelKernel::Argmax,
+        ModelKernel::Rope,
+        ModelKernel::Attention,
+        ModelKernel::AttentionCombine,
+        ModelKernel::Cat,
+    ];
 
     /// The `extern "C"` symbol.
     pub fn name(self) -> &'static str {
@@ -34,6 +47,7 @@ impl ModelKernel {
             ModelKernel::Argmax => "fuse_model_argmax",
             ModelKernel::Rope => "fuse_model_rope",
             ModelKernel::Attention => "fuse_model_attention",
+            ModelKernel::AttentionCombine => "fuse_model_attention_combine",
             ModelKernel::Cat => "fuse_model_cat",
         }
     }
@@ -45,6 +59,7 @@ impl ModelKernel {
             ModelKernel::Argmax => concat!(include_str!("common.cuh"), include_str!("argmax.cu")),
             ModelKernel::Rope => concat!(include_str!("common.cuh"), include_str!("rope.cu")),
             ModelKernel::Attention => concat!(include_str!("common.cuh"), include_str!("attention.cu")),
+            ModelKernel::AttentionCombine => concat!(include_str!("common.cuh"), include_str!("attention_combine.cu")),
             ModelKernel::Cat => concat!(include_str!("common.cuh"), include_str!("cat.cu")),
         }
     }
@@ -53,12 +68,14 @@ impl ModelKernel {
     pub fn block_threads(self) -> u32 {
         match self {
             ModelKernel::Attention => ATTENTION_THREADS,
+            ModelKernel::AttentionCombine => ATTENTION_COMBINE_THREADS,
             _ => MODEL_BLOCK_THREADS,
         }
     }
 
     /// The defines that pick the element type: the float dtype the kernel reads and writes (embedding: the
-    /// table's; argmax: x's; cat: the parts', u32 included).
+    /// table's; argmax: x's; cat: the parts', u32 included). Attention adds its head dimension
+    /// ([`AttentionLaunch::defines`]).
     pub fn defines(dtype: DType) -> Vec<String> {
         let code = match dtype {
             DType::F32 => 0,
@@ -80,6 +97,13 @@ mod tests {
         let attention = ModelKernel::Attention.source();
         assert!(attention.contains(&format!("#define FUSE_ATTENTION_THREADS {ATTENTION_THREADS}")));
         assert!(attention.contains(&format!("#define FUSE_ATTENTION_MAX_D {ATTENTION_MAX_HEAD_DIM}")));
+        assert!(attention.contains(&format!("#define FUSE_ATTENTION_KEYS {ATTENTION_KEY_TILE}")));
+        assert!(attention.contains(&format!("#define FUSE_ATTENTION_ROWS {ATTENTION_ROW_TILE}")));
+        // Each warp holds a quarter of the rows (its register arrays are sized by that); one key a lane.
+        assert_eq!((ATTENTION_THREADS / 32, ATTENTION_KEY_TILE), (4, 32));
+        let combine = ModelKernel::AttentionCombine.source();
+        assert!(combine.contains(&format!("#define FUSE_ATTENTION_COMBINE_THREADS {ATTENTION_COMBINE_THREADS}")));
+        assert!(ATTENTION_COMBINE_THREADS as usize >= ATTENTION_MAX_HEAD_DIM, "one combine thread a channel");
         assert!(ModelKernel::Argmax.source().contains(&format!("#define FUSE_ARGMAX_THREADS {MODEL_BLOCK_THREADS}")));
         for kernel in ModelKernel::ALL {
             let source = kernel.source();

@@ -19,6 +19,7 @@
 //! `FuseArgs` packing and launch geometry), `launch` (one kernel launch), `launch_plan` (a call recorded and
 //! replayed), `describe` (FUSE_DEBUG>=3's account of the matmuls).
 
+mod attention;
 mod describe;
 mod fuse_args;
 mod gemm_path;

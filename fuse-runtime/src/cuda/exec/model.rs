@@ -1,7 +1,8 @@
-//! Model groups (`embedding`, `argmax`, `rope`, `attention`: one node, one kernel) and `cat` (one kernel per
-//! part) on the GPU: the hand-written kernels of `fuse_ir::codegen::ModelKernel`, compiled once per dtype
-//! through the module cache and launched through `run_step` like every other kernel. Each takes one struct
-//! of 8-byte words, packed here field by field in the order the `.cu` file declares them.
+//! Model groups (`embedding`, `argmax`, `rope`, `attention`: one node, one kernel, two for attention with
+//! split keys, see `attention.rs`) and `cat` (one kernel per part) on the GPU: the hand-written kernels of
+//! `fuse_ir::codegen::ModelKernel`, compiled once per dtype through the module cache and launched through
+//! `run_step` like every other kernel. Each takes one struct of 8-byte words, packed here field by field in
+//! the order the `.cu` file declares them.
 //!
 //! Operands are read as the views they are (their strides go to the kernel), with one exception: embedding
 //! copies its ids to the host to check them against the vocabulary before the launch (a synchronising
@@ -14,27 +15,29 @@ use super::launch_plan::Step;
 use super::{kernels, Executor};
 use crate::call::{node_error, Value};
 use crate::{Error, Result, Tensor};
-use fuse_ir::codegen::{ModelKernel, ATTENTION_MAX_HEAD_DIM, MODEL_RANK};
+use crate::cuda::driver::driver_error;
+use cudarc::driver::sys::CUfunction_attribute;
+use fuse_ir::codegen::{ModelKernel, MODEL_RANK};
 use fuse_ir::infer::{InferError, NodeError};
 use fuse_ir::view::{dense_strides, ViewOp};
 use fuse_ir::{DType, ModelOp, NodeId, Op};
 
 /// A kernel's argument struct as the words the driver copies, in declaration order.
 #[derive(Default)]
-struct Words(Vec<u64>);
+pub(super) struct Words(pub(super) Vec<u64>);
 
 impl Words {
-    fn address(&mut self, address: u64) -> &mut Self {
+    pub(super) fn address(&mut self, address: u64) -> &mut Self {
         self.0.push(address);
         self
     }
 
-    fn count(&mut self, n: usize) -> &mut Self {
+    pub(super) fn count(&mut self, n: usize) -> &mut Self {
         self.0.push(n as u64);
         self
     }
 
-    fn counts(&mut self, ns: &[usize]) -> &mut Self {
+    pub(super) fn counts(&mut self, ns: &[usize]) -> &mut Self {
         ns.iter().for_each(|&n| self.0.push(n as u64));
         self
     }
@@ -52,7 +55,7 @@ fn blocks(count: usize, per_block: u32) -> u32 {
 }
 
 impl Executor<'_> {
-    fn tensor_arg(&self, id: NodeId, what: &str) -> Result<Tensor> {
+    pub(super) fn tensor_arg(&self, id: NodeId, what: &str) -> Result<Tensor> {
         match self.resolve(id)? {
             Value::Tensor(t) => Ok(t),
             Value::Scalar(_) => Err(self.internal(format!("a scalar as the {what} of a model op"))),
@@ -69,11 +72,22 @@ impl Executor<'_> {
 
     /// Compiles (once) and queues `kernel` for `dtype` with `grid` blocks and the packed `words`.
     fn launch_model_kernel(&mut self, kernel: ModelKernel, dtype: DType, grid: u32, words: Words) -> Result<()> {
+        self.launch_model_kernel_with(kernel, &ModelKernel::defines(dtype), grid, 0, words)
+    }
+
+    /// [`Self::launch_model_kernel`] with the defines given and `shared_bytes` of dynamic shared memory.
+    pub(super) fn launch_model_kernel_with(&mut self, kernel: ModelKernel, defines: &[String], grid: u32, shared_bytes: u32, words: Words) -> Result<()> {
         let source = kernel.source();
-        let defines = ModelKernel::defines(dtype);
-        let function = self.device.kernel(self.function, kernel.name(), source, kernels::fingerprint(source), &defines, self.device.arch())?;
+        let function = self.device.kernel(self.function, kernel.name(), source, kernels::fingerprint(source), defines, self.device.arch())?;
+        // A block gets more than 48 KB of dynamic shared memory only once the function allows it.
+        if shared_bytes > 48 * 1024 {
+            let bytes = i32::try_from(shared_bytes).map_err(|_| self.internal("a shared memory size past i32"))?;
+            function
+                .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
+                .map_err(|e| driver_error(&format!("{}: allow {shared_bytes} bytes of shared memory", kernel.name()), e))?;
+        }
         // No programmatic overlap: these kernels do not wait on the kernel before them (griddepcontrol).
-        let dims = KernelDims { grid, block: kernel.block_threads(), cluster: 1, shared_bytes: 0, overlap: false };
+        let dims = KernelDims { grid, block: kernel.block_threads(), cluster: 1, shared_bytes, overlap: false };
         self.queue(Step::Kernel { name: kernel.name().to_string(), function, dims, words: words.0, patches: Vec::new(), maps: Vec::new() })
     }
 
@@ -131,30 +145,10 @@ impl Executor<'_> {
                 (ModelKernel::Rope, x.dtype(), blocks(pairs, ModelKernel::Rope.block_threads()), pairs)
             }
             ModelOp::Attention { causal } => {
-                let (q, k, v) = (self.tensor_arg(args[0], "q")?, self.tensor_arg(args[1], "k")?, self.tensor_arg(args[2], "v")?);
-                let scale = match self.resolve(args[3])? {
-                    Value::Scalar(s) => s,
-                    Value::Tensor(t) => t.to_vec::<f32>()?.first().copied().ok_or_else(|| self.internal("an empty scale"))? as f64,
-                };
-                let ([batch, q_heads, queries, d], [_, kv_heads, keys, _]) = (dims4(q.shape()), dims4(k.shape()));
-                if d > ATTENTION_MAX_HEAD_DIM {
-                    return Err(Error::unsupported(self.function, "attention", format!("a head dimension of {d} on the GPU (at most {ATTENTION_MAX_HEAD_DIM})")));
-                }
-                // The kernel splits a row index into (b, h, i) in 32 bits.
-                let rows = batch * q_heads * queries;
-                if u32::try_from(rows).is_err() {
-                    return Err(Error::unsupported(self.function, "attention", format!("{rows} query rows on the GPU (fewer than 2^32)")));
-                }
-                let items = rows * d;
-                if items > 0 {
-                    for t in [&q, &k, &v] {
-                        words.address(self.address(t)?);
-                    }
-                    words.address(out_address).counts(&[batch, q_heads, queries, kv_heads, keys, d, causal as usize]);
-                    words.0.push(scale.to_bits());
-                    words.counts(q.strides()).counts(k.strides()).counts(v.strides());
-                }
-                (ModelKernel::Attention, q.dtype(), rows.clamp(1, 1 << 20) as u32, items)
+                // Two launches and scratch memory of its own (`attention.rs`).
+                self.run_attention(&args, causal, &out, out_address)?;
+                self.values[id.index()] = Some(Value::Tensor(out));
+                return Ok(());
             }
         };
         if items > 0 {
@@ -227,9 +221,4 @@ impl Executor<'_> {
         self.values[id.index()] = Some(Value::Tensor(dest));
         Ok(())
     }
-}
-
-/// A 4-D shape's sizes (inference checked the rank).
-fn dims4(shape: &[usize]) -> [usize; 4] {
-    [shape[0], shape[1], shape[2], shape[3]]
 }

@@ -1,0 +1,34 @@
+// The second step of split-KV attention (see attention.cu): merges each output row's per-split f32 partials
+// into the row, out [rows, d] dense in the element type. One block per row (grid-stride), one thread per
+// channel (d <= 256 threads). With M the largest split maximum, split s weighs w = exp2(max_s - M) (the
+// maxima are in log2 units); out = sum_s w acc_s / sum_s w sum_s. Split 0 holds key 0, which every query
+// sees, so M is finite and the sum positive; a split without keys (max -inf, sum 0) weighs 0. The splits
+// are summed in order: deterministic.
+#define FUSE_ATTENTION_COMBINE_THREADS 256
+
+struct FuseAttentionCombineArgs {
+  const float* partials;  // [rows][splits][d] unnormalised sums, then [rows][splits][2] (max, sum)
+  fuse_elem* out;
+  long long rows;
+  long long splits;
+  long long d;
+};
+
+extern "C" __global__ void __launch_bounds__(FUSE_ATTENTION_COMBINE_THREADS) fuse_model_attention_combine(const FuseAttentionCombineArgs a) {
+  const unsigned int c = threadIdx.x, splits = (unsigned int)a.splits, d = (unsigned int)a.d;
+  const float* sums = a.partials;
+  const float* stats = a.partials + (unsigned long long)a.rows * splits * d;
+  for (unsigned long long row = blockIdx.x; row < (unsigned long long)a.rows; row += gridDim.x) {
+    const float* row_stats = stats + row * splits * 2;
+    const float* row_sums = sums + row * splits * d;
+    float most = __int_as_float(0xff800000);
+    for (unsigned int s = 0; s < splits; ++s) most = fmaxf(most, row_stats[2 * s]);
+    float total = 0.0f, acc = 0.0f;
+    for (unsigned int s = 0; s < splits; ++s) {
+      const float w = exp2f(row_stats[2 * s] - most);
+      total += w * row_stats[2 * s + 1];
+      if (c < d) acc += w * row_sums[(unsigned long long)s * d + c];
+    }
+    if (c < d) fuse_model_store(a.out, row * d + c, acc / total);
+  }
+}

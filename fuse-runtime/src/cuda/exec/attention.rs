@@ -1,0 +1,85 @@
+//! `attention(q, k, v, scale, causal)` on the GPU: `fuse_model_attention` (flash style: query tiles of the
+//! rows that share a key/value head, each key/value tile read once into shared memory, no score in global
+//! memory), then, when the keys were split across blocks to fill the GPU (decode: one query), the small
+//! `fuse_model_attention_combine`, which merges each row's per-split f32 partials. The geometry (tiles,
+//! splits, shared memory, the head dimension the build holds) is `fuse_ir::codegen::attention_launch`'s.
+//!
+//! The partials live in the device's one growable workspace (`CudaDevice::workspace`), held from before the
+//! first launch until after the second, so that repeated calls allocate nothing and no other call on
+//! another thread can reuse it in between.
+
+use super::model::Words;
+use super::Executor;
+use crate::call::Value;
+use crate::{Error, Result, Tensor};
+use fuse_ir::codegen::{attention_launch, AttentionShape, ModelKernel, ATTENTION_MAX_HEAD_DIM};
+use fuse_ir::NodeId;
+
+/// Largest grid of the kernels' grid-stride loops.
+const MAX_GRID: usize = 1 << 20;
+
+impl Executor<'_> {
+    /// Queues attention of the operands `args` (q, k, v, scale) into `out`, fresh and dense [b, hq, sq, d] at
+    /// `out_address`.
+    pub(super) fn run_attention(&mut self, args: &[NodeId], causal: bool, out: &Tensor, out_address: u64) -> Result<()> {
+        let (q, k, v) = (self.tensor_arg(args[0], "q")?, self.tensor_arg(args[1], "k")?, self.tensor_arg(args[2], "v")?);
+        let scale = match self.resolve(args[3])? {
+            Value::Scalar(s) => s,
+            Value::Tensor(t) => t.to_vec::<f32>()?.first().copied().ok_or_else(|| self.internal("an empty scale"))? as f64,
+        };
+        let ([batch, q_heads, queries, d], [_, kv_heads, keys, _]) = (dims4(q.shape()), dims4(k.shape()));
+        let unsupported = |what: String| Error::unsupported(self.function, "attention", what);
+        if d > ATTENTION_MAX_HEAD_DIM {
+            return Err(unsupported(format!("a head dimension of {d} on the GPU (at most {ATTENTION_MAX_HEAD_DIM})")));
+        }
+        if out.numel() == 0 {
+            return Ok(());
+        }
+        // The kernels split indices in 32 bits: a row (b, h, i) in u32, key positions, causal limits and
+        // work items in i32 (they add a tile or a query to one another).
+        let rows = batch * q_heads * queries;
+        if u32::try_from(rows).is_err() {
+            return Err(unsupported(format!("{rows} query rows on the GPU (fewer than 2^32)")));
+        }
+        if i32::try_from(keys + queries).is_err() {
+            return Err(unsupported(format!("{keys} keys and {queries} queries on the GPU (fewer than 2^31 together)")));
+        }
+        let shape = AttentionShape { batch, q_heads, queries, kv_heads, keys, d };
+        let launch = attention_launch(shape, self.device.sm_count());
+        if i32::try_from(launch.items).is_err() {
+            return Err(unsupported(format!("{} work items on the GPU (fewer than 2^31)", launch.items)));
+        }
+        let shared = u32::try_from(launch.shared_bytes).map_err(|_| self.internal("attention shared memory size"))?;
+        // Held until both launches are queued (see the module's comment).
+        let device = self.device;
+        let workspace = match launch.partial_floats {
+            0 => None,
+            floats => Some(device.workspace(floats * std::mem::size_of::<f32>())?),
+        };
+        let partials = workspace.as_ref().map_or(0, |w| w.address);
+        let mut words = Words::default();
+        for t in [&q, &k, &v] {
+            words.address(self.address(t)?);
+        }
+        words.address(out_address).address(partials);
+        words.counts(&[batch, q_heads, queries, kv_heads, keys, d, causal as usize]);
+        words.0.push(scale.to_bits());
+        words.counts(&[launch.q_tiles, launch.splits, launch.split_keys]);
+        words.counts(q.strides()).counts(k.strides()).counts(v.strides());
+        let grid = launch.items.min(MAX_GRID) as u32;
+        self.launch_model_kernel_with(ModelKernel::Attention, &launch.defines(q.dtype()), grid, shared, words)?;
+        if launch.splits > 1 {
+            let mut words = Words::default();
+            words.address(partials).address(out_address).counts(&[rows, launch.splits, d]);
+            let defines = ModelKernel::defines(q.dtype());
+            self.launch_model_kernel_with(ModelKernel::AttentionCombine, &defines, rows.min(MAX_GRID) as u32, 0, words)?;
+        }
+        drop(workspace);
+        Ok(())
+    }
+}
+
+/// A 4-D shape's sizes (inference checked the rank).
+fn dims4(shape: &[usize]) -> [usize; 4] {
+    [shape[0], shape[1], shape[2], shape[3]]
+}
