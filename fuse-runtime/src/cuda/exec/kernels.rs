@@ -4,6 +4,7 @@
 
 use super::launch_plan::LaunchPlans;
 use fuse_ir::codegen::{group_kernels, KernelSpec};
+use crate::cuda::compile::cache::CacheKey;
 use fuse_ir::{Graph, Plan};
 use std::hash::{Hash, Hasher};
 use std::sync::{Mutex, OnceLock};
@@ -12,6 +13,19 @@ use std::sync::{Mutex, OnceLock};
 pub(crate) struct PreparedKernel {
     pub spec: KernelSpec,
     pub source_hash: u64,
+    /// The source's stable 128-bit key (what the autotuner's results are filed under), made on first need:
+    /// hashing a template's text costs far more than a launch, so it is done once, not per call.
+    source_key: OnceLock<u128>,
+}
+
+impl PreparedKernel {
+    pub(crate) fn new(spec: KernelSpec) -> PreparedKernel {
+        PreparedKernel { source_hash: fingerprint(&spec.source), spec, source_key: OnceLock::new() }
+    }
+
+    pub(crate) fn source_key(&self) -> u128 {
+        *self.source_key.get_or_init(|| CacheKey::of(&[self.spec.source.as_bytes()]).0)
+    }
 }
 
 /// Per group of a plan, its kernels in launch order.
@@ -39,8 +53,7 @@ impl PlanKernels {
 
     /// Kernels given per group, in launch order: a `#[fuse]` function's emitted ones (`FusedFn::plan_kernel_specs`).
     pub(crate) fn from_specs(groups: Vec<Vec<KernelSpec>>) -> PlanKernels {
-        let prepare = |spec: KernelSpec| PreparedKernel { source_hash: fingerprint(&spec.source), spec };
-        let groups = groups.into_iter().map(|specs| specs.into_iter().map(prepare).collect()).collect();
+        let groups = groups.into_iter().map(|specs| specs.into_iter().map(PreparedKernel::new).collect()).collect();
         PlanKernels { groups, launch_plans: Mutex::new(LaunchPlans::default()) }
     }
 }

@@ -371,7 +371,7 @@ impl Executor<'_> {
         for &n in &group.nodes {
             let single = Plan { groups: vec![fuse_ir::Group::single(self.graph, n)] };
             for spec in codegen::group_kernels(self.graph, &single, 0) {
-                let kernel = PreparedKernel { source_hash: kernels::fingerprint(&spec.source), spec };
+                let kernel = PreparedKernel::new(spec);
                 self.run_kernel(&kernel)?;
             }
         }

@@ -21,6 +21,7 @@ use fuse_ir::codegen::{ModelKernel, MODEL_RANK};
 use fuse_ir::infer::{InferError, NodeError};
 use fuse_ir::view::{dense_strides, ViewOp};
 use fuse_ir::{DType, ModelOp, NodeId, Op};
+use std::sync::OnceLock;
 
 /// A kernel's argument struct as the words the driver copies, in declaration order.
 #[derive(Default)]
@@ -78,7 +79,7 @@ impl Executor<'_> {
     /// [`Self::launch_model_kernel`] with the defines given and `shared_bytes` of dynamic shared memory.
     pub(super) fn launch_model_kernel_with(&mut self, kernel: ModelKernel, defines: &[String], grid: u32, shared_bytes: u32, words: Words) -> Result<()> {
         let source = kernel.source();
-        let function = self.device.kernel(self.function, kernel.name(), source, kernels::fingerprint(source), defines, self.device.arch())?;
+        let function = self.device.kernel(self.function, kernel.name(), source, model_fingerprint(kernel), defines, self.device.arch())?;
         // A block gets more than 48 KB of dynamic shared memory only once the function allows it.
         if shared_bytes > 48 * 1024 {
             let bytes = i32::try_from(shared_bytes).map_err(|_| self.internal("a shared memory size past i32"))?;
@@ -221,4 +222,12 @@ impl Executor<'_> {
         self.values[id.index()] = Some(Value::Tensor(dest));
         Ok(())
     }
+}
+
+/// Each model kernel's source fingerprint, made once (hashing the text on every launch would cost more
+/// than the launch).
+fn model_fingerprint(kernel: ModelKernel) -> u64 {
+    static FINGERPRINTS: OnceLock<Vec<(ModelKernel, u64)>> = OnceLock::new();
+    let all = FINGERPRINTS.get_or_init(|| ModelKernel::ALL.iter().map(|&k| (k, kernels::fingerprint(k.source()))).collect());
+    all.iter().find(|(k, _)| *k == kernel).map_or_else(|| kernels::fingerprint(kernel.source()), |(_, f)| *f)
 }

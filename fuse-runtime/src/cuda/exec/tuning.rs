@@ -301,7 +301,7 @@ impl Executor<'_> {
         };
         let k = self.shape(self.graph.node(mm).args[0]).last().copied().unwrap_or(0);
         // What the group computes and how its operands are laid out (strides decide which paths apply).
-        let mut parts: Vec<String> = specs.iter().map(|s| s.spec.source.to_string()).collect();
+        let mut parts: Vec<String> = specs.iter().map(|s| format!("{:032x}", s.source_key())).collect();
         for &m in &group.matmuls {
             for &operand in &self.graph.node(m).args {
                 if let Value::Tensor(t) = self.resolve(operand)? {
