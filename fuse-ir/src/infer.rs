@@ -210,6 +210,9 @@ pub fn infer_dtypes(g: &Graph, inputs: &[Option<DType>]) -> Result<Vec<Option<DT
                 }
                 d
             }
+            Op::View(ViewOp::SliceSet { at_tensor: true, .. }) if arg(2).is_some_and(|d| d != DType::U32) => {
+                return Err(err(InferError::View(format!("slice_set: a tensor offset holds u32 positions, not {}", arg(2).unwrap_or(DType::U32)))))
+            }
             Op::View(ViewOp::SliceSet { .. }) => match (arg(0), arg(1)) {
                 (Some(a), Some(b)) if a != b => return Err(err(InferError::DType { lhs: a, rhs: b })),
                 (a, b) => a.or(b),

@@ -96,7 +96,7 @@ fn run<'a>(g: &Graph, inputs: &'a [Array], keep_all: bool) -> Result<Vec<Option<
             }
             Op::View(v) => {
                 let args: Vec<&Array> = node.args.iter().map(|&a| value_of(&values, a)).collect();
-                Some(Cow::Owned(v.eval(&args, shape)))
+                Some(Cow::Owned(v.eval(&args, shape).map_err(|error| NodeError { node: id, error })?))
             }
             Op::Transpose if lazy[id.index()] => None,
             Op::Transpose => Some(Cow::Owned(transpose(arg(0)))),

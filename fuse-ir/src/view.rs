@@ -58,7 +58,9 @@ pub enum ViewOp {
     /// and is `dest` after the write (arguments `[dest, src, offset]`). The one op that changes an operand:
     /// `dest` must be an argument of the function that nothing else reads (see `Graph::verify`), so no
     /// order of the other ops can observe the write; a key/value cache's append is what it is for.
-    SliceSet { axis: i8 },
+    /// `offset` is a size, or with `at_tensor` a u32 tensor of one element: a position that lives on the
+    /// device, so that a step captured in a CUDA graph writes where the position says on every replay.
+    SliceSet { axis: i8, at_tensor: bool },
     /// `x.dim(axis)`: the size of an axis, as a 0-d value (usable as a size in `reshape` and `narrow`).
     Dim { axis: i8 },
 }
@@ -135,7 +137,7 @@ impl ViewOp {
     pub fn is_size_argument(&self, index: usize) -> bool {
         match self {
             ViewOp::Reshape { .. } | ViewOp::Narrow { .. } => index > 0,
-            ViewOp::SliceSet { .. } => index == 2,
+            ViewOp::SliceSet { at_tensor, .. } => index == 2 && !at_tensor,
             _ => false,
         }
     }
@@ -145,9 +147,11 @@ impl ViewOp {
         match self {
             ViewOp::Transpose { a, b } => vec![a.to_string(), b.to_string()],
             ViewOp::Permute(axes) => axes.to_vec().iter().map(|a| a.to_string()).collect(),
-            ViewOp::Narrow { axis } | ViewOp::Cat { axis, .. } | ViewOp::Dim { axis } | ViewOp::SliceSet { axis } => {
+            ViewOp::Narrow { axis } | ViewOp::Cat { axis, .. } | ViewOp::Dim { axis } | ViewOp::SliceSet { axis, at_tensor: false } => {
                 vec![axis.to_string()]
             }
+            // The second word marks the offset as a tensor.
+            ViewOp::SliceSet { axis, at_tensor: true } => vec![axis.to_string(), "1".into()],
             ViewOp::Reshape { .. } | ViewOp::Contiguous => vec![],
         }
     }
@@ -167,7 +171,8 @@ impl ViewOp {
             ("cat", &[axis]) => ViewOp::Cat { axis: small(axis)?, parts: u8::try_from(args).ok().filter(|&p| p > 0)? },
             ("contiguous", []) => ViewOp::Contiguous,
             ("dim", &[axis]) => ViewOp::Dim { axis: small(axis)? },
-            ("slice_set", &[axis]) => ViewOp::SliceSet { axis: small(axis)? },
+            ("slice_set", &[axis]) => ViewOp::SliceSet { axis: small(axis)?, at_tensor: false },
+            ("slice_set", &[axis, 1]) => ViewOp::SliceSet { axis: small(axis)?, at_tensor: true },
             _ => return None,
         };
         (op.arity() == args).then_some(op)
@@ -221,9 +226,17 @@ impl ViewOp {
                 Ok(s)
             }
             ViewOp::Contiguous => Ok(x.to_vec()),
-            ViewOp::SliceSet { axis } => {
+            ViewOp::SliceSet { axis, at_tensor } => {
                 let (src, i) = (shapes[1], normalize_axis(axis as i64, x.len()).ok_or_else(|| axis_error("slice_set: axis", axis as i64, x))?);
-                let offset = size_value("slice_set: offset", sizes[2])?;
+                // A tensor offset's value is checked where it is read (`check_slice_set_offset`).
+                let offset = if at_tensor {
+                    if shapes[2].iter().product::<usize>() != 1 {
+                        return Err(error(format!("slice_set: a tensor offset holds one position, not shape {:?}", shapes[2])));
+                    }
+                    0
+                } else {
+                    size_value("slice_set: offset", sizes[2])?
+                };
                 let same_elsewhere = src.len() == x.len() && (0..x.len()).all(|k| k == i || src[k] == x[k]);
                 if !same_elsewhere {
                     return Err(error(format!("slice_set along axis {axis}: the source {src:?} and the destination {x:?} differ on another axis")));
@@ -279,14 +292,15 @@ impl ViewOp {
     }
 
     /// The reference semantics, in f64 on dense arrays. `args` are the arguments' values (sizes as 0-d
-    /// arrays), `out_shape` what [`ViewOp::infer_shape`] gave.
-    pub fn eval(&self, args: &[&Array], out_shape: Vec<usize>) -> Array {
+    /// arrays), `out_shape` what [`ViewOp::infer_shape`] gave. Errs only for a `slice_set` offset held in a
+    /// tensor that does not fit (shape inference cannot see a tensor's value).
+    pub fn eval(&self, args: &[&Array], out_shape: Vec<usize>) -> Result<Array, InferError> {
         let x = args[0];
-        match *self {
+        Ok(match *self {
             ViewOp::Contiguous => x.clone(),
-            ViewOp::SliceSet { axis } => {
+            ViewOp::SliceSet { axis, .. } => {
                 let (src, i) = (args[1], normalize_axis(axis as i64, x.shape.len()).unwrap_or(0));
-                let offset = args[2].data.first().copied().unwrap_or(0.0) as usize;
+                let offset = check_slice_set_offset(args[2].data.first().copied().unwrap_or(0.0), src.shape[i], x.shape[i])?;
                 let (inner, rows): (usize, usize) = (x.shape[i + 1..].iter().product(), x.shape[i]);
                 let mut data = x.data.clone();
                 for (o, chunk) in src.data.chunks(src.shape[i] * inner).enumerate().filter(|_| !src.data.is_empty()) {
@@ -317,8 +331,18 @@ impl ViewOp {
                 for_each_offset(&layout, |i| data.push(x.data[i]));
                 Array::new(out_shape, data)
             }
-        }
+        })
     }
+}
+
+/// A `slice_set` offset read from a tensor, as a position: a whole number with the source's `rows` fitting
+/// in the destination's `size` from it.
+pub fn check_slice_set_offset(value: f64, rows: usize, size: usize) -> Result<usize, InferError> {
+    let offset = size_value("slice_set: offset", Some(value))?;
+    if offset.checked_add(rows).map_or(true, |end| end > size) {
+        return Err(error(format!("slice_set: offset {offset} + {rows} rows is past the end of the destination's axis (size {size})")));
+    }
+    Ok(offset)
 }
 
 /// A size argument's value as a count: a non-negative integer.

@@ -5,6 +5,7 @@
 //! |------------------|-------------------------------------|--------------------|--------------|
 //! | `FUSE_DEBUG`     | `0`..`5`                            | `0`                | reports on stderr, each level adding to those below: 1 plan summary, 2 per-group times, 3 matmul paths and tuning decisions, 4 kernel sources, 5 the graph (see [`debug_level`]) |
 //! | `FUSE_FUSION`    | `off`, `0`, `false`; anything else  | on                 | `off` runs every fused function unfused, one pass per op |
+//! | `FUSE_GRAPHS`    | `off`, `0`, `false`; anything else  | on                 | `off` makes `CudaGraph::capture` record nothing: `replay` calls the step's closure |
 //! | `FUSE_PDL`       | `off`, `0`, `false`; anything else  | on                 | `off` launches each kernel after the one before it has finished (no programmatic dependent launch); sm_90 and later only |
 //! | `FUSE_AUTOTUNE`  | `off`, `fast`, `full` (and synonyms, see `tune::AutotuneMode`) | `fast` | how much the autotuner times: `off` uses the results file, else a fixed rule; `fast` a short list; `full` every candidate |
 //! | `FUSE_TUNE_FILE` | a path (empty: unset)               | `tune.tsv` in the cache directory | the autotuner's results file |
@@ -56,6 +57,13 @@ pub(crate) fn fusion_off() -> bool {
 pub(crate) fn launch_overlap() -> bool {
     static OVERLAP: OnceLock<bool> = OnceLock::new();
     *OVERLAP.get_or_init(|| !std::env::var("FUSE_PDL").is_ok_and(|v| is_off(&v)))
+}
+
+/// `FUSE_GRAPHS`: `off`, `0` or `false` make `CudaGraph::capture` keep its closure and call it on each
+/// replay instead of recording a CUDA graph (for debugging a step op by op).
+pub(crate) fn graphs_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("FUSE_GRAPHS").is_ok_and(|v| is_off(&v)))
 }
 
 /// `FUSE_DUAL_GEMM`: whether DualGemm products may be one batched cuBLAS call (`split`: never).

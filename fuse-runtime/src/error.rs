@@ -37,6 +37,16 @@ pub enum Error {
     #[error("cuda: {op}: {message}")]
     Cuda { op: String, message: String },
 
+    /// A check that a kernel made on data only the GPU holds (an id in device memory, a position written
+    /// by an earlier kernel) failed; the kernel skipped the access. Reported at the first synchronisation
+    /// after the launch (`to_vec`, `synchronize`), since asking sooner would make the GPU wait for the host.
+    #[error("`{op}` on the GPU: {message} (found by the kernel; reported at the first synchronisation after it)")]
+    DeviceCheck { op: &'static str, message: String },
+
+    /// Something a CUDA graph cannot hold was attempted while capturing one (see `CudaGraph::capture`).
+    #[error("CUDA graph capture: {what}")]
+    Capture { what: String },
+
     /// NVRTC rejected a generated kernel (a bug in fuse's code generator, please report it): the log says why.
     #[error("in `{function}`: kernel `{kernel}` does not compile: {log}")]
     KernelCompile { function: String, kernel: String, log: String },

@@ -20,6 +20,7 @@ mod constructors;
 mod cpu;
 #[cfg_attr(not(feature = "cuda"), path = "cuda_off.rs")]
 mod cuda;
+mod graph;
 mod device;
 mod eager;
 mod eager_model;
@@ -55,4 +56,5 @@ pub use fuse_ir::DType;
 pub use fused::{arg, field_is_tensor, Arg, FromOutputs, Fusion, FusedFn, IntoArg, StaticKernel};
 pub use reference::{reference, rel_l2_error};
 pub use tensor::Tensor;
-pub use views::{cat, Axis};
+pub use views::{cat, Axis, SliceOffset};
+pub use graph::CudaGraph;

@@ -115,15 +115,43 @@ impl Tensor {
     /// assert_eq!(cache.to_vec::<f32>()?, [0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.0]);
     /// # Ok::<(), fuse::Error>(())
     /// ```
-    pub fn slice_set(&self, src: &Tensor, axis: impl Axis, offset: usize) -> Result<Tensor> {
-        let op = ViewOp::SliceSet { axis: stored_axis("slice_set", axis, self.shape())? };
-        let operands = [("dest", Operand::Tensor(self)), ("src", Operand::Tensor(src)), ("offset", Operand::Scalar(offset as f64))];
+    ///
+    /// The offset may also be a u32 tensor of one element ([`SliceOffset::Held`]): the position is then read
+    /// where the write runs (on the GPU, by the kernel), so the same call writes wherever the tensor says,
+    /// which is what a step captured in a CUDA graph needs. A position past the end is then found by the
+    /// kernel and reported at the next synchronisation (`Error::DeviceCheck`).
+    pub fn slice_set<'a>(&self, src: &Tensor, axis: impl Axis, offset: impl Into<SliceOffset<'a>>) -> Result<Tensor> {
+        let axis = stored_axis("slice_set", axis, self.shape())?;
+        let (op, offset) = match offset.into() {
+            SliceOffset::At(at) => (ViewOp::SliceSet { axis, at_tensor: false }, Operand::Scalar(at as f64)),
+            SliceOffset::Held(t) => (ViewOp::SliceSet { axis, at_tensor: true }, Operand::Tensor(t)),
+        };
+        let operands = [("dest", Operand::Tensor(self)), ("src", Operand::Tensor(src)), ("offset", offset)];
         run(&operands, |g, inputs| g.view(op, inputs, "dest.slice_set(&src, axis, offset)"))
     }
 
     /// `cat(tensors, axis)` as an associated function, as candle has it.
     pub fn cat(tensors: &[&Tensor], axis: impl Axis) -> Result<Tensor> {
         cat(tensors, axis)
+    }
+}
+
+/// Where [`Tensor::slice_set`] writes: a position known here, or one held in a u32 tensor of one element.
+#[derive(Clone, Copy, Debug)]
+pub enum SliceOffset<'a> {
+    At(usize),
+    Held(&'a Tensor),
+}
+
+impl From<usize> for SliceOffset<'_> {
+    fn from(at: usize) -> Self {
+        SliceOffset::At(at)
+    }
+}
+
+impl<'a> From<&'a Tensor> for SliceOffset<'a> {
+    fn from(t: &'a Tensor) -> Self {
+        SliceOffset::Held(t)
     }
 }
 

@@ -131,7 +131,11 @@ impl Tracer<'_> {
     fn slice_set(&mut self, call: &ExprMethodCall, receiver: Value) -> Value {
         let args: Vec<&Expr> = call.args.iter().collect();
         let axis = self.axis_literal(args[1], "slice_set");
-        let offset = self.size(args[2], "slice_set", false);
+        // The offset: a size, or a u32 tensor holding the position (read where the write runs).
+        let (offset, at_tensor) = match self.tensor_valued(args[2]) {
+            Some(id) => (Some(id), true),
+            None => (self.size(args[2], "slice_set", false), false),
+        };
         let src = self.expr(args[0]).and_then(|id| self.tensor_operand(id, args[0], "slice_set"));
         let dest = self.tensor_operand(receiver?, &call.receiver, "slice_set")?;
         if !matches!(self.graph.op(dest), Op::Input(_)) {
@@ -145,9 +149,26 @@ impl Tracer<'_> {
             );
             return None;
         }
-        let id = self.push(Op::View(ViewOp::SliceSet { axis: axis? }), &[dest, src?, offset?], call, Kind::Tensor);
+        let id = self.push(Op::View(ViewOp::SliceSet { axis: axis?, at_tensor }), &[dest, src?, offset?], call, Kind::Tensor);
         self.writes.push((id, syn::spanned::Spanned::span(call)));
         Some(id)
+    }
+
+    /// The node of `e` when it is a tensor (a parameter or a value computed here), without reporting anything
+    /// for other expressions (literals, scalar parameters, `x.dim(i)`), which their own rules trace.
+    fn tensor_valued(&mut self, e: &Expr) -> Option<NodeId> {
+        let name = match strip_parens(e) {
+            Expr::Reference(r) => match strip_parens(&r.expr) {
+                Expr::Path(p) => p.path.get_ident()?.to_string(),
+                _ => return None,
+            },
+            Expr::Path(p) => p.path.get_ident()?.to_string(),
+            _ => return None,
+        };
+        match self.lookup(&name)? {
+            super::Binding::Value(id) if self.kind(id) == Kind::Tensor => Some(id),
+            _ => None,
+        }
     }
 
     /// `&[2, 0, 1]`: every axis once, as integer literals.

@@ -8,7 +8,9 @@ use crate::call::Value;
 use crate::element::Element;
 use crate::host::{for_each_offset, CpuData};
 use crate::{Error, Result, Tensor};
-use fuse_ir::view::{normalize_axis, ViewOp};
+use fuse_ir::view::{check_slice_set_offset, normalize_axis, ViewOp};
+use fuse_ir::infer::NodeError;
+use crate::call::node_error;
 use fuse_ir::{DType, NodeId, Op};
 use half::{bf16, f16};
 
@@ -54,19 +56,24 @@ fn join<T: Element>(parts: &[Tensor], axis: usize) -> Result<CpuData> {
 /// and returns the destination, which now holds them.
 pub(crate) fn slice_set(info: &CallInfo<'_>, id: NodeId, resolve: &dyn Fn(NodeId) -> Result<Value>) -> Result<Tensor> {
     let g = info.graph;
-    let Op::View(ViewOp::SliceSet { axis }) = g.op(id) else {
+    let Op::View(ViewOp::SliceSet { axis, .. }) = g.op(id) else {
         return Err(Error::internal(info.function, format!("%{} is not a slice_set", id.0)));
     };
     let args = &g.node(id).args;
     let (Value::Tensor(dest), Value::Tensor(src)) = (resolve(args[0])?, resolve(args[1])?) else {
         return Err(Error::internal(info.function, "slice_set of a scalar"));
     };
-    let offset = match resolve(args[2])? {
-        Value::Scalar(v) => v as usize,
-        Value::Tensor(_) => return Err(Error::internal(info.function, "slice_set: a tensor offset")),
-    };
     let axis = normalize_axis(axis as i64, dest.shape().len())
         .ok_or_else(|| Error::internal(info.function, format!("%{}: axis {axis} unchecked", id.0)))?;
+    let offset = match resolve(args[2])? {
+        Value::Scalar(v) => v as usize,
+        // A position held in a tensor: inference could not check it against the room left.
+        Value::Tensor(t) => {
+            let value = t.to_vec::<u32>()?.first().copied().unwrap_or(0);
+            check_slice_set_offset(value as f64, src.shape()[axis], dest.shape()[axis])
+                .map_err(|error| node_error(info.function, g, NodeError { node: id, error }))?
+        }
+    };
     // The source is read out first (it may share the destination's storage), then written under the lock.
     match dest.dtype() {
         DType::F32 => write_rows::<f32>(&dest, &src, axis, offset),

@@ -5,6 +5,7 @@
 //! The libraries' warm-up on a new device (`gemm::warm_up`) is started by `CudaDevice::new` in `cuda/mod.rs`:
 //! this module imports none of the modules that build on it.
 
+use super::capture::Arena;
 use super::compile::ModuleCache;
 use super::driver::{driver_error, lock};
 use crate::{Error, Result};
@@ -40,7 +41,22 @@ pub(crate) struct DeviceState {
     flush: Mutex<Option<CudaSlice<u8>>>,
     /// Scratch memory of [`CudaDevice::workspace`].
     workspace: Mutex<Option<CudaSlice<u8>>>,
+    /// The device's fault record (see [`CudaDevice::fault_address`]), made zero on first use.
+    fault: Mutex<Option<CudaSlice<u64>>>,
+    /// While a CUDA graph is captured: its arena (`capture.rs`) and the pool memory dropped meanwhile.
+    capturing: Mutex<Option<(Arc<Arena>, Vec<CudaSlice<u8>>)>>,
+    is_capturing: AtomicBool,
     modules: ModuleCache,
+}
+
+/// What a kernel found wrong, by the code it records (`fuse_model_fault` in the model kernels' common.cuh).
+fn fault_error(code: u64, value: u64, limit: u64) -> Error {
+    let (op, message) = match code {
+        1 => ("embedding", format!("token id {value} is out of range for a vocabulary of {limit}")),
+        2 => ("slice_set", format!("offset {value} leaves no room for the rows written (at most {limit} here)")),
+        _ => ("kernel", format!("fault code {code} (value {value}, limit {limit})")),
+    };
+    Error::DeviceCheck { op, message }
 }
 
 /// Scratch memory of [`CudaDevice::workspace`], held until dropped.
@@ -195,6 +211,8 @@ impl CudaDevice {
         let mut guard = lock(&self.state.workspace);
         let bytes = bytes.max(1);
         if guard.as_ref().is_none_or(|w| w.len() < bytes) {
+            // Growing it would free memory the graph's earlier nodes use: run the step once first.
+            self.refuse_while_capturing(&format!("growing the scratch memory to {bytes} bytes (run the step once before capturing it)"))?;
             *guard = None;
             let len = bytes.checked_next_power_of_two().unwrap_or(bytes);
             // SAFETY: uninitialised; the kernels that read it write it first (in stream order).
@@ -210,9 +228,91 @@ impl CudaDevice {
         Ok(Workspace { address, _guard: guard })
     }
 
+    /// The arena that allocations come from while a graph is captured on this device.
+    pub(crate) fn capture_arena(&self) -> Option<Arc<Arena>> {
+        if !self.state.is_capturing.load(Ordering::Acquire) {
+            return None;
+        }
+        lock(&self.state.capturing).as_ref().map(|(arena, _)| arena.clone())
+    }
+
+    pub(crate) fn is_capturing(&self) -> bool {
+        self.state.is_capturing.load(Ordering::Acquire)
+    }
+
+    /// An error naming `what` while a graph is captured (it would wait for the GPU or read host memory).
+    pub(crate) fn refuse_while_capturing(&self, what: &str) -> Result<()> {
+        if self.is_capturing() {
+            return Err(Error::Capture { what: format!("{what} while capturing a CUDA graph") });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn begin_capture(&self, arena: Arc<Arena>) -> Result<()> {
+        let mut capturing = lock(&self.state.capturing);
+        if capturing.is_some() {
+            return Err(Error::Capture { what: "a capture inside another on the same GPU".into() });
+        }
+        *capturing = Some((arena, Vec::new()));
+        self.state.is_capturing.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Ends the capture's allocation regime and frees the pool memory dropped during it.
+    pub(crate) fn end_capture(&self) {
+        self.state.is_capturing.store(false, Ordering::Release);
+        let ended = lock(&self.state.capturing).take();
+        drop(ended);
+    }
+
+    /// Pool memory no tensor holds any more: freed now, or after the capture when one is running (a free
+    /// during it would be recorded into the graph and replayed).
+    pub(crate) fn release(&self, buffer: CudaSlice<u8>) {
+        if self.is_capturing() {
+            if let Some((_, deferred)) = lock(&self.state.capturing).as_mut() {
+                deferred.push(buffer);
+                return;
+            }
+        }
+        drop(buffer);
+    }
+
     /// Waits until all work queued on this GPU's stream has finished.
+    /// Waits for the work queued so far; a check a kernel failed in it is the error (`Error::DeviceCheck`).
     pub fn synchronize(&self) -> Result<()> {
-        self.state.stream.synchronize().map_err(|e| driver_error("stream synchronize", e))
+        self.refuse_while_capturing("a synchronisation (waiting for the GPU)")?;
+        self.state.stream.synchronize().map_err(|e| driver_error("stream synchronize", e))?;
+        self.take_fault()
+    }
+
+    /// The device address of its fault record: four u64 words (code, value, limit, unused), zero while
+    /// nothing failed. Kernels whose inputs the host cannot check without waiting for the GPU (an id in
+    /// device memory, a position written by an earlier kernel) record the first failed check there and skip
+    /// the access; the host reports it at the next synchronisation. This keeps steps free of host round trips,
+    /// which a CUDA graph cannot contain.
+    pub(crate) fn fault_address(&self) -> Result<u64> {
+        let mut fault = lock(&self.state.fault);
+        if fault.is_none() {
+            self.refuse_while_capturing("making the fault record (run the step once before capturing it)")?;
+            let zeros = self.state.stream.alloc_zeros::<u64>(4).map_err(|e| driver_error("alloc", e))?;
+            *fault = Some(zeros);
+        }
+        let record = fault.as_ref().expect("made above");
+        let (address, _sync) = cudarc::driver::DevicePtr::device_ptr(record, &self.state.stream);
+        Ok(address)
+    }
+
+    /// After a synchronisation: the fault recorded since the last one, if any, as the error (the record is
+    /// cleared for the next).
+    pub(crate) fn take_fault(&self) -> Result<()> {
+        let mut fault = lock(&self.state.fault);
+        let Some(record) = fault.as_mut() else { return Ok(()) };
+        let words = self.state.stream.clone_dtoh(record).map_err(|e| driver_error("read the fault record", e))?;
+        if words[0] == 0 {
+            return Ok(());
+        }
+        self.state.stream.memset_zeros(record).map_err(|e| driver_error("clear the fault record", e))?;
+        Err(fault_error(words[0], words[1], words[2]))
     }
 
     /// The kernel `name` of `source` (whose fingerprint is `source_hash`) specialised by `defines` and
@@ -278,6 +378,9 @@ impl DeviceState {
             blas: Mutex::new(None),
             flush: Mutex::new(None),
             workspace: Mutex::new(None),
+            fault: Mutex::new(None),
+            capturing: Mutex::new(None),
+            is_capturing: AtomicBool::new(false),
             modules: ModuleCache::default(),
         })
     }

@@ -13,6 +13,7 @@
 //! Nothing here imports the CPU backend: values and call types come from `crate::call`, and the
 //! dispatcher (`crate::exec`) decides which backend runs a call.
 
+pub(crate) mod capture;
 pub(crate) mod compile;
 pub(crate) mod device;
 pub(crate) mod driver;

@@ -1,6 +1,12 @@
 //! Device memory of a tensor: one allocation of bytes and the dtype they hold. Copies between host and
 //! device are ordered on the device's one stream; a copy to the host waits for it.
+//!
+//! Memory comes from the stream-ordered pool, except while a CUDA graph is being captured (`capture.rs`):
+//! then it is carved from the capture's arena, which lives as long as the graph and every tensor made
+//! during the capture (what the graph writes on each replay), and pool memory dropped during the capture is
+//! freed once it has ended (a free recorded into the graph would be replayed).
 
+use super::capture::Arena;
 use super::device::CudaDevice;
 use super::driver::driver_error;
 use crate::host::CpuData;
@@ -8,11 +14,30 @@ use crate::{Error, Result};
 use cudarc::driver::{CudaSlice, DevicePtr};
 use fuse_ir::DType;
 use half::{bf16, f16};
+use std::sync::Arc;
+
+enum Memory {
+    /// Stream-ordered pool memory (`None` only while being dropped).
+    Pool(Option<CudaSlice<u8>>),
+    /// `bytes` at `address` in a capture's arena, kept alive by this handle.
+    Arena { _arena: Arc<Arena>, address: u64 },
+}
 
 pub(crate) struct CudaStorage {
-    buffer: CudaSlice<u8>,
+    memory: Memory,
+    bytes: usize,
     dtype: DType,
     device: CudaDevice,
+}
+
+impl Drop for CudaStorage {
+    fn drop(&mut self) {
+        if let Memory::Pool(buffer) = &mut self.memory {
+            if let Some(buffer) = buffer.take() {
+                self.device.release(buffer);
+            }
+        }
+    }
 }
 
 /// The bytes of a slice of plain numbers.
@@ -38,9 +63,12 @@ impl CudaStorage {
             op: "alloc".into(),
             message: format!("{len} elements of {dtype} overflow the address space"),
         })?;
-        // SAFETY: the memory is uninitialised; every caller writes it before reading it.
-        let buffer = unsafe { device.stream().alloc::<u8>(bytes.max(1)) }.map_err(|e| driver_error("alloc", e))?;
-        let storage = CudaStorage { buffer, dtype, device: device.clone() };
+        let memory = match device.capture_arena() {
+            Some(arena) => Memory::Arena { address: arena.take(bytes.max(1))?, _arena: arena },
+            // SAFETY: the memory is uninitialised; every caller writes it before reading it.
+            None => Memory::Pool(Some(unsafe { device.stream().alloc::<u8>(bytes.max(1)) }.map_err(|e| driver_error("alloc", e))?)),
+        };
+        let storage = CudaStorage { memory, bytes: bytes.max(1), dtype, device: device.clone() };
         if device.poisons_allocations() {
             storage.fill_bytes(0xFF)?;
         }
@@ -55,17 +83,22 @@ impl CudaStorage {
             CpuData::BF16(v) => (as_bytes(v), DType::BF16),
             CpuData::U32(v) => (as_bytes(v), DType::U32),
         };
-        let mut storage = CudaStorage::alloc(device, dtype, bytes.len() / dtype.size_bytes())?;
+        device.refuse_while_capturing("a copy from the host (Tensor::from_vec, to_device)")?;
+        let storage = CudaStorage::alloc(device, dtype, bytes.len() / dtype.size_bytes())?;
         if !bytes.is_empty() {
-            let mut view = storage.buffer.slice_mut(0..bytes.len());
-            device.stream().memcpy_htod(bytes, &mut view).map_err(|e| driver_error("copy to the GPU", e))?;
+            // SAFETY: `bytes` bytes at the allocation's start; the host slice outlives the copy, which
+            // memcpy_htod_async from pageable memory stages before returning.
+            unsafe {
+                cudarc::driver::result::memcpy_htod_async(storage.base_address(), bytes, device.stream().cu_stream())
+            }
+            .map_err(|e| driver_error("copy to the GPU", e))?;
         }
         Ok(storage)
     }
 
     /// Wraps memory made elsewhere (interop). The caller guarantees it holds `dtype` values.
     pub(crate) fn from_buffer(device: &CudaDevice, buffer: CudaSlice<u8>, dtype: DType) -> CudaStorage {
-        CudaStorage { buffer, dtype, device: device.clone() }
+        CudaStorage { bytes: buffer.len(), memory: Memory::Pool(Some(buffer)), dtype, device: device.clone() }
     }
 
     /// Fills the allocation with zero bytes (zero in every dtype).
@@ -79,7 +112,7 @@ impl CudaStorage {
         // SAFETY: the address and byte count are this live allocation's; the memset is queued on the stream
         // every use of the allocation is ordered on.
         unsafe {
-            cudarc::driver::result::memset_d8_async(self.base_address(), value, self.buffer.len(), stream.cu_stream())
+            cudarc::driver::result::memset_d8_async(self.base_address(), value, self.bytes, stream.cu_stream())
         }
         .map_err(|e| driver_error("memset", e))
     }
@@ -97,8 +130,13 @@ impl CudaStorage {
         let bytes_len = len * size;
         let mut bytes = vec![0u8; bytes_len];
         if bytes_len > 0 {
-            let view = self.buffer.slice(start * size..start * size + bytes_len);
-            self.device.stream().memcpy_dtoh(&view, &mut bytes).map_err(|e| driver_error("copy to the host", e))?;
+            self.device.refuse_while_capturing("a copy to the host (to_vec, or an op that reads values on the host)")?;
+            let from = self.base_address() + (start * size) as u64;
+            // SAFETY: `bytes_len` bytes inside this live allocation into a host buffer of that length, which
+            // stays alive until the synchronisation below.
+            unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut bytes, from, self.device.stream().cu_stream()) }
+                .map_err(|e| driver_error("copy to the host", e))?;
+            // Also reports a check a kernel failed (the values copied may then be zeros it wrote instead).
             self.device.synchronize()?;
         }
         Ok(match self.dtype {
@@ -111,7 +149,14 @@ impl CudaStorage {
 
     /// A copy of the whole allocation in a new one, on the same stream.
     pub(crate) fn duplicate(&self) -> Result<CudaSlice<u8>> {
-        self.device.stream().clone_dtod(&self.buffer).map_err(|e| driver_error("device copy", e))
+        let stream = self.device.stream();
+        // SAFETY: uninitialised, then every byte written by the copy below, in stream order.
+        let copy = unsafe { stream.alloc::<u8>(self.bytes) }.map_err(|e| driver_error("alloc", e))?;
+        let to = copy.device_ptr(stream).0;
+        // SAFETY: both ranges are `bytes` long inside live allocations, ordered on the one stream.
+        unsafe { cudarc::driver::result::memcpy_dtod_async(to, self.base_address(), self.bytes, stream.cu_stream()) }
+            .map_err(|e| driver_error("device copy", e))?;
+        Ok(copy)
     }
 
     pub(crate) fn dtype(&self) -> DType {
@@ -124,12 +169,15 @@ impl CudaStorage {
 
     /// Number of elements.
     pub(crate) fn len(&self) -> usize {
-        self.buffer.len() / self.dtype.size_bytes()
+        self.bytes / self.dtype.size_bytes()
     }
 
     /// The device address of element 0.
     pub(crate) fn base_address(&self) -> u64 {
-        let (ptr, _sync) = self.buffer.device_ptr(self.device.stream());
-        ptr
+        match &self.memory {
+            Memory::Pool(Some(buffer)) => buffer.device_ptr(self.device.stream()).0,
+            Memory::Pool(None) => 0,
+            Memory::Arena { address, .. } => *address,
+        }
     }
 }

@@ -56,3 +56,15 @@ __device__ __forceinline__ long long fuse_layout_offset(const FuseLayout& l, lon
   }
   return offset;
 }
+
+// A check on data only the GPU holds failed (an id past the table, a position past the end): the first
+// such fault on the device is kept in its record (code, value, limit; see fuse-runtime's
+// `CudaDevice::fault_address`), which the host reports at its next synchronisation. The caller skips the
+// access. A null record means the host checked already.
+__device__ __forceinline__ void fuse_model_fault(unsigned long long* fault, unsigned int code, unsigned long long value,
+                                                 unsigned long long limit) {
+  if (fault != 0 && atomicCAS(fault, 0ull, (unsigned long long)code) == 0ull) {
+    fault[1] = value;
+    fault[2] = limit;
+  }
+}

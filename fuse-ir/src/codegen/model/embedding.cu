@@ -1,5 +1,7 @@
 // embedding(ids, table) -> out [ids.., hidden]: one thread per output element (grid-stride), each element
-// copied bit for bit from the table row its id names. ids are dense u32; the table may be strided.
+// copied bit for bit from the table row its id names. ids are dense u32; the table may be strided. The ids
+// live on the device, so they are checked here: an id past the table writes zeros and records the fault,
+// which the host reports at its next synchronisation.
 struct FuseEmbeddingArgs {
   const unsigned int* ids;
   const fuse_elem* table;
@@ -9,6 +11,7 @@ struct FuseEmbeddingArgs {
   long long vocab;
   long long row_stride;
   long long col_stride;
+  unsigned long long* fault;
 };
 
 extern "C" __global__ void __launch_bounds__(256) fuse_model_embedding(const FuseEmbeddingArgs a) {
@@ -16,9 +19,12 @@ extern "C" __global__ void __launch_bounds__(256) fuse_model_embedding(const Fus
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.count; i += step) {
     const long long row = i / a.hidden;
     const long long col = i - row * a.hidden;
-    long long id = a.ids[row];
-    // The host checked every id before the launch; clamping keeps any other id inside the table all the same.
-    if (id >= a.vocab) id = a.vocab - 1;
+    const long long id = a.ids[row];
+    if (id >= a.vocab) {
+      if (col == 0) fuse_model_fault(a.fault, 1, id, a.vocab);
+      a.out[i] = 0;
+      continue;
+    }
     a.out[i] = a.table[id * a.row_stride + col * a.col_stride];
   }
 }

@@ -4,21 +4,20 @@
 //! `run_step` like every other kernel. Each takes one struct of 8-byte words, packed here field by field in
 //! the order the `.cu` file declares them.
 //!
-//! Operands are read as the views they are (their strides go to the kernel), with one exception: embedding
-//! copies its ids to the host to check them against the vocabulary before the launch (a synchronising
-//! device-to-host copy, accepted for this first slice), so an id out of range is the same error as on the
-//! CPU; the kernel also clamps ids, so no launch reads outside the table. Graphs with these ops are never
+//! Operands are read as the views they are (their strides go to the kernel). Values only the GPU holds are
+//! checked by the kernels (an embedding id past the table, a slice_set position held in a tensor): a failed
+//! check skips the access and is recorded in the device's fault record, reported at the next
+//! synchronisation (`Error::DeviceCheck`), so no step waits for the host. Graphs with these ops are never
 //! recorded as launch plans (the steps are queued without patches): every call takes the general path.
 
 use super::launch::KernelDims;
 use super::launch_plan::Step;
 use super::{kernels, Executor};
-use crate::call::{node_error, Value};
+use crate::call::Value;
 use crate::{Error, Result, Tensor};
 use crate::cuda::driver::driver_error;
 use cudarc::driver::sys::CUfunction_attribute;
 use fuse_ir::codegen::{ModelKernel, MODEL_RANK};
-use fuse_ir::infer::{InferError, NodeError};
 use fuse_ir::view::{dense_strides, ViewOp};
 use fuse_ir::{DType, ModelOp, NodeId, Op};
 use std::sync::OnceLock;
@@ -106,18 +105,17 @@ impl Executor<'_> {
             ModelOp::Embedding => {
                 let (ids, table) = (self.tensor_arg(args[0], "ids")?, self.tensor_arg(args[1], "table")?);
                 let (vocab, hidden) = (table.shape()[0], table.shape()[1]);
-                // The ids are checked on the host (see the module's comment): the CPU backend's error.
-                let host_ids = ids.to_vec::<u32>()?;
-                if let Some(&bad) = host_ids.iter().find(|&&i| i as usize >= vocab) {
-                    let error = InferError::IdOutOfRange { id: bad as u64, vocab };
-                    return Err(node_error(self.function, self.graph, NodeError { node: id, error }));
-                }
-                let count = host_ids.len() * hidden;
-                // The kernel reads ids densely: a strided view of them goes back up as a dense copy.
-                let ids = if ids.is_contiguous() { ids } else { Tensor::from_vec(host_ids, ids.shape(), &crate::Device::Cuda(self.device.clone()))? };
+                let count = ids.numel() * hidden;
+                // The kernel reads ids densely and checks them itself (the fault record: no host round trip).
+                // A strided view of ids is rare: it goes through the host as a dense copy.
+                let ids = if ids.is_contiguous() {
+                    ids
+                } else {
+                    Tensor::from_vec(ids.to_vec::<u32>()?, ids.shape(), &crate::Device::Cuda(self.device.clone()))?
+                };
                 if count > 0 {
                     words.address(self.address(&ids)?).address(self.address(&table)?).address(out_address);
-                    words.counts(&[count, hidden, vocab]).counts(table.strides());
+                    words.counts(&[count, hidden, vocab]).counts(table.strides()).address(self.device.fault_address()?);
                 }
                 (ModelKernel::Embedding, table.dtype(), blocks(count, ModelKernel::Embedding.block_threads()), count)
             }
@@ -182,6 +180,7 @@ impl Executor<'_> {
                 words.address(self.address(&part)?).address(slice).count(count).layout(part.shape(), part.strides());
                 let pad = MODEL_RANK - rank;
                 words.counts(&[vec![0; pad], out_strides.clone()].concat());
+                words.address(0).counts(&[0, 0]).address(0); // no device offset, no fault record
                 self.launch_model_kernel(ModelKernel::Cat, out.dtype(), blocks(count, ModelKernel::Cat.block_threads()), words)?;
             }
             start += part.shape()[axis];
@@ -194,28 +193,43 @@ impl Executor<'_> {
 impl Executor<'_> {
     /// `dest.slice_set(&src, axis, offset)`: the cat kernel copies `src` into `dest`'s own memory (rows
     /// `offset ..` along `axis`, through `dest`'s strides); the node's value is `dest`, which now holds them.
+    /// An offset held in a u32 tensor is read by the kernel (checked there against the room left), so the
+    /// launch is the same for every position: what a captured decode step needs.
     pub(super) fn run_slice_set(&mut self, id: NodeId) -> Result<()> {
         self.unreplayable();
-        let Op::View(ViewOp::SliceSet { axis }) = self.graph.op(id) else {
+        let Op::View(ViewOp::SliceSet { axis, at_tensor }) = self.graph.op(id) else {
             return Err(self.internal(format!("%{} is no slice_set", id.0)));
         };
         let args = self.graph.node(id).args.clone();
         let (dest, src) = (self.tensor_arg(args[0], "destination")?, self.tensor_arg(args[1], "source")?);
-        let offset = match self.resolve(args[2])? {
-            Value::Scalar(v) => v as usize,
-            Value::Tensor(_) => return Err(self.internal("slice_set: a tensor offset")),
-        };
         self.fits_layout("slice_set", &dest)?;
         let rank = dest.shape().len();
         let axis = if axis < 0 { (rank as i64 + axis as i64) as usize } else { axis as usize };
+        let element = dest.dtype().size_bytes() as u64;
+        let (start, device_offset) = if at_tensor {
+            (self.address(&dest)?, Some(self.tensor_arg(args[2], "offset")?))
+        } else {
+            let offset = match self.resolve(args[2])? {
+                Value::Scalar(v) => v as usize,
+                Value::Tensor(_) => return Err(self.internal("slice_set: a tensor offset")),
+            };
+            (self.address(&dest)? + (offset * dest.strides()[axis]) as u64 * element, None)
+        };
         let count = src.numel();
         if count > 0 {
-            let element = dest.dtype().size_bytes() as u64;
-            let start = self.address(&dest)? + (offset * dest.strides()[axis]) as u64 * element;
             let pad = MODEL_RANK - rank;
             let mut words = Words::default();
             words.address(self.address(&src)?).address(start).count(count).layout(src.shape(), src.strides());
             words.counts(&[vec![0; pad], dest.strides().to_vec()].concat());
+            match &device_offset {
+                Some(offset) => {
+                    let room = dest.shape()[axis] - src.shape()[axis];
+                    words.address(self.address(offset)?).counts(&[dest.strides()[axis], room]).address(self.device.fault_address()?);
+                }
+                None => {
+                    words.address(0).counts(&[0, 0]).address(0);
+                }
+            }
             self.launch_model_kernel(ModelKernel::Cat, dest.dtype(), blocks(count, ModelKernel::Cat.block_threads()), words)?;
         }
         self.addresses[id.index()] = if dest.numel() == 0 { 0 } else { self.address(&dest)? };

@@ -105,7 +105,8 @@ impl Executor<'_> {
             self.note(format!("path {} (from the tune results, rows bucket {})", path.name(), key.bucket));
             return Ok(path);
         }
-        let mode = tune::mode();
+        // Timing waits for the GPU, which a graph capture cannot: the fixed rule then (tune before capturing).
+        let mode = if self.device.is_capturing() { AutotuneMode::Off } else { tune::mode() };
         if mode == AutotuneMode::Off {
             let dual = self.plan.groups[index].matmuls.len() == 2;
             let limit = if dual { SKINNY_RULE_MAX_ROWS.0 } else { SKINNY_RULE_MAX_ROWS.1 };

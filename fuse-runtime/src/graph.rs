@@ -1,0 +1,81 @@
+//! `CudaGraph`: a step of many fused calls and eager ops on one GPU, recorded once and replayed as one
+//! launch (CUDA graphs), so that the host's per-call work is paid once instead of on every step.
+//!
+//! ```no_run
+//! // In a user's crate these are `fuse::...`: the facade re-exports this crate.
+//! use fuse_runtime::{exp, CudaGraph, DType, Device, Tensor};
+//! # fn main() -> fuse_runtime::Result<()> {
+//! let dev = Device::cuda_if_available(0);
+//! let x = Tensor::randn(0.0, 1.0, &[4, 64], 1, &dev)?;
+//! let out = Tensor::zeros(&[4, 64], DType::F32, &dev)?;
+//! // Run the step once first: kernels compile and GEMM paths are tuned on first use, outside the capture.
+//! out.slice_set(&exp(&x)?, 0, 0)?;
+//! let (x2, out2) = (x.clone(), out.clone());
+//! let mut step = CudaGraph::capture(&dev, move || {
+//!     out2.slice_set(&exp(&x2)?, 0, 0)?; // results go into memory made before the capture
+//!     Ok(())
+//! })?;
+//! step.replay()?; // write new values into x between replays (slice_set): the graph reads them again
+//! let y = out.to_vec::<f32>()?;
+//! # Ok(()) }
+//! ```
+//!
+//! Inside the closure, on a GPU: no synchronisation, no copy to or from the host (`to_vec`,
+//! `Tensor::from_vec`), no first-time work (compiling, tuning, growing scratch memory: run the step once
+//! before capturing it); each is an `Error::Capture` naming it. Values that change from step to step (token
+//! ids, positions) live in tensors made before the capture, written between replays (`slice_set`), and read
+//! by ops that take them as tensors (`embedding`, `slice_set` with a tensor offset, `attention_len`). Memory
+//! that ops allocate during the capture is the graph's: each replay writes the same places, and a tensor
+//! made during the capture that the closure keeps shows what the last replay wrote.
+//!
+//! On the CPU, or with `FUSE_GRAPHS=off`, nothing is recorded: `capture` keeps the closure and `replay`
+//! calls it, so the same code runs (and can be debugged) without graphs.
+
+use crate::{Device, Result};
+
+/// A recorded step (see the module docs).
+pub struct CudaGraph {
+    kind: Kind,
+}
+
+enum Kind {
+    Captured(crate::cuda::capture::CapturedGraph),
+    /// Not recorded (CPU, or `FUSE_GRAPHS=off`): replaying calls the closure.
+    Plain(Box<dyn FnMut() -> Result<()> + Send>),
+}
+
+impl CudaGraph {
+    /// Records the GPU work `step` queues on `device` (running nothing). On the CPU or with
+    /// `FUSE_GRAPHS=off`, keeps `step` to call on each replay instead.
+    pub fn capture(device: &Device, mut step: impl FnMut() -> Result<()> + Send + 'static) -> Result<CudaGraph> {
+        match device {
+            Device::Cuda(gpu) if crate::env::graphs_on() => {
+                let graph = gpu.capture_graph(&mut step)?;
+                Ok(CudaGraph { kind: Kind::Captured(graph) })
+            }
+            _ => Ok(CudaGraph { kind: Kind::Plain(Box::new(step)) }),
+        }
+    }
+
+    /// Runs the step once more: one graph launch queued on the GPU (returns before it finishes; reading a
+    /// result waits for it), or a call of the closure when nothing was recorded.
+    pub fn replay(&mut self) -> Result<()> {
+        match &mut self.kind {
+            Kind::Captured(graph) => graph.launch(),
+            Kind::Plain(step) => step(),
+        }
+    }
+
+    /// Whether the step was recorded as a CUDA graph (false on the CPU and with `FUSE_GRAPHS=off`).
+    pub fn is_recorded(&self) -> bool {
+        matches!(self.kind, Kind::Captured(_))
+    }
+
+    /// Bytes of GPU memory the recorded step's own allocations take (0 when not recorded).
+    pub fn memory_bytes(&self) -> usize {
+        match &self.kind {
+            Kind::Captured(graph) => graph.arena_bytes(),
+            Kind::Plain(_) => 0,
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! CUDA graphs (`CudaGraph`): a decode-like step (an embedding of ids held in a tensor, a matmul with an
+//! epilogue, a row norm, a cache append at a position held in a tensor) captured once and replayed with new
+//! inputs written between replays, against the same step run call by call; what a capture refuses (host
+//! round trips) and that the device works on after a refused capture. On the CPU (and with
+//! `FUSE_GRAPHS=off`) `capture` records nothing and `replay` calls the closure: the same cases run there.
+
+use fuse::prelude::*;
+use fuse::testing::{assert_close, random, TestRng};
+
+/// One step: the rows of `table` that `ids` names, through a linear layer and an rms_norm, written into
+/// `cache` at the position `pos` holds.
+#[fuse]
+fn step(ids: &Tensor, table: &Tensor, w: &Tensor, norm: &Tensor, cache: &Tensor, pos: &Tensor) -> Result<Tensor> {
+    let x = embedding(ids, table);
+    let h = rms_norm(&(x.matmul(&w.t()) + &x), norm, 1e-5);
+    Ok(cache.slice_set(&h, 1, pos))
+}
+
+struct Case {
+    ids: Tensor,
+    pos: Tensor,
+    table: Tensor,
+    w: Tensor,
+    norm: Tensor,
+    cache: Tensor,
+}
+
+impl Case {
+    fn new(dev: &Device, dtype: DType) -> Case {
+        let mut r = TestRng::new(71);
+        let (vocab, hidden, capacity) = (37, 64, 9);
+        Case {
+            ids: Tensor::from_vec(vec![0u32], &[1, 1], dev).unwrap(),
+            pos: Tensor::from_vec(vec![0u32], &[1], dev).unwrap(),
+            table: random(&mut r, &[vocab, hidden], dtype, -1.0, 1.0, dev),
+            w: random(&mut r, &[hidden, hidden], dtype, -0.2, 0.2, dev),
+            norm: random(&mut r, &[hidden], dtype, 0.5, 1.5, dev),
+            cache: Tensor::zeros(&[1, capacity, hidden], dtype, dev).unwrap(),
+        }
+    }
+
+    fn run(&self) -> Result<Tensor> {
+        step(&self.ids, &self.table, &self.w, &self.norm, &self.cache, &self.pos)
+    }
+
+    /// Writes the step's inputs (token `id` at position `at`) into the tensors the step reads.
+    fn set(&self, id: u32, at: u32, dev: &Device) -> Result<()> {
+        self.ids.slice_set(&Tensor::from_vec(vec![id], &[1, 1], dev)?, 0, 0)?;
+        self.pos.slice_set(&Tensor::from_vec(vec![at], &[1], dev)?, 0, 0)?;
+        Ok(())
+    }
+}
+
+fn a_captured_step_replays_with_new_inputs(dev: &Device) {
+    for dtype in [DType::F32, DType::BF16] {
+        let (graphed, plain) = (Case::new(dev, dtype), Case::new(dev, dtype));
+        graphed.run().expect("the step runs once before the capture (compiles, tunes)");
+        let (ids, table, w, norm, cache, pos) =
+            (graphed.ids.clone(), graphed.table.clone(), graphed.w.clone(), graphed.norm.clone(), graphed.cache.clone(), graphed.pos.clone());
+        let mut graph = CudaGraph::capture(dev, move || step(&ids, &table, &w, &norm, &cache, &pos).map(|_| ())).expect("capture");
+        assert_eq!(graph.is_recorded(), dev.is_cuda() && std::env::var("FUSE_GRAPHS").is_err(), "recorded on a GPU only");
+        let tokens = [(5u32, 0u32), (36, 1), (0, 2), (17, 8), (5, 3)];
+        for (id, at) in tokens {
+            graphed.set(id, at, dev).expect("inputs");
+            graph.replay().expect("replay");
+            plain.set(id, at, dev).expect("inputs");
+            plain.run().expect("the step call by call");
+        }
+        // Every row a step wrote holds what the calls wrote; the rows never written are still zero.
+        assert_close(&format!("graph replays {dtype} on {dev}"), &graphed.cache, &plain.cache, dtype, dev);
+        let rows: Vec<f32> = graphed.cache.to_vec().unwrap();
+        let unwritten = &rows[4 * 64..8 * 64];
+        assert!(unwritten.iter().all(|&v| v == 0.0), "rows 4..8 were never written");
+        assert!(rows[..64].iter().any(|&v| v != 0.0), "row 0 was written");
+    }
+}
+
+fn a_capture_refuses_host_round_trips(dev: &Device) {
+    let case = Case::new(dev, DType::F32);
+    case.run().expect("warm");
+    if !dev.is_cuda() {
+        // Nothing is recorded on the CPU: the closure runs on each replay, host reads included.
+        let out = case.cache.clone();
+        let mut graph = CudaGraph::capture(dev, move || out.to_vec::<f32>().map(|_| ())).expect("capture");
+        graph.replay().expect("a host read in a plain step");
+        return;
+    }
+    let out = case.cache.clone();
+    let read = CudaGraph::capture(dev, move || out.to_vec::<f32>().map(|_| ())).err().expect("to_vec refused");
+    assert!(matches!(&read, Error::Capture { what } if what.contains("copy to the host")), "{read}");
+    let gpu = dev.clone();
+    let upload = CudaGraph::capture(dev, move || Tensor::from_vec(vec![1.0f32], &[1], &gpu).map(|_| ())).err().expect("from_vec refused");
+    assert!(matches!(&upload, Error::Capture { what } if what.contains("copy from the host")), "{upload}");
+    // The device is usable after a refused capture, and a later capture works.
+    case.set(3, 2, dev).expect("inputs after a refused capture");
+    case.run().expect("a call after a refused capture");
+    let c = Case::new(dev, DType::F32);
+    c.run().expect("warm");
+    let (ids, table, w, norm, cache, pos) = (c.ids.clone(), c.table.clone(), c.w.clone(), c.norm.clone(), c.cache.clone(), c.pos.clone());
+    let mut graph = CudaGraph::capture(dev, move || step(&ids, &table, &w, &norm, &cache, &pos).map(|_| ())).expect("capture after a refused one");
+    graph.replay().expect("replay");
+    dev.synchronize().expect("the replay finishes");
+}
+
+fuse::device_tests!(a_captured_step_replays_with_new_inputs, a_capture_refuses_host_round_trips);
