@@ -96,6 +96,31 @@ fn slice_set_writes_in_place(dev: &Device) {
     }
 }
 
+/// A position held in a u32 tensor (a step whose position lives on the device) writes where a `usize` does.
+fn slice_set_at_a_position_held_in_a_tensor(dev: &Device) {
+    let mut r = TestRng::new(44);
+    for dtype in DTYPES {
+        let (a, b) = (random(&mut r, &[2, 7, 3], dtype, -1.0, 1.0, dev), random(&mut r, &[2, 7, 3], dtype, -1.0, 1.0, dev));
+        b.slice_set(&a, 0, 0).unwrap(); // b = a, in place
+        let rows = random(&mut r, &[2, 3, 3], dtype, -1.0, 1.0, dev);
+        let at = Tensor::from_vec(vec![4u32], &[1], dev).unwrap();
+        a.slice_set(&rows, 1, 4).unwrap();
+        b.slice_set(&rows, 1, &at).unwrap();
+        assert_eq!(a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap(), "{dtype}: offset 4 given as usize and as a tensor");
+    }
+    // Past the end: the CPU refuses the call; on the GPU the kernel writes nothing and the next
+    // synchronisation reports it.
+    let cache = random(&mut r, &[1, 5, 2], DType::F32, -1.0, 1.0, dev);
+    let before = cache.to_vec::<f32>().unwrap();
+    let rows = random(&mut r, &[1, 2, 2], DType::F32, -1.0, 1.0, dev);
+    let at = Tensor::from_vec(vec![4u32], &[1], dev).unwrap();
+    let err = cache.slice_set(&rows, 1, &at).and_then(|t| t.to_vec::<f32>()).expect_err("offset 4 + 2 rows of 5");
+    assert!(err.to_string().contains("offset 4"), "{err}");
+    assert_eq!(cache.to_vec::<f32>().unwrap(), before, "nothing written");
+    let floats = Tensor::from_vec(vec![1.0f32], &[1], dev).unwrap();
+    assert!(cache.slice_set(&rows, 1, &floats).is_err(), "a float position is refused");
+}
+
 fn slice_set_errors_are_clear(dev: &Device) {
     let cache = random(&mut TestRng::new(40), &[2, 5, 3], DType::F32, -1.0, 1.0, dev);
     let rows = random(&mut TestRng::new(41), &[2, 2, 3], DType::F32, -1.0, 1.0, dev);
@@ -286,4 +311,5 @@ fuse::device_tests!(
     view_errors_are_clear,
     slice_set_writes_in_place,
     slice_set_errors_are_clear,
+    slice_set_at_a_position_held_in_a_tensor,
 );
