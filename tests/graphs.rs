@@ -45,9 +45,13 @@ impl Case {
 
     /// Writes the step's inputs (token `id` at position `at`) into the tensors the step reads.
     fn set(&self, id: u32, at: u32, dev: &Device) -> Result<()> {
-        self.ids.slice_set(&Tensor::from_vec(vec![id], &[1, 1], dev)?, 0, 0)?;
-        self.pos.slice_set(&Tensor::from_vec(vec![at], &[1], dev)?, 0, 0)?;
-        Ok(())
+        // Alternately by a host copy and by a slice_set: both write the memory the step reads.
+        if id % 2 == 0 {
+            self.ids.copy_from_host(&[id])?;
+        } else {
+            self.ids.slice_set(&Tensor::from_vec(vec![id], &[1, 1], dev)?, 0, 0)?;
+        }
+        self.pos.copy_from_host(&[at])
     }
 }
 
@@ -102,4 +106,15 @@ fn a_capture_refuses_host_round_trips(dev: &Device) {
     dev.synchronize().expect("the replay finishes");
 }
 
-fuse::device_tests!(a_captured_step_replays_with_new_inputs, a_capture_refuses_host_round_trips);
+fn copy_from_host_writes_in_place(dev: &Device) {
+    let x = Tensor::zeros(&[2, 3], DType::BF16, dev).unwrap();
+    let view = x.clone();
+    let values: Vec<half::bf16> = (0..6).map(|i| half::bf16::from_f32(i as f32 - 2.5)).collect();
+    x.copy_from_host(&values).expect("six bf16 values");
+    assert_eq!(view.to_vec::<half::bf16>().unwrap(), values, "a clone sees the new values");
+    assert!(matches!(x.copy_from_host(&[1.0f32; 6]), Err(Error::DType { .. })), "f32 values into bf16");
+    assert!(matches!(x.copy_from_host(&values[..5]), Err(Error::DataLength { .. })), "five of six");
+    assert!(x.t().unwrap().copy_from_host(&values).is_err(), "a transposed view is not dense");
+}
+
+fuse::device_tests!(a_captured_step_replays_with_new_inputs, a_capture_refuses_host_round_trips, copy_from_host_writes_in_place);

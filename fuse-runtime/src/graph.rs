@@ -33,21 +33,22 @@
 
 use crate::{Device, Result};
 
-/// A recorded step (see the module docs).
-pub struct CudaGraph {
-    kind: Kind,
+/// A recorded step (see the module docs); `'a` is what the step's closure borrows (kept for replays that
+/// call it: on the CPU and with `FUSE_GRAPHS=off`).
+pub struct CudaGraph<'a> {
+    kind: Kind<'a>,
 }
 
-enum Kind {
+enum Kind<'a> {
     Captured(crate::cuda::capture::CapturedGraph),
     /// Not recorded (CPU, or `FUSE_GRAPHS=off`): replaying calls the closure.
-    Plain(Box<dyn FnMut() -> Result<()> + Send>),
+    Plain(Box<dyn FnMut() -> Result<()> + 'a>),
 }
 
-impl CudaGraph {
+impl<'a> CudaGraph<'a> {
     /// Records the GPU work `step` queues on `device` (running nothing). On the CPU or with
     /// `FUSE_GRAPHS=off`, keeps `step` to call on each replay instead.
-    pub fn capture(device: &Device, mut step: impl FnMut() -> Result<()> + Send + 'static) -> Result<CudaGraph> {
+    pub fn capture(device: &Device, mut step: impl FnMut() -> Result<()> + 'a) -> Result<CudaGraph<'a>> {
         match device {
             Device::Cuda(gpu) if crate::env::graphs_on() => {
                 let graph = gpu.capture_graph(&mut step)?;

@@ -58,6 +58,27 @@ impl Tensor {
         }
     }
 
+    /// Overwrites this tensor's elements, in place, with `values` (row-major, as many as it has, of its
+    /// dtype); the tensor must be dense. Every clone and view of it sees the new values: how a step's inputs
+    /// (token ids, positions) change between replays of a `CudaGraph`, with one copy and no kernel. On a GPU
+    /// the copy is queued on the device's stream, after the work already queued.
+    pub fn copy_from_host<T: Element>(&self, values: &[T]) -> Result<()> {
+        if T::DTYPE != self.dtype() {
+            return Err(Error::DType { function: EAGER.into(), op: "copy_from_host", expected: self.dtype(), got: T::DTYPE });
+        }
+        if values.len() != self.numel() || !self.is_contiguous() {
+            return Err(Error::DataLength { shape: self.shape.clone(), len: values.len(), expected: self.numel() });
+        }
+        match self.storage.as_ref() {
+            Storage::Cpu(cpu) => cpu.write(|data| {
+                let all = data.typed_mut::<T>().expect("the dtype was checked above");
+                all[self.offset..self.offset + values.len()].copy_from_slice(values);
+            }),
+            Storage::Cuda(gpu) => gpu.write_from_host(self.offset, values)?,
+        }
+        Ok(())
+    }
+
     /// A dense tensor over device memory holding at least the shape's elements (the caller guarantees it).
     pub(crate) fn from_cuda(storage: CudaStorage, shape: Vec<usize>) -> Tensor {
         let strides = contiguous_strides(&shape);

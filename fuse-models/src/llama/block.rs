@@ -16,9 +16,11 @@ pub struct AttentionBlock {
 }
 
 impl AttentionBlock {
-    /// `x` [b, s, hidden] at positions `pos .. pos + s` (cos/sin: those rows of the rotary tables, [s, d/2]).
-    /// The new keys and values are written into the layer's cache ([b, hkv, capacity, d]) in place at
-    /// `pos ..`; attention reads the first `len = pos + s` rows of it. Returns the block's output.
+    /// `x` [b, s, hidden], the new positions of each sequence. Everything that changes from step to step is
+    /// a tensor on the model's device, so that a step can be captured once as a CUDA graph and replayed:
+    /// `cos`/`sin` are the rotary tables' rows of these positions ([s, d/2]), `at` (u32 [1]) where the new
+    /// keys and values go in the cache ([b, hkv, capacity, d], written in place), `lens` (u32 [b]) how many
+    /// cached positions each sequence attends over (the new ones included). Returns the block's output.
     #[fuse]
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
@@ -28,8 +30,8 @@ impl AttentionBlock {
         sin: &Tensor,
         k_cache: &Tensor,
         v_cache: &Tensor,
-        pos: usize,
-        len: usize,
+        at: &Tensor,
+        lens: &Tensor,
         b: usize,
         s: usize,
         hq: usize,
@@ -42,9 +44,9 @@ impl AttentionBlock {
         let k = h.matmul(&self.wk.t()).reshape(&[b, s, hkv, d]).transpose(1, 2);
         let v = h.matmul(&self.wv.t()).reshape(&[b, s, hkv, d]).transpose(1, 2);
         let q = rope(&q, cos, sin);
-        let k_cache = k_cache.slice_set(&rope(&k, cos, sin), 2, pos);
-        let v_cache = v_cache.slice_set(&v, 2, pos);
-        let a = attention(&q, &k_cache.narrow(2, 0, len), &v_cache.narrow(2, 0, len), self.scale, true);
+        let k_cache = k_cache.slice_set(&rope(&k, cos, sin), 2, at);
+        let v_cache = v_cache.slice_set(&v, 2, at);
+        let a = attention_len(&q, &k_cache, &v_cache, lens, self.scale, true);
         let o = a.transpose(1, 2).reshape(&[b, s, hidden]);
         Ok(x + o.matmul(&self.wo.t()))
     }

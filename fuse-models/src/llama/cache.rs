@@ -9,7 +9,12 @@ pub struct KvCache {
     layers: Vec<(Tensor, Tensor)>,
     len: usize,
     capacity: usize,
+    batch: usize,
+    /// Tells caches apart (a recorded decode step writes the memory of the one it was made for).
+    id: u64,
 }
+
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl KvCache {
     /// An empty cache for `layers` layers of `kv_heads` heads of `head_dim`, batch `batch`, holding at most
@@ -19,7 +24,7 @@ impl KvCache {
         let layers = (0..layers)
             .map(|_| Ok((Tensor::zeros(&shape, dtype, dev)?, Tensor::zeros(&shape, dtype, dev)?)))
             .collect::<Result<Vec<_>>>()?;
-        Ok(KvCache { layers, len: 0, capacity })
+        Ok(KvCache { layers, len: 0, capacity, batch, id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed) })
     }
 
     /// Positions held.
@@ -35,9 +40,28 @@ impl KvCache {
         self.capacity
     }
 
+    /// Sequences held.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Another handle to the same memory (the length stays with this one): what a recorded step reads.
+    pub(crate) fn clone_handles(&self) -> KvCache {
+        KvCache { layers: self.layers.clone(), len: self.len, capacity: self.capacity, batch: self.batch, id: self.id }
+    }
+
     /// Empties the cache (its memory is kept for the next sequence).
     pub fn clear(&mut self) {
         self.len = 0;
+    }
+
+    /// Forgets the positions from `len` on (kept memory; the next step writes over them).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
     }
 
     /// Checks that `new` more positions fit.
@@ -62,5 +86,13 @@ impl KvCache {
 
     pub(crate) fn advance(&mut self, new: usize) {
         self.len += new;
+    }
+
+    /// Counts `new` positions written by a step run directly ([`super::Llama::step`], which leaves the
+    /// length to its caller).
+    pub fn advance_by(&mut self, new: usize) -> crate::Result<()> {
+        self.reserve(new)?;
+        self.len += new;
+        Ok(())
     }
 }

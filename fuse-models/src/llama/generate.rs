@@ -49,6 +49,9 @@ pub fn generate(
     let mut ids = Vec::new();
     let mut logits = first_logits.clone();
     let start = Instant::now();
+    // The first decode step runs call by call (it compiles and tunes the one-token shapes); the rest replay
+    // it as a recorded CUDA graph on a GPU (`Llama::decoder`).
+    let mut decoder = None;
     while ids.len() < max_tokens {
         let next = choose(&logits, sampling, &mut rng);
         ids.push(next);
@@ -56,7 +59,17 @@ pub fn generate(
         if next == eos || ids.len() == max_tokens {
             break;
         }
-        logits = model.forward(&[next], &mut cache)?;
+        if next as usize >= model.config.vocab {
+            return Err(crate::Error::UnknownTokenId { id: next, vocab_size: model.config.vocab });
+        }
+        logits = match decoder.as_mut() {
+            None => {
+                let logits = model.forward(&[next], &mut cache)?;
+                decoder = Some(model.decoder(&cache, fuse::Fusion::On)?);
+                logits
+            }
+            Some(decoder) => decoder.step(&[next], &mut cache)?,
+        };
     }
     Ok(Generated { ids, first_logits, prefill, decode: start.elapsed() })
 }

@@ -2,6 +2,7 @@
 
 use super::block::{AttentionBlock, FfnBlock};
 use super::cache::KvCache;
+use super::step::StepInputs;
 use crate::gguf::GgufFile;
 use crate::rotary::unpermute_rotary_rows;
 use crate::{Error, Result};
@@ -23,6 +24,22 @@ pub struct Config {
 }
 
 impl Config {
+    /// SmolLM2-135M's sizes (what its GGUF file says), for a model with random weights of that shape.
+    pub fn smollm2_135m() -> Config {
+        Config {
+            hidden: 576,
+            intermediate: 1536,
+            layers: 30,
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+            vocab: 49152,
+            context: 8192,
+            rope_theta: 100000.0,
+            eps: 1e-5,
+        }
+    }
+
     pub fn from_gguf(file: &GgufFile) -> Result<Config> {
         let u = |k: &str| file.u32(&format!("llama.{k}")).map(|v| v as usize);
         let (hidden, heads) = (u("embedding_length")?, u("attention.head_count")?);
@@ -51,13 +68,13 @@ impl Config {
 /// The weights of every layer, the tied embedding and the rotary tables, on one device.
 pub struct Llama {
     pub config: Config,
-    embedding: Tensor,
-    layers: Vec<(AttentionBlock, FfnBlock)>,
-    output_norm: Tensor,
+    pub(super) embedding: Tensor,
+    pub(super) layers: Vec<(AttentionBlock, FfnBlock)>,
+    pub(super) output_norm: Tensor,
     /// cos and sin of position p times each rotary frequency, [context, head_dim / 2], in the model's dtype.
-    cos: Tensor,
-    sin: Tensor,
-    device: Device,
+    pub(super) cos: Tensor,
+    pub(super) sin: Tensor,
+    pub(super) device: Device,
     dtype: DType,
 }
 
@@ -111,6 +128,59 @@ impl Llama {
         })
     }
 
+    /// A model of `config`'s shape with random weights (normal, std 0.02; norms near 1), seeded: for timing
+    /// without a model file (the time of a step does not depend on the weights' values).
+    pub fn random(config: &Config, device: &Device, dtype: DType, seed: u64) -> Result<Llama> {
+        let c = config.clone();
+        let mut seed = seed;
+        let mut weight = |shape: &[usize], mean: f32, std: f32| -> Result<Tensor> {
+            seed = seed.wrapping_add(1);
+            Ok(Tensor::randn(mean, std, shape, seed, &Device::Cpu)?.to_dtype(dtype)?.to_device(device)?)
+        };
+        let (h, kv) = (c.hidden, c.kv_heads * c.head_dim);
+        let mut layers = Vec::with_capacity(c.layers);
+        for _ in 0..c.layers {
+            let attention = AttentionBlock {
+                norm: weight(&[h], 1.0, 0.02)?,
+                wq: weight(&[h, h], 0.0, 0.02)?,
+                wk: weight(&[kv, h], 0.0, 0.02)?,
+                wv: weight(&[kv, h], 0.0, 0.02)?,
+                wo: weight(&[h, h], 0.0, 0.02)?,
+                eps: c.eps,
+                scale: 1.0 / (c.head_dim as f32).sqrt(),
+            };
+            let ffn = FfnBlock {
+                norm: weight(&[h], 1.0, 0.02)?,
+                gate: weight(&[c.intermediate, h], 0.0, 0.02)?,
+                up: weight(&[c.intermediate, h], 0.0, 0.02)?,
+                down: weight(&[h, c.intermediate], 0.0, 0.02)?,
+                eps: c.eps,
+            };
+            layers.push((attention, ffn));
+        }
+        let (cos, sin) = rotary_tables(&c, device, dtype)?;
+        Ok(Llama {
+            embedding: weight(&[c.vocab, h], 0.0, 0.02)?,
+            output_norm: weight(&[h], 1.0, 0.02)?,
+            layers,
+            cos,
+            sin,
+            device: device.clone(),
+            dtype,
+            config: c,
+        })
+    }
+
+    /// Weights held (the tied embedding once).
+    pub fn parameters(&self) -> usize {
+        let blocks: usize = self
+            .layers
+            .iter()
+            .map(|(a, f)| [&a.norm, &a.wq, &a.wk, &a.wv, &a.wo, &f.norm, &f.gate, &f.up, &f.down].iter().map(|t| t.numel()).sum::<usize>())
+            .sum();
+        blocks + self.embedding.numel() + self.output_norm.numel()
+    }
+
     pub fn device(&self) -> &Device {
         &self.device
     }
@@ -121,11 +191,16 @@ impl Llama {
 
     /// An empty cache for a batch of one holding `capacity` positions (at most the model's context).
     pub fn new_cache(&self, capacity: usize) -> Result<KvCache> {
+        self.new_batch_cache(1, capacity)
+    }
+
+    /// An empty cache for `batch` sequences of up to `capacity` positions each (at most the context).
+    pub fn new_batch_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
         let c = &self.config;
         if capacity > c.context {
             return Err(Error::CacheFull { capacity: c.context, used: 0, asked: capacity });
         }
-        Ok(KvCache::new(c.layers, 1, c.kv_heads, c.head_dim, capacity, self.dtype, &self.device)?)
+        Ok(KvCache::new(c.layers, batch, c.kv_heads, c.head_dim, capacity, self.dtype, &self.device)?)
     }
 
     /// Runs `ids` (the next positions of one sequence) through the model, appending to `cache`; returns the
@@ -138,23 +213,17 @@ impl Llama {
     pub fn forward_with(&self, ids: &[u32], cache: &mut KvCache, fusion: Fusion) -> Result<Vec<f32>> {
         let c = &self.config;
         let s = ids.len();
+        if s == 0 {
+            return Err(Error::BadShape { what: "a step needs at least one token".into() });
+        }
         cache.reserve(s)?;
         if let Some(&bad) = ids.iter().find(|&&id| id as usize >= c.vocab) {
             return Err(Error::UnknownTokenId { id: bad, vocab_size: c.vocab });
         }
-        let ids = Tensor::from_vec(ids.to_vec(), &[1, s], &self.device)?;
-        let pos = cache.len();
-        let (cos, sin) = (self.cos.narrow(0, pos, s)?, self.sin.narrow(0, pos, s)?);
-        let mut x = embedding(&ids, &self.embedding)?;
-        for (i, (attention, ffn)) in self.layers.iter().enumerate() {
-            let (k_cache, v_cache) = cache.layer(i);
-            let (b, len) = (1, pos + s);
-            let y = attention.forward_with(&x, &cos, &sin, k_cache, v_cache, pos, len, b, s, c.heads, c.kv_heads, c.head_dim, c.hidden, fusion)?;
-            x = ffn.forward_with(&y, fusion)?;
-        }
+        let inputs = StepInputs::new(1, s, &self.device)?;
+        inputs.set(ids, cache.len())?;
+        let logits = self.step(&inputs, cache, fusion)?;
         cache.advance(s);
-        let last = x.narrow(1, s - 1, 1)?;
-        let logits = rms_norm(&last, &self.output_norm, c.eps)?.matmul(&self.embedding.t()?)?;
         Ok(logits.to_vec::<f32>()?)
     }
 }

@@ -11,8 +11,10 @@ mod block;
 mod cache;
 mod generate;
 mod load;
+mod step;
 
 pub use block::{AttentionBlock, FfnBlock};
 pub use cache::KvCache;
 pub use generate::{generate, Generated, Sampling};
 pub use load::{Config, Llama};
+pub use step::{Decoder, StepInputs};

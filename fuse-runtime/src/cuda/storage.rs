@@ -96,6 +96,19 @@ impl CudaStorage {
         Ok(storage)
     }
 
+    /// Copies `values` over elements `at ..` (the caller checked that they fit and are of this dtype).
+    pub(crate) fn write_from_host<T: Copy>(&self, at: usize, values: &[T]) -> Result<()> {
+        self.device.refuse_while_capturing("a copy from the host (copy_from_host)")?;
+        if values.is_empty() {
+            return Ok(());
+        }
+        let to = self.base_address() + (at * self.dtype.size_bytes()) as u64;
+        // SAFETY: the range lies inside this live allocation (checked by the caller); from pageable memory the
+        // driver stages `values` before returning, so the slice may go right after.
+        unsafe { cudarc::driver::result::memcpy_htod_async(to, values, self.device.stream().cu_stream()) }
+            .map_err(|e| driver_error("copy to the GPU", e))
+    }
+
     /// Wraps memory made elsewhere (interop). The caller guarantees it holds `dtype` values.
     pub(crate) fn from_buffer(device: &CudaDevice, buffer: CudaSlice<u8>, dtype: DType) -> CudaStorage {
         CudaStorage { bytes: buffer.len(), memory: Memory::Pool(Some(buffer)), dtype, device: device.clone() }

@@ -1,0 +1,179 @@
+//! Decode and prefill speed of a SmolLM2-135M-shaped decoder (fuse-models' `llama`, random weights: the time
+//! of a step does not depend on their values), BENCH.md's decode workload:
+//!
+//! ```text
+//! cargo run --release --example bench_decode -- [--batches 1,4,16] [--cached 128,1024] [--steps 64]
+//!       [--prompt 512] [--dtype bf16|f32] [--device cpu|cuda] [--modes graph,calls,unfused] [--json FILE]
+//! ```
+//! For each batch and cache fill, decode us per token (one token per sequence per step) in each mode:
+//! `graph` (the step recorded once as a CUDA graph, each replay picking the next tokens on the device:
+//! `Llama::greedy_decoder`), `calls` (the fused step call by call, no graph) and `unfused` (one op at a time);
+//! then prefill tokens/s for a `--prompt`-token prompt (batch 1). Prints a table with the floor (the bf16
+//! weights and the cache read once per step at 4.2 TB/s) and writes `--json`.
+
+use fuse::prelude::*;
+use fuse_models::llama::{Config, KvCache, Llama, StepInputs};
+use std::time::Instant;
+
+struct Options {
+    batches: Vec<usize>,
+    cached: Vec<usize>,
+    steps: usize,
+    prompt: usize,
+    dtype: DType,
+    device: String,
+    modes: Vec<String>,
+    json: Option<String>,
+}
+
+fn list(v: &str) -> Result<Vec<usize>, String> {
+    v.split(',').map(|x| x.trim().parse().map_err(|_| format!("`{x}` is not a count"))).collect()
+}
+
+fn parse() -> Result<Options, String> {
+    let mut o = Options {
+        batches: vec![1, 4, 16],
+        cached: vec![128, 1024],
+        steps: 64,
+        prompt: 512,
+        dtype: DType::BF16,
+        device: "best".into(),
+        modes: vec!["graph".into(), "calls".into(), "unfused".into()],
+        json: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--batches" => o.batches = list(&value)?,
+            "--cached" => o.cached = list(&value)?,
+            "--steps" => o.steps = value.parse().map_err(|_| "--steps: a count")?,
+            "--prompt" => o.prompt = value.parse().map_err(|_| "--prompt: a count")?,
+            "--dtype" => o.dtype = if value == "f32" { DType::F32 } else { DType::BF16 },
+            "--device" => o.device = value,
+            "--modes" => o.modes = value.split(',').map(str::to_string).collect(),
+            "--json" => o.json = Some(value),
+            _ => return Err(format!("unknown flag {flag}")),
+        }
+    }
+    if o.steps < 2 {
+        return Err("--steps: at least 2".into());
+    }
+    Ok(o)
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("bench_decode: {e}");
+        std::process::exit(1);
+    }
+}
+
+type Fallible<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Fills `cache` with `cached` positions of every sequence (one prefill step) and returns it at that length.
+fn fill(model: &Llama, cache: &mut KvCache, cached: usize) -> Fallible<()> {
+    cache.clear();
+    let b = cache.batch();
+    let inputs = StepInputs::new(b, cached, model.device())?;
+    let ids: Vec<u32> = (0..b * cached).map(|i| (i * 7919 % 49152) as u32).collect();
+    inputs.set(&ids, 0)?;
+    model.step(&inputs, cache, Fusion::On)?;
+    cache.advance_by(cached)?;
+    Ok(())
+}
+
+/// Decode us per token in `mode`, from `cached` positions on.
+fn decode(model: &Llama, cache: &mut KvCache, cached: usize, steps: usize, mode: &str) -> Fallible<f64> {
+    let b = cache.batch();
+    fill(model, cache, cached)?;
+    let first: Vec<u32> = (0..b as u32).collect();
+    // A warm step of this shape (compiles, tunes), then back to `cached`.
+    let inputs = StepInputs::new(b, 1, model.device())?;
+    let fusion = if mode == "unfused" { Fusion::Off } else { Fusion::On };
+    inputs.set(&first, cached)?;
+    model.step(&inputs, cache, fusion)?;
+    let seconds = if mode == "graph" {
+        let mut decoder = model.greedy_decoder(cache, fusion)?;
+        decoder.set_tokens(&first)?;
+        decoder.advance(cache)?; // the first replay uploads the graph's last pieces
+        decoder.tokens()?;
+        let start = Instant::now();
+        for _ in 0..steps {
+            decoder.advance(cache)?;
+        }
+        decoder.tokens()?; // waits for the last step
+        start.elapsed().as_secs_f64()
+    } else {
+        let start = Instant::now();
+        for i in 0..steps {
+            inputs.set_positions(cached + 1 + i)?;
+            let logits = model.step(&inputs, cache, fusion)?;
+            if i + 1 == steps {
+                logits.to_vec::<f32>()?; // waits for the last step
+            }
+        }
+        start.elapsed().as_secs_f64()
+    };
+    Ok(seconds * 1e6 / steps as f64)
+}
+
+/// Prefill tokens/s of a `prompt`-token prompt (batch 1), the median of five after a warm one.
+fn prefill(model: &Llama, prompt: usize) -> Fallible<f64> {
+    let mut cache = model.new_cache(prompt)?;
+    let mut times = Vec::new();
+    for i in 0..6 {
+        let start = Instant::now();
+        fill(model, &mut cache, prompt)?;
+        cache.layer(0).0.narrow(2, 0, 1)?.to_vec::<f32>()?;
+        if i > 0 {
+            times.push(start.elapsed().as_secs_f64());
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(prompt as f64 / times[times.len() / 2])
+}
+
+fn run() -> Fallible<()> {
+    let o = parse()?;
+    let device = match o.device.as_str() {
+        "best" => Device::cuda_if_available(0),
+        "cpu" => Device::Cpu,
+        "cuda" => Device::cuda(0)?,
+        other => return Err(format!("--device: `{other}` is not cpu or cuda").into()),
+    };
+    let config = Config::smollm2_135m();
+    let model = Llama::random(&config, &device, o.dtype, 1)?;
+    let weight_bytes = model.parameters() * o.dtype.size_bytes();
+    println!("SmolLM2-135M-shaped decoder, random weights, {} on {device}, {:.0} MB of weights", o.dtype, weight_bytes as f64 / 1e6);
+    println!("{:<8} {:>5} {:>7} {:>12} {:>10} {:>10} {:>9}", "mode", "batch", "cached", "us/token", "tokens/s", "floor us", "x floor");
+    let mut rows = Vec::new();
+    for &b in &o.batches {
+        for &cached in &o.cached {
+            let mut cache = model.new_batch_cache(b, cached + o.steps + 4)?;
+            // The floor: every weight and the cache so far read once per step, at 4.2 TB/s.
+            let cache_bytes = 2 * config.layers * b * config.kv_heads * config.head_dim * cached * o.dtype.size_bytes();
+            let floor = (weight_bytes + cache_bytes) as f64 / 4.2e12 * 1e6;
+            for mode in &o.modes {
+                let us = decode(&model, &mut cache, cached, o.steps, mode)?;
+                println!("{mode:<8} {b:>5} {cached:>7} {us:>12.1} {:>10.0} {floor:>10.1} {:>9.1}", b as f64 * 1e6 / us, us / floor);
+                rows.push(format!(
+                    "{{\"mode\": \"{mode}\", \"batch\": {b}, \"cached\": {cached}, \"us_per_token\": {us:.3}, \"floor_us\": {floor:.3}}}"
+                ));
+            }
+        }
+    }
+    let tps = prefill(&model, o.prompt)?;
+    println!("prefill  {} tokens (batch 1): {tps:.0} tokens/s", o.prompt);
+    if let Some(path) = &o.json {
+        let body = format!(
+            "{{\"device\": \"{device}\", \"dtype\": \"{}\", \"steps\": {}, \"decode\": [{}], \"prefill\": {{\"tokens\": {}, \"tokens_per_s\": {tps:.3}}}}}\n",
+            o.dtype,
+            o.steps,
+            rows.join(", "),
+            o.prompt
+        );
+        std::fs::write(path, body)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,163 @@
+//! A forward step with its inputs on the device, and the decode step captured as a CUDA graph.
+//!
+//! Everything that changes from one step to the next (token ids, positions, how far the cache is filled)
+//! is in [`StepInputs`], tensors on the model's device written before each step; the step reads them there.
+//! So a decode step is the same GPU work every time, and [`Decoder`] records it once (`fuse::CudaGraph`)
+//! and replays it: one launch per token instead of a few hundred host calls.
+
+use super::{KvCache, Llama};
+use crate::{Error, Result};
+use fuse::prelude::*;
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// The inputs of a step of `batch` sequences with `len` new positions each, on the model's device.
+#[derive(Clone)]
+pub struct StepInputs {
+    /// Token ids, u32 [batch, len].
+    ids: Tensor,
+    /// The new positions, u32 [len] (the same for every sequence: they advance together).
+    positions: Tensor,
+    /// The first new position, u32 [1]: where the step writes into the cache.
+    at: Tensor,
+    /// Positions each sequence attends over once the step is written, u32 [batch].
+    lens: Tensor,
+    batch: usize,
+    len: usize,
+}
+
+impl StepInputs {
+    pub fn new(batch: usize, len: usize, device: &Device) -> Result<StepInputs> {
+        let zeros = |shape: &[usize]| Tensor::zeros(shape, DType::U32, device);
+        Ok(StepInputs { ids: zeros(&[batch, len])?, positions: zeros(&[len])?, at: zeros(&[1])?, lens: zeros(&[batch])?, batch, len })
+    }
+
+    /// Writes the step's inputs: `ids` (batch-major, `batch * len` of them) at positions `pos ..`.
+    pub fn set(&self, ids: &[u32], pos: usize) -> Result<()> {
+        if ids.len() != self.batch * self.len {
+            return Err(Error::BadShape { what: format!("{} token ids for a step of {} x {}", ids.len(), self.batch, self.len) });
+        }
+        self.ids.copy_from_host(ids)?;
+        self.set_positions(pos)
+    }
+
+    /// Writes the positions only (the ids are already there: a greedy decoder's step wrote them).
+    pub fn set_positions(&self, pos: usize) -> Result<()> {
+        let position = |p: usize| u32::try_from(p).map_err(|_| Error::BadShape { what: format!("position {p} past u32") });
+        let positions: Vec<u32> = (pos..pos + self.len).map(position).collect::<Result<_>>()?;
+        self.positions.copy_from_host(&positions)?;
+        self.at.copy_from_host(&[position(pos)?])?;
+        self.lens.copy_from_host(&vec![position(pos + self.len)?; self.batch])?;
+        Ok(())
+    }
+}
+
+impl Llama {
+    /// One step over the tensors of `cache`: the new keys and values are written into it at `inputs`'
+    /// positions (the caller keeps its length), and the logits of each sequence's last position are
+    /// returned, [batch, 1, vocab], on the model's device. No host round trip: capturable.
+    pub fn step(&self, inputs: &StepInputs, cache: &KvCache, fusion: Fusion) -> Result<Tensor> {
+        let c = &self.config;
+        let (b, s) = (inputs.batch, inputs.len);
+        if cache.batch() != b {
+            return Err(Error::BadShape { what: format!("a step of {b} sequences on a cache of {}", cache.batch()) });
+        }
+        let (cos, sin) = (embedding(&inputs.positions, &self.cos)?, embedding(&inputs.positions, &self.sin)?);
+        let mut x = embedding(&inputs.ids, &self.embedding)?;
+        for (i, (attention, ffn)) in self.layers.iter().enumerate() {
+            let (k_cache, v_cache) = cache.layer(i);
+            let (at, lens) = (&inputs.at, &inputs.lens);
+            let y = attention.forward_with(&x, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, c.head_dim, c.hidden, fusion)?;
+            x = ffn.forward_with(&y, fusion)?;
+        }
+        let last = x.narrow(1, s - 1, 1)?;
+        Ok(rms_norm(&last, &self.output_norm, c.eps)?.matmul(&self.embedding.t()?)?)
+    }
+
+    /// A decode step (one new token per sequence) over `cache`, recorded as a CUDA graph on a GPU (on the
+    /// CPU, or with `FUSE_GRAPHS=off`, [`Decoder::step`] runs it call by call). Run one step of this shape
+    /// first (`step` or `forward`): kernels compile and GEMM paths are tuned on first use, which a capture
+    /// cannot do.
+    pub fn decoder<'m>(&'m self, cache: &KvCache, fusion: Fusion) -> Result<Decoder<'m>> {
+        self.decoder_with(cache, fusion, false)
+    }
+
+    /// [`Llama::decoder`] whose recorded step also picks each sequence's most likely token and writes it as
+    /// the next step's input, so that steps follow one another on the device ([`Decoder::advance`]): greedy
+    /// decoding with no host round trip per token (how the peers' CUDA-graph loops decode).
+    pub fn greedy_decoder<'m>(&'m self, cache: &KvCache, fusion: Fusion) -> Result<Decoder<'m>> {
+        self.decoder_with(cache, fusion, true)
+    }
+
+    fn decoder_with<'m>(&'m self, cache: &KvCache, fusion: Fusion, greedy: bool) -> Result<Decoder<'m>> {
+        let inputs = StepInputs::new(cache.batch(), 1, &self.device)?;
+        let logits: Rc<RefCell<Option<Tensor>>> = Rc::new(RefCell::new(None));
+        let (step_inputs, out, layers) = (inputs.clone(), logits.clone(), cache.clone_handles());
+        let graph = CudaGraph::capture(&self.device, move || {
+            let logits = self.step(&step_inputs, &layers, fusion).map_err(|e| match e {
+                Error::Fuse(e) => e,
+                other => fuse::Error::Capture { what: other.to_string() },
+            })?;
+            if greedy {
+                let next = logits.argmax(-1)?.reshape(&[step_inputs.batch, 1])?;
+                step_inputs.ids.slice_set(&next, 0, 0)?;
+            }
+            *out.borrow_mut() = Some(logits);
+            Ok(())
+        })?;
+        Ok(Decoder { graph, inputs, logits, cache_id: cache.id() })
+    }
+}
+
+/// The decode step of one cache, recorded (see [`Llama::decoder`]).
+pub struct Decoder<'m> {
+    graph: CudaGraph<'m>,
+    inputs: StepInputs,
+    logits: Rc<RefCell<Option<Tensor>>>,
+    cache_id: u64,
+}
+
+impl Decoder<'_> {
+    /// Decodes one token per sequence (`ids`, one each) at the cache's length, which grows by one; returns
+    /// the logits, f32, `vocab` per sequence.
+    pub fn step(&mut self, ids: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
+        if cache.id() != self.cache_id {
+            return Err(Error::BadShape { what: "a decoder steps the cache it was made for, not another".into() });
+        }
+        cache.reserve(1)?;
+        self.inputs.set(ids, cache.len())?;
+        self.graph.replay()?;
+        cache.advance(1);
+        let logits = self.logits.borrow();
+        let logits = logits.as_ref().ok_or_else(|| Error::BadShape { what: "the recorded step made no logits".into() })?;
+        Ok(logits.to_vec::<f32>()?)
+    }
+
+    /// One greedy step ([`Llama::greedy_decoder`]): the tokens the last step picked, at the cache's length,
+    /// which grows by one. Queued, not waited for: read [`Decoder::tokens`] to see them.
+    pub fn advance(&mut self, cache: &mut KvCache) -> Result<()> {
+        if cache.id() != self.cache_id {
+            return Err(Error::BadShape { what: "a decoder steps the cache it was made for, not another".into() });
+        }
+        cache.reserve(1)?;
+        self.inputs.set_positions(cache.len())?;
+        self.graph.replay()?;
+        cache.advance(1);
+        Ok(())
+    }
+
+    /// The tokens the next step reads (after a greedy step: the ones it picked), one per sequence.
+    pub fn tokens(&self) -> Result<Vec<u32>> {
+        Ok(self.inputs.ids.to_vec::<u32>()?)
+    }
+
+    /// Writes the tokens the next step reads (to start a greedy run).
+    pub fn set_tokens(&self, ids: &[u32]) -> Result<()> {
+        Ok(self.inputs.ids.copy_from_host(ids)?)
+    }
+
+    /// Whether the step is a recorded CUDA graph (false on the CPU and with `FUSE_GRAPHS=off`).
+    pub fn is_recorded(&self) -> bool {
+        self.graph.is_recorded()
+    }
+}
