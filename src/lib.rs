@@ -136,9 +136,9 @@ pub use fuse_ir as ir;
 pub mod prelude {
     pub use fuse_macros::fuse;
     pub use fuse_runtime::{
-        abs, attention, cat, embedding, exp, gelu, gelu_tanh, log, maximum, minimum, recip, relu, rms_norm, rope,
-        rsqrt, sigmoid, silu, softmax, sqrt, square, tanh, Axis, CudaGraph, DType, Device, Error, Fusion, FusedFn, Result,
-        SliceOffset, Tensor,
+        abs, attention, attention_len, cat, embedding, exp, gelu, gelu_tanh, log, maximum, minimum, recip, relu, rms_norm,
+        rope, rsqrt, sigmoid, silu, softmax, sqrt, square, tanh, Axis, CudaGraph, DType, Device, Error, Fusion, FusedFn,
+        Result, SliceOffset, Tensor,
     };
 }
 

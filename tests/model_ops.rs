@@ -1,4 +1,4 @@
-//! The model ops (`embedding`, `argmax`, `rope`, `attention`) and u32 token ids, traced by `#[fuse]`, fused and
+//! The model ops (`embedding`, `argmax`, `rope`, `attention`, `attention_len`) and u32 token ids, traced by `#[fuse]`, fused and
 //! unfused, against the reference interpreter on random inputs with odd shapes, on each device (the GPU with
 //! its tolerances, `fuse::testing::tolerance`), and their errors, the same on each device.
 
@@ -43,6 +43,17 @@ fn attend_cache(q: &Tensor, k_cache: &Tensor, v_cache: &Tensor, used: usize, sca
 #[fuse]
 fn attend_cache_causal(q: &Tensor, k_cache: &Tensor, v_cache: &Tensor, used: usize, scale: f32) -> Result<Tensor> {
     Ok(attention(&q.transpose(1, 2), &k_cache.narrow(2, 0, used), &v_cache.narrow(2, 0, used), scale, true))
+}
+
+/// A step over a whole preallocated cache: batch b attends over its first lens[b] keys (device data).
+#[fuse]
+fn attend_len(q: &Tensor, k_cache: &Tensor, v_cache: &Tensor, lens: &Tensor, scale: f32) -> Result<Tensor> {
+    Ok(attention_len(q, k_cache, v_cache, lens, scale, false))
+}
+
+#[fuse]
+fn attend_len_causal(q: &Tensor, k_cache: &Tensor, v_cache: &Tensor, lens: &Tensor, scale: f32) -> Result<Tensor> {
+    Ok(attention_len(q, k_cache, v_cache, lens, scale, true))
 }
 
 /// Pointwise work on both sides of the model ops: fused, it runs in groups of its own around them.
@@ -280,6 +291,116 @@ fn attention_shapes_that_do_not_fit_are_errors(dev: &Device) {
     assert!(err.to_string().contains("dtypes f32 and bf16 differ"), "{err}");
 }
 
+/// A cache [b, kv_heads, capacity, d] in `dtype` on `dev`, random up to each batch's count and NaN from there
+/// on: a kernel that reads a key past its count shows it in its output.
+fn cache_with_nan_tail(r: &mut TestRng, kv_heads: usize, capacity: usize, d: usize, counts: &[usize], dtype: DType, dev: &Device) -> Tensor {
+    let shape = [counts.len(), kv_heads, capacity, d];
+    let data: Vec<f32> = (0..shape.iter().product::<usize>())
+        .map(|i| if i / d % capacity < counts[i / (kv_heads * capacity * d)] { r.uniform(-1.0, 1.0) } else { f32::NAN })
+        .collect();
+    Tensor::from_vec(data, &shape, &Device::Cpu)
+        .and_then(|t| t.to_dtype(dtype))
+        .and_then(|t| t.to_device(dev))
+        .expect("cache")
+}
+
+fn key_counts(counts: &[usize], dev: &Device) -> Tensor {
+    Tensor::from_vec(counts.iter().map(|&c| c as u32).collect::<Vec<u32>>(), &[counts.len()], dev).expect("lens")
+}
+
+/// Decode (one query) and a short causal prefill (4 queries) over caches of 33 and 300 positions (on the GPU
+/// 2 and 10 key splits, computed from the capacity, so that splits past a count see no key), each batch with
+/// its own count; the positions past it are NaN, and the reference skips them too.
+fn attention_len_reads_only_the_counted_keys(dev: &Device) {
+    let mut r = TestRng::new(48);
+    let (q_heads, kv_heads, d) = (9, 3, 64);
+    let scale = 2.0 / (d as f32).sqrt();
+    for dtype in [DType::F32, DType::BF16] {
+        for (capacity, counts) in [(33, [1, 17]), (33, [0, 33]), (33, [4, 33]), (300, [299, 5])] {
+            let [k, v] = [0; 2].map(|_| cache_with_nan_tail(&mut r, kv_heads, capacity, d, &counts, dtype, dev));
+            let lens = key_counts(&counts, dev);
+            for queries in [1, 4] {
+                let q = random(&mut r, &[2, q_heads, queries, d], dtype, -1.0, 1.0, dev);
+                let args = [fuse::arg(&q), fuse::arg(&k), fuse::arg(&v), fuse::arg(&lens), fuse::arg(&scale)];
+                let what = format!("attention_len sq {queries} over {counts:?} of {capacity} keys");
+                check(&what, attend_len_fused(), &args, dtype, dev);
+                // Causal needs the queries among the counted keys (the last sq of them).
+                let causal = counts.iter().all(|&c| c >= queries);
+                if causal {
+                    check(&format!("causal {what}"), attend_len_causal_fused(), &args, dtype, dev);
+                }
+                {
+                    let eager = attention_len(&q, &k, &v, &lens, scale, causal).expect("eager");
+                    let fused = if causal { attend_len_causal(&q, &k, &v, &lens, scale) } else { attend_len(&q, &k, &v, &lens, scale) };
+                    fuse::testing::assert_close(&format!("eager {what}"), &eager, &fused.expect("fused"), dtype, dev);
+                }
+            }
+        }
+    }
+    {
+        // lens as a strided view (every other element of a longer tensor): read through its stride.
+        let counts = [17, 2];
+        let [k, v] = [0; 2].map(|_| cache_with_nan_tail(&mut r, kv_heads, 33, d, &counts, DType::F32, dev));
+        let pairs = Tensor::from_vec(vec![17u32, 999, 2, 999], &[2, 2], dev).expect("pairs");
+        let strided = pairs.narrow(1, 0, 1).and_then(|t| t.reshape(&[2])).expect("a view of column 0");
+        let q = random(&mut r, &[2, q_heads, 1, d], DType::F32, -1.0, 1.0, dev);
+        let args = [fuse::arg(&q), fuse::arg(&k), fuse::arg(&v), fuse::arg(&strided), fuse::arg(&scale)];
+        check("attention_len with strided lens", attend_len_causal_fused(), &args, DType::F32, dev);
+    }
+}
+
+/// Counts that do not fit: on the CPU an error naming the count, the same eager and fused; on the GPU the counts
+/// stay on the device unchecked (clamped to the capacity; a causal row that sees no key is zeros). A lens of
+/// the wrong dtype or shape is an error on each device.
+fn attention_len_counts_that_do_not_fit(dev: &Device) {
+    let mut r = TestRng::new(49);
+    let (capacity, d) = (33, 64);
+    let q = random(&mut r, &[2, 9, 4, d], DType::F32, -1.0, 1.0, dev);
+    let [k, v] = [0; 2].map(|_| cache_with_nan_tail(&mut r, 3, capacity, d, &[33, 2], DType::F32, dev));
+    let run = |lens: &Tensor, causal: bool| {
+        let eager = attention_len(&q, &k, &v, lens, 0.125, causal);
+        let fused = if causal { attend_len_causal(&q, &k, &v, lens, 0.125) } else { attend_len(&q, &k, &v, lens, 0.125) };
+        [eager, fused]
+    };
+    if !dev.is_cuda() {
+        let cases = [
+            (false, [33, 34], "key count lens[1] = 34 is outside 0..=33 (at most the 33 keys k and v hold)"),
+            (true, [33, 2], "key count lens[1] = 2 is outside 4..=33 (under causal at least the 4 queries, at most the 33 keys"),
+        ];
+        for (causal, counts, says) in cases {
+            for result in run(&key_counts(&counts, dev), causal) {
+                let err = result.expect_err("a count out of range");
+                assert!(err.to_string().contains(says), "{err}");
+            }
+        }
+    } else {
+        // 40 is clamped to 33; of batch 1's 4 queries over 2 keys, the first two see none and the last two are
+        // causal attention of 2 queries over those 2 keys.
+        let got = run(&key_counts(&[40, 2], dev), true).map(|r| r.expect("unchecked on the GPU"));
+        let cpu = |t: &Tensor, batch: usize, axis: usize, start: usize, len: usize| {
+            t.narrow(0, batch, 1).and_then(|t| t.narrow(axis, start, len)).and_then(|t| t.to_device(&Device::Cpu)).expect("slice")
+        };
+        let want_0 = attention(&cpu(&q, 0, 2, 0, 4), &cpu(&k, 0, 2, 0, capacity), &cpu(&v, 0, 2, 0, capacity), 0.125, true).expect("batch 0");
+        let want_1 = attention(&cpu(&q, 1, 2, 2, 2), &cpu(&k, 1, 2, 0, 2), &cpu(&v, 1, 2, 0, 2), 0.125, true).expect("batch 1");
+        for out in &got {
+            fuse::testing::assert_close("lens 40 clamped to 33", &out.narrow(0, 0, 1).expect("batch 0"), &want_0, DType::F32, dev);
+            let first: Vec<f32> = out.narrow(0, 1, 1).and_then(|t| t.narrow(2, 0, 2)).and_then(|t| t.to_vec()).expect("rows");
+            assert!(first.iter().all(|&x| x == 0.0), "rows that see no key are zeros");
+            let last = out.narrow(0, 1, 1).and_then(|t| t.narrow(2, 2, 2)).expect("rows");
+            fuse::testing::assert_close("causal rows of lens 2 < sq 4", &last, &want_1, DType::F32, dev);
+        }
+    }
+    let floats = Tensor::from_vec(vec![3.0f32, 3.0], &[2], dev).expect("float lens");
+    for result in run(&floats, false) {
+        let err = result.expect_err("f32 lens");
+        assert!(err.to_string().contains("`lens` must be u32, got f32"), "{err}");
+    }
+    for result in run(&key_counts(&[3, 3, 3], dev), false) {
+        let err = result.expect_err("3 counts for 2 batches");
+        assert!(err.to_string().contains("lens [b]: one key count for each batch") && err.to_string().contains("[3]"), "{err}");
+    }
+}
+
 fuse::device_tests!(
     token_ids_round_trip_and_convert,
     arithmetic_on_ids_is_an_error_naming_the_op,
@@ -292,4 +413,6 @@ fuse::device_tests!(
     attention_prefill_matches_reference,
     attention_beside_pointwise_work_matches_reference,
     attention_shapes_that_do_not_fit_are_errors,
+    attention_len_reads_only_the_counted_keys,
+    attention_len_counts_that_do_not_fit,
 );

@@ -29,6 +29,9 @@ pub enum InferError {
     Operands { expected: &'static str, shapes: Vec<Vec<usize>> },
     /// A token id outside the embedding table.
     IdOutOfRange { id: u64, vocab: usize },
+    /// `attention_len`'s key count of batch `batch` outside `least ..= keys`: more keys than k and v hold,
+    /// or (causal, `least` = sq) fewer than the queries.
+    KeyCount { batch: usize, len: u64, least: usize, keys: usize },
     /// A view or layout op that does not fit its operand (bad axes, sizes, element counts); the message
     /// says what and why (see `view.rs`).
     View(String),
@@ -68,6 +71,10 @@ impl fmt::Display for InferError {
             }
             InferError::IdOutOfRange { id, vocab } => {
                 write!(f, "token id {id} is out of range for a vocabulary of {vocab} (ids are 0..{vocab})")
+            }
+            InferError::KeyCount { batch, len, least, keys } => {
+                let causal = if *least > 0 { format!("under causal at least the {least} queries, ") } else { String::new() };
+                write!(f, "key count lens[{batch}] = {len} is outside {least}..={keys} ({causal}at most the {keys} keys k and v hold)")
             }
             InferError::View(message) => f.write_str(message),
         }

@@ -1,6 +1,7 @@
 //! The ops a whole model needs beyond pointwise work, reductions and matmul: `embedding`, `argmax`, `rope`
-//! and `attention`. Each is one node (`Op::Model`), planned as a group of its own; this file defines each
-//! once: its name and text form, its shapes and dtypes, and (in `model_op/reference.rs`) its f64 meaning.
+//! and `attention` (with `attention_len`). Each is one node (`Op::Model`), planned as a group of its own;
+//! this file defines each once: its name and text form, its shapes and dtypes, and (in
+//! `model_op/reference.rs`) its f64 meaning.
 
 mod reference;
 
@@ -22,16 +23,24 @@ pub enum ModelOp {
     /// `attention(&q, &k, &v, scale, causal)`: `softmax(q k^T * scale) v` with q [b, hq, sq, d], k and v [b,
     /// hkv, skv, d], hq a multiple of hkv (query head h reads key/value head h / (hq / hkv)). `causal` aligns
     /// the queries with the last sq keys: query i sees keys 0 ..= skv - sq + i. Arguments: q, k, v, scale.
-    Attention { causal: bool },
+    ///
+    /// `with_lens` is the user's `attention_len(&q, &k, &v, &lens, scale, causal)`: a fifth argument, `lens`
+    /// (u32 [b]), says how many keys batch b has, so that k and v can be a whole preallocated cache whose
+    /// length is device data rather than a shape (a step replays without host values). Batch b attends over
+    /// keys 0 .. lens[b] only, as if skv were lens[b]; keys past it are never read. lens[b] > skv, or
+    /// lens[b] < sq under `causal`, is an error ([`InferError::KeyCount`]).
+    Attention { causal: bool, with_lens: bool },
 }
 
 impl ModelOp {
-    pub const ALL: [ModelOp; 5] = [
+    pub const ALL: [ModelOp; 7] = [
         ModelOp::Embedding,
         ModelOp::Argmax,
         ModelOp::Rope,
-        ModelOp::Attention { causal: false },
-        ModelOp::Attention { causal: true },
+        ModelOp::Attention { causal: false, with_lens: false },
+        ModelOp::Attention { causal: true, with_lens: false },
+        ModelOp::Attention { causal: false, with_lens: true },
+        ModelOp::Attention { causal: true, with_lens: true },
     ];
 
     pub fn arity(self) -> usize {
@@ -39,11 +48,12 @@ impl ModelOp {
             ModelOp::Argmax => 1,
             ModelOp::Embedding => 2,
             ModelOp::Rope => 3,
-            ModelOp::Attention { .. } => 4,
+            ModelOp::Attention { with_lens, .. } => 4 + with_lens as usize,
         }
     }
 
-    /// Name as written by users and printed in graphs and errors.
+    /// Name as written by users and printed in graphs and errors (`attention` for `attention_len` too: the
+    /// label shows which was written, the text form adds `lens`).
     pub fn name(self) -> &'static str {
         match self {
             ModelOp::Embedding => "embedding",
@@ -53,26 +63,36 @@ impl ModelOp {
         }
     }
 
-    /// The op in a graph's text form: its name, then `causal=true|false` for attention.
+    /// The op in a graph's text form: its name, then `causal=true|false` for attention and `lens` when it
+    /// takes them.
     pub fn to_text(self) -> String {
         match self {
-            ModelOp::Attention { causal } => format!("attention causal={causal}"),
+            ModelOp::Attention { causal, with_lens: false } => format!("attention causal={causal}"),
+            ModelOp::Attention { causal, with_lens: true } => format!("attention causal={causal} lens"),
             op => op.name().to_string(),
         }
     }
 
-    /// Reads [`ModelOp::to_text`] back: `name` is the op's word, `words` what follows it (the flag is taken
-    /// from there). `None` if `name` is no model op or its flag is missing.
+    /// Reads [`ModelOp::to_text`] back: `name` is the op's word, `words` what follows it (the flags are taken
+    /// from there). `None` if `name` is no model op, its flag is missing or an unknown word follows it.
     pub fn parse<'a>(name: &str, words: &mut impl Iterator<Item = &'a str>) -> Option<ModelOp> {
         match name {
             "embedding" => Some(ModelOp::Embedding),
             "argmax" => Some(ModelOp::Argmax),
             "rope" => Some(ModelOp::Rope),
-            "attention" => match words.next()? {
-                "causal=true" => Some(ModelOp::Attention { causal: true }),
-                "causal=false" => Some(ModelOp::Attention { causal: false }),
-                _ => None,
-            },
+            "attention" => {
+                let causal = match words.next()? {
+                    "causal=true" => true,
+                    "causal=false" => false,
+                    _ => return None,
+                };
+                let with_lens = match words.next() {
+                    None => false,
+                    Some("lens") => true,
+                    Some(_) => return None,
+                };
+                Some(ModelOp::Attention { causal, with_lens })
+            }
             _ => None,
         }
     }
@@ -101,7 +121,7 @@ impl ModelOp {
                 }
                 Ok(x.to_vec())
             }
-            ModelOp::Attention { causal } => {
+            ModelOp::Attention { causal, with_lens } => {
                 let (q, k, v, scale) = (args[0], args[1], args[2], args[3]);
                 let fits = q.len() == 4
                     && k.len() == 4
@@ -120,6 +140,9 @@ impl ModelOp {
                 }
                 if causal && q[2] > k[2] {
                     return Err(mismatch("causal: no more queries than keys (query i sees keys 0 ..= skv - sq + i)"));
+                }
+                if with_lens && args[4] != [q[0]] {
+                    return Err(mismatch("lens [b]: one key count for each batch of q [b, hq, sq, d]"));
                 }
                 Ok(q.to_vec())
             }
@@ -152,14 +175,28 @@ impl ModelOp {
                 let x = float("x", args[0])?;
                 same(x, &[("cos", args[1]), ("sin", args[2])]).map(Some)
             }
-            ModelOp::Attention { .. } => {
+            ModelOp::Attention { with_lens, .. } => {
                 let q = float("q", args[0])?;
                 if let Some(d) = args[3].filter(|d| !d.is_float()) {
                     return Err(InferError::OperandDType { operand: "scale", expected: FLOAT, got: Some(d) });
                 }
+                if with_lens && args[4] != Some(DType::U32) {
+                    return Err(InferError::OperandDType { operand: "lens", expected: "u32", got: args[4] });
+                }
                 same(q, &[("k", args[1]), ("v", args[2])]).map(Some)
             }
         }
+    }
+}
+
+/// `attention_len`'s key count `len` of batch `batch`, checked against the `keys` (skv) k and v hold and, under
+/// `causal`, the `queries` (sq) that must fit among them. The reference interpreter and the CPU share this
+/// rule; the GPU, whose counts stay on the device, clamps instead.
+pub fn check_key_count(batch: usize, len: u64, queries: usize, keys: usize, causal: bool) -> Result<usize, InferError> {
+    let least = if causal { queries } else { 0 };
+    match usize::try_from(len) {
+        Ok(n) if (least..=keys).contains(&n) => Ok(n),
+        _ => Err(InferError::KeyCount { batch, len, least, keys }),
     }
 }
 

@@ -1,5 +1,5 @@
-//! The model ops as eager functions: `embedding(&ids, &table)`, `x.argmax(-1)`, `rope(&x, &cos, &sin)` and
-//! `attention(&q, &k, &v, scale, causal)`. Like every eager op, each builds a one-op graph and runs it through
+//! The model ops as eager functions: `embedding(&ids, &table)`, `x.argmax(-1)`, `rope(&x, &cos, &sin)`,
+//! `attention(&q, &k, &v, scale, causal)` and `attention_len(&q, &k, &v, &lens, scale, causal)`. Like every eager op, each builds a one-op graph and runs it through
 //! the executor, so `#[fuse]` and eager code share one implementation (and one definition: `fuse_ir::ModelOp`).
 
 use crate::eager::{run, Operand};
@@ -34,7 +34,28 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: impl Into<f64>, caus
         ("scale", Operand::Scalar(scale.into())),
     ];
     let label = format!("attention(q, k, v, scale, {causal})");
-    run(&operands, |g, i| g.model(ModelOp::Attention { causal }, &[i[0], i[1], i[2], i[3]], &label))
+    run(&operands, |g, i| g.model(ModelOp::Attention { causal, with_lens: false }, &[i[0], i[1], i[2], i[3]], &label))
+}
+
+/// [`attention`] over the first `lens[b]` keys of each batch b: `lens` is a u32 tensor [b] on the device, so
+/// k and v can be a whole preallocated cache [b, hkv, capacity, d] whose filled length changes from step to
+/// step without any host value changing (a captured step replays as is). Keys past `lens[b]` are never read
+/// (they may hold anything, NaN included). With `causal`, the queries are the last sq of the lens[b] keys:
+/// query i sees keys 0 ..= lens[b] - sq + i.
+///
+/// On the CPU a count above the capacity, or below sq under `causal`, is an error naming it. On the GPU the
+/// counts stay on the device and are not checked: the kernel clamps each to the capacity, and a row that sees
+/// no key is zeros.
+pub fn attention_len(q: &Tensor, k: &Tensor, v: &Tensor, lens: &Tensor, scale: impl Into<f64>, causal: bool) -> Result<Tensor> {
+    let operands = [
+        ("q", Operand::Tensor(q)),
+        ("k", Operand::Tensor(k)),
+        ("v", Operand::Tensor(v)),
+        ("scale", Operand::Scalar(scale.into())),
+        ("lens", Operand::Tensor(lens)),
+    ];
+    let label = format!("attention_len(q, k, v, lens, scale, {causal})");
+    run(&operands, |g, i| g.model(ModelOp::Attention { causal, with_lens: true }, &[i[0], i[1], i[2], i[3], i[4]], &label))
 }
 
 impl Tensor {

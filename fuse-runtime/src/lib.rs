@@ -49,7 +49,7 @@ pub use eager::{
     abs, exp, gelu, gelu_tanh, log, maximum, minimum, recip, relu, rms_norm, rsqrt, sigmoid, silu, softmax, sqrt,
     square, tanh,
 };
-pub use eager_model::{attention, embedding, rope};
+pub use eager_model::{attention, attention_len, embedding, rope};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use fuse_ir::DType;

@@ -8,7 +8,8 @@
 //! Also each model-op kernel and cat once per dtype at odd shapes (strided operands, GQA, causal and not);
 //! attention with its keys split across blocks and merged by the combine kernel, several query tiles with
 //! causal splits past a tile's last key (empty), d = 136 (a lane's third channel pair, partly used) and
-//! d = 256 (more than 48 KB of shared memory).
+//! d = 256 (more than 48 KB of shared memory); attention_len with splits past a batch's key count (no key
+//! loaded there), a batch of no keys at all and lens read at an offset into a longer tensor.
 
 use crate::fused_fns::{chain10_fused, ffn_block_fused, llama_mlp_fused, norm_and_cast_fused, reductions_fused, scaled_projection_fused};
 use crate::{assert_close, check, gpu, random, rng};
@@ -136,6 +137,48 @@ fn model_kernels_once() {
             let args = [fuse::arg(&q), fuse::arg(&k), fuse::arg(&v), fuse::arg(&0.3f32)];
             check(&format!("attention sq {queries} skv {keys} d {d} {dtype}"), attend_fused(), &args, dtype);
             check(&format!("causal attention sq {queries} skv {keys} d {d} {dtype}"), attend_causal_fused(), &args, dtype);
+        }
+    }
+}
+
+/// lens is `lens_at_1[1..3]`: the kernel reads it at an offset into a longer tensor.
+#[fuse]
+fn attend_len(q: &Tensor, k: &Tensor, v: &Tensor, lens_at_1: &Tensor, scale: f32) -> Result<Tensor> {
+    Ok(attention_len(&q.transpose(1, 2), k, v, &lens_at_1.narrow(0, 1, 2), scale, false))
+}
+
+#[fuse]
+fn attend_len_causal(q: &Tensor, k: &Tensor, v: &Tensor, lens_at_1: &Tensor, scale: f32) -> Result<Tensor> {
+    Ok(attention_len(&q.transpose(1, 2), k, v, &lens_at_1.narrow(0, 1, 2), scale, true))
+}
+
+#[test]
+fn attention_len_once() {
+    let Some((dev, _gpu)) = gpu() else { return };
+    let Device::Cuda(cuda) = &dev else { panic!("gpu() gives a CUDA device") };
+    let mut r = rng(114);
+    let (q_heads, kv_heads, capacity, d) = (6, 2, 131, 64);
+    for dtype in [DType::F32, DType::BF16] {
+        // Decode and 5 queries over a cache of 131 positions, split (from the capacity) into key ranges that
+        // the smaller counts leave empty; the positions past each count are NaN and never loaded.
+        for (queries, counts) in [(1, [0, 100]), (1, [131, 3]), (5, [5, 70])] {
+            let launch = attention_launch(AttentionShape { batch: 2, q_heads, queries, kv_heads, keys: capacity, d }, cuda.sm_count());
+            assert!(launch.splits > 1, "{launch:?}");
+            let [k, v] = [0; 2].map(|_| {
+                let data: Vec<f32> = (0..2 * kv_heads * capacity * d)
+                    .map(|i| if i / d % capacity < counts[i / (kv_heads * capacity * d)] { r.uniform(-1.0, 1.0) } else { f32::NAN })
+                    .collect();
+                let cache = Tensor::from_vec(data, &[2, kv_heads, capacity, d], &Device::Cpu).and_then(|t| t.to_dtype(dtype));
+                cache.and_then(|t| t.to_device(&dev)).expect("cache")
+            });
+            let lens = Tensor::from_vec(vec![7u32, counts[0] as u32, counts[1] as u32], &[3], &dev).expect("lens");
+            let q = random(&mut r, &[2, queries, q_heads, d], dtype, -1.0, 1.0, &dev);
+            let args = [fuse::arg(&q), fuse::arg(&k), fuse::arg(&v), fuse::arg(&lens), fuse::arg(&0.3f32)];
+            let what = format!("attention_len sq {queries} over {counts:?} of {capacity} keys {dtype}");
+            check(&what, attend_len_fused(), &args, dtype);
+            if counts.iter().all(|&c| c >= queries) {
+                check(&format!("causal {what}"), attend_len_causal_fused(), &args, dtype);
+            }
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The model ops in f64, written plainly: the definition the CPU and GPU kernels are compared against.
-//! Shapes were checked by `ModelOp::infer_shape`; only values (token ids) can still be wrong here.
+//! Shapes were checked by `ModelOp::infer_shape`; only values (token ids, key counts) can still be wrong here.
 
-use super::ModelOp;
+use super::{check_key_count, ModelOp};
 use crate::infer::InferError;
 use crate::interp::Array;
 
@@ -11,7 +11,10 @@ pub fn eval(op: ModelOp, args: &[&Array], shape: Vec<usize>) -> Result<Array, In
         ModelOp::Embedding => embedding(args[0], args[1])?,
         ModelOp::Argmax => argmax(args[0]),
         ModelOp::Rope => rope(args[0], args[1], args[2]),
-        ModelOp::Attention { causal } => attention(args[0], args[1], args[2], args[3].data[0], causal),
+        ModelOp::Attention { causal, with_lens } => {
+            let key_counts = key_counts(args[0], args[1], with_lens.then(|| args[4]), causal)?;
+            attention(args[0], args[1], args[2], args[3].data[0], causal, &key_counts)
+        }
     };
     Ok(Array::new(shape, data))
 }
@@ -66,18 +69,27 @@ fn rope(x: &Array, cos: &Array, sin: &Array) -> Vec<f64> {
     data
 }
 
-fn attention(q: &Array, k: &Array, v: &Array, scale: f64, causal: bool) -> Vec<f64> {
-    let [batch, q_heads, queries, d] = [q.shape[0], q.shape[1], q.shape[2], q.shape[3]];
+/// The keys each batch attends over: `lens` checked against k's skv (and, causal, q's sq), or skv for all.
+fn key_counts(q: &Array, k: &Array, lens: Option<&Array>, causal: bool) -> Result<Vec<usize>, InferError> {
+    let (queries, keys) = (q.shape[2], k.shape[2]);
+    let Some(lens) = lens else { return Ok(vec![keys; q.shape[0]]) };
+    // Counts come from u32 tensors: whole and non-negative, so the cast keeps them.
+    lens.data.iter().enumerate().map(|(batch, &len)| check_key_count(batch, len as u64, queries, keys, causal)).collect()
+}
+
+/// Batch b reads keys 0 .. key_counts[b] of its skv; causal query i sees keys 0 ..= key_counts[b] - sq + i.
+fn attention(q: &Array, k: &Array, v: &Array, scale: f64, causal: bool, key_counts: &[usize]) -> Vec<f64> {
+    let [q_heads, queries, d] = [q.shape[1], q.shape[2], q.shape[3]];
     let [kv_heads, keys] = [k.shape[1], k.shape[2]];
     let per_kv_head = q_heads / kv_heads;
     let mut data = Vec::with_capacity(q.data.len());
     let row = |a: &Array, index: usize| a.data[index * d..(index + 1) * d].to_vec();
-    for b in 0..batch {
+    for (b, &counted) in key_counts.iter().enumerate() {
         for h in 0..q_heads {
             let kv = b * kv_heads + h / per_kv_head;
             for i in 0..queries {
                 let query = row(q, (b * q_heads + h) * queries + i);
-                let visible = if causal { keys - queries + i + 1 } else { keys };
+                let visible = if causal { counted - queries + i + 1 } else { counted };
                 let scores: Vec<f64> = (0..visible)
                     .map(|j| row(k, kv * keys + j).iter().zip(&query).map(|(x, y)| x * y).sum::<f64>() * scale)
                     .collect();

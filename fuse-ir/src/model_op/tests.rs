@@ -6,7 +6,7 @@ use crate::{BinaryOp, Graph, InputKind, UnaryOp};
 
 fn model_graph(op: ModelOp) -> Graph {
     let mut g = Graph::new("f");
-    let names = ["a", "b", "c", "scale"];
+    let names = ["a", "b", "c", "scale", "lens"];
     let args: Vec<_> = (0..op.arity())
         .map(|i| g.input(names[i], if i == 3 { InputKind::Scalar } else { InputKind::Tensor }))
         .collect();
@@ -27,6 +27,11 @@ fn every_model_op_round_trips_through_text() {
         assert_eq!(back.nodes, g.nodes, "{}", g.to_text());
     }
     assert!(Graph::parse("fn f(a: tensor)\n%0 = input 0\n%1 = attention %0 %0 %0 %0\nreturn %1").is_err());
+    // With lens: five arguments, and no other word after the flag.
+    let lens = "fn f(a: tensor)\n%0 = input 0\n%1 = attention causal=true lens %0 %0 %0 %0 %0\nreturn %1";
+    assert!(Graph::parse(lens).is_ok());
+    assert!(Graph::parse(&lens.replace(" %0\nreturn", "\nreturn")).is_err(), "four arguments");
+    assert!(Graph::parse(&lens.replace("lens", "lengths")).is_err());
 }
 
 #[test]
@@ -41,14 +46,21 @@ fn shapes_follow_each_op() {
     assert_eq!(shape(ModelOp::Rope, &[&[2, 5, 8], &[5, 4], &[5, 4]]), Ok(vec![2, 5, 8]));
     assert!(shape(ModelOp::Rope, &[&[2, 5, 7], &[5, 3], &[5, 3]]).is_err(), "odd d");
     assert!(shape(ModelOp::Rope, &[&[2, 5, 8], &[4, 4], &[4, 4]]).is_err(), "seq differs");
-    let full = ModelOp::Attention { causal: false };
-    let causal = ModelOp::Attention { causal: true };
+    let full = ModelOp::Attention { causal: false, with_lens: false };
+    let causal = ModelOp::Attention { causal: true, with_lens: false };
     assert_eq!(shape(full, &[&[2, 9, 3, 8], &[2, 3, 5, 8], &[2, 3, 5, 8], &[]]), Ok(vec![2, 9, 3, 8]));
     assert!(shape(full, &[&[2, 8, 3, 8], &[2, 3, 5, 8], &[2, 3, 5, 8], &[]]).is_err(), "hq not a multiple");
     assert!(shape(full, &[&[2, 9, 3, 8], &[2, 3, 5, 8], &[2, 3, 4, 8], &[]]).is_err(), "k and v differ");
     assert!(shape(full, &[&[2, 9, 3, 8], &[2, 3, 5, 8], &[2, 3, 5, 8], &[1]]).is_err(), "scale is a tensor");
     assert!(shape(causal, &[&[1, 1, 6, 8], &[1, 1, 5, 8], &[1, 1, 5, 8], &[]]).is_err(), "more queries than keys");
     assert!(shape(full, &[&[1, 1, 6, 8], &[1, 1, 5, 8], &[1, 1, 5, 8], &[]]).is_ok());
+    let with_lens = ModelOp::Attention { causal: true, with_lens: true };
+    let (q, kv): (&[usize], &[usize]) = (&[2, 9, 1, 8], &[2, 3, 33, 8]);
+    assert_eq!(shape(with_lens, &[q, kv, kv, &[], &[2]]), Ok(vec![2, 9, 1, 8]));
+    for lens in [&[][..], &[1], &[2, 1], &[3]] {
+        let err = shape(with_lens, &[q, kv, kv, &[], lens]).unwrap_err();
+        assert!(err.to_string().contains("lens [b]: one key count for each batch"), "{lens:?}: {err}");
+    }
 }
 
 #[test]
@@ -60,9 +72,15 @@ fn dtypes_keep_ids_apart_from_arithmetic() {
     assert_eq!(ModelOp::Argmax.infer_dtype(&[Some(F16)]), Ok(Some(U32)));
     assert!(ModelOp::Argmax.infer_dtype(&[Some(U32)]).is_err());
     assert!(ModelOp::Rope.infer_dtype(&[Some(F32), Some(BF16), Some(BF16)]).is_err());
-    let attention = ModelOp::Attention { causal: true };
+    let attention = ModelOp::Attention { causal: true, with_lens: false };
     assert_eq!(attention.infer_dtype(&[Some(BF16), Some(BF16), Some(BF16), None]), Ok(Some(BF16)));
     assert!(attention.infer_dtype(&[Some(BF16), Some(F32), Some(BF16), None]).is_err());
+    let with_lens = ModelOp::Attention { causal: false, with_lens: true };
+    assert_eq!(with_lens.infer_dtype(&[Some(F16), Some(F16), Some(F16), None, Some(U32)]), Ok(Some(F16)));
+    for (lens, says) in [(Some(F32), "`lens` must be u32, got f32"), (None, "`lens` must be a u32 tensor, got a scalar")] {
+        let err = with_lens.infer_dtype(&[Some(F32), Some(F32), Some(F32), None, lens]).unwrap_err();
+        assert_eq!(err.to_string(), says);
+    }
 
     // Arithmetic on ids is an error at the node that does it; converting them to floats is not.
     let mut g = Graph::new("f");
@@ -108,18 +126,45 @@ fn reference_attention_masks_and_shares_kv_heads() {
     let q = Array::new(vec![1, 2, 1, 1], vec![0.0, 1.0]);
     let k = Array::new(vec![1, 1, 2, 1], vec![1.0, 2.0]);
     let v = Array::new(vec![1, 1, 2, 1], vec![10.0, 20.0]);
-    let out = eval(&model_graph(ModelOp::Attention { causal: false }), &[q.clone(), k.clone(), v.clone(), Array::scalar(1.0)]).unwrap();
+    let out = eval(&model_graph(ModelOp::Attention { causal: false, with_lens: false }), &[q.clone(), k.clone(), v.clone(), Array::scalar(1.0)]).unwrap();
     // Head 0: scores equal, mean of v. Head 1: scores 1 and 2.
     let (e1, e2) = (1f64.exp(), 2f64.exp());
     let want = [15.0, (10.0 * e1 + 20.0 * e2) / (e1 + e2)];
     assert!(out[0].data.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12), "{:?}", out[0].data);
     // Causal with one query and two keys: the query is the last position, so it sees both keys.
-    let causal = eval(&model_graph(ModelOp::Attention { causal: true }), &[q, k.clone(), v.clone(), Array::scalar(1.0)]).unwrap();
+    let causal = eval(&model_graph(ModelOp::Attention { causal: true, with_lens: false }), &[q, k.clone(), v.clone(), Array::scalar(1.0)]).unwrap();
     assert_eq!(causal[0].data, out[0].data);
     // Two queries over two keys, causal: the first sees key 0 only.
     let q2 = Array::new(vec![1, 1, 2, 1], vec![1.0, 1.0]);
-    let out = eval(&model_graph(ModelOp::Attention { causal: true }), &[q2, k, v, Array::scalar(1.0)]).unwrap();
+    let out = eval(&model_graph(ModelOp::Attention { causal: true, with_lens: false }), &[q2, k, v, Array::scalar(1.0)]).unwrap();
     assert_eq!(out[0].data[0], 10.0);
+}
+
+#[test]
+fn reference_attention_with_lens_reads_only_the_counted_keys() {
+    // Two queries a batch over a cache of 3 keys; the keys past each count are NaN and must not show.
+    let nan = f64::NAN;
+    let q = Array::new(vec![2, 1, 2, 1], vec![1.0; 4]);
+    let k = Array::new(vec![2, 1, 3, 1], vec![1.0, 2.0, nan, 1.0, 2.0, nan]);
+    let v = Array::new(vec![2, 1, 3, 1], vec![10.0, 20.0, nan, 10.0, 20.0, nan]);
+    let run = |causal, counts: [f64; 2]| {
+        let args = [q.clone(), k.clone(), v.clone(), Array::scalar(1.0), Array::new(vec![2], counts.to_vec())];
+        eval(&model_graph(ModelOp::Attention { causal, with_lens: true }), &args).map(|out| out[0].data.clone())
+    };
+    let (e1, e2) = (1f64.exp(), 2f64.exp());
+    let both = (10.0 * e1 + 20.0 * e2) / (e1 + e2);
+    let close = |got: Vec<f64>, want: [f64; 4]| assert!(got.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12), "{got:?}");
+    close(run(false, [1.0, 2.0]).unwrap(), [10.0, 10.0, both, both]);
+    // Causal: the queries are the last two of lens[b] keys, so the first sees key 0 only.
+    close(run(true, [2.0, 2.0]).unwrap(), [10.0, both, 10.0, both]);
+    // No key at all: zeros.
+    close(run(false, [0.0, 1.0]).unwrap(), [0.0, 0.0, 10.0, 10.0]);
+    let err = run(false, [0.0, 4.0]).unwrap_err();
+    assert_eq!(err.error, InferError::KeyCount { batch: 1, len: 4, least: 0, keys: 3 });
+    assert_eq!(err.error.to_string(), "key count lens[1] = 4 is outside 0..=3 (at most the 3 keys k and v hold)");
+    let err = run(true, [1.0, 2.0]).unwrap_err();
+    let says = "key count lens[0] = 1 is outside 2..=3 (under causal at least the 2 queries, at most the 3 keys k and v hold)";
+    assert_eq!(err.error.to_string(), says);
 }
 
 #[test]

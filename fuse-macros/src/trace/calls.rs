@@ -233,8 +233,8 @@ impl Tracer<'_> {
             self.trace_arguments_of_unknown_call(call.args.iter());
             return None;
         }
-        if function == Function::Attention {
-            return self.attention(call);
+        if let Function::Attention { with_lens } = function {
+            return self.attention(call, with_lens);
         }
         if function == Function::Cat {
             return self.cat(call);
@@ -270,7 +270,7 @@ impl Tracer<'_> {
                 let tensors = self.tensor_operands(&args, call, &name)?;
                 Some(self.push(Op::Model(op), &tensors, call, Kind::Tensor))
             }
-            Function::Attention => unreachable!("traced by `attention` above"),
+            Function::Attention { .. } => unreachable!("traced by `attention` above"),
         }
     }
 
@@ -281,11 +281,14 @@ impl Tracer<'_> {
         checked.into_iter().collect()
     }
 
-    /// `attention(q, k, v, scale, causal)`: three tensors, a scalar scale, and `causal` written `true` or
-    /// `false` (the mask is part of the graph, so it must be known when the graph is built).
-    fn attention(&mut self, call: &ExprCall) -> Value {
-        let args: Vec<Value> = call.args.iter().take(4).map(|a| self.expr(a)).collect();
-        let causal_expr = &call.args[4];
+    /// `attention(q, k, v, scale, causal)` or `attention_len(q, k, v, lens, scale, causal)`: three tensors (four
+    /// with `lens`, the u32 key count of each batch), a scalar scale, and `causal` written `true` or `false`
+    /// (the mask is part of the graph, so it must be known when the graph is built).
+    fn attention(&mut self, call: &ExprCall, with_lens: bool) -> Value {
+        let name = if with_lens { "attention_len" } else { "attention" };
+        let tensors = if with_lens { 4 } else { 3 };
+        let args: Vec<Value> = call.args.iter().take(tensors + 1).map(|a| self.expr(a)).collect();
+        let causal_expr = &call.args[tensors + 1];
         let causal = match strip_parens(causal_expr) {
             Expr::Lit(l) => match &l.lit {
                 Lit::Bool(b) => Some(b.value),
@@ -303,13 +306,13 @@ impl Tracer<'_> {
                 ),
             );
         }
-        let scale_expr = &call.args[3];
-        if let Some(scale) = args[3] {
+        let scale_expr = &call.args[tensors];
+        if let Some(scale) = args[tensors] {
             if self.kind(scale) == Kind::Tensor {
                 self.diag.error_at(
                     scale_expr,
                     format!(
-                        "the scale of `attention` is a literal, a scalar parameter or a field of `self`, but `{}` is a \
+                        "the scale of `{name}` is a literal, a scalar parameter or a field of `self`, but `{}` is a \
                          tensor: pass it as an `f32` parameter",
                         source_text(scale_expr)
                     ),
@@ -317,8 +320,9 @@ impl Tracer<'_> {
                 return None;
             }
         }
-        let mut operands = self.tensor_operands(&args[..3], call, "attention")?;
-        operands.push(args[3]?);
-        Some(self.push(Op::Model(ModelOp::Attention { causal: causal? }), &operands, call, Kind::Tensor))
+        let mut operands = self.tensor_operands(&args[..tensors], call, name)?;
+        // The node's operands are q, k, v, scale, then lens: `attention`'s, with one more.
+        operands.insert(3, args[tensors]?);
+        Some(self.push(Op::Model(ModelOp::Attention { causal: causal?, with_lens }), &operands, call, Kind::Tensor))
     }
 }

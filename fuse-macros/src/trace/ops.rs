@@ -112,7 +112,8 @@ pub enum Function {
     RmsNorm,
     Embedding,
     Rope,
-    Attention,
+    /// `attention(q, k, v, scale, causal)`, or with `with_lens` `attention_len(q, k, v, lens, scale, causal)`.
+    Attention { with_lens: bool },
     /// `cat(&[&a, &b, ..], axis)` (`views.rs`).
     Cat,
 }
@@ -124,7 +125,8 @@ impl Function {
             "rms_norm" => Some(Function::RmsNorm),
             "embedding" => Some(Function::Embedding),
             "rope" => Some(Function::Rope),
-            "attention" => Some(Function::Attention),
+            "attention" => Some(Function::Attention { with_lens: false }),
+            "attention_len" => Some(Function::Attention { with_lens: true }),
             "cat" => Some(Function::Cat),
             _ => unary(name).map(Function::Unary).or_else(|| elementwise_binary(name).map(Function::Binary)),
         }
@@ -135,7 +137,7 @@ impl Function {
             Function::Unary(_) | Function::Softmax => 1,
             Function::Binary(_) | Function::Embedding | Function::Cat => 2,
             Function::RmsNorm | Function::Rope => 3,
-            Function::Attention => 5,
+            Function::Attention { with_lens } => 5 + with_lens as usize,
         }
     }
 
@@ -147,7 +149,10 @@ impl Function {
             Function::RmsNorm => "`rms_norm(x, weight, eps)`".into(),
             Function::Embedding => "`embedding(ids, table)`".into(),
             Function::Rope => "`rope(x, cos, sin)`".into(),
-            Function::Attention => "`attention(q, k, v, scale, causal)` (`causal`: `true` or `false`)".into(),
+            Function::Attention { with_lens: false } => "`attention(q, k, v, scale, causal)` (`causal`: `true` or `false`)".into(),
+            Function::Attention { with_lens: true } => {
+                "`attention_len(q, k, v, lens, scale, causal)` (`lens`: a u32 tensor [b]; `causal`: `true` or `false`)".into()
+            }
             Function::Cat => "`cat(&[&a, &b], axis)`".into(),
         }
     }
@@ -169,7 +174,7 @@ pub fn supported_methods() -> String {
 /// For messages: every supported function.
 pub fn supported_functions() -> String {
     let mut names: Vec<String> = callable_unary().map(|u| format!("`{}`", u.name())).collect();
-    let others = ["maximum", "minimum", "softmax", "rms_norm", "embedding", "rope", "attention", "cat"];
+    let others = ["maximum", "minimum", "softmax", "rms_norm", "embedding", "rope", "attention", "attention_len", "cat"];
     names.extend(others.iter().map(|s| format!("`{s}`")));
     names.join(", ")
 }
@@ -227,7 +232,7 @@ mod tests {
         for name in ["matmul", "t", "sum", "mean", "max", "argmax", "powf", "to_dtype", "maximum", "minimum", "reshape", "transpose", "permute", "narrow", "contiguous", "dim"] {
             assert!(Method::from_name(name).is_some(), "{name}");
         }
-        for name in ["softmax", "rms_norm", "maximum", "minimum", "embedding", "rope", "attention", "cat"] {
+        for name in ["softmax", "rms_norm", "maximum", "minimum", "embedding", "rope", "attention", "attention_len", "cat"] {
             assert!(Function::from_name(name).is_some(), "{name}");
         }
         assert_eq!(Method::from_name("neg"), None);

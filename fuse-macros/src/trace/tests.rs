@@ -356,8 +356,20 @@ fn model_ops_trace_to_model_nodes() {
     );
     let model: Vec<fuse_ir::ModelOp> = ops(&g).into_iter().filter_map(|op| if let Op::Model(m) = op { Some(m) } else { None }).collect();
     use fuse_ir::ModelOp::*;
-    assert_eq!(model, [Embedding, Rope, Attention { causal: true }, Attention { causal: false }, Argmax]);
+    assert_eq!(model, [Embedding, Rope, Attention { causal: true, with_lens: false }, Attention { causal: false, with_lens: false }, Argmax]);
     assert!(g.to_text().contains("attention causal=true %8 %4 %5 %6 ; \"attention(&q, k, v, scale, true)\""), "{}", g.to_text());
+}
+
+#[test]
+fn attention_len_takes_lens_after_the_scale() {
+    let g = graph(
+        "fn step(q: &Tensor, k: &Tensor, v: &Tensor, lens: &Tensor, scale: f32) -> Result<Tensor> {
+            Ok(attention_len(q, k, v, lens, scale, true))
+        }",
+    );
+    // Node operands: q, k, v, scale, lens (inputs %0 .. %4 in parameter order).
+    let text = g.to_text();
+    assert!(text.contains("attention causal=true lens %0 %1 %2 %4 %3 ; \"attention_len(q, k, v, lens, scale, true)\""), "{text}");
 }
 
 #[test]
@@ -367,6 +379,10 @@ fn model_op_mistakes_say_what_to_write() {
         ("attention(q, k, v, 0.5, c)", "`causal` is written `true` or `false` here, not `c`"),
         ("attention(q, k, v, k, true)", "the scale of `attention` is a literal, a scalar parameter or a field of `self`, but `k` is a tensor"),
         ("attention(q, k, c, 0.5, true)", "`attention` needs a tensor, but `c` is a scalar"),
+        ("attention_len(q, k, v, 0.5, true)", "`attention_len` takes 6 arguments, found 5: write `attention_len(q, k, v, lens, scale, causal)`"),
+        ("attention_len(q, k, v, c, 0.5, true)", "`attention_len` needs a tensor, but `c` is a scalar"),
+        ("attention_len(q, k, v, k, v, true)", "the scale of `attention_len` is a literal, a scalar parameter or a field of `self`, but `v` is a tensor"),
+        ("attention_len(q, k, v, k, 0.5, c)", "`causal` is written `true` or `false` here, not `c`"),
         ("rope(q, k)", "`rope` takes 3 arguments, found 2: write `rope(x, cos, sin)`"),
         ("embedding(c, k)", "`embedding` needs a tensor, but `c` is a scalar"),
         ("q.argmax(0)", "`argmax` runs along the last axis only"),

@@ -13,23 +13,36 @@ const QUERY_BLOCK: usize = 16;
 /// Keys per tile: their scores fit in a few cache lines.
 const KEY_TILE: usize = 64;
 
-/// `softmax(q k^T * scale) v` over dense f32 q [b, hq, sq, d] and k, v [b, hkv, skv, d] (shapes checked by
-/// inference: hq a multiple of hkv, skv > 0, and sq <= skv when causal). Returns [b, hq, sq, d].
-pub(super) fn attention(q: &[f32], k: &[f32], v: &[f32], q_shape: &[usize], kv_shape: &[usize], scale: f32, causal: bool) -> Vec<f32> {
+/// `softmax(q k^T * scale) v` over dense f32 q [b, hq, sq, d] and k, v [b, hkv, skv, d], batch b over its
+/// first `key_counts[b]` keys (skv for plain attention; `attention_len`'s checked lens). Shapes were checked
+/// by inference (hq a multiple of hkv); the counts are at most skv, and at least sq when causal. A row with no
+/// key is zeros. Returns [b, hq, sq, d].
+#[allow(clippy::too_many_arguments)]
+pub(super) fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    q_shape: &[usize],
+    kv_shape: &[usize],
+    key_counts: &[usize],
+    scale: f32,
+    causal: bool,
+) -> Vec<f32> {
     let [_, q_heads, queries, d] = [q_shape[0], q_shape[1], q_shape[2], q_shape[3]];
-    let [kv_heads, keys] = [kv_shape[1], kv_shape[2]];
+    let [kv_heads, capacity] = [kv_shape[1], kv_shape[2]];
     let mut out = vec![0.0f32; q.len()];
     if out.is_empty() {
         return out;
     }
-    let shape = Shape { queries, keys, d, scale, causal };
     let head_len = queries * d;
-    let parallel = out.len().saturating_mul(keys) >= PARALLEL_MIN_ELEMENTS;
+    let most_keys = key_counts.iter().copied().max().unwrap_or(0);
+    let parallel = out.len().saturating_mul(most_keys) >= PARALLEL_MIN_ELEMENTS;
     let run_head = |(head, out_head): (usize, &mut [f32])| {
         // head = b * hq + h; its key/value head is b * hkv + h / (hq / hkv).
         let (b, h) = (head / q_heads, head % q_heads);
         let kv = b * kv_heads + h / (q_heads / kv_heads);
-        let kv_len = keys * d;
+        let shape = Shape { queries, keys: key_counts[b], d, scale, causal };
+        let kv_len = capacity * d;
         let (k_head, v_head) = (&k[kv * kv_len..(kv + 1) * kv_len], &v[kv * kv_len..(kv + 1) * kv_len]);
         let q_head = &q[head * head_len..(head + 1) * head_len];
         let run_block = |(block, out_block): (usize, &mut [f32])| {
@@ -113,7 +126,8 @@ impl Shape {
             }
         }
         for r in 0..rows {
-            let inv = 1.0 / sum[r];
+            // A row that saw no key (a count of 0) has sum 0 and stays zeros.
+            let inv = if sum[r] > 0.0 { 1.0 / sum[r] } else { 0.0 };
             out[r * d..(r + 1) * d].iter_mut().for_each(|a| *a *= inv);
         }
     }
@@ -138,8 +152,10 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 mod tests {
     use super::*;
 
-    /// The plain definition, for comparison: scores, softmax, weighted sum (f64).
-    fn plain(q: &[f32], k: &[f32], v: &[f32], q_shape: [usize; 4], kv_shape: [usize; 4], scale: f32, causal: bool) -> Vec<f32> {
+    /// The plain definition, for comparison: scores, softmax, weighted sum (f64); batch b over its first
+    /// `counts[b]` keys.
+    #[allow(clippy::too_many_arguments)]
+    fn plain(q: &[f32], k: &[f32], v: &[f32], q_shape: [usize; 4], kv_shape: [usize; 4], counts: &[usize], scale: f32, causal: bool) -> Vec<f32> {
         let [b, hq, sq, d] = q_shape;
         let [_, hkv, skv, _] = kv_shape;
         let mut out = Vec::new();
@@ -147,7 +163,7 @@ mod tests {
             for h in 0..hq {
                 let kv = bi * hkv + h / (hq / hkv);
                 for i in 0..sq {
-                    let visible = if causal { skv - sq + i + 1 } else { skv };
+                    let visible = if causal { counts[bi] - sq + i + 1 } else { counts[bi] };
                     let qr = &q[((bi * hq + h) * sq + i) * d..][..d];
                     let s: Vec<f64> = (0..visible)
                         .map(|j| qr.iter().zip(&k[(kv * skv + j) * d..][..d]).map(|(x, y)| (x * y) as f64).sum::<f64>() * scale as f64)
@@ -156,6 +172,7 @@ mod tests {
                     let w: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
                     let total: f64 = w.iter().sum();
                     for c in 0..d {
+                        // No key (a count of 0): zeros.
                         out.push((0..visible).map(|j| w[j] / total * v[(kv * skv + j) * d + c] as f64).sum::<f64>() as f32);
                     }
                 }
@@ -178,11 +195,35 @@ mod tests {
             let k: Vec<f32> = (0..n(kv_shape)).map(|_| next() * 4.0).collect();
             let v: Vec<f32> = (0..n(kv_shape)).map(|_| next()).collect();
             for causal in [false, true] {
-                let got = attention(&q, &k, &v, &q_shape, &kv_shape, 0.7, causal);
-                let want = plain(&q, &k, &v, q_shape, kv_shape, 0.7, causal);
+                let all = vec![kv_shape[2]; q_shape[0]];
+                let got = attention(&q, &k, &v, &q_shape, &kv_shape, &all, 0.7, causal);
+                let want = plain(&q, &k, &v, q_shape, kv_shape, &all, 0.7, causal);
                 let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
                 assert!(worst < 1e-5, "{q_shape:?} {kv_shape:?} causal {causal}: off by {worst}");
             }
         }
+    }
+
+    #[test]
+    fn key_counts_limit_each_batch_and_never_read_past_it() {
+        let (q_shape, kv_shape) = ([3, 4, 5, 8], [3, 2, 130, 8]);
+        let counts = [130, 5, 71];
+        let n = |s: [usize; 4]| s.iter().product::<usize>();
+        let q: Vec<f32> = (0..n(q_shape)).map(|i| (i % 7) as f32 * 0.1).collect();
+        // Keys past each batch's count are NaN: one read would show in its output.
+        let past = |i: usize| (i / 8) % 130 >= counts[i / (2 * 130 * 8)];
+        let k: Vec<f32> = (0..n(kv_shape)).map(|i| if past(i) { f32::NAN } else { (i % 11) as f32 * 0.05 }).collect();
+        let v: Vec<f32> = (0..n(kv_shape)).map(|i| if past(i) { f32::NAN } else { (i % 13) as f32 * 0.1 }).collect();
+        for causal in [false, true] {
+            let got = attention(&q, &k, &v, &q_shape, &kv_shape, &counts, 0.7, causal);
+            let want = plain(&q, &k, &v, q_shape, kv_shape, &counts, 0.7, causal);
+            // (f32::max drops a NaN: check for one first.)
+            assert!(got.iter().all(|x| x.is_finite()), "causal {causal}: a key past its count was read");
+            let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            assert!(worst < 1e-5, "causal {causal}: off by {worst}");
+        }
+        // A count of 0 gives zeros, not the NaN of 0 / 0.
+        let got = attention(&q, &k, &v, &q_shape, &kv_shape, &[0, 5, 0], 0.7, false);
+        assert!(got[..160].iter().chain(&got[320..]).all(|&x| x == 0.0) && got[160..320].iter().all(|x| x.is_finite()));
     }
 }

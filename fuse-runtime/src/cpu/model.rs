@@ -1,6 +1,7 @@
-//! Model groups on the CPU: `embedding`, `argmax` and `rope` here, `attention` in `attention.rs`. Each group
-//! is one model op; it reads its operands densely in f32 (ids as u32, embedding rows in their own dtype),
-//! computes with rayon when the work is large enough to pay for it, and writes one output.
+//! Model groups on the CPU: `embedding`, `argmax` and `rope` here, `attention` in `attention.rs` (the key
+//! counts of `attention_len` are read and checked here). Each group is one model op; it reads its operands
+//! densely in f32 (ids and key counts as u32, embedding rows in their own dtype), computes with rayon when
+//! the work is large enough to pay for it, and writes one output.
 
 use super::attention::attention;
 use super::kernels::sink_of;
@@ -9,6 +10,7 @@ use crate::call::{node_error, Value};
 use crate::host::{CpuData, CpuSlice};
 use crate::{Error, Result, Tensor};
 use fuse_ir::infer::{InferError, NodeError};
+use fuse_ir::model_op::check_key_count;
 use fuse_ir::{DType, ModelOp, NodeId, Op};
 use rayon::prelude::*;
 
@@ -39,14 +41,26 @@ pub(super) fn run_model(info: &CallInfo<'_>, resolve: &dyn Fn(NodeId) -> Result<
             let (x, cos, sin) = (tensor(0)?, tensor(1)?, tensor(2)?);
             from_f32(dtype, rope(&dense_f32(&x)?, &dense_f32(&cos)?, &dense_f32(&sin)?, x.shape()))
         }
-        ModelOp::Attention { causal } => {
+        ModelOp::Attention { causal, with_lens } => {
             let scale = match resolve(args[3])? {
                 Value::Scalar(v) => v as f32,
                 Value::Tensor(t) => t.to_vec::<f32>()?.first().copied().ok_or_else(|| Error::internal(function, "an empty scale"))?,
             };
             let (q, k, v) = (tensor(0)?, tensor(1)?, tensor(2)?);
-            let out = attention(&dense_f32(&q)?, &dense_f32(&k)?, &dense_f32(&v)?, q.shape(), k.shape(), scale, causal);
-            from_f32(dtype, out)
+            let (batch, queries, keys) = (q.shape()[0], q.shape()[2], k.shape()[2]);
+            let key_counts = if with_lens {
+                let lens = tensor(4)?.to_vec::<u32>()?;
+                let check = |(b, &len): (usize, &u32)| check_key_count(b, len as u64, queries, keys, causal);
+                lens.iter().enumerate().map(check).collect::<std::result::Result<Vec<usize>, InferError>>()
+                    .map_err(|error| node_error(function, g, NodeError { node: id, error }))?
+            } else {
+                vec![keys; batch]
+            };
+            // Only the keys some batch counts are copied: the unused tail of a cache is never read.
+            let read = key_counts.iter().copied().max().unwrap_or(0);
+            let (k, v) = (first_keys(&k, read), first_keys(&v, read));
+            let (q_data, k_data, v_data) = (dense_f32(&q)?, dense_f32(&k)?, dense_f32(&v)?);
+            from_f32(dtype, attention(&q_data, &k_data, &v_data, q.shape(), k.shape(), &key_counts, scale, causal))
         }
     };
     Ok(Tensor::from_cpu(data, info.shapes[id.index()].clone()))
@@ -56,6 +70,13 @@ pub(super) fn run_model(info: &CallInfo<'_>, resolve: &dyn Fn(NodeId) -> Result<
 /// once, and a copy frees the storage's lock for a write that may follow).
 pub(super) fn dense_f32(t: &Tensor) -> Result<Vec<f32>> {
     t.to_vec::<f32>()
+}
+
+/// The view of keys 0 .. `n` of k or v [b, h, skv, d] (`n` <= skv).
+fn first_keys(t: &Tensor, n: usize) -> Tensor {
+    let mut layout = t.layout();
+    layout.shape[2] = n;
+    t.with_layout(layout)
 }
 
 /// f32 results stored in `dtype` (rounded for the half types).

@@ -7,12 +7,13 @@ struct Layer {
 
 impl Layer {
     #[fuse]
-    fn forward(&self, ids: &Tensor, cos: &Tensor, sin: &Tensor, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+    fn forward(&self, ids: &Tensor, cos: &Tensor, sin: &Tensor, k: &Tensor, v: &Tensor, lens: &Tensor) -> Result<(Tensor, Tensor)> {
         let x = embedding(ids, &self.table);
         let q = rope(&x, cos, sin);
         let causal = attention(&q, k, v, self.scale, true);
         let full = attention(&q, k, v, 0.125, false);
-        Ok(((causal + full).argmax(-1), x))
+        let counted = attention_len(&q, k, v, lens, self.scale, true);
+        Ok(((causal + full + counted).argmax(-1), x))
     }
 }
 
@@ -23,7 +24,8 @@ fn main() {
     let ids = Tensor::from_vec(vec![4u32, 0, 2], &[1, 1, 3], &cpu).unwrap();
     let half = Tensor::from_vec(vec![0.5f32; 12], &[3, 4], &cpu).unwrap();
     let kv = Tensor::from_vec(vec![0.25f32; 32], &[1, 1, 4, 8], &cpu).unwrap();
-    let (ids_out, x) = layer.forward(&ids, &half, &half, &kv, &kv).unwrap();
+    let lens = Tensor::from_vec(vec![3u32], &[1], &cpu).unwrap();
+    let (ids_out, x) = layer.forward(&ids, &half, &half, &kv, &kv, &lens).unwrap();
     assert_eq!(ids_out.shape(), &[1, 1, 3, 1]);
     assert_eq!(ids_out.dtype(), DType::U32);
     assert_eq!(x.shape(), &[1, 1, 3, 8]);

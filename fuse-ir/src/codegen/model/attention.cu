@@ -1,13 +1,17 @@
 // attention(q [b, hq, sq, d], k, v [b, hkv, skv, d], scale, causal) -> out [b, hq, sq, d] dense, flash style:
 // no score or probability ever reaches global memory. q, k and v are read through their 4-D strides (views
 // as they are: q a transpose, k and v a narrow of a longer cache). Query head h reads key/value head
-// h / (hq / hkv); causal query i sees keys 0 ..= skv - sq + i.
+// h / (hq / hkv); causal query i sees keys 0 ..= skv - sq + i. attention_len passes `lens` ([b] u32, a device
+// value so that a captured step replays as the cache grows): batch b then has min(lens[b], skv) keys in
+// place of skv, and keys past them are never loaded. The GPU does not check lens: a row that sees no key
+// (lens[b] = 0, or < sq under causal) writes zeros.
 //
 // Work item = (batch b, kv head g, query tile, key split); blocks take items grid-stride, last query tiles
 // first (under causal they see the most keys). The rows of (b, g) are u = i * group + (h - g * group): the
 // queries of every head that shares kv head g, so that each key/value tile is loaded once into shared memory
 // (f32, coalesced along d) for up to FUSE_ATTENTION_ROWS rows. A split covers `split_keys` keys (the host
-// picks splits so that the grid fills the GPU, e.g. decode's one query), cut at the tile's last visible key.
+// picks splits so that the grid fills the GPU, e.g. decode's one query, from skv: with lens, splits past
+// lens[b] load nothing and leave empty partials), cut at the tile's last visible key.
 //
 // Warp w owns rows w, w + 4, .. of the tile (at most 4): it loads their query rows (scaled by scale * log2 e,
 // so that probabilities are exp2 of the scores), computes their scores with one key per lane, keeps each
@@ -38,6 +42,8 @@ struct FuseAttentionArgs {
   const fuse_elem* v;
   fuse_elem* out;
   float* partials;  // splits > 1 only
+  const unsigned int* lens;  // attention_len: the key count of each batch; null: skv for all
+  long long lens_stride;
   long long batch;
   long long q_heads;
   long long queries;
@@ -83,7 +89,7 @@ __device__ __forceinline__ float fuse_attention_component(const float4& v, int k
 // indexed by constants (no local memory).
 __device__ __forceinline__ void fuse_attention_tile(const float* query, const float* key, const float* value, float* probs,
                                                     unsigned int stride, unsigned int d4, unsigned int start, unsigned int n,
-                                                    unsigned int mine, unsigned int row0, unsigned int group, unsigned int causal_keys,
+                                                    unsigned int mine, unsigned int row0, unsigned int group, int causal_keys,
                                                     float (&running_max)[FUSE_ATTENTION_WARP_ROWS],
                                                     float (&running_sum)[FUSE_ATTENTION_WARP_ROWS],
                                                     float2 (&acc)[FUSE_ATTENTION_WARP_ROWS][FUSE_ATTENTION_PAIRS]) {
@@ -111,9 +117,10 @@ __device__ __forceinline__ void fuse_attention_tile(const float* query, const fl
 #pragma unroll
   for (int k = 0; k < FUSE_ATTENTION_WARP_ROWS; ++k) {
     if ((unsigned int)k >= mine) continue;
-    // The row's query i sees keys below causal_keys + i: skv - sq + 1 + i causal, else at least skv.
-    const unsigned int visible = causal_keys + (row0 + FUSE_ATTENTION_WARPS * k) / group;
-    const float s = lane < n && start + lane < visible ? score[k] : minus_infinity;
+    // The row's query i sees keys below causal_keys + i: keys - sq + 1 + i causal (<= 0: none), else at
+    // least the batch's keys.
+    const int visible = causal_keys + (int)((row0 + FUSE_ATTENTION_WARPS * k) / group);
+    const float s = lane < n && (int)(start + lane) < visible ? score[k] : minus_infinity;
     const float new_max = fmaxf(running_max[k], fuse_attention_warp_max(s));
     // A row that has seen no key yet (all masked so far) keeps max -inf, sum 0: exp2(-inf - -inf) is NaN.
     const bool any = new_max != minus_infinity;
@@ -178,18 +185,21 @@ extern "C" __global__ void __launch_bounds__(FUSE_ATTENTION_THREADS, 4) fuse_mod
   const unsigned int items = (unsigned int)a.batch * kv_heads * q_tiles * splits;
   const float q_scale = (float)(a.scale * 1.4426950408889634);  // log2(e): probabilities are exp2 of scores
   const float minus_infinity = __int_as_float(0xff800000);
-  const unsigned int causal_keys = a.causal ? keys - queries + 1 : keys;  // the host checks skv + sq < 2^31
   for (unsigned int item = blockIdx.x; item < items; item += gridDim.x) {
     const unsigned int split = item % splits;
     const unsigned int tile = q_tiles - 1 - (item / splits) % q_tiles;
     const unsigned int g = (item / splits / q_tiles) % kv_heads, b = item / splits / q_tiles / kv_heads;
     const unsigned int first = tile * FUSE_ATTENTION_ROWS;
     const unsigned int rows = min(FUSE_ATTENTION_ROWS, group_rows - first);
+    // The batch's keys (lens clamped to skv), and the causal limit in signed arithmetic: lens[b] < sq makes
+    // it negative. The host checks skv + sq < 2^31.
+    const unsigned int batch_keys = a.lens ? min(__ldg(a.lens + b * a.lens_stride), keys) : keys;
+    const int causal_keys = a.causal ? (int)batch_keys - (int)queries + 1 : (int)batch_keys;
     // This split's keys, cut at the last key the tile's last query sees (it sees the most).
-    const unsigned int last_query = (first + rows - 1) / group;
-    const unsigned int seen = min(causal_keys + last_query, keys);
+    const int last_query = (int)((first + rows - 1) / group);
+    const unsigned int seen = (unsigned int)max(0, min(causal_keys + last_query, (int)batch_keys));
     const unsigned int begin = split * split_keys;
-    const unsigned int end = min(min(begin + split_keys, keys), seen);  // <= begin: no key, empty partials
+    const unsigned int end = min(min(begin + split_keys, batch_keys), seen);  // <= begin: no key, empty partials
     // The warp's rows r = warp + 4 k, k < mine; it loads their query rows itself (so only __syncwarp).
     const unsigned int mine = rows > warp ? (rows - warp + FUSE_ATTENTION_WARPS - 1) / FUSE_ATTENTION_WARPS : 0;
     float running_max[FUSE_ATTENTION_WARP_ROWS], running_sum[FUSE_ATTENTION_WARP_ROWS];
@@ -234,8 +244,8 @@ extern "C" __global__ void __launch_bounds__(FUSE_ATTENTION_THREADS, 4) fuse_mod
       const unsigned int u = first + warp + FUSE_ATTENTION_WARPS * k, h = g * group + u % group;
       const unsigned int row = (b * q_heads + h) * queries + u / group;  // of the dense output [b, hq, sq]
       if (splits == 1) {
-        // Every row saw at least key 0 (causal: skv >= sq), so the sum is positive.
-        const float inverse = 1.0f / running_sum[k];
+        // A row that saw no key (lens[b] = 0, or < sq under causal) has sum 0 and acc 0: it writes zeros.
+        const float inverse = running_sum[k] > 0.0f ? 1.0f / running_sum[k] : 0.0f;
         fuse_elem* out = a.out + (unsigned long long)row * d;
 #pragma unroll
         for (int pair = 0; pair < FUSE_ATTENTION_PAIRS; ++pair) {

@@ -23,7 +23,9 @@ pub const ATTENTION_HEAD_DIMS: [usize; 3] = [64, 128, ATTENTION_MAX_HEAD_DIM];
 /// the load latency of one another's tiles).
 const BLOCKS_PER_SM: usize = 2;
 
-/// Sizes of one attention call: q [batch, q_heads, queries, d], k and v [batch, kv_heads, keys, d].
+/// Sizes of one attention call: q [batch, q_heads, queries, d], k and v [batch, kv_heads, keys, d]. With
+/// `attention_len`, `keys` is the capacity (skv): the key counts live on the device, so the splits cover the
+/// capacity and those past a batch's count do nothing (no host value changes the launch from step to step).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttentionShape {
     pub batch: usize,

@@ -1,9 +1,9 @@
 // The second step of split-KV attention (see attention.cu): merges each output row's per-split f32 partials
 // into the row, out [rows, d] dense in the element type. One block per row (grid-stride), one thread per
 // channel (d <= 256 threads). With M the largest split maximum, split s weighs w = exp2(max_s - M) (the
-// maxima are in log2 units); out = sum_s w acc_s / sum_s w sum_s. Split 0 holds key 0, which every query
-// sees, so M is finite and the sum positive; a split without keys (max -inf, sum 0) weighs 0. The splits
-// are summed in order: deterministic.
+// maxima are in log2 units); out = sum_s w acc_s / sum_s w sum_s. A split without keys (max -inf, sum 0:
+// past an attention_len count, or past a causal row's last key) weighs 0; a row no split saw a key for (M
+// -inf: lens[b] = 0, or < sq under causal) writes zeros. The splits are summed in order: deterministic.
 #define FUSE_ATTENTION_COMBINE_THREADS 256
 
 struct FuseAttentionCombineArgs {
@@ -21,14 +21,16 @@ extern "C" __global__ void __launch_bounds__(FUSE_ATTENTION_COMBINE_THREADS) fus
   for (unsigned long long row = blockIdx.x; row < (unsigned long long)a.rows; row += gridDim.x) {
     const float* row_stats = stats + row * splits * 2;
     const float* row_sums = sums + row * splits * d;
-    float most = __int_as_float(0xff800000);
+    const float minus_infinity = __int_as_float(0xff800000);
+    float most = minus_infinity;
     for (unsigned int s = 0; s < splits; ++s) most = fmaxf(most, row_stats[2 * s]);
     float total = 0.0f, acc = 0.0f;
     for (unsigned int s = 0; s < splits; ++s) {
-      const float w = exp2f(row_stats[2 * s] - most);
+      // exp2(-inf - -inf) is NaN: with no key anywhere every split weighs 0.
+      const float w = most == minus_infinity ? 0.0f : exp2f(row_stats[2 * s] - most);
       total += w * row_stats[2 * s + 1];
       if (c < d) acc += w * row_sums[(unsigned long long)s * d + c];
     }
-    if (c < d) fuse_model_store(a.out, row * d + c, acc / total);
+    if (c < d) fuse_model_store(a.out, row * d + c, total > 0.0f ? acc / total : 0.0f);
   }
 }

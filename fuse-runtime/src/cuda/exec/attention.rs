@@ -3,6 +3,9 @@
 //! memory), then, when the keys were split across blocks to fill the GPU (decode: one query), the small
 //! `fuse_model_attention_combine`, which merges each row's per-split f32 partials. The geometry (tiles,
 //! splits, shared memory, the head dimension the build holds) is `fuse_ir::codegen::attention_launch`'s.
+//! `attention_len` is the same launch with the address of its `lens` (u32 [b]): the key counts stay on the
+//! device (nothing is read back, so a captured step can replay with new counts), the geometry comes from
+//! skv, the capacity, and the kernel clamps each count to skv without checking it (see `attention.cu`).
 //!
 //! The partials live in the device's one growable workspace (`CudaDevice::workspace`), held from before the
 //! first launch until after the second, so that repeated calls allocate nothing and no other call on
@@ -19,9 +22,9 @@ use fuse_ir::NodeId;
 const MAX_GRID: usize = 1 << 20;
 
 impl Executor<'_> {
-    /// Queues attention of the operands `args` (q, k, v, scale) into `out`, fresh and dense [b, hq, sq, d] at
-    /// `out_address`.
-    pub(super) fn run_attention(&mut self, args: &[NodeId], causal: bool, out: &Tensor, out_address: u64) -> Result<()> {
+    /// Queues attention of the operands `args` (q, k, v, scale, and lens `with_lens`) into `out`, fresh and
+    /// dense [b, hq, sq, d] at `out_address`.
+    pub(super) fn run_attention(&mut self, args: &[NodeId], causal: bool, with_lens: bool, out: &Tensor, out_address: u64) -> Result<()> {
         let (q, k, v) = (self.tensor_arg(args[0], "q")?, self.tensor_arg(args[1], "k")?, self.tensor_arg(args[2], "v")?);
         let scale = match self.resolve(args[3])? {
             Value::Scalar(s) => s,
@@ -57,11 +60,18 @@ impl Executor<'_> {
             floats => Some(device.workspace(floats * std::mem::size_of::<f32>())?),
         };
         let partials = workspace.as_ref().map_or(0, |w| w.address);
+        // lens [b] through its stride (a view of a longer tensor is fine); null without lens.
+        let (lens, lens_stride) = if with_lens {
+            let lens = self.tensor_arg(args[4], "lens")?;
+            (self.address(&lens)?, lens.strides()[0])
+        } else {
+            (0, 0)
+        };
         let mut words = Words::default();
         for t in [&q, &k, &v] {
             words.address(self.address(t)?);
         }
-        words.address(out_address).address(partials);
+        words.address(out_address).address(partials).address(lens).count(lens_stride);
         words.counts(&[batch, q_heads, queries, kv_heads, keys, d, causal as usize]);
         words.0.push(scale.to_bits());
         words.counts(&[launch.q_tiles, launch.splits, launch.split_keys]);

@@ -143,9 +143,9 @@ impl Executor<'_> {
                 }
                 (ModelKernel::Rope, x.dtype(), blocks(pairs, ModelKernel::Rope.block_threads()), pairs)
             }
-            ModelOp::Attention { causal } => {
+            ModelOp::Attention { causal, with_lens } => {
                 // Two launches and scratch memory of its own (`attention.rs`).
-                self.run_attention(&args, causal, &out, out_address)?;
+                self.run_attention(&args, causal, with_lens, &out, out_address)?;
                 self.values[id.index()] = Some(Value::Tensor(out));
                 return Ok(());
             }
