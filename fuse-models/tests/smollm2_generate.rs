@@ -79,6 +79,40 @@ fn decode_writes_the_cache_in_place(dev: &Device) {
     assert_eq!(head_rows(&before), head_rows(&after), "the rows already there are not rewritten");
 }
 
+/// The decode step recorded as a CUDA graph (on the GPU; the CPU runs it call by call) gives the logits of
+/// the step run call by call, step after step; the greedy decoder picks their argmax on the device.
+fn a_recorded_decode_step_matches_calls(dev: &Device) {
+    let Some(file) = common::model() else { return };
+    let model = Llama::load(file, dev, DType::F32).expect("the model loads");
+    let prompt = [1u32, 9690, 28, 253];
+    let (mut recorded, mut called) = (model.new_cache(12).unwrap(), model.new_cache(12).unwrap());
+    model.forward(&prompt, &mut recorded).unwrap();
+    model.forward(&prompt, &mut called).unwrap();
+    model.forward(&[30], &mut recorded).unwrap(); // the warm one-token step
+    model.forward(&[30], &mut called).unwrap();
+    let mut decoder = model.decoder(&recorded, Fusion::On).expect("the step records");
+    let recording = dev.is_cuda() && std::env::var("FUSE_GRAPHS").is_err();
+    assert_eq!(decoder.is_recorded(), recording, "recorded on a GPU only");
+    for token in [411u32, 5, 49151] {
+        let got = decoder.step(&[token], &mut recorded).unwrap();
+        let want = model.forward(&[token], &mut called).unwrap();
+        let wide = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<f64>>();
+        let err = common::rel_l2(&wide(&got), &wide(&want));
+        assert!(err < 1e-5, "token {token} on {dev}: replayed logits differ from called ones by {err:.2e}");
+    }
+    assert_eq!(recorded.len(), called.len());
+    let wrong = model.new_cache(12).unwrap();
+    let mut other = wrong;
+    assert!(decoder.step(&[1], &mut other).is_err(), "a decoder steps its own cache only");
+    // Greedy on the device: the next token is the argmax of the logits the call by call step gives.
+    let mut greedy = model.greedy_decoder(&recorded, Fusion::On).unwrap();
+    greedy.set_tokens(&[253]).unwrap();
+    greedy.advance(&mut recorded).unwrap();
+    let logits = model.forward(&[253], &mut called).unwrap();
+    let argmax = logits.iter().enumerate().fold((0, f32::MIN), |m, (i, &v)| if v > m.1 { (i, v) } else { m }).0 as u32;
+    assert_eq!(greedy.tokens().unwrap(), vec![argmax], "the token the greedy step wrote for the next one");
+}
+
 fn an_unknown_token_or_a_full_cache_is_an_error(dev: &Device) {
     let Some(file) = common::model() else { return };
     let model = Llama::load(file, dev, DType::F32).expect("the model loads");
@@ -101,4 +135,5 @@ fuse::device_tests!(
     bf16_logits_stay_close_to_the_f32_reference,
     an_unknown_token_or_a_full_cache_is_an_error,
     decode_writes_the_cache_in_place,
+    a_recorded_decode_step_matches_calls,
 );

@@ -9,6 +9,13 @@ impl Tensor {
     /// A tensor of `shape` filled with `value`, in `dtype` (rounded to it), on `device`.
     pub fn full(value: f32, shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
         let n = numel(shape, "full")?;
+        if dtype == DType::U32 {
+            // Ids: a whole number in range, made directly (floats do not convert to ids).
+            if !(value >= 0.0 && value.fract() == 0.0 && value <= u32::MAX as f32) {
+                return Err(Error::InvalidArgument { op: "full", reason: format!("{value} is not a u32 id") });
+            }
+            return Tensor::from_vec(vec![value as u32; n], shape, device);
+        }
         Tensor::from_vec(vec![value; n], shape, &Device::Cpu)?.to_dtype(dtype)?.to_device(device)
     }
 

@@ -14,6 +14,10 @@ fn filled_tensors_hold_their_value_in_their_dtype(dev: &Device) {
         assert_eq!(f.to_vec::<f32>().unwrap(), vec![rounded; 4], "{dtype}: 0.1 rounded once");
     }
     assert_eq!(Tensor::zeros(&[0, 4], DType::F32, dev).unwrap().shape(), &[0, 4]);
+    // Ids: whole numbers, made directly.
+    assert_eq!(Tensor::zeros(&[2], DType::U32, dev).unwrap().to_vec::<u32>().unwrap(), vec![0, 0]);
+    assert_eq!(Tensor::full(7.0, &[3], DType::U32, dev).unwrap().to_vec::<u32>().unwrap(), vec![7; 3]);
+    assert!(matches!(Tensor::full(0.5, &[1], DType::U32, dev), Err(Error::InvalidArgument { op: "full", .. })));
 }
 
 fn ranges_count_up_and_down(dev: &Device) {
