@@ -155,7 +155,13 @@ fn run() -> Fallible<()> {
             let cache_bytes = 2 * config.layers * b * config.kv_heads * config.head_dim * cached * o.dtype.size_bytes();
             let floor = (weight_bytes + cache_bytes) as f64 / 4.2e12 * 1e6;
             for mode in &o.modes {
-                let us = decode(&model, &mut cache, cached, o.steps, mode)?;
+                let us = match decode(&model, &mut cache, cached, o.steps, mode) {
+                    Ok(us) => us,
+                    Err(e) => {
+                        println!("{mode:<8} {b:>5} {cached:>7} failed: {e}");
+                        continue;
+                    }
+                };
                 println!("{mode:<8} {b:>5} {cached:>7} {us:>12.1} {:>10.0} {floor:>10.1} {:>9.1}", b as f64 * 1e6 / us, us / floor);
                 rows.push(format!(
                     "{{\"mode\": \"{mode}\", \"batch\": {b}, \"cached\": {cached}, \"us_per_token\": {us:.3}, \"floor_us\": {floor:.3}}}"

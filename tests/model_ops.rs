@@ -126,18 +126,13 @@ fn embedding_matches_reference(dev: &Device) {
 fn an_id_outside_the_vocabulary_is_an_error(dev: &Device) {
     let table = Tensor::from_vec(vec![0.5f32; 12], &[4, 3], dev).expect("table");
     let ids = Tensor::from_vec(vec![1u32, 4, 0], &[3], dev).expect("ids");
-    // On the CPU the call fails; on the GPU the ids live on the device, so the kernel checks them, writes
-    // zeros for the bad one and records the fault, reported by the next synchronisation (here `to_vec`).
-    let read = |r: Result<Tensor>| r.and_then(|t| t.to_vec::<f32>());
-    for err in [read(embedding(&ids, &table)).expect_err("eager"), read(lookup(&ids, &table)).expect_err("fused")] {
-        assert!(err.to_string().contains("token id 4 is out of range for a vocabulary of 4"), "{err}");
-        if dev.is_cuda() {
-            assert!(matches!(err, Error::DeviceCheck { op: "embedding", .. }), "{err}");
+    // On the GPU the kernel finds it, reported at the next synchronisation: tests/device_checks.rs (one
+    // test at a time there, so that no other test's synchronisation takes the report).
+    if !dev.is_cuda() {
+        for err in [embedding(&ids, &table).expect_err("eager"), lookup(&ids, &table).expect_err("fused")] {
+            assert!(err.to_string().contains("token id 4 is out of range for a vocabulary of 4"), "{err}");
         }
     }
-    // The fault is reported once: the device works on.
-    let good = Tensor::from_vec(vec![1u32, 3], &[2], dev).expect("ids");
-    assert_eq!(read(embedding(&good, &table)).expect("ids in range"), vec![0.5f32; 6]);
     let floats = Tensor::from_vec(vec![1.0f32], &[1], dev).expect("float ids");
     assert!(embedding(&floats, &table).expect_err("float ids").to_string().contains("`ids` must be u32, got f32"));
 }

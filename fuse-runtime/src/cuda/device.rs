@@ -46,6 +46,9 @@ pub(crate) struct DeviceState {
     /// While a CUDA graph is captured: its arena (`capture.rs`) and the pool memory dropped meanwhile.
     capturing: Mutex<Option<(Arc<Arena>, Vec<CudaSlice<u8>>)>>,
     is_capturing: AtomicBool,
+    /// The thread capturing, and the signal that it has finished (see `begin_capture`).
+    capture_owner: Mutex<Option<std::thread::ThreadId>>,
+    capture_ended: std::sync::Condvar,
     modules: ModuleCache,
 }
 
@@ -242,27 +245,65 @@ impl CudaDevice {
 
     /// An error naming `what` while a graph is captured (it would wait for the GPU or read host memory).
     pub(crate) fn refuse_while_capturing(&self, what: &str) -> Result<()> {
+        // Another thread's capture: wait for it to end; this thread's: refuse.
+        self.wait_for_capture();
         if self.is_capturing() {
             return Err(Error::Capture { what: format!("{what} while capturing a CUDA graph") });
         }
         Ok(())
     }
 
+    /// Starts a capture's allocation regime. Work of other threads on this GPU waits until it ends (it would
+    /// be recorded into the graph: the device has one stream), see [`CudaDevice::wait_for_capture`]; a
+    /// capture inside a capture on the same thread is an error.
     pub(crate) fn begin_capture(&self, arena: Arc<Arena>) -> Result<()> {
-        let mut capturing = lock(&self.state.capturing);
-        if capturing.is_some() {
-            return Err(Error::Capture { what: "a capture inside another on the same GPU".into() });
+        let me = std::thread::current().id();
+        let mut owner = lock(&self.state.capture_owner);
+        loop {
+            match *owner {
+                None => break,
+                Some(id) if id == me => return Err(Error::Capture { what: "a capture inside another on the same GPU".into() }),
+                Some(_) => owner = self.state.capture_ended.wait(owner).unwrap_or_else(|p| p.into_inner()),
+            }
         }
-        *capturing = Some((arena, Vec::new()));
+        *owner = Some(me);
+        *lock(&self.state.capturing) = Some((arena, Vec::new()));
         self.state.is_capturing.store(true, Ordering::Release);
         Ok(())
     }
 
-    /// Ends the capture's allocation regime and frees the pool memory dropped during it.
+    /// Ends the capture's allocation regime, frees the pool memory dropped during it and lets other
+    /// threads' work on this GPU go on.
     pub(crate) fn end_capture(&self) {
         self.state.is_capturing.store(false, Ordering::Release);
         let ended = lock(&self.state.capturing).take();
         drop(ended);
+        *lock(&self.state.capture_owner) = None;
+        self.state.capture_ended.notify_all();
+    }
+
+    /// Blocks while another thread captures a graph on this GPU (its stream records everything queued on
+    /// it meanwhile). Called before queueing work: calls, copies, allocations.
+    pub(crate) fn wait_for_capture(&self) {
+        if !self.state.is_capturing.load(Ordering::Acquire) {
+            return;
+        }
+        let me = std::thread::current().id();
+        let mut owner = lock(&self.state.capture_owner);
+        while owner.is_some_and(|id| id != me) {
+            owner = self.state.capture_ended.wait(owner).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// While capturing: an error naming `what` if the capture is no longer valid (the driver invalidates a
+    /// capture, without an error of its own, when a call it cannot record is made).
+    pub(crate) fn check_capture(&self, what: &dyn Fn() -> String) -> Result<()> {
+        match self.state.stream.capture_status() {
+            Ok(sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED) => {
+                Err(Error::Capture { what: format!("{} could not be recorded and ended the capture", what()) })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Pool memory no tensor holds any more: freed now, or after the capture when one is running (a free
@@ -381,6 +422,8 @@ impl DeviceState {
             fault: Mutex::new(None),
             capturing: Mutex::new(None),
             is_capturing: AtomicBool::new(false),
+            capture_owner: Mutex::new(None),
+            capture_ended: std::sync::Condvar::new(),
             modules: ModuleCache::default(),
         })
     }

@@ -63,6 +63,7 @@ impl CudaStorage {
             op: "alloc".into(),
             message: format!("{len} elements of {dtype} overflow the address space"),
         })?;
+        device.wait_for_capture();
         let memory = match device.capture_arena() {
             Some(arena) => Memory::Arena { address: arena.take(bytes.max(1))?, _arena: arena },
             // SAFETY: the memory is uninitialised; every caller writes it before reading it.
@@ -98,6 +99,7 @@ impl CudaStorage {
 
     /// Copies `values` over elements `at ..` (the caller checked that they fit and are of this dtype).
     pub(crate) fn write_from_host<T: Copy>(&self, at: usize, values: &[T]) -> Result<()> {
+        self.device.wait_for_capture();
         self.device.refuse_while_capturing("a copy from the host (copy_from_host)")?;
         if values.is_empty() {
             return Ok(());
@@ -142,6 +144,7 @@ impl CudaStorage {
         let size = self.dtype.size_bytes();
         let bytes_len = len * size;
         let mut bytes = vec![0u8; bytes_len];
+        self.device.wait_for_capture();
         if bytes_len > 0 {
             self.device.refuse_while_capturing("a copy to the host (to_vec, or an op that reads values on the host)")?;
             let from = self.base_address() + (start * size) as u64;

@@ -345,6 +345,20 @@ pub(crate) fn table_entry(function: &str, device: &CudaDevice, value: &Value) ->
 /// Queues one step with this call's addresses: patches its words from the address table (a first call's
 /// words already hold them), then launches. The executor's first call and a replay both launch this way.
 pub(crate) fn run_step(device: &CudaDevice, step: &mut Step, addresses: &mut [u64]) -> Result<()> {
+    let result = queue_step(device, step, addresses);
+    // While capturing, a call the driver cannot record invalidates the capture silently: name it here.
+    if device.is_capturing() {
+        let step: &Step = step;
+        device.check_capture(&|| match step {
+            Step::Kernel { name, .. } => format!("kernel {name}"),
+            Step::Gemm { lt: Some(_), .. } => "a cuBLASLt matmul".to_string(),
+            Step::Gemm { .. } | Step::DualGemm { .. } => "a cuBLAS matmul".to_string(),
+        })?;
+    }
+    result
+}
+
+fn queue_step(device: &CudaDevice, step: &mut Step, addresses: &mut [u64]) -> Result<()> {
     match step {
         Step::Kernel { name, function, dims, words, patches, maps } => {
             for p in patches.iter() {

@@ -1,0 +1,34 @@
+//! Checks that kernels make on values only the GPU holds (an embedding id, a slice_set position held in a
+//! tensor): the kernel skips the access, and the next synchronisation reports it (`Error::DeviceCheck`),
+//! once. The CPU refuses the same calls at once. One test per device: a GPU's fault record is shared by
+//! every thread, so a report must not be taken by another test's synchronisation.
+
+use fuse::prelude::*;
+
+fn bad_ids_and_positions_are_reported(dev: &Device) {
+    let table = Tensor::from_vec(vec![0.5f32; 12], &[4, 3], dev).unwrap();
+    let ids = Tensor::from_vec(vec![1u32, 4, 0], &[3], dev).unwrap();
+    let err = embedding(&ids, &table).and_then(|t| t.to_vec::<f32>()).expect_err("id 4 of 4");
+    assert!(err.to_string().contains("token id 4 is out of range for a vocabulary of 4"), "{err}");
+    if dev.is_cuda() {
+        assert!(matches!(err, Error::DeviceCheck { op: "embedding", .. }), "{err}");
+    }
+    // Reported once: the next reads are clean.
+    let good = Tensor::from_vec(vec![1u32, 3], &[2], dev).unwrap();
+    assert_eq!(embedding(&good, &table).unwrap().to_vec::<f32>().unwrap(), vec![0.5f32; 6]);
+
+    let cache = Tensor::from_vec((0..10).map(|i| i as f32).collect::<Vec<_>>(), &[1, 5, 2], dev).unwrap();
+    let rows = Tensor::from_vec(vec![-1.0f32; 4], &[1, 2, 2], dev).unwrap();
+    let at = Tensor::from_vec(vec![4u32], &[1], dev).unwrap();
+    let err = cache.slice_set(&rows, 1, &at).and_then(|t| t.to_vec::<f32>()).expect_err("offset 4 + 2 rows of 5");
+    assert!(err.to_string().contains("offset 4"), "{err}");
+    if dev.is_cuda() {
+        assert!(matches!(err, Error::DeviceCheck { op: "slice_set", .. }), "{err}");
+    }
+    assert_eq!(cache.to_vec::<f32>().unwrap(), (0..10).map(|i| i as f32).collect::<Vec<_>>(), "nothing written");
+    at.copy_from_host(&[3u32]).unwrap();
+    cache.slice_set(&rows, 1, &at).unwrap();
+    assert_eq!(&cache.to_vec::<f32>().unwrap()[6..], &[-1.0; 4], "offset 3 fits");
+}
+
+fuse::device_tests!(bad_ids_and_positions_are_reported);
