@@ -27,13 +27,17 @@ pub(crate) struct Arena {
 }
 
 /// Bytes of a fresh chunk (more if one allocation needs it).
-const CHUNK_BYTES: usize = 16 << 20;
+const CHUNK_BYTES: usize = 64 << 20;
 /// Every allocation starts on this boundary (the pool's alignment, enough for any vector access).
 const ALIGN: usize = 256;
 
 impl Arena {
-    pub(crate) fn new(device: &CudaDevice) -> Arena {
-        Arena { device: device.clone(), chunks: Mutex::new(Vec::new()) }
+    /// An arena with its first chunk, taken before the capture begins (an allocation during it may make
+    /// the driver wait, which would end the capture).
+    pub(crate) fn new(device: &CudaDevice) -> Result<Arena> {
+        // SAFETY: a plain allocation in the device's context (bound on this thread by the caller).
+        let first = unsafe { result::malloc_sync(CHUNK_BYTES) }.map_err(|e| driver_error("alloc (capture arena)", e))?;
+        Ok(Arena { device: device.clone(), chunks: Mutex::new(vec![(first, CHUNK_BYTES, 0)]) })
     }
 
     /// The address of `bytes` fresh bytes.
@@ -51,6 +55,7 @@ impl Arena {
         // SAFETY: a plain allocation in the device's context (bound on this thread by the capture).
         let address = unsafe { result::malloc_sync(size) }.map_err(|e| driver_error("alloc (capture arena)", e))?;
         chunks.push((address, size, bytes));
+        self.device.check_capture(&|| format!("growing the capture's memory by {size} bytes"))?;
         Ok(address)
     }
 
@@ -99,7 +104,7 @@ impl CudaDevice {
     /// Runs `step`, recording the GPU work it queues instead of running it.
     pub(crate) fn capture_graph(&self, step: &mut dyn FnMut() -> Result<()>) -> Result<CapturedGraph> {
         self.context().bind_to_thread().map_err(|e| driver_error("bind the context", e))?;
-        let arena = std::sync::Arc::new(Arena::new(self));
+        let arena = std::sync::Arc::new(Arena::new(self)?);
         self.begin_capture(arena.clone())?;
         let began = self.stream().begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED);
         let ran = began.map_err(|e| driver_error("begin capture", e)).and_then(|()| step());

@@ -123,6 +123,9 @@ impl CudaStorage {
 
     /// Sets every byte of the allocation, in stream order.
     fn fill_bytes(&self, value: u8) -> Result<()> {
+        if self.device.is_capturing() {
+            self.device.check_capture(&|| "an op before this memset".to_string())?;
+        }
         let stream = self.device.stream();
         // SAFETY: the address and byte count are this live allocation's; the memset is queued on the stream
         // every use of the allocation is ordered on.
