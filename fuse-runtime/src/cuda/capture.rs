@@ -91,6 +91,7 @@ pub(crate) struct CapturedGraph {
 impl CapturedGraph {
     /// Queues one replay on the device's stream.
     pub(crate) fn launch(&self) -> Result<()> {
+        let _entered = self.arena.device.enter();
         self.graph.launch().map_err(|e| driver_error("graph launch", e))
     }
 

@@ -46,10 +46,40 @@ pub(crate) struct DeviceState {
     /// While a CUDA graph is captured: its arena (`capture.rs`) and the pool memory dropped meanwhile.
     capturing: Mutex<Option<(Arc<Arena>, Vec<CudaSlice<u8>>)>>,
     is_capturing: AtomicBool,
-    /// The thread capturing, and the signal that it has finished (see `begin_capture`).
-    capture_owner: Mutex<Option<std::thread::ThreadId>>,
-    capture_ended: std::sync::Condvar,
+    /// Who may queue work: the thread capturing, if any, and how many other threads are queueing now (see
+    /// `begin_capture` and `enter`).
+    queueing: Mutex<Queueing>,
+    queueing_changed: std::sync::Condvar,
     modules: ModuleCache,
+}
+
+#[derive(Default)]
+struct Queueing {
+    capturing: Option<std::thread::ThreadId>,
+    /// Threads (other than the capturing one) between `enter` and the end of their guard.
+    active: usize,
+}
+
+thread_local! {
+    /// How many `enter` guards this thread holds (nested calls enter once).
+    static ENTERED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Held while a thread queues work on a GPU (see [`CudaDevice::enter`]).
+pub(crate) struct Entered<'a> {
+    device: Option<&'a CudaDevice>,
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        ENTERED.with(|n| n.set(n.get() - 1));
+        if let Some(device) = self.device {
+            let mut q = lock(&device.state.queueing);
+            q.active -= 1;
+            drop(q);
+            device.state.queueing_changed.notify_all();
+        }
+    }
 }
 
 /// What a kernel found wrong, by the code it records (`fuse_model_fault` in the model kernels' common.cuh).
@@ -253,20 +283,24 @@ impl CudaDevice {
         Ok(())
     }
 
-    /// Starts a capture's allocation regime. Work of other threads on this GPU waits until it ends (it would
-    /// be recorded into the graph: the device has one stream), see [`CudaDevice::wait_for_capture`]; a
-    /// capture inside a capture on the same thread is an error.
+    /// Starts a capture's allocation regime. The device has one stream, which records everything queued on
+    /// it while capturing: so the capture waits until no other thread is queueing work (`enter`), and other
+    /// threads wait in `enter` until it ends. A capture inside a capture on the same thread is an error.
     pub(crate) fn begin_capture(&self, arena: Arc<Arena>) -> Result<()> {
         let me = std::thread::current().id();
-        let mut owner = lock(&self.state.capture_owner);
+        let mut q = lock(&self.state.queueing);
         loop {
-            match *owner {
-                None => break,
+            match q.capturing {
                 Some(id) if id == me => return Err(Error::Capture { what: "a capture inside another on the same GPU".into() }),
-                Some(_) => owner = self.state.capture_ended.wait(owner).unwrap_or_else(|p| p.into_inner()),
+                Some(_) => q = self.state.queueing_changed.wait(q).unwrap_or_else(|p| p.into_inner()),
+                None => break,
             }
         }
-        *owner = Some(me);
+        q.capturing = Some(me);
+        while q.active > 0 {
+            q = self.state.queueing_changed.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+        drop(q);
         *lock(&self.state.capturing) = Some((arena, Vec::new()));
         self.state.is_capturing.store(true, Ordering::Release);
         Ok(())
@@ -278,21 +312,35 @@ impl CudaDevice {
         self.state.is_capturing.store(false, Ordering::Release);
         let ended = lock(&self.state.capturing).take();
         drop(ended);
-        *lock(&self.state.capture_owner) = None;
-        self.state.capture_ended.notify_all();
+        lock(&self.state.queueing).capturing = None;
+        self.state.queueing_changed.notify_all();
     }
 
-    /// Blocks while another thread captures a graph on this GPU (its stream records everything queued on
-    /// it meanwhile). Called before queueing work: calls, copies, allocations.
-    pub(crate) fn wait_for_capture(&self) {
-        if !self.state.is_capturing.load(Ordering::Acquire) {
-            return;
+    /// Marks this thread as queueing work on this GPU until the guard drops: it waits while another thread
+    /// captures, and a capture waits for it. Nested calls on one thread enter once.
+    pub(crate) fn enter(&self) -> Entered<'_> {
+        let outer = ENTERED.with(|n| {
+            n.set(n.get() + 1);
+            n.get() == 1
+        });
+        if !outer {
+            return Entered { device: None };
         }
         let me = std::thread::current().id();
-        let mut owner = lock(&self.state.capture_owner);
-        while owner.is_some_and(|id| id != me) {
-            owner = self.state.capture_ended.wait(owner).unwrap_or_else(|p| p.into_inner());
+        let mut q = lock(&self.state.queueing);
+        while q.capturing.is_some_and(|id| id != me) {
+            q = self.state.queueing_changed.wait(q).unwrap_or_else(|p| p.into_inner());
         }
+        if q.capturing == Some(me) {
+            return Entered { device: None };
+        }
+        q.active += 1;
+        Entered { device: Some(self) }
+    }
+
+    /// Blocks while another thread captures a graph on this GPU (for calls that need no guard after).
+    pub(crate) fn wait_for_capture(&self) {
+        drop(self.enter());
     }
 
     /// While capturing: an error naming `what` if the capture is no longer valid (the driver invalidates a
@@ -321,6 +369,7 @@ impl CudaDevice {
     /// Waits until all work queued on this GPU's stream has finished.
     /// Waits for the work queued so far; a check a kernel failed in it is the error (`Error::DeviceCheck`).
     pub fn synchronize(&self) -> Result<()> {
+        let _entered = self.enter();
         self.refuse_while_capturing("a synchronisation (waiting for the GPU)")?;
         self.state.stream.synchronize().map_err(|e| driver_error("stream synchronize", e))?;
         self.take_fault()
@@ -422,8 +471,8 @@ impl DeviceState {
             fault: Mutex::new(None),
             capturing: Mutex::new(None),
             is_capturing: AtomicBool::new(false),
-            capture_owner: Mutex::new(None),
-            capture_ended: std::sync::Condvar::new(),
+            queueing: Mutex::new(Queueing::default()),
+            queueing_changed: std::sync::Condvar::new(),
             modules: ModuleCache::default(),
         })
     }

@@ -63,7 +63,7 @@ impl CudaStorage {
             op: "alloc".into(),
             message: format!("{len} elements of {dtype} overflow the address space"),
         })?;
-        device.wait_for_capture();
+        let _entered = device.enter();
         let memory = match device.capture_arena() {
             Some(arena) => Memory::Arena { address: arena.take(bytes.max(1))?, _arena: arena },
             // SAFETY: the memory is uninitialised; every caller writes it before reading it.
@@ -84,6 +84,7 @@ impl CudaStorage {
             CpuData::BF16(v) => (as_bytes(v), DType::BF16),
             CpuData::U32(v) => (as_bytes(v), DType::U32),
         };
+        let _entered = device.enter();
         device.refuse_while_capturing("a copy from the host (Tensor::from_vec, to_device)")?;
         let storage = CudaStorage::alloc(device, dtype, bytes.len() / dtype.size_bytes())?;
         if !bytes.is_empty() {
@@ -99,7 +100,7 @@ impl CudaStorage {
 
     /// Copies `values` over elements `at ..` (the caller checked that they fit and are of this dtype).
     pub(crate) fn write_from_host<T: Copy>(&self, at: usize, values: &[T]) -> Result<()> {
-        self.device.wait_for_capture();
+        let _entered = self.device.enter();
         self.device.refuse_while_capturing("a copy from the host (copy_from_host)")?;
         if values.is_empty() {
             return Ok(());
@@ -147,7 +148,7 @@ impl CudaStorage {
         let size = self.dtype.size_bytes();
         let bytes_len = len * size;
         let mut bytes = vec![0u8; bytes_len];
-        self.device.wait_for_capture();
+        let _entered = self.device.enter();
         if bytes_len > 0 {
             self.device.refuse_while_capturing("a copy to the host (to_vec, or an op that reads values on the host)")?;
             let from = self.base_address() + (start * size) as u64;

@@ -95,7 +95,7 @@ pub(crate) fn execute(
     cache: Option<&KernelCache>,
 ) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
     // Another thread's capture would record this call: wait for it to end.
-    device.wait_for_capture();
+    let _entered = device.enter();
     // Raw driver calls below (launches, memsets) need the context current on this thread.
     device.context().bind_to_thread().map_err(|e| driver_error("bind the context", e))?;
     let generated;
