@@ -21,7 +21,7 @@
 //! ```
 //!
 //! Inside the closure, on a GPU: no synchronisation, no copy to or from the host (`to_vec`,
-//! `Tensor::from_vec`), no first-time work (compiling, tuning, growing scratch memory: run the step once
+//! `Tensor::from_vec`), no first-time work (compiling, tuning: run the step once
 //! before capturing it); each is an `Error::Capture` naming it. Values that change from step to step (token
 //! ids, positions) live in tensors made before the capture, written between replays (`slice_set`), and read
 //! by ops that take them as tensors (`embedding`, `slice_set` with a tensor offset, `attention_len`). Memory

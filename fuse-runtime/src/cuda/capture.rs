@@ -8,8 +8,8 @@
 //! writes the same places, and tensors made during the capture (a step's logits, say) hold the arena and
 //! show what the last replay wrote. Pool memory dropped during the capture is freed after it ends.
 //!
-//! Run the step once before capturing it: kernels compile, GEMM paths are tuned and scratch memory grows on
-//! first use, none of which a capture can do.
+//! Run the step once before capturing it: kernels compile and GEMM paths are tuned on
+//! first use, which a capture cannot do. Scratch memory a captured step uses is its own (from the arena).
 
 use super::device::CudaDevice;
 use super::driver::{driver_error, lock};

@@ -96,7 +96,7 @@ fn fault_error(code: u64, value: u64, limit: u64) -> Error {
 pub(crate) struct Workspace<'a> {
     /// The device address of its first byte.
     pub address: u64,
-    _guard: MutexGuard<'a, Option<CudaSlice<u8>>>,
+    _guard: Option<MutexGuard<'a, Option<CudaSlice<u8>>>>,
 }
 
 fn registry() -> &'static Mutex<BTreeMap<usize, Arc<DeviceState>>> {
@@ -241,11 +241,14 @@ impl CudaDevice {
     /// thread can interleave its own or free the buffer (a reallocation frees the old one in stream order,
     /// after the work queued before). With poisoned allocations the bytes asked for are set to 0xFF each time.
     pub(crate) fn workspace(&self, bytes: usize) -> Result<Workspace<'_>> {
-        let mut guard = lock(&self.state.workspace);
         let bytes = bytes.max(1);
+        // A graph keeps the addresses its nodes use: its scratch memory is its own (the arena's), so that a
+        // later call growing the shared one cannot free memory under it.
+        if let Some(arena) = self.capture_arena() {
+            return Ok(Workspace { address: arena.take(bytes)?, _guard: None });
+        }
+        let mut guard = lock(&self.state.workspace);
         if guard.as_ref().is_none_or(|w| w.len() < bytes) {
-            // Growing it would free memory the graph's earlier nodes use: run the step once first.
-            self.refuse_while_capturing(&format!("growing the scratch memory to {bytes} bytes (run the step once before capturing it)"))?;
             *guard = None;
             let len = bytes.checked_next_power_of_two().unwrap_or(bytes);
             // SAFETY: uninitialised; the kernels that read it write it first (in stream order).
@@ -258,7 +261,7 @@ impl CudaDevice {
             unsafe { cudarc::driver::result::memset_d8_async(address, 0xFF, bytes, self.state.stream.cu_stream()) }
                 .map_err(|e| driver_error("memset", e))?;
         }
-        Ok(Workspace { address, _guard: guard })
+        Ok(Workspace { address, _guard: Some(guard) })
     }
 
     /// The arena that allocations come from while a graph is captured on this device.
