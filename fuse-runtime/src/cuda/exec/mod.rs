@@ -111,7 +111,10 @@ pub(crate) fn execute(
     }
     // Per-group timing needs the general path (it synchronises after each group); so does a path forced
     // for this thread (it must not be recorded for other calls).
-    let replayable = cache.is_some() && !timed && crate::tune::forced_choice().is_none();
+    // A graph being captured takes the general path too: a launch plan's scratch memory is shared by every
+    // call of its signature and may be freed when the plan is dropped, while a graph keeps the addresses it
+    // recorded (its own memory comes from its arena).
+    let replayable = cache.is_some() && !timed && crate::tune::forced_choice().is_none() && !device.is_capturing();
     if replayable {
         if let Some(launch_plan) = lock(&kernels.launch_plans).find(device, &args) {
             return Ok((launch_plan.replay(function, device, &args)?, Vec::new()));
