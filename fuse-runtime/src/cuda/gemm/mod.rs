@@ -25,6 +25,8 @@ pub(crate) fn warm_up(device: CudaDevice) {
         if device.context().bind_to_thread().is_err() {
             return;
         }
+        // The workspaces are allocated on the stream: a graph captured meanwhile would record them.
+        let _entered = device.enter();
         if let Ok(guard) = device.blas() {
             if let Some(blas) = guard.as_ref() {
                 cublas::ensure_workspace(&device, *blas.handle());
