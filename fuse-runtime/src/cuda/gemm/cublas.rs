@@ -279,7 +279,8 @@ fn workspaces() -> &'static Mutex<BTreeMap<usize, CudaSlice<u8>>> {
 /// stream never changes, so once is enough). A failure leaves cuBLAS managing its own workspace.
 pub(crate) fn ensure_workspace(device: &CudaDevice, handle: sys::cublasHandle_t) {
     let mut all = lock(workspaces());
-    if all.contains_key(&device.ordinal()) {
+    // While capturing, the allocation would be the graph's: try again on a later call.
+    if all.contains_key(&device.ordinal()) || device.is_capturing() {
         return;
     }
     // SAFETY: uninitialised scratch memory that only cuBLAS writes and reads, on the handle's stream.

@@ -79,6 +79,8 @@ impl LtState {
         if let Some(i) = self.devices.iter().position(|d| d.ordinal == device.ordinal()) {
             return Ok(&self.devices[i]);
         }
+        // Its workspace, allocated on the stream, would be recorded into a graph being captured.
+        device.refuse_while_capturing("setting up cuBLASLt (run the step once before capturing it)")?;
         let handle = cudarc::cublaslt::result::create_handle().map_err(|e| lt_error("create", e))?;
         // SAFETY: scratch memory only cuBLASLt uses, on the device's stream, kept for the process's life.
         let workspace = unsafe { device.stream().alloc::<u8>(WORKSPACE_BYTES) }
