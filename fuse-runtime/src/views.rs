@@ -108,12 +108,13 @@ impl Tensor {
     /// shares: what a key/value cache's append needs, with no copy of the rows already there.
     ///
     /// ```
-    /// use fuse::prelude::*;
+    /// // In a user's crate these are `fuse::...`: the facade re-exports this crate.
+    /// use fuse_runtime::{DType, Device, Tensor};
     /// let cache = Tensor::zeros(&[1, 4, 2], DType::F32, &Device::Cpu)?;
     /// let row = Tensor::from_vec(vec![1.0f32, 2.0], &[1, 1, 2], &Device::Cpu)?;
     /// cache.slice_set(&row, 1, 2)?;
     /// assert_eq!(cache.to_vec::<f32>()?, [0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.0]);
-    /// # Ok::<(), fuse::Error>(())
+    /// # Ok::<(), fuse_runtime::Error>(())
     /// ```
     ///
     /// The offset may also be a u32 tensor of one element ([`SliceOffset::Held`]): the position is then read
