@@ -7,9 +7,8 @@ use fuse::prelude::*;
 /// Weights of a layer's attention half, in checkpoint layout ([out, in]).
 pub struct AttentionBlock {
     pub norm: Tensor,
-    pub wq: Tensor,
-    pub wk: Tensor,
-    pub wv: Tensor,
+    /// The query, key and value projections stacked ([hq * d + 2 * hkv * d, hidden]): one GEMM for the three.
+    pub wqkv: Tensor,
     pub wo: Tensor,
     pub eps: f32,
     pub scale: f32,
@@ -20,7 +19,8 @@ impl AttentionBlock {
     /// a tensor on the model's device, so that a step can be captured once as a CUDA graph and replayed:
     /// `cos`/`sin` are the rotary tables' rows of these positions ([s, d/2]), `at` (u32 [1]) where the new
     /// keys and values go in the cache ([b, hkv, capacity, d], written in place), `lens` (u32 [b]) how many
-    /// cached positions each sequence attends over (the new ones included). Returns the block's output.
+    /// cached positions each sequence attends over (the new ones included). `heads` is hq + 2 hkv (the rows
+    /// of `wqkv` in heads) and `hqk` hq + hkv (the heads that take the rotary embedding, in one pass).
     #[fuse]
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
@@ -36,17 +36,17 @@ impl AttentionBlock {
         s: usize,
         hq: usize,
         hkv: usize,
+        heads: usize,
+        hqk: usize,
         d: usize,
         hidden: usize,
     ) -> Result<Tensor> {
         let h = rms_norm(x, &self.norm, self.eps);
-        let q = h.matmul(&self.wq.t()).reshape(&[b, s, hq, d]).transpose(1, 2);
-        let k = h.matmul(&self.wk.t()).reshape(&[b, s, hkv, d]).transpose(1, 2);
-        let v = h.matmul(&self.wv.t()).reshape(&[b, s, hkv, d]).transpose(1, 2);
-        let q = rope(&q, cos, sin);
-        let k_cache = k_cache.slice_set(&rope(&k, cos, sin), 2, at);
-        let v_cache = v_cache.slice_set(&v, 2, at);
-        let a = attention_len(&q, &k_cache, &v_cache, lens, self.scale, true);
+        let qkv = h.matmul(&self.wqkv.t()).reshape(&[b, s, heads, d]);
+        let qk = rope(&qkv.narrow(2, 0, hqk).transpose(1, 2), cos, sin);
+        let k_cache = k_cache.slice_set(&qk.narrow(1, hq, hkv), 2, at);
+        let v_cache = v_cache.slice_set(&qkv.narrow(2, hqk, hkv).transpose(1, 2), 2, at);
+        let a = attention_len(&qk.narrow(1, 0, hq), &k_cache, &v_cache, lens, self.scale, true);
         let o = a.transpose(1, 2).reshape(&[b, s, hidden]);
         Ok(x + o.matmul(&self.wo.t()))
     }

@@ -89,19 +89,36 @@ impl Llama {
             let data = file.tensor_f32(name)?;
             Ok(upload(data, &shape, device, dtype)?)
         };
-        let rotary = |name: &str, heads: usize| -> Result<Tensor> {
-            let shape = file.tensor_info(name)?.shape();
-            let data = unpermute_rotary_rows(&file.tensor_f32(name)?, shape[0], shape[1], heads)?;
-            Ok(upload(data, &shape, device, dtype)?)
+        // The q, k and v projections as one matrix (their rows one after the other): one GEMM reads the
+        // normalised input once for all three. q and k back in Hugging Face's half-split row order.
+        let qkv = |i: usize| -> Result<Tensor> {
+            let name = |part: &str| format!("blk.{i}.{part}.weight");
+            let rows = |part: &str, heads: Option<usize>| -> Result<(Vec<f32>, usize, usize)> {
+                let shape = file.tensor_info(&name(part))?.shape();
+                let data = file.tensor_f32(&name(part))?;
+                let data = match heads {
+                    Some(heads) => unpermute_rotary_rows(&data, shape[0], shape[1], heads)?,
+                    None => data,
+                };
+                Ok((data, shape[0], shape[1]))
+            };
+            let (mut data, mut out, columns) = rows("attn_q", Some(c.heads))?;
+            for (part, heads) in [("attn_k", Some(c.kv_heads)), ("attn_v", None)] {
+                let (more, more_rows, more_columns) = rows(part, heads)?;
+                if more_columns != columns {
+                    return Err(Error::BadShape { what: format!("blk.{i}.{part} has {more_columns} columns, attn_q {columns}") });
+                }
+                data.extend(more);
+                out += more_rows;
+            }
+            Ok(upload(data, &[out, columns], device, dtype)?)
         };
         let mut layers = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
             let name = |part: &str| format!("blk.{i}.{part}.weight");
             let attention = AttentionBlock {
                 norm: tensor(&name("attn_norm"))?,
-                wq: rotary(&name("attn_q"), c.heads)?,
-                wk: rotary(&name("attn_k"), c.kv_heads)?,
-                wv: tensor(&name("attn_v"))?,
+                wqkv: qkv(i)?,
                 wo: tensor(&name("attn_output"))?,
                 eps: c.eps,
                 scale: 1.0 / (c.head_dim as f32).sqrt(),
@@ -142,9 +159,7 @@ impl Llama {
         for _ in 0..c.layers {
             let attention = AttentionBlock {
                 norm: weight(&[h], 1.0, 0.02)?,
-                wq: weight(&[h, h], 0.0, 0.02)?,
-                wk: weight(&[kv, h], 0.0, 0.02)?,
-                wv: weight(&[kv, h], 0.0, 0.02)?,
+                wqkv: weight(&[h + 2 * kv, h], 0.0, 0.02)?,
                 wo: weight(&[h, h], 0.0, 0.02)?,
                 eps: c.eps,
                 scale: 1.0 / (c.head_dim as f32).sqrt(),
@@ -176,7 +191,7 @@ impl Llama {
         let blocks: usize = self
             .layers
             .iter()
-            .map(|(a, f)| [&a.norm, &a.wq, &a.wk, &a.wv, &a.wo, &f.norm, &f.gate, &f.up, &f.down].iter().map(|t| t.numel()).sum::<usize>())
+            .map(|(a, f)| [&a.norm, &a.wqkv, &a.wo, &f.norm, &f.gate, &f.up, &f.down].iter().map(|t| t.numel()).sum::<usize>())
             .sum();
         blocks + self.embedding.numel() + self.output_norm.numel()
     }

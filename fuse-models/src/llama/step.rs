@@ -67,7 +67,9 @@ impl Llama {
         for (i, (attention, ffn)) in self.layers.iter().enumerate() {
             let (k_cache, v_cache) = cache.layer(i);
             let (at, lens) = (&inputs.at, &inputs.lens);
-            let y = attention.forward_with(&x, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, c.head_dim, c.hidden, fusion)?;
+            let (heads, hqk) = (c.heads + 2 * c.kv_heads, c.heads + c.kv_heads);
+            let y = attention
+                .forward_with(&x, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, heads, hqk, c.head_dim, c.hidden, fusion)?;
             x = ffn.forward_with(&y, fusion)?;
         }
         let last = x.narrow(1, s - 1, 1)?;
