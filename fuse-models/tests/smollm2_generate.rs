@@ -101,6 +101,9 @@ fn a_recorded_decode_step_matches_calls(dev: &Device) {
         assert!(err < 1e-5, "token {token} on {dev}: replayed logits differ from called ones by {err:.2e}");
     }
     assert_eq!(recorded.len(), called.len());
+    let err = decoder.step(&[49152], &mut recorded).unwrap_err();
+    assert!(matches!(err, fuse_models::Error::UnknownTokenId { id: 49152, vocab_size: 49152 }), "{err}");
+    assert_eq!(recorded.len(), called.len(), "a refused step leaves the cache as it was");
     let wrong = model.new_cache(12).unwrap();
     let mut other = wrong;
     assert!(decoder.step(&[1], &mut other).is_err(), "a decoder steps its own cache only");

@@ -59,9 +59,6 @@ pub fn generate(
         if next == eos || ids.len() == max_tokens {
             break;
         }
-        if next as usize >= model.config.vocab {
-            return Err(crate::Error::UnknownTokenId { id: next, vocab_size: model.config.vocab });
-        }
         logits = match decoder.as_mut() {
             None => {
                 let logits = model.forward(&[next], &mut cache)?;

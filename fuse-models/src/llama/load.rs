@@ -2,7 +2,7 @@
 
 use super::block::{AttentionBlock, FfnBlock};
 use super::cache::KvCache;
-use super::step::StepInputs;
+use super::step::{check_ids, StepInputs};
 use crate::gguf::GgufFile;
 use crate::rotary::unpermute_rotary_rows;
 use crate::{Error, Result};
@@ -232,9 +232,7 @@ impl Llama {
             return Err(Error::BadShape { what: "a step needs at least one token".into() });
         }
         cache.reserve(s)?;
-        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= c.vocab) {
-            return Err(Error::UnknownTokenId { id: bad, vocab_size: c.vocab });
-        }
+        check_ids(ids, c.vocab)?;
         let inputs = StepInputs::new(1, s, &self.device)?;
         inputs.set(ids, cache.len())?;
         let logits = self.step(&inputs, cache, fusion)?;

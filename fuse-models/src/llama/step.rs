@@ -52,6 +52,14 @@ impl StepInputs {
     }
 }
 
+/// An id past the vocabulary is an error here, on the host, before any step reads it.
+pub(crate) fn check_ids(ids: &[u32], vocab: usize) -> Result<()> {
+    match ids.iter().find(|&&id| id as usize >= vocab) {
+        Some(&bad) => Err(Error::UnknownTokenId { id: bad, vocab_size: vocab }),
+        None => Ok(()),
+    }
+}
+
 impl Llama {
     /// One step over the tensors of `cache`: the new keys and values are written into it at `inputs`'
     /// positions (the caller keeps its length), and the logits of each sequence's last position are
@@ -107,7 +115,7 @@ impl Llama {
             *out.borrow_mut() = Some(logits);
             Ok(())
         })?;
-        Ok(Decoder { graph, inputs, logits, cache_id: cache.id() })
+        Ok(Decoder { graph, inputs, logits, cache_id: cache.id(), vocab: self.config.vocab })
     }
 }
 
@@ -117,19 +125,15 @@ pub struct Decoder<'m> {
     inputs: StepInputs,
     logits: Rc<RefCell<Option<Tensor>>>,
     cache_id: u64,
+    vocab: usize,
 }
 
 impl Decoder<'_> {
     /// Decodes one token per sequence (`ids`, one each) at the cache's length, which grows by one; returns
     /// the logits, f32, `vocab` per sequence.
     pub fn step(&mut self, ids: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
-        if cache.id() != self.cache_id {
-            return Err(Error::BadShape { what: "a decoder steps the cache it was made for, not another".into() });
-        }
-        cache.reserve(1)?;
-        self.inputs.set(ids, cache.len())?;
-        self.graph.replay()?;
-        cache.advance(1);
+        check_ids(ids, self.vocab)?;
+        self.replay_at(cache, |inputs, pos| inputs.set(ids, pos))?;
         let logits = self.logits.borrow();
         let logits = logits.as_ref().ok_or_else(|| Error::BadShape { what: "the recorded step made no logits".into() })?;
         Ok(logits.to_vec::<f32>()?)
@@ -138,11 +142,17 @@ impl Decoder<'_> {
     /// One greedy step ([`Llama::greedy_decoder`]): the tokens the last step picked, at the cache's length,
     /// which grows by one. Queued, not waited for: read [`Decoder::tokens`] to see them.
     pub fn advance(&mut self, cache: &mut KvCache) -> Result<()> {
+        self.replay_at(cache, |inputs, pos| inputs.set_positions(pos))
+    }
+
+    /// Writes the step's inputs with `write` (given the cache's length), replays the step and counts its
+    /// position in `cache`, which must be the one the step was recorded over.
+    fn replay_at(&mut self, cache: &mut KvCache, write: impl FnOnce(&StepInputs, usize) -> Result<()>) -> Result<()> {
         if cache.id() != self.cache_id {
             return Err(Error::BadShape { what: "a decoder steps the cache it was made for, not another".into() });
         }
         cache.reserve(1)?;
-        self.inputs.set_positions(cache.len())?;
+        write(&self.inputs, cache.len())?;
         self.graph.replay()?;
         cache.advance(1);
         Ok(())
@@ -155,6 +165,7 @@ impl Decoder<'_> {
 
     /// Writes the tokens the next step reads (to start a greedy run).
     pub fn set_tokens(&self, ids: &[u32]) -> Result<()> {
+        check_ids(ids, self.vocab)?;
         Ok(self.inputs.ids.copy_from_host(ids)?)
     }
 
