@@ -203,7 +203,7 @@ impl ViewOp {
                 let i = normalize_axis(axis as i64, x.len()).ok_or_else(|| axis_error("narrow: axis", axis as i64, x))?;
                 let start = size_value("narrow: start", sizes[1])?;
                 let len = size_value("narrow: length", sizes[2])?;
-                if start.checked_add(len).map_or(true, |end| end > x[i]) {
+                if start.checked_add(len).is_none_or(|end| end > x[i]) {
                     return Err(error(format!(
                         "narrow: start {start} + length {len} is past the end of axis {axis} (size {}) of shape {x:?}",
                         x[i]
@@ -228,24 +228,16 @@ impl ViewOp {
             ViewOp::Contiguous => Ok(x.to_vec()),
             ViewOp::SliceSet { axis, at_tensor } => {
                 let (src, i) = (shapes[1], normalize_axis(axis as i64, x.len()).ok_or_else(|| axis_error("slice_set: axis", axis as i64, x))?);
-                // A tensor offset's value is checked where it is read (`check_slice_set_offset`).
-                let offset = if at_tensor {
-                    if shapes[2].iter().product::<usize>() != 1 {
-                        return Err(error(format!("slice_set: a tensor offset holds one position, not shape {:?}", shapes[2])));
-                    }
-                    0
-                } else {
-                    size_value("slice_set: offset", sizes[2])?
-                };
+                if at_tensor && shapes[2].iter().product::<usize>() != 1 {
+                    return Err(error(format!("slice_set: a tensor offset holds one position, not shape {:?}", shapes[2])));
+                }
                 let same_elsewhere = src.len() == x.len() && (0..x.len()).all(|k| k == i || src[k] == x[k]);
                 if !same_elsewhere {
                     return Err(error(format!("slice_set along axis {axis}: the source {src:?} and the destination {x:?} differ on another axis")));
                 }
-                if offset.checked_add(src[i]).map_or(true, |end| end > x[i]) {
-                    return Err(error(format!(
-                        "slice_set: offset {offset} + {} rows is past the end of axis {axis} (size {}) of the destination {x:?}",
-                        src[i], x[i]
-                    )));
+                // A tensor offset's value is checked where it is read (`check_slice_set_offset` there too).
+                if !at_tensor {
+                    check_slice_set_offset(sizes[2], i, src, x)?;
                 }
                 Ok(x.to_vec())
             }
@@ -300,7 +292,7 @@ impl ViewOp {
             ViewOp::Contiguous => x.clone(),
             ViewOp::SliceSet { axis, .. } => {
                 let (src, i) = (args[1], normalize_axis(axis as i64, x.shape.len()).unwrap_or(0));
-                let offset = check_slice_set_offset(args[2].data.first().copied().unwrap_or(0.0), src.shape[i], x.shape[i])?;
+                let offset = check_slice_set_offset(args[2].data.first().copied(), i, &src.shape, &x.shape)?;
                 let (inner, rows): (usize, usize) = (x.shape[i + 1..].iter().product(), x.shape[i]);
                 let mut data = x.data.clone();
                 for (o, chunk) in src.data.chunks(src.shape[i] * inner).enumerate().filter(|_| !src.data.is_empty()) {
@@ -335,12 +327,15 @@ impl ViewOp {
     }
 }
 
-/// A `slice_set` offset read from a tensor, as a position: a whole number with the source's `rows` fitting
-/// in the destination's `size` from it.
-pub fn check_slice_set_offset(value: f64, rows: usize, size: usize) -> Result<usize, InferError> {
-    let offset = size_value("slice_set: offset", Some(value))?;
-    if offset.checked_add(rows).map_or(true, |end| end > size) {
-        return Err(error(format!("slice_set: offset {offset} + {rows} rows is past the end of the destination's axis (size {size})")));
+/// A `slice_set` offset (a size argument's value, or the value read from its tensor) as a position: a whole
+/// number from which the source's rows along `axis` fit in the destination's.
+pub fn check_slice_set_offset(value: Option<f64>, axis: usize, src: &[usize], dest: &[usize]) -> Result<usize, InferError> {
+    let offset = size_value("slice_set: offset", value)?;
+    if offset.checked_add(src[axis]).is_none_or(|end| end > dest[axis]) {
+        return Err(error(format!(
+            "slice_set: offset {offset} + {} rows is past the end of axis {axis} (size {}) of the destination {dest:?}",
+            src[axis], dest[axis]
+        )));
     }
     Ok(offset)
 }

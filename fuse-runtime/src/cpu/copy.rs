@@ -70,7 +70,7 @@ pub(crate) fn slice_set(info: &CallInfo<'_>, id: NodeId, resolve: &dyn Fn(NodeId
         // A position held in a tensor: inference could not check it against the room left.
         Value::Tensor(t) => {
             let value = t.to_vec::<u32>()?.first().copied().unwrap_or(0);
-            check_slice_set_offset(value as f64, src.shape()[axis], dest.shape()[axis])
+            check_slice_set_offset(Some(value as f64), axis, src.shape(), dest.shape())
                 .map_err(|error| node_error(info.function, g, NodeError { node: id, error }))?
         }
     };

@@ -43,11 +43,10 @@ pub(crate) struct DeviceState {
     workspace: Mutex<Option<CudaSlice<u8>>>,
     /// The device's fault record (see [`CudaDevice::fault_address`]), made zero on first use.
     fault: Mutex<Option<CudaSlice<u64>>>,
-    /// While a CUDA graph is captured: its arena (`capture.rs`) and the pool memory dropped meanwhile.
-    capturing: Mutex<Option<(Arc<Arena>, Vec<CudaSlice<u8>>)>>,
+    /// Whether a CUDA graph is being captured: `queueing.capture` is set, read without the lock on the
+    /// paths every allocation and launch takes.
     is_capturing: AtomicBool,
-    /// Who may queue work: the thread capturing, if any, and how many other threads are queueing now (see
-    /// `begin_capture` and `enter`).
+    /// The capture, if any, and how many other threads are queueing now (see `begin_capture` and `enter`).
     queueing: Mutex<Queueing>,
     queueing_changed: std::sync::Condvar,
     modules: ModuleCache,
@@ -55,9 +54,16 @@ pub(crate) struct DeviceState {
 
 #[derive(Default)]
 struct Queueing {
-    capturing: Option<std::thread::ThreadId>,
+    capture: Option<Capture>,
     /// Threads (other than the capturing one) between `enter` and the end of their guard.
     active: usize,
+}
+
+/// A capture under way: the thread capturing, its arena (`capture.rs`) and the pool memory dropped meanwhile.
+struct Capture {
+    owner: std::thread::ThreadId,
+    arena: Arc<Arena>,
+    freed_after: Vec<CudaSlice<u8>>,
 }
 
 thread_local! {
@@ -266,10 +272,10 @@ impl CudaDevice {
 
     /// The arena that allocations come from while a graph is captured on this device.
     pub(crate) fn capture_arena(&self) -> Option<Arc<Arena>> {
-        if !self.state.is_capturing.load(Ordering::Acquire) {
+        if !self.is_capturing() {
             return None;
         }
-        lock(&self.state.capturing).as_ref().map(|(arena, _)| arena.clone())
+        lock(&self.state.queueing).capture.as_ref().map(|c| c.arena.clone())
     }
 
     pub(crate) fn is_capturing(&self) -> bool {
@@ -280,7 +286,8 @@ impl CudaDevice {
     pub(crate) fn refuse_while_capturing(&self, what: &str) -> Result<()> {
         // Another thread's capture: wait for it to end; this thread's: refuse.
         self.wait_for_capture();
-        if self.is_capturing() {
+        let me = std::thread::current().id();
+        if self.is_capturing() && lock(&self.state.queueing).capture.as_ref().is_some_and(|c| c.owner == me) {
             return Err(Error::Capture { what: format!("{what} while capturing a CUDA graph") });
         }
         Ok(())
@@ -293,18 +300,16 @@ impl CudaDevice {
         let me = std::thread::current().id();
         let mut q = lock(&self.state.queueing);
         loop {
-            match q.capturing {
-                Some(id) if id == me => return Err(Error::Capture { what: "a capture inside another on the same GPU".into() }),
+            match &q.capture {
+                Some(c) if c.owner == me => return Err(Error::Capture { what: "a capture inside another on the same GPU".into() }),
                 Some(_) => q = self.state.queueing_changed.wait(q).unwrap_or_else(|p| p.into_inner()),
                 None => break,
             }
         }
-        q.capturing = Some(me);
+        q.capture = Some(Capture { owner: me, arena, freed_after: Vec::new() });
         while q.active > 0 {
             q = self.state.queueing_changed.wait(q).unwrap_or_else(|p| p.into_inner());
         }
-        drop(q);
-        *lock(&self.state.capturing) = Some((arena, Vec::new()));
         self.state.is_capturing.store(true, Ordering::Release);
         Ok(())
     }
@@ -313,10 +318,9 @@ impl CudaDevice {
     /// threads' work on this GPU go on.
     pub(crate) fn end_capture(&self) {
         self.state.is_capturing.store(false, Ordering::Release);
-        let ended = lock(&self.state.capturing).take();
-        drop(ended);
-        lock(&self.state.queueing).capturing = None;
+        let ended = lock(&self.state.queueing).capture.take();
         self.state.queueing_changed.notify_all();
+        drop(ended);
     }
 
     /// Marks this thread as queueing work on this GPU until the guard drops: it waits while another thread
@@ -331,10 +335,10 @@ impl CudaDevice {
         }
         let me = std::thread::current().id();
         let mut q = lock(&self.state.queueing);
-        while q.capturing.is_some_and(|id| id != me) {
+        while q.capture.as_ref().is_some_and(|c| c.owner != me) {
             q = self.state.queueing_changed.wait(q).unwrap_or_else(|p| p.into_inner());
         }
-        if q.capturing == Some(me) {
+        if q.capture.is_some() {
             return Entered { device: None };
         }
         q.active += 1;
@@ -361,15 +365,14 @@ impl CudaDevice {
     /// during it would be recorded into the graph and replayed).
     pub(crate) fn release(&self, buffer: CudaSlice<u8>) {
         if self.is_capturing() {
-            if let Some((_, deferred)) = lock(&self.state.capturing).as_mut() {
-                deferred.push(buffer);
+            if let Some(capture) = lock(&self.state.queueing).capture.as_mut() {
+                capture.freed_after.push(buffer);
                 return;
             }
         }
         drop(buffer);
     }
 
-    /// Waits until all work queued on this GPU's stream has finished.
     /// Waits for the work queued so far; a check a kernel failed in it is the error (`Error::DeviceCheck`).
     pub fn synchronize(&self) -> Result<()> {
         let _entered = self.enter();
@@ -472,7 +475,6 @@ impl DeviceState {
             flush: Mutex::new(None),
             workspace: Mutex::new(None),
             fault: Mutex::new(None),
-            capturing: Mutex::new(None),
             is_capturing: AtomicBool::new(false),
             queueing: Mutex::new(Queueing::default()),
             queueing_changed: std::sync::Condvar::new(),
