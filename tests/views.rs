@@ -53,8 +53,13 @@ fn cache_step(cache: &Tensor, rows: &Tensor, pos: usize, len: usize) -> Result<T
 
 /// `want` with rows `pos ..` of axis 2 of a [b, h, cap, d] cache replaced by `rows` [b, s, h, d].
 fn cache_with_rows(want: &mut [f32], rows: &[f32], [b, h, cap, d]: [usize; 4], s: usize, pos: usize) {
-    for ((bi, hi), (si, di)) in (0..b).flat_map(|x| (0..h).map(move |y| (x, y))).flat_map(|bh| (0..s).flat_map(move |si| (0..d).map(move |di| (bh, (si, di))))) {
-        want[((bi * h + hi) * cap + pos + si) * d + di] = rows[((bi * s + si) * h + hi) * d + di];
+    for bi in 0..b {
+        for hi in 0..h {
+            for si in 0..s {
+                let (to, from) = (((bi * h + hi) * cap + pos + si) * d, ((bi * s + si) * h + hi) * d);
+                want[to..to + d].copy_from_slice(&rows[from..from + d]);
+            }
+        }
     }
 }
 
