@@ -7,7 +7,7 @@ mod common;
 
 use common::rel_l2;
 use fuse::prelude::*;
-use fuse_models::llama::{generate, Llama, Sampling};
+use fuse_models::llama::{generate, Config, Llama, Sampling};
 
 /// The reference's strided first-step logits and ours at the same stride.
 fn strided_logits(reference: &serde_json::Value, prompt: &serde_json::Value, logits: &[f32]) -> (Vec<f64>, Vec<f64>) {
@@ -82,8 +82,8 @@ fn decode_writes_the_cache_in_place(dev: &Device) {
 /// The decode step recorded as a CUDA graph (on the GPU; the CPU runs it call by call) gives the logits of
 /// the step run call by call, step after step; the greedy decoder picks their argmax on the device.
 fn a_recorded_decode_step_matches_calls(dev: &Device) {
-    let Some(file) = common::model() else { return };
-    let model = Llama::load(file, dev, DType::F32).expect("the model loads");
+    // Random weights of the model's shape: replayed against called needs no file, so this runs everywhere.
+    let model = Llama::random(&Config::smollm2_135m(), dev, DType::F32, 11).expect("the model builds");
     let prompt = [1u32, 9690, 28, 253];
     let (mut recorded, mut called) = (model.new_cache(12).unwrap(), model.new_cache(12).unwrap());
     model.forward(&prompt, &mut recorded).unwrap();
@@ -112,8 +112,12 @@ fn a_recorded_decode_step_matches_calls(dev: &Device) {
     greedy.set_tokens(&[253]).unwrap();
     greedy.advance(&mut recorded).unwrap();
     let logits = model.forward(&[253], &mut called).unwrap();
-    let argmax = logits.iter().enumerate().fold((0, f32::MIN), |m, (i, &v)| if v > m.1 { (i, v) } else { m }).0 as u32;
-    assert_eq!(greedy.tokens().unwrap(), vec![argmax], "the token the greedy step wrote for the next one");
+    let max = logits.iter().copied().fold(f32::MIN, f32::max);
+    let picked = greedy.tokens().unwrap();
+    assert_eq!(picked.len(), 1);
+    // Random weights can leave near ties: the picked token's logit must be the maximum, not a given index.
+    let at = logits[picked[0] as usize];
+    assert!(at >= max - 1e-5 * max.abs().max(1.0), "the greedy step wrote token {} ({at}), the maximum is {max}", picked[0]);
 }
 
 fn an_unknown_token_or_a_full_cache_is_an_error(dev: &Device) {

@@ -20,6 +20,7 @@ __device__ __forceinline__ bool fuse_argmax_better(float v, unsigned int i, floa
 }
 
 extern "C" __global__ void __launch_bounds__(FUSE_ARGMAX_THREADS) fuse_model_argmax(const FuseArgmaxArgs a) {
+  fuse_model_grid_sync();
   __shared__ float warp_value[FUSE_ARGMAX_WARPS];
   __shared__ unsigned int warp_index[FUSE_ARGMAX_WARPS];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

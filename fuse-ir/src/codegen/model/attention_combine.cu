@@ -15,6 +15,7 @@ struct FuseAttentionCombineArgs {
 };
 
 extern "C" __global__ void __launch_bounds__(FUSE_ATTENTION_COMBINE_THREADS) fuse_model_attention_combine(const FuseAttentionCombineArgs a) {
+  fuse_model_grid_sync();
   const unsigned int c = threadIdx.x, splits = (unsigned int)a.splits, d = (unsigned int)a.d;
   const float* sums = a.partials;
   const float* stats = a.partials + (unsigned long long)a.rows * splits * d;

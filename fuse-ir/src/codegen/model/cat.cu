@@ -17,6 +17,7 @@ struct FuseCatArgs {
 };
 
 extern "C" __global__ void __launch_bounds__(256) fuse_model_cat(const FuseCatArgs a) {
+  fuse_model_grid_sync();
   fuse_elem* out = a.out;
   if (a.offset != 0) {
     const unsigned int offset = *a.offset;

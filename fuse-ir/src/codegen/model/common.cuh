@@ -68,3 +68,14 @@ __device__ __forceinline__ void fuse_model_fault(unsigned long long* fault, unsi
     fault[2] = limit;
   }
 }
+
+// Programmatic dependent launch (sm_90 and later): the host may launch a model kernel while the kernel before
+// it in the stream still runs. Every model kernel calls fuse_model_grid_sync() before it reads or writes
+// global memory: it returns once that kernel has completed and its writes are visible (at once when the
+// launch did not overlap), then lets the next kernel launch early, so its set-up overlaps this one's work.
+__device__ __forceinline__ void fuse_model_grid_sync() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}

@@ -15,6 +15,7 @@ struct FuseEmbeddingArgs {
 };
 
 extern "C" __global__ void __launch_bounds__(256) fuse_model_embedding(const FuseEmbeddingArgs a) {
+  fuse_model_grid_sync();
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.count; i += step) {
     const long long row = i / a.hidden;

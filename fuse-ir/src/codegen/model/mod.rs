@@ -110,6 +110,12 @@ mod tests {
             assert!(source.contains("__global__ void __launch_bounds__("), "{kernel:?}");
             assert!(source.contains(&format!(" {}(const Fuse", kernel.name())), "{kernel:?}: no entry {}", kernel.name());
             assert!(!source.contains("#include"), "{kernel:?} must be self-contained");
+            // Launched overlapping the kernel before (programmatic dependent launch): every entry waits for
+            // it before touching memory, as its first statement.
+            for entry in source.split("__global__").skip(1) {
+                let body = &entry[entry.find('{').expect("a kernel body") + 1..];
+                assert!(body.trim_start().starts_with("fuse_model_grid_sync();"), "{kernel:?} does not wait first");
+            }
         }
     }
 }

@@ -86,8 +86,9 @@ impl Executor<'_> {
                 .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
                 .map_err(|e| driver_error(&format!("{}: allow {shared_bytes} bytes of shared memory", kernel.name()), e))?;
         }
-        // No programmatic overlap: these kernels do not wait on the kernel before them (griddepcontrol).
-        let dims = KernelDims { grid, block: kernel.block_threads(), cluster: 1, shared_bytes, overlap: false };
+        // The launch may overlap the kernel before it: each model kernel waits for it first (common.cuh's
+        // fuse_model_grid_sync), so only its launch and set-up overlap.
+        let dims = KernelDims { grid, block: kernel.block_threads(), cluster: 1, shared_bytes, overlap: true };
         self.queue(Step::Kernel { name: kernel.name().to_string(), function, dims, words: words.0, patches: Vec::new(), maps: Vec::new() })
     }
 
