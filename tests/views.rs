@@ -38,6 +38,16 @@ fn joined(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     Ok(-c)
 }
 
+/// Copies that launch together (a cat's parts) and one that must wait for them: the second cat reads the
+/// first's result, and the third reads neither.
+#[fuse]
+fn chained_cats(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let c = cat(&[a, b], 1);
+    let d = cat(&[&c.narrow(1, 1, 1), a, &c.narrow(1, 0, 1)], 1);
+    let e = cat(&[b, a], 1);
+    Ok(cat(&[&d, &e], 1))
+}
+
 #[fuse]
 fn batched(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     Ok(a.matmul(b))
@@ -220,6 +230,7 @@ fn cat_matches_reference(dev: &Device) {
             let b = random(&mut r, &[rows, wb], dtype, -1.0, 1.0, dev);
             let args = [fuse::arg(&a), fuse::arg(&b)];
             check(&format!("cat [{rows}, {wa}] [{rows}, {wb}]"), joined_fused(), &args, dtype, dev);
+            check(&format!("chained cats [{rows}, {wa}] [{rows}, {wb}]"), chained_cats_fused(), &args, dtype, dev);
         }
     }
 }

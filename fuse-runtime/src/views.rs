@@ -200,6 +200,10 @@ pub(crate) fn resolve_view(
     if let Some(layout) = op.layout(&source.layout(), out_shape, &sizes) {
         return Ok(Value::Tensor(source.with_layout(layout)));
     }
+    if crate::env::debug_level() >= 2 {
+        let (shape, strides) = (source.shape(), source.strides());
+        eprintln!("fuse: `{function}`: %{} ({}) copies its source ({shape:?}, strides {strides:?}) to reach {out_shape:?}", id.0, op.name());
+    }
     let dense = dense_copy(&source)?;
     op.layout(&dense.layout(), out_shape, &sizes)
         .map(|layout| Value::Tensor(dense.with_layout(layout)))

@@ -33,7 +33,7 @@ pub use gemm::{
 pub use model::{
     attention_launch, AttentionLaunch, AttentionShape, ModelKernel, ATTENTION_COMBINE_THREADS, ATTENTION_HEAD_DIMS,
     ATTENTION_KEY_TILE, ATTENTION_MAX_HEAD_DIM, ATTENTION_ROW_TILE, ATTENTION_THREADS, MODEL_BLOCK_THREADS,
-    MODEL_RANK,
+    MODEL_CAT_COPIES, MODEL_RANK,
 };
 pub use prelude::{BLOCK_THREADS, VECTOR_ELEMENTS};
 

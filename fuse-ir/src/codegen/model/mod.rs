@@ -18,6 +18,8 @@ use crate::DType;
 pub const MODEL_BLOCK_THREADS: u32 = 256;
 /// Axes of a strided operand the kernels address (`FuseLayout`), padded in front with axes of size 1.
 pub const MODEL_RANK: usize = 6;
+/// Copies one launch of the cat kernel makes (`FUSE_CAT_COPIES`): cat's parts and consecutive slice_sets.
+pub const MODEL_CAT_COPIES: usize = 4;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModelKernel {
@@ -94,6 +96,7 @@ mod tests {
     #[test]
     fn sources_agree_with_the_constants_here() {
         assert!(include_str!("common.cuh").contains(&format!("#define FUSE_MODEL_RANK {MODEL_RANK}")));
+        assert!(ModelKernel::Cat.source().contains(&format!("#define FUSE_CAT_COPIES {MODEL_CAT_COPIES}")));
         let attention = ModelKernel::Attention.source();
         assert!(attention.contains(&format!("#define FUSE_ATTENTION_THREADS {ATTENTION_THREADS}")));
         assert!(attention.contains(&format!("#define FUSE_ATTENTION_MAX_D {ATTENTION_MAX_HEAD_DIM}")));

@@ -77,6 +77,10 @@ struct Executor<'a> {
     /// The current group's prologue kernel is left to `run_gemm`: the skinny paths run the prologue in
     /// their kernel, the others launch the prologue kernel first (so the tuner times it with them).
     prologue_deferred: bool,
+    /// Copies (cat parts, slice_set rows) queued to be launched together, and the nodes they write
+    /// (`model.rs`: `queue_copy`, `flush_copies`).
+    pending_copies: Vec<model::PendingCopy>,
+    pending_writers: Vec<NodeId>,
 }
 
 /// Runs `plan` on `args` (one per graph input, every tensor on `device`). Returns the graph's outputs and,
@@ -158,6 +162,8 @@ pub(crate) fn execute(
         path: GemmPath::Cublas,
         path_note: None,
         prologue_deferred: false,
+        pending_copies: Vec::new(),
+        pending_writers: Vec::new(),
     };
     let mut runs = Vec::new();
     for (index, group) in plan.groups.iter().enumerate() {
@@ -165,6 +171,7 @@ pub(crate) fn execute(
         let unfused_because = ex.run_group(index, &kernels.groups[index])?;
         if timed || unfused_because.is_some() {
             if timed {
+                ex.flush_copies()?;
                 device.synchronize()?;
             }
             let time = start.elapsed();
@@ -172,6 +179,7 @@ pub(crate) fn execute(
             runs.push(GroupRun { index, kind: group.kind, time, unfused_because, matmul_path });
         }
     }
+    ex.flush_copies()?;
     let outputs = g.outputs.iter().map(|&o| ex.output(o)).collect::<Result<Vec<_>>>()?;
     if let (Some(recording), Some(signature)) = (ex.recording.take(), recorded_signature) {
         let graph_outputs: Vec<usize> = g.outputs.iter().map(|o| o.index()).collect();
@@ -302,6 +310,10 @@ impl Executor<'_> {
             let &[node] = group.nodes.as_slice() else {
                 return Err(self.internal(format!("group {index}: a model op, cat or slice_set beside other nodes")));
             };
+            // Consecutive copies that do not read one another's results launch together.
+            if !(is_cat(&node) || is_write(&node)) || self.reads_queued_copy(node) {
+                self.flush_copies()?;
+            }
             if is_cat(&node) {
                 self.run_cat(node)?;
             } else if is_write(&node) {
@@ -311,25 +323,35 @@ impl Executor<'_> {
             }
             return Ok(None);
         }
+        self.flush_copies()?;
         self.place_views(group)?;
         if let Some(reason) = self.does_not_fit(group) {
             self.run_node_by_node(group)?;
             return Ok(Some(reason));
         }
         let is_gemm = matches!(group.kind, GroupKind::Gemm | GroupKind::DualGemm);
-        // Where the Skinny kernel can run the prologue itself, the prologue kernel runs here unrecorded (the
-        // path choice reads the left operand) and `run_gemm` runs it again, recorded, on the other paths.
+        // Where the Skinny kernel can run the prologue itself, the prologue kernel is deferred: it runs here,
+        // unrecorded, only when the path is to be timed (timing reads the left operand), and `run_gemm` runs
+        // it again, recorded, on the paths that do not stream it. A path known without timing (the results
+        // table, a forced path, the fixed rule while capturing) launches no prologue kernel of its own.
         let first_skinny = GemmPath::Skinny(&crate::cuda::gemm::skinny::CONFIGS[0]);
         self.prologue_deferred = is_gemm && matches!(self.template_operands(index, specs, &first_skinny), Ok((_, Some(_))));
-        let recording = if self.prologue_deferred { self.recording.take() } else { None };
-        for spec in specs.iter().filter(|k| matches!(k.spec.role, Role::Whole | Role::Prologue)) {
+        // Without timing to do, the path is known before the prologue runs, and the kernel that streams the
+        // prologue needs no separate prologue kernel at all.
+        let decided = if self.prologue_deferred { self.decided_path(index, specs)? } else { None };
+        let unrecorded = self.prologue_deferred && decided.is_none();
+        let recording = if unrecorded { self.recording.take() } else { None };
+        for spec in specs.iter().filter(|k| k.spec.role == Role::Whole || (k.spec.role == Role::Prologue && decided.is_none())) {
             self.run_kernel(spec)?;
         }
-        if self.prologue_deferred {
+        if unrecorded {
             self.recording = recording;
         }
         if is_gemm {
-            let path = self.choose_path(index, specs)?;
+            let path = match decided {
+                Some(path) => path,
+                None => self.choose_path(index, specs)?,
+            };
             self.run_gemm(index, specs, &path)?;
         }
         self.prologue_deferred = false;

@@ -17,7 +17,7 @@ use crate::call::Value;
 use crate::{Error, Result, Tensor};
 use crate::cuda::driver::driver_error;
 use cudarc::driver::sys::CUfunction_attribute;
-use fuse_ir::codegen::{ModelKernel, MODEL_RANK};
+use fuse_ir::codegen::{ModelKernel, MODEL_CAT_COPIES, MODEL_RANK};
 use fuse_ir::view::{dense_strides, ViewOp};
 use fuse_ir::{DType, ModelOp, NodeId, Op};
 use std::sync::OnceLock;
@@ -47,6 +47,14 @@ impl Words {
         let pad = MODEL_RANK - shape.len();
         self.counts(&[vec![1; pad], shape.to_vec()].concat()).counts(&[vec![0; pad], strides.to_vec()].concat())
     }
+}
+
+/// A copy waiting to be launched with others (`Executor::queue_copy`): its `FuseCatArgs` words.
+pub(super) struct PendingCopy {
+    dtype: DType,
+    blocks: u32,
+    words: Vec<u64>,
+    _keep: Vec<Tensor>,
 }
 
 /// Blocks for a grid-stride loop over `count` items, `per_block` a block (the loop covers any excess).
@@ -158,7 +166,59 @@ impl Executor<'_> {
         Ok(())
     }
 
-    /// `cat(parts, axis)` into a fresh dense output: one copy kernel per non-empty part, into its slice.
+    /// A copy of `count` elements (one `FuseCatArgs` in `words`), launched with the copies queued before it
+    /// when it can join them (`flush_copies` launches them): up to [`MODEL_CAT_COPIES`] of one element size.
+    /// `keep`: the tensors it reads and writes, held until it is launched (a dense copy made for a view
+    /// would otherwise be freed, in stream order, before the kernel that reads it).
+    fn queue_copy(&mut self, dtype: DType, count: usize, words: Words, keep: Vec<Tensor>) -> Result<()> {
+        let joins = |p: &PendingCopy| p.dtype.size_bytes() == dtype.size_bytes();
+        if self.pending_copies.len() == MODEL_CAT_COPIES || !self.pending_copies.iter().all(joins) {
+            self.flush_copies()?;
+        }
+        let blocks = blocks(count, ModelKernel::Cat.block_threads());
+        self.pending_copies.push(PendingCopy { dtype, blocks, words: words.0, _keep: keep });
+        Ok(())
+    }
+
+    /// Launches the queued copies as one cat kernel. Called before any other group runs, and at the end.
+    pub(super) fn flush_copies(&mut self) -> Result<()> {
+        let copies = std::mem::take(&mut self.pending_copies);
+        self.pending_writers.clear();
+        let Some(first) = copies.first() else { return Ok(()) };
+        let (dtype, per_copy) = (first.dtype, first.words.len());
+        let mut words = Words::default();
+        let mut first_blocks = vec![0usize];
+        for copy in &copies {
+            words.0.extend_from_slice(&copy.words);
+            first_blocks.push(first_blocks.last().copied().unwrap_or(0) + copy.blocks as usize);
+        }
+        // The unused copies: zeros, never read (their blocks are none).
+        words.0.resize(per_copy * MODEL_CAT_COPIES, 0);
+        let grid = *first_blocks.last().unwrap_or(&0);
+        first_blocks.resize(MODEL_CAT_COPIES + 1, grid);
+        words.counts(&first_blocks).count(copies.len());
+        let grid = u32::try_from(grid).map_err(|_| self.internal(format!("{grid} blocks of copies")))?;
+        self.launch_model_kernel(ModelKernel::Cat, dtype, grid, words)
+    }
+
+    /// Whether `node` (a cat or slice_set) reads what a queued copy writes (the nodes the queued copies
+    /// compute, seen through views): it must wait for their launch.
+    pub(super) fn reads_queued_copy(&self, node: NodeId) -> bool {
+        let written = |id: NodeId| self.pending_writers.contains(&id);
+        let mut stack: Vec<NodeId> = self.graph.node(node).args.clone();
+        while let Some(id) = stack.pop() {
+            if written(id) {
+                return true;
+            }
+            if matches!(self.graph.op(id), Op::Transpose) || matches!(self.graph.op(id), Op::View(v) if !v.is_copy()) {
+                stack.extend(self.graph.node(id).args.iter().copied());
+            }
+        }
+        false
+    }
+
+    /// `cat(parts, axis)` into a fresh dense output: one copy per non-empty part, into its slice, queued
+    /// (`queue_copy`): the parts of one cat cost one launch.
     pub(super) fn run_cat(&mut self, id: NodeId) -> Result<()> {
         self.unreplayable();
         let Op::View(ViewOp::Cat { axis, .. }) = self.graph.op(id) else {
@@ -174,7 +234,7 @@ impl Executor<'_> {
         let mut start = 0;
         for &part_id in &args {
             let part = self.tensor_arg(part_id, "part")?;
-            let count = part.numel();
+            let (count, along) = (part.numel(), part.shape()[axis]);
             if count > 0 {
                 let slice = self.address(&out)? + (start * out_strides[axis]) as u64 * element;
                 let mut words = Words::default();
@@ -182,10 +242,11 @@ impl Executor<'_> {
                 let pad = MODEL_RANK - rank;
                 words.counts(&[vec![0; pad], out_strides.clone()].concat());
                 words.address(0).counts(&[0, 0]).address(0); // no device offset, no fault record
-                self.launch_model_kernel(ModelKernel::Cat, out.dtype(), blocks(count, ModelKernel::Cat.block_threads()), words)?;
+                self.queue_copy(out.dtype(), count, words, vec![part, out.clone()])?;
             }
-            start += part.shape()[axis];
+            start += along;
         }
+        self.pending_writers.push(id);
         self.values[id.index()] = Some(Value::Tensor(out));
         Ok(())
     }
@@ -231,9 +292,11 @@ impl Executor<'_> {
                     words.address(0).counts(&[0, 0]).address(0);
                 }
             }
-            self.launch_model_kernel(ModelKernel::Cat, dest.dtype(), blocks(count, ModelKernel::Cat.block_threads()), words)?;
+            let keep = vec![src, dest.clone()].into_iter().chain(device_offset.clone()).collect();
+            self.queue_copy(dest.dtype(), count, words, keep)?;
         }
         self.addresses[id.index()] = if dest.numel() == 0 { 0 } else { self.address(&dest)? };
+        self.pending_writers.push(id);
         self.values[id.index()] = Some(Value::Tensor(dest));
         Ok(())
     }

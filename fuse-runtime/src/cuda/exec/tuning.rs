@@ -16,6 +16,7 @@ use crate::cuda::gemm::skinny::{SkinnyConfig, CONFIGS};
 use crate::cuda::gemm::wgmma::{self, CONFIGS as WGMMA_CONFIGS};
 use fuse_ir::codegen::MMA_CONFIGS;
 use crate::tune::{self, AutotuneMode, TuneKey};
+use fuse_ir::view::dense_strides;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -86,8 +87,23 @@ fn fastest(xs: &[f64]) -> f64 {
 impl Executor<'_> {
     /// The group's path for this call (see the module doc), with `path_note` saying why for FUSE_DEBUG>=3.
     pub(super) fn choose_path(&mut self, index: usize, specs: &[PreparedKernel]) -> Result<GemmPath> {
+        if let Some(path) = self.decided_path(index, specs)? {
+            return Ok(path);
+        }
+        let (rows, key) = self.tune_key(index, specs)?;
+        let skinny = self.template_operands(index, specs, &GemmPath::Skinny(&CONFIGS[0]));
+        let candidates = self.candidates(index, specs, rows, tune::mode(), skinny.is_ok())?;
+        let timed = self.measure(index, specs, &candidates, &key, tune::mode())?;
+        Ok(self.tuned_path(key, timed))
+    }
+
+    /// The group's path when nothing has to be timed (a forced path, the results table, or the fixed rule
+    /// when tuning is off or a graph is being captured), else `None`. Needs no value of the left operand
+    /// when the skinny kernel can run the group's prologue itself: a deferred prologue kernel then runs only
+    /// when the path does not stream it (`run_gemm`) or when the candidates are timed.
+    pub(super) fn decided_path(&mut self, index: usize, specs: &[PreparedKernel]) -> Result<Option<GemmPath>> {
         if self.library_only {
-            return Ok(GemmPath::Cublas);
+            return Ok(Some(GemmPath::Cublas));
         }
         let skinny = self.template_operands(index, specs, &GemmPath::Skinny(&CONFIGS[0]));
         if let Some(forced) = tune::forced_choice() {
@@ -97,13 +113,13 @@ impl Executor<'_> {
                 return Err(Error::unsupported(self.function, "matmul", format!("{forced} cannot run group {index}: {why}")));
             }
             self.note(format!("path {} (forced)", path.name()));
-            return Ok(path);
+            return Ok(Some(path));
         }
         let (rows, key) = self.tune_key(index, specs)?;
         let known = lock(tune::table()).lookup(&key).and_then(GemmPath::parse);
         if let Some(path) = known.filter(|p| self.path_runs(index, specs, p).is_ok()) {
             self.note(format!("path {} (from the tune results, rows bucket {})", path.name(), key.bucket));
-            return Ok(path);
+            return Ok(Some(path));
         }
         // Timing waits for the GPU, which a graph capture cannot: the fixed rule then (tune before capturing).
         let mode = if self.device.is_capturing() { AutotuneMode::Off } else { tune::mode() };
@@ -116,10 +132,13 @@ impl Executor<'_> {
                 _ => GemmPath::Cublas,
             };
             self.note(format!("path {} (FUSE_AUTOTUNE=off: fixed rule)", rule.name()));
-            return Ok(rule);
+            return Ok(Some(rule));
         }
-        let candidates = self.candidates(index, specs, rows, mode, skinny.is_ok())?;
-        let timed = self.measure(index, specs, &candidates, &key, mode)?;
+        Ok(None)
+    }
+
+    /// The fastest of the `timed` candidates, kept in the results table under `key`.
+    fn tuned_path(&mut self, key: TuneKey, timed: Vec<(GemmPath, Option<f64>)>) -> GemmPath {
         let best = timed
             .iter()
             .filter_map(|(p, t)| t.map(|t| (p, t)))
@@ -127,7 +146,7 @@ impl Executor<'_> {
             .map(|(p, t)| (p.clone(), t));
         let Some((path, micros)) = best else {
             self.note("path cublas (every candidate failed to run)".into());
-            return Ok(GemmPath::Cublas);
+            return GemmPath::Cublas;
         };
         lock(tune::table()).record(key, &path.name(), micros);
         let list: Vec<String> = timed
@@ -138,7 +157,7 @@ impl Executor<'_> {
             })
             .collect();
         self.note(format!("path {} (tuned: {})", path.name(), list.join(", ")));
-        Ok(path)
+        path
     }
 
     fn note(&mut self, note: String) {
@@ -305,8 +324,15 @@ impl Executor<'_> {
         let mut parts: Vec<String> = specs.iter().map(|s| format!("{:032x}", s.source_key())).collect();
         for &m in &group.matmuls {
             for &operand in &self.graph.node(m).args {
-                if let Value::Tensor(t) = self.resolve(operand)? {
-                    parts.push(format!("{:?}{:?}{}", t.shape().len(), t.strides(), t.dtype()));
+                match self.resolve(operand) {
+                    Ok(Value::Tensor(t)) => parts.push(format!("{:?}{:?}{}", t.shape().len(), t.strides(), t.dtype())),
+                    Ok(Value::Scalar(_)) => {}
+                    // A deferred prologue's output, not computed (yet): it will be a fresh dense tensor.
+                    Err(_) if self.prologue_deferred && group.prologue.contains(&operand) => {
+                        let shape = self.shape(operand);
+                        parts.push(format!("{:?}{:?}{}", shape.len(), dense_strides(shape), self.dtype(operand)));
+                    }
+                    Err(e) => return Err(e),
                 }
             }
         }
