@@ -304,7 +304,7 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
                 nodes: Vec::new(),
             };
             let variants: Vec<Vec<String>> = match kernel {
-                ModelKernel::Attention => ATTENTION_HEAD_DIMS
+                ModelKernel::Attention | ModelKernel::AttentionDecode => ATTENTION_HEAD_DIMS
                     .iter()
                     .map(|d| [ModelKernel::defines(dtype), vec![format!("-DFUSE_ATTENTION_D={d}")]].concat())
                     .collect(),

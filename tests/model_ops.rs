@@ -205,8 +205,8 @@ fn attention_matches_reference(dev: &Device) {
     }
 }
 
-/// One query against many cached keys: the GPU splits the keys across blocks (from 1000 keys on, at 132
-/// multiprocessors; fuse-ir's `attention_launch`) and merges the splits in a second kernel.
+/// One query against many cached keys: the GPU splits the keys across blocks (from 128 keys on, at least 64
+/// a split; fuse-ir's `attention_launch`) and the last block of each kv head merges the splits.
 fn attention_decode_over_a_cache_matches_reference(dev: &Device) {
     let mut r = TestRng::new(46);
     let (batch, q_heads, kv_heads) = (2, 9, 3);
@@ -221,7 +221,8 @@ fn attention_decode_over_a_cache_matches_reference(dev: &Device) {
                 check(&what, attend_cache_fused(), &args, dtype, dev);
                 check(&format!("causal {what}"), attend_cache_causal_fused(), &args, dtype, dev);
                 if used == 4095 {
-                    // No atomics: the splits merge in a fixed order, so a repeated call is bit-identical.
+                    // The splits merge in a fixed order (the atomics only count arrivals), so a repeated call is
+                    // bit-identical.
                     let [first, again] = [0; 2].map(|_| attend_cache_causal_fused().call(&args).expect("decode")[0].to_vec::<f32>().expect("read"));
                     assert!(first.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}: two calls differ");
                 }
@@ -247,6 +248,46 @@ fn attention_prefill_matches_reference(dev: &Device) {
                     check(&what, attend_fused(), &args, dtype, dev);
                     check(&format!("causal {what}"), attend_causal_fused(), &args, dtype, dev);
                 }
+            }
+        }
+    }
+}
+
+/// The decode kernel's splits at their edges: batch 16 over 8192 keys (3 splits a kv head on 132
+/// multiprocessors), and attention_len over a capacity of 4096 (15 splits for 3 batches) whose counts leave
+/// most splits of a batch empty (0 keys: all of them; 100: all but 2; 65: all but one and a key), each call
+/// repeated: the arrival counters are back at zero after every launch, so the second call merges the same way
+/// and gives the same bits (a counter left behind would have the wrong block merge, or none).
+fn attention_decode_splits_merge_in_one_launch(dev: &Device) {
+    let mut r = TestRng::new(50);
+    let (q_heads, kv_heads, d) = (9, 3, 64);
+    let scale = 2.0 / (d as f32).sqrt();
+    let same_bits = |what: &str, f: &FusedFn, args: &[Arg<'_>]| {
+        let [first, again] = [0; 2].map(|_| f.call(args).expect("decode")[0].to_vec::<f32>().expect("read"));
+        assert!(first.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}: two calls differ");
+    };
+    {
+        let (batch, keys) = (16, 8192);
+        let [k, v] = [0; 2].map(|_| random(&mut r, &[batch, kv_heads, keys, d], DType::BF16, -1.0, 1.0, dev));
+        let q = random(&mut r, &[batch, 1, q_heads, d], DType::BF16, -1.0, 1.0, dev);
+        let args = [fuse::arg(&q), fuse::arg(&k), fuse::arg(&v), fuse::arg(&keys), fuse::arg(&scale)];
+        let what = "decode attention batch 16 over 8192 keys";
+        check(what, attend_cache_causal_fused(), &args, DType::BF16, dev);
+        same_bits(what, attend_cache_causal_fused(), &args);
+    }
+    let capacity = 4096;
+    for dtype in [DType::F32, DType::BF16] {
+        for counts in [[0, 100, 4096], [1, 65, 3001]] {
+            let [k, v] = [0; 2].map(|_| cache_with_nan_tail(&mut r, kv_heads, capacity, d, &counts, dtype, dev));
+            let lens = key_counts(&counts, dev);
+            let q = random(&mut r, &[3, q_heads, 1, d], dtype, -1.0, 1.0, dev);
+            let args = [fuse::arg(&q), fuse::arg(&k), fuse::arg(&v), fuse::arg(&lens), fuse::arg(&scale)];
+            let what = format!("decode attention_len over {counts:?} of {capacity} keys {dtype}");
+            check(&what, attend_len_fused(), &args, dtype, dev);
+            same_bits(&what, attend_len_fused(), &args);
+            if counts[0] > 0 {
+                check(&format!("causal {what}"), attend_len_causal_fused(), &args, dtype, dev);
+                same_bits(&what, attend_len_causal_fused(), &args);
             }
         }
     }
@@ -406,6 +447,7 @@ fuse::device_tests!(
     attention_matches_reference,
     attention_decode_over_a_cache_matches_reference,
     attention_prefill_matches_reference,
+    attention_decode_splits_merge_in_one_launch,
     attention_beside_pointwise_work_matches_reference,
     attention_shapes_that_do_not_fit_are_errors,
     attention_len_reads_only_the_counted_keys,

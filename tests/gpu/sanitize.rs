@@ -6,10 +6,12 @@
 //! warps), the staged-X ring shared by 2, 4 and 8 warps. Each result is checked against the reference, so a
 //! run under a tool is a correctness run too. Tuning is not exercised here (every GEMM path is forced).
 //! Also each model-op kernel and cat once per dtype at odd shapes (strided operands, GQA, causal and not);
-//! attention with its keys split across blocks and merged by the combine kernel, several query tiles with
-//! causal splits past a tile's last key (empty), d = 136 (a lane's third channel pair, partly used) and
-//! d = 256 (more than 48 KB of shared memory); attention_len with splits past a batch's key count (no key
-//! loaded there), a batch of no keys at all and lens read at an offset into a longer tensor.
+//! attention on the decode kernel (rows of a kv head in one block) with its keys split across blocks and
+//! merged by the last split block, and on the prefill kernel with its splits merged by the combine kernel,
+//! several query tiles with causal splits past a tile's last key (empty), d = 136 (a lane's third channel
+//! pair, partly used; on the decode kernel the lanes past channel 136 load nothing) and d = 256 (more than 48 KB of shared memory);
+//! attention_len with splits past a batch's key count (no key loaded there), a batch of no keys at all and
+//! lens read at an offset into a longer tensor.
 
 use crate::fused_fns::{chain10_fused, ffn_block_fused, llama_mlp_fused, norm_and_cast_fused, reductions_fused, scaled_projection_fused};
 use crate::{assert_close, check, gpu, random, rng};
@@ -123,15 +125,17 @@ fn model_kernels_once() {
         assert_close(&format!("argmax {dtype}"), &got[0], &want[0], DType::U32);
         assert_close(&format!("rope {dtype}"), &got[1], &want[1], dtype);
         assert_close(&format!("cat {dtype}"), &got[2], &want[2], dtype);
-        // q [b, sq, hq, d] transposed to heads; GQA 6 over 2 (3 rows a query in a tile of 16 rows); keys in
-        // tiles of 32. Whether each case splits its keys and has several query tiles (on this GPU):
-        // 131 keys (the last tile of 3) split and merged; 40 queries over 70 keys, 8 query tiles, split; one
-        // query over one tile; 17 queries of d = 256 in 4 query tiles over 40 keys, split.
+        // q [b, sq, hq, d] transposed to heads; GQA 6 over 2 (3 rows a query in a tile of 16 rows). Whether each
+        // case splits its keys and has several query tiles (on this GPU): 5 queries over 131 keys, decode
+        // kernel (15 rows), 2 splits merged by the last; 40 queries over 70 keys (prefill kernel, keys in
+        // tiles of 32), 8 query tiles, split; one query over 9 keys, decode, one split; 17 queries of
+        // d = 256 in 4 query tiles over 40 keys, split.
         let Device::Cuda(cuda) = &dev else { panic!("gpu() gives a CUDA device") };
         for (queries, keys, d, split, tiles) in [(5, 131, 64, true, false), (40, 70, 64, true, true), (1, 9, 136, false, false), (17, 40, 256, true, true)] {
             let shape = AttentionShape { batch: 2, q_heads: 6, queries, kv_heads: 2, keys, d };
             let launch = attention_launch(shape, cuda.sm_count());
             assert_eq!((launch.splits > 1, launch.q_tiles > 1), (split, tiles), "{shape:?}: {launch:?}");
+            assert_eq!(launch.decode, queries * 3 <= 16, "{shape:?}: {launch:?}");
             let q = random(&mut r, &[2, queries, 6, d], dtype, -1.0, 1.0, &dev);
             let [k, v] = [0; 2].map(|_| random(&mut r, &[2, 2, keys, d], dtype, -1.0, 1.0, &dev));
             let args = [fuse::arg(&q), fuse::arg(&k), fuse::arg(&v), fuse::arg(&0.3f32)];
@@ -159,8 +163,9 @@ fn attention_len_once() {
     let mut r = rng(114);
     let (q_heads, kv_heads, capacity, d) = (6, 2, 131, 64);
     for dtype in [DType::F32, DType::BF16] {
-        // Decode and 5 queries over a cache of 131 positions, split (from the capacity) into key ranges that
-        // the smaller counts leave empty; the positions past each count are NaN and never loaded.
+        // Decode and 5 queries over a cache of 131 positions (both on the decode kernel), split (from the
+        // capacity) into key ranges that the smaller counts leave empty; the positions past each count are
+        // NaN and never loaded.
         for (queries, counts) in [(1, [0, 100]), (1, [131, 3]), (5, [5, 70])] {
             let launch = attention_launch(AttentionShape { batch: 2, q_heads, queries, kv_heads, keys: capacity, d }, cuda.sm_count());
             assert!(launch.splits > 1, "{launch:?}");

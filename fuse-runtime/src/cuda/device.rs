@@ -17,6 +17,9 @@ use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+/// Arrival counters of [`CudaDevice::zeroed_counters`] (256 KB).
+pub(crate) const COUNTERS: usize = 1 << 16;
+
 /// A handle on one GPU; cheap to clone, compared by ordinal.
 #[derive(Clone)]
 pub struct CudaDevice {
@@ -43,6 +46,9 @@ pub(crate) struct DeviceState {
     workspace: Mutex<Option<CudaSlice<u8>>>,
     /// The device's fault record (see [`CudaDevice::fault_address`]), made zero on first use.
     fault: Mutex<Option<CudaSlice<u64>>>,
+    /// Arrival counters of kernels that merge their own blocks' partials (see [`CudaDevice::zeroed_counters`]),
+    /// made zero on first use.
+    counters: Mutex<Option<CudaSlice<u32>>>,
     /// Whether a CUDA graph is being captured: `queueing.capture` is set, read without the lock on the
     /// paths every allocation and launch takes.
     is_capturing: AtomicBool,
@@ -398,6 +404,35 @@ impl CudaDevice {
         Ok(address)
     }
 
+    /// The device address of `count` u32 counters that are zero before every kernel that uses them: a kernel
+    /// whose blocks count their arrivals (attention's decode splits: the last block of a group merges the
+    /// others' partials) leaves each counter it used at zero again when it ends. One buffer of
+    /// [`COUNTERS`] counters per GPU, made zero on first use and never moved, so that a CUDA graph replays
+    /// with the same address; kernels queued one after another on the one stream use it in turn. Making it
+    /// while a graph is captured is an error (the zeroing could not be recorded): the step runs once before
+    /// it is captured.
+    pub(crate) fn zeroed_counters(&self, count: usize) -> Result<u64> {
+        if count > COUNTERS {
+            return Err(Error::Cuda {
+                op: "counters".into(),
+                message: format!("{count} arrival counters asked for, the device keeps {COUNTERS}"),
+            });
+        }
+        let mut counters = lock(&self.state.counters);
+        if counters.is_none() {
+            if self.is_capturing() {
+                return Err(Error::Capture {
+                    what: "making the device's arrival counters while capturing a CUDA graph (run the op once before capturing it)".into(),
+                });
+            }
+            let zeros = self.state.stream.alloc_zeros::<u32>(COUNTERS).map_err(|e| driver_error("alloc", e))?;
+            *counters = Some(zeros);
+        }
+        let buffer = counters.as_ref().expect("made above");
+        let (address, _sync) = cudarc::driver::DevicePtr::device_ptr(buffer, &self.state.stream);
+        Ok(address)
+    }
+
     /// After a synchronisation: the fault recorded since the last one, if any, as the error (the record is
     /// cleared for the next).
     pub(crate) fn take_fault(&self) -> Result<()> {
@@ -475,6 +510,7 @@ impl DeviceState {
             flush: Mutex::new(None),
             workspace: Mutex::new(None),
             fault: Mutex::new(None),
+            counters: Mutex::new(None),
             is_capturing: AtomicBool::new(false),
             queueing: Mutex::new(Queueing::default()),
             queueing_changed: std::sync::Condvar::new(),

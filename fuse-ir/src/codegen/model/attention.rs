@@ -1,7 +1,12 @@
-//! How an attention call is cut into blocks of `attention.cu` (the host's half of its geometry; the runtime
-//! packs the numbers): query tiles of the rows that share a key/value head, key splits that fill the GPU
-//! when there are few query tiles (decode), the dynamic shared memory a block needs and the f32 partials
-//! that `attention_combine.cu` merges when there is more than one split.
+//! How an attention call is cut into blocks (the host's half of the geometry; the runtime packs the numbers).
+//! Two paths:
+//! - decode (`attention_decode.cu`), when the rows of one key/value head (queries x group) fit one block:
+//!   one block per (batch, kv head, key split), splits chosen so that the grid is about one block a
+//!   multiprocessor with at least [`ATTENTION_DECODE_SPLIT_KEYS`] keys a split; the last split block of a
+//!   (batch, kv head) merges the splits' f32 partials itself, counting arrivals in device counters.
+//! - prefill (`attention.cu`): query tiles of the rows that share a key/value head, key splits that fill
+//!   the GPU when there are few query tiles, the dynamic shared memory a block needs and the f32 partials
+//!   that `attention_combine.cu` merges when there is more than one split.
 
 use super::ModelKernel;
 use crate::DType;
@@ -19,6 +24,15 @@ pub const ATTENTION_COMBINE_THREADS: u32 = 256;
 /// Head dimensions the attention kernel is built for (`-DFUSE_ATTENTION_D`, the smallest that holds d): a lane
 /// keeps D / 64 channel pairs of each of its rows in registers.
 pub const ATTENTION_HEAD_DIMS: [usize; 3] = [64, 128, ATTENTION_MAX_HEAD_DIM];
+/// Threads per block of the decode kernel: 4 warps.
+pub const ATTENTION_DECODE_THREADS: u32 = 128;
+/// Rows (queries x group) of one key/value head the decode kernel holds: calls with more take the prefill
+/// kernel.
+pub const ATTENTION_DECODE_ROWS: usize = 16;
+/// Most key splits of the decode kernel (the last split block keeps a weight for each in shared memory).
+pub const ATTENTION_DECODE_MAX_SPLITS: usize = 128;
+/// Fewest keys a decode split covers (but the last): fewer would cost more in merging than they save.
+pub const ATTENTION_DECODE_SPLIT_KEYS: usize = 64;
 /// Blocks wanted for each multiprocessor before the keys are split further (two resident at a time hide
 /// the load latency of one another's tiles).
 const BLOCKS_PER_SM: usize = 2;
@@ -39,18 +53,25 @@ pub struct AttentionShape {
 /// The launch of [`AttentionShape`] on a GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttentionLaunch {
+    /// The decode kernel (`fuse_model_attention_decode`, one launch whatever the splits), else the prefill
+    /// kernel (`fuse_model_attention`, then `fuse_model_attention_combine` with more than one split).
+    pub decode: bool,
     /// Tiles of up to [`ATTENTION_ROW_TILE`] rows among the queries x group rows of each key/value head.
     pub q_tiles: usize,
     /// Key ranges computed by separate blocks (1: the kernel writes the output itself).
     pub splits: usize,
-    /// Keys in each split but maybe the last: whole tiles.
+    /// Keys in each split but maybe the last: whole tiles for prefill.
     pub split_keys: usize,
     /// Work items, batch x kv_heads x q_tiles x splits: at most one block each.
     pub items: usize,
     /// Dynamic shared memory of a block.
     pub shared_bytes: usize,
-    /// f32 values of the partials (0 with one split): d + 2 for each output row and split.
+    /// f32 values of the partials (0 with one split): d + 2 (decode: d rounded up to 4, + 2) for each
+    /// output row and split.
     pub partial_floats: usize,
+    /// u32 arrival counters the decode kernel needs (zero between launches), one per (batch, kv head); 0
+    /// with one split or for prefill.
+    pub counters: usize,
     /// The build's head dimension (one of [`ATTENTION_HEAD_DIMS`]; the largest when d is larger still).
     pub held_d: usize,
 }
@@ -71,11 +92,35 @@ fn shared_stride(d: usize) -> usize {
     (d.div_ceil(4) * 4) | 4
 }
 
-/// Query tiles, key splits and shared memory for `shape` on a GPU of `sm_count` multiprocessors. Splits
-/// are added while there are fewer than [`BLOCKS_PER_SM`] blocks a multiprocessor, up to one per key tile,
-/// and evened out so that none is empty.
+/// The path, query tiles, key splits and shared memory for `shape` on a GPU of `sm_count` multiprocessors.
+/// Decode (the rows of a kv head fit one block): splits until batch x kv_heads x splits reaches the
+/// multiprocessors, each of at least [`ATTENTION_DECODE_SPLIT_KEYS`] keys, at most
+/// [`ATTENTION_DECODE_MAX_SPLITS`]. Prefill: splits are added while there are fewer than [`BLOCKS_PER_SM`]
+/// blocks a multiprocessor, up to one per key tile. Either way evened out so that none is empty.
 pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaunch {
     let group = shape.q_heads / shape.kv_heads.max(1);
+    let held_d = ATTENTION_HEAD_DIMS.into_iter().find(|&h| h >= shape.d).unwrap_or(ATTENTION_MAX_HEAD_DIM);
+    if shape.queries * group <= ATTENTION_DECODE_ROWS {
+        // About one block a multiprocessor (the rounding up gives fewer than two), no split under
+        // ATTENTION_DECODE_SPLIT_KEYS keys, and the splits evened out over the keys (none empty).
+        let base = (shape.batch * shape.kv_heads).max(1);
+        let wanted = sm_count.max(1).div_ceil(base);
+        let most = (shape.keys / ATTENTION_DECODE_SPLIT_KEYS).clamp(1, ATTENTION_DECODE_MAX_SPLITS);
+        let split_keys = shape.keys.div_ceil(wanted.min(most)).max(1);
+        let splits = shape.keys.div_ceil(split_keys).max(1);
+        let rows = shape.batch * shape.q_heads * shape.queries;
+        return AttentionLaunch {
+            decode: true,
+            q_tiles: 1,
+            splits,
+            split_keys,
+            items: base * splits,
+            shared_bytes: 0,
+            partial_floats: if splits > 1 { rows * splits * (shape.d.div_ceil(4) * 4 + 2) } else { 0 },
+            counters: if splits > 1 { base } else { 0 },
+            held_d,
+        };
+    }
     let q_tiles = (shape.queries * group).div_ceil(ATTENTION_ROW_TILE).max(1);
     let base = (shape.batch * shape.kv_heads * q_tiles).max(1);
     let key_tiles = shape.keys.div_ceil(ATTENTION_KEY_TILE).max(1);
@@ -86,6 +131,7 @@ pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaun
     let stride = shared_stride(shape.d);
     let warps = ATTENTION_THREADS as usize / 32;
     AttentionLaunch {
+        decode: false,
         q_tiles,
         splits,
         split_keys: tiles_per_split * ATTENTION_KEY_TILE,
@@ -93,7 +139,8 @@ pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaun
         // query, key and value tiles of f32 rows, then each warp's probabilities (a float4 a key).
         shared_bytes: (ATTENTION_ROW_TILE + 2 * ATTENTION_KEY_TILE) * stride * 4 + warps * ATTENTION_KEY_TILE * 16,
         partial_floats: if splits > 1 { rows * splits * (shape.d + 2) } else { 0 },
-        held_d: ATTENTION_HEAD_DIMS.into_iter().find(|&h| h >= shape.d).unwrap_or(ATTENTION_MAX_HEAD_DIM),
+        counters: 0,
+        held_d,
     }
 }
 
@@ -115,22 +162,64 @@ mod tests {
         assert_eq!(l.items, s.batch * s.kv_heads * l.q_tiles * l.splits);
     }
 
+    /// Decode splits cover the keys, none is empty, each but the last has at least 64 keys, and there are
+    /// no more than the kernel's weights hold.
+    fn check_decode_splits(s: AttentionShape, l: &AttentionLaunch) {
+        assert!(l.decode && l.q_tiles == 1 && l.shared_bytes == 0, "{s:?}: {l:?}");
+        assert!(l.splits >= 1 && l.splits <= ATTENTION_DECODE_MAX_SPLITS, "{s:?}: {l:?}");
+        assert!(l.splits * l.split_keys >= s.keys, "{s:?}: {l:?}");
+        assert!((l.splits - 1) * l.split_keys < s.keys.max(1), "{s:?}: an empty split {l:?}");
+        assert!(l.splits == 1 || l.split_keys >= ATTENTION_DECODE_SPLIT_KEYS, "{s:?}: short splits {l:?}");
+        assert_eq!(l.items, s.batch * s.kv_heads * l.splits);
+        let rows = s.batch * s.q_heads * s.queries;
+        if l.splits > 1 {
+            assert_eq!(l.partial_floats, rows * l.splits * (s.d.div_ceil(4) * 4 + 2), "{s:?}: {l:?}");
+            assert_eq!(l.counters, s.batch * s.kv_heads, "{s:?}: {l:?}");
+        } else {
+            assert_eq!((l.partial_floats, l.counters), (0, 0), "{s:?}: {l:?}");
+        }
+    }
+
     #[test]
     fn decode_splits_the_keys_to_fill_the_gpu() {
-        for batch in [1, 2] {
-            for keys in [1, 17, 1000, 4095] {
+        for batch in [1, 2, 16] {
+            for keys in [0, 1, 17, 63, 64, 127, 128, 1000, 4095, 8192] {
                 let s = shape(batch, 9, 3, 1, keys, 64);
                 let l = attention_launch(s, H200_SMS);
+                check_decode_splits(s, &l);
+                // About a block a multiprocessor, fewer than two; or as many 64-key splits as there are.
+                let base = batch * 3;
+                assert!(l.items < 2 * H200_SMS.max(base), "{s:?}: {l:?}");
+                let most = (keys / ATTENTION_DECODE_SPLIT_KEYS).max(1);
+                assert!(l.items >= H200_SMS.min(base * most), "{s:?}: {l:?}");
+            }
+        }
+        // SmolLM2-135M at batch 1: 128 cached keys in 2 splits of 64, 8192 in 44 (132 blocks).
+        let l = attention_launch(shape(1, 9, 3, 1, 128, 64), H200_SMS);
+        assert_eq!((l.splits, l.split_keys, l.items, l.counters), (2, 64, 6, 3), "{l:?}");
+        let l = attention_launch(shape(1, 9, 3, 1, 8192, 64), H200_SMS);
+        assert_eq!((l.splits, l.items), (44, 132), "{l:?}");
+        // Batch 16: 48 blocks before splitting, 3 splits of 8192 keys.
+        let l = attention_launch(shape(16, 9, 3, 1, 8192, 64), H200_SMS);
+        assert_eq!((l.splits, l.items), (3, 144), "{l:?}");
+        // One kv head over a long cache: no more splits than the kernel holds.
+        let l = attention_launch(shape(1, 1, 1, 1, 1 << 20, 128), 1000);
+        assert_eq!(l.splits, ATTENTION_DECODE_MAX_SPLITS, "{l:?}");
+        check_decode_splits(shape(1, 1, 1, 1, 1 << 20, 128), &l);
+    }
+
+    #[test]
+    fn decode_is_taken_while_the_rows_of_a_kv_head_fit_one_block() {
+        // 9 over 3 heads: 3 rows a query, so up to 5 queries; 16 query heads of one kv head: 1 query.
+        for (q_heads, kv_heads, queries, decode) in [(9, 3, 1, true), (9, 3, 5, true), (9, 3, 6, false), (16, 1, 1, true), (32, 1, 1, false), (2, 2, 16, true), (2, 2, 17, false)] {
+            let s = shape(2, q_heads, kv_heads, queries, 300, 64);
+            let l = attention_launch(s, H200_SMS);
+            assert_eq!(l.decode, decode, "{s:?}: {l:?}");
+            if decode {
+                check_decode_splits(s, &l);
+            } else {
                 check_splits(s, &l);
-                assert_eq!(l.q_tiles, 1, "the 3 query heads of a kv head share one tile");
-                if keys >= 1000 {
-                    // As many blocks as the GPU holds twice over, or one a key tile.
-                    let most = batch * 3 * keys.div_ceil(ATTENTION_KEY_TILE);
-                    assert!(l.splits > 1 && l.items >= H200_SMS.min(most), "{s:?}: {l:?}");
-                    assert_eq!(l.partial_floats, batch * 9 * l.splits * 66);
-                } else {
-                    assert_eq!((l.splits, l.partial_floats), (1, 0), "one key tile: nothing to split");
-                }
+                assert_eq!(l.counters, 0);
             }
         }
     }
@@ -139,7 +228,7 @@ mod tests {
     fn prefill_has_enough_query_tiles_without_splits() {
         let s = shape(1, 9, 3, 512, 512, 64);
         let l = attention_launch(s, H200_SMS);
-        assert_eq!((l.q_tiles, l.splits), (96, 1), "{l:?}");
+        assert_eq!((l.decode, l.q_tiles, l.splits), (false, 96, 1), "{l:?}");
         // A short prompt over few heads still splits.
         let s = shape(1, 2, 2, 17, 300, 128);
         let l = attention_launch(s, H200_SMS);
@@ -152,7 +241,7 @@ mod tests {
 
     #[test]
     fn shared_memory_fits_every_head_dimension() {
-        let bytes = |d| attention_launch(shape(1, 1, 1, 1, 1, d), H200_SMS).shared_bytes;
+        let bytes = |d| attention_launch(shape(1, 1, 1, 17, 1, d), H200_SMS).shared_bytes;
         assert_eq!(shared_stride(64), 68);
         assert_eq!(shared_stride(3), 4);
         assert_eq!(shared_stride(8), 12);

@@ -1,5 +1,6 @@
 //! Hand-written CUDA C for the model ops (`embedding`, `argmax`, `rope`, `attention`) and `cat`: one kernel
-//! per op (attention: two, the second merging key splits), the same text for every shape; the element type
+//! per op (attention: a decode kernel that merges its own key splits, and a prefill kernel with a second
+//! kernel merging its key splits), the same text for every shape; the element type
 //! is the `-D` define of [`ModelKernel::defines`]. Each kernel takes one argument struct made of 8-byte words
 //! (pointers, sizes, strides; a `double` scale), which the runtime packs as `u64` words in the order the
 //! struct declares them (`cuda/exec/model.rs`). Attention's geometry (tiles, splits, shared memory) is
@@ -8,8 +9,9 @@
 mod attention;
 
 pub use attention::{
-    attention_launch, AttentionLaunch, AttentionShape, ATTENTION_COMBINE_THREADS, ATTENTION_HEAD_DIMS,
-    ATTENTION_KEY_TILE, ATTENTION_MAX_HEAD_DIM, ATTENTION_ROW_TILE, ATTENTION_THREADS,
+    attention_launch, AttentionLaunch, AttentionShape, ATTENTION_COMBINE_THREADS, ATTENTION_DECODE_MAX_SPLITS,
+    ATTENTION_DECODE_ROWS, ATTENTION_DECODE_SPLIT_KEYS, ATTENTION_DECODE_THREADS, ATTENTION_HEAD_DIMS, ATTENTION_KEY_TILE,
+    ATTENTION_MAX_HEAD_DIM, ATTENTION_ROW_TILE, ATTENTION_THREADS,
 };
 
 use crate::DType;
@@ -26,19 +28,23 @@ pub enum ModelKernel {
     Embedding,
     Argmax,
     Rope,
+    /// Attention of many queries (prefill).
     Attention,
-    /// Merges attention's per-split partials (when the keys were split across blocks).
+    /// Merges the prefill kernel's per-split partials (when the keys were split across blocks).
     AttentionCombine,
+    /// Attention whose rows of a kv head fit one block (decode), key splits merged in the same launch.
+    AttentionDecode,
     Cat,
 }
 
 impl ModelKernel {
-    pub const ALL: [ModelKernel; 6] = [
+    pub const ALL: [ModelKernel; 7] = [
         ModelKernel::Embedding,
         ModelKernel::Argmax,
         ModelKernel::Rope,
         ModelKernel::Attention,
         ModelKernel::AttentionCombine,
+        ModelKernel::AttentionDecode,
         ModelKernel::Cat,
     ];
 
@@ -50,6 +56,7 @@ impl ModelKernel {
             ModelKernel::Rope => "fuse_model_rope",
             ModelKernel::Attention => "fuse_model_attention",
             ModelKernel::AttentionCombine => "fuse_model_attention_combine",
+            ModelKernel::AttentionDecode => "fuse_model_attention_decode",
             ModelKernel::Cat => "fuse_model_cat",
         }
     }
@@ -62,6 +69,7 @@ impl ModelKernel {
             ModelKernel::Rope => concat!(include_str!("common.cuh"), include_str!("rope.cu")),
             ModelKernel::Attention => concat!(include_str!("common.cuh"), include_str!("attention.cu")),
             ModelKernel::AttentionCombine => concat!(include_str!("common.cuh"), include_str!("attention_combine.cu")),
+            ModelKernel::AttentionDecode => concat!(include_str!("common.cuh"), include_str!("attention_decode.cu")),
             ModelKernel::Cat => concat!(include_str!("common.cuh"), include_str!("cat.cu")),
         }
     }
@@ -71,6 +79,7 @@ impl ModelKernel {
         match self {
             ModelKernel::Attention => ATTENTION_THREADS,
             ModelKernel::AttentionCombine => ATTENTION_COMBINE_THREADS,
+            ModelKernel::AttentionDecode => ATTENTION_DECODE_THREADS,
             _ => MODEL_BLOCK_THREADS,
         }
     }
@@ -107,6 +116,13 @@ mod tests {
         let combine = ModelKernel::AttentionCombine.source();
         assert!(combine.contains(&format!("#define FUSE_ATTENTION_COMBINE_THREADS {ATTENTION_COMBINE_THREADS}")));
         assert!(ATTENTION_COMBINE_THREADS as usize >= ATTENTION_MAX_HEAD_DIM, "one combine thread a channel");
+        let decode = ModelKernel::AttentionDecode.source();
+        assert!(decode.contains(&format!("#define FUSE_DECODE_THREADS {ATTENTION_DECODE_THREADS}")));
+        assert!(decode.contains(&format!("#define FUSE_DECODE_ROWS {ATTENTION_DECODE_ROWS}")));
+        assert!(decode.contains(&format!("#define FUSE_DECODE_MAX_SPLITS {ATTENTION_DECODE_MAX_SPLITS}")));
+        // The last split block's weights: a lane a split, a whole number of warp-wide steps.
+        assert_eq!(ATTENTION_DECODE_MAX_SPLITS % 32, 0);
+        assert_eq!(ATTENTION_DECODE_ROWS, ATTENTION_ROW_TILE, "prefill takes what decode does not hold");
         assert!(ModelKernel::Argmax.source().contains(&format!("#define FUSE_ARGMAX_THREADS {MODEL_BLOCK_THREADS}")));
         for kernel in ModelKernel::ALL {
             let source = kernel.source();

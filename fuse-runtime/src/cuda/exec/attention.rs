@@ -1,21 +1,27 @@
-//! `attention(q, k, v, scale, causal)` on the GPU: `fuse_model_attention` (flash style: query tiles of the
-//! rows that share a key/value head, each key/value tile read once into shared memory, no score in global
-//! memory), then, when the keys were split across blocks to fill the GPU (decode: one query), the small
-//! `fuse_model_attention_combine`, which merges each row's per-split f32 partials. The geometry (tiles,
-//! splits, shared memory, the head dimension the build holds) is `fuse_ir::codegen::attention_launch`'s.
+//! `attention(q, k, v, scale, causal)` on the GPU, one of two paths that `fuse_ir::codegen::attention_launch`
+//! picks (with the tiles, splits, shared memory and the head dimension the build holds):
+//! - decode, when the rows of a key/value head (queries x group) fit one block: `fuse_model_attention_decode`
+//!   alone, whatever the key splits: the last block of each (batch, kv head) to finish merges the splits'
+//!   f32 partials, counting arrivals in the device's zeroed counters (`CudaDevice::zeroed_counters`, left
+//!   at zero by every launch).
+//! - prefill: `fuse_model_attention` (flash style: query tiles of the rows that share a key/value head, each
+//!   key/value tile read once into shared memory, no score in global memory), then, when the keys were split
+//!   across blocks to fill the GPU, the small `fuse_model_attention_combine`, which merges each row's
+//!   per-split f32 partials.
 //! `attention_len` is the same launch with the address of its `lens` (u32 [b]): the key counts stay on the
 //! device (nothing is read back, so a captured step can replay with new counts), the geometry comes from
 //! skv, the capacity, and the kernel clamps each count to skv without checking it (see `attention.cu`).
 //!
 //! The partials live in the device's one growable workspace (`CudaDevice::workspace`), held from before the
-//! first launch until after the second, so that repeated calls allocate nothing and no other call on
-//! another thread can reuse it in between.
+//! first launch until after the last, so that repeated calls allocate nothing and no other call on another
+//! thread can reuse it in between.
 
 use super::model::Words;
 use super::Executor;
 use crate::call::Value;
 use crate::{Error, Result, Tensor};
 use fuse_ir::codegen::{attention_launch, AttentionShape, ModelKernel, ATTENTION_MAX_HEAD_DIM};
+use fuse_ir::DType;
 use fuse_ir::NodeId;
 
 /// Largest grid of the kernels' grid-stride loops.
@@ -67,6 +73,26 @@ impl Executor<'_> {
         } else {
             (0, 0)
         };
+        if launch.decode {
+            let counters = match launch.counters {
+                0 => 0,
+                count => device.zeroed_counters(count)?,
+            };
+            let (k_address, v_address) = (self.address(&k)?, self.address(&v)?);
+            // 16-byte loads of 8 channels: unit-stride rows at 16-byte boundaries, whole vectors of d.
+            let vector = [(&k, k_address), (&v, v_address)].iter().all(|(t, address)| vector_rows(t, *address, d));
+            let mut words = Words::default();
+            words.address(self.address(&q)?).address(k_address).address(v_address);
+            words.address(out_address).address(partials).address(counters).address(lens).count(lens_stride);
+            words.counts(&[batch, q_heads, queries, kv_heads, keys, d, causal as usize]);
+            words.0.push(scale.to_bits());
+            words.counts(&[launch.splits, launch.split_keys, vector as usize]);
+            words.counts(q.strides()).counts(k.strides()).counts(v.strides());
+            let grid = launch.items.min(MAX_GRID) as u32;
+            self.launch_model_kernel_with(ModelKernel::AttentionDecode, &launch.defines(q.dtype()), grid, 0, words)?;
+            drop(workspace);
+            return Ok(());
+        }
         let mut words = Words::default();
         for t in [&q, &k, &v] {
             words.address(self.address(t)?);
@@ -87,6 +113,19 @@ impl Executor<'_> {
         drop(workspace);
         Ok(())
     }
+}
+
+/// Whether the decode kernel may read `t`'s rows (k or v, 4-D, at `address`) as 16-byte vectors of 8
+/// channels: d a multiple of 8, unit stride along d, and every row starting on a 16-byte boundary (the axes
+/// of size 1 are never stepped along).
+fn vector_rows(t: &Tensor, address: u64, d: usize) -> bool {
+    let elements = 16 / t.dtype().size_bytes();
+    let rows_aligned = t.shape()[..3].iter().zip(&t.strides()[..3]).all(|(&n, &stride)| n == 1 || stride % elements == 0);
+    matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16)
+        && d % 8 == 0
+        && t.strides()[3] == 1
+        && address % 16 == 0
+        && rows_aligned
 }
 
 /// A 4-D shape's sizes (inference checked the rank).

@@ -1,0 +1,400 @@
+// attention / attention_len when the rows of one key/value head fit one block (queries * (hq / hkv) <=
+// FUSE_DECODE_ROWS, which covers decode's one query): the same semantics as attention.cu (read its header
+// for q, k, v, lens, causal and grouped heads), in ONE launch whatever the number of key splits.
+//
+// Work item = (batch b, kv head g, key split); blocks take items grid-stride. The rows of (b, g) are
+// u = i * group + (h - g * group), all in one item, so that each key and value row is loaded once for every
+// query head that shares it. The host picks the splits (fuse-ir's attention.rs) so that batch * hkv * splits
+// is about one block a multiprocessor and each split has at least 64 keys.
+//
+// Inside a block the 4 warps cut the split's key range in 4 contiguous parts, one each, and load it at the
+// same time. Loads go straight to registers, not through shared memory: a lane holds 8 channels of a key
+// row (a 16-byte vector for bf16/f16, two for f32), so FUSE_ATTENTION_D / 8 lanes cover a row and a warp
+// takes 32 / (D / 8) keys a step (4 at D = 64). A warp first issues the key AND value loads of
+// FUSE_DECODE_UNROLL steps (32 keys at D = 64 in 16-bit types: the whole part of a 128-key split), then
+// computes: a split of the decode shapes costs one DRAM round trip, where staging key tiles through shared
+// memory would cost one round trip a tile plus barriers. Each key group of lanes keeps its own online-softmax
+// state (running max in log2 units, sum, unnormalised p * v in the lane's 8 channels) for the rows of the
+// pass, so the loop needs no reduction across groups: the dot product of a key with a row is summed over the
+// D / 8 lanes of its group by shuffles. After the loop the groups of a warp merge by butterfly shuffles, the
+// warps merge through shared memory in the fixed order 0..3, and the block either writes the normalised
+// rows (one split) or its f32 partials. Rows are processed 4 at a time (FUSE_DECODE_PASS_ROWS; decode of
+// SmolLM2 has 3): a pass keeps q, the state and 8 keys' values in registers whatever the head dimension;
+// more rows re-read the split's keys in later passes (from L2).
+//
+// Several splits, one kernel: each split block writes its partials to `partials` ([rows][splits][dp]
+// unnormalised sums, dp = d rounded up to 4, then [rows][splits][2] max and sum; a split that saw no key
+// writes only max -inf and sum 0), then, after a __threadfence(), adds 1 to the (b, g) counter in
+// `counters` (zero before the first launch: fuse-runtime's CudaDevice::zeroed_counters). The block that
+// brings it to `splits` merges the splits of every row in the order 0..splits-1 (deterministic: the same
+// inputs give the same bits), writes the rows and sets the counter back to 0, so that the next launch (a
+// CUDA graph replays this one) finds zeros. Every split block counts in, an empty one too (lens), so that
+// every launch leaves its counters at 0. Partials are read back through L2 (__ldcg), never L1.
+#define FUSE_DECODE_THREADS 128
+#define FUSE_DECODE_WARPS (FUSE_DECODE_THREADS / 32)
+#define FUSE_DECODE_ROWS 16
+#define FUSE_DECODE_PASS_ROWS 4
+#define FUSE_DECODE_MAX_SPLITS 128
+#define FUSE_DECODE_CHANNELS 8
+#ifndef FUSE_ATTENTION_D
+#define FUSE_ATTENTION_D 256
+#endif
+// Lanes that hold one key row, and keys a warp covers in one step.
+#define FUSE_DECODE_LANES (FUSE_ATTENTION_D / FUSE_DECODE_CHANNELS)
+#define FUSE_DECODE_STEP_KEYS (32 / FUSE_DECODE_LANES)
+#if FUSE_MODEL_DTYPE == 0 || FUSE_MODEL_DTYPE == 3
+#define FUSE_DECODE_ELEM_BYTES 4
+#else
+#define FUSE_DECODE_ELEM_BYTES 2
+#endif
+// 16-byte vectors a lane loads of a row (8 channels), and steps loaded before any is computed: 256 bytes of
+// keys and values in flight per lane in every type.
+#define FUSE_DECODE_VECTORS (FUSE_DECODE_CHANNELS * FUSE_DECODE_ELEM_BYTES / 16)
+#define FUSE_DECODE_UNROLL (FUSE_DECODE_ELEM_BYTES == 4 ? 4 : 8)
+
+struct FuseAttentionDecodeArgs {
+  const fuse_elem* q;
+  const fuse_elem* k;
+  const fuse_elem* v;
+  fuse_elem* out;
+  float* partials;          // splits > 1 only
+  unsigned int* counters;   // splits > 1 only: [batch * kv_heads], zero between launches
+  const unsigned int* lens;  // attention_len: the key count of each batch; null: skv for all
+  long long lens_stride;
+  long long batch;
+  long long q_heads;
+  long long queries;
+  long long kv_heads;
+  long long keys;
+  long long d;
+  long long causal;  // 0 or 1
+  double scale;
+  long long splits;      // key splits, at most FUSE_DECODE_MAX_SPLITS
+  long long split_keys;  // keys a split covers
+  long long kv_vector;   // 1: k and v rows are unit-stride, 16-byte aligned and d % 8 == 0 (vector loads)
+  long long q_strides[4];
+  long long k_strides[4];
+  long long v_strides[4];
+};
+
+__device__ __forceinline__ float fuse_decode_warp_max(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+
+__device__ __forceinline__ float fuse_decode_warp_sum(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+// A 16-bit element's bits as f32.
+__device__ __forceinline__ float fuse_decode_half(unsigned int bits) {
+#if FUSE_MODEL_DTYPE == 1
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)bits));
+  return f;
+#else
+  return __uint_as_float(bits << 16);
+#endif
+}
+
+// The lane's 8 channels of a row as f32 (element order: the low half of a 32-bit word first).
+__device__ __forceinline__ void fuse_decode_unpack(const uint4 (&raw)[FUSE_DECODE_VECTORS], float (&f)[FUSE_DECODE_CHANNELS]) {
+#pragma unroll
+  for (int vec = 0; vec < FUSE_DECODE_VECTORS; ++vec) {
+    const unsigned int w[4] = {raw[vec].x, raw[vec].y, raw[vec].z, raw[vec].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#if FUSE_DECODE_ELEM_BYTES == 4
+      f[4 * vec + j] = __uint_as_float(w[j]);
+#else
+      f[2 * j] = fuse_decode_half(w[j] & 0xffffu);
+      f[2 * j + 1] = fuse_decode_half(w[j] >> 16);
+#endif
+    }
+  }
+}
+
+// Channels c0 .. c0 + 8 of a key or value row as raw element bits; zeros past d or when !valid (a key past
+// the split: never read, so NaN past an attention_len count cannot reach the sums). Vector loads when the
+// host found them aligned (then d % 8 == 0: a lane's 8 channels are all in range or all out), else one
+// element at a time through the channel stride.
+__device__ __forceinline__ void fuse_decode_load(const fuse_elem* row, long long stride, unsigned int c0, unsigned int d, bool vector,
+                                                 bool valid, uint4 (&raw)[FUSE_DECODE_VECTORS]) {
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  if (vector) {
+    const uint4* p = reinterpret_cast<const uint4*>(row + c0);
+#pragma unroll
+    for (int vec = 0; vec < FUSE_DECODE_VECTORS; ++vec) raw[vec] = valid && c0 < d ? __ldg(p + vec) : zero;
+  } else {
+    unsigned int bits[FUSE_DECODE_CHANNELS];
+#pragma unroll
+    for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j) {
+      const unsigned int c = c0 + j;
+      bits[j] = valid && c < d ? (unsigned int)__ldg(row + c * stride) : 0u;
+    }
+#pragma unroll
+    for (int vec = 0; vec < FUSE_DECODE_VECTORS; ++vec) {
+#if FUSE_DECODE_ELEM_BYTES == 4
+      raw[vec] = make_uint4(bits[4 * vec], bits[4 * vec + 1], bits[4 * vec + 2], bits[4 * vec + 3]);
+#else
+      raw[vec] = make_uint4(bits[0] | bits[1] << 16, bits[2] | bits[3] << 16, bits[4] | bits[5] << 16, bits[6] | bits[7] << 16);
+#endif
+    }
+  }
+}
+
+// The dense output row (b, h, i) of row u of kv head g.
+__device__ __forceinline__ unsigned int fuse_decode_row(unsigned int b, unsigned int g, unsigned int u, unsigned int group,
+                                                        unsigned int q_heads, unsigned int queries) {
+  return (b * q_heads + g * group + u % group) * queries + u / group;
+}
+
+// Up to 2 blocks a multiprocessor (the grid is about one a multiprocessor): a register cap of 255.
+extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_attention_decode(const FuseAttentionDecodeArgs a) {
+  fuse_model_grid_sync();
+  // Each warp's merged state of the pass's rows, then the merge weights of the last split block.
+  __shared__ __align__(16) float warp_acc[FUSE_DECODE_WARPS][FUSE_DECODE_PASS_ROWS][FUSE_ATTENTION_D];
+  __shared__ float warp_max[FUSE_DECODE_WARPS][FUSE_DECODE_PASS_ROWS];
+  __shared__ float warp_sum[FUSE_DECODE_WARPS][FUSE_DECODE_PASS_ROWS];
+  __shared__ float weights[FUSE_DECODE_ROWS * FUSE_DECODE_MAX_SPLITS];
+  __shared__ float inverse[FUSE_DECODE_ROWS];
+  __shared__ unsigned int last_block;
+  // 32-bit index arithmetic (the host checks that rows, keys and items fit); element offsets stay 64-bit.
+  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const unsigned int key_group = lane / FUSE_DECODE_LANES, c0 = (lane % FUSE_DECODE_LANES) * FUSE_DECODE_CHANNELS;
+  const unsigned int d = (unsigned int)a.d, dp = (d + 3u) & ~3u;
+  const unsigned int q_heads = (unsigned int)a.q_heads, kv_heads = (unsigned int)a.kv_heads;
+  const unsigned int queries = (unsigned int)a.queries, keys = (unsigned int)a.keys;
+  const unsigned int group = q_heads / kv_heads, rows = queries * group;
+  const unsigned int splits = (unsigned int)a.splits, split_keys = (unsigned int)a.split_keys;
+  const unsigned int items = (unsigned int)a.batch * kv_heads * splits;
+  const unsigned long long all_rows = (unsigned long long)a.batch * q_heads * queries;
+  float* const stats = a.partials + all_rows * splits * dp;
+  const bool vector = a.kv_vector != 0;
+  const float q_scale = (float)(a.scale * 1.4426950408889634);  // log2(e): probabilities are exp2 of scores
+  const float minus_infinity = __int_as_float(0xff800000);
+  for (unsigned int item = blockIdx.x; item < items; item += gridDim.x) {
+    const unsigned int split = item % splits, tile = item / splits;
+    const unsigned int g = tile % kv_heads, b = tile / kv_heads;
+    // The batch's keys (lens clamped to skv) and the causal limit in signed arithmetic (lens[b] < sq makes
+    // it negative); the split's keys end where the last query's sight does (it sees the most).
+    const unsigned int batch_keys = a.lens ? min(__ldg(a.lens + b * a.lens_stride), keys) : keys;
+    const int causal_keys = a.causal ? (int)batch_keys - (int)queries + 1 : (int)batch_keys;
+    const unsigned int seen = (unsigned int)max(0, min(causal_keys + (int)queries - 1, (int)batch_keys));
+    const unsigned int begin = split * split_keys;
+    const unsigned int end = max(begin, min(begin + split_keys, seen));  // == begin: no key, empty partials
+    // The warp's contiguous part of the split.
+    const unsigned int part = (end - begin + FUSE_DECODE_WARPS - 1) / FUSE_DECODE_WARPS;
+    const unsigned int warp_begin = min(begin + warp * part, end), warp_end = min(warp_begin + part, end);
+    const fuse_elem* k_base = a.k + b * a.k_strides[0] + g * a.k_strides[1];
+    const fuse_elem* v_base = a.v + b * a.v_strides[0] + g * a.v_strides[1];
+    for (unsigned int first = 0; first < rows; first += FUSE_DECODE_PASS_ROWS) {
+      const unsigned int pass_rows = min(FUSE_DECODE_PASS_ROWS, rows - first);
+      // The pass's query rows (the lane's 8 channels, scaled), the last key each sees, and the key group's
+      // online-softmax state.
+      float query[FUSE_DECODE_PASS_ROWS][FUSE_DECODE_CHANNELS];
+      int visible[FUSE_DECODE_PASS_ROWS];
+      float running_max[FUSE_DECODE_PASS_ROWS], running_sum[FUSE_DECODE_PASS_ROWS];
+      float acc[FUSE_DECODE_PASS_ROWS][FUSE_DECODE_CHANNELS];
+#pragma unroll
+      for (int r = 0; r < FUSE_DECODE_PASS_ROWS; ++r) {
+        const unsigned int u = first + r, i = u / group, h = g * group + u % group;
+        const bool here = (unsigned int)r < pass_rows;
+        visible[r] = here ? causal_keys + (int)i : 0;
+        running_max[r] = minus_infinity;
+        running_sum[r] = 0.0f;
+        const fuse_elem* q = a.q + b * a.q_strides[0] + h * a.q_strides[1] + i * a.q_strides[2];
+#pragma unroll
+        for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j) {
+          const unsigned int c = c0 + j;
+          query[r][j] = here && c < d ? fuse_model_load(q, c * a.q_strides[3]) * q_scale : 0.0f;
+          acc[r][j] = 0.0f;
+        }
+      }
+      for (unsigned int chunk = warp_begin; chunk < warp_end; chunk += FUSE_DECODE_UNROLL * FUSE_DECODE_STEP_KEYS) {
+        // Every load of the chunk first, then the arithmetic.
+        uint4 key_raw[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS], value_raw[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS];
+#pragma unroll
+        for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) {
+          const unsigned int key = chunk + s * FUSE_DECODE_STEP_KEYS + key_group;
+          const bool valid = key < warp_end;
+          fuse_decode_load(k_base + key * a.k_strides[2], a.k_strides[3], c0, d, vector, valid, key_raw[s]);
+          fuse_decode_load(v_base + key * a.v_strides[2], a.v_strides[3], c0, d, vector, valid, value_raw[s]);
+        }
+        // Scores (log2 units; -inf where the row does not see the key), summed over the group's lanes.
+        float score[FUSE_DECODE_UNROLL][FUSE_DECODE_PASS_ROWS];
+#pragma unroll
+        for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) {
+          const int key = (int)(chunk + s * FUSE_DECODE_STEP_KEYS + key_group);
+          float kf[FUSE_DECODE_CHANNELS];
+          fuse_decode_unpack(key_raw[s], kf);
+#pragma unroll
+          for (int r = 0; r < FUSE_DECODE_PASS_ROWS; ++r) {
+            float dot = 0.0f;
+#pragma unroll
+            for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j) dot += query[r][j] * kf[j];
+#pragma unroll
+            for (int offset = FUSE_DECODE_LANES / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+            score[s][r] = key < (int)warp_end && key < visible[r] ? dot : minus_infinity;
+          }
+        }
+        // Online softmax, once for the chunk: the new maximum, the old state rescaled, then p * v.
+#pragma unroll
+        for (int r = 0; r < FUSE_DECODE_PASS_ROWS; ++r) {
+          float most = running_max[r];
+#pragma unroll
+          for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) most = fmaxf(most, score[s][r]);
+          // A row that has seen no key yet keeps max -inf and sum 0 (exp2(-inf - -inf) is NaN).
+          const bool any = most != minus_infinity;
+          const float correction = any ? exp2f(running_max[r] - most) : 1.0f;
+          running_max[r] = most;
+          running_sum[r] *= correction;
+#pragma unroll
+          for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j) acc[r][j] *= correction;
+#pragma unroll
+          for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) score[s][r] = any ? exp2f(score[s][r] - most) : 0.0f;
+        }
+#pragma unroll
+        for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) {
+          float vf[FUSE_DECODE_CHANNELS];
+          fuse_decode_unpack(value_raw[s], vf);
+#pragma unroll
+          for (int r = 0; r < FUSE_DECODE_PASS_ROWS; ++r) {
+            running_sum[r] += score[s][r];
+#pragma unroll
+            for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j) acc[r][j] += score[s][r] * vf[j];
+          }
+        }
+      }
+      // The warp's key groups merge (butterfly: every group ends with the warp's state).
+#pragma unroll
+      for (int offset = FUSE_DECODE_LANES; offset < 32; offset <<= 1) {
+#pragma unroll
+        for (int r = 0; r < FUSE_DECODE_PASS_ROWS; ++r) {
+          const float other_max = __shfl_xor_sync(0xffffffffu, running_max[r], offset);
+          const float other_sum = __shfl_xor_sync(0xffffffffu, running_sum[r], offset);
+          const float most = fmaxf(running_max[r], other_max);
+          const bool any = most != minus_infinity;
+          const float mine = any ? exp2f(running_max[r] - most) : 0.0f, theirs = any ? exp2f(other_max - most) : 0.0f;
+          running_max[r] = most;
+          running_sum[r] = running_sum[r] * mine + other_sum * theirs;
+#pragma unroll
+          for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j) {
+            const float other = __shfl_xor_sync(0xffffffffu, acc[r][j], offset);
+            acc[r][j] = acc[r][j] * mine + other * theirs;
+          }
+        }
+      }
+      if (lane < FUSE_DECODE_LANES) {
+#pragma unroll
+        for (int r = 0; r < FUSE_DECODE_PASS_ROWS; ++r) {
+          float4* to = reinterpret_cast<float4*>(&warp_acc[warp][r][c0]);
+          to[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+          to[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
+          if (lane == 0) {
+            warp_max[warp][r] = running_max[r];
+            warp_sum[warp][r] = running_sum[r];
+          }
+        }
+      }
+      __syncthreads();
+      // The warps merge in the order 0..3, a thread a (row, channel).
+      for (unsigned int at = threadIdx.x; at < pass_rows * d; at += FUSE_DECODE_THREADS) {
+        const unsigned int r = at / d, c = at - r * d;
+        float most = minus_infinity;
+#pragma unroll
+        for (int w = 0; w < FUSE_DECODE_WARPS; ++w) most = fmaxf(most, warp_max[w][r]);
+        float total = 0.0f, sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < FUSE_DECODE_WARPS; ++w) {
+          const float weight = most == minus_infinity ? 0.0f : exp2f(warp_max[w][r] - most);
+          total += weight * warp_sum[w][r];
+          sum += weight * warp_acc[w][r][c];
+        }
+        const unsigned int row = fuse_decode_row(b, g, first + r, group, q_heads, queries);
+        if (splits == 1) {
+          // A row that saw no key (lens[b] = 0, or < sq under causal) has sum 0: it writes zeros.
+          fuse_model_store(a.out, (unsigned long long)row * d + c, total > 0.0f ? sum * (1.0f / total) : 0.0f);
+        } else {
+          const unsigned long long at_split = (unsigned long long)row * splits + split;
+          if (most != minus_infinity) a.partials[at_split * dp + c] = sum;
+          if (c == 0) {
+            stats[2 * at_split] = most;
+            stats[2 * at_split + 1] = total;
+          }
+        }
+      }
+      __syncthreads();  // the next pass rewrites warp_acc
+    }
+    if (splits == 1) continue;
+    // Count this split in; the last of the tile's splits to arrive merges them all.
+    if (threadIdx.x == 0) {
+      __threadfence();  // this block's partials (ordered before by the barrier above) before the count
+      const unsigned int arrived = atomicAdd(a.counters + tile, 1u) + 1u;
+      last_block = arrived == splits;
+      if (arrived == splits) atomicExch(a.counters + tile, 0u);  // zero for the next launch
+    }
+    __syncthreads();
+    if (!last_block) continue;
+    __threadfence();  // every other split's partials are visible before they are read (through L2)
+    // Each row's maximum over the splits, the splits' weights exp2(max_s - max) and 1 / sum of the weighted
+    // sums: a warp a row, lanes over the splits (fixed shuffle trees: deterministic).
+    for (unsigned int u = warp; u < rows; u += FUSE_DECODE_WARPS) {
+      const unsigned int row = fuse_decode_row(b, g, u, group, q_heads, queries);
+      const float2* row_stats = reinterpret_cast<const float2*>(stats) + (unsigned long long)row * splits;
+      float split_max[FUSE_DECODE_MAX_SPLITS / 32], split_sum[FUSE_DECODE_MAX_SPLITS / 32];
+      float most = minus_infinity;
+#pragma unroll
+      for (int j = 0; j < FUSE_DECODE_MAX_SPLITS / 32; ++j) {
+        const unsigned int s = lane + 32 * j;
+        const float2 st = s < splits ? __ldcg(row_stats + s) : make_float2(minus_infinity, 0.0f);
+        split_max[j] = st.x;
+        split_sum[j] = st.y;
+        most = fmaxf(most, st.x);
+      }
+      most = fuse_decode_warp_max(most);
+      float total = 0.0f;
+#pragma unroll
+      for (int j = 0; j < FUSE_DECODE_MAX_SPLITS / 32; ++j) {
+        const unsigned int s = lane + 32 * j;
+        // A split without keys (max -inf) weighs 0, and no row's max is -inf unless every split's is.
+        const float weight = most == minus_infinity ? 0.0f : exp2f(split_max[j] - most);
+        total += weight * split_sum[j];
+        if (s < splits) weights[u * splits + s] = weight;
+      }
+      total = fuse_decode_warp_sum(total);
+      if (lane == 0) inverse[u] = total > 0.0f ? 1.0f / total : 0.0f;
+    }
+    __syncthreads();
+    // A thread a (row, 4 channels): the weighted sums in split order. A split of weight 0 is not read (an
+    // empty split wrote no sums).
+    const unsigned int quads = dp / 4;
+    for (unsigned int at = threadIdx.x; at < rows * quads; at += FUSE_DECODE_THREADS) {
+      const unsigned int u = at / quads, quad = at - u * quads;
+      const unsigned int row = fuse_decode_row(b, g, u, group, q_heads, queries);
+      const float4* sums = reinterpret_cast<const float4*>(a.partials + (unsigned long long)row * splits * dp) + quad;
+      const float* row_weights = weights + u * splits;
+      float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+      for (unsigned int s = 0; s < splits; ++s) {
+        const float weight = row_weights[s];
+        const float4 x = weight != 0.0f ? __ldcg(sums + (unsigned long long)s * quads) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        total.x += weight * x.x;
+        total.y += weight * x.y;
+        total.z += weight * x.z;
+        total.w += weight * x.w;
+      }
+      const float scale = inverse[u];
+      const float parts[4] = {total.x, total.y, total.z, total.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const unsigned int c = 4 * quad + j;
+        if (c < d) fuse_model_store(a.out, (unsigned long long)row * d + c, parts[j] * scale);
+      }
+    }
+    __syncthreads();  // the next item rewrites weights and last_block
+  }
+}
