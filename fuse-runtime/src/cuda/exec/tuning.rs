@@ -110,6 +110,11 @@ impl Executor<'_> {
             let path = GemmPath::parse(&forced)
                 .ok_or_else(|| Error::unsupported(self.function, "matmul", format!("no GEMM path is named {forced:?}")))?;
             if let Err(why) = self.path_runs(index, specs, &path) {
+                // A path that reads the left operand in memory cannot be checked before a deferred prologue
+                // has written it: run the prologue, then decide again.
+                if self.prologue_deferred && self.values[self.left_operand(index).index()].is_none() {
+                    return Ok(None);
+                }
                 return Err(Error::unsupported(self.function, "matmul", format!("{forced} cannot run group {index}: {why}")));
             }
             self.note(format!("path {} (forced)", path.name()));
@@ -158,6 +163,11 @@ impl Executor<'_> {
             .collect();
         self.note(format!("path {} (tuned: {})", path.name(), list.join(", ")));
         path
+    }
+
+    /// The left operand of group `index`'s matmuls.
+    fn left_operand(&self, index: usize) -> NodeId {
+        self.graph.node(self.plan.groups[index].matmuls[0]).args[0]
     }
 
     fn note(&mut self, note: String) {
