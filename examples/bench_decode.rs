@@ -8,11 +8,12 @@
 //! For each batch and cache fill, decode us per token (one token per sequence per step) in each mode:
 //! `graph` (the step recorded once as a CUDA graph, each replay picking the next tokens on the device:
 //! `Llama::greedy_decoder`), `calls` (the fused step call by call, no graph) and `unfused` (one op at a time);
-//! then prefill tokens/s for a `--prompt`-token prompt (batch 1). Prints a table with the floor (the bf16
-//! weights and the cache read once per step at 4.2 TB/s) and writes `--json`.
+//! then prefill tokens/s for a `--prompt`-token prompt (batch 1), the host time of one fused call that is not
+//! captured, and decode attention alone (us and GB/s of keys and values at 1024 and 8192 cached). Prints a
+//! table with the floor (the bf16 weights and the cache read once per step at 4.2 TB/s) and writes `--json`.
 
 use fuse::prelude::*;
-use fuse_models::llama::{Config, KvCache, Llama, StepInputs};
+use fuse_models::llama::{Config, FfnBlock, KvCache, Llama, StepInputs};
 use std::time::Instant;
 
 struct Options {
@@ -134,6 +135,67 @@ fn prefill(model: &Llama, prompt: usize) -> Fallible<f64> {
     Ok(prompt as f64 / times[times.len() / 2])
 }
 
+/// Host time of one fused call that is not captured, in us: the FFN block of a decoder layer (rms_norm,
+/// the gate and up projections, SwiGLU, the down projection, the residual) at one token, queued 100 times
+/// without waiting (its launches are replayed from the call's launch plan). The GPU runs behind; the
+/// queue does not fill at this count.
+fn host_us_per_call(config: &Config, dtype: DType, device: &Device) -> Fallible<f64> {
+    let w = |shape: &[usize], seed: u64| -> Fallible<Tensor> {
+        Ok(Tensor::randn(0.0, 0.02, shape, seed, &Device::Cpu)?.to_dtype(dtype)?.to_device(device)?)
+    };
+    let (h, i) = (config.hidden, config.intermediate);
+    let ffn = FfnBlock { norm: w(&[h], 1)?, gate: w(&[i, h], 2)?, up: w(&[i, h], 3)?, down: w(&[h, i], 4)?, eps: 1e-5 };
+    let x = w(&[1, 1, h], 5)?;
+    for _ in 0..3 {
+        ffn.forward(&x)?.to_vec::<f32>()?;
+    }
+    let calls = 100;
+    let start = Instant::now();
+    let mut last = None;
+    for _ in 0..calls {
+        last = Some(ffn.forward(&x)?);
+    }
+    let host = start.elapsed().as_secs_f64() * 1e6 / calls as f64;
+    if let Some(y) = last {
+        y.to_vec::<f32>()?;
+    }
+    Ok(host)
+}
+
+/// Decode attention alone (`attention_len`, one query a sequence over `cached` keys of a [batch, 3, cached,
+/// 64] cache, SmolLM2's heads), 20 calls recorded as one CUDA graph (on a GPU; called on a CPU) and
+/// replayed: us per call and GB/s of keys and values read.
+fn attention_speed(batch: usize, cached: usize, dtype: DType, device: &Device) -> Fallible<(f64, f64)> {
+    let rand = |shape: &[usize], seed: u64| -> Fallible<Tensor> {
+        Ok(Tensor::randn(0.0, 1.0, shape, seed, &Device::Cpu)?.to_dtype(dtype)?.to_device(device)?)
+    };
+    let (hq, hkv, d) = (9, 3, 64);
+    let q = rand(&[batch, hq, 1, d], 1)?;
+    let (k, v) = (rand(&[batch, hkv, cached, d], 2)?, rand(&[batch, hkv, cached, d], 3)?);
+    let lens = Tensor::from_vec(vec![cached as u32; batch], &[batch], device)?;
+    let scale = 1.0 / (d as f64).sqrt();
+    attention_len(&q, &k, &v, &lens, scale, true)?.to_vec::<f32>()?; // compiles; the counters are made
+    let calls = 20;
+    let out = std::cell::RefCell::new(None);
+    let mut graph = CudaGraph::capture(device, || {
+        for _ in 0..calls {
+            *out.borrow_mut() = Some(attention_len(&q, &k, &v, &lens, scale, true)?);
+        }
+        Ok(())
+    })?;
+    graph.replay()?;
+    device.synchronize()?;
+    let replays = if device.is_cuda() { 10 } else { 1 };
+    let start = Instant::now();
+    for _ in 0..replays {
+        graph.replay()?;
+    }
+    device.synchronize()?;
+    let us = start.elapsed().as_secs_f64() * 1e6 / (replays * calls) as f64;
+    let bytes = 2 * batch * hkv * cached * d * dtype.size_bytes();
+    Ok((us, bytes as f64 / us / 1e3))
+}
+
 fn run() -> Fallible<()> {
     let o = parse()?;
     let device = match o.device.as_str() {
@@ -171,13 +233,24 @@ fn run() -> Fallible<()> {
     }
     let tps = prefill(&model, o.prompt)?;
     println!("prefill  {} tokens (batch 1): {tps:.0} tokens/s", o.prompt);
+    let host = host_us_per_call(&config, o.dtype, &device)?;
+    println!("host time of one fused call, not captured (the FFN block, launch plan replayed): {host:.1} us");
+    let mut attention = Vec::new();
+    // Batch 16 over 8192 keys takes minutes on a CPU: the GPU only there.
+    let shapes: &[(usize, usize)] = if device.is_cuda() { &[(1, 1024), (1, 8192), (16, 1024), (16, 8192)] } else { &[(1, 1024), (1, 8192)] };
+    for &(b, cached) in shapes {
+        let (us, gbs) = attention_speed(b, cached, o.dtype, &device)?;
+        println!("attention_len decode, batch {b:>2}, {cached:>5} cached: {us:8.1} us, {gbs:7.1} GB/s of keys and values");
+        attention.push(format!("{{\"batch\": {b}, \"cached\": {cached}, \"us\": {us:.3}, \"gb_per_s\": {gbs:.3}}}"));
+    }
     if let Some(path) = &o.json {
         let body = format!(
-            "{{\"device\": \"{device}\", \"dtype\": \"{}\", \"steps\": {}, \"decode\": [{}], \"prefill\": {{\"tokens\": {}, \"tokens_per_s\": {tps:.3}}}}}\n",
+            "{{\"device\": \"{device}\", \"dtype\": \"{}\", \"steps\": {}, \"decode\": [{}], \"prefill\": {{\"tokens\": {}, \"tokens_per_s\": {tps:.3}}}, \"host_us_per_call\": {host:.3}, \"attention\": [{}]}}\n",
             o.dtype,
             o.steps,
             rows.join(", "),
-            o.prompt
+            o.prompt,
+            attention.join(", ")
         );
         std::fs::write(path, body)?;
     }
