@@ -1,5 +1,6 @@
-//! Model groups (`embedding`, `argmax`, `rope`, `attention`: one node, one kernel, two for attention with
-//! split keys, see `attention.rs`) and `cat` (one kernel per part) on the GPU: the hand-written kernels of
+//! Model groups (`embedding`, `argmax`, `rope`, `attention`: one node, one kernel, two for a prefill
+//! attention with split keys, see `attention.rs`), `cat` and `slice_set` (copies: consecutive independent ones,
+//! a cat's parts or a decoder's key and value writes, share one launch) on the GPU: the hand-written kernels of
 //! `fuse_ir::codegen::ModelKernel`, compiled once per dtype through the module cache and launched through
 //! `run_step` like every other kernel. Each takes one struct of 8-byte words, packed here field by field in
 //! the order the `.cu` file declares them.
