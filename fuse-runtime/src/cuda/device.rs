@@ -428,7 +428,7 @@ impl CudaDevice {
             let zeros = self.state.stream.alloc_zeros::<u32>(COUNTERS).map_err(|e| driver_error("alloc", e))?;
             *counters = Some(zeros);
         }
-        let buffer = counters.as_ref().expect("made above");
+        let Some(buffer) = counters.as_ref() else { return Err(Error::internal("counters", "no buffer after making it")) };
         let (address, _sync) = cudarc::driver::DevicePtr::device_ptr(buffer, &self.state.stream);
         Ok(address)
     }
