@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release --example bench_decode -- [--batches 1,4,16] [--cached 128,1024] [--steps 64]
 //!       [--prompt 512] [--dtype bf16|f32] [--device cpu|cuda] [--modes graph,calls,unfused] [--json FILE]
+//!       [--extras on|off]
 //! ```
 //! For each batch and cache fill, decode us per token (one token per sequence per step) in each mode:
 //! `graph` (the step recorded once as a CUDA graph, each replay picking the next tokens on the device:
@@ -11,6 +12,7 @@
 //! then prefill tokens/s for a `--prompt`-token prompt (batch 1), the host time of one fused call that is not
 //! captured, and decode attention alone (us and GB/s of keys and values at 1024 and 8192 cached). Prints a
 //! table with the floor (the bf16 weights and the cache read once per step at 4.2 TB/s) and writes `--json`.
+//! `--extras off` stops after the decode table (for a profiler: `scripts/gpu-profile-decode.sh`).
 
 use fuse::prelude::*;
 use fuse_models::llama::{Config, FfnBlock, KvCache, Llama, StepInputs};
@@ -25,6 +27,8 @@ struct Options {
     device: String,
     modes: Vec<String>,
     json: Option<String>,
+    /// Prefill, host time and attention after the decode table (`--extras off`: the decode table only).
+    extras: bool,
 }
 
 fn list(v: &str) -> Result<Vec<usize>, String> {
@@ -41,6 +45,7 @@ fn parse() -> Result<Options, String> {
         device: "best".into(),
         modes: vec!["graph".into(), "calls".into(), "unfused".into()],
         json: None,
+        extras: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -54,6 +59,7 @@ fn parse() -> Result<Options, String> {
             "--device" => o.device = value,
             "--modes" => o.modes = value.split(',').map(str::to_string).collect(),
             "--json" => o.json = Some(value),
+            "--extras" => o.extras = value != "off",
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
@@ -230,6 +236,19 @@ fn run() -> Fallible<()> {
                 ));
             }
         }
+    }
+    if !o.extras {
+        // Decode steps only (e.g. under a profiler); the JSON keeps its fields, null.
+        if let Some(path) = &o.json {
+            let body = format!(
+                "{{\"device\": \"{device}\", \"dtype\": \"{}\", \"steps\": {}, \"decode\": [{}], \"prefill\": null, \"host_us_per_call\": null, \"attention\": null}}\n",
+                o.dtype,
+                o.steps,
+                rows.join(", ")
+            );
+            std::fs::write(path, body)?;
+        }
+        return Ok(());
     }
     let tps = prefill(&model, o.prompt)?;
     println!("prefill  {} tokens (batch 1): {tps:.0} tokens/s", o.prompt);
