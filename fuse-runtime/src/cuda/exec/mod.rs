@@ -128,7 +128,8 @@ pub(crate) fn execute(
     // Empty values make empty launches and products, which the general path skips call by call. A view op's
     // layout may depend on a scalar argument (narrow's start), which a launch plan's signature does not
     // hold: such graphs take the general path on every call.
-    // Model ops are not recorded either (`model.rs`: embedding checks its ids on the host on every call).
+    // Model ops are not recorded either: their steps are queued without patches (`model.rs`), so a replay
+    // could not move their addresses to the new call's tensors.
     let has_views = g.nodes.iter().any(|n| matches!(n.op, Op::View(_) | Op::Model(_)));
     let record = replayable && !has_views && !inferred.shapes.iter().any(|s| s.contains(&0));
     let recorded_signature = record.then(|| signature(&args));
