@@ -77,29 +77,6 @@ struct FuseAttentionDecodeArgs {
   long long v_strides[4];
 };
 
-__device__ __forceinline__ float fuse_decode_warp_max(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  return x;
-}
-
-__device__ __forceinline__ float fuse_decode_warp_sum(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
-
-// A 16-bit element's bits as f32.
-__device__ __forceinline__ float fuse_decode_half(unsigned int bits) {
-#if FUSE_MODEL_DTYPE == 1
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)bits));
-  return f;
-#else
-  return __uint_as_float(bits << 16);
-#endif
-}
-
 // The lane's 8 channels of a row as f32 (element order: the low half of a 32-bit word first).
 __device__ __forceinline__ void fuse_decode_unpack(const uint4 (&raw)[FUSE_DECODE_VECTORS], float (&f)[FUSE_DECODE_CHANNELS]) {
 #pragma unroll
@@ -110,8 +87,8 @@ __device__ __forceinline__ void fuse_decode_unpack(const uint4 (&raw)[FUSE_DECOD
 #if FUSE_DECODE_ELEM_BYTES == 4
       f[4 * vec + j] = __uint_as_float(w[j]);
 #else
-      f[2 * j] = fuse_decode_half(w[j] & 0xffffu);
-      f[2 * j + 1] = fuse_decode_half(w[j] >> 16);
+      f[2 * j] = fuse_model_widen(w[j] & 0xffffu);
+      f[2 * j + 1] = fuse_model_widen(w[j] >> 16);
 #endif
     }
   }
@@ -355,7 +332,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
         split_sum[j] = st.y;
         most = fmaxf(most, st.x);
       }
-      most = fuse_decode_warp_max(most);
+      most = fuse_model_warp_max(most);
       float total = 0.0f;
 #pragma unroll
       for (int j = 0; j < FUSE_DECODE_MAX_SPLITS / 32; ++j) {
@@ -365,7 +342,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
         total += weight * split_sum[j];
         if (s < splits) weights[u * splits + s] = weight;
       }
-      total = fuse_decode_warp_sum(total);
+      total = fuse_model_warp_sum(total);
       if (lane == 0) inverse[u] = total > 0.0f ? 1.0f / total : 0.0f;
     }
     __syncthreads();

@@ -13,18 +13,38 @@ typedef unsigned int fuse_elem;
 typedef unsigned short fuse_elem;
 #endif
 
+// A 16-bit element's bits (f16 or bf16) as f32, widened exactly.
+__device__ __forceinline__ float fuse_model_widen(unsigned int bits) {
+#if FUSE_MODEL_DTYPE == 1
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)bits));
+  return f;
+#else
+  return __uint_as_float(bits << 16);
+#endif
+}
+
 // An element's bits as f32 (f16/bf16 widened exactly; u32 is never read as a number).
 __device__ __forceinline__ float fuse_model_load(const fuse_elem* p, long long i) {
   const fuse_elem bits = p[i];
 #if FUSE_MODEL_DTYPE == 0
   return __uint_as_float(bits);
-#elif FUSE_MODEL_DTYPE == 1
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
-  return f;
 #else
-  return __uint_as_float(((unsigned int)bits) << 16);
+  return fuse_model_widen((unsigned int)bits);
 #endif
+}
+
+// Warp-wide max and sum in a fixed butterfly order (every lane gets the same result).
+__device__ __forceinline__ float fuse_model_warp_max(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+
+__device__ __forceinline__ float fuse_model_warp_sum(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
 }
 
 // Stores f32 rounded to nearest even in the element type, as the CPU backend rounds.
