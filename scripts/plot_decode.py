@@ -10,18 +10,11 @@ read once at 4.2 TB/s, from the bench JSON) and the issue's bar at batch 1 (300 
 Needs matplotlib (a venv: python3 -m venv .venv && .venv/bin/pip install matplotlib).
 """
 import argparse
-import json
 import sys
 
+from plot_bench import load
+
 BAR_US = 300.0
-
-
-def load(path):
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, ValueError) as e:
-        sys.exit(f"plot_decode: cannot read {path}: {e}")
 
 
 def main():
