@@ -141,14 +141,17 @@ fn prefill(model: &Llama, prompt: usize) -> Fallible<f64> {
     Ok(prompt as f64 / times[times.len() / 2])
 }
 
+/// Normal values of standard deviation `std` (seeded, made on the host), as `dtype` on `device`.
+fn random(shape: &[usize], std: f32, seed: u64, dtype: DType, device: &Device) -> Fallible<Tensor> {
+    Ok(Tensor::randn(0.0, std, shape, seed, &Device::Cpu)?.to_dtype(dtype)?.to_device(device)?)
+}
+
 /// Host time of one fused call that is not captured, in us: the FFN block of a decoder layer (rms_norm,
 /// the gate and up projections, SwiGLU, the down projection, the residual) at one token, queued 100 times
 /// without waiting (its launches are replayed from the call's launch plan). The GPU runs behind; the
 /// queue does not fill at this count.
 fn host_us_per_call(config: &Config, dtype: DType, device: &Device) -> Fallible<f64> {
-    let w = |shape: &[usize], seed: u64| -> Fallible<Tensor> {
-        Ok(Tensor::randn(0.0, 0.02, shape, seed, &Device::Cpu)?.to_dtype(dtype)?.to_device(device)?)
-    };
+    let w = |shape: &[usize], seed: u64| random(shape, 0.02, seed, dtype, device);
     let (h, i) = (config.hidden, config.intermediate);
     let ffn = FfnBlock { norm: w(&[h], 1)?, gate: w(&[i, h], 2)?, up: w(&[i, h], 3)?, down: w(&[h, i], 4)?, eps: 1e-5 };
     let x = w(&[1, 1, h], 5)?;
@@ -172,9 +175,7 @@ fn host_us_per_call(config: &Config, dtype: DType, device: &Device) -> Fallible<
 /// 64] cache, SmolLM2's heads), 20 calls recorded as one CUDA graph (on a GPU; called on a CPU) and
 /// replayed: us per call and GB/s of keys and values read.
 fn attention_speed(batch: usize, cached: usize, dtype: DType, device: &Device) -> Fallible<(f64, f64)> {
-    let rand = |shape: &[usize], seed: u64| -> Fallible<Tensor> {
-        Ok(Tensor::randn(0.0, 1.0, shape, seed, &Device::Cpu)?.to_dtype(dtype)?.to_device(device)?)
-    };
+    let rand = |shape: &[usize], seed: u64| random(shape, 1.0, seed, dtype, device);
     let (hq, hkv, d) = (9, 3, 64);
     let q = rand(&[batch, hq, 1, d], 1)?;
     let (k, v) = (rand(&[batch, hkv, cached, d], 2)?, rand(&[batch, hkv, cached, d], 3)?);
@@ -253,7 +254,8 @@ fn run() -> Fallible<()> {
     let tps = prefill(&model, o.prompt)?;
     println!("prefill  {} tokens (batch 1): {tps:.0} tokens/s", o.prompt);
     let host = host_us_per_call(&config, o.dtype, &device)?;
-    println!("host time of one fused call, not captured (the FFN block, launch plan replayed): {host:.1} us");
+    let how = if device.is_cuda() { "the FFN block, launch plan replayed" } else { "the FFN block, run on the CPU" };
+    println!("host time of one fused call, not captured ({how}): {host:.1} us");
     let mut attention = Vec::new();
     // Batch 16 over 8192 keys takes minutes on a CPU: the GPU only there.
     let shapes: &[(usize, usize)] = if device.is_cuda() { &[(1, 1024), (1, 8192), (16, 1024), (16, 8192)] } else { &[(1, 1024), (1, 8192)] };
