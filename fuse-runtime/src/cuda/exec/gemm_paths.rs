@@ -53,6 +53,11 @@ impl Executor<'_> {
         Ok(())
     }
 
+    /// The left operand of group `index`'s matmuls (one for both of a DualGemm).
+    pub(super) fn left_operand(&self, index: usize) -> NodeId {
+        self.graph.node(self.plan.groups[index].matmuls[0]).args[0]
+    }
+
     /// The prologue's tensor that `path`'s kernel streams in place of the left operand when it runs the
     /// group's prologue itself (`-DFUSE_GEMM_PRO=1`) on this call, or why it cannot: only a skinny config
     /// of at most `PROLOGUE_MAX_ROWS` rows per block does; the tensor must have the left operand's shape
@@ -66,7 +71,7 @@ impl Executor<'_> {
             return Err("the group has no prologue the skinny kernel can run".into());
         };
         let (pro, spec) = pro;
-        let left = self.graph.node(self.plan.groups[index].matmuls[0]).args[0];
+        let left = self.left_operand(index);
         let lhs_shape = self.shape(left);
         let primary = spec.inputs[pro.primary];
         if !matches!(self.resolve(primary), Ok(Value::Tensor(_))) {
@@ -99,7 +104,7 @@ impl Executor<'_> {
             return Err(format!("the wgmma template runs on sm_90 GPUs only, not {}", self.device.arch()));
         }
         let group = &self.plan.groups[index];
-        let left = self.graph.node(group.matmuls[0]).args[0];
+        let left = self.left_operand(index);
         let tensor = |id: NodeId| match self.resolve(id) {
             Ok(Value::Tensor(t)) => Ok(t),
             _ => Err("a matmul operand is not a tensor".to_string()),
@@ -255,7 +260,7 @@ impl Executor<'_> {
         let shape = self.template_launch(path, &gemm, dtype, dual)?;
         let product_shape = self.shape(group.matmuls[0]).to_vec();
         let dense = crate::tensor::contiguous_strides(&product_shape);
-        let left = self.graph.node(group.matmuls[0]).args[0];
+        let left = self.left_operand(index);
         let lhs_shape = self.shape(left).to_vec();
         let prologue_from = spec.prologue.map_or(spec.inputs.len(), |p| p.first);
         let mut values = Vec::with_capacity(spec.inputs.len());

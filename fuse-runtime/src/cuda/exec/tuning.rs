@@ -165,11 +165,6 @@ impl Executor<'_> {
         path
     }
 
-    /// The left operand of group `index`'s matmuls.
-    fn left_operand(&self, index: usize) -> NodeId {
-        self.graph.node(self.plan.groups[index].matmuls[0]).args[0]
-    }
-
     fn note(&mut self, note: String) {
         if crate::env::debug_level() >= 3 {
             eprintln!("fuse: {}: {note}", self.function);
