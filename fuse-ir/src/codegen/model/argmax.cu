@@ -1,7 +1,11 @@
-// argmax(x, -1) -> u32 [rows.., 1]: one block of 256 threads per row (grid-stride over rows). Each thread
-// scans its columns, then the block reduces (value, index) pairs. Order: a NaN beats any number, a larger
-// value beats a smaller, and equal values (or two NaNs) go to the lower index: the first, as the CPU does.
-#define FUSE_ARGMAX_THREADS 256
+// argmax(x, -1) -> u32 [rows.., 1]: one block of 1024 threads per row (grid-stride over rows). Each thread
+// scans its columns FUSE_ARGMAX_UNROLL at a time, every load of a round issued before any comparison (a
+// decoder's 49,152 logits at batch 1 are one row: the latency of dependent loads, not bytes, set its time),
+// then the block reduces (value, index) pairs. Order: a NaN beats any number, a larger value beats a smaller,
+// and equal values (or two NaNs) go to the lower index: the first, as the CPU does. The result does not
+// depend on the order of comparisons.
+#define FUSE_ARGMAX_THREADS 1024
+#define FUSE_ARGMAX_UNROLL 8
 #define FUSE_ARGMAX_WARPS (FUSE_ARGMAX_THREADS / 32)
 
 struct FuseArgmaxArgs {
@@ -29,11 +33,20 @@ extern "C" __global__ void __launch_bounds__(FUSE_ARGMAX_THREADS) fuse_model_arg
     // No column yet: -inf at an index past every real one, so any element beats it.
     float best = __int_as_float(0xff800000);
     unsigned int best_index = 0xffffffffu;
-    for (long long c = threadIdx.x; c < a.columns; c += FUSE_ARGMAX_THREADS) {
-      const float v = fuse_model_load(x, c * a.column_stride);
-      if (fuse_argmax_better(v, (unsigned int)c, best, best_index)) {
-        best = v;
-        best_index = (unsigned int)c;
+    for (long long c0 = threadIdx.x; c0 < a.columns; c0 += FUSE_ARGMAX_UNROLL * FUSE_ARGMAX_THREADS) {
+      float v[FUSE_ARGMAX_UNROLL];
+#pragma unroll
+      for (int u = 0; u < FUSE_ARGMAX_UNROLL; ++u) {
+        const long long c = c0 + (long long)u * FUSE_ARGMAX_THREADS;
+        v[u] = c < a.columns ? fuse_model_load(x, c * a.column_stride) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < FUSE_ARGMAX_UNROLL; ++u) {
+        const long long c = c0 + (long long)u * FUSE_ARGMAX_THREADS;
+        if (c < a.columns && fuse_argmax_better(v[u], (unsigned int)c, best, best_index)) {
+          best = v[u];
+          best_index = (unsigned int)c;
+        }
       }
     }
 #pragma unroll

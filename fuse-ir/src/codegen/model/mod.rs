@@ -20,6 +20,8 @@ use crate::DType;
 pub const MODEL_BLOCK_THREADS: u32 = 256;
 /// Axes of a strided operand the kernels address (`FuseLayout`), padded in front with axes of size 1.
 pub const MODEL_RANK: usize = 6;
+/// Threads of the argmax kernel's block (one block a row: a decoder's logits at batch 1 are one long row).
+pub const ARGMAX_THREADS: u32 = 1024;
 /// Copies one launch of the cat kernel makes (`FUSE_CAT_COPIES`): cat's parts and consecutive slice_sets.
 pub const MODEL_CAT_COPIES: usize = 4;
 
@@ -80,6 +82,7 @@ impl ModelKernel {
             ModelKernel::Attention => ATTENTION_THREADS,
             ModelKernel::AttentionCombine => ATTENTION_COMBINE_THREADS,
             ModelKernel::AttentionDecode => ATTENTION_DECODE_THREADS,
+            ModelKernel::Argmax => ARGMAX_THREADS,
             _ => MODEL_BLOCK_THREADS,
         }
     }
@@ -123,7 +126,7 @@ mod tests {
         // The last split block's weights: a lane a split, a whole number of warp-wide steps.
         assert_eq!(ATTENTION_DECODE_MAX_SPLITS % 32, 0);
         assert_eq!(ATTENTION_DECODE_ROWS, ATTENTION_ROW_TILE, "prefill takes what decode does not hold");
-        assert!(ModelKernel::Argmax.source().contains(&format!("#define FUSE_ARGMAX_THREADS {MODEL_BLOCK_THREADS}")));
+        assert!(ModelKernel::Argmax.source().contains(&format!("#define FUSE_ARGMAX_THREADS {ARGMAX_THREADS}")));
         for kernel in ModelKernel::ALL {
             let source = kernel.source();
             assert!(source.contains("__global__ void __launch_bounds__("), "{kernel:?}");
