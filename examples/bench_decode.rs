@@ -102,6 +102,10 @@ fn decode(model: &Llama, cache: &mut KvCache, cached: usize, steps: usize, mode:
     model.step(&inputs, cache, fusion)?;
     let seconds = if mode == "graph" {
         let mut decoder = model.greedy_decoder(cache, fusion)?;
+        if let Some(kernels) = decoder.kernel_count()? {
+            let layers = model.config.layers;
+            eprintln!("recorded step, batch {b}, {cached} cached: {kernels} kernels, {:.1} a layer over {layers} layers", kernels as f64 / layers as f64);
+        }
         decoder.set_tokens(&first)?;
         decoder.advance(cache)?; // the first replay uploads the graph's last pieces
         decoder.tokens()?;

@@ -29,6 +29,34 @@ fn bad_ids_and_positions_are_reported(dev: &Device) {
     at.copy_from_host(&[3u32]).unwrap();
     cache.slice_set(&rows, 1, &at).unwrap();
     assert_eq!(&cache.to_vec::<f32>().unwrap()[6..], &[-1.0; 4], "offset 3 fits");
+    // A decode step's appends past the caches, where rope, the appends and attention are one kernel on a GPU
+    // (a position of 5 in caches of 5): reported the same way, and nothing written.
+    let (b, hq, hkv, d, capacity) = (1, 4, 2, 8, 5);
+    let qkv = Tensor::from_vec((0..(hq + 2 * hkv) * d).map(|i| (i % 7) as f32 * 0.1).collect::<Vec<_>>(), &[b, 1, hq + 2 * hkv, d], dev).unwrap();
+    let table = Tensor::from_vec(vec![0.5f32; d / 2], &[1, d / 2], dev).unwrap();
+    let before: Vec<f32> = (0..b * hkv * capacity * d).map(|i| i as f32).collect();
+    let [k_cache, v_cache] = [0; 2].map(|_| Tensor::from_vec(before.clone(), &[b, hkv, capacity, d], dev).unwrap());
+    let (at, lens) = (Tensor::from_vec(vec![5u32], &[1], dev).unwrap(), Tensor::from_vec(vec![5u32], &[1], dev).unwrap());
+    let err = decode_step(&qkv, &table, &table, &k_cache, &v_cache, &at, &lens, hq, hkv, hq + hkv)
+        .and_then(|out| out.to_vec::<f32>())
+        .expect_err("position 5 of 5");
+    assert!(err.to_string().contains("offset 5"), "{err}");
+    if dev.is_cuda() {
+        assert!(matches!(err, Error::DeviceCheck { op: "slice_set", .. }), "{err}");
+    }
+    for cache in [&k_cache, &v_cache] {
+        assert_eq!(cache.to_vec::<f32>().unwrap(), before, "nothing written");
+    }
+}
+
+/// A decode step's attention as fuse-models' decoder writes it (see tests/model_ops.rs).
+#[fuse]
+#[allow(clippy::too_many_arguments)]
+fn decode_step(qkv: &Tensor, cos: &Tensor, sin: &Tensor, k_cache: &Tensor, v_cache: &Tensor, at: &Tensor, lens: &Tensor, hq: usize, hkv: usize, hqk: usize) -> Result<Tensor> {
+    let qk = rope(&qkv.narrow(2, 0, hqk).transpose(1, 2), cos, sin);
+    let k_cache = k_cache.slice_set(&qk.narrow(1, hq, hkv), 2, at);
+    let v_cache = v_cache.slice_set(&qkv.narrow(2, hqk, hkv).transpose(1, 2), 2, at);
+    Ok(attention_len(&qk.narrow(1, 0, hq), &k_cache, &v_cache, lens, 0.25, true))
 }
 
 fuse::device_tests!(bad_ids_and_positions_are_reported);

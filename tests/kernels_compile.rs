@@ -281,7 +281,7 @@ fn every_generated_kernel_compiles_and_assembles_without_spills() {
 /// also u32) for sm_80 and sm_90, attention for each head dimension it is built for, without spills.
 #[test]
 fn every_model_kernel_compiles_and_assembles_without_spills() {
-    use fuse::ir::codegen::{ModelKernel, ATTENTION_HEAD_DIMS};
+    use fuse::ir::codegen::{ModelKernel, ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_HEAD_DIMS};
     let required = std::env::var("FUSE_TEST_NVRTC").is_ok_and(|v| v == "1");
     let (true, Some(ptxas)) = (nvrtc_available(), ptxas()) else {
         assert!(!required, "FUSE_TEST_NVRTC=1 but NVRTC or ptxas is missing");
@@ -304,15 +304,23 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
                 nodes: Vec::new(),
             };
             let variants: Vec<Vec<String>> = match kernel {
-                ModelKernel::Attention | ModelKernel::AttentionDecode => ATTENTION_HEAD_DIMS
+                ModelKernel::Attention => ATTENTION_HEAD_DIMS
                     .iter()
                     .map(|d| [ModelKernel::defines(dtype), vec![format!("-DFUSE_ATTENTION_D={d}")]].concat())
+                    .collect(),
+                // Plain, and with rope and the cache appends fused in.
+                ModelKernel::AttentionDecode => ATTENTION_HEAD_DIMS
+                    .iter()
+                    .flat_map(|d| {
+                        let plain = [ModelKernel::defines(dtype), vec![format!("-DFUSE_ATTENTION_D={d}")]].concat();
+                        [plain.clone(), [plain, vec![ATTENTION_DECODE_ROPE_DEFINE.to_string()]].concat()]
+                    })
                     .collect(),
                 _ => vec![ModelKernel::defines(dtype)],
             };
             for (defines, arch) in variants.iter().flat_map(|d| ARCHS.map(|arch| (d, arch))) {
                 match check(&spec, defines, arch, &ptxas) {
-                    Ok(report) => eprintln!("kernels_compile: {} {defines:?} {arch}: {} registers", kernel.name(), report.registers),
+                    Ok(report) => eprintln!("kernels_compile: {} {defines:?} {arch}: {} registers, {} bytes of stack", kernel.name(), report.registers, report.stack_frame_bytes),
                     Err(e) => failures.push(format!("{} {defines:?} {arch}: {e}", kernel.name())),
                 }
             }

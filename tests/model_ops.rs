@@ -56,6 +56,31 @@ fn attend_len_causal(q: &Tensor, k_cache: &Tensor, v_cache: &Tensor, lens: &Tens
     Ok(attention_len(q, k_cache, v_cache, lens, scale, true))
 }
 
+/// A decode step's attention as the decoder writes it (fuse-models' `AttentionBlock`): rope over the query
+/// and key heads of the stacked projection, the new key and value rows written into the caches at a
+/// position held in a tensor, attention_len over the caches; the caches are returned too.
+#[fuse]
+#[allow(clippy::too_many_arguments)]
+fn decode_step_attention(
+    qkv: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    at: &Tensor,
+    lens: &Tensor,
+    hq: usize,
+    hkv: usize,
+    hqk: usize,
+    scale: f32,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let qk = rope(&qkv.narrow(2, 0, hqk).transpose(1, 2), cos, sin);
+    let k_cache = k_cache.slice_set(&qk.narrow(1, hq, hkv), 2, at);
+    let v_cache = v_cache.slice_set(&qkv.narrow(2, hqk, hkv).transpose(1, 2), 2, at);
+    let a = attention_len(&qk.narrow(1, 0, hq), &k_cache, &v_cache, lens, scale, true);
+    Ok((a, k_cache, v_cache))
+}
+
 /// Pointwise work on both sides of the model ops: fused, it runs in groups of its own around them.
 #[fuse]
 fn rotate_and_attend(q: &Tensor, k: &Tensor, cos: &Tensor, sin: &Tensor, v: &Tensor) -> Result<Tensor> {
@@ -293,6 +318,42 @@ fn attention_decode_splits_merge_in_one_launch(dev: &Device) {
     }
 }
 
+/// `decode_step_attention` at one new position, fused and unfused, against the reference: the output and both
+/// caches after the call. On the GPU the fused call is one launch of the decode kernel (rope, both appends and
+/// attention: `rope_append.rs`). The caches hold NaN at the new position before the call, so a kernel that
+/// reads the cache there before it is written shows it. Shapes: SmolLM2's heads with 1 and 2 splits in use,
+/// batch 3 over 2 splits, one query head a kv head at d = 128, the last position of the cache, and prefill (2
+/// positions: not fused, the same answer).
+fn decode_step_rope_appends_and_attention(dev: &Device) {
+    let mut r = TestRng::new(51);
+    let cases = [(1, 9, 3, 64, 300, 100, 1), (1, 9, 3, 64, 300, 200, 1), (3, 4, 2, 32, 301, 250, 1), (2, 8, 8, 128, 17, 16, 1), (2, 9, 3, 64, 40, 20, 2)];
+    for dtype in DTYPES {
+        for (batch, hq, hkv, d, capacity, at, seq) in cases {
+            let hqk = hq + hkv;
+            let qkv = random(&mut r, &[batch, seq, hqk + hkv, d], dtype, -1.0, 1.0, dev);
+            let [cos, sin] = [0; 2].map(|_| random(&mut r, &[seq, d / 2], dtype, -1.0, 1.0, dev));
+            let [k_cache, v_cache] = [0; 2].map(|_| {
+                let mut data: Vec<f32> = (0..batch * hkv * capacity * d).map(|_| r.uniform(-1.0, 1.0)).collect();
+                data.iter_mut().enumerate().filter(|(i, _)| (at..at + seq).contains(&(i / d % capacity))).for_each(|(_, x)| *x = f32::NAN);
+                Tensor::from_vec(data, &[batch, hkv, capacity, d], &Device::Cpu).and_then(|t| t.to_dtype(dtype)).and_then(|t| t.to_device(dev)).expect("cache")
+            });
+            let position = Tensor::from_vec(vec![at as u32], &[1], dev).expect("at");
+            let lens = key_counts(&vec![at + seq; batch], dev);
+            let scale = 1.0 / (d as f32).sqrt();
+            let args = [&qkv, &cos, &sin, &k_cache, &v_cache, &position, &lens].map(fuse::arg);
+            let args = [&args[..], &[fuse::arg(&hq), fuse::arg(&hkv), fuse::arg(&hqk), fuse::arg(&scale)]].concat();
+            let what = format!("decode step attention b {batch} heads {hq}/{hkv} d {d} at {at} of {capacity}, {seq} new, {dtype}");
+            check(&what, decode_step_attention_fused(), &args, dtype, dev);
+            // Recorded, the step is one kernel (the decode kernel with rope and the appends in it); a prefill
+            // is rope, the appends' copy kernel and attention.
+            let graph = CudaGraph::capture(dev, || decode_step_attention_fused().call(&args).map(drop)).expect("capture");
+            if let Some(kernels) = graph.kernel_count().expect("kernel count") {
+                assert!(if seq == 1 { kernels == 1 } else { kernels >= 3 }, "{what}: {kernels} kernels");
+            }
+        }
+    }
+}
+
 fn attention_beside_pointwise_work_matches_reference(dev: &Device) {
     let mut r = TestRng::new(45);
     for dtype in DTYPES {
@@ -448,6 +509,7 @@ fuse::device_tests!(
     attention_decode_over_a_cache_matches_reference,
     attention_prefill_matches_reference,
     attention_decode_splits_merge_in_one_launch,
+    decode_step_rope_appends_and_attention,
     attention_beside_pointwise_work_matches_reference,
     attention_shapes_that_do_not_fit_are_errors,
     attention_len_reads_only_the_counted_keys,

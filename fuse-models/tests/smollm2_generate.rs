@@ -120,6 +120,22 @@ fn a_recorded_decode_step_matches_calls(dev: &Device) {
     assert!(at >= max - 1e-5 * max.abs().max(1.0), "the greedy step wrote token {} ({at}), the maximum is {max}", picked[0]);
 }
 
+/// In bf16 (the skinny GEMM kernels take the rms_norm prologues) a recorded decode step launches at most 5
+/// kernels a layer: the QKV GEMM; rope, both cache appends and attention in one; the output projection; the
+/// FFN's dual GEMM; the down projection. Plus the embeddings, the head and the greedy pick.
+fn a_recorded_bf16_step_is_at_most_five_kernels_a_layer(dev: &Device) {
+    let config = Config::smollm2_135m();
+    let model = Llama::random(&config, dev, DType::BF16, 12).expect("the model builds");
+    let mut cache = model.new_cache(8).unwrap();
+    model.forward(&[1, 9690, 28], &mut cache).unwrap();
+    model.forward(&[30], &mut cache).unwrap(); // the warm one-token step
+    let decoder = model.greedy_decoder(&cache, Fusion::On).expect("the step records");
+    match decoder.kernel_count().unwrap() {
+        Some(kernels) => assert!(kernels <= 5 * config.layers + 8, "{kernels} kernels for {} layers", config.layers),
+        None => assert!(!decoder.is_recorded(), "a recorded step has a kernel count"),
+    }
+}
+
 fn an_unknown_token_or_a_full_cache_is_an_error(dev: &Device) {
     let Some(file) = common::model() else { return };
     let model = Llama::load(file, dev, DType::F32).expect("the model loads");
@@ -143,4 +159,5 @@ fuse::device_tests!(
     an_unknown_token_or_a_full_cache_is_an_error,
     decode_writes_the_cache_in_place,
     a_recorded_decode_step_matches_calls,
+    a_recorded_bf16_step_is_at_most_five_kernels_a_layer,
 );

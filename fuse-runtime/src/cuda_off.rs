@@ -54,6 +54,10 @@ pub(crate) mod capture {
         pub(crate) fn arena_bytes(&self) -> usize {
             match *self {}
         }
+
+        pub(crate) fn kernel_names(&self) -> crate::Result<Vec<String>> {
+            match *self {}
+        }
     }
 }
 

@@ -72,6 +72,21 @@ impl<'a> CudaGraph<'a> {
         matches!(self.kind, Kind::Captured(_))
     }
 
+    /// Kernels the recorded step launches on each replay (`None` when not recorded): what fusion left of
+    /// the step (FUSE_DEBUG=1 in fuse-models' decoder prints it per layer).
+    pub fn kernel_count(&self) -> Result<Option<usize>> {
+        Ok(self.kernel_names()?.map(|names| names.len()))
+    }
+
+    /// The function name of each kernel the recorded step launches ("?" where the driver gives none), in the
+    /// driver's node order; `None` when not recorded.
+    pub fn kernel_names(&self) -> Result<Option<Vec<String>>> {
+        match &self.kind {
+            Kind::Captured(graph) => graph.kernel_names().map(Some),
+            Kind::Plain(_) => Ok(None),
+        }
+    }
+
     /// Bytes of GPU memory the recorded step's own allocations take (0 when not recorded).
     pub fn memory_bytes(&self) -> usize {
         match &self.kind {

@@ -161,12 +161,12 @@ fn attention_len_once() {
     let Some((dev, _gpu)) = gpu() else { return };
     let Device::Cuda(cuda) = &dev else { panic!("gpu() gives a CUDA device") };
     let mut r = rng(114);
-    let (q_heads, kv_heads, capacity, d) = (6, 2, 131, 64);
+    let (q_heads, kv_heads, capacity, d) = (6, 2, 300, 64);
     for dtype in [DType::F32, DType::BF16] {
-        // Decode and 5 queries over a cache of 131 positions (both on the decode kernel), split (from the
-        // capacity) into key ranges that the smaller counts leave empty; the positions past each count are
-        // NaN and never loaded.
-        for (queries, counts) in [(1, [0, 100]), (1, [131, 3]), (5, [5, 70])] {
+        // Decode and 5 queries over a cache of 300 positions (both on the decode kernel), split (from the
+        // capacity) into key ranges, fewer of which the smaller counts use; the positions past each count
+        // are NaN and never loaded.
+        for (queries, counts) in [(1, [0, 100]), (1, [300, 3]), (5, [5, 200])] {
             let launch = attention_launch(AttentionShape { batch: 2, q_heads, queries, kv_heads, keys: capacity, d }, cuda.sm_count());
             assert!(launch.splits > 1, "{launch:?}");
             let [k, v] = [0; 2].map(|_| {
@@ -185,5 +185,31 @@ fn attention_len_once() {
                 check(&format!("causal {what}"), attend_len_causal_fused(), &args, dtype);
             }
         }
+        // A decode step's rope, cache appends and attention in one launch, at positions that use one split
+        // and several; the caches are NaN at the new position (until the kernel writes it).
+        for at in [40, 200] {
+            let [k, v] = [0; 2].map(|_| {
+                let data: Vec<f32> = (0..2 * kv_heads * capacity * d).map(|i| if i / d % capacity != at { r.uniform(-1.0, 1.0) } else { f32::NAN }).collect();
+                Tensor::from_vec(data, &[2, kv_heads, capacity, d], &Device::Cpu).and_then(|t| t.to_dtype(dtype)).and_then(|t| t.to_device(&dev)).expect("cache")
+            });
+            let qkv = random(&mut r, &[2, 1, q_heads + 2 * kv_heads, d], dtype, -1.0, 1.0, &dev);
+            let [cos, sin] = [0; 2].map(|_| random(&mut r, &[1, d / 2], dtype, -1.0, 1.0, &dev));
+            let position = Tensor::from_vec(vec![at as u32], &[1], &dev).expect("at");
+            let lens = Tensor::from_vec(vec![at as u32 + 1; 2], &[2], &dev).expect("lens");
+            let args = [&qkv, &cos, &sin, &k, &v, &position, &lens].map(fuse::arg);
+            let heads = q_heads + kv_heads;
+            let args = [&args[..], &[fuse::arg(&q_heads), fuse::arg(&kv_heads), fuse::arg(&heads)]].concat();
+            check(&format!("decode step at {at} of {capacity} {dtype}"), decode_step_fused(), &args, dtype);
+        }
     }
+}
+
+/// A decode step's attention as fuse-models' decoder writes it: one launch of the decode kernel on a GPU.
+#[fuse]
+#[allow(clippy::too_many_arguments)]
+fn decode_step(qkv: &Tensor, cos: &Tensor, sin: &Tensor, k_cache: &Tensor, v_cache: &Tensor, at: &Tensor, lens: &Tensor, hq: usize, hkv: usize, hqk: usize) -> Result<(Tensor, Tensor, Tensor)> {
+    let qk = rope(&qkv.narrow(2, 0, hqk).transpose(1, 2), cos, sin);
+    let k_cache = k_cache.slice_set(&qk.narrow(1, hq, hkv), 2, at);
+    let v_cache = v_cache.slice_set(&qkv.narrow(2, hqk, hkv).transpose(1, 2), 2, at);
+    Ok((attention_len(&qk.narrow(1, 0, hq), &k_cache, &v_cache, lens, 0.125, true), k_cache, v_cache))
 }

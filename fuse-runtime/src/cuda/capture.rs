@@ -99,6 +99,42 @@ impl CapturedGraph {
     pub(crate) fn arena_bytes(&self) -> usize {
         self.arena.used()
     }
+
+    /// The kernels among the graph's nodes, by function name ("?" where the driver gives none), in the
+    /// driver's node order: a step's kernel count; copies and memsets are not counted.
+    pub(crate) fn kernel_names(&self) -> Result<Vec<String>> {
+        let graph = self.graph.cu_graph();
+        let mut count = 0usize;
+        // SAFETY: a null node array asks for the count only; the second call fills `count` nodes.
+        unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut count) }.result().map_err(|e| driver_error("count graph nodes", e))?;
+        let mut nodes: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); count];
+        unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut count) }.result().map_err(|e| driver_error("list graph nodes", e))?;
+        let mut names = Vec::new();
+        for &node in &nodes[..count] {
+            let mut kind = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+            // SAFETY: `node` is one of the graph's nodes, listed above.
+            unsafe { sys::cuGraphNodeGetType(node, &mut kind) }.result().map_err(|e| driver_error("graph node type", e))?;
+            if kind == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
+                names.push(kernel_node_name(node).unwrap_or_else(|| "?".into()));
+            }
+        }
+        Ok(names)
+    }
+}
+
+/// The function name of a kernel node, when the driver gives one.
+fn kernel_node_name(node: sys::CUgraphNode) -> Option<String> {
+    // SAFETY: plain-old-data parameters the driver fills; the name it returns is a C string it owns.
+    unsafe {
+        let mut params: sys::CUDA_KERNEL_NODE_PARAMS = std::mem::zeroed();
+        sys::cuGraphKernelNodeGetParams_v2(node, &mut params).result().ok()?;
+        if params.func.is_null() {
+            return None;
+        }
+        let mut name: *const std::ffi::c_char = std::ptr::null();
+        sys::cuFuncGetName(&mut name, params.func).result().ok()?;
+        (!name.is_null()).then(|| std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned())
+    }
 }
 
 impl CudaDevice {

@@ -22,19 +22,38 @@
 // SmolLM2 has 3): a pass keeps q, the state and 8 keys' values in registers whatever the head dimension;
 // more rows re-read the split's keys in later passes (from L2).
 //
+// The splits in use follow each sequence's key count on the device: the host sizes the grid for the
+// capacity (lens is device data), and a sequence of `seen` keys uses ceil(seen / FUSE_DECODE_SPLIT_KEYS) of
+// them (at most the grid's), evened out; the blocks of splits past those do nothing. One split in use writes
+// its rows itself: no partials, no counters.
+//
+// Rotary embedding and the cache append fused in (built with -DFUSE_DECODE_ROPE=1, rope_x set; one new
+// position, queries == 1: a decode step's rope, the two slice_sets of its new key and value rows and
+// attention over the cache in one launch). q is then rope(rope_x) at the query heads, and the new key row of
+// kv head g is rope(rope_x) at head k_head0 + g, the new value row v_new's; both belong at position *at of the
+// caches k and v. Every block of (b, g) computes its rows of q and the new rows into shared memory first (a
+// thread an element), uses the new rows where its keys reach *at instead of reading the cache there, and
+// split 0's block writes them into the caches. So no block reads a row this launch writes. A position past
+// `room` writes nothing, records the fault (as slice_set does) and is attended as the cache holds it.
+//
 // Several splits, one kernel: each split block writes its partials to `partials` ([rows][splits][dp]
 // unnormalised sums, dp = d rounded up to 4, then [rows][splits][2] max and sum; a split that saw no key
 // writes only max -inf and sum 0), then, after a __threadfence(), adds 1 to the (b, g) counter in
 // `counters` (zero before the first launch: fuse-runtime's CudaDevice::zeroed_counters). The block that
-// brings it to `splits` merges the splits of every row in the order 0..splits-1 (deterministic: the same
+// brings it to the splits in use merges them for every row in the order 0, 1, .. (deterministic: the same
 // inputs give the same bits), writes the rows and sets the counter back to 0, so that the next launch (a
-// CUDA graph replays this one) finds zeros. Every split block counts in, an empty one too (lens), so that
-// every launch leaves its counters at 0. Partials are read back through L2 (__ldcg), never L1.
+// CUDA graph replays this one) finds zeros. Every block of a split in use counts in, so that every launch
+// leaves its counters at 0. Partials are read back through L2 (__ldcg), never L1.
 #define FUSE_DECODE_THREADS 128
 #define FUSE_DECODE_WARPS (FUSE_DECODE_THREADS / 32)
 #define FUSE_DECODE_ROWS 16
 #define FUSE_DECODE_PASS_ROWS 4
 #define FUSE_DECODE_MAX_SPLITS 128
+#define FUSE_DECODE_SPLIT_KEYS 64
+// 1: the variant with rope and the cache appends fused in (rope_x set); 0: plain attention (rope_x null).
+#ifndef FUSE_DECODE_ROPE
+#define FUSE_DECODE_ROPE 0
+#endif
 #define FUSE_DECODE_CHANNELS 8
 #ifndef FUSE_ATTENTION_D
 #define FUSE_ATTENTION_D 256
@@ -70,11 +89,25 @@ struct FuseAttentionDecodeArgs {
   long long causal;  // 0 or 1
   double scale;
   long long splits;      // key splits, at most FUSE_DECODE_MAX_SPLITS
-  long long split_keys;  // keys a split covers
+  long long split_keys;  // keys a split covers at the capacity (the kernel evens out its own, see the header)
   long long kv_vector;   // 1: k and v rows are unit-stride, 16-byte aligned and d % 8 == 0 (vector loads)
   long long q_strides[4];
   long long k_strides[4];
   long long v_strides[4];
+  // The fused rotary embedding and cache append (see the header); rope_x null: none.
+  const fuse_elem* rope_x;  // rope's input [b, heads, 1, d]
+  long long rope_x_strides[4];
+  long long q_head0;  // the query heads' first head in rope_x
+  long long k_head0;  // the new key heads' first head in rope_x
+  const fuse_elem* cos;  // the tables' row of the new position, through their column strides
+  const fuse_elem* sin;
+  long long cos_stride;
+  long long sin_stride;
+  const fuse_elem* v_new;  // the new value rows [b, kv_heads, 1, d]
+  long long v_new_strides[4];
+  const unsigned int* at;  // the caches' position of the new rows
+  long long room;          // the last position the caches have
+  unsigned long long* fault;
 };
 
 // The lane's 8 channels of a row as f32 (element order: the low half of a 32-bit word first).
@@ -92,6 +125,29 @@ __device__ __forceinline__ void fuse_decode_unpack(const uint4 (&raw)[FUSE_DECOD
 #endif
     }
   }
+}
+
+// 8 elements' bits as the lane's vectors (element order: the low half of a 32-bit word first).
+__device__ __forceinline__ void fuse_decode_pack(const unsigned int (&bits)[FUSE_DECODE_CHANNELS], uint4 (&raw)[FUSE_DECODE_VECTORS]) {
+#pragma unroll
+  for (int vec = 0; vec < FUSE_DECODE_VECTORS; ++vec) {
+#if FUSE_DECODE_ELEM_BYTES == 4
+    raw[vec] = make_uint4(bits[4 * vec], bits[4 * vec + 1], bits[4 * vec + 2], bits[4 * vec + 3]);
+#else
+    raw[vec] = make_uint4(bits[0] | bits[1] << 16, bits[2] | bits[3] << 16, bits[4] | bits[5] << 16, bits[6] | bits[7] << 16);
+#endif
+  }
+}
+
+// Channel c of rope(row) (rope.cu's arithmetic, rounded to the element type as rope's output is), row a
+// head of rope_x at the new position (the tables' row 0).
+__device__ __forceinline__ float fuse_decode_rope(const FuseAttentionDecodeArgs& a, const fuse_elem* row, unsigned int c, unsigned int half) {
+  const bool low = c < half;
+  const unsigned int i = low ? c : c - half;
+  const float x = fuse_model_load(row, c * a.rope_x_strides[3]);
+  const float partner = fuse_model_load(row, (low ? c + half : i) * a.rope_x_strides[3]);
+  const float cs = fuse_model_load(a.cos, i * a.cos_stride), sn = fuse_model_load(a.sin, i * a.sin_stride);
+  return fuse_model_float(fuse_model_narrow(low ? x * cs - partner * sn : x * cs + partner * sn));
 }
 
 // Channels c0 .. c0 + 8 of a key or value row as raw element bits; zeros past d or when !valid (a key past
@@ -112,14 +168,7 @@ __device__ __forceinline__ void fuse_decode_load(const fuse_elem* row, long long
       const unsigned int c = c0 + j;
       bits[j] = valid && c < d ? (unsigned int)__ldg(row + c * stride) : 0u;
     }
-#pragma unroll
-    for (int vec = 0; vec < FUSE_DECODE_VECTORS; ++vec) {
-#if FUSE_DECODE_ELEM_BYTES == 4
-      raw[vec] = make_uint4(bits[4 * vec], bits[4 * vec + 1], bits[4 * vec + 2], bits[4 * vec + 3]);
-#else
-      raw[vec] = make_uint4(bits[0] | bits[1] << 16, bits[2] | bits[3] << 16, bits[4] | bits[5] << 16, bits[6] | bits[7] << 16);
-#endif
-    }
+    fuse_decode_pack(bits, raw);
   }
 }
 
@@ -139,6 +188,11 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
   __shared__ float weights[FUSE_DECODE_ROWS * FUSE_DECODE_MAX_SPLITS];
   __shared__ float inverse[FUSE_DECODE_ROWS];
   __shared__ unsigned int last_block;
+#if FUSE_DECODE_ROPE
+  // The item's query rows after rope, and the new key and value rows (element bits).
+  __shared__ float roped_q[FUSE_DECODE_ROWS][FUSE_ATTENTION_D];
+  __shared__ unsigned int new_rows[2][FUSE_ATTENTION_D];
+#endif
   // 32-bit index arithmetic (the host checks that rows, keys and items fit); element offsets stay 64-bit.
   const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const unsigned int key_group = lane / FUSE_DECODE_LANES, c0 = (lane % FUSE_DECODE_LANES) * FUSE_DECODE_CHANNELS;
@@ -146,13 +200,14 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
   const unsigned int q_heads = (unsigned int)a.q_heads, kv_heads = (unsigned int)a.kv_heads;
   const unsigned int queries = (unsigned int)a.queries, keys = (unsigned int)a.keys;
   const unsigned int group = q_heads / kv_heads, rows = queries * group;
-  const unsigned int splits = (unsigned int)a.splits, split_keys = (unsigned int)a.split_keys;
+  const unsigned int splits = (unsigned int)a.splits;
   const unsigned int items = (unsigned int)a.batch * kv_heads * splits;
   const unsigned long long all_rows = (unsigned long long)a.batch * q_heads * queries;
   float* const stats = a.partials + all_rows * splits * dp;
   const bool vector = a.kv_vector != 0;
   const float q_scale = (float)(a.scale * 1.4426950408889634);  // log2(e): probabilities are exp2 of scores
   const float minus_infinity = __int_as_float(0xff800000);
+  const unsigned int no_key = 0xffffffffu;
   for (unsigned int item = blockIdx.x; item < items; item += gridDim.x) {
     const unsigned int split = item % splits, tile = item / splits;
     const unsigned int g = tile % kv_heads, b = tile / kv_heads;
@@ -161,6 +216,10 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
     const unsigned int batch_keys = a.lens ? min(__ldg(a.lens + b * a.lens_stride), keys) : keys;
     const int causal_keys = a.causal ? (int)batch_keys - (int)queries + 1 : (int)batch_keys;
     const unsigned int seen = (unsigned int)max(0, min(causal_keys + (int)queries - 1, (int)batch_keys));
+    // The splits this sequence uses (the same in every block of it), evened out; the others do nothing.
+    const unsigned int used = min(splits, max(1u, (seen + FUSE_DECODE_SPLIT_KEYS - 1) / FUSE_DECODE_SPLIT_KEYS));
+    if (split >= used) continue;
+    const unsigned int split_keys = (seen + used - 1) / used;
     const unsigned int begin = split * split_keys;
     const unsigned int end = max(begin, min(begin + split_keys, seen));  // == begin: no key, empty partials
     // The warp's contiguous part of the split.
@@ -168,6 +227,49 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
     const unsigned int warp_begin = min(begin + warp * part, end), warp_end = min(warp_begin + part, end);
     const fuse_elem* k_base = a.k + b * a.k_strides[0] + g * a.k_strides[1];
     const fuse_elem* v_base = a.v + b * a.v_strides[0] + g * a.v_strides[1];
+    // With rope fused: q's rows and the new key and value rows into shared memory (split 0's block also
+    // appends the new rows to the caches), then this lane's channels of the new rows, and their position
+    // (no_key when it is past the caches).
+    constexpr bool fused = FUSE_DECODE_ROPE != 0;
+    uint4 new_key[FUSE_DECODE_VECTORS], new_value[FUSE_DECODE_VECTORS];
+    unsigned int at_key = no_key;
+#if FUSE_DECODE_ROPE
+    {
+      const unsigned int half = d / 2, at = __ldg(a.at);
+      const bool appends = (long long)at <= a.room;
+      if (appends) {
+        at_key = at;
+      } else if (split == 0 && threadIdx.x == 0) {
+        fuse_model_fault(a.fault, 2, at, a.room);
+      }
+      const fuse_elem* x = a.rope_x + b * a.rope_x_strides[0];
+      __syncthreads();  // the previous item is done with the shared rows
+      for (unsigned int e = threadIdx.x; e < rows * d; e += FUSE_DECODE_THREADS) {
+        const unsigned int u = e / d, c = e - u * d, h = g * group + u % group;
+        roped_q[u][c] = fuse_decode_rope(a, x + (a.q_head0 + h) * a.rope_x_strides[1], c, half);
+      }
+      for (unsigned int c = threadIdx.x; c < d; c += FUSE_DECODE_THREADS) {
+        const unsigned int key = fuse_model_narrow(fuse_decode_rope(a, x + (a.k_head0 + g) * a.rope_x_strides[1], c, half));
+        const unsigned int value = (unsigned int)a.v_new[b * a.v_new_strides[0] + g * a.v_new_strides[1] + c * a.v_new_strides[3]];
+        new_rows[0][c] = key;
+        new_rows[1][c] = value;
+        if (split == 0 && appends) {
+          const_cast<fuse_elem*>(k_base)[at * a.k_strides[2] + c * a.k_strides[3]] = (fuse_elem)key;
+          const_cast<fuse_elem*>(v_base)[at * a.v_strides[2] + c * a.v_strides[3]] = (fuse_elem)value;
+        }
+      }
+      __syncthreads();
+      unsigned int key_bits[FUSE_DECODE_CHANNELS], value_bits[FUSE_DECODE_CHANNELS];
+#pragma unroll
+      for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j) {
+        const unsigned int c = c0 + j;
+        key_bits[j] = c < d ? new_rows[0][c] : 0u;
+        value_bits[j] = c < d ? new_rows[1][c] : 0u;
+      }
+      fuse_decode_pack(key_bits, new_key);
+      fuse_decode_pack(value_bits, new_value);
+    }
+#endif
     for (unsigned int first = 0; first < rows; first += FUSE_DECODE_PASS_ROWS) {
       const unsigned int pass_rows = min(FUSE_DECODE_PASS_ROWS, rows - first);
       // The pass's query rows (the lane's 8 channels, scaled), the last key each sees, and the key group's
@@ -187,7 +289,12 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
 #pragma unroll
         for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j) {
           const unsigned int c = c0 + j;
-          query[r][j] = here && c < d ? fuse_model_load(q, c * a.q_strides[3]) * q_scale : 0.0f;
+#if FUSE_DECODE_ROPE
+          const float value = here && c < d ? roped_q[u][c] : 0.0f;
+#else
+          const float value = here && c < d ? fuse_model_load(q, c * a.q_strides[3]) : 0.0f;
+#endif
+          query[r][j] = value * q_scale;
           acc[r][j] = 0.0f;
         }
       }
@@ -197,9 +304,16 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
 #pragma unroll
         for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) {
           const unsigned int key = chunk + s * FUSE_DECODE_STEP_KEYS + key_group;
-          const bool valid = key < warp_end;
-          fuse_decode_load(k_base + key * a.k_strides[2], a.k_strides[3], c0, d, vector, valid, key_raw[s]);
-          fuse_decode_load(v_base + key * a.v_strides[2], a.v_strides[3], c0, d, vector, valid, value_raw[s]);
+          const bool valid = key < warp_end, appended = fused && valid && key == at_key;
+          fuse_decode_load(k_base + key * a.k_strides[2], a.k_strides[3], c0, d, vector, valid && !appended, key_raw[s]);
+          fuse_decode_load(v_base + key * a.v_strides[2], a.v_strides[3], c0, d, vector, valid && !appended, value_raw[s]);
+          if (fused) {
+#pragma unroll
+            for (int vec = 0; vec < FUSE_DECODE_VECTORS; ++vec) {
+              key_raw[s][vec] = appended ? new_key[vec] : key_raw[s][vec];
+              value_raw[s][vec] = appended ? new_value[vec] : value_raw[s][vec];
+            }
+          }
         }
         // Scores (log2 units; -inf where the row does not see the key), summed over the group's lanes.
         float score[FUSE_DECODE_UNROLL][FUSE_DECODE_PASS_ROWS];
@@ -292,7 +406,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
           sum += weight * warp_acc[w][r][c];
         }
         const unsigned int row = fuse_decode_row(b, g, first + r, group, q_heads, queries);
-        if (splits == 1) {
+        if (used == 1) {
           // A row that saw no key (lens[b] = 0, or < sq under causal) has sum 0: it writes zeros.
           fuse_model_store(a.out, (unsigned long long)row * d + c, total > 0.0f ? sum * (1.0f / total) : 0.0f);
         } else {
@@ -306,13 +420,13 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
       }
       __syncthreads();  // the next pass rewrites warp_acc
     }
-    if (splits == 1) continue;
+    if (used == 1) continue;
     // Count this split in; the last of the tile's splits to arrive merges them all.
     if (threadIdx.x == 0) {
       __threadfence();  // this block's partials (ordered before by the barrier above) before the count
       const unsigned int arrived = atomicAdd(a.counters + tile, 1u) + 1u;
-      last_block = arrived == splits;
-      if (arrived == splits) atomicExch(a.counters + tile, 0u);  // zero for the next launch
+      last_block = arrived == used;
+      if (arrived == used) atomicExch(a.counters + tile, 0u);  // zero for the next launch
     }
     __syncthreads();
     if (!last_block) continue;
@@ -327,7 +441,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
 #pragma unroll
       for (int j = 0; j < FUSE_DECODE_MAX_SPLITS / 32; ++j) {
         const unsigned int s = lane + 32 * j;
-        const float2 st = s < splits ? __ldcg(row_stats + s) : make_float2(minus_infinity, 0.0f);
+        const float2 st = s < used ? __ldcg(row_stats + s) : make_float2(minus_infinity, 0.0f);
         split_max[j] = st.x;
         split_sum[j] = st.y;
         most = fmaxf(most, st.x);
@@ -340,7 +454,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
         // A split without keys (max -inf) weighs 0, and no row's max is -inf unless every split's is.
         const float weight = most == minus_infinity ? 0.0f : exp2f(split_max[j] - most);
         total += weight * split_sum[j];
-        if (s < splits) weights[u * splits + s] = weight;
+        if (s < used) weights[u * used + s] = weight;
       }
       total = fuse_model_warp_sum(total);
       if (lane == 0) inverse[u] = total > 0.0f ? 1.0f / total : 0.0f;
@@ -353,10 +467,10 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
       const unsigned int u = at / quads, quad = at - u * quads;
       const unsigned int row = fuse_decode_row(b, g, u, group, q_heads, queries);
       const float4* sums = reinterpret_cast<const float4*>(a.partials + (unsigned long long)row * splits * dp) + quad;
-      const float* row_weights = weights + u * splits;
+      const float* row_weights = weights + u * used;
       float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
-      for (unsigned int s = 0; s < splits; ++s) {
+      for (unsigned int s = 0; s < used; ++s) {
         const float weight = row_weights[s];
         const float4 x = weight != 0.0f ? __ldcg(sums + (unsigned long long)s * quads) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         total.x += weight * x.x;

@@ -25,13 +25,16 @@ __device__ __forceinline__ float fuse_model_widen(unsigned int bits) {
 }
 
 // An element's bits as f32 (f16/bf16 widened exactly; u32 is never read as a number).
-__device__ __forceinline__ float fuse_model_load(const fuse_elem* p, long long i) {
-  const fuse_elem bits = p[i];
+__device__ __forceinline__ float fuse_model_float(unsigned int bits) {
 #if FUSE_MODEL_DTYPE == 0
   return __uint_as_float(bits);
 #else
-  return fuse_model_widen((unsigned int)bits);
+  return fuse_model_widen(bits);
 #endif
+}
+
+__device__ __forceinline__ float fuse_model_load(const fuse_elem* p, long long i) {
+  return fuse_model_float((unsigned int)p[i]);
 }
 
 // Warp-wide max and sum in a fixed butterfly order (every lane gets the same result).
@@ -47,19 +50,24 @@ __device__ __forceinline__ float fuse_model_warp_sum(float x) {
   return x;
 }
 
-// Stores f32 rounded to nearest even in the element type, as the CPU backend rounds.
-__device__ __forceinline__ void fuse_model_store(fuse_elem* p, long long i, float f) {
+// f32 rounded to nearest even in the element type, as the CPU backend rounds: the element's bits.
+__device__ __forceinline__ unsigned int fuse_model_narrow(float f) {
 #if FUSE_MODEL_DTYPE == 0
-  p[i] = __float_as_uint(f);
+  return __float_as_uint(f);
 #elif FUSE_MODEL_DTYPE == 1
   unsigned short h;
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  p[i] = h;
+  return h;
 #else
   unsigned short h;
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  p[i] = h;
+  return h;
 #endif
+}
+
+// Stores f32 rounded to the element type (fuse_model_narrow).
+__device__ __forceinline__ void fuse_model_store(fuse_elem* p, long long i, float f) {
+  p[i] = (fuse_elem)fuse_model_narrow(f);
 }
 
 // A strided operand of up to 6 axes, padded in front with axes of size 1: element offsets of linear

@@ -17,20 +17,35 @@
 //! thread can reuse it in between.
 
 use super::model::Words;
+use super::rope_append::ROPE_APPEND_WORDS;
 use super::Executor;
 use crate::call::Value;
 use crate::{Error, Result, Tensor};
-use fuse_ir::codegen::{attention_launch, AttentionShape, ModelKernel, ATTENTION_MAX_HEAD_DIM};
+use fuse_ir::codegen::{attention_launch, AttentionShape, ModelKernel, ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_MAX_HEAD_DIM};
 use fuse_ir::DType;
-use fuse_ir::NodeId;
+use fuse_ir::{ModelOp, NodeId, Op};
 
 /// Largest grid of the kernels' grid-stride loops.
 const MAX_GRID: usize = 1 << 20;
 
 impl Executor<'_> {
+    /// Runs attention node `id` into a fresh dense output. `rope_append`: the words of a fused rope and
+    /// cache appends (`rope_append.rs`), which only the decode kernel takes.
+    pub(super) fn run_attention_node(&mut self, id: NodeId, rope_append: Option<Words>) -> Result<()> {
+        let Op::Model(ModelOp::Attention { causal, with_lens }) = self.graph.op(id) else {
+            return Err(self.internal(format!("%{} is no attention", id.0)));
+        };
+        let args = self.graph.node(id).args.clone();
+        let out = self.allocate(id)?;
+        let out_address = if out.numel() == 0 { 0 } else { self.address(&out)? };
+        self.run_attention(&args, causal, with_lens, &out, out_address, rope_append)?;
+        self.values[id.index()] = Some(Value::Tensor(out));
+        Ok(())
+    }
+
     /// Queues attention of the operands `args` (q, k, v, scale, and lens `with_lens`) into `out`, fresh and
     /// dense [b, hq, sq, d] at `out_address`.
-    pub(super) fn run_attention(&mut self, args: &[NodeId], causal: bool, with_lens: bool, out: &Tensor, out_address: u64) -> Result<()> {
+    fn run_attention(&mut self, args: &[NodeId], causal: bool, with_lens: bool, out: &Tensor, out_address: u64, rope_append: Option<Words>) -> Result<()> {
         let (q, k, v) = (self.tensor_arg(args[0], "q")?, self.tensor_arg(args[1], "k")?, self.tensor_arg(args[2], "v")?);
         let scale = match self.resolve(args[3])? {
             Value::Scalar(s) => s,
@@ -41,7 +56,7 @@ impl Executor<'_> {
         if d > ATTENTION_MAX_HEAD_DIM {
             return Err(unsupported(format!("a head dimension of {d} on the GPU (at most {ATTENTION_MAX_HEAD_DIM})")));
         }
-        if out.numel() == 0 {
+        if out.numel() == 0 && rope_append.is_none() {
             return Ok(());
         }
         // The kernels split indices in 32 bits: a row (b, h, i) in u32, key positions, causal limits and
@@ -55,6 +70,9 @@ impl Executor<'_> {
         }
         let shape = AttentionShape { batch, q_heads, queries, kv_heads, keys, d };
         let launch = attention_launch(shape, self.device.sm_count());
+        if rope_append.is_some() && !launch.decode {
+            return Err(self.internal("a fused rope and cache append without the decode attention kernel"));
+        }
         if i32::try_from(launch.items).is_err() {
             return Err(unsupported(format!("{} work items on the GPU (fewer than 2^31)", launch.items)));
         }
@@ -88,8 +106,17 @@ impl Executor<'_> {
             words.0.push(scale.to_bits());
             words.counts(&[launch.splits, launch.split_keys, vector as usize]);
             words.counts(q.strides()).counts(k.strides()).counts(v.strides());
+            // The variant with rope and the appends fused in is built apart (`-DFUSE_DECODE_ROPE=1`).
+            let mut defines = launch.defines(q.dtype());
+            match rope_append {
+                Some(fused) => {
+                    words.0.extend(fused.0);
+                    defines.push(ATTENTION_DECODE_ROPE_DEFINE.to_string());
+                }
+                None => words.0.resize(words.0.len() + ROPE_APPEND_WORDS, 0),
+            }
             let grid = launch.items.min(MAX_GRID) as u32;
-            self.launch_model_kernel_with(ModelKernel::AttentionDecode, &launch.defines(q.dtype()), grid, 0, words)?;
+            self.launch_model_kernel_with(ModelKernel::AttentionDecode, &defines, grid, 0, words)?;
             drop(workspace);
             return Ok(());
         }

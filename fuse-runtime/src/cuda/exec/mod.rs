@@ -28,6 +28,7 @@ pub(crate) mod kernels;
 mod launch;
 mod launch_plan;
 mod model;
+mod rope_append;
 mod tuning;
 
 pub(crate) use fuse_args::BLOCK_THREADS;
@@ -81,6 +82,8 @@ struct Executor<'a> {
     /// (`model.rs`: `queue_copy`, `flush_copies`).
     pending_copies: Vec<model::PendingCopy>,
     pending_writers: Vec<NodeId>,
+    /// Groups a launch made for an earlier group already ran (`rope_append.rs`).
+    done_groups: Vec<usize>,
 }
 
 /// Runs `plan` on `args` (one per graph input, every tensor on `device`). Returns the graph's outputs and,
@@ -165,6 +168,7 @@ pub(crate) fn execute(
         prologue_deferred: false,
         pending_copies: Vec::new(),
         pending_writers: Vec::new(),
+        done_groups: Vec::new(),
     };
     let mut runs = Vec::new();
     for (index, group) in plan.groups.iter().enumerate() {
@@ -304,6 +308,9 @@ impl Executor<'_> {
     fn run_group(&mut self, index: usize, specs: &[PreparedKernel]) -> Result<Option<String>> {
         let plan = self.plan;
         let group = &plan.groups[index];
+        if self.done_groups.contains(&index) {
+            return Ok(None);
+        }
         // Model ops and cat are groups of one node each, run by their hand-written kernels (`model.rs`).
         let is_cat = |n: &NodeId| matches!(self.graph.op(*n), Op::View(ViewOp::Cat { .. }));
         let is_write = |n: &NodeId| self.graph.op(*n).writes_in_place();
@@ -311,6 +318,15 @@ impl Executor<'_> {
             let &[node] = group.nodes.as_slice() else {
                 return Err(self.internal(format!("group {index}: a model op, cat or slice_set beside other nodes")));
             };
+            // A decode step's rope, cache appends and attention: one launch when the shapes allow it.
+            if matches!(self.graph.op(node), Op::Model(fuse_ir::ModelOp::Rope)) {
+                if let Some(fused) = self.rope_append_match(index, node) {
+                    self.flush_copies()?;
+                    if self.run_rope_append(index, &fused)? {
+                        return Ok(None);
+                    }
+                }
+            }
             // Consecutive copies that do not read one another's results launch together.
             if !(is_cat(&node) || is_write(&node)) || self.reads_queued_copy(node) {
                 self.flush_copies()?;

@@ -107,6 +107,10 @@ impl Executor<'_> {
         let Op::Model(op) = self.graph.op(id) else {
             return Err(self.internal(format!("%{} in a model group is no model op", id.0)));
         };
+        if let ModelOp::Attention { .. } = op {
+            // Two launches and scratch memory of its own (`attention.rs`).
+            return self.run_attention_node(id, None);
+        }
         let args = self.graph.node(id).args.clone();
         let out = self.allocate(id)?;
         let out_address = if out.numel() == 0 { 0 } else { self.address(&out)? };
@@ -153,12 +157,7 @@ impl Executor<'_> {
                 }
                 (ModelKernel::Rope, x.dtype(), blocks(pairs, ModelKernel::Rope.block_threads()), pairs)
             }
-            ModelOp::Attention { causal, with_lens } => {
-                // Two launches and scratch memory of its own (`attention.rs`).
-                self.run_attention(&args, causal, with_lens, &out, out_address)?;
-                self.values[id.index()] = Some(Value::Tensor(out));
-                return Ok(());
-            }
+            ModelOp::Attention { .. } => return Err(self.internal("attention runs by run_attention_node")),
         };
         if items > 0 {
             self.launch_model_kernel(kernel, dtype, grid, words)?;
