@@ -6,6 +6,7 @@
 //! | `FUSE_DEBUG`     | `0`..`5`                            | `0`                | reports on stderr, each level adding to those below: 1 plan summary, 2 per-group times, 3 matmul paths and tuning decisions, 4 kernel sources, 5 the graph (see [`debug_level`]) |
 //! | `FUSE_FUSION`    | `off`, `0`, `false`; anything else  | on                 | `off` runs every fused function unfused, one pass per op |
 //! | `FUSE_GRAPHS`    | `off`, `0`, `false`; anything else  | on                 | `off` makes `CudaGraph::capture` record nothing: `replay` calls the step's closure |
+//! | `FUSE_ROPE_APPEND` | `off`, `0`, `false`; anything else | on               | `off` runs a decode step's rope, cache appends and attention as separate launches instead of one (for comparison) |
 //! | `FUSE_PDL`       | `off`, `0`, `false`; anything else  | on                 | `off` launches each kernel after the one before it has finished (no programmatic dependent launch); sm_90 and later only |
 //! | `FUSE_AUTOTUNE`  | `off`, `fast`, `full` (and synonyms, see `tune::AutotuneMode`) | `fast` | how much the autotuner times: `off` uses the results file, else a fixed rule; `fast` a short list; `full` every candidate |
 //! | `FUSE_TUNE_FILE` | a path (empty: unset)               | `tune.tsv` in the cache directory | the autotuner's results file |
@@ -57,6 +58,13 @@ pub(crate) fn fusion_off() -> bool {
 pub(crate) fn launch_overlap() -> bool {
     static OVERLAP: OnceLock<bool> = OnceLock::new();
     *OVERLAP.get_or_init(|| !std::env::var("FUSE_PDL").is_ok_and(|v| is_off(&v)))
+}
+
+/// `FUSE_ROPE_APPEND`: `off`, `0` or `false` keep a decode step's rope, cache appends and attention apart
+/// (`cuda/exec/rope_append.rs` fuses them otherwise).
+pub(crate) fn rope_append_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("FUSE_ROPE_APPEND").is_ok_and(|v| is_off(&v)))
 }
 
 /// `FUSE_GRAPHS`: `off`, `0` or `false` make `CudaGraph::capture` keep its closure and call it on each

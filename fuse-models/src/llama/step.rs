@@ -116,20 +116,18 @@ impl Llama {
             Ok(())
         })?;
         let decoder = Decoder { graph, inputs, logits, cache_id: cache.id(), vocab: self.config.vocab };
-        let debug = std::env::var("FUSE_DEBUG").ok().and_then(|level| level.trim().parse::<u32>().ok()).unwrap_or(0);
-        if let (true, Some(names)) = (debug >= 1, decoder.graph.kernel_names()?) {
+        let debug = std::env::var("FUSE_DEBUG").is_ok_and(|level| level.trim().parse::<u32>().is_ok_and(|l| l >= 1));
+        if let (true, Some(names)) = (debug, decoder.graph.kernel_names()?) {
             let layers = self.layers.len().max(1);
-            eprintln!("fuse: the recorded decode step launches {} kernels, {:.1} a layer over {layers} layers", names.len(), names.len() as f64 / layers as f64);
-            if debug >= 2 {
-                let mut counted: Vec<(usize, &String)> = Vec::new();
-                for name in &names {
-                    match counted.iter_mut().find(|(_, n)| *n == name) {
-                        Some((count, _)) => *count += 1,
-                        None => counted.push((1, name)),
-                    }
+            eprintln!("fuse: the recorded decode step launches {} kernels, {:.1} a layer over {layers} layers:", names.len(), names.len() as f64 / layers as f64);
+            let mut counted: Vec<(usize, &String)> = Vec::new();
+            for name in &names {
+                match counted.iter_mut().find(|(_, n)| *n == name) {
+                    Some((count, _)) => *count += 1,
+                    None => counted.push((1, name)),
                 }
-                counted.iter().for_each(|(count, name)| eprintln!("fuse:   {count:4} x {name}"));
             }
+            counted.iter().for_each(|(count, name)| eprintln!("fuse:   {count:4} x {name}"));
         }
         Ok(decoder)
     }
@@ -185,8 +183,8 @@ impl Decoder<'_> {
         Ok(self.inputs.ids.copy_from_host(ids)?)
     }
 
-    /// Kernels one replay launches (`None` when the step is not recorded): FUSE_DEBUG=1 prints it when the
-    /// decoder is made.
+    /// Kernels one replay launches (`None` when the step is not recorded): FUSE_DEBUG=1 prints it, and how
+    /// many of each kernel, when the decoder is made.
     pub fn kernel_count(&self) -> Result<Option<usize>> {
         Ok(self.graph.kernel_count()?)
     }

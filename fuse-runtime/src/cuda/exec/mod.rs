@@ -319,7 +319,7 @@ impl Executor<'_> {
                 return Err(self.internal(format!("group {index}: a model op, cat or slice_set beside other nodes")));
             };
             // A decode step's rope, cache appends and attention: one launch when the shapes allow it.
-            if matches!(self.graph.op(node), Op::Model(fuse_ir::ModelOp::Rope)) {
+            if matches!(self.graph.op(node), Op::Model(fuse_ir::ModelOp::Rope)) && crate::env::rope_append_on() {
                 if let Some(fused) = self.rope_append_match(index, node) {
                     self.flush_copies()?;
                     if self.run_rope_append(index, &fused)? {
