@@ -211,20 +211,9 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
   for (unsigned int item = blockIdx.x; item < items; item += gridDim.x) {
     const unsigned int split = item % splits, tile = item / splits;
     const unsigned int g = tile % kv_heads, b = tile / kv_heads;
-    // The batch's keys (lens clamped to skv) and the causal limit in signed arithmetic (lens[b] < sq makes
-    // it negative); the split's keys end where the last query's sight does (it sees the most).
-    const unsigned int batch_keys = a.lens ? min(__ldg(a.lens + b * a.lens_stride), keys) : keys;
-    const int causal_keys = a.causal ? (int)batch_keys - (int)queries + 1 : (int)batch_keys;
-    const unsigned int seen = (unsigned int)max(0, min(causal_keys + (int)queries - 1, (int)batch_keys));
-    // The splits this sequence uses (the same in every block of it), evened out; the others do nothing.
-    const unsigned int used = min(splits, max(1u, (seen + FUSE_DECODE_SPLIT_KEYS - 1) / FUSE_DECODE_SPLIT_KEYS));
-    if (split >= used) continue;
-    const unsigned int split_keys = (seen + used - 1) / used;
-    const unsigned int begin = split * split_keys;
-    const unsigned int end = max(begin, min(begin + split_keys, seen));  // == begin: no key, empty partials
-    // The warp's contiguous part of the split.
-    const unsigned int part = (end - begin + FUSE_DECODE_WARPS - 1) / FUSE_DECODE_WARPS;
-    const unsigned int warp_begin = min(begin + warp * part, end), warp_end = min(warp_begin + part, end);
+    // The batch's key count is loaded first and used last: the loads that do not depend on it (rope's)
+    // are in flight with it.
+    const unsigned int lens_b = a.lens ? __ldg(a.lens + b * a.lens_stride) : keys;
     const fuse_elem* k_base = a.k + b * a.k_strides[0] + g * a.k_strides[1];
     const fuse_elem* v_base = a.v + b * a.v_strides[0] + g * a.v_strides[1];
     // With rope fused: q's rows and the new key and value rows into shared memory (split 0's block also
@@ -270,6 +259,20 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
       fuse_decode_pack(value_bits, new_value);
     }
 #endif
+    // The batch's keys (lens clamped to skv) and the causal limit in signed arithmetic (lens[b] < sq makes
+    // it negative); the split's keys end where the last query's sight does (it sees the most).
+    const unsigned int batch_keys = min(lens_b, keys);
+    const int causal_keys = a.causal ? (int)batch_keys - (int)queries + 1 : (int)batch_keys;
+    const unsigned int seen = (unsigned int)max(0, min(causal_keys + (int)queries - 1, (int)batch_keys));
+    // The splits this sequence uses (the same in every block of it), evened out; the others do nothing.
+    const unsigned int used = min(splits, max(1u, (seen + FUSE_DECODE_SPLIT_KEYS - 1) / FUSE_DECODE_SPLIT_KEYS));
+    if (split >= used) continue;
+    const unsigned int split_keys = (seen + used - 1) / used;
+    const unsigned int begin = split * split_keys;
+    const unsigned int end = max(begin, min(begin + split_keys, seen));  // == begin: no key, empty partials
+    // The warp's contiguous part of the split.
+    const unsigned int part = (end - begin + FUSE_DECODE_WARPS - 1) / FUSE_DECODE_WARPS;
+    const unsigned int warp_begin = min(begin + warp * part, end), warp_end = min(warp_begin + part, end);
     for (unsigned int first = 0; first < rows; first += FUSE_DECODE_PASS_ROWS) {
       const unsigned int pass_rows = min(FUSE_DECODE_PASS_ROWS, rows - first);
       // The pass's query rows (the lane's 8 channels, scaled), the last key each sees, and the key group's
