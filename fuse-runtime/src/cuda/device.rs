@@ -351,6 +351,12 @@ impl CudaDevice {
         Entered { device: Some(self) }
     }
 
+    /// Threads queueing work on this GPU now (between `enter` and the end of their guard), the caller
+    /// included when it has entered: more than one means a timing may include another thread's kernels.
+    pub(crate) fn queueing_threads(&self) -> usize {
+        lock(&self.state.queueing).active
+    }
+
     /// Blocks while another thread captures a graph on this GPU (for calls that need no guard after).
     pub(crate) fn wait_for_capture(&self) {
         drop(self.enter());

@@ -39,6 +39,8 @@ pub struct TuneEntry {
 pub(crate) struct TuneTable {
     path: Option<PathBuf>,
     map: BTreeMap<TuneKey, (String, f64)>,
+    /// Results of timings other threads' GPU work may have disturbed: used by this process, never written.
+    unsaved: BTreeMap<TuneKey, (String, f64)>,
     warned_write: bool,
 }
 
@@ -109,7 +111,7 @@ fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
 impl TuneTable {
     pub(crate) fn load(path: Option<PathBuf>) -> TuneTable {
         let map = path.as_deref().map(read).unwrap_or_default();
-        TuneTable { path, map, warned_write: false }
+        TuneTable { path, map, unsaved: BTreeMap::new(), warned_write: false }
     }
 
     /// Switches to another file: its results are added to (and win over) the ones held.
@@ -121,7 +123,14 @@ impl TuneTable {
     }
 
     pub(crate) fn lookup(&self, key: &TuneKey) -> Option<&str> {
-        self.map.get(key).map(|(choice, _)| choice.as_str())
+        self.map.get(key).or_else(|| self.unsaved.get(key)).map(|(choice, _)| choice.as_str())
+    }
+
+    /// Keeps a result for this process only: its timing shared the GPU's stream with other threads' work
+    /// (a test binary's concurrent tests, say), so it may name a slower path, which the file would hand on
+    /// to every later process (seen on an H200: a benchmark run after the tests took their paths).
+    pub(crate) fn record_unsaved(&mut self, key: TuneKey, choice: &str, micros: f64) {
+        self.unsaved.insert(key, (choice.to_string(), micros));
     }
 
     /// Keeps a result and writes the file (merged with what is on disk now).
@@ -183,6 +192,24 @@ mod tests {
         assert_eq!(c.lookup(&key("a100", 16)), Some("cublas"));
         assert_eq!(c.lookup(&key("h200", 32)), None);
         assert_eq!(c.entries().len(), 3);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn results_timed_beside_other_work_stay_in_this_process() {
+        let dir = temp_dir("unsaved");
+        let path = dir.join("tune.tsv");
+        let mut a = TuneTable::load(Some(path.clone()));
+        a.record_unsaved(key("h200", 1), "cublas", 30.0);
+        assert_eq!(a.lookup(&key("h200", 1)), Some("cublas"), "this process uses it");
+        // A later result that is written does not carry the unsaved one with it.
+        a.record(key("h200", 16), "skinny:x", 57.25);
+        let b = TuneTable::load(Some(path.clone()));
+        assert_eq!(b.lookup(&key("h200", 1)), None, "another process times it again");
+        assert_eq!(b.lookup(&key("h200", 16)), Some("skinny:x"));
+        // A written result wins over an unsaved one of the same key.
+        a.record(key("h200", 1), "skinny:y", 20.0);
+        assert_eq!(a.lookup(&key("h200", 1)), Some("skinny:y"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

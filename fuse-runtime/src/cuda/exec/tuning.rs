@@ -93,8 +93,11 @@ impl Executor<'_> {
         let (rows, key) = self.tune_key(index, specs)?;
         let skinny = self.template_operands(index, specs, &GemmPath::Skinny(&CONFIGS[0]));
         let candidates = self.candidates(index, specs, rows, tune::mode(), skinny.is_ok())?;
+        // Other threads queueing on the same stream meanwhile may have slowed any candidate's runs.
+        let shared = self.device.queueing_threads() > 1;
         let timed = self.measure(index, specs, &candidates, &key, tune::mode())?;
-        Ok(self.tuned_path(key, timed))
+        let shared = shared || self.device.queueing_threads() > 1;
+        Ok(self.tuned_path(key, timed, shared))
     }
 
     /// The group's path when nothing has to be timed (a forced path, the results table, or the fixed rule
@@ -142,8 +145,9 @@ impl Executor<'_> {
         Ok(None)
     }
 
-    /// The fastest of the `timed` candidates, kept in the results table under `key`.
-    fn tuned_path(&mut self, key: TuneKey, timed: Vec<(GemmPath, Option<f64>)>) -> GemmPath {
+    /// The fastest of the `timed` candidates, kept in the results table under `key`: in its file too, unless
+    /// the GPU was `shared` with other threads' work while they were timed (then for this process only).
+    fn tuned_path(&mut self, key: TuneKey, timed: Vec<(GemmPath, Option<f64>)>, shared: bool) -> GemmPath {
         let best = timed
             .iter()
             .filter_map(|(p, t)| t.map(|t| (p, t)))
@@ -153,7 +157,10 @@ impl Executor<'_> {
             self.note("path cublas (every candidate failed to run)".into());
             return GemmPath::Cublas;
         };
-        lock(tune::table()).record(key, &path.name(), micros);
+        match shared {
+            false => lock(tune::table()).record(key, &path.name(), micros),
+            true => lock(tune::table()).record_unsaved(key, &path.name(), micros),
+        }
         let list: Vec<String> = timed
             .iter()
             .map(|(p, t)| match t {
@@ -161,7 +168,8 @@ impl Executor<'_> {
                 None => format!("{} failed", p.name()),
             })
             .collect();
-        self.note(format!("path {} (tuned: {})", path.name(), list.join(", ")));
+        let kept = if shared { "; not written to the results file: other threads used the GPU meanwhile" } else { "" };
+        self.note(format!("path {} (tuned: {}{kept})", path.name(), list.join(", ")));
         path
     }
 
