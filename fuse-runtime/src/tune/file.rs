@@ -148,9 +148,12 @@ impl TuneTable {
         }
     }
 
+    /// Every result this process knows: the file's and its own, those kept unsaved included.
     pub(crate) fn entries(&self) -> Vec<TuneEntry> {
+        let unsaved = self.unsaved.iter().filter(|(k, _)| !self.map.contains_key(*k));
         self.map
             .iter()
+            .chain(unsaved)
             .map(|(k, (choice, micros))| TuneEntry {
                 environment: k.env.clone(),
                 group: k.group.clone(),
@@ -207,6 +210,7 @@ mod tests {
         let b = TuneTable::load(Some(path.clone()));
         assert_eq!(b.lookup(&key("h200", 1)), None, "another process times it again");
         assert_eq!(b.lookup(&key("h200", 16)), Some("skinny:x"));
+        assert_eq!((a.entries().len(), b.entries().len()), (2, 1), "this process lists both");
         // A written result wins over an unsaved one of the same key.
         a.record(key("h200", 1), "skinny:y", 20.0);
         assert_eq!(a.lookup(&key("h200", 1)), Some("skinny:y"));
