@@ -26,8 +26,6 @@ pub(crate) fn execute_cached(
     kernels: Option<&KernelCache>,
 ) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
     if let Some(Device::Cuda(gpu)) = check_devices(function, &args)? {
-        // Timing a group waits for the GPU, which a capture cannot: captured calls are not timed.
-        let timed = timed && !gpu.is_capturing();
         return crate::cuda::exec::execute(function, g, plan, args, &gpu, timed, library_only, kernels);
     }
     crate::cpu::exec::execute(function, g, plan, args, timed)

@@ -103,6 +103,8 @@ pub(crate) fn execute(
 ) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
     // Another thread's capture would record this call: wait for it to end.
     let _entered = device.enter();
+    // Timing a group waits for the GPU, which a capture cannot: captured calls are not timed.
+    let timed = timed && !device.is_capturing();
     // Raw driver calls below (launches, memsets) need the context current on this thread.
     device.context().bind_to_thread().map_err(|e| driver_error("bind the context", e))?;
     let generated;
