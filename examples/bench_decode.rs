@@ -10,12 +10,14 @@
 //! `graph` (the step recorded once as a CUDA graph, each replay picking the next tokens on the device:
 //! `Llama::greedy_decoder`), `calls` (the fused step call by call, no graph) and `unfused` (one op at a time);
 //! then prefill tokens/s for a `--prompt`-token prompt (batch 1), the host time of one fused call that is not
-//! captured, and decode attention alone (us and GB/s of keys and values at 1024 and 8192 cached). Prints a
+//! captured, each block of a layer alone in a CUDA graph of 30 chained calls (us a call: where a step's time
+//! goes, kernel by kernel, inside a graph), and decode attention alone (us and GB/s of keys and values at 1024
+//! and 8192 cached). Prints a
 //! table with the floor (the bf16 weights and the cache read once per step at 4.2 TB/s) and writes `--json`.
 //! `--extras off` stops after the decode table (for a profiler: `scripts/gpu-profile-decode.sh`).
 
 use fuse::prelude::*;
-use fuse_models::llama::{Config, FfnBlock, KvCache, Llama, StepInputs};
+use fuse_models::llama::{AttentionBlock, Config, FfnBlock, KvCache, Llama, StepInputs};
 use std::time::Instant;
 
 struct Options {
@@ -175,6 +177,58 @@ fn host_us_per_call(config: &Config, dtype: DType, device: &Device) -> Fallible<
     Ok(host)
 }
 
+/// The output projection alone: one GEMM of a layer (a skinny kernel or a library call).
+#[fuse]
+fn project(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    Ok(x.matmul(&w.t()))
+}
+
+/// Records `calls` calls of `step` as one CUDA graph (on a GPU; called on a CPU), each reading the last one's
+/// result (a layer's blocks follow one another so), and returns the us a call of its replays.
+fn chained_us(device: &Device, first: &Tensor, calls: usize, step: &dyn Fn(&Tensor) -> Fallible<Tensor>) -> Fallible<f64> {
+    step(first)?.to_vec::<f32>()?; // compiles and tunes before the capture
+    let mut graph = CudaGraph::capture(device, || {
+        let mut x = first.clone();
+        for _ in 0..calls {
+            x = step(&x).map_err(|e| fuse::Error::Capture { what: e.to_string() })?;
+        }
+        Ok(())
+    })?;
+    graph.replay()?;
+    device.synchronize()?;
+    let replays = if device.is_cuda() { 10 } else { 1 };
+    let start = Instant::now();
+    for _ in 0..replays {
+        graph.replay()?;
+    }
+    device.synchronize()?;
+    Ok(start.elapsed().as_secs_f64() * 1e6 / (replays * calls) as f64)
+}
+
+/// Each block of a decoder layer alone, at batch 1 with 128 cached positions, 30 chained calls in one CUDA
+/// graph (a step's layers): the attention block (QKV GEMM; rope, cache appends and attention; the output
+/// projection), the FFN block (dual GEMM, down projection) and the output projection alone, in us a call.
+fn block_speeds(config: &Config, dtype: DType, device: &Device) -> Fallible<[f64; 3]> {
+    let w = |shape: &[usize], seed: u64| random(shape, 0.02, seed, dtype, device);
+    let (h, i, d) = (config.hidden, config.intermediate, config.head_dim);
+    let (hq, hkv) = (config.heads, config.kv_heads);
+    let (cached, calls) = (128, config.layers);
+    let x = random(&[1, 1, h], 1.0, 9, dtype, device)?;
+    let ffn = FfnBlock { norm: w(&[h], 1)?, gate: w(&[i, h], 2)?, up: w(&[i, h], 3)?, down: w(&[h, i], 4)?, eps: 1e-5 };
+    let ffn_us = chained_us(device, &x, calls, &|x| Ok(ffn.forward(x)?))?;
+    let attention = AttentionBlock { norm: w(&[h], 5)?, wqkv: w(&[(hq + 2 * hkv) * d, h], 6)?, wo: w(&[h, h], 7)?, eps: 1e-5, scale: 1.0 / (d as f32).sqrt() };
+    let (cos, sin) = (random(&[1, d / 2], 1.0, 10, dtype, device)?, random(&[1, d / 2], 1.0, 11, dtype, device)?);
+    let (k_cache, v_cache) = (random(&[1, hkv, cached + 1, d], 1.0, 12, dtype, device)?, random(&[1, hkv, cached + 1, d], 1.0, 13, dtype, device)?);
+    let at = Tensor::from_vec(vec![cached as u32], &[1], device)?;
+    let lens = Tensor::from_vec(vec![cached as u32 + 1], &[1], device)?;
+    let attention_us = chained_us(device, &x, calls, &|x| {
+        Ok(attention.forward(x, &cos, &sin, &k_cache, &v_cache, &at, &lens, 1, 1, hq, hkv, hq + 2 * hkv, hq + hkv, d, h)?)
+    })?;
+    let wo = w(&[h, h], 14)?;
+    let project_us = chained_us(device, &x, calls, &|x| Ok(project(x, &wo)?))?;
+    Ok([attention_us, ffn_us, project_us])
+}
+
 /// Decode attention alone (`attention_len`, one query a sequence over `cached` keys of a [batch, 3, cached,
 /// 64] cache, SmolLM2's heads), 20 calls recorded as one CUDA graph (on a GPU; called on a CPU) and
 /// replayed: us per call and GB/s of keys and values read.
@@ -260,6 +314,9 @@ fn run() -> Fallible<()> {
     let host = host_us_per_call(&config, o.dtype, &device)?;
     let how = if device.is_cuda() { "the FFN block, launch plan replayed" } else { "the FFN block, run on the CPU" };
     println!("host time of one fused call, not captured ({how}): {host:.1} us");
+    let [attention_block, ffn_block, projection] = block_speeds(&config, o.dtype, &device)?;
+    let inside = if device.is_cuda() { "in a CUDA graph of 30 chained calls" } else { "30 chained calls on the CPU" };
+    println!("one layer's blocks {inside}, batch 1, 128 cached: attention block {attention_block:.1} us a call, FFN block {ffn_block:.1} us, the output projection alone {projection:.1} us");
     let mut attention = Vec::new();
     // Batch 16 over 8192 keys takes minutes on a CPU: the GPU only there.
     let shapes: &[(usize, usize)] = if device.is_cuda() { &[(1, 1024), (1, 8192), (16, 1024), (16, 8192)] } else { &[(1, 1024), (1, 8192)] };
@@ -270,7 +327,7 @@ fn run() -> Fallible<()> {
     }
     if let Some(path) = &o.json {
         let body = format!(
-            "{{\"device\": \"{device}\", \"dtype\": \"{}\", \"steps\": {}, \"decode\": [{}], \"prefill\": {{\"tokens\": {}, \"tokens_per_s\": {tps:.3}}}, \"host_us_per_call\": {host:.3}, \"attention\": [{}]}}\n",
+            "{{\"device\": \"{device}\", \"dtype\": \"{}\", \"steps\": {}, \"decode\": [{}], \"prefill\": {{\"tokens\": {}, \"tokens_per_s\": {tps:.3}}}, \"host_us_per_call\": {host:.3}, \"blocks_us\": {{\"attention\": {attention_block:.3}, \"ffn\": {ffn_block:.3}, \"projection\": {projection:.3}}}, \"attention\": [{}]}}\n",
             o.dtype,
             o.steps,
             rows.join(", "),
