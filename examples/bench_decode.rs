@@ -183,6 +183,20 @@ fn project(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     Ok(x.matmul(&w.t()))
 }
 
+/// Us a call of `graph`, a recording of `calls` calls: one replay to warm up, then 10 timed (1 on a CPU, where
+/// a replay calls the closure).
+fn us_per_recorded_call(graph: &mut CudaGraph<'_>, device: &Device, calls: usize) -> Fallible<f64> {
+    graph.replay()?;
+    device.synchronize()?;
+    let replays = if device.is_cuda() { 10 } else { 1 };
+    let start = Instant::now();
+    for _ in 0..replays {
+        graph.replay()?;
+    }
+    device.synchronize()?;
+    Ok(start.elapsed().as_secs_f64() * 1e6 / (replays * calls) as f64)
+}
+
 /// Records `calls` calls of `step` as one CUDA graph (on a GPU; called on a CPU), each reading the last one's
 /// result (a layer's blocks follow one another so), and returns the us a call of its replays.
 fn chained_us(device: &Device, first: &Tensor, calls: usize, step: &dyn Fn(&Tensor) -> Fallible<Tensor>) -> Fallible<f64> {
@@ -194,15 +208,7 @@ fn chained_us(device: &Device, first: &Tensor, calls: usize, step: &dyn Fn(&Tens
         }
         Ok(())
     })?;
-    graph.replay()?;
-    device.synchronize()?;
-    let replays = if device.is_cuda() { 10 } else { 1 };
-    let start = Instant::now();
-    for _ in 0..replays {
-        graph.replay()?;
-    }
-    device.synchronize()?;
-    Ok(start.elapsed().as_secs_f64() * 1e6 / (replays * calls) as f64)
+    us_per_recorded_call(&mut graph, device, calls)
 }
 
 /// Each block of a decoder layer alone, at batch 1 with 128 cached positions, 30 chained calls in one CUDA
@@ -248,15 +254,7 @@ fn attention_speed(batch: usize, cached: usize, dtype: DType, device: &Device) -
         }
         Ok(())
     })?;
-    graph.replay()?;
-    device.synchronize()?;
-    let replays = if device.is_cuda() { 10 } else { 1 };
-    let start = Instant::now();
-    for _ in 0..replays {
-        graph.replay()?;
-    }
-    device.synchronize()?;
-    let us = start.elapsed().as_secs_f64() * 1e6 / (replays * calls) as f64;
+    let us = us_per_recorded_call(&mut graph, device, calls)?;
     let bytes = 2 * batch * hkv * cached * d * dtype.size_bytes();
     Ok((us, bytes as f64 / us / 1e3))
 }
