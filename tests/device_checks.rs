@@ -3,6 +3,10 @@
 //! once. The CPU refuses the same calls at once. One test per device: a GPU's fault record is shared by
 //! every thread, so a report must not be taken by another test's synchronisation.
 
+#[path = "common/decode_step.rs"]
+mod decode_step;
+
+use decode_step::decode_step_attention;
 use fuse::prelude::*;
 
 fn bad_ids_and_positions_are_reported(dev: &Device) {
@@ -37,8 +41,8 @@ fn bad_ids_and_positions_are_reported(dev: &Device) {
     let before: Vec<f32> = (0..b * hkv * capacity * d).map(|i| i as f32).collect();
     let [k_cache, v_cache] = [0; 2].map(|_| Tensor::from_vec(before.clone(), &[b, hkv, capacity, d], dev).unwrap());
     let (at, lens) = (Tensor::from_vec(vec![5u32], &[1], dev).unwrap(), Tensor::from_vec(vec![5u32], &[1], dev).unwrap());
-    let err = decode_step(&qkv, &table, &table, &k_cache, &v_cache, &at, &lens, hq, hkv, hq + hkv)
-        .and_then(|out| out.to_vec::<f32>())
+    let err = decode_step_attention(&qkv, &table, &table, &k_cache, &v_cache, &at, &lens, hq, hkv, hq + hkv, 0.25)
+        .and_then(|(out, _, _)| out.to_vec::<f32>())
         .expect_err("position 5 of 5");
     assert!(err.to_string().contains("offset 5"), "{err}");
     if dev.is_cuda() {
@@ -47,16 +51,6 @@ fn bad_ids_and_positions_are_reported(dev: &Device) {
     for cache in [&k_cache, &v_cache] {
         assert_eq!(cache.to_vec::<f32>().unwrap(), before, "nothing written");
     }
-}
-
-/// A decode step's attention as fuse-models' decoder writes it (see tests/model_ops.rs).
-#[fuse]
-#[allow(clippy::too_many_arguments)]
-fn decode_step(qkv: &Tensor, cos: &Tensor, sin: &Tensor, k_cache: &Tensor, v_cache: &Tensor, at: &Tensor, lens: &Tensor, hq: usize, hkv: usize, hqk: usize) -> Result<Tensor> {
-    let qk = rope(&qkv.narrow(2, 0, hqk).transpose(1, 2), cos, sin);
-    let k_cache = k_cache.slice_set(&qk.narrow(1, hq, hkv), 2, at);
-    let v_cache = v_cache.slice_set(&qkv.narrow(2, hqk, hkv).transpose(1, 2), 2, at);
-    Ok(attention_len(&qk.narrow(1, 0, hq), &k_cache, &v_cache, lens, 0.25, true))
 }
 
 fuse::device_tests!(bad_ids_and_positions_are_reported);

@@ -7,6 +7,8 @@
 //! machine's runner sets it), which turns a missing GPU into a failure.
 
 
+#[path = "common/decode_step.rs"]
+mod decode_step;
 #[path = "common/fused_fns.rs"]
 mod fused_fns;
 #[path = "gpu/ops.rs"]

@@ -2,6 +2,10 @@
 //! unfused, against the reference interpreter on random inputs with odd shapes, on each device (the GPU with
 //! its tolerances, `fuse::testing::tolerance`), and their errors, the same on each device.
 
+#[path = "common/decode_step.rs"]
+mod decode_step;
+
+use decode_step::decode_step_attention_fused;
 use fuse::prelude::*;
 use fuse::testing::{check_against_reference, random, TestRng};
 use fuse::{Arg, Fusion};
@@ -54,31 +58,6 @@ fn attend_len(q: &Tensor, k_cache: &Tensor, v_cache: &Tensor, lens: &Tensor, sca
 #[fuse]
 fn attend_len_causal(q: &Tensor, k_cache: &Tensor, v_cache: &Tensor, lens: &Tensor, scale: f32) -> Result<Tensor> {
     Ok(attention_len(q, k_cache, v_cache, lens, scale, true))
-}
-
-/// A decode step's attention as the decoder writes it (fuse-models' `AttentionBlock`): rope over the query
-/// and key heads of the stacked projection, the new key and value rows written into the caches at a
-/// position held in a tensor, attention_len over the caches; the caches are returned too.
-#[fuse]
-#[allow(clippy::too_many_arguments)]
-fn decode_step_attention(
-    qkv: &Tensor,
-    cos: &Tensor,
-    sin: &Tensor,
-    k_cache: &Tensor,
-    v_cache: &Tensor,
-    at: &Tensor,
-    lens: &Tensor,
-    hq: usize,
-    hkv: usize,
-    hqk: usize,
-    scale: f32,
-) -> Result<(Tensor, Tensor, Tensor)> {
-    let qk = rope(&qkv.narrow(2, 0, hqk).transpose(1, 2), cos, sin);
-    let k_cache = k_cache.slice_set(&qk.narrow(1, hq, hkv), 2, at);
-    let v_cache = v_cache.slice_set(&qkv.narrow(2, hqk, hkv).transpose(1, 2), 2, at);
-    let a = attention_len(&qk.narrow(1, 0, hq), &k_cache, &v_cache, lens, scale, true);
-    Ok((a, k_cache, v_cache))
 }
 
 /// Pointwise work on both sides of the model ops: fused, it runs in groups of its own around them.

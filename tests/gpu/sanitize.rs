@@ -13,6 +13,7 @@
 //! attention_len with splits past a batch's key count (no key loaded there), a batch of no keys at all and
 //! lens read at an offset into a longer tensor.
 
+use crate::decode_step::decode_step_attention_fused;
 use crate::fused_fns::{chain10_fused, ffn_block_fused, llama_mlp_fused, norm_and_cast_fused, reductions_fused, scaled_projection_fused};
 use crate::{assert_close, check, gpu, random, rng};
 use fuse::ir::codegen::{attention_launch, AttentionShape, MMA_CONFIGS, SKINNY_CONFIGS, WGMMA_CONFIGS};
@@ -198,18 +199,8 @@ fn attention_len_once() {
             let lens = Tensor::from_vec(vec![at as u32 + 1; 2], &[2], &dev).expect("lens");
             let args = [&qkv, &cos, &sin, &k, &v, &position, &lens].map(fuse::arg);
             let heads = q_heads + kv_heads;
-            let args = [&args[..], &[fuse::arg(&q_heads), fuse::arg(&kv_heads), fuse::arg(&heads)]].concat();
-            check(&format!("decode step at {at} of {capacity} {dtype}"), decode_step_fused(), &args, dtype);
+            let args = [&args[..], &[fuse::arg(&q_heads), fuse::arg(&kv_heads), fuse::arg(&heads), fuse::arg(&0.125f32)]].concat();
+            check(&format!("decode step at {at} of {capacity} {dtype}"), decode_step_attention_fused(), &args, dtype);
         }
     }
-}
-
-/// A decode step's attention as fuse-models' decoder writes it: one launch of the decode kernel on a GPU.
-#[fuse]
-#[allow(clippy::too_many_arguments)]
-fn decode_step(qkv: &Tensor, cos: &Tensor, sin: &Tensor, k_cache: &Tensor, v_cache: &Tensor, at: &Tensor, lens: &Tensor, hq: usize, hkv: usize, hqk: usize) -> Result<(Tensor, Tensor, Tensor)> {
-    let qk = rope(&qkv.narrow(2, 0, hqk).transpose(1, 2), cos, sin);
-    let k_cache = k_cache.slice_set(&qk.narrow(1, hq, hkv), 2, at);
-    let v_cache = v_cache.slice_set(&qkv.narrow(2, hqk, hkv).transpose(1, 2), 2, at);
-    Ok((attention_len(&qk.narrow(1, 0, hq), &k_cache, &v_cache, lens, 0.125, true), k_cache, v_cache))
 }
