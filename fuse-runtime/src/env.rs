@@ -29,7 +29,7 @@ use std::sync::OnceLock;
 ///
 /// | level | what                                                                                   | when |
 /// |-------|----------------------------------------------------------------------------------------|------|
-/// | 1     | plan summary: groups, their kinds, nodes and shapes for this call; groups that ran unfused | first call of each function |
+/// | 1     | plan summary: groups, their kinds, nodes and shapes for this call; groups that ran unfused (fuse-models' decoder also lists its recorded step's kernels) | first call of each function |
 /// | 2     | wall time of each group (the GPU is synchronised after each group to measure it)         | every call |
 /// | 3     | which matmul path each Gemm/DualGemm group took and why (forced, from the tune results, tuned: each candidate's time, or the fixed rule): the cuBLAS call form (below), the skinny template's config and grid, or the CPU's `gemm::gemm` calls | every call |
 /// | 4     | each kernel's `extern "C"` name and CUDA source (the ones `#[fuse]` emitted, else generated) | first call |
@@ -42,7 +42,7 @@ use std::sync::OnceLock;
 ///
 /// Level 2 and above change timing (a synchronisation per group and no replay of recorded launches): use
 /// them to look, not to benchmark.
-pub(crate) fn debug_level() -> u32 {
+pub fn debug_level() -> u32 {
     static LEVEL: OnceLock<u32> = OnceLock::new();
     *LEVEL.get_or_init(|| std::env::var("FUSE_DEBUG").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0))
 }

@@ -26,6 +26,7 @@ mod eager;
 mod eager_model;
 mod element;
 mod env;
+pub use env::debug_level;
 mod error;
 mod exec;
 mod fused;

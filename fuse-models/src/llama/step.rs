@@ -116,8 +116,7 @@ impl Llama {
             Ok(())
         })?;
         let decoder = Decoder { graph, inputs, logits, cache_id: cache.id(), vocab: self.config.vocab };
-        let debug = std::env::var("FUSE_DEBUG").is_ok_and(|level| level.trim().parse::<u32>().is_ok_and(|l| l >= 1));
-        if let (true, Some(names)) = (debug, decoder.graph.kernel_names()?) {
+        if let (true, Some(names)) = (fuse::debug_level() >= 1, decoder.graph.kernel_names()?) {
             let layers = self.layers.len().max(1);
             eprintln!("fuse: the recorded decode step launches {} kernels, {:.1} a layer over {layers} layers:", names.len(), names.len() as f64 / layers as f64);
             let mut counted: Vec<(usize, &String)> = Vec::new();
