@@ -73,10 +73,12 @@ impl Executor<'_> {
         }
         // The plan's next three groups are the appends and the attention (the copies are not launched
         // before it), in any order.
-        let next: Vec<NodeId> = self.plan.groups.get(index + 1..index + 4)?.iter().filter_map(|grp| grp.nodes.first().copied()).collect();
+        let next: Vec<NodeId> = self.plan.groups.get(index + 1..index + 4)?.iter().filter_map(|grp| match grp.nodes[..] {
+            [node] => Some(node),
+            _ => None,
+        }).collect();
         let all_there = [k_write, v_write, attention].iter().all(|n| next.contains(n));
-        let singles = self.plan.groups[index + 1..index + 4].iter().all(|grp| grp.nodes.len() == 1);
-        (all_there && singles).then_some(RopeAppend { rope, q_view, k_view, k_write, v_write, attention })
+        all_there.then_some(RopeAppend { rope, q_view, k_view, k_write, v_write, attention })
     }
 
     /// Runs a match in one launch when this call's shapes allow it (returns false, having launched nothing,
@@ -91,8 +93,8 @@ impl Executor<'_> {
         let (v_new, at) = (self.tensor_arg(v_args[1], "new values")?, self.tensor_arg(k_args[2], "position")?);
         let dtype = x.dtype();
         let one_dtype = [&cos, &sin, &k_cache, &v_cache, &v_new].iter().all(|t| t.dtype() == dtype);
-        let [b, _, s, d] = match *x.shape() {
-            [b, heads, s, d] => [b, heads, s, d],
+        let (b, s, d) = match *x.shape() {
+            [b, _, s, d] => (b, s, d),
             _ => return Ok(false),
         };
         let (kv_heads, capacity) = match *k_cache.shape() {

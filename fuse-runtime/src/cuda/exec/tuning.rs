@@ -157,9 +157,10 @@ impl Executor<'_> {
             self.note("path cublas (every candidate failed to run)".into());
             return GemmPath::Cublas;
         };
-        match shared {
-            false => lock(tune::table()).record(key, &path.name(), micros),
-            true => lock(tune::table()).record_unsaved(key, &path.name(), micros),
+        if shared {
+            lock(tune::table()).record_unsaved(key, &path.name(), micros);
+        } else {
+            lock(tune::table()).record(key, &path.name(), micros);
         }
         let list: Vec<String> = timed
             .iter()
