@@ -313,7 +313,9 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
                     .iter()
                     .flat_map(|d| {
                         let plain = [ModelKernel::defines(dtype), vec![format!("-DFUSE_ATTENTION_D={d}")]].concat();
-                        [plain.clone(), [plain, vec![ATTENTION_DECODE_ROPE_DEFINE.to_string()]].concat()]
+                        // SmolLM2's decode: rope fused, passes of its 3 rows a kv head.
+                        let smollm2 = vec![ATTENTION_DECODE_ROPE_DEFINE.to_string(), "-DFUSE_DECODE_PASS_ROWS=3".to_string()];
+                        [plain.clone(), [plain.clone(), vec![ATTENTION_DECODE_ROPE_DEFINE.to_string()]].concat(), [plain, smollm2].concat()]
                     })
                     .collect(),
                 _ => vec![ModelKernel::defines(dtype)],

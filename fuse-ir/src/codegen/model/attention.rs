@@ -29,6 +29,9 @@ pub const ATTENTION_DECODE_THREADS: u32 = 128;
 /// Rows (queries x group) of one key/value head the decode kernel holds: calls with more take the prefill
 /// kernel.
 pub const ATTENTION_DECODE_ROWS: usize = 16;
+/// Rows (queries x group of one kv head) the decode kernel computes in one pass over a split's keys, at most
+/// (`FUSE_DECODE_PASS_ROWS`; more rows take more passes).
+pub const ATTENTION_DECODE_PASS_ROWS: usize = 4;
 /// Most key splits of the decode kernel (the last split block keeps a weight for each in shared memory).
 pub const ATTENTION_DECODE_MAX_SPLITS: usize = 128;
 /// Fewest keys a decode split covers (but the last): fewer would cost more in merging than they save. The
@@ -79,13 +82,21 @@ pub struct AttentionLaunch {
     pub counters: usize,
     /// The build's head dimension (one of [`ATTENTION_HEAD_DIMS`]; the largest when d is larger still).
     pub held_d: usize,
+    /// Decode: the rows one pass of the kernel holds, the rows of a kv head up to
+    /// [`ATTENTION_DECODE_PASS_ROWS`] (a build for 3, say, computes no fourth row only to drop it). 0 for
+    /// prefill.
+    pub pass_rows: usize,
 }
 
 impl AttentionLaunch {
-    /// The attention kernel's defines: the element type's and the head dimension it holds.
+    /// The attention kernel's defines: the element type's, the head dimension it holds and, for decode with
+    /// fewer rows than a full pass, the rows a pass holds.
     pub fn defines(&self, dtype: DType) -> Vec<String> {
         let mut defines = ModelKernel::defines(dtype);
         defines.push(format!("-DFUSE_ATTENTION_D={}", self.held_d));
+        if self.decode && self.pass_rows < ATTENTION_DECODE_PASS_ROWS {
+            defines.push(format!("-DFUSE_DECODE_PASS_ROWS={}", self.pass_rows));
+        }
         defines
     }
 }
@@ -124,6 +135,7 @@ pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaun
             partial_floats: if splits > 1 { rows * splits * (shape.d.div_ceil(4) * 4 + 2) } else { 0 },
             counters: if splits > 1 { base } else { 0 },
             held_d,
+            pass_rows: (shape.queries * group).clamp(1, ATTENTION_DECODE_PASS_ROWS),
         };
     }
     let q_tiles = (shape.queries * group).div_ceil(ATTENTION_ROW_TILE).max(1);
@@ -146,6 +158,7 @@ pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaun
         partial_floats: if splits > 1 { rows * splits * (shape.d + 2) } else { 0 },
         counters: 0,
         held_d,
+        pass_rows: 0,
     }
 }
 
@@ -259,6 +272,12 @@ mod tests {
         let held = |d| attention_launch(shape(1, 1, 1, 1, 1, d), H200_SMS).held_d;
         assert_eq!([1, 63, 64, 65, 128, 129, 256].map(held), [64, 64, 64, 128, 128, 256, 256]);
         let defines = attention_launch(shape(1, 1, 1, 1, 1, 100), H200_SMS).defines(DType::BF16);
-        assert_eq!(defines, ["-DFUSE_MODEL_DTYPE=2", "-DFUSE_ATTENTION_D=128"]);
+        assert_eq!(defines, ["-DFUSE_MODEL_DTYPE=2", "-DFUSE_ATTENTION_D=128", "-DFUSE_DECODE_PASS_ROWS=1"]);
+        // SmolLM2's 3 query heads a kv head: passes of 3 rows; 4 rows or more: the full pass; prefill: none.
+        let pass = |q_heads, queries| attention_launch(shape(1, q_heads, 1, queries, 300, 64), H200_SMS).defines(DType::BF16);
+        assert_eq!(pass(3, 1).last().map(String::as_str), Some("-DFUSE_DECODE_PASS_ROWS=3"));
+        assert_eq!(pass(4, 1).len(), 2);
+        assert_eq!(pass(3, 5).len(), 2);
+        assert_eq!(pass(1, 17).len(), 2);
     }
 }

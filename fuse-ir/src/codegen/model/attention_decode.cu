@@ -18,9 +18,10 @@
 // pass, so the loop needs no reduction across groups: the dot product of a key with a row is summed over the
 // D / 8 lanes of its group by shuffles. After the loop the groups of a warp merge by butterfly shuffles, the
 // warps merge through shared memory in the fixed order 0..3, and the block either writes the normalised
-// rows (one split) or its f32 partials. Rows are processed 4 at a time (FUSE_DECODE_PASS_ROWS; decode of
-// SmolLM2 has 3): a pass keeps q, the state and 8 keys' values in registers whatever the head dimension;
-// more rows re-read the split's keys in later passes (from L2).
+// rows (one split) or its f32 partials. Rows are processed 4 at a time (FUSE_DECODE_PASS_ROWS; a kv head with
+// fewer, SmolLM2's 3 at decode, gets a build for that many from the host): a pass keeps q, the state and 8
+// keys' values in registers whatever the head dimension; more rows re-read the split's keys in later passes
+// (from L2).
 //
 // The splits in use follow each sequence's key count on the device: the host sizes the grid for the
 // capacity (lens is device data), and a sequence of `seen` keys uses ceil(seen / FUSE_DECODE_SPLIT_KEYS) of
@@ -47,7 +48,9 @@
 #define FUSE_DECODE_THREADS 128
 #define FUSE_DECODE_WARPS (FUSE_DECODE_THREADS / 32)
 #define FUSE_DECODE_ROWS 16
+#ifndef FUSE_DECODE_PASS_ROWS
 #define FUSE_DECODE_PASS_ROWS 4
+#endif
 #define FUSE_DECODE_MAX_SPLITS 128
 #define FUSE_DECODE_SPLIT_KEYS 64
 // 1: the variant with rope and the cache appends fused in (rope_x set); 0: plain attention (rope_x null).

@@ -9,7 +9,7 @@
 mod attention;
 
 pub use attention::{
-    attention_launch, AttentionLaunch, AttentionShape, ATTENTION_COMBINE_THREADS, ATTENTION_DECODE_MAX_SPLITS, ATTENTION_DECODE_ROPE_DEFINE,
+    attention_launch, AttentionLaunch, AttentionShape, ATTENTION_COMBINE_THREADS, ATTENTION_DECODE_MAX_SPLITS, ATTENTION_DECODE_PASS_ROWS, ATTENTION_DECODE_ROPE_DEFINE,
     ATTENTION_DECODE_ROWS, ATTENTION_DECODE_SPLIT_KEYS, ATTENTION_DECODE_THREADS, ATTENTION_HEAD_DIMS, ATTENTION_KEY_TILE,
     ATTENTION_MAX_HEAD_DIM, ATTENTION_ROW_TILE, ATTENTION_THREADS,
 };
@@ -124,6 +124,7 @@ mod tests {
         assert!(decode.contains(&format!("#define FUSE_DECODE_ROWS {ATTENTION_DECODE_ROWS}")));
         assert!(decode.contains(&format!("#define FUSE_DECODE_MAX_SPLITS {ATTENTION_DECODE_MAX_SPLITS}")));
         assert!(decode.contains(&format!("#define FUSE_DECODE_SPLIT_KEYS {ATTENTION_DECODE_SPLIT_KEYS}")));
+        assert!(decode.contains(&format!("#define FUSE_DECODE_PASS_ROWS {ATTENTION_DECODE_PASS_ROWS}")));
         // The last split block's weights: a lane a split, a whole number of warp-wide steps.
         assert_eq!(ATTENTION_DECODE_MAX_SPLITS % 32, 0);
         assert_eq!(ATTENTION_DECODE_ROWS, ATTENTION_ROW_TILE, "prefill takes what decode does not hold");
