@@ -48,6 +48,11 @@
 #define FUSE_DECODE_THREADS 128
 #define FUSE_DECODE_WARPS (FUSE_DECODE_THREADS / 32)
 #define FUSE_DECODE_ROWS 16
+// 1: a build for k and v rows the host found vector-loadable (kv_vector = 1), without the element-by-element
+// path; 0: kv_vector decides at run time.
+#ifndef FUSE_DECODE_VECTOR
+#define FUSE_DECODE_VECTOR 0
+#endif
 #ifndef FUSE_DECODE_PASS_ROWS
 #define FUSE_DECODE_PASS_ROWS 4
 #endif
@@ -207,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
   const unsigned int items = (unsigned int)a.batch * kv_heads * splits;
   const unsigned long long all_rows = (unsigned long long)a.batch * q_heads * queries;
   float* const stats = a.partials + all_rows * splits * dp;
-  const bool vector = a.kv_vector != 0;
+  const bool vector = FUSE_DECODE_VECTOR || a.kv_vector != 0;
   const float q_scale = (float)(a.scale * 1.4426950408889634);  // log2(e): probabilities are exp2 of scores
   const float minus_infinity = __int_as_float(0xff800000);
   const unsigned int no_key = 0xffffffffu;

@@ -21,7 +21,9 @@ use super::rope_append::ROPE_APPEND_WORDS;
 use super::Executor;
 use crate::call::Value;
 use crate::{Error, Result, Tensor};
-use fuse_ir::codegen::{attention_launch, AttentionShape, ModelKernel, ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_MAX_HEAD_DIM};
+use fuse_ir::codegen::{
+    attention_launch, AttentionShape, ModelKernel, ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_MAX_HEAD_DIM,
+};
 use fuse_ir::DType;
 use fuse_ir::{ModelOp, NodeId, Op};
 
@@ -114,6 +116,10 @@ impl Executor<'_> {
                     defines.push(ATTENTION_DECODE_ROPE_DEFINE.to_string());
                 }
                 None => words.0.resize(words.0.len() + ROPE_APPEND_WORDS, 0),
+            }
+            // Vector-loadable caches (a decoder's) get a build without the element-by-element loads.
+            if vector {
+                defines.push(ATTENTION_DECODE_VECTOR_DEFINE.to_string());
             }
             let grid = launch.items.min(MAX_GRID) as u32;
             self.launch_model_kernel_with(ModelKernel::AttentionDecode, &defines, grid, 0, words)?;
