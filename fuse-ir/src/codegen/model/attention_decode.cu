@@ -53,6 +53,8 @@
 #ifndef FUSE_DECODE_VECTOR
 #define FUSE_DECODE_VECTOR 0
 #endif
+// Elements of q's rows and the new rows a thread makes per pass of the fused rope, all loads first.
+#define FUSE_DECODE_ROPE_BATCH 4
 #ifndef FUSE_DECODE_PASS_ROWS
 #define FUSE_DECODE_PASS_ROWS 4
 #endif
@@ -147,17 +149,6 @@ __device__ __forceinline__ void fuse_decode_pack(const unsigned int (&bits)[FUSE
   }
 }
 
-// Channel c of rope(row) (rope.cu's arithmetic, rounded to the element type as rope's output is), row a
-// head of rope_x at the new position (the tables' row 0).
-__device__ __forceinline__ float fuse_decode_rope(const FuseAttentionDecodeArgs& a, const fuse_elem* row, unsigned int c, unsigned int half) {
-  const bool low = c < half;
-  const unsigned int i = low ? c : c - half;
-  const float x = fuse_model_load(row, c * a.rope_x_strides[3]);
-  const float partner = fuse_model_load(row, (low ? c + half : i) * a.rope_x_strides[3]);
-  const float cs = fuse_model_load(a.cos, i * a.cos_stride), sn = fuse_model_load(a.sin, i * a.sin_stride);
-  return fuse_model_float(fuse_model_narrow(low ? x * cs - partner * sn : x * cs + partner * sn));
-}
-
 // Channels c0 .. c0 + 8 of a key or value row as raw element bits; zeros past d or when !valid (a key past
 // the split: never read, so NaN past an attention_len count cannot reach the sums). Vector loads when the
 // host found them aligned (then d % 8 == 0: a lane's 8 channels are all in range or all out), else one
@@ -241,18 +232,44 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
       }
       const fuse_elem* x = a.rope_x + b * a.rope_x_strides[0];
       __syncthreads();  // the previous item is done with the shared rows
-      for (unsigned int e = threadIdx.x; e < rows * d; e += FUSE_DECODE_THREADS) {
-        const unsigned int u = e / d, c = e - u * d, h = g * group + u % group;
-        roped_q[u][c] = fuse_decode_rope(a, x + (a.q_head0 + h) * a.rope_x_strides[1], c, half);
-      }
-      for (unsigned int c = threadIdx.x; c < d; c += FUSE_DECODE_THREADS) {
-        const unsigned int key = fuse_model_narrow(fuse_decode_rope(a, x + (a.k_head0 + g) * a.rope_x_strides[1], c, half));
-        const unsigned int value = (unsigned int)a.v_new[b * a.v_new_strides[0] + g * a.v_new_strides[1] + c * a.v_new_strides[3]];
-        new_rows[0][c] = key;
-        new_rows[1][c] = value;
-        if (split == 0 && appends) {
-          const_cast<fuse_elem*>(k_base)[at * a.k_strides[2] + c * a.k_strides[3]] = (fuse_elem)key;
-          const_cast<fuse_elem*>(v_base)[at * a.v_strides[2] + c * a.v_strides[3]] = (fuse_elem)value;
+      // Element e < rows * d is q's row e / d, channel e % d; the next d are the new key and value rows'
+      // channels. A thread takes FUSE_DECODE_ROPE_BATCH elements a pass and issues all their loads before any
+      // arithmetic: one round trip to memory for SmolLM2's 256 elements, not one for each element a thread has.
+      const unsigned int q_elements = rows * d, elements = q_elements + d;
+      for (unsigned int base = 0; base < elements; base += FUSE_DECODE_ROPE_BATCH * FUSE_DECODE_THREADS) {
+        float own[FUSE_DECODE_ROPE_BATCH], partner[FUSE_DECODE_ROPE_BATCH], cs[FUSE_DECODE_ROPE_BATCH], sn[FUSE_DECODE_ROPE_BATCH];
+        unsigned int value[FUSE_DECODE_ROPE_BATCH];
+#pragma unroll
+        for (int j = 0; j < FUSE_DECODE_ROPE_BATCH; ++j) {
+          const unsigned int e = base + j * FUSE_DECODE_THREADS + threadIdx.x;
+          const bool is_q = e < q_elements, here = e < elements;
+          const unsigned int u = is_q ? e / d : 0, c = is_q ? e - u * d : e - q_elements;
+          const long long head = is_q ? a.q_head0 + g * group + u % group : a.k_head0 + g;
+          const fuse_elem* row = x + head * a.rope_x_strides[1];
+          const unsigned int i = c < half ? c : c - half, other = c < half ? c + half : i;
+          own[j] = here ? fuse_model_load(row, c * a.rope_x_strides[3]) : 0.0f;
+          partner[j] = here ? fuse_model_load(row, other * a.rope_x_strides[3]) : 0.0f;
+          cs[j] = here ? fuse_model_load(a.cos, i * a.cos_stride) : 0.0f;
+          sn[j] = here ? fuse_model_load(a.sin, i * a.sin_stride) : 0.0f;
+          value[j] = here && !is_q ? (unsigned int)a.v_new[b * a.v_new_strides[0] + g * a.v_new_strides[1] + c * a.v_new_strides[3]] : 0u;
+        }
+#pragma unroll
+        for (int j = 0; j < FUSE_DECODE_ROPE_BATCH; ++j) {
+          const unsigned int e = base + j * FUSE_DECODE_THREADS + threadIdx.x;
+          if (e >= elements) continue;
+          const unsigned int u = e < q_elements ? e / d : 0, c = e < q_elements ? e - u * d : e - q_elements;
+          // rope.cu's arithmetic, rounded to the element type as rope's output is.
+          const unsigned int bits = fuse_model_narrow(c < half ? own[j] * cs[j] - partner[j] * sn[j] : own[j] * cs[j] + partner[j] * sn[j]);
+          if (e < q_elements) {
+            roped_q[u][c] = fuse_model_float(bits);
+          } else {
+            new_rows[0][c] = bits;
+            new_rows[1][c] = value[j];
+            if (split == 0 && appends) {
+              const_cast<fuse_elem*>(k_base)[at * a.k_strides[2] + c * a.k_strides[3]] = (fuse_elem)bits;
+              const_cast<fuse_elem*>(v_base)[at * a.v_strides[2] + c * a.v_strides[3]] = (fuse_elem)value[j];
+            }
+          }
         }
       }
       __syncthreads();
