@@ -44,6 +44,11 @@ pub const ATTENTION_DECODE_ROPE_DEFINE: &str = "-DFUSE_DECODE_ROPE=1";
 /// The define of the decode kernel's build for k and v rows it may read as 16-byte vectors (the host checks
 /// them: `kv_vector`), without the element-by-element path.
 pub const ATTENTION_DECODE_VECTOR_DEFINE: &str = "-DFUSE_DECODE_VECTOR=1";
+/// The define of the decode kernel's variant launched in clusters of `splits` blocks (sm_90), whose splits
+/// merge through the cluster's shared memory.
+pub const ATTENTION_DECODE_CLUSTER_DEFINE: &str = "-DFUSE_DECODE_CLUSTER=1";
+/// Most splits a cluster of the decode kernel holds (8: the portable cluster size).
+pub const ATTENTION_DECODE_CLUSTER_MAX: usize = 8;
 /// Blocks wanted for each multiprocessor before the keys are split further (two resident at a time hide
 /// the load latency of one another's tiles).
 const BLOCKS_PER_SM: usize = 2;

@@ -37,7 +37,13 @@
 // split 0's block writes them into the caches. So no block reads a row this launch writes. A position past
 // `room` writes nothing, records the fault (as slice_set does) and is attended as the cache holds it.
 //
-// Several splits, one kernel: each split block writes its partials to `partials` ([rows][splits][dp]
+// In clusters (-DFUSE_DECODE_CLUSTER=1, the host's choice on sm_90 for at most 8 splits): the blocks of one
+// (b, g) are one cluster, a block an item. Each keeps its rows' unnormalised sums, max and sum in its own
+// shared memory; after a cluster barrier, block `split` merges the rows u with u % used == split, reading the
+// others' shared memory (in the order 0, 1, ..: deterministic), and a second barrier keeps every block's shared
+// memory alive until all have read it. Blocks of splits past the ones in use only take part in the barriers.
+//
+// Several splits, one kernel, without clusters: each split block writes its partials to `partials` ([rows][splits][dp]
 // unnormalised sums, dp = d rounded up to 4, then [rows][splits][2] max and sum; a split that saw no key
 // writes only max -inf and sum 0), then, after a __threadfence(), adds 1 to the (b, g) counter in
 // `counters` (zero before the first launch: fuse-runtime's CudaDevice::zeroed_counters). The block that
@@ -63,6 +69,11 @@
 // 1: the variant with rope and the cache appends fused in (rope_x set); 0: plain attention (rope_x null).
 #ifndef FUSE_DECODE_ROPE
 #define FUSE_DECODE_ROPE 0
+#endif
+// 1: launched in clusters of `splits` blocks (sm_90; one block an item): the splits merge through the
+// cluster's shared memory, with no partials, fence or counter (see the header).
+#ifndef FUSE_DECODE_CLUSTER
+#define FUSE_DECODE_CLUSTER 0
 #endif
 #define FUSE_DECODE_CHANNELS 8
 #ifndef FUSE_ATTENTION_D
@@ -171,6 +182,26 @@ __device__ __forceinline__ void fuse_decode_load(const fuse_elem* row, long long
   }
 }
 
+// Thread-block clusters (sm_90): a barrier over the cluster's blocks (release / acquire: shared-memory writes
+// before it are visible to the other blocks after it), and a load from the shared memory of block `rank` of the
+// cluster at the place `p` has in this block's.
+__device__ __forceinline__ void fuse_decode_cluster_sync() {
+#if FUSE_DECODE_CLUSTER && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ float fuse_decode_peer_load(const float* p, unsigned int rank) {
+  float v = 0.0f;
+#if FUSE_DECODE_CLUSTER && __CUDA_ARCH__ >= 900
+  unsigned int local, remote;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(local) : "l"(p));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+#endif
+  return v;
+}
+
 // The dense output row (b, h, i) of row u of kv head g.
 __device__ __forceinline__ unsigned int fuse_decode_row(unsigned int b, unsigned int g, unsigned int u, unsigned int group,
                                                         unsigned int q_heads, unsigned int queries) {
@@ -187,10 +218,19 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
   __shared__ float weights[FUSE_DECODE_ROWS * FUSE_DECODE_MAX_SPLITS];
   __shared__ float inverse[FUSE_DECODE_ROWS];
   __shared__ unsigned int last_block;
+#if FUSE_DECODE_ROPE || FUSE_DECODE_CLUSTER
+  // With rope: the item's query rows after rope; in clusters: the split's unnormalised sums of each row. A
+  // pass writes the sums of its rows only after it has read their queries, so one array holds both.
+  __shared__ __align__(16) float row_buf[FUSE_DECODE_ROWS][FUSE_ATTENTION_D];
+#endif
 #if FUSE_DECODE_ROPE
-  // The item's query rows after rope, and the new key and value rows (element bits).
-  __shared__ float roped_q[FUSE_DECODE_ROWS][FUSE_ATTENTION_D];
+  float (*const roped_q)[FUSE_ATTENTION_D] = row_buf;
+  // The new key and value rows (element bits).
   __shared__ unsigned int new_rows[2][FUSE_ATTENTION_D];
+#endif
+#if FUSE_DECODE_CLUSTER
+  // The split's max and sum of each row.
+  __shared__ float row_stats[FUSE_DECODE_ROWS][2];
 #endif
   // 32-bit index arithmetic (the host checks that rows, keys and items fit); element offsets stay 64-bit.
   const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -291,14 +331,16 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
     const unsigned int seen = (unsigned int)max(0, min(causal_keys + (int)queries - 1, (int)batch_keys));
     // The splits this sequence uses (the same in every block of it), evened out; the others do nothing.
     const unsigned int used = min(splits, max(1u, (seen + FUSE_DECODE_SPLIT_KEYS - 1) / FUSE_DECODE_SPLIT_KEYS));
-    if (split >= used) continue;
+    // In clusters every block reaches the cluster barriers below; otherwise a split not in use stops here.
+    const bool active = split < used;
+    if (!FUSE_DECODE_CLUSTER && !active) continue;
     const unsigned int split_keys = (seen + used - 1) / used;
     const unsigned int begin = split * split_keys;
     const unsigned int end = max(begin, min(begin + split_keys, seen));  // == begin: no key, empty partials
     // The warp's contiguous part of the split.
     const unsigned int part = (end - begin + FUSE_DECODE_WARPS - 1) / FUSE_DECODE_WARPS;
     const unsigned int warp_begin = min(begin + warp * part, end), warp_end = min(warp_begin + part, end);
-    for (unsigned int first = 0; first < rows; first += FUSE_DECODE_PASS_ROWS) {
+    for (unsigned int first = 0; active && first < rows; first += FUSE_DECODE_PASS_ROWS) {
       const unsigned int pass_rows = min(FUSE_DECODE_PASS_ROWS, rows - first);
       // The pass's query rows (the lane's 8 channels, scaled), the last key each sees, and the key group's
       // online-softmax state.
@@ -438,16 +480,49 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
           // A row that saw no key (lens[b] = 0, or < sq under causal) has sum 0: it writes zeros.
           fuse_model_store(a.out, (unsigned long long)row * d + c, total > 0.0f ? sum * (1.0f / total) : 0.0f);
         } else {
+#if FUSE_DECODE_CLUSTER
+          row_buf[first + r][c] = sum;
+          if (c == 0) {
+            row_stats[first + r][0] = most;
+            row_stats[first + r][1] = total;
+          }
+#else
           const unsigned long long at_split = (unsigned long long)row * splits + split;
           if (most != minus_infinity) a.partials[at_split * dp + c] = sum;
           if (c == 0) {
             stats[2 * at_split] = most;
             stats[2 * at_split + 1] = total;
           }
+#endif
         }
       }
       __syncthreads();  // the next pass rewrites warp_acc
     }
+#if FUSE_DECODE_CLUSTER
+    fuse_decode_cluster_sync();  // every split's rows are in its shared memory
+    if (active && used > 1) {
+      // This block's rows (u % used == split), a thread a (row, channel), the splits in the order 0, 1, ..
+      for (unsigned int at = threadIdx.x; at < rows * d; at += FUSE_DECODE_THREADS) {
+        const unsigned int u = at / d, c = at - u * d;
+        if (u % used != split) continue;
+        float most = minus_infinity;
+        for (unsigned int s = 0; s < used; ++s) most = fmaxf(most, fuse_decode_peer_load(&row_stats[u][0], s));
+        float total = 0.0f, sum = 0.0f;
+        for (unsigned int s = 0; s < used; ++s) {
+          const float split_max = fuse_decode_peer_load(&row_stats[u][0], s);
+          // A split that saw no key (max -inf) weighs 0 and wrote no sums.
+          if (most == minus_infinity || split_max == minus_infinity) continue;
+          const float weight = exp2f(split_max - most);
+          total += weight * fuse_decode_peer_load(&row_stats[u][1], s);
+          sum += weight * fuse_decode_peer_load(&row_buf[u][c], s);
+        }
+        const unsigned int row = fuse_decode_row(b, g, u, group, q_heads, queries);
+        fuse_model_store(a.out, (unsigned long long)row * d + c, total > 0.0f ? sum * (1.0f / total) : 0.0f);
+      }
+    }
+    fuse_decode_cluster_sync();  // every block has read the others' shared memory: it may be left or reused
+    continue;
+#endif
     if (used == 1) continue;
     // Count this split in; the last of the tile's splits to arrive merges them all.
     if (threadIdx.x == 0) {

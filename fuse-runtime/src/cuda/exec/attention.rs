@@ -22,7 +22,8 @@ use super::Executor;
 use crate::call::Value;
 use crate::{Error, Result, Tensor};
 use fuse_ir::codegen::{
-    attention_launch, AttentionShape, ModelKernel, ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_MAX_HEAD_DIM,
+    attention_launch, AttentionShape, ModelKernel, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_CLUSTER_MAX, ATTENTION_DECODE_ROPE_DEFINE,
+    ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_MAX_HEAD_DIM,
 };
 use fuse_ir::DType;
 use fuse_ir::{ModelOp, NodeId, Op};
@@ -79,9 +80,17 @@ impl Executor<'_> {
             return Err(unsupported(format!("{} work items on the GPU (fewer than 2^31)", launch.items)));
         }
         let shared = u32::try_from(launch.shared_bytes).map_err(|_| self.internal("attention shared memory size"))?;
-        // Held until both launches are queued (see the module's comment).
+        // Decode's key splits merge in a thread-block cluster on sm_90 (through shared memory: no partials,
+        // no counters) when a cluster holds them all and every item has a block of its own.
         let device = self.device;
+        let cluster = launch.decode
+            && launch.splits > 1
+            && launch.splits <= ATTENTION_DECODE_CLUSTER_MAX
+            && launch.items <= MAX_GRID
+            && device.arch().trim_start_matches("sm_").trim_end_matches('a').parse::<u32>().is_ok_and(|sm| sm >= 90);
+        // Held until both launches are queued (see the module's comment).
         let workspace = match launch.partial_floats {
+            _ if cluster => None,
             0 => None,
             floats => Some(device.workspace(floats * std::mem::size_of::<f32>())?),
         };
@@ -95,6 +104,7 @@ impl Executor<'_> {
         };
         if launch.decode {
             let counters = match launch.counters {
+                _ if cluster => 0,
                 0 => 0,
                 count => device.zeroed_counters(count)?,
             };
@@ -121,8 +131,12 @@ impl Executor<'_> {
             if vector {
                 defines.push(ATTENTION_DECODE_VECTOR_DEFINE.to_string());
             }
+            if cluster {
+                defines.push(ATTENTION_DECODE_CLUSTER_DEFINE.to_string());
+            }
             let grid = launch.items.min(MAX_GRID) as u32;
-            self.launch_model_kernel_with(ModelKernel::AttentionDecode, &defines, grid, 0, words)?;
+            let blocks_a_cluster = if cluster { launch.splits as u32 } else { 1 };
+            self.launch_model_kernel_in(ModelKernel::AttentionDecode, &defines, grid, blocks_a_cluster, 0, words)?;
             drop(workspace);
             return Ok(());
         }

@@ -86,6 +86,11 @@ impl Executor<'_> {
 
     /// [`Self::launch_model_kernel`] with the defines given and `shared_bytes` of dynamic shared memory.
     pub(super) fn launch_model_kernel_with(&mut self, kernel: ModelKernel, defines: &[String], grid: u32, shared_bytes: u32, words: Words) -> Result<()> {
+        self.launch_model_kernel_in(kernel, defines, grid, 1, shared_bytes, words)
+    }
+
+    /// [`Self::launch_model_kernel_with`] in clusters of `cluster` blocks (1: none).
+    pub(super) fn launch_model_kernel_in(&mut self, kernel: ModelKernel, defines: &[String], grid: u32, cluster: u32, shared_bytes: u32, words: Words) -> Result<()> {
         let source = kernel.source();
         let function = self.device.kernel(self.function, kernel.name(), source, model_fingerprint(kernel), defines, self.device.arch())?;
         // A block gets more than 48 KB of dynamic shared memory only once the function allows it.
@@ -97,7 +102,7 @@ impl Executor<'_> {
         }
         // The launch may overlap the kernel before it: each model kernel waits for it first (common.cuh's
         // fuse_model_grid_sync), so only its launch and set-up overlap.
-        let dims = KernelDims { grid, block: kernel.block_threads(), cluster: 1, shared_bytes, overlap: true };
+        let dims = KernelDims { grid, block: kernel.block_threads(), cluster, shared_bytes, overlap: true };
         self.queue(Step::Kernel { name: kernel.name().to_string(), function, dims, words: words.0, patches: Vec::new(), maps: Vec::new() })
     }
 
