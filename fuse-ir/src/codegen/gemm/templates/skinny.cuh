@@ -239,6 +239,64 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
     const long long nblk = (long long)nb * BN;
     const long long n0 = nblk + (long long)ng * 16 * MT;  // first weight row of this warp
     const bool wact = n0 < N;                             // this warp has weight rows
+    // This warp's chunks: global 32-wide chunk q = c * KW + kw, c = 0 .. nch-1. With XS the NG warps of the same
+    // kw share the X ring, so inactive warps (n0 >= N) step along too, and every warp of the block takes the
+    // same `steps` (those of kw = 0, which has the most chunks), one block-wide barrier each (see below).
+    // This block's k chunks: [q0, q0 + T) of all of them (all when SP = 1).
+    const long long chunks = (K + CW - 1) / CW;
+    const long long q0 = chunks * split / SP;
+    const long long T = chunks * (split + 1) / SP - q0;
+    const int nch = ((XS || wact) && T > kw) ? (int)((T - kw + KW - 1) / KW) : 0;
+    const int steps = XS ? (int)((T + KW - 1) / KW) : nch;
+    const long long koff = (q0 + kw) * CW + 8 * U * t;  // + 8u for piece u
+    const unsigned short* wp[D][MT][2];
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+        const unsigned short* wb = (const unsigned short*)(d == 0 ? p.gemm.w0 : p.gemm.w1);
+        const long long ldw = d == 0 ? p.gemm.ldw0 : p.gemm.ldw1;
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                long long n = n0 + 16 * i + 8 * h + g;
+                n = n < N ? n : N - 1;  // clamp: rows past N are computed, never stored
+                wp[d][i][h] = wb + n * ldw + koff;
+            }
+    }
+    const unsigned ring = fuse_smem_addr(smem + (warp * S * U * L) * 32 + lane);
+    // stage s, piece u, load l of this thread: ring + ((s * U + u) * L + l) * 512
+    auto issue_w = [&](int c) {
+        const long long k = (long long)c * (CW * KW);  // + koff in the pointers
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const bool kok = k + koff + 8 * u < K;
+            const unsigned nbytes = kok ? 16u : 0u;
+            const long long ko = kok ? k + 8 * u : 0;
+            const unsigned dst = ring + (unsigned)(((c % S) * U + u) * L) * 512u;
+#pragma unroll
+            for (int d = 0; d < D; ++d)
+#pragma unroll
+                for (int i = 0; i < MT; ++i)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                        fuse_sk_cp16<PF>(dst + (unsigned)(((d * MT + i) * 2 + h) * 512), wp[d][i][h] + ko, nbytes);
+        }
+    };
+    // Weights are never written by the kernel before this one: without X staging or an in-kernel prologue
+    // (which both use the ring first) the first S-1 chunks are copied into the ring before the wait below, so
+    // that their DRAM latency overlaps that kernel's tail.
+#if FUSE_GEMM_PRO
+    constexpr bool early = false;
+#else
+    constexpr bool early = !XS;
+#endif
+    if (early) {
+#pragma unroll
+        for (int s = 0; s < S - 1; ++s) {
+            if (s < nch) issue_w(s);
+            fuse_sk_cp_commit();
+        }
+    }
     {
         // The blocks of the first wave send this warp's first S-1 weight chunks (what the ring loads first)
         // towards L2 before waiting for the kernel before this one (programmatic dependent launch, see the
@@ -253,7 +311,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
 #endif
         const long long chunks = (K + 32 * U - 1) / (32 * U);
         const long long k0 = (chunks * split / SP + kw) * (32 * U) + 8 * U * t;
-        if (wact && (first_wave || every_block)) {
+        if (!early && wact && (first_wave || every_block)) {
 #pragma unroll
             for (int s = 0; s < PD; ++s) {
                 const long long k = k0 + (long long)s * (32 * U * KW);
@@ -292,50 +350,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
 #pragma unroll
                 for (int r = 0; r < 4; ++r) acc[d][i][j][r] = 0.f;
 
-    // This warp's chunks: global 32-wide chunk q = c * KW + kw, c = 0 .. nch-1. With XS the NG warps of the same
-    // kw share the X ring, so inactive warps (n0 >= N) step along too, and every warp of the block takes the
-    // same `steps` (those of kw = 0, which has the most chunks), one block-wide barrier each (see below).
-    // This block's k chunks: [q0, q0 + T) of all of them (all when SP = 1).
-    const long long chunks = (K + CW - 1) / CW;
-    const long long q0 = chunks * split / SP;
-    const long long T = chunks * (split + 1) / SP - q0;
-    const int nch = ((XS || wact) && T > kw) ? (int)((T - kw + KW - 1) / KW) : 0;
-    const int steps = XS ? (int)((T + KW - 1) / KW) : nch;
     if (steps > 0) {
-        const long long koff = (q0 + kw) * CW + 8 * U * t;  // + 8u for piece u
-        const unsigned short* wp[D][MT][2];
-#pragma unroll
-        for (int d = 0; d < D; ++d) {
-            const unsigned short* wb = (const unsigned short*)(d == 0 ? p.gemm.w0 : p.gemm.w1);
-            const long long ldw = d == 0 ? p.gemm.ldw0 : p.gemm.ldw1;
-#pragma unroll
-            for (int i = 0; i < MT; ++i)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    long long n = n0 + 16 * i + 8 * h + g;
-                    n = n < N ? n : N - 1;  // clamp: rows past N are computed, never stored
-                    wp[d][i][h] = wb + n * ldw + koff;
-                }
-        }
-        const unsigned ring = fuse_smem_addr(smem + (warp * S * U * L) * 32 + lane);
-        // stage s, piece u, load l of this thread: ring + ((s * U + u) * L + l) * 512
-        auto issue_w = [&](int c) {
-            const long long k = (long long)c * (CW * KW);  // + koff in the pointers
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const bool kok = k + koff + 8 * u < K;
-                const unsigned nbytes = kok ? 16u : 0u;
-                const long long ko = kok ? k + 8 * u : 0;
-                const unsigned dst = ring + (unsigned)(((c % S) * U + u) * L) * 512u;
-#pragma unroll
-                for (int d = 0; d < D; ++d)
-#pragma unroll
-                    for (int i = 0; i < MT; ++i)
-#pragma unroll
-                        for (int h = 0; h < 2; ++h)
-                            fuse_sk_cp16<PF>(dst + (unsigned)(((d * MT + i) * 2 + h) * 512), wp[d][i][h] + ko, nbytes);
-            }
-        };
         auto read_w = [&](int c, int u, FuseSkV4 (&wv)[D][MT][2]) {
             const FuseSkV4* slot = smem + ((warp * S + c % S) * U + u) * L * 32 + lane;
 #pragma unroll
@@ -439,10 +454,12 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                     }
                 }
             };
+            if (!early) {
 #pragma unroll
-            for (int s = 0; s < S - 1; ++s) {
-                if (s < nch) issue_w(s);
-                fuse_sk_cp_commit();
+                for (int s = 0; s < S - 1; ++s) {
+                    if (s < nch) issue_w(s);
+                    fuse_sk_cp_commit();
+                }
             }
             FuseSkV4 xq[U][NT];
             loadx(0, xq);
