@@ -89,3 +89,11 @@ impl Block {
         Ok(x + (silu(h.matmul(&self.gate.t())) * h.matmul(&self.up.t())).matmul(&self.down.t()))
     }
 }
+
+/// A projection whose weight is computed by the kernel just before the GEMM's: a kernel that read its
+/// weights before waiting for that kernel would read them unwritten.
+#[fuse]
+pub fn computed_weight_projection(x: &Tensor, w: &Tensor, w_scale: &Tensor) -> Result<Tensor> {
+    let weight = exp(w * w_scale);
+    Ok(x.matmul(&weight.t()))
+}

@@ -4,7 +4,7 @@
 //! an epilogue that reads another input; and the autotuner's choice being recorded. The wgmma template
 //! runs on sm_90 GPUs only: elsewhere its paths are skipped, visibly.
 
-use crate::fused_fns::{ffn_block_fused, llama_mlp_fused, scaled_projection_fused};
+use crate::fused_fns::{computed_weight_projection_fused, ffn_block_fused, llama_mlp_fused, scaled_projection_fused};
 use crate::{assert_close, gpu, random, rng, tolerance};
 use fuse::ir::codegen::{MMA_CONFIGS, SKINNY_CONFIGS, WGMMA_CONFIGS};
 use fuse::prelude::*;
@@ -211,6 +211,32 @@ fn a_forced_path_that_cannot_run_is_an_error_and_tuning_records_its_choice() {
         let results = fuse::tune::results();
         let ours: Vec<_> = results.iter().filter(|e| e.group.starts_with("llama_mlp#") && e.group.contains(":n96:k64:")).collect();
         assert!(ours.iter().any(|e| e.rows_bucket == 8 && e.micros > 0.0), "no result for the dual GEMM at 5 rows: {results:?}");
+    }
+}
+
+#[test]
+fn a_weight_computed_by_the_kernel_before_is_read_after_it_is_written() {
+    // The skinny kernels copy their first weight chunks before waiting for the kernel before them only where
+    // the weights are arguments of the function: here the weight is the output of that kernel (poisoned with
+    // NaN while it is being computed, fresh on every call), so an early copy would read it unwritten.
+    let plan = computed_weight_projection_fused().plan(Fusion::On).expect("plan");
+    let kinds: Vec<_> = plan.groups.iter().map(|g| g.kind).collect();
+    assert_eq!(kinds, [fuse::ir::GroupKind::Pointwise, fuse::ir::GroupKind::Gemm], "the weight's kernel runs just before the GEMM's");
+    let Some((dev, _gpu)) = gpu() else { return };
+    let mut r = rng(89);
+    for (rows, n, k) in [(1, 100, 264), (3, 1000, 136), (17, 40, 1000)] {
+        let x = random(&mut r, &[rows, k], DType::BF16, -1.0, 1.0, &dev);
+        let w = random(&mut r, &[n, k], DType::BF16, -0.2, 0.2, &dev);
+        let w_scale = random(&mut r, &[1, k], DType::BF16, 0.5, 1.5, &dev);
+        let args = [fuse::arg(&x), fuse::arg(&w), fuse::arg(&w_scale)];
+        let want = fuse::reference(computed_weight_projection_fused(), &args).expect("reference");
+        for config in SKINNY_CONFIGS {
+            let path = format!("skinny:{}", config.name);
+            for _ in 0..3 {
+                let got = forced(&path, computed_weight_projection_fused(), &args);
+                assert_close(&format!("computed weight {path} m={rows} n={n} k={k}"), &got[0], &want[0], DType::BF16);
+            }
+        }
     }
 }
 

@@ -27,7 +27,7 @@ mod rowreduce;
 mod tests;
 
 pub use gemm::{
-    GemmTiling, MmaConfig, SkinnyConfig, WgmmaConfig, MMA_CONFIGS, MMA_TEMPLATE, PROLOGUE_MAX_ROWS, SKINNY_CONFIGS,
+    GemmTiling, MmaConfig, SkinnyConfig, WgmmaConfig, EARLY_WEIGHTS_DEFINE, MMA_CONFIGS, MMA_TEMPLATE, PROLOGUE_MAX_ROWS, SKINNY_CONFIGS,
     SKINNY_TEMPLATE, WGMMA_CONFIGS, WGMMA_TEMPLATE,
 };
 pub use model::{

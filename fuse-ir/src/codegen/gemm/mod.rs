@@ -19,6 +19,6 @@ pub(in crate::codegen) mod wgmma;
 
 pub use mma::{MmaConfig, MMA_CONFIGS, MMA_TEMPLATE};
 pub use prologue::PROLOGUE_MAX_ROWS;
-pub use skinny::{SkinnyConfig, SKINNY_CONFIGS, SKINNY_TEMPLATE};
+pub use skinny::{SkinnyConfig, EARLY_WEIGHTS_DEFINE, SKINNY_CONFIGS, SKINNY_TEMPLATE};
 pub use tiling::GemmTiling;
 pub use wgmma::{WgmmaConfig, WGMMA_CONFIGS, WGMMA_TEMPLATE};

@@ -20,6 +20,9 @@ use std::fmt::Write;
 
 /// The template, spliced after the generated epilogue (see its header comment for the contract).
 pub const SKINNY_TEMPLATE: &str = include_str!("templates/skinny.cuh");
+/// The define that lets a skinny kernel copy its first weight chunks before it waits for the kernel before it
+/// (only where the host knows that kernel does not write them).
+pub const EARLY_WEIGHTS_DEFINE: &str = "-DFUSE_GEMM_EARLY_W=1";
 
 /// One config of the template (see its header for what each define does): the defines, the output tile
 /// of one 256-thread block, and the dynamic shared memory it needs.

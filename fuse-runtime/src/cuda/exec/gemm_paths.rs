@@ -310,6 +310,8 @@ impl Executor<'_> {
         defines.extend(shape.defines.iter().cloned());
         if primary.is_some() {
             defines.push("-DFUSE_GEMM_PRO=1".into());
+        } else if matches!(path, GemmPath::Skinny(_)) && self.weights_unwritten_before(group) {
+            defines.push(codegen::EARLY_WEIGHTS_DEFINE.into());
         }
         let function =
             self.device.kernel(self.function, &spec.name, &spec.source, kernel.source_hash, &defines, &shape.arch)?;
@@ -380,5 +382,15 @@ impl Executor<'_> {
             self.path_note = Some(format!("{note}{kind} template {} ({form}), grid {grid} x {block} threads", shape.config));
         }
         Ok(())
+    }
+
+    /// Whether a skinny kernel may copy its weights before it waits for the kernel before it (programmatic
+    /// dependent launch; `EARLY_WEIGHTS_DEFINE`): every weight is an argument of the function, which no kernel
+    /// of this graph computes and no slice_set of it writes (`Graph::verify_writes`: a written argument has no
+    /// other reader), and this call has queued a launch already, so the kernel before this one is this call's
+    /// (each kernel waits for the one before it before it lets the next start, so earlier ones have finished).
+    fn weights_unwritten_before(&self, group: &fuse_ir::Group) -> bool {
+        let weight_is_argument = |mm: &NodeId| matches!(self.graph.op(base_of(self.graph, self.graph.node(*mm).args[1])), Op::Input(_));
+        self.queued && group.matmuls.iter().all(weight_is_argument)
     }
 }

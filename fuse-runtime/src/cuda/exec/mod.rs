@@ -84,6 +84,9 @@ struct Executor<'a> {
     pending_writers: Vec<NodeId>,
     /// Groups a launch made for an earlier group already ran (`rope_append.rs`).
     done_groups: Vec<usize>,
+    /// This call has queued a step: the launch before the next one in the stream is this call's, which
+    /// writes only its own values and arguments that nothing else in the graph reads (`Graph::verify_writes`).
+    queued: bool,
 }
 
 /// Runs `plan` on `args` (one per graph input, every tensor on `device`). Returns the graph's outputs and,
@@ -171,6 +174,7 @@ pub(crate) fn execute(
         pending_copies: Vec::new(),
         pending_writers: Vec::new(),
         done_groups: Vec::new(),
+        queued: false,
     };
     let mut runs = Vec::new();
     for (index, group) in plan.groups.iter().enumerate() {
@@ -263,6 +267,7 @@ impl Executor<'_> {
     /// it when this call is being recorded.
     fn queue(&mut self, mut step: Step) -> Result<()> {
         run_step(self.device, &mut step, &mut self.addresses)?;
+        self.queued = true;
         self.record(step);
         Ok(())
     }

@@ -62,6 +62,9 @@
 //   FUSE_SK_MINB  min resident blocks per SM (__launch_bounds__(256, MINB)): bounds the registers
 //                 (2 -> <= 128, 3 -> <= 80); use the value from CONFIG SET, others may spill (default 3)
 //   FUSE_SK_XD    (v1) ignored.
+//   FUSE_GEMM_EARLY_W  1: the host found that the kernel before this one in the stream does not write the
+//                 weights (fuse-runtime's `weights_unwritten_before`): without X staging or an in-kernel
+//                 prologue the first S-1 weight chunks are copied before the grid wait (default 0)
 //   FUSE_SK_SP    blocks that split K across the grid (default 1). Each of the SP blocks of a tile takes a
 //                 contiguous 1/SP of the k chunks and writes its partial [BM x BN] sums to `ws`; the block that
 //                 finds itself last on the tile's counter (atomicAdd) sums the SP partials in order 0..SP-1,
@@ -282,10 +285,10 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                         fuse_sk_cp16<PF>(dst + (unsigned)(((d * MT + i) * 2 + h) * 512), wp[d][i][h] + ko, nbytes);
         }
     };
-    // Weights are never written by the kernel before this one: without X staging or an in-kernel prologue
-    // (which both use the ring first) the first S-1 chunks are copied into the ring before the wait below, so
-    // that their DRAM latency overlaps that kernel's tail.
-#if FUSE_GEMM_PRO
+    // With FUSE_GEMM_EARLY_W (the kernel before this one does not write the weights) and without X staging or
+    // an in-kernel prologue (which both use the ring first), the first S-1 chunks are copied into the ring
+    // before the wait below, so that their DRAM latency overlaps that kernel's tail.
+#if FUSE_GEMM_PRO || !FUSE_GEMM_EARLY_W
     constexpr bool early = false;
 #else
     constexpr bool early = !XS;
