@@ -5,7 +5,7 @@
 #[path = "common/decode_step.rs"]
 mod decode_step;
 
-use decode_step::decode_step_attention_fused;
+use decode_step::{decode_step_after_kernel_fused, decode_step_attention_fused};
 use fuse::prelude::*;
 use fuse::testing::{check_against_reference, random, TestRng};
 use fuse::{Arg, Fusion};
@@ -329,6 +329,17 @@ fn decode_step_rope_appends_and_attention(dev: &Device) {
             if let Some(kernels) = graph.kernel_count().expect("kernel count") {
                 assert!(if seq == 1 { kernels == 1 } else { kernels >= 3 }, "{what}: {kernels} kernels");
             }
+            // After a kernel of the same call (the decoder's projection): the decode kernel loads the caches
+            // before it waits for that kernel. The caches were written above: the same positions are NaN again.
+            let qkv_scale = random(&mut r, &[d], dtype, 0.5, 1.5, dev);
+            let [k_cache, v_cache] = [&k_cache, &v_cache].map(|c| {
+                let mut data = c.to_vec::<f32>().expect("cache");
+                data.iter_mut().enumerate().filter(|(i, _)| (at..at + seq).contains(&(i / d % capacity))).for_each(|(_, x)| *x = f32::NAN);
+                Tensor::from_vec(data, &[batch, hkv, capacity, d], &Device::Cpu).and_then(|t| t.to_dtype(dtype)).and_then(|t| t.to_device(dev)).expect("cache")
+            });
+            let after = [&qkv, &qkv_scale, &cos, &sin, &k_cache, &v_cache, &position, &lens].map(fuse::arg);
+            let after = [&after[..], &[fuse::arg(&hq), fuse::arg(&hkv), fuse::arg(&hqk), fuse::arg(&scale)]].concat();
+            check(&format!("{what}, after a kernel"), decode_step_after_kernel_fused(), &after, dtype, dev);
         }
     }
 }

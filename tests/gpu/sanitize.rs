@@ -13,7 +13,7 @@
 //! attention_len with splits past a batch's key count (no key loaded there), a batch of no keys at all and
 //! lens read at an offset into a longer tensor.
 
-use crate::decode_step::decode_step_attention_fused;
+use crate::decode_step::{decode_step_after_kernel_fused, decode_step_attention_fused};
 use crate::fused_fns::{chain10_fused, ffn_block_fused, llama_mlp_fused, norm_and_cast_fused, reductions_fused, scaled_projection_fused};
 use crate::{assert_close, check, gpu, random, rng};
 use fuse::ir::codegen::{attention_launch, AttentionShape, MMA_CONFIGS, SKINNY_CONFIGS, WGMMA_CONFIGS};
@@ -201,6 +201,11 @@ fn attention_len_once() {
             let heads = q_heads + kv_heads;
             let args = [&args[..], &[fuse::arg(&q_heads), fuse::arg(&kv_heads), fuse::arg(&heads), fuse::arg(&0.125f32)]].concat();
             check(&format!("decode step at {at} of {capacity} {dtype}"), decode_step_attention_fused(), &args, dtype);
+            // After a kernel of its own call: the keys and values loaded before the grid wait.
+            let qkv_scale = random(&mut r, &[d], dtype, 0.5, 1.5, &dev);
+            let after = [&qkv, &qkv_scale, &cos, &sin, &k, &v, &position, &lens].map(fuse::arg);
+            let after = [&after[..], &[fuse::arg(&q_heads), fuse::arg(&kv_heads), fuse::arg(&heads), fuse::arg(&0.125f32)]].concat();
+            check(&format!("decode step after a kernel at {at} of {capacity} {dtype}"), decode_step_after_kernel_fused(), &after, dtype);
         }
     }
 }

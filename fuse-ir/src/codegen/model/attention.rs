@@ -44,6 +44,9 @@ pub const ATTENTION_DECODE_ROPE_DEFINE: &str = "-DFUSE_DECODE_ROPE=1";
 /// The define of the decode kernel's build for k and v rows it may read as 16-byte vectors (the host checks
 /// them: `kv_vector`), without the element-by-element path.
 pub const ATTENTION_DECODE_VECTOR_DEFINE: &str = "-DFUSE_DECODE_VECTOR=1";
+/// The define of the decode kernel's build that loads its first keys and values before it waits for the kernel
+/// before it (only where the host knows that kernel writes none of k, v and lens).
+pub const ATTENTION_DECODE_EARLY_DEFINE: &str = "-DFUSE_DECODE_EARLY=1";
 /// The define of the decode kernel's variant launched in clusters of `splits` blocks (sm_90), whose splits
 /// merge through the cluster's shared memory.
 pub const ATTENTION_DECODE_CLUSTER_DEFINE: &str = "-DFUSE_DECODE_CLUSTER=1";

@@ -37,6 +37,11 @@
 // split 0's block writes them into the caches. So no block reads a row this launch writes. A position past
 // `room` writes nothing, records the fault (as slice_set does) and is attended as the cache holds it.
 //
+// Early loads (-DFUSE_DECODE_EARLY=1, the host's choice where the kernel before this one cannot have written
+// k, v or lens): before the grid wait, each block works out its first item's key range from lens and issues
+// the loads of its warps' first chunk of keys and values, which the first pass then uses. The cache row a
+// fused append writes is loaded stale there and replaced by the new row, as it is from the cache.
+//
 // In clusters (-DFUSE_DECODE_CLUSTER=1, the host's choice on sm_90 for at most 8 splits): the blocks of one
 // (b, g) are one cluster, a block an item. Each keeps its rows' unnormalised sums, max and sum in its own
 // shared memory; after a cluster barrier, block `split` merges the rows u with u % used == split, reading the
@@ -74,6 +79,17 @@
 // cluster's shared memory, with no partials, fence or counter (see the header).
 #ifndef FUSE_DECODE_CLUSTER
 #define FUSE_DECODE_CLUSTER 0
+#endif
+// Most blocks a cluster has (the host launches clusters only of at most that many splits).
+#define FUSE_DECODE_CLUSTER_MAX 8
+// 1: the host found that the kernel before this one writes none of k, v and lens (they are arguments of the
+// function, and this call launched that kernel): each block issues its first item's first key and value loads
+// before it waits for that kernel, so their DRAM latency overlaps its tail (see the header).
+#ifndef FUSE_DECODE_EARLY
+#define FUSE_DECODE_EARLY 0
+#endif
+#if FUSE_DECODE_EARLY && !FUSE_DECODE_VECTOR
+#error "FUSE_DECODE_EARLY is built with FUSE_DECODE_VECTOR only (the element-by-element loads leave no registers for it)"
 #endif
 #define FUSE_DECODE_CHANNELS 8
 #ifndef FUSE_ATTENTION_D
@@ -208,8 +224,73 @@ __device__ __forceinline__ unsigned int fuse_decode_row(unsigned int b, unsigned
   return (b * q_heads + g * group + u % group) * queries + u / group;
 }
 
+// A block's keys of item (b, g, split): the batch's keys and the causal limit, the splits the sequence uses
+// (the same in every block of it), whether this split is one of them, and this warp's contiguous part.
+struct FuseDecodeRange {
+  int causal_keys;
+  unsigned int used;
+  bool active;
+  unsigned int warp_begin, warp_end;
+};
+
+__device__ __forceinline__ FuseDecodeRange fuse_decode_range(unsigned int lens_b, unsigned int keys, unsigned int queries, bool causal,
+                                                             unsigned int split, unsigned int splits, unsigned int warp) {
+  FuseDecodeRange r;
+  // The batch's keys (lens clamped to skv) and the causal limit in signed arithmetic (lens[b] < sq makes
+  // it negative); the split's keys end where the last query's sight does (it sees the most).
+  const unsigned int batch_keys = min(lens_b, keys);
+  r.causal_keys = causal ? (int)batch_keys - (int)queries + 1 : (int)batch_keys;
+  const unsigned int seen = (unsigned int)max(0, min(r.causal_keys + (int)queries - 1, (int)batch_keys));
+  // The splits this sequence uses, evened out; the others do nothing.
+  r.used = min(splits, max(1u, (seen + FUSE_DECODE_SPLIT_KEYS - 1) / FUSE_DECODE_SPLIT_KEYS));
+  r.active = split < r.used;
+  const unsigned int split_keys = (seen + r.used - 1) / r.used;
+  const unsigned int begin = split * split_keys;
+  const unsigned int end = max(begin, min(begin + split_keys, seen));  // == begin: no key, empty partials
+  const unsigned int part = (end - begin + FUSE_DECODE_WARPS - 1) / FUSE_DECODE_WARPS;
+  r.warp_begin = min(begin + warp * part, end);
+  r.warp_end = min(r.warp_begin + part, end);
+  return r;
+}
+
+// The raw key and value vectors of a chunk's FUSE_DECODE_UNROLL steps (zeros past the warp's part).
+__device__ __forceinline__ void fuse_decode_load_chunk(const fuse_elem* k_base, const fuse_elem* v_base, const FuseAttentionDecodeArgs& a,
+                                                       unsigned int chunk, unsigned int warp_end, unsigned int key_group, unsigned int c0,
+                                                       unsigned int d, bool vector, uint4 (&key_raw)[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS],
+                                                       uint4 (&value_raw)[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS]) {
+#pragma unroll
+  for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) {
+    const unsigned int key = chunk + s * FUSE_DECODE_STEP_KEYS + key_group;
+    const bool valid = key < warp_end;
+    fuse_decode_load(k_base + key * a.k_strides[2], a.k_strides[3], c0, d, vector, valid, key_raw[s]);
+    fuse_decode_load(v_base + key * a.v_strides[2], a.v_strides[3], c0, d, vector, valid, value_raw[s]);
+  }
+}
+
 // Up to 2 blocks a multiprocessor (the grid is about one a multiprocessor): a register cap of 255.
 extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_attention_decode(const FuseAttentionDecodeArgs a) {
+#if FUSE_DECODE_EARLY
+  // The first item's first chunk of keys and values, loaded before the grid wait (see the header).
+  uint4 early_key[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS], early_value[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS];
+  unsigned int early_chunk = 0xffffffffu;
+  {
+    const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, d = (unsigned int)a.d;
+    const unsigned int kv_heads = (unsigned int)a.kv_heads, splits = (unsigned int)a.splits;
+    const unsigned int item = blockIdx.x, split = item % splits, tile = item / splits;
+    const unsigned int g = tile % kv_heads, b = tile / kv_heads;
+    if (item < (unsigned int)a.batch * kv_heads * splits) {
+      const unsigned int lens_b = a.lens ? __ldg(a.lens + b * a.lens_stride) : (unsigned int)a.keys;
+      const FuseDecodeRange range = fuse_decode_range(lens_b, (unsigned int)a.keys, (unsigned int)a.queries, a.causal != 0, split, splits, warp);
+      if (range.active && range.warp_begin < range.warp_end) {
+        const fuse_elem* k_base = a.k + b * a.k_strides[0] + g * a.k_strides[1];
+        const fuse_elem* v_base = a.v + b * a.v_strides[0] + g * a.v_strides[1];
+        fuse_decode_load_chunk(k_base, v_base, a, range.warp_begin, range.warp_end, lane / FUSE_DECODE_LANES,
+                               (lane % FUSE_DECODE_LANES) * FUSE_DECODE_CHANNELS, d, FUSE_DECODE_VECTOR || a.kv_vector != 0, early_key, early_value);
+        early_chunk = range.warp_begin;
+      }
+    }
+  }
+#endif
   fuse_model_grid_sync();
   // Each warp's merged state of the pass's rows, then the merge weights of the last split block.
   __shared__ __align__(16) float warp_acc[FUSE_DECODE_WARPS][FUSE_DECODE_PASS_ROWS][FUSE_ATTENTION_D];
@@ -324,22 +405,12 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
       fuse_decode_pack(value_bits, new_value);
     }
 #endif
-    // The batch's keys (lens clamped to skv) and the causal limit in signed arithmetic (lens[b] < sq makes
-    // it negative); the split's keys end where the last query's sight does (it sees the most).
-    const unsigned int batch_keys = min(lens_b, keys);
-    const int causal_keys = a.causal ? (int)batch_keys - (int)queries + 1 : (int)batch_keys;
-    const unsigned int seen = (unsigned int)max(0, min(causal_keys + (int)queries - 1, (int)batch_keys));
-    // The splits this sequence uses (the same in every block of it), evened out; the others do nothing.
-    const unsigned int used = min(splits, max(1u, (seen + FUSE_DECODE_SPLIT_KEYS - 1) / FUSE_DECODE_SPLIT_KEYS));
+    const FuseDecodeRange range = fuse_decode_range(lens_b, keys, queries, a.causal != 0, split, splits, warp);
+    const int causal_keys = range.causal_keys;
+    const unsigned int used = range.used, warp_begin = range.warp_begin, warp_end = range.warp_end;
     // In clusters every block reaches the cluster barriers below; otherwise a split not in use stops here.
-    const bool active = split < used;
+    const bool active = range.active;
     if (!FUSE_DECODE_CLUSTER && !active) continue;
-    const unsigned int split_keys = (seen + used - 1) / used;
-    const unsigned int begin = split * split_keys;
-    const unsigned int end = max(begin, min(begin + split_keys, seen));  // == begin: no key, empty partials
-    // The warp's contiguous part of the split.
-    const unsigned int part = (end - begin + FUSE_DECODE_WARPS - 1) / FUSE_DECODE_WARPS;
-    const unsigned int warp_begin = min(begin + warp * part, end), warp_end = min(warp_begin + part, end);
     for (unsigned int first = 0; active && first < rows; first += FUSE_DECODE_PASS_ROWS) {
       const unsigned int pass_rows = min(FUSE_DECODE_PASS_ROWS, rows - first);
       // The pass's query rows (the lane's 8 channels, scaled), the last key each sees, and the key group's
@@ -369,15 +440,28 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
         }
       }
       for (unsigned int chunk = warp_begin; chunk < warp_end; chunk += FUSE_DECODE_UNROLL * FUSE_DECODE_STEP_KEYS) {
-        // Every load of the chunk first, then the arithmetic.
+        // Every load of the chunk first, then the arithmetic (the first item's first chunk was loaded before
+        // the grid wait with FUSE_DECODE_EARLY).
         uint4 key_raw[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS], value_raw[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS];
+#if FUSE_DECODE_EARLY
+        if (chunk == early_chunk) {
 #pragma unroll
-        for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) {
-          const unsigned int key = chunk + s * FUSE_DECODE_STEP_KEYS + key_group;
-          const bool valid = key < warp_end, appended = fused && valid && key == at_key;
-          fuse_decode_load(k_base + key * a.k_strides[2], a.k_strides[3], c0, d, vector, valid && !appended, key_raw[s]);
-          fuse_decode_load(v_base + key * a.v_strides[2], a.v_strides[3], c0, d, vector, valid && !appended, value_raw[s]);
-          if (fused) {
+          for (int s = 0; s < FUSE_DECODE_UNROLL; ++s)
+#pragma unroll
+            for (int vec = 0; vec < FUSE_DECODE_VECTORS; ++vec) {
+              key_raw[s][vec] = early_key[s][vec];
+              value_raw[s][vec] = early_value[s][vec];
+            }
+          early_chunk = 0xffffffffu;
+        } else
+#endif
+        fuse_decode_load_chunk(k_base, v_base, a, chunk, warp_end, key_group, c0, d, vector, key_raw, value_raw);
+        if (fused) {
+          // The new rows replace what the caches held at their position (stale there until split 0 writes it).
+#pragma unroll
+          for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) {
+            const unsigned int key = chunk + s * FUSE_DECODE_STEP_KEYS + key_group;
+            const bool appended = key < warp_end && key == at_key;
 #pragma unroll
             for (int vec = 0; vec < FUSE_DECODE_VECTORS; ++vec) {
               key_raw[s][vec] = appended ? new_key[vec] : key_raw[s][vec];
@@ -505,16 +589,26 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
       for (unsigned int at = threadIdx.x; at < rows * d; at += FUSE_DECODE_THREADS) {
         const unsigned int u = at / d, c = at - u * d;
         if (u % used != split) continue;
+        // Every split's max, sum and this channel's sum are loaded first (one round trip), then merged.
+        float split_max[FUSE_DECODE_CLUSTER_MAX], split_sum[FUSE_DECODE_CLUSTER_MAX], split_acc[FUSE_DECODE_CLUSTER_MAX];
+#pragma unroll
+        for (int s = 0; s < FUSE_DECODE_CLUSTER_MAX; ++s) {
+          const bool here = (unsigned int)s < used;
+          split_max[s] = here ? fuse_decode_peer_load(&row_stats[u][0], s) : minus_infinity;
+          split_sum[s] = here ? fuse_decode_peer_load(&row_stats[u][1], s) : 0.0f;
+          split_acc[s] = here ? fuse_decode_peer_load(&row_buf[u][c], s) : 0.0f;
+        }
         float most = minus_infinity;
-        for (unsigned int s = 0; s < used; ++s) most = fmaxf(most, fuse_decode_peer_load(&row_stats[u][0], s));
+#pragma unroll
+        for (int s = 0; s < FUSE_DECODE_CLUSTER_MAX; ++s) most = fmaxf(most, split_max[s]);
         float total = 0.0f, sum = 0.0f;
-        for (unsigned int s = 0; s < used; ++s) {
-          const float split_max = fuse_decode_peer_load(&row_stats[u][0], s);
-          // A split that saw no key (max -inf) weighs 0 and wrote no sums.
-          if (most == minus_infinity || split_max == minus_infinity) continue;
-          const float weight = exp2f(split_max - most);
-          total += weight * fuse_decode_peer_load(&row_stats[u][1], s);
-          sum += weight * fuse_decode_peer_load(&row_buf[u][c], s);
+#pragma unroll
+        for (int s = 0; s < FUSE_DECODE_CLUSTER_MAX; ++s) {
+          // A split that saw no key (max -inf), or is not in use, weighs 0 (its sums were not written).
+          if (most == minus_infinity || split_max[s] == minus_infinity) continue;
+          const float weight = exp2f(split_max[s] - most);
+          total += weight * split_sum[s];
+          sum += weight * split_acc[s];
         }
         const unsigned int row = fuse_decode_row(b, g, u, group, q_heads, queries);
         fuse_model_store(a.out, (unsigned long long)row * d + c, total > 0.0f ? sum * (1.0f / total) : 0.0f);

@@ -22,10 +22,12 @@ use super::Executor;
 use crate::call::Value;
 use crate::{Error, Result, Tensor};
 use fuse_ir::codegen::{
-    attention_launch, AttentionShape, ModelKernel, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_CLUSTER_MAX, ATTENTION_DECODE_ROPE_DEFINE,
+    attention_launch, AttentionShape, ModelKernel, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_CLUSTER_MAX, ATTENTION_DECODE_EARLY_DEFINE,
+    ATTENTION_DECODE_ROPE_DEFINE,
     ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_MAX_HEAD_DIM,
 };
 use fuse_ir::DType;
+use fuse_ir::view::ViewOp;
 use fuse_ir::{ModelOp, NodeId, Op};
 
 /// Largest grid of the kernels' grid-stride loops.
@@ -39,16 +41,35 @@ impl Executor<'_> {
             return Err(self.internal(format!("%{} is no attention", id.0)));
         };
         let args = self.graph.node(id).args.clone();
+        // The caches a fused append writes are the slice_sets' destinations (this launch writes them).
+        let g = self.graph;
+        let read = |n: NodeId| match (rope_append.is_some(), g.op(n)) {
+            (true, Op::View(ViewOp::SliceSet { .. })) => g.node(n).args[0],
+            _ => n,
+        };
+        let early_reads = [read(args[1]), read(args[2])].into_iter().chain(with_lens.then(|| args[4]));
+        let early = self.unwritten_before(early_reads);
         let out = self.allocate(id)?;
         let out_address = if out.numel() == 0 { 0 } else { self.address(&out)? };
-        self.run_attention(&args, causal, with_lens, &out, out_address, rope_append)?;
+        self.run_attention(&args, causal, with_lens, &out, out_address, rope_append, early)?;
         self.values[id.index()] = Some(Value::Tensor(out));
         Ok(())
     }
 
     /// Queues attention of the operands `args` (q, k, v, scale, and lens `with_lens`) into `out`, fresh and
     /// dense [b, hq, sq, d] at `out_address`.
-    fn run_attention(&mut self, args: &[NodeId], causal: bool, with_lens: bool, out: &Tensor, out_address: u64, rope_append: Option<Words>) -> Result<()> {
+    /// `early`: the kernel before this launch writes none of k, v and lens (`unwritten_before`).
+    #[allow(clippy::too_many_arguments)]
+    fn run_attention(
+        &mut self,
+        args: &[NodeId],
+        causal: bool,
+        with_lens: bool,
+        out: &Tensor,
+        out_address: u64,
+        rope_append: Option<Words>,
+        early: bool,
+    ) -> Result<()> {
         let (q, k, v) = (self.tensor_arg(args[0], "q")?, self.tensor_arg(args[1], "k")?, self.tensor_arg(args[2], "v")?);
         let scale = match self.resolve(args[3])? {
             Value::Scalar(s) => s,
@@ -133,6 +154,10 @@ impl Executor<'_> {
             }
             if cluster {
                 defines.push(ATTENTION_DECODE_CLUSTER_DEFINE.to_string());
+            }
+            // Early loads need the vector build's registers.
+            if early && vector {
+                defines.push(ATTENTION_DECODE_EARLY_DEFINE.to_string());
             }
             let grid = launch.items.min(MAX_GRID) as u32;
             let blocks_a_cluster = if cluster { launch.splits as u32 } else { 1 };

@@ -385,12 +385,8 @@ impl Executor<'_> {
     }
 
     /// Whether a skinny kernel may copy its weights before it waits for the kernel before it (programmatic
-    /// dependent launch; `EARLY_WEIGHTS_DEFINE`): every weight is an argument of the function, which no kernel
-    /// of this graph computes and no slice_set of it writes (`Graph::verify_writes`: a written argument has no
-    /// other reader), and this call has queued a launch already, so the kernel before this one is this call's
-    /// (each kernel waits for the one before it before it lets the next start, so earlier ones have finished).
+    /// dependent launch; `EARLY_WEIGHTS_DEFINE`): see `unwritten_before`.
     fn weights_unwritten_before(&self, group: &fuse_ir::Group) -> bool {
-        let weight_is_argument = |mm: &NodeId| matches!(self.graph.op(base_of(self.graph, self.graph.node(*mm).args[1])), Op::Input(_));
-        self.queued && group.matmuls.iter().all(weight_is_argument)
+        self.unwritten_before(group.matmuls.iter().map(|&mm| self.graph.node(mm).args[1]))
     }
 }

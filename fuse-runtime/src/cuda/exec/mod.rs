@@ -272,6 +272,16 @@ impl Executor<'_> {
         Ok(())
     }
 
+    /// Whether the kernel before the next launch cannot have written the values `ids` (so that a kernel may
+    /// read them before it waits for that one, programmatic dependent launch): each is an argument of the
+    /// function (a `.t()` of one), which no kernel of this graph computes and none but a slice_set of it writes
+    /// (`Graph::verify_writes`: an argument written in place has no other reader), and this call has
+    /// queued a launch already, so that kernel is this call's (each kernel waits for the one before it before
+    /// it lets the next start, so the kernels before that one have finished).
+    fn unwritten_before(&self, ids: impl IntoIterator<Item = NodeId>) -> bool {
+        self.queued && ids.into_iter().all(|id| matches!(self.graph.op(base_of(self.graph, id)), Op::Input(_)))
+    }
+
     /// Keeps `step` when this call is being recorded.
     fn record(&mut self, step: Step) {
         if let Some(recording) = &mut self.recording {
