@@ -97,6 +97,8 @@ pub struct AttentionLaunch {
     /// [`ATTENTION_DECODE_PASS_ROWS`] (a build for 3, say, computes no fourth row only to drop it). 0 for
     /// prefill.
     pub pass_rows: usize,
+    /// d is `held_d` (the decode kernel's build then divides by a constant).
+    pub exact_d: bool,
 }
 
 impl AttentionLaunch {
@@ -107,6 +109,9 @@ impl AttentionLaunch {
         defines.push(format!("-DFUSE_ATTENTION_D={}", self.held_d));
         if self.decode && self.pass_rows < ATTENTION_DECODE_PASS_ROWS {
             defines.push(format!("-DFUSE_DECODE_PASS_ROWS={}", self.pass_rows));
+        }
+        if self.decode && self.exact_d {
+            defines.push("-DFUSE_DECODE_EXACT_D=1".to_string());
         }
         defines
     }
@@ -147,6 +152,7 @@ pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaun
             counters: if splits > 1 { base } else { 0 },
             held_d,
             pass_rows: (shape.queries * group).clamp(1, ATTENTION_DECODE_PASS_ROWS),
+            exact_d: shape.d == held_d,
         };
     }
     let q_tiles = (shape.queries * group).div_ceil(ATTENTION_ROW_TILE).max(1);
@@ -170,6 +176,7 @@ pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaun
         counters: 0,
         held_d,
         pass_rows: 0,
+        exact_d: shape.d == held_d,
     }
 }
 
@@ -286,8 +293,9 @@ mod tests {
         assert_eq!(defines, ["-DFUSE_MODEL_DTYPE=2", "-DFUSE_ATTENTION_D=128", "-DFUSE_DECODE_PASS_ROWS=1"]);
         // SmolLM2's 3 query heads a kv head: passes of 3 rows; 4 rows or more: the full pass; prefill: none.
         let pass = |q_heads, queries| attention_launch(shape(1, q_heads, 1, queries, 300, 64), H200_SMS).defines(DType::BF16);
-        assert_eq!(pass(3, 1).last().map(String::as_str), Some("-DFUSE_DECODE_PASS_ROWS=3"));
-        assert_eq!(pass(4, 1).len(), 2);
+        // d = 64 is the build's: its decode build divides by a constant.
+        assert_eq!(pass(3, 1)[2..], ["-DFUSE_DECODE_PASS_ROWS=3", "-DFUSE_DECODE_EXACT_D=1"]);
+        assert_eq!(pass(4, 1)[2..], ["-DFUSE_DECODE_EXACT_D=1"]);
         assert_eq!(pass(3, 5).len(), 2);
         assert_eq!(pass(1, 17).len(), 2);
     }

@@ -91,6 +91,10 @@
 #if FUSE_DECODE_EARLY && !FUSE_DECODE_VECTOR
 #error "FUSE_DECODE_EARLY is built with FUSE_DECODE_VECTOR only (the element-by-element loads leave no registers for it)"
 #endif
+// 1: d is the build's FUSE_ATTENTION_D (the host checks it), so that divisions by d are shifts.
+#ifndef FUSE_DECODE_EXACT_D
+#define FUSE_DECODE_EXACT_D 0
+#endif
 #define FUSE_DECODE_CHANNELS 8
 #ifndef FUSE_ATTENTION_D
 #define FUSE_ATTENTION_D 256
@@ -274,7 +278,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
   uint4 early_key[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS], early_value[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS];
   unsigned int early_chunk = 0xffffffffu;
   {
-    const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, d = (unsigned int)a.d;
+    const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, d = FUSE_DECODE_EXACT_D ? FUSE_ATTENTION_D : (unsigned int)a.d;
     const unsigned int kv_heads = (unsigned int)a.kv_heads, splits = (unsigned int)a.splits;
     const unsigned int item = blockIdx.x, split = item % splits, tile = item / splits;
     const unsigned int g = tile % kv_heads, b = tile / kv_heads;
@@ -316,7 +320,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
   // 32-bit index arithmetic (the host checks that rows, keys and items fit); element offsets stay 64-bit.
   const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const unsigned int key_group = lane / FUSE_DECODE_LANES, c0 = (lane % FUSE_DECODE_LANES) * FUSE_DECODE_CHANNELS;
-  const unsigned int d = (unsigned int)a.d, dp = (d + 3u) & ~3u;
+  const unsigned int d = FUSE_DECODE_EXACT_D ? FUSE_ATTENTION_D : (unsigned int)a.d, dp = (d + 3u) & ~3u;
   const unsigned int q_heads = (unsigned int)a.q_heads, kv_heads = (unsigned int)a.kv_heads;
   const unsigned int queries = (unsigned int)a.queries, keys = (unsigned int)a.keys;
   const unsigned int group = q_heads / kv_heads, rows = queries * group;
@@ -469,11 +473,18 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
             }
           }
         }
-        // Scores (log2 units; -inf where the row does not see the key), summed over the group's lanes.
+        // Scores (log2 units; -inf where the row does not see the key), summed over the group's lanes. A
+        // step past the warp's part (the same for the whole warp: decode's parts are often shorter than a
+        // chunk) is skipped here and below: the kernel's time is its instruction chain, not its bytes.
         float score[FUSE_DECODE_UNROLL][FUSE_DECODE_PASS_ROWS];
 #pragma unroll
         for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) {
           const int key = (int)(chunk + s * FUSE_DECODE_STEP_KEYS + key_group);
+          if (chunk + s * FUSE_DECODE_STEP_KEYS >= warp_end) {
+#pragma unroll
+            for (int r = 0; r < FUSE_DECODE_PASS_ROWS; ++r) score[s][r] = minus_infinity;
+            continue;
+          }
           float kf[FUSE_DECODE_CHANNELS];
           fuse_decode_unpack(key_raw[s], kf);
 #pragma unroll
@@ -500,10 +511,14 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
 #pragma unroll
           for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j) acc[r][j] *= correction;
 #pragma unroll
-          for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) score[s][r] = any ? exp2f(score[s][r] - most) : 0.0f;
+          for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) {
+            const bool live = chunk + s * FUSE_DECODE_STEP_KEYS < warp_end;
+            score[s][r] = any && live ? exp2f(score[s][r] - most) : 0.0f;
+          }
         }
 #pragma unroll
         for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) {
+          if (chunk + s * FUSE_DECODE_STEP_KEYS >= warp_end) continue;
           float vf[FUSE_DECODE_CHANNELS];
           fuse_decode_unpack(value_raw[s], vf);
 #pragma unroll
