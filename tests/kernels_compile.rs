@@ -321,8 +321,8 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
                             with(&[ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_CLUSTER_DEFINE]),
                             // SmolLM2's decode: rope fused, passes of its 3 rows a kv head, vector loads, cluster merge.
                             with(&[ATTENTION_DECODE_ROPE_DEFINE, "-DFUSE_DECODE_PASS_ROWS=3", ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_EARLY_DEFINE, "-DFUSE_DECODE_EXACT_D=1"]),
-                            // Plain attention_len loading early.
-                            with(&[ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_DECODE_EARLY_DEFINE]),
+                            // Plain attention_len loading early (passes of at most 3 rows).
+                            with(&[ATTENTION_DECODE_VECTOR_DEFINE, "-DFUSE_DECODE_PASS_ROWS=2", ATTENTION_DECODE_EARLY_DEFINE]),
                         ]
                     })
                     .collect(),

@@ -88,8 +88,8 @@
 #ifndef FUSE_DECODE_EARLY
 #define FUSE_DECODE_EARLY 0
 #endif
-#if FUSE_DECODE_EARLY && !FUSE_DECODE_VECTOR
-#error "FUSE_DECODE_EARLY is built with FUSE_DECODE_VECTOR only (the element-by-element loads leave no registers for it)"
+#if FUSE_DECODE_EARLY && (!FUSE_DECODE_VECTOR || FUSE_DECODE_PASS_ROWS > 3)
+#error "FUSE_DECODE_EARLY is built with FUSE_DECODE_VECTOR and passes of at most 3 rows only (other builds leave no registers for it)"
 #endif
 // 1: d is the build's FUSE_ATTENTION_D (the host checks it), so that divisions by d are shifts.
 #ifndef FUSE_DECODE_EXACT_D
@@ -227,6 +227,12 @@ __device__ __forceinline__ unsigned int fuse_decode_row(unsigned int b, unsigned
                                                         unsigned int q_heads, unsigned int queries) {
   return (b * q_heads + g * group + u % group) * queries + u / group;
 }
+
+// A compile-time flag passed to a generic lambda (the kernel builds one body twice).
+template <bool B>
+struct FuseDecodeFlag {
+  static constexpr bool value = B;
+};
 
 // A block's keys of item (b, g, split): the batch's keys and the causal limit, the splits the sequence uses
 // (the same in every block of it), whether this split is one of them, and this warp's contiguous part.
@@ -473,60 +479,70 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
             }
           }
         }
-        // Scores (log2 units; -inf where the row does not see the key), summed over the group's lanes. A
-        // step past the warp's part (the same for the whole warp: decode's parts are often shorter than a
-        // chunk) is skipped here and below: the kernel's time is its instruction chain, not its bytes.
-        float score[FUSE_DECODE_UNROLL][FUSE_DECODE_PASS_ROWS];
-#pragma unroll
-        for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) {
-          const int key = (int)(chunk + s * FUSE_DECODE_STEP_KEYS + key_group);
-          if (chunk + s * FUSE_DECODE_STEP_KEYS >= warp_end) {
-#pragma unroll
-            for (int r = 0; r < FUSE_DECODE_PASS_ROWS; ++r) score[s][r] = minus_infinity;
-            continue;
-          }
-          float kf[FUSE_DECODE_CHANNELS];
-          fuse_decode_unpack(key_raw[s], kf);
-#pragma unroll
-          for (int r = 0; r < FUSE_DECODE_PASS_ROWS; ++r) {
-            float dot = 0.0f;
-#pragma unroll
-            for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j) dot += query[r][j] * kf[j];
-#pragma unroll
-            for (int offset = FUSE_DECODE_LANES / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-            score[s][r] = key < (int)warp_end && key < visible[r] ? dot : minus_infinity;
-          }
-        }
-        // Online softmax, once for the chunk: the new maximum, the old state rescaled, then p * v.
-#pragma unroll
-        for (int r = 0; r < FUSE_DECODE_PASS_ROWS; ++r) {
-          float most = running_max[r];
-#pragma unroll
-          for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) most = fmaxf(most, score[s][r]);
-          // A row that has seen no key yet keeps max -inf and sum 0 (exp2(-inf - -inf) is NaN).
-          const bool any = most != minus_infinity;
-          const float correction = any ? exp2f(running_max[r] - most) : 1.0f;
-          running_max[r] = most;
-          running_sum[r] *= correction;
-#pragma unroll
-          for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j) acc[r][j] *= correction;
+        // The chunk's arithmetic, built twice: for a chunk inside the warp's part, and for its last chunk
+        // (partial), whose steps past the part (the same for the whole warp: decode's parts are often shorter
+        // than a chunk) skip their dot products, exponentials and p * v: the kernel's time is its instruction
+        // chain, not its bytes. A full chunk has no per-step branch.
+        auto compute = [&](auto partial_chunk) {
+          constexpr bool partial = decltype(partial_chunk)::value;
+          // Scores (log2 units; -inf where the row does not see the key), summed over the group's lanes.
+          float score[FUSE_DECODE_UNROLL][FUSE_DECODE_PASS_ROWS];
 #pragma unroll
           for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) {
-            const bool live = chunk + s * FUSE_DECODE_STEP_KEYS < warp_end;
-            score[s][r] = any && live ? exp2f(score[s][r] - most) : 0.0f;
-          }
-        }
+            const int key = (int)(chunk + s * FUSE_DECODE_STEP_KEYS + key_group);
+            if (partial && chunk + s * FUSE_DECODE_STEP_KEYS >= warp_end) {
 #pragma unroll
-        for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) {
-          if (chunk + s * FUSE_DECODE_STEP_KEYS >= warp_end) continue;
-          float vf[FUSE_DECODE_CHANNELS];
-          fuse_decode_unpack(value_raw[s], vf);
+              for (int r = 0; r < FUSE_DECODE_PASS_ROWS; ++r) score[s][r] = minus_infinity;
+              continue;
+            }
+            float kf[FUSE_DECODE_CHANNELS];
+            fuse_decode_unpack(key_raw[s], kf);
+#pragma unroll
+            for (int r = 0; r < FUSE_DECODE_PASS_ROWS; ++r) {
+              float dot = 0.0f;
+#pragma unroll
+              for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j) dot += query[r][j] * kf[j];
+#pragma unroll
+              for (int offset = FUSE_DECODE_LANES / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+              score[s][r] = key < (int)warp_end && key < visible[r] ? dot : minus_infinity;
+            }
+          }
+          // Online softmax, once for the chunk: the new maximum, the old state rescaled, then p * v.
 #pragma unroll
           for (int r = 0; r < FUSE_DECODE_PASS_ROWS; ++r) {
-            running_sum[r] += score[s][r];
+            float most = running_max[r];
 #pragma unroll
-            for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j) acc[r][j] += score[s][r] * vf[j];
+            for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) most = fmaxf(most, score[s][r]);
+            // A row that has seen no key yet keeps max -inf and sum 0 (exp2(-inf - -inf) is NaN).
+            const bool any = most != minus_infinity;
+            const float correction = any ? exp2f(running_max[r] - most) : 1.0f;
+            running_max[r] = most;
+            running_sum[r] *= correction;
+#pragma unroll
+            for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j) acc[r][j] *= correction;
+#pragma unroll
+            for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) {
+              const bool live = !partial || chunk + s * FUSE_DECODE_STEP_KEYS < warp_end;
+              score[s][r] = any && live ? exp2f(score[s][r] - most) : 0.0f;
+            }
           }
+#pragma unroll
+          for (int s = 0; s < FUSE_DECODE_UNROLL; ++s) {
+            if (partial && chunk + s * FUSE_DECODE_STEP_KEYS >= warp_end) continue;
+            float vf[FUSE_DECODE_CHANNELS];
+            fuse_decode_unpack(value_raw[s], vf);
+#pragma unroll
+            for (int r = 0; r < FUSE_DECODE_PASS_ROWS; ++r) {
+              running_sum[r] += score[s][r];
+#pragma unroll
+              for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j) acc[r][j] += score[s][r] * vf[j];
+            }
+          }
+        };
+        if (chunk + FUSE_DECODE_UNROLL * FUSE_DECODE_STEP_KEYS <= warp_end) {
+          compute(FuseDecodeFlag<false>{});
+        } else {
+          compute(FuseDecodeFlag<true>{});
         }
       }
       // The warp's key groups merge (butterfly: every group ends with the warp's state).

@@ -155,8 +155,8 @@ impl Executor<'_> {
             if cluster {
                 defines.push(ATTENTION_DECODE_CLUSTER_DEFINE.to_string());
             }
-            // Early loads need the vector build's registers.
-            if early && vector {
+            // Early loads need the registers of the vector build with passes of at most 3 rows.
+            if early && vector && launch.pass_rows <= 3 {
                 defines.push(ATTENTION_DECODE_EARLY_DEFINE.to_string());
             }
             let grid = launch.items.min(MAX_GRID) as u32;
