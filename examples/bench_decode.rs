@@ -183,6 +183,19 @@ fn project(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     Ok(x.matmul(&w.t()))
 }
 
+/// The QKV projection alone with its rms_norm (a skinny kernel running the norm itself).
+#[fuse]
+fn qkv_projection(x: &Tensor, norm: &Tensor, wqkv: &Tensor, eps: f32) -> Result<Tensor> {
+    Ok(rms_norm(x, norm, eps).matmul(&wqkv.t()))
+}
+
+/// The FFN's gate and up projections alone with their rms_norm and SwiGLU (the dual GEMM).
+#[fuse]
+fn gate_up(x: &Tensor, norm: &Tensor, gate: &Tensor, up: &Tensor, eps: f32) -> Result<Tensor> {
+    let h = rms_norm(x, norm, eps);
+    Ok(silu(h.matmul(&gate.t())) * h.matmul(&up.t()))
+}
+
 /// Us a call of `graph`, a recording of `calls` calls: one replay to warm up, then 10 timed (1 on a CPU, where
 /// a replay calls the closure).
 fn us_per_recorded_call(graph: &mut CudaGraph<'_>, device: &Device, calls: usize) -> Fallible<f64> {
@@ -213,8 +226,11 @@ fn chained_us(device: &Device, first: &Tensor, calls: usize, step: &dyn Fn(&Tens
 
 /// Each block of a decoder layer alone, at batch 1 with 128 cached positions, 30 chained calls in one CUDA
 /// graph (a step's layers): the attention block (QKV GEMM; rope, cache appends and attention; the output
-/// projection), the FFN block (dual GEMM, down projection) and the output projection alone, in us a call.
-fn block_speeds(config: &Config, dtype: DType, device: &Device) -> Fallible<[f64; 3]> {
+/// projection), the FFN block (dual GEMM, down projection), then one kernel's call alone, 30 in a row: the
+/// output projection, the QKV projection with its rms_norm, the dual GEMM with its rms_norm; in us a call.
+/// (Attention is the attention block less the QKV and output projections, the down projection the FFN
+/// block less the dual GEMM.)
+fn block_speeds(config: &Config, dtype: DType, device: &Device) -> Fallible<[f64; 5]> {
     let w = |shape: &[usize], seed: u64| random(shape, 0.02, seed, dtype, device);
     let (h, i, d) = (config.hidden, config.intermediate, config.head_dim);
     let (hq, hkv) = (config.heads, config.kv_heads);
@@ -232,7 +248,10 @@ fn block_speeds(config: &Config, dtype: DType, device: &Device) -> Fallible<[f64
     })?;
     let wo = w(&[h, h], 14)?;
     let project_us = chained_us(device, &x, calls, &|x| Ok(project(x, &wo)?))?;
-    Ok([attention_us, ffn_us, project_us])
+    // One kernel's call repeated (each reads the same input: the kernels still run one after the other).
+    let qkv_us = chained_us(device, &x, calls, &|_| Ok(qkv_projection(&x, &attention.norm, &attention.wqkv, 1e-5)?))?;
+    let gate_up_us = chained_us(device, &x, calls, &|_| Ok(gate_up(&x, &ffn.norm, &ffn.gate, &ffn.up, 1e-5)?))?;
+    Ok([attention_us, ffn_us, project_us, qkv_us, gate_up_us])
 }
 
 /// Decode attention alone (`attention_len`, one query a sequence over `cached` keys of a [batch, 3, cached,
@@ -312,9 +331,14 @@ fn run() -> Fallible<()> {
     let host = host_us_per_call(&config, o.dtype, &device)?;
     let how = if device.is_cuda() { "the FFN block, launch plan replayed" } else { "the FFN block, run on the CPU" };
     println!("host time of one fused call, not captured ({how}): {host:.1} us");
-    let [attention_block, ffn_block, projection] = block_speeds(&config, o.dtype, &device)?;
+    let [attention_block, ffn_block, projection, qkv, gate_up] = block_speeds(&config, o.dtype, &device)?;
     let inside = if device.is_cuda() { "in a CUDA graph of 30 chained calls" } else { "30 chained calls on the CPU" };
     println!("one layer's blocks {inside}, batch 1, 128 cached: attention block {attention_block:.1} us a call, FFN block {ffn_block:.1} us, the output projection alone {projection:.1} us");
+    println!(
+        "  one kernel alone, 30 in a row: QKV projection with rms_norm {qkv:.1} us, dual GEMM with rms_norm {gate_up:.1} us; so attention (rope, appends) about {:.1} us, the down projection about {:.1} us",
+        attention_block - qkv - projection,
+        ffn_block - gate_up
+    );
     let mut attention = Vec::new();
     // Batch 16 over 8192 keys takes minutes on a CPU: the GPU only there.
     let shapes: &[(usize, usize)] = if device.is_cuda() { &[(1, 1024), (1, 8192), (16, 1024), (16, 8192)] } else { &[(1, 1024), (1, 8192)] };
@@ -325,7 +349,7 @@ fn run() -> Fallible<()> {
     }
     if let Some(path) = &o.json {
         let body = format!(
-            "{{\"device\": \"{device}\", \"dtype\": \"{}\", \"steps\": {}, \"decode\": [{}], \"prefill\": {{\"tokens\": {}, \"tokens_per_s\": {tps:.3}}}, \"host_us_per_call\": {host:.3}, \"blocks_us\": {{\"attention\": {attention_block:.3}, \"ffn\": {ffn_block:.3}, \"projection\": {projection:.3}}}, \"attention\": [{}]}}\n",
+            "{{\"device\": \"{device}\", \"dtype\": \"{}\", \"steps\": {}, \"decode\": [{}], \"prefill\": {{\"tokens\": {}, \"tokens_per_s\": {tps:.3}}}, \"host_us_per_call\": {host:.3}, \"blocks_us\": {{\"attention\": {attention_block:.3}, \"ffn\": {ffn_block:.3}, \"projection\": {projection:.3}, \"qkv\": {qkv:.3}, \"gate_up\": {gate_up:.3}}}, \"attention\": [{}]}}\n",
             o.dtype,
             o.steps,
             rows.join(", "),
