@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# One device command that does a session's checks, in order, within a time budget. On the GPU machine, from
+# the repository root, after `../shared/device/gpu-pack bench_decode` (and `scripts/ab-bench.sh REV...` for
+# revisions to compare, which puts example-bench_decode-REV beside the packed example-bench_decode):
+#   scripts/gpu-check.sh OUTDIR [STEP ...]
+# STEPs (default: ab tests sanitize bench), each skipped when fewer than its seconds are left of CHECK_BUDGET
+# (default 540; a command may run 600):
+#   model     join the model file: /tmp/model/partaa (an earlier command of the same warm machine copied it
+#             there from .model-a) and .model-b/partab; FUSE_MODEL_DIR is then set for the steps after it
+#   ab        every packed bench_decode build at batches 1, 4, 16 with 128 and 1024 cached, graph mode, a fresh
+#             autotune file each; a second round at the end while time is left (AB_BATCHES, AB_CACHED)
+#   tests     every packed test binary with FUSE_TEST_GPU=1 (and FUSE_TEST_MODEL=1 after `model`)
+#   sanitize  the four compute-sanitizer tools at once over the GPU suite's sanitize tests
+#   bench     the packed bench_decode, every mode and the extras, with JSON
+#   peers     gpt-fast's decode (shared/peers, copied by gpu-pack) and transformers' prefill
+#   profile   ncu over one recorded step (scripts/gpu-profile-decode.sh)
+# Writes OUTDIR/check.log (what ran, how long, the tables' rows, the tests' results) and the steps' own
+# files: ab.log, tests.log, sanitize.txt, bench.log, bench_decode.json, peers.json, prefill_peers.json, profile/.
+set -uo pipefail
+out=${1:?usage: scripts/gpu-check.sh OUTDIR [STEP ...]}
+shift
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(ab tests sanitize bench)
+mkdir -p "$out"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+budget=${CHECK_BUDGET:-540}
+t0=$(date +%s)
+log="$out/check.log"
+elapsed() { echo $(($(date +%s) - t0)); }
+say() { echo "[$(elapsed) s] $*" | tee -a "$log"; }
+# Runs step $1 when at least $2 seconds are left.
+fits() { [ $((budget - $(elapsed))) -ge "$2" ] || { say "SKIPPED $1: $((budget - $(elapsed))) s left, it needs $2"; return 1; }; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader >>"$log" 2>&1
+
+ab_round() {
+  for bin in .gpu/bin/example-bench_decode*; do
+    name=${bin##*/example-bench_decode}
+    name=${name#-}
+    say "ab ${name:-packed} round $1"
+    FUSE_TUNE_FILE=$(mktemp -d)/tune.tsv timeout 90 "$bin" --batches "${AB_BATCHES:-1,4,16}" --cached "${AB_CACHED:-128,1024}" \
+      --modes graph --extras off --steps 48 >>"$out/ab.log" 2>&1 || say "ab ${name:-packed}: exit $?"
+    grep -E "^graph" "$out/ab.log" | tail -n "$(($(echo "${AB_BATCHES:-1,4,16}" | tr ',' '\n' | wc -l) * $(echo "${AB_CACHED:-128,1024}" | tr ',' '\n' | wc -l)))" | sed "s/^/  ${name:-packed} /" >>"$log"
+  done
+}
+
+for step in "${steps[@]}"; do
+  case $step in
+    model)
+      mkdir -p /tmp/model
+      [ -f /tmp/model/partaa ] && cat /tmp/model/partaa .model-b/partab >/tmp/model/SmolLM2-135M-Instruct.Q4_1.gguf && rm /tmp/model/partaa
+      say "model: $(sha256sum /tmp/model/SmolLM2-135M-Instruct.Q4_1.gguf 2>&1 | cut -c1-16)"
+      export FUSE_MODEL_DIR=/tmp/model FUSE_TEST_MODEL=1
+      ;;
+    ab)
+      fits ab 60 && ab_round 1
+      ;;
+    tests)
+      fits tests 200 || continue
+      for t in .gpu/bin/test-*; do
+        echo "== ${t##*/}" >>"$out/tests.log"
+        FUSE_TEST_GPU=1 FUSE_TUNE_FILE=$(mktemp -d)/tune.tsv timeout 170 "$t" >>"$out/tests.log" 2>&1 || say "FAILED ${t##*/}: exit $?"
+      done
+      grep -E "^test result" "$out/tests.log" | sed 's/^/  /' >>"$log"
+      ;;
+    sanitize)
+      fits sanitize 80 || continue
+      for tool in memcheck racecheck synccheck initcheck; do
+        SANITIZE_TIMEOUT=$((budget - $(elapsed) - 10)) scripts/gpu-sanitize.sh "/tmp/sanitize-$tool" "$tool" >"/tmp/sanitize-$tool.out" 2>&1 &
+      done
+      wait
+      cat /tmp/sanitize-*.out | tee "$out/sanitize.txt" | sed 's/^/  /' >>"$log"
+      ;;
+    bench)
+      fits bench 60 || continue
+      say "bench"
+      FUSE_TUNE_FILE=$(mktemp -d)/tune.tsv timeout 90 .gpu/bin/example-bench_decode --json "$out/bench_decode.json" >"$out/bench.log" 2>&1 || say "bench: exit $?"
+      grep -vE "^(calls|unfused)" "$out/bench.log" | sed 's/^/  /' >>"$log"
+      ;;
+    peers)
+      fits peers 150 || continue
+      say "peers: gpt-fast decode"
+      timeout 170 python3 .gpu/peers/torch_llama_decode.py --batches 1,4,16 --modes gptfast --prompt 32 --new 128 --json "$out/peers.json" >"$out/peers.log" 2>&1 || say "peers: exit $?"
+      grep gptfast "$out/peers.log" | sed 's/^/  /' >>"$log"
+      fits prefill-peers 45 || continue
+      say "peers: prefill"
+      timeout $((budget - $(elapsed))) python3 scripts/peer_prefill.py --prompt 512 --json "$out/prefill_peers.json" >"$out/prefill_peers.log" 2>&1 || say "prefill peers: exit $?"
+      grep "prefill" "$out/prefill_peers.log" | sed 's/^/  /' >>"$log"
+      ;;
+    profile)
+      fits profile 170 || continue
+      say "profile"
+      PROFILE_TIMEOUT=150 scripts/gpu-profile-decode.sh "$out/profile" 1 128 >>"$log" 2>&1 || say "profile: exit $?"
+      ;;
+    *) say "unknown step $step" ;;
+  esac
+done
+# A second A/B round while time is left (the noise between rounds is the measure of a difference).
+case " ${steps[*]} " in *" ab "*) [ $((budget - $(elapsed))) -ge 60 ] && ab_round 2 ;; esac
+say "done"
+cat "$log"
