@@ -151,6 +151,11 @@ impl CudaDevice {
         &self.state.arch
     }
 
+    /// The compute capability's major number (9 on sm_90: thread-block clusters, programmatic launch).
+    pub(crate) fn arch_major(&self) -> i32 {
+        self.state.arch_major
+    }
+
     pub fn sm_count(&self) -> usize {
         self.state.sm_count
     }
@@ -165,7 +170,7 @@ impl CudaDevice {
     /// Turns programmatic dependent launch on or off for the launches that follow (to compare the two in
     /// one process); it stays off on GPUs older than sm_90, which lack it.
     pub fn set_launch_overlap(&self, on: bool) {
-        self.state.overlap.store(on && self.state.arch_major >= 9, Ordering::Relaxed);
+        self.state.overlap.store(on && self.arch_major() >= 9, Ordering::Relaxed);
     }
 
     /// Testing aid: when on, every allocation on this GPU (kernel outputs, products, copies) starts filled

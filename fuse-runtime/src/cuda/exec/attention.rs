@@ -23,8 +23,7 @@ use crate::call::Value;
 use crate::{Error, Result, Tensor};
 use fuse_ir::codegen::{
     attention_launch, AttentionShape, ModelKernel, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_CLUSTER_MAX, ATTENTION_DECODE_EARLY_DEFINE,
-    ATTENTION_DECODE_ROPE_DEFINE,
-    ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_MAX_HEAD_DIM,
+    ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_MAX_HEAD_DIM,
 };
 use fuse_ir::DType;
 use fuse_ir::view::ViewOp;
@@ -108,7 +107,7 @@ impl Executor<'_> {
             && launch.splits > 1
             && launch.splits <= ATTENTION_DECODE_CLUSTER_MAX
             && launch.items <= MAX_GRID
-            && device.arch().trim_start_matches("sm_").trim_end_matches('a').parse::<u32>().is_ok_and(|sm| sm >= 90);
+            && device.arch_major() >= 9;
         // Held until both launches are queued (see the module's comment).
         let workspace = match launch.partial_floats {
             _ if cluster => None,
