@@ -311,11 +311,12 @@ fn decode_step_rope_appends_and_attention(dev: &Device) {
             let hqk = hq + hkv;
             let qkv = random(&mut r, &[batch, seq, hqk + hkv, d], dtype, -1.0, 1.0, dev);
             let [cos, sin] = [0; 2].map(|_| random(&mut r, &[seq, d / 2], dtype, -1.0, 1.0, dev));
-            let [k_cache, v_cache] = [0; 2].map(|_| {
-                let mut data: Vec<f32> = (0..batch * hkv * capacity * d).map(|_| r.uniform(-1.0, 1.0)).collect();
+            // A cache of `data` with NaN at the new positions.
+            let cache_nan_at_new = |mut data: Vec<f32>| {
                 data.iter_mut().enumerate().filter(|(i, _)| (at..at + seq).contains(&(i / d % capacity))).for_each(|(_, x)| *x = f32::NAN);
                 Tensor::from_vec(data, &[batch, hkv, capacity, d], &Device::Cpu).and_then(|t| t.to_dtype(dtype)).and_then(|t| t.to_device(dev)).expect("cache")
-            });
+            };
+            let [k_cache, v_cache] = [0; 2].map(|_| cache_nan_at_new((0..batch * hkv * capacity * d).map(|_| r.uniform(-1.0, 1.0)).collect()));
             let position = Tensor::from_vec(vec![at as u32], &[1], dev).expect("at");
             let lens = key_counts(&vec![at + seq; batch], dev);
             let scale = 1.0 / (d as f32).sqrt();
@@ -332,11 +333,7 @@ fn decode_step_rope_appends_and_attention(dev: &Device) {
             // After a kernel of the same call (the decoder's projection): the decode kernel loads the caches
             // before it waits for that kernel. The caches were written above: the same positions are NaN again.
             let qkv_scale = random(&mut r, &[d], dtype, 0.5, 1.5, dev);
-            let [k_cache, v_cache] = [&k_cache, &v_cache].map(|c| {
-                let mut data = c.to_vec::<f32>().expect("cache");
-                data.iter_mut().enumerate().filter(|(i, _)| (at..at + seq).contains(&(i / d % capacity))).for_each(|(_, x)| *x = f32::NAN);
-                Tensor::from_vec(data, &[batch, hkv, capacity, d], &Device::Cpu).and_then(|t| t.to_dtype(dtype)).and_then(|t| t.to_device(dev)).expect("cache")
-            });
+            let [k_cache, v_cache] = [&k_cache, &v_cache].map(|c| cache_nan_at_new(c.to_vec::<f32>().expect("cache")));
             let after = [&qkv, &qkv_scale, &cos, &sin, &k_cache, &v_cache, &position, &lens].map(fuse::arg);
             let after = [&after[..], &[fuse::arg(&hq), fuse::arg(&hkv), fuse::arg(&hqk), fuse::arg(&scale)]].concat();
             check(&format!("{what}, after a kernel"), decode_step_after_kernel_fused(), &after, dtype, dev);
