@@ -111,6 +111,10 @@ fn variants(g: &Graph, spec: &KernelSpec) -> Vec<Vec<String>> {
                 .collect();
             sets.extend(with_prologue);
         }
+        // Each again copying its first weight chunks before the grid wait (the ring then also lends its last
+        // stages to the prologue's partials).
+        let early: Vec<Vec<String>> = sets.iter().map(|d| [d.clone(), vec![codegen::EARLY_WEIGHTS_DEFINE.to_string()]].concat()).collect();
+        sets.extend(early);
         return sets;
     }
     if spec.role == Role::Mma {

@@ -6,12 +6,13 @@
 //! input (the runtime checks that it has the left operand's shape and dtype, dense rows). It calls two
 //! generated functions, compiled in only with `-DFUSE_GEMM_PRO=1`, for blocks of at most
 //! [`PROLOGUE_MAX_ROWS`] rows:
-//! - `fuse_gemm_pro_rows(args, m0, rows, k, part)`, by the whole block once: the narrow values (reductions
+//! - `fuse_gemm_pro_rows(args, m0, rows, k, part, stride)`, by the whole block once: the narrow values (reductions
 //!   and the work on them) of left-operand rows `m0 .. m0 + rows`, kept in shared memory with the rows' slot
 //!   offsets. Each reduction is one pass over all the block's rows at once (16-byte loads of the primary,
 //!   so the loads of every row are in flight together), each thread's partial per row in `part` (shared
-//!   memory the template lends: `PROLOGUE_MAX_ROWS` x 256 floats, its ring before the main loop, so that the
-//!   prologue costs no occupancy), then one warp per row sums the 256 partials in a fixed order
+//!   memory the template lends: `PROLOGUE_MAX_ROWS` rows of 256 floats, `stride` floats apart, in its ring
+//!   before the main loop, so that the prologue costs no occupancy), then one warp per row sums the 256
+//!   partials in a fixed order
 //!   (deterministic);
 //! - `fuse_gemm_pro8(args, fuse_pro_row[r], j8, a)`: the left operand at block row `r`, columns
 //!   `j8 .. j8 + 8`, given the primary's values `a` there (replaced by the result). The template keeps its
@@ -102,7 +103,7 @@ pub(in crate::codegen) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) ->
         pro.nodes.iter().copied().filter(|n| k.narrow[n.index()] && k.available[n.index()] && !kept.contains(n)).collect()
     };
 
-    k.line(0, "__device__ void fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long n, float* part) {");
+    k.line(0, "__device__ void fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long n, float* part, int stride) {");
     k.line(1, "const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;");
     k.emit_scalar_reads(1);
     k.emit_ready_narrow();
@@ -131,14 +132,14 @@ pub(in crate::codegen) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) ->
         };
         let fold = |a: &str, b: &str| combine.replace("{a}", a).replace("{b}", b);
         k.line(1, &format!("{{  // %{} = {}(%{}) over each row", r.0, op.name(), operand.0));
-        k.line(2, &format!("for (int r = 0; r < rows; ++r) part[r * 256 + tid] = {identity};"));
+        k.line(2, &format!("for (int r = 0; r < rows; ++r) part[r * stride + tid] = {identity};"));
         k.line(2, "int row = -1;");
         k.line(2, &format!("float acc = {identity};"));
         k.line(2, "long long bi[FUSE_NIN], si[FUSE_NIN];");
         k.line(2, "#pragma unroll 4");
         k.line(2, "for (long long q = tid; q < rows * n8; q += blockDim.x) {");
         k.line(3, "const int r = (int)(q / n8);");
-        k.line(3, &format!("if (r != row) {{ if (row >= 0) part[row * 256 + tid] = acc; row = r; acc = {identity}; }}"));
+        k.line(3, &format!("if (r != row) {{ if (row >= 0) part[row * stride + tid] = acc; row = r; acc = {identity}; }}"));
         k.line(3, "const FuseProRow& p = fuse_pro_row[r];");
         for i in 0..slots {
             let s = k.slot(i);
@@ -160,7 +161,7 @@ pub(in crate::codegen) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) ->
         k.line(4, &format!("acc = {};", fold("acc", &emit::value(g, operand))));
         k.line(3, "}");
         k.line(2, "}");
-        k.line(2, "if (row >= 0) part[row * 256 + tid] = acc;");
+        k.line(2, "if (row >= 0) part[row * stride + tid] = acc;");
         k.line(2, "__syncthreads();");
         // Forget the wide values: the next pass recomputes what it needs.
         for &n in &wide_nodes {
@@ -169,7 +170,7 @@ pub(in crate::codegen) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) ->
         k.available[primary.index()] = false;
         k.line(2, "if (warp < rows) {");
         k.line(3, &format!("float s = {identity};"));
-        k.line(3, &format!("for (int i = lane; i < 256; i += 32) s = {};", fold("s", "part[warp * 256 + i]")));
+        k.line(3, &format!("for (int i = lane; i < 256; i += 32) s = {};", fold("s", "part[warp * stride + i]")));
         k.line(3, &format!("s = {warp_reduce}(s);"));
         k.line(3, "if (lane == 0) {");
         for (q, id) in kept.iter().enumerate().skip(top) {

@@ -310,7 +310,8 @@ impl Executor<'_> {
         defines.extend(shape.defines.iter().cloned());
         if primary.is_some() {
             defines.push("-DFUSE_GEMM_PRO=1".into());
-        } else if matches!(path, GemmPath::Skinny(_)) && self.weights_unwritten_before(group) {
+        }
+        if matches!(path, GemmPath::Skinny(_)) && self.weights_unwritten_before(group) {
             defines.push(codegen::EARLY_WEIGHTS_DEFINE.into());
         }
         let function =

@@ -63,8 +63,8 @@
 //                 (2 -> <= 128, 3 -> <= 80); use the value from CONFIG SET, others may spill (default 3)
 //   FUSE_SK_XD    (v1) ignored.
 //   FUSE_GEMM_EARLY_W  1: the host found that the kernel before this one in the stream does not write the
-//                 weights (fuse-runtime's `weights_unwritten_before`): without X staging or an in-kernel
-//                 prologue the first S-1 weight chunks are copied before the grid wait (default 0)
+//                 weights (fuse-runtime's `weights_unwritten_before`): without X staging
+//                 the first S-1 weight chunks are copied before the grid wait (default 0)
 //   FUSE_SK_SP    blocks that split K across the grid (default 1). Each of the SP blocks of a tile takes a
 //                 contiguous 1/SP of the k chunks and writes its partial [BM x BN] sums to `ws`; the block that
 //                 finds itself last on the tile's counter (atomicAdd) sums the SP partials in order 0..SP-1,
@@ -285,10 +285,11 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                         fuse_sk_cp16<PF>(dst + (unsigned)(((d * MT + i) * 2 + h) * 512), wp[d][i][h] + ko, nbytes);
         }
     };
-    // With FUSE_GEMM_EARLY_W (the kernel before this one does not write the weights) and without X staging or
-    // an in-kernel prologue (which both use the ring first), the first S-1 chunks are copied into the ring
-    // before the wait below, so that their DRAM latency overlaps that kernel's tail.
-#if FUSE_GEMM_PRO || !FUSE_GEMM_EARLY_W
+    // With FUSE_GEMM_EARLY_W (the kernel before this one does not write the weights) and without X staging
+    // (which uses the ring first), the first S-1 chunks are copied into the ring before the wait below, so
+    // that their DRAM latency overlaps that kernel's tail. An in-kernel prologue then keeps its partials in
+    // each warp's last stage, which the main loop fills only after it.
+#if !FUSE_GEMM_EARLY_W
     constexpr bool early = false;
 #else
     constexpr bool early = !XS;
@@ -335,9 +336,13 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
     fuse_grid_release();
 #if FUSE_GEMM_PRO
     static_assert(BM <= FUSE_GEMM_PRO_ROWS, "the in-kernel prologue holds FUSE_GEMM_PRO_ROWS rows");
-    // The weight ring is idle until the main loop: it holds the row pass's partial sums (8 x 256 floats).
+    // The weight ring holds the row pass's partial sums (8 x 256 floats) before the main loop: from its start,
+    // or, when its first chunks were copied early, row r in warp r's last stage (S - 1, which the main loop
+    // fills only after this pass; a stage slot of one warp holds U * L * 32 16-byte vectors, >= 256 floats).
     static_assert(FUSE_GEMM_PRO_ROWS * 256 * 4 <= 512 * S * U * 16 * (1 + DUAL) * MT, "the ring holds the partials");
-    fuse_gemm_pro_rows(p.epi, m0, (int)(M - m0 < BM ? M - m0 : BM), K, reinterpret_cast<float*>(smem));
+    static_assert(!early || (FUSE_GEMM_PRO_ROWS <= 8 && L * 32 * 4 >= 256), "a warp's last stage holds a row's partials");
+    float* const part = reinterpret_cast<float*>(early ? smem + (S - 1) * U * L * 32 : smem);
+    fuse_gemm_pro_rows(p.epi, m0, (int)(M - m0 < BM ? M - m0 : BM), K, part, early ? S * U * L * 32 * 4 : 256);
     __syncthreads();
     // This thread's X row (NT = 1 here): its offsets and narrow values stay in registers for the main loop.
     const FuseProRow pro_row = fuse_pro_row[g];
