@@ -14,6 +14,16 @@ pub(crate) enum Value {
     Scalar(f64),
 }
 
+impl Value {
+    /// The tensor, if this is one.
+    pub(crate) fn tensor(&self) -> Option<&Tensor> {
+        match self {
+            Value::Tensor(t) => Some(t),
+            Value::Scalar(_) => None,
+        }
+    }
+}
+
 /// How one group ran, for FUSE_DEBUG.
 pub(crate) struct GroupRun {
     pub index: usize,

@@ -97,3 +97,15 @@ pub fn computed_weight_projection(x: &Tensor, w: &Tensor, w_scale: &Tensor) -> R
     let weight = exp(w * w_scale);
     Ok(x.matmul(&weight.t()))
 }
+
+/// A projection alone (the skinny kernel may read `w` before its grid wait when only the host wrote it).
+#[fuse]
+pub fn projection(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    Ok(x.matmul(&w.t()))
+}
+
+/// Rows of `w` from the position in `at` on replaced, in place, by `rows` (a kernel writing an argument).
+#[fuse]
+pub fn overwrite_rows(w: &Tensor, rows: &Tensor, at: &Tensor) -> Result<Tensor> {
+    Ok(w.slice_set(rows, 0, at))
+}

@@ -4,7 +4,7 @@
 //! an epilogue that reads another input; and the autotuner's choice being recorded. The wgmma template
 //! runs on sm_90 GPUs only: elsewhere its paths are skipped, visibly.
 
-use crate::fused_fns::{computed_weight_projection_fused, ffn_block_fused, llama_mlp_fused, scaled_projection_fused};
+use crate::fused_fns::{computed_weight_projection_fused, ffn_block_fused, llama_mlp_fused, overwrite_rows_fused, projection_fused, scaled_projection_fused};
 use crate::{assert_close, gpu, random, rng, tolerance};
 use fuse::ir::codegen::{MMA_CONFIGS, SKINNY_CONFIGS, WGMMA_CONFIGS};
 use fuse::prelude::*;
@@ -236,6 +236,30 @@ fn a_weight_computed_by_the_kernel_before_is_read_after_it_is_written() {
                 let got = forced(&path, computed_weight_projection_fused(), &args);
                 assert_close(&format!("computed weight {path} m={rows} n={n} k={k}"), &got[0], &want[0], DType::BF16);
             }
+        }
+    }
+}
+
+#[test]
+fn a_weight_written_in_place_is_read_after_the_write() {
+    // A weight only the host wrote may be read before the grid wait whatever kernel runs before; a call that
+    // writes it in place (slice_set) ends that before it launches anything, so the projection queued right
+    // after the write (no wait between the calls) reads the new rows.
+    overwrite_rows_fused().plan(Fusion::On).expect("a slice_set into an argument plans");
+    let Some((dev, _gpu)) = gpu() else { return };
+    let mut r = rng(91);
+    for (rows, n, k) in [(1, 100, 264), (3, 40, 1000)] {
+        let x = random(&mut r, &[rows, k], DType::BF16, -1.0, 1.0, &dev);
+        for config in SKINNY_CONFIGS {
+            let path = format!("skinny:{}", config.name);
+            let w = random(&mut r, &[n, k], DType::BF16, -0.2, 0.2, &dev);
+            forced(&path, projection_fused(), &[fuse::arg(&x), fuse::arg(&w)]);
+            let new_rows = random(&mut r, &[n / 2, k], DType::BF16, -0.2, 0.2, &dev);
+            let at = Tensor::from_vec(vec![(n / 4) as u32], &[1], &dev).expect("at");
+            overwrite_rows_fused().call(&[fuse::arg(&w), fuse::arg(&new_rows), fuse::arg(&at)]).expect("overwrite");
+            let got = forced(&path, projection_fused(), &[fuse::arg(&x), fuse::arg(&w)]);
+            let want = fuse::reference(projection_fused(), &[fuse::arg(&x), fuse::arg(&w)]).expect("reference");
+            assert_close(&format!("projection after an in-place write {path} m={rows} n={n} k={k}"), &got[0], &want[0], DType::BF16);
         }
     }
 }

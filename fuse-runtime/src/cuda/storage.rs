@@ -14,6 +14,7 @@ use crate::{Error, Result};
 use cudarc::driver::{CudaSlice, DevicePtr};
 use fuse_ir::DType;
 use half::{bf16, f16};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 enum Memory {
@@ -28,6 +29,10 @@ pub(crate) struct CudaStorage {
     bytes: usize,
     dtype: DType,
     device: CudaDevice,
+    /// Only copies from the host have written this memory (`upload`) and no kernel will before it is
+    /// cleared (`mark_kernel_written`, for the destination of an in-place write): a kernel may then read it
+    /// before it waits for the kernel before it (programmatic dependent launch), whatever that kernel is.
+    host_written: AtomicBool,
 }
 
 impl Drop for CudaStorage {
@@ -69,7 +74,7 @@ impl CudaStorage {
             // SAFETY: the memory is uninitialised; every caller writes it before reading it.
             None => Memory::Pool(Some(unsafe { device.stream().alloc::<u8>(bytes.max(1)) }.map_err(|e| driver_error("alloc", e))?)),
         };
-        let storage = CudaStorage { memory, bytes: bytes.max(1), dtype, device: device.clone() };
+        let storage = CudaStorage { memory, bytes: bytes.max(1), dtype, device: device.clone(), host_written: AtomicBool::new(false) };
         if device.poisons_allocations() {
             storage.fill_bytes(0xFF)?;
         }
@@ -87,6 +92,7 @@ impl CudaStorage {
         let _entered = device.enter();
         device.refuse_while_capturing("a copy from the host (Tensor::from_vec, to_device)")?;
         let storage = CudaStorage::alloc(device, dtype, bytes.len() / dtype.size_bytes())?;
+        storage.host_written.store(true, Ordering::Relaxed);
         if !bytes.is_empty() {
             // SAFETY: `bytes` bytes at the allocation's start; the host slice outlives the copy, which
             // memcpy_htod_async from pageable memory stages before returning.
@@ -112,9 +118,19 @@ impl CudaStorage {
             .map_err(|e| driver_error("copy to the GPU", e))
     }
 
+    /// Whether only copies from the host have written this memory (see the field).
+    pub(crate) fn host_written(&self) -> bool {
+        self.host_written.load(Ordering::Relaxed)
+    }
+
+    /// A kernel is about to write this memory in place (before it is launched).
+    pub(crate) fn mark_kernel_written(&self) {
+        self.host_written.store(false, Ordering::Relaxed);
+    }
+
     /// Wraps memory made elsewhere (interop). The caller guarantees it holds `dtype` values.
     pub(crate) fn from_buffer(device: &CudaDevice, buffer: CudaSlice<u8>, dtype: DType) -> CudaStorage {
-        CudaStorage { bytes: buffer.len(), memory: Memory::Pool(Some(buffer)), dtype, device: device.clone() }
+        CudaStorage { bytes: buffer.len(), memory: Memory::Pool(Some(buffer)), dtype, device: device.clone(), host_written: AtomicBool::new(false) }
     }
 
     /// Fills the allocation with zero bytes (zero in every dtype).

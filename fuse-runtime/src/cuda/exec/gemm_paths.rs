@@ -387,7 +387,8 @@ impl Executor<'_> {
 
     /// Whether a skinny kernel may copy its weights before it waits for the kernel before it (programmatic
     /// dependent launch; `EARLY_WEIGHTS_DEFINE`): see `unwritten_before`.
-    fn weights_unwritten_before(&self, group: &fuse_ir::Group) -> bool {
-        self.unwritten_before(group.matmuls.iter().map(|&mm| self.graph.node(mm).args[1]))
+    fn weights_unwritten_before(&mut self, group: &fuse_ir::Group) -> bool {
+        let graph = self.graph;
+        self.unwritten_before(group.matmuls.iter().map(|&mm| graph.node(mm).args[1]))
     }
 }

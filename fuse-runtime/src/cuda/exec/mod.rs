@@ -121,6 +121,14 @@ pub(crate) fn execute(
     if kernels.groups.len() != plan.groups.len() {
         return Err(Error::internal(function, "the cached kernels belong to another plan"));
     }
+    // An argument this call writes in place is no longer only host-written (before anything is launched).
+    for id in g.ids().filter(|&id| g.op(id).writes_in_place()) {
+        if let Op::Input(k) = g.op(g.node(id).args[0]) {
+            if let Some(storage) = args.get(k as usize).and_then(Value::tensor).and_then(Tensor::cuda_storage) {
+                storage.mark_kernel_written();
+            }
+        }
+    }
     // Per-group timing needs the general path (it synchronises after each group); so does a path forced
     // for this thread (it must not be recorded for other calls).
     // A graph being captured takes the general path too: a launch plan's scratch memory is shared by every
@@ -275,11 +283,32 @@ impl Executor<'_> {
     /// Whether the kernel before the next launch cannot have written the values `ids` (so that a kernel may
     /// read them before it waits for that one, programmatic dependent launch): each is an argument of the
     /// function (a `.t()` of one), which no kernel of this graph computes and none but a slice_set of it writes
-    /// (`Graph::verify_writes`: an argument written in place has no other reader), and this call has
+    /// (`Graph::verify_writes`: an argument written in place has no other reader), and either this call has
     /// queued a launch already, so that kernel is this call's (each kernel waits for the one before it before
-    /// it lets the next start, so the kernels before that one have finished).
-    fn unwritten_before(&self, ids: impl IntoIterator<Item = NodeId>) -> bool {
-        self.queued && ids.into_iter().all(|id| matches!(self.graph.op(base_of(self.graph, id)), Op::Input(_)))
+    /// it lets the next start, so the kernels before that one have finished), or no kernel ever wrote it.
+    /// An argument that only copies from the host have written (`CudaStorage::host_written`) qualifies
+    /// whatever the kernel before is; a launch plan that relied on it is replayed only while it still holds.
+    fn unwritten_before(&mut self, ids: impl IntoIterator<Item = NodeId>) -> bool {
+        let mut relied = Vec::new();
+        for id in ids {
+            let Op::Input(k) = self.graph.op(base_of(self.graph, id)) else { return false };
+            if self.queued {
+                continue;
+            }
+            let host_written = self.values[base_of(self.graph, id).index()]
+                .as_ref()
+                .and_then(Value::tensor)
+                .and_then(Tensor::cuda_storage)
+                .is_some_and(CudaStorage::host_written);
+            if !host_written {
+                return false;
+            }
+            relied.push(k as usize);
+        }
+        if let Some(recording) = &mut self.recording {
+            recording.host_written.extend(relied);
+        }
+        true
     }
 
     /// Keeps `step` when this call is being recorded.

@@ -115,11 +115,16 @@ pub(crate) struct Recording {
     /// Buffers the recorded steps use at fixed addresses (split-K workspaces and their counters, which
     /// every launch leaves zeroed): the launch plan keeps them, never poisons or patches them.
     pub scratch: Vec<CudaStorage>,
+    /// Arguments a step reads before its grid wait because only the host has written them
+    /// (`Executor::unwritten_before`): the plan is replayed only while that holds.
+    pub host_written: Vec<usize>,
 }
 
 pub(crate) struct LaunchPlan {
     ordinal: usize,
     signature: Vec<ArgSignature>,
+    /// See `Recording::host_written`.
+    host_written: Vec<usize>,
     /// (input node, argument index).
     inputs: Vec<(usize, usize)>,
     /// Allocated fresh on every call (the caller keeps them): node, dtype, shape.
@@ -147,6 +152,9 @@ impl LaunchPlans {
             p.ordinal == device.ordinal()
                 && p.signature.len() == args.len()
                 && p.signature.iter().zip(args).all(|(s, a)| s.matches(a))
+                && p.host_written.iter().all(|&k| {
+                    args.get(k).and_then(Value::tensor).and_then(Tensor::cuda_storage).is_some_and(CudaStorage::host_written)
+                })
         })
     }
 
@@ -225,7 +233,7 @@ impl LaunchPlan {
         if recording.unreplayable {
             return None;
         }
-        let Recording { steps, computed, scratch, .. } = recording;
+        let Recording { steps, computed, scratch, host_written, .. } = recording;
         let escapes = |node: usize| outputs.contains(&node);
         let fresh: Vec<_> = computed.iter().filter(|(node, ..)| escapes(*node)).cloned().collect();
         let results = outputs
@@ -276,6 +284,7 @@ impl LaunchPlan {
         Some(LaunchPlan {
             ordinal: device.ordinal(),
             signature,
+            host_written,
             inputs,
             fresh,
             results,
