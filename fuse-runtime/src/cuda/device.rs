@@ -5,6 +5,7 @@
 //! The libraries' warm-up on a new device (`gemm::warm_up`) is started by `CudaDevice::new` in `cuda/mod.rs`:
 //! this module imports none of the modules that build on it.
 
+use super::buffers::BufferCache;
 use super::capture::Arena;
 use super::compile::ModuleCache;
 use super::driver::{driver_error, lock};
@@ -40,6 +41,8 @@ pub(crate) struct DeviceState {
     /// Testing aid: fill every new allocation with NaN bytes.
     poison: AtomicBool,
     blas: Mutex<Option<CudaBlas>>,
+    /// Pool memory no tensor holds any more, kept for the next allocation of its size (`buffers.rs`).
+    buffers: Mutex<BufferCache<CudaSlice<u8>>>,
     /// Scratch memory of `queue_l2_flush`.
     flush: Mutex<Option<CudaSlice<u8>>>,
     /// Scratch memory of [`CudaDevice::workspace`].
@@ -378,8 +381,9 @@ impl CudaDevice {
         }
     }
 
-    /// Pool memory no tensor holds any more: freed now, or after the capture when one is running (a free
-    /// during it would be recorded into the graph and replayed).
+    /// Pool memory no tensor holds any more: kept for the next allocation of its size (freed when the cache
+    /// is full), or freed after the capture when one is running (a free during it would be recorded into the
+    /// graph and replayed).
     pub(crate) fn release(&self, buffer: CudaSlice<u8>) {
         if self.is_capturing() {
             if let Some(capture) = lock(&self.state.queueing).capture.as_mut() {
@@ -387,7 +391,28 @@ impl CudaDevice {
                 return;
             }
         }
-        drop(buffer);
+        let bytes = buffer.len();
+        let full = lock(&self.state.buffers).put(bytes, buffer);
+        drop(full);
+    }
+
+    /// Pool memory of exactly `bytes` for a new tensor: a kept buffer, else a new one from the stream-ordered
+    /// pool (after freeing the kept ones when the pool is out of memory).
+    pub(crate) fn pool_buffer(&self, bytes: usize) -> Result<CudaSlice<u8>> {
+        if let Some(buffer) = lock(&self.state.buffers).take(bytes) {
+            return Ok(buffer);
+        }
+        // SAFETY: the memory is uninitialised; every caller writes it before reading it.
+        match unsafe { self.stream().alloc::<u8>(bytes) } {
+            Ok(buffer) => Ok(buffer),
+            Err(_) if lock(&self.state.buffers).bytes() > 0 => {
+                let kept = lock(&self.state.buffers).drain();
+                drop(kept);
+                // SAFETY: as above.
+                unsafe { self.stream().alloc::<u8>(bytes) }.map_err(|e| driver_error("alloc", e))
+            }
+            Err(e) => Err(driver_error("alloc", e)),
+        }
     }
 
     /// Waits for the work queued so far; a check a kernel failed in it is the error (`Error::DeviceCheck`).
@@ -518,6 +543,7 @@ impl DeviceState {
             arch_major: major,
             poison: AtomicBool::new(false),
             blas: Mutex::new(None),
+            buffers: Mutex::new(BufferCache::default()),
             flush: Mutex::new(None),
             workspace: Mutex::new(None),
             fault: Mutex::new(None),

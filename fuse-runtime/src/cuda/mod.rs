@@ -13,6 +13,7 @@
 //! Nothing here imports the CPU backend: values and call types come from `crate::call`, and the
 //! dispatcher (`crate::exec`) decides which backend runs a call.
 
+mod buffers;
 pub(crate) mod capture;
 pub(crate) mod compile;
 pub(crate) mod device;

@@ -71,8 +71,8 @@ impl CudaStorage {
         let _entered = device.enter();
         let memory = match device.capture_arena() {
             Some(arena) => Memory::Arena { address: arena.take(bytes.max(1))?, _arena: arena },
-            // SAFETY: the memory is uninitialised; every caller writes it before reading it.
-            None => Memory::Pool(Some(unsafe { device.stream().alloc::<u8>(bytes.max(1)) }.map_err(|e| driver_error("alloc", e))?)),
+            // Uninitialised (or a released tensor's): every caller writes it before reading it.
+            None => Memory::Pool(Some(device.pool_buffer(bytes.max(1))?)),
         };
         let storage = CudaStorage { memory, bytes: bytes.max(1), dtype, device: device.clone(), host_written: AtomicBool::new(false) };
         if device.poisons_allocations() {

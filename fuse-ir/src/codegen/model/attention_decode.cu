@@ -10,10 +10,10 @@
 // Inside a block the 4 warps cut the split's key range in 4 contiguous parts, one each, and load it at the
 // same time. Loads go straight to registers, not through shared memory: a lane holds 8 channels of a key
 // row (a 16-byte vector for bf16/f16, two for f32), so FUSE_ATTENTION_D / 8 lanes cover a row and a warp
-// takes 32 / (D / 8) keys a step (4 at D = 64). A warp first issues the key AND value loads of
-// FUSE_DECODE_UNROLL steps (32 keys at D = 64 in 16-bit types: the whole part of a 128-key split), then
-// computes: a split of the decode shapes costs one DRAM round trip, where staging key tiles through shared
-// memory would cost one round trip a tile plus barriers. Each key group of lanes keeps its own online-softmax
+// takes 32 / (D / 8) keys a step (4 at D = 64). A warp issues the key AND value loads of a chunk of
+// FUSE_DECODE_UNROLL steps (16 keys at D = 64 in 16-bit types: the whole part of a 64-key split), and those
+// of the next chunk before it computes one: a warp's part costs one DRAM round trip however many chunks it
+// has, where staging key tiles through shared memory would cost one round trip a tile plus barriers. Each key group of lanes keeps its own online-softmax
 // state (running max in log2 units, sum, unnormalised p * v in the lane's 8 channels) for the rows of the
 // pass, so the loop needs no reduction across groups: the dot product of a key with a row is summed over the
 // D / 8 lanes of its group by shuffles. After the loop the groups of a warp merge by butterfly shuffles, the
@@ -107,10 +107,10 @@
 #else
 #define FUSE_DECODE_ELEM_BYTES 2
 #endif
-// 16-byte vectors a lane loads of a row (8 channels), and steps loaded before any is computed: 256 bytes of
-// keys and values in flight per lane in every type.
+// 16-byte vectors a lane loads of a row (8 channels), and steps of a chunk (loaded together): with the next
+// chunk in flight during a chunk's arithmetic, 256 bytes of keys and values in registers per lane in every type.
 #define FUSE_DECODE_VECTORS (FUSE_DECODE_CHANNELS * FUSE_DECODE_ELEM_BYTES / 16)
-#define FUSE_DECODE_UNROLL (FUSE_DECODE_ELEM_BYTES == 4 ? 4 : 8)
+#define FUSE_DECODE_UNROLL (FUSE_DECODE_ELEM_BYTES == 4 ? 2 : 4)
 
 struct FuseAttentionDecodeArgs {
   const fuse_elem* q;
@@ -449,12 +449,14 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
           acc[r][j] = 0.0f;
         }
       }
-      for (unsigned int chunk = warp_begin; chunk < warp_end; chunk += FUSE_DECODE_UNROLL * FUSE_DECODE_STEP_KEYS) {
-        // Every load of the chunk first, then the arithmetic (the first item's first chunk was loaded before
-        // the grid wait with FUSE_DECODE_EARLY).
-        uint4 key_raw[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS], value_raw[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS];
+      // The current chunk's raw keys and values. The first is loaded here (before the grid wait with
+      // FUSE_DECODE_EARLY, for the first item's first pass); each iteration issues the next chunk's loads
+      // before its own arithmetic, so that a part of several chunks costs one memory round trip, not one a
+      // chunk (software pipelining: two chunks' registers, so chunks are half as long as they could be).
+      uint4 key_raw[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS], value_raw[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS];
+      if (warp_begin < warp_end) {
 #if FUSE_DECODE_EARLY
-        if (chunk == early_chunk) {
+        if (warp_begin == early_chunk) {
 #pragma unroll
           for (int s = 0; s < FUSE_DECODE_UNROLL; ++s)
 #pragma unroll
@@ -465,7 +467,13 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
           early_chunk = 0xffffffffu;
         } else
 #endif
-        fuse_decode_load_chunk(k_base, v_base, a, chunk, warp_end, key_group, c0, d, vector, key_raw, value_raw);
+        fuse_decode_load_chunk(k_base, v_base, a, warp_begin, warp_end, key_group, c0, d, vector, key_raw, value_raw);
+      }
+#pragma unroll 1
+      for (unsigned int chunk = warp_begin; chunk < warp_end; chunk += FUSE_DECODE_UNROLL * FUSE_DECODE_STEP_KEYS) {
+        const unsigned int next = chunk + FUSE_DECODE_UNROLL * FUSE_DECODE_STEP_KEYS;
+        uint4 key_next[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS], value_next[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS];
+        if (next < warp_end) fuse_decode_load_chunk(k_base, v_base, a, next, warp_end, key_group, c0, d, vector, key_next, value_next);
         if (fused) {
           // The new rows replace what the caches held at their position (stale there until split 0 writes it).
 #pragma unroll
@@ -543,6 +551,15 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
           compute(FuseDecodeFlag<false>{});
         } else {
           compute(FuseDecodeFlag<true>{});
+        }
+        if (next < warp_end) {
+#pragma unroll
+          for (int s = 0; s < FUSE_DECODE_UNROLL; ++s)
+#pragma unroll
+            for (int vec = 0; vec < FUSE_DECODE_VECTORS; ++vec) {
+              key_raw[s][vec] = key_next[s][vec];
+              value_raw[s][vec] = value_next[s][vec];
+            }
         }
       }
       // The warp's key groups merge (butterfly: every group ends with the warp's state).
