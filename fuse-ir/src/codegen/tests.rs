@@ -362,7 +362,7 @@ fn the_skinny_kernel_can_run_an_rms_norm_prologue() {
     assert_eq!(skinny.prologue, Some(PrologueSlots { first: 2, primary: 2 }));
     let src = &skinny.source;
     assert!(src.contains("#if FUSE_GEMM_PRO\n"), "the prologue is compiled in only on request");
-    assert!(src.contains("fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long n, float* part)"));
+    assert!(src.contains("fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long n, float* part, int stride)"));
     let (rows, element) = src.split_once("void fuse_gemm_pro8(const FuseArgs& args, const FuseProRow& p, long long j8, float (&a)[8])").unwrap();
     assert!(rows.contains("fuse_read8<FUSE_IN2>(args.in[2], bi[2] + j8, xv)"), "the row pass reads x 16 bytes at a time");
     assert!(rows.contains("fuse_warp_sum(s)") && rows.contains("const float v8 = rsqrtf(v7);"), "one warp per row ends it");

@@ -25,11 +25,12 @@
 //   get consecutive col. Non-dual: acc1 = 0.f.
 //   With -DFUSE_GEMM_PRO=1 (an in-kernel prologue: X is computed from the tensor at `x` as it is loaded),
 //   the generated code also defines FUSE_GEMM_PRO_ROWS (>= BM) and
-//     __device__ void fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long k, float* part);
+//     __device__ void fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long k, float* part, int stride);
 //     struct FuseProRow;  __shared__ FuseProRow fuse_pro_row[FUSE_GEMM_PRO_ROWS];
 //     __device__ void fuse_gemm_pro8(const FuseArgs& args, const FuseProRow& row, long long kk, float (&a)[8]);
-//   fuse_gemm_pro_rows is called once by the whole block (rows = the block's rows < M, k = K, part = 8 x 256
-//   floats of the then idle weight ring) before the main loop; X[m0 + r, kk .. kk + 8] is then what
+//   fuse_gemm_pro_rows is called once by the whole block (rows = the block's rows < M, k = K, part = 8
+//   arrays of 256 floats `stride` floats apart in the weight ring, where the main loop writes only after it)
+//   before the main loop; X[m0 + r, kk .. kk + 8] is then what
 //   fuse_gemm_pro8(args, fuse_pro_row[r], kk, a) leaves in `a`, given the values at x there, for every 8
 //   elements the block reads (kk % 8 == 0; elements past M or K stay 0).
 //   This file defines (guarded so that it may be included several times with different configs):
