@@ -285,7 +285,7 @@ fn every_generated_kernel_compiles_and_assembles_without_spills() {
 /// also u32) for sm_80 and sm_90, attention for each head dimension it is built for, without spills.
 #[test]
 fn every_model_kernel_compiles_and_assembles_without_spills() {
-    use fuse::ir::codegen::{ModelKernel, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_EARLY_DEFINE, ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_HEAD_DIMS};
+    use fuse::ir::codegen::{ModelKernel, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_EARLY_DEFINE, ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_ROPE_VECTOR_DEFINE, ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_HEAD_DIMS};
     let required = std::env::var("FUSE_TEST_NVRTC").is_ok_and(|v| v == "1");
     let (true, Some(ptxas)) = (nvrtc_available(), ptxas()) else {
         assert!(!required, "FUSE_TEST_NVRTC=1 but NVRTC or ptxas is missing");
@@ -325,6 +325,9 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
                             with(&[ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_CLUSTER_DEFINE]),
                             // SmolLM2's decode: rope fused, passes of its 3 rows a kv head, vector loads, cluster merge.
                             with(&[ATTENTION_DECODE_ROPE_DEFINE, "-DFUSE_DECODE_PASS_ROWS=3", ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_EARLY_DEFINE, "-DFUSE_DECODE_EXACT_D=1"]),
+                            // The same with the rope in registers, and that without clusters and early loads.
+                            with(&[ATTENTION_DECODE_ROPE_DEFINE, "-DFUSE_DECODE_PASS_ROWS=3", ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_EARLY_DEFINE, "-DFUSE_DECODE_EXACT_D=1", ATTENTION_DECODE_ROPE_VECTOR_DEFINE]),
+                            with(&[ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_VECTOR_DEFINE, "-DFUSE_DECODE_EXACT_D=1", ATTENTION_DECODE_ROPE_VECTOR_DEFINE]),
                             // Plain attention_len loading early (passes of at most 3 rows).
                             with(&[ATTENTION_DECODE_VECTOR_DEFINE, "-DFUSE_DECODE_PASS_ROWS=2", ATTENTION_DECODE_EARLY_DEFINE]),
                         ]

@@ -41,6 +41,9 @@ pub const ATTENTION_DECODE_SPLIT_KEYS: usize = 64;
 /// The define of the decode kernel's variant with rope and the cache appends fused in (fuse-runtime's
 /// `rope_append.rs`).
 pub const ATTENTION_DECODE_ROPE_DEFINE: &str = "-DFUSE_DECODE_ROPE=1";
+/// Added to the rope variant where rope's input, the tables and the new value rows are vector-loadable and
+/// the caches are (with `-DFUSE_DECODE_VECTOR=1` and d the build's): the rope runs in registers.
+pub const ATTENTION_DECODE_ROPE_VECTOR_DEFINE: &str = "-DFUSE_DECODE_ROPE_VECTOR=1";
 /// The define of the decode kernel's build for k and v rows it may read as 16-byte vectors (the host checks
 /// them: `kv_vector`), without the element-by-element path.
 pub const ATTENTION_DECODE_VECTOR_DEFINE: &str = "-DFUSE_DECODE_VECTOR=1";

@@ -33,7 +33,8 @@
 // attention over the cache in one launch). q is then rope(rope_x) at the query heads, and the new key row of
 // kv head g is rope(rope_x) at head k_head0 + g, the new value row v_new's; both belong at position *at of the
 // caches k and v. Every block of (b, g) computes its rows of q and the new rows into shared memory first (a
-// thread an element), uses the new rows where its keys reach *at instead of reading the cache there, and
+// thread an element; in registers, a lane its channels, where every row is vector-loadable:
+// FUSE_DECODE_ROPE_VECTOR), uses the new rows where its keys reach *at instead of reading the cache there, and
 // split 0's block writes them into the caches. So no block reads a row this launch writes. A position past
 // `room` writes nothing, records the fault (as slice_set does) and is attended as the cache holds it.
 //
@@ -94,6 +95,16 @@
 // 1: d is the build's FUSE_ATTENTION_D (the host checks it), so that divisions by d are shifts.
 #ifndef FUSE_DECODE_EXACT_D
 #define FUSE_DECODE_EXACT_D 0
+#endif
+// 1: rope's input rows, the tables' row and the new value rows are vector-loadable too and d is the build's
+// (the host checks): the fused rope runs in registers, a lane on its own 8 channels of a row with the
+// partner channels (c +- d / 2) taken from the lane FUSE_DECODE_LANES / 2 away by a shuffle. No shared
+// memory, no barrier, and one round trip for all of a lane's loads.
+#ifndef FUSE_DECODE_ROPE_VECTOR
+#define FUSE_DECODE_ROPE_VECTOR 0
+#endif
+#if FUSE_DECODE_ROPE_VECTOR && (!FUSE_DECODE_ROPE || !FUSE_DECODE_VECTOR || !FUSE_DECODE_EXACT_D)
+#error "FUSE_DECODE_ROPE_VECTOR is built with FUSE_DECODE_ROPE, FUSE_DECODE_VECTOR and FUSE_DECODE_EXACT_D only"
 #endif
 #define FUSE_DECODE_CHANNELS 8
 #ifndef FUSE_ATTENTION_D
@@ -202,6 +213,30 @@ __device__ __forceinline__ void fuse_decode_load(const fuse_elem* row, long long
   }
 }
 
+#if FUSE_DECODE_ROPE_VECTOR
+// Rope of this lane's 8 channels of one row (`own`, raw vectors): the partner channels come from the lane
+// FUSE_DECODE_LANES / 2 away (every lane of the warp takes part); cs and sn are the tables' values at the
+// lane's channels mod d / 2, sn negated for channels below d / 2. rope.cu's arithmetic (x * cos -+ partner *
+// sin), rounded to the element type as rope's output is: the result's element bits.
+__device__ __forceinline__ void fuse_decode_rope_lane(const uint4 (&own)[FUSE_DECODE_VECTORS], const float (&cs)[FUSE_DECODE_CHANNELS],
+                                                      const float (&sn)[FUSE_DECODE_CHANNELS], unsigned int (&bits)[FUSE_DECODE_CHANNELS]) {
+  uint4 other[FUSE_DECODE_VECTORS];
+#pragma unroll
+  for (int vec = 0; vec < FUSE_DECODE_VECTORS; ++vec) {
+    other[vec].x = __shfl_xor_sync(0xffffffffu, own[vec].x, FUSE_DECODE_LANES / 2);
+    other[vec].y = __shfl_xor_sync(0xffffffffu, own[vec].y, FUSE_DECODE_LANES / 2);
+    other[vec].z = __shfl_xor_sync(0xffffffffu, own[vec].z, FUSE_DECODE_LANES / 2);
+    other[vec].w = __shfl_xor_sync(0xffffffffu, own[vec].w, FUSE_DECODE_LANES / 2);
+  }
+  float mine[FUSE_DECODE_CHANNELS], partner[FUSE_DECODE_CHANNELS];
+  fuse_decode_unpack(own, mine);
+  fuse_decode_unpack(other, partner);
+#pragma unroll
+  for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j)
+    bits[j] = fuse_model_narrow(mine[j] * cs[j] + partner[j] * sn[j]);
+}
+#endif
+
 // Thread-block clusters (sm_90): a barrier over the cluster's blocks (release / acquire: shared-memory writes
 // before it are visible to the other blocks after it), and a load from the shared memory of block `rank` of the
 // cluster at the place `p` has in this block's.
@@ -309,12 +344,13 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
   __shared__ float weights[FUSE_DECODE_ROWS * FUSE_DECODE_MAX_SPLITS];
   __shared__ float inverse[FUSE_DECODE_ROWS];
   __shared__ unsigned int last_block;
-#if FUSE_DECODE_ROPE || FUSE_DECODE_CLUSTER
-  // With rope: the item's query rows after rope; in clusters: the split's unnormalised sums of each row. A
+#define FUSE_DECODE_ROPE_SHARED (FUSE_DECODE_ROPE && !FUSE_DECODE_ROPE_VECTOR)
+#if FUSE_DECODE_ROPE_SHARED || FUSE_DECODE_CLUSTER
+  // With rope (not in registers): the item's query rows after rope; in clusters: the split's unnormalised sums of each row. A
   // pass writes the sums of its rows only after it has read their queries, so one array holds both.
   __shared__ __align__(16) float row_buf[FUSE_DECODE_ROWS][FUSE_ATTENTION_D];
 #endif
-#if FUSE_DECODE_ROPE
+#if FUSE_DECODE_ROPE_SHARED
   float (*const roped_q)[FUSE_ATTENTION_D] = row_buf;
   // The new key and value rows (element bits).
   __shared__ unsigned int new_rows[2][FUSE_ATTENTION_D];
@@ -352,7 +388,43 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
     constexpr bool fused = FUSE_DECODE_ROPE != 0;
     uint4 new_key[FUSE_DECODE_VECTORS], new_value[FUSE_DECODE_VECTORS];
     unsigned int at_key = no_key;
-#if FUSE_DECODE_ROPE
+#if FUSE_DECODE_ROPE_VECTOR
+    // The tables' values at this lane's channels mod d / 2 (sin negated below d / 2; kept for the passes'
+    // query rows), the new key
+    // row roped and the new value row, a lane its 8 channels; split 0's first key group appends them.
+    float rope_cs[FUSE_DECODE_CHANNELS], rope_sn[FUSE_DECODE_CHANNELS];
+    const bool rope_low = c0 < d / 2;
+    const fuse_elem* const rope_row0 = a.rope_x + b * a.rope_x_strides[0];
+    {
+      const unsigned int at = __ldg(a.at), i0 = rope_low ? c0 : c0 - d / 2;
+      uint4 cs_raw[FUSE_DECODE_VECTORS], sn_raw[FUSE_DECODE_VECTORS], key_raw[FUSE_DECODE_VECTORS];
+      fuse_decode_load(a.cos, 1, i0, d, true, true, cs_raw);
+      fuse_decode_load(a.sin, 1, i0, d, true, true, sn_raw);
+      fuse_decode_load(rope_row0 + (a.k_head0 + g) * a.rope_x_strides[1], 1, c0, d, true, true, key_raw);
+      fuse_decode_load(a.v_new + b * a.v_new_strides[0] + g * a.v_new_strides[1], 1, c0, d, true, true, new_value);
+      fuse_decode_unpack(cs_raw, rope_cs);
+      fuse_decode_unpack(sn_raw, rope_sn);
+#pragma unroll
+      for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j) rope_sn[j] = rope_low ? -rope_sn[j] : rope_sn[j];
+      unsigned int key_bits[FUSE_DECODE_CHANNELS];
+      fuse_decode_rope_lane(key_raw, rope_cs, rope_sn, key_bits);
+      fuse_decode_pack(key_bits, new_key);
+      const bool appends = (long long)at <= a.room;
+      if (appends) {
+        at_key = at;
+        if (split == 0 && threadIdx.x < FUSE_DECODE_LANES) {
+          // The lane's 8 channels of the new rows at position `at` (vector rows: unit stride, aligned).
+#pragma unroll
+          for (int vec = 0; vec < FUSE_DECODE_VECTORS; ++vec) {
+            reinterpret_cast<uint4*>(const_cast<fuse_elem*>(k_base) + at * a.k_strides[2] + c0)[vec] = new_key[vec];
+            reinterpret_cast<uint4*>(const_cast<fuse_elem*>(v_base) + at * a.v_strides[2] + c0)[vec] = new_value[vec];
+          }
+        }
+      } else if (split == 0 && threadIdx.x == 0) {
+        fuse_model_fault(a.fault, 2, at, a.room);
+      }
+    }
+#elif FUSE_DECODE_ROPE
     {
       const unsigned int half = d / 2, at = __ldg(a.at);
       const bool appends = (long long)at <= a.room;
@@ -436,6 +508,18 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
         visible[r] = here ? causal_keys + (int)i : 0;
         running_max[r] = minus_infinity;
         running_sum[r] = 0.0f;
+#if FUSE_DECODE_ROPE_VECTOR
+        // q's row roped here: rope's input row of head q_head0 + h (every lane shuffles, rows past the pass too).
+        uint4 x_raw[FUSE_DECODE_VECTORS];
+        fuse_decode_load(rope_row0 + (a.q_head0 + h) * a.rope_x_strides[1], 1, c0, d, true, here, x_raw);
+        unsigned int q_bits[FUSE_DECODE_CHANNELS];
+        fuse_decode_rope_lane(x_raw, rope_cs, rope_sn, q_bits);
+#pragma unroll
+        for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j) {
+          query[r][j] = (here ? fuse_model_float(q_bits[j]) : 0.0f) * q_scale;
+          acc[r][j] = 0.0f;
+        }
+#else
         const fuse_elem* q = a.q + b * a.q_strides[0] + h * a.q_strides[1] + i * a.q_strides[2];
 #pragma unroll
         for (int j = 0; j < FUSE_DECODE_CHANNELS; ++j) {
@@ -448,6 +532,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
           query[r][j] = value * q_scale;
           acc[r][j] = 0.0f;
         }
+#endif
       }
       // The current chunk's raw keys and values. The first is loaded here (before the grid wait with
       // FUSE_DECODE_EARLY, for the first item's first pass); each iteration issues the next chunk's loads

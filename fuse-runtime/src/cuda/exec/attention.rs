@@ -17,13 +17,13 @@
 //! thread can reuse it in between.
 
 use super::model::Words;
-use super::rope_append::ROPE_APPEND_WORDS;
+use super::rope_append::{FusedRope, ROPE_APPEND_WORDS};
 use super::Executor;
 use crate::call::Value;
 use crate::{Error, Result, Tensor};
 use fuse_ir::codegen::{
     attention_launch, AttentionShape, ModelKernel, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_CLUSTER_MAX, ATTENTION_DECODE_EARLY_DEFINE,
-    ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_MAX_HEAD_DIM,
+    ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_ROPE_VECTOR_DEFINE, ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_MAX_HEAD_DIM,
 };
 use fuse_ir::DType;
 use fuse_ir::view::ViewOp;
@@ -33,9 +33,9 @@ use fuse_ir::{ModelOp, NodeId, Op};
 const MAX_GRID: usize = 1 << 20;
 
 impl Executor<'_> {
-    /// Runs attention node `id` into a fresh dense output. `rope_append`: the words of a fused rope and
-    /// cache appends (`rope_append.rs`), which only the decode kernel takes.
-    pub(super) fn run_attention_node(&mut self, id: NodeId, rope_append: Option<Words>) -> Result<()> {
+    /// Runs attention node `id` into a fresh dense output. `rope_append`: a fused rope and cache appends
+    /// (`rope_append.rs`), which only the decode kernel takes.
+    pub(super) fn run_attention_node(&mut self, id: NodeId, rope_append: Option<FusedRope>) -> Result<()> {
         let Op::Model(ModelOp::Attention { causal, with_lens }) = self.graph.op(id) else {
             return Err(self.internal(format!("%{} is no attention", id.0)));
         };
@@ -66,7 +66,7 @@ impl Executor<'_> {
         with_lens: bool,
         out: &Tensor,
         out_address: u64,
-        rope_append: Option<Words>,
+        rope_append: Option<FusedRope>,
         early: bool,
     ) -> Result<()> {
         let (q, k, v) = (self.tensor_arg(args[0], "q")?, self.tensor_arg(args[1], "k")?, self.tensor_arg(args[2], "v")?);
@@ -142,8 +142,12 @@ impl Executor<'_> {
             let mut defines = launch.defines(q.dtype());
             match rope_append {
                 Some(fused) => {
-                    words.0.extend(fused.0);
+                    words.0.extend(fused.words.0);
                     defines.push(ATTENTION_DECODE_ROPE_DEFINE.to_string());
+                    // In registers where every row it reads is vector-loadable and d is the build's.
+                    if fused.vector && vector && launch.exact_d {
+                        defines.push(ATTENTION_DECODE_ROPE_VECTOR_DEFINE.to_string());
+                    }
                 }
                 None => words.0.resize(words.0.len() + ROPE_APPEND_WORDS, 0),
             }
@@ -189,7 +193,7 @@ impl Executor<'_> {
 /// Whether the decode kernel may read `t`'s rows (k or v, 4-D, at `address`) as 16-byte vectors of 8
 /// channels: d a multiple of 8, unit stride along d, and every row starting on a 16-byte boundary (the axes
 /// of size 1 are never stepped along).
-fn vector_rows(t: &Tensor, address: u64, d: usize) -> bool {
+pub(super) fn vector_rows(t: &Tensor, address: u64, d: usize) -> bool {
     let elements = 16 / t.dtype().size_bytes();
     let rows_aligned = t.shape()[..3].iter().zip(&t.strides()[..3]).all(|(&n, &stride)| n == 1 || stride % elements == 0);
     matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16)

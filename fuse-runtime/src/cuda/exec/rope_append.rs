@@ -11,6 +11,7 @@
 //! by one as before. Nothing reads `r` itself: its buffer is allocated (its views give the heads) but never
 //! written.
 
+use super::attention::vector_rows;
 use super::model::Words;
 use super::Executor;
 use crate::call::Value;
@@ -28,6 +29,13 @@ pub(super) struct RopeAppend {
     k_write: NodeId,
     v_write: NodeId,
     attention: NodeId,
+}
+
+/// A fused rope and appends for the decode kernel: its words, and whether rope's input rows, the tables'
+/// row and the new value rows may be read as 16-byte vectors (the kernel then ropes in registers).
+pub(super) struct FusedRope {
+    pub words: Words,
+    pub vector: bool,
 }
 
 /// The words the decode kernel reads after its own for the fused rope and appends (see its
@@ -124,12 +132,21 @@ impl Executor<'_> {
         let room = capacity - 1;
         words.address(self.address(&at)?).count(room).address(self.device.fault_address()?);
         debug_assert_eq!(words.0.len(), ROPE_APPEND_WORDS);
+        // Vector rows: x's heads and v_new's rows as attention reads its caches' (vector_rows: 4-D, unit
+        // stride, aligned rows), the tables' row unit-stride and aligned (a lane reads 8 channels of it from
+        // a multiple of 8).
+        let table_vector = |t: &Tensor, address: u64| t.strides()[1] == 1 && address % 16 == 0;
+        let vector = vector_rows(&x, self.address(&x)?, d)
+            && vector_rows(&v_new, self.address(&v_new)?, d)
+            && table_vector(&cos, self.address(&cos)?)
+            && table_vector(&sin, self.address(&sin)?)
+            && d % 16 == 0;
         // The appends' values are the caches, as after slice_set.
         for (write, cache) in [(m.k_write, &k_cache), (m.v_write, &v_cache)] {
             self.addresses[write.index()] = self.address(cache)?;
             self.values[write.index()] = Some(Value::Tensor(cache.clone()));
         }
-        self.run_attention_node(m.attention, Some(words))?;
+        self.run_attention_node(m.attention, Some(FusedRope { words, vector }))?;
         self.done_groups.extend(index + 1..index + 4);
         Ok(true)
     }
