@@ -328,6 +328,11 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
                             // The same with the rope in registers, and that without clusters and early loads.
                             with(&[ATTENTION_DECODE_ROPE_DEFINE, "-DFUSE_DECODE_PASS_ROWS=3", ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_EARLY_DEFINE, "-DFUSE_DECODE_EXACT_D=1", ATTENTION_DECODE_ROPE_VECTOR_DEFINE]),
                             with(&[ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_VECTOR_DEFINE, "-DFUSE_DECODE_EXACT_D=1", ATTENTION_DECODE_ROPE_VECTOR_DEFINE]),
+                            // Row groups (the host's choice for 2 to 4 rows a kv head): SmolLM2's 3 rows side by side, 4
+                            // rows in 2 groups of 2 loading early, 2 rows with element-by-element loads.
+                            with(&[ATTENTION_DECODE_ROPE_DEFINE, "-DFUSE_DECODE_PASS_ROWS=1", "-DFUSE_DECODE_ROW_GROUPS=3", ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_EARLY_DEFINE, "-DFUSE_DECODE_EXACT_D=1", ATTENTION_DECODE_ROPE_VECTOR_DEFINE]),
+                            with(&["-DFUSE_DECODE_PASS_ROWS=2", "-DFUSE_DECODE_ROW_GROUPS=2", ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_DECODE_EARLY_DEFINE]),
+                            with(&["-DFUSE_DECODE_PASS_ROWS=1", "-DFUSE_DECODE_ROW_GROUPS=2", ATTENTION_DECODE_ROPE_DEFINE]),
                             // Plain attention_len loading early (passes of at most 3 rows).
                             with(&[ATTENTION_DECODE_VECTOR_DEFINE, "-DFUSE_DECODE_PASS_ROWS=2", ATTENTION_DECODE_EARLY_DEFINE]),
                         ]

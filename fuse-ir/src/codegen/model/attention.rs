@@ -102,6 +102,10 @@ pub struct AttentionLaunch {
     pub pass_rows: usize,
     /// d is `held_d` (the decode kernel's build then divides by a constant).
     pub exact_d: bool,
+    /// Decode: groups of [`ATTENTION_DECODE_THREADS`] threads a block, each taking `pass_rows` rows of a
+    /// pass at the same time (a kv head's 2 or 3 rows one a group, 4 two a group; more rows one group).
+    /// The block has `row_groups * ATTENTION_DECODE_THREADS` threads. 1 for prefill.
+    pub row_groups: usize,
 }
 
 impl AttentionLaunch {
@@ -116,7 +120,15 @@ impl AttentionLaunch {
         if self.decode && self.exact_d {
             defines.push("-DFUSE_DECODE_EXACT_D=1".to_string());
         }
+        if self.decode && self.row_groups > 1 {
+            defines.push(format!("-DFUSE_DECODE_ROW_GROUPS={}", self.row_groups));
+        }
         defines
+    }
+
+    /// Threads a block of the decode kernel.
+    pub fn decode_threads(&self) -> u32 {
+        ATTENTION_DECODE_THREADS * self.row_groups as u32
     }
 }
 
@@ -144,6 +156,13 @@ pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaun
         let split_keys = shape.keys.div_ceil(wanted.min(most)).max(1);
         let splits = shape.keys.div_ceil(split_keys).max(1);
         let rows = shape.batch * shape.q_heads * shape.queries;
+        // Rows of a kv head side by side in row groups where the registers allow (3 groups of one row:
+        // 168 registers at d = 64; 4 would spill under the 128 of a 512-thread block).
+        let (row_groups, pass_rows) = match shape.queries * group {
+            n @ 2..=3 => (n, 1),
+            4 => (2, 2),
+            n => (1, n.clamp(1, ATTENTION_DECODE_PASS_ROWS)),
+        };
         return AttentionLaunch {
             decode: true,
             q_tiles: 1,
@@ -154,8 +173,9 @@ pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaun
             partial_floats: if splits > 1 { rows * splits * (shape.d.div_ceil(4) * 4 + 2) } else { 0 },
             counters: if splits > 1 { base } else { 0 },
             held_d,
-            pass_rows: (shape.queries * group).clamp(1, ATTENTION_DECODE_PASS_ROWS),
+            pass_rows,
             exact_d: shape.d == held_d,
+            row_groups,
         };
     }
     let q_tiles = (shape.queries * group).div_ceil(ATTENTION_ROW_TILE).max(1);
@@ -180,6 +200,7 @@ pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaun
         held_d,
         pass_rows: 0,
         exact_d: shape.d == held_d,
+        row_groups: 1,
     }
 }
 
@@ -294,12 +315,17 @@ mod tests {
         assert_eq!([1, 63, 64, 65, 128, 129, 256].map(held), [64, 64, 64, 128, 128, 256, 256]);
         let defines = attention_launch(shape(1, 1, 1, 1, 1, 100), H200_SMS).defines(DType::BF16);
         assert_eq!(defines, ["-DFUSE_MODEL_DTYPE=2", "-DFUSE_ATTENTION_D=128", "-DFUSE_DECODE_PASS_ROWS=1"]);
-        // SmolLM2's 3 query heads a kv head: passes of 3 rows; 4 rows or more: the full pass; prefill: none.
-        let pass = |q_heads, queries| attention_launch(shape(1, q_heads, 1, queries, 300, 64), H200_SMS).defines(DType::BF16);
+        // SmolLM2's 3 query heads a kv head: 3 row groups of one row each (a block of 3 x 128 threads); 4 rows: 2
+        // groups of 2; more rows: one group, full passes; prefill: none.
+        let launch = |q_heads, queries| attention_launch(shape(1, q_heads, 1, queries, 300, 64), H200_SMS);
+        let pass = |q_heads, queries| launch(q_heads, queries).defines(DType::BF16);
         // d = 64 is the build's: its decode build divides by a constant.
-        assert_eq!(pass(3, 1)[2..], ["-DFUSE_DECODE_PASS_ROWS=3", "-DFUSE_DECODE_EXACT_D=1"]);
-        assert_eq!(pass(4, 1)[2..], ["-DFUSE_DECODE_EXACT_D=1"]);
+        assert_eq!(pass(3, 1)[2..], ["-DFUSE_DECODE_PASS_ROWS=1", "-DFUSE_DECODE_EXACT_D=1", "-DFUSE_DECODE_ROW_GROUPS=3"]);
+        assert_eq!(launch(3, 1).decode_threads(), 384);
+        assert_eq!(pass(2, 1)[2..], ["-DFUSE_DECODE_PASS_ROWS=1", "-DFUSE_DECODE_EXACT_D=1", "-DFUSE_DECODE_ROW_GROUPS=2"]);
+        assert_eq!(pass(4, 1)[2..], ["-DFUSE_DECODE_PASS_ROWS=2", "-DFUSE_DECODE_EXACT_D=1", "-DFUSE_DECODE_ROW_GROUPS=2"]);
         assert_eq!(pass(3, 5)[2..], ["-DFUSE_DECODE_EXACT_D=1"]);
+        assert_eq!(launch(3, 5).decode_threads(), 128);
         assert_eq!(pass(1, 17).len(), 2);
     }
 }

@@ -19,9 +19,11 @@
 // D / 8 lanes of its group by shuffles. After the loop the groups of a warp merge by butterfly shuffles, the
 // warps merge through shared memory in the fixed order 0..3, and the block either writes the normalised
 // rows (one split) or its f32 partials. Rows are processed 4 at a time (FUSE_DECODE_PASS_ROWS; a kv head with
-// fewer, SmolLM2's 3 at decode, gets a build for that many from the host): a pass keeps q, the state and 8
-// keys' values in registers whatever the head dimension; more rows re-read the split's keys in later passes
-// (from L2).
+// fewer gets a build for that many from the host): a pass keeps q, the state and 8 keys' values in registers
+// whatever the head dimension; more rows re-read the split's keys in later passes (from L2). A kv head of 2
+// to 4 rows (SmolLM2's 3 at decode) gets FUSE_DECODE_ROW_GROUPS sets of the 4 warps instead, each set its own
+// rows of the pass over the same keys (from L1 after the first set's loads): the work is the same, but a
+// warp's chain of dependent instructions (its rows' rope, dot products, softmax and merges) is one row's.
 //
 // The splits in use follow each sequence's key count on the device: the host sizes the grid for the
 // capacity (lens is device data), and a sequence of `seen` keys uses ceil(seen / FUSE_DECODE_SPLIT_KEYS) of
@@ -57,7 +59,14 @@
 // inputs give the same bits), writes the rows and sets the counter back to 0, so that the next launch (a
 // CUDA graph replays this one) finds zeros. Every block of a split in use counts in, so that every launch
 // leaves its counters at 0. Partials are read back through L2 (__ldcg), never L1.
-#define FUSE_DECODE_THREADS 128
+// Warps that cut a split's keys (a contiguous part each), times groups of them that take different rows of
+// a pass at the same time (FUSE_DECODE_ROW_GROUPS, the host's choice: one a row where a kv head has 2 to 4
+// rows, with passes of one row, so that a warp's chain of dependent instructions is one row's).
+#define FUSE_DECODE_KEY_WARPS 4
+#ifndef FUSE_DECODE_ROW_GROUPS
+#define FUSE_DECODE_ROW_GROUPS 1
+#endif
+#define FUSE_DECODE_THREADS (32 * FUSE_DECODE_KEY_WARPS * FUSE_DECODE_ROW_GROUPS)
 #define FUSE_DECODE_WARPS (FUSE_DECODE_THREADS / 32)
 #define FUSE_DECODE_ROWS 16
 // 1: a build for k and v rows the host found vector-loadable (kv_vector = 1), without the element-by-element
@@ -119,9 +128,15 @@
 #define FUSE_DECODE_ELEM_BYTES 2
 #endif
 // 16-byte vectors a lane loads of a row (8 channels), and steps of a chunk (loaded together): with the next
-// chunk in flight during a chunk's arithmetic, 256 bytes of keys and values in registers per lane in every type.
+// chunk in flight during a chunk's arithmetic, 256 bytes of keys and values in registers per lane in every type
+// (half that with 3 row groups in f32, and before sm_90 in every type: 384-thread blocks leave 168 registers a
+// thread, and ptxas spills there otherwise).
 #define FUSE_DECODE_VECTORS (FUSE_DECODE_CHANNELS * FUSE_DECODE_ELEM_BYTES / 16)
+#if FUSE_DECODE_ROW_GROUPS > 2 && (FUSE_DECODE_ELEM_BYTES == 4 || __CUDA_ARCH__ < 900)
+#define FUSE_DECODE_UNROLL (FUSE_DECODE_ELEM_BYTES == 4 ? 1 : 2)
+#else
 #define FUSE_DECODE_UNROLL (FUSE_DECODE_ELEM_BYTES == 4 ? 2 : 4)
+#endif
 
 struct FuseAttentionDecodeArgs {
   const fuse_elem* q;
@@ -279,7 +294,7 @@ struct FuseDecodeRange {
 };
 
 __device__ __forceinline__ FuseDecodeRange fuse_decode_range(unsigned int lens_b, unsigned int keys, unsigned int queries, bool causal,
-                                                             unsigned int split, unsigned int splits, unsigned int warp) {
+                                                             unsigned int split, unsigned int splits, unsigned int key_warp) {
   FuseDecodeRange r;
   // The batch's keys (lens clamped to skv) and the causal limit in signed arithmetic (lens[b] < sq makes
   // it negative); the split's keys end where the last query's sight does (it sees the most).
@@ -292,8 +307,8 @@ __device__ __forceinline__ FuseDecodeRange fuse_decode_range(unsigned int lens_b
   const unsigned int split_keys = (seen + r.used - 1) / r.used;
   const unsigned int begin = split * split_keys;
   const unsigned int end = max(begin, min(begin + split_keys, seen));  // == begin: no key, empty partials
-  const unsigned int part = (end - begin + FUSE_DECODE_WARPS - 1) / FUSE_DECODE_WARPS;
-  r.warp_begin = min(begin + warp * part, end);
+  const unsigned int part = (end - begin + FUSE_DECODE_KEY_WARPS - 1) / FUSE_DECODE_KEY_WARPS;
+  r.warp_begin = min(begin + key_warp * part, end);
   r.warp_end = min(r.warp_begin + part, end);
   return r;
 }
@@ -312,8 +327,10 @@ __device__ __forceinline__ void fuse_decode_load_chunk(const fuse_elem* k_base, 
   }
 }
 
-// Up to 2 blocks a multiprocessor (the grid is about one a multiprocessor): a register cap of 255.
-extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_attention_decode(const FuseAttentionDecodeArgs a) {
+// Up to 2 blocks a multiprocessor of 4 warps (the grid is about one a multiprocessor): a register cap of 255;
+// larger blocks one.
+#define FUSE_DECODE_MIN_BLOCKS (FUSE_DECODE_ROW_GROUPS == 1 ? 2 : 1)
+extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_decode(const FuseAttentionDecodeArgs a) {
 #if FUSE_DECODE_EARLY
   // The first item's first chunk of keys and values, loaded before the grid wait (see the header).
   uint4 early_key[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS], early_value[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS];
@@ -325,7 +342,8 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
     const unsigned int g = tile % kv_heads, b = tile / kv_heads;
     if (item < (unsigned int)a.batch * kv_heads * splits) {
       const unsigned int lens_b = a.lens ? __ldg(a.lens + b * a.lens_stride) : (unsigned int)a.keys;
-      const FuseDecodeRange range = fuse_decode_range(lens_b, (unsigned int)a.keys, (unsigned int)a.queries, a.causal != 0, split, splits, warp);
+      const FuseDecodeRange range =
+          fuse_decode_range(lens_b, (unsigned int)a.keys, (unsigned int)a.queries, a.causal != 0, split, splits, warp % FUSE_DECODE_KEY_WARPS);
       if (range.active && range.warp_begin < range.warp_end) {
         const fuse_elem* k_base = a.k + b * a.k_strides[0] + g * a.k_strides[1];
         const fuse_elem* v_base = a.v + b * a.v_strides[0] + g * a.v_strides[1];
@@ -487,14 +505,17 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
       fuse_decode_pack(value_bits, new_value);
     }
 #endif
-    const FuseDecodeRange range = fuse_decode_range(lens_b, keys, queries, a.causal != 0, split, splits, warp);
+    const FuseDecodeRange range = fuse_decode_range(lens_b, keys, queries, a.causal != 0, split, splits, warp % FUSE_DECODE_KEY_WARPS);
     const int causal_keys = range.causal_keys;
     const unsigned int used = range.used, warp_begin = range.warp_begin, warp_end = range.warp_end;
     // In clusters every block reaches the cluster barriers below; otherwise a split not in use stops here.
     const bool active = range.active;
     if (!FUSE_DECODE_CLUSTER && !active) continue;
-    for (unsigned int first = 0; active && first < rows; first += FUSE_DECODE_PASS_ROWS) {
-      const unsigned int pass_rows = min(FUSE_DECODE_PASS_ROWS, rows - first);
+    // A pass: each row group its FUSE_DECODE_PASS_ROWS rows from `base` on (none past the rows: its warps
+    // only meet the barriers).
+    for (unsigned int base = 0; active && base < rows; base += FUSE_DECODE_PASS_ROWS * FUSE_DECODE_ROW_GROUPS) {
+      const unsigned int first = base + warp / FUSE_DECODE_KEY_WARPS * FUSE_DECODE_PASS_ROWS;
+      const unsigned int pass_rows = first < rows ? min(FUSE_DECODE_PASS_ROWS, rows - first) : 0u;
       // The pass's query rows (the lane's 8 channels, scaled), the last key each sees, and the key group's
       // online-softmax state.
       float query[FUSE_DECODE_PASS_ROWS][FUSE_DECODE_CHANNELS];
@@ -539,7 +560,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
       // before its own arithmetic, so that a part of several chunks costs one memory round trip, not one a
       // chunk (software pipelining: two chunks' registers, so chunks are half as long as they could be).
       uint4 key_raw[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS], value_raw[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS];
-      if (warp_begin < warp_end) {
+      if (warp_begin < warp_end && pass_rows > 0) {
 #if FUSE_DECODE_EARLY
         if (warp_begin == early_chunk) {
 #pragma unroll
@@ -555,7 +576,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
         fuse_decode_load_chunk(k_base, v_base, a, warp_begin, warp_end, key_group, c0, d, vector, key_raw, value_raw);
       }
 #pragma unroll 1
-      for (unsigned int chunk = warp_begin; chunk < warp_end; chunk += FUSE_DECODE_UNROLL * FUSE_DECODE_STEP_KEYS) {
+      for (unsigned int chunk = warp_begin; pass_rows > 0 && chunk < warp_end; chunk += FUSE_DECODE_UNROLL * FUSE_DECODE_STEP_KEYS) {
         const unsigned int next = chunk + FUSE_DECODE_UNROLL * FUSE_DECODE_STEP_KEYS;
         uint4 key_next[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS], value_next[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS];
         if (next < warp_end) fuse_decode_load_chunk(k_base, v_base, a, next, warp_end, key_group, c0, d, vector, key_next, value_next);
@@ -679,29 +700,32 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, 2) fuse_model_
         }
       }
       __syncthreads();
-      // The warps merge in the order 0..3, a thread a (row, channel).
-      for (unsigned int at = threadIdx.x; at < pass_rows * d; at += FUSE_DECODE_THREADS) {
-        const unsigned int r = at / d, c = at - r * d;
+      // Each row's key warps merge in the order 0..3, a thread a (row, channel): the pass's row `base + rr`
+      // is row r of row group rr / FUSE_DECODE_PASS_ROWS, whose warps are w0 ...
+      const unsigned int pass_rows_all = min(FUSE_DECODE_PASS_ROWS * FUSE_DECODE_ROW_GROUPS, rows - base);
+      for (unsigned int at = threadIdx.x; at < pass_rows_all * d; at += FUSE_DECODE_THREADS) {
+        const unsigned int rr = at / d, c = at - rr * d, u = base + rr;
+        const unsigned int r = rr % FUSE_DECODE_PASS_ROWS, w0 = rr / FUSE_DECODE_PASS_ROWS * FUSE_DECODE_KEY_WARPS;
         float most = minus_infinity;
 #pragma unroll
-        for (int w = 0; w < FUSE_DECODE_WARPS; ++w) most = fmaxf(most, warp_max[w][r]);
+        for (int w = 0; w < FUSE_DECODE_KEY_WARPS; ++w) most = fmaxf(most, warp_max[w0 + w][r]);
         float total = 0.0f, sum = 0.0f;
 #pragma unroll
-        for (int w = 0; w < FUSE_DECODE_WARPS; ++w) {
-          const float weight = most == minus_infinity ? 0.0f : exp2f(warp_max[w][r] - most);
-          total += weight * warp_sum[w][r];
-          sum += weight * warp_acc[w][r][c];
+        for (int w = 0; w < FUSE_DECODE_KEY_WARPS; ++w) {
+          const float weight = most == minus_infinity ? 0.0f : exp2f(warp_max[w0 + w][r] - most);
+          total += weight * warp_sum[w0 + w][r];
+          sum += weight * warp_acc[w0 + w][r][c];
         }
-        const unsigned int row = fuse_decode_row(b, g, first + r, group, q_heads, queries);
+        const unsigned int row = fuse_decode_row(b, g, u, group, q_heads, queries);
         if (used == 1) {
           // A row that saw no key (lens[b] = 0, or < sq under causal) has sum 0: it writes zeros.
           fuse_model_store(a.out, (unsigned long long)row * d + c, total > 0.0f ? sum * (1.0f / total) : 0.0f);
         } else {
 #if FUSE_DECODE_CLUSTER
-          row_buf[first + r][c] = sum;
+          row_buf[u][c] = sum;
           if (c == 0) {
-            row_stats[first + r][0] = most;
-            row_stats[first + r][1] = total;
+            row_stats[u][0] = most;
+            row_stats[u][1] = total;
           }
 #else
           const unsigned long long at_split = (unsigned long long)row * splits + split;

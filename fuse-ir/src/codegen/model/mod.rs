@@ -120,7 +120,9 @@ mod tests {
         assert!(combine.contains(&format!("#define FUSE_ATTENTION_COMBINE_THREADS {ATTENTION_COMBINE_THREADS}")));
         assert!(ATTENTION_COMBINE_THREADS as usize >= ATTENTION_MAX_HEAD_DIM, "one combine thread a channel");
         let decode = ModelKernel::AttentionDecode.source();
-        assert!(decode.contains(&format!("#define FUSE_DECODE_THREADS {ATTENTION_DECODE_THREADS}")));
+        // A row group's threads: its key warps.
+        assert!(decode.contains(&format!("#define FUSE_DECODE_KEY_WARPS {}", ATTENTION_DECODE_THREADS / 32)));
+        assert!(decode.contains("#define FUSE_DECODE_THREADS (32 * FUSE_DECODE_KEY_WARPS * FUSE_DECODE_ROW_GROUPS)"));
         assert!(decode.contains(&format!("#define FUSE_DECODE_ROWS {ATTENTION_DECODE_ROWS}")));
         assert!(decode.contains(&format!("#define FUSE_DECODE_MAX_SPLITS {ATTENTION_DECODE_MAX_SPLITS}")));
         assert!(decode.contains(&format!("#define FUSE_DECODE_SPLIT_KEYS {ATTENTION_DECODE_SPLIT_KEYS}")));

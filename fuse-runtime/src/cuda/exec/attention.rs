@@ -16,6 +16,7 @@
 //! first launch until after the last, so that repeated calls allocate nothing and no other call on another
 //! thread can reuse it in between.
 
+use super::launch::KernelDims;
 use super::model::Words;
 use super::rope_append::{FusedRope, ROPE_APPEND_WORDS};
 use super::Executor;
@@ -164,7 +165,8 @@ impl Executor<'_> {
             }
             let grid = launch.items.min(MAX_GRID) as u32;
             let blocks_a_cluster = if cluster { launch.splits as u32 } else { 1 };
-            self.launch_model_kernel_in(ModelKernel::AttentionDecode, &defines, grid, blocks_a_cluster, 0, words)?;
+            let dims = KernelDims { grid, block: launch.decode_threads(), cluster: blocks_a_cluster, shared_bytes: 0, overlap: true };
+            self.launch_model_kernel_block(ModelKernel::AttentionDecode, &defines, dims, words)?;
             drop(workspace);
             return Ok(());
         }

@@ -91,7 +91,13 @@ impl Executor<'_> {
 
     /// [`Self::launch_model_kernel_with`] in clusters of `cluster` blocks (1: none).
     pub(super) fn launch_model_kernel_in(&mut self, kernel: ModelKernel, defines: &[String], grid: u32, cluster: u32, shared_bytes: u32, words: Words) -> Result<()> {
-        let source = kernel.source();
+        let block = kernel.block_threads();
+        self.launch_model_kernel_block(kernel, defines, KernelDims { grid, block, cluster, shared_bytes, overlap: true }, words)
+    }
+
+    /// The same with `dims.block` threads a block (the defines build the kernel for that many).
+    pub(super) fn launch_model_kernel_block(&mut self, kernel: ModelKernel, defines: &[String], dims: KernelDims, words: Words) -> Result<()> {
+        let (source, shared_bytes) = (kernel.source(), dims.shared_bytes);
         let function = self.device.kernel(self.function, kernel.name(), source, model_fingerprint(kernel), defines, self.device.arch())?;
         // A block gets more than 48 KB of dynamic shared memory only once the function allows it.
         if shared_bytes > 48 * 1024 {
@@ -100,9 +106,8 @@ impl Executor<'_> {
                 .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
                 .map_err(|e| driver_error(&format!("{}: allow {shared_bytes} bytes of shared memory", kernel.name()), e))?;
         }
-        // The launch may overlap the kernel before it: each model kernel waits for it first (common.cuh's
-        // fuse_model_grid_sync), so only its launch and set-up overlap.
-        let dims = KernelDims { grid, block: kernel.block_threads(), cluster, shared_bytes, overlap: true };
+        // The launch may overlap the kernel before it (dims.overlap): each model kernel waits for it first
+        // (common.cuh's fuse_model_grid_sync), so only its launch and set-up overlap.
         self.queue(Step::Kernel { name: kernel.name().to_string(), function, dims, words: words.0, patches: Vec::new(), maps: Vec::new() })
     }
 
