@@ -184,10 +184,12 @@ fn rope_matches_reference(dev: &Device) {
     assert!(err.to_string().contains("rope `rope(x, cos, sin)`: takes x [.., seq, d] with d even"), "{err}");
 }
 
+/// Grouped heads of 3, 1, 1 and 4 query heads a kv head: at one query the GPU's decode kernel runs 3, 1, 1 and
+/// 2 row groups side by side (fuse-ir's `attention_launch`).
 fn attention_matches_reference(dev: &Device) {
     let mut r = TestRng::new(44);
     for dtype in DTYPES {
-        for (q_heads, kv_heads) in [(3, 1), (9, 3), (2, 2)] {
+        for (q_heads, kv_heads) in [(3, 1), (9, 3), (2, 2), (4, 1)] {
             for d in [8, 64] {
                 for queries in [1, 3, 17] {
                     for keys in [1, 5, 33] {
