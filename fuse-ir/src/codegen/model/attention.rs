@@ -38,6 +38,9 @@ pub const ATTENTION_DECODE_MAX_SPLITS: usize = 128;
 /// kernel applies it again to each sequence's key count (measured on an H200: 128 was 15% slower at 1024
 /// cached keys, batch 1).
 pub const ATTENTION_DECODE_SPLIT_KEYS: usize = 64;
+/// Decode: the most keys a split may have for the kernel to run a kv head's rows in row groups
+/// ([`AttentionLaunch::row_groups`]).
+pub const ATTENTION_DECODE_ROW_GROUP_KEYS: usize = 256;
 /// The define of the decode kernel's variant with rope and the cache appends fused in (fuse-runtime's
 /// `rope_append.rs`).
 pub const ATTENTION_DECODE_ROPE_DEFINE: &str = "-DFUSE_DECODE_ROPE=1";
@@ -157,8 +160,12 @@ pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaun
         let splits = shape.keys.div_ceil(split_keys).max(1);
         let rows = shape.batch * shape.q_heads * shape.queries;
         // Rows of a kv head side by side in row groups where the registers allow (3 groups of one row:
-        // 168 registers at d = 64; 4 would spill under the 128 of a 512-thread block).
-        let (row_groups, pass_rows) = match shape.queries * group {
+        // 168 registers at d = 64; 4 would spill under the 128 of a 512-thread block), and where a split's
+        // keys are few enough that the kernel's time is its chain of instructions: each group loads the
+        // split's keys again (measured on the H200: 187 keys a split 10.4 -> 9.3 us, 342 keys 11.3 -> 17.3).
+        let rows_a_head = shape.queries * group;
+        let (row_groups, pass_rows) = match rows_a_head {
+            _ if split_keys > ATTENTION_DECODE_ROW_GROUP_KEYS => (1, rows_a_head.clamp(1, ATTENTION_DECODE_PASS_ROWS)),
             n @ 2..=3 => (n, 1),
             4 => (2, 2),
             n => (1, n.clamp(1, ATTENTION_DECODE_PASS_ROWS)),
@@ -231,6 +238,10 @@ mod tests {
         assert!((l.splits - 1) * l.split_keys < s.keys.max(1), "{s:?}: an empty split {l:?}");
         assert!(l.splits == 1 || l.split_keys >= ATTENTION_DECODE_SPLIT_KEYS, "{s:?}: short splits {l:?}");
         assert_eq!(l.items, s.batch * s.kv_heads * l.splits);
+        // Row groups only over short splits, at most 3 (the registers), covering the kv head's rows in one pass.
+        let rows_a_head = s.queries * (s.q_heads / s.kv_heads.max(1));
+        let grouped = l.split_keys <= ATTENTION_DECODE_ROW_GROUP_KEYS && l.row_groups * l.pass_rows >= rows_a_head;
+        assert!(l.row_groups == 1 || (grouped && l.row_groups <= 3), "{s:?}: {l:?}");
         let rows = s.batch * s.q_heads * s.queries;
         if l.splits > 1 {
             assert_eq!(l.partial_floats, rows * l.splits * (s.d.div_ceil(4) * 4 + 2), "{s:?}: {l:?}");
@@ -325,6 +336,9 @@ mod tests {
         assert_eq!(pass(2, 1)[2..], ["-DFUSE_DECODE_PASS_ROWS=1", "-DFUSE_DECODE_EXACT_D=1", "-DFUSE_DECODE_ROW_GROUPS=2"]);
         assert_eq!(pass(4, 1)[2..], ["-DFUSE_DECODE_PASS_ROWS=2", "-DFUSE_DECODE_EXACT_D=1", "-DFUSE_DECODE_ROW_GROUPS=2"]);
         assert_eq!(pass(3, 5)[2..], ["-DFUSE_DECODE_EXACT_D=1"]);
+        // Long splits (batch 16 over 8192 keys: 2,731 keys a split) stay in one group of passes of 3 rows.
+        let long = attention_launch(shape(16, 9, 3, 1, 8192, 64), H200_SMS);
+        assert_eq!((long.row_groups, long.pass_rows), (1, 3), "{long:?}");
         assert_eq!(launch(3, 5).decode_threads(), 128);
         assert_eq!(pass(1, 17).len(), 2);
     }
