@@ -145,7 +145,8 @@ fn shared_stride(d: usize) -> usize {
 /// The path, query tiles, key splits and shared memory for `shape` on a GPU of `sm_count` multiprocessors.
 /// Decode (the rows of a kv head fit one block): splits until batch x kv_heads x splits reaches the
 /// multiprocessors, each of at least [`ATTENTION_DECODE_SPLIT_KEYS`] keys, at most
-/// [`ATTENTION_DECODE_MAX_SPLITS`]. Prefill: splits are added while there are fewer than [`BLOCKS_PER_SM`]
+/// [`ATTENTION_DECODE_MAX_SPLITS`], and at most [`ATTENTION_DECODE_CLUSTER_MAX`] (a cluster's) where those
+/// have no more than [`ATTENTION_DECODE_ROW_GROUP_KEYS`] keys each. Prefill: splits are added while there are fewer than [`BLOCKS_PER_SM`]
 /// blocks a multiprocessor, up to one per key tile. Either way evened out so that none is empty.
 pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaunch {
     let group = shape.q_heads / shape.kv_heads.max(1);
@@ -155,6 +156,10 @@ pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaun
         // ATTENTION_DECODE_SPLIT_KEYS keys, and the splits evened out over the keys (none empty).
         let base = (shape.batch * shape.kv_heads).max(1);
         let wanted = sm_count.max(1).div_ceil(base);
+        // No more splits than a cluster holds where their keys stay few enough for row groups: sm_90 then
+        // merges them in the cluster's shared memory, with no partials, counters or last-block merge.
+        let in_cluster = shape.keys.div_ceil(ATTENTION_DECODE_CLUSTER_MAX) <= ATTENTION_DECODE_ROW_GROUP_KEYS;
+        let wanted = if in_cluster { wanted.min(ATTENTION_DECODE_CLUSTER_MAX) } else { wanted };
         let most = (shape.keys / ATTENTION_DECODE_SPLIT_KEYS).clamp(1, ATTENTION_DECODE_MAX_SPLITS);
         let split_keys = shape.keys.div_ceil(wanted.min(most)).max(1);
         let splits = shape.keys.div_ceil(split_keys).max(1);
@@ -258,11 +263,14 @@ mod tests {
                 let s = shape(batch, 9, 3, 1, keys, 64);
                 let l = attention_launch(s, H200_SMS);
                 check_decode_splits(s, &l);
-                // About a block a multiprocessor, fewer than two; or as many 64-key splits as there are.
+                // About a block a multiprocessor, fewer than two; or as many 64-key splits as there are; or,
+                // where 8 splits (a cluster) have at most 256 keys each, at most 8.
                 let base = batch * 3;
                 assert!(l.items < 2 * H200_SMS.max(base), "{s:?}: {l:?}");
                 let most = (keys / ATTENTION_DECODE_SPLIT_KEYS).max(1);
-                assert!(l.items >= H200_SMS.min(base * most), "{s:?}: {l:?}");
+                let cluster_most = if keys <= 8 * ATTENTION_DECODE_ROW_GROUP_KEYS { most.min(ATTENTION_DECODE_CLUSTER_MAX) } else { most };
+                assert!(l.items >= H200_SMS.min(base * cluster_most), "{s:?}: {l:?}");
+                assert!(keys > 8 * ATTENTION_DECODE_ROW_GROUP_KEYS || l.splits <= ATTENTION_DECODE_CLUSTER_MAX, "{s:?}: {l:?}");
             }
         }
         // SmolLM2-135M at batch 1: 63 cached keys in one split, 128 in 2 of 64, 8192 in 44 (132 blocks).
@@ -270,6 +278,9 @@ mod tests {
         assert_eq!((l.splits, l.split_keys, l.items, l.counters), (1, 63, 3, 0), "{l:?}");
         let l = attention_launch(shape(1, 9, 3, 1, 128, 64), H200_SMS);
         assert_eq!((l.splits, l.split_keys, l.items, l.counters), (2, 64, 6, 3), "{l:?}");
+        // 1072 (a 1024-token cache with room for 48 more): 8 splits of 134, one cluster of each kv head.
+        let l = attention_launch(shape(1, 9, 3, 1, 1072, 64), H200_SMS);
+        assert_eq!((l.splits, l.split_keys, l.items), (8, 134, 24), "{l:?}");
         let l = attention_launch(shape(1, 9, 3, 1, 8192, 64), H200_SMS);
         assert_eq!((l.splits, l.items), (44, 132), "{l:?}");
         // Batch 16: 48 blocks before splitting, 3 splits of 8192 keys.
