@@ -92,6 +92,19 @@ fn fill(model: &Llama, cache: &mut KvCache, cached: usize) -> Fallible<()> {
     Ok(())
 }
 
+/// What the tuner chose for every GEMM group at `rows` rows, as `group=path (us)`: the step's kernel count
+/// and time follow from it (a library path needs its own prologue and epilogue kernels).
+fn tuned_paths(rows: usize) -> String {
+    let bucket = rows.next_power_of_two();
+    let mut out: Vec<String> = fuse::tune::results()
+        .into_iter()
+        .filter(|e| e.rows_bucket == bucket)
+        .map(|e| format!("{}={} ({:.1} us)", e.group, e.choice, e.micros))
+        .collect();
+    out.sort();
+    if out.is_empty() { "none timed (from a results file, or FUSE_AUTOTUNE=off)".into() } else { out.join(", ") }
+}
+
 /// Decode us per token in `mode`, from `cached` positions on.
 fn decode(model: &Llama, cache: &mut KvCache, cached: usize, steps: usize, mode: &str) -> Fallible<f64> {
     let b = cache.batch();
@@ -107,6 +120,7 @@ fn decode(model: &Llama, cache: &mut KvCache, cached: usize, steps: usize, mode:
         if let Some(kernels) = decoder.kernel_count()? {
             let layers = model.config.layers;
             eprintln!("recorded step, batch {b}, {cached} cached: {kernels} kernels, {:.1} a layer over {layers} layers", kernels as f64 / layers as f64);
+            eprintln!("  tuned GEMM paths, rows bucket {}: {}", b.next_power_of_two(), tuned_paths(b));
         }
         decoder.set_tokens(&first)?;
         decoder.advance(cache)?; // the first replay uploads the graph's last pieces
