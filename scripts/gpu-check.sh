@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device command that does a session's checks, in order, within a time budget. On the GPU machine, from
-# the repository root, after `../shared/device/gpu-pack bench_decode` (and `scripts/ab-bench.sh REV...` for
-# revisions to compare, which puts example-bench_decode-REV beside the packed example-bench_decode):
+# the repository root, after `scripts/gpu-bundle.sh [REV...]` here (or `../shared/device/gpu-pack bench_decode`
+# and `scripts/ab-bench.sh REV...` for revisions to compare, which puts example-bench_decode-REV beside the
+# packed example-bench_decode):
 #   scripts/gpu-check.sh OUTDIR [STEP ...]
 # STEPs (default: ab tests sanitize bench), each skipped when fewer than its seconds are left of CHECK_BUDGET
 # (default 540; a command may run 600):
@@ -22,6 +23,8 @@ shift
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(ab tests sanitize bench)
 mkdir -p "$out"
+# scripts/gpu-bundle.sh compresses the binaries for the trip: unpack them first.
+if [ -f .gpu/bins.tar.xz ]; then tar -C .gpu -xJf .gpu/bins.tar.xz && rm .gpu/bins.tar.xz; fi
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 budget=${CHECK_BUDGET:-540}
 t0=$(date +%s)
