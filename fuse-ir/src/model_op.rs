@@ -25,10 +25,10 @@ pub enum ModelOp {
     /// the queries with the last sq keys: query i sees keys 0 ..= skv - sq + i. Arguments: q, k, v, scale.
     ///
     /// `with_lens` is the user's `attention_len(&q, &k, &v, &lens, scale, causal)`: a fifth argument, `lens`
-    /// (u32 [b]), says how many keys batch b has, so that k and v can be a whole preallocated cache whose
+    /// (u32 `[b]`), says how many keys batch b has, so that k and v can be a whole preallocated cache whose
     /// length is device data rather than a shape (a step replays without host values). Batch b attends over
-    /// keys 0 .. lens[b] only, as if skv were lens[b]; keys past it are never read. lens[b] > skv, or
-    /// lens[b] < sq under `causal`, is an error ([`InferError::KeyCount`]).
+    /// keys `0 .. lens[b]` only, as if skv were `lens[b]`; keys past it are never read. `lens[b] > skv`, or
+    /// `lens[b] < sq` under `causal`, is an error ([`InferError::KeyCount`]).
     Attention { causal: bool, with_lens: bool },
 }
 

@@ -37,11 +37,11 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: impl Into<f64>, caus
     run(&operands, |g, i| g.model(ModelOp::Attention { causal, with_lens: false }, &[i[0], i[1], i[2], i[3]], &label))
 }
 
-/// [`attention`] over the first `lens[b]` keys of each batch b: `lens` is a u32 tensor [b] on the device, so
+/// [`attention`] over the first `lens[b]` keys of each batch b: `lens` is a u32 tensor `[b]` on the device, so
 /// k and v can be a whole preallocated cache [b, hkv, capacity, d] whose filled length changes from step to
 /// step without any host value changing (a captured step replays as is). Keys past `lens[b]` are never read
-/// (they may hold anything, NaN included). With `causal`, the queries are the last sq of the lens[b] keys:
-/// query i sees keys 0 ..= lens[b] - sq + i.
+/// (they may hold anything, NaN included). With `causal`, the queries are the last sq of the `lens[b]` keys:
+/// query i sees keys `0 ..= lens[b] - sq + i`.
 ///
 /// On the CPU a count above the capacity, or below sq under `causal`, is an error naming it. On the GPU the
 /// counts stay on the device and are not checked: the kernel clamps each to the capacity, and a row that sees

@@ -15,10 +15,10 @@ pub struct AttentionBlock {
 }
 
 impl AttentionBlock {
-    /// `x` [b, s, hidden], the new positions of each sequence. Everything that changes from step to step is
+    /// `x` `[b, s, hidden]`, the new positions of each sequence. Everything that changes from step to step is
     /// a tensor on the model's device, so that a step can be captured once as a CUDA graph and replayed:
-    /// `cos`/`sin` are the rotary tables' rows of these positions ([s, d/2]), `at` (u32 [1]) where the new
-    /// keys and values go in the cache ([b, hkv, capacity, d], written in place), `lens` (u32 [b]) how many
+    /// `cos`/`sin` are the rotary tables' rows of these positions (`[s, d/2]`), `at` (u32 `[1]`) where the new
+    /// keys and values go in the cache (`[b, hkv, capacity, d]`, written in place), `lens` (u32 `[b]`) how many
     /// cached positions each sequence attends over (the new ones included). `heads` is hq + 2 hkv (the rows
     /// of `wqkv` in heads) and `hqk` hq + hkv (the heads that take the rotary embedding, in one pass).
     #[fuse]

@@ -146,8 +146,8 @@ fn shared_stride(d: usize) -> usize {
 /// Decode (the rows of a kv head fit one block): splits until batch x kv_heads x splits reaches the
 /// multiprocessors, each of at least [`ATTENTION_DECODE_SPLIT_KEYS`] keys, at most
 /// [`ATTENTION_DECODE_MAX_SPLITS`], and at most [`ATTENTION_DECODE_CLUSTER_MAX`] (a cluster's) where those
-/// have no more than [`ATTENTION_DECODE_ROW_GROUP_KEYS`] keys each. Prefill: splits are added while there are fewer than [`BLOCKS_PER_SM`]
-/// blocks a multiprocessor, up to one per key tile. Either way evened out so that none is empty.
+/// have no more than [`ATTENTION_DECODE_ROW_GROUP_KEYS`] keys each. Prefill: splits are added while there are fewer than
+/// `BLOCKS_PER_SM` (2) blocks a multiprocessor, up to one per key tile. Either way evened out so that none is empty.
 pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaunch {
     let group = shape.q_heads / shape.kv_heads.max(1);
     let held_d = ATTENTION_HEAD_DIMS.into_iter().find(|&h| h >= shape.d).unwrap_or(ATTENTION_MAX_HEAD_DIM);
