@@ -168,11 +168,10 @@ pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaun
         // 168 registers at d = 64; 4 would spill under the 128 of a 512-thread block), and where a split's
         // keys are few enough that the kernel's time is its chain of instructions: each group loads the
         // split's keys again (measured on the H200: 187 keys a split 10.4 -> 9.3 us, 342 keys 11.3 -> 17.3).
-        let rows_a_head = shape.queries * group;
-        let (row_groups, pass_rows) = match rows_a_head {
-            _ if split_keys > ATTENTION_DECODE_ROW_GROUP_KEYS => (1, rows_a_head.clamp(1, ATTENTION_DECODE_PASS_ROWS)),
-            n @ 2..=3 => (n, 1),
-            4 => (2, 2),
+        let short = split_keys <= ATTENTION_DECODE_ROW_GROUP_KEYS;
+        let (row_groups, pass_rows) = match shape.queries * group {
+            n @ 2..=3 if short => (n, 1),
+            4 if short => (2, 2),
             n => (1, n.clamp(1, ATTENTION_DECODE_PASS_ROWS)),
         };
         return AttentionLaunch {

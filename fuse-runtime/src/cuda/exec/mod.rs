@@ -49,7 +49,7 @@ use gemm_path::GemmPath;
 use kernels::{KernelCache, PlanKernels, PreparedKernel};
 use fuse_args::ArgsLayout;
 use launch::{checked_address, KernelDims};
-use launch_plan::{run_step, signature, table_entry, LaunchPlan, Patch, Recording, Step};
+use launch_plan::{host_written, run_step, signature, table_entry, LaunchPlan, Patch, Recording, Step};
 use crate::views::resolve_view;
 use fuse_ir::view::ViewOp;
 use std::time::Instant;
@@ -291,16 +291,12 @@ impl Executor<'_> {
     fn unwritten_before(&mut self, ids: impl IntoIterator<Item = NodeId>) -> bool {
         let mut relied = Vec::new();
         for id in ids {
-            let Op::Input(k) = self.graph.op(base_of(self.graph, id)) else { return false };
+            let base = base_of(self.graph, id);
+            let Op::Input(k) = self.graph.op(base) else { return false };
             if self.queued {
                 continue;
             }
-            let host_written = self.values[base_of(self.graph, id).index()]
-                .as_ref()
-                .and_then(Value::tensor)
-                .and_then(Tensor::cuda_storage)
-                .is_some_and(CudaStorage::host_written);
-            if !host_written {
+            if !host_written(self.values[base.index()].as_ref()) {
                 return false;
             }
             relied.push(k as usize);

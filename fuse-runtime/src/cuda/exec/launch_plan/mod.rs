@@ -152,9 +152,7 @@ impl LaunchPlans {
             p.ordinal == device.ordinal()
                 && p.signature.len() == args.len()
                 && p.signature.iter().zip(args).all(|(s, a)| s.matches(a))
-                && p.host_written.iter().all(|&k| {
-                    args.get(k).and_then(Value::tensor).and_then(Tensor::cuda_storage).is_some_and(CudaStorage::host_written)
-                })
+                && p.host_written.iter().all(|&k| host_written(args.get(k)))
         })
     }
 
@@ -341,6 +339,12 @@ impl LaunchPlan {
         }
         Ok(())
     }
+}
+
+/// Whether `value` is a tensor whose memory only copies from the host have written
+/// (`CudaStorage::host_written`).
+pub(crate) fn host_written(value: Option<&Value>) -> bool {
+    value.and_then(Value::tensor).and_then(Tensor::cuda_storage).is_some_and(CudaStorage::host_written)
 }
 
 /// An argument's entry in the address table: a tensor's checked device address, a scalar's f64 bits.
