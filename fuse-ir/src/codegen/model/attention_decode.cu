@@ -13,9 +13,9 @@
 // takes 32 / (D / 8) keys a step (4 at D = 64). A warp issues the key AND value loads of a chunk of
 // FUSE_DECODE_UNROLL steps (16 keys at D = 64 in 16-bit types: the whole part of a 64-key split), and those
 // of the next chunk before it computes one: a warp's part costs one DRAM round trip however many chunks it
-// has, where staging key tiles through shared memory would cost one round trip a tile plus barriers. Each key group of lanes keeps its own online-softmax
-// state (running max in log2 units, sum, unnormalised p * v in the lane's 8 channels) for the rows of the
-// pass, so the loop needs no reduction across groups: the dot product of a key with a row is summed over the
+// has, where staging key tiles through shared memory would cost one round trip a tile plus barriers. Each key
+// group of lanes keeps its own online-softmax state (running max in log2 units, sum, unnormalised p * v in
+// the lane's 8 channels) for the rows of the pass, so the loop needs no reduction across groups: the dot product of a key with a row is summed over the
 // D / 8 lanes of its group by shuffles. After the loop the groups of a warp merge by butterfly shuffles, the
 // warps merge through shared memory in the fixed order 0..3, and the block either writes the normalised
 // rows (one split) or its f32 partials. Rows are processed 4 at a time (FUSE_DECODE_PASS_ROWS; a kv head with
@@ -364,8 +364,9 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, FUSE_DECODE_MI
   __shared__ unsigned int last_block;
 #define FUSE_DECODE_ROPE_SHARED (FUSE_DECODE_ROPE && !FUSE_DECODE_ROPE_VECTOR)
 #if FUSE_DECODE_ROPE_SHARED || FUSE_DECODE_CLUSTER
-  // With rope (not in registers): the item's query rows after rope; in clusters: the split's unnormalised sums of each row. A
-  // pass writes the sums of its rows only after it has read their queries, so one array holds both.
+  // With rope (not in registers): the item's query rows after rope; in clusters: the split's unnormalised
+  // sums of each row. A pass writes the sums of its rows only after it has read their queries, so one array
+  // holds both.
   __shared__ __align__(16) float row_buf[FUSE_DECODE_ROWS][FUSE_ATTENTION_D];
 #endif
 #if FUSE_DECODE_ROPE_SHARED
@@ -408,8 +409,8 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, FUSE_DECODE_MI
     unsigned int at_key = no_key;
 #if FUSE_DECODE_ROPE_VECTOR
     // The tables' values at this lane's channels mod d / 2 (sin negated below d / 2; kept for the passes'
-    // query rows), the new key
-    // row roped and the new value row, a lane its 8 channels; split 0's first key group appends them.
+    // query rows), the new key row roped and the new value row, a lane its 8 channels; split 0's first key
+    // group appends them.
     float rope_cs[FUSE_DECODE_CHANNELS], rope_sn[FUSE_DECODE_CHANNELS];
     const bool rope_low = c0 < d / 2;
     const fuse_elem* const rope_row0 = a.rope_x + b * a.rope_x_strides[0];
