@@ -217,6 +217,7 @@ struct Ring {
     // Thread 0: chunk c into its slot (a chunk of no rows still completes the slot's phase).
     __device__ void issue(const Params& p, int c) const {
         if (c >= total) return;
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the slot's earlier reads first
         const Chunk ch = chunk_of(p, blockIdx.x, c);
         const unsigned bytes = (unsigned)ch.rows * ch.k * 2;
         unsigned long long* bar = bars + c % NSLOT;
