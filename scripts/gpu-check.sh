@@ -92,9 +92,9 @@ for step in "${steps[@]}"; do
       grep "prefill" "$out/prefill_peers.log" | sed 's/^/  /' >>"$log"
       ;;
     persistent)
-      fits persistent 150 || continue
+      fits persistent 400 || continue
       say "persistent-kernel prototype"
-      PERSISTENT_TIMEOUT=$((budget - $(elapsed) - 100)) bash scripts/kernels/run-persistent.sh "$out" >/dev/null 2>&1 || say "persistent: exit $?"
+      PERSISTENT_TIMEOUT=$((budget - $(elapsed) - 260)) bash scripts/kernels/run-persistent.sh "$out" >/dev/null 2>&1 || say "persistent: exit $?"
       grep -E "^(check|\||copy|    phases|persistent|\()" "$out/persistent.log" | sed 's/^/  /' >>"$log"
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^==" "$out/persistent-sanitize.txt" | sed 's/^/  /' >>"$log"
       ;;

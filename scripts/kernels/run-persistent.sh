@@ -15,10 +15,11 @@ nvcc -O3 -std=c++17 -Xcompiler -fopenmp -gencode=arch=compute_90a,code=sm_90a -X
   "$here/persistent_decode.cu" -o "$bin" 2>&1 | grep -E "registers|spill" >"$log" || { echo "build failed" | tee -a "$log"; exit 1; }
 timeout "${PERSISTENT_TIMEOUT:-240}" "$bin" "${PERSISTENT_MODE:-all}" 2>&1 | tee -a "$log"
 status=${PIPESTATUS[0]}
-if [ "${PERSISTENT_SANITIZE:-1}" = 1 ]; then
+# The sanitizers only after a run that ended by itself (124: it hung or ran out of time; then they would too).
+if [ "${PERSISTENT_SANITIZE:-1}" = 1 ] && [ "$status" != 124 ]; then
   for tool in memcheck racecheck synccheck initcheck; do
     echo "== $tool" >>"$out/persistent-sanitize.txt"
-    timeout 90 compute-sanitizer --tool "$tool" "$bin" sanitize 2>&1 | tail -4 >>"$out/persistent-sanitize.txt"
+    timeout "${PERSISTENT_SANITIZE_TIMEOUT:-60}" compute-sanitizer --tool "$tool" "$bin" sanitize 2>&1 | tail -4 >>"$out/persistent-sanitize.txt"
   done
   cat "$out/persistent-sanitize.txt"
 fi
