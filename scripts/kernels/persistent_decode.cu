@@ -106,6 +106,10 @@ __device__ __forceinline__ unsigned long long global_ns() {
     return t;
 }
 
+// A wait that cannot end (a bug, or blocks not all resident) traps after PATIENCE tries (seconds) instead
+// of hanging the GPU.
+constexpr unsigned PATIENCE = 1u << 22;
+
 // Grid barrier: arrivals counted in b[0]; the last one resets them and bumps the generation b[1] that the
 // others wait on. Release/acquire at gpu scope around it; data other blocks wrote is then read with __ldcg.
 __device__ void grid_sync(unsigned* b, int grid) {
@@ -119,7 +123,10 @@ __device__ void grid_sync(unsigned* b, int grid) {
             __threadfence();
             atomicAdd(b + 1, 1u);
         } else {
-            while (*gen == g) __nanosleep(20);
+            for (unsigned tries = 0; *gen == g; ++tries) {
+                if (tries > PATIENCE) __trap();
+                __nanosleep(20);
+            }
         }
         __threadfence();
     }
@@ -136,9 +143,10 @@ __device__ void grid_sync_mono(unsigned* counter, int grid, int index) {
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
         const unsigned target = (unsigned)(index + 1) * grid;
         unsigned v;
-        for (;;) {
+        for (unsigned tries = 0;; ++tries) {
             asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
             if (v >= target) break;
+            if (tries > PATIENCE) __trap();
             __nanosleep(20);
         }
     }
@@ -163,15 +171,15 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned b
 }
 
 __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-        "@!p bra WAIT_%=;\n"
-        "}\n" ::"r"(smem_addr(bar)),
-        "r"(parity)
-        : "memory");
+    for (unsigned tries = 0;; ++tries) {
+        unsigned done;
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(smem_addr(bar)), "r"(parity)
+                     : "memory");
+        if (done) return;
+        if (tries > PATIENCE) __trap();
+    }
 }
 
 // Chunk c of block `blk`'s sequence: layer c / KINDS's qkv, o, gate, up, down rows, then the LM head's rows
