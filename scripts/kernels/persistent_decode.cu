@@ -480,6 +480,19 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step(const Params p) {
     };
     if (p.record && blk == 0 && threadIdx.x == 0) p.times[p.layers * KINDS] = global_ns();
 
+    // A projection whose output adds to the residual stream: rows of `src` (k wide) against chunk `c`'s weights.
+    auto residual_phase = [&](const __nv_bfloat16* src, int k, int c) {
+        load_rows(src, p.batch * k, act);
+        const Chunk ch = chunk_of(p, blk, c);
+        const __nv_bfloat16* w = ring.wait(c);
+        gemv<NB, false>(w, nullptr, ch.rows, k, act, p.batch, [&](int r, int b, float a, float) {
+            __nv_bfloat16* x = p.x + (size_t)b * HID + ch.row0 + r;
+            *x = __float2bfloat16(__bfloat162float(*x) + bf(a));
+        });
+        __syncthreads();
+        ring.release(p, c);
+    };
+
     __shared__ int staged;
     unsigned kv_phases = 0;  // phases of as.kv_bar completed before this layer's
     for (int l = 0; l < p.layers; ++l) {
@@ -503,17 +516,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step(const Params p) {
         kv_phases += staged;
         barrier();
         // Output projection and the residual.
-        load_rows(p.attn, p.batch * HID, act);
-        {
-            const Chunk ch = chunk_of(p, blk, c + 1);
-            const __nv_bfloat16* w = ring.wait(c + 1);
-            gemv<NB, false>(w, nullptr, ch.rows, HID, act, p.batch, [&](int r, int b, float a, float) {
-                __nv_bfloat16* x = p.x + (size_t)b * HID + ch.row0 + r;
-                *x = __float2bfloat16(__bfloat162float(*x) + bf(a));
-            });
-            __syncthreads();
-            ring.release(p, c + 1);
-        }
+        residual_phase(p.attn, HID, c + 1);
         barrier();
         // rms_norm, gate and up, silu.
         rms_norm_rows(p, p.norm2 + (size_t)l * HID, act, scale);
@@ -531,17 +534,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step(const Params p) {
         }
         barrier();
         // Down projection and the residual.
-        load_rows(p.h, p.batch * FFN, act);
-        {
-            const Chunk ch = chunk_of(p, blk, c + 4);
-            const __nv_bfloat16* w = ring.wait(c + 4);
-            gemv<NB, false>(w, nullptr, ch.rows, FFN, act, p.batch, [&](int r, int b, float a, float) {
-                __nv_bfloat16* x = p.x + (size_t)b * HID + ch.row0 + r;
-                *x = __float2bfloat16(__bfloat162float(*x) + bf(a));
-            });
-            __syncthreads();
-            ring.release(p, c + 4);
-        }
+        residual_phase(p.h, FFN, c + 4);
         barrier();
     }
     // LM head: rms_norm, logits, each lane-0's best per row, then the block's, then the grid's.

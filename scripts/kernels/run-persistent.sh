@@ -19,7 +19,9 @@ status=${PIPESTATUS[0]}
 if [ "${PERSISTENT_SANITIZE:-1}" = 1 ] && [ "$status" != 124 ]; then
   for tool in memcheck racecheck synccheck initcheck; do
     echo "== $tool" >>"$out/persistent-sanitize.txt"
-    timeout "${PERSISTENT_SANITIZE_TIMEOUT:-60}" compute-sanitizer --tool "$tool" "$bin" sanitize 2>&1 | tail -4 >>"$out/persistent-sanitize.txt"
+    extra=()
+    [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
+    timeout "${PERSISTENT_SANITIZE_TIMEOUT:-60}" compute-sanitizer --tool "$tool" "${extra[@]}" "$bin" sanitize 2>&1 | tail -4 >>"$out/persistent-sanitize.txt"
   done
   cat "$out/persistent-sanitize.txt"
 fi
