@@ -578,6 +578,26 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
     }
 #endif
     __syncthreads();  // the ring is reused for the reduction
+#if FUSE_GEMM_PRO && defined(FUSE_GEMM_PRO_CAN_SCALE)
+    // Each row's s, by one thread a row from every warp's reductions in warp order, ready for the epilogue
+    // after the barrier below (the X tile's 8 rows: NT = 1).
+    __shared__ float fuse_sk_pro_scale[8];
+    if (pro_scaled && tid < 8 && m0 + tid < M) {
+        float total[FUSE_GEMM_PRO_REDUCTIONS];
+#pragma unroll
+        for (int q = 0; q < FUSE_GEMM_PRO_REDUCTIONS; ++q) total[q] = fuse_sk_pro_red[0][tid][q];
+#pragma unroll
+        for (int w = 1; w < 8; ++w) {
+            float next[FUSE_GEMM_PRO_REDUCTIONS];
+#pragma unroll
+            for (int q = 0; q < FUSE_GEMM_PRO_REDUCTIONS; ++q) next[q] = fuse_sk_pro_red[w][tid][q];
+            fuse_gemm_pro_red_merge(total, next);
+        }
+        FuseProRow row;
+        fuse_gemm_pro_offsets(p.epi, m0 + tid, row);
+        fuse_sk_pro_scale[tid] = fuse_gemm_pro_scale(p.epi, row, K, total);
+    }
+#endif
 
     // Reduce the KW partial sums of each n-group through shared memory (fixed order: deterministic), one 8-row
     // X tile at a time, and call the epilogue with consecutive threads on consecutive columns.
@@ -608,22 +628,8 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                 }
 #if FUSE_GEMM_PRO && defined(FUSE_GEMM_PRO_CAN_SCALE)
                 if (pro_scaled) {
-                    // The row's s from every warp's reductions (X row rr of the only X tile).
-                    float total[FUSE_GEMM_PRO_REDUCTIONS];
-#pragma unroll
-                    for (int q = 0; q < FUSE_GEMM_PRO_REDUCTIONS; ++q) total[q] = fuse_sk_pro_red[0][rr][q];
-#pragma unroll
-                    for (int w = 1; w < 8; ++w) {
-                        float next[FUSE_GEMM_PRO_REDUCTIONS];
-#pragma unroll
-                        for (int q = 0; q < FUSE_GEMM_PRO_REDUCTIONS; ++q) next[q] = fuse_sk_pro_red[w][rr][q];
-                        fuse_gemm_pro_red_merge(total, next);
-                    }
-                    FuseProRow row;
-                    fuse_gemm_pro_offsets(p.epi, m, row);
-                    const float scale = fuse_gemm_pro_scale(p.epi, row, K, total);
-                    s0 *= scale;
-                    s1 *= scale;
+                    s0 *= fuse_sk_pro_scale[rr];  // X row rr of the only X tile
+                    s1 *= fuse_sk_pro_scale[rr];
                 }
 #endif
                 if (SP == 1) {
