@@ -369,12 +369,13 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
     // multiplies the row's sums before the epilogue: no pass over the rows first. For one 8-row X tile
     // whose row the whole block's K is split over (KW = 8, NT = 1, no X staging, no K split across blocks),
     // and where s's other inputs are constant along every row of the block (checked here, the same answer
-    // in every thread).
+    // in every thread). bf16 only: h is rounded to the element type unnormalised, which f16's range (65504)
+    // may not hold where s would have scaled it down.
     FuseProRow pro_row;
 #if defined(FUSE_GEMM_PRO_CAN_SCALE)
     float pro_red[FUSE_GEMM_PRO_REDUCTIONS];
     fuse_gemm_pro_red_init(pro_red);
-    bool pro_scaled = KW == 8 && NT == 1 && !XS && SP == 1;
+    bool pro_scaled = DT == 2 && KW == 8 && NT == 1 && !XS && SP == 1;
     if (pro_scaled) {
         fuse_gemm_pro_offsets(p.epi, m0 + g < M ? m0 + g : M - 1, pro_row);
         FuseProRow first;
