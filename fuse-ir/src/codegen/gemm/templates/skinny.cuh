@@ -188,18 +188,20 @@ __device__ __forceinline__ void fuse_sk_mma32(float (&c)[4], const FuseSkV4& wl,
 // lanes x 16 bytes = 8192 * S * D * MT bytes, then (XS=1) the X ring, KW x S x NT x 32 lanes x 16 bytes
 // = 512 * S * KW * NT bytes. The weight ring is reused for the K-split reduction after the main loop.
 #if FUSE_GEMM_PRO
-// The in-kernel prologue on 8 consecutive k of one X row (16-bit elements of dtype DT), whose FuseProRow the
-// caller holds; rounded back two at a time (cvt.rn.{bf16,f16}x2: round to nearest even, as fuse_pack).
+// 8 consecutive k of one X row (16-bit elements of dtype DT) as f32, and back, rounded two at a time
+// (cvt.rn.{bf16,f16}x2: round to nearest even, as fuse_pack).
 template <int DT>
-__device__ __forceinline__ FuseSkV4 fuse_sk_pro8(const FuseArgs& args, const FuseProRow& row, long long k, FuseSkV4 v) {
-    unsigned w[4] = {v.x, v.y, v.z, v.w};
-    float a[8];
+__device__ __forceinline__ void fuse_sk_unpack8(FuseSkV4 v, float (&a)[8]) {
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         a[2 * i] = fuse_unpack<DT>((unsigned short)(w[i] & 0xffffu));
         a[2 * i + 1] = fuse_unpack<DT>((unsigned short)(w[i] >> 16));
     }
-    fuse_gemm_pro8(args, row, k, a);
+}
+template <int DT>
+__device__ __forceinline__ FuseSkV4 fuse_sk_pack8(const float (&a)[8]) {
+    unsigned w[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         if (DT == 2) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[i]) : "f"(a[2 * i + 1]), "f"(a[2 * i]));
@@ -207,26 +209,24 @@ __device__ __forceinline__ FuseSkV4 fuse_sk_pro8(const FuseArgs& args, const Fus
     }
     return FuseSkV4{w[0], w[1], w[2], w[3]};
 }
+// The in-kernel prologue on 8 consecutive k of one X row, whose FuseProRow the caller holds.
+template <int DT>
+__device__ __forceinline__ FuseSkV4 fuse_sk_pro8(const FuseArgs& args, const FuseProRow& row, long long k, FuseSkV4 v) {
+    float a[8];
+    fuse_sk_unpack8<DT>(v, a);
+    fuse_gemm_pro8(args, row, k, a);
+    return fuse_sk_pack8<DT>(a);
+}
 #if defined(FUSE_GEMM_PRO_CAN_SCALE)
 // The same in the scaled form: h in place of X, each reduction's operand folded into `red` (see the
 // generated fuse_gemm_pro8_scaled).
 template <int DT>
 __device__ __forceinline__ FuseSkV4 fuse_sk_pro8_scaled(const FuseArgs& args, const FuseProRow& row, long long k, FuseSkV4 v,
                                                         float (&red)[FUSE_GEMM_PRO_REDUCTIONS]) {
-    unsigned w[4] = {v.x, v.y, v.z, v.w};
     float a[8];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        a[2 * i] = fuse_unpack<DT>((unsigned short)(w[i] & 0xffffu));
-        a[2 * i + 1] = fuse_unpack<DT>((unsigned short)(w[i] >> 16));
-    }
+    fuse_sk_unpack8<DT>(v, a);
     fuse_gemm_pro8_scaled(args, row, k, a, red);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        if (DT == 2) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[i]) : "f"(a[2 * i + 1]), "f"(a[2 * i]));
-        else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w[i]) : "f"(a[2 * i + 1]), "f"(a[2 * i]));
-    }
-    return FuseSkV4{w[0], w[1], w[2], w[3]};
+    return fuse_sk_pack8<DT>(a);
 }
 #endif
 #endif
