@@ -149,7 +149,11 @@ impl Executor<'_> {
                 let r = x.shape().len();
                 let (columns, rows) = (x.shape()[r - 1], out.numel());
                 if rows > 0 {
-                    words.address(self.address(&x)?).address(out_address).counts(&[rows, columns, x.strides()[r - 1]]);
+                    // 16-byte loads: unit column stride, every row starting on a 16-byte boundary.
+                    let (address, elements) = (self.address(&x)?, 16 / x.dtype().size_bytes());
+                    let rows_aligned = x.shape()[..r - 1].iter().zip(&x.strides()[..r - 1]).all(|(&n, &s)| n == 1 || s % elements == 0);
+                    let vector = x.strides()[r - 1] == 1 && address % 16 == 0 && rows_aligned;
+                    words.address(address).address(out_address).counts(&[rows, columns, x.strides()[r - 1], vector as usize]);
                     words.layout(&x.shape()[..r - 1], &x.strides()[..r - 1]);
                 }
                 (ModelKernel::Argmax, x.dtype(), rows.clamp(1, 1 << 20) as u32, rows)
