@@ -11,6 +11,7 @@
 //! synchronisation (`Error::DeviceCheck`), so no step waits for the host. Graphs with these ops are never
 //! recorded as launch plans (the steps are queued without patches): every call takes the general path.
 
+use super::attention::rows_on_16_bytes;
 use super::launch::KernelDims;
 use super::launch_plan::Step;
 use super::{kernels, Executor};
@@ -150,9 +151,8 @@ impl Executor<'_> {
                 let (columns, rows) = (x.shape()[r - 1], out.numel());
                 if rows > 0 {
                     // 16-byte loads: unit column stride, every row starting on a 16-byte boundary.
-                    let (address, elements) = (self.address(&x)?, 16 / x.dtype().size_bytes());
-                    let rows_aligned = x.shape()[..r - 1].iter().zip(&x.strides()[..r - 1]).all(|(&n, &s)| n == 1 || s % elements == 0);
-                    let vector = x.strides()[r - 1] == 1 && address % 16 == 0 && rows_aligned;
+                    let address = self.address(&x)?;
+                    let vector = rows_on_16_bytes(&x, address);
                     words.address(address).address(out_address).counts(&[rows, columns, x.strides()[r - 1], vector as usize]);
                     words.layout(&x.shape()[..r - 1], &x.strides()[..r - 1]);
                 }
