@@ -15,6 +15,8 @@
 #   bench     the packed bench_decode, every mode and the extras, with JSON
 #   peers     gpt-fast's decode (shared/peers, copied by gpu-pack) and transformers' prefill
 #   profile   ncu over one recorded step (scripts/gpu-profile-decode.sh)
+#   persistent  the persistent decode-step prototype (scripts/kernels/run-persistent.sh): checks, us per step,
+#             phases, the four sanitizers over its small checks
 # Writes OUTDIR/check.log (what ran, how long, the tables' rows, the tests' results) and the steps' own
 # files: ab.log, tests.log, sanitize.txt, bench.log, bench_decode.json, peers.json, prefill_peers.json, profile/.
 set -uo pipefail
@@ -88,6 +90,13 @@ for step in "${steps[@]}"; do
       say "peers: prefill"
       timeout $((budget - $(elapsed))) python3 scripts/peer_prefill.py --prompt 512 --json "$out/prefill_peers.json" >"$out/prefill_peers.log" 2>&1 || say "prefill peers: exit $?"
       grep "prefill" "$out/prefill_peers.log" | sed 's/^/  /' >>"$log"
+      ;;
+    persistent)
+      fits persistent 150 || continue
+      say "persistent-kernel prototype"
+      PERSISTENT_TIMEOUT=$((budget - $(elapsed) - 100)) bash scripts/kernels/run-persistent.sh "$out" >/dev/null 2>&1 || say "persistent: exit $?"
+      grep -E "^(check|\||copy|    phases|persistent|\()" "$out/persistent.log" | sed 's/^/  /' >>"$log"
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^==" "$out/persistent-sanitize.txt" | sed 's/^/  /' >>"$log"
       ;;
     profile)
       fits profile 170 || continue

