@@ -63,6 +63,8 @@ constexpr int KV_STAGE_KEYS = 64;          // cached keys (and values) of its fi
 struct Params {
     int batch, layers, pos, cap, splits, grid, record;
     int stage_kv;                          // copy each block's first item's cached k/v rows to shared memory early
+    int mono;                              // grid barriers: 1 a monotonic counter (arrive without a reply,
+                                           // poll), 0 an arrival counter and a generation word
     const __nv_bfloat16 *wqkv, *wo, *wg, *wu, *wd, *norm1, *norm2, *norm_out, *lm;  // [layers][rows][k]
     const __nv_bfloat16 *cos, *sin;        // [cap][HD/2]
     __nv_bfloat16 *kc, *vc;                // [layers][batch][NKV][cap][HD]
@@ -73,7 +75,7 @@ struct Params {
     float* best_v;                         // [grid][batch]
     int* best_i;                           // [grid][batch]
     int* tokens;                           // [batch]
-    unsigned* barrier;                     // [2]: arrivals, generation
+    unsigned* barrier;                     // [3]: arrivals, generation; the monotonic counter
     unsigned long long* times;             // [layers * 5 + 1] when record
 };
 
@@ -120,6 +122,25 @@ __device__ void grid_sync(unsigned* b, int grid) {
             while (*gen == g) __nanosleep(20);
         }
         __threadfence();
+    }
+    __syncthreads();
+}
+
+// Grid barrier number `index` (0, 1, ..) of a launch on a monotonic counter: each block adds 1 without
+// waiting for a reply and polls until every block has added its `index + 1`-th. The launch's last block
+// sets the counter back to 0 after the last barrier (`mono_reset`).
+__device__ void grid_sync_mono(unsigned* counter, int grid, int index) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+        const unsigned target = (unsigned)(index + 1) * grid;
+        unsigned v;
+        for (;;) {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+            if (v >= target) break;
+            __nanosleep(20);
+        }
     }
     __syncthreads();
 }
@@ -443,7 +464,8 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step(const Params p) {
     __syncthreads();
     int stage = 0;
     auto barrier = [&]() {
-        grid_sync(p.barrier, p.grid);
+        if (p.mono) grid_sync_mono(p.barrier + 2, p.grid, stage);
+        else grid_sync(p.barrier, p.grid);
         if (p.record && blk == 0 && threadIdx.x == 0) p.times[stage] = global_ns();
         ++stage;
     };
@@ -553,7 +575,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step(const Params p) {
     if (threadIdx.x == 0) {
         unsigned* c = p.counters + p.batch * NKV;
         last_block = atomicAdd(c, 1u) == (unsigned)p.grid - 1;
-        if (last_block) *c = 0;
+        if (last_block) *c = 0, p.barrier[2] = 0;  // every block is past its last grid barrier
         __threadfence();
     }
     __syncthreads();
@@ -573,7 +595,16 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step(const Params p) {
 // ---- the step's parts alone, for the breakdown -------------------------------------------------------
 // `n` grid barriers and nothing else.
 __global__ void __launch_bounds__(THREADS, 1) barriers_only(const Params p, int n) {
-    for (int i = 0; i < n; ++i) grid_sync(p.barrier, p.grid);
+    __shared__ int last;
+    for (int i = 0; i < n; ++i) {
+        if (p.mono) grid_sync_mono(p.barrier + 2, p.grid, i);
+        else grid_sync(p.barrier, p.grid);
+    }
+    if (p.mono && threadIdx.x == 0) {  // the last block out resets the monotonic counter
+        unsigned* c = p.counters + p.batch * NKV;
+        last = atomicAdd(c, 1u) == (unsigned)p.grid - 1;
+        if (last) *c = 0, p.barrier[2] = 0;
+    }
 }
 
 // The weight stream alone: every chunk of the step through the ring, no arithmetic.
@@ -724,8 +755,8 @@ static Case make_case(const Weights& w, int batch, int layers, int pos, int grid
     CK(cudaMalloc(&p.best_v, (size_t)grid * batch * 4));
     CK(cudaMalloc(&p.best_i, (size_t)grid * batch * 4));
     CK(cudaMalloc(&p.tokens, batch * 4));
-    CK(cudaMalloc(&p.barrier, 8));
-    CK(cudaMemset(p.barrier, 0, 8));
+    CK(cudaMalloc(&p.barrier, 12));
+    CK(cudaMemset(p.barrier, 0, 12));
     CK(cudaMalloc(&p.times, (layers * KINDS + 1) * 8));
     return c;
 }
@@ -929,9 +960,10 @@ static std::vector<float> appended(const std::vector<float>& cache, const Case& 
     return out;
 }
 
-static bool check_case(const Weights& w, int batch, int layers, int pos, int grid, int stage_kv = 1) {
+static bool check_case(const Weights& w, int batch, int layers, int pos, int grid, int stage_kv = 1, int mono = 1) {
     Case c = make_case(w, batch, layers, pos, grid);
     c.p.stage_kv = stage_kv;
+    c.p.mono = mono;
     const Reference ref = reference(w, c);
     std::vector<std::vector<__nv_bfloat16>> runs;
     std::vector<int> tokens;
@@ -974,8 +1006,8 @@ static bool check_case(const Weights& w, int batch, int layers, int pos, int gri
     }
     const double tol = layers <= 2 ? 1e-2 : 5e-2;  // bf16 rounding flips compound over the layers
     const bool ok = e_logits < tol && e_x < tol && e_k < tol && e_v < tol && same && token_bad == 0 && argmax_bad == 0;
-    printf("check batch %2d layers %2d pos %4d splits %2d kv %s: rel L2 logits %.2e x %.2e k %.2e v %.2e, repeat %s, tokens off %d, argmax off %d  %s\n",
-           batch, layers, pos, c.splits, stage_kv ? "staged" : "global", e_logits, e_x, e_k, e_v, same ? "identical" : "DIFFERENT", token_bad, argmax_bad, ok ? "ok" : "FAIL");
+    printf("check batch %2d layers %2d pos %4d splits %2d kv %s barrier %s: rel L2 logits %.2e x %.2e k %.2e v %.2e, repeat %s, tokens off %d, argmax off %d  %s\n",
+           batch, layers, pos, c.splits, stage_kv ? "staged" : "global", mono ? "monotonic" : "generation", e_logits, e_x, e_k, e_v, same ? "identical" : "DIFFERENT", token_bad, argmax_bad, ok ? "ok" : "FAIL");
     return ok;
 }
 
@@ -1033,19 +1065,24 @@ static void bench(const Weights& w, int grid, bool phases) {
         const int n = w.layers * KINDS;
         const double empty = time_launches([&] { barriers_only<<<grid, THREADS, 0, s0>>>(c.p, 0); }, s0, 50);
         const double bars = time_launches([&] { barriers_only<<<grid, THREADS, 0, s0>>>(c.p, n); }, s0, 50);
+        Params mono = c.p;
+        mono.mono = 1;
+        const double bars_mono = time_launches([&] { barriers_only<<<grid, THREADS, 0, s0>>>(mono, n); }, s0, 50);
         const double stream = time_launches([&] { stream_only<<<grid, THREADS, smem, s0>>>(c.p); }, s0, 50);
         CK(cudaGetLastError());
-        printf("parts: an empty launch %.1f us; %d grid barriers %.1f us (%.0f ns each); the weights through the ring %.1f us (%.0f GB/s)\n",
-               empty, n, bars, (bars - empty) * 1e3 / n, stream, weight_bytes(w.layers) / (stream * 1e-6) / 1e9);
+        printf("parts: an empty launch %.1f us; %d grid barriers %.1f us (%.0f ns each), monotonic %.1f us (%.0f ns each); the weights through the ring %.1f us (%.0f GB/s)\n",
+               empty, n, bars, (bars - empty) * 1e3 / n, bars_mono, (bars_mono - empty) * 1e3 / n, stream, weight_bytes(w.layers) / (stream * 1e-6) / 1e9);
     }
-    printf("| batch | cached | splits | k/v | us/step (graph) | us/step (launches) | x floor |\n|---|---|---|---|---|---|---|\n");
+    printf("| batch | cached | splits | k/v | barrier | us/step (graph) | us/step (launches) | x floor |\n|---|---|---|---|---|---|---|---|\n");
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     for (int batch : {1, 4, 16})
         for (int cached : {128, 1024})
-        for (int stage : {1, 0}) {
+        for (int variant = 0; variant < 4; ++variant) {
+            const int stage = variant < 2, mono = variant % 2 == 0;
             Case c = make_case(w, batch, w.layers, cached, grid);
             c.p.stage_kv = stage;
+            c.p.mono = mono;
             for (int i = 0; i < 5; ++i) launch(c.p, s);
             CK(cudaStreamSynchronize(s));
             cudaGraphExec_t ge = capture(c.p, s, 20);
@@ -1068,8 +1105,8 @@ static void bench(const Weights& w, int grid, bool phases) {
             float ms_launch;
             CK(cudaEventElapsedTime(&ms_launch, e0, e1));
             const double us = ms_graph * 1e3 / (reps * 20);
-            printf("| %d | %d | %d | %s | %.1f | %.1f | %.2f |\n", batch, cached, c.splits, stage ? "staged" : "global", us, ms_launch * 1e3 / 200, us / floor_us);
-            if (phases && stage) {
+            printf("| %d | %d | %d | %s | %s | %.1f | %.1f | %.2f |\n", batch, cached, c.splits, stage ? "staged" : "global", mono ? "monotonic" : "generation", us, ms_launch * 1e3 / 200, us / floor_us);
+            if (phases && variant == 0) {
                 Params p = c.p;
                 p.record = 1;
                 std::vector<double> sum(KINDS, 0);
@@ -1118,6 +1155,7 @@ int main(int argc, char** argv) {
             for (int pos : {100, 1024}) ok &= check_case(w, batch, MAX_LAYERS, pos, sms);
         ok &= check_case(w, 3, 2, 17, sms);
         ok &= check_case(w, 3, 2, 17, sms, 0);
+        ok &= check_case(w, 3, 2, 17, sms, 1, 0);
         ok &= check_case(w, 2, 2, 0, sms);
         ok &= check_case(w, 1, 30, 1024, sms, 0);
     }
@@ -1125,7 +1163,7 @@ int main(int argc, char** argv) {
         Weights w = make_weights(2, 520);
         ok &= check_case(w, 3, 2, 17, sms);
         ok &= check_case(w, 1, 2, 511, sms);
-        ok &= check_case(w, 2, 2, 40, sms, 0);
+        ok &= check_case(w, 2, 2, 40, sms, 0, 0);
     }
     if (mode == "bench" || mode == "phases" || mode == "all") {
         Weights w = make_weights(MAX_LAYERS, 1040);
