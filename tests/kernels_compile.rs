@@ -184,6 +184,10 @@ fn check_coverage(kernels: &[(Graph, KernelSpec)]) {
         kernels.iter().any(|(g, s)| s.prologue.is_some() && s.source.contains("fuse_warp_sum(s)") && g.name == "ffn_block"),
         "no skinny kernel runs a row-reduction prologue (rms_norm)"
     );
+    assert!(
+        kernels.iter().any(|(_, s)| s.role == Role::Skinny && s.source.contains("#define FUSE_GEMM_PRO_CAN_SCALE 1")),
+        "no skinny kernel has the scaled prologue (rms_norm as s(row) * h(element))"
+    );
 }
 
 /// `FUSE_PTXAS`, else `ptxas` on the PATH.

@@ -144,7 +144,9 @@ fn an_id_outside_the_vocabulary_is_an_error(dev: &Device) {
 fn argmax_matches_reference_and_keeps_the_axis(dev: &Device) {
     let mut r = TestRng::new(42);
     for dtype in DTYPES {
-        for shape in [vec![1, 1], vec![3, 17], vec![2, 5, 33], vec![7]] {
+        // Rows of 4104 (16-byte aligned) and one of 4099 or 49,152 (a decoder's logits) take the GPU's vector
+        // loads, with and without a tail; rows of 17 or 33 the element loop.
+        for shape in [vec![1, 1], vec![3, 17], vec![2, 5, 33], vec![7], vec![3, 4104], vec![1, 4099], vec![1, 49152]] {
             let x = random(&mut r, &shape, dtype, -3.0, 3.0, dev);
             let args = [fuse::arg(&x)];
             check(&format!("argmax {shape:?}"), pick_fused(), &args, DType::U32, dev);

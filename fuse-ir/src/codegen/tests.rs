@@ -369,10 +369,43 @@ fn the_skinny_kernel_can_run_an_rms_norm_prologue() {
     assert!(element.contains("fuse_pro_read8<FUSE_IN4>(args.in[4], bi[4], si[4], j8, in4);"), "w: 8 columns at a time");
     assert!(!element.contains("args.in[2]"), "x is not read again per element");
     assert!(element.contains(&format!("const float v{} = a[e];", x.0)), "x comes from the template's load");
+    // rms_norm's operand is x * w per element times one value a row (from the mean of squares and eps): the
+    // scaled form streams x * w, folds x * x as it loads x, and scales each row's sums by rsqrt(mean + eps).
+    let (_, scaled) = element.split_once("#define FUSE_GEMM_PRO_CAN_SCALE 1").expect("rms_norm's prologue factors");
+    let (per_element, per_row) = scaled.split_once("fuse_gemm_pro_scale(").unwrap();
+    assert!(per_element.contains(&format!("a[e] = v{} * v{};", x.0, w.0)), "h = x * w");
+    assert!(per_element.contains("red[0] = red[0] + "), "the sum of squares folds over the loaded elements");
+    assert!(per_row.contains("red[0] / (float)n") && per_row.contains("rsqrtf("), "s = rsqrt(mean + eps)");
+    assert!(scaled.contains(&format!("return (FUSE_IN{} == FUSE_SCALAR || p.si[", 2 + 1)), "eps must be constant along the row");
     // The wgmma kernel does not run the prologue: the runtime writes h first on that path.
     assert_eq!(specs[3].prologue, None);
     assert_eq!(specs[3].inputs, grp.matmuls);
     assert!(!specs[3].source.contains("FUSE_GEMM_PRO"));
+}
+
+/// A layer norm in front of the matmul: its operand is (x - mean) times one value a row, and x - mean reads x,
+/// so the skinny kernel runs it with the row pass only (no scaled form).
+#[test]
+fn a_prologue_that_does_not_factor_keeps_the_row_pass() {
+    let mut g = Graph::new("layer_normed");
+    let x = g.input("x", ArgKind::Tensor);
+    let w = g.input("w", ArgKind::Tensor);
+    let eps = g.input("eps", ArgKind::Scalar);
+    let wg = g.input("wg", ArgKind::Tensor);
+    let mean = g.reduce(ReduceOp::Mean, x, "mean(x)");
+    let centred = g.binary(BinaryOp::Sub, x, mean, "x - mean");
+    let square = g.unary(UnaryOp::Square, centred, "(..)^2");
+    let var = g.reduce(ReduceOp::Mean, square, "var");
+    let var_eps = g.binary(BinaryOp::Add, var, eps, "var + eps");
+    let r = g.unary(UnaryOp::Rsqrt, var_eps, "rsqrt(..)");
+    let xn = g.binary(BinaryOp::Mul, centred, r, "(x - mean) * r");
+    let h = g.binary(BinaryOp::Mul, xn, w, ".. * w");
+    g.outputs = vec![g.matmul(h, wg, "h.matmul(wg)")];
+    let (_, specs) = kernels(&g);
+    let skinny = specs.iter().find(|s| s.role == Role::Skinny).expect("a skinny kernel");
+    assert!(skinny.prologue.is_some(), "the skinny kernel runs the layer norm itself");
+    assert!(skinny.source.contains("fuse_gemm_pro_rows("), "the row pass");
+    assert!(!skinny.source.contains("#define FUSE_GEMM_PRO_CAN_SCALE 1"), "x - mean is no per-row factor");
 }
 
 #[test]

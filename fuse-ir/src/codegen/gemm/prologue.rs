@@ -24,7 +24,7 @@
 use crate::codegen::emit::{self, KernelParts};
 use crate::codegen::rowreduce::RowKernel;
 use crate::graph::{Graph, InputKind, NodeId};
-use crate::op::{Op, ReduceOp};
+use crate::op::{BinaryOp, Op, ReduceOp};
 use crate::plan::Group;
 
 /// Rows of the left operand one block may hold: one warp of the 256-thread block finishes each row's
@@ -228,9 +228,175 @@ pub(in crate::codegen) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) ->
     let apply_fn = std::mem::take(&mut k.text);
 
     let kept_len = kept.len().max(1);
+    let scaled_fns = scaled(g, pro, first_slot).unwrap_or_default();
     format!(
         "#if FUSE_GEMM_PRO\n#define FUSE_GEMM_PRO_ROWS {PROLOGUE_MAX_ROWS}\n\
          struct FuseProRow {{ long long bi[{slots}], si[{slots}]; float v[{kept_len}]; }};\n\
-         __shared__ FuseProRow fuse_pro_row[FUSE_GEMM_PRO_ROWS];\n{READ8}{rows_fn}{apply_fn}#endif  // FUSE_GEMM_PRO\n"
+         __shared__ FuseProRow fuse_pro_row[FUSE_GEMM_PRO_ROWS];\n{READ8}{rows_fn}{apply_fn}{scaled_fns}#endif  // FUSE_GEMM_PRO\n"
     )
+}
+
+/// The left operand as a product of factors, split into those that need a reduction (`row`: one value a
+/// row, given their other inputs are constant along the row, which the kernel checks at run time) and the
+/// rest (`element`: per element, needing no reduction); with the nodes and input slots the row factors
+/// need besides the reductions. `None` when the operand is no such product, a row factor reads the primary
+/// other than through a reduction, or a reduction's operand needs another reduction (a variance after a
+/// mean).
+struct Factors {
+    row: Vec<NodeId>,
+    element: Vec<NodeId>,
+    row_nodes: Vec<NodeId>,
+    row_slots: Vec<usize>,
+}
+
+fn factors(g: &Graph, pro: &Prologue) -> Option<Factors> {
+    let mut needs_reduction = vec![false; g.nodes.len()];
+    for &n in &pro.nodes {
+        needs_reduction[n.index()] = matches!(g.op(n), Op::Reduce(_)) || g.node(n).args.iter().any(|a| needs_reduction[a.index()]);
+    }
+    let (mut row, mut element) = (Vec::new(), Vec::new());
+    let mut stack = vec![pro.lhs];
+    while let Some(n) = stack.pop() {
+        if needs_reduction[n.index()] && pro.nodes.contains(&n) && g.op(n) == Op::Binary(BinaryOp::Mul) {
+            stack.extend(g.node(n).args.iter().rev().copied());
+        } else if needs_reduction[n.index()] {
+            row.push(n);
+        } else {
+            element.push(n);
+        }
+    }
+    // What the row factors read besides the reductions' results: computed at column 0.
+    let mut in_cone = vec![false; g.nodes.len()];
+    let mut stack = row.clone();
+    while let Some(n) = stack.pop() {
+        if std::mem::replace(&mut in_cone[n.index()], true) || matches!(g.op(n), Op::Reduce(_)) {
+            continue;
+        }
+        if pro.nodes.contains(&n) {
+            stack.extend(g.node(n).args.iter().copied());
+        }
+    }
+    let primary = pro.inputs[pro.primary];
+    let row_nodes: Vec<NodeId> = pro.nodes.iter().copied().filter(|n| in_cone[n.index()] && !matches!(g.op(*n), Op::Reduce(_))).collect();
+    let row_slots: Vec<usize> = (0..pro.inputs.len()).filter(|&i| in_cone[pro.inputs[i].index()]).collect();
+    let reductions = pro.nodes.iter().filter(|&&r| matches!(g.op(r), Op::Reduce(_)));
+    let operands_plain = reductions.clone().all(|&r| !needs_reduction[g.node(r).args[0].index()]);
+    let usable = !row.is_empty() && !element.is_empty() && !in_cone[primary.index()] && operands_plain;
+    usable.then_some(Factors { row, element, row_nodes, row_slots })
+}
+
+/// The scaled form of the prologue (`FUSE_GEMM_PRO_CAN_SCALE`), where the left operand is `s * h` with `s`
+/// one value a row (`factors`): the template then streams `h` from the start of its main loop, folds each
+/// reduction's operand over the elements it loads, and multiplies each row's sums by `s` before the
+/// epilogue, with no pass over the rows before the main loop (`skinny.cuh`). The functions:
+/// - `fuse_gemm_pro_offsets(args, row, p)`: the row's slot offsets;
+/// - `fuse_gemm_pro_can_scale(p)`: whether `s`'s other inputs are constant along the row (scalars, or a
+///   stride of 0 there), which the factoring needs;
+/// - `fuse_gemm_pro_red_init(red)`, `fuse_gemm_pro_red_merge(a, b)`: the reductions' identities and folds;
+/// - `fuse_gemm_pro8_scaled(args, p, j8, a, red)`: `h` at 8 columns in place of the primary's values `a`,
+///   each reduction's operand folded into `red`;
+/// - `fuse_gemm_pro_scale(args, p, n, red)`: `s` from the reductions over all `n` columns.
+fn scaled(g: &Graph, pro: &Prologue, first_slot: usize) -> Option<String> {
+    let f = factors(g, pro)?;
+    let parts = KernelParts { g, name: "", inputs: &pro.inputs, outputs: &[], nodes: &pro.nodes };
+    let mut k = RowKernel::new(&parts, first_slot);
+    let reductions: Vec<(NodeId, ReduceOp)> = pro
+        .nodes
+        .iter()
+        .filter_map(|&r| match g.op(r) {
+            Op::Reduce(op) => Some((r, op)),
+            _ => None,
+        })
+        .collect();
+    let fold = |op: ReduceOp, a: &str, b: &str| match op {
+        ReduceOp::Sum | ReduceOp::Mean => format!("{a} + {b}"),
+        ReduceOp::Max => format!("fmaxf({a}, {b})"),
+    };
+    let identity = |op: ReduceOp| match op {
+        ReduceOp::Sum | ReduceOp::Mean => "0.0f",
+        ReduceOp::Max => "-__int_as_float(0x7f800000)",
+    };
+    let slots = pro.inputs.len();
+    let offsets_from_row = |k: &mut RowKernel<'_, '_>| {
+        k.line(1, "long long bi[FUSE_NIN], si[FUSE_NIN];");
+        for i in 0..slots {
+            let s = k.slot(i);
+            k.line(1, &format!("bi[{s}] = p.bi[{i}]; si[{s}] = p.si[{i}];"));
+        }
+    };
+    k.line(0, "#define FUSE_GEMM_PRO_CAN_SCALE 1");
+    k.line(0, &format!("#define FUSE_GEMM_PRO_REDUCTIONS {}", reductions.len()));
+    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro_offsets(const FuseArgs& args, long long row, FuseProRow& p) {");
+    k.line(1, "long long bi[FUSE_NIN], si[FUSE_NIN], bo[FUSE_NOUT], so[FUSE_NOUT];");
+    k.line(1, "fuse_row_offsets(args, row, bi, si, bo, so);");
+    for i in 0..slots {
+        let s = k.slot(i);
+        k.line(1, &format!("p.bi[{i}] = bi[{s}]; p.si[{i}] = si[{s}];"));
+    }
+    k.line(0, "}");
+    k.line(0, "__device__ __forceinline__ bool fuse_gemm_pro_can_scale(const FuseProRow& p) {");
+    let constant: Vec<String> = f.row_slots.iter().map(|&i| format!("(FUSE_IN{} == FUSE_SCALAR || p.si[{i}] == 0)", k.slot(i))).collect();
+    k.line(1, &format!("return {};", if constant.is_empty() { "true".to_string() } else { constant.join(" && ") }));
+    k.line(0, "}");
+    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro_red_init(float (&red)[FUSE_GEMM_PRO_REDUCTIONS]) {");
+    for (q, &(_, op)) in reductions.iter().enumerate() {
+        k.line(1, &format!("red[{q}] = {};", identity(op)));
+    }
+    k.line(0, "}");
+    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro_red_merge(float (&a)[FUSE_GEMM_PRO_REDUCTIONS], const float (&b)[FUSE_GEMM_PRO_REDUCTIONS]) {");
+    for (q, &(_, op)) in reductions.iter().enumerate() {
+        k.line(1, &format!("a[{q}] = {};", fold(op, &format!("a[{q}]"), &format!("b[{q}]"))));
+    }
+    k.line(0, "}");
+    // h and the reductions' operands at 8 columns: scalars first, then the other inputs' 8 values, then per
+    // element the work on them.
+    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro8_scaled(const FuseArgs& args, const FuseProRow& p, long long j8, float (&a)[8], float (&red)[FUSE_GEMM_PRO_REDUCTIONS]) {");
+    offsets_from_row(&mut k);
+    k.emit_scalar_reads(1);
+    k.emit_ready_narrow();
+    let primary = pro.inputs[pro.primary];
+    k.available[primary.index()] = true;
+    let targets: Vec<NodeId> = f.element.iter().copied().chain(reductions.iter().map(|&(r, _)| g.node(r).args[0])).collect();
+    let (wide_slots, wide_nodes) = k.wide_work(&targets);
+    for &i in &wide_slots {
+        let s = k.slot(i);
+        k.line(1, &format!("float in{s}[8];"));
+        k.line(1, &format!("fuse_pro_read8<FUSE_IN{s}>(args.in[{s}], bi[{s}], si[{s}], j8, in{s});"));
+    }
+    k.line(1, "#pragma unroll");
+    k.line(1, "for (int e = 0; e < 8; ++e) {");
+    k.line(2, &format!("const float v{} = a[e];", primary.0));
+    for &i in &wide_slots {
+        let s = k.slot(i);
+        k.line(2, &format!("const float v{} = in{s}[e];", pro.inputs[i].0));
+    }
+    for &n in &wide_nodes {
+        k.line(2, &emit::compute(g, n));
+    }
+    for (q, &(r, op)) in reductions.iter().enumerate() {
+        let operand = emit::value(g, g.node(r).args[0]);
+        k.line(2, &format!("red[{q}] = {};", fold(op, &format!("red[{q}]"), &operand)));
+    }
+    let h: Vec<String> = f.element.iter().map(|&w| emit::value(g, w)).collect();
+    k.line(2, &format!("a[e] = {};", h.join(" * ")));
+    k.line(1, "}");
+    k.line(0, "}");
+    // s: the reductions' results, the row factors' other inputs at column 0, the work on them.
+    k.line(0, "__device__ __forceinline__ float fuse_gemm_pro_scale(const FuseArgs& args, const FuseProRow& p, long long n, const float (&red)[FUSE_GEMM_PRO_REDUCTIONS]) {");
+    offsets_from_row(&mut k);
+    for (q, &(r, op)) in reductions.iter().enumerate() {
+        let value = if op == ReduceOp::Mean { format!("red[{q}] / (float)n") } else { format!("red[{q}]") };
+        k.line(1, &format!("const float v{} = {value};", r.0));
+    }
+    for &i in &f.row_slots {
+        let s = k.slot(i);
+        k.line(1, &format!("const float v{} = {};", pro.inputs[i].0, emit::read(s, &format!("bi[{s}]"))));
+    }
+    for &n in &f.row_nodes {
+        k.line(1, &emit::compute(g, n));
+    }
+    let scale: Vec<String> = f.row.iter().map(|&n| emit::value(g, n)).collect();
+    k.line(1, &format!("return {};", scale.join(" * ")));
+    k.line(0, "}");
+    Some(k.text)
 }

@@ -196,13 +196,15 @@ impl Executor<'_> {
 /// channels: d a multiple of 8, unit stride along d, and every row starting on a 16-byte boundary (the axes
 /// of size 1 are never stepped along).
 pub(super) fn vector_rows(t: &Tensor, address: u64, d: usize) -> bool {
-    let elements = 16 / t.dtype().size_bytes();
-    let rows_aligned = t.shape()[..3].iter().zip(&t.strides()[..3]).all(|(&n, &stride)| n == 1 || stride % elements == 0);
-    matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16)
-        && d % 8 == 0
-        && t.strides()[3] == 1
-        && address % 16 == 0
-        && rows_aligned
+    matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16) && d % 8 == 0 && rows_on_16_bytes(t, address)
+}
+
+/// Whether every row of `t` (its last axis, at `address`) is unit-stride and starts on a 16-byte boundary
+/// (the axes of size 1 are never stepped along).
+pub(super) fn rows_on_16_bytes(t: &Tensor, address: u64) -> bool {
+    let (r, elements) = (t.shape().len(), 16 / t.dtype().size_bytes());
+    let rows_aligned = t.shape()[..r - 1].iter().zip(&t.strides()[..r - 1]).all(|(&n, &stride)| n == 1 || stride % elements == 0);
+    t.strides()[r - 1] == 1 && address % 16 == 0 && rows_aligned
 }
 
 /// A 4-D shape's sizes (inference checked the rank).

@@ -25,15 +25,32 @@ struct TemplateLaunch {
     maps: Option<[TensorMapSpec; 3]>,
 }
 
+/// Whether `path`'s kernel can run a group's prologue itself (a skinny config of few enough rows a block).
+pub(super) fn streams_prologue(path: &GemmPath) -> bool {
+    matches!(path, GemmPath::Skinny(c) if c.rows_per_block() <= PROLOGUE_MAX_ROWS)
+}
+
 impl Executor<'_> {
+    /// Kernels and library calls `run_gemm` queues for group `index` on `path` (the prologue kernel where
+    /// it is deferred and the path does not stream it, the matmuls, the epilogue kernels).
+    pub(super) fn gemm_launches(&self, index: usize, specs: &[PreparedKernel], path: &GemmPath) -> usize {
+        let count = |role: Role| specs.iter().filter(|k| k.spec.role == role).count();
+        let prologue = if self.prologue_deferred && !streams_prologue(path) { count(Role::Prologue) } else { 0 };
+        let body = match path {
+            _ if path.template_role().is_some() => return prologue + 1,
+            GemmPath::Cublas if self.plan.groups[index].matmuls.len() == 2 => 1,
+            _ => self.plan.groups[index].matmuls.len(),
+        };
+        prologue + body + count(Role::Epilogue)
+    }
+
     /// The matmul part of the group (after its prologue) on `path`; with the prologue deferred (see
     /// `run_group`), the prologue kernel first unless `path` runs it in its kernel.
     pub(super) fn run_gemm(&mut self, index: usize, specs: &[PreparedKernel], path: &GemmPath) -> Result<()> {
         self.path = path.clone();
         // Deferral was decided on these operands with a skinny config (`run_group`); of the checks in
         // `in_kernel_prologue`, only the rows per block depend on the config.
-        let streams_prologue = matches!(path, GemmPath::Skinny(c) if c.rows_per_block() <= PROLOGUE_MAX_ROWS);
-        if self.prologue_deferred && !streams_prologue {
+        if self.prologue_deferred && !streams_prologue(path) {
             for spec in specs.iter().filter(|k| k.spec.role == Role::Prologue) {
                 self.run_kernel(spec)?;
             }

@@ -11,6 +11,7 @@
 //! synchronisation (`Error::DeviceCheck`), so no step waits for the host. Graphs with these ops are never
 //! recorded as launch plans (the steps are queued without patches): every call takes the general path.
 
+use super::attention::rows_on_16_bytes;
 use super::launch::KernelDims;
 use super::launch_plan::Step;
 use super::{kernels, Executor};
@@ -149,7 +150,10 @@ impl Executor<'_> {
                 let r = x.shape().len();
                 let (columns, rows) = (x.shape()[r - 1], out.numel());
                 if rows > 0 {
-                    words.address(self.address(&x)?).address(out_address).counts(&[rows, columns, x.strides()[r - 1]]);
+                    // 16-byte loads: unit column stride, every row starting on a 16-byte boundary.
+                    let address = self.address(&x)?;
+                    let vector = rows_on_16_bytes(&x, address);
+                    words.address(address).address(out_address).counts(&[rows, columns, x.strides()[r - 1], vector as usize]);
                     words.layout(&x.shape()[..r - 1], &x.strides()[..r - 1]);
                 }
                 (ModelKernel::Argmax, x.dtype(), rows.clamp(1, 1 << 20) as u32, rows)

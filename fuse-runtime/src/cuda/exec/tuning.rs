@@ -34,6 +34,13 @@ const CHECKED_ELEMENTS: usize = 1 << 20;
 const FAST_LT_ALGOS: usize = 4;
 /// Rows from which the fast mode times the mma.sync template (its tiles are 64 or 128 rows).
 const MMA_FAST_MIN_ROWS: usize = 64;
+/// Microseconds a candidate is charged for each kernel or library call it queues past the first: the timing
+/// runs a group alone, where a template kernel cannot copy its weights while the kernel before it runs and a
+/// library path's separate prologue and epilogue kernels are not yet boundaries of a graph step (in a CUDA
+/// graph with programmatic dependent launch a kernel boundary with the least work costs about 2 us on an
+/// H200: the decoder's output projection alone, BENCHMARKS.md). Decides between paths within a few
+/// microseconds of each other (batch 16's decode step took 948 or 1,072 us as the choice fell), nothing else.
+const EXTRA_LAUNCH_US: f64 = 1.0;
 /// Bytes written to flush the L2 cache (60 MB on an H200) before each timed repetition.
 const FLUSH_BYTES: usize = 256 << 20;
 
@@ -84,6 +91,13 @@ fn fastest(xs: &[f64]) -> f64 {
     xs.iter().copied().fold(f64::INFINITY, f64::min)
 }
 
+/// The index of the candidate with the least time plus [`EXTRA_LAUNCH_US`] for each launch past its first
+/// (the first of equals; `None` when none ran).
+fn charged(timed: &[(GemmPath, Option<f64>)], launches: &[usize]) -> Option<usize> {
+    let cost = |i: usize| timed[i].1.map(|t| t + EXTRA_LAUNCH_US * launches[i].saturating_sub(1) as f64);
+    (0..timed.len()).filter_map(|i| cost(i).map(|c| (i, c))).min_by(|a, b| a.1.total_cmp(&b.1)).map(|(i, _)| i)
+}
+
 impl Executor<'_> {
     /// The group's path for this call (see the module doc), with `path_note` saying why for FUSE_DEBUG>=3.
     pub(super) fn choose_path(&mut self, index: usize, specs: &[PreparedKernel]) -> Result<GemmPath> {
@@ -97,7 +111,8 @@ impl Executor<'_> {
         let shared = self.device.queueing_threads() > 1;
         let timed = self.measure(index, specs, &candidates, &key, tune::mode())?;
         let shared = shared || self.device.queueing_threads() > 1;
-        Ok(self.tuned_path(key, timed, shared))
+        let launches: Vec<usize> = timed.iter().map(|(path, _)| self.gemm_launches(index, specs, path)).collect();
+        Ok(self.tuned_path(key, timed, &launches, shared))
     }
 
     /// The group's path when nothing has to be timed (a forced path, the results table, or the fixed rule
@@ -145,14 +160,11 @@ impl Executor<'_> {
         Ok(None)
     }
 
-    /// The fastest of the `timed` candidates, kept in the results table under `key`: in its file too, unless
-    /// the GPU was `shared` with other threads' work while they were timed (then for this process only).
-    fn tuned_path(&mut self, key: TuneKey, timed: Vec<(GemmPath, Option<f64>)>, shared: bool) -> GemmPath {
-        let best = timed
-            .iter()
-            .filter_map(|(p, t)| t.map(|t| (p, t)))
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-            .map(|(p, t)| (p.clone(), t));
+    /// The fastest of the `timed` candidates counting [`EXTRA_LAUNCH_US`] for each of its `launches` past
+    /// the first (`charged`), kept in the results table under `key` with its measured time: in its file too,
+    /// unless the GPU was `shared` with other threads' work while they were timed (then for this process only).
+    fn tuned_path(&mut self, key: TuneKey, timed: Vec<(GemmPath, Option<f64>)>, launches: &[usize], shared: bool) -> GemmPath {
+        let best = charged(&timed, launches).map(|i| (timed[i].0.clone(), timed[i].1.unwrap_or(f64::NAN)));
         let Some((path, micros)) = best else {
             self.note("path cublas (every candidate failed to run)".into());
             return GemmPath::Cublas;
@@ -362,6 +374,20 @@ impl Executor<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extra_launches_are_charged_a_microsecond_each() {
+        use crate::cuda::gemm::skinny::CONFIGS;
+        let timed = |cublas: f64, skinny: f64| vec![(GemmPath::Cublas, Some(cublas)), (GemmPath::Skinny(&CONFIGS[0]), Some(skinny))];
+        // cuBLAS with a prologue and an epilogue kernel (3 launches) against the skinny kernel running both.
+        let launches = [3, 1];
+        assert_eq!(charged(&timed(10.0, 11.5), &launches), Some(1), "within 2 us: the single kernel");
+        assert_eq!(charged(&timed(10.0, 12.5), &launches), Some(0), "2.5 us faster: the library");
+        assert_eq!(charged(&timed(1000.0, 1010.0), &launches), Some(0), "large products: time decides");
+        let failed = vec![(GemmPath::Cublas, Some(5.0)), (GemmPath::Skinny(&CONFIGS[0]), None)];
+        assert_eq!(charged(&failed, &launches), Some(0), "a candidate that failed is never chosen");
+        assert_eq!(charged(&[(GemmPath::Cublas, None)], &[1]), None);
+    }
 
     #[test]
     fn the_fastest_run_counts() {

@@ -188,18 +188,20 @@ __device__ __forceinline__ void fuse_sk_mma32(float (&c)[4], const FuseSkV4& wl,
 // lanes x 16 bytes = 8192 * S * D * MT bytes, then (XS=1) the X ring, KW x S x NT x 32 lanes x 16 bytes
 // = 512 * S * KW * NT bytes. The weight ring is reused for the K-split reduction after the main loop.
 #if FUSE_GEMM_PRO
-// The in-kernel prologue on 8 consecutive k of one X row (16-bit elements of dtype DT), whose FuseProRow the
-// caller holds; rounded back two at a time (cvt.rn.{bf16,f16}x2: round to nearest even, as fuse_pack).
+// 8 consecutive k of one X row (16-bit elements of dtype DT) as f32, and back, rounded two at a time
+// (cvt.rn.{bf16,f16}x2: round to nearest even, as fuse_pack).
 template <int DT>
-__device__ __forceinline__ FuseSkV4 fuse_sk_pro8(const FuseArgs& args, const FuseProRow& row, long long k, FuseSkV4 v) {
-    unsigned w[4] = {v.x, v.y, v.z, v.w};
-    float a[8];
+__device__ __forceinline__ void fuse_sk_unpack8(FuseSkV4 v, float (&a)[8]) {
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         a[2 * i] = fuse_unpack<DT>((unsigned short)(w[i] & 0xffffu));
         a[2 * i + 1] = fuse_unpack<DT>((unsigned short)(w[i] >> 16));
     }
-    fuse_gemm_pro8(args, row, k, a);
+}
+template <int DT>
+__device__ __forceinline__ FuseSkV4 fuse_sk_pack8(const float (&a)[8]) {
+    unsigned w[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         if (DT == 2) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[i]) : "f"(a[2 * i + 1]), "f"(a[2 * i]));
@@ -207,6 +209,26 @@ __device__ __forceinline__ FuseSkV4 fuse_sk_pro8(const FuseArgs& args, const Fus
     }
     return FuseSkV4{w[0], w[1], w[2], w[3]};
 }
+// The in-kernel prologue on 8 consecutive k of one X row, whose FuseProRow the caller holds.
+template <int DT>
+__device__ __forceinline__ FuseSkV4 fuse_sk_pro8(const FuseArgs& args, const FuseProRow& row, long long k, FuseSkV4 v) {
+    float a[8];
+    fuse_sk_unpack8<DT>(v, a);
+    fuse_gemm_pro8(args, row, k, a);
+    return fuse_sk_pack8<DT>(a);
+}
+#if defined(FUSE_GEMM_PRO_CAN_SCALE)
+// The same in the scaled form: h in place of X, each reduction's operand folded into `red` (see the
+// generated fuse_gemm_pro8_scaled).
+template <int DT>
+__device__ __forceinline__ FuseSkV4 fuse_sk_pro8_scaled(const FuseArgs& args, const FuseProRow& row, long long k, FuseSkV4 v,
+                                                        float (&red)[FUSE_GEMM_PRO_REDUCTIONS]) {
+    float a[8];
+    fuse_sk_unpack8<DT>(v, a);
+    fuse_gemm_pro8_scaled(args, row, k, a, red);
+    return fuse_sk_pack8<DT>(a);
+}
+#endif
 #endif
 
 // A partial sum another block wrote, read past L1 (which may hold a stale line of it).
@@ -342,11 +364,35 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
     // fills only after this pass; a stage slot of one warp holds U * L * 32 16-byte vectors, >= 256 floats).
     static_assert(FUSE_GEMM_PRO_ROWS * 256 * 4 <= 512 * S * U * 16 * (1 + DUAL) * MT, "the ring holds the partials");
     static_assert(!early || (FUSE_GEMM_PRO_ROWS <= 8 && L * 32 * 4 >= 256), "a warp's last stage holds a row's partials");
-    float* const part = reinterpret_cast<float*>(early ? smem + (S - 1) * U * L * 32 : smem);
-    fuse_gemm_pro_rows(p.epi, m0, (int)(M - m0 < BM ? M - m0 : BM), K, part, early ? S * U * L * 32 * 4 : 256);
-    __syncthreads();
-    // This thread's X row (NT = 1 here): its offsets and narrow values stay in registers for the main loop.
-    const FuseProRow pro_row = fuse_pro_row[g];
+    // The scaled form (the generated code's FUSE_GEMM_PRO_CAN_SCALE: X = s * h, s one value a row): h is
+    // streamed from the start of the main loop, the reductions fold over what each thread loads, and s
+    // multiplies the row's sums before the epilogue: no pass over the rows first. For one 8-row X tile
+    // whose row the whole block's K is split over (KW = 8, NT = 1, no X staging, no K split across blocks),
+    // and where s's other inputs are constant along every row of the block (checked here, the same answer
+    // in every thread). bf16 only: h is rounded to the element type unnormalised, which f16's range (65504)
+    // may not hold where s would have scaled it down.
+    FuseProRow pro_row;
+#if defined(FUSE_GEMM_PRO_CAN_SCALE)
+    float pro_red[FUSE_GEMM_PRO_REDUCTIONS];
+    fuse_gemm_pro_red_init(pro_red);
+    bool pro_scaled = DT == 2 && KW == 8 && NT == 1 && !XS && SP == 1;
+    if (pro_scaled) {
+        fuse_gemm_pro_offsets(p.epi, m0 + g < M ? m0 + g : M - 1, pro_row);
+        FuseProRow first;
+        fuse_gemm_pro_offsets(p.epi, m0, first);
+        pro_scaled = fuse_gemm_pro_can_scale(first) && fuse_gemm_pro_can_scale(pro_row);
+        pro_scaled = __syncthreads_and(pro_scaled);
+    }
+#else
+    constexpr bool pro_scaled = false;
+#endif
+    if (!pro_scaled) {
+        float* const part = reinterpret_cast<float*>(early ? smem + (S - 1) * U * L * 32 : smem);
+        fuse_gemm_pro_rows(p.epi, m0, (int)(M - m0 < BM ? M - m0 : BM), K, part, early ? S * U * L * 32 * 4 : 256);
+        __syncthreads();
+        // This thread's X row (NT = 1 here): its offsets and narrow values stay in registers for the main loop.
+        pro_row = fuse_pro_row[g];
+    }
 #endif
 
     float acc[D][MT][NT][4];
@@ -488,7 +534,13 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                     const long long kk = (long long)c * (CW * KW) + koff + 8 * u;
 #pragma unroll
                     for (int j = 0; j < NT; ++j)
-                        if (kk < K && xok[j]) xc[u][j] = fuse_sk_pro8<DT>(p.epi, pro_row, kk, xc[u][j]);
+                        if (kk < K && xok[j]) {
+#if defined(FUSE_GEMM_PRO_CAN_SCALE)
+                            if (pro_scaled) xc[u][j] = fuse_sk_pro8_scaled<DT>(p.epi, pro_row, kk, xc[u][j], pro_red);
+                            else
+#endif
+                            xc[u][j] = fuse_sk_pro8<DT>(p.epi, pro_row, kk, xc[u][j]);
+                        }
                 }
 #endif
                 fuse_sk_cp_wait<S - 1>();  // chunk c has landed (each thread reads only what it copied itself)
@@ -508,7 +560,45 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
         }
         fuse_sk_cp_wait<0>();
     }
+#if FUSE_GEMM_PRO && defined(FUSE_GEMM_PRO_CAN_SCALE)
+    // The scaled form's reductions: the 4 lanes of an X row in a warp merged (xor 1, 2), then each warp's
+    // value of each row in shared memory, merged in warp order by whoever needs a row's s (deterministic).
+    __shared__ float fuse_sk_pro_red[8][8][FUSE_GEMM_PRO_REDUCTIONS];
+    if (pro_scaled) {
+#pragma unroll
+        for (int x = 1; x <= 2; x <<= 1) {
+            float other[FUSE_GEMM_PRO_REDUCTIONS];
+#pragma unroll
+            for (int q = 0; q < FUSE_GEMM_PRO_REDUCTIONS; ++q) other[q] = __shfl_xor_sync(0xffffffffu, pro_red[q], x);
+            fuse_gemm_pro_red_merge(pro_red, other);
+        }
+        if ((lane & 3) == 0) {
+#pragma unroll
+            for (int q = 0; q < FUSE_GEMM_PRO_REDUCTIONS; ++q) fuse_sk_pro_red[warp][g][q] = pro_red[q];
+        }
+    }
+#endif
     __syncthreads();  // the ring is reused for the reduction
+#if FUSE_GEMM_PRO && defined(FUSE_GEMM_PRO_CAN_SCALE)
+    // Each row's s, by one thread a row from every warp's reductions in warp order, ready for the epilogue
+    // after the barrier below (the X tile's 8 rows: NT = 1).
+    __shared__ float fuse_sk_pro_scale[8];
+    if (pro_scaled && tid < 8 && m0 + tid < M) {
+        float total[FUSE_GEMM_PRO_REDUCTIONS];
+#pragma unroll
+        for (int q = 0; q < FUSE_GEMM_PRO_REDUCTIONS; ++q) total[q] = fuse_sk_pro_red[0][tid][q];
+#pragma unroll
+        for (int w = 1; w < 8; ++w) {
+            float next[FUSE_GEMM_PRO_REDUCTIONS];
+#pragma unroll
+            for (int q = 0; q < FUSE_GEMM_PRO_REDUCTIONS; ++q) next[q] = fuse_sk_pro_red[w][tid][q];
+            fuse_gemm_pro_red_merge(total, next);
+        }
+        FuseProRow row;
+        fuse_gemm_pro_offsets(p.epi, m0 + tid, row);
+        fuse_sk_pro_scale[tid] = fuse_gemm_pro_scale(p.epi, row, K, total);
+    }
+#endif
 
     // Reduce the KW partial sums of each n-group through shared memory (fixed order: deterministic), one 8-row
     // X tile at a time, and call the epilogue with consecutive threads on consecutive columns.
@@ -537,6 +627,12 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                     s0 += red[grp * KW + w][0][i][reg][ln];
                     if (DUAL) s1 += red[grp * KW + w][D - 1][i][reg][ln];
                 }
+#if FUSE_GEMM_PRO && defined(FUSE_GEMM_PRO_CAN_SCALE)
+                if (pro_scaled) {
+                    s0 *= fuse_sk_pro_scale[rr];  // X row rr of the only X tile
+                    s1 *= fuse_sk_pro_scale[rr];
+                }
+#endif
                 if (SP == 1) {
                     fuse_gemm_epilogue(p.epi, m, n, s0, DUAL ? s1 : 0.f);
                 } else {
