@@ -65,8 +65,9 @@ struct Params {
     int stage_kv;                          // copy each block's first item's cached k/v rows to shared memory early
     int mono;                              // grid barriers: 1 a monotonic counter (arrive without a reply,
                                            // poll), 0 an arrival counter and a generation word
-    int lean;                              // decode_step_lean (a private residual stream a block, one trip
-                                           // to L2 a phase) instead of decode_step
+    int lean;                              // 1: decode_step_lean (a private residual stream a block, one
+                                           // trip to L2 a phase), 2: decode_step_flow (no grid barrier:
+                                           // tagged values), 0: decode_step
     const __nv_bfloat16 *wqkv, *wo, *wg, *wu, *wd, *norm1, *norm2, *norm_out, *lm;  // [layers][rows][k]
     const __nv_bfloat16 *cos, *sin;        // [cap][HD/2]
     __nv_bfloat16 *kc, *vc;                // [layers][batch][NKV][cap][HD]
@@ -74,6 +75,10 @@ struct Params {
     __nv_bfloat16 *qkv, *attn, *h, *logits; // [batch][QKV], [batch][HID], [batch][FFN], [batch][VOCAB]
     __nv_bfloat16* dn;                     // [batch][HID]: lean, the down projection's output (attn: the
                                            // output projection's)
+    unsigned *fqkv, *fo, *fh, *fdn;        // flow: tagged words, [batch][QKV], [batch][HID], [batch][FFN], [batch][HID]
+    unsigned long long* fpart;             // flow: tagged partials, [batch][NKV][splits][GROUP][HD + 2]
+    unsigned* step;                        // flow: steps done (the tags' source), advanced by the last block
+    unsigned poll_ns;                      // flow: nanosleep between two polls of words not yet written
     float* partials;                       // [batch][NKV][splits][GROUP][HD + 2]
     unsigned* counters;                    // [batch][NKV] attention merges, then 1 for the argmax
     float* best_v;                         // [grid][batch]
@@ -319,6 +324,7 @@ struct __align__(16) AttnSmem {
     float kn[HD], vn[HD];
     float sc[GROUP][SPLIT_KEYS];
     float m[GROUP], l[GROUP];
+    float raw[(GROUP + 2) * HD];  // decode_step_flow: q, k and v as polled
     int last;
 };
 
@@ -342,6 +348,7 @@ __device__ bool stage_kv(const Params& p, int layer, AttnSmem& s) {
     if (cached <= 0 || it.k1 - it.k0 > KV_STAGE_KEYS) return false;
     const size_t head = (((size_t)layer * p.batch + it.b) * NKV + it.g) * p.cap + it.k0;
     const unsigned bytes = (unsigned)cached * HD * 2;
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the last item's reads of s.k, s.v first
     mbar_expect(&s.kv_bar, 2 * bytes);
     bulk_copy(&s.k[0][0], p.kc + head * HD, bytes, &s.kv_bar);
     bulk_copy(&s.v[0][0], p.vc + head * HD, bytes, &s.kv_bar);
@@ -465,22 +472,52 @@ __device__ void lm_head_argmax(const Params& p, const Ring& ring, const __nv_bfl
     int best_i[NB];
 #pragma unroll
     for (int b = 0; b < NB; ++b) best_v[b] = -INFINITY, best_i[b] = 0x7fffffff;
-    for (int c = p.layers * KINDS; c < ring.total; ++c) {
-        const Chunk ch = chunk_of(p, blk, c);
-        const __nv_bfloat16* w = ring.wait(c);
-        gemv<NB, false>(w, nullptr, ch.rows, HID, act, p.batch, [&](int r, int b, float a, float) {
-            const __nv_bfloat16 v = __float2bfloat16(a);
-            const int idx = ch.row0 + r;
-            p.logits[(size_t)b * VOCAB + idx] = v;
-            const float f = __bfloat162float(v);
+    // HEAD_GROUP chunks a round (one barrier for their rows, the warps over all of them): a chunk a round
+    // left 6 of 8 warps idle in its second pass and took a barrier every 14 rows.
+    constexpr int HEAD_GROUP = NSLOT / 2;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, k8 = HID / 8;
+    for (int c0 = p.layers * KINDS; c0 < ring.total; c0 += HEAD_GROUP) {
+        const int chunks = min(HEAD_GROUP, ring.total - c0);
+        for (int i = 0; i < chunks; ++i) ring.wait(c0 + i);
+        const Chunk last = chunk_of(p, blk, c0 + chunks - 1);
+        const int rows = (chunks - 1) * LM_ROWS + last.rows;
+        const int row0 = chunk_of(p, blk, c0).row0;
+        for (int j = warp; j < rows; j += WARPS) {
+            const int c = c0 + j / LM_ROWS;  // its chunk, in slot c % NSLOT
+            const __nv_bfloat16* wr =
+                reinterpret_cast<const __nv_bfloat16*>(ring.slots + (size_t)(c % NSLOT) * SLOT_BYTES) + (size_t)(j % LM_ROWS) * HID;
+            float acc[NB];
 #pragma unroll
-            for (int bb = 0; bb < NB; ++bb)
-                if (bb == b && (f > best_v[bb] || (f == best_v[bb] && idx < best_i[bb]))) best_v[bb] = f, best_i[bb] = idx;
-        });
+            for (int b = 0; b < NB; ++b) acc[b] = 0.f;
+            for (int v = lane; v < k8; v += 32) {
+                float wf[8];
+                unpack8(reinterpret_cast<const uint4*>(wr)[v], wf);
+#pragma unroll
+                for (int b = 0; b < NB; ++b) {
+                    if (b >= p.batch) break;
+                    float af[8];
+                    unpack8(reinterpret_cast<const uint4*>(act + (size_t)b * HID)[v], af);
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) acc[b] = fmaf(wf[i], af[i], acc[b]);
+                }
+            }
+            const int idx = row0 + j;
+#pragma unroll
+            for (int b = 0; b < NB; ++b) {
+                if (b >= p.batch) break;
+                const float a = warp_sum(acc[b]);
+                if (lane == 0) {
+                    const __nv_bfloat16 v = __float2bfloat16(a);
+                    p.logits[(size_t)b * VOCAB + idx] = v;
+                    const float f = __bfloat162float(v);
+                    if (f > best_v[b] || (f == best_v[b] && idx < best_i[b])) best_v[b] = f, best_i[b] = idx;
+                }
+            }
+        }
         __syncthreads();
-        ring.release(p, c);
+        for (int i = 0; i < chunks; ++i) ring.release(p, c0 + i);
     }
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (p.record && blk == 0 && threadIdx.x == 0) p.times[p.layers * KINDS + 1] = global_ns();  // block 0's logits done
     if (lane == 0)
 #pragma unroll
         for (int b = 0; b < NB; ++b) red_v[warp][b] = best_v[b], red_i[warp][b] = best_i[b];
@@ -499,7 +536,10 @@ __device__ void lm_head_argmax(const Params& p, const Ring& ring, const __nv_bfl
     if (threadIdx.x == 0) {
         unsigned* c = p.counters + p.batch * NKV;
         last_block = atomicAdd(c, 1u) == (unsigned)p.grid - 1;
-        if (last_block) *c = 0, p.barrier[2] = 0;  // every block is past its last grid barrier
+        if (last_block) {
+            *c = 0, p.barrier[2] = 0;  // every block is past its last grid barrier
+            if (p.step) *p.step += 1;  // and has read the step's count
+        }
         __threadfence();
     }
     __syncthreads();
@@ -871,6 +911,365 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_lean(const Params p) {
     lm_head_argmax<NB>(p, ring, act);
 }
 
+// ---- the flow step: no grid barrier --------------------------------------------------------------------
+// In decode_step and decode_step_lean a phase costs 3-4 us where its work is well under 1: the writes must
+// reach L2 before the barrier's arrival (a round trip), the arrival and the poll that sees the last one (one
+// to two more), then the phase reads its input (one more). Here every value one phase hands to the next
+// carries the tag of the layer that wrote it (a bf16 in the low half of a 32-bit word, the tag's low 16 bits
+// in the high half; attention's f32 partials as 64-bit words with the whole tag), stored and loaded relaxed
+// at gpu scope (each word single-copy atomic). A phase polls its input words until each carries this
+// layer's tag: no fence, no counter, no barrier, and a block starts a phase as soon as the rows it reads
+// are written. A word's previous value is the previous layer's (tag - 1) or, for the first layer, the last
+// layer's of the step before (the same), so a stale word never passes; the tags come from a step counter in
+// memory that the last block to finish advances. Reuse is safe without barriers: a buffer is written again
+// only after the next layer's inputs, which need every block's reads of it, are complete.
+// Otherwise decode_step_lean (the residual stream in every block, merge while staging).
+
+__device__ __forceinline__ void st_relaxed(unsigned* p, unsigned v) {
+    asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_relaxed64(unsigned long long* p, unsigned long long v) {
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ uint4 ld_relaxed4(const void* p) {
+    uint4 v;
+    asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ unsigned tag_word(float v, unsigned tag16) {
+    return (unsigned)__bfloat16_as_ushort(__float2bfloat16(v)) | (tag16 << 16);
+}
+__device__ __forceinline__ float word_value(unsigned w) { return __bfloat162float(__ushort_as_bfloat16((unsigned short)(w & 0xffffu))); }
+__device__ __forceinline__ bool words_tagged(const uint4& v, unsigned tag16) {
+    return (v.x >> 16) == tag16 && (v.y >> 16) == tag16 && (v.z >> 16) == tag16 && (v.w >> 16) == tag16;
+}
+__device__ __forceinline__ unsigned long long tag_pair(float v, unsigned tag) {
+    return ((unsigned long long)tag << 32) | __float_as_uint(v);
+}
+
+// Polls the 16-byte vectors at(0) .. at(n - 1), the block's threads taking every THREADS-th, ROUND of a
+// thread's in flight at once, until ready(v) for each (sleeping sleep_ns between tries); then use(i, v) on each.
+template <int ROUND, typename At, typename Ready, typename Use>
+__device__ __forceinline__ void poll_vectors(int n, unsigned sleep_ns, At at, Ready ready, Use use) {
+    for (int base = threadIdx.x; base < n; base += ROUND * THREADS) {
+        uint4 v[ROUND];
+        unsigned pending = 0;
+#pragma unroll
+        for (int i = 0; i < ROUND; ++i)
+            if (base + i * THREADS < n) pending |= 1u << i;
+        for (unsigned tries = 0; pending; ++tries) {
+#pragma unroll
+            for (int i = 0; i < ROUND; ++i)
+                if (pending >> i & 1u) v[i] = ld_relaxed4(at(base + i * THREADS));
+#pragma unroll
+            for (int i = 0; i < ROUND; ++i)
+                if ((pending >> i & 1u) && ready(v[i])) pending &= ~(1u << i);
+            if (pending) {
+                if (tries > PATIENCE) __trap();
+                if (sleep_ns) __nanosleep(sleep_ns);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < ROUND; ++i)
+            if (base + i * THREADS < n) use(base + i * THREADS, v[i]);
+    }
+}
+
+// Rows of tagged words (n words a row, `rows` rows) as bf16 into act[r][n].
+__device__ void take_rows(const unsigned* src, int rows, int n, unsigned tag16, unsigned sleep_ns, __nv_bfloat16* act) {
+    poll_vectors<4>(
+        rows * n / 4, sleep_ns, [&](int i) { return src + 4 * i; }, [&](const uint4& v) { return words_tagged(v, tag16); },
+        [&](int i, const uint4& v) {
+            act[4 * i] = __ushort_as_bfloat16((unsigned short)(v.x & 0xffffu));
+            act[4 * i + 1] = __ushort_as_bfloat16((unsigned short)(v.y & 0xffffu));
+            act[4 * i + 2] = __ushort_as_bfloat16((unsigned short)(v.z & 0xffffu));
+            act[4 * i + 3] = __ushort_as_bfloat16((unsigned short)(v.w & 0xffffu));
+        });
+    __syncthreads();
+}
+
+// xs[b] = bf16(xs[b] + add[b]) (tagged words; none for the first layer), then rms_norm into act (as
+// add_and_norm).
+template <int NB>
+__device__ void add_words_and_norm(const Params& p, const unsigned* add, unsigned tag16, const float (&nv)[PER_THREAD],
+                                   __nv_bfloat16* xs, __nv_bfloat16* act, float* scale) {
+    if (add)
+        poll_vectors<4>(
+            p.batch * HID / 4, p.poll_ns, [&](int i) { return add + 4 * i; }, [&](const uint4& v) { return words_tagged(v, tag16); },
+            [&](int i, const uint4& v) {
+                const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    xs[4 * i + j] = __float2bfloat16(bf(__bfloat162float(xs[4 * i + j]) + word_value(w[j])));
+            });
+    __syncthreads();
+    add_and_norm<NB>(p, nullptr, nv, xs, act, scale);
+}
+
+// The partials of attention's splits merged into act[b][HID], 2 channels a thread: each split's pair of
+// weighted sums and its (max, sum) polled together, 8 splits in flight, merged online (rescaling by the
+// running max): one round trip to L2 where a row has at most 8 splits.
+__device__ void merge_flow(const Params& p, unsigned tag, __nv_bfloat16* act) {
+    const int S = p.splits, rows = p.batch * NH;
+    auto row_words = [&](int row, int j) {  // partials of query row `row` (b, head) for split j
+        const int b = row / NH, hq = row % NH, g = hq / GROUP, r = hq % GROUP;
+        return p.fpart + ((((size_t)b * NKV + g) * S + j) * GROUP + r) * (HD + 2);
+    };
+    auto ready = [&](const uint4& v) { return v.y == tag && v.w == tag; };
+    constexpr int ROUND = 8;
+    for (int u = threadIdx.x; u < rows * HD / 2; u += THREADS) {
+        const int row = u / (HD / 2), pair = u % (HD / 2);
+        float mx = -INFINITY, total = 0.f, a0 = 0.f, a1 = 0.f;
+        for (int j0 = 0; j0 < S; j0 += ROUND) {
+            uint4 v[ROUND], st[ROUND];
+            unsigned pending = 0;
+#pragma unroll
+            for (int i = 0; i < ROUND; ++i)
+                if (j0 + i < S) pending |= 3u << (2 * i);
+            for (unsigned tries = 0; pending; ++tries) {
+#pragma unroll
+                for (int i = 0; i < ROUND; ++i) {
+                    if (pending >> (2 * i) & 1u) v[i] = ld_relaxed4(row_words(row, j0 + i) + 2 * pair);
+                    if (pending >> (2 * i + 1) & 1u) st[i] = ld_relaxed4(row_words(row, j0 + i) + HD);
+                }
+#pragma unroll
+                for (int i = 0; i < ROUND; ++i) {
+                    if ((pending >> (2 * i) & 1u) && ready(v[i])) pending &= ~(1u << (2 * i));
+                    if ((pending >> (2 * i + 1) & 1u) && ready(st[i])) pending &= ~(1u << (2 * i + 1));
+                }
+                if (pending) {
+                    if (tries > PATIENCE) __trap();
+                    if (p.poll_ns) __nanosleep(p.poll_ns);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < ROUND; ++i)
+                if (j0 + i < S) {
+                    const float mj = __uint_as_float(st[i].x), lj = __uint_as_float(st[i].z);
+                    if (mj > mx) {
+                        const float down = __expf(mx - mj);
+                        total *= down, a0 *= down, a1 *= down;
+                        mx = mj;
+                    }
+                    const float w = __expf(mj - mx);
+                    total = fmaf(w, lj, total);
+                    a0 = fmaf(w, __uint_as_float(v[i].x), a0);
+                    a1 = fmaf(w, __uint_as_float(v[i].z), a1);
+                }
+        }
+        const int b = row / NH, hq = row % NH;
+        act[(size_t)b * HID + hq * HD + 2 * pair] = __float2bfloat16(a0 / total);
+        act[(size_t)b * HID + hq * HD + 2 * pair + 1] = __float2bfloat16(a1 / total);
+    }
+    __syncthreads();
+}
+
+// Attention item `item` (as attention_item_lean), its q, k and v polled from the tagged QKV words, its
+// partials written tagged.
+// `cs`, `sn`: the rotation's cos and sin at this thread's channel (t % (HD / 2)), loaded once a step.
+// `arrived`: where to note the clock once q, k and v are in (block 0's first item when timing phases);
+// `clocks`: 2 more notes, the staged rows in and the partials written.
+__device__ void attention_item_flow(const Params& p, int layer, int item, AttnSmem& s, bool staged, unsigned kv_parity,
+                                    unsigned tag, float cs, float sn, unsigned long long* arrived, unsigned long long* clocks) {
+    const Item it = item_of(p, item);
+    const int split = it.split, g = it.g, b = it.b, k0 = it.k0, k1 = it.k1, n = k1 - k0;
+    const size_t head = (((size_t)layer * p.batch + b) * NKV + g) * p.cap;
+    const __nv_bfloat16* kc = staged ? &s.k[0][0] - (size_t)k0 * HD : p.kc + head * HD;
+    const __nv_bfloat16* vc = staged ? &s.v[0][0] - (size_t)k0 * HD : p.vc + head * HD;
+    const int t = threadIdx.x, half = HD / 2;
+    // q (GROUP heads), k and v of (b, g): 5 x HD words, 4 a vector.
+    const unsigned* row = p.fqkv + (size_t)b * QKV;
+    const unsigned tag16 = tag & 0xffffu;
+    poll_vectors<1>(
+        (GROUP + 2) * HD / 4, p.poll_ns,
+        [&](int i) {
+            const int w = 4 * i;
+            return w < GROUP * HD ? row + g * GROUP * HD + w
+                 : w < (GROUP + 1) * HD ? row + (NH + g) * HD + (w - GROUP * HD)
+                                        : row + (NH + NKV + g) * HD + (w - (GROUP + 1) * HD);
+        },
+        [&](const uint4& v) { return words_tagged(v, tag16); },
+        [&](int i, const uint4& v) {
+            s.raw[4 * i] = word_value(v.x), s.raw[4 * i + 1] = word_value(v.y);
+            s.raw[4 * i + 2] = word_value(v.z), s.raw[4 * i + 3] = word_value(v.w);
+        });
+    __syncthreads();
+    if (arrived && t == 0) *arrived = global_ns();
+    auto rope = [&](const float* x, int d) {
+        const int i = d % half;
+        return bf(d < half ? x[i] * cs - x[i + half] * sn : x[i + half] * cs + x[i] * sn);
+    };
+    if (t < GROUP * HD) s.q[t / HD][t % HD] = rope(s.raw + (t / HD) * HD, t % HD) * 0.125f;
+    else if (t < GROUP * HD + HD) s.kn[t % HD] = rope(s.raw + GROUP * HD, t % HD);
+    if (t < HD) s.vn[t] = s.raw[(GROUP + 1) * HD + t];
+    if (staged) mbar_wait(&s.kv_bar, kv_parity);
+    __syncthreads();
+    if (clocks && t == 0) clocks[0] = global_ns();
+    if (k0 <= p.pos && p.pos < k1 && t < HD) {
+        p.kc[(head + p.pos) * HD + t] = __float2bfloat16(s.kn[t]);
+        p.vc[(head + p.pos) * HD + t] = __float2bfloat16(s.vn[t]);
+    }
+    const int kq = t / 8, oct = t % 8;
+    for (int j0 = 0; j0 < n; j0 += THREADS / 8) {
+        const int j = j0 + kq, key = k0 + j;
+        float dots[GROUP];
+#pragma unroll
+        for (int r = 0; r < GROUP; ++r) dots[r] = 0.f;
+        if (j < n) {
+            float kf[8];
+            if (key == p.pos) {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) kf[i] = s.kn[8 * oct + i];
+            } else {
+                unpack8(reinterpret_cast<const uint4*>(kc + (size_t)key * HD)[oct], kf);
+            }
+#pragma unroll
+            for (int r = 0; r < GROUP; ++r)
+#pragma unroll
+                for (int i = 0; i < 8; ++i) dots[r] = fmaf(s.q[r][8 * oct + i], kf[i], dots[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < GROUP; ++r)
+#pragma unroll
+            for (int o = 1; o < 8; o <<= 1) dots[r] += __shfl_xor_sync(0xffffffffu, dots[r], o);
+        if (j < n && oct == 0)
+#pragma unroll
+            for (int r = 0; r < GROUP; ++r) s.sc[r][j] = dots[r];
+    }
+    __syncthreads();
+    const int warp = t / 32, lane = t % 32;
+    if (warp < GROUP) {
+        float m = -INFINITY;
+        for (int j = lane; j < n; j += 32) m = fmaxf(m, s.sc[warp][j]);
+        for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0.f;
+        for (int j = lane; j < n; j += 32) {
+            const float e = __expf(s.sc[warp][j] - m);
+            s.sc[warp][j] = e;
+            l += e;
+        }
+        l = warp_sum(l);
+        if (lane == 0) s.m[warp] = m, s.l[warp] = l;
+    }
+    __syncthreads();
+    if (t < GROUP * HD) {
+        const int r = t / HD, d = t % HD;
+        float acc = 0.f;
+#pragma unroll 4
+        for (int j = 0; j < n; ++j) {
+            const int key = k0 + j;
+            const float v = key == p.pos ? s.vn[d] : __bfloat162float(vc[(size_t)key * HD + d]);
+            acc = fmaf(s.sc[r][j], v, acc);
+        }
+        unsigned long long* mine = p.fpart + ((((size_t)b * NKV + g) * p.splits + split) * GROUP + r) * (HD + 2);
+        st_relaxed64(mine + d, tag_pair(acc, tag));
+        if (d == 0) {
+            st_relaxed64(mine + HD, tag_pair(s.m[r], tag));
+            st_relaxed64(mine + HD + 1, tag_pair(s.l[r], tag));
+        }
+    }
+    __syncthreads();
+    if (clocks && t == 0) clocks[1] = global_ns();
+}
+
+template <int NB>
+__global__ void __launch_bounds__(THREADS, 1) decode_step_flow(const Params p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    unsigned char* slots = smem;
+    unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem + NSLOT * SLOT_BYTES);
+    __nv_bfloat16* act = reinterpret_cast<__nv_bfloat16*>(bars + NSLOT);  // [NB][FFN]
+    __nv_bfloat16* xs = act + NB * FFN;                                    // [NB][HID]: the residual stream
+    float* scale = reinterpret_cast<float*>(xs + NB * HID);               // [NB]
+    AttnSmem& as = *reinterpret_cast<AttnSmem*>(scale + 16);
+
+    const int blk = blockIdx.x;
+    const unsigned first_tag = (__ldcg(p.step) + 1u) * (unsigned)p.layers;
+    Ring ring{slots, bars, total_chunks(p, blk)};
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < NSLOT; ++i) mbar_init(bars + i, 1);
+        mbar_init(&as.kv_bar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int c = 0; c < NSLOT; ++c) ring.issue(p, c);
+    }
+    for (int e = threadIdx.x; e < p.batch * HID / 8; e += THREADS)
+        reinterpret_cast<uint4*>(xs)[e] = __ldcg(reinterpret_cast<const uint4*>(p.x) + e);
+    __syncthreads();
+    // Block 0's clock when each phase's input has arrived (the phase before it has ended).
+    int stage = 0;
+    auto stamp = [&]() {
+        if (p.record && blk == 0 && threadIdx.x == 0) p.times[stage] = global_ns();
+        ++stage;
+    };
+    if (p.record && blk == 0 && threadIdx.x == 0) p.times[p.layers * KINDS] = global_ns();
+
+    // A GEMV of chunk c's rows against `act` (k wide), lane 0 writing its result tagged to out[b][n].
+    auto projection = [&](int k, int c, unsigned* out, int n, unsigned tag16) {
+        const Chunk ch = chunk_of(p, blk, c);
+        const __nv_bfloat16* w = ring.wait(c);
+        gemv<NB, false>(w, nullptr, ch.rows, k, act, p.batch, [&](int r, int b, float a, float) {
+            st_relaxed(out + (size_t)b * n + ch.row0 + r, tag_word(a, tag16));
+        });
+        __syncthreads();
+        ring.release(p, c);
+    };
+
+    // Each layer's cached rows are staged as soon as the layer before is done with the staging buffers.
+    __shared__ int staged;
+    if (threadIdx.x == 0) staged = stage_kv(p, 0, as);
+    unsigned kv_phases = 0;
+    float nv[PER_THREAD];
+    norm_weights(p.norm1, nv);
+    const float cs = __bfloat162float(p.cos[(size_t)p.pos * (HD / 2) + threadIdx.x % (HD / 2)]);
+    const float sn = __bfloat162float(p.sin[(size_t)p.pos * (HD / 2) + threadIdx.x % (HD / 2)]);
+    for (int l = 0; l < p.layers; ++l) {
+        const int c = l * KINDS;
+        const unsigned tag = first_tag + l, tag16 = tag & 0xffffu, before16 = (tag - 1) & 0xffffu;
+        add_words_and_norm<NB>(p, l > 0 ? p.fdn : nullptr, before16, nv, xs, act, scale);
+        if (l > 0) stamp();
+        projection(HID, c, p.fqkv, QKV, tag16);
+        const int items = p.batch * NKV * p.splits;
+        // Block 0 notes when its first item's q, k and v are in: the QKV phase's end.
+        unsigned long long* arrived = p.record && blk == 0 ? p.times + stage : nullptr;
+        unsigned long long* clocks = p.record && blk == 0 ? p.times + p.layers * KINDS + 2 + 2 * l : nullptr;
+        for (int item = blk; item < items; item += p.grid)
+            attention_item_flow(p, l, item, as, item == blk && staged, kv_phases & 1u, tag, cs, sn, item == 0 ? arrived : nullptr,
+                                item == 0 ? clocks : nullptr);
+        ++stage;
+        kv_phases += staged;
+        __syncthreads();  // every thread has read `staged`
+        if (threadIdx.x == 0 && l + 1 < p.layers) staged = stage_kv(p, l + 1, as);
+        merge_flow(p, tag, act);
+        stamp();
+        projection(HID, c + 1, p.fo, HID, tag16);
+        norm_weights(p.norm2 + (size_t)l * HID, nv);
+        add_words_and_norm<NB>(p, p.fo, tag16, nv, xs, act, scale);
+        stamp();
+        {
+            const Chunk ch = chunk_of(p, blk, c + 2);
+            const __nv_bfloat16* wg = ring.wait(c + 2);
+            const __nv_bfloat16* wu = ring.wait(c + 3);
+            gemv<NB, true>(wg, wu, ch.rows, HID, act, p.batch, [&](int r, int b, float g, float u) {
+                const float gs = bf(g), silu = bf(gs / (1.f + __expf(-gs)));
+                st_relaxed(p.fh + (size_t)b * FFN + ch.row0 + r, tag_word(silu * bf(u), tag16));
+            });
+            __syncthreads();
+            ring.release(p, c + 2);
+            ring.release(p, c + 3);
+        }
+        take_rows(p.fh, p.batch, FFN, tag16, p.poll_ns, act);
+        stamp();
+        projection(FFN, c + 4, p.fdn, HID, tag16);
+        norm_weights(l + 1 < p.layers ? p.norm1 + (size_t)(l + 1) * HID : p.norm_out, nv);
+    }
+    add_words_and_norm<NB>(p, p.layers > 0 ? p.fdn : nullptr, (first_tag + p.layers - 1) & 0xffffu, nv, xs, act, scale);
+    stamp();
+    if (blk == 0)
+        for (int e = threadIdx.x; e < p.batch * HID / 8; e += THREADS)
+            reinterpret_cast<uint4*>(p.x)[e] = reinterpret_cast<const uint4*>(xs)[e];
+    lm_head_argmax<NB>(p, ring, act);
+}
+
 // ---- the step's parts alone, for the breakdown -------------------------------------------------------
 // `n` grid barriers and nothing else.
 __global__ void __launch_bounds__(THREADS, 1) barriers_only(const Params p, int n) {
@@ -1028,6 +1427,15 @@ static Case make_case(const Weights& w, int batch, int layers, int pos, int grid
     CK(cudaMalloc(&p.qkv, (size_t)batch * QKV * 2));
     CK(cudaMalloc(&p.attn, (size_t)batch * HID * 2));
     CK(cudaMalloc(&p.dn, (size_t)batch * HID * 2));
+    const size_t flow_words = (size_t)batch * (QKV + 2 * HID + FFN);
+    CK(cudaMalloc(&p.fqkv, flow_words * 4));
+    CK(cudaMemset(p.fqkv, 0, flow_words * 4));
+    p.fo = p.fqkv + (size_t)batch * QKV, p.fh = p.fo + (size_t)batch * HID, p.fdn = p.fh + (size_t)batch * FFN;
+    const size_t part_words = (size_t)batch * NKV * c.splits * GROUP * (HD + 2);
+    CK(cudaMalloc(&p.fpart, part_words * 8));
+    CK(cudaMemset(p.fpart, 0, part_words * 8));
+    CK(cudaMalloc(&p.step, 4));
+    CK(cudaMemset(p.step, 0, 4));
     CK(cudaMalloc(&p.h, (size_t)batch * FFN * 2));
     CK(cudaMalloc(&p.logits, (size_t)batch * VOCAB * 2));
     CK(cudaMalloc(&p.partials, (size_t)batch * NKV * c.splits * GROUP * (HD + 2) * 4));
@@ -1038,7 +1446,7 @@ static Case make_case(const Weights& w, int batch, int layers, int pos, int grid
     CK(cudaMalloc(&p.tokens, batch * 4));
     CK(cudaMalloc(&p.barrier, 12));
     CK(cudaMemset(p.barrier, 0, 12));
-    CK(cudaMalloc(&p.times, (layers * KINDS + 1) * 8));
+    CK(cudaMalloc(&p.times, (layers * KINDS + 2 + 2 * layers) * 8));
     return c;
 }
 
@@ -1053,15 +1461,15 @@ static bool g_cooperative = true;
 
 template <int NB>
 static cudaError_t launch_nb(const Params& p, cudaStream_t s) {
-    void (*kernel)(const Params) = p.lean ? decode_step_lean<NB> : decode_step<NB>;
+    void (*kernel)(const Params) = p.lean == 2 ? decode_step_flow<NB> : p.lean ? decode_step_lean<NB> : decode_step<NB>;
     const size_t smem = smem_bytes(NB, p.lean);
-    static bool set[2] = {false, false};
+    static bool set[3] = {false, false, false};
     if (!set[p.lean]) {
         CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         int blocks = 0;
         CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, THREADS, smem));
         if (blocks < 1) {
-            fprintf(stderr, "decode_step%s<%d> cannot be resident (%zu B shared memory)\n", p.lean ? "_lean" : "", NB, smem);
+            fprintf(stderr, "decode_step%s<%d> cannot be resident (%zu B shared memory)\n", p.lean == 2 ? "_flow" : p.lean ? "_lean" : "", NB, smem);
             exit(1);
         }
         set[p.lean] = true;
@@ -1242,11 +1650,12 @@ static std::vector<float> appended(const std::vector<float>& cache, const Case& 
     return out;
 }
 
-static bool check_case(const Weights& w, int batch, int layers, int pos, int grid, int stage_kv = 1, int mono = 1, int lean = 1) {
+static bool check_case(const Weights& w, int batch, int layers, int pos, int grid, int stage_kv = 1, int mono = 1, int lean = 2) {
     Case c = make_case(w, batch, layers, pos, grid);
     c.p.stage_kv = stage_kv;
     c.p.mono = mono;
     c.p.lean = lean;
+    c.p.poll_ns = 32;
     const Reference ref = reference(w, c);
     std::vector<std::vector<__nv_bfloat16>> runs;
     std::vector<int> tokens;
@@ -1290,7 +1699,7 @@ static bool check_case(const Weights& w, int batch, int layers, int pos, int gri
     const double tol = layers <= 2 ? 1e-2 : 5e-2;  // bf16 rounding flips compound over the layers
     const bool ok = e_logits < tol && e_x < tol && e_k < tol && e_v < tol && same && token_bad == 0 && argmax_bad == 0;
     printf("check %s batch %2d layers %2d pos %4d splits %2d kv %s barrier %s: rel L2 logits %.2e x %.2e k %.2e v %.2e, repeat %s, tokens off %d, argmax off %d  %s\n",
-           lean ? "lean " : "first", batch, layers, pos, c.splits, stage_kv ? "staged" : "global", mono ? "monotonic" : "generation", e_logits, e_x, e_k, e_v, same ? "identical" : "DIFFERENT", token_bad, argmax_bad, ok ? "ok" : "FAIL");
+           lean == 2 ? "flow " : lean ? "lean " : "first", batch, layers, pos, c.splits, stage_kv ? "staged" : "global", mono ? "monotonic" : "generation", e_logits, e_x, e_k, e_v, same ? "identical" : "DIFFERENT", token_bad, argmax_bad, ok ? "ok" : "FAIL");
     return ok;
 }
 
@@ -1356,19 +1765,24 @@ static void bench(const Weights& w, int grid, bool phases) {
         printf("parts: an empty launch %.1f us; %d grid barriers %.1f us (%.0f ns each), monotonic %.1f us (%.0f ns each); the weights through the ring %.1f us (%.0f GB/s)\n",
                empty, n, bars, (bars - empty) * 1e3 / n, bars_mono, (bars_mono - empty) * 1e3 / n, stream, weight_bytes(w.layers) / (stream * 1e-6) / 1e9);
     }
-    printf("| batch | cached | splits | kernel | k/v | us/step (graph) | us/step (launches) | x floor |\n|---|---|---|---|---|---|---|---|\n");
+    printf("| batch | cached | splits | kernel | poll sleep ns | us/step (graph) | us/step (launches) | x floor |\n|---|---|---|---|---|---|---|---|\n");
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     for (int batch : {1, 4, 16})
         for (int cached : {128, 1024})
-        for (int variant = 0; variant < 3; ++variant) {
+        for (int variant = 0; variant < 2; ++variant) {
             // The monotonic barrier only: the generation word's was ~100 us a step slower in every row
-            // (2026-12-01). Variants: lean with staged k/v, lean reading k/v from memory, the first design.
-            const int stage = variant != 1, lean = variant < 2;
+            // (2026-12-01), and k/v read from memory slower than staged or level. Variants: flow, lean, the
+            // first design.
+            // flow (polls 32 ns apart: none and 256 ns measured 517.0 and 528.0 us at batch 1 against 517.2,
+            // 2026-12-01), then the first design.
+            const int stage = 1, lean = variant == 0 ? 2 : 0;
+            const unsigned poll_ns = 32;
             Case c = make_case(w, batch, w.layers, cached, grid);
             c.p.stage_kv = stage;
             c.p.mono = 1;
             c.p.lean = lean;
+            c.p.poll_ns = poll_ns;
             for (int i = 0; i < 5; ++i) launch(c.p, s);
             CK(cudaStreamSynchronize(s));
             cudaGraphExec_t ge = capture(c.p, s, 20);
@@ -1391,26 +1805,35 @@ static void bench(const Weights& w, int grid, bool phases) {
             float ms_launch;
             CK(cudaEventElapsedTime(&ms_launch, e0, e1));
             const double us = ms_graph * 1e3 / (reps * 20);
-            printf("| %d | %d | %d | %s | %s | %.1f | %.1f | %.2f |\n", batch, cached, c.splits, lean ? "lean" : "first", stage ? "staged" : "global", us, ms_launch * 1e3 / 200, us / floor_us);
-            if (phases && variant != 1) {
+            printf("| %d | %d | %d | %s | %s | %.1f | %.1f | %.2f |\n", batch, cached, c.splits, lean == 2 ? "flow" : lean ? "lean" : "first", lean == 2 ? std::to_string(poll_ns).c_str() : "-", us, ms_launch * 1e3 / 200, us / floor_us);
+            if (phases) {
                 Params p = c.p;
                 p.record = 1;
+                // Layers after the first (the first phase of the first includes the kernel's start), the
+                // first phase alone, and block 0's LM head (from the last layer's end to its logits).
                 std::vector<double> sum(KINDS, 0);
+                double first = 0, head = 0, kv_in = 0, computed = 0;
                 const int runs = 20;
                 for (int i = 0; i < runs; ++i) {
                     launch(p, s);
                     CK(cudaStreamSynchronize(s));
-                    auto t = download(p.times, (size_t)w.layers * KINDS + 1);
-                    unsigned long long prev = t[w.layers * KINDS];
-                    for (int k = 0; k < w.layers * KINDS; ++k) {
-                        sum[k % KINDS] += (double)(t[k] - prev);
-                        prev = t[k];
+                    auto t = download(p.times, (size_t)w.layers * KINDS + 2 + 2 * w.layers);
+                    first += (double)(t[0] - t[w.layers * KINDS]);
+                    for (int l = 1; lean == 2 && l < w.layers; ++l) {  // flow: block 0's attention item
+                        const unsigned long long* a = &t[w.layers * KINDS + 2 + 2 * l];
+                        kv_in += (double)(a[0] - t[l * KINDS]);
+                        computed += (double)(a[1] - a[0]);
                     }
+                    head += (double)(t[w.layers * KINDS + 1] - t[w.layers * KINDS - 1]);
+                    for (int k = KINDS; k < w.layers * KINDS; ++k) sum[k % KINDS] += (double)(t[k] - t[k - 1]);
                 }
                 const char* names[KINDS] = {"norm+QKV", "attention", "o-proj", "norm+gate/up", "down"};
-                printf("    phases (block 0, ns a layer):");
-                for (int k = 0; k < KINDS; ++k) printf(" %s %.0f", names[k], sum[k] / (runs * w.layers));
-                printf("\n");
+                printf("    phases (block 0, ns a layer after the first):");
+                for (int k = 0; k < KINDS; ++k) printf(" %s %.0f", names[k], sum[k] / (runs * (w.layers - 1)));
+                printf("; the start and layer 0's QKV %.0f, the LM head %.0f\n", first / runs, head / runs);
+                if (lean == 2)
+                    printf("    block 0's attention item: q, k, v in -> cached rows in %.0f ns, -> partials written %.0f ns\n",
+                           kv_in / (runs * (w.layers - 1)), computed / (runs * (w.layers - 1)));
             }
             CK(cudaGraphExecDestroy(ge));
         }
@@ -1445,7 +1868,9 @@ int main(int argc, char** argv) {
         ok &= check_case(w, 2, 2, 0, sms);
         ok &= check_case(w, 1, 30, 1024, sms, 0);
         ok &= check_case(w, 16, 2, 300, sms, 0);
-        ok &= check_case(w, 1, 30, 100, sms, 1, 1, 0);  // decode_step, the first design, still right
+        ok &= check_case(w, 1, 30, 100, sms, 1, 1, 1);  // decode_step_lean
+        ok &= check_case(w, 4, 30, 1024, sms, 1, 1, 1);
+        ok &= check_case(w, 1, 30, 100, sms, 1, 1, 0);  // decode_step, the first design
         ok &= check_case(w, 3, 2, 17, sms, 0, 1, 0);
     }
     if (mode == "sanitize") {  // small, for compute-sanitizer: 2 layers, odd batch and position, split keys
@@ -1453,6 +1878,7 @@ int main(int argc, char** argv) {
         ok &= check_case(w, 3, 2, 17, sms);
         ok &= check_case(w, 1, 2, 511, sms);
         ok &= check_case(w, 2, 2, 40, sms, 0, 0);
+        ok &= check_case(w, 3, 2, 17, sms, 1, 1, 1);
         ok &= check_case(w, 3, 2, 17, sms, 1, 1, 0);
     }
     if (mode == "bench" || mode == "phases" || mode == "all") {
