@@ -58,7 +58,8 @@ constexpr int SLOT_BYTES = 16384;          // a chunk: at most this many bytes (
 constexpr int LM_ROWS = SLOT_BYTES / (HID * 2);  // LM-head rows a chunk: 14
 constexpr int SPLIT_KEYS = 256;            // most keys an attention split holds (its scores in shared memory)
 constexpr int KINDS = 5;                   // chunks a layer: qkv, o, gate, up, down
-constexpr int KV_STAGE_KEYS = 64;          // cached keys (and values) of its first attention item a block copies early
+constexpr int KV_STAGE_KEYS = 64;
+constexpr int FLOW_CLOCKS = 5;             // decode_step_flow's extra clock notes a layer (phases mode)          // cached keys (and values) of its first attention item a block copies early
 
 struct Params {
     int batch, layers, pos, cap, splits, grid, record;
@@ -1007,9 +1008,10 @@ __device__ void add_words_and_norm(const Params& p, const unsigned* add, unsigne
     add_and_norm<NB>(p, nullptr, nv, xs, act, scale);
 }
 
-// The partials of attention's splits merged into act[b][HID], 2 channels a thread: each split's pair of
-// weighted sums and its (max, sum) polled together, 8 splits in flight, merged online (rescaling by the
-// running max): one round trip to L2 where a row has at most 8 splits.
+// The partials of attention's splits merged into act[b][HID], 4 channels a thread (a thread a unit at batch
+// 1: 2 channels a thread gave some threads two units, two round trips in a row): each split's two pairs of
+// weighted sums and its (max, sum) polled together, 4 splits in flight, merged online (rescaling by the
+// running max): one round trip to L2 where a row has at most 4 splits.
 __device__ void merge_flow(const Params& p, unsigned tag, __nv_bfloat16* act) {
     const int S = p.splits, rows = p.batch * NH;
     auto row_words = [&](int row, int j) {  // partials of query row `row` (b, head) for split j
@@ -1017,26 +1019,29 @@ __device__ void merge_flow(const Params& p, unsigned tag, __nv_bfloat16* act) {
         return p.fpart + ((((size_t)b * NKV + g) * S + j) * GROUP + r) * (HD + 2);
     };
     auto ready = [&](const uint4& v) { return v.y == tag && v.w == tag; };
-    constexpr int ROUND = 8;
-    for (int u = threadIdx.x; u < rows * HD / 2; u += THREADS) {
-        const int row = u / (HD / 2), pair = u % (HD / 2);
-        float mx = -INFINITY, total = 0.f, a0 = 0.f, a1 = 0.f;
+    constexpr int ROUND = 4;
+    for (int u = threadIdx.x; u < rows * HD / 4; u += THREADS) {
+        const int row = u / (HD / 4), quad = u % (HD / 4);
+        float mx = -INFINITY, total = 0.f, a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
         for (int j0 = 0; j0 < S; j0 += ROUND) {
-            uint4 v[ROUND], st[ROUND];
+            uint4 v[ROUND], v2[ROUND], st[ROUND];
             unsigned pending = 0;
 #pragma unroll
             for (int i = 0; i < ROUND; ++i)
-                if (j0 + i < S) pending |= 3u << (2 * i);
+                if (j0 + i < S) pending |= 7u << (3 * i);
             for (unsigned tries = 0; pending; ++tries) {
 #pragma unroll
                 for (int i = 0; i < ROUND; ++i) {
-                    if (pending >> (2 * i) & 1u) v[i] = ld_relaxed4(row_words(row, j0 + i) + 2 * pair);
-                    if (pending >> (2 * i + 1) & 1u) st[i] = ld_relaxed4(row_words(row, j0 + i) + HD);
+                    const unsigned long long* at = row_words(row, j0 + i);
+                    if (pending >> (3 * i) & 1u) v[i] = ld_relaxed4(at + 4 * quad);
+                    if (pending >> (3 * i + 1) & 1u) v2[i] = ld_relaxed4(at + 4 * quad + 2);
+                    if (pending >> (3 * i + 2) & 1u) st[i] = ld_relaxed4(at + HD);
                 }
 #pragma unroll
                 for (int i = 0; i < ROUND; ++i) {
-                    if ((pending >> (2 * i) & 1u) && ready(v[i])) pending &= ~(1u << (2 * i));
-                    if ((pending >> (2 * i + 1) & 1u) && ready(st[i])) pending &= ~(1u << (2 * i + 1));
+                    if ((pending >> (3 * i) & 1u) && ready(v[i])) pending &= ~(1u << (3 * i));
+                    if ((pending >> (3 * i + 1) & 1u) && ready(v2[i])) pending &= ~(1u << (3 * i + 1));
+                    if ((pending >> (3 * i + 2) & 1u) && ready(st[i])) pending &= ~(1u << (3 * i + 2));
                 }
                 if (pending) {
                     if (tries > PATIENCE) __trap();
@@ -1049,18 +1054,23 @@ __device__ void merge_flow(const Params& p, unsigned tag, __nv_bfloat16* act) {
                     const float mj = __uint_as_float(st[i].x), lj = __uint_as_float(st[i].z);
                     if (mj > mx) {
                         const float down = __expf(mx - mj);
-                        total *= down, a0 *= down, a1 *= down;
+                        total *= down, a0 *= down, a1 *= down, a2 *= down, a3 *= down;
                         mx = mj;
                     }
                     const float w = __expf(mj - mx);
                     total = fmaf(w, lj, total);
                     a0 = fmaf(w, __uint_as_float(v[i].x), a0);
                     a1 = fmaf(w, __uint_as_float(v[i].z), a1);
+                    a2 = fmaf(w, __uint_as_float(v2[i].x), a2);
+                    a3 = fmaf(w, __uint_as_float(v2[i].z), a3);
                 }
         }
         const int b = row / NH, hq = row % NH;
-        act[(size_t)b * HID + hq * HD + 2 * pair] = __float2bfloat16(a0 / total);
-        act[(size_t)b * HID + hq * HD + 2 * pair + 1] = __float2bfloat16(a1 / total);
+        __nv_bfloat16* out = act + (size_t)b * HID + hq * HD + 4 * quad;
+        out[0] = __float2bfloat16(a0 / total);
+        out[1] = __float2bfloat16(a1 / total);
+        out[2] = __float2bfloat16(a2 / total);
+        out[3] = __float2bfloat16(a3 / total);
     }
     __syncthreads();
 }
@@ -1069,7 +1079,7 @@ __device__ void merge_flow(const Params& p, unsigned tag, __nv_bfloat16* act) {
 // partials written tagged.
 // `cs`, `sn`: the rotation's cos and sin at this thread's channel (t % (HD / 2)), loaded once a step.
 // `arrived`: where to note the clock once q, k and v are in (block 0's first item when timing phases);
-// `clocks`: 2 more notes, the staged rows in and the partials written.
+// `clocks`: 4 more notes: the staged rows in, the scores, the softmax, the partials written.
 __device__ void attention_item_flow(const Params& p, int layer, int item, AttnSmem& s, bool staged, unsigned kv_parity,
                                     unsigned tag, float cs, float sn, unsigned long long* arrived, unsigned long long* clocks) {
     const Item it = item_of(p, item);
@@ -1138,6 +1148,7 @@ __device__ void attention_item_flow(const Params& p, int layer, int item, AttnSm
             for (int r = 0; r < GROUP; ++r) s.sc[r][j] = dots[r];
     }
     __syncthreads();
+    if (clocks && t == 0) clocks[1] = global_ns();
     const int warp = t / 32, lane = t % 32;
     if (warp < GROUP) {
         float m = -INFINITY;
@@ -1153,6 +1164,7 @@ __device__ void attention_item_flow(const Params& p, int layer, int item, AttnSm
         if (lane == 0) s.m[warp] = m, s.l[warp] = l;
     }
     __syncthreads();
+    if (clocks && t == 0) clocks[2] = global_ns();
     if (t < GROUP * HD) {
         const int r = t / HD, d = t % HD;
         float acc = 0.f;
@@ -1170,7 +1182,7 @@ __device__ void attention_item_flow(const Params& p, int layer, int item, AttnSm
         }
     }
     __syncthreads();
-    if (clocks && t == 0) clocks[1] = global_ns();
+    if (clocks && t == 0) clocks[3] = global_ns();
 }
 
 template <int NB>
@@ -1231,7 +1243,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_flow(const Params p) {
         const int items = p.batch * NKV * p.splits;
         // Block 0 notes when its first item's q, k and v are in: the QKV phase's end.
         unsigned long long* arrived = p.record && blk == 0 ? p.times + stage : nullptr;
-        unsigned long long* clocks = p.record && blk == 0 ? p.times + p.layers * KINDS + 2 + 2 * l : nullptr;
+        unsigned long long* clocks = p.record && blk == 0 ? p.times + p.layers * KINDS + 2 + FLOW_CLOCKS * l : nullptr;
         for (int item = blk; item < items; item += p.grid)
             attention_item_flow(p, l, item, as, item == blk && staged, kv_phases & 1u, tag, cs, sn, item == 0 ? arrived : nullptr,
                                 item == 0 ? clocks : nullptr);
@@ -1260,6 +1272,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_flow(const Params p) {
         take_rows(p.fh, p.batch, FFN, tag16, p.poll_ns, act);
         stamp();
         projection(FFN, c + 4, p.fdn, HID, tag16);
+        if (clocks && threadIdx.x == 0) clocks[4] = global_ns();
         norm_weights(l + 1 < p.layers ? p.norm1 + (size_t)(l + 1) * HID : p.norm_out, nv);
     }
     add_words_and_norm<NB>(p, p.layers > 0 ? p.fdn : nullptr, (first_tag + p.layers - 1) & 0xffffu, nv, xs, act, scale);
@@ -1446,7 +1459,7 @@ static Case make_case(const Weights& w, int batch, int layers, int pos, int grid
     CK(cudaMalloc(&p.tokens, batch * 4));
     CK(cudaMalloc(&p.barrier, 12));
     CK(cudaMemset(p.barrier, 0, 12));
-    CK(cudaMalloc(&p.times, (layers * KINDS + 2 + 2 * layers) * 8));
+    CK(cudaMalloc(&p.times, (layers * KINDS + 2 + FLOW_CLOCKS * layers) * 8));
     return c;
 }
 
@@ -1812,17 +1825,18 @@ static void bench(const Weights& w, int grid, bool phases) {
                 // Layers after the first (the first phase of the first includes the kernel's start), the
                 // first phase alone, and block 0's LM head (from the last layer's end to its logits).
                 std::vector<double> sum(KINDS, 0);
-                double first = 0, head = 0, kv_in = 0, computed = 0;
+                double first = 0, head = 0, item[FLOW_CLOCKS] = {};
                 const int runs = 20;
                 for (int i = 0; i < runs; ++i) {
                     launch(p, s);
                     CK(cudaStreamSynchronize(s));
-                    auto t = download(p.times, (size_t)w.layers * KINDS + 2 + 2 * w.layers);
+                    auto t = download(p.times, (size_t)w.layers * KINDS + 2 + FLOW_CLOCKS * w.layers);
                     first += (double)(t[0] - t[w.layers * KINDS]);
                     for (int l = 1; lean == 2 && l < w.layers; ++l) {  // flow: block 0's attention item
-                        const unsigned long long* a = &t[w.layers * KINDS + 2 + 2 * l];
-                        kv_in += (double)(a[0] - t[l * KINDS]);
-                        computed += (double)(a[1] - a[0]);
+                        const unsigned long long* a = &t[w.layers * KINDS + 2 + FLOW_CLOCKS * l];
+                        item[0] += (double)(a[0] - t[l * KINDS]);
+                        for (int k = 1; k < 4; ++k) item[k] += (double)(a[k] - a[k - 1]);
+                        item[4] += (double)(a[4] - t[l * KINDS + 3]);  // h in -> the down rows written
                     }
                     head += (double)(t[w.layers * KINDS + 1] - t[w.layers * KINDS - 1]);
                     for (int k = KINDS; k < w.layers * KINDS; ++k) sum[k % KINDS] += (double)(t[k] - t[k - 1]);
@@ -1832,8 +1846,12 @@ static void bench(const Weights& w, int grid, bool phases) {
                 for (int k = 0; k < KINDS; ++k) printf(" %s %.0f", names[k], sum[k] / (runs * (w.layers - 1)));
                 printf("; the start and layer 0's QKV %.0f, the LM head %.0f\n", first / runs, head / runs);
                 if (lean == 2)
-                    printf("    block 0's attention item: q, k, v in -> cached rows in %.0f ns, -> partials written %.0f ns\n",
-                           kv_in / (runs * (w.layers - 1)), computed / (runs * (w.layers - 1)));
+                {
+                    const double n = runs * (w.layers - 1);
+                    printf("    block 0's attention item: q, k, v in -> cached rows in %.0f ns -> scores %.0f -> softmax %.0f -> "
+                           "partials written %.0f; its down projection: h in -> rows written %.0f\n",
+                           item[0] / n, item[1] / n, item[2] / n, item[3] / n, item[4] / n);
+                }
             }
             CK(cudaGraphExecDestroy(ge));
         }
