@@ -1,30 +1,36 @@
 // Prototype: a whole SmolLM2-135M decode step as ONE persistent kernel (issue 15's aim), to measure what
 // that design reaches on the H200 before fuse generates it from a model's #[fuse] code.
 //
-// Built and run by scripts/kernels/run-persistent.sh on the GPU machine:
+// Built and run by scripts/kernels/run-persistent.sh on the GPU machine (profile-persistent.sh: under ncu):
 //   nvcc -O3 -std=c++17 -Xcompiler -fopenmp -gencode=arch=compute_90a,code=sm_90a persistent_decode.cu -o persistent_decode
-//   ./persistent_decode [check|bench|phases|sanitize|all]   (default all)
-// check:  batch 1, 3, 4 and 16 at 100 and 1024 cached positions (and 2 layers at batch 3): the step's
-//         logits, the tokens, the residual stream and every cache row it appends, against an f32 reference
-//         on the host with the same bf16 rounding points; two launches bit-identical.
+//   ./persistent_decode [check|bench|phases|sanitize|profile|all]   (default all)
+// check:  batch 1, 3, 4 and 16 at 100 and 1024 cached positions (and 2 layers at batch 3), mostly
+//         decode_step_flow, some cases of the other two: the step's logits, the tokens, the residual stream
+//         and every cache row it appends, against an f32 reference on the host with the same bf16 rounding
+//         points; two launches bit-identical.
 // bench:  us per step (CUDA graph of the one launch, replayed) at batch 1, 4, 16 with 128 and 1024 cached
-//         positions, against the weight bytes' floor at the copy bandwidth measured in the same run.
-// phases: bench, and block 0's clock at every grid barrier: the average time of each phase of a layer.
-// sanitize: two small checks (2 layers) for compute-sanitizer.
+//         positions, flow against the first design, and the weight bytes' floor at the copy bandwidth
+//         measured in the same run; the parts alone (an empty launch, grid barriers, the weight stream).
+// phases: bench, and block 0's clock at each phase's end (and inside flow's attention item and down
+//         projection): the average time of each phase of a layer, the LM head's.
+// sanitize: small checks (2 layers) of each design for compute-sanitizer.
+// profile:  decode_step_flow at batch 1, 128 cached, 5 launches (for ncu).
 //
 // Shapes are SmolLM2-135M's (hidden 576, 9 query heads, 3 kv heads, head dim 64, FFN 1536, 30 layers, vocab
-// 49152), weights random, bf16. The design:
+// 49152), weights random, bf16. Common to the three designs:
 // - One block per multiprocessor (all co-resident: a cooperative launch), 256 threads. Each GEMV (QKV, output
 //   projection, gate/up, down, LM head) gives each block a contiguous range of output rows, so that its
 //   weight rows are one contiguous range of bytes.
 // - Weights stream through a ring of shared-memory slots by bulk copies (cp.async.bulk, one mbarrier a
 //   slot): the block knows its whole sequence of weight chunks for the step, so it keeps NSLOT chunks (about
-//   two layers) in flight across the barriers; a GEMV waits only for its slot, and refills it once done.
-// - Grid barriers between phases (a counter and a generation word, self-resetting): QKV | attention (rope and
-//   the cache append fused in; splits merged by the last split block) | output projection + residual |
-//   rms_norm + gate/up + silu | down + residual | next layer. rms_norm is recomputed by every block from the
-//   residual (576 values a row): no phase of its own.
-// - LM head: rms_norm, logits, argmax (each block its rows' best, the last block merges).
+//   two layers) in flight across phases; a GEMV waits only for its slot, and refills it once done.
+// - Five phases a layer: QKV (rms_norm recomputed by every block) | attention (rope and the cache append
+//   fused in, keys split across blocks) | output projection + residual | rms_norm + gate/up + silu | down +
+//   residual. LM head: rms_norm, logits, argmax (each block its rows' best, the last block merges).
+// decode_step (the first design): grid barriers between phases (a monotonic counter, or a counter and a
+//   generation word), the residual stream in global memory, attention's splits merged by the last split block.
+// decode_step_lean: every block keeps the residual stream in shared memory; splits merged while staging.
+// decode_step_flow: lean without grid barriers, the values between phases tagged (see its section).
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <algorithm>
@@ -59,7 +65,7 @@ constexpr int LM_ROWS = SLOT_BYTES / (HID * 2);  // LM-head rows a chunk: 14
 constexpr int SPLIT_KEYS = 256;            // most keys an attention split holds (its scores in shared memory)
 constexpr int KINDS = 5;                   // chunks a layer: qkv, o, gate, up, down
 constexpr int KV_STAGE_KEYS = 64;
-constexpr int FLOW_CLOCKS = 5;             // decode_step_flow's extra clock notes a layer (phases mode)          // cached keys (and values) of its first attention item a block copies early
+constexpr int FLOW_CLOCKS = 7;             // decode_step_flow's extra clock notes a layer (phases mode)          // cached keys (and values) of its first attention item a block copies early
 
 struct Params {
     int batch, layers, pos, cap, splits, grid, record;
@@ -92,7 +98,9 @@ struct Params {
 // ---- small helpers ------------------------------------------------------------------------------------
 __device__ __forceinline__ float bf(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
-__device__ __forceinline__ int row_begin(int i, int n, int parts) { return (int)((long long)i * n / parts); }
+// 32-bit (i * n stays under 2^32 here: 132 x 49,152 at most): a 64-bit division costs ~10x more, and thread 0
+// computes chunk bounds between phases.
+__device__ __forceinline__ int row_begin(int i, int n, int parts) { return (int)((unsigned)i * (unsigned)n / (unsigned)parts); }
 
 __device__ __forceinline__ void unpack8(uint4 u, float* f) {
     const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&u);
@@ -1215,15 +1223,19 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_flow(const Params p) {
     };
     if (p.record && blk == 0 && threadIdx.x == 0) p.times[p.layers * KINDS] = global_ns();
 
-    // A GEMV of chunk c's rows against `act` (k wide), lane 0 writing its result tagged to out[b][n].
-    auto projection = [&](int k, int c, unsigned* out, int n, unsigned tag16) {
+    // A GEMV of chunk c's rows against `act` (k wide), lane 0 writing its result tagged to out[b][n]; `notes`
+    // (block 0 timing phases): the clock once the weights are in, the rows written, the next chunk issued.
+    auto projection = [&](int k, int c, unsigned* out, int n, unsigned tag16, unsigned long long* notes) {
         const Chunk ch = chunk_of(p, blk, c);
         const __nv_bfloat16* w = ring.wait(c);
+        if (notes && threadIdx.x == 0) notes[0] = global_ns();
         gemv<NB, false>(w, nullptr, ch.rows, k, act, p.batch, [&](int r, int b, float a, float) {
             st_relaxed(out + (size_t)b * n + ch.row0 + r, tag_word(a, tag16));
         });
         __syncthreads();
+        if (notes && threadIdx.x == 0) notes[1] = global_ns();
         ring.release(p, c);
+        if (notes && threadIdx.x == 0) notes[2] = global_ns();
     };
 
     // Each layer's cached rows are staged as soon as the layer before is done with the staging buffers.
@@ -1239,7 +1251,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_flow(const Params p) {
         const unsigned tag = first_tag + l, tag16 = tag & 0xffffu, before16 = (tag - 1) & 0xffffu;
         add_words_and_norm<NB>(p, l > 0 ? p.fdn : nullptr, before16, nv, xs, act, scale);
         if (l > 0) stamp();
-        projection(HID, c, p.fqkv, QKV, tag16);
+        projection(HID, c, p.fqkv, QKV, tag16, nullptr);
         const int items = p.batch * NKV * p.splits;
         // Block 0 notes when its first item's q, k and v are in: the QKV phase's end.
         unsigned long long* arrived = p.record && blk == 0 ? p.times + stage : nullptr;
@@ -1253,7 +1265,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_flow(const Params p) {
         if (threadIdx.x == 0 && l + 1 < p.layers) staged = stage_kv(p, l + 1, as);
         merge_flow(p, tag, act);
         stamp();
-        projection(HID, c + 1, p.fo, HID, tag16);
+        projection(HID, c + 1, p.fo, HID, tag16, nullptr);
         norm_weights(p.norm2 + (size_t)l * HID, nv);
         add_words_and_norm<NB>(p, p.fo, tag16, nv, xs, act, scale);
         stamp();
@@ -1271,8 +1283,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_flow(const Params p) {
         }
         take_rows(p.fh, p.batch, FFN, tag16, p.poll_ns, act);
         stamp();
-        projection(FFN, c + 4, p.fdn, HID, tag16);
-        if (clocks && threadIdx.x == 0) clocks[4] = global_ns();
+        projection(FFN, c + 4, p.fdn, HID, tag16, clocks ? clocks + 4 : nullptr);
         norm_weights(l + 1 < p.layers ? p.norm1 + (size_t)(l + 1) * HID : p.norm_out, nv);
     }
     add_words_and_norm<NB>(p, p.layers > 0 ? p.fdn : nullptr, (first_tag + p.layers - 1) & 0xffffu, nv, xs, act, scale);
@@ -1825,7 +1836,7 @@ static void bench(const Weights& w, int grid, bool phases) {
                 // Layers after the first (the first phase of the first includes the kernel's start), the
                 // first phase alone, and block 0's LM head (from the last layer's end to its logits).
                 std::vector<double> sum(KINDS, 0);
-                double first = 0, head = 0, item[FLOW_CLOCKS] = {};
+                double first = 0, head = 0, item[FLOW_CLOCKS] = {};  // flow: block 0's notes (see the printf)
                 const int runs = 20;
                 for (int i = 0; i < runs; ++i) {
                     launch(p, s);
@@ -1836,7 +1847,8 @@ static void bench(const Weights& w, int grid, bool phases) {
                         const unsigned long long* a = &t[w.layers * KINDS + 2 + FLOW_CLOCKS * l];
                         item[0] += (double)(a[0] - t[l * KINDS]);
                         for (int k = 1; k < 4; ++k) item[k] += (double)(a[k] - a[k - 1]);
-                        item[4] += (double)(a[4] - t[l * KINDS + 3]);  // h in -> the down rows written
+                        item[4] += (double)(a[4] - t[l * KINDS + 3]);  // h in -> the down weights in
+                        for (int k = 5; k < 7; ++k) item[k] += (double)(a[k] - a[k - 1]);
                     }
                     head += (double)(t[w.layers * KINDS + 1] - t[w.layers * KINDS - 1]);
                     for (int k = KINDS; k < w.layers * KINDS; ++k) sum[k % KINDS] += (double)(t[k] - t[k - 1]);
@@ -1849,8 +1861,9 @@ static void bench(const Weights& w, int grid, bool phases) {
                 {
                     const double n = runs * (w.layers - 1);
                     printf("    block 0's attention item: q, k, v in -> cached rows in %.0f ns -> scores %.0f -> softmax %.0f -> "
-                           "partials written %.0f; its down projection: h in -> rows written %.0f\n",
-                           item[0] / n, item[1] / n, item[2] / n, item[3] / n, item[4] / n);
+                           "partials written %.0f; its down projection: h in -> weights in %.0f -> rows written %.0f -> "
+                           "next chunk issued %.0f\n",
+                           item[0] / n, item[1] / n, item[2] / n, item[3] / n, item[4] / n, item[5] / n, item[6] / n);
                 }
             }
             CK(cudaGraphExecDestroy(ge));
@@ -1898,6 +1911,13 @@ int main(int argc, char** argv) {
         ok &= check_case(w, 2, 2, 40, sms, 0, 0);
         ok &= check_case(w, 3, 2, 17, sms, 1, 1, 1);
         ok &= check_case(w, 3, 2, 17, sms, 1, 1, 0);
+    }
+    if (mode == "profile") {  // for ncu: decode_step_flow at batch 1, 128 cached, launched 5 times
+        Weights w = make_weights(MAX_LAYERS, 1040);
+        Case c = make_case(w, 1, MAX_LAYERS, 128, sms);
+        c.p.stage_kv = 1, c.p.mono = 1, c.p.lean = 2, c.p.poll_ns = 32;
+        for (int i = 0; i < 5; ++i) launch(c.p, 0);
+        CK(cudaDeviceSynchronize());
     }
     if (mode == "bench" || mode == "phases" || mode == "all") {
         Weights w = make_weights(MAX_LAYERS, 1040);
