@@ -31,6 +31,8 @@
 //   generation word), the residual stream in global memory, attention's splits merged by the last split block.
 // decode_step_lean: every block keeps the residual stream in shared memory; splits merged while staging.
 // decode_step_flow: lean without grid barriers, the values between phases tagged (see its section).
+// decode_step_fused: flow with three hand-offs a layer (attention + output projection; gate/up + the down
+//   projection split over the FFN rows into integer sums); batch <= 3, fewer than 256 cached. NOT yet run.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <algorithm>
@@ -86,6 +88,12 @@ struct Params {
     unsigned long long* fpart;             // flow: tagged partials, [batch][NKV][splits][GROUP][HD + 2]
     unsigned* step;                        // flow: steps done (the tags' source), advanced by the last block
     unsigned poll_ns;                      // flow: nanosleep between two polls of words not yet written
+    int fused_c;                           // fused: blocks a (sequence, kv head), each its output-projection rows
+    int stage_keys;                        // fused: cached k/v rows the staging buffer holds
+    const __nv_bfloat16* wdT;              // fused: [layers][FFN][HID], the down projection transposed
+    long long* acc;                        // fused: [2][layers][batch][HID] down projection sums, 2^-32 units
+    unsigned* done;                        // fused: [2][layers] blocks whose sums are in
+    unsigned long long* fop;               // fused: [NKV][batch][HID] output-projection partials, tagged
     float* partials;                       // [batch][NKV][splits][GROUP][HD + 2]
     unsigned* counters;                    // [batch][NKV] attention merges, then 1 for the argmax
     float* best_v;                         // [grid][batch]
@@ -205,6 +213,7 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned pari
 struct Chunk {
     const __nv_bfloat16* src;
     int row0, rows, k;
+    int ld;  // elements from one row to the next in memory (k but for fused's output-projection columns)
 };
 
 __device__ Chunk chunk_of(const Params& p, int blk, int c) {
@@ -213,6 +222,19 @@ __device__ Chunk chunk_of(const Params& p, int blk, int c) {
         const int l = c / KINDS, kind = c % KINDS;
         int n = HID, k = HID;
         const __nv_bfloat16* w = nullptr;
+        if (p.lean == 3 && kind == 1) {
+            // decode_step_fused: its unit's rows of the output projection, its kv head's 192 columns.
+            const int units = p.batch * NKV * p.fused_c;
+            if (blk >= units) return {p.wo, 0, 0, GROUP * HD, HID};
+            const int g = (blk / p.fused_c) % NKV, c = blk % p.fused_c;
+            const int r0 = row_begin(c, HID, p.fused_c), r1 = row_begin(c + 1, HID, p.fused_c);
+            return {p.wo + ((size_t)l * HID + r0) * HID + g * GROUP * HD, r0, r1 - r0, GROUP * HD, HID};
+        }
+        if (p.lean == 3 && kind == 4) {
+            // decode_step_fused: the transposed down projection's rows at this block's FFN rows (gate/up's).
+            const int r0 = row_begin(blk, FFN, p.grid), r1 = row_begin(blk + 1, FFN, p.grid);
+            return {p.wdT + ((size_t)l * FFN + r0) * HID, r0, r1 - r0, HID, HID};
+        }
         switch (kind) {
             case 0: n = QKV; w = p.wqkv + (size_t)l * QKV * HID; break;
             case 1: n = HID; w = p.wo + (size_t)l * HID * HID; break;
@@ -221,13 +243,13 @@ __device__ Chunk chunk_of(const Params& p, int blk, int c) {
             default: n = HID; k = FFN; w = p.wd + (size_t)l * HID * FFN; break;
         }
         const int r0 = row_begin(blk, n, p.grid), r1 = row_begin(blk + 1, n, p.grid);
-        return {w + (size_t)r0 * k, r0, r1 - r0, k};
+        return {w + (size_t)r0 * k, r0, r1 - r0, k, k};
     }
     const int j = c - layer_chunks;
     const int v0 = row_begin(blk, VOCAB, p.grid), v1 = row_begin(blk + 1, VOCAB, p.grid);
     const int r0 = v0 + j * LM_ROWS, r1 = min(v1, r0 + LM_ROWS);
-    if (r0 >= v1) return {p.lm, v1, 0, HID};
-    return {p.lm + (size_t)r0 * HID, r0, r1 - r0, HID};
+    if (r0 >= v1) return {p.lm, v1, 0, HID, HID};
+    return {p.lm + (size_t)r0 * HID, r0, r1 - r0, HID, HID};
 }
 
 __device__ int total_chunks(const Params& p, int blk) {
@@ -248,7 +270,10 @@ struct Ring {
         const unsigned bytes = (unsigned)ch.rows * ch.k * 2;
         unsigned long long* bar = bars + c % NSLOT;
         mbar_expect(bar, bytes);
-        if (bytes) bulk_copy(slots + (size_t)(c % NSLOT) * SLOT_BYTES, ch.src, bytes, bar);
+        unsigned char* dst = slots + (size_t)(c % NSLOT) * SLOT_BYTES;
+        if (bytes && ch.ld == ch.k) bulk_copy(dst, ch.src, bytes, bar);
+        else if (bytes)  // rows apart in memory: a copy a row, packed in the slot
+            for (int r = 0; r < ch.rows; ++r) bulk_copy(dst + (size_t)r * ch.k * 2, ch.src + (size_t)r * ch.ld, ch.k * 2, bar);
     }
     __device__ const __nv_bfloat16* wait(int c) const {
         mbar_wait(bars + c % NSLOT, (unsigned)(c / NSLOT) & 1u);
@@ -1294,6 +1319,356 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_flow(const Params p) {
     lm_head_argmax<NB>(p, ring, act);
 }
 
+// ---- the fused step: three hand-offs a layer ---------------------------------------------------------
+// flow's five phases a layer cost 2-5 us each, most of it the hand-off (a store, a poll that sees it) and
+// the chain of a few warps' work behind it. Here a layer has three:
+// 1. QKV (as flow), its words tagged.
+// 2. Attention and the output projection in one phase: the blocks are units (sequence b, kv head g, part c),
+//    fused_c a (b, g); every unit of (b, g) computes (b, g)'s whole attention (all keys, no splits: its
+//    cached rows staged a layer ahead) and then the output projection's rows of part c against g's 192
+//    columns, a partial sum each kv head writes tagged (fop[g]); no merge.
+// 3. The three partials summed into the residual stream, rms_norm, gate/up (the block's FFN rows, h kept in
+//    shared memory), then the down projection split over those rows: each block adds its rows' share of all
+//    576 outputs to 64-bit integer sums (2^-32 units: an integer sum is the same in any order, so the step
+//    stays deterministic) and counts itself in; the next layer waits for the count, then reads the sums.
+// The sums and counts come in two sets, one a step (by the step's parity): each step zeroes the other set.
+// Needs batch <= 3 (a part's rows of the output projection fit a slot) and pos < SPLIT_KEYS.
+
+// The down projection's sum of `s`: added as an integer of 2^-32 units (exact for |s| < 2^31).
+__device__ __forceinline__ void add_fixed(long long* at, float s) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(at), (unsigned long long)__float2ll_rn(s * 4294967296.f));
+}
+__device__ __forceinline__ float fixed_value(long long v) { return __ll2float_rn(v) * 2.3283064365386963e-10f; }
+
+// Thread 0: the cached rows (positions before pos) of (b, g) at `layer` into the staging buffers.
+__device__ bool stage_kv_fused(const Params& p, int layer, int b, int g, __nv_bfloat16* ks, __nv_bfloat16* vs,
+                               unsigned long long* bar) {
+    if (p.pos == 0 || p.pos > p.stage_keys) return false;
+    const size_t head = (((size_t)layer * p.batch + b) * NKV + g) * p.cap;
+    const unsigned bytes = (unsigned)p.pos * HD * 2;
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    mbar_expect(bar, 2 * bytes);
+    bulk_copy(ks, p.kc + head * HD, bytes, bar);
+    bulk_copy(vs, p.vc + head * HD, bytes, bar);
+    return true;
+}
+
+// (b, g)'s attention over keys [0, pos] into attn[GROUP][HD] (bf16): q, k and v polled from the tagged QKV
+// words, rope, the cache append (part 0 only), scores 8 lanes a key, softmax, then P.V 8 lanes a key too:
+// each lane its key's 8 channels for the GROUP rows, summed across the warp's keys by shuffles and across
+// warps in shared memory (red, [WARPS][GROUP][HD] floats).
+__device__ void attention_fused(const Params& p, int layer, int b, int g, int part, AttnSmem& s, const __nv_bfloat16* ks,
+                                const __nv_bfloat16* vs, bool staged, unsigned kv_parity, unsigned tag16, float cs, float sn,
+                                float* red, __nv_bfloat16* attn, unsigned long long* arrived) {
+    const int t = threadIdx.x, half = HD / 2, n = p.pos + 1;
+    const size_t head = (((size_t)layer * p.batch + b) * NKV + g) * p.cap;
+    const __nv_bfloat16* kc = staged ? ks : p.kc + head * HD;
+    const __nv_bfloat16* vc = staged ? vs : p.vc + head * HD;
+    const unsigned* row = p.fqkv + (size_t)b * QKV;
+    poll_vectors<1>(
+        (GROUP + 2) * HD / 4, p.poll_ns,
+        [&](int i) {
+            const int w = 4 * i;
+            return w < GROUP * HD ? row + g * GROUP * HD + w
+                 : w < (GROUP + 1) * HD ? row + (NH + g) * HD + (w - GROUP * HD)
+                                        : row + (NH + NKV + g) * HD + (w - (GROUP + 1) * HD);
+        },
+        [&](const uint4& v) { return words_tagged(v, tag16); },
+        [&](int i, const uint4& v) {
+            s.raw[4 * i] = word_value(v.x), s.raw[4 * i + 1] = word_value(v.y);
+            s.raw[4 * i + 2] = word_value(v.z), s.raw[4 * i + 3] = word_value(v.w);
+        });
+    __syncthreads();
+    if (arrived && t == 0) *arrived = global_ns();
+    auto rope = [&](const float* x, int d) {
+        const int i = d % half;
+        return bf(d < half ? x[i] * cs - x[i + half] * sn : x[i + half] * cs + x[i] * sn);
+    };
+    if (t < GROUP * HD) s.q[t / HD][t % HD] = rope(s.raw + (t / HD) * HD, t % HD) * 0.125f;
+    else if (t < GROUP * HD + HD) s.kn[t % HD] = rope(s.raw + GROUP * HD, t % HD);
+    if (t < HD) s.vn[t] = s.raw[(GROUP + 1) * HD + t];
+    if (staged) mbar_wait(&s.kv_bar, kv_parity);
+    __syncthreads();
+    if (part == 0 && t < HD) {
+        p.kc[(head + p.pos) * HD + t] = __float2bfloat16(s.kn[t]);
+        p.vc[(head + p.pos) * HD + t] = __float2bfloat16(s.vn[t]);
+    }
+    const int kq = t / 8, oct = t % 8, warp = t / 32, lane = t % 32;
+    // The key's 8 channels at `oct` (the new key from shared memory).
+    auto key8 = [&](const __nv_bfloat16* rows, const float* fresh, int key, float (&f)[8]) {
+        if (key == p.pos) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) f[i] = fresh[8 * oct + i];
+        } else {
+            unpack8(reinterpret_cast<const uint4*>(rows + (size_t)key * HD)[oct], f);
+        }
+    };
+    for (int j0 = 0; j0 < n; j0 += THREADS / 8) {
+        const int j = j0 + kq;
+        float dots[GROUP];
+#pragma unroll
+        for (int r = 0; r < GROUP; ++r) dots[r] = 0.f;
+        if (j < n) {
+            float kf[8];
+            key8(kc, s.kn, j, kf);
+#pragma unroll
+            for (int r = 0; r < GROUP; ++r)
+#pragma unroll
+                for (int i = 0; i < 8; ++i) dots[r] = fmaf(s.q[r][8 * oct + i], kf[i], dots[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < GROUP; ++r)
+#pragma unroll
+            for (int o = 1; o < 8; o <<= 1) dots[r] += __shfl_xor_sync(0xffffffffu, dots[r], o);
+        if (j < n && oct == 0)
+#pragma unroll
+            for (int r = 0; r < GROUP; ++r) s.sc[r][j] = dots[r];
+    }
+    __syncthreads();
+    if (warp < GROUP) {
+        float m = -INFINITY;
+        for (int j = lane; j < n; j += 32) m = fmaxf(m, s.sc[warp][j]);
+        for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0.f;
+        for (int j = lane; j < n; j += 32) {
+            const float e = __expf(s.sc[warp][j] - m);
+            s.sc[warp][j] = e;
+            l += e;
+        }
+        l = warp_sum(l);
+        if (lane == 0) s.l[warp] = l;
+    }
+    __syncthreads();
+    float pv[GROUP][8];
+#pragma unroll
+    for (int r = 0; r < GROUP; ++r)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) pv[r][i] = 0.f;
+    for (int j = kq; j < n; j += THREADS / 8) {
+        float vf[8];
+        key8(vc, s.vn, j, vf);
+#pragma unroll
+        for (int r = 0; r < GROUP; ++r) {
+            const float e = s.sc[r][j];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) pv[r][i] = fmaf(e, vf[i], pv[r][i]);
+        }
+    }
+    // Lanes oct, oct + 8, oct + 16, oct + 24 hold the same channels: their sums, then the warps'.
+#pragma unroll
+    for (int r = 0; r < GROUP; ++r)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            pv[r][i] += __shfl_xor_sync(0xffffffffu, pv[r][i], 8);
+            pv[r][i] += __shfl_xor_sync(0xffffffffu, pv[r][i], 16);
+        }
+    if (lane < 8)
+#pragma unroll
+        for (int r = 0; r < GROUP; ++r)
+#pragma unroll
+            for (int i = 0; i < 8; ++i) red[(warp * GROUP + r) * HD + 8 * lane + i] = pv[r][i];
+    __syncthreads();
+    if (t < GROUP * HD) {
+        const int r = t / HD, d = t % HD;
+        float a = 0.f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) a += red[(w * GROUP + r) * HD + d];
+        attn[r * HD + d] = __float2bfloat16(a / s.l[r]);
+    }
+    __syncthreads();
+}
+
+template <int NB>
+__global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    unsigned char* slots = smem;
+    unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem + NSLOT * SLOT_BYTES);
+    __nv_bfloat16* act = reinterpret_cast<__nv_bfloat16*>(bars + NSLOT);  // [NB][FFN]
+    __nv_bfloat16* xs = act + NB * FFN;                                    // [NB][HID]: the residual stream
+    float* scale = reinterpret_cast<float*>(xs + NB * HID);               // [NB]
+    AttnSmem& as = *reinterpret_cast<AttnSmem*>(scale + 16);
+    float* hs = reinterpret_cast<float*>(&as + 1);                        // [NB][16]: the block's h values
+    __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(hs + NB * 16);   // [stage_keys][HD]
+    __nv_bfloat16* vs = ks + (size_t)p.stage_keys * HD;
+    float* red = reinterpret_cast<float*>(&as.k[0][0]);                   // P.V's warp sums (as.k is unused here)
+
+    const int blk = blockIdx.x;
+    const unsigned step = __ldcg(p.step), first_tag = (step + 1u) * (unsigned)p.layers, set = step & 1u;
+    long long* acc = p.acc + (size_t)set * p.layers * p.batch * HID;
+    unsigned* done = p.done + set * p.layers;
+    // The other set, for the next step (the step before used it, and has ended).
+    {
+        long long* other = p.acc + (size_t)(set ^ 1u) * p.layers * p.batch * HID;
+        const size_t n = (size_t)p.layers * p.batch * HID;
+        for (size_t e = (size_t)blk * THREADS + threadIdx.x; e < n; e += (size_t)p.grid * THREADS) other[e] = 0;
+        if (blk == 0 && threadIdx.x < p.layers) p.done[(set ^ 1u) * p.layers + threadIdx.x] = 0;
+    }
+    const int units = p.batch * NKV * p.fused_c;
+    const bool has_unit = blk < units;
+    const int ub = blk / (NKV * p.fused_c), ug = (blk / p.fused_c) % NKV, uc = blk % p.fused_c;
+    Ring ring{slots, bars, total_chunks(p, blk)};
+    __shared__ int staged;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < NSLOT; ++i) mbar_init(bars + i, 1);
+        mbar_init(&as.kv_bar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int c = 0; c < NSLOT; ++c) ring.issue(p, c);
+        staged = has_unit && stage_kv_fused(p, 0, ub, ug, ks, vs, &as.kv_bar);
+    }
+    for (int e = threadIdx.x; e < p.batch * HID / 8; e += THREADS)
+        reinterpret_cast<uint4*>(xs)[e] = __ldcg(reinterpret_cast<const uint4*>(p.x) + e);
+    __syncthreads();
+    if (p.record && blk == 0 && threadIdx.x == 0) p.times[p.layers * KINDS] = global_ns();
+    auto note = [&](int index) {
+        if (p.record && blk == 0 && threadIdx.x == 0) p.times[index] = global_ns();
+    };
+    // The down projection's sums of `layer` into the residual stream (once every block has added its own).
+    auto take_sums = [&](int layer) {
+        if (threadIdx.x == 0) {
+            for (unsigned tries = 0;; ++tries) {
+                unsigned v;
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(done + layer) : "memory");
+                if (v >= (unsigned)p.grid) break;
+                if (tries > PATIENCE) __trap();
+                if (p.poll_ns) __nanosleep(p.poll_ns);
+            }
+        }
+        __syncthreads();
+        const long long* sums = acc + (size_t)layer * p.batch * HID;
+        for (int e = threadIdx.x; e < p.batch * HID; e += THREADS) {
+            const float dn = bf(fixed_value(__ldcg(sums + e)));
+            xs[e] = __float2bfloat16(bf(__bfloat162float(xs[e]) + dn));
+        }
+        __syncthreads();
+    };
+
+    unsigned kv_phases = 0;
+    float nv[PER_THREAD];
+    norm_weights(p.norm1, nv);
+    const float cs = __bfloat162float(p.cos[(size_t)p.pos * (HD / 2) + threadIdx.x % (HD / 2)]);
+    const float sn = __bfloat162float(p.sin[(size_t)p.pos * (HD / 2) + threadIdx.x % (HD / 2)]);
+    for (int l = 0; l < p.layers; ++l) {
+        const int c = l * KINDS;
+        const unsigned tag = first_tag + l, tag16 = tag & 0xffffu;
+        // 1. The previous layer's down projection into the residual stream, rms_norm, QKV.
+        if (l > 0) {
+            take_sums(l - 1);
+            note((l - 1) * KINDS + 3), note((l - 1) * KINDS + 4);
+        }
+        add_and_norm<NB>(p, nullptr, nv, xs, act, scale);
+        {
+            const Chunk ch = chunk_of(p, blk, c);
+            const __nv_bfloat16* w = ring.wait(c);
+            gemv<NB, false>(w, nullptr, ch.rows, HID, act, p.batch, [&](int r, int b, float a, float) {
+                st_relaxed(p.fqkv + (size_t)b * QKV + ch.row0 + r, tag_word(a, tag16));
+            });
+            __syncthreads();
+            ring.release(p, c);
+        }
+        // 2. Attention of (b, g) and the output projection's part: rows of this unit against g's columns.
+        {
+            const Chunk ch = chunk_of(p, blk, c + 1);
+            if (has_unit) {
+                __nv_bfloat16* attn = act;  // [GROUP * HD], the unit's row of attention outputs
+                attention_fused(p, l, ub, ug, uc, as, ks, vs, staged, kv_phases & 1u, tag16, cs, sn, red, attn,
+                                p.record && blk == 0 ? p.times + l * KINDS : nullptr);
+                const __nv_bfloat16* w = ring.wait(c + 1);
+                unsigned long long* out = p.fop + ((size_t)ug * p.batch + ub) * HID;
+                gemv<1, false>(w, nullptr, ch.rows, GROUP * HD, attn, 1, [&](int r, int, float a, float) {
+                    st_relaxed64(out + ch.row0 + r, tag_pair(a, tag));
+                });
+            } else {
+                ring.wait(c + 1);  // an empty chunk: the ring's sequence is every block's
+            }
+            __syncthreads();
+            ring.release(p, c + 1);
+            kv_phases += staged;
+            __syncthreads();  // every thread has read `staged`
+            if (threadIdx.x == 0 && l + 1 < p.layers) staged = has_unit && stage_kv_fused(p, l + 1, ub, ug, ks, vs, &as.kv_bar);
+        }
+        // 3. The kv heads' partials summed into the residual stream, rms_norm, gate/up, down's share.
+        norm_weights(p.norm2 + (size_t)l * HID, nv);
+        {
+            const unsigned long long* part = p.fop;
+            for (int u = threadIdx.x; u < p.batch * HID / 4; u += THREADS) {
+                const int b = u / (HID / 4), n4 = 4 * (u % (HID / 4));
+                uint4 v[2 * NKV];
+                unsigned pending = (1u << (2 * NKV)) - 1;
+                for (unsigned tries = 0; pending; ++tries) {
+#pragma unroll
+                    for (int i = 0; i < 2 * NKV; ++i)
+                        if (pending >> i & 1u) v[i] = ld_relaxed4(part + ((size_t)(i / 2) * p.batch + b) * HID + n4 + 2 * (i % 2));
+#pragma unroll
+                    for (int i = 0; i < 2 * NKV; ++i)
+                        if ((pending >> i & 1u) && v[i].y == tag && v[i].w == tag) pending &= ~(1u << i);
+                    if (pending) {
+                        if (tries > PATIENCE) __trap();
+                        if (p.poll_ns) __nanosleep(p.poll_ns);
+                    }
+                }
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    float o = 0.f;
+#pragma unroll
+                    for (int g = 0; g < NKV; ++g) {
+                        const uint4& w = v[2 * g + q / 2];
+                        o += __uint_as_float(q % 2 ? w.z : w.x);
+                    }
+                    const int e = b * HID + n4 + q;
+                    xs[e] = __float2bfloat16(bf(__bfloat162float(xs[e]) + bf(o)));
+                }
+            }
+            __syncthreads();
+            note(l * KINDS + 1), note(l * KINDS + 2);
+        }
+        add_and_norm<NB>(p, nullptr, nv, xs, act, scale);
+        const Chunk gate = chunk_of(p, blk, c + 2);
+        {
+            const __nv_bfloat16* wg = ring.wait(c + 2);
+            const __nv_bfloat16* wu = ring.wait(c + 3);
+            gemv<NB, true>(wg, wu, gate.rows, HID, act, p.batch, [&](int r, int b, float g, float u) {
+                const float gs = bf(g), silu = bf(gs / (1.f + __expf(-gs)));
+                hs[b * 16 + r] = bf(silu * bf(u));
+            });
+            __syncthreads();
+            ring.release(p, c + 2);
+            ring.release(p, c + 3);
+        }
+        {
+            const __nv_bfloat16* wt = ring.wait(c + 4);  // [gate.rows][HID]
+            long long* sums = acc + (size_t)l * p.batch * HID;
+            for (int n = threadIdx.x; n < HID; n += THREADS) {
+                float s[NB];
+#pragma unroll
+                for (int b = 0; b < NB; ++b) s[b] = 0.f;
+                for (int r = 0; r < gate.rows; ++r) {
+                    const float w = __bfloat162float(wt[(size_t)r * HID + n]);
+#pragma unroll
+                    for (int b = 0; b < NB; ++b)
+                        if (b < p.batch) s[b] = fmaf(w, hs[b * 16 + r], s[b]);
+                }
+#pragma unroll
+                for (int b = 0; b < NB; ++b)
+                    if (b < p.batch) add_fixed(sums + (size_t)b * HID + n, s[b]);
+            }
+            __syncthreads();
+            ring.release(p, c + 4);
+            if (threadIdx.x == 0) {
+                __threadfence();  // this block's sums (ordered before by the barrier) before its count
+                atomicAdd(done + l, 1u);
+            }
+        }
+        norm_weights(l + 1 < p.layers ? p.norm1 + (size_t)(l + 1) * HID : p.norm_out, nv);
+    }
+    take_sums(p.layers - 1);
+    note((p.layers - 1) * KINDS + 3), note((p.layers - 1) * KINDS + 4);
+    add_and_norm<NB>(p, nullptr, nv, xs, act, scale);
+    if (blk == 0)
+        for (int e = threadIdx.x; e < p.batch * HID / 8; e += THREADS)
+            reinterpret_cast<uint4*>(p.x)[e] = reinterpret_cast<const uint4*>(xs)[e];
+    lm_head_argmax<NB>(p, ring, act);
+}
+
 // ---- the step's parts alone, for the breakdown -------------------------------------------------------
 // `n` grid barriers and nothing else.
 __global__ void __launch_bounds__(THREADS, 1) barriers_only(const Params p, int n) {
@@ -1374,6 +1749,7 @@ struct Weights {
     int layers;
     std::vector<__nv_bfloat16> wqkv, wo, wg, wu, wd, norm1, norm2, norm_out, lm, cos, sin;
     __nv_bfloat16 *d_wqkv, *d_wo, *d_wg, *d_wu, *d_wd, *d_norm1, *d_norm2, *d_norm_out, *d_lm, *d_cos, *d_sin;
+    __nv_bfloat16* d_wdT;  // the down projection transposed, [layers][FFN][HID] (decode_step_fused's)
     int cap;
 };
 
@@ -1408,6 +1784,11 @@ static void upload_weights(Weights& w) {
     w.d_wqkv = upload(w.wqkv), w.d_wo = upload(w.wo), w.d_wg = upload(w.wg), w.d_wu = upload(w.wu), w.d_wd = upload(w.wd);
     w.d_norm1 = upload(w.norm1), w.d_norm2 = upload(w.norm2), w.d_norm_out = upload(w.norm_out), w.d_lm = upload(w.lm);
     w.d_cos = upload(w.cos), w.d_sin = upload(w.sin);
+    std::vector<__nv_bfloat16> wdT(w.wd.size());
+    for (int l = 0; l < w.layers; ++l)
+        for (int n = 0; n < HID; ++n)
+            for (int i = 0; i < FFN; ++i) wdT[((size_t)l * FFN + i) * HID + n] = w.wd[((size_t)l * HID + n) * FFN + i];
+    w.d_wdT = upload(wdT);
 }
 
 static Weights make_weights(int layers, int cap) {
@@ -1429,9 +1810,22 @@ static int pick_splits(int batch, int keys, int grid) {
     return std::max(need, want);
 }
 
+static int nb_for(int batch) { return batch <= 1 ? 1 : batch <= 4 ? 4 : 16; }
+
+// decode_step_fused's staging buffer: cached rows of a (sequence, kv head) it holds (k and v, 128 B each).
+static int fused_stage_keys(int nb) { return nb == 1 ? 255 : nb == 4 ? 128 : 0; }
+
 static size_t smem_bytes(int nb, int lean = 1) {
+    const size_t fused = lean == 3 ? (size_t)nb * 16 * 4 + (size_t)fused_stage_keys(nb) * HD * 2 * 2 : 0;
     return (size_t)NSLOT * SLOT_BYTES + NSLOT * 8 + (size_t)nb * FFN * 2 + (lean ? (size_t)nb * HID * 2 : 0) + 16 * 4 +
-           sizeof(AttnSmem) + 128;
+           sizeof(AttnSmem) + fused + 128;
+}
+
+// Whether decode_step_fused takes this case: a part's output-projection rows fit a slot (batch <= 3 on 132
+// multiprocessors), the keys fit the scores' buffer, and h's rows a block fit its 16.
+static bool fused_fits(int batch, int pos, int grid) {
+    const int c = grid / (batch * NKV);
+    return c >= 1 && (HID + c - 1) / c * GROUP * HD * 2 <= SLOT_BYTES && pos + 1 <= SPLIT_KEYS && (FFN + grid - 1) / grid <= 16;
 }
 
 static Case make_case(const Weights& w, int batch, int layers, int pos, int grid) {
@@ -1460,6 +1854,17 @@ static Case make_case(const Weights& w, int batch, int layers, int pos, int grid
     CK(cudaMemset(p.fpart, 0, part_words * 8));
     CK(cudaMalloc(&p.step, 4));
     CK(cudaMemset(p.step, 0, 4));
+    // decode_step_fused: a (sequence, kv head)'s parts, the staging buffer's rows, the sums' two sets.
+    p.fused_c = grid / (batch * NKV);
+    p.stage_keys = fused_stage_keys(nb_for(batch));
+    p.wdT = w.d_wdT;
+    const size_t sums = 2 * (size_t)layers * batch * HID;
+    CK(cudaMalloc(&p.acc, sums * 8));
+    CK(cudaMemset(p.acc, 0, sums * 8));
+    CK(cudaMalloc(&p.done, 2 * layers * 4));
+    CK(cudaMemset(p.done, 0, 2 * layers * 4));
+    CK(cudaMalloc(&p.fop, (size_t)NKV * batch * HID * 8));
+    CK(cudaMemset(p.fop, 0, (size_t)NKV * batch * HID * 8));
     CK(cudaMalloc(&p.h, (size_t)batch * FFN * 2));
     CK(cudaMalloc(&p.logits, (size_t)batch * VOCAB * 2));
     CK(cudaMalloc(&p.partials, (size_t)batch * NKV * c.splits * GROUP * (HD + 2) * 4));
@@ -1485,15 +1890,17 @@ static bool g_cooperative = true;
 
 template <int NB>
 static cudaError_t launch_nb(const Params& p, cudaStream_t s) {
-    void (*kernel)(const Params) = p.lean == 2 ? decode_step_flow<NB> : p.lean ? decode_step_lean<NB> : decode_step<NB>;
+    void (*kernel)(const Params) =
+        p.lean == 3 ? decode_step_fused<NB> : p.lean == 2 ? decode_step_flow<NB> : p.lean ? decode_step_lean<NB> : decode_step<NB>;
     const size_t smem = smem_bytes(NB, p.lean);
-    static bool set[3] = {false, false, false};
+    static bool set[4] = {false, false, false, false};
     if (!set[p.lean]) {
         CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         int blocks = 0;
         CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, THREADS, smem));
         if (blocks < 1) {
-            fprintf(stderr, "decode_step%s<%d> cannot be resident (%zu B shared memory)\n", p.lean == 2 ? "_flow" : p.lean ? "_lean" : "", NB, smem);
+            fprintf(stderr, "decode_step%s<%d> cannot be resident (%zu B shared memory)\n",
+                    p.lean == 3 ? "_fused" : p.lean == 2 ? "_flow" : p.lean ? "_lean" : "", NB, smem);
             exit(1);
         }
         set[p.lean] = true;
@@ -1511,7 +1918,6 @@ static cudaError_t launch_nb(const Params& p, cudaStream_t s) {
     return cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
-static int nb_for(int batch) { return batch <= 1 ? 1 : batch <= 4 ? 4 : 16; }
 
 static cudaError_t try_launch(const Params& p, cudaStream_t s) {
     switch (nb_for(p.batch)) {
@@ -1675,6 +2081,10 @@ static std::vector<float> appended(const std::vector<float>& cache, const Case& 
 }
 
 static bool check_case(const Weights& w, int batch, int layers, int pos, int grid, int stage_kv = 1, int mono = 1, int lean = 2) {
+    if (lean == 3 && !fused_fits(batch, pos, grid)) {
+        printf("check fused batch %2d pos %4d: not a case decode_step_fused takes  FAIL\n", batch, pos);
+        return false;
+    }
     Case c = make_case(w, batch, layers, pos, grid);
     c.p.stage_kv = stage_kv;
     c.p.mono = mono;
@@ -1723,7 +2133,7 @@ static bool check_case(const Weights& w, int batch, int layers, int pos, int gri
     const double tol = layers <= 2 ? 1e-2 : 5e-2;  // bf16 rounding flips compound over the layers
     const bool ok = e_logits < tol && e_x < tol && e_k < tol && e_v < tol && same && token_bad == 0 && argmax_bad == 0;
     printf("check %s batch %2d layers %2d pos %4d splits %2d kv %s barrier %s: rel L2 logits %.2e x %.2e k %.2e v %.2e, repeat %s, tokens off %d, argmax off %d  %s\n",
-           lean == 2 ? "flow " : lean ? "lean " : "first", batch, layers, pos, c.splits, stage_kv ? "staged" : "global", mono ? "monotonic" : "generation", e_logits, e_x, e_k, e_v, same ? "identical" : "DIFFERENT", token_bad, argmax_bad, ok ? "ok" : "FAIL");
+           lean == 3 ? "fused" : lean == 2 ? "flow " : lean ? "lean " : "first", batch, layers, pos, c.splits, stage_kv ? "staged" : "global", mono ? "monotonic" : "generation", e_logits, e_x, e_k, e_v, same ? "identical" : "DIFFERENT", token_bad, argmax_bad, ok ? "ok" : "FAIL");
     return ok;
 }
 
@@ -1794,14 +2204,15 @@ static void bench(const Weights& w, int grid, bool phases) {
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     for (int batch : {1, 4, 16})
         for (int cached : {128, 1024})
-        for (int variant = 0; variant < 2; ++variant) {
+        for (int variant = 0; variant < 3; ++variant) {
             // The monotonic barrier only: the generation word's was ~100 us a step slower in every row
             // (2026-12-01), and k/v read from memory slower than staged or level. Variants: flow, lean, the
             // first design.
             // flow (polls 32 ns apart: none and 256 ns measured 517.0 and 528.0 us at batch 1 against 517.2,
             // 2026-12-01), then the first design.
-            const int stage = 1, lean = variant == 0 ? 2 : 0;
+            const int stage = 1, lean = variant == 0 ? 2 : variant == 1 ? 3 : 0;
             const unsigned poll_ns = 32;
+            if (lean == 3 && !fused_fits(batch, cached, grid)) continue;
             Case c = make_case(w, batch, w.layers, cached, grid);
             c.p.stage_kv = stage;
             c.p.mono = 1;
@@ -1829,7 +2240,8 @@ static void bench(const Weights& w, int grid, bool phases) {
             float ms_launch;
             CK(cudaEventElapsedTime(&ms_launch, e0, e1));
             const double us = ms_graph * 1e3 / (reps * 20);
-            printf("| %d | %d | %d | %s | %s | %.1f | %.1f | %.2f |\n", batch, cached, c.splits, lean == 2 ? "flow" : lean ? "lean" : "first", lean == 2 ? std::to_string(poll_ns).c_str() : "-", us, ms_launch * 1e3 / 200, us / floor_us);
+            printf("| %d | %d | %d | %s | %s | %.1f | %.1f | %.2f |\n", batch, cached, lean == 3 ? 1 : c.splits, lean == 3 ? "fused" : lean == 2 ? "flow" : lean ? "lean" : "first",
+                   lean >= 2 ? std::to_string(poll_ns).c_str() : "-", us, ms_launch * 1e3 / 200, us / floor_us);
             if (phases) {
                 Params p = c.p;
                 p.record = 1;
@@ -1854,8 +2266,10 @@ static void bench(const Weights& w, int grid, bool phases) {
                     for (int k = KINDS; k < w.layers * KINDS; ++k) sum[k % KINDS] += (double)(t[k] - t[k - 1]);
                 }
                 const char* names[KINDS] = {"norm+QKV", "attention", "o-proj", "norm+gate/up", "down"};
+                const char* fused_names[KINDS] = {"norm+QKV", "attention+o-proj", "-", "norm+gate/up+down", "-"};
                 printf("    phases (block 0, ns a layer after the first):");
-                for (int k = 0; k < KINDS; ++k) printf(" %s %.0f", names[k], sum[k] / (runs * (w.layers - 1)));
+                for (int k = 0; k < KINDS; ++k)
+                    if (lean != 3 || k % 2 == 0 || k == 1) printf(" %s %.0f", (lean == 3 ? fused_names : names)[k], sum[k] / (runs * (w.layers - 1)));
                 printf("; the start and layer 0's QKV %.0f, the LM head %.0f\n", first / runs, head / runs);
                 if (lean == 2)
                 {
@@ -1899,6 +2313,11 @@ int main(int argc, char** argv) {
         ok &= check_case(w, 2, 2, 0, sms);
         ok &= check_case(w, 1, 30, 1024, sms, 0);
         ok &= check_case(w, 16, 2, 300, sms, 0);
+        ok &= check_case(w, 1, 30, 100, sms, 1, 1, 3);  // decode_step_fused
+        ok &= check_case(w, 3, 30, 100, sms, 1, 1, 3);
+        ok &= check_case(w, 2, 30, 254, sms, 1, 1, 3);
+        ok &= check_case(w, 3, 2, 17, sms, 1, 1, 3);
+        ok &= check_case(w, 2, 2, 0, sms, 1, 1, 3);
         ok &= check_case(w, 1, 30, 100, sms, 1, 1, 1);  // decode_step_lean
         ok &= check_case(w, 4, 30, 1024, sms, 1, 1, 1);
         ok &= check_case(w, 1, 30, 100, sms, 1, 1, 0);  // decode_step, the first design
@@ -1911,6 +2330,8 @@ int main(int argc, char** argv) {
         ok &= check_case(w, 2, 2, 40, sms, 0, 0);
         ok &= check_case(w, 3, 2, 17, sms, 1, 1, 1);
         ok &= check_case(w, 3, 2, 17, sms, 1, 1, 0);
+        ok &= check_case(w, 3, 2, 17, sms, 1, 1, 3);
+        ok &= check_case(w, 1, 2, 200, sms, 1, 1, 3);
     }
     if (mode == "profile") {  // for ncu: decode_step_flow at batch 1, 128 cached, launched 5 times
         Weights w = make_weights(MAX_LAYERS, 1040);
