@@ -2210,7 +2210,7 @@ static void bench(const Weights& w, int grid, bool phases) {
             // first design.
             // flow (polls 32 ns apart: none and 256 ns measured 517.0 and 528.0 us at batch 1 against 517.2,
             // 2026-12-01), then the first design.
-            const int stage = 1, lean = variant == 0 ? 2 : variant == 1 ? 3 : 0;
+            const int stage = 1, lean = variant == 0 ? 2 : variant == 1 ? 0 : 3;
             const unsigned poll_ns = 32;
             if (lean == 3 && !fused_fits(batch, cached, grid)) continue;
             Case c = make_case(w, batch, w.layers, cached, grid);
@@ -2313,15 +2313,16 @@ int main(int argc, char** argv) {
         ok &= check_case(w, 2, 2, 0, sms);
         ok &= check_case(w, 1, 30, 1024, sms, 0);
         ok &= check_case(w, 16, 2, 300, sms, 0);
-        ok &= check_case(w, 1, 30, 100, sms, 1, 1, 3);  // decode_step_fused
-        ok &= check_case(w, 3, 30, 100, sms, 1, 1, 3);
-        ok &= check_case(w, 2, 30, 254, sms, 1, 1, 3);
-        ok &= check_case(w, 3, 2, 17, sms, 1, 1, 3);
-        ok &= check_case(w, 2, 2, 0, sms, 1, 1, 3);
         ok &= check_case(w, 1, 30, 100, sms, 1, 1, 1);  // decode_step_lean
         ok &= check_case(w, 4, 30, 1024, sms, 1, 1, 1);
         ok &= check_case(w, 1, 30, 100, sms, 1, 1, 0);  // decode_step, the first design
         ok &= check_case(w, 3, 2, 17, sms, 0, 1, 0);
+        // decode_step_fused last (a kernel that traps ends the process: the others' results come first).
+        ok &= check_case(w, 3, 2, 17, sms, 1, 1, 3);
+        ok &= check_case(w, 2, 2, 0, sms, 1, 1, 3);
+        ok &= check_case(w, 1, 30, 100, sms, 1, 1, 3);
+        ok &= check_case(w, 3, 30, 100, sms, 1, 1, 3);
+        ok &= check_case(w, 2, 30, 254, sms, 1, 1, 3);
     }
     if (mode == "sanitize") {  // small, for compute-sanitizer: 2 layers, odd batch and position, split keys
         Weights w = make_weights(2, 520);
