@@ -396,25 +396,192 @@ __device__ float rope_at(const __nv_bfloat16* row, int d, const Params& p) {
     return bf(d < half ? a * c - b * s : b * c + a * s);
 }
 
-// `staged`: the block's rows of this item are in s.k / s.v (stage_kv), once `kv_parity`'s phase completes.
-__device__ void attention_item(const Params& p, int layer, int item, AttnSmem& s, bool staged, unsigned kv_parity) {
+// ---- attention's pieces and the steps' common parts ----------------------------------------------------------
+// Channels 8 oct .. 8 oct + 7 of cache row `key`: from `fresh` (shared memory) at pos, else from rows.
+__device__ __forceinline__ void row8(const Params& p, const __nv_bfloat16* rows, const float* fresh, int key, int oct, float (&f)[8]) {
+    if (key == p.pos) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) f[i] = fresh[8 * oct + i];
+    } else {
+        unpack8(reinterpret_cast<const uint4*>(rows + (size_t)key * HD)[oct], f);
+    }
+}
+
+// Scores of the GROUP query rows in s.q against keys k0 .. k0 + n - 1 into s.sc: 8 lanes a key, 8 channels a
+// lane, 32 keys a pass (the key at pos is s.kn, the others rows of kc). Ends with a barrier.
+__device__ void attention_scores(const Params& p, AttnSmem& s, const __nv_bfloat16* kc, int k0, int n) {
+    const int t = threadIdx.x, kq = t / 8, oct = t % 8;
+    for (int j0 = 0; j0 < n; j0 += THREADS / 8) {
+        const int j = j0 + kq, key = k0 + j;
+        float dots[GROUP];
+#pragma unroll
+        for (int r = 0; r < GROUP; ++r) dots[r] = 0.f;
+        if (j < n) {
+            float kf[8];
+            row8(p, kc, s.kn, key, oct, kf);
+#pragma unroll
+            for (int r = 0; r < GROUP; ++r)
+#pragma unroll
+                for (int i = 0; i < 8; ++i) dots[r] = fmaf(s.q[r][8 * oct + i], kf[i], dots[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < GROUP; ++r)
+#pragma unroll
+            for (int o = 1; o < 8; o <<= 1) dots[r] += __shfl_xor_sync(0xffffffffu, dots[r], o);
+        if (j < n && oct == 0)
+#pragma unroll
+            for (int r = 0; r < GROUP; ++r) s.sc[r][j] = dots[r];
+    }
+    __syncthreads();
+}
+
+// Each row's n scores in s.sc become softmax numerators; their maxima and sums go to s.m, s.l. Ends with a
+// barrier.
+__device__ void attention_softmax(AttnSmem& s, int n) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (warp < GROUP) {
+        float m = -INFINITY;
+        for (int j = lane; j < n; j += 32) m = fmaxf(m, s.sc[warp][j]);
+        for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0.f;
+        for (int j = lane; j < n; j += 32) {
+            const float e = __expf(s.sc[warp][j] - m);
+            s.sc[warp][j] = e;
+            l += e;
+        }
+        l = warp_sum(l);
+        if (lane == 0) s.m[warp] = m, s.l[warp] = l;
+    }
+    __syncthreads();
+}
+
+// Row r, channel d of the numerators' weighted sum of the values k0 .. k0 + n - 1 (the one at pos is s.vn).
+__device__ float attention_values(const Params& p, const AttnSmem& s, const __nv_bfloat16* vc, int k0, int n, int r, int d) {
+    float acc = 0.f;
+#pragma unroll 4
+    for (int j = 0; j < n; ++j) {
+        const int key = k0 + j;
+        const float v = key == p.pos ? s.vn[d] : __bfloat162float(vc[(size_t)key * HD + d]);
+        acc = fmaf(s.sc[r][j], v, acc);
+    }
+    return acc;
+}
+
+// The new key and value rows (s.kn, s.vn) into the cache at pos, `head` the (layer, b, g) rows' first.
+__device__ __forceinline__ void append_kv(const Params& p, const AttnSmem& s, size_t head) {
+    if (threadIdx.x < HD) {
+        p.kc[(head + p.pos) * HD + threadIdx.x] = __float2bfloat16(s.kn[threadIdx.x]);
+        p.vc[(head + p.pos) * HD + threadIdx.x] = __float2bfloat16(s.vn[threadIdx.x]);
+    }
+}
+
+// The lean, flow and fused kernels' shared memory: the ring's slots and mbarriers, the GEMV's left operand
+// [NB][FFN], every block's copy of the residual stream [NB][HID], rms_norm's scales, attention's buffers;
+// and the block's ring of weight chunks.
+template <int NB>
+struct StepSmem {
+    unsigned char* slots;
+    unsigned long long* bars;
+    __nv_bfloat16 *act, *xs;
+    float* scale;
+    AttnSmem* as;
+    Ring ring;
+    __device__ StepSmem(unsigned char* smem, const Params& p)
+        : slots(smem), bars(reinterpret_cast<unsigned long long*>(smem + NSLOT * SLOT_BYTES)),
+          act(reinterpret_cast<__nv_bfloat16*>(bars + NSLOT)), xs(act + NB * FFN),
+          scale(reinterpret_cast<float*>(xs + NB * HID)), as(reinterpret_cast<AttnSmem*>(scale + 16)),
+          ring{slots, bars, total_chunks(p, blockIdx.x)} {}
+
+    // The ring's mbarriers and first NSLOT chunks, attention's staging mbarrier (thread 0), every block's copy
+    // of the residual stream. Ends with a barrier.
+    __device__ void start(const Params& p) const {
+        if (threadIdx.x == 0) {
+            for (int i = 0; i < NSLOT; ++i) mbar_init(bars + i, 1);
+            mbar_init(&as->kv_bar, 1);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+            for (int c = 0; c < NSLOT; ++c) ring.issue(p, c);
+        }
+        for (int e = threadIdx.x; e < p.batch * HID / 8; e += THREADS)
+            reinterpret_cast<uint4*>(xs)[e] = __ldcg(reinterpret_cast<const uint4*>(p.x) + e);
+        __syncthreads();
+        if (p.record && blockIdx.x == 0 && threadIdx.x == 0) p.times[p.layers * KINDS] = global_ns();
+    }
+};
+
+// Block 0 writes the residual stream after the step (every block holds the same).
+__device__ __forceinline__ void keep_residual(const Params& p, const __nv_bfloat16* xs) {
+    if (blockIdx.x == 0)
+        for (int e = threadIdx.x; e < p.batch * HID / 8; e += THREADS)
+            reinterpret_cast<uint4*>(p.x)[e] = reinterpret_cast<const uint4*>(xs)[e];
+}
+
+// A GEMV of chunk c's rows against `act` (k wide): store(b, row, value) on lane 0 of each; `notes` (block 0
+// timing phases): the clock once the weights are in, the rows written, the next chunk issued.
+template <int NB, typename Store>
+__device__ void projection(const Params& p, const Ring& ring, int c, int k, const __nv_bfloat16* act, Store store,
+                           unsigned long long* notes = nullptr) {
+    const Chunk ch = chunk_of(p, blockIdx.x, c);
+    const __nv_bfloat16* w = ring.wait(c);
+    if (notes && threadIdx.x == 0) notes[0] = global_ns();
+    gemv<NB, false>(w, nullptr, ch.rows, k, act, p.batch, [&](int r, int b, float a, float) { store(b, ch.row0 + r, a); });
+    __syncthreads();
+    if (notes && threadIdx.x == 0) notes[1] = global_ns();
+    ring.release(p, c);
+    if (notes && threadIdx.x == 0) notes[2] = global_ns();
+}
+
+// Gate and up (chunks c and c + 1) against `act`, silu(gate) * up rounded as the reference does:
+// store(b, row in the chunk, row, h) on lane 0 of each. Returns the gate chunk.
+template <int NB, typename Store>
+__device__ Chunk gate_up(const Params& p, const Ring& ring, int c, const __nv_bfloat16* act, Store store) {
+    const Chunk ch = chunk_of(p, blockIdx.x, c);
+    const __nv_bfloat16* wg = ring.wait(c);
+    const __nv_bfloat16* wu = ring.wait(c + 1);
+    gemv<NB, true>(wg, wu, ch.rows, HID, act, p.batch, [&](int r, int b, float g, float u) {
+        const float gs = bf(g), silu = bf(gs / (1.f + __expf(-gs)));
+        store(b, r, ch.row0 + r, bf(silu * bf(u)));
+    });
+    __syncthreads();
+    ring.release(p, c);
+    ring.release(p, c + 1);
+    return ch;
+}
+
+// An attention item's keys and where its rows are: `head` the cache's first row of (layer, b, g); kc, vc the
+// rows by key (staged rows, from key k0, in s.k / s.v).
+struct ItemView {
+    Item it;
+    size_t head;
+    const __nv_bfloat16 *kc, *vc;
+};
+
+__device__ ItemView view_item(const Params& p, int layer, int item, AttnSmem& s, bool staged) {
     const Item it = item_of(p, item);
-    const int split = it.split, g = it.g, b = it.b, k0 = it.k0, k1 = it.k1, n = k1 - k0;
-    const size_t head = (((size_t)layer * p.batch + b) * NKV + g) * p.cap;
-    // Row `key` of the cache: staged rows sit at key - k0.
-    const __nv_bfloat16* kc = staged ? &s.k[0][0] - (size_t)k0 * HD : p.kc + head * HD;
-    const __nv_bfloat16* vc = staged ? &s.v[0][0] - (size_t)k0 * HD : p.vc + head * HD;
-    const __nv_bfloat16* qkv = p.qkv + (size_t)b * QKV;
-    const int t = threadIdx.x;
+    const size_t head = (((size_t)layer * p.batch + it.b) * NKV + it.g) * p.cap;
+    return {it, head, staged ? &s.k[0][0] - (size_t)it.k0 * HD : p.kc + head * HD,
+            staged ? &s.v[0][0] - (size_t)it.k0 * HD : p.vc + head * HD};
+}
+
+// decode_step and lean: the item's q, k and v from p.qkv (bf16), rotated into s.q (scaled), s.kn, s.vn; the
+// staged rows waited for; the new rows appended when the item's keys hold pos. Ends with a barrier.
+__device__ void begin_item(const Params& p, const ItemView& v, AttnSmem& s, bool staged, unsigned kv_parity) {
+    const __nv_bfloat16* qkv = p.qkv + (size_t)v.it.b * QKV;
+    const int t = threadIdx.x, g = v.it.g;
     if (t < GROUP * HD) s.q[t / HD][t % HD] = rope_at(qkv + (g * GROUP + t / HD) * HD, t % HD, p) * 0.125f;
     else if (t < GROUP * HD + HD) s.kn[t % HD] = rope_at(qkv + (NH + g) * HD, t % HD, p);
     if (t < HD) s.vn[t] = __bfloat162float(__ldcg(qkv + (NH + NKV + g) * HD + t));
     if (staged) mbar_wait(&s.kv_bar, kv_parity);
     __syncthreads();
-    if (k0 <= p.pos && p.pos < k1 && t < HD) {  // the last split: staged rows stop before pos
-        p.kc[(head + p.pos) * HD + t] = __float2bfloat16(s.kn[t]);
-        p.vc[(head + p.pos) * HD + t] = __float2bfloat16(s.vn[t]);
-    }
+    if (v.it.k0 <= p.pos && p.pos < v.it.k1) append_kv(p, s, v.head);  // staged rows stop before pos
+}
+
+// `staged`: the block's rows of this item are in s.k / s.v (stage_kv), once `kv_parity`'s phase completes.
+__device__ void attention_item(const Params& p, int layer, int item, AttnSmem& s, bool staged, unsigned kv_parity) {
+    const ItemView view = view_item(p, layer, item, s, staged);
+    const int split = view.it.split, g = view.it.g, b = view.it.b, k0 = view.it.k0, n = view.it.k1 - k0;
+    const __nv_bfloat16 *kc = view.kc, *vc = view.vc;
+    const int t = threadIdx.x;
+    begin_item(p, view, s, staged, kv_parity);
     // Scores: a warp a key, a lane two channels.
     const int warp = t / 32, lane = t % 32;
     for (int j = warp; j < n; j += WARPS) {
@@ -435,20 +602,7 @@ __device__ void attention_item(const Params& p, int layer, int item, AttnSmem& s
         }
     }
     __syncthreads();
-    if (warp < GROUP) {
-        float m = -INFINITY;
-        for (int j = lane; j < n; j += 32) m = fmaxf(m, s.sc[warp][j]);
-        for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        float l = 0.f;
-        for (int j = lane; j < n; j += 32) {
-            const float e = __expf(s.sc[warp][j] - m);
-            s.sc[warp][j] = e;
-            l += e;
-        }
-        l = warp_sum(l);
-        if (lane == 0) s.m[warp] = m, s.l[warp] = l;
-    }
-    __syncthreads();
+    attention_softmax(s, n);
     float acc = 0.f;
     const int r = t / HD, d = t % HD;
     if (t < GROUP * HD) {
@@ -658,18 +812,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step(const Params p) {
         barrier();
         // rms_norm, gate and up, silu.
         rms_norm_rows(p, p.norm2 + (size_t)l * HID, act, scale);
-        {
-            const Chunk ch = chunk_of(p, blk, c + 2);
-            const __nv_bfloat16* wg = ring.wait(c + 2);
-            const __nv_bfloat16* wu = ring.wait(c + 3);
-            gemv<NB, true>(wg, wu, ch.rows, HID, act, p.batch, [&](int r, int b, float g, float u) {
-                const float gs = bf(g), silu = bf(gs / (1.f + __expf(-gs)));
-                p.h[(size_t)b * FFN + ch.row0 + r] = __float2bfloat16(silu * bf(u));
-            });
-            __syncthreads();
-            ring.release(p, c + 2);
-            ring.release(p, c + 3);
-        }
+        gate_up<NB>(p, ring, c + 2, act, [&](int b, int, int row, float h) { p.h[(size_t)b * FFN + row] = __float2bfloat16(h); });
         barrier();
         // Down projection and the residual.
         residual_phase(p.h, FFN, c + 4);
@@ -780,77 +923,17 @@ __device__ void merge_splits(const Params& p, __nv_bfloat16* act) {
 
 // Attention item `item` (see attention_item), leaving its split's partials for merge_splits.
 __device__ void attention_item_lean(const Params& p, int layer, int item, AttnSmem& s, bool staged, unsigned kv_parity) {
-    const Item it = item_of(p, item);
-    const int split = it.split, g = it.g, b = it.b, k0 = it.k0, k1 = it.k1, n = k1 - k0;
-    const size_t head = (((size_t)layer * p.batch + b) * NKV + g) * p.cap;
-    const __nv_bfloat16* kc = staged ? &s.k[0][0] - (size_t)k0 * HD : p.kc + head * HD;
-    const __nv_bfloat16* vc = staged ? &s.v[0][0] - (size_t)k0 * HD : p.vc + head * HD;
-    const __nv_bfloat16* qkv = p.qkv + (size_t)b * QKV;
+    const ItemView view = view_item(p, layer, item, s, staged);
+    const int split = view.it.split, g = view.it.g, b = view.it.b, k0 = view.it.k0, n = view.it.k1 - k0;
+    const __nv_bfloat16 *kc = view.kc, *vc = view.vc;
     const int t = threadIdx.x;
-    if (t < GROUP * HD) s.q[t / HD][t % HD] = rope_at(qkv + (g * GROUP + t / HD) * HD, t % HD, p) * 0.125f;
-    else if (t < GROUP * HD + HD) s.kn[t % HD] = rope_at(qkv + (NH + g) * HD, t % HD, p);
-    if (t < HD) s.vn[t] = __bfloat162float(__ldcg(qkv + (NH + NKV + g) * HD + t));
-    if (staged) mbar_wait(&s.kv_bar, kv_parity);
-    __syncthreads();
-    if (k0 <= p.pos && p.pos < k1 && t < HD) {
-        p.kc[(head + p.pos) * HD + t] = __float2bfloat16(s.kn[t]);
-        p.vc[(head + p.pos) * HD + t] = __float2bfloat16(s.vn[t]);
-    }
-    // Scores: 8 lanes a key, 8 channels a lane; 32 keys a pass.
-    const int kq = t / 8, oct = t % 8;
-    for (int j0 = 0; j0 < n; j0 += THREADS / 8) {
-        const int j = j0 + kq, key = k0 + j;
-        float dots[GROUP];
-#pragma unroll
-        for (int r = 0; r < GROUP; ++r) dots[r] = 0.f;
-        if (j < n) {
-            float kf[8];
-            if (key == p.pos) {
-#pragma unroll
-                for (int i = 0; i < 8; ++i) kf[i] = s.kn[8 * oct + i];
-            } else {
-                unpack8(reinterpret_cast<const uint4*>(kc + (size_t)key * HD)[oct], kf);
-            }
-#pragma unroll
-            for (int r = 0; r < GROUP; ++r)
-#pragma unroll
-                for (int i = 0; i < 8; ++i) dots[r] = fmaf(s.q[r][8 * oct + i], kf[i], dots[r]);
-        }
-#pragma unroll
-        for (int r = 0; r < GROUP; ++r)
-#pragma unroll
-            for (int o = 1; o < 8; o <<= 1) dots[r] += __shfl_xor_sync(0xffffffffu, dots[r], o);
-        if (j < n && oct == 0)
-#pragma unroll
-            for (int r = 0; r < GROUP; ++r) s.sc[r][j] = dots[r];
-    }
-    __syncthreads();
-    const int warp = t / 32, lane = t % 32;
-    if (warp < GROUP) {
-        float m = -INFINITY;
-        for (int j = lane; j < n; j += 32) m = fmaxf(m, s.sc[warp][j]);
-        for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        float l = 0.f;
-        for (int j = lane; j < n; j += 32) {
-            const float e = __expf(s.sc[warp][j] - m);
-            s.sc[warp][j] = e;
-            l += e;
-        }
-        l = warp_sum(l);
-        if (lane == 0) s.m[warp] = m, s.l[warp] = l;
-    }
-    __syncthreads();
+    begin_item(p, view, s, staged, kv_parity);
+    attention_scores(p, s, kc, k0, n);
+    attention_softmax(s, n);
     if (t < GROUP * HD) {
         const int r = t / HD, d = t % HD;
-        float acc = 0.f;
-#pragma unroll 4
-        for (int j = 0; j < n; ++j) {
-            const int key = k0 + j;
-            const float v = key == p.pos ? s.vn[d] : __bfloat162float(vc[(size_t)key * HD + d]);
-            acc = fmaf(s.sc[r][j], v, acc);
-        }
         float* mine = p.partials + ((((size_t)b * NKV + g) * p.splits + split) * GROUP + r) * (HD + 2);
-        mine[d] = acc;
+        mine[d] = attention_values(p, s, vc, k0, n, r, d);
         if (d == 0) mine[HD] = s.m[r], mine[HD + 1] = s.l[r];
     }
     __syncthreads();  // the next item rewrites s
@@ -859,24 +942,9 @@ __device__ void attention_item_lean(const Params& p, int layer, int item, AttnSm
 template <int NB>
 __global__ void __launch_bounds__(THREADS, 1) decode_step_lean(const Params p) {
     extern __shared__ __align__(128) unsigned char smem[];
-    unsigned char* slots = smem;
-    unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem + NSLOT * SLOT_BYTES);
-    __nv_bfloat16* act = reinterpret_cast<__nv_bfloat16*>(bars + NSLOT);  // [NB][FFN]
-    __nv_bfloat16* xs = act + NB * FFN;                                    // [NB][HID]: the residual stream
-    float* scale = reinterpret_cast<float*>(xs + NB * HID);               // [NB]
-    AttnSmem& as = *reinterpret_cast<AttnSmem*>(scale + 16);
-
+    const StepSmem<NB> m(smem, p);
+    m.start(p);
     const int blk = blockIdx.x;
-    Ring ring{slots, bars, total_chunks(p, blk)};
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < NSLOT; ++i) mbar_init(bars + i, 1);
-        mbar_init(&as.kv_bar, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int c = 0; c < NSLOT; ++c) ring.issue(p, c);
-    }
-    for (int e = threadIdx.x; e < p.batch * HID / 8; e += THREADS)
-        reinterpret_cast<uint4*>(xs)[e] = __ldcg(reinterpret_cast<const uint4*>(p.x) + e);
-    __syncthreads();
     int stage = 0;
     auto barrier = [&]() {
         if (p.mono) grid_sync_mono(p.barrier + 2, p.grid, stage);
@@ -884,17 +952,9 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_lean(const Params p) {
         if (p.record && blk == 0 && threadIdx.x == 0) p.times[stage] = global_ns();
         ++stage;
     };
-    if (p.record && blk == 0 && threadIdx.x == 0) p.times[p.layers * KINDS] = global_ns();
-
-    // A GEMV of chunk c's rows against `act` (k wide), lane 0 writing bf16(result) to out[b][n] at its row.
-    auto projection = [&](int k, int c, __nv_bfloat16* out, int n) {
-        const Chunk ch = chunk_of(p, blk, c);
-        const __nv_bfloat16* w = ring.wait(c);
-        gemv<NB, false>(w, nullptr, ch.rows, k, act, p.batch, [&](int r, int b, float a, float) {
-            out[(size_t)b * n + ch.row0 + r] = __float2bfloat16(a);
-        });
-        __syncthreads();
-        ring.release(p, c);
+    // A GEMV of chunk c's rows against `m.act` (k wide), bf16(result) to out[b][n] at its row.
+    auto project = [&](int k, int c, __nv_bfloat16* out, int n) {
+        projection<NB>(p, m.ring, c, k, m.act, [&](int b, int row, float a) { out[(size_t)b * n + row] = __float2bfloat16(a); });
     };
 
     __shared__ int staged;
@@ -903,46 +963,33 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_lean(const Params p) {
     norm_weights(p.norm1, nv);
     for (int l = 0; l < p.layers; ++l) {
         const int c = l * KINDS;
-        if (threadIdx.x == 0) staged = stage_kv(p, l, as);
+        if (threadIdx.x == 0) staged = stage_kv(p, l, *m.as);
         // The previous layer's down projection into the residual stream, rms_norm, QKV.
-        add_and_norm<NB>(p, l > 0 ? p.dn : nullptr, nv, xs, act, scale);
-        projection(HID, c, p.qkv, QKV);
+        add_and_norm<NB>(p, l > 0 ? p.dn : nullptr, nv, m.xs, m.act, m.scale);
+        project(HID, c, p.qkv, QKV);
         barrier();
         for (int item = blk; item < p.batch * NKV * p.splits; item += p.grid)
-            attention_item_lean(p, l, item, as, item == blk && staged, kv_phases & 1u);
+            attention_item_lean(p, l, item, *m.as, item == blk && staged, kv_phases & 1u);
         kv_phases += staged;
         barrier();
         // The splits merged, the output projection.
-        merge_splits(p, act);
-        projection(HID, c + 1, p.attn, HID);
+        merge_splits(p, m.act);
+        project(HID, c + 1, p.attn, HID);
         norm_weights(p.norm2 + (size_t)l * HID, nv);
         barrier();
         // Its output into the residual stream, rms_norm, gate and up, silu.
-        add_and_norm<NB>(p, p.attn, nv, xs, act, scale);
-        {
-            const Chunk ch = chunk_of(p, blk, c + 2);
-            const __nv_bfloat16* wg = ring.wait(c + 2);
-            const __nv_bfloat16* wu = ring.wait(c + 3);
-            gemv<NB, true>(wg, wu, ch.rows, HID, act, p.batch, [&](int r, int b, float g, float u) {
-                const float gs = bf(g), silu = bf(gs / (1.f + __expf(-gs)));
-                p.h[(size_t)b * FFN + ch.row0 + r] = __float2bfloat16(silu * bf(u));
-            });
-            __syncthreads();
-            ring.release(p, c + 2);
-            ring.release(p, c + 3);
-        }
+        add_and_norm<NB>(p, p.attn, nv, m.xs, m.act, m.scale);
+        gate_up<NB>(p, m.ring, c + 2, m.act, [&](int b, int, int row, float h) { p.h[(size_t)b * FFN + row] = __float2bfloat16(h); });
         barrier();
         // The down projection.
-        load_rows(p.h, p.batch * FFN, act);
-        projection(FFN, c + 4, p.dn, HID);
+        load_rows(p.h, p.batch * FFN, m.act);
+        project(FFN, c + 4, p.dn, HID);
         norm_weights(l + 1 < p.layers ? p.norm1 + (size_t)(l + 1) * HID : p.norm_out, nv);
         barrier();
     }
-    add_and_norm<NB>(p, p.layers > 0 ? p.dn : nullptr, nv, xs, act, scale);
-    if (blk == 0)  // the residual stream after the step (every block holds the same)
-        for (int e = threadIdx.x; e < p.batch * HID / 8; e += THREADS)
-            reinterpret_cast<uint4*>(p.x)[e] = reinterpret_cast<const uint4*>(xs)[e];
-    lm_head_argmax<NB>(p, ring, act);
+    add_and_norm<NB>(p, p.layers > 0 ? p.dn : nullptr, nv, m.xs, m.act, m.scale);
+    keep_residual(p, m.xs);
+    lm_head_argmax<NB>(p, m.ring, m.act);
 }
 
 // ---- the flow step: no grid barrier --------------------------------------------------------------------
@@ -1108,22 +1155,19 @@ __device__ void merge_flow(const Params& p, unsigned tag, __nv_bfloat16* act) {
     __syncthreads();
 }
 
-// Attention item `item` (as attention_item_lean), its q, k and v polled from the tagged QKV words, its
-// partials written tagged.
-// `cs`, `sn`: the rotation's cos and sin at this thread's channel (t % (HD / 2)), loaded once a step.
-// `arrived`: where to note the clock once q, k and v are in (block 0's first item when timing phases);
-// `clocks`: 4 more notes: the staged rows in, the scores, the softmax, the partials written.
-__device__ void attention_item_flow(const Params& p, int layer, int item, AttnSmem& s, bool staged, unsigned kv_parity,
-                                    unsigned tag, float cs, float sn, unsigned long long* arrived, unsigned long long* clocks) {
-    const Item it = item_of(p, item);
-    const int split = it.split, g = it.g, b = it.b, k0 = it.k0, k1 = it.k1, n = k1 - k0;
-    const size_t head = (((size_t)layer * p.batch + b) * NKV + g) * p.cap;
-    const __nv_bfloat16* kc = staged ? &s.k[0][0] - (size_t)k0 * HD : p.kc + head * HD;
-    const __nv_bfloat16* vc = staged ? &s.v[0][0] - (size_t)k0 * HD : p.vc + head * HD;
-    const int t = threadIdx.x, half = HD / 2;
-    // q (GROUP heads), k and v of (b, g): 5 x HD words, 4 a vector.
+// The rotation (cos, sin) at pos of this thread's channel t % (HD / 2): loaded once a step.
+__device__ __forceinline__ float2 rotation(const Params& p) {
+    const size_t i = (size_t)p.pos * (HD / 2) + threadIdx.x % (HD / 2);
+    return make_float2(__bfloat162float(p.cos[i]), __bfloat162float(p.sin[i]));
+}
+
+// flow and fused: q (GROUP heads), k and v of (b, g) polled from the tagged QKV words (5 x HD, 4 a vector),
+// rotated into s.q (scaled by 1/sqrt(HD)), s.kn, s.vn; `cs`, `sn` the rotation at this thread's channel.
+// `arrived`: where to note the clock once they are in. Ends with a barrier.
+__device__ void take_qkv(const Params& p, int b, int g, unsigned tag16, float cs, float sn, AttnSmem& s,
+                         unsigned long long* arrived) {
     const unsigned* row = p.fqkv + (size_t)b * QKV;
-    const unsigned tag16 = tag & 0xffffu;
+    const int t = threadIdx.x, half = HD / 2;
     poll_vectors<1>(
         (GROUP + 2) * HD / 4, p.poll_ns,
         [&](int i) {
@@ -1146,69 +1190,33 @@ __device__ void attention_item_flow(const Params& p, int layer, int item, AttnSm
     if (t < GROUP * HD) s.q[t / HD][t % HD] = rope(s.raw + (t / HD) * HD, t % HD) * 0.125f;
     else if (t < GROUP * HD + HD) s.kn[t % HD] = rope(s.raw + GROUP * HD, t % HD);
     if (t < HD) s.vn[t] = s.raw[(GROUP + 1) * HD + t];
+    __syncthreads();
+}
+
+// Attention item `item` (as attention_item_lean), its q, k and v polled from the tagged QKV words, its
+// partials written tagged.
+// `cs`, `sn`: the rotation's cos and sin at this thread's channel (t % (HD / 2)), loaded once a step.
+// `arrived`: where to note the clock once q, k and v are in (block 0's first item when timing phases);
+// `clocks`: 4 more notes: the staged rows in, the scores, the softmax, the partials written.
+__device__ void attention_item_flow(const Params& p, int layer, int item, AttnSmem& s, bool staged, unsigned kv_parity,
+                                    unsigned tag, float cs, float sn, unsigned long long* arrived, unsigned long long* clocks) {
+    const ItemView view = view_item(p, layer, item, s, staged);
+    const int split = view.it.split, g = view.it.g, b = view.it.b, k0 = view.it.k0, n = view.it.k1 - k0;
+    const __nv_bfloat16 *kc = view.kc, *vc = view.vc;
+    const int t = threadIdx.x;
+    take_qkv(p, b, g, tag & 0xffffu, cs, sn, s, arrived);
     if (staged) mbar_wait(&s.kv_bar, kv_parity);
     __syncthreads();
     if (clocks && t == 0) clocks[0] = global_ns();
-    if (k0 <= p.pos && p.pos < k1 && t < HD) {
-        p.kc[(head + p.pos) * HD + t] = __float2bfloat16(s.kn[t]);
-        p.vc[(head + p.pos) * HD + t] = __float2bfloat16(s.vn[t]);
-    }
-    const int kq = t / 8, oct = t % 8;
-    for (int j0 = 0; j0 < n; j0 += THREADS / 8) {
-        const int j = j0 + kq, key = k0 + j;
-        float dots[GROUP];
-#pragma unroll
-        for (int r = 0; r < GROUP; ++r) dots[r] = 0.f;
-        if (j < n) {
-            float kf[8];
-            if (key == p.pos) {
-#pragma unroll
-                for (int i = 0; i < 8; ++i) kf[i] = s.kn[8 * oct + i];
-            } else {
-                unpack8(reinterpret_cast<const uint4*>(kc + (size_t)key * HD)[oct], kf);
-            }
-#pragma unroll
-            for (int r = 0; r < GROUP; ++r)
-#pragma unroll
-                for (int i = 0; i < 8; ++i) dots[r] = fmaf(s.q[r][8 * oct + i], kf[i], dots[r]);
-        }
-#pragma unroll
-        for (int r = 0; r < GROUP; ++r)
-#pragma unroll
-            for (int o = 1; o < 8; o <<= 1) dots[r] += __shfl_xor_sync(0xffffffffu, dots[r], o);
-        if (j < n && oct == 0)
-#pragma unroll
-            for (int r = 0; r < GROUP; ++r) s.sc[r][j] = dots[r];
-    }
-    __syncthreads();
+    if (k0 <= p.pos && p.pos < view.it.k1) append_kv(p, s, view.head);
+    attention_scores(p, s, kc, k0, n);
     if (clocks && t == 0) clocks[1] = global_ns();
-    const int warp = t / 32, lane = t % 32;
-    if (warp < GROUP) {
-        float m = -INFINITY;
-        for (int j = lane; j < n; j += 32) m = fmaxf(m, s.sc[warp][j]);
-        for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        float l = 0.f;
-        for (int j = lane; j < n; j += 32) {
-            const float e = __expf(s.sc[warp][j] - m);
-            s.sc[warp][j] = e;
-            l += e;
-        }
-        l = warp_sum(l);
-        if (lane == 0) s.m[warp] = m, s.l[warp] = l;
-    }
-    __syncthreads();
+    attention_softmax(s, n);
     if (clocks && t == 0) clocks[2] = global_ns();
     if (t < GROUP * HD) {
         const int r = t / HD, d = t % HD;
-        float acc = 0.f;
-#pragma unroll 4
-        for (int j = 0; j < n; ++j) {
-            const int key = k0 + j;
-            const float v = key == p.pos ? s.vn[d] : __bfloat162float(vc[(size_t)key * HD + d]);
-            acc = fmaf(s.sc[r][j], v, acc);
-        }
         unsigned long long* mine = p.fpart + ((((size_t)b * NKV + g) * p.splits + split) * GROUP + r) * (HD + 2);
-        st_relaxed64(mine + d, tag_pair(acc, tag));
+        st_relaxed64(mine + d, tag_pair(attention_values(p, s, vc, k0, n, r, d), tag));
         if (d == 0) {
             st_relaxed64(mine + HD, tag_pair(s.m[r], tag));
             st_relaxed64(mine + HD + 1, tag_pair(s.l[r], tag));
@@ -1221,102 +1229,62 @@ __device__ void attention_item_flow(const Params& p, int layer, int item, AttnSm
 template <int NB>
 __global__ void __launch_bounds__(THREADS, 1) decode_step_flow(const Params p) {
     extern __shared__ __align__(128) unsigned char smem[];
-    unsigned char* slots = smem;
-    unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem + NSLOT * SLOT_BYTES);
-    __nv_bfloat16* act = reinterpret_cast<__nv_bfloat16*>(bars + NSLOT);  // [NB][FFN]
-    __nv_bfloat16* xs = act + NB * FFN;                                    // [NB][HID]: the residual stream
-    float* scale = reinterpret_cast<float*>(xs + NB * HID);               // [NB]
-    AttnSmem& as = *reinterpret_cast<AttnSmem*>(scale + 16);
-
+    const StepSmem<NB> m(smem, p);
+    m.start(p);
     const int blk = blockIdx.x;
     const unsigned first_tag = (__ldcg(p.step) + 1u) * (unsigned)p.layers;
-    Ring ring{slots, bars, total_chunks(p, blk)};
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < NSLOT; ++i) mbar_init(bars + i, 1);
-        mbar_init(&as.kv_bar, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int c = 0; c < NSLOT; ++c) ring.issue(p, c);
-    }
-    for (int e = threadIdx.x; e < p.batch * HID / 8; e += THREADS)
-        reinterpret_cast<uint4*>(xs)[e] = __ldcg(reinterpret_cast<const uint4*>(p.x) + e);
-    __syncthreads();
     // Block 0's clock when each phase's input has arrived (the phase before it has ended).
     int stage = 0;
     auto stamp = [&]() {
         if (p.record && blk == 0 && threadIdx.x == 0) p.times[stage] = global_ns();
         ++stage;
     };
-    if (p.record && blk == 0 && threadIdx.x == 0) p.times[p.layers * KINDS] = global_ns();
-
-    // A GEMV of chunk c's rows against `act` (k wide), lane 0 writing its result tagged to out[b][n]; `notes`
-    // (block 0 timing phases): the clock once the weights are in, the rows written, the next chunk issued.
-    auto projection = [&](int k, int c, unsigned* out, int n, unsigned tag16, unsigned long long* notes) {
-        const Chunk ch = chunk_of(p, blk, c);
-        const __nv_bfloat16* w = ring.wait(c);
-        if (notes && threadIdx.x == 0) notes[0] = global_ns();
-        gemv<NB, false>(w, nullptr, ch.rows, k, act, p.batch, [&](int r, int b, float a, float) {
-            st_relaxed(out + (size_t)b * n + ch.row0 + r, tag_word(a, tag16));
-        });
-        __syncthreads();
-        if (notes && threadIdx.x == 0) notes[1] = global_ns();
-        ring.release(p, c);
-        if (notes && threadIdx.x == 0) notes[2] = global_ns();
+    // A GEMV of chunk c's rows against `m.act` (k wide), its results tagged to out[b][n].
+    auto project = [&](int k, int c, unsigned* out, int n, unsigned tag16, unsigned long long* notes) {
+        projection<NB>(p, m.ring, c, k, m.act, [&](int b, int row, float a) { st_relaxed(out + (size_t)b * n + row, tag_word(a, tag16)); },
+                       notes);
     };
 
     // Each layer's cached rows are staged as soon as the layer before is done with the staging buffers.
     __shared__ int staged;
-    if (threadIdx.x == 0) staged = stage_kv(p, 0, as);
+    if (threadIdx.x == 0) staged = stage_kv(p, 0, *m.as);
     unsigned kv_phases = 0;
     float nv[PER_THREAD];
     norm_weights(p.norm1, nv);
-    const float cs = __bfloat162float(p.cos[(size_t)p.pos * (HD / 2) + threadIdx.x % (HD / 2)]);
-    const float sn = __bfloat162float(p.sin[(size_t)p.pos * (HD / 2) + threadIdx.x % (HD / 2)]);
+    const float2 rot = rotation(p);
     for (int l = 0; l < p.layers; ++l) {
         const int c = l * KINDS;
         const unsigned tag = first_tag + l, tag16 = tag & 0xffffu, before16 = (tag - 1) & 0xffffu;
-        add_words_and_norm<NB>(p, l > 0 ? p.fdn : nullptr, before16, nv, xs, act, scale);
+        add_words_and_norm<NB>(p, l > 0 ? p.fdn : nullptr, before16, nv, m.xs, m.act, m.scale);
         if (l > 0) stamp();
-        projection(HID, c, p.fqkv, QKV, tag16, nullptr);
+        project(HID, c, p.fqkv, QKV, tag16, nullptr);
         const int items = p.batch * NKV * p.splits;
         // Block 0 notes when its first item's q, k and v are in: the QKV phase's end.
         unsigned long long* arrived = p.record && blk == 0 ? p.times + stage : nullptr;
         unsigned long long* clocks = p.record && blk == 0 ? p.times + p.layers * KINDS + 2 + FLOW_CLOCKS * l : nullptr;
         for (int item = blk; item < items; item += p.grid)
-            attention_item_flow(p, l, item, as, item == blk && staged, kv_phases & 1u, tag, cs, sn, item == 0 ? arrived : nullptr,
+            attention_item_flow(p, l, item, *m.as, item == blk && staged, kv_phases & 1u, tag, rot.x, rot.y, item == 0 ? arrived : nullptr,
                                 item == 0 ? clocks : nullptr);
         ++stage;
         kv_phases += staged;
         __syncthreads();  // every thread has read `staged`
-        if (threadIdx.x == 0 && l + 1 < p.layers) staged = stage_kv(p, l + 1, as);
-        merge_flow(p, tag, act);
+        if (threadIdx.x == 0 && l + 1 < p.layers) staged = stage_kv(p, l + 1, *m.as);
+        merge_flow(p, tag, m.act);
         stamp();
-        projection(HID, c + 1, p.fo, HID, tag16, nullptr);
+        project(HID, c + 1, p.fo, HID, tag16, nullptr);
         norm_weights(p.norm2 + (size_t)l * HID, nv);
-        add_words_and_norm<NB>(p, p.fo, tag16, nv, xs, act, scale);
+        add_words_and_norm<NB>(p, p.fo, tag16, nv, m.xs, m.act, m.scale);
         stamp();
-        {
-            const Chunk ch = chunk_of(p, blk, c + 2);
-            const __nv_bfloat16* wg = ring.wait(c + 2);
-            const __nv_bfloat16* wu = ring.wait(c + 3);
-            gemv<NB, true>(wg, wu, ch.rows, HID, act, p.batch, [&](int r, int b, float g, float u) {
-                const float gs = bf(g), silu = bf(gs / (1.f + __expf(-gs)));
-                st_relaxed(p.fh + (size_t)b * FFN + ch.row0 + r, tag_word(silu * bf(u), tag16));
-            });
-            __syncthreads();
-            ring.release(p, c + 2);
-            ring.release(p, c + 3);
-        }
-        take_rows(p.fh, p.batch, FFN, tag16, p.poll_ns, act);
+        gate_up<NB>(p, m.ring, c + 2, m.act, [&](int b, int, int row, float h) { st_relaxed(p.fh + (size_t)b * FFN + row, tag_word(h, tag16)); });
+        take_rows(p.fh, p.batch, FFN, tag16, p.poll_ns, m.act);
         stamp();
-        projection(FFN, c + 4, p.fdn, HID, tag16, clocks ? clocks + 4 : nullptr);
+        project(FFN, c + 4, p.fdn, HID, tag16, clocks ? clocks + 4 : nullptr);
         norm_weights(l + 1 < p.layers ? p.norm1 + (size_t)(l + 1) * HID : p.norm_out, nv);
     }
-    add_words_and_norm<NB>(p, p.layers > 0 ? p.fdn : nullptr, (first_tag + p.layers - 1) & 0xffffu, nv, xs, act, scale);
+    add_words_and_norm<NB>(p, p.layers > 0 ? p.fdn : nullptr, (first_tag + p.layers - 1) & 0xffffu, nv, m.xs, m.act, m.scale);
     stamp();
-    if (blk == 0)
-        for (int e = threadIdx.x; e < p.batch * HID / 8; e += THREADS)
-            reinterpret_cast<uint4*>(p.x)[e] = reinterpret_cast<const uint4*>(xs)[e];
-    lm_head_argmax<NB>(p, ring, act);
+    keep_residual(p, m.xs);
+    lm_head_argmax<NB>(p, m.ring, m.act);
 }
 
 // ---- the fused step: three hand-offs a layer ---------------------------------------------------------
@@ -1360,85 +1328,17 @@ __device__ bool stage_kv_fused(const Params& p, int layer, int b, int g, __nv_bf
 __device__ void attention_fused(const Params& p, int layer, int b, int g, int part, AttnSmem& s, const __nv_bfloat16* ks,
                                 const __nv_bfloat16* vs, bool staged, unsigned kv_parity, unsigned tag16, float cs, float sn,
                                 float* red, __nv_bfloat16* attn, unsigned long long* arrived) {
-    const int t = threadIdx.x, half = HD / 2, n = p.pos + 1;
+    const int t = threadIdx.x, n = p.pos + 1;
     const size_t head = (((size_t)layer * p.batch + b) * NKV + g) * p.cap;
     const __nv_bfloat16* kc = staged ? ks : p.kc + head * HD;
     const __nv_bfloat16* vc = staged ? vs : p.vc + head * HD;
-    const unsigned* row = p.fqkv + (size_t)b * QKV;
-    poll_vectors<1>(
-        (GROUP + 2) * HD / 4, p.poll_ns,
-        [&](int i) {
-            const int w = 4 * i;
-            return w < GROUP * HD ? row + g * GROUP * HD + w
-                 : w < (GROUP + 1) * HD ? row + (NH + g) * HD + (w - GROUP * HD)
-                                        : row + (NH + NKV + g) * HD + (w - (GROUP + 1) * HD);
-        },
-        [&](const uint4& v) { return words_tagged(v, tag16); },
-        [&](int i, const uint4& v) {
-            s.raw[4 * i] = word_value(v.x), s.raw[4 * i + 1] = word_value(v.y);
-            s.raw[4 * i + 2] = word_value(v.z), s.raw[4 * i + 3] = word_value(v.w);
-        });
-    __syncthreads();
-    if (arrived && t == 0) *arrived = global_ns();
-    auto rope = [&](const float* x, int d) {
-        const int i = d % half;
-        return bf(d < half ? x[i] * cs - x[i + half] * sn : x[i + half] * cs + x[i] * sn);
-    };
-    if (t < GROUP * HD) s.q[t / HD][t % HD] = rope(s.raw + (t / HD) * HD, t % HD) * 0.125f;
-    else if (t < GROUP * HD + HD) s.kn[t % HD] = rope(s.raw + GROUP * HD, t % HD);
-    if (t < HD) s.vn[t] = s.raw[(GROUP + 1) * HD + t];
+    take_qkv(p, b, g, tag16, cs, sn, s, arrived);
     if (staged) mbar_wait(&s.kv_bar, kv_parity);
     __syncthreads();
-    if (part == 0 && t < HD) {
-        p.kc[(head + p.pos) * HD + t] = __float2bfloat16(s.kn[t]);
-        p.vc[(head + p.pos) * HD + t] = __float2bfloat16(s.vn[t]);
-    }
+    if (part == 0) append_kv(p, s, head);
+    attention_scores(p, s, kc, 0, n);
+    attention_softmax(s, n);
     const int kq = t / 8, oct = t % 8, warp = t / 32, lane = t % 32;
-    // The key's 8 channels at `oct` (the new key from shared memory).
-    auto key8 = [&](const __nv_bfloat16* rows, const float* fresh, int key, float (&f)[8]) {
-        if (key == p.pos) {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) f[i] = fresh[8 * oct + i];
-        } else {
-            unpack8(reinterpret_cast<const uint4*>(rows + (size_t)key * HD)[oct], f);
-        }
-    };
-    for (int j0 = 0; j0 < n; j0 += THREADS / 8) {
-        const int j = j0 + kq;
-        float dots[GROUP];
-#pragma unroll
-        for (int r = 0; r < GROUP; ++r) dots[r] = 0.f;
-        if (j < n) {
-            float kf[8];
-            key8(kc, s.kn, j, kf);
-#pragma unroll
-            for (int r = 0; r < GROUP; ++r)
-#pragma unroll
-                for (int i = 0; i < 8; ++i) dots[r] = fmaf(s.q[r][8 * oct + i], kf[i], dots[r]);
-        }
-#pragma unroll
-        for (int r = 0; r < GROUP; ++r)
-#pragma unroll
-            for (int o = 1; o < 8; o <<= 1) dots[r] += __shfl_xor_sync(0xffffffffu, dots[r], o);
-        if (j < n && oct == 0)
-#pragma unroll
-            for (int r = 0; r < GROUP; ++r) s.sc[r][j] = dots[r];
-    }
-    __syncthreads();
-    if (warp < GROUP) {
-        float m = -INFINITY;
-        for (int j = lane; j < n; j += 32) m = fmaxf(m, s.sc[warp][j]);
-        for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        float l = 0.f;
-        for (int j = lane; j < n; j += 32) {
-            const float e = __expf(s.sc[warp][j] - m);
-            s.sc[warp][j] = e;
-            l += e;
-        }
-        l = warp_sum(l);
-        if (lane == 0) s.l[warp] = l;
-    }
-    __syncthreads();
     float pv[GROUP][8];
 #pragma unroll
     for (int r = 0; r < GROUP; ++r)
@@ -1446,7 +1346,7 @@ __device__ void attention_fused(const Params& p, int layer, int b, int g, int pa
         for (int i = 0; i < 8; ++i) pv[r][i] = 0.f;
     for (int j = kq; j < n; j += THREADS / 8) {
         float vf[8];
-        key8(vc, s.vn, j, vf);
+        row8(p, vc, s.vn, j, oct, vf);
 #pragma unroll
         for (int r = 0; r < GROUP; ++r) {
             const float e = s.sc[r][j];
@@ -1481,16 +1381,12 @@ __device__ void attention_fused(const Params& p, int layer, int b, int g, int pa
 template <int NB>
 __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) {
     extern __shared__ __align__(128) unsigned char smem[];
-    unsigned char* slots = smem;
-    unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem + NSLOT * SLOT_BYTES);
-    __nv_bfloat16* act = reinterpret_cast<__nv_bfloat16*>(bars + NSLOT);  // [NB][FFN]
-    __nv_bfloat16* xs = act + NB * FFN;                                    // [NB][HID]: the residual stream
-    float* scale = reinterpret_cast<float*>(xs + NB * HID);               // [NB]
-    AttnSmem& as = *reinterpret_cast<AttnSmem*>(scale + 16);
-    float* hs = reinterpret_cast<float*>(&as + 1);                        // [NB][16]: the block's h values
-    __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(hs + NB * 16);   // [stage_keys][HD]
+    const StepSmem<NB> m(smem, p);
+    m.start(p);
+    float* hs = reinterpret_cast<float*>(m.as + 1);  // [NB][16]: the block's h values
+    __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(hs + NB * 16);  // [stage_keys][HD]
     __nv_bfloat16* vs = ks + (size_t)p.stage_keys * HD;
-    float* red = reinterpret_cast<float*>(&as.k[0][0]);                   // P.V's warp sums (as.k is unused here)
+    float* red = reinterpret_cast<float*>(&m.as->k[0][0]);  // P.V's warp sums (fused stages in ks, vs)
 
     const int blk = blockIdx.x;
     const unsigned step = __ldcg(p.step), first_tag = (step + 1u) * (unsigned)p.layers, set = step & 1u;
@@ -1506,19 +1402,9 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
     const int units = p.batch * NKV * p.fused_c;
     const bool has_unit = blk < units;
     const int ub = blk / (NKV * p.fused_c), ug = (blk / p.fused_c) % NKV, uc = blk % p.fused_c;
-    Ring ring{slots, bars, total_chunks(p, blk)};
     __shared__ int staged;
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < NSLOT; ++i) mbar_init(bars + i, 1);
-        mbar_init(&as.kv_bar, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int c = 0; c < NSLOT; ++c) ring.issue(p, c);
-        staged = has_unit && stage_kv_fused(p, 0, ub, ug, ks, vs, &as.kv_bar);
-    }
-    for (int e = threadIdx.x; e < p.batch * HID / 8; e += THREADS)
-        reinterpret_cast<uint4*>(xs)[e] = __ldcg(reinterpret_cast<const uint4*>(p.x) + e);
+    if (threadIdx.x == 0) staged = has_unit && stage_kv_fused(p, 0, ub, ug, ks, vs, &m.as->kv_bar);
     __syncthreads();
-    if (p.record && blk == 0 && threadIdx.x == 0) p.times[p.layers * KINDS] = global_ns();
     auto note = [&](int index) {
         if (p.record && blk == 0 && threadIdx.x == 0) p.times[index] = global_ns();
     };
@@ -1537,7 +1423,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
         const long long* sums = acc + (size_t)layer * p.batch * HID;
         for (int e = threadIdx.x; e < p.batch * HID; e += THREADS) {
             const float dn = bf(fixed_value(__ldcg(sums + e)));
-            xs[e] = __float2bfloat16(bf(__bfloat162float(xs[e]) + dn));
+            m.xs[e] = __float2bfloat16(bf(__bfloat162float(m.xs[e]) + dn));
         }
         __syncthreads();
     };
@@ -1545,8 +1431,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
     unsigned kv_phases = 0;
     float nv[PER_THREAD];
     norm_weights(p.norm1, nv);
-    const float cs = __bfloat162float(p.cos[(size_t)p.pos * (HD / 2) + threadIdx.x % (HD / 2)]);
-    const float sn = __bfloat162float(p.sin[(size_t)p.pos * (HD / 2) + threadIdx.x % (HD / 2)]);
+    const float2 rot = rotation(p);
     for (int l = 0; l < p.layers; ++l) {
         const int c = l * KINDS;
         const unsigned tag = first_tag + l, tag16 = tag & 0xffffu;
@@ -1555,36 +1440,28 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
             take_sums(l - 1);
             note((l - 1) * KINDS + 3), note((l - 1) * KINDS + 4);
         }
-        add_and_norm<NB>(p, nullptr, nv, xs, act, scale);
-        {
-            const Chunk ch = chunk_of(p, blk, c);
-            const __nv_bfloat16* w = ring.wait(c);
-            gemv<NB, false>(w, nullptr, ch.rows, HID, act, p.batch, [&](int r, int b, float a, float) {
-                st_relaxed(p.fqkv + (size_t)b * QKV + ch.row0 + r, tag_word(a, tag16));
-            });
-            __syncthreads();
-            ring.release(p, c);
-        }
+        add_and_norm<NB>(p, nullptr, nv, m.xs, m.act, m.scale);
+        projection<NB>(p, m.ring, c, HID, m.act, [&](int b, int row, float a) { st_relaxed(p.fqkv + (size_t)b * QKV + row, tag_word(a, tag16)); });
         // 2. Attention of (b, g) and the output projection's part: rows of this unit against g's columns.
         {
             const Chunk ch = chunk_of(p, blk, c + 1);
             if (has_unit) {
-                __nv_bfloat16* attn = act;  // [GROUP * HD], the unit's row of attention outputs
-                attention_fused(p, l, ub, ug, uc, as, ks, vs, staged, kv_phases & 1u, tag16, cs, sn, red, attn,
+                __nv_bfloat16* attn = m.act;  // [GROUP * HD], the unit's row of attention outputs
+                attention_fused(p, l, ub, ug, uc, *m.as, ks, vs, staged, kv_phases & 1u, tag16, rot.x, rot.y, red, attn,
                                 p.record && blk == 0 ? p.times + l * KINDS : nullptr);
-                const __nv_bfloat16* w = ring.wait(c + 1);
+                const __nv_bfloat16* w = m.ring.wait(c + 1);
                 unsigned long long* out = p.fop + ((size_t)ug * p.batch + ub) * HID;
                 gemv<1, false>(w, nullptr, ch.rows, GROUP * HD, attn, 1, [&](int r, int, float a, float) {
                     st_relaxed64(out + ch.row0 + r, tag_pair(a, tag));
                 });
             } else {
-                ring.wait(c + 1);  // an empty chunk: the ring's sequence is every block's
+                m.ring.wait(c + 1);  // an empty chunk: the ring's sequence is every block's
             }
             __syncthreads();
-            ring.release(p, c + 1);
+            m.ring.release(p, c + 1);
             kv_phases += staged;
             __syncthreads();  // every thread has read `staged`
-            if (threadIdx.x == 0 && l + 1 < p.layers) staged = has_unit && stage_kv_fused(p, l + 1, ub, ug, ks, vs, &as.kv_bar);
+            if (threadIdx.x == 0 && l + 1 < p.layers) staged = has_unit && stage_kv_fused(p, l + 1, ub, ug, ks, vs, &m.as->kv_bar);
         }
         // 3. The kv heads' partials summed into the residual stream, rms_norm, gate/up, down's share.
         norm_weights(p.norm2 + (size_t)l * HID, nv);
@@ -1615,27 +1492,16 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
                         o += __uint_as_float(q % 2 ? w.z : w.x);
                     }
                     const int e = b * HID + n4 + q;
-                    xs[e] = __float2bfloat16(bf(__bfloat162float(xs[e]) + bf(o)));
+                    m.xs[e] = __float2bfloat16(bf(__bfloat162float(m.xs[e]) + bf(o)));
                 }
             }
             __syncthreads();
             note(l * KINDS + 1), note(l * KINDS + 2);
         }
-        add_and_norm<NB>(p, nullptr, nv, xs, act, scale);
-        const Chunk gate = chunk_of(p, blk, c + 2);
+        add_and_norm<NB>(p, nullptr, nv, m.xs, m.act, m.scale);
+        const Chunk gate = gate_up<NB>(p, m.ring, c + 2, m.act, [&](int b, int r, int, float h) { hs[b * 16 + r] = h; });
         {
-            const __nv_bfloat16* wg = ring.wait(c + 2);
-            const __nv_bfloat16* wu = ring.wait(c + 3);
-            gemv<NB, true>(wg, wu, gate.rows, HID, act, p.batch, [&](int r, int b, float g, float u) {
-                const float gs = bf(g), silu = bf(gs / (1.f + __expf(-gs)));
-                hs[b * 16 + r] = bf(silu * bf(u));
-            });
-            __syncthreads();
-            ring.release(p, c + 2);
-            ring.release(p, c + 3);
-        }
-        {
-            const __nv_bfloat16* wt = ring.wait(c + 4);  // [gate.rows][HID]
+            const __nv_bfloat16* wt = m.ring.wait(c + 4);  // [gate.rows][HID]
             long long* sums = acc + (size_t)l * p.batch * HID;
             for (int n = threadIdx.x; n < HID; n += THREADS) {
                 float s[NB];
@@ -1652,7 +1518,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
                     if (b < p.batch) add_fixed(sums + (size_t)b * HID + n, s[b]);
             }
             __syncthreads();
-            ring.release(p, c + 4);
+            m.ring.release(p, c + 4);
             if (threadIdx.x == 0) {
                 __threadfence();  // this block's sums (ordered before by the barrier) before its count
                 atomicAdd(done + l, 1u);
@@ -1662,11 +1528,9 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
     }
     take_sums(p.layers - 1);
     note((p.layers - 1) * KINDS + 3), note((p.layers - 1) * KINDS + 4);
-    add_and_norm<NB>(p, nullptr, nv, xs, act, scale);
-    if (blk == 0)
-        for (int e = threadIdx.x; e < p.batch * HID / 8; e += THREADS)
-            reinterpret_cast<uint4*>(p.x)[e] = reinterpret_cast<const uint4*>(xs)[e];
-    lm_head_argmax<NB>(p, ring, act);
+    add_and_norm<NB>(p, nullptr, nv, m.xs, m.act, m.scale);
+    keep_residual(p, m.xs);
+    lm_head_argmax<NB>(p, m.ring, m.act);
 }
 
 // ---- the step's parts alone, for the breakdown -------------------------------------------------------
