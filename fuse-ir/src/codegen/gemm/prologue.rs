@@ -206,22 +206,7 @@ pub(in crate::codegen) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) ->
         k.line(1, &format!("const float v{} = p.v[{q}];", id.0));
     }
     k.available[primary.index()] = true;
-    let (wide_slots, wide_nodes) = k.wide_work(&[pro.lhs]);
-    for &i in &wide_slots {
-        let s = k.slot(i);
-        k.line(1, &format!("float in{s}[8];"));
-        k.line(1, &format!("fuse_pro_read8<FUSE_IN{s}>(args.in[{s}], bi[{s}], si[{s}], j8, in{s});"));
-    }
-    k.line(1, "#pragma unroll");
-    k.line(1, "for (int e = 0; e < 8; ++e) {");
-    k.line(2, &format!("const float v{} = a[e];", primary.0));
-    for &i in &wide_slots {
-        let s = k.slot(i);
-        k.line(2, &format!("const float v{} = in{s}[e];", pro.inputs[i].0));
-    }
-    for &n in &wide_nodes {
-        k.line(2, &emit::compute(g, n));
-    }
+    open_columns(&mut k, g, pro, &[pro.lhs]);
     k.line(2, &format!("a[e] = {};", emit::value(g, pro.lhs)));
     k.line(1, "}");
     k.line(0, "}");
@@ -247,6 +232,29 @@ struct Factors {
     element: Vec<NodeId>,
     row_nodes: Vec<NodeId>,
     row_slots: Vec<usize>,
+}
+
+/// The 8-column loop's head, inside `fuse_gemm_pro8` and its scaled form: each wide input's 8 values (one
+/// 16-byte load where dense along k), then per element the primary operand's value, the inputs' and the wide
+/// nodes `targets` need. The caller writes the loop's last lines and closes it.
+fn open_columns(k: &mut RowKernel<'_, '_>, g: &Graph, pro: &Prologue, targets: &[NodeId]) {
+    let primary = pro.inputs[pro.primary];
+    let (wide_slots, wide_nodes) = k.wide_work(targets);
+    for &i in &wide_slots {
+        let s = k.slot(i);
+        k.line(1, &format!("float in{s}[8];"));
+        k.line(1, &format!("fuse_pro_read8<FUSE_IN{s}>(args.in[{s}], bi[{s}], si[{s}], j8, in{s});"));
+    }
+    k.line(1, "#pragma unroll");
+    k.line(1, "for (int e = 0; e < 8; ++e) {");
+    k.line(2, &format!("const float v{} = a[e];", primary.0));
+    for &i in &wide_slots {
+        let s = k.slot(i);
+        k.line(2, &format!("const float v{} = in{s}[e];", pro.inputs[i].0));
+    }
+    for &n in &wide_nodes {
+        k.line(2, &emit::compute(g, n));
+    }
 }
 
 fn factors(g: &Graph, pro: &Prologue) -> Option<Factors> {
@@ -357,22 +365,7 @@ fn scaled(g: &Graph, pro: &Prologue, first_slot: usize) -> Option<String> {
     let primary = pro.inputs[pro.primary];
     k.available[primary.index()] = true;
     let targets: Vec<NodeId> = f.element.iter().copied().chain(reductions.iter().map(|&(r, _)| g.node(r).args[0])).collect();
-    let (wide_slots, wide_nodes) = k.wide_work(&targets);
-    for &i in &wide_slots {
-        let s = k.slot(i);
-        k.line(1, &format!("float in{s}[8];"));
-        k.line(1, &format!("fuse_pro_read8<FUSE_IN{s}>(args.in[{s}], bi[{s}], si[{s}], j8, in{s});"));
-    }
-    k.line(1, "#pragma unroll");
-    k.line(1, "for (int e = 0; e < 8; ++e) {");
-    k.line(2, &format!("const float v{} = a[e];", primary.0));
-    for &i in &wide_slots {
-        let s = k.slot(i);
-        k.line(2, &format!("const float v{} = in{s}[e];", pro.inputs[i].0));
-    }
-    for &n in &wide_nodes {
-        k.line(2, &emit::compute(g, n));
-    }
+    open_columns(&mut k, g, pro, &targets);
     for (q, &(r, op)) in reductions.iter().enumerate() {
         let operand = emit::value(g, g.node(r).args[0]);
         k.line(2, &format!("red[{q}] = {};", fold(op, &format!("red[{q}]"), &operand)));
