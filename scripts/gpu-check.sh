@@ -16,7 +16,7 @@
 #   peers     gpt-fast's decode (shared/peers, copied by gpu-pack) and transformers' prefill
 #   profile   ncu over one recorded step (scripts/gpu-profile-decode.sh)
 #   persistent  the persistent decode-step prototype (scripts/kernels/run-persistent.sh): checks, us per step,
-#             phases, the four sanitizers over its small checks
+#             phases (decode_step_fused in processes of its own), the four sanitizers over its small checks (30 s each)
 # Writes OUTDIR/check.log (what ran, how long, the tables' rows, the tests' results) and the steps' own
 # files: ab.log, tests.log, sanitize.txt, bench.log, bench_decode.json, peers.json, prefill_peers.json, profile/.
 set -uo pipefail
@@ -94,7 +94,7 @@ for step in "${steps[@]}"; do
     persistent)
       fits persistent 400 || continue
       say "persistent-kernel prototype"
-      PERSISTENT_TIMEOUT=$((budget - $(elapsed) - 260)) bash scripts/kernels/run-persistent.sh "$out" >/dev/null 2>&1 || say "persistent: exit $?"
+      PERSISTENT_TIMEOUT=$((budget - $(elapsed) - 260)) PERSISTENT_SANITIZE_TIMEOUT=30 bash scripts/kernels/run-persistent.sh "$out" >/dev/null 2>&1 || say "persistent: exit $?"
       grep -E "^(check|\||copy|parts|    phases|    block|persistent|\()" "$out/persistent.log" | sed 's/^/  /' >>"$log"
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^==" "$out/persistent-sanitize.txt" | sed 's/^/  /' >>"$log"
       ;;

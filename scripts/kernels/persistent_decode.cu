@@ -3,7 +3,8 @@
 //
 // Built and run by scripts/kernels/run-persistent.sh on the GPU machine (profile-persistent.sh: under ncu):
 //   nvcc -O3 -std=c++17 -Xcompiler -fopenmp -gencode=arch=compute_90a,code=sm_90a persistent_decode.cu -o persistent_decode
-//   ./persistent_decode [check|bench|phases|sanitize|profile|all]   (default all)
+//   ./persistent_decode [check|bench|phases|sanitize|profile|all]   (default all: check, phases)
+//   decode_step_fused (not yet run) in processes of its own: check-fused, phases-fused, sanitize-fused.
 // check:  batch 1, 3, 4 and 16 at 100 and 1024 cached positions (and 2 layers at batch 3), mostly
 //         decode_step_flow, some cases of the other two: the step's logits, the tokens, the residual stream
 //         and every cache row it appends, against an f32 reference on the host with the same bf16 rounding
@@ -2042,11 +2043,12 @@ static double time_launches(F k, cudaStream_t s, int n) {
     return ms * 1e3 / n;
 }
 
-static void bench(const Weights& w, int grid, bool phases) {
+// `fused`: decode_step_fused's rows only (where it fits), else flow's and the first design's.
+static void bench(const Weights& w, int grid, bool phases, bool fused) {
     const double bw = copy_bandwidth();
     const double floor_us = weight_bytes(w.layers) / (bw * 1e9) * 1e6;
     printf("\ncopy bandwidth %.0f GB/s; weights %.1f MB: floor %.1f us a step\n", bw, weight_bytes(w.layers) / 1e6, floor_us);
-    {
+    if (!fused) {
         cudaStream_t s0;
         CK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
         Case c = make_case(w, 1, w.layers, 128, grid);
@@ -2076,7 +2078,7 @@ static void bench(const Weights& w, int grid, bool phases) {
             // 2026-12-01), then the first design.
             const int stage = 1, lean = variant == 0 ? 2 : variant == 1 ? 0 : 3;
             const unsigned poll_ns = 32;
-            if (lean == 3 && !fused_fits(batch, cached, grid)) continue;
+            if ((lean == 3) != fused || (lean == 3 && !fused_fits(batch, cached, grid))) continue;
             Case c = make_case(w, batch, w.layers, cached, grid);
             c.p.stage_kv = stage;
             c.p.mono = 1;
@@ -2181,7 +2183,10 @@ int main(int argc, char** argv) {
         ok &= check_case(w, 4, 30, 1024, sms, 1, 1, 1);
         ok &= check_case(w, 1, 30, 100, sms, 1, 1, 0);  // decode_step, the first design
         ok &= check_case(w, 3, 2, 17, sms, 0, 1, 0);
-        // decode_step_fused last (a kernel that traps ends the process: the others' results come first).
+    }
+    // decode_step_fused in processes of its own (a kernel that traps ends its process).
+    if (mode == "check-fused") {
+        Weights w = make_weights(MAX_LAYERS, 1040);
         ok &= check_case(w, 3, 2, 17, sms, 1, 1, 3);
         ok &= check_case(w, 2, 2, 0, sms, 1, 1, 3);
         ok &= check_case(w, 1, 30, 100, sms, 1, 1, 3);
@@ -2195,6 +2200,9 @@ int main(int argc, char** argv) {
         ok &= check_case(w, 2, 2, 40, sms, 0, 0);
         ok &= check_case(w, 3, 2, 17, sms, 1, 1, 1);
         ok &= check_case(w, 3, 2, 17, sms, 1, 1, 0);
+    }
+    if (mode == "sanitize-fused") {
+        Weights w = make_weights(2, 520);
         ok &= check_case(w, 3, 2, 17, sms, 1, 1, 3);
         ok &= check_case(w, 1, 2, 200, sms, 1, 1, 3);
     }
@@ -2205,9 +2213,9 @@ int main(int argc, char** argv) {
         for (int i = 0; i < 5; ++i) launch(c.p, 0);
         CK(cudaDeviceSynchronize());
     }
-    if (mode == "bench" || mode == "phases" || mode == "all") {
+    if (mode == "bench" || mode == "phases" || mode == "all" || mode == "phases-fused") {
         Weights w = make_weights(MAX_LAYERS, 1040);
-        bench(w, sms, mode != "bench");
+        bench(w, sms, mode != "bench", mode == "phases-fused");
     }
     printf(ok ? "persistent_decode: all checks passed\n" : "persistent_decode: CHECK FAILED\n");
     return ok ? 0 : 1;

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # From the repository root, on the GPU machine:  bash scripts/kernels/run-persistent.sh OUTDIR
 # Builds scripts/kernels/persistent_decode.cu (the persistent decode-step prototype) with the machine's nvcc,
-# runs its check and its benchmark with the phases, then the four compute-sanitizer tools over its small
-# checks. Logs under OUTDIR: persistent.log (build's ptxas lines, checks, table, phases), persistent-sanitize.txt.
+# runs its checks and its benchmark with the phases, then decode_step_fused's checks and rows in processes of
+# their own (PERSISTENT_FUSED=0 skips them; a kernel that traps ends only its process), then the four
+# compute-sanitizer tools over the small checks. Logs under OUTDIR: persistent.log (build's ptxas lines,
+# checks, tables, phases), persistent-sanitize.txt. PERSISTENT_TIMEOUT bounds the runs together.
 set -uo pipefail
 out=${1:?usage: scripts/kernels/run-persistent.sh OUTDIR}
 mkdir -p "$out"
@@ -13,15 +15,29 @@ bin=$(mktemp -d)/persistent_decode
 log="$out/persistent.log"
 nvcc -O3 -std=c++17 -Xcompiler -fopenmp -gencode=arch=compute_90a,code=sm_90a -Xptxas -v \
   "$here/persistent_decode.cu" -o "$bin" 2>&1 | grep -E "registers|spill" >"$log" || { echo "build failed" | tee -a "$log"; exit 1; }
-timeout "${PERSISTENT_TIMEOUT:-240}" "$bin" "${PERSISTENT_MODE:-all}" 2>&1 | tee -a "$log"
-status=${PIPESTATUS[0]}
-# The sanitizers only after a run that ended by itself (124: it hung or ran out of time; then they would too).
+end=$(($(date +%s) + ${PERSISTENT_TIMEOUT:-240}))
+modes=("${PERSISTENT_MODE:-all}")
+[ "${PERSISTENT_FUSED:-1}" = 1 ] && modes+=(check-fused phases-fused)
+status=0
+for mode in "${modes[@]}"; do
+  left=$((end - $(date +%s)))
+  [ "$left" -gt 5 ] || { echo "persistent_decode $mode: SKIPPED, out of time" | tee -a "$log"; status=124; break; }
+  timeout "$left" "$bin" "$mode" 2>&1 | tee -a "$log"
+  s=${PIPESTATUS[0]}
+  [ "$s" = 0 ] || { echo "persistent_decode $mode: exit $s" | tee -a "$log"; [ "$status" = 124 ] || status=$s; }
+  [ "$s" = 124 ] && status=124 && break
+done
+# The sanitizers only after runs that ended by themselves (124: one hung or ran out of time; they would too).
 if [ "${PERSISTENT_SANITIZE:-1}" = 1 ] && [ "$status" != 124 ]; then
+  checks=(sanitize)
+  [ "${PERSISTENT_FUSED:-1}" = 1 ] && checks+=(sanitize-fused)
   for tool in memcheck racecheck synccheck initcheck; do
-    echo "== $tool" >>"$out/persistent-sanitize.txt"
     extra=()
     [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
-    timeout "${PERSISTENT_SANITIZE_TIMEOUT:-60}" compute-sanitizer --tool "$tool" "${extra[@]}" "$bin" sanitize 2>&1 | tail -4 >>"$out/persistent-sanitize.txt"
+    for check in "${checks[@]}"; do
+      echo "== $tool $check" >>"$out/persistent-sanitize.txt"
+      timeout "${PERSISTENT_SANITIZE_TIMEOUT:-60}" compute-sanitizer --tool "$tool" "${extra[@]}" "$bin" "$check" 2>&1 | tail -4 >>"$out/persistent-sanitize.txt"
+    done
   done
   cat "$out/persistent-sanitize.txt"
 fi
