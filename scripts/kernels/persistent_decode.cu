@@ -92,8 +92,7 @@ struct Params {
     int fused_c;                           // fused: blocks a (sequence, kv head), each its output-projection rows
     int stage_keys;                        // fused: cached k/v rows the staging buffer holds
     const __nv_bfloat16* wdT;              // fused: [layers][FFN][HID], the down projection transposed
-    long long* acc;                        // fused: [2][layers][batch][HID] down projection sums, 2^-32 units
-    unsigned* done;                        // fused: [2][layers] blocks whose sums are in
+    long long* acc;                        // fused: [2][layers][batch][HID] down projection sums (add_fixed)
     unsigned long long* fop;               // fused: [NKV][batch][HID] output-projection partials, tagged
     float* partials;                       // [batch][NKV][splits][GROUP][HD + 2]
     unsigned* counters;                    // [batch][NKV] attention merges, then 1 for the argmax
@@ -1019,6 +1018,13 @@ __device__ __forceinline__ uint4 ld_relaxed4(const void* p) {
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
     return v;
 }
+// Two 64-bit words (value and tag, or a counted sum, each single-copy atomic as a whole: a vector of four
+// 32-bit loads could pair one half of a word with a later write's other half), as (lo0, hi0, lo1, hi1).
+__device__ __forceinline__ uint4 ld_relaxed_pairs(const void* p) {
+    unsigned long long a, b;
+    asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+    return make_uint4((unsigned)a, (unsigned)(a >> 32), (unsigned)b, (unsigned)(b >> 32));
+}
 __device__ __forceinline__ unsigned tag_word(float v, unsigned tag16) {
     return (unsigned)__bfloat16_as_ushort(__float2bfloat16(v)) | (tag16 << 16);
 }
@@ -1032,7 +1038,7 @@ __device__ __forceinline__ unsigned long long tag_pair(float v, unsigned tag) {
 
 // Polls the 16-byte vectors at(0) .. at(n - 1), the block's threads taking every THREADS-th, ROUND of a
 // thread's in flight at once, until ready(v) for each (sleeping sleep_ns between tries); then use(i, v) on each.
-template <int ROUND, typename At, typename Ready, typename Use>
+template <int ROUND, bool PAIRS = false, typename At, typename Ready, typename Use>
 __device__ __forceinline__ void poll_vectors(int n, unsigned sleep_ns, At at, Ready ready, Use use) {
     for (int base = threadIdx.x; base < n; base += ROUND * THREADS) {
         uint4 v[ROUND];
@@ -1043,7 +1049,7 @@ __device__ __forceinline__ void poll_vectors(int n, unsigned sleep_ns, At at, Re
         for (unsigned tries = 0; pending; ++tries) {
 #pragma unroll
             for (int i = 0; i < ROUND; ++i)
-                if (pending >> i & 1u) v[i] = ld_relaxed4(at(base + i * THREADS));
+                if (pending >> i & 1u) v[i] = PAIRS ? ld_relaxed_pairs(at(base + i * THREADS)) : ld_relaxed4(at(base + i * THREADS));
 #pragma unroll
             for (int i = 0; i < ROUND; ++i)
                 if ((pending >> i & 1u) && ready(v[i])) pending &= ~(1u << i);
@@ -1114,9 +1120,9 @@ __device__ void merge_flow(const Params& p, unsigned tag, __nv_bfloat16* act) {
 #pragma unroll
                 for (int i = 0; i < ROUND; ++i) {
                     const unsigned long long* at = row_words(row, j0 + i);
-                    if (pending >> (3 * i) & 1u) v[i] = ld_relaxed4(at + 4 * quad);
-                    if (pending >> (3 * i + 1) & 1u) v2[i] = ld_relaxed4(at + 4 * quad + 2);
-                    if (pending >> (3 * i + 2) & 1u) st[i] = ld_relaxed4(at + HD);
+                    if (pending >> (3 * i) & 1u) v[i] = ld_relaxed_pairs(at + 4 * quad);
+                    if (pending >> (3 * i + 1) & 1u) v2[i] = ld_relaxed_pairs(at + 4 * quad + 2);
+                    if (pending >> (3 * i + 2) & 1u) st[i] = ld_relaxed_pairs(at + HD);
                 }
 #pragma unroll
                 for (int i = 0; i < ROUND; ++i) {
@@ -1299,15 +1305,24 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_flow(const Params p) {
 // 3. The three partials summed into the residual stream, rms_norm, gate/up (the block's FFN rows, h kept in
 //    shared memory), then the down projection split over those rows: each block adds its rows' share of all
 //    576 outputs to 64-bit integer sums (2^-32 units: an integer sum is the same in any order, so the step
-//    stays deterministic) and counts itself in; the next layer waits for the count, then reads the sums.
-// The sums and counts come in two sets, one a step (by the step's parity): each step zeroes the other set.
+//    stays deterministic). Each add also counts itself in the sum's low 8 bits (the value sits above them),
+//    so a sum says when every block's share is in: the next layer polls the sums themselves, with no fence
+//    and no counter (grid < 256).
+// The sums come in two sets, one a step (by the step's parity): each step zeroes the other set.
 // Needs batch <= 3 (a part's rows of the output projection fit a slot) and pos < SPLIT_KEYS.
 
-// The down projection's sum of `s`: added as an integer of 2^-32 units (exact for |s| < 2^31).
+// A share `s` of a down-projection sum: added as an integer of 2^-32 units above 8 bits that count the adds
+// (exact for |s| < 2^23; the count's carries never reach the value).
 __device__ __forceinline__ void add_fixed(long long* at, float s) {
-    atomicAdd(reinterpret_cast<unsigned long long*>(at), (unsigned long long)__float2ll_rn(s * 4294967296.f));
+    const unsigned long long units = (unsigned long long)__float2ll_rn(s * 4294967296.f);
+    atomicAdd(reinterpret_cast<unsigned long long*>(at), (units << 8) + 1ull);
 }
-__device__ __forceinline__ float fixed_value(long long v) { return __ll2float_rn(v) * 2.3283064365386963e-10f; }
+// A counted sum's adds so far, and its value.
+__device__ __forceinline__ unsigned fixed_count(unsigned low) { return low & 0xffu; }
+__device__ __forceinline__ float fixed_value(unsigned low, unsigned high) {
+    const long long v = (long long)(((unsigned long long)high << 32) | low) >> 8;
+    return __ll2float_rn(v) * 2.3283064365386963e-10f;
+}
 
 // Thread 0: the cached rows (positions before pos) of (b, g) at `layer` into the staging buffers.
 __device__ bool stage_kv_fused(const Params& p, int layer, int b, int g, __nv_bfloat16* ks, __nv_bfloat16* vs,
@@ -1392,13 +1407,11 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
     const int blk = blockIdx.x;
     const unsigned step = __ldcg(p.step), first_tag = (step + 1u) * (unsigned)p.layers, set = step & 1u;
     long long* acc = p.acc + (size_t)set * p.layers * p.batch * HID;
-    unsigned* done = p.done + set * p.layers;
     // The other set, for the next step (the step before used it, and has ended).
     {
         long long* other = p.acc + (size_t)(set ^ 1u) * p.layers * p.batch * HID;
         const size_t n = (size_t)p.layers * p.batch * HID;
         for (size_t e = (size_t)blk * THREADS + threadIdx.x; e < n; e += (size_t)p.grid * THREADS) other[e] = 0;
-        if (blk == 0 && threadIdx.x < p.layers) p.done[(set ^ 1u) * p.layers + threadIdx.x] = 0;
     }
     const int units = p.batch * NKV * p.fused_c;
     const bool has_unit = blk < units;
@@ -1409,23 +1422,20 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
     auto note = [&](int index) {
         if (p.record && blk == 0 && threadIdx.x == 0) p.times[index] = global_ns();
     };
-    // The down projection's sums of `layer` into the residual stream (once every block has added its own).
+    // The down projection's sums of `layer` into the residual stream, each once every block's add is in
+    // (polled two sums a vector).
+    const unsigned all_in = (unsigned)p.grid & 0xffu;
     auto take_sums = [&](int layer) {
-        if (threadIdx.x == 0) {
-            for (unsigned tries = 0;; ++tries) {
-                unsigned v;
-                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(done + layer) : "memory");
-                if (v >= (unsigned)p.grid) break;
-                if (tries > PATIENCE) __trap();
-                if (p.poll_ns) __nanosleep(p.poll_ns);
-            }
-        }
-        __syncthreads();
         const long long* sums = acc + (size_t)layer * p.batch * HID;
-        for (int e = threadIdx.x; e < p.batch * HID; e += THREADS) {
-            const float dn = bf(fixed_value(__ldcg(sums + e)));
-            m.xs[e] = __float2bfloat16(bf(__bfloat162float(m.xs[e]) + dn));
-        }
+        poll_vectors<4, true>(
+            p.batch * HID / 2, p.poll_ns, [&](int i) { return sums + 2 * i; },
+            [&](const uint4& v) { return fixed_count(v.x) == all_in && fixed_count(v.z) == all_in; },
+            [&](int i, const uint4& v) {
+                const float dn[2] = {bf(fixed_value(v.x, v.y)), bf(fixed_value(v.z, v.w))};
+#pragma unroll
+                for (int j = 0; j < 2; ++j)
+                    m.xs[2 * i + j] = __float2bfloat16(bf(__bfloat162float(m.xs[2 * i + j]) + dn[j]));
+            });
         __syncthreads();
     };
 
@@ -1475,7 +1485,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
                 for (unsigned tries = 0; pending; ++tries) {
 #pragma unroll
                     for (int i = 0; i < 2 * NKV; ++i)
-                        if (pending >> i & 1u) v[i] = ld_relaxed4(part + ((size_t)(i / 2) * p.batch + b) * HID + n4 + 2 * (i % 2));
+                        if (pending >> i & 1u) v[i] = ld_relaxed_pairs(part + ((size_t)(i / 2) * p.batch + b) * HID + n4 + 2 * (i % 2));
 #pragma unroll
                     for (int i = 0; i < 2 * NKV; ++i)
                         if ((pending >> i & 1u) && v[i].y == tag && v[i].w == tag) pending &= ~(1u << i);
@@ -1520,10 +1530,6 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
             }
             __syncthreads();
             m.ring.release(p, c + 4);
-            if (threadIdx.x == 0) {
-                __threadfence();  // this block's sums (ordered before by the barrier) before its count
-                atomicAdd(done + l, 1u);
-            }
         }
         norm_weights(l + 1 < p.layers ? p.norm1 + (size_t)(l + 1) * HID : p.norm_out, nv);
     }
@@ -1687,10 +1693,11 @@ static size_t smem_bytes(int nb, int lean = 1) {
 }
 
 // Whether decode_step_fused takes this case: a part's output-projection rows fit a slot (batch <= 3 on 132
-// multiprocessors), the keys fit the scores' buffer, and h's rows a block fit its 16.
+// multiprocessors), the keys fit the scores' buffer, h's rows a block fit its 16, and the blocks an 8-bit count.
 static bool fused_fits(int batch, int pos, int grid) {
     const int c = grid / (batch * NKV);
-    return c >= 1 && (HID + c - 1) / c * GROUP * HD * 2 <= SLOT_BYTES && pos + 1 <= SPLIT_KEYS && (FFN + grid - 1) / grid <= 16;
+    return c >= 1 && (HID + c - 1) / c * GROUP * HD * 2 <= SLOT_BYTES && pos + 1 <= SPLIT_KEYS && (FFN + grid - 1) / grid <= 16 &&
+           grid < 256;  // the sums count their adds in 8 bits
 }
 
 static Case make_case(const Weights& w, int batch, int layers, int pos, int grid) {
@@ -1726,8 +1733,6 @@ static Case make_case(const Weights& w, int batch, int layers, int pos, int grid
     const size_t sums = 2 * (size_t)layers * batch * HID;
     CK(cudaMalloc(&p.acc, sums * 8));
     CK(cudaMemset(p.acc, 0, sums * 8));
-    CK(cudaMalloc(&p.done, 2 * layers * 4));
-    CK(cudaMemset(p.done, 0, 2 * layers * 4));
     CK(cudaMalloc(&p.fop, (size_t)NKV * batch * HID * 8));
     CK(cudaMemset(p.fop, 0, (size_t)NKV * batch * HID * 8));
     CK(cudaMalloc(&p.h, (size_t)batch * FFN * 2));
