@@ -89,6 +89,7 @@ struct Params {
     unsigned long long* fpart;             // flow: tagged partials, [batch][NKV][splits][GROUP][HD + 2]
     unsigned* step;                        // flow: steps done (the tags' source), advanced by the last block
     unsigned poll_ns;                      // flow: nanosleep between two polls of words not yet written
+    int head_prefetch;                     // flow, fused: LM-head chunks a block prefetches to L2 three layers early
     int fused_c;                           // fused: blocks a (sequence, kv head), each its output-projection rows
     int stage_keys;                        // fused: cached k/v rows the staging buffer holds
     const __nv_bfloat16* wdT;              // fused: [layers][FFN][HID], the down projection transposed
@@ -513,6 +514,18 @@ __device__ __forceinline__ void keep_residual(const Params& p, const __nv_bfloat
     if (blockIdx.x == 0)
         for (int e = threadIdx.x; e < p.batch * HID / 8; e += THREADS)
             reinterpret_cast<uint4*>(p.x)[e] = reinterpret_cast<const uint4*>(xs)[e];
+}
+
+// Thread 0, three layers before the end (flow, fused): the first p.head_prefetch of the block's LM-head
+// chunks toward L2 (bulk prefetches, no shared memory): the head streams 429 KB a block through the ring
+// at ~25 GB/s, and its first chunks then come from L2.
+__device__ __forceinline__ void prefetch_head(const Params& p, int layer) {
+    if (threadIdx.x != 0 || p.head_prefetch == 0 || layer != max(0, p.layers - 3)) return;
+    for (int j = 0; j < p.head_prefetch; ++j) {
+        const Chunk ch = chunk_of(p, blockIdx.x, p.layers * KINDS + j);
+        if (ch.rows)
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(ch.src), "r"((unsigned)ch.rows * HID * 2) : "memory");
+    }
 }
 
 // A GEMV of chunk c's rows against `act` (k wide): store(b, row, value) on lane 0 of each; `notes` (block 0
@@ -1262,6 +1275,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_flow(const Params p) {
     for (int l = 0; l < p.layers; ++l) {
         const int c = l * KINDS;
         const unsigned tag = first_tag + l, tag16 = tag & 0xffffu, before16 = (tag - 1) & 0xffffu;
+        prefetch_head(p, l);
         add_words_and_norm<NB>(p, l > 0 ? p.fdn : nullptr, before16, nv, m.xs, m.act, m.scale);
         if (l > 0) stamp();
         project(HID, c, p.fqkv, QKV, tag16, nullptr);
@@ -1446,6 +1460,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
     for (int l = 0; l < p.layers; ++l) {
         const int c = l * KINDS;
         const unsigned tag = first_tag + l, tag16 = tag & 0xffffu;
+        prefetch_head(p, l);
         // 1. The previous layer's down projection into the residual stream, rms_norm, QKV.
         if (l > 0) {
             take_sums(l - 1);
@@ -2070,18 +2085,20 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
         printf("parts: an empty launch %.1f us; %d grid barriers %.1f us (%.0f ns each), monotonic %.1f us (%.0f ns each); the weights through the ring %.1f us (%.0f GB/s)\n",
                empty, n, bars, (bars - empty) * 1e3 / n, bars_mono, (bars_mono - empty) * 1e3 / n, stream, weight_bytes(w.layers) / (stream * 1e-6) / 1e9);
     }
-    printf("| batch | cached | splits | kernel | poll sleep ns | us/step (graph) | us/step (launches) | x floor |\n|---|---|---|---|---|---|---|---|\n");
+    printf("| batch | cached | splits | kernel | LM head to L2 | us/step (graph) | us/step (launches) | x floor |\n|---|---|---|---|---|---|---|---|\n");
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     for (int batch : {1, 4, 16})
         for (int cached : {128, 1024})
-        for (int variant = 0; variant < 3; ++variant) {
+        for (int variant = 0; variant < 5; ++variant) {
             // The monotonic barrier only: the generation word's was ~100 us a step slower in every row
-            // (2026-12-01), and k/v read from memory slower than staged or level. Variants: flow, lean, the
-            // first design.
-            // flow (polls 32 ns apart: none and 256 ns measured 517.0 and 528.0 us at batch 1 against 517.2,
-            // 2026-12-01), then the first design.
-            const int stage = 1, lean = variant == 0 ? 2 : variant == 1 ? 0 : 3;
+            // (2026-12-01), and k/v read from memory slower than staged or level; flow's polls 32 ns apart
+            // (none and 256 ns measured 517.0 and 528.0 us at batch 1 against 517.2, 2026-12-01).
+            // Variants: flow, flow with the LM head prefetched, the first design; fused, fused prefetching.
+            const int lean = variant < 2 ? 2 : variant == 2 ? 0 : 3, stage = 1;
+            // The prefetch: the first 16 chunks a block (35 of the head's 57 MB: L2 holds ~50 with the last
+            // layers' weights passing through).
+            const int prefetch = variant == 1 || variant == 4 ? 16 : 0;
             const unsigned poll_ns = 32;
             if ((lean == 3) != fused || (lean == 3 && !fused_fits(batch, cached, grid))) continue;
             Case c = make_case(w, batch, w.layers, cached, grid);
@@ -2089,6 +2106,7 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
             c.p.mono = 1;
             c.p.lean = lean;
             c.p.poll_ns = poll_ns;
+            c.p.head_prefetch = prefetch;
             for (int i = 0; i < 5; ++i) launch(c.p, s);
             CK(cudaStreamSynchronize(s));
             cudaGraphExec_t ge = capture(c.p, s, 20);
@@ -2112,7 +2130,7 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
             CK(cudaEventElapsedTime(&ms_launch, e0, e1));
             const double us = ms_graph * 1e3 / (reps * 20);
             printf("| %d | %d | %d | %s | %s | %.1f | %.1f | %.2f |\n", batch, cached, lean == 3 ? 1 : c.splits, lean == 3 ? "fused" : lean == 2 ? "flow" : lean ? "lean" : "first",
-                   lean >= 2 ? std::to_string(poll_ns).c_str() : "-", us, ms_launch * 1e3 / 200, us / floor_us);
+                   prefetch ? "16 chunks" : "-", us, ms_launch * 1e3 / 200, us / floor_us);
             if (phases) {
                 Params p = c.p;
                 p.record = 1;
