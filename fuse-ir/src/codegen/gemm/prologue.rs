@@ -205,7 +205,6 @@ pub(in crate::codegen) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) ->
     for (q, id) in kept.iter().enumerate() {
         k.line(1, &format!("const float v{} = p.v[{q}];", id.0));
     }
-    k.available[primary.index()] = true;
     open_columns(&mut k, g, pro, &[pro.lhs]);
     k.line(2, &format!("a[e] = {};", emit::value(g, pro.lhs)));
     k.line(1, "}");
@@ -235,10 +234,12 @@ struct Factors {
 }
 
 /// The 8-column loop's head, inside `fuse_gemm_pro8` and its scaled form: each wide input's 8 values (one
-/// 16-byte load where dense along k), then per element the primary operand's value, the inputs' and the wide
-/// nodes `targets` need. The caller writes the loop's last lines and closes it.
+/// 16-byte load where dense along k), then per element the primary operand's value (the template's load, so
+/// available from here on), the inputs' and the wide nodes `targets` need. The caller writes the loop's last
+/// lines and closes it.
 fn open_columns(k: &mut RowKernel<'_, '_>, g: &Graph, pro: &Prologue, targets: &[NodeId]) {
     let primary = pro.inputs[pro.primary];
+    k.available[primary.index()] = true;
     let (wide_slots, wide_nodes) = k.wide_work(targets);
     for &i in &wide_slots {
         let s = k.slot(i);
@@ -362,8 +363,6 @@ fn scaled(g: &Graph, pro: &Prologue, first_slot: usize) -> Option<String> {
     offsets_from_row(&mut k);
     k.emit_scalar_reads(1);
     k.emit_ready_narrow();
-    let primary = pro.inputs[pro.primary];
-    k.available[primary.index()] = true;
     let targets: Vec<NodeId> = f.element.iter().copied().chain(reductions.iter().map(|&(r, _)| g.node(r).args[0])).collect();
     open_columns(&mut k, g, pro, &targets);
     for (q, &(r, op)) in reductions.iter().enumerate() {
