@@ -1,7 +1,7 @@
 // Prototype: a whole SmolLM2-135M decode step as ONE persistent kernel (issue 15's aim), to measure what
 // that design reaches on the H200 before fuse generates it from a model's #[fuse] code.
 //
-// Built and run by scripts/kernels/run-persistent.sh on the GPU machine (profile-persistent.sh: under ncu):
+// Built and run by scripts/kernels/run-persistent.sh on the GPU machine (PERSISTENT_NCU=1: under ncu):
 //   nvcc -O3 -std=c++17 -Xcompiler -fopenmp -gencode=arch=compute_90a,code=sm_90a persistent_decode.cu -o persistent_decode
 //   ./persistent_decode [check|bench|phases|sanitize|profile|all]   (default all: check, phases)
 //   decode_step_fused (not yet run) in processes of its own: check-fused, phases-fused, sanitize-fused.
@@ -70,14 +70,17 @@ constexpr int KINDS = 5;                   // chunks a layer: qkv, o, gate, up, 
 constexpr int KV_STAGE_KEYS = 64;
 constexpr int FLOW_CLOCKS = 7;             // decode_step_flow's extra clock notes a layer (phases mode)          // cached keys (and values) of its first attention item a block copies early
 
+// The step's kernels: decode_step (grid barriers), decode_step_lean (a private residual stream a block, one
+// trip to L2 a phase), decode_step_flow (no grid barrier: tagged values), decode_step_fused (three hand-offs
+// a layer).
+enum Design { FIRST = 0, LEAN = 1, FLOW = 2, FUSED = 3 };
+
 struct Params {
     int batch, layers, pos, cap, splits, grid, record;
     int stage_kv;                          // copy each block's first item's cached k/v rows to shared memory early
     int mono;                              // grid barriers: 1 a monotonic counter (arrive without a reply,
                                            // poll), 0 an arrival counter and a generation word
-    int lean;                              // 1: decode_step_lean (a private residual stream a block, one
-                                           // trip to L2 a phase), 2: decode_step_flow (no grid barrier:
-                                           // tagged values), 0: decode_step
+    int design;                            // which kernel runs the step (Design)
     const __nv_bfloat16 *wqkv, *wo, *wg, *wu, *wd, *norm1, *norm2, *norm_out, *lm;  // [layers][rows][k]
     const __nv_bfloat16 *cos, *sin;        // [cap][HD/2]
     __nv_bfloat16 *kc, *vc;                // [layers][batch][NKV][cap][HD]
@@ -106,6 +109,13 @@ struct Params {
 
 // ---- small helpers ------------------------------------------------------------------------------------
 __device__ __forceinline__ float bf(float v) { return __bfloat162float(__float2bfloat16(v)); }
+
+// x = bf16(x + v), the residual stream's rounding point (v rounded where the reference rounds it); returns x.
+__device__ __forceinline__ float add_residual(__nv_bfloat16& x, float v) {
+    const float y = bf(__bfloat162float(x) + v);
+    x = __float2bfloat16(y);
+    return y;
+}
 
 // 32-bit (i * n stays under 2^32 here: 132 x 49,152 at most): a 64-bit division costs ~10x more, and thread 0
 // computes chunk bounds between phases.
@@ -223,7 +233,7 @@ __device__ Chunk chunk_of(const Params& p, int blk, int c) {
         const int l = c / KINDS, kind = c % KINDS;
         int n = HID, k = HID;
         const __nv_bfloat16* w = nullptr;
-        if (p.lean == 3 && kind == 1) {
+        if (p.design == FUSED && kind == 1) {
             // decode_step_fused: its unit's rows of the output projection, its kv head's 192 columns.
             const int units = p.batch * NKV * p.fused_c;
             if (blk >= units) return {p.wo, 0, 0, GROUP * HD, HID};
@@ -231,7 +241,7 @@ __device__ Chunk chunk_of(const Params& p, int blk, int c) {
             const int r0 = row_begin(c, HID, p.fused_c), r1 = row_begin(c + 1, HID, p.fused_c);
             return {p.wo + ((size_t)l * HID + r0) * HID + g * GROUP * HD, r0, r1 - r0, GROUP * HD, HID};
         }
-        if (p.lean == 3 && kind == 4) {
+        if (p.design == FUSED && kind == 4) {
             // decode_step_fused: the transposed down projection's rows at this block's FFN rows (gate/up's).
             const int r0 = row_begin(blk, FFN, p.grid), r1 = row_begin(blk + 1, FFN, p.grid);
             return {p.wdT + ((size_t)l * FFN + r0) * HID, r0, r1 - r0, HID, HID};
@@ -476,6 +486,23 @@ __device__ __forceinline__ void append_kv(const Params& p, const AttnSmem& s, si
     }
 }
 
+// Thread 0: the ring's mbarriers and its first NSLOT chunks, and attention's staging mbarrier.
+__device__ void start_ring(const Params& p, const Ring& ring, unsigned long long* kv_bar) {
+    if (threadIdx.x != 0) return;
+    for (int i = 0; i < NSLOT; ++i) mbar_init(ring.bars + i, 1);
+    mbar_init(kv_bar, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    for (int c = 0; c < NSLOT; ++c) ring.issue(p, c);
+}
+
+// decode_step and lean: grid barrier number `stage` (then the next), block 0 noting the clock when timing.
+__device__ void grid_barrier(const Params& p, int& stage) {
+    if (p.mono) grid_sync_mono(p.barrier + 2, p.grid, stage);
+    else grid_sync(p.barrier, p.grid);
+    if (p.record && blockIdx.x == 0 && threadIdx.x == 0) p.times[stage] = global_ns();
+    ++stage;
+}
+
 // The lean, flow and fused kernels' shared memory: the ring's slots and mbarriers, the GEMV's left operand
 // [NB][FFN], every block's copy of the residual stream [NB][HID], rms_norm's scales, attention's buffers;
 // and the block's ring of weight chunks.
@@ -496,12 +523,7 @@ struct StepSmem {
     // The ring's mbarriers and first NSLOT chunks, attention's staging mbarrier (thread 0), every block's copy
     // of the residual stream. Ends with a barrier.
     __device__ void start(const Params& p) const {
-        if (threadIdx.x == 0) {
-            for (int i = 0; i < NSLOT; ++i) mbar_init(bars + i, 1);
-            mbar_init(&as->kv_bar, 1);
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-            for (int c = 0; c < NSLOT; ++c) ring.issue(p, c);
-        }
+        start_ring(p, ring, &as->kv_bar);
         for (int e = threadIdx.x; e < p.batch * HID / 8; e += THREADS)
             reinterpret_cast<uint4*>(xs)[e] = __ldcg(reinterpret_cast<const uint4*>(p.x) + e);
         __syncthreads();
@@ -575,9 +597,11 @@ __device__ ItemView view_item(const Params& p, int layer, int item, AttnSmem& s,
             staged ? &s.v[0][0] - (size_t)it.k0 * HD : p.vc + head * HD};
 }
 
-// decode_step and lean: the item's q, k and v from p.qkv (bf16), rotated into s.q (scaled), s.kn, s.vn; the
-// staged rows waited for; the new rows appended when the item's keys hold pos. Ends with a barrier.
-__device__ void begin_item(const Params& p, const ItemView& v, AttnSmem& s, bool staged, unsigned kv_parity) {
+// decode_step and lean: item `item`'s view; its q, k and v from p.qkv (bf16), rotated into s.q (scaled),
+// s.kn, s.vn; the staged rows waited for; the new rows appended when the item's keys hold pos. Ends with a
+// barrier.
+__device__ ItemView begin_item(const Params& p, int layer, int item, AttnSmem& s, bool staged, unsigned kv_parity) {
+    const ItemView v = view_item(p, layer, item, s, staged);
     const __nv_bfloat16* qkv = p.qkv + (size_t)v.it.b * QKV;
     const int t = threadIdx.x, g = v.it.g;
     if (t < GROUP * HD) s.q[t / HD][t % HD] = rope_at(qkv + (g * GROUP + t / HD) * HD, t % HD, p) * 0.125f;
@@ -586,15 +610,15 @@ __device__ void begin_item(const Params& p, const ItemView& v, AttnSmem& s, bool
     if (staged) mbar_wait(&s.kv_bar, kv_parity);
     __syncthreads();
     if (v.it.k0 <= p.pos && p.pos < v.it.k1) append_kv(p, s, v.head);  // staged rows stop before pos
+    return v;
 }
 
 // `staged`: the block's rows of this item are in s.k / s.v (stage_kv), once `kv_parity`'s phase completes.
 __device__ void attention_item(const Params& p, int layer, int item, AttnSmem& s, bool staged, unsigned kv_parity) {
-    const ItemView view = view_item(p, layer, item, s, staged);
+    const ItemView view = begin_item(p, layer, item, s, staged, kv_parity);
     const int split = view.it.split, g = view.it.g, b = view.it.b, k0 = view.it.k0, n = view.it.k1 - k0;
     const __nv_bfloat16 *kc = view.kc, *vc = view.vc;
     const int t = threadIdx.x;
-    begin_item(p, view, s, staged, kv_parity);
     // Scores: a warp a key, a lane two channels.
     const int warp = t / 32, lane = t % 32;
     for (int j = warp; j < n; j += WARPS) {
@@ -769,20 +793,10 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step(const Params p) {
 
     const int blk = blockIdx.x;
     Ring ring{slots, bars, total_chunks(p, blk)};
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < NSLOT; ++i) mbar_init(bars + i, 1);
-        mbar_init(&as.kv_bar, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int c = 0; c < NSLOT; ++c) ring.issue(p, c);
-    }
+    start_ring(p, ring, &as.kv_bar);
     __syncthreads();
     int stage = 0;
-    auto barrier = [&]() {
-        if (p.mono) grid_sync_mono(p.barrier + 2, p.grid, stage);
-        else grid_sync(p.barrier, p.grid);
-        if (p.record && blk == 0 && threadIdx.x == 0) p.times[stage] = global_ns();
-        ++stage;
-    };
+    auto barrier = [&]() { grid_barrier(p, stage); };
     if (p.record && blk == 0 && threadIdx.x == 0) p.times[p.layers * KINDS] = global_ns();
 
     // A projection whose output adds to the residual stream: rows of `src` (k wide) against chunk `c`'s weights.
@@ -792,7 +806,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step(const Params p) {
         const __nv_bfloat16* w = ring.wait(c);
         gemv<NB, false>(w, nullptr, ch.rows, k, act, p.batch, [&](int r, int b, float a, float) {
             __nv_bfloat16* x = p.x + (size_t)b * HID + ch.row0 + r;
-            *x = __float2bfloat16(__bfloat162float(*x) + bf(a));
+            add_residual(*x, bf(a));
         });
         __syncthreads();
         ring.release(p, c);
@@ -882,8 +896,7 @@ __device__ void add_and_norm(const Params& p, const __nv_bfloat16* add, const fl
         for (int j = 0; j < PER_THREAD; ++j) {
             const int e = threadIdx.x + j * THREADS;
             if (b < p.batch && e < HID) {
-                const float x = add ? bf(__bfloat162float(xs[b * HID + e]) + v[b][j]) : __bfloat162float(xs[b * HID + e]);
-                if (add) xs[b * HID + e] = __float2bfloat16(x);
+                const float x = add ? add_residual(xs[b * HID + e], v[b][j]) : __bfloat162float(xs[b * HID + e]);
                 v[b][j] = x;
                 ss += x * x;
             }
@@ -936,11 +949,10 @@ __device__ void merge_splits(const Params& p, __nv_bfloat16* act) {
 
 // Attention item `item` (see attention_item), leaving its split's partials for merge_splits.
 __device__ void attention_item_lean(const Params& p, int layer, int item, AttnSmem& s, bool staged, unsigned kv_parity) {
-    const ItemView view = view_item(p, layer, item, s, staged);
+    const ItemView view = begin_item(p, layer, item, s, staged, kv_parity);
     const int split = view.it.split, g = view.it.g, b = view.it.b, k0 = view.it.k0, n = view.it.k1 - k0;
     const __nv_bfloat16 *kc = view.kc, *vc = view.vc;
     const int t = threadIdx.x;
-    begin_item(p, view, s, staged, kv_parity);
     attention_scores(p, s, kc, k0, n);
     attention_softmax(s, n);
     if (t < GROUP * HD) {
@@ -959,12 +971,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_lean(const Params p) {
     m.start(p);
     const int blk = blockIdx.x;
     int stage = 0;
-    auto barrier = [&]() {
-        if (p.mono) grid_sync_mono(p.barrier + 2, p.grid, stage);
-        else grid_sync(p.barrier, p.grid);
-        if (p.record && blk == 0 && threadIdx.x == 0) p.times[stage] = global_ns();
-        ++stage;
-    };
+    auto barrier = [&]() { grid_barrier(p, stage); };
     // A GEMV of chunk c's rows against `m.act` (k wide), bf16(result) to out[b][n] at its row.
     auto project = [&](int k, int c, __nv_bfloat16* out, int n) {
         projection<NB>(p, m.ring, c, k, m.act, [&](int b, int row, float a) { out[(size_t)b * n + row] = __float2bfloat16(a); });
@@ -1049,31 +1056,42 @@ __device__ __forceinline__ unsigned long long tag_pair(float v, unsigned tag) {
     return ((unsigned long long)tag << 32) | __float_as_uint(v);
 }
 
+// Loads the 16-byte vectors at(0) .. at(count - 1) (count <= K; 64-bit pairs with PAIRS) into v, all in
+// flight at once, again for those not yet ready(v[i]), until each is (sleeping sleep_ns between tries).
+template <int K, bool PAIRS, typename At, typename Ready>
+__device__ __forceinline__ void poll_set(uint4 (&v)[K], int count, unsigned sleep_ns, At at, Ready ready) {
+    unsigned pending = 0;
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+        if (i < count) pending |= 1u << i;
+    for (unsigned tries = 0; pending; ++tries) {
+#pragma unroll
+        for (int i = 0; i < K; ++i)
+            if (pending >> i & 1u) v[i] = PAIRS ? ld_relaxed_pairs(at(i)) : ld_relaxed4(at(i));
+#pragma unroll
+        for (int i = 0; i < K; ++i)
+            if ((pending >> i & 1u) && ready(v[i])) pending &= ~(1u << i);
+        if (pending) {
+            if (tries > PATIENCE) __trap();
+            if (sleep_ns) __nanosleep(sleep_ns);
+        }
+    }
+}
+
+// Whether both 64-bit (value, tag) words of a pair carry `tag`.
+__device__ __forceinline__ bool pairs_tagged(const uint4& v, unsigned tag) { return v.y == tag && v.w == tag; }
+
 // Polls the 16-byte vectors at(0) .. at(n - 1), the block's threads taking every THREADS-th, ROUND of a
 // thread's in flight at once, until ready(v) for each (sleeping sleep_ns between tries); then use(i, v) on each.
 template <int ROUND, bool PAIRS = false, typename At, typename Ready, typename Use>
 __device__ __forceinline__ void poll_vectors(int n, unsigned sleep_ns, At at, Ready ready, Use use) {
     for (int base = threadIdx.x; base < n; base += ROUND * THREADS) {
         uint4 v[ROUND];
-        unsigned pending = 0;
+        const int count = (n - base + THREADS - 1) / THREADS;
+        poll_set<ROUND, PAIRS>(v, count, sleep_ns, [&](int i) { return at(base + i * THREADS); }, ready);
 #pragma unroll
         for (int i = 0; i < ROUND; ++i)
-            if (base + i * THREADS < n) pending |= 1u << i;
-        for (unsigned tries = 0; pending; ++tries) {
-#pragma unroll
-            for (int i = 0; i < ROUND; ++i)
-                if (pending >> i & 1u) v[i] = PAIRS ? ld_relaxed_pairs(at(base + i * THREADS)) : ld_relaxed4(at(base + i * THREADS));
-#pragma unroll
-            for (int i = 0; i < ROUND; ++i)
-                if ((pending >> i & 1u) && ready(v[i])) pending &= ~(1u << i);
-            if (pending) {
-                if (tries > PATIENCE) __trap();
-                if (sleep_ns) __nanosleep(sleep_ns);
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < ROUND; ++i)
-            if (base + i * THREADS < n) use(base + i * THREADS, v[i]);
+            if (i < count) use(base + i * THREADS, v[i]);
     }
 }
 
@@ -1102,7 +1120,7 @@ __device__ void add_words_and_norm(const Params& p, const unsigned* add, unsigne
                 const unsigned w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
-                    xs[4 * i + j] = __float2bfloat16(bf(__bfloat162float(xs[4 * i + j]) + word_value(w[j])));
+                    add_residual(xs[4 * i + j], word_value(w[j]));
             });
     __syncthreads();
     add_and_norm<NB>(p, nullptr, nv, xs, act, scale);
@@ -1118,40 +1136,22 @@ __device__ void merge_flow(const Params& p, unsigned tag, __nv_bfloat16* act) {
         const int b = row / NH, hq = row % NH, g = hq / GROUP, r = hq % GROUP;
         return p.fpart + ((((size_t)b * NKV + g) * S + j) * GROUP + r) * (HD + 2);
     };
-    auto ready = [&](const uint4& v) { return v.y == tag && v.w == tag; };
     constexpr int ROUND = 4;
     for (int u = threadIdx.x; u < rows * HD / 4; u += THREADS) {
         const int row = u / (HD / 4), quad = u % (HD / 4);
         float mx = -INFINITY, total = 0.f, a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
         for (int j0 = 0; j0 < S; j0 += ROUND) {
-            uint4 v[ROUND], v2[ROUND], st[ROUND];
-            unsigned pending = 0;
-#pragma unroll
-            for (int i = 0; i < ROUND; ++i)
-                if (j0 + i < S) pending |= 7u << (3 * i);
-            for (unsigned tries = 0; pending; ++tries) {
-#pragma unroll
-                for (int i = 0; i < ROUND; ++i) {
-                    const unsigned long long* at = row_words(row, j0 + i);
-                    if (pending >> (3 * i) & 1u) v[i] = ld_relaxed_pairs(at + 4 * quad);
-                    if (pending >> (3 * i + 1) & 1u) v2[i] = ld_relaxed_pairs(at + 4 * quad + 2);
-                    if (pending >> (3 * i + 2) & 1u) st[i] = ld_relaxed_pairs(at + HD);
-                }
-#pragma unroll
-                for (int i = 0; i < ROUND; ++i) {
-                    if ((pending >> (3 * i) & 1u) && ready(v[i])) pending &= ~(1u << (3 * i));
-                    if ((pending >> (3 * i + 1) & 1u) && ready(v2[i])) pending &= ~(1u << (3 * i + 1));
-                    if ((pending >> (3 * i + 2) & 1u) && ready(st[i])) pending &= ~(1u << (3 * i + 2));
-                }
-                if (pending) {
-                    if (tries > PATIENCE) __trap();
-                    if (p.poll_ns) __nanosleep(p.poll_ns);
-                }
-            }
+            // Each split's two pairs of weighted sums (channels 4 quad ..) and its (max, sum).
+            uint4 v[3 * ROUND];
+            poll_set<3 * ROUND, true>(
+                v, 3 * min(ROUND, S - j0), p.poll_ns,
+                [&](int i) { return row_words(row, j0 + i / 3) + (i % 3 == 2 ? HD : 4 * quad + 2 * (i % 3)); },
+                [&](const uint4& x) { return pairs_tagged(x, tag); });
 #pragma unroll
             for (int i = 0; i < ROUND; ++i)
                 if (j0 + i < S) {
-                    const float mj = __uint_as_float(st[i].x), lj = __uint_as_float(st[i].z);
+                    const uint4 &sums = v[3 * i], &sums2 = v[3 * i + 1], &st = v[3 * i + 2];
+                    const float mj = __uint_as_float(st.x), lj = __uint_as_float(st.z);
                     if (mj > mx) {
                         const float down = __expf(mx - mj);
                         total *= down, a0 *= down, a1 *= down, a2 *= down, a3 *= down;
@@ -1159,10 +1159,10 @@ __device__ void merge_flow(const Params& p, unsigned tag, __nv_bfloat16* act) {
                     }
                     const float w = __expf(mj - mx);
                     total = fmaf(w, lj, total);
-                    a0 = fmaf(w, __uint_as_float(v[i].x), a0);
-                    a1 = fmaf(w, __uint_as_float(v[i].z), a1);
-                    a2 = fmaf(w, __uint_as_float(v2[i].x), a2);
-                    a3 = fmaf(w, __uint_as_float(v2[i].z), a3);
+                    a0 = fmaf(w, __uint_as_float(sums.x), a0);
+                    a1 = fmaf(w, __uint_as_float(sums.z), a1);
+                    a2 = fmaf(w, __uint_as_float(sums2.x), a2);
+                    a3 = fmaf(w, __uint_as_float(sums2.z), a3);
                 }
         }
         const int b = row / NH, hq = row % NH;
@@ -1448,7 +1448,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
                 const float dn[2] = {bf(fixed_value(v.x, v.y)), bf(fixed_value(v.z, v.w))};
 #pragma unroll
                 for (int j = 0; j < 2; ++j)
-                    m.xs[2 * i + j] = __float2bfloat16(bf(__bfloat162float(m.xs[2 * i + j]) + dn[j]));
+                    add_residual(m.xs[2 * i + j], dn[j]);
             });
         __syncthreads();
     };
@@ -1496,19 +1496,9 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
             for (int u = threadIdx.x; u < p.batch * HID / 4; u += THREADS) {
                 const int b = u / (HID / 4), n4 = 4 * (u % (HID / 4));
                 uint4 v[2 * NKV];
-                unsigned pending = (1u << (2 * NKV)) - 1;
-                for (unsigned tries = 0; pending; ++tries) {
-#pragma unroll
-                    for (int i = 0; i < 2 * NKV; ++i)
-                        if (pending >> i & 1u) v[i] = ld_relaxed_pairs(part + ((size_t)(i / 2) * p.batch + b) * HID + n4 + 2 * (i % 2));
-#pragma unroll
-                    for (int i = 0; i < 2 * NKV; ++i)
-                        if ((pending >> i & 1u) && v[i].y == tag && v[i].w == tag) pending &= ~(1u << i);
-                    if (pending) {
-                        if (tries > PATIENCE) __trap();
-                        if (p.poll_ns) __nanosleep(p.poll_ns);
-                    }
-                }
+                poll_set<2 * NKV, true>(
+                    v, 2 * NKV, p.poll_ns, [&](int i) { return part + ((size_t)(i / 2) * p.batch + b) * HID + n4 + 2 * (i % 2); },
+                    [&](const uint4& x) { return pairs_tagged(x, tag); });
 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
                     float o = 0.f;
@@ -1518,7 +1508,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
                         o += __uint_as_float(q % 2 ? w.z : w.x);
                     }
                     const int e = b * HID + n4 + q;
-                    m.xs[e] = __float2bfloat16(bf(__bfloat162float(m.xs[e]) + bf(o)));
+                    add_residual(m.xs[e], bf(o));
                 }
             }
             __syncthreads();
@@ -1701,9 +1691,14 @@ static int nb_for(int batch) { return batch <= 1 ? 1 : batch <= 4 ? 4 : 16; }
 // decode_step_fused's staging buffer: cached rows of a (sequence, kv head) it holds (k and v, 128 B each).
 static int fused_stage_keys(int nb) { return nb == 1 ? 255 : nb == 4 ? 128 : 0; }
 
-static size_t smem_bytes(int nb, int lean = 1) {
-    const size_t fused = lean == 3 ? (size_t)nb * 16 * 4 + (size_t)fused_stage_keys(nb) * HD * 2 * 2 : 0;
-    return (size_t)NSLOT * SLOT_BYTES + NSLOT * 8 + (size_t)nb * FFN * 2 + (lean ? (size_t)nb * HID * 2 : 0) + 16 * 4 +
+static const char* design_name(int design) {
+    static const char* const names[] = {"first", "lean", "flow", "fused"};
+    return names[design];
+}
+
+static size_t smem_bytes(int nb, int design = LEAN) {
+    const size_t fused = design == FUSED ? (size_t)nb * 16 * 4 + (size_t)fused_stage_keys(nb) * HD * 2 * 2 : 0;
+    return (size_t)NSLOT * SLOT_BYTES + NSLOT * 8 + (size_t)nb * FFN * 2 + (design != FIRST ? (size_t)nb * HID * 2 : 0) + 16 * 4 +
            sizeof(AttnSmem) + fused + 128;
 }
 
@@ -1776,19 +1771,18 @@ static bool g_cooperative = true;
 template <int NB>
 static cudaError_t launch_nb(const Params& p, cudaStream_t s) {
     void (*kernel)(const Params) =
-        p.lean == 3 ? decode_step_fused<NB> : p.lean == 2 ? decode_step_flow<NB> : p.lean ? decode_step_lean<NB> : decode_step<NB>;
-    const size_t smem = smem_bytes(NB, p.lean);
+        p.design == FUSED ? decode_step_fused<NB> : p.design == FLOW ? decode_step_flow<NB> : p.design == LEAN ? decode_step_lean<NB> : decode_step<NB>;
+    const size_t smem = smem_bytes(NB, p.design);
     static bool set[4] = {false, false, false, false};
-    if (!set[p.lean]) {
+    if (!set[p.design]) {
         CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         int blocks = 0;
         CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, THREADS, smem));
         if (blocks < 1) {
-            fprintf(stderr, "decode_step%s<%d> cannot be resident (%zu B shared memory)\n",
-                    p.lean == 3 ? "_fused" : p.lean == 2 ? "_flow" : p.lean ? "_lean" : "", NB, smem);
+            fprintf(stderr, "decode_step (%s) <%d> cannot be resident (%zu B shared memory)\n", design_name(p.design), NB, smem);
             exit(1);
         }
-        set[p.lean] = true;
+        set[p.design] = true;
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(p.grid);
@@ -1965,15 +1959,15 @@ static std::vector<float> appended(const std::vector<float>& cache, const Case& 
     return out;
 }
 
-static bool check_case(const Weights& w, int batch, int layers, int pos, int grid, int stage_kv = 1, int mono = 1, int lean = 2) {
-    if (lean == 3 && !fused_fits(batch, pos, grid)) {
+static bool check_case(const Weights& w, int batch, int layers, int pos, int grid, int stage_kv = 1, int mono = 1, int design = FLOW) {
+    if (design == FUSED && !fused_fits(batch, pos, grid)) {
         printf("check fused batch %2d pos %4d: not a case decode_step_fused takes  FAIL\n", batch, pos);
         return false;
     }
     Case c = make_case(w, batch, layers, pos, grid);
     c.p.stage_kv = stage_kv;
     c.p.mono = mono;
-    c.p.lean = lean;
+    c.p.design = design;
     c.p.poll_ns = 32;
     const Reference ref = reference(w, c);
     std::vector<std::vector<__nv_bfloat16>> runs;
@@ -2017,8 +2011,8 @@ static bool check_case(const Weights& w, int batch, int layers, int pos, int gri
     }
     const double tol = layers <= 2 ? 1e-2 : 5e-2;  // bf16 rounding flips compound over the layers
     const bool ok = e_logits < tol && e_x < tol && e_k < tol && e_v < tol && same && token_bad == 0 && argmax_bad == 0;
-    printf("check %s batch %2d layers %2d pos %4d splits %2d kv %s barrier %s: rel L2 logits %.2e x %.2e k %.2e v %.2e, repeat %s, tokens off %d, argmax off %d  %s\n",
-           lean == 3 ? "fused" : lean == 2 ? "flow " : lean ? "lean " : "first", batch, layers, pos, c.splits, stage_kv ? "staged" : "global", mono ? "monotonic" : "generation", e_logits, e_x, e_k, e_v, same ? "identical" : "DIFFERENT", token_bad, argmax_bad, ok ? "ok" : "FAIL");
+    printf("check %-5s batch %2d layers %2d pos %4d splits %2d kv %s barrier %s: rel L2 logits %.2e x %.2e k %.2e v %.2e, repeat %s, tokens off %d, argmax off %d  %s\n",
+           design_name(design), batch, layers, pos, c.splits, stage_kv ? "staged" : "global", mono ? "monotonic" : "generation", e_logits, e_x, e_k, e_v, same ? "identical" : "DIFFERENT", token_bad, argmax_bad, ok ? "ok" : "FAIL");
     return ok;
 }
 
@@ -2095,16 +2089,16 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
             // (2026-12-01), and k/v read from memory slower than staged or level; flow's polls 32 ns apart
             // (none and 256 ns measured 517.0 and 528.0 us at batch 1 against 517.2, 2026-12-01).
             // Variants: flow, flow with the LM head prefetched, the first design; fused, fused prefetching.
-            const int lean = variant < 2 ? 2 : variant == 2 ? 0 : 3, stage = 1;
+            const int design = variant < 2 ? FLOW : variant == 2 ? FIRST : FUSED, stage = 1;
             // The prefetch: the first 16 chunks a block (35 of the head's 57 MB: L2 holds ~50 with the last
             // layers' weights passing through).
             const int prefetch = variant == 1 || variant == 4 ? 16 : 0;
             const unsigned poll_ns = 32;
-            if ((lean == 3) != fused || (lean == 3 && !fused_fits(batch, cached, grid))) continue;
+            if ((design == FUSED) != fused || (design == FUSED && !fused_fits(batch, cached, grid))) continue;
             Case c = make_case(w, batch, w.layers, cached, grid);
             c.p.stage_kv = stage;
             c.p.mono = 1;
-            c.p.lean = lean;
+            c.p.design = design;
             c.p.poll_ns = poll_ns;
             c.p.head_prefetch = prefetch;
             for (int i = 0; i < 5; ++i) launch(c.p, s);
@@ -2129,7 +2123,7 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
             float ms_launch;
             CK(cudaEventElapsedTime(&ms_launch, e0, e1));
             const double us = ms_graph * 1e3 / (reps * 20);
-            printf("| %d | %d | %d | %s | %s | %.1f | %.1f | %.2f |\n", batch, cached, lean == 3 ? 1 : c.splits, lean == 3 ? "fused" : lean == 2 ? "flow" : lean ? "lean" : "first",
+            printf("| %d | %d | %d | %s | %s | %.1f | %.1f | %.2f |\n", batch, cached, design == FUSED ? 1 : c.splits, design_name(design),
                    prefetch ? "16 chunks" : "-", us, ms_launch * 1e3 / 200, us / floor_us);
             if (phases) {
                 Params p = c.p;
@@ -2144,7 +2138,7 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
                     CK(cudaStreamSynchronize(s));
                     auto t = download(p.times, (size_t)w.layers * KINDS + 2 + FLOW_CLOCKS * w.layers);
                     first += (double)(t[0] - t[w.layers * KINDS]);
-                    for (int l = 1; lean == 2 && l < w.layers; ++l) {  // flow: block 0's attention item
+                    for (int l = 1; design == FLOW && l < w.layers; ++l) {  // flow: block 0's attention item
                         const unsigned long long* a = &t[w.layers * KINDS + 2 + FLOW_CLOCKS * l];
                         item[0] += (double)(a[0] - t[l * KINDS]);
                         for (int k = 1; k < 4; ++k) item[k] += (double)(a[k] - a[k - 1]);
@@ -2158,9 +2152,10 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
                 const char* fused_names[KINDS] = {"norm+QKV", "attention+o-proj", "-", "norm+gate/up+down", "-"};
                 printf("    phases (block 0, ns a layer after the first):");
                 for (int k = 0; k < KINDS; ++k)
-                    if (lean != 3 || k % 2 == 0 || k == 1) printf(" %s %.0f", (lean == 3 ? fused_names : names)[k], sum[k] / (runs * (w.layers - 1)));
+                    if (design != FUSED || k % 2 == 0 || k == 1)
+                        printf(" %s %.0f", (design == FUSED ? fused_names : names)[k], sum[k] / (runs * (w.layers - 1)));
                 printf("; the start and layer 0's QKV %.0f, the LM head %.0f\n", first / runs, head / runs);
-                if (lean == 2)
+                if (design == FLOW)
                 {
                     const double n = runs * (w.layers - 1);
                     printf("    block 0's attention item: q, k, v in -> cached rows in %.0f ns -> scores %.0f -> softmax %.0f -> "
@@ -2202,37 +2197,37 @@ int main(int argc, char** argv) {
         ok &= check_case(w, 2, 2, 0, sms);
         ok &= check_case(w, 1, 30, 1024, sms, 0);
         ok &= check_case(w, 16, 2, 300, sms, 0);
-        ok &= check_case(w, 1, 30, 100, sms, 1, 1, 1);  // decode_step_lean
-        ok &= check_case(w, 4, 30, 1024, sms, 1, 1, 1);
-        ok &= check_case(w, 1, 30, 100, sms, 1, 1, 0);  // decode_step, the first design
-        ok &= check_case(w, 3, 2, 17, sms, 0, 1, 0);
+        ok &= check_case(w, 1, 30, 100, sms, 1, 1, LEAN);  // decode_step_lean
+        ok &= check_case(w, 4, 30, 1024, sms, 1, 1, LEAN);
+        ok &= check_case(w, 1, 30, 100, sms, 1, 1, FIRST);  // decode_step, the first design
+        ok &= check_case(w, 3, 2, 17, sms, 0, 1, FIRST);
     }
     // decode_step_fused in processes of its own (a kernel that traps ends its process).
     if (mode == "check-fused") {
         Weights w = make_weights(MAX_LAYERS, 1040);
-        ok &= check_case(w, 3, 2, 17, sms, 1, 1, 3);
-        ok &= check_case(w, 2, 2, 0, sms, 1, 1, 3);
-        ok &= check_case(w, 1, 30, 100, sms, 1, 1, 3);
-        ok &= check_case(w, 3, 30, 100, sms, 1, 1, 3);
-        ok &= check_case(w, 2, 30, 254, sms, 1, 1, 3);
+        ok &= check_case(w, 3, 2, 17, sms, 1, 1, FUSED);
+        ok &= check_case(w, 2, 2, 0, sms, 1, 1, FUSED);
+        ok &= check_case(w, 1, 30, 100, sms, 1, 1, FUSED);
+        ok &= check_case(w, 3, 30, 100, sms, 1, 1, FUSED);
+        ok &= check_case(w, 2, 30, 254, sms, 1, 1, FUSED);
     }
     if (mode == "sanitize") {  // small, for compute-sanitizer: 2 layers, odd batch and position, split keys
         Weights w = make_weights(2, 520);
         ok &= check_case(w, 3, 2, 17, sms);
         ok &= check_case(w, 1, 2, 511, sms);
         ok &= check_case(w, 2, 2, 40, sms, 0, 0);
-        ok &= check_case(w, 3, 2, 17, sms, 1, 1, 1);
-        ok &= check_case(w, 3, 2, 17, sms, 1, 1, 0);
+        ok &= check_case(w, 3, 2, 17, sms, 1, 1, LEAN);
+        ok &= check_case(w, 3, 2, 17, sms, 1, 1, FIRST);
     }
     if (mode == "sanitize-fused") {
         Weights w = make_weights(2, 520);
-        ok &= check_case(w, 3, 2, 17, sms, 1, 1, 3);
-        ok &= check_case(w, 1, 2, 200, sms, 1, 1, 3);
+        ok &= check_case(w, 3, 2, 17, sms, 1, 1, FUSED);
+        ok &= check_case(w, 1, 2, 200, sms, 1, 1, FUSED);
     }
     if (mode == "profile") {  // for ncu: decode_step_flow at batch 1, 128 cached, launched 5 times
         Weights w = make_weights(MAX_LAYERS, 1040);
         Case c = make_case(w, 1, MAX_LAYERS, 128, sms);
-        c.p.stage_kv = 1, c.p.mono = 1, c.p.lean = 2, c.p.poll_ns = 32;
+        c.p.stage_kv = 1, c.p.mono = 1, c.p.design = FLOW, c.p.poll_ns = 32;
         for (int i = 0; i < 5; ++i) launch(c.p, 0);
         CK(cudaDeviceSynchronize());
     }
