@@ -4,7 +4,8 @@
 // Built and run by scripts/kernels/run-persistent.sh on the GPU machine (PERSISTENT_NCU=1: under ncu):
 //   nvcc -O3 -std=c++17 -Xcompiler -fopenmp -gencode=arch=compute_90a,code=sm_90a persistent_decode.cu -o persistent_decode
 //   ./persistent_decode [check|bench|phases|sanitize|profile|all]   (default all: check, phases)
-//   decode_step_fused (not yet run) in processes of its own: check-fused, phases-fused, sanitize-fused.
+//   decode_step_fused in processes of its own: check-fused, phases-fused (with every block's trace),
+//   sanitize-fused, profile-fused (for ncu).
 // check:  batch 1, 3, 4 and 16 at 100 and 1024 cached positions (and 2 layers at batch 3), mostly
 //         decode_step_flow, some cases of the other two: the step's logits, the tokens, the residual stream
 //         and every cache row it appends, against an f32 reference on the host with the same bf16 rounding
@@ -33,7 +34,8 @@
 // decode_step_lean: every block keeps the residual stream in shared memory; splits merged while staging.
 // decode_step_flow: lean without grid barriers, the values between phases tagged (see its section).
 // decode_step_fused: flow with three hand-offs a layer (attention + output projection; gate/up + the down
-//   projection split over the FFN rows into integer sums); batch <= 3, fewer than 256 cached. NOT yet run.
+//   projection split over the FFN rows into integer sums); batch <= 3, fewer than 256 cached. Options: a
+//   producer warp refilling the ring (Params::producer), attention in one pass over the keys (attn_pass).
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <algorithm>
@@ -68,6 +70,7 @@ constexpr int LM_ROWS = SLOT_BYTES / (HID * 2);  // LM-head rows a chunk: 14
 constexpr int SPLIT_KEYS = 256;            // most keys an attention split holds (its scores in shared memory)
 constexpr int KINDS = 5;                   // chunks a layer: qkv, o, gate, up, down
 constexpr int KV_STAGE_KEYS = 64;
+constexpr int TRACE = 20;                  // decode_step_fused's clock notes a block a layer (phases mode)
 constexpr int FLOW_CLOCKS = 7;             // decode_step_flow's extra clock notes a layer (phases mode)          // cached keys (and values) of its first attention item a block copies early
 
 // The step's kernels: decode_step (grid barriers), decode_step_lean (a private residual stream a block, one
@@ -94,6 +97,8 @@ struct Params {
     unsigned poll_ns;                      // flow: nanosleep between two polls of words not yet written
     int head_prefetch;                     // flow, fused: LM-head chunks a block prefetches to L2 three layers early
     int fused_c;                           // fused: blocks a (sequence, kv head), each its output-projection rows
+    int producer;                          // fused: 1 a producer warp (threads THREADS ..) refills the ring
+    int attn_pass;                         // fused: 1 attention in one pass over the keys (attention_one_pass)
     int stage_keys;                        // fused: cached k/v rows the staging buffer holds
     const __nv_bfloat16* wdT;              // fused: [layers][FFN][HID], the down projection transposed
     long long* acc;                        // fused: [2][layers][batch][HID] down projection sums (add_fixed)
@@ -105,9 +110,23 @@ struct Params {
     int* tokens;                           // [batch]
     unsigned* barrier;                     // [3]: arrivals, generation; the monotonic counter
     unsigned long long* times;             // [layers * 5 + 1] when record
+    unsigned long long* trace;             // fused: [grid][layers][TRACE] every block's clocks when record, then
+                                           // the same notes' SM cycle counts
+    size_t trace_n;                        // grid * layers * TRACE
 };
 
 // ---- small helpers ------------------------------------------------------------------------------------
+// A clock note: the global timer (comparable across blocks, in steps of up to 0.5 us on the H200) and, for
+// a note of fused's trace, the SM's cycle counter beside it (exact, but this multiprocessor's only).
+__device__ __forceinline__ unsigned long long global_ns();
+__device__ __forceinline__ void stamp_at(const Params& p, unsigned long long* at) {
+    *at = global_ns();
+    if (p.trace && at >= p.trace && at < p.trace + p.trace_n) at[p.trace_n] = clock64();
+}
+// The barrier of the block's THREADS compute threads (named barrier 1): decode_step_fused's producer warp
+// (threads THREADS ..) never takes part; in the other designs it is the whole block.
+__device__ __forceinline__ void sync_block() { asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory"); }
+
 __device__ __forceinline__ float bf(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
 // x = bf16(x + v), the residual stream's rounding point (v rounded where the reference rounds it); returns x.
@@ -150,7 +169,7 @@ constexpr unsigned PATIENCE = 1u << 22;
 // Grid barrier: arrivals counted in b[0]; the last one resets them and bumps the generation b[1] that the
 // others wait on. Release/acquire at gpu scope around it; data other blocks wrote is then read with __ldcg.
 __device__ void grid_sync(unsigned* b, int grid) {
-    __syncthreads();
+    sync_block();
     if (threadIdx.x == 0) {
         volatile unsigned* gen = b + 1;
         const unsigned g = *gen;
@@ -167,14 +186,14 @@ __device__ void grid_sync(unsigned* b, int grid) {
         }
         __threadfence();
     }
-    __syncthreads();
+    sync_block();
 }
 
 // Grid barrier number `index` (0, 1, ..) of a launch on a monotonic counter: each block adds 1 without
 // waiting for a reply and polls until every block has added its `index + 1`-th. The launch's last block
 // sets the counter back to 0 after the last barrier (`mono_reset`).
 __device__ void grid_sync_mono(unsigned* counter, int grid, int index) {
-    __syncthreads();
+    sync_block();
     if (threadIdx.x == 0) {
         __threadfence();
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
@@ -187,11 +206,15 @@ __device__ void grid_sync_mono(unsigned* counter, int grid, int index) {
             __nanosleep(20);
         }
     }
-    __syncthreads();
+    sync_block();
 }
 
 // ---- the weight ring: mbarriers and bulk copies -------------------------------------------------------
 __device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
 
 __device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
@@ -270,8 +293,10 @@ __device__ int total_chunks(const Params& p, int blk) {
 
 struct Ring {
     unsigned char* slots;          // NSLOT * SLOT_BYTES
-    unsigned long long* bars;      // NSLOT
+    unsigned long long* bars;      // NSLOT: a slot's chunk is in
     int total;
+    unsigned long long* empty;     // NSLOT: a slot is free again (decode_step_fused's producer warp refills
+                                   // it); null: thread 0 refills a slot as it frees it
 
     // Thread 0: chunk c into its slot (a chunk of no rows still completes the slot's phase).
     __device__ void issue(const Params& p, int c) const {
@@ -290,44 +315,73 @@ struct Ring {
         mbar_wait(bars + c % NSLOT, (unsigned)(c / NSLOT) & 1u);
         return reinterpret_cast<const __nv_bfloat16*>(slots + (size_t)(c % NSLOT) * SLOT_BYTES);
     }
-    // Every thread done with chunk c's slot (the caller synchronised): refill it with chunk c + NSLOT.
+    // Every thread done with chunk c's slot (the caller synchronised): refill it with chunk c + NSLOT, or
+    // tell the producer warp that it may.
     __device__ void release(const Params& p, int c) const {
-        if (threadIdx.x == 0) issue(p, c + NSLOT);
+        if (threadIdx.x != 0) return;
+        if (empty) mbar_arrive(empty + c % NSLOT);
+        else issue(p, c + NSLOT);
+    }
+    // The producer warp's lane 0: every chunk past the first NSLOT, each once its slot is free.
+    __device__ void produce(const Params& p) const {
+        for (int c = NSLOT; c < total; ++c) {
+            mbar_wait(empty + c % NSLOT, (unsigned)(c / NSLOT - 1) & 1u);
+            issue(p, c);
+        }
     }
 };
 
 // ---- GEMV on a chunk: out[b][row] for the block's rows, activations [NB][k] bf16 in shared memory -------
 // A warp a row (rows w, w + 8, ..), lanes across k in 8-element vectors; `two` adds a second weight chunk
-// at the same rows (gate and up). The epilogue gets (row index in the chunk, b, acc, acc2) on lane 0.
+// at the same rows (gate and up). At batch <= 4 a warp takes two of its rows at once (w and w + 8, then
+// w + 16 and w + 24, ..): a pass is a chain of dependent loads, FMAs and shuffles, and two rows' chains
+// interleave at the cost of one. The epilogue gets (row index in the chunk, b, acc, acc2) on lane 0.
 template <int NB, bool TWO, typename Epi>
 __device__ void gemv(const __nv_bfloat16* w, const __nv_bfloat16* w2, int rows, int k, const __nv_bfloat16* act, int batch, Epi epi) {
+    constexpr int R = NB <= 4 ? 2 : 1;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, k8 = k / 8;
-    for (int r = warp; r < rows; r += WARPS) {
-        float acc[NB], acc2[NB];
+    for (int r0 = warp; r0 < rows; r0 += R * WARPS) {
+        float acc[R][NB], acc2[R][NB];
 #pragma unroll
-        for (int b = 0; b < NB; ++b) acc[b] = acc2[b] = 0.f;
+        for (int q = 0; q < R; ++q)
+#pragma unroll
+            for (int b = 0; b < NB; ++b) acc[q][b] = acc2[q][b] = 0.f;
+        int row[R];
+#pragma unroll
+        for (int q = 0; q < R; ++q) row[q] = min(r0 + q * WARPS, rows - 1);  // a row past the chunk: computed, never stored
         for (int v = lane; v < k8; v += 32) {
-            float wf[8], wf2[8];
-            unpack8(reinterpret_cast<const uint4*>(w + (size_t)r * k)[v], wf);
-            if (TWO) unpack8(reinterpret_cast<const uint4*>(w2 + (size_t)r * k)[v], wf2);
+            float wf[R][8], wf2[R][8];
+#pragma unroll
+            for (int q = 0; q < R; ++q) {
+                unpack8(reinterpret_cast<const uint4*>(w + (size_t)row[q] * k)[v], wf[q]);
+                if (TWO) unpack8(reinterpret_cast<const uint4*>(w2 + (size_t)row[q] * k)[v], wf2[q]);
+            }
 #pragma unroll
             for (int b = 0; b < NB; ++b) {
                 if (b >= batch) break;
                 float af[8];
                 unpack8(reinterpret_cast<const uint4*>(act + (size_t)b * k)[v], af);
 #pragma unroll
-                for (int i = 0; i < 8; ++i) {
-                    acc[b] = fmaf(wf[i], af[i], acc[b]);
-                    if (TWO) acc2[b] = fmaf(wf2[i], af[i], acc2[b]);
-                }
+                for (int q = 0; q < R; ++q)
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) {
+                        acc[q][b] = fmaf(wf[q][i], af[i], acc[q][b]);
+                        if (TWO) acc2[q][b] = fmaf(wf2[q][i], af[i], acc2[q][b]);
+                    }
             }
         }
 #pragma unroll
         for (int b = 0; b < NB; ++b) {
             if (b >= batch) break;
-            const float s = warp_sum(acc[b]);
-            const float s2 = TWO ? warp_sum(acc2[b]) : 0.f;
-            if (lane == 0) epi(r, b, s, s2);
+            float s[R], s2[R];
+#pragma unroll
+            for (int q = 0; q < R; ++q) {
+                s[q] = warp_sum(acc[q][b]);
+                s2[q] = TWO ? warp_sum(acc2[q][b]) : 0.f;
+            }
+#pragma unroll
+            for (int q = 0; q < R; ++q)
+                if (lane == 0 && r0 + q * WARPS < rows) epi(r0 + q * WARPS, b, s[q], s2[q]);
         }
     }
 }
@@ -344,13 +398,13 @@ __device__ void rms_norm_rows(const Params& p, const __nv_bfloat16* norm, __nv_b
         ss = warp_sum(ss);
         if (lane == 0) scale[b] = rsqrtf(ss / HID + EPS);
     }
-    __syncthreads();
+    sync_block();
     for (int e = threadIdx.x; e < p.batch * HID; e += THREADS) {
         const int b = e / HID, i = e % HID;
         const float v = __bfloat162float(__ldcg(p.x + e));
         act[e] = __float2bfloat16(__bfloat162float(norm[i]) * bf(v * scale[b]));
     }
-    __syncthreads();
+    sync_block();
 }
 
 // Activations [batch][k] from global (written by other blocks) into shared memory.
@@ -358,7 +412,7 @@ __device__ void load_rows(const __nv_bfloat16* src, int n, __nv_bfloat16* act) {
     const uint4* s = reinterpret_cast<const uint4*>(src);
     uint4* d = reinterpret_cast<uint4*>(act);
     for (int e = threadIdx.x; e < n / 8; e += THREADS) d[e] = __ldcg(s + e);
-    __syncthreads();
+    sync_block();
 }
 
 // ---- attention: item (b, g, split) -----------------------------------------------------------------
@@ -443,7 +497,7 @@ __device__ void attention_scores(const Params& p, AttnSmem& s, const __nv_bfloat
 #pragma unroll
             for (int r = 0; r < GROUP; ++r) s.sc[r][j] = dots[r];
     }
-    __syncthreads();
+    sync_block();
 }
 
 // Each row's n scores in s.sc become softmax numerators; their maxima and sums go to s.m, s.l. Ends with a
@@ -463,7 +517,7 @@ __device__ void attention_softmax(AttnSmem& s, int n) {
         l = warp_sum(l);
         if (lane == 0) s.m[warp] = m, s.l[warp] = l;
     }
-    __syncthreads();
+    sync_block();
 }
 
 // Row r, channel d of the numerators' weighted sum of the values k0 .. k0 + n - 1 (the one at pos is s.vn).
@@ -489,7 +543,7 @@ __device__ __forceinline__ void append_kv(const Params& p, const AttnSmem& s, si
 // Thread 0: the ring's mbarriers and its first NSLOT chunks, and attention's staging mbarrier.
 __device__ void start_ring(const Params& p, const Ring& ring, unsigned long long* kv_bar) {
     if (threadIdx.x != 0) return;
-    for (int i = 0; i < NSLOT; ++i) mbar_init(ring.bars + i, 1);
+    for (int i = 0; i < 2 * NSLOT; ++i) mbar_init(ring.bars + i, 1);  // full, then empty
     mbar_init(kv_bar, 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     for (int c = 0; c < NSLOT; ++c) ring.issue(p, c);
@@ -516,12 +570,13 @@ struct StepSmem {
     Ring ring;
     __device__ StepSmem(unsigned char* smem, const Params& p)
         : slots(smem), bars(reinterpret_cast<unsigned long long*>(smem + NSLOT * SLOT_BYTES)),
-          act(reinterpret_cast<__nv_bfloat16*>(bars + NSLOT)), xs(act + NB * FFN),
+          act(reinterpret_cast<__nv_bfloat16*>(bars + 2 * NSLOT)), xs(act + NB * FFN),
           scale(reinterpret_cast<float*>(xs + NB * HID)), as(reinterpret_cast<AttnSmem*>(scale + 16)),
-          ring{slots, bars, total_chunks(p, blockIdx.x)} {}
+          ring{slots, bars, total_chunks(p, blockIdx.x), p.producer ? bars + NSLOT : nullptr} {}
 
     // The ring's mbarriers and first NSLOT chunks, attention's staging mbarrier (thread 0), every block's copy
-    // of the residual stream. Ends with a barrier.
+    // of the residual stream. Ends with a barrier of every thread (the producer warp's too: it waits on the
+    // mbarriers).
     __device__ void start(const Params& p) const {
         start_ring(p, ring, &as->kv_bar);
         for (int e = threadIdx.x; e < p.batch * HID / 8; e += THREADS)
@@ -557,26 +612,30 @@ __device__ void projection(const Params& p, const Ring& ring, int c, int k, cons
                            unsigned long long* notes = nullptr) {
     const Chunk ch = chunk_of(p, blockIdx.x, c);
     const __nv_bfloat16* w = ring.wait(c);
-    if (notes && threadIdx.x == 0) notes[0] = global_ns();
+    if (notes && threadIdx.x == 0) stamp_at(p, &notes[0]);
     gemv<NB, false>(w, nullptr, ch.rows, k, act, p.batch, [&](int r, int b, float a, float) { store(b, ch.row0 + r, a); });
-    __syncthreads();
-    if (notes && threadIdx.x == 0) notes[1] = global_ns();
+    sync_block();
+    if (notes && threadIdx.x == 0) stamp_at(p, &notes[1]);
     ring.release(p, c);
-    if (notes && threadIdx.x == 0) notes[2] = global_ns();
+    if (notes && threadIdx.x == 0) stamp_at(p, &notes[2]);
 }
 
 // Gate and up (chunks c and c + 1) against `act`, silu(gate) * up rounded as the reference does:
 // store(b, row in the chunk, row, h) on lane 0 of each. Returns the gate chunk.
+// `notes` (fused, timing phases): the clock once the weights are in, once the rows are made.
 template <int NB, typename Store>
-__device__ Chunk gate_up(const Params& p, const Ring& ring, int c, const __nv_bfloat16* act, Store store) {
+__device__ Chunk gate_up(const Params& p, const Ring& ring, int c, const __nv_bfloat16* act, Store store,
+                         unsigned long long* notes = nullptr) {
     const Chunk ch = chunk_of(p, blockIdx.x, c);
     const __nv_bfloat16* wg = ring.wait(c);
     const __nv_bfloat16* wu = ring.wait(c + 1);
+    if (notes && threadIdx.x == 0) stamp_at(p, &notes[0]);
     gemv<NB, true>(wg, wu, ch.rows, HID, act, p.batch, [&](int r, int b, float g, float u) {
         const float gs = bf(g), silu = bf(gs / (1.f + __expf(-gs)));
         store(b, r, ch.row0 + r, bf(silu * bf(u)));
     });
-    __syncthreads();
+    sync_block();
+    if (notes && threadIdx.x == 0) stamp_at(p, &notes[1]);
     ring.release(p, c);
     ring.release(p, c + 1);
     return ch;
@@ -608,7 +667,7 @@ __device__ ItemView begin_item(const Params& p, int layer, int item, AttnSmem& s
     else if (t < GROUP * HD + HD) s.kn[t % HD] = rope_at(qkv + (NH + g) * HD, t % HD, p);
     if (t < HD) s.vn[t] = __bfloat162float(__ldcg(qkv + (NH + NKV + g) * HD + t));
     if (staged) mbar_wait(&s.kv_bar, kv_parity);
-    __syncthreads();
+    sync_block();
     if (v.it.k0 <= p.pos && p.pos < v.it.k1) append_kv(p, s, v.head);  // staged rows stop before pos
     return v;
 }
@@ -638,7 +697,7 @@ __device__ void attention_item(const Params& p, int layer, int item, AttnSmem& s
             if (lane == 0) s.sc[r][j] = d;
         }
     }
-    __syncthreads();
+    sync_block();
     attention_softmax(s, n);
     float acc = 0.f;
     const int r = t / HD, d = t % HD;
@@ -652,7 +711,7 @@ __device__ void attention_item(const Params& p, int layer, int item, AttnSmem& s
     __nv_bfloat16* out = p.attn + (size_t)b * HID + g * GROUP * HD;
     if (p.splits == 1) {
         if (t < GROUP * HD) out[r * HD + d] = __float2bfloat16(acc / s.l[r]);
-        __syncthreads();
+        sync_block();
         return;
     }
     float* part = p.partials + (((size_t)b * NKV + g) * p.splits) * GROUP * (HD + 2);
@@ -662,14 +721,14 @@ __device__ void attention_item(const Params& p, int layer, int item, AttnSmem& s
         if (d == 0) mine[HD] = s.m[r], mine[HD + 1] = s.l[r];
     }
     __threadfence();
-    __syncthreads();
+    sync_block();
     if (t == 0) {
         unsigned* c = p.counters + b * NKV + g;
         s.last = atomicAdd(c, 1u) == (unsigned)p.splits - 1;
         if (s.last) *c = 0;
         __threadfence();
     }
-    __syncthreads();
+    sync_block();
     if (s.last && t < GROUP * HD) {
         float mx = -INFINITY;
         for (int j = 0; j < p.splits; ++j) mx = fmaxf(mx, __ldcg(part + ((size_t)j * GROUP + r) * (HD + 2) + HD));
@@ -682,7 +741,7 @@ __device__ void attention_item(const Params& p, int layer, int item, AttnSmem& s
         }
         out[r * HD + d] = __float2bfloat16(a / l);
     }
-    __syncthreads();
+    sync_block();
 }
 
 // LM head on the normed rows in `act`: logits, each lane 0's best a row, then the block's, then the grid's
@@ -739,14 +798,14 @@ __device__ void lm_head_argmax(const Params& p, const Ring& ring, const __nv_bfl
                 }
             }
         }
-        __syncthreads();
+        sync_block();
         for (int i = 0; i < chunks; ++i) ring.release(p, c0 + i);
     }
     if (p.record && blk == 0 && threadIdx.x == 0) p.times[p.layers * KINDS + 1] = global_ns();  // block 0's logits done
     if (lane == 0)
 #pragma unroll
         for (int b = 0; b < NB; ++b) red_v[warp][b] = best_v[b], red_i[warp][b] = best_i[b];
-    __syncthreads();
+    sync_block();
     if (threadIdx.x < p.batch) {
         const int b = threadIdx.x;
         float v = red_v[0][b];
@@ -757,7 +816,7 @@ __device__ void lm_head_argmax(const Params& p, const Ring& ring, const __nv_bfl
         p.best_i[(size_t)blk * p.batch + b] = i;
     }
     __threadfence();
-    __syncthreads();
+    sync_block();
     if (threadIdx.x == 0) {
         unsigned* c = p.counters + p.batch * NKV;
         last_block = atomicAdd(c, 1u) == (unsigned)p.grid - 1;
@@ -767,7 +826,7 @@ __device__ void lm_head_argmax(const Params& p, const Ring& ring, const __nv_bfl
         }
         __threadfence();
     }
-    __syncthreads();
+    sync_block();
     if (last_block && threadIdx.x < p.batch) {
         const int b = threadIdx.x;
         float v = -INFINITY;
@@ -794,7 +853,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step(const Params p) {
     const int blk = blockIdx.x;
     Ring ring{slots, bars, total_chunks(p, blk)};
     start_ring(p, ring, &as.kv_bar);
-    __syncthreads();
+    sync_block();
     int stage = 0;
     auto barrier = [&]() { grid_barrier(p, stage); };
     if (p.record && blk == 0 && threadIdx.x == 0) p.times[p.layers * KINDS] = global_ns();
@@ -808,7 +867,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step(const Params p) {
             __nv_bfloat16* x = p.x + (size_t)b * HID + ch.row0 + r;
             add_residual(*x, bf(a));
         });
-        __syncthreads();
+        sync_block();
         ring.release(p, c);
     };
 
@@ -825,7 +884,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step(const Params p) {
             gemv<NB, false>(w, nullptr, ch.rows, HID, act, p.batch, [&](int r, int b, float a, float) {
                 p.qkv[(size_t)b * QKV + ch.row0 + r] = __float2bfloat16(a);
             });
-            __syncthreads();
+            sync_block();
             ring.release(p, c);
         }
         barrier();
@@ -904,13 +963,13 @@ __device__ void add_and_norm(const Params& p, const __nv_bfloat16* add, const fl
         ss = warp_sum(ss);
         if (lane == 0) part[warp][b] = ss;
     }
-    __syncthreads();
+    sync_block();
     if (threadIdx.x < NB) {
         float ss = 0.f;
         for (int w = 0; w < WARPS; ++w) ss += part[w][threadIdx.x];
         scale[threadIdx.x] = rsqrtf(ss / HID + EPS);
     }
-    __syncthreads();
+    sync_block();
 #pragma unroll
     for (int b = 0; b < NB; ++b)
 #pragma unroll
@@ -918,7 +977,7 @@ __device__ void add_and_norm(const Params& p, const __nv_bfloat16* add, const fl
             const int e = threadIdx.x + j * THREADS;
             if (b < p.batch && e < HID) act[b * HID + e] = __float2bfloat16(nv[j] * bf(v[b][j] * scale[b]));
         }
-    __syncthreads();
+    sync_block();
 }
 
 // The output projection's input: each attention row merged from its splits' partials (one pass, the loads
@@ -944,7 +1003,7 @@ __device__ void merge_splits(const Params& p, __nv_bfloat16* act) {
         }
         act[e] = __float2bfloat16(a / l);
     }
-    __syncthreads();
+    sync_block();
 }
 
 // Attention item `item` (see attention_item), leaving its split's partials for merge_splits.
@@ -961,7 +1020,7 @@ __device__ void attention_item_lean(const Params& p, int layer, int item, AttnSm
         mine[d] = attention_values(p, s, vc, k0, n, r, d);
         if (d == 0) mine[HD] = s.m[r], mine[HD + 1] = s.l[r];
     }
-    __syncthreads();  // the next item rewrites s
+    sync_block();  // the next item rewrites s
 }
 
 template <int NB>
@@ -1105,7 +1164,7 @@ __device__ void take_rows(const unsigned* src, int rows, int n, unsigned tag16, 
             act[4 * i + 2] = __ushort_as_bfloat16((unsigned short)(v.z & 0xffffu));
             act[4 * i + 3] = __ushort_as_bfloat16((unsigned short)(v.w & 0xffffu));
         });
-    __syncthreads();
+    sync_block();
 }
 
 // xs[b] = bf16(xs[b] + add[b]) (tagged words; none for the first layer), then rms_norm into act (as
@@ -1122,7 +1181,7 @@ __device__ void add_words_and_norm(const Params& p, const unsigned* add, unsigne
                 for (int j = 0; j < 4; ++j)
                     add_residual(xs[4 * i + j], word_value(w[j]));
             });
-    __syncthreads();
+    sync_block();
     add_and_norm<NB>(p, nullptr, nv, xs, act, scale);
 }
 
@@ -1172,7 +1231,7 @@ __device__ void merge_flow(const Params& p, unsigned tag, __nv_bfloat16* act) {
         out[2] = __float2bfloat16(a2 / total);
         out[3] = __float2bfloat16(a3 / total);
     }
-    __syncthreads();
+    sync_block();
 }
 
 // The rotation (cos, sin) at pos of this thread's channel t % (HD / 2): loaded once a step.
@@ -1201,8 +1260,8 @@ __device__ void take_qkv(const Params& p, int b, int g, unsigned tag16, float cs
             s.raw[4 * i] = word_value(v.x), s.raw[4 * i + 1] = word_value(v.y);
             s.raw[4 * i + 2] = word_value(v.z), s.raw[4 * i + 3] = word_value(v.w);
         });
-    __syncthreads();
-    if (arrived && t == 0) *arrived = global_ns();
+    sync_block();
+    if (arrived && t == 0) stamp_at(p, arrived);
     auto rope = [&](const float* x, int d) {
         const int i = d % half;
         return bf(d < half ? x[i] * cs - x[i + half] * sn : x[i + half] * cs + x[i] * sn);
@@ -1210,7 +1269,7 @@ __device__ void take_qkv(const Params& p, int b, int g, unsigned tag16, float cs
     if (t < GROUP * HD) s.q[t / HD][t % HD] = rope(s.raw + (t / HD) * HD, t % HD) * 0.125f;
     else if (t < GROUP * HD + HD) s.kn[t % HD] = rope(s.raw + GROUP * HD, t % HD);
     if (t < HD) s.vn[t] = s.raw[(GROUP + 1) * HD + t];
-    __syncthreads();
+    sync_block();
 }
 
 // Attention item `item` (as attention_item_lean), its q, k and v polled from the tagged QKV words, its
@@ -1226,7 +1285,7 @@ __device__ void attention_item_flow(const Params& p, int layer, int item, AttnSm
     const int t = threadIdx.x;
     take_qkv(p, b, g, tag & 0xffffu, cs, sn, s, arrived);
     if (staged) mbar_wait(&s.kv_bar, kv_parity);
-    __syncthreads();
+    sync_block();
     if (clocks && t == 0) clocks[0] = global_ns();
     if (k0 <= p.pos && p.pos < view.it.k1) append_kv(p, s, view.head);
     attention_scores(p, s, kc, k0, n);
@@ -1242,7 +1301,7 @@ __device__ void attention_item_flow(const Params& p, int layer, int item, AttnSm
             st_relaxed64(mine + HD + 1, tag_pair(s.l[r], tag));
         }
     }
-    __syncthreads();
+    sync_block();
     if (clocks && t == 0) clocks[3] = global_ns();
 }
 
@@ -1288,7 +1347,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_flow(const Params p) {
                                 item == 0 ? clocks : nullptr);
         ++stage;
         kv_phases += staged;
-        __syncthreads();  // every thread has read `staged`
+        sync_block();  // every thread has read `staged`
         if (threadIdx.x == 0 && l + 1 < p.layers) staged = stage_kv(p, l + 1, *m.as);
         merge_flow(p, tag, m.act);
         stamp();
@@ -1351,23 +1410,122 @@ __device__ bool stage_kv_fused(const Params& p, int layer, int b, int g, __nv_bf
     return true;
 }
 
+// Attention of the GROUP rows in s.q over keys 0 .. n - 1 (kc, vc; the key at pos is s.kn / s.vn) into
+// attn[GROUP][HD] (bf16), in one pass over the keys: warp w takes the w-th eighth of them, a key's 8 lanes
+// its 8-channel octets, 4 keys a step, each group of 8 lanes an online softmax of its own (running max, sum,
+// p * v in its channels); the groups merge by shuffles, the warps through shared memory (red: [WARPS][GROUP]
+// [HD] sums, then [WARPS][GROUP] maxima and sums) in the fixed order 0..7. No barrier between scores,
+// softmax and P.V, as attention_scores / attention_softmax / the P.V loop have.
+__device__ void attention_one_pass(const Params& p, const AttnSmem& s, const __nv_bfloat16* kc, const __nv_bfloat16* vc, int n,
+                                   float* red, __nv_bfloat16* attn) {
+    const int t = threadIdx.x, warp = t / 32, lane = t % 32, kq = lane / 8, oct = lane % 8;
+    float q[GROUP][8], acc[GROUP][8], mx[GROUP], sum[GROUP];
+#pragma unroll
+    for (int r = 0; r < GROUP; ++r) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) q[r][i] = s.q[r][8 * oct + i], acc[r][i] = 0.f;
+        mx[r] = -INFINITY, sum[r] = 0.f;
+    }
+    const int k0 = row_begin(warp, n, WARPS), k1 = row_begin(warp + 1, n, WARPS);
+#pragma unroll 2
+    for (int j0 = k0; j0 < k1; j0 += 4) {
+        const int j = j0 + kq;
+        const bool valid = j < k1;
+        float kf[8], vf[8];
+        if (valid) {
+            row8(p, kc, s.kn, j, oct, kf);
+            row8(p, vc, s.vn, j, oct, vf);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) kf[i] = vf[i] = 0.f;
+        }
+#pragma unroll
+        for (int r = 0; r < GROUP; ++r) {
+            float dot = 0.f;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) dot = fmaf(q[r][i], kf[i], dot);
+#pragma unroll
+            for (int o = 1; o < 8; o <<= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+            const float sc = valid ? dot : -INFINITY;
+            const float most = fmaxf(mx[r], sc);
+            const float keep = mx[r] == -INFINITY ? 0.f : __expf(mx[r] - most);
+            const float e = sc == -INFINITY ? 0.f : __expf(sc - most);
+            mx[r] = most;
+            sum[r] = sum[r] * keep + e;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) acc[r][i] = fmaf(e, vf[i], acc[r][i] * keep);
+        }
+    }
+    // The warp's 4 key groups merge (lanes 8 and 16 apart).
+#pragma unroll
+    for (int o = 8; o < 32; o <<= 1)
+#pragma unroll
+        for (int r = 0; r < GROUP; ++r) {
+            const float om = __shfl_xor_sync(0xffffffffu, mx[r], o), os = __shfl_xor_sync(0xffffffffu, sum[r], o);
+            const float most = fmaxf(mx[r], om);
+            const float mine = mx[r] == -INFINITY ? 0.f : __expf(mx[r] - most), theirs = om == -INFINITY ? 0.f : __expf(om - most);
+            mx[r] = most;
+            sum[r] = sum[r] * mine + os * theirs;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const float oa = __shfl_xor_sync(0xffffffffu, acc[r][i], o);
+                acc[r][i] = acc[r][i] * mine + oa * theirs;
+            }
+        }
+    float* wm = red + WARPS * GROUP * HD;
+    float* wl = wm + WARPS * GROUP;
+    if (lane < 8)
+#pragma unroll
+        for (int r = 0; r < GROUP; ++r) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) red[(warp * GROUP + r) * HD + 8 * oct + i] = acc[r][i];
+            if (lane == 0) wm[warp * GROUP + r] = mx[r], wl[warp * GROUP + r] = sum[r];
+        }
+    sync_block();
+    if (t < GROUP * HD) {
+        const int r = t / HD, d = t % HD;
+        float most = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) most = fmaxf(most, wm[w * GROUP + r]);
+        float a = 0.f, l = 0.f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            const float m = wm[w * GROUP + r], weight = m == -INFINITY ? 0.f : __expf(m - most);
+            a = fmaf(weight, red[(w * GROUP + r) * HD + d], a);
+            l = fmaf(weight, wl[w * GROUP + r], l);
+        }
+        attn[r * HD + d] = __float2bfloat16(a / l);
+    }
+    sync_block();
+}
+
 // (b, g)'s attention over keys [0, pos] into attn[GROUP][HD] (bf16): q, k and v polled from the tagged QKV
 // words, rope, the cache append (part 0 only), scores 8 lanes a key, softmax, then P.V 8 lanes a key too:
 // each lane its key's 8 channels for the GROUP rows, summed across the warp's keys by shuffles and across
 // warps in shared memory (red, [WARPS][GROUP][HD] floats).
 __device__ void attention_fused(const Params& p, int layer, int b, int g, int part, AttnSmem& s, const __nv_bfloat16* ks,
                                 const __nv_bfloat16* vs, bool staged, unsigned kv_parity, unsigned tag16, float cs, float sn,
-                                float* red, __nv_bfloat16* attn, unsigned long long* arrived) {
+                                float* red, __nv_bfloat16* attn, unsigned long long* arrived, unsigned long long* notes) {
     const int t = threadIdx.x, n = p.pos + 1;
     const size_t head = (((size_t)layer * p.batch + b) * NKV + g) * p.cap;
     const __nv_bfloat16* kc = staged ? ks : p.kc + head * HD;
     const __nv_bfloat16* vc = staged ? vs : p.vc + head * HD;
     take_qkv(p, b, g, tag16, cs, sn, s, arrived);
     if (staged) mbar_wait(&s.kv_bar, kv_parity);
-    __syncthreads();
+    sync_block();
+    if (notes && t == 0) stamp_at(p, &notes[0]);
     if (part == 0) append_kv(p, s, head);
+    if (p.attn_pass) {
+        attention_one_pass(p, s, kc, vc, n, red, attn);
+        if (notes && t == 0) stamp_at(p, &notes[1]), stamp_at(p, &notes[2]);
+        if (p.record == 2) attention_one_pass(p, s, kc, vc, n, red, attn);  // again, its code and data now warm
+        if (notes && t == 0) stamp_at(p, &notes[3]);
+        return;
+    }
     attention_scores(p, s, kc, 0, n);
+    if (notes && t == 0) stamp_at(p, &notes[1]);
     attention_softmax(s, n);
+    if (notes && t == 0) stamp_at(p, &notes[2]);
     const int kq = t / 8, oct = t % 8, warp = t / 32, lane = t % 32;
     float pv[GROUP][8];
 #pragma unroll
@@ -1397,7 +1555,8 @@ __device__ void attention_fused(const Params& p, int layer, int b, int g, int pa
         for (int r = 0; r < GROUP; ++r)
 #pragma unroll
             for (int i = 0; i < 8; ++i) red[(warp * GROUP + r) * HD + 8 * lane + i] = pv[r][i];
-    __syncthreads();
+    sync_block();
+    if (notes && t == 0) stamp_at(p, &notes[3]);
     if (t < GROUP * HD) {
         const int r = t / HD, d = t % HD;
         float a = 0.f;
@@ -1405,14 +1564,18 @@ __device__ void attention_fused(const Params& p, int layer, int b, int g, int pa
         for (int w = 0; w < WARPS; ++w) a += red[(w * GROUP + r) * HD + d];
         attn[r * HD + d] = __float2bfloat16(a / s.l[r]);
     }
-    __syncthreads();
+    sync_block();
 }
 
 template <int NB>
-__global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) {
+__global__ void __launch_bounds__(THREADS + 32, 1) decode_step_fused(const Params p) {
     extern __shared__ __align__(128) unsigned char smem[];
     const StepSmem<NB> m(smem, p);
     m.start(p);
+    if (threadIdx.x >= THREADS) {  // the producer warp (p.producer): the ring's refills, off the compute's path
+        if (threadIdx.x == THREADS) m.ring.produce(p);
+        return;
+    }
     float* hs = reinterpret_cast<float*>(m.as + 1);  // [NB][16]: the block's h values
     __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(hs + NB * 16);  // [stage_keys][HD]
     __nv_bfloat16* vs = ks + (size_t)p.stage_keys * HD;
@@ -1432,9 +1595,17 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
     const int ub = blk / (NKV * p.fused_c), ug = (blk / p.fused_c) % NKV, uc = blk % p.fused_c;
     __shared__ int staged;
     if (threadIdx.x == 0) staged = has_unit && stage_kv_fused(p, 0, ub, ug, ks, vs, &m.as->kv_bar);
-    __syncthreads();
+    sync_block();
     auto note = [&](int index) {
         if (p.record && blk == 0 && threadIdx.x == 0) p.times[index] = global_ns();
+    };
+    // Every block's clock at point k of layer l (phases mode; the barrier makes it the whole block's).
+    auto trace_at = [&](int l, int k) { return p.trace + ((size_t)blk * p.layers + l) * TRACE + k; };
+    auto mark = [&](int l, int k) {
+        if (p.record) {
+            sync_block();
+            if (threadIdx.x == 0) stamp_at(p, trace_at(l, k));
+        }
     };
     // The down projection's sums of `layer` into the residual stream, each once every block's add is in
     // (polled two sums a vector).
@@ -1450,7 +1621,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
                 for (int j = 0; j < 2; ++j)
                     add_residual(m.xs[2 * i + j], dn[j]);
             });
-        __syncthreads();
+        sync_block();
     };
 
     unsigned kv_phases = 0;
@@ -1466,27 +1637,34 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
             take_sums(l - 1);
             note((l - 1) * KINDS + 3), note((l - 1) * KINDS + 4);
         }
+        mark(l, 0);
         add_and_norm<NB>(p, nullptr, nv, m.xs, m.act, m.scale);
-        projection<NB>(p, m.ring, c, HID, m.act, [&](int b, int row, float a) { st_relaxed(p.fqkv + (size_t)b * QKV + row, tag_word(a, tag16)); });
+        mark(l, 16);
+        projection<NB>(p, m.ring, c, HID, m.act, [&](int b, int row, float a) { st_relaxed(p.fqkv + (size_t)b * QKV + row, tag_word(a, tag16)); },
+                       p.record ? trace_at(l, 17) : nullptr);
+        mark(l, 1);
         // 2. Attention of (b, g) and the output projection's part: rows of this unit against g's columns.
         {
             const Chunk ch = chunk_of(p, blk, c + 1);
             if (has_unit) {
                 __nv_bfloat16* attn = m.act;  // [GROUP * HD], the unit's row of attention outputs
                 attention_fused(p, l, ub, ug, uc, *m.as, ks, vs, staged, kv_phases & 1u, tag16, rot.x, rot.y, red, attn,
-                                p.record && blk == 0 ? p.times + l * KINDS : nullptr);
+                                p.record ? trace_at(l, 2) : nullptr, p.record ? trace_at(l, 12) : nullptr);
+                if (p.record && blk == 0 && threadIdx.x == 0) p.times[l * KINDS] = *trace_at(l, 2);
+                mark(l, 3);
                 const __nv_bfloat16* w = m.ring.wait(c + 1);
                 unsigned long long* out = p.fop + ((size_t)ug * p.batch + ub) * HID;
                 gemv<1, false>(w, nullptr, ch.rows, GROUP * HD, attn, 1, [&](int r, int, float a, float) {
                     st_relaxed64(out + ch.row0 + r, tag_pair(a, tag));
                 });
+                mark(l, 4);
             } else {
                 m.ring.wait(c + 1);  // an empty chunk: the ring's sequence is every block's
             }
-            __syncthreads();
+            sync_block();
             m.ring.release(p, c + 1);
             kv_phases += staged;
-            __syncthreads();  // every thread has read `staged`
+            sync_block();  // every thread has read `staged`
             if (threadIdx.x == 0 && l + 1 < p.layers) staged = has_unit && stage_kv_fused(p, l + 1, ub, ug, ks, vs, &m.as->kv_bar);
         }
         // 3. The kv heads' partials summed into the residual stream, rms_norm, gate/up, down's share.
@@ -1511,13 +1689,18 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
                     add_residual(m.xs[e], bf(o));
                 }
             }
-            __syncthreads();
+            sync_block();
             note(l * KINDS + 1), note(l * KINDS + 2);
+            mark(l, 5);
         }
         add_and_norm<NB>(p, nullptr, nv, m.xs, m.act, m.scale);
-        const Chunk gate = gate_up<NB>(p, m.ring, c + 2, m.act, [&](int b, int r, int, float h) { hs[b * 16 + r] = h; });
+        mark(l, 6);
+        const Chunk gate = gate_up<NB>(p, m.ring, c + 2, m.act, [&](int b, int r, int, float h) { hs[b * 16 + r] = h; },
+                                       p.record ? trace_at(l, 10) : nullptr);
+        mark(l, 7);
         {
             const __nv_bfloat16* wt = m.ring.wait(c + 4);  // [gate.rows][HID]
+            mark(l, 8);
             long long* sums = acc + (size_t)l * p.batch * HID;
             for (int n = threadIdx.x; n < HID; n += THREADS) {
                 float s[NB];
@@ -1533,7 +1716,8 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_fused(const Params p) 
                 for (int b = 0; b < NB; ++b)
                     if (b < p.batch) add_fixed(sums + (size_t)b * HID + n, s[b]);
             }
-            __syncthreads();
+            sync_block();
+            mark(l, 9);
             m.ring.release(p, c + 4);
         }
         norm_weights(l + 1 < p.layers ? p.norm1 + (size_t)(l + 1) * HID : p.norm_out, nv);
@@ -1570,12 +1754,12 @@ __global__ void __launch_bounds__(THREADS, 1) stream_only(const Params p) {
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         for (int c = 0; c < NSLOT; ++c) ring.issue(p, c);
     }
-    __syncthreads();
+    sync_block();
     float sink = 0.f;
     for (int c = 0; c < ring.total; ++c) {
         const __nv_bfloat16* w = ring.wait(c);
         sink += __bfloat162float(w[threadIdx.x]);
-        __syncthreads();
+        sync_block();
         ring.release(p, c);
     }
     if (sink == 12345.f) p.tokens[0] = 1;  // keeps the reads
@@ -1698,7 +1882,7 @@ static const char* design_name(int design) {
 
 static size_t smem_bytes(int nb, int design = LEAN) {
     const size_t fused = design == FUSED ? (size_t)nb * 16 * 4 + (size_t)fused_stage_keys(nb) * HD * 2 * 2 : 0;
-    return (size_t)NSLOT * SLOT_BYTES + NSLOT * 8 + (size_t)nb * FFN * 2 + (design != FIRST ? (size_t)nb * HID * 2 : 0) + 16 * 4 +
+    return (size_t)NSLOT * SLOT_BYTES + 2 * NSLOT * 8 + (size_t)nb * FFN * 2 + (design != FIRST ? (size_t)nb * HID * 2 : 0) + 16 * 4 +
            sizeof(AttnSmem) + fused + 128;
 }
 
@@ -1756,6 +1940,8 @@ static Case make_case(const Weights& w, int batch, int layers, int pos, int grid
     CK(cudaMalloc(&p.barrier, 12));
     CK(cudaMemset(p.barrier, 0, 12));
     CK(cudaMalloc(&p.times, (layers * KINDS + 2 + FLOW_CLOCKS * layers) * 8));
+    p.trace_n = (size_t)grid * layers * TRACE;
+    CK(cudaMalloc(&p.trace, 2 * p.trace_n * 8));
     return c;
 }
 
@@ -1777,7 +1963,7 @@ static cudaError_t launch_nb(const Params& p, cudaStream_t s) {
     if (!set[p.design]) {
         CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         int blocks = 0;
-        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, THREADS, smem));
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, p.design == FUSED ? THREADS + 32 : THREADS, smem));
         if (blocks < 1) {
             fprintf(stderr, "decode_step (%s) <%d> cannot be resident (%zu B shared memory)\n", design_name(p.design), NB, smem);
             exit(1);
@@ -1786,7 +1972,7 @@ static cudaError_t launch_nb(const Params& p, cudaStream_t s) {
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(p.grid);
-    cfg.blockDim = dim3(THREADS);
+    cfg.blockDim = dim3(p.producer ? THREADS + 32 : THREADS);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cudaLaunchAttribute attr[1];
@@ -1959,6 +2145,23 @@ static std::vector<float> appended(const std::vector<float>& cache, const Case& 
     return out;
 }
 
+// decode_step_fused's options in its checks: FUSED_PRODUCER | FUSED_ONE_PASS, or none.
+enum { FUSED_PRODUCER = 1, FUSED_ONE_PASS = 2, FUSED_ALL = 3 };
+static int g_fused = FUSED_ALL;
+
+static void set_fused(Params& p, int options) {
+    p.producer = options & FUSED_PRODUCER ? 1 : 0;
+    p.attn_pass = options & FUSED_ONE_PASS ? 1 : 0;
+}
+
+static std::string fused_options(const Params& p) {
+    if (p.design != FUSED) return "";
+    std::string s;
+    if (p.producer) s += "+producer";
+    if (p.attn_pass) s += "+one-pass";
+    return s;
+}
+
 static bool check_case(const Weights& w, int batch, int layers, int pos, int grid, int stage_kv = 1, int mono = 1, int design = FLOW) {
     if (design == FUSED && !fused_fits(batch, pos, grid)) {
         printf("check fused batch %2d pos %4d: not a case decode_step_fused takes  FAIL\n", batch, pos);
@@ -1969,6 +2172,7 @@ static bool check_case(const Weights& w, int batch, int layers, int pos, int gri
     c.p.mono = mono;
     c.p.design = design;
     c.p.poll_ns = 32;
+    if (design == FUSED) set_fused(c.p, g_fused);
     const Reference ref = reference(w, c);
     std::vector<std::vector<__nv_bfloat16>> runs;
     std::vector<int> tokens;
@@ -2011,8 +2215,8 @@ static bool check_case(const Weights& w, int batch, int layers, int pos, int gri
     }
     const double tol = layers <= 2 ? 1e-2 : 5e-2;  // bf16 rounding flips compound over the layers
     const bool ok = e_logits < tol && e_x < tol && e_k < tol && e_v < tol && same && token_bad == 0 && argmax_bad == 0;
-    printf("check %-5s batch %2d layers %2d pos %4d splits %2d kv %s barrier %s: rel L2 logits %.2e x %.2e k %.2e v %.2e, repeat %s, tokens off %d, argmax off %d  %s\n",
-           design_name(design), batch, layers, pos, c.splits, stage_kv ? "staged" : "global", mono ? "monotonic" : "generation", e_logits, e_x, e_k, e_v, same ? "identical" : "DIFFERENT", token_bad, argmax_bad, ok ? "ok" : "FAIL");
+    printf("check %s%s batch %2d layers %2d pos %4d splits %2d kv %s barrier %s: rel L2 logits %.2e x %.2e k %.2e v %.2e, repeat %s, tokens off %d, argmax off %d  %s\n",
+           design_name(design), fused_options(c.p).c_str(), batch, layers, pos, c.splits, stage_kv ? "staged" : "global", mono ? "monotonic" : "generation", e_logits, e_x, e_k, e_v, same ? "identical" : "DIFFERENT", token_bad, argmax_bad, ok ? "ok" : "FAIL");
     return ok;
 }
 
@@ -2058,6 +2262,107 @@ static double time_launches(F k, cudaStream_t s, int n) {
 }
 
 // `fused`: decode_step_fused's rows only (where it fits), else flow's and the first design's.
+// decode_step_fused's per-block clocks (Params::trace) summed up: for each layer but the first and last,
+// the median over blocks of each stage (notes k0 -> k1, by the SM's cycle counter at block 0's clock rate),
+// the mean over blocks of each hand-off (a consumer's data in, from the last producer's store) and each
+// straggler gap (the last producer's store from the mean one's), by the global timer (coarse steps: means
+// of many); units (blocks < units) alone for the attention phase. Printed as means over layers and runs,
+// with the blocks that were last most often.
+struct FusedTrace {
+    std::vector<std::pair<const char*, double>> sums;
+    std::vector<int> last_qkv, last_down;
+    int n = 0, runs = 0;
+    double clock_ghz = 0;
+    static double median(std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v.empty() ? 0 : v[v.size() / 2];
+    }
+    void put(int& k, const char* name, double v) {
+        if ((int)sums.size() <= k) sums.push_back({name, 0});
+        sums[k++].second += v;
+    }
+    void add(const std::vector<unsigned long long>& t, int grid, int layers, int units) {
+        if ((int)last_qkv.size() < grid) last_qkv.assign(grid, 0), last_down.assign(grid, 0);
+        ++runs;
+        const size_t n_notes = (size_t)grid * layers * TRACE;
+        auto at = [&](int b, int l, int k) { return (double)t[((size_t)b * layers + l) * TRACE + k]; };
+        auto cycles = [&](int b, int l, int k) { return (double)t[n_notes + ((size_t)b * layers + l) * TRACE + k]; };
+        const double ghz = (cycles(0, layers - 1, 0) - cycles(0, 1, 0)) / (at(0, layers - 1, 0) - at(0, 1, 0));
+        clock_ghz += ghz;
+        for (int l = 1; l + 1 < layers; ++l) {
+            auto stage = [&](int k0, int k1, int blocks) {
+                std::vector<double> v;
+                for (int b = 0; b < blocks; ++b) v.push_back((cycles(b, l, k1) - cycles(b, l, k0)) / ghz);
+                return median(v);
+            };
+            auto last = [&](int k, int blocks, int* who) {
+                double most = 0;
+                int arg = 0;
+                for (int b = 0; b < blocks; ++b)
+                    if (at(b, l, k) > most) most = at(b, l, k), arg = b;
+                if (who) who[arg]++;
+                return most;
+            };
+            auto middle = [&](int k, int blocks) {
+                double sum = 0;
+                for (int b = 0; b < blocks; ++b) sum += at(b, l, k);
+                return sum / blocks;
+            };
+            auto handoff = [&](double produced, int k, int blocks, int layer) {
+                double sum = 0;
+                for (int b = 0; b < blocks; ++b) sum += at(b, layer, k) - produced;
+                return sum / blocks;
+            };
+            int k = 0;
+            const double qkv_last = last(1, grid, last_qkv.data()), o_last = last(4, units, nullptr), down_last = last(9, grid, last_down.data());
+            put(k, "norm+QKV", stage(0, 1, grid));
+            put(k, "QKV straggler", qkv_last - middle(1, grid));
+            put(k, "QKV hand-off", handoff(qkv_last, 2, units, l));
+            put(k, "attention", stage(2, 3, units));
+            put(k, "o-proj", stage(3, 4, units));
+            put(k, "o-proj straggler", o_last - middle(4, units));
+            put(k, "partials hand-off", handoff(o_last, 5, grid, l));
+            put(k, "norm", stage(5, 6, grid));
+            put(k, "gate/up", stage(6, 7, grid));
+            put(k, "down weights wait", stage(7, 8, grid));
+            put(k, "down + adds", stage(8, 9, grid));
+            put(k, "down straggler", down_last - middle(9, grid));
+            put(k, "sums hand-off", handoff(down_last, 0, grid, l + 1));
+            std::vector<double> layer;
+            for (int b = 0; b < grid; ++b) layer.push_back(at(b, l + 1, 0) - at(b, l, 0));
+            put(k, "layer", median(layer));
+            // Inside the stages: QKV's, the attention's (units), gate/up's.
+            put(k, "| QKV: norm", stage(0, 16, grid));
+            put(k, "weights in", stage(16, 17, grid));
+            put(k, "rows", stage(17, 18, grid));
+            put(k, "next chunk issued", stage(18, 19, grid));
+            put(k, "| attention: cached rows in", stage(2, 12, units));
+            put(k, "append+scores", stage(12, 13, units));
+            put(k, "softmax", stage(13, 14, units));
+            put(k, "P.V", stage(14, 15, units));
+            put(k, "rows out", stage(15, 3, units));
+            put(k, "| gate/up: weights in", stage(6, 10, grid));
+            put(k, "rows", stage(10, 11, grid));
+            put(k, "next chunks issued", stage(11, 7, grid));
+            ++n;
+        }
+    }
+    void print() const {
+        printf("    fused trace (ns, mean over layers; stages: median over blocks at %.2f GHz; hand-offs, stragglers: means):",
+               clock_ghz / std::max(runs, 1));
+        for (const auto& e : sums) printf(" %s %.0f;", e.first, e.second / std::max(n, 1));
+        auto top = [](const std::vector<int>& who) {
+            std::vector<int> order(who.size());
+            for (size_t i = 0; i < order.size(); ++i) order[i] = (int)i;
+            std::sort(order.begin(), order.end(), [&](int a, int b) { return who[a] > who[b]; });
+            std::string out;
+            for (int i = 0; i < 4 && i < (int)order.size(); ++i) out += " " + std::to_string(order[i]) + " (" + std::to_string(who[order[i]]) + ")";
+            return out;
+        };
+        printf("\n    last block most often: QKV%s; down%s\n", top(last_qkv).c_str(), top(last_down).c_str());
+    }
+};
+
 static void bench(const Weights& w, int grid, bool phases, bool fused) {
     const double bw = copy_bandwidth();
     const double floor_us = weight_bytes(w.layers) / (bw * 1e9) * 1e6;
@@ -2084,15 +2389,18 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     for (int batch : {1, 4, 16})
         for (int cached : {128, 1024})
-        for (int variant = 0; variant < 5; ++variant) {
+        for (int variant = 0; variant < 7; ++variant) {
             // The monotonic barrier only: the generation word's was ~100 us a step slower in every row
             // (2026-12-01), and k/v read from memory slower than staged or level; flow's polls 32 ns apart
             // (none and 256 ns measured 517.0 and 528.0 us at batch 1 against 517.2, 2026-12-01).
-            // Variants: flow, flow with the LM head prefetched, the first design; fused, fused prefetching.
+            // Variants: flow, flow with the LM head prefetched, the first design; fused, fused prefetching,
+            // fused with its options added one by one (the producer warp, then one pass over the keys).
             const int design = variant < 2 ? FLOW : variant == 2 ? FIRST : FUSED, stage = 1;
+            const int options = variant < 5 ? 0 : variant == 5 ? FUSED_PRODUCER : FUSED_ALL;
             // The prefetch: the first 16 chunks a block (35 of the head's 57 MB: L2 holds ~50 with the last
             // layers' weights passing through).
-            const int prefetch = variant == 1 || variant == 4 ? 16 : 0;
+            if (variant == 4) continue;  // fused prefetching the LM head: no faster (489.1 against 487.0 us, 2026-12-01)
+            const int prefetch = variant == 1 ? 16 : 0;
             const unsigned poll_ns = 32;
             if ((design == FUSED) != fused || (design == FUSED && !fused_fits(batch, cached, grid))) continue;
             Case c = make_case(w, batch, w.layers, cached, grid);
@@ -2101,6 +2409,7 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
             c.p.design = design;
             c.p.poll_ns = poll_ns;
             c.p.head_prefetch = prefetch;
+            set_fused(c.p, options);
             for (int i = 0; i < 5; ++i) launch(c.p, s);
             CK(cudaStreamSynchronize(s));
             cudaGraphExec_t ge = capture(c.p, s, 20);
@@ -2123,19 +2432,21 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
             float ms_launch;
             CK(cudaEventElapsedTime(&ms_launch, e0, e1));
             const double us = ms_graph * 1e3 / (reps * 20);
-            printf("| %d | %d | %d | %s | %s | %.1f | %.1f | %.2f |\n", batch, cached, design == FUSED ? 1 : c.splits, design_name(design),
+            printf("| %d | %d | %d | %s | %s | %.1f | %.1f | %.2f |\n", batch, cached, design == FUSED ? 1 : c.splits, (design_name(design) + fused_options(c.p)).c_str(),
                    prefetch ? "16 chunks" : "-", us, ms_launch * 1e3 / 200, us / floor_us);
             if (phases) {
                 Params p = c.p;
-                p.record = 1;
+                p.record = options == FUSED_ALL ? 2 : 1;  // 2: attention run twice (cold, then warm)
                 // Layers after the first (the first phase of the first includes the kernel's start), the
                 // first phase alone, and block 0's LM head (from the last layer's end to its logits).
                 std::vector<double> sum(KINDS, 0);
                 double first = 0, head = 0, item[FLOW_CLOCKS] = {};  // flow: block 0's notes (see the printf)
                 const int runs = 20;
+                FusedTrace trace;
                 for (int i = 0; i < runs; ++i) {
                     launch(p, s);
                     CK(cudaStreamSynchronize(s));
+                    if (design == FUSED) trace.add(download(p.trace, 2 * p.trace_n), p.grid, w.layers, p.batch * NKV * p.fused_c);
                     auto t = download(p.times, (size_t)w.layers * KINDS + 2 + FLOW_CLOCKS * w.layers);
                     first += (double)(t[0] - t[w.layers * KINDS]);
                     for (int l = 1; design == FLOW && l < w.layers; ++l) {  // flow: block 0's attention item
@@ -2155,6 +2466,7 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
                     if (design != FUSED || k % 2 == 0 || k == 1)
                         printf(" %s %.0f", (design == FUSED ? fused_names : names)[k], sum[k] / (runs * (w.layers - 1)));
                 printf("; the start and layer 0's QKV %.0f, the LM head %.0f\n", first / runs, head / runs);
+                if (design == FUSED) trace.print();
                 if (design == FLOW)
                 {
                     const double n = runs * (w.layers - 1);
@@ -2210,6 +2522,9 @@ int main(int argc, char** argv) {
         ok &= check_case(w, 1, 30, 100, sms, 1, 1, FUSED);
         ok &= check_case(w, 3, 30, 100, sms, 1, 1, FUSED);
         ok &= check_case(w, 2, 30, 254, sms, 1, 1, FUSED);
+        g_fused = 0;  // thread 0 refilling the ring, three passes over the keys, tagged partials
+        ok &= check_case(w, 3, 2, 17, sms, 1, 1, FUSED);
+        ok &= check_case(w, 1, 30, 100, sms, 1, 1, FUSED);
     }
     if (mode == "sanitize") {  // small, for compute-sanitizer: 2 layers, odd batch and position, split keys
         Weights w = make_weights(2, 520);
@@ -2223,6 +2538,16 @@ int main(int argc, char** argv) {
         Weights w = make_weights(2, 520);
         ok &= check_case(w, 3, 2, 17, sms, 1, 1, FUSED);
         ok &= check_case(w, 1, 2, 200, sms, 1, 1, FUSED);
+        g_fused = 0;
+        ok &= check_case(w, 3, 2, 17, sms, 1, 1, FUSED);
+    }
+    if (mode == "profile-fused") {  // for ncu: decode_step_fused (every option) at batch 1, 128 cached, 5 launches
+        Weights w = make_weights(MAX_LAYERS, 1040);
+        Case c = make_case(w, 1, MAX_LAYERS, 128, sms);
+        c.p.stage_kv = 1, c.p.mono = 1, c.p.design = FUSED, c.p.poll_ns = 32;
+        set_fused(c.p, FUSED_ALL);
+        for (int i = 0; i < 5; ++i) launch(c.p, 0);
+        CK(cudaDeviceSynchronize());
     }
     if (mode == "profile") {  // for ncu: decode_step_flow at batch 1, 128 cached, launched 5 times
         Weights w = make_weights(MAX_LAYERS, 1040);
