@@ -169,8 +169,8 @@ fn random(shape: &[usize], std: f32, seed: u64, dtype: DType, device: &Device) -
 /// Host time of one fused call that is not captured, in us: the FFN block of a decoder layer (rms_norm,
 /// the gate and up projections, SwiGLU, the down projection, the residual) at one token, queued 100 times
 /// without waiting (its launches are replayed from the call's launch plan). The GPU runs behind; the
-/// queue does not fill at this count.
-fn host_us_per_call(config: &Config, dtype: DType, device: &Device) -> Fallible<f64> {
+/// queue does not fill at this count. With `FUSE_HOST_PROFILE=1`, also where that time went, by phase.
+fn host_us_per_call(config: &Config, dtype: DType, device: &Device) -> Fallible<(f64, Option<fuse::host_profile::HostProfile>)> {
     let w = |shape: &[usize], seed: u64| random(shape, 0.02, seed, dtype, device);
     let (h, i) = (config.hidden, config.intermediate);
     let ffn = FfnBlock { norm: w(&[h], 1)?, gate: w(&[i, h], 2)?, up: w(&[i, h], 3)?, down: w(&[h, i], 4)?, eps: 1e-5 };
@@ -179,16 +179,33 @@ fn host_us_per_call(config: &Config, dtype: DType, device: &Device) -> Fallible<
         ffn.forward(&x)?.to_vec::<f32>()?;
     }
     let calls = 100;
+    fuse::host_profile::take(); // the warm-up calls' phases (and any before) are not counted
     let start = Instant::now();
     let mut last = None;
     for _ in 0..calls {
         last = Some(ffn.forward(&x)?);
     }
     let host = start.elapsed().as_secs_f64() * 1e6 / calls as f64;
+    let profile = fuse::host_profile::take();
     if let Some(y) = last {
         y.to_vec::<f32>()?;
     }
-    Ok(host)
+    Ok((host, profile))
+}
+
+/// `FUSE_HOST_PROFILE=1`'s line: us a call in each phase of the call, the release of the last call's output
+/// (its buffer back to the cache) and what is left of `host` (the wrapper, the frees, the loop).
+fn print_host_phases(host: f64, profile: &fuse::host_profile::HostProfile) {
+    let phases = profile.us_per_call();
+    let release = phases.iter().find(|(name, _)| *name == "release").map_or(0.0, |p| p.1);
+    let in_call: f64 = phases.iter().filter(|(name, _)| *name != "release").map(|p| p.1).sum();
+    let each: Vec<String> = phases.iter().map(|(name, us)| format!("{name} {us:.2}")).collect();
+    println!(
+        "  by phase (FUSE_HOST_PROFILE=1, {} calls; its timers add to the time above), us a call: {}; in the call {in_call:.2}, outside it {:.2}",
+        profile.calls,
+        each.join(", "),
+        host - in_call - release
+    );
 }
 
 /// The output projection alone: one GEMM of a layer (a skinny kernel or a library call).
@@ -342,9 +359,12 @@ fn run() -> Fallible<()> {
     }
     let tps = prefill(&model, o.prompt)?;
     println!("prefill  {} tokens (batch 1): {tps:.0} tokens/s", o.prompt);
-    let host = host_us_per_call(&config, o.dtype, &device)?;
+    let (host, profile) = host_us_per_call(&config, o.dtype, &device)?;
     let how = if device.is_cuda() { "the FFN block, launch plan replayed" } else { "the FFN block, run on the CPU" };
     println!("host time of one fused call, not captured ({how}): {host:.1} us");
+    if let Some(profile) = &profile {
+        print_host_phases(host, profile);
+    }
     let [attention_block, ffn_block, projection, qkv, gate_up] = block_speeds(&config, o.dtype, &device)?;
     let inside = if device.is_cuda() { "in a CUDA graph of 30 chained calls" } else { "30 chained calls on the CPU" };
     println!("one layer's blocks {inside}, batch 1, 128 cached: attention block {attention_block:.1} us a call, FFN block {ffn_block:.1} us, the output projection alone {projection:.1} us");

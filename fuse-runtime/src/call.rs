@@ -2,7 +2,7 @@
 //! `FusedFn` reports, owned by neither backend: the values of a call, the shapes and dtypes inferred for
 //! them, and how each group ran.
 
-use crate::{Error, Result, Tensor};
+use crate::{Arg, Error, Result, Tensor};
 use fuse_ir::infer::{infer_dtypes, infer_shapes_with, NodeError};
 use fuse_ir::{DType, Graph, GroupKind, NodeId, Op};
 use std::time::Duration;
@@ -22,6 +22,17 @@ impl Value {
             Value::Scalar(_) => None,
         }
     }
+}
+
+/// The arguments as owned values (a clone of each tensor), for the paths that keep them in a value table:
+/// a replayed call needs none.
+pub(crate) fn values(args: &[Arg<'_>]) -> Vec<Value> {
+    args.iter()
+        .map(|a| match *a {
+            Arg::Tensor(t) => Value::Tensor(t.clone()),
+            Arg::Scalar(v) => Value::Scalar(v),
+        })
+        .collect()
 }
 
 /// How one group ran, for FUSE_DEBUG.

@@ -115,8 +115,8 @@ pub(crate) mod storage {
 
 pub(crate) mod exec {
     use super::{CudaDevice, KernelCache};
-    use crate::call::{GroupRun, Value};
-    use crate::{Result, Tensor};
+    use crate::call::GroupRun;
+    use crate::{Arg, Result, Tensor};
     use fuse_ir::{Graph, Plan};
 
     #[allow(clippy::too_many_arguments)]
@@ -124,7 +124,7 @@ pub(crate) mod exec {
         _function: &str,
         _g: &Graph,
         _plan: &Plan,
-        _args: Vec<Value>,
+        _args: &[Arg<'_>],
         device: &CudaDevice,
         _timed: bool,
         _library_only: bool,

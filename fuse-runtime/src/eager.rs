@@ -7,12 +7,11 @@
 //! scalar); dtypes, shapes and strides are the launch plans' signature. The CPU path plans on every call
 //! (it is cheap there) and never touches the cache.
 
-use crate::call::Value;
 use crate::cuda::driver::lock;
 use crate::cuda::KernelCache;
 use crate::exec::{execute, execute_cached};
 use crate::error::EAGER;
-use crate::{Device, Error, Result, Tensor};
+use crate::{Arg, Device, Error, Result, Tensor};
 use fuse_ir::{BinaryOp, DType, Graph, InputKind, NodeId, Plan, ReduceOp, UnaryOp};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -33,23 +32,23 @@ pub(crate) fn run(operands: &[(&str, Operand<'_>)], build: impl FnOnce(&mut Grap
         match operand {
             Operand::Tensor(t) => {
                 inputs.push(g.input(name, InputKind::Tensor));
-                args.push(Value::Tensor((*t).clone()));
+                args.push(Arg::Tensor(t));
             }
             Operand::Scalar(v) => {
                 inputs.push(g.input(name, InputKind::Scalar));
-                args.push(Value::Scalar(*v));
+                args.push(Arg::Scalar(*v));
             }
         }
     }
     let out = build(&mut g, &inputs);
     g.outputs = vec![out];
-    let on_gpu = args.iter().any(|a| matches!(a, Value::Tensor(t) if matches!(t.device(), Device::Cuda(_))));
+    let on_gpu = args.iter().filter_map(Arg::tensor).any(|t| matches!(t.device(), Device::Cuda(_)));
     let (mut outputs, _) = if on_gpu {
         let op = lock(gpu_ops()).get_or_insert(g, MAX_GPU_OPS)?;
-        execute_cached(EAGER, &op.graph, &op.plan, args, false, true, Some(&op.kernels))?
+        execute_cached(EAGER, &op.graph, &op.plan, &args, false, true, Some(&op.kernels))?
     } else {
         let plan = verified_plan(&g)?;
-        execute(EAGER, &g, &plan, args, false)?
+        execute(EAGER, &g, &plan, &args, false)?
     };
     outputs.pop().ok_or_else(|| Error::internal(EAGER, "an eager op returned nothing"))
 }

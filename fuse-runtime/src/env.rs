@@ -12,6 +12,7 @@
 //! | `FUSE_TUNE_FILE` | a path (empty: unset)               | `tune.tsv` in the cache directory | the autotuner's results file |
 //! | `FUSE_CACHE_DIR` | a directory (empty: unset)          | `$XDG_CACHE_HOME/fuse`, else `$HOME/.cache/fuse`, else none | where compiled CUDA kernels (and the default results file) are kept between processes |
 //! | `FUSE_DUAL_GEMM` | `split`; anything else              | batched            | `split` makes a DualGemm's two products two cuBLAS calls instead of one batched call |
+//! | `FUSE_HOST_PROFILE` | `1`; anything else               | unset              | `1` sums each fused call's host time by phase for `fuse::host_profile::take` (bench_decode prints it); unset, each hook is one cached load |
 //! | `FUSE_TEST_GPU`  | `1`; anything else                  | unset              | `fuse::testing::gpu_or_skip` panics instead of skipping when there is no GPU (read on each call) |
 //!
 //! fuse's own test suites read a few more, there and not here (they configure the tests, not the
@@ -103,6 +104,12 @@ pub(crate) fn cache_dir(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBu
     set("FUSE_CACHE_DIR")
         .or_else(|| set("XDG_CACHE_HOME").map(|d| d.join("fuse")))
         .or_else(|| set("HOME").map(|d| d.join(".cache").join("fuse")))
+}
+
+/// `FUSE_HOST_PROFILE=1`: time each fused call's host phases (`host_profile.rs`).
+pub(crate) fn host_profile() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FUSE_HOST_PROFILE").is_ok_and(|v| v.trim() == "1"))
 }
 
 /// `FUSE_TEST_GPU=1`: a test suite's missing GPU is a failure, not a skip. Read on every call.

@@ -1,49 +1,48 @@
 //! The dispatcher: runs a plan on the backend its arguments live on, the CPU (`cpu::exec`) or a GPU
 //! (`cuda::exec`). Neither backend knows of the other.
 
-use crate::call::{GroupRun, Value};
+use crate::call::{values, GroupRun};
 use crate::cuda::KernelCache;
-use crate::{Device, Error, Result, Tensor};
+use crate::{Arg, Device, Error, Result, Tensor};
 use fuse_ir::{Graph, Plan};
 
 /// Runs `plan` on `args` (one per graph input, kinds already checked). Returns the graph's outputs and,
 /// when `timed`, how each group ran. Runs on the GPU when the tensors are there, generating the GPU
 /// kernels for this call only.
-pub(crate) fn execute(function: &str, g: &Graph, plan: &Plan, args: Vec<Value>, timed: bool) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
+pub(crate) fn execute(function: &str, g: &Graph, plan: &Plan, args: &[Arg<'_>], timed: bool) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
     execute_cached(function, g, plan, args, timed, true, None)
 }
 
 /// [`execute`], keeping the plan's GPU kernels in `kernels` across calls. `library_only` keeps the GPU's
-/// matmuls on cuBLAS (the unfused baseline and eager ops) instead of tuning their path.
+/// matmuls on cuBLAS (the unfused baseline and eager ops) instead of tuning their path. The arguments are
+/// borrowed: a replayed GPU call reads them without cloning a tensor.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn execute_cached(
     function: &str,
     g: &Graph,
     plan: &Plan,
-    args: Vec<Value>,
+    args: &[Arg<'_>],
     timed: bool,
     library_only: bool,
     kernels: Option<&KernelCache>,
 ) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
-    if let Some(Device::Cuda(gpu)) = check_devices(function, &args)? {
-        return crate::cuda::exec::execute(function, g, plan, args, &gpu, timed, library_only, kernels);
+    if let Some(Device::Cuda(gpu)) = check_devices(function, args)? {
+        return crate::cuda::exec::execute(function, g, plan, args, gpu, timed, library_only, kernels);
     }
-    crate::cpu::exec::execute(function, g, plan, args, timed)
+    crate::cpu::exec::execute(function, g, plan, values(args), timed)
 }
 
 /// The one device every tensor argument is on (`None` when there are no tensors).
-fn check_devices(function: &str, args: &[Value]) -> Result<Option<Device>> {
+fn check_devices<'a>(function: &str, args: &[Arg<'a>]) -> Result<Option<&'a Device>> {
     let mut first: Option<&Device> = None;
-    for a in args {
-        if let Value::Tensor(t) = a {
-            match first {
-                None => first = Some(t.device()),
-                Some(d) if d != t.device() => {
-                    return Err(Error::DeviceMismatch { function: function.into(), first: d.clone(), second: t.device().clone() })
-                }
-                Some(_) => {}
+    for t in args.iter().filter_map(Arg::tensor) {
+        match first {
+            None => first = Some(t.device()),
+            Some(d) if d != t.device() => {
+                return Err(Error::DeviceMismatch { function: function.into(), first: d.clone(), second: t.device().clone() })
             }
+            Some(_) => {}
         }
     }
-    Ok(first.cloned())
+    Ok(first)
 }

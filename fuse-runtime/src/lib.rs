@@ -31,6 +31,7 @@ mod error;
 mod exec;
 mod fused;
 mod host;
+pub mod host_profile;
 mod layout;
 mod operators;
 mod random;

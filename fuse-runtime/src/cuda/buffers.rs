@@ -3,22 +3,23 @@
 //! stream-ordered alloc and free is one). Safe to hand out at once: every use of device memory is ordered on
 //! the device's one stream, so work queued with the new owner runs after the old owner's.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 /// Bytes the cache may hold in all; a buffer past it is freed.
 const MAX_BYTES: usize = 256 << 20;
 /// Buffers of one size the cache may hold.
 const MAX_PER_SIZE: usize = 32;
 
-/// Buffers by byte size (`B`: a device buffer; plain data in the tests).
+/// Buffers by byte size (`B`: a device buffer; plain data in the tests). A B-tree, not a hash map: a call
+/// takes and puts back a buffer each time, and a few comparisons of sizes cost less than hashing one.
 pub(crate) struct BufferCache<B> {
-    by_size: HashMap<usize, Vec<B>>,
+    by_size: BTreeMap<usize, Vec<B>>,
     bytes: usize,
 }
 
 impl<B> Default for BufferCache<B> {
     fn default() -> Self {
-        BufferCache { by_size: HashMap::new(), bytes: 0 }
+        BufferCache { by_size: BTreeMap::new(), bytes: 0 }
     }
 }
 
@@ -44,7 +45,7 @@ impl<B> BufferCache<B> {
     /// Every kept buffer (to be freed: an allocation failed for want of memory).
     pub(crate) fn drain(&mut self) -> Vec<B> {
         self.bytes = 0;
-        self.by_size.drain().flat_map(|(_, buffers)| buffers).collect()
+        std::mem::take(&mut self.by_size).into_values().flatten().collect()
     }
 
     /// Bytes kept.

@@ -91,8 +91,13 @@ impl Drop for Entered<'_> {
         if let Some(device) = self.device {
             let mut q = lock(&device.state.queueing);
             q.active -= 1;
+            // Only a capture waits for queueing threads to leave (`begin_capture`); with none, a notification
+            // would be a futex system call on every call for no one.
+            let capture_waits = q.capture.is_some() && q.active == 0;
             drop(q);
-            device.state.queueing_changed.notify_all();
+            if capture_waits {
+                device.state.queueing_changed.notify_all();
+            }
         }
     }
 }
@@ -347,9 +352,9 @@ impl CudaDevice {
         if !outer {
             return Entered { device: None };
         }
-        let me = std::thread::current().id();
         let mut q = lock(&self.state.queueing);
-        while q.capture.as_ref().is_some_and(|c| c.owner != me) {
+        // The thread's id only while a capture runs (no `thread::current()` on every call).
+        while q.capture.as_ref().is_some_and(|c| c.owner != std::thread::current().id()) {
             q = self.state.queueing_changed.wait(q).unwrap_or_else(|p| p.into_inner());
         }
         if q.capture.is_some() {
@@ -392,7 +397,7 @@ impl CudaDevice {
             }
         }
         let bytes = buffer.len();
-        let full = lock(&self.state.buffers).put(bytes, buffer);
+        let full = crate::host_profile::time_release(|| lock(&self.state.buffers).put(bytes, buffer));
         drop(full);
     }
 

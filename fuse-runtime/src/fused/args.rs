@@ -9,6 +9,16 @@ pub enum Arg<'a> {
     Scalar(f64),
 }
 
+impl<'a> Arg<'a> {
+    /// The tensor, if this is one.
+    pub(crate) fn tensor(&self) -> Option<&'a Tensor> {
+        match *self {
+            Arg::Tensor(t) => Some(t),
+            Arg::Scalar(_) => None,
+        }
+    }
+}
+
 /// What may be passed to a fused function: tensors and the scalar types `f32`, `f64`, `usize`, `i64`.
 pub trait IntoArg {
     /// Whether the value is passed as a tensor (else as a scalar).

@@ -8,9 +8,10 @@ mod static_kernels;
 pub use args::{arg, field_is_tensor, Arg, FromOutputs, Fusion, IntoArg};
 pub use static_kernels::StaticKernel;
 
-use crate::call::{infer, GroupRun, Value};
+use crate::call::{infer, values, GroupRun};
 use crate::cuda::{KernelCache, PlanKernels};
 use crate::env;
+use crate::host_profile::{self, Phase};
 use crate::exec::execute_cached;
 use crate::{Device, Error, Result, Tensor};
 use fuse_ir::plan::{describe_for, Backend};
@@ -202,18 +203,26 @@ impl FusedFn {
     ///
     /// The crate docs of `fuse` show it on a `#[fuse]` function (section "Fused and unfused").
     pub fn call_with(&self, args: &[Arg<'_>], fusion: Fusion) -> Result<Vec<Tensor>> {
+        host_profile::begin();
+        let outputs = self.run(args, fusion);
+        host_profile::end();
+        outputs
+    }
+
+    fn run(&self, args: &[Arg<'_>], fusion: Fusion) -> Result<Vec<Tensor>> {
         let g = self.graph()?;
         let plan = self.plan(fusion)?;
-        let values = self.check_args(g, args)?;
+        self.check_args(g, args)?;
         let level = env::debug_level();
-        let first = !self.called.swap(true, Ordering::Relaxed);
+        // A load first: the swap, a locked write, is needed only once.
+        let first = !self.called.load(Ordering::Relaxed) && !self.called.swap(true, Ordering::Relaxed);
         if first && level >= 5 {
             eprintln!("fuse: graph of `{}`:\n{}", self.name(), g.to_text());
         }
         let device = device_of(args);
         let on_gpu = device.is_some_and(Device::is_cuda);
         if first && level >= 1 {
-            if let Ok(inferred) = infer(self.name(), g, &values) {
+            if let Ok(inferred) = infer(self.name(), g, &values(args)) {
                 let shapes = Some((&inferred.shapes[..], &inferred.dtypes[..]));
                 eprint!("fuse: plan of `{}`:\n{}", self.name(), describe_for(g, plan, shapes, backend(on_gpu)));
             }
@@ -234,7 +243,8 @@ impl FusedFn {
             // The GPU launches the kernels the macro emitted (for the fused plan), generated ones otherwise.
             let _ = kernels.set(PlanKernels::from_specs(self.plan_kernel_specs(fusion)?));
         }
-        let (outputs, runs) = execute_cached(self.name(), g, plan, values, level >= 2, fusion == Fusion::Off, Some(kernels))?;
+        host_profile::lap(Phase::Args);
+        let (outputs, runs) = execute_cached(self.name(), g, plan, args, level >= 2, fusion == Fusion::Off, Some(kernels))?;
         if (first && level >= 1) || level >= 2 {
             self.report_runs(&runs, level);
         }
@@ -248,9 +258,9 @@ impl FusedFn {
     pub fn call_with_plan(&self, plan: &Plan, args: &[Arg<'_>]) -> Result<Vec<Tensor>> {
         let g = self.graph()?;
         plan.verify(g).map_err(|e| Error::internal(self.name(), format!("the plan does not verify: {e}")))?;
-        let values = self.check_args(g, args)?;
+        self.check_args(g, args)?;
         let level = env::debug_level();
-        let (outputs, runs) = execute_cached(self.name(), g, plan, values, level >= 2, false, None)?;
+        let (outputs, runs) = execute_cached(self.name(), g, plan, args, level >= 2, false, None)?;
         if level >= 1 {
             self.report_runs(&runs, level);
         }
@@ -261,36 +271,33 @@ impl FusedFn {
     pub fn explain(&self, args: &[Arg<'_>]) -> Result<String> {
         let g = self.graph()?;
         let plan = self.plan(default_fusion())?;
-        let values = self.check_args(g, args)?;
-        let inferred = infer(self.name(), g, &values)?;
+        self.check_args(g, args)?;
+        let inferred = infer(self.name(), g, &values(args))?;
         let on_gpu = device_of(args).is_some_and(Device::is_cuda);
         Ok(describe_for(g, plan, Some((&inferred.shapes, &inferred.dtypes)), backend(on_gpu)))
     }
 
-    /// The arguments as executor values, after checking their number and kinds against the graph.
-    fn check_args(&self, g: &Graph, args: &[Arg<'_>]) -> Result<Vec<Value>> {
+    /// Checks the arguments' number and kinds against the graph (allocating nothing unless they are wrong).
+    fn check_args(&self, g: &Graph, args: &[Arg<'_>]) -> Result<()> {
         if args.len() != g.inputs.len() {
             return Err(Error::ArgumentCount { function: self.name().to_string(), expected: g.inputs.len(), got: args.len() });
         }
         let mut field_kinds = self.field_kinds.get().map(|k| k.iter().copied());
-        g.inputs
-            .iter()
-            .zip(args)
-            .map(|(input, a)| {
-                // A field is what its Rust type says where the companion declared it; otherwise either.
-                let declared = match input.kind {
-                    InputKind::Field => field_kinds.as_mut().and_then(Iterator::next),
-                    _ => None,
-                };
-                let expected = match (input.kind, declared) {
-                    (InputKind::Field, Some(true)) => InputKind::Tensor,
-                    (InputKind::Field, Some(false)) => InputKind::Scalar,
-                    (kind, _) => kind,
-                };
-                match (expected, a) {
-                    (InputKind::Tensor | InputKind::Field, Arg::Tensor(t)) => Ok(Value::Tensor((*t).clone())),
-                    (InputKind::Scalar | InputKind::Field, Arg::Scalar(v)) => Ok(Value::Scalar(*v)),
-                    (kind, a) => Err(Error::ArgumentKind {
+        for (input, a) in g.inputs.iter().zip(args) {
+            // A field is what its Rust type says where the companion declared it; otherwise either.
+            let declared = match input.kind {
+                InputKind::Field => field_kinds.as_mut().and_then(Iterator::next),
+                _ => None,
+            };
+            let expected = match (input.kind, declared) {
+                (InputKind::Field, Some(true)) => InputKind::Tensor,
+                (InputKind::Field, Some(false)) => InputKind::Scalar,
+                (kind, _) => kind,
+            };
+            match (expected, a) {
+                (InputKind::Tensor | InputKind::Field, Arg::Tensor(_)) | (InputKind::Scalar | InputKind::Field, Arg::Scalar(_)) => {}
+                (kind, a) => {
+                    return Err(Error::ArgumentKind {
                         function: self.name().to_string(),
                         parameter: input.name.clone(),
                         expected: kind.name(),
@@ -298,10 +305,11 @@ impl FusedFn {
                             Arg::Tensor(_) => "tensor",
                             Arg::Scalar(_) => "scalar",
                         },
-                    }),
+                    })
                 }
-            })
-            .collect()
+            }
+        }
+        Ok(())
     }
 
     fn report_runs(&self, runs: &[GroupRun], level: u32) {

@@ -33,13 +33,14 @@ mod tuning;
 
 pub(crate) use fuse_args::BLOCK_THREADS;
 
-use crate::call::{infer, input_values, operand_name, GroupRun, Inferred, Value};
+use crate::call::{infer, input_values, operand_name, values, GroupRun, Inferred, Value};
 use crate::cuda::device::CudaDevice;
 use crate::cuda::driver::{driver_error, lock};
 use crate::cuda::gemm::cublas::{plan_gemm, GemmCall, Matrix};
 use crate::cuda::gemm::lt::lt_matmul;
 use crate::cuda::storage::CudaStorage;
-use crate::{Error, Result, Tensor};
+use crate::host_profile::{self, Phase};
+use crate::{Arg, Error, Result, Tensor};
 use describe::{describe_matmuls, DescribedGemm};
 use fuse_args::{plan_launch, Operand};
 use fuse_ir::codegen::{self, InputKind, Role, CONTIGUOUS_DEFINE};
@@ -89,7 +90,8 @@ struct Executor<'a> {
     queued: bool,
 }
 
-/// Runs `plan` on `args` (one per graph input, every tensor on `device`). Returns the graph's outputs and,
+/// Runs `plan` on `args` (one per graph input, every tensor on `device`; borrowed: a replay clones none,
+/// the general path clones them into its value table). Returns the graph's outputs and,
 /// when `timed`, each group's time (the stream is synchronised after each group to measure it). The plan's
 /// kernels come from `cache` (filled on first use) or, without one, are generated for this call.
 /// `library_only`: every matmul on cuBLAS (see `tuning.rs` for the other paths).
@@ -98,7 +100,7 @@ pub(crate) fn execute(
     function: &str,
     g: &Graph,
     plan: &Plan,
-    args: Vec<Value>,
+    args: &[Arg<'_>],
     device: &CudaDevice,
     timed: bool,
     library_only: bool,
@@ -124,7 +126,7 @@ pub(crate) fn execute(
     // An argument this call writes in place is no longer only host-written (before anything is launched).
     for id in g.ids().filter(|&id| g.op(id).writes_in_place()) {
         if let Op::Input(k) = g.op(g.node(id).args[0]) {
-            if let Some(storage) = args.get(k as usize).and_then(Value::tensor).and_then(Tensor::cuda_storage) {
+            if let Some(storage) = args.get(k as usize).and_then(Arg::tensor).and_then(Tensor::cuda_storage) {
                 storage.mark_kernel_written();
             }
         }
@@ -135,12 +137,17 @@ pub(crate) fn execute(
     // call of its signature and may be freed when the plan is dropped, while a graph keeps the addresses it
     // recorded (its own memory comes from its arena).
     let replayable = cache.is_some() && !timed && crate::tune::forced_choice().is_none() && !device.is_capturing();
+    host_profile::lap(Phase::Enter);
     if replayable {
-        if let Some(launch_plan) = lock(&kernels.launch_plans).find(device, &args) {
-            return Ok((launch_plan.replay(function, device, &args)?, Vec::new()));
+        let mut plans = lock(&kernels.launch_plans);
+        let found = plans.find(device, args);
+        host_profile::lap(Phase::Find);
+        if let Some(launch_plan) = found {
+            return Ok((launch_plan.replay(function, device, args)?, Vec::new()));
         }
     }
-    let inferred = infer(function, g, &args)?;
+    let args_owned = values(args);
+    let inferred = infer(function, g, &args_owned)?;
     // Empty values make empty launches and products, which the general path skips call by call. A view op's
     // layout may depend on a scalar argument (narrow's start), which a launch plan's signature does not
     // hold: such graphs take the general path on every call.
@@ -148,7 +155,7 @@ pub(crate) fn execute(
     // could not move their addresses to the new call's tensors.
     let has_views = g.nodes.iter().any(|n| matches!(n.op, Op::View(_) | Op::Model(_)));
     let record = replayable && !has_views && !inferred.shapes.iter().any(|s| s.contains(&0));
-    let recorded_signature = record.then(|| signature(&args));
+    let recorded_signature = record.then(|| signature(args));
     let inputs: Vec<(usize, usize)> = g
         .ids()
         .filter_map(|id| match g.op(id) {
@@ -162,7 +169,7 @@ pub(crate) fn execute(
             addresses[node] = table_entry(function, device, value)?;
         }
     }
-    let values = input_values(g, args);
+    let values = input_values(g, args_owned);
     let recording = record.then(Recording::default);
     let mut ex = Executor {
         function,
@@ -296,7 +303,7 @@ impl Executor<'_> {
             if self.queued {
                 continue;
             }
-            if !host_written(self.values[base.index()].as_ref()) {
+            if !host_written(self.values[base.index()].as_ref().and_then(Value::tensor)) {
                 return false;
             }
             relied.push(k as usize);

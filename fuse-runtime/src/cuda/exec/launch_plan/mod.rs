@@ -13,14 +13,14 @@
 //! batched call, to compare the two.
 
 use super::launch::{checked_address, launch_kernel, KernelDims};
-use crate::call::Value;
 use crate::cuda::device::CudaDevice;
 use crate::cuda::driver::driver_error;
 use crate::cuda::gemm::cublas::{launch_gemm, GemmCall};
 use crate::cuda::gemm::lt::{launch_lt, LtMatmul};
 use crate::cuda::gemm::wgmma::TensorMapSpec;
 use crate::cuda::storage::CudaStorage;
-use crate::{Result, Tensor};
+use crate::host_profile::{self, Phase};
+use crate::{Arg, Result, Tensor};
 use cudarc::driver::CudaFunction;
 use fuse_ir::DType;
 use std::sync::Arc;
@@ -42,10 +42,10 @@ fn is_aligned(t: &Tensor) -> bool {
 }
 
 impl ArgSignature {
-    fn of(value: &Value) -> ArgSignature {
-        match value {
-            Value::Scalar(_) => ArgSignature::Scalar,
-            Value::Tensor(t) => ArgSignature::Tensor {
+    fn of(arg: &Arg<'_>) -> ArgSignature {
+        match *arg {
+            Arg::Scalar(_) => ArgSignature::Scalar,
+            Arg::Tensor(t) => ArgSignature::Tensor {
                 dtype: t.dtype(),
                 aligned: is_aligned(t),
                 shape: t.shape().to_vec(),
@@ -54,11 +54,11 @@ impl ArgSignature {
         }
     }
 
-    /// `ArgSignature::of(value) == *self`, without allocating.
-    fn matches(&self, value: &Value) -> bool {
-        match (self, value) {
-            (ArgSignature::Scalar, Value::Scalar(_)) => true,
-            (ArgSignature::Tensor { dtype, aligned, shape, strides }, Value::Tensor(t)) => {
+    /// `ArgSignature::of(arg) == *self`, without allocating.
+    fn matches(&self, arg: &Arg<'_>) -> bool {
+        match (self, *arg) {
+            (ArgSignature::Scalar, Arg::Scalar(_)) => true,
+            (ArgSignature::Tensor { dtype, aligned, shape, strides }, Arg::Tensor(t)) => {
                 *dtype == t.dtype() && shape == t.shape() && strides == t.strides() && *aligned == is_aligned(t)
             }
             _ => false,
@@ -131,6 +131,9 @@ pub(crate) struct LaunchPlan {
     fresh: Vec<(usize, DType, Vec<usize>)>,
     /// Graph output k is `fresh[results[k]]`.
     results: Vec<usize>,
+    /// `results` is `0..fresh.len()` (the usual case): a replay returns its fresh tensors as they are, with no
+    /// second vector and no clone of each.
+    results_in_order: bool,
     /// The intermediates' buffers (their addresses are fixed in `addresses`).
     intermediates: Vec<CudaStorage>,
     /// See `Recording::scratch`.
@@ -147,12 +150,12 @@ pub(crate) struct LaunchPlans {
 
 impl LaunchPlans {
     /// The launch plan for these arguments on `device`, if a call with the same signature made one.
-    pub(crate) fn find(&mut self, device: &CudaDevice, args: &[Value]) -> Option<&mut LaunchPlan> {
+    pub(crate) fn find(&mut self, device: &CudaDevice, args: &[Arg<'_>]) -> Option<&mut LaunchPlan> {
         self.plans.iter_mut().find(|p| {
             p.ordinal == device.ordinal()
                 && p.signature.len() == args.len()
                 && p.signature.iter().zip(args).all(|(s, a)| s.matches(a))
-                && p.host_written.iter().all(|&k| host_written(args.get(k)))
+                && p.host_written.iter().all(|&k| host_written(args.get(k).and_then(Arg::tensor)))
         })
     }
 
@@ -211,7 +214,7 @@ pub(crate) fn dual_gemm_pairing_with(
 }
 
 /// The signature of a call's arguments (what `LaunchPlans::find` compares).
-pub(crate) fn signature(args: &[Value]) -> Vec<ArgSignature> {
+pub(crate) fn signature(args: &[Arg<'_>]) -> Vec<ArgSignature> {
     args.iter().map(ArgSignature::of).collect()
 }
 
@@ -279,6 +282,7 @@ impl LaunchPlan {
             addresses[*node] = buffer.base_address();
             intermediates.push(buffer);
         }
+        let results_in_order = results.len() == fresh.len() && results.iter().enumerate().all(|(k, &i)| k == i);
         Some(LaunchPlan {
             ordinal: device.ordinal(),
             signature,
@@ -286,6 +290,7 @@ impl LaunchPlan {
             inputs,
             fresh,
             results,
+            results_in_order,
             intermediates,
             _scratch: scratch,
             steps: merged,
@@ -294,7 +299,7 @@ impl LaunchPlan {
     }
 
     /// Queues the recorded work for these arguments (of this plan's signature) and returns the outputs.
-    pub(crate) fn replay(&mut self, function: &str, device: &CudaDevice, args: &[Value]) -> Result<Vec<Tensor>> {
+    pub(crate) fn replay(&mut self, function: &str, device: &CudaDevice, args: &[Arg<'_>]) -> Result<Vec<Tensor>> {
         if device.poisons_allocations() {
             self.poison_intermediates(device)?;
         }
@@ -305,17 +310,23 @@ impl LaunchPlan {
                 None => return Err(crate::Error::internal(function, "a launch plan names a missing argument")),
             };
         }
+        host_profile::lap(Phase::Inputs);
         let mut fresh = Vec::with_capacity(self.fresh.len());
         for (node, dtype, shape) in &self.fresh {
             let storage = CudaStorage::alloc(device, *dtype, shape.iter().product())?;
             addresses[*node] = storage.base_address();
             fresh.push(Tensor::from_cuda(storage, shape.clone()));
         }
-        for step in &mut self.steps {
+        host_profile::lap(Phase::Outputs);
+        for (k, step) in self.steps.iter_mut().enumerate() {
             run_step(device, step, addresses)?;
+            host_profile::lap(Phase::Step(k));
         }
         #[cfg(test)]
         tests::REPLAYS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.results_in_order {
+            return Ok(fresh);
+        }
         Ok(self.results.iter().map(|&i| fresh[i].clone()).collect())
     }
 }
@@ -341,17 +352,17 @@ impl LaunchPlan {
     }
 }
 
-/// Whether `value` is a tensor whose memory only copies from the host have written
+/// Whether `tensor` is one whose memory only copies from the host have written
 /// (`CudaStorage::host_written`).
-pub(crate) fn host_written(value: Option<&Value>) -> bool {
-    value.and_then(Value::tensor).and_then(Tensor::cuda_storage).is_some_and(CudaStorage::host_written)
+pub(crate) fn host_written(tensor: Option<&Tensor>) -> bool {
+    tensor.and_then(Tensor::cuda_storage).is_some_and(CudaStorage::host_written)
 }
 
 /// An argument's entry in the address table: a tensor's checked device address, a scalar's f64 bits.
-pub(crate) fn table_entry(function: &str, device: &CudaDevice, value: &Value) -> Result<u64> {
-    match value {
-        Value::Tensor(t) => checked_address(function, device, t),
-        Value::Scalar(v) => Ok(v.to_bits()),
+pub(crate) fn table_entry(function: &str, device: &CudaDevice, arg: &Arg<'_>) -> Result<u64> {
+    match *arg {
+        Arg::Tensor(t) => checked_address(function, device, t),
+        Arg::Scalar(v) => Ok(v.to_bits()),
     }
 }
 

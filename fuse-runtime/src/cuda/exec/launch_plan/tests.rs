@@ -20,14 +20,14 @@ fn cpu_tensor(values: Vec<f32>, shape: &[usize]) -> Tensor {
 fn signatures_compare_layouts_not_values() {
     let a = cpu_tensor(vec![1.0; 6], &[2, 3]);
     let b = cpu_tensor(vec![2.0; 6], &[2, 3]);
-    let args = [Value::Tensor(a.clone()), Value::Scalar(0.5)];
+    let args = [Arg::Tensor(&a), Arg::Scalar(0.5)];
     let sig = signature(&args);
-    assert!(sig[0].matches(&Value::Tensor(b)));
-    assert!(sig[1].matches(&Value::Scalar(7.0)));
-    assert!(!sig[0].matches(&Value::Tensor(a.t().expect("a view"))), "a transposed view has other strides");
-    assert!(!sig[0].matches(&Value::Tensor(cpu_tensor(vec![1.0; 8], &[2, 4]))));
-    assert!(!sig[0].matches(&Value::Scalar(1.0)));
-    assert!(!sig[1].matches(&Value::Tensor(a.to_dtype(DType::BF16).expect("bf16"))));
+    assert!(sig[0].matches(&Arg::Tensor(&b)));
+    assert!(sig[1].matches(&Arg::Scalar(7.0)));
+    assert!(!sig[0].matches(&Arg::Tensor(&a.t().expect("a view"))), "a transposed view has other strides");
+    assert!(!sig[0].matches(&Arg::Tensor(&cpu_tensor(vec![1.0; 8], &[2, 4]))));
+    assert!(!sig[0].matches(&Arg::Scalar(1.0)));
+    assert!(!sig[1].matches(&Arg::Tensor(&a.to_dtype(DType::BF16).expect("bf16"))));
 }
 
 #[test]
