@@ -98,9 +98,12 @@ struct Params {
     int head_prefetch;                     // flow, fused: LM-head chunks a block prefetches to L2 three layers early
     int fused_c;                           // fused: blocks a (sequence, kv head), each its output-projection rows
     int producer;                          // fused: 1 a producer warp (threads THREADS ..) refills the ring
-    int attn_pass;                         // fused: 1 attention in one pass over the keys (attention_one_pass)
+    int attn_pass;                         // fused: 1 attention in one pass over the keys (attention_one_pass),
+                                           // 2 on tensor cores where the rows are staged (attention_mma)
     int stage_keys;                        // fused: cached k/v rows the staging buffer holds
     const __nv_bfloat16* wdT;              // fused: [layers][FFN][HID], the down projection transposed
+    const __nv_bfloat16* wo_heads;         // fused: [layers][NKV][HID][GROUP * HD], the output projection's
+                                           // columns by kv head (a unit's rows are one contiguous copy)
     long long* acc;                        // fused: [2][layers][batch][HID] down projection sums (add_fixed)
     unsigned long long* fop;               // fused: [NKV][batch][HID] output-projection partials, tagged
     float* partials;                       // [batch][NKV][splits][GROUP][HD + 2]
@@ -247,7 +250,6 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned pari
 struct Chunk {
     const __nv_bfloat16* src;
     int row0, rows, k;
-    int ld;  // elements from one row to the next in memory (k but for fused's output-projection columns)
 };
 
 __device__ Chunk chunk_of(const Params& p, int blk, int c) {
@@ -259,15 +261,15 @@ __device__ Chunk chunk_of(const Params& p, int blk, int c) {
         if (p.design == FUSED && kind == 1) {
             // decode_step_fused: its unit's rows of the output projection, its kv head's 192 columns.
             const int units = p.batch * NKV * p.fused_c;
-            if (blk >= units) return {p.wo, 0, 0, GROUP * HD, HID};
+            if (blk >= units) return {p.wo_heads, 0, 0, GROUP * HD};
             const int g = (blk / p.fused_c) % NKV, c = blk % p.fused_c;
             const int r0 = row_begin(c, HID, p.fused_c), r1 = row_begin(c + 1, HID, p.fused_c);
-            return {p.wo + ((size_t)l * HID + r0) * HID + g * GROUP * HD, r0, r1 - r0, GROUP * HD, HID};
+            return {p.wo_heads + (((size_t)l * NKV + g) * HID + r0) * (GROUP * HD), r0, r1 - r0, GROUP * HD};
         }
         if (p.design == FUSED && kind == 4) {
             // decode_step_fused: the transposed down projection's rows at this block's FFN rows (gate/up's).
             const int r0 = row_begin(blk, FFN, p.grid), r1 = row_begin(blk + 1, FFN, p.grid);
-            return {p.wdT + ((size_t)l * FFN + r0) * HID, r0, r1 - r0, HID, HID};
+            return {p.wdT + ((size_t)l * FFN + r0) * HID, r0, r1 - r0, HID};
         }
         switch (kind) {
             case 0: n = QKV; w = p.wqkv + (size_t)l * QKV * HID; break;
@@ -277,13 +279,13 @@ __device__ Chunk chunk_of(const Params& p, int blk, int c) {
             default: n = HID; k = FFN; w = p.wd + (size_t)l * HID * FFN; break;
         }
         const int r0 = row_begin(blk, n, p.grid), r1 = row_begin(blk + 1, n, p.grid);
-        return {w + (size_t)r0 * k, r0, r1 - r0, k, k};
+        return {w + (size_t)r0 * k, r0, r1 - r0, k};
     }
     const int j = c - layer_chunks;
     const int v0 = row_begin(blk, VOCAB, p.grid), v1 = row_begin(blk + 1, VOCAB, p.grid);
     const int r0 = v0 + j * LM_ROWS, r1 = min(v1, r0 + LM_ROWS);
-    if (r0 >= v1) return {p.lm, v1, 0, HID, HID};
-    return {p.lm + (size_t)r0 * HID, r0, r1 - r0, HID, HID};
+    if (r0 >= v1) return {p.lm, v1, 0, HID};
+    return {p.lm + (size_t)r0 * HID, r0, r1 - r0, HID};
 }
 
 __device__ int total_chunks(const Params& p, int blk) {
@@ -307,9 +309,7 @@ struct Ring {
         unsigned long long* bar = bars + c % NSLOT;
         mbar_expect(bar, bytes);
         unsigned char* dst = slots + (size_t)(c % NSLOT) * SLOT_BYTES;
-        if (bytes && ch.ld == ch.k) bulk_copy(dst, ch.src, bytes, bar);
-        else if (bytes)  // rows apart in memory: a copy a row, packed in the slot
-            for (int r = 0; r < ch.rows; ++r) bulk_copy(dst + (size_t)r * ch.k * 2, ch.src + (size_t)r * ch.ld, ch.k * 2, bar);
+        if (bytes) bulk_copy(dst, ch.src, bytes, bar);  // every chunk's rows are contiguous in memory
     }
     __device__ const __nv_bfloat16* wait(int c) const {
         mbar_wait(bars + c % NSLOT, (unsigned)(c / NSLOT) & 1u);
@@ -1499,12 +1499,143 @@ __device__ void attention_one_pass(const Params& p, const AttnSmem& s, const __n
     sync_block();
 }
 
+// ---- attention on tensor cores (decode_step_fused, attn_pass 2) -------------------------------------
+// mma.sync m16n8k16 (bf16 in, f32 accumulators): lane = 4 g + c (g = lane / 4, c = lane % 4); an A fragment
+// holds rows g and g + 8, columns 2c, 2c + 1 and 2c + 8, 2c + 9; B (k x n, "col": n's k values contiguous)
+// k = 2c, 2c + 1 and 2c + 8, 2c + 9 at n = g; C rows g, g + 8 at columns 2c, 2c + 1.
+__device__ __forceinline__ void ldsm_x4(const void* at, unsigned (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(at)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(const void* at, unsigned (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(at)));
+}
+__device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&v);
+}
+
+// attention_one_pass's result from the rows staged in ks / vs (keys 0 .. n - 2; the new row at pos = n - 1 is
+// written there first, and rows n .. up to the next 16 zeroed, so no block of 16 keys reads stale rows): the
+// GROUP query rows are rows 0 .. 2 of a 16-row A operand (the others zero). Warp w takes the 16-key blocks w,
+// w + 8, ..: S = Q K^T (two 8-key tiles x 4 k-steps: 8 MMAs, K's fragments by ldmatrix), an online softmax
+// over its blocks (a row's 16 scores are in the 4 lanes of its g), P (rounded to bf16, as flash attention's)
+// straight from S's accumulators as the A operand of P V (8 dimension tiles: 8 MMAs, V's fragments by
+// ldmatrix.trans). The warps merge through shared memory as attention_one_pass's do.
+__device__ void attention_mma(const Params& p, const AttnSmem& s, __nv_bfloat16* ks, __nv_bfloat16* vs, int n, float* red,
+                              __nv_bfloat16* attn) {
+    const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, c = lane % 4;
+    const int n16 = (n + 15) & ~15;
+    for (int e = t; e < (n16 - p.pos) * HD; e += THREADS) {
+        const int row = p.pos + e / HD, d = e % HD;
+        ks[(size_t)row * HD + d] = __float2bfloat16(row == p.pos ? s.kn[d] : 0.f);
+        vs[(size_t)row * HD + d] = __float2bfloat16(row == p.pos ? s.vn[d] : 0.f);
+    }
+    // Q's A fragments for the 4 k-steps (rows g < GROUP real; rows g + 8 zero).
+    unsigned qa[4][2];
+#pragma unroll
+    for (int kstep = 0; kstep < 4; ++kstep) {
+        const int d = kstep * 16 + 2 * c;
+        qa[kstep][0] = g < GROUP ? pack_bf16(s.q[g][d], s.q[g][d + 1]) : 0u;
+        qa[kstep][1] = g < GROUP ? pack_bf16(s.q[g][d + 8], s.q[g][d + 9]) : 0u;
+    }
+    sync_block();  // the new row and the zeros in
+    float o[8][4], mx = -INFINITY, sum = 0.f;  // row g's state (rows g + 8 are padding)
+#pragma unroll
+    for (int dt = 0; dt < 8; ++dt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[dt][i] = 0.f;
+    for (int blk = warp; blk * 16 < n; blk += WARPS) {
+        const int k0 = blk * 16;
+        float sc[2][4];
+#pragma unroll
+        for (int tile = 0; tile < 2; ++tile) {
+            // K's B fragments: lane l addresses key k0 + 8 tile + l % 8 at dims 8 (l / 8) (+ 32 for the second load).
+            unsigned kb[2][4];
+            const __nv_bfloat16* row = ks + (size_t)(k0 + tile * 8 + lane % 8) * HD + (lane / 8) * 8;
+            ldsm_x4(row, kb[0]);
+            ldsm_x4(row + 32, kb[1]);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) sc[tile][i] = 0.f;
+#pragma unroll
+            for (int kstep = 0; kstep < 4; ++kstep)
+                mma_bf16(sc[tile], qa[kstep][0], 0u, qa[kstep][1], 0u, kb[kstep / 2][2 * (kstep % 2)], kb[kstep / 2][2 * (kstep % 2) + 1]);
+        }
+        // Row g's 4 scores in this lane (keys k0 + 8 tile + 2c + j), the keys past n masked.
+        float most = mx;
+#pragma unroll
+        for (int tile = 0; tile < 2; ++tile)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                if (k0 + tile * 8 + 2 * c + j >= n) sc[tile][j] = -INFINITY;
+                most = fmaxf(most, sc[tile][j]);
+            }
+        most = fmaxf(most, __shfl_xor_sync(0xffffffffu, most, 1));
+        most = fmaxf(most, __shfl_xor_sync(0xffffffffu, most, 2));
+        const float keep = mx == -INFINITY ? 0.f : __expf(mx - most);
+        mx = most;
+        float e[2][2];
+#pragma unroll
+        for (int tile = 0; tile < 2; ++tile)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) e[tile][j] = sc[tile][j] == -INFINITY ? 0.f : __expf(sc[tile][j] - most);
+        sum = sum * keep + (e[0][0] + e[0][1]) + (e[1][0] + e[1][1]);
+        const unsigned pa0 = pack_bf16(e[0][0], e[0][1]), pa2 = pack_bf16(e[1][0], e[1][1]);
+#pragma unroll
+        for (int dt = 0; dt < 8; ++dt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) o[dt][i] *= keep;
+#pragma unroll
+        for (int dp = 0; dp < 4; ++dp) {
+            // V's B fragments for dimension tiles 2 dp and 2 dp + 1: lane l addresses key k0 + 8 ((l / 8) & 1) + l % 8
+            // at dims 16 dp + 8 (l / 16).
+            unsigned vb[4];
+            ldsm_x4_trans(vs + (size_t)(k0 + ((lane / 8) & 1) * 8 + lane % 8) * HD + dp * 16 + (lane / 16) * 8, vb);
+            mma_bf16(o[2 * dp], pa0, 0u, pa2, 0u, vb[0], vb[1]);
+            mma_bf16(o[2 * dp + 1], pa0, 0u, pa2, 0u, vb[2], vb[3]);
+        }
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    float* wm = red + WARPS * GROUP * HD;
+    float* wl = wm + WARPS * GROUP;
+    if (g < GROUP) {
+#pragma unroll
+        for (int dt = 0; dt < 8; ++dt) {
+            red[(warp * GROUP + g) * HD + dt * 8 + 2 * c] = o[dt][0];
+            red[(warp * GROUP + g) * HD + dt * 8 + 2 * c + 1] = o[dt][1];
+        }
+        if (c == 0) wm[warp * GROUP + g] = mx, wl[warp * GROUP + g] = sum;
+    }
+    sync_block();
+    if (t < GROUP * HD) {
+        const int r = t / HD, d = t % HD;
+        float most = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) most = fmaxf(most, wm[w * GROUP + r]);
+        float a = 0.f, l = 0.f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            const float m = wm[w * GROUP + r], weight = m == -INFINITY ? 0.f : __expf(m - most);
+            a = fmaf(weight, red[(w * GROUP + r) * HD + d], a);
+            l = fmaf(weight, wl[w * GROUP + r], l);
+        }
+        attn[r * HD + d] = __float2bfloat16(a / l);
+    }
+    sync_block();
+}
+
 // (b, g)'s attention over keys [0, pos] into attn[GROUP][HD] (bf16): q, k and v polled from the tagged QKV
 // words, rope, the cache append (part 0 only), scores 8 lanes a key, softmax, then P.V 8 lanes a key too:
 // each lane its key's 8 channels for the GROUP rows, summed across the warp's keys by shuffles and across
 // warps in shared memory (red, [WARPS][GROUP][HD] floats).
-__device__ void attention_fused(const Params& p, int layer, int b, int g, int part, AttnSmem& s, const __nv_bfloat16* ks,
-                                const __nv_bfloat16* vs, bool staged, unsigned kv_parity, unsigned tag16, float cs, float sn,
+__device__ void attention_fused(const Params& p, int layer, int b, int g, int part, AttnSmem& s, __nv_bfloat16* ks,
+                                __nv_bfloat16* vs, bool staged, unsigned kv_parity, unsigned tag16, float cs, float sn,
                                 float* red, __nv_bfloat16* attn, unsigned long long* arrived, unsigned long long* notes) {
     const int t = threadIdx.x, n = p.pos + 1;
     const size_t head = (((size_t)layer * p.batch + b) * NKV + g) * p.cap;
@@ -1515,6 +1646,13 @@ __device__ void attention_fused(const Params& p, int layer, int b, int g, int pa
     sync_block();
     if (notes && t == 0) stamp_at(p, &notes[0]);
     if (part == 0) append_kv(p, s, head);
+    if (p.attn_pass == 2 && (staged || p.pos == 0) && ((n + 15) & ~15) <= p.stage_keys) {
+        attention_mma(p, s, ks, vs, n, red, attn);
+        if (notes && t == 0) stamp_at(p, &notes[1]), stamp_at(p, &notes[2]);
+        if (p.record == 2) attention_mma(p, s, ks, vs, n, red, attn);  // again, its code and data now warm
+        if (notes && t == 0) stamp_at(p, &notes[3]);
+        return;
+    }
     if (p.attn_pass) {
         attention_one_pass(p, s, kc, vc, n, red, attn);
         if (notes && t == 0) stamp_at(p, &notes[1]), stamp_at(p, &notes[2]);
@@ -1810,6 +1948,7 @@ struct Weights {
     std::vector<__nv_bfloat16> wqkv, wo, wg, wu, wd, norm1, norm2, norm_out, lm, cos, sin;
     __nv_bfloat16 *d_wqkv, *d_wo, *d_wg, *d_wu, *d_wd, *d_norm1, *d_norm2, *d_norm_out, *d_lm, *d_cos, *d_sin;
     __nv_bfloat16* d_wdT;  // the down projection transposed, [layers][FFN][HID] (decode_step_fused's)
+    __nv_bfloat16* d_wo_heads;  // the output projection by kv head, [layers][NKV][HID][GROUP * HD] (fused's)
     int cap;
 };
 
@@ -1849,6 +1988,13 @@ static void upload_weights(Weights& w) {
         for (int n = 0; n < HID; ++n)
             for (int i = 0; i < FFN; ++i) wdT[((size_t)l * FFN + i) * HID + n] = w.wd[((size_t)l * HID + n) * FFN + i];
     w.d_wdT = upload(wdT);
+    std::vector<__nv_bfloat16> wo_heads(w.wo.size());
+    for (int l = 0; l < w.layers; ++l)
+        for (int g = 0; g < NKV; ++g)
+            for (int n = 0; n < HID; ++n)
+                for (int c = 0; c < GROUP * HD; ++c)
+                    wo_heads[(((size_t)l * NKV + g) * HID + n) * (GROUP * HD) + c] = w.wo[((size_t)l * HID + n) * HID + g * GROUP * HD + c];
+    w.d_wo_heads = upload(wo_heads);
 }
 
 static Weights make_weights(int layers, int cap) {
@@ -1873,7 +2019,7 @@ static int pick_splits(int batch, int keys, int grid) {
 static int nb_for(int batch) { return batch <= 1 ? 1 : batch <= 4 ? 4 : 16; }
 
 // decode_step_fused's staging buffer: cached rows of a (sequence, kv head) it holds (k and v, 128 B each).
-static int fused_stage_keys(int nb) { return nb == 1 ? 255 : nb == 4 ? 128 : 0; }
+static int fused_stage_keys(int nb) { return nb == 1 ? 256 : nb == 4 ? 128 : 0; }
 
 static const char* design_name(int design) {
     static const char* const names[] = {"first", "lean", "flow", "fused"};
@@ -1924,6 +2070,7 @@ static Case make_case(const Weights& w, int batch, int layers, int pos, int grid
     p.fused_c = grid / (batch * NKV);
     p.stage_keys = fused_stage_keys(nb_for(batch));
     p.wdT = w.d_wdT;
+    p.wo_heads = w.d_wo_heads;
     const size_t sums = 2 * (size_t)layers * batch * HID;
     CK(cudaMalloc(&p.acc, sums * 8));
     CK(cudaMemset(p.acc, 0, sums * 8));
@@ -1957,7 +2104,7 @@ static bool g_cooperative = true;
 template <int NB>
 static cudaError_t launch_nb(const Params& p, cudaStream_t s) {
     void (*kernel)(const Params) =
-        p.design == FUSED ? decode_step_fused<NB> : p.design == FLOW ? decode_step_flow<NB> : p.design == LEAN ? decode_step_lean<NB> : decode_step<NB>;
+        p.design == FUSED ? decode_step_fused<(NB <= 4 ? NB : 4)> : p.design == FLOW ? decode_step_flow<NB> : p.design == LEAN ? decode_step_lean<NB> : decode_step<NB>;
     const size_t smem = smem_bytes(NB, p.design);
     static bool set[4] = {false, false, false, false};
     if (!set[p.design]) {
@@ -2145,20 +2292,20 @@ static std::vector<float> appended(const std::vector<float>& cache, const Case& 
     return out;
 }
 
-// decode_step_fused's options in its checks: FUSED_PRODUCER | FUSED_ONE_PASS, or none.
-enum { FUSED_PRODUCER = 1, FUSED_ONE_PASS = 2, FUSED_ALL = 3 };
+// decode_step_fused's options: FUSED_PRODUCER with FUSED_ONE_PASS or FUSED_MMA (attention), or none.
+enum { FUSED_PRODUCER = 1, FUSED_ONE_PASS = 2, FUSED_MMA = 4, FUSED_ALL = FUSED_PRODUCER | FUSED_MMA };
 static int g_fused = FUSED_ALL;
 
 static void set_fused(Params& p, int options) {
     p.producer = options & FUSED_PRODUCER ? 1 : 0;
-    p.attn_pass = options & FUSED_ONE_PASS ? 1 : 0;
+    p.attn_pass = options & FUSED_MMA ? 2 : options & FUSED_ONE_PASS ? 1 : 0;
 }
 
 static std::string fused_options(const Params& p) {
     if (p.design != FUSED) return "";
     std::string s;
     if (p.producer) s += "+producer";
-    if (p.attn_pass) s += "+one-pass";
+    if (p.attn_pass) s += p.attn_pass == 2 ? "+mma" : "+one-pass";
     return s;
 }
 
@@ -2389,14 +2536,14 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     for (int batch : {1, 4, 16})
         for (int cached : {128, 1024})
-        for (int variant = 0; variant < 7; ++variant) {
+        for (int variant = 0; variant < 8; ++variant) {
             // The monotonic barrier only: the generation word's was ~100 us a step slower in every row
             // (2026-12-01), and k/v read from memory slower than staged or level; flow's polls 32 ns apart
             // (none and 256 ns measured 517.0 and 528.0 us at batch 1 against 517.2, 2026-12-01).
             // Variants: flow, flow with the LM head prefetched, the first design; fused, fused prefetching,
-            // fused with its options added one by one (the producer warp, then one pass over the keys).
+            // fused with its options (the producer warp, then attention in one pass or on tensor cores).
             const int design = variant < 2 ? FLOW : variant == 2 ? FIRST : FUSED, stage = 1;
-            const int options = variant < 5 ? 0 : variant == 5 ? FUSED_PRODUCER : FUSED_ALL;
+            const int options = variant < 5 ? 0 : variant == 5 ? FUSED_PRODUCER : variant == 6 ? FUSED_PRODUCER | FUSED_ONE_PASS : FUSED_ALL;
             // The prefetch: the first 16 chunks a block (35 of the head's 57 MB: L2 holds ~50 with the last
             // layers' weights passing through).
             if (variant == 4) continue;  // fused prefetching the LM head: no faster (489.1 against 487.0 us, 2026-12-01)
@@ -2480,6 +2627,57 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
         }
 }
 
+
+// ---- attention alone, for its cost without the step around it ---------------------------------------
+// One block: `reps` calls of attention_mma (kind 2), attention_one_pass (1) or the three passes (0) over
+// pos + 1 keys of random rows already in shared memory; cycles[i] = the i-th call's SM cycles (block 0).
+__global__ void __launch_bounds__(THREADS, 1) attention_alone(const Params p, int kind, int reps, unsigned long long* cycles) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    AttnSmem& s = *reinterpret_cast<AttnSmem*>(smem);
+    __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem + sizeof(AttnSmem));
+    __nv_bfloat16* vs = ks + 256 * HD;
+    __nv_bfloat16* attn = vs + 256 * HD;
+    float* red = reinterpret_cast<float*>(&s.k[0][0]);
+    const int t = threadIdx.x, n = p.pos + 1;
+    for (int e = t; e < 256 * HD; e += THREADS) {
+        ks[e] = __float2bfloat16(0.01f * (float)((e * 37) % 101) - 0.5f);
+        vs[e] = __float2bfloat16(0.01f * (float)((e * 53) % 97) - 0.5f);
+    }
+    for (int e = t; e < GROUP * HD; e += THREADS) s.q[e / HD][e % HD] = 0.125f * (0.02f * (float)((e * 29) % 89) - 0.9f);
+    if (t < HD) s.kn[t] = 0.3f, s.vn[t] = -0.2f;
+    sync_block();
+    for (int i = 0; i < reps; ++i) {
+        const unsigned long long c0 = clock64();
+        if (kind == 2) attention_mma(p, s, ks, vs, n, red, attn);
+        else if (kind == 1) attention_one_pass(p, s, ks, vs, n, red, attn);
+        else {
+            attention_scores(p, s, ks, 0, n);
+            attention_softmax(s, n);
+        }
+        sync_block();
+        if (t == 0) cycles[i] = clock64() - c0;
+    }
+}
+
+static void attention_micro() {
+    Params p;
+    memset(&p, 0, sizeof p);
+    p.pos = 128, p.stage_keys = 256;
+    const int reps = 50;
+    unsigned long long* cycles;
+    CK(cudaMalloc(&cycles, reps * 8));
+    const size_t smem = sizeof(AttnSmem) + 2 * 256 * HD * 2 + GROUP * HD * 2 + 128;
+    CK(cudaFuncSetAttribute(attention_alone, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const char* names[3] = {"three passes (scores, softmax only)", "one pass", "tensor cores"};
+    for (int kind = 0; kind < 3; ++kind) {
+        attention_alone<<<1, THREADS, smem>>>(p, kind, reps, cycles);
+        CK(cudaDeviceSynchronize());
+        auto c = download(cycles, reps);
+        std::sort(c.begin() + 1, c.end());
+        printf("attention alone, 129 keys, %s: %llu cycles the first call, median %llu\n", names[kind], c[0], c[reps / 2]);
+    }
+}
+
 int main(int argc, char** argv) {
     const std::string mode = argc > 1 ? argv[1] : "all";
     int dev = 0, sms = 0;
@@ -2522,9 +2720,14 @@ int main(int argc, char** argv) {
         ok &= check_case(w, 1, 30, 100, sms, 1, 1, FUSED);
         ok &= check_case(w, 3, 30, 100, sms, 1, 1, FUSED);
         ok &= check_case(w, 2, 30, 254, sms, 1, 1, FUSED);
-        g_fused = 0;  // thread 0 refilling the ring, three passes over the keys, tagged partials
+        g_fused = 0;  // thread 0 refilling the ring, attention in three passes
         ok &= check_case(w, 3, 2, 17, sms, 1, 1, FUSED);
         ok &= check_case(w, 1, 30, 100, sms, 1, 1, FUSED);
+        g_fused = FUSED_PRODUCER | FUSED_ONE_PASS;
+        ok &= check_case(w, 3, 30, 100, sms, 1, 1, FUSED);
+        g_fused = FUSED_MMA;  // tensor-core attention, thread 0 refilling
+        ok &= check_case(w, 1, 2, 254, sms, 1, 1, FUSED);
+        ok &= check_case(w, 2, 2, 111, sms, 1, 1, FUSED);
     }
     if (mode == "sanitize") {  // small, for compute-sanitizer: 2 layers, odd batch and position, split keys
         Weights w = make_weights(2, 520);
@@ -2535,12 +2738,19 @@ int main(int argc, char** argv) {
         ok &= check_case(w, 3, 2, 17, sms, 1, 1, FIRST);
     }
     if (mode == "sanitize-fused") {
+        // Thread 0 refilling the ring first: racecheck reports the producer warp's bulk copies into a slot
+        // against the compute warps' reads of it (ordered by the slot's "empty" mbarrier, which it does not
+        // follow) and the run ends at that case (2026-12-01).
         Weights w = make_weights(2, 520);
-        ok &= check_case(w, 3, 2, 17, sms, 1, 1, FUSED);
-        ok &= check_case(w, 1, 2, 200, sms, 1, 1, FUSED);
         g_fused = 0;
         ok &= check_case(w, 3, 2, 17, sms, 1, 1, FUSED);
+        g_fused = FUSED_MMA;
+        ok &= check_case(w, 1, 2, 200, sms, 1, 1, FUSED);
+        g_fused = FUSED_ALL;
+        ok &= check_case(w, 3, 2, 17, sms, 1, 1, FUSED);
+        ok &= check_case(w, 1, 2, 200, sms, 1, 1, FUSED);
     }
+    if (mode == "attention-alone") attention_micro();
     if (mode == "profile-fused") {  // for ncu: decode_step_fused (every option) at batch 1, 128 cached, 5 launches
         Weights w = make_weights(MAX_LAYERS, 1040);
         Case c = make_case(w, 1, MAX_LAYERS, 128, sms);
