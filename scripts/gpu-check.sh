@@ -95,7 +95,7 @@ for step in "${steps[@]}"; do
       fits persistent 400 || continue
       say "persistent-kernel prototype"
       PERSISTENT_TIMEOUT=$((budget - $(elapsed) - 260)) PERSISTENT_SANITIZE_TIMEOUT=30 bash scripts/kernels/run-persistent.sh "$out" >/dev/null 2>&1 || say "persistent: exit $?"
-      grep -E "^(check|\||copy|parts|    phases|    block|    fused trace|    last block|attention alone|persistent|\()" "$out/persistent.log" | sed 's/^/  /' >>"$log"
+      grep -E "^(check|\||copy|parts|    phases|    block|    fused trace|    last block|stage alone|persistent|\()" "$out/persistent.log" | sed 's/^/  /' >>"$log"
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^==" "$out/persistent-sanitize.txt" | sed 's/^/  /' >>"$log"
       ;;
     profile)

@@ -2628,53 +2628,76 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
 }
 
 
-// ---- attention alone, for its cost without the step around it ---------------------------------------
-// One block: `reps` calls of attention_mma (kind 2), attention_one_pass (1) or the three passes (0) over
-// pos + 1 keys of random rows already in shared memory; cycles[i] = the i-th call's SM cycles (block 0).
-__global__ void __launch_bounds__(THREADS, 1) attention_alone(const Params p, int kind, int reps, unsigned long long* cycles) {
+// ---- the step's stages alone, for their cost without the step around it ------------------------------
+// One block, `reps` calls of one stage on data already in shared memory; cycles[i] = the i-th call's SM
+// cycles (clock64 only). Kinds: 0 attention in three passes (scores and softmax only), 1 attention_one_pass,
+// 2 attention_mma (129 keys each), 3 gate/up's GEMV (12 + 12 rows of 576), 4 QKV's GEMV (8 rows), 5
+// add_and_norm (one row of 576).
+constexpr int ALONE_KINDS = 6;
+__global__ void __launch_bounds__(THREADS, 1) stage_alone(const Params p, int kind, int reps, unsigned long long* cycles) {
     extern __shared__ __align__(128) unsigned char smem[];
     AttnSmem& s = *reinterpret_cast<AttnSmem*>(smem);
     __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem + sizeof(AttnSmem));
-    __nv_bfloat16* vs = ks + 256 * HD;
-    __nv_bfloat16* attn = vs + 256 * HD;
+    __nv_bfloat16* vs = ks + 256 * HD;        // also the GEMVs' weights: 24 rows of HID (27.6 KB of its 32)
+    __nv_bfloat16* act = vs + 256 * HD;       // [HID]: attention's output, the GEMVs' input, the norm's output
+    __nv_bfloat16* xs = act + HID;            // [HID]: the norm's residual row
+    float* scale = reinterpret_cast<float*>(xs + HID);
+    float* sink = scale + 16;                 // [24]: the GEMVs' outputs
     float* red = reinterpret_cast<float*>(&s.k[0][0]);
     const int t = threadIdx.x, n = p.pos + 1;
     for (int e = t; e < 256 * HD; e += THREADS) {
         ks[e] = __float2bfloat16(0.01f * (float)((e * 37) % 101) - 0.5f);
         vs[e] = __float2bfloat16(0.01f * (float)((e * 53) % 97) - 0.5f);
     }
+    for (int e = t; e < HID; e += THREADS) {
+        act[e] = __float2bfloat16(0.01f * (float)((e * 41) % 83) - 0.4f);
+        xs[e] = __float2bfloat16(0.02f * (float)((e * 43) % 79) - 0.8f);
+    }
     for (int e = t; e < GROUP * HD; e += THREADS) s.q[e / HD][e % HD] = 0.125f * (0.02f * (float)((e * 29) % 89) - 0.9f);
     if (t < HD) s.kn[t] = 0.3f, s.vn[t] = -0.2f;
+    float nv[PER_THREAD];
+#pragma unroll
+    for (int j = 0; j < PER_THREAD; ++j) nv[j] = 1.f + 0.01f * (float)j;
     sync_block();
     for (int i = 0; i < reps; ++i) {
         const unsigned long long c0 = clock64();
-        if (kind == 2) attention_mma(p, s, ks, vs, n, red, attn);
-        else if (kind == 1) attention_one_pass(p, s, ks, vs, n, red, attn);
-        else {
+        if (kind == 2) attention_mma(p, s, ks, vs, n, red, act);
+        else if (kind == 1) attention_one_pass(p, s, ks, vs, n, red, act);
+        else if (kind == 0) {
             attention_scores(p, s, ks, 0, n);
             attention_softmax(s, n);
+        } else if (kind == 3) {
+            gemv<1, true>(vs, vs + 12 * HID, 12, HID, act, 1, [&](int r, int, float g, float u) { sink[r] = g * u; });
+        } else if (kind == 4) {
+            gemv<1, false>(vs, nullptr, 8, HID, act, 1, [&](int r, int, float a, float) { sink[r] = a; });
+        } else {
+            add_and_norm<1>(p, nullptr, nv, xs, act, scale);
         }
         sync_block();
         if (t == 0) cycles[i] = clock64() - c0;
     }
 }
 
-static void attention_micro() {
+static void stages_alone() {
     Params p;
     memset(&p, 0, sizeof p);
-    p.pos = 128, p.stage_keys = 256;
+    p.pos = 128, p.stage_keys = 256, p.batch = 1;
     const int reps = 50;
     unsigned long long* cycles;
     CK(cudaMalloc(&cycles, reps * 8));
-    const size_t smem = sizeof(AttnSmem) + 2 * 256 * HD * 2 + GROUP * HD * 2 + 128;
-    CK(cudaFuncSetAttribute(attention_alone, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const char* names[3] = {"three passes (scores, softmax only)", "one pass", "tensor cores"};
-    for (int kind = 0; kind < 3; ++kind) {
-        attention_alone<<<1, THREADS, smem>>>(p, kind, reps, cycles);
+    const size_t smem = sizeof(AttnSmem) + 2 * 256 * HD * 2 + 2 * HID * 2 + 16 * 4 + 24 * 4 + 128;
+    CK(cudaFuncSetAttribute(stage_alone, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int khz = 0;
+    CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+    const char* names[ALONE_KINDS] = {"attention, three passes (scores and softmax only)", "attention, one pass", "attention, tensor cores",
+                                      "gate/up GEMV, 12 + 12 rows", "QKV GEMV, 8 rows", "add_and_norm, 576"};
+    for (int kind = 0; kind < ALONE_KINDS; ++kind) {
+        stage_alone<<<1, THREADS, smem>>>(p, kind, reps, cycles);
         CK(cudaDeviceSynchronize());
         auto c = download(cycles, reps);
         std::sort(c.begin() + 1, c.end());
-        printf("attention alone, 129 keys, %s: %llu cycles the first call, median %llu\n", names[kind], c[0], c[reps / 2]);
+        printf("stage alone (one block, 129 keys): %s: %llu cycles the first call, median %llu (%.0f ns at %.2f GHz)\n", names[kind], c[0],
+               c[reps / 2], c[reps / 2] / (khz * 1e-6), khz * 1e-6);
     }
 }
 
@@ -2750,7 +2773,7 @@ int main(int argc, char** argv) {
         ok &= check_case(w, 3, 2, 17, sms, 1, 1, FUSED);
         ok &= check_case(w, 1, 2, 200, sms, 1, 1, FUSED);
     }
-    if (mode == "attention-alone") attention_micro();
+    if (mode == "stages-alone") stages_alone();
     if (mode == "profile-fused") {  // for ncu: decode_step_fused (every option) at batch 1, 128 cached, 5 launches
         Weights w = make_weights(MAX_LAYERS, 1040);
         Case c = make_case(w, 1, MAX_LAYERS, 128, sms);

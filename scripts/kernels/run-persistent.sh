@@ -31,7 +31,7 @@ if [ "${PERSISTENT_NCU:-0}" = 1 ]; then
 fi
 end=$(($(date +%s) + ${PERSISTENT_TIMEOUT:-240}))
 modes=("${PERSISTENT_MODE:-all}")
-[ "${PERSISTENT_FUSED:-1}" = 1 ] && modes+=(check-fused phases-fused attention-alone)
+[ "${PERSISTENT_FUSED:-1}" = 1 ] && modes+=(check-fused phases-fused stages-alone)
 status=0
 for mode in "${modes[@]}"; do
   left=$((end - $(date +%s)))
