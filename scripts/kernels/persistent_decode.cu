@@ -1410,6 +1410,31 @@ __device__ bool stage_kv_fused(const Params& p, int layer, int b, int g, __nv_bf
     return true;
 }
 
+// The warps' attention states merged in the fixed order 0..7 (after each wrote its rows' unnormalised sums
+// to red[warp][GROUP][HD], then its maxima and sums to red's next [WARPS][GROUP] and [WARPS][GROUP]): attn's
+// GROUP rows, bf16. Starts and ends with a barrier.
+__device__ void merge_warps(const float* red, __nv_bfloat16* attn) {
+    const float* wm = red + WARPS * GROUP * HD;
+    const float* wl = wm + WARPS * GROUP;
+    const int t = threadIdx.x;
+    sync_block();
+    if (t < GROUP * HD) {
+        const int r = t / HD, d = t % HD;
+        float most = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) most = fmaxf(most, wm[w * GROUP + r]);
+        float a = 0.f, l = 0.f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            const float m = wm[w * GROUP + r], weight = m == -INFINITY ? 0.f : __expf(m - most);
+            a = fmaf(weight, red[(w * GROUP + r) * HD + d], a);
+            l = fmaf(weight, wl[w * GROUP + r], l);
+        }
+        attn[r * HD + d] = __float2bfloat16(a / l);
+    }
+    sync_block();
+}
+
 // Attention of the GROUP rows in s.q over keys 0 .. n - 1 (kc, vc; the key at pos is s.kn / s.vn) into
 // attn[GROUP][HD] (bf16), in one pass over the keys: warp w takes the w-th eighth of them, a key's 8 lanes
 // its 8-channel octets, 4 keys a step, each group of 8 lanes an online softmax of its own (running max, sum,
@@ -1481,22 +1506,7 @@ __device__ void attention_one_pass(const Params& p, const AttnSmem& s, const __n
             for (int i = 0; i < 8; ++i) red[(warp * GROUP + r) * HD + 8 * oct + i] = acc[r][i];
             if (lane == 0) wm[warp * GROUP + r] = mx[r], wl[warp * GROUP + r] = sum[r];
         }
-    sync_block();
-    if (t < GROUP * HD) {
-        const int r = t / HD, d = t % HD;
-        float most = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < WARPS; ++w) most = fmaxf(most, wm[w * GROUP + r]);
-        float a = 0.f, l = 0.f;
-#pragma unroll
-        for (int w = 0; w < WARPS; ++w) {
-            const float m = wm[w * GROUP + r], weight = m == -INFINITY ? 0.f : __expf(m - most);
-            a = fmaf(weight, red[(w * GROUP + r) * HD + d], a);
-            l = fmaf(weight, wl[w * GROUP + r], l);
-        }
-        attn[r * HD + d] = __float2bfloat16(a / l);
-    }
-    sync_block();
+    merge_warps(red, attn);
 }
 
 // ---- attention on tensor cores (decode_step_fused, attn_pass 2) -------------------------------------
@@ -1612,22 +1622,7 @@ __device__ void attention_mma(const Params& p, const AttnSmem& s, __nv_bfloat16*
         }
         if (c == 0) wm[warp * GROUP + g] = mx, wl[warp * GROUP + g] = sum;
     }
-    sync_block();
-    if (t < GROUP * HD) {
-        const int r = t / HD, d = t % HD;
-        float most = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < WARPS; ++w) most = fmaxf(most, wm[w * GROUP + r]);
-        float a = 0.f, l = 0.f;
-#pragma unroll
-        for (int w = 0; w < WARPS; ++w) {
-            const float m = wm[w * GROUP + r], weight = m == -INFINITY ? 0.f : __expf(m - most);
-            a = fmaf(weight, red[(w * GROUP + r) * HD + d], a);
-            l = fmaf(weight, wl[w * GROUP + r], l);
-        }
-        attn[r * HD + d] = __float2bfloat16(a / l);
-    }
-    sync_block();
+    merge_warps(red, attn);
 }
 
 // (b, g)'s attention over keys [0, pos] into attn[GROUP][HD] (bf16): q, k and v polled from the tagged QKV
