@@ -2627,8 +2627,10 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
 // One block, `reps` calls of one stage on data already in shared memory; cycles[i] = the i-th call's SM
 // cycles (clock64 only). Kinds: 0 attention in three passes (scores and softmax only), 1 attention_one_pass,
 // 2 attention_mma (129 keys each), 3 gate/up's GEMV (12 + 12 rows of 576), 4 QKV's GEMV (8 rows), 5
-// add_and_norm (one row of 576).
-constexpr int ALONE_KINDS = 6;
+// add_and_norm (one row of 576); and the pieces every stage has: 6 a barrier alone, 7 a clock note (the
+// global timer read and stored by thread 0), 8 an mbarrier wait that is already complete. Launched on one
+// block, then on every multiprocessor at once (block 0's cycles), to see what the others do to it.
+constexpr int ALONE_KINDS = 9;
 __global__ void __launch_bounds__(THREADS, 1) stage_alone(const Params p, int kind, int reps, unsigned long long* cycles) {
     extern __shared__ __align__(128) unsigned char smem[];
     AttnSmem& s = *reinterpret_cast<AttnSmem*>(smem);
@@ -2638,6 +2640,7 @@ __global__ void __launch_bounds__(THREADS, 1) stage_alone(const Params p, int ki
     __nv_bfloat16* xs = act + HID;            // [HID]: the norm's residual row
     float* scale = reinterpret_cast<float*>(xs + HID);
     float* sink = scale + 16;                 // [24]: the GEMVs' outputs
+    unsigned long long* bar = reinterpret_cast<unsigned long long*>(sink + 24);  // kind 8's mbarrier
     float* red = reinterpret_cast<float*>(&s.k[0][0]);
     const int t = threadIdx.x, n = p.pos + 1;
     for (int e = t; e < 256 * HD; e += THREADS) {
@@ -2653,6 +2656,11 @@ __global__ void __launch_bounds__(THREADS, 1) stage_alone(const Params p, int ki
     float nv[PER_THREAD];
 #pragma unroll
     for (int j = 0; j < PER_THREAD; ++j) nv[j] = 1.f + 0.01f * (float)j;
+    if (t == 0) {
+        mbar_init(bar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_arrive(bar);  // phase 0 complete
+    }
     sync_block();
     for (int i = 0; i < reps; ++i) {
         const unsigned long long c0 = clock64();
@@ -2665,11 +2673,15 @@ __global__ void __launch_bounds__(THREADS, 1) stage_alone(const Params p, int ki
             gemv<1, true>(vs, vs + 12 * HID, 12, HID, act, 1, [&](int r, int, float g, float u) { sink[r] = g * u; });
         } else if (kind == 4) {
             gemv<1, false>(vs, nullptr, 8, HID, act, 1, [&](int r, int, float a, float) { sink[r] = a; });
-        } else {
+        } else if (kind == 5) {
             add_and_norm<1>(p, nullptr, nv, xs, act, scale);
+        } else if (kind == 7) {
+            if (t == 0) cycles[reps + blockIdx.x] = global_ns();
+        } else if (kind == 8) {
+            mbar_wait(bar, 0);
         }
         sync_block();
-        if (t == 0) cycles[i] = clock64() - c0;
+        if (t == 0 && blockIdx.x == 0) cycles[i] = clock64() - c0;
     }
 }
 
@@ -2678,22 +2690,26 @@ static void stages_alone() {
     memset(&p, 0, sizeof p);
     p.pos = 128, p.stage_keys = 256, p.batch = 1;
     const int reps = 50;
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     unsigned long long* cycles;
-    CK(cudaMalloc(&cycles, reps * 8));
-    const size_t smem = sizeof(AttnSmem) + 2 * 256 * HD * 2 + 2 * HID * 2 + 16 * 4 + 24 * 4 + 128;
+    CK(cudaMalloc(&cycles, (reps + sms) * 8));
+    const size_t smem = sizeof(AttnSmem) + 2 * 256 * HD * 2 + 2 * HID * 2 + 16 * 4 + 24 * 4 + 8 + 128;
     CK(cudaFuncSetAttribute(stage_alone, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int khz = 0;
     CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
     const char* names[ALONE_KINDS] = {"attention, three passes (scores and softmax only)", "attention, one pass", "attention, tensor cores",
-                                      "gate/up GEMV, 12 + 12 rows", "QKV GEMV, 8 rows", "add_and_norm, 576"};
-    for (int kind = 0; kind < ALONE_KINDS; ++kind) {
-        stage_alone<<<1, THREADS, smem>>>(p, kind, reps, cycles);
-        CK(cudaDeviceSynchronize());
-        auto c = download(cycles, reps);
-        std::sort(c.begin() + 1, c.end());
-        printf("stage alone (one block, 129 keys): %s: %llu cycles the first call, median %llu (%.0f ns at %.2f GHz)\n", names[kind], c[0],
-               c[reps / 2], c[reps / 2] / (khz * 1e-6), khz * 1e-6);
-    }
+                                      "gate/up GEMV, 12 + 12 rows", "QKV GEMV, 8 rows", "add_and_norm, 576", "a barrier",
+                                      "a clock note", "a complete mbarrier's wait"};
+    for (int blocks : {1, sms})
+        for (int kind = 0; kind < ALONE_KINDS; ++kind) {
+            stage_alone<<<blocks, THREADS, smem>>>(p, kind, reps, cycles);
+            CK(cudaDeviceSynchronize());
+            auto c = download(cycles, reps);
+            std::sort(c.begin() + 1, c.end());
+            printf("stage alone (%d blocks, 129 keys): %s: %llu cycles the first call, median %llu (%.0f ns at %.2f GHz)\n", blocks,
+                   names[kind], c[0], c[reps / 2], c[reps / 2] / (khz * 1e-6), khz * 1e-6);
+        }
 }
 
 int main(int argc, char** argv) {
