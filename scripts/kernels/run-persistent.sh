@@ -6,9 +6,10 @@
 # compute-sanitizer tools over the small checks. Logs under OUTDIR: persistent.log (build's ptxas lines,
 # checks, tables, phases), persistent-sanitize.txt. PERSISTENT_TIMEOUT bounds the runs together.
 # PERSISTENT_NCU=1 instead: ncu's full set (warp-state sampling by instruction) over one launch of
-# decode_step_flow at batch 1, 128 cached (the binary's `profile` mode), at the GPU's own clocks with warm
-# caches: OUTDIR/flow-details.txt (every section), flow-sass.csv.gz (metrics by SASS instruction, where the
-# warps wait), flow.ncu-rep.gz (the report).
+# decode_step_flow (PERSISTENT_NCU_KERNEL=fused: decode_step_fused with every option) at batch 1, 128 cached
+# (the binary's `profile` / `profile-fused` mode), at the GPU's own clocks with warm caches:
+# OUTDIR/KERNEL-details.txt (every section), KERNEL-sass.csv.gz (metrics by SASS instruction, where the warps
+# wait), KERNEL.ncu-rep.gz (the report).
 set -uo pipefail
 out=${1:?usage: scripts/kernels/run-persistent.sh OUTDIR}
 mkdir -p "$out"
@@ -20,13 +21,16 @@ log="$out/persistent.log"
 nvcc -O3 -std=c++17 -lineinfo -Xcompiler -fopenmp -gencode=arch=compute_90a,code=sm_90a -Xptxas -v \
   "$here/persistent_decode.cu" -o "$bin" 2>&1 | grep -E "registers|spill" >"$log" || { echo "build failed" | tee -a "$log"; exit 1; }
 if [ "${PERSISTENT_NCU:-0}" = 1 ]; then
+  kernel=${PERSISTENT_NCU_KERNEL:-flow}
+  mode=profile
+  [ "$kernel" = fused ] && mode=profile-fused
   timeout "${PERSISTENT_TIMEOUT:-240}" ncu --set full --import-source yes --cache-control none --clock-control none \
-    --kernel-name regex:decode_step_flow --launch-skip 3 --launch-count 1 -o "$out/flow" "$bin" profile >"$out/ncu.log" 2>&1
+    --kernel-name "regex:decode_step_$kernel" --launch-skip 3 --launch-count 1 -o "$out/$kernel" "$bin" "$mode" >"$out/ncu.log" 2>&1
   status=$?
   tail -5 "$out/ncu.log"
-  ncu -i "$out/flow.ncu-rep" --page details >"$out/flow-details.txt" 2>&1
-  ncu -i "$out/flow.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip >"$out/flow-sass.csv.gz"
-  gzip -f "$out/flow.ncu-rep"
+  ncu -i "$out/$kernel.ncu-rep" --page details >"$out/$kernel-details.txt" 2>&1
+  ncu -i "$out/$kernel.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip >"$out/$kernel-sass.csv.gz"
+  gzip -f "$out/$kernel.ncu-rep"
   exit $status
 fi
 end=$(($(date +%s) + ${PERSISTENT_TIMEOUT:-240}))
