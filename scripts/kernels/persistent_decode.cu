@@ -1641,17 +1641,20 @@ __device__ void attention_fused(const Params& p, int layer, int b, int g, int pa
     sync_block();
     if (notes && t == 0) stamp_at(p, &notes[0]);
     if (part == 0) append_kv(p, s, head);
-    if (p.attn_pass == 2 && (staged || p.pos == 0) && ((n + 15) & ~15) <= p.stage_keys) {
-        attention_mma(p, s, ks, vs, n, red, attn);
-        if (notes && t == 0) stamp_at(p, &notes[1]), stamp_at(p, &notes[2]);
-        if (p.record == 2) attention_mma(p, s, ks, vs, n, red, attn);  // again, its code and data now warm
-        if (notes && t == 0) stamp_at(p, &notes[3]);
-        return;
-    }
     if (p.attn_pass) {
-        attention_one_pass(p, s, kc, vc, n, red, attn);
-        if (notes && t == 0) stamp_at(p, &notes[1]), stamp_at(p, &notes[2]);
-        if (p.record == 2) attention_one_pass(p, s, kc, vc, n, red, attn);  // again, its code and data now warm
+        // Record mode 2 runs it twice through the same instructions (a loop the compiler must not unroll: two
+        // inlined copies would both be cold), so the second time shows it with its code and data warm.
+        const bool mma = p.attn_pass == 2 && (staged || p.pos == 0) && ((n + 15) & ~15) <= p.stage_keys;
+        auto timed = [&](auto run) {
+            const int times = p.record == 2 ? 2 : 1;
+#pragma unroll 1
+            for (int i = 0; i < times; ++i) {
+                run();
+                if (notes && t == 0 && i == 0) stamp_at(p, &notes[1]), stamp_at(p, &notes[2]);
+            }
+        };
+        if (mma) timed([&] { attention_mma(p, s, ks, vs, n, red, attn); });
+        else timed([&] { attention_one_pass(p, s, kc, vc, n, red, attn); });
         if (notes && t == 0) stamp_at(p, &notes[3]);
         return;
     }
