@@ -98,6 +98,7 @@ struct Params {
     int head_prefetch;                     // flow, fused: LM-head chunks a block prefetches to L2 three layers early
     int fused_c;                           // fused: blocks a (sequence, kv head), each its output-projection rows
     int producer;                          // fused: 1 a producer warp (threads THREADS ..) refills the ring
+    int lean_code;                         // fused: 1 the LEAN build (tensor-core attention, no clock notes)
     int attn_pass;                         // fused: 1 attention in one pass over the keys (attention_one_pass),
                                            // 2 on tensor cores where the rows are staged (attention_mma)
     int stage_keys;                        // fused: cached k/v rows the staging buffer holds
@@ -1631,7 +1632,8 @@ __device__ void attention_mma(const Params& p, const AttnSmem& s, __nv_bfloat16*
 // warps in shared memory (red, [WARPS][GROUP][HD] floats).
 __device__ void attention_fused(const Params& p, int layer, int b, int g, int part, AttnSmem& s, __nv_bfloat16* ks,
                                 __nv_bfloat16* vs, bool staged, unsigned kv_parity, unsigned tag16, float cs, float sn,
-                                float* red, __nv_bfloat16* attn, unsigned long long* arrived, unsigned long long* notes) {
+                                float* red, __nv_bfloat16* attn, unsigned long long* arrived, unsigned long long* notes,
+                                int attn_pass) {
     const int t = threadIdx.x, n = p.pos + 1;
     const size_t head = (((size_t)layer * p.batch + b) * NKV + g) * p.cap;
     const __nv_bfloat16* kc = staged ? ks : p.kc + head * HD;
@@ -1641,12 +1643,12 @@ __device__ void attention_fused(const Params& p, int layer, int b, int g, int pa
     sync_block();
     if (notes && t == 0) stamp_at(p, &notes[0]);
     if (part == 0) append_kv(p, s, head);
-    if (p.attn_pass) {
+    if (attn_pass) {
         // Record mode 2 runs it twice through the same instructions (a loop the compiler must not unroll: two
         // inlined copies would both be cold), so the second time shows it with its code and data warm.
-        const bool mma = p.attn_pass == 2 && (staged || p.pos == 0) && ((n + 15) & ~15) <= p.stage_keys;
+        const bool mma = attn_pass == 2 && (staged || p.pos == 0) && ((n + 15) & ~15) <= p.stage_keys;
         auto timed = [&](auto run) {
-            const int times = p.record == 2 ? 2 : 1;
+            const int times = notes && p.record == 2 ? 2 : 1;
 #pragma unroll 1
             for (int i = 0; i < times; ++i) {
                 run();
@@ -1703,8 +1705,12 @@ __device__ void attention_fused(const Params& p, int layer, int b, int g, int pa
     sync_block();
 }
 
-template <int NB>
+// LEAN: the tensor-core attention only and no clock notes, compiled out rather than skipped, for a smaller
+// loop body (the instruction-cache experiment; p.attn_pass and record are ignored).
+template <int NB, bool LEAN = false>
 __global__ void __launch_bounds__(THREADS + 32, 1) decode_step_fused(const Params p) {
+    const bool record = !LEAN && record;
+    const int attn_pass = LEAN ? 2 : p.attn_pass;
     extern __shared__ __align__(128) unsigned char smem[];
     const StepSmem<NB> m(smem, p);
     m.start(p);
@@ -1733,12 +1739,12 @@ __global__ void __launch_bounds__(THREADS + 32, 1) decode_step_fused(const Param
     if (threadIdx.x == 0) staged = has_unit && stage_kv_fused(p, 0, ub, ug, ks, vs, &m.as->kv_bar);
     sync_block();
     auto note = [&](int index) {
-        if (p.record && blk == 0 && threadIdx.x == 0) p.times[index] = global_ns();
+        if (record && blk == 0 && threadIdx.x == 0) p.times[index] = global_ns();
     };
     // Every block's clock at point k of layer l (phases mode; the barrier makes it the whole block's).
     auto trace_at = [&](int l, int k) { return p.trace + ((size_t)blk * p.layers + l) * TRACE + k; };
     auto mark = [&](int l, int k) {
-        if (p.record) {
+        if (record) {
             sync_block();
             if (threadIdx.x == 0) stamp_at(p, trace_at(l, k));
         }
@@ -1777,7 +1783,7 @@ __global__ void __launch_bounds__(THREADS + 32, 1) decode_step_fused(const Param
         add_and_norm<NB>(p, nullptr, nv, m.xs, m.act, m.scale);
         mark(l, 16);
         projection<NB>(p, m.ring, c, HID, m.act, [&](int b, int row, float a) { st_relaxed(p.fqkv + (size_t)b * QKV + row, tag_word(a, tag16)); },
-                       p.record ? trace_at(l, 17) : nullptr);
+                       record ? trace_at(l, 17) : nullptr);
         mark(l, 1);
         // 2. Attention of (b, g) and the output projection's part: rows of this unit against g's columns.
         {
@@ -1785,8 +1791,8 @@ __global__ void __launch_bounds__(THREADS + 32, 1) decode_step_fused(const Param
             if (has_unit) {
                 __nv_bfloat16* attn = m.act;  // [GROUP * HD], the unit's row of attention outputs
                 attention_fused(p, l, ub, ug, uc, *m.as, ks, vs, staged, kv_phases & 1u, tag16, rot.x, rot.y, red, attn,
-                                p.record ? trace_at(l, 2) : nullptr, p.record ? trace_at(l, 12) : nullptr);
-                if (p.record && blk == 0 && threadIdx.x == 0) p.times[l * KINDS] = *trace_at(l, 2);
+                                record ? trace_at(l, 2) : nullptr, record ? trace_at(l, 12) : nullptr, attn_pass);
+                if (record && blk == 0 && threadIdx.x == 0) p.times[l * KINDS] = *trace_at(l, 2);
                 mark(l, 3);
                 const __nv_bfloat16* w = m.ring.wait(c + 1);
                 unsigned long long* out = p.fop + ((size_t)ug * p.batch + ub) * HID;
@@ -1832,7 +1838,7 @@ __global__ void __launch_bounds__(THREADS + 32, 1) decode_step_fused(const Param
         add_and_norm<NB>(p, nullptr, nv, m.xs, m.act, m.scale);
         mark(l, 6);
         const Chunk gate = gate_up<NB>(p, m.ring, c + 2, m.act, [&](int b, int r, int, float h) { hs[b * 16 + r] = h; },
-                                       p.record ? trace_at(l, 10) : nullptr);
+                                       record ? trace_at(l, 10) : nullptr);
         mark(l, 7);
         {
             const __nv_bfloat16* wt = m.ring.wait(c + 4);  // [gate.rows][HID]
@@ -2102,10 +2108,11 @@ static bool g_cooperative = true;
 template <int NB>
 static cudaError_t launch_nb(const Params& p, cudaStream_t s) {
     void (*kernel)(const Params) =
-        p.design == FUSED ? decode_step_fused<(NB <= 4 ? NB : 4)> : p.design == FLOW ? decode_step_flow<NB> : p.design == LEAN ? decode_step_lean<NB> : decode_step<NB>;
+        p.design == FUSED ? (p.lean_code ? decode_step_fused<(NB <= 4 ? NB : 4), true> : decode_step_fused<(NB <= 4 ? NB : 4)>) : p.design == FLOW ? decode_step_flow<NB> : p.design == LEAN ? decode_step_lean<NB> : decode_step<NB>;
     const size_t smem = smem_bytes(NB, p.design);
-    static bool set[4] = {false, false, false, false};
-    if (!set[p.design]) {
+    static bool set[5] = {false, false, false, false, false};  // the designs, then fused's LEAN build
+    const int which = p.design == FUSED && p.lean_code ? 4 : p.design;
+    if (!set[which]) {
         CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         int blocks = 0;
         CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, p.design == FUSED ? THREADS + 32 : THREADS, smem));
@@ -2113,7 +2120,7 @@ static cudaError_t launch_nb(const Params& p, cudaStream_t s) {
             fprintf(stderr, "decode_step (%s) <%d> cannot be resident (%zu B shared memory)\n", design_name(p.design), NB, smem);
             exit(1);
         }
-        set[p.design] = true;
+        set[which] = true;
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(p.grid);
@@ -2291,12 +2298,13 @@ static std::vector<float> appended(const std::vector<float>& cache, const Case& 
 }
 
 // decode_step_fused's options: FUSED_PRODUCER with FUSED_ONE_PASS or FUSED_MMA (attention), or none.
-enum { FUSED_PRODUCER = 1, FUSED_ONE_PASS = 2, FUSED_MMA = 4, FUSED_ALL = FUSED_PRODUCER | FUSED_MMA };
+enum { FUSED_PRODUCER = 1, FUSED_ONE_PASS = 2, FUSED_MMA = 4, FUSED_ALL = FUSED_PRODUCER | FUSED_MMA, FUSED_LEAN = 8 };
 static int g_fused = FUSED_ALL;
 
 static void set_fused(Params& p, int options) {
     p.producer = options & FUSED_PRODUCER ? 1 : 0;
     p.attn_pass = options & FUSED_MMA ? 2 : options & FUSED_ONE_PASS ? 1 : 0;
+    p.lean_code = options & FUSED_LEAN ? 1 : 0;
 }
 
 static std::string fused_options(const Params& p) {
@@ -2304,6 +2312,7 @@ static std::string fused_options(const Params& p) {
     std::string s;
     if (p.producer) s += "+producer";
     if (p.attn_pass) s += p.attn_pass == 2 ? "+mma" : "+one-pass";
+    if (p.lean_code) s += "+lean-code";
     return s;
 }
 
@@ -2534,14 +2543,16 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     for (int batch : {1, 4, 16})
         for (int cached : {128, 1024})
-        for (int variant = 0; variant < 8; ++variant) {
+        for (int variant = 0; variant < 9; ++variant) {
             // The monotonic barrier only: the generation word's was ~100 us a step slower in every row
             // (2026-12-01), and k/v read from memory slower than staged or level; flow's polls 32 ns apart
             // (none and 256 ns measured 517.0 and 528.0 us at batch 1 against 517.2, 2026-12-01).
             // Variants: flow, flow with the LM head prefetched, the first design; fused, fused prefetching,
-            // fused with its options (the producer warp, then attention in one pass or on tensor cores).
+            // fused with its options (the producer warp, then attention in one pass or on tensor cores, then
+            // the LEAN build of the last: its other paths and clock notes compiled out).
             const int design = variant < 2 ? FLOW : variant == 2 ? FIRST : FUSED, stage = 1;
-            const int options = variant < 5 ? 0 : variant == 5 ? FUSED_PRODUCER : variant == 6 ? FUSED_PRODUCER | FUSED_ONE_PASS : FUSED_ALL;
+            const int options = variant < 5 ? 0 : variant == 5 ? FUSED_PRODUCER : variant == 6 ? FUSED_PRODUCER | FUSED_ONE_PASS
+                              : variant == 7 ? FUSED_ALL : FUSED_ALL | FUSED_LEAN;
             // The prefetch: the first 16 chunks a block (35 of the head's 57 MB: L2 holds ~50 with the last
             // layers' weights passing through).
             if (variant == 4) continue;  // fused prefetching the LM head: no faster (489.1 against 487.0 us, 2026-12-01)
@@ -2579,7 +2590,7 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
             const double us = ms_graph * 1e3 / (reps * 20);
             printf("| %d | %d | %d | %s | %s | %.1f | %.1f | %.2f |\n", batch, cached, design == FUSED ? 1 : c.splits, (design_name(design) + fused_options(c.p)).c_str(),
                    prefetch ? "16 chunks" : "-", us, ms_launch * 1e3 / 200, us / floor_us);
-            if (phases) {
+            if (phases && !c.p.lean_code) {  // the LEAN build has no clock notes
                 Params p = c.p;
                 p.record = options == FUSED_ALL ? 2 : 1;  // 2: attention run twice (cold, then warm)
                 // Layers after the first (the first phase of the first includes the kernel's start), the
@@ -2765,6 +2776,9 @@ int main(int argc, char** argv) {
         g_fused = FUSED_MMA;  // tensor-core attention, thread 0 refilling
         ok &= check_case(w, 1, 2, 254, sms, 1, 1, FUSED);
         ok &= check_case(w, 2, 2, 111, sms, 1, 1, FUSED);
+        g_fused = FUSED_ALL | FUSED_LEAN;
+        ok &= check_case(w, 1, 30, 100, sms, 1, 1, FUSED);
+        ok &= check_case(w, 3, 2, 17, sms, 1, 1, FUSED);
     }
     if (mode == "sanitize") {  // small, for compute-sanitizer: 2 layers, odd batch and position, split keys
         Weights w = make_weights(2, 520);
