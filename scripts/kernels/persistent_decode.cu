@@ -1706,10 +1706,10 @@ __device__ void attention_fused(const Params& p, int layer, int b, int g, int pa
 }
 
 // LEAN: the tensor-core attention only and no clock notes, compiled out rather than skipped, for a smaller
-// loop body (the instruction-cache experiment; p.attn_pass and record are ignored).
+// loop body (the instruction-cache experiment; p.attn_pass and p.record are ignored).
 template <int NB, bool LEAN = false>
 __global__ void __launch_bounds__(THREADS + 32, 1) decode_step_fused(const Params p) {
-    const bool record = !LEAN && record;
+    const bool record = !LEAN && p.record;
     const int attn_pass = LEAN ? 2 : p.attn_pass;
     extern __shared__ __align__(128) unsigned char smem[];
     const StepSmem<NB> m(smem, p);
