@@ -2457,31 +2457,27 @@ struct FusedTrace {
                 if (who) who[arg]++;
                 return most;
             };
-            auto middle = [&](int k, int blocks) {
+            // The mean over blocks of note k of `layer` (a hand-off: that mean less the last producer's store).
+            auto mean = [&](int k, int blocks, int layer) {
                 double sum = 0;
-                for (int b = 0; b < blocks; ++b) sum += at(b, l, k);
-                return sum / blocks;
-            };
-            auto handoff = [&](double produced, int k, int blocks, int layer) {
-                double sum = 0;
-                for (int b = 0; b < blocks; ++b) sum += at(b, layer, k) - produced;
+                for (int b = 0; b < blocks; ++b) sum += at(b, layer, k);
                 return sum / blocks;
             };
             int k = 0;
             const double qkv_last = last(1, grid, last_qkv.data()), o_last = last(4, units, nullptr), down_last = last(9, grid, last_down.data());
             put(k, "norm+QKV", stage(0, 1, grid));
-            put(k, "QKV straggler", qkv_last - middle(1, grid));
-            put(k, "QKV hand-off", handoff(qkv_last, 2, units, l));
+            put(k, "QKV straggler", qkv_last - mean(1, grid, l));
+            put(k, "QKV hand-off", mean(2, units, l) - qkv_last);
             put(k, "attention", stage(2, 3, units));
             put(k, "o-proj", stage(3, 4, units));
-            put(k, "o-proj straggler", o_last - middle(4, units));
-            put(k, "partials hand-off", handoff(o_last, 5, grid, l));
+            put(k, "o-proj straggler", o_last - mean(4, units, l));
+            put(k, "partials hand-off", mean(5, grid, l) - o_last);
             put(k, "norm", stage(5, 6, grid));
             put(k, "gate/up", stage(6, 7, grid));
             put(k, "down weights wait", stage(7, 8, grid));
             put(k, "down + adds", stage(8, 9, grid));
-            put(k, "down straggler", down_last - middle(9, grid));
-            put(k, "sums hand-off", handoff(down_last, 0, grid, l + 1));
+            put(k, "down straggler", down_last - mean(9, grid, l));
+            put(k, "sums hand-off", mean(0, grid, l + 1) - down_last);
             std::vector<double> layer;
             for (int b = 0; b < grid; ++b) layer.push_back(at(b, l + 1, 0) - at(b, l, 0));
             put(k, "layer", median(layer));
