@@ -17,7 +17,7 @@
 #   profile   ncu over one recorded step (scripts/gpu-profile-decode.sh)
 #   persistent  the persistent decode-step prototype (scripts/kernels/run-persistent.sh): every design's checks
 #             (PERSISTENT_MODE=all: their tables and phases too), decode_step_fused's checks, rows, trace and
-#             stages timed alone in processes of their own, the four sanitizers over its small checks (30 s each)
+#             stages timed alone, ablations in processes of their own, the four sanitizers over its small checks (30 s each)
 # Writes OUTDIR/check.log (what ran, how long, the tables' rows, the tests' results) and the steps' own
 # files: ab.log, tests.log, sanitize.txt, bench.log, bench_decode.json, peers.json, prefill_peers.json, profile/.
 set -uo pipefail
@@ -97,7 +97,7 @@ for step in "${steps[@]}"; do
       say "persistent-kernel prototype"
       PERSISTENT_MODE=${PERSISTENT_MODE:-check} PERSISTENT_TIMEOUT=$((budget - $(elapsed) - 260)) PERSISTENT_SANITIZE_TIMEOUT=30 \
         bash scripts/kernels/run-persistent.sh "$out" >/dev/null 2>&1 || say "persistent: exit $?"
-      grep -E "^(check|\||copy|parts|    phases|    block|    fused trace|    last block|stage alone|persistent|\()" "$out/persistent.log" | sed 's/^/  /' >>"$log"
+      grep -E "^(check|\||copy|parts|    phases|    block|    fused trace|    last block|stage alone|persistent|ablation|  pause|  ablation|grid|\()" "$out/persistent.log" | sed 's/^/  /' >>"$log"
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^==" "$out/persistent-sanitize.txt" | sed 's/^/  /' >>"$log"
       ;;
     profile)

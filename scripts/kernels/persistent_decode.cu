@@ -5,7 +5,9 @@
 //   nvcc -O3 -std=c++17 -Xcompiler -fopenmp -gencode=arch=compute_90a,code=sm_90a persistent_decode.cu -o persistent_decode
 //   ./persistent_decode [check|bench|phases|sanitize|profile|all]   (default all: check, phases)
 //   decode_step_fused in processes of its own: check-fused, phases-fused (with every block's trace),
-//   sanitize-fused, profile-fused (for ncu).
+//   sanitize-fused, profile-fused (for ncu), stages-alone (each stage in a one-block kernel), ablate (each
+//   stage made trivial in turn, then all of them: what the hand-offs alone cost; the grid's size; the down
+//   projection's sums in copies).
 // check:  batch 1, 3, 4 and 16 at 100 and 1024 cached positions (and 2 layers at batch 3), mostly
 //         decode_step_flow, some cases of the other two: the step's logits, the tokens, the residual stream
 //         and every cache row it appends, against an f32 reference on the host with the same bf16 rounding
@@ -102,10 +104,13 @@ struct Params {
     int attn_pass;                         // fused: 1 attention in one pass over the keys (attention_one_pass),
                                            // 2 on tensor cores where the rows are staged (attention_mma)
     int stage_keys;                        // fused: cached k/v rows the staging buffer holds
+    int ablate;                            // fused, timing only (wrong results): stages made trivial (Ablate)
     const __nv_bfloat16* wdT;              // fused: [layers][FFN][HID], the down projection transposed
     const __nv_bfloat16* wo_heads;         // fused: [layers][NKV][HID][GROUP * HD], the output projection's
                                            // columns by kv head (a unit's rows are one contiguous copy)
-    long long* acc;                        // fused: [2][layers][batch][HID] down projection sums (add_fixed)
+    long long* acc;                        // fused: [2][sum_groups][layers][batch][HID] down projection sums (add_fixed)
+    int sum_groups;                        // fused: copies of the sums (block b adds into copy b % sum_groups: fewer
+                                           // adds an address; the readers add the copies); 0 means 1
     unsigned long long* fop;               // fused: [NKV][batch][HID] output-projection partials, tagged
     float* partials;                       // [batch][NKV][splits][GROUP][HD + 2]
     unsigned* counters;                    // [batch][NKV] attention merges, then 1 for the argmax
@@ -117,6 +122,20 @@ struct Params {
     unsigned long long* trace;             // fused: [grid][layers][TRACE] every block's clocks when record, then
                                            // the same notes' SM cycle counts
     size_t trace_n;                        // grid * layers * TRACE
+};
+
+// decode_step_fused's ablations (Params::ablate; not in the LEAN build): each bit makes a stage trivial while
+// its hand-offs still run (tags and counts written as before), so a row's time shows what the stage costs the
+// step. The results are wrong; only the timing rows use them.
+enum Ablate {
+    ABL_ATTN = 1,    // attention: its output is q (after the poll, rope and the cache append)
+    ABL_NORM = 2,    // both rms_norms: act = xs
+    ABL_QKV = 4,     // the QKV GEMV: its rows stored as a constant (the weights still waited for)
+    ABL_OPROJ = 8,   // the output projection's GEMV: likewise
+    ABL_GATEUP = 16, // gate/up's GEMV: h a constant
+    ABL_DOWN = 32,   // the down projection's FMAs (its integer adds kept)
+    ABL_ALL = 63,
+    ABL_ADDS = 64    // the down projection's sums added by block 0 alone, counted as every block's (contention)
 };
 
 // ---- small helpers ------------------------------------------------------------------------------------
@@ -1387,9 +1406,9 @@ __global__ void __launch_bounds__(THREADS, 1) decode_step_flow(const Params p) {
 
 // A share `s` of a down-projection sum: added as an integer of 2^-32 units above 8 bits that count the adds
 // (exact for |s| < 2^23; the count's carries never reach the value).
-__device__ __forceinline__ void add_fixed(long long* at, float s) {
+__device__ __forceinline__ void add_fixed(long long* at, float s, unsigned adds = 1) {
     const unsigned long long units = (unsigned long long)__float2ll_rn(s * 4294967296.f);
-    atomicAdd(reinterpret_cast<unsigned long long*>(at), (units << 8) + 1ull);
+    atomicAdd(reinterpret_cast<unsigned long long*>(at), (units << 8) + adds);
 }
 // A counted sum's adds so far, and its value.
 __device__ __forceinline__ unsigned fixed_count(unsigned low) { return low & 0xffu; }
@@ -1633,7 +1652,7 @@ __device__ void attention_mma(const Params& p, const AttnSmem& s, __nv_bfloat16*
 __device__ void attention_fused(const Params& p, int layer, int b, int g, int part, AttnSmem& s, __nv_bfloat16* ks,
                                 __nv_bfloat16* vs, bool staged, unsigned kv_parity, unsigned tag16, float cs, float sn,
                                 float* red, __nv_bfloat16* attn, unsigned long long* arrived, unsigned long long* notes,
-                                int attn_pass) {
+                                int attn_pass, bool ablated = false) {
     const int t = threadIdx.x, n = p.pos + 1;
     const size_t head = (((size_t)layer * p.batch + b) * NKV + g) * p.cap;
     const __nv_bfloat16* kc = staged ? ks : p.kc + head * HD;
@@ -1643,6 +1662,11 @@ __device__ void attention_fused(const Params& p, int layer, int b, int g, int pa
     sync_block();
     if (notes && t == 0) stamp_at(p, &notes[0]);
     if (part == 0) append_kv(p, s, head);
+    if (ablated) {
+        if (t < GROUP * HD) attn[t] = __float2bfloat16(s.q[t / HD][t % HD]);
+        sync_block();
+        return;
+    }
     if (attn_pass) {
         // Record mode 2 runs it twice through the same instructions (a loop the compiler must not unroll: two
         // inlined copies would both be cold), so the second time shows it with its code and data warm.
@@ -1711,6 +1735,7 @@ template <int NB, bool LEAN = false>
 __global__ void __launch_bounds__(THREADS + 32, 1) decode_step_fused(const Params p) {
     const bool record = !LEAN && p.record;
     const int attn_pass = LEAN ? 2 : p.attn_pass;
+    const int ablate = LEAN ? 0 : p.ablate;
     extern __shared__ __align__(128) unsigned char smem[];
     const StepSmem<NB> m(smem, p);
     m.start(p);
@@ -1725,11 +1750,13 @@ __global__ void __launch_bounds__(THREADS + 32, 1) decode_step_fused(const Param
 
     const int blk = blockIdx.x;
     const unsigned step = __ldcg(p.step), first_tag = (step + 1u) * (unsigned)p.layers, set = step & 1u;
-    long long* acc = p.acc + (size_t)set * p.layers * p.batch * HID;
+    const int groups = max(p.sum_groups, 1);
+    const size_t sums_copy = (size_t)p.layers * p.batch * HID;  // one copy of a set's sums
+    long long* acc = p.acc + (size_t)set * groups * sums_copy;
     // The other set, for the next step (the step before used it, and has ended).
     {
-        long long* other = p.acc + (size_t)(set ^ 1u) * p.layers * p.batch * HID;
-        const size_t n = (size_t)p.layers * p.batch * HID;
+        long long* other = p.acc + (size_t)(set ^ 1u) * groups * sums_copy;
+        const size_t n = groups * sums_copy;
         for (size_t e = (size_t)blk * THREADS + threadIdx.x; e < n; e += (size_t)p.grid * THREADS) other[e] = 0;
     }
     const int units = p.batch * NKV * p.fused_c;
@@ -1754,15 +1781,40 @@ __global__ void __launch_bounds__(THREADS + 32, 1) decode_step_fused(const Param
     const unsigned all_in = (unsigned)p.grid & 0xffu;
     auto take_sums = [&](int layer) {
         const long long* sums = acc + (size_t)layer * p.batch * HID;
-        poll_vectors<4, true>(
-            p.batch * HID / 2, p.poll_ns, [&](int i) { return sums + 2 * i; },
-            [&](const uint4& v) { return fixed_count(v.x) == all_in && fixed_count(v.z) == all_in; },
-            [&](int i, const uint4& v) {
-                const float dn[2] = {bf(fixed_value(v.x, v.y)), bf(fixed_value(v.z, v.w))};
+        if (groups == 1) {
+            poll_vectors<4, true>(
+                p.batch * HID / 2, p.poll_ns, [&](int i) { return sums + 2 * i; },
+                [&](const uint4& v) { return fixed_count(v.x) == all_in && fixed_count(v.z) == all_in; },
+                [&](int i, const uint4& v) {
+                    const float dn[2] = {bf(fixed_value(v.x, v.y)), bf(fixed_value(v.z, v.w))};
 #pragma unroll
-                for (int j = 0; j < 2; ++j)
-                    add_residual(m.xs[2 * i + j], dn[j]);
-            });
+                    for (int j = 0; j < 2; ++j)
+                        add_residual(m.xs[2 * i + j], dn[j]);
+                });
+        } else {
+            // A pair's G copies at once (grid % G == 0: grid / G adds each); the copies' raw words add up to the
+            // one sum's (counts and all: grid < 256). G a constant: v stays in registers.
+            auto take_copies = [&](auto copies) {
+                constexpr int G = decltype(copies)::value;
+                const unsigned in_each = (unsigned)(p.grid / G);
+                for (int i = threadIdx.x; i < p.batch * HID / 2; i += THREADS) {
+                    uint4 v[G];
+                    poll_set<G, true>(
+                        v, G, p.poll_ns, [&](int j) { return sums + j * sums_copy + 2 * i; },
+                        [&](const uint4& x) { return fixed_count(x.x) == in_each && fixed_count(x.z) == in_each; });
+                    unsigned long long lo = 0, hi = 0;
+#pragma unroll
+                    for (int g = 0; g < G; ++g) {
+                        lo += ((unsigned long long)v[g].y << 32) | v[g].x;
+                        hi += ((unsigned long long)v[g].w << 32) | v[g].z;
+                    }
+                    add_residual(m.xs[2 * i], bf(fixed_value((unsigned)lo, (unsigned)(lo >> 32))));
+                    add_residual(m.xs[2 * i + 1], bf(fixed_value((unsigned)hi, (unsigned)(hi >> 32))));
+                }
+            };
+            if (groups == 2) take_copies(std::integral_constant<int, 2>{});
+            else take_copies(std::integral_constant<int, 4>{});
+        }
         sync_block();
     };
 
@@ -1770,6 +1822,23 @@ __global__ void __launch_bounds__(THREADS + 32, 1) decode_step_fused(const Param
     float nv[PER_THREAD];
     norm_weights(p.norm1, nv);
     const float2 rot = rotation(p);
+    // rms_norm of the residual stream into act (ABL_NORM: a copy).
+    auto norm = [&] {
+        if (ablate & ABL_NORM) {
+            for (int e = threadIdx.x; e < p.batch * HID; e += THREADS) m.act[e] = m.xs[e];
+            sync_block();
+        } else {
+            add_and_norm<NB>(p, nullptr, nv, m.xs, m.act, m.scale);
+        }
+    };
+    // An ablated GEMV: chunk c's weights waited for, then each (b, row) stored as a constant by some thread.
+    auto trivial_rows = [&](int c, auto store) {
+        const Chunk ch = chunk_of(p, blk, c);
+        m.ring.wait(c);
+        for (int i = threadIdx.x; i < p.batch * ch.rows; i += THREADS) store(i / ch.rows, i % ch.rows, ch);
+        sync_block();
+        return ch;
+    };
     for (int l = 0; l < p.layers; ++l) {
         const int c = l * KINDS;
         const unsigned tag = first_tag + l, tag16 = tag & 0xffffu;
@@ -1780,10 +1849,15 @@ __global__ void __launch_bounds__(THREADS + 32, 1) decode_step_fused(const Param
             note((l - 1) * KINDS + 3), note((l - 1) * KINDS + 4);
         }
         mark(l, 0);
-        add_and_norm<NB>(p, nullptr, nv, m.xs, m.act, m.scale);
+        norm();
         mark(l, 16);
-        projection<NB>(p, m.ring, c, HID, m.act, [&](int b, int row, float a) { st_relaxed(p.fqkv + (size_t)b * QKV + row, tag_word(a, tag16)); },
-                       record ? trace_at(l, 17) : nullptr);
+        if (ablate & ABL_QKV) {
+            trivial_rows(c, [&](int b, int r, const Chunk& ch) { st_relaxed(p.fqkv + (size_t)b * QKV + ch.row0 + r, tag_word(0.01f, tag16)); });
+            m.ring.release(p, c);
+        } else {
+            projection<NB>(p, m.ring, c, HID, m.act, [&](int b, int row, float a) { st_relaxed(p.fqkv + (size_t)b * QKV + row, tag_word(a, tag16)); },
+                           record ? trace_at(l, 17) : nullptr);
+        }
         mark(l, 1);
         // 2. Attention of (b, g) and the output projection's part: rows of this unit against g's columns.
         {
@@ -1791,14 +1865,18 @@ __global__ void __launch_bounds__(THREADS + 32, 1) decode_step_fused(const Param
             if (has_unit) {
                 __nv_bfloat16* attn = m.act;  // [GROUP * HD], the unit's row of attention outputs
                 attention_fused(p, l, ub, ug, uc, *m.as, ks, vs, staged, kv_phases & 1u, tag16, rot.x, rot.y, red, attn,
-                                record ? trace_at(l, 2) : nullptr, record ? trace_at(l, 12) : nullptr, attn_pass);
+                                record ? trace_at(l, 2) : nullptr, record ? trace_at(l, 12) : nullptr, attn_pass, ablate & ABL_ATTN);
                 if (record && blk == 0 && threadIdx.x == 0) p.times[l * KINDS] = *trace_at(l, 2);
                 mark(l, 3);
                 const __nv_bfloat16* w = m.ring.wait(c + 1);
                 unsigned long long* out = p.fop + ((size_t)ug * p.batch + ub) * HID;
-                gemv<1, false>(w, nullptr, ch.rows, GROUP * HD, attn, 1, [&](int r, int, float a, float) {
-                    st_relaxed64(out + ch.row0 + r, tag_pair(a, tag));
-                });
+                if (ablate & ABL_OPROJ) {
+                    for (int r = threadIdx.x; r < ch.rows; r += THREADS) st_relaxed64(out + ch.row0 + r, tag_pair(0.01f, tag));
+                } else {
+                    gemv<1, false>(w, nullptr, ch.rows, GROUP * HD, attn, 1, [&](int r, int, float a, float) {
+                        st_relaxed64(out + ch.row0 + r, tag_pair(a, tag));
+                    });
+                }
                 mark(l, 4);
             } else {
                 m.ring.wait(c + 1);  // an empty chunk: the ring's sequence is every block's
@@ -1835,20 +1913,28 @@ __global__ void __launch_bounds__(THREADS + 32, 1) decode_step_fused(const Param
             note(l * KINDS + 1), note(l * KINDS + 2);
             mark(l, 5);
         }
-        add_and_norm<NB>(p, nullptr, nv, m.xs, m.act, m.scale);
+        norm();
         mark(l, 6);
-        const Chunk gate = gate_up<NB>(p, m.ring, c + 2, m.act, [&](int b, int r, int, float h) { hs[b * 16 + r] = h; },
-                                       record ? trace_at(l, 10) : nullptr);
+        Chunk gate;
+        if (ablate & ABL_GATEUP) {
+            m.ring.wait(c + 3);
+            gate = trivial_rows(c + 2, [&](int b, int r, const Chunk&) { hs[b * 16 + r] = 0.01f; });
+            m.ring.release(p, c + 2);
+            m.ring.release(p, c + 3);
+        } else {
+            gate = gate_up<NB>(p, m.ring, c + 2, m.act, [&](int b, int r, int, float h) { hs[b * 16 + r] = h; },
+                               record ? trace_at(l, 10) : nullptr);
+        }
         mark(l, 7);
         {
             const __nv_bfloat16* wt = m.ring.wait(c + 4);  // [gate.rows][HID]
             mark(l, 8);
-            long long* sums = acc + (size_t)l * p.batch * HID;
+            long long* sums = acc + (blk % groups) * sums_copy + (size_t)l * p.batch * HID;
             for (int n = threadIdx.x; n < HID; n += THREADS) {
                 float s[NB];
 #pragma unroll
                 for (int b = 0; b < NB; ++b) s[b] = 0.f;
-                for (int r = 0; r < gate.rows; ++r) {
+                for (int r = 0; r < (ablate & ABL_DOWN ? 0 : gate.rows); ++r) {
                     const float w = __bfloat162float(wt[(size_t)r * HID + n]);
 #pragma unroll
                     for (int b = 0; b < NB; ++b)
@@ -1856,7 +1942,8 @@ __global__ void __launch_bounds__(THREADS + 32, 1) decode_step_fused(const Param
                 }
 #pragma unroll
                 for (int b = 0; b < NB; ++b)
-                    if (b < p.batch) add_fixed(sums + (size_t)b * HID + n, s[b]);
+                    if (b < p.batch && !(ablate & ABL_ADDS)) add_fixed(sums + (size_t)b * HID + n, s[b]);
+                    else if (b < p.batch && blk == 0) add_fixed(sums + (size_t)b * HID + n, s[b], p.grid);  // as if all
             }
             sync_block();
             mark(l, 9);
@@ -2075,7 +2162,7 @@ static Case make_case(const Weights& w, int batch, int layers, int pos, int grid
     p.stage_keys = fused_stage_keys(nb_for(batch));
     p.wdT = w.d_wdT;
     p.wo_heads = w.d_wo_heads;
-    const size_t sums = 2 * (size_t)layers * batch * HID;
+    const size_t sums = 2 * 4 * (size_t)layers * batch * HID;  // up to 4 sum groups
     CK(cudaMalloc(&p.acc, sums * 8));
     CK(cudaMemset(p.acc, 0, sums * 8));
     CK(cudaMalloc(&p.fop, (size_t)NKV * batch * HID * 8));
@@ -2297,14 +2384,21 @@ static std::vector<float> appended(const std::vector<float>& cache, const Case& 
     return out;
 }
 
-// decode_step_fused's options: FUSED_PRODUCER with FUSED_ONE_PASS or FUSED_MMA (attention), or none.
+// decode_step_fused's options: FUSED_PRODUCER with FUSED_ONE_PASS or FUSED_MMA (attention), or none; the sums'
+// copies (Params::sum_groups: 1, 2 or 4) as sums(n) in bits 4-6.
 enum { FUSED_PRODUCER = 1, FUSED_ONE_PASS = 2, FUSED_MMA = 4, FUSED_ALL = FUSED_PRODUCER | FUSED_MMA, FUSED_LEAN = 8 };
+constexpr int sums(int groups) { return groups << 4; }
 static int g_fused = FUSED_ALL;
 
 static void set_fused(Params& p, int options) {
     p.producer = options & FUSED_PRODUCER ? 1 : 0;
     p.attn_pass = options & FUSED_MMA ? 2 : options & FUSED_ONE_PASS ? 1 : 0;
     p.lean_code = options & FUSED_LEAN ? 1 : 0;
+    p.sum_groups = std::max(1, options >> 4 & 7);
+    if (p.grid % p.sum_groups || p.sum_groups == 3 || p.sum_groups > 4) {
+        fprintf(stderr, "%d sum groups do not divide the grid of %d\n", p.sum_groups, p.grid);
+        exit(1);
+    }
 }
 
 static std::string fused_options(const Params& p) {
@@ -2313,6 +2407,7 @@ static std::string fused_options(const Params& p) {
     if (p.producer) s += "+producer";
     if (p.attn_pass) s += p.attn_pass == 2 ? "+mma" : "+one-pass";
     if (p.lean_code) s += "+lean-code";
+    if (p.sum_groups > 1) s += "+sums/" + std::to_string(p.sum_groups);
     return s;
 }
 
@@ -2513,6 +2608,111 @@ struct FusedTrace {
     }
 };
 
+// us a step of p's kernel: in a graph of 20 launches (replayed 10 times), and launched 200 times back to back.
+struct StepTimes {
+    double graph_us, launch_us;
+};
+static StepTimes time_step(const Params& p, cudaStream_t s) {
+    for (int i = 0; i < 5; ++i) launch(p, s);
+    CK(cudaStreamSynchronize(s));
+    cudaGraphExec_t ge = capture(p, s, 20);
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaStreamSynchronize(s));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    const int reps = 10;
+    CK(cudaEventRecord(e0, s));
+    for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms_graph;
+    CK(cudaEventElapsedTime(&ms_graph, e0, e1));
+    CK(cudaEventRecord(e0, s));
+    for (int i = 0; i < 200; ++i) launch(p, s);
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms_launch;
+    CK(cudaEventElapsedTime(&ms_launch, e0, e1));
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return {ms_graph * 1e3 / (reps * 20), ms_launch * 1e3 / 200};
+}
+
+// decode_step_fused (producer warp, tensor-core attention) at batch 1, 128 cached, two rounds: each ablation
+// alone and all of them (what each stage costs the step: wrong results, timing only), then the grid's size
+// (fewer blocks: more rows each, fewer producers a hand-off waits for), the LEAN build beside it.
+static void ablations(const Weights& w, int sms) {
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const char* names[] = {"attention", "rms_norms", "QKV GEMV", "o-proj GEMV", "gate/up GEMV", "down FMAs"};
+    for (int round = 1, batch = 1; round <= 2; ++round) {
+        Case c = make_case(w, batch, w.layers, 128, sms);
+        c.p.stage_kv = 1, c.p.mono = 1, c.p.design = FUSED, c.p.poll_ns = 32;
+        set_fused(c.p, FUSED_ALL);
+        const double base = time_step(c.p, s).graph_us;
+        printf("ablation round %d, batch %d, 128 cached, %d blocks: none %.1f us", round, batch, sms, base);
+        for (int bit = 0; bit <= 6; ++bit) {
+            c.p.ablate = bit < 6 ? 1 << bit : ABL_ALL;
+            const double us = time_step(c.p, s).graph_us;
+            printf("; %s %.1f (%+.1f)", bit < 6 ? names[bit] : "all six", us, us - base);
+        }
+        printf("\n");
+        // The polls' pause (32 ns above): does the polling's L2 traffic slow the hand-offs?
+        printf("  pause between polls:");
+        for (unsigned pause : {0u, 128u, 512u}) {
+            Params p = c.p;
+            p.poll_ns = pause, p.ablate = ABL_ALL;
+            const double skeleton = time_step(p, s).graph_us;
+            p.ablate = 0;
+            printf(" %u ns: all six %.1f, none %.1f;", pause, skeleton, time_step(p, s).graph_us);
+        }
+        Params one = c.p;
+        one.ablate = ABL_ALL | ABL_ADDS;
+        printf(" all six and the sums added by one block: %.1f;", time_step(one, s).graph_us);
+        // The sums in copies: fewer adds an address, more words a reader polls.
+        for (int groups : {2, 4}) {
+            Params p = c.p;
+            // More copies than the last launch zeroed: zero them all (the kernel zeroes the next step's copies).
+            CK(cudaMemset(p.acc, 0, 2 * 4 * (size_t)p.layers * p.batch * HID * 8));
+            set_fused(p, FUSED_ALL | sums(groups));
+            p.ablate = ABL_ALL;
+            const double skeleton = time_step(p, s).graph_us;
+            p.ablate = 0;
+            const double step = time_step(p, s).graph_us;
+            set_fused(p, FUSED_ALL | FUSED_LEAN | sums(groups));
+            printf(" %d sum copies: all six %.1f, none %.1f, lean-code %.1f;", groups, skeleton, step, time_step(p, s).graph_us);
+        }
+        printf("\n");
+        if (round == 2)  // where the skeleton's time goes: the trace with every stage trivial, then with none
+            for (int ablate : {(int)ABL_ALL, 0}) {
+                Params p = c.p;
+                // The copies' layout depends on their number (the last launches had 4): start from zero.
+                CK(cudaMemset(p.acc, 0, 2 * 4 * (size_t)p.layers * p.batch * HID * 8));
+                p.ablate = ablate, p.record = 1;
+                FusedTrace trace;
+                for (int i = 0; i < 20; ++i) {
+                    launch(p, s);
+                    CK(cudaStreamSynchronize(s));
+                    trace.add(download(p.trace, 2 * p.trace_n), p.grid, w.layers, p.batch * NKV * p.fused_c);
+                }
+                printf("  ablation %s (the notes inside an ablated stage are not taken: ignore them):\n", ablate ? "all six" : "none");
+                trace.print();
+            }
+    }
+    for (int grid : {sms, 126, 120, 114, 111}) {
+        if (grid > sms || !fused_fits(1, 128, grid)) continue;
+        Case c = make_case(w, 1, w.layers, 128, grid);
+        c.p.stage_kv = 1, c.p.mono = 1, c.p.design = FUSED, c.p.poll_ns = 32;
+        set_fused(c.p, FUSED_ALL);
+        const double all = time_step(c.p, s).graph_us;
+        set_fused(c.p, FUSED_ALL | FUSED_LEAN);
+        const double lean = time_step(c.p, s).graph_us;
+        printf("grid %d blocks (%d a kv head), batch 1, 128 cached: fused+producer+mma %.1f us, lean-code %.1f us\n", grid, c.p.fused_c, all, lean);
+    }
+}
+
 static void bench(const Weights& w, int grid, bool phases, bool fused) {
     const double bw = copy_bandwidth();
     const double floor_us = weight_bytes(w.layers) / (bw * 1e9) * 1e6;
@@ -2562,30 +2762,9 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
             c.p.poll_ns = poll_ns;
             c.p.head_prefetch = prefetch;
             set_fused(c.p, options);
-            for (int i = 0; i < 5; ++i) launch(c.p, s);
-            CK(cudaStreamSynchronize(s));
-            cudaGraphExec_t ge = capture(c.p, s, 20);
-            CK(cudaGraphLaunch(ge, s));
-            CK(cudaStreamSynchronize(s));
-            cudaEvent_t e0, e1;
-            CK(cudaEventCreate(&e0));
-            CK(cudaEventCreate(&e1));
-            const int reps = 10;
-            CK(cudaEventRecord(e0, s));
-            for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(ge, s));
-            CK(cudaEventRecord(e1, s));
-            CK(cudaEventSynchronize(e1));
-            float ms_graph;
-            CK(cudaEventElapsedTime(&ms_graph, e0, e1));
-            CK(cudaEventRecord(e0, s));
-            for (int i = 0; i < 200; ++i) launch(c.p, s);
-            CK(cudaEventRecord(e1, s));
-            CK(cudaEventSynchronize(e1));
-            float ms_launch;
-            CK(cudaEventElapsedTime(&ms_launch, e0, e1));
-            const double us = ms_graph * 1e3 / (reps * 20);
+            const StepTimes st = time_step(c.p, s);
             printf("| %d | %d | %d | %s | %s | %.1f | %.1f | %.2f |\n", batch, cached, design == FUSED ? 1 : c.splits, (design_name(design) + fused_options(c.p)).c_str(),
-                   prefetch ? "16 chunks" : "-", us, ms_launch * 1e3 / 200, us / floor_us);
+                   prefetch ? "16 chunks" : "-", st.graph_us, st.launch_us, st.graph_us / floor_us);
             if (phases && !c.p.lean_code) {  // the LEAN build has no clock notes
                 Params p = c.p;
                 p.record = options == FUSED_ALL ? 2 : 1;  // 2: attention run twice (cold, then warm)
@@ -2628,7 +2807,6 @@ static void bench(const Weights& w, int grid, bool phases, bool fused) {
                            item[0] / n, item[1] / n, item[2] / n, item[3] / n, item[4] / n, item[5] / n, item[6] / n);
                 }
             }
-            CK(cudaGraphExecDestroy(ge));
         }
 }
 
@@ -2775,6 +2953,11 @@ int main(int argc, char** argv) {
         g_fused = FUSED_ALL | FUSED_LEAN;
         ok &= check_case(w, 1, 30, 100, sms, 1, 1, FUSED);
         ok &= check_case(w, 3, 2, 17, sms, 1, 1, FUSED);
+        g_fused = FUSED_ALL | sums(4);  // the down projection's sums in 4 copies
+        ok &= check_case(w, 1, 30, 100, sms, 1, 1, FUSED);
+        ok &= check_case(w, 3, 2, 17, sms, 1, 1, FUSED);
+        g_fused = FUSED_ALL | FUSED_LEAN | sums(2);
+        ok &= check_case(w, 2, 30, 254, sms, 1, 1, FUSED);
     }
     if (mode == "sanitize") {  // small, for compute-sanitizer: 2 layers, odd batch and position, split keys
         Weights w = make_weights(2, 520);
@@ -2798,6 +2981,7 @@ int main(int argc, char** argv) {
         ok &= check_case(w, 1, 2, 200, sms, 1, 1, FUSED);
     }
     if (mode == "stages-alone") stages_alone();
+    if (mode == "ablate") ablations(make_weights(MAX_LAYERS, 1040), sms);
     if (mode == "profile-fused") {  // for ncu: decode_step_fused (every option) at batch 1, 128 cached, 5 launches
         Weights w = make_weights(MAX_LAYERS, 1040);
         Case c = make_case(w, 1, MAX_LAYERS, 128, sms);

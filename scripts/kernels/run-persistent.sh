@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # From the repository root, on the GPU machine:  bash scripts/kernels/run-persistent.sh OUTDIR
 # Builds scripts/kernels/persistent_decode.cu (the persistent decode-step prototype) with the machine's nvcc,
-# runs its checks and its benchmark with the phases, then decode_step_fused's checks and rows in processes of
-# their own (PERSISTENT_FUSED=0 skips them; a kernel that traps ends only its process), then the four
-# compute-sanitizer tools over the small checks. Logs under OUTDIR: persistent.log (build's ptxas lines,
+# runs its checks and its benchmark with the phases (PERSISTENT_MODE: other modes, space-separated), then
+# decode_step_fused's checks, rows, stages alone and ablations in processes of their own (PERSISTENT_FUSED=0
+# skips them; a kernel that traps ends only its process), then the four compute-sanitizer tools over the
+# small checks (PERSISTENT_SANITIZE=0 skips them). Logs under OUTDIR: persistent.log (build's ptxas lines,
 # checks, tables, phases), persistent-sanitize.txt. PERSISTENT_TIMEOUT bounds the runs together.
 # PERSISTENT_NCU=1 instead: ncu's full set (warp-state sampling by instruction) over one launch of
 # decode_step_flow (PERSISTENT_NCU_KERNEL=fused: decode_step_fused with every option) at batch 1, 128 cached
@@ -34,8 +35,8 @@ if [ "${PERSISTENT_NCU:-0}" = 1 ]; then
   exit $status
 fi
 end=$(($(date +%s) + ${PERSISTENT_TIMEOUT:-240}))
-modes=("${PERSISTENT_MODE:-all}")
-[ "${PERSISTENT_FUSED:-1}" = 1 ] && modes+=(check-fused phases-fused stages-alone)
+read -ra modes <<<"${PERSISTENT_MODE:-all}"  # one mode or several, space-separated
+[ "${PERSISTENT_FUSED:-1}" = 1 ] && modes+=(check-fused phases-fused stages-alone ablate)
 status=0
 for mode in "${modes[@]}"; do
   left=$((end - $(date +%s)))

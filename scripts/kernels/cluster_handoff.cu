@@ -1,0 +1,121 @@
+// What a hand-off costs inside a thread-block cluster, for the persistent decode step's next design
+// (docs/persistent-step.md): the fused design's all-to-all hand-offs go through L2 across 132 blocks and cost
+// 1-2 us each; a cluster's blocks can hand values over in distributed shared memory instead.
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a cluster_handoff.cu -o cluster_handoff
+// Prints, for clusters of 2, 4, 8 and 16 blocks (one block a multiprocessor: ~200 KB of shared memory each):
+// how many such clusters can be resident at once; a cluster barrier's cycles; an all-to-all hand-off's cycles
+// (every block stores its share of a 576-wide bf16 vector into every block's copy, then the barrier), and, for
+// comparison, the same share exchanged through global memory with tagged words among all blocks of the grid.
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+namespace cg = cooperative_groups;
+
+#define CK(x)                                                                                   \
+    do {                                                                                        \
+        cudaError_t e_ = (x);                                                                   \
+        if (e_ != cudaSuccess) {                                                                \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(1);                                                                            \
+        }                                                                                       \
+    } while (0)
+
+constexpr int THREADS = 256, HID = 576, ITERS = 200;
+constexpr size_t SMEM = 200 * 1024;
+
+// kind 0: cluster barriers only; 1: DSMEM all-to-all of a HID-wide vector, then the barrier; 2: the same
+// vector through global memory as tagged 32-bit words (bf16 + a 16-bit tag), every block polling all of it.
+// cycles[block] = block's clock64 cycles for ITERS iterations (thread 0).
+__global__ void __launch_bounds__(THREADS, 1) handoff(int kind, unsigned* words, unsigned long long* cycles) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    __nv_bfloat16* vec = reinterpret_cast<__nv_bfloat16*>(smem);  // [2][HID]: this block's copy, double-buffered
+    cg::cluster_group cluster = cg::this_cluster();
+    const int cs = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
+    const int t = threadIdx.x, grid = gridDim.x, blk = blockIdx.x;
+    for (int e = t; e < 2 * HID; e += THREADS) vec[e] = __float2bfloat16(0.f);
+    cluster.sync();
+    const unsigned long long c0 = clock64();
+    float sink = 0.f;
+    for (int it = 0; it < ITERS; ++it) {
+        __nv_bfloat16* buf = vec + (it & 1) * HID;
+        if (kind == 1) {
+            // This block's share of the vector, stored into every block of the cluster.
+            const int r0 = rank * HID / cs, r1 = (rank + 1) * HID / cs;
+            for (int e = t; e < (r1 - r0) * cs; e += THREADS) {
+                const int peer = e / (r1 - r0), i = r0 + e % (r1 - r0);
+                __nv_bfloat16* there = cluster.map_shared_rank(buf, peer);
+                there[i] = __float2bfloat16((float)(it + i));
+            }
+        }
+        if (kind == 2) {
+            // The grid's blocks each own a share; everyone polls the whole vector's words for this tag. Two
+            // buffers by parity: a block can be one iteration ahead of another, not two.
+            const unsigned tag = (unsigned)(it + 1) & 0xffffu;
+            unsigned* words_now = words + (it & 1) * HID;
+            const int r0 = (int)((long long)blk * HID / grid), r1 = (int)((long long)(blk + 1) * HID / grid);
+            for (int i = r0 + t; i < r1; i += THREADS)
+                asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(words_now + i), "r"((tag << 16) | (unsigned)i) : "memory");
+            for (int i = t; i < HID; i += THREADS) {
+                unsigned w;
+                do {
+                    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(w) : "l"(words_now + i) : "memory");
+                } while ((w >> 16) != tag);
+                sink += (float)(w & 0xffffu);
+            }
+            __syncthreads();
+        } else {
+            cluster.sync();
+            if (kind == 1) sink += __bfloat162float(buf[t]);
+        }
+    }
+    const unsigned long long c1 = clock64();
+    if (t == 0) cycles[blk] = c1 - c0;
+    if (sink == -1.f) words[0] = 1;  // keeps the reads
+}
+
+int main() {
+    int sms = 0, khz = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+    CK(cudaFuncSetAttribute(handoff, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+    CK(cudaFuncSetAttribute(handoff, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    unsigned* words;
+    unsigned long long* cycles;
+    CK(cudaMalloc(&words, 2 * HID * 4));
+    CK(cudaMalloc(&cycles, sms * 8));
+    printf("SMs %d, %.2f GHz nominal; %d iterations each; cycles an iteration, median over blocks (max)\n", sms, khz * 1e-6, ITERS);
+    const char* kinds[] = {"cluster barrier", "DSMEM all-to-all of 576 bf16 + barrier", "global tagged words, 576, all blocks of the grid"};
+    for (int cs : {2, 4, 8, 16}) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.blockDim = dim3(THREADS);
+        cfg.dynamicSmemBytes = SMEM;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = cs, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        cfg.gridDim = dim3(cs);
+        int clusters = 0;
+        if (cudaOccupancyMaxActiveClusters(&clusters, handoff, &cfg) != cudaSuccess || clusters < 1) {
+            printf("clusters of %2d: cannot be resident (%s)\n", cs, cudaGetErrorString(cudaGetLastError()));
+            continue;
+        }
+        cfg.gridDim = dim3(clusters * cs);
+        printf("clusters of %2d: %d resident at once (%d blocks)\n", cs, clusters, clusters * cs);
+        for (int kind = 0; kind < 3; ++kind) {
+            CK(cudaMemset(words, 0, 2 * HID * 4));
+            CK(cudaLaunchKernelEx(&cfg, handoff, kind, words, cycles));
+            CK(cudaDeviceSynchronize());
+            std::vector<unsigned long long> c(clusters * cs);
+            CK(cudaMemcpy(c.data(), cycles, c.size() * 8, cudaMemcpyDeviceToHost));
+            std::sort(c.begin(), c.end());
+            const double med = (double)c[c.size() / 2] / ITERS, most = (double)c.back() / ITERS;
+            printf("  %-50s %7.0f cycles (%5.0f ns at nominal), max %7.0f\n", kinds[kind], med, med / (khz * 1e-6), most);
+        }
+    }
+    return 0;
+}
