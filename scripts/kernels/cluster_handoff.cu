@@ -2,6 +2,7 @@
 // (docs/persistent-step.md): the fused design's all-to-all hand-offs go through L2 across 132 blocks and cost
 // 1-2 us each; a cluster's blocks can hand values over in distributed shared memory instead.
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a cluster_handoff.cu -o cluster_handoff
+// Then how fast 16, 32, 66 and 132 blocks stream weights by bulk copies (a cluster of 16 would stream a layer).
 // Prints, for clusters of 2, 4, 8 and 16 blocks (one block a multiprocessor: ~200 KB of shared memory each):
 // how many such clusters can be resident at once; a cluster barrier's cycles; an all-to-all hand-off's cycles
 // (every block stores its share of a 576-wide bf16 vector into every block's copy, then the barrier), and, for
@@ -31,7 +32,7 @@ constexpr size_t SMEM = 200 * 1024;
 // vector through global memory as tagged 32-bit words (bf16 + a 16-bit tag), every block polling all of it.
 // cycles[block] = block's clock64 cycles for ITERS iterations (thread 0).
 __global__ void __launch_bounds__(THREADS, 1) handoff(int kind, unsigned* words, unsigned long long* cycles) {
-    extern __shared__ __align__(16) unsigned char smem[];
+    extern __shared__ __align__(128) unsigned char smem[];
     __nv_bfloat16* vec = reinterpret_cast<__nv_bfloat16*>(smem);  // [2][HID]: this block's copy, double-buffered
     cg::cluster_group cluster = cg::this_cluster();
     const int cs = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
@@ -77,6 +78,66 @@ __global__ void __launch_bounds__(THREADS, 1) handoff(int kind, unsigned* words,
     if (sink == -1.f) words[0] = 1;  // keeps the reads
 }
 
+// ---- weight streaming by a few multiprocessors: can a 16-block cluster pull a layer's weights fast enough? --
+constexpr int SLOTS = 4, SLOT = 32768;
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// Each block copies `bytes` (a multiple of SLOT) from src + block * bytes through SLOTS shared-memory slots
+// (cp.async.bulk, an mbarrier a slot; thread 0 issues and waits, nothing reads the data).
+__global__ void __launch_bounds__(THREADS, 1) stream(const unsigned char* src, size_t bytes) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem + SLOTS * SLOT);
+    if (threadIdx.x != 0) return;
+    const unsigned char* from = src + (size_t)blockIdx.x * bytes;
+    const int chunks = (int)(bytes / SLOT);
+    for (int i = 0; i < SLOTS; ++i) asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(smem_u32(bars + i)));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    auto issue = [&](int c) {
+        const unsigned bar = smem_u32(bars + c % SLOTS);
+        asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(bar), "r"(SLOT) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     ::"r"(smem_u32(smem + (c % SLOTS) * SLOT)), "l"(from + (size_t)c * SLOT), "r"(SLOT), "r"(bar) : "memory");
+    };
+    for (int c = 0; c < SLOTS && c < chunks; ++c) issue(c);
+    for (int c = 0; c < chunks; ++c) {
+        const unsigned bar = smem_u32(bars + c % SLOTS), parity = (unsigned)(c / SLOTS) & 1u;
+        unsigned done = 0;
+        while (!done)
+            asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                         : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+        if (c + SLOTS < chunks) issue(c + SLOTS);
+    }
+}
+
+// GB/s of `blocks` blocks each streaming `bytes`: from DRAM (a region not read before) and then the same
+// region again (L2, where it fits).
+static void stream_rates(unsigned char* buf, size_t cap) {
+    const size_t smem = SLOTS * SLOT + SLOTS * 8;
+    CK(cudaFuncSetAttribute(stream, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    size_t offset = 0;
+    printf("weight streaming (bulk copies through %d slots of %d KB, thread 0 only):\n", SLOTS, SLOT / 1024);
+    for (int blocks : {16, 32, 66, 132})
+        for (size_t bytes : {(size_t)448 << 10, (size_t)2 << 20}) {  // a 7 MB layer over 16 blocks; more
+            const size_t total = bytes * blocks;
+            if (offset + total > cap) offset = 0;
+            float ms[2];
+            for (int pass = 0; pass < 2; ++pass) {
+                CK(cudaEventRecord(e0));
+                stream<<<blocks, THREADS, smem>>>(buf + offset, bytes);
+                CK(cudaEventRecord(e1));
+                CK(cudaEventSynchronize(e1));
+                CK(cudaEventElapsedTime(&ms[pass], e0, e1));
+            }
+            offset += total;
+            printf("  %3d blocks x %4zu KB: first %6.1f us (%5.0f GB/s, %4.0f a block), again %6.1f us (%5.0f GB/s, %4.0f a block)\n", blocks,
+                   bytes >> 10, ms[0] * 1e3, total / (ms[0] * 1e6), total / (ms[0] * 1e6) / blocks, ms[1] * 1e3, total / (ms[1] * 1e6),
+                   total / (ms[1] * 1e6) / blocks);
+        }
+}
+
 int main() {
     int sms = 0, khz = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -117,5 +178,10 @@ int main() {
             printf("  %-50s %7.0f cycles (%5.0f ns at nominal), max %7.0f\n", kinds[kind], med, med / (khz * 1e-6), most);
         }
     }
+    const size_t cap = (size_t)4 << 30;  // 4 GB, read a region at a time so that the first pass comes from DRAM
+    unsigned char* buf;
+    CK(cudaMalloc(&buf, cap));
+    CK(cudaMemset(buf, 1, cap));
+    stream_rates(buf, cap);
     return 0;
 }

@@ -2976,6 +2976,8 @@ int main(int argc, char** argv) {
         ok &= check_case(w, 3, 2, 17, sms, 1, 1, FUSED);
         g_fused = FUSED_MMA;
         ok &= check_case(w, 1, 2, 200, sms, 1, 1, FUSED);
+        g_fused = FUSED_MMA | FUSED_LEAN | sums(4);  // thread 0 refilling, the LEAN build, the sums in copies
+        ok &= check_case(w, 3, 2, 17, sms, 1, 1, FUSED);
         g_fused = FUSED_ALL;
         ok &= check_case(w, 3, 2, 17, sms, 1, 1, FUSED);
         ok &= check_case(w, 1, 2, 200, sms, 1, 1, FUSED);
