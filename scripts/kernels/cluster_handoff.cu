@@ -138,6 +138,149 @@ static void stream_rates(unsigned char* buf, size_t cap) {
         }
 }
 
+// ---- a decode step's skeleton on clusters: is a layer on one 16-block cluster fast enough? ---------------
+// Layer l runs on cluster l % 7 (7 clusters of 16 resident). Its stages are trivial but its data movement is a
+// SmolLM2 layer's: each block streams its 1/16 of the stage's weights (QKV, output projection, gate/up, down:
+// 7.08 MB a layer) through the ring, and the stages hand over in distributed shared memory (QKV's 960 values,
+// attention + o-proj's 576, gate/up's 1536); the down projection's 576 values go to the next layer's cluster
+// as tagged words through L2. `mode`: 0 hand-offs only, 1 the weights from memory as they come, 2 the active
+// cluster also prefetching layer l + 2's weights into L2 (cp.async.bulk.prefetch) as it starts layer l.
+constexpr int STEP_CLUSTER = 16, STEP_CLUSTERS = 7, STEP_LAYERS = 30;
+// A stage's weight bytes (QKV, output projection, gate/up, down) and the values its in-cluster hand-off carries.
+__host__ __device__ constexpr size_t stage_bytes(int k) {
+    return k == 0 ? 960ull * 576 * 2 : k == 1 ? 576ull * 576 * 2 : k == 2 ? 2ull * 1536 * 576 * 2 : 576ull * 1536 * 2;
+}
+__host__ __device__ constexpr int stage_out(int k) { return k == 0 ? 960 : k == 1 ? 576 : 1536; }
+
+// Thread 0: `bytes` from `from` through the ring's SLOTS slots (bulk copies, one mbarrier a slot), waiting for
+// every chunk; n counts the ring's chunks so far (the slot and parity of the next).
+__device__ void stream_share(unsigned char* slots, unsigned long long* bars, const unsigned char* from, size_t bytes, unsigned& n) {
+    const int chunks = (int)((bytes + SLOT - 1) / SLOT);
+    auto issue = [&](int c) {
+        const unsigned k = n + c, size = (unsigned)min((size_t)SLOT, bytes - (size_t)c * SLOT);
+        const unsigned bar = smem_u32(bars + k % SLOTS);
+        asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(bar), "r"(size) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     ::"r"(smem_u32(slots + (k % SLOTS) * SLOT)), "l"(from + (size_t)c * SLOT), "r"(size), "r"(bar) : "memory");
+    };
+    for (int c = 0; c < SLOTS && c < chunks; ++c) issue(c);
+    for (int c = 0; c < chunks; ++c) {
+        const unsigned k = n + c, bar = smem_u32(bars + k % SLOTS), parity = (k / SLOTS) & 1u;
+        unsigned done = 0;
+        while (!done)
+            asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                         : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+        if (c + SLOTS < chunks) issue(c + SLOTS);
+    }
+    n += chunks;
+}
+
+// w: [layers][4 stages][16 shares] of each stage's bytes / 16; words: [HID] tagged (tag << 16 | value).
+__global__ void __launch_bounds__(THREADS, 1) cluster_step(const unsigned char* w, unsigned* words, unsigned step, int mode) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    unsigned char* slots = smem;                                                       // SLOTS x SLOT
+    unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem + SLOTS * SLOT);
+    __nv_bfloat16* vec = reinterpret_cast<__nv_bfloat16*>(bars + SLOTS);               // [1536], the hand-offs
+    cg::cluster_group cluster = cg::this_cluster();
+    const int rank = (int)cluster.block_rank(), me = blockIdx.x / STEP_CLUSTER, t = threadIdx.x;
+    unsigned n = 0;
+    if (t == 0) {
+        for (int i = 0; i < SLOTS; ++i) asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(smem_u32(bars + i)));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    size_t layer_bytes = 0;
+    for (int k = 0; k < 4; ++k) layer_bytes += stage_bytes(k);
+    auto share = [&](int l, int k) {  // block `rank`'s share of stage k of layer l
+        size_t at = (size_t)l * layer_bytes;
+        for (int j = 0; j < k; ++j) at += stage_bytes(j);
+        return w + at + (size_t)rank * (stage_bytes(k) / STEP_CLUSTER);
+    };
+    float sink = 0.f;
+    for (int l = me; l < STEP_LAYERS; l += STEP_CLUSTERS) {
+        const unsigned tag = (step * STEP_LAYERS + (unsigned)l) & 0xffffu;  // the words layer l - 1 wrote
+        if (l > 0)
+            for (int i = t; i < HID; i += THREADS) {
+                unsigned v;
+                for (;;) {
+                    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(words + i) : "memory");
+                    if ((v >> 16) == tag) break;
+                    __nanosleep(64);
+                }
+                sink += (float)(v & 0xffffu);
+            }
+        if (mode == 2 && t == 0 && l + 2 < STEP_LAYERS)
+            for (int k = 0; k < 4; ++k)
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(share(l + 2, k)), "r"((unsigned)(stage_bytes(k) / STEP_CLUSTER)) : "memory");
+        for (int k = 0; k < 4; ++k) {
+            if (mode && t == 0) stream_share(slots, bars, share(l, k), stage_bytes(k) / STEP_CLUSTER, n);
+            __syncthreads();
+            if (k < 3) {  // this block's part of the stage's output into every block of the cluster
+                const int out = stage_out(k), r0 = rank * out / STEP_CLUSTER, r1 = (rank + 1) * out / STEP_CLUSTER;
+                for (int e = t; e < (r1 - r0) * STEP_CLUSTER; e += THREADS) {
+                    const int peer = e / (r1 - r0), i = r0 + e % (r1 - r0);
+                    cluster.map_shared_rank(vec, peer)[i] = __float2bfloat16((float)(l + i));
+                }
+                cluster.sync();
+                sink += __bfloat162float(vec[t]);
+            }
+        }
+        // The down projection's rows of this block to the next layer's cluster.
+        const unsigned next = (step * STEP_LAYERS + (unsigned)l + 1) & 0xffffu;
+        const int r0 = rank * HID / STEP_CLUSTER, r1 = (rank + 1) * HID / STEP_CLUSTER;
+        for (int i = r0 + t; i < r1; i += THREADS)
+            asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(words + i), "r"((next << 16) | (unsigned)i) : "memory");
+    }
+    if (sink == -1.f) words[0] = 0;
+}
+
+static void step_skeleton() {
+    size_t layer_bytes = 0;
+    for (int k = 0; k < 4; ++k) layer_bytes += stage_bytes(k);
+    unsigned char* w;
+    unsigned* words;
+    CK(cudaMalloc(&w, layer_bytes * STEP_LAYERS));
+    CK(cudaMemset(w, 1, layer_bytes * STEP_LAYERS));
+    CK(cudaMalloc(&words, HID * 4));
+    CK(cudaMemset(words, 0, HID * 4));
+    const size_t smem = SLOTS * SLOT + SLOTS * 8 + 1536 * 2;
+    CK(cudaFuncSetAttribute(cluster_step, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+    CK(cudaFuncSetAttribute(cluster_step, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    cudaLaunchConfig_t cfg = {};
+    cfg.blockDim = dim3(THREADS);
+    cfg.dynamicSmemBytes = std::max(smem, SMEM);  // one block a multiprocessor
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = STEP_CLUSTER, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    cfg.gridDim = dim3(STEP_CLUSTER);
+    int clusters = 0;
+    CK(cudaOccupancyMaxActiveClusters(&clusters, cluster_step, &cfg));
+    if (clusters < STEP_CLUSTERS) {
+        printf("step skeleton: only %d clusters of %d resident, it needs %d\n", clusters, STEP_CLUSTER, STEP_CLUSTERS);
+        return;
+    }
+    cfg.gridDim = dim3(STEP_CLUSTERS * STEP_CLUSTER);
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    unsigned step = 0;
+    const char* modes[] = {"hand-offs only", "+ each layer's weights streamed (7.08 MB over 16 blocks)", "+ layer l + 2 prefetched into L2"};
+    printf("step skeleton: %d layers, layer l on cluster l %% %d (%d blocks each), us a step (mean of 20 launches after 3):\n",
+           STEP_LAYERS, STEP_CLUSTERS, STEP_CLUSTER);
+    for (int mode = 0; mode < 3; ++mode) {
+        for (int i = 0; i < 3; ++i) CK(cudaLaunchKernelEx(&cfg, cluster_step, (const unsigned char*)w, words, step++, mode));
+        CK(cudaEventRecord(e0));
+        for (int i = 0; i < 20; ++i) CK(cudaLaunchKernelEx(&cfg, cluster_step, (const unsigned char*)w, words, step++, mode));
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        printf("  %-60s %7.1f us (%.2f a layer)\n", modes[mode], ms * 1e3 / 20, ms * 1e3 / 20 / STEP_LAYERS);
+    }
+}
+
 int main() {
     int sms = 0, khz = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -183,5 +326,7 @@ int main() {
     CK(cudaMalloc(&buf, cap));
     CK(cudaMemset(buf, 1, cap));
     stream_rates(buf, cap);
+    CK(cudaFree(buf));
+    step_skeleton();
     return 0;
 }
