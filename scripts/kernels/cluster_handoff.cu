@@ -2,7 +2,8 @@
 // (docs/persistent-step.md): the fused design's all-to-all hand-offs go through L2 across 132 blocks and cost
 // 1-2 us each; a cluster's blocks can hand values over in distributed shared memory instead.
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a cluster_handoff.cu -o cluster_handoff
-// Then how fast 16, 32, 66 and 132 blocks stream weights by bulk copies (a cluster of 16 would stream a layer).
+// Then how fast 16, 32, 66 and 132 blocks stream weights by bulk copies (a cluster of 16 would stream a layer),
+// and a decode step's skeleton on 7 clusters of 16 (hand-offs and weight streaming, no arithmetic).
 // Prints, for clusters of 2, 4, 8 and 16 blocks (one block a multiprocessor: ~200 KB of shared memory each):
 // how many such clusters can be resident at once; a cluster barrier's cycles; an all-to-all hand-off's cycles
 // (every block stores its share of a 576-wide bf16 vector into every block's copy, then the barrier), and, for
@@ -145,6 +146,8 @@ static void stream_rates(unsigned char* buf, size_t cap) {
 // attention + o-proj's 576, gate/up's 1536); the down projection's 576 values go to the next layer's cluster
 // as tagged words through L2. `mode`: 0 hand-offs only, 1 the weights from memory as they come, 2 the active
 // cluster also prefetching layer l + 2's weights into L2 (cp.async.bulk.prefetch) as it starts layer l.
+// `per_mille`: the part of each share streamed (the rest as if preloaded into shared memory while the cluster
+// waited for its turn, or as if the weights were smaller: Q4_1's are 281 per mille of bf16's).
 constexpr int STEP_CLUSTER = 16, STEP_CLUSTERS = 7, STEP_LAYERS = 30;
 // A stage's weight bytes (QKV, output projection, gate/up, down) and the values its in-cluster hand-off carries.
 __host__ __device__ constexpr size_t stage_bytes(int k) {
@@ -176,7 +179,7 @@ __device__ void stream_share(unsigned char* slots, unsigned long long* bars, con
 }
 
 // w: [layers][4 stages][16 shares] of each stage's bytes / 16; words: [HID] tagged (tag << 16 | value).
-__global__ void __launch_bounds__(THREADS, 1) cluster_step(const unsigned char* w, unsigned* words, unsigned step, int mode) {
+__global__ void __launch_bounds__(THREADS, 1) cluster_step(const unsigned char* w, unsigned* words, unsigned step, int mode, int per_mille) {
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char* slots = smem;                                                       // SLOTS x SLOT
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem + SLOTS * SLOT);
@@ -213,7 +216,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_step(const unsigned char* 
             for (int k = 0; k < 4; ++k)
                 asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(share(l + 2, k)), "r"((unsigned)(stage_bytes(k) / STEP_CLUSTER)) : "memory");
         for (int k = 0; k < 4; ++k) {
-            if (mode && t == 0) stream_share(slots, bars, share(l, k), stage_bytes(k) / STEP_CLUSTER, n);
+            if (mode && t == 0) stream_share(slots, bars, share(l, k), stage_bytes(k) / STEP_CLUSTER * per_mille / 1000 / 16 * 16, n);
             __syncthreads();
             if (k < 3) {  // this block's part of the stage's output into every block of the cluster
                 const int out = stage_out(k), r0 = rank * out / STEP_CLUSTER, r1 = (rank + 1) * out / STEP_CLUSTER;
@@ -269,15 +272,22 @@ static void step_skeleton() {
     const char* modes[] = {"hand-offs only", "+ each layer's weights streamed (7.08 MB over 16 blocks)", "+ layer l + 2 prefetched into L2"};
     printf("step skeleton: %d layers, layer l on cluster l %% %d (%d blocks each), us a step (mean of 20 launches after 3):\n",
            STEP_LAYERS, STEP_CLUSTERS, STEP_CLUSTER);
-    for (int mode = 0; mode < 3; ++mode) {
-        for (int i = 0; i < 3; ++i) CK(cudaLaunchKernelEx(&cfg, cluster_step, (const unsigned char*)w, words, step++, mode));
+    // The part of each share streamed: all; all but 96 KB or 200 KB of a block's 442 KB (preloaded into shared
+    // memory: beside a 128 KB ring, or with a smaller one); Q4_1's bytes (4.5 bits a weight).
+    const int parts[] = {1000, 1000, 1000, 783, 548, 281};
+    for (int row = 0; row < 6; ++row) {
+        const int mode = row < 3 ? row : 1, per_mille = parts[row];
+        for (int i = 0; i < 3; ++i) CK(cudaLaunchKernelEx(&cfg, cluster_step, (const unsigned char*)w, words, step++, mode, per_mille));
         CK(cudaEventRecord(e0));
-        for (int i = 0; i < 20; ++i) CK(cudaLaunchKernelEx(&cfg, cluster_step, (const unsigned char*)w, words, step++, mode));
+        for (int i = 0; i < 20; ++i) CK(cudaLaunchKernelEx(&cfg, cluster_step, (const unsigned char*)w, words, step++, mode, per_mille));
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
         float ms;
         CK(cudaEventElapsedTime(&ms, e0, e1));
-        printf("  %-60s %7.1f us (%.2f a layer)\n", modes[mode], ms * 1e3 / 20, ms * 1e3 / 20 / STEP_LAYERS);
+        char name[96];
+        if (row < 3) snprintf(name, sizeof name, "%s", modes[row]);
+        else snprintf(name, sizeof name, "+ %d per mille of each share streamed", per_mille);
+        printf("  %-60s %7.1f us (%.2f a layer)\n", name, ms * 1e3 / 20, ms * 1e3 / 20 / STEP_LAYERS);
     }
 }
 
