@@ -17,14 +17,7 @@
 
 namespace cg = cooperative_groups;
 
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        cudaError_t e_ = (x);                                                                   \
-        if (e_ != cudaSuccess) {                                                                \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                            \
-        }                                                                                       \
-    } while (0)
+#include "check_cuda.h"
 
 constexpr int THREADS = 256, HID = 576, ITERS = 200;
 constexpr size_t SMEM = 200 * 1024;
@@ -83,31 +76,43 @@ __global__ void __launch_bounds__(THREADS, 1) handoff(int kind, unsigned* words,
 constexpr int SLOTS = 4, SLOT = 32768;
 __device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
-// Each block copies `bytes` (a multiple of SLOT) from src + block * bytes through SLOTS shared-memory slots
-// (cp.async.bulk, an mbarrier a slot; thread 0 issues and waits, nothing reads the data).
-__global__ void __launch_bounds__(THREADS, 1) stream(const unsigned char* src, size_t bytes) {
-    extern __shared__ __align__(128) unsigned char smem[];
-    unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem + SLOTS * SLOT);
-    if (threadIdx.x != 0) return;
-    const unsigned char* from = src + (size_t)blockIdx.x * bytes;
-    const int chunks = (int)(bytes / SLOT);
-    for (int i = 0; i < SLOTS; ++i) asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(smem_u32(bars + i)));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+// Thread 0: `bytes` from `from` through the ring's SLOTS slots (bulk copies, one mbarrier a slot), waiting for
+// every chunk; n counts the ring's chunks so far (the slot and parity of the next).
+__device__ void stream_share(unsigned char* slots, unsigned long long* bars, const unsigned char* from, size_t bytes, unsigned& n) {
+    const int chunks = (int)((bytes + SLOT - 1) / SLOT);
     auto issue = [&](int c) {
-        const unsigned bar = smem_u32(bars + c % SLOTS);
-        asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(bar), "r"(SLOT) : "memory");
+        const unsigned k = n + c, size = (unsigned)min((size_t)SLOT, bytes - (size_t)c * SLOT);
+        const unsigned bar = smem_u32(bars + k % SLOTS);
+        asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(bar), "r"(size) : "memory");
         asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                     ::"r"(smem_u32(smem + (c % SLOTS) * SLOT)), "l"(from + (size_t)c * SLOT), "r"(SLOT), "r"(bar) : "memory");
+                     ::"r"(smem_u32(slots + (k % SLOTS) * SLOT)), "l"(from + (size_t)c * SLOT), "r"(size), "r"(bar) : "memory");
     };
     for (int c = 0; c < SLOTS && c < chunks; ++c) issue(c);
     for (int c = 0; c < chunks; ++c) {
-        const unsigned bar = smem_u32(bars + c % SLOTS), parity = (unsigned)(c / SLOTS) & 1u;
+        const unsigned k = n + c, bar = smem_u32(bars + k % SLOTS), parity = (k / SLOTS) & 1u;
         unsigned done = 0;
         while (!done)
             asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
                          : "=r"(done) : "r"(bar), "r"(parity) : "memory");
         if (c + SLOTS < chunks) issue(c + SLOTS);
     }
+    n += chunks;
+}
+
+// Thread 0: the ring's mbarriers (SLOTS, after the slots in shared memory).
+__device__ void init_ring(unsigned long long* bars) {
+    for (int i = 0; i < SLOTS; ++i) asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(smem_u32(bars + i)));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// Each block copies `bytes` from src + block * bytes through the ring (thread 0; nothing reads the data).
+__global__ void __launch_bounds__(THREADS, 1) stream(const unsigned char* src, size_t bytes) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem + SLOTS * SLOT);
+    if (threadIdx.x != 0) return;
+    init_ring(bars);
+    unsigned n = 0;
+    stream_share(smem, bars, src + (size_t)blockIdx.x * bytes, bytes, n);
 }
 
 // GB/s of `blocks` blocks each streaming `bytes`: from DRAM (a region not read before) and then the same
@@ -155,29 +160,6 @@ __host__ __device__ constexpr size_t stage_bytes(int k) {
 }
 __host__ __device__ constexpr int stage_out(int k) { return k == 0 ? 960 : k == 1 ? 576 : 1536; }
 
-// Thread 0: `bytes` from `from` through the ring's SLOTS slots (bulk copies, one mbarrier a slot), waiting for
-// every chunk; n counts the ring's chunks so far (the slot and parity of the next).
-__device__ void stream_share(unsigned char* slots, unsigned long long* bars, const unsigned char* from, size_t bytes, unsigned& n) {
-    const int chunks = (int)((bytes + SLOT - 1) / SLOT);
-    auto issue = [&](int c) {
-        const unsigned k = n + c, size = (unsigned)min((size_t)SLOT, bytes - (size_t)c * SLOT);
-        const unsigned bar = smem_u32(bars + k % SLOTS);
-        asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(bar), "r"(size) : "memory");
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                     ::"r"(smem_u32(slots + (k % SLOTS) * SLOT)), "l"(from + (size_t)c * SLOT), "r"(size), "r"(bar) : "memory");
-    };
-    for (int c = 0; c < SLOTS && c < chunks; ++c) issue(c);
-    for (int c = 0; c < chunks; ++c) {
-        const unsigned k = n + c, bar = smem_u32(bars + k % SLOTS), parity = (k / SLOTS) & 1u;
-        unsigned done = 0;
-        while (!done)
-            asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                         : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-        if (c + SLOTS < chunks) issue(c + SLOTS);
-    }
-    n += chunks;
-}
-
 // w: [layers][4 stages][16 shares] of each stage's bytes / 16; words: [HID] tagged (tag << 16 | value).
 __global__ void __launch_bounds__(THREADS, 1) cluster_step(const unsigned char* w, unsigned* words, unsigned step, int mode, int per_mille) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -187,10 +169,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_step(const unsigned char* 
     cg::cluster_group cluster = cg::this_cluster();
     const int rank = (int)cluster.block_rank(), me = blockIdx.x / STEP_CLUSTER, t = threadIdx.x;
     unsigned n = 0;
-    if (t == 0) {
-        for (int i = 0; i < SLOTS; ++i) asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(smem_u32(bars + i)));
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (t == 0) init_ring(bars);
     __syncthreads();
     size_t layer_bytes = 0;
     for (int k = 0; k < 4; ++k) layer_bytes += stage_bytes(k);

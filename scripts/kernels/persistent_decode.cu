@@ -49,14 +49,7 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "check_cuda.h"
 
 // ---- the model's shapes -------------------------------------------------------------------------------
 constexpr int HID = 576, NH = 9, NKV = 3, HD = 64, FFN = 1536, VOCAB = 49152, MAX_LAYERS = 30;
