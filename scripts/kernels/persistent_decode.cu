@@ -128,7 +128,8 @@ enum Ablate {
     ABL_GATEUP = 16, // gate/up's GEMV: h a constant
     ABL_DOWN = 32,   // the down projection's FMAs (its integer adds kept)
     ABL_ALL = 63,
-    ABL_ADDS = 64    // the down projection's sums added by block 0 alone, counted as every block's (contention)
+    ABL_ADDS = 64    // the down projection's sums added by block 0 alone, counted as every block's (contention;
+                     // with one copy of the sums only: the other copies' counts would never complete)
 };
 
 // ---- small helpers ------------------------------------------------------------------------------------
