@@ -20,7 +20,24 @@ namespace cg = cooperative_groups;
 #include "check_cuda.h"
 
 constexpr int THREADS = 256, HID = 576, ITERS = 200;
-constexpr size_t SMEM = 200 * 1024;
+constexpr size_t SMEM = 200 * 1024;  // a block's dynamic shared memory: one block a multiprocessor
+
+// A launch of `kernel` in clusters of `cs` blocks of THREADS threads with SMEM bytes each (grid: cs, one
+// cluster, until the caller sets it); `attr` lives with the configuration that points to it.
+struct ClusterLaunch {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    explicit ClusterLaunch(int cs) {
+        cfg.blockDim = dim3(THREADS);
+        cfg.dynamicSmemBytes = SMEM;
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = cs, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        cfg.gridDim = dim3(cs);
+    }
+    ClusterLaunch(const ClusterLaunch&) = delete;  // cfg.attrs points into this object
+};
 
 // kind 0: cluster barriers only; 1: DSMEM all-to-all of a HID-wide vector, then the barrier; 2: the same
 // vector through global memory as tagged 32-bit words (bf16 + a 16-bit tag), every block polling all of it.
@@ -225,18 +242,11 @@ static void step_skeleton() {
     CK(cudaMemset(w, 1, layer_bytes * STEP_LAYERS));
     CK(cudaMalloc(&words, HID * 4));
     CK(cudaMemset(words, 0, HID * 4));
-    const size_t smem = SLOTS * SLOT + SLOTS * 8 + 1536 * 2;
+    static_assert(SLOTS * SLOT + SLOTS * 8 + 1536 * 2 <= SMEM, "the ring, its mbarriers and the hand-off vector fit");
     CK(cudaFuncSetAttribute(cluster_step, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
     CK(cudaFuncSetAttribute(cluster_step, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    cudaLaunchConfig_t cfg = {};
-    cfg.blockDim = dim3(THREADS);
-    cfg.dynamicSmemBytes = std::max(smem, SMEM);  // one block a multiprocessor
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = STEP_CLUSTER, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    cfg.gridDim = dim3(STEP_CLUSTER);
+    ClusterLaunch launch(STEP_CLUSTER);
+    cudaLaunchConfig_t& cfg = launch.cfg;
     int clusters = 0;
     CK(cudaOccupancyMaxActiveClusters(&clusters, cluster_step, &cfg));
     if (clusters < STEP_CLUSTERS) {
@@ -283,15 +293,8 @@ int main() {
     printf("SMs %d, %.2f GHz nominal; %d iterations each; cycles an iteration, median over blocks (max)\n", sms, khz * 1e-6, ITERS);
     const char* kinds[] = {"cluster barrier", "DSMEM all-to-all of 576 bf16 + barrier", "global tagged words, 576, all blocks of the grid"};
     for (int cs : {2, 4, 8, 16}) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.blockDim = dim3(THREADS);
-        cfg.dynamicSmemBytes = SMEM;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = cs, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        cfg.gridDim = dim3(cs);
+        ClusterLaunch launch(cs);
+        cudaLaunchConfig_t& cfg = launch.cfg;
         int clusters = 0;
         if (cudaOccupancyMaxActiveClusters(&clusters, handoff, &cfg) != cudaSuccess || clusters < 1) {
             printf("clusters of %2d: cannot be resident (%s)\n", cs, cudaGetErrorString(cudaGetLastError()));

@@ -2125,6 +2125,9 @@ static bool fused_fits(int batch, int pos, int grid) {
            grid < 256;  // the sums count their adds in 8 bits
 }
 
+// Bytes of decode_step_fused's down-projection sums: two sets (by step parity) of up to 4 copies.
+static size_t sums_bytes(int layers, int batch) { return 2 * 4 * (size_t)layers * batch * HID * 8; }
+
 static Case make_case(const Weights& w, int batch, int layers, int pos, int grid) {
     Case c;
     c.batch = batch, c.layers = layers, c.pos = pos, c.grid = grid;
@@ -2156,9 +2159,8 @@ static Case make_case(const Weights& w, int batch, int layers, int pos, int grid
     p.stage_keys = fused_stage_keys(nb_for(batch));
     p.wdT = w.d_wdT;
     p.wo_heads = w.d_wo_heads;
-    const size_t sums = 2 * 4 * (size_t)layers * batch * HID;  // up to 4 sum groups
-    CK(cudaMalloc(&p.acc, sums * 8));
-    CK(cudaMemset(p.acc, 0, sums * 8));
+    CK(cudaMalloc(&p.acc, sums_bytes(layers, batch)));
+    CK(cudaMemset(p.acc, 0, sums_bytes(layers, batch)));
     CK(cudaMalloc(&p.fop, (size_t)NKV * batch * HID * 8));
     CK(cudaMemset(p.fop, 0, (size_t)NKV * batch * HID * 8));
     CK(cudaMalloc(&p.h, (size_t)batch * FFN * 2));
@@ -2641,7 +2643,8 @@ static void ablations(const Weights& w, int sms) {
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     const char* names[] = {"attention", "rms_norms", "QKV GEMV", "o-proj GEMV", "gate/up GEMV", "down FMAs"};
-    for (int round = 1, batch = 1; round <= 2; ++round) {
+    const int batch = 1;
+    for (int round = 1; round <= 2; ++round) {
         Case c = make_case(w, batch, w.layers, 128, sms);
         c.p.stage_kv = 1, c.p.mono = 1, c.p.design = FUSED, c.p.poll_ns = 32;
         set_fused(c.p, FUSED_ALL);
@@ -2669,7 +2672,7 @@ static void ablations(const Weights& w, int sms) {
         for (int groups : {2, 4}) {
             Params p = c.p;
             // More copies than the last launch zeroed: zero them all (the kernel zeroes the next step's copies).
-            CK(cudaMemset(p.acc, 0, 2 * 4 * (size_t)p.layers * p.batch * HID * 8));
+            CK(cudaMemset(p.acc, 0, sums_bytes(p.layers, p.batch)));
             set_fused(p, FUSED_ALL | sums(groups));
             p.ablate = ABL_ALL;
             const double skeleton = time_step(p, s).graph_us;
@@ -2683,7 +2686,7 @@ static void ablations(const Weights& w, int sms) {
             for (int ablate : {(int)ABL_ALL, 0}) {
                 Params p = c.p;
                 // The copies' layout depends on their number (the last launches had 4): start from zero.
-                CK(cudaMemset(p.acc, 0, 2 * 4 * (size_t)p.layers * p.batch * HID * 8));
+                CK(cudaMemset(p.acc, 0, sums_bytes(p.layers, p.batch)));
                 p.ablate = ablate, p.record = 1;
                 FusedTrace trace;
                 for (int i = 0; i < 20; ++i) {
