@@ -1,0 +1,542 @@
+// The persistent decode step on thread-block clusters, with real arithmetic (docs/persistent-step.md, "What
+// next" 1): SmolLM2-135M's 30 layers at batch 1, layer l on cluster l % 7 of 16 blocks, each block holding its
+// 1/16 of the layer's Q4_1 weights in shared memory, loaded by bulk copies while the other clusters run their
+// layers (a cluster issues layer l + 7's copies as it finishes layer l). Inside a layer the stages hand over in
+// distributed shared memory (QKV -> attention -> output projection -> FFN -> down); the residual stream goes
+// to the next layer's cluster as tagged 64-bit words through L2. Not here yet: the embedding and the LM head
+// (the step's input is x0 and its result the last layer's residual stream).
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v cluster_step.cu -o cluster_step
+//   ./cluster_step check | bench   (check: against a double-precision reference of the same layers)
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace cg = cooperative_groups;
+
+#include "check_cuda.h"
+#include "cluster_step.h"
+
+// ---- small pieces --------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// Sum (or max) over the block; every thread gets it. red: WARPS floats.
+template <bool MAX>
+__device__ float block_reduce(float v, float* red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = MAX ? warp_max(v) : warp_sum(v);
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float r = red[0];
+    for (int i = 1; i < WARPS; ++i) r = MAX ? fmaxf(r, red[i]) : r + red[i];
+    __syncthreads();
+    return r;
+}
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// Two nibbles (bits 0-3 and 16-19 of w) as a half2 of their values: 1024 + q by the exponent trick, less 1024.
+__device__ __forceinline__ __half2 nibbles(unsigned w) {
+    const unsigned v = (w & 0x000F000Fu) | 0x64006400u;
+    return __hsub2(*reinterpret_cast<const __half2*>(&v), __half2half2(__ushort_as_half(0x6400)));
+}
+// One 32-bit word of a Q4_1 block's nibbles (bytes 4i..4i+3: weights 4i..4i+3 low, 4i+16..4i+19 high) against
+// the matching 8 inputs, stored in the order `perm_slot` gives (x.x: weights 4i, 4i+2; x.y: 4i+16, 4i+18;
+// x.z: 4i+1, 4i+3; x.w: 4i+17, 4i+19). Products summed in f16 (8 of them), returned in f32.
+__device__ __forceinline__ float word_dot(unsigned w, uint4 x) {
+    __half2 acc = __hmul2(nibbles(w), *reinterpret_cast<const __half2*>(&x.x));
+    acc = __hfma2(nibbles(w >> 4), *reinterpret_cast<const __half2*>(&x.y), acc);
+    acc = __hfma2(nibbles(w >> 8), *reinterpret_cast<const __half2*>(&x.z), acc);
+    acc = __hfma2(nibbles(w >> 12), *reinterpret_cast<const __half2*>(&x.w), acc);
+    const float2 f = __half22float2(acc);
+    return f.x + f.y;
+}
+
+// A GEMV's partial sums, one a (row, Q4_1 block): part[row * KB + kb] = d * sum(q * x) + m * sum(x) over the
+// block's 32 inputs. q: [rows][KB] 16-byte nibble blocks, dm: [rows][KB] (d, m); x: the input in f16 in
+// perm_slot order, xs: its sums a block of 32 (f32).
+template <int KB>
+__device__ void gemv_partials(const uint4* q, const __half2* dm, int rows, const __half* x, const float* xs, float* part) {
+    for (int u = threadIdx.x; u < rows * KB; u += THREADS) {
+        const int kb = u % KB;
+        const uint4 w = q[u];
+        const uint4* xv = reinterpret_cast<const uint4*>(x + kb * 32);
+        const float s = word_dot(w.x, xv[0]) + word_dot(w.y, xv[1]) + word_dot(w.z, xv[2]) + word_dot(w.w, xv[3]);
+        const float2 f = __half22float2(dm[u]);
+        part[u] = f.x * s + f.y * xs[kb];
+    }
+}
+template <int KB>
+__device__ __forceinline__ float row_sum(const float* part, int row) {
+    float s = 0.f;
+#pragma unroll 8
+    for (int kb = 0; kb < KB; ++kb) s += part[row * KB + kb];
+    return s;
+}
+
+// Warp: element `lane` of input block kb (value v, rounded to f16) stored in perm_slot order at out + kb * 32;
+// returns the block's sum of the rounded values (every lane).
+__device__ __forceinline__ float put_block(__half* out, int kb, float v) {
+    const __half h = __float2half(v);
+    const int at = kb * 32 + perm_slot(threadIdx.x & 31);
+    out[at] = h;
+    return warp_sum(__half2float(h));
+}
+
+// rms_norm of x (f32, shared) times wn, into xn (f16, perm_slot order) and its block sums xs.
+__device__ void rms_norm_to(const float* x, const float* wn, __half* xn, float* xs, float* red) {
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < HID; i += THREADS) ss += x[i] * x[i];
+    const float r = rsqrtf(block_reduce<false>(ss, red) / HID + EPS);
+    const int lane = threadIdx.x & 31;
+    for (int kb = threadIdx.x >> 5; kb < HID / 32; kb += WARPS) {
+        const int e = kb * 32 + lane;
+        const float s = put_block(xn, kb, x[e] * r * wn[e]);
+        if (lane == 0) xs[kb] = s;
+    }
+    __syncthreads();
+}
+
+__device__ __forceinline__ float take_word(const unsigned long long* p, unsigned tag) {
+    unsigned long long v;
+    for (;;) {
+        asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+        const unsigned seen = (unsigned)(v >> 32);
+        if (seen == tag) break;
+        if (tag - seen > 1u) __nanosleep(256);  // not the layer before ours yet: poll less often
+    }
+    return __uint_as_float((unsigned)v);
+}
+__device__ __forceinline__ void put_word(unsigned long long* p, unsigned tag, float v) {
+    const unsigned long long w = ((unsigned long long)tag << 32) | __float_as_uint(v);
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
+}
+
+// Thread 0: bulk copies of this block's share of layer l into W, completing on `bar`.
+__device__ void load_share(const StepArgs& a, unsigned char* W, unsigned long long* bar, int l, int rank) {
+    const unsigned char* from = a.w + ((size_t)l * CLUSTER + rank) * Share::bytes;
+    const unsigned b = smem_u32(bar);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our earlier reads of W before the copies
+    asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(b), "r"((unsigned)Share::bytes) : "memory");
+    for (size_t at = 0; at < Share::bytes; at += COPY) {
+        const unsigned size = (unsigned)(Share::bytes - at < COPY ? Share::bytes - at : COPY);
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     ::"r"(smem_u32(W + at)), "l"(from + at), "r"(size), "r"(b) : "memory");
+    }
+}
+__device__ void wait_share(unsigned long long* bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
+}
+
+// ---- attention of one query head (blocks 0..8 of the cluster) ------------------------------------------------
+// q, k and v of the new position from the QKV hand-off (f32); rope on q and k; block 3g appends k and v of kv
+// head g at `pos`; scores over the cached keys and the new one; the head's 64 outputs (f16, perm_slot order)
+// and their two block sums into every block of the cluster.
+__device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::cluster_group& cluster) {
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = head / (NQ / NKV), pos = a.pos;
+    float* qr = s.scratch;               // [64] roped q, scaled by 1/8
+    float* kr = qr + HD;                 // [64] roped new key
+    float* sc = kr + HD;                 // [MAXPOS + 1] scores, then probabilities
+    float* pv = sc + MAXPOS + 1;         // [32][64] P.V partials
+    float* outv = pv + 32 * HD;          // [64]
+    const size_t head_at = ((size_t)l * NKV + g) * MAXPOS * HD;
+    if (t < 2 * HD) {
+        const int d = t & (HD - 1), i = d & 31;
+        const float* src = t < HD ? s.qkv + head * HD : s.qkv + HID + g * HD;
+        const float c = a.rope[pos * HD + i], sn = a.rope[pos * HD + 32 + i];
+        const float v = d < 32 ? src[d] * c - src[d + 32] * sn : src[d] * c + src[d - 32] * sn;
+        if (t < HD) qr[d] = v * 0.125f;
+        else {
+            kr[d] = v;
+            if (head % (NQ / NKV) == 0) {
+                a.kc[head_at + (size_t)pos * HD + d] = __float2bfloat16(v);
+                a.vc[head_at + (size_t)pos * HD + d] = __float2bfloat16(s.qkv[HID + NKV * HD + g * HD + d]);
+            }
+        }
+    }
+    __syncthreads();
+    // Scores: 8 lanes a key (8 dims each, one 16-byte load), 4 keys a warp, 32 keys a pass, 4 passes in flight.
+    const int kg = lane >> 3, dp = (lane & 7) * 8;
+    float qv[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) qv[j] = qr[dp + j];
+    const __nv_bfloat16* kbase = a.kc + head_at;
+    float mx = -INFINITY;
+    for (int base = 0; base < pos; base += 128) {
+        uint4 kv[4];
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+            const int key = base + p * 32 + warp * 4 + kg;
+            kv[p] = key < pos ? *reinterpret_cast<const uint4*>(kbase + (size_t)key * HD + dp) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+            const int key = base + p * 32 + warp * 4 + kg;
+            const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(&kv[p]);
+            float d = 0.f;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float2 f = __bfloat1622float2(k2[j]);
+                d += qv[2 * j] * f.x + qv[2 * j + 1] * f.y;
+            }
+            d += __shfl_xor_sync(0xffffffffu, d, 1);
+            d += __shfl_xor_sync(0xffffffffu, d, 2);
+            d += __shfl_xor_sync(0xffffffffu, d, 4);
+            if (key < pos) {
+                if ((lane & 7) == 0) sc[key] = d;
+                mx = fmaxf(mx, d);
+            }
+        }
+    }
+    if (warp == 0) {  // the new key
+        const float d = warp_sum(qr[lane] * kr[lane] + qr[lane + 32] * kr[lane + 32]);
+        if (lane == 0) sc[pos] = d;
+        mx = fmaxf(mx, d);
+    }
+    mx = block_reduce<true>(mx, s.red);
+    float sum = 0.f;
+    for (int j = t; j <= pos; j += THREADS) {
+        const float p = __expf(sc[j] - mx);
+        sc[j] = p;
+        sum += p;
+    }
+    sum = block_reduce<false>(sum, s.red);  // its barrier also publishes sc
+    // P.V: 8 threads a key (8 dims each), 32 keys a pass.
+    float acc[8] = {};
+    const __nv_bfloat16* vbase = a.vc + head_at;
+    const int kt = t >> 3, dv = (t & 7) * 8;
+    for (int base = 0; base < pos; base += 128) {
+        uint4 vv[4];
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+            const int key = base + p * 32 + kt;
+            vv[p] = key < pos ? *reinterpret_cast<const uint4*>(vbase + (size_t)key * HD + dv) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+            const int key = base + p * 32 + kt;
+            const float pk = key < pos ? sc[key] : 0.f;
+            const __nv_bfloat162* v2 = reinterpret_cast<const __nv_bfloat162*>(&vv[p]);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float2 f = __bfloat1622float2(v2[j]);
+                acc[2 * j] += pk * f.x, acc[2 * j + 1] += pk * f.y;
+            }
+        }
+    }
+    if (kt == 0)  // the new key's value row
+        for (int j = 0; j < 8; ++j) acc[j] += sc[pos] * s.qkv[HID + NKV * HD + g * HD + dv + j];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) pv[kt * HD + dv + j] = acc[j];
+    __syncthreads();
+    if (t < HD) {
+        float o = 0.f;
+        for (int k = 0; k < 32; ++k) o += pv[k * HD + t];
+        outv[t] = __half2float(__float2half(o / sum));
+    }
+    __syncthreads();
+    // Hand-off: the 64 outputs (f16) and the sums of the head's two input blocks of the output projection.
+    for (int e = t; e < HD * CLUSTER; e += THREADS) {
+        const int peer = e / HD, d = e % HD, at = head * HD + (d & ~31) + perm_slot(d & 31);
+        cluster.map_shared_rank(s.att, peer)[at] = __float2half(outv[d]);
+    }
+    if (warp < 2) {
+        const float bs = warp_sum(outv[warp * 32 + lane]);
+        if (lane < CLUSTER) cluster.map_shared_rank(s.atts, lane)[head * 2 + warp] = bs;
+    }
+}
+
+// ---- the step -------------------------------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    Smem s = Smem::at(smem_raw);
+    cg::cluster_group cluster = cg::this_cluster();
+    const int rank = (int)cluster.block_rank(), me = blockIdx.x / CLUSTER, t = threadIdx.x;
+    if (t == 0) {
+        asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(smem_u32(s.bar)));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        load_share(a, s.W, s.bar, me, rank);
+    }
+    cluster.sync();  // every block of the cluster is running before any writes another's shared memory
+    const uint4* W4 = reinterpret_cast<const uint4*>(s.W);
+    const float* norm1 = reinterpret_cast<const float*>(s.W + Share::norm1);
+    const float* norm2 = reinterpret_cast<const float*>(s.W + Share::norm2);
+    unsigned turn = 0;
+    for (int l = me; l < LAYERS; l += CLUSTERS, ++turn) {
+        unsigned long long clocks[NOTES];
+        int note = 0;
+        auto mark = [&]() { if (a.trace && t == 0 && note < NOTES) clocks[note++] = clock64(); };
+        mark();
+        wait_share(s.bar, turn & 1u);
+        mark();
+        for (int i = t; i < HID; i += THREADS) s.x[i] = l == 0 ? a.x0[i] : take_word(a.words + i, a.tag0 + l);
+        __syncthreads();
+        mark();
+        rms_norm_to(s.x, norm1, s.xn, s.xs, s.red);
+        mark();
+        // QKV: this block's 60 rows into every block.
+        gemv_partials<HID / 32>(W4 + Share::qkv_q / 16, reinterpret_cast<const __half2*>(s.W + Share::qkv_dm), R_QKV, s.xn, s.xs, s.part);
+        __syncthreads();
+        if (t < R_QKV) s.out[t] = row_sum<HID / 32>(s.part, t);
+        __syncthreads();
+        mark();
+        for (int e = t; e < R_QKV * CLUSTER; e += THREADS)
+            cluster.map_shared_rank(s.qkv, e / R_QKV)[rank * R_QKV + e % R_QKV] = s.out[e % R_QKV];
+        cluster.sync();
+        mark();
+        if (rank < NQ) attention_head(a, s, l, rank, cluster);
+        mark();
+        cluster.sync();
+        mark();
+        // Output projection + residual: this block's 36 rows of xm = x + o into every block.
+        gemv_partials<HID / 32>(W4 + Share::o_q / 16, reinterpret_cast<const __half2*>(s.W + Share::o_dm), R_O, s.att, s.atts, s.part);
+        __syncthreads();
+        if (t < R_O) s.out[t] = s.x[rank * R_O + t] + row_sum<HID / 32>(s.part, t);
+        __syncthreads();
+        mark();
+        for (int e = t; e < R_O * CLUSTER; e += THREADS)
+            cluster.map_shared_rank(s.xm, e / R_O)[rank * R_O + e % R_O] = s.out[e % R_O];
+        cluster.sync();
+        mark();
+        rms_norm_to(s.xm, norm2, s.xn, s.xs, s.red);
+        mark();
+        // Gate and up: this block's 96 rows of h = silu(gate) * up (f16) and their three block sums.
+        gemv_partials<HID / 32>(W4 + Share::gu_q / 16, reinterpret_cast<const __half2*>(s.W + Share::gu_dm), R_GU, s.xn, s.xs, s.part);
+        __syncthreads();
+        if (t < R_GU / 2) {
+            const float gate = row_sum<HID / 32>(s.part, t), up = row_sum<HID / 32>(s.part, t + R_GU / 2);
+            s.out[t] = __half2float(__float2half(gate / (1.f + __expf(-gate)) * up));
+        }
+        __syncthreads();
+        mark();
+        {
+            const int lane = t & 31, warp = t >> 5, h0 = rank * (R_GU / 2);
+            for (int e = t; e < (R_GU / 2) * CLUSTER; e += THREADS) {
+                const int peer = e / (R_GU / 2), r = e % (R_GU / 2), at = h0 + (r & ~31) + perm_slot(r & 31);
+                cluster.map_shared_rank(s.h, peer)[at] = __float2half(s.out[r]);
+            }
+            if (warp < R_GU / 64) {
+                const float bs = warp_sum(s.out[warp * 32 + lane]);
+                if (lane < CLUSTER) cluster.map_shared_rank(s.hs, lane)[h0 / 32 + warp] = bs;
+            }
+        }
+        cluster.sync();
+        mark();
+        // Down + residual: this block's 36 rows of the next layer's input, as tagged words.
+        gemv_partials<FF / 32>(W4 + Share::d_q / 16, reinterpret_cast<const __half2*>(s.W + Share::d_dm), R_D, s.h, s.hs, s.part);
+        __syncthreads();  // also: every read of W is done
+        if (t < R_D) put_word(a.words + rank * R_D + t, a.tag0 + l + 1, s.xm[rank * R_D + t] + row_sum<FF / 32>(s.part, t));
+        if (t == 0 && l + CLUSTERS < LAYERS) load_share(a, s.W, s.bar, l + CLUSTERS, rank);
+        mark();
+        if (a.trace && t == 0 && rank == 0)
+            for (int i = 1; i < note; ++i) a.trace[(size_t)l * NOTES + i] = clocks[i] - clocks[i - 1];
+    }
+    cluster.sync();  // no block leaves while another may still write its shared memory
+}
+
+#include "cluster_step_model.h"
+
+// ---- host: device state, check, bench ------------------------------------------------------------------------
+
+struct Device {
+    unsigned char* w;
+    float *x0, *rope;
+    unsigned long long *words, *trace;
+    __nv_bfloat16 *kc, *vc;
+    size_t cache_elems = (size_t)LAYERS * NKV * MAXPOS * HD;
+    Device(const Model& m, const std::vector<unsigned char>& packed) {
+        CK(cudaMalloc(&w, packed.size()));
+        CK(cudaMemcpy(w, packed.data(), packed.size(), cudaMemcpyHostToDevice));
+        CK(cudaMalloc(&x0, HID * 4));
+        CK(cudaMalloc(&rope, m.rope.size() * 4));
+        CK(cudaMemcpy(rope, m.rope.data(), m.rope.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMalloc(&words, HID * 8));
+        CK(cudaMalloc(&trace, (size_t)LAYERS * NOTES * 8));
+        CK(cudaMalloc(&kc, cache_elems * 2));
+        CK(cudaMalloc(&vc, cache_elems * 2));
+        CK(cudaFuncSetAttribute(cluster_decode_step, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Smem::bytes()));
+        CK(cudaFuncSetAttribute(cluster_decode_step, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    }
+    ~Device() {
+        for (void* p : {(void*)w, (void*)x0, (void*)rope, (void*)words, (void*)trace, (void*)kc, (void*)vc}) cudaFree(p);
+    }
+    StepArgs args(int pos, unsigned tag0, bool traced) const { return StepArgs{w, x0, words, kc, vc, rope, pos, tag0, traced ? trace : nullptr}; }
+    void launch(const StepArgs& a, cudaStream_t stream = 0) const {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = CLUSTER, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr, cfg.numAttrs = 1;
+        cfg.gridDim = dim3(CLUSTER * CLUSTERS), cfg.blockDim = dim3(THREADS), cfg.dynamicSmemBytes = Smem::bytes(), cfg.stream = stream;
+        CK(cudaLaunchKernelEx(&cfg, cluster_decode_step, a));
+    }
+};
+
+static std::vector<__nv_bfloat16> random_cache(size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    std::vector<__nv_bfloat16> c(n);
+    for (auto& e : c) e = __float2bfloat16(u(rng));
+    return c;
+}
+
+static double rel_l2(const std::vector<double>& got, const std::vector<double>& want) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < got.size(); ++i) num += (got[i] - want[i]) * (got[i] - want[i]), den += want[i] * want[i];
+    return std::sqrt(num / den);
+}
+
+// Every position in `positions`: one step from a fresh random cache against the reference; returns failures.
+static int check(const Model& m, Device& dev, const std::vector<int>& positions) {
+    int failures = 0;
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (int pos : positions) {
+        std::vector<float> x0(HID);
+        for (float& e : x0) e = u(rng);
+        std::vector<__nv_bfloat16> kc = random_cache(dev.cache_elems, 11 + pos), vc = random_cache(dev.cache_elems, 13 + pos);
+        CK(cudaMemcpy(dev.x0, x0.data(), HID * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dev.kc, kc.data(), kc.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dev.vc, vc.data(), vc.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemset(dev.words, 0, HID * 8));
+        const unsigned tag0 = 1;
+        dev.launch(dev.args(pos, tag0, false));
+        CK(cudaDeviceSynchronize());
+        std::vector<unsigned long long> words(HID);
+        CK(cudaMemcpy(words.data(), dev.words, HID * 8, cudaMemcpyDeviceToHost));
+        std::vector<__nv_bfloat16> gk(kc.size()), gv(vc.size());
+        CK(cudaMemcpy(gk.data(), dev.kc, gk.size() * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(gv.data(), dev.vc, gv.size() * 2, cudaMemcpyDeviceToHost));
+        const std::vector<double> want = m.step(x0, pos, kc, vc);
+        std::vector<double> got(HID);
+        int bad_tags = 0;
+        for (int i = 0; i < HID; ++i) {
+            bad_tags += (unsigned)(words[i] >> 32) != tag0 + LAYERS;
+            uint32_t bits = (uint32_t)words[i];
+            float f;
+            std::memcpy(&f, &bits, 4);
+            got[i] = f;
+        }
+        // The appended rows (and that nothing else in the caches moved).
+        std::vector<double> ak, wk, av, wv;
+        size_t moved = 0;
+        for (size_t i = 0; i < kc.size(); ++i) {
+            const bool appended = (i / HD) % MAXPOS == (size_t)pos;
+            const float a = __bfloat162float(gk[i]), b = __bfloat162float(kc[i]), c = __bfloat162float(gv[i]), d = __bfloat162float(vc[i]);
+            if (appended) ak.push_back(a), wk.push_back(b), av.push_back(c), wv.push_back(d);
+            else moved += (a != b) + (c != d);
+        }
+        const double ex = rel_l2(got, want), ek = rel_l2(ak, wk), ev = rel_l2(av, wv);
+        const bool ok = bad_tags == 0 && moved == 0 && ex < 1e-2 && ek < 1e-2 && ev < 1e-2;
+        failures += !ok;
+        printf("check pos %4d: residual rel. L2 %.2e, appended k %.2e v %.2e, words not tagged %d, cache entries moved %zu: %s\n", pos, ex, ek, ev,
+               bad_tags, moved, ok ? "ok" : "FAILED");
+    }
+    return failures;
+}
+
+static void bench(Device& dev, int pos) {
+    std::vector<float> x0(HID, 0.5f);
+    CK(cudaMemcpy(dev.x0, x0.data(), HID * 4, cudaMemcpyHostToDevice));
+    const std::vector<__nv_bfloat16> kc = random_cache(dev.cache_elems, 3);
+    CK(cudaMemcpy(dev.kc, kc.data(), kc.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dev.vc, kc.data(), kc.size() * 2, cudaMemcpyHostToDevice));
+    cudaStream_t stream;
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    // A graph of 20 steps (the words cleared first: the tags restart at every replay).
+    constexpr int STEPS = 20;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    CK(cudaMemsetAsync(dev.words, 0, HID * 8, stream));
+    for (int i = 0; i < STEPS; ++i) dev.launch(dev.args(pos, 1 + 32u * i, false), stream);
+    CK(cudaStreamEndCapture(stream, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> us;
+    for (int rep = 0; rep < 6; ++rep) {
+        CK(cudaEventRecord(e0, stream));
+        CK(cudaGraphLaunch(exec, stream));
+        CK(cudaEventRecord(e1, stream));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (rep) us.push_back(ms * 1e3f / STEPS);
+    }
+    std::sort(us.begin(), us.end());
+    printf("bench pos %4d: %.1f us a step (median of 5 replays of %d; min %.1f, max %.1f), %.2f a layer\n", pos, us[us.size() / 2], STEPS, us[0],
+           us.back(), us[us.size() / 2] / LAYERS);
+    // Traced: block 0's cycles between its clock notes, mean over layers 1..29 and 10 steps.
+    std::vector<double> sum(NOTES, 0.0);
+    std::vector<unsigned long long> tr((size_t)LAYERS * NOTES);
+    for (int i = 0; i < 10; ++i) {
+        CK(cudaMemsetAsync(dev.words, 0, HID * 8, stream));
+        dev.launch(dev.args(pos, 1, true), stream);
+        CK(cudaStreamSynchronize(stream));
+        CK(cudaMemcpy(tr.data(), dev.trace, tr.size() * 8, cudaMemcpyDeviceToHost));
+        for (int l = 1; l < LAYERS; ++l)
+            for (int k = 1; k < NOTES; ++k) sum[k] += (double)tr[(size_t)l * NOTES + k] / (10.0 * (LAYERS - 1));
+    }
+    int khz = 0;
+    CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+    const char* names[NOTES] = {"", "weights wait", "x in (poll)", "rms_norm", "QKV GEMV", "QKV hand-off", "attention (rank 0)", "attention barrier",
+                                "o-proj GEMV", "o-proj hand-off", "rms_norm 2", "gate/up GEMV", "h hand-off", "down GEMV + store"};
+    double own = 0;
+    printf("  traced (block 0 of the layer's cluster, ns at %.2f GHz, mean of layers 1-29 x 10 steps):\n", khz * 1e-6);
+    for (int k = 1; k < NOTES; ++k) {
+        printf("    %-22s %7.0f\n", names[k], sum[k] / (khz * 1e-6));
+        if (k > 2) own += sum[k] / (khz * 1e-6);
+    }
+    printf("    %-22s %7.0f (after its input arrived)\n", "layer", own);
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaStreamDestroy(stream));
+}
+
+int main(int argc, char** argv) {
+    const std::string mode = argc > 1 ? argv[1] : "all";
+    printf("cluster_decode_step: %d clusters of %d blocks x %d threads, %zu bytes of shared memory a block (%zu of weights)\n", CLUSTERS,
+           CLUSTER, THREADS, Smem::bytes(), Share::bytes);
+    const Model model(2026);
+    Device dev(model, model.pack());
+    {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = CLUSTER, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr, cfg.numAttrs = 1, cfg.gridDim = dim3(CLUSTER * CLUSTERS), cfg.blockDim = dim3(THREADS), cfg.dynamicSmemBytes = Smem::bytes();
+        int clusters = 0;
+        CK(cudaOccupancyMaxActiveClusters(&clusters, cluster_decode_step, &cfg));
+        if (clusters < CLUSTERS) {
+            printf("only %d clusters of %d can be resident; the step needs %d\n", clusters, CLUSTER, CLUSTERS);
+            return 1;
+        }
+    }
+    int failures = 0;
+    if (mode == "all" || mode == "check") failures += check(model, dev, {0, 1, 37, 128, 1023});
+    if (mode == "check-small") failures += check(model, dev, {5});
+    if (mode == "all" || mode == "bench")
+        for (int pos : {128, 1000}) bench(dev, pos);
+    printf("%s\n", failures ? "FAILED" : "done");
+    return failures ? 1 : 0;
+}

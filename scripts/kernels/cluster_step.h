@@ -1,0 +1,73 @@
+// Shapes, the shared-memory layout and the arguments of cluster_step.cu's kernel (host and device).
+#pragma once
+#include <cstddef>
+
+constexpr int HID = 576, NQ = 9, NKV = 3, HD = 64, FF = 1536, QKV_ROWS = HID + 2 * NKV * HD, LAYERS = 30;
+constexpr int CLUSTER = 16, CLUSTERS = 7, THREADS = 256, WARPS = THREADS / 32, MAXPOS = 1024;
+constexpr float EPS = 1e-5f;
+// A block's rows of each stage (its 1/16): QKV, output projection, gate and up (96 + 96), down.
+constexpr int R_QKV = QKV_ROWS / CLUSTER, R_O = HID / CLUSTER, R_GU = 2 * FF / CLUSTER, R_D = HID / CLUSTER;
+constexpr int NOTES = 14;          // clock notes a layer (trace)
+constexpr unsigned COPY = 32768;   // bytes a bulk copy
+
+// A block's share of a layer, as loaded into its shared memory (byte offsets): each stage's nibbles
+// [rows][blocks of 32][16 bytes], then its (d, m) [rows][blocks] as half2; then the two norms' weights (f32).
+struct Share {
+    static constexpr size_t qkv_q = 0, qkv_dm = qkv_q + (size_t)R_QKV * (HID / 32) * 16;
+    static constexpr size_t o_q = qkv_dm + (size_t)R_QKV * (HID / 32) * 4, o_dm = o_q + (size_t)R_O * (HID / 32) * 16;
+    static constexpr size_t gu_q = o_dm + (size_t)R_O * (HID / 32) * 4, gu_dm = gu_q + (size_t)R_GU * (HID / 32) * 16;
+    static constexpr size_t d_q = gu_dm + (size_t)R_GU * (HID / 32) * 4, d_dm = d_q + (size_t)R_D * (FF / 32) * 16;
+    static constexpr size_t norm1 = d_dm + (size_t)R_D * (FF / 32) * 4, norm2 = norm1 + HID * 4, bytes = norm2 + HID * 4;
+};
+static_assert(Share::o_q % 16 == 0 && Share::gu_q % 16 == 0 && Share::d_q % 16 == 0 && Share::bytes % 16 == 0, "16-byte loads");
+
+// Where an input element j (0..31) of a Q4_1 block sits in f16 in shared memory: word i of the block's nibbles
+// (bytes 4i..4i+3) meets 8 halves at 8i: (4i, 4i+2), (4i+16, 4i+18), (4i+1, 4i+3), (4i+17, 4i+19).
+__host__ __device__ constexpr int perm_slot(int j) {
+    return ((j & 15) >> 2) * 8 + ((((j & 15) & 1) * 2 + (j >> 4)) * 2) + (((j & 15) & 3) >> 1);
+}
+
+struct StepArgs {
+    const unsigned char* w;          // [LAYERS][CLUSTER][Share::bytes]
+    const float* x0;                 // [HID]: the token's embedding
+    unsigned long long* words;       // [HID]: tag << 32 | f32 bits, the residual stream between layers
+    __nv_bfloat16 *kc, *vc;          // [LAYERS][NKV][MAXPOS][HD]
+    const float* rope;               // [MAXPOS][HD]: cos of frequency i at i < 32, its sin at 32 + i
+    int pos;                         // the new token's position (cached: 0..pos-1)
+    unsigned tag0;                   // layer l's input words carry tag0 + l; the step's result tag0 + LAYERS
+    unsigned long long* trace;       // [LAYERS][NOTES] cycles between clock notes (block 0 of each), or null
+};
+
+// The block's shared memory.
+struct Smem {
+    unsigned char* W;                // Share::bytes
+    float *x, *xm, *qkv, *xs, *atts, *hs, *part, *scratch, *out, *red;
+    __half *xn, *att, *h;
+    unsigned long long* bar;
+    static constexpr int PART = R_GU * (HID / 32);  // the largest GEMV's partials; attention's scratch too
+    static constexpr size_t bytes() {
+        return Share::bytes + 4 * (HID + HID + QKV_ROWS + 32 + 32 + 64 + PART + 256 + 32) + 2 * (HID + HID + FF) + 16;
+    }
+    __device__ static Smem at(unsigned char* p) {
+        Smem s;
+        s.W = p;
+        float* f = reinterpret_cast<float*>(p + Share::bytes);
+        s.x = f, f += HID;
+        s.xm = f, f += HID;
+        s.qkv = f, f += QKV_ROWS;
+        s.xs = f, f += 32;
+        s.atts = f, f += 32;
+        s.hs = f, f += 64;
+        s.part = s.scratch = f, f += PART;
+        s.out = f, f += 256;
+        s.red = f, f += 32;
+        __half* hf = reinterpret_cast<__half*>(f);
+        s.xn = hf, hf += HID;
+        s.att = hf, hf += HID;
+        s.h = hf, hf += FF;
+        s.bar = reinterpret_cast<unsigned long long*>(hf);
+        return s;
+    }
+};
+static_assert(64 + 64 + (MAXPOS + 1) + 32 * 64 + 64 <= Smem::PART, "attention's scratch fits the partials");
+static_assert((Share::bytes + 4 * (HID + HID + QKV_ROWS + 32 + 32 + 64 + Smem::PART + 256 + 32) + 2 * (HID + HID + FF)) % 16 == 0, "");
