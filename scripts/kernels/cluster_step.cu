@@ -68,16 +68,23 @@ __device__ __forceinline__ float word_dot(unsigned w, uint4 x) {
 
 // A GEMV's partial sums, one a (row, Q4_1 block): part[row * KB + kb] = d * sum(q * x) + m * sum(x) over the
 // block's 32 inputs. q: [rows][KB] 16-byte nibble blocks, dm: [rows][KB] (d, m); x: the input in f16 in
-// perm_slot order, xs: its sums a block of 32 (f32).
+// perm_slot order, xs: its sums a block of 32 (f32). A thread keeps one input block in registers and takes
+// every (THREADS / KB)-th row (consecutive threads read consecutive nibble blocks).
 template <int KB>
 __device__ void gemv_partials(const uint4* q, const __half2* dm, int rows, const __half* x, const float* xs, float* part) {
-    for (int u = threadIdx.x; u < rows * KB; u += THREADS) {
-        const int kb = u % KB;
+    constexpr int GROUPS = THREADS / KB;
+    const int kb = threadIdx.x % KB, group = threadIdx.x / KB;
+    if (group >= GROUPS) return;
+    const uint4* xv = reinterpret_cast<const uint4*>(x + kb * 32);
+    const uint4 x0 = xv[0], x1 = xv[1], x2 = xv[2], x3 = xv[3];
+    const float sum = xs[kb];
+#pragma unroll 2
+    for (int r = group; r < rows; r += GROUPS) {
+        const int u = r * KB + kb;
         const uint4 w = q[u];
-        const uint4* xv = reinterpret_cast<const uint4*>(x + kb * 32);
-        const float s = word_dot(w.x, xv[0]) + word_dot(w.y, xv[1]) + word_dot(w.z, xv[2]) + word_dot(w.w, xv[3]);
+        const float s = word_dot(w.x, x0) + word_dot(w.y, x1) + word_dot(w.z, x2) + word_dot(w.w, x3);
         const float2 f = __half22float2(dm[u]);
-        part[u] = f.x * s + f.y * xs[kb];
+        part[u] = f.x * s + f.y * sum;
     }
 }
 template <int KB>
@@ -126,17 +133,26 @@ __device__ __forceinline__ void put_word(unsigned long long* p, unsigned tag, fl
     asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
 }
 
-// Thread 0: bulk copies of this block's share of layer l into W, completing on `bar`.
-__device__ void load_share(const StepArgs& a, unsigned char* W, unsigned long long* bar, int l, int rank) {
-    const unsigned char* from = a.w + ((size_t)l * CLUSTER + rank) * Share::bytes;
-    const unsigned b = smem_u32(bar);
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our earlier reads of W before the copies
-    asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(b), "r"((unsigned)Share::bytes) : "memory");
-    for (size_t at = 0; at < Share::bytes; at += COPY) {
-        const unsigned size = (unsigned)(Share::bytes - at < COPY ? Share::bytes - at : COPY);
+// Thread 0: bulk copies of this block's share of layer l into W and, in an attention block, its kv head's first
+// PRE_KEYS cached keys and values and the position's rope row, completing on `bar`.
+__device__ void bulk_copy(void* to, const void* from, unsigned bytes, unsigned bar) {
+    for (unsigned at = 0; at < bytes; at += COPY)
         asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                     ::"r"(smem_u32(W + at)), "l"(from + at), "r"(size), "r"(b) : "memory");
+                     ::"r"(smem_u32((char*)to + at)), "l"((const char*)from + at), "r"(bytes - at < COPY ? bytes - at : COPY), "r"(bar) : "memory");
+}
+__device__ void load_share(const StepArgs& a, const Smem& s, int l, int rank) {
+    const unsigned b = smem_u32(s.bar), keys = (unsigned)min(a.pos, PRE_KEYS), kv_bytes = keys * HD * 2;
+    const bool attends = rank < NQ;
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our earlier reads of this memory before the copies
+    asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(b), "r"((unsigned)Share::bytes + (attends ? 2 * kv_bytes + HD * 4 : 0)) : "memory");
+    bulk_copy(s.W, a.w + ((size_t)l * CLUSTER + rank) * Share::bytes, (unsigned)Share::bytes, b);
+    if (!attends) return;
+    const size_t head_at = ((size_t)l * NKV + rank / (NQ / NKV)) * MAXPOS * HD;
+    if (keys) {
+        bulk_copy(s.kpre, a.kc + head_at, kv_bytes, b);
+        bulk_copy(s.vpre, a.vc + head_at, kv_bytes, b);
     }
+    bulk_copy(s.rope, a.rope + (size_t)a.pos * HD, HD * 4, b);
 }
 __device__ void wait_share(unsigned long long* bar, unsigned parity) {
     unsigned done = 0;
@@ -146,7 +162,7 @@ __device__ void wait_share(unsigned long long* bar, unsigned parity) {
 }
 
 // ---- attention of one query head (blocks 0..8 of the cluster) ------------------------------------------------
-// q, k and v of the new position from the QKV hand-off (f32); rope on q and k; block 3g appends k and v of kv
+// q, k and v of the new position from the QKV hand-off (f32); rope on q and k (the row in shared memory); block 3g appends k and v of kv
 // head g at `pos`; scores over the cached keys and the new one; the head's 64 outputs (f16, perm_slot order)
 // and their two block sums into every block of the cluster.
 __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::cluster_group& cluster) {
@@ -160,7 +176,7 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
     if (t < 2 * HD) {
         const int d = t & (HD - 1), i = d & 31;
         const float* src = t < HD ? s.qkv + head * HD : s.qkv + HID + g * HD;
-        const float c = a.rope[pos * HD + i], sn = a.rope[pos * HD + 32 + i];
+        const float c = s.rope[i], sn = s.rope[32 + i];
         const float v = d < 32 ? src[d] * c - src[d + 32] * sn : src[d] * c + src[d - 32] * sn;
         if (t < HD) qr[d] = v * 0.125f;
         else {
@@ -184,7 +200,8 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
             const int key = base + p * 32 + warp * 4 + kg;
-            kv[p] = key < pos ? *reinterpret_cast<const uint4*>(kbase + (size_t)key * HD + dp) : make_uint4(0, 0, 0, 0);
+            const __nv_bfloat16* row = key < PRE_KEYS ? s.kpre + key * HD : kbase + (size_t)key * HD;
+            kv[p] = key < pos ? *reinterpret_cast<const uint4*>(row + dp) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
@@ -227,7 +244,8 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
             const int key = base + p * 32 + kt;
-            vv[p] = key < pos ? *reinterpret_cast<const uint4*>(vbase + (size_t)key * HD + dv) : make_uint4(0, 0, 0, 0);
+            const __nv_bfloat16* row = key < PRE_KEYS ? s.vpre + key * HD : vbase + (size_t)key * HD;
+            vv[p] = key < pos ? *reinterpret_cast<const uint4*>(row + dv) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
@@ -273,7 +291,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
     if (t == 0) {
         asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(smem_u32(s.bar)));
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        load_share(a, s.W, s.bar, me, rank);
+        load_share(a, s, me, rank);
     }
     cluster.sync();  // every block of the cluster is running before any writes another's shared memory
     const uint4* W4 = reinterpret_cast<const uint4*>(s.W);
@@ -344,7 +362,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
         gemv_partials<FF / 32>(W4 + Share::d_q / 16, reinterpret_cast<const __half2*>(s.W + Share::d_dm), R_D, s.h, s.hs, s.part);
         __syncthreads();  // also: every read of W is done
         if (t < R_D) put_word(a.words + rank * R_D + t, a.tag0 + l + 1, s.xm[rank * R_D + t] + row_sum<FF / 32>(s.part, t));
-        if (t == 0 && l + CLUSTERS < LAYERS) load_share(a, s.W, s.bar, l + CLUSTERS, rank);
+        if (t == 0 && l + CLUSTERS < LAYERS) load_share(a, s, l + CLUSTERS, rank);
         mark();
         if (a.trace && t == 0 && rank == 0)
             for (int i = 1; i < note; ++i) a.trace[(size_t)l * NOTES + i] = clocks[i] - clocks[i - 1];

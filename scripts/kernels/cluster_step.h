@@ -9,6 +9,7 @@ constexpr float EPS = 1e-5f;
 constexpr int R_QKV = QKV_ROWS / CLUSTER, R_O = HID / CLUSTER, R_GU = 2 * FF / CLUSTER, R_D = HID / CLUSTER;
 constexpr int NOTES = 14;          // clock notes a layer (trace)
 constexpr unsigned COPY = 32768;   // bytes a bulk copy
+constexpr int PRE_KEYS = 192;      // cached keys (and values) an attention block holds in shared memory
 
 // A block's share of a layer, as loaded into its shared memory (byte offsets): each stage's nibbles
 // [rows][blocks of 32][16 bytes], then its (d, m) [rows][blocks] as half2; then the two norms' weights (f32).
@@ -41,17 +42,22 @@ struct StepArgs {
 // The block's shared memory.
 struct Smem {
     unsigned char* W;                // Share::bytes
+    __nv_bfloat16 *kpre, *vpre;      // [PRE_KEYS][HD]: the head's first cached keys and values (attention blocks)
+    float* rope;                     // [HD]: the position's rope row
     float *x, *xm, *qkv, *xs, *atts, *hs, *part, *scratch, *out, *red;
     __half *xn, *att, *h;
     unsigned long long* bar;
     static constexpr int PART = R_GU * (HID / 32);  // the largest GEMV's partials; attention's scratch too
     static constexpr size_t bytes() {
-        return Share::bytes + 4 * (HID + HID + QKV_ROWS + 32 + 32 + 64 + PART + 256 + 32) + 2 * (HID + HID + FF) + 16;
+        return Share::bytes + 2 * 2 * PRE_KEYS * HD + 4 * HD + 4 * (HID + HID + QKV_ROWS + 32 + 32 + 64 + PART + 256 + 32) + 2 * (HID + HID + FF) + 16;
     }
     __device__ static Smem at(unsigned char* p) {
         Smem s;
         s.W = p;
-        float* f = reinterpret_cast<float*>(p + Share::bytes);
+        s.kpre = reinterpret_cast<__nv_bfloat16*>(p + Share::bytes);
+        s.vpre = s.kpre + PRE_KEYS * HD;
+        s.rope = reinterpret_cast<float*>(s.vpre + PRE_KEYS * HD);
+        float* f = s.rope + HD;
         s.x = f, f += HID;
         s.xm = f, f += HID;
         s.qkv = f, f += QKV_ROWS;
