@@ -34,19 +34,6 @@ __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
-// Sum (or max) over the block; every thread gets it. red: WARPS floats.
-template <bool MAX>
-__device__ float block_reduce(float v, float* red) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = MAX ? warp_max(v) : warp_sum(v);
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float r = red[0];
-    for (int i = 1; i < WARPS; ++i) r = MAX ? fmaxf(r, red[i]) : r + red[i];
-    __syncthreads();
-    return r;
-}
-
 __device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 // Two nibbles (bits 0-3 and 16-19 of w) as a half2 of their values: 1024 + q by the exponent trick, less 1024.
@@ -66,56 +53,61 @@ __device__ __forceinline__ float word_dot(unsigned w, uint4 x) {
     return f.x + f.y;
 }
 
+// A GEMV's input block kb as a thread holds it: 32 f16 values in perm_slot order (4 x uint4) and their sum.
+struct Input {
+    uint4 v[4];
+    float sum;
+};
+// From a f16 input already in perm_slot order with its block sums (a hand-off's).
+__device__ __forceinline__ Input input_of(const __half* x, const float* xs, int kb) {
+    const uint4* xv = reinterpret_cast<const uint4*>(x + kb * 32);
+    return Input{{xv[0], xv[1], xv[2], xv[3]}, xs[kb]};
+}
+// rms_norm's scale of a 576-wide f32 vector, computed by each warp alone (no block barrier).
+__device__ __forceinline__ float rms_scale(const float* x) {
+    float ss = 0.f;
+    for (int i = threadIdx.x & 31; i < HID; i += 32) ss += x[i] * x[i];
+    return rsqrtf(warp_sum(ss) / HID + EPS);
+}
+// rms_norm(x) * wn into xn (f16, perm_slot order) and its block sums xs; a warp a block of 32, then a barrier.
+__device__ void norm_to(const float* x, const float* wn, __half* xn, float* xs) {
+    const float r = rms_scale(x);
+    const int lane = threadIdx.x & 31;
+    for (int kb = threadIdx.x >> 5; kb < HID / 32; kb += WARPS) {
+        const int e = kb * 32 + lane;
+        const __half v = __float2half(x[e] * r * wn[e]);
+        xn[kb * 32 + perm_slot(lane)] = v;
+        const float sum = warp_sum(__half2float(v));
+        if (lane == 0) xs[kb] = sum;
+    }
+    __syncthreads();
+}
+
 // A GEMV's partial sums, one a (row, Q4_1 block): part[row * KB + kb] = d * sum(q * x) + m * sum(x) over the
-// block's 32 inputs. q: [rows][KB] 16-byte nibble blocks, dm: [rows][KB] (d, m); x: the input in f16 in
-// perm_slot order, xs: its sums a block of 32 (f32). A thread keeps one input block in registers and takes
-// every (THREADS / KB)-th row (consecutive threads read consecutive nibble blocks).
-template <int KB>
-__device__ void gemv_partials(const uint4* q, const __half2* dm, int rows, const __half* x, const float* xs, float* part) {
+// block's 32 inputs. q: [rows][KB] 16-byte nibble blocks, dm: [rows][KB] (d, m). A thread holds one input
+// block (kb = thread % KB; `input(kb)` gives it) and takes every (THREADS / KB)-th row (consecutive threads
+// read consecutive nibble blocks).
+template <int KB, class In>
+__device__ void gemv_partials(const uint4* q, const __half2* dm, int rows, In input, float* part) {
     constexpr int GROUPS = THREADS / KB;
     const int kb = threadIdx.x % KB, group = threadIdx.x / KB;
     if (group >= GROUPS) return;
-    const uint4* xv = reinterpret_cast<const uint4*>(x + kb * 32);
-    const uint4 x0 = xv[0], x1 = xv[1], x2 = xv[2], x3 = xv[3];
-    const float sum = xs[kb];
+    const Input x = input(kb);
 #pragma unroll 2
     for (int r = group; r < rows; r += GROUPS) {
         const int u = r * KB + kb;
         const uint4 w = q[u];
-        const float s = word_dot(w.x, x0) + word_dot(w.y, x1) + word_dot(w.z, x2) + word_dot(w.w, x3);
+        const float s = word_dot(w.x, x.v[0]) + word_dot(w.y, x.v[1]) + word_dot(w.z, x.v[2]) + word_dot(w.w, x.v[3]);
         const float2 f = __half22float2(dm[u]);
-        part[u] = f.x * s + f.y * sum;
+        part[u] = f.x * s + f.y * x.sum;
     }
 }
 template <int KB>
 __device__ __forceinline__ float row_sum(const float* part, int row) {
     float s = 0.f;
-#pragma unroll 8
+#pragma unroll 6
     for (int kb = 0; kb < KB; ++kb) s += part[row * KB + kb];
     return s;
-}
-
-// Warp: element `lane` of input block kb (value v, rounded to f16) stored in perm_slot order at out + kb * 32;
-// returns the block's sum of the rounded values (every lane).
-__device__ __forceinline__ float put_block(__half* out, int kb, float v) {
-    const __half h = __float2half(v);
-    const int at = kb * 32 + perm_slot(threadIdx.x & 31);
-    out[at] = h;
-    return warp_sum(__half2float(h));
-}
-
-// rms_norm of x (f32, shared) times wn, into xn (f16, perm_slot order) and its block sums xs.
-__device__ void rms_norm_to(const float* x, const float* wn, __half* xn, float* xs, float* red) {
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < HID; i += THREADS) ss += x[i] * x[i];
-    const float r = rsqrtf(block_reduce<false>(ss, red) / HID + EPS);
-    const int lane = threadIdx.x & 31;
-    for (int kb = threadIdx.x >> 5; kb < HID / 32; kb += WARPS) {
-        const int e = kb * 32 + lane;
-        const float s = put_block(xn, kb, x[e] * r * wn[e]);
-        if (lane == 0) xs[kb] = s;
-    }
-    __syncthreads();
 }
 
 __device__ __forceinline__ float take_word(const unsigned long long* p, unsigned tag) {
@@ -170,8 +162,8 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
     float* qr = s.scratch;               // [64] roped q, scaled by 1/8
     float* kr = qr + HD;                 // [64] roped new key
     float* sc = kr + HD;                 // [MAXPOS + 1] scores, then probabilities
-    float* pv = sc + MAXPOS + 1;         // [32][64] P.V partials
-    float* outv = pv + 32 * HD;          // [64]
+    float* pv = sc + MAXPOS + 1;         // [KEY_GROUPS][64] P.V partials
+    float* outv = pv + KEY_GROUPS * HD;  // [64]
     const size_t head_at = ((size_t)l * NKV + g) * MAXPOS * HD;
     if (t < 2 * HD) {
         const int d = t & (HD - 1), i = d & 31;
@@ -188,24 +180,23 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
         }
     }
     __syncthreads();
-    // Scores: 8 lanes a key (8 dims each, one 16-byte load), 4 keys a warp, 32 keys a pass, 4 passes in flight.
+    // Scores: 8 lanes a key (8 dims each, one 16-byte load), 4 keys a warp, 4 passes in flight.
     const int kg = lane >> 3, dp = (lane & 7) * 8;
     float qv[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) qv[j] = qr[dp + j];
     const __nv_bfloat16* kbase = a.kc + head_at;
-    float mx = -INFINITY;
-    for (int base = 0; base < pos; base += 128) {
+    for (int base = 0; base < pos; base += 4 * 4 * WARPS) {
         uint4 kv[4];
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
-            const int key = base + p * 32 + warp * 4 + kg;
+            const int key = base + p * 4 * WARPS + warp * 4 + kg;
             const __nv_bfloat16* row = key < PRE_KEYS ? s.kpre + key * HD : kbase + (size_t)key * HD;
             kv[p] = key < pos ? *reinterpret_cast<const uint4*>(row + dp) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
-            const int key = base + p * 32 + warp * 4 + kg;
+            const int key = base + p * 4 * WARPS + warp * 4 + kg;
             const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(&kv[p]);
             float d = 0.f;
 #pragma unroll
@@ -216,41 +207,36 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
             d += __shfl_xor_sync(0xffffffffu, d, 1);
             d += __shfl_xor_sync(0xffffffffu, d, 2);
             d += __shfl_xor_sync(0xffffffffu, d, 4);
-            if (key < pos) {
-                if ((lane & 7) == 0) sc[key] = d;
-                mx = fmaxf(mx, d);
-            }
+            if (key < pos && (lane & 7) == 0) sc[key] = d;
         }
     }
     if (warp == 0) {  // the new key
         const float d = warp_sum(qr[lane] * kr[lane] + qr[lane + 32] * kr[lane + 32]);
         if (lane == 0) sc[pos] = d;
-        mx = fmaxf(mx, d);
     }
-    mx = block_reduce<true>(mx, s.red);
-    float sum = 0.f;
-    for (int j = t; j <= pos; j += THREADS) {
-        const float p = __expf(sc[j] - mx);
-        sc[j] = p;
-        sum += p;
-    }
-    sum = block_reduce<false>(sum, s.red);  // its barrier also publishes sc
-    // P.V: 8 threads a key (8 dims each), 32 keys a pass.
+    __syncthreads();
+    // Softmax's max and sum, by every warp alone over all scores (no block barriers).
+    float mx = -INFINITY, sum = 0.f;
+    for (int j = lane; j <= pos; j += 32) mx = fmaxf(mx, sc[j]);
+    mx = warp_max(mx);
+    for (int j = lane; j <= pos; j += 32) sum += __expf(sc[j] - mx);
+    sum = warp_sum(sum);
+    // P.V: 8 threads a key (8 dims each, 16-byte loads), KEY_GROUPS keys a pass, 4 passes in flight.
     float acc[8] = {};
     const __nv_bfloat16* vbase = a.vc + head_at;
     const int kt = t >> 3, dv = (t & 7) * 8;
-    for (int base = 0; base < pos; base += 128) {
+    for (int base = 0; base < pos; base += 4 * KEY_GROUPS) {
         uint4 vv[4];
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
-            const int key = base + p * 32 + kt;
+            const int key = base + p * KEY_GROUPS + kt;
             const __nv_bfloat16* row = key < PRE_KEYS ? s.vpre + key * HD : vbase + (size_t)key * HD;
             vv[p] = key < pos ? *reinterpret_cast<const uint4*>(row + dv) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
-            const int key = base + p * 32 + kt;
-            const float pk = key < pos ? sc[key] : 0.f;
+            const int key = base + p * KEY_GROUPS + kt;
+            const float pk = key < pos ? __expf(sc[key] - mx) : 0.f;
             const __nv_bfloat162* v2 = reinterpret_cast<const __nv_bfloat162*>(&vv[p]);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
@@ -259,15 +245,21 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
             }
         }
     }
-    if (kt == 0)  // the new key's value row
-        for (int j = 0; j < 8; ++j) acc[j] += sc[pos] * s.qkv[HID + NKV * HD + g * HD + dv + j];
+    if (kt == 0) {  // the new key's value row
+        const float pk = __expf(sc[pos] - mx);
+        for (int j = 0; j < 8; ++j) acc[j] += pk * s.qkv[HID + NKV * HD + g * HD + dv + j];
+    }
 #pragma unroll
     for (int j = 0; j < 8; ++j) pv[kt * HD + dv + j] = acc[j];
     __syncthreads();
-    if (t < HD) {
+    if (t < 4 * HD) {  // four threads a dim, a quarter of the key groups each
+        const int d = t >> 2, q4 = t & 3;
         float o = 0.f;
-        for (int k = 0; k < 32; ++k) o += pv[k * HD + t];
-        outv[t] = __half2float(__float2half(o / sum));
+#pragma unroll
+        for (int k = 0; k < KEY_GROUPS / 4; ++k) o += pv[(q4 * (KEY_GROUPS / 4) + k) * HD + d];
+        o += __shfl_xor_sync(0xffffffffu, o, 1);
+        o += __shfl_xor_sync(0xffffffffu, o, 2);
+        if (q4 == 0) outv[d] = __half2float(__float2half(o / sum));
     }
     __syncthreads();
     // Hand-off: the 64 outputs (f16) and the sums of the head's two input blocks of the output projection.
@@ -308,10 +300,10 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
         for (int i = t; i < HID; i += THREADS) s.x[i] = l == 0 ? a.x0[i] : take_word(a.words + i, a.tag0 + l);
         __syncthreads();
         mark();
-        rms_norm_to(s.x, norm1, s.xn, s.xs, s.red);
-        mark();
-        // QKV: this block's 60 rows into every block.
-        gemv_partials<HID / 32>(W4 + Share::qkv_q / 16, reinterpret_cast<const __half2*>(s.W + Share::qkv_dm), R_QKV, s.xn, s.xs, s.part);
+        // QKV of rms_norm(x): this block's 60 rows into every block.
+        norm_to(s.x, norm1, s.xn, s.xs);
+        gemv_partials<HID / 32>(W4 + Share::qkv_q / 16, reinterpret_cast<const __half2*>(s.W + Share::qkv_dm), R_QKV,
+                                [&](int kb) { return input_of(s.xn, s.xs, kb); }, s.part);
         __syncthreads();
         if (t < R_QKV) s.out[t] = row_sum<HID / 32>(s.part, t);
         __syncthreads();
@@ -325,7 +317,8 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
         cluster.sync();
         mark();
         // Output projection + residual: this block's 36 rows of xm = x + o into every block.
-        gemv_partials<HID / 32>(W4 + Share::o_q / 16, reinterpret_cast<const __half2*>(s.W + Share::o_dm), R_O, s.att, s.atts, s.part);
+        gemv_partials<HID / 32>(W4 + Share::o_q / 16, reinterpret_cast<const __half2*>(s.W + Share::o_dm), R_O,
+                                [&](int kb) { return input_of(s.att, s.atts, kb); }, s.part);
         __syncthreads();
         if (t < R_O) s.out[t] = s.x[rank * R_O + t] + row_sum<HID / 32>(s.part, t);
         __syncthreads();
@@ -334,10 +327,10 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
             cluster.map_shared_rank(s.xm, e / R_O)[rank * R_O + e % R_O] = s.out[e % R_O];
         cluster.sync();
         mark();
-        rms_norm_to(s.xm, norm2, s.xn, s.xs, s.red);
-        mark();
-        // Gate and up: this block's 96 rows of h = silu(gate) * up (f16) and their three block sums.
-        gemv_partials<HID / 32>(W4 + Share::gu_q / 16, reinterpret_cast<const __half2*>(s.W + Share::gu_dm), R_GU, s.xn, s.xs, s.part);
+        // Gate and up of rms_norm(xm): this block's 96 rows of h = silu(gate) * up (f16) and their three block sums.
+        norm_to(s.xm, norm2, s.xn, s.xs);
+        gemv_partials<HID / 32>(W4 + Share::gu_q / 16, reinterpret_cast<const __half2*>(s.W + Share::gu_dm), R_GU,
+                                [&](int kb) { return input_of(s.xn, s.xs, kb); }, s.part);
         __syncthreads();
         if (t < R_GU / 2) {
             const float gate = row_sum<HID / 32>(s.part, t), up = row_sum<HID / 32>(s.part, t + R_GU / 2);
@@ -359,9 +352,19 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
         cluster.sync();
         mark();
         // Down + residual: this block's 36 rows of the next layer's input, as tagged words.
-        gemv_partials<FF / 32>(W4 + Share::d_q / 16, reinterpret_cast<const __half2*>(s.W + Share::d_dm), R_D, s.h, s.hs, s.part);
+        gemv_partials<FF / 32>(W4 + Share::d_q / 16, reinterpret_cast<const __half2*>(s.W + Share::d_dm), R_D,
+                               [&](int kb) { return input_of(s.h, s.hs, kb); }, s.part);
         __syncthreads();  // also: every read of W is done
-        if (t < R_D) put_word(a.words + rank * R_D + t, a.tag0 + l + 1, s.xm[rank * R_D + t] + row_sum<FF / 32>(s.part, t));
+        if (t < 160) {  // four threads a row, 12 partials each
+            const int row = t >> 2, q4 = t & 3;
+            float v = 0.f;
+            if (row < R_D)
+#pragma unroll
+                for (int kb = q4 * 12; kb < q4 * 12 + 12; ++kb) v += s.part[row * (FF / 32) + kb];
+            v += __shfl_xor_sync(0xffffffffu, v, 1);
+            v += __shfl_xor_sync(0xffffffffu, v, 2);
+            if (row < R_D && q4 == 0) put_word(a.words + rank * R_D + row, a.tag0 + l + 1, s.xm[rank * R_D + row] + v);
+        }
         if (t == 0 && l + CLUSTERS < LAYERS) load_share(a, s, l + CLUSTERS, rank);
         mark();
         if (a.trace && t == 0 && rank == 0)
@@ -517,8 +520,8 @@ static void bench(Device& dev, int pos) {
     }
     int khz = 0;
     CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
-    const char* names[NOTES] = {"", "weights wait", "x in (poll)", "rms_norm", "QKV GEMV", "QKV hand-off", "attention (rank 0)", "attention barrier",
-                                "o-proj GEMV", "o-proj hand-off", "rms_norm 2", "gate/up GEMV", "h hand-off", "down GEMV + store"};
+    const char* names[NOTES] = {"", "weights wait", "x in (poll)", "norm + QKV GEMV", "QKV hand-off", "attention (rank 0)", "attention barrier",
+                                "o-proj GEMV", "o-proj hand-off", "norm + gate/up GEMV", "h hand-off", "down GEMV + store"};
     double own = 0;
     printf("  traced (block 0 of the layer's cluster, ns at %.2f GHz, mean of layers 1-29 x 10 steps):\n", khz * 1e-6);
     for (int k = 1; k < NOTES; ++k) {

@@ -3,11 +3,15 @@
 #include <cstddef>
 
 constexpr int HID = 576, NQ = 9, NKV = 3, HD = 64, FF = 1536, QKV_ROWS = HID + 2 * NKV * HD, LAYERS = 30;
-constexpr int CLUSTER = 16, CLUSTERS = 7, THREADS = 256, WARPS = THREADS / 32, MAXPOS = 1024;
+#ifndef STEP_THREADS
+#define STEP_THREADS 256
+#endif
+constexpr int CLUSTER = 16, CLUSTERS = 7, THREADS = STEP_THREADS, WARPS = THREADS / 32, MAXPOS = 1024;
+constexpr int KEY_GROUPS = THREADS / 8;  // attention's P.V: 8 threads a key
 constexpr float EPS = 1e-5f;
 // A block's rows of each stage (its 1/16): QKV, output projection, gate and up (96 + 96), down.
 constexpr int R_QKV = QKV_ROWS / CLUSTER, R_O = HID / CLUSTER, R_GU = 2 * FF / CLUSTER, R_D = HID / CLUSTER;
-constexpr int NOTES = 14;          // clock notes a layer (trace)
+constexpr int NOTES = 12;          // clock notes a layer (trace)
 constexpr unsigned COPY = 32768;   // bytes a bulk copy
 constexpr int PRE_KEYS = 192;      // cached keys (and values) an attention block holds in shared memory
 
@@ -44,12 +48,14 @@ struct Smem {
     unsigned char* W;                // Share::bytes
     __nv_bfloat16 *kpre, *vpre;      // [PRE_KEYS][HD]: the head's first cached keys and values (attention blocks)
     float* rope;                     // [HD]: the position's rope row
-    float *x, *xm, *qkv, *xs, *atts, *hs, *part, *scratch, *out, *red;
+    float *x, *xm, *qkv, *xs, *atts, *hs, *part, *scratch, *out;
     __half *xn, *att, *h;
     unsigned long long* bar;
-    static constexpr int PART = R_GU * (HID / 32);  // the largest GEMV's partials; attention's scratch too
+    // The largest GEMV's partials, or attention's scratch (q, k, scores, P.V partials, output) if larger.
+    static constexpr int ATTENTION = 2 * HD + MAXPOS + 1 + KEY_GROUPS * HD + HD;
+    static constexpr int PART = ((R_GU * (HID / 32) > ATTENTION ? R_GU * (HID / 32) : ATTENTION) + 3) / 4 * 4;
     static constexpr size_t bytes() {
-        return Share::bytes + 2 * 2 * PRE_KEYS * HD + 4 * HD + 4 * (HID + HID + QKV_ROWS + 32 + 32 + 64 + PART + 256 + 32) + 2 * (HID + HID + FF) + 16;
+        return Share::bytes + 2 * 2 * PRE_KEYS * HD + 4 * HD + 4 * (HID + HID + QKV_ROWS + 32 + 32 + 64 + PART + 256) + 2 * (HID + HID + FF) + 16;
     }
     __device__ static Smem at(unsigned char* p) {
         Smem s;
@@ -66,7 +72,6 @@ struct Smem {
         s.hs = f, f += 64;
         s.part = s.scratch = f, f += PART;
         s.out = f, f += 256;
-        s.red = f, f += 32;
         __half* hf = reinterpret_cast<__half*>(f);
         s.xn = hf, hf += HID;
         s.att = hf, hf += HID;
@@ -75,5 +80,5 @@ struct Smem {
         return s;
     }
 };
-static_assert(64 + 64 + (MAXPOS + 1) + 32 * 64 + 64 <= Smem::PART, "attention's scratch fits the partials");
-static_assert((Share::bytes + 4 * (HID + HID + QKV_ROWS + 32 + 32 + 64 + Smem::PART + 256 + 32) + 2 * (HID + HID + FF)) % 16 == 0, "");
+static_assert(R_D * (FF / 32) <= Smem::PART && THREADS >= 4 * HD, "the down partials fit; attention's last sum has its threads");
+static_assert((HID + HID + QKV_ROWS + 32 + 32 + 64 + Smem::PART + 256) % 4 == 0 && HID % 8 == 0 && FF % 8 == 0, "16-byte aligned parts");
