@@ -36,19 +36,25 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 __device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
-// Two nibbles (bits 0-3 and 16-19 of w) as a half2 of their values: 1024 + q by the exponent trick, less 1024.
-__device__ __forceinline__ __half2 nibbles(unsigned w) {
+// Two nibbles of w as a half2 of their values, by the exponent trick: those at bits 0-3 and 16-19 as 1024 + q
+// (mantissa bits 0-3 of 1024.0), those at bits 4-7 and 20-23 as 64 + q (mantissa bits 4-7 of 64.0), less the base.
+__device__ __forceinline__ __half2 low_nibbles(unsigned w) {
     const unsigned v = (w & 0x000F000Fu) | 0x64006400u;
     return __hsub2(*reinterpret_cast<const __half2*>(&v), __half2half2(__ushort_as_half(0x6400)));
+}
+__device__ __forceinline__ __half2 high_nibbles(unsigned w) {
+    const unsigned v = (w & 0x00F000F0u) | 0x54005400u;
+    return __hsub2(*reinterpret_cast<const __half2*>(&v), __half2half2(__ushort_as_half(0x5400)));
 }
 // One 32-bit word of a Q4_1 block's nibbles (bytes 4i..4i+3: weights 4i..4i+3 low, 4i+16..4i+19 high) against
 // the matching 8 inputs, stored in the order `perm_slot` gives (x.x: weights 4i, 4i+2; x.y: 4i+16, 4i+18;
 // x.z: 4i+1, 4i+3; x.w: 4i+17, 4i+19). Products summed in f16 (8 of them), returned in f32.
 __device__ __forceinline__ float word_dot(unsigned w, uint4 x) {
-    __half2 acc = __hmul2(nibbles(w), *reinterpret_cast<const __half2*>(&x.x));
-    acc = __hfma2(nibbles(w >> 4), *reinterpret_cast<const __half2*>(&x.y), acc);
-    acc = __hfma2(nibbles(w >> 8), *reinterpret_cast<const __half2*>(&x.z), acc);
-    acc = __hfma2(nibbles(w >> 12), *reinterpret_cast<const __half2*>(&x.w), acc);
+    const unsigned w8 = w >> 8;
+    __half2 acc = __hmul2(low_nibbles(w), *reinterpret_cast<const __half2*>(&x.x));
+    acc = __hfma2(high_nibbles(w), *reinterpret_cast<const __half2*>(&x.y), acc);
+    acc = __hfma2(low_nibbles(w8), *reinterpret_cast<const __half2*>(&x.z), acc);
+    acc = __hfma2(high_nibbles(w8), *reinterpret_cast<const __half2*>(&x.w), acc);
     const float2 f = __half22float2(acc);
     return f.x + f.y;
 }

@@ -4,6 +4,8 @@
 # (default "256"), runs its checks and its bench (CLUSTER_MODE: all, check or bench), then (unless
 # CLUSTER_SANITIZE=0) compute-sanitizer's four tools over one small check of the first build.
 # Logs: OUTDIR/cluster-step.log, OUTDIR/cluster-step-sanitize.txt.
+# CLUSTER_NCU=1 instead: ncu's full set over one launch of the first build at 128 cached (bench mode), at the
+# GPU's own clocks with warm caches: OUTDIR/step-details.txt, step-sass.csv.gz (metrics by SASS instruction).
 set -uo pipefail
 out=${1:?usage: scripts/kernels/run-cluster-step.sh OUTDIR}
 mkdir -p "$out"
@@ -21,6 +23,15 @@ for threads in ${CLUSTER_THREADS:-256}; do
     "$here/cluster_step.cu" -o "$bin" 2>&1 | grep -E "error|registers|spill" >>"$log"
   [ -x "$bin" ] || { echo "build failed" | tee -a "$log"; status=1; continue; }
   first=${first:-$bin}
+  if [ "${CLUSTER_NCU:-0}" = 1 ]; then
+    timeout 300 ncu --set full --import-source yes --cache-control none --clock-control none --kernel-name cluster_decode_step \
+      --launch-skip 3 --launch-count 1 -o "$out/step" "$bin" bench >"$out/ncu.log" 2>&1 || status=1
+    tail -3 "$out/ncu.log"
+    ncu -i "$out/step.ncu-rep" --page details >"$out/step-details.txt" 2>&1
+    ncu -i "$out/step.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip >"$out/step-sass.csv.gz"
+    rm -f "$out/step.ncu-rep"
+    exit $status
+  fi
   timeout "${CLUSTER_TIMEOUT:-240}" "$bin" "${CLUSTER_MODE:-all}" >>"$log" 2>&1 || status=1
 done
 if [ "${CLUSTER_SANITIZE:-1}" = 1 ] && [ -n "$first" ]; then
