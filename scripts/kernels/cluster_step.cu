@@ -99,13 +99,18 @@ __device__ void gemv_partials(const uint4* q, const __half2* dm, int rows, In in
     const int kb = threadIdx.x % KB, group = threadIdx.x / KB;
     if (group >= GROUPS) return;
     const Input x = input(kb);
-#pragma unroll 2
-    for (int r = group; r < rows; r += GROUPS) {
-        const int u = r * KB + kb;
-        const uint4 w = q[u];
+    int u = group * KB + kb;
+    if (group >= rows) return;
+    uint4 w = q[u];
+    __half2 sc = dm[u];
+    for (int r = group; r < rows; r += GROUPS, u += GROUPS * KB) {
+        uint4 w_next = w;  // the next row's loads issued before this row's arithmetic
+        __half2 sc_next = sc;
+        if (r + GROUPS < rows) w_next = q[u + GROUPS * KB], sc_next = dm[u + GROUPS * KB];
         const float s = word_dot(w.x, x.v[0]) + word_dot(w.y, x.v[1]) + word_dot(w.z, x.v[2]) + word_dot(w.w, x.v[3]);
-        const float2 f = __half22float2(dm[u]);
+        const float2 f = __half22float2(sc);
         part[u] = f.x * s + f.y * x.sum;
+        w = w_next, sc = sc_next;
     }
 }
 template <int KB>
@@ -152,11 +157,37 @@ __device__ void load_share(const StepArgs& a, const Smem& s, int l, int rank) {
     }
     bulk_copy(s.rope, a.rope + (size_t)a.pos * HD, HD * 4, b);
 }
-__device__ void wait_share(unsigned long long* bar, unsigned parity) {
+__device__ void wait_phase(unsigned long long* bar, unsigned parity) {
     unsigned done = 0;
     while (!done)
         asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
                      : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
+}
+
+// ---- in-cluster hand-offs: st.async stores into the consumers' buffers, completing on their mbarriers -------
+
+__device__ __forceinline__ unsigned peer_addr(const void* p, int peer) {
+    unsigned r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_u32(p)), "r"(peer));
+    return r;
+}
+// `bytes` (a multiple of 16) from this block's `src` to `dst` (the buffer's address here) in peers [p0, p1).
+__device__ void send(const void* src, const void* dst, unsigned bytes, unsigned long long* bar, int p0, int p1) {
+    const int chunks = (int)bytes / 16;
+    for (int e = threadIdx.x; e < (p1 - p0) * chunks; e += THREADS) {
+        const int peer = p0 + e / chunks, c = e % chunks;
+        const uint4 v = reinterpret_cast<const uint4*>(src)[c];
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];"
+                     ::"r"(peer_addr((const char*)dst + c * 16, peer)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(peer_addr(bar, peer)) : "memory");
+    }
+}
+__device__ __forceinline__ void send_word(float v, const float* dst, unsigned long long* bar, int peer) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+                 ::"r"(peer_addr(dst, peer)), "r"(__float_as_uint(v)), "r"(peer_addr(bar, peer)) : "memory");
+}
+// Thread 0: this block's arrival on a hand-off's mbarrier for this turn, with the bytes it will receive.
+__device__ __forceinline__ void expect(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
 }
 
 // ---- attention of one query head (blocks 0..8 of the cluster) ------------------------------------------------
@@ -265,10 +296,21 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
         for (int k = 0; k < KEY_GROUPS / 4; ++k) o += pv[(q4 * (KEY_GROUPS / 4) + k) * HD + d];
         o += __shfl_xor_sync(0xffffffffu, o, 1);
         o += __shfl_xor_sync(0xffffffffu, o, 2);
-        if (q4 == 0) outv[d] = __half2float(__float2half(o / sum));
+        if (q4 == 0) {
+            const __half h = __float2half(o / sum);
+            outv[d] = __half2float(h);
+            s.stage[(d & ~31) + perm_slot(d & 31)] = h;
+        }
     }
     __syncthreads();
     // Hand-off: the 64 outputs (f16) and the sums of the head's two input blocks of the output projection.
+#if STEP_HANDOFF_ASYNC
+    send(s.stage, s.att + head * HD, HD * 2, s.handoff + H_ATT, 0, CLUSTER);
+    if (warp < 2) {
+        const float bs = warp_sum(outv[warp * 32 + lane]);
+        if (lane < CLUSTER) send_word(bs, s.atts + head * 2 + warp, s.handoff + H_ATT, lane);
+    }
+#else
     for (int e = t; e < HD * CLUSTER; e += THREADS) {
         const int peer = e / HD, d = e % HD, at = head * HD + (d & ~31) + perm_slot(d & 31);
         cluster.map_shared_rank(s.att, peer)[at] = __float2half(outv[d]);
@@ -277,6 +319,7 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
         const float bs = warp_sum(outv[warp * 32 + lane]);
         if (lane < CLUSTER) cluster.map_shared_rank(s.atts, lane)[head * 2 + warp] = bs;
     }
+#endif
 }
 
 // ---- the step -------------------------------------------------------------------------------------------------
@@ -287,7 +330,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
     cg::cluster_group cluster = cg::this_cluster();
     const int rank = (int)cluster.block_rank(), me = blockIdx.x / CLUSTER, t = threadIdx.x;
     if (t == 0) {
-        asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(smem_u32(s.bar)));
+        for (int k = 0; k <= HANDOFFS; ++k) asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(smem_u32(s.bar + k)));
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         load_share(a, s, me, rank);
     }
@@ -301,7 +344,11 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
         int note = 0;
         auto mark = [&]() { if (a.trace && t == 0 && note < NOTES) clocks[note++] = clock64(); };
         mark();
-        wait_share(s.bar, turn & 1u);
+        wait_phase(s.bar, turn & 1u);
+#if STEP_HANDOFF_ASYNC
+        if (t == 0)
+            for (int k = rank < NQ ? H_QKV : H_ATT; k < HANDOFFS; ++k) expect(s.handoff + k, handoff_bytes(k));
+#endif
         mark();
         for (int i = t; i < HID; i += THREADS) s.x[i] = l == 0 ? a.x0[i] : take_word(a.words + i, a.tag0 + l);
         __syncthreads();
@@ -314,13 +361,22 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
         if (t < R_QKV) s.out[t] = row_sum<HID / 32>(s.part, t);
         __syncthreads();
         mark();
+#if STEP_HANDOFF_ASYNC
+        send(s.out, s.qkv + rank * R_QKV, R_QKV * 4, s.handoff + H_QKV, 0, NQ);
+        if (rank < NQ) wait_phase(s.handoff + H_QKV, turn & 1u);
+#else
         for (int e = t; e < R_QKV * CLUSTER; e += THREADS)
             cluster.map_shared_rank(s.qkv, e / R_QKV)[rank * R_QKV + e % R_QKV] = s.out[e % R_QKV];
         cluster.sync();
+#endif
         mark();
         if (rank < NQ) attention_head(a, s, l, rank, cluster);
         mark();
+#if STEP_HANDOFF_ASYNC
+        wait_phase(s.handoff + H_ATT, turn & 1u);
+#else
         cluster.sync();
+#endif
         mark();
         // Output projection + residual: this block's 36 rows of xm = x + o into every block.
         gemv_partials<HID / 32>(W4 + Share::o_q / 16, reinterpret_cast<const __half2*>(s.W + Share::o_dm), R_O,
@@ -329,9 +385,14 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
         if (t < R_O) s.out[t] = s.x[rank * R_O + t] + row_sum<HID / 32>(s.part, t);
         __syncthreads();
         mark();
+#if STEP_HANDOFF_ASYNC
+        send(s.out, s.xm + rank * R_O, R_O * 4, s.handoff + H_XM, 0, CLUSTER);
+        wait_phase(s.handoff + H_XM, turn & 1u);
+#else
         for (int e = t; e < R_O * CLUSTER; e += THREADS)
             cluster.map_shared_rank(s.xm, e / R_O)[rank * R_O + e % R_O] = s.out[e % R_O];
         cluster.sync();
+#endif
         mark();
         // Gate and up of rms_norm(xm): this block's 96 rows of h = silu(gate) * up (f16) and their three block sums.
         norm_to(s.xm, norm2, s.xn, s.xs);
@@ -340,12 +401,22 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
         __syncthreads();
         if (t < R_GU / 2) {
             const float gate = row_sum<HID / 32>(s.part, t), up = row_sum<HID / 32>(s.part, t + R_GU / 2);
-            s.out[t] = __half2float(__float2half(gate / (1.f + __expf(-gate)) * up));
+            const __half h = __float2half(gate / (1.f + __expf(-gate)) * up);
+            s.out[t] = __half2float(h);
+            s.stage[(t & ~31) + perm_slot(t & 31)] = h;
         }
         __syncthreads();
         mark();
         {
             const int lane = t & 31, warp = t >> 5, h0 = rank * (R_GU / 2);
+#if STEP_HANDOFF_ASYNC
+            send(s.stage, s.h + h0, R_GU / 2 * 2, s.handoff + H_H, 0, CLUSTER);
+            if (warp < R_GU / 64) {
+                const float bs = warp_sum(s.out[warp * 32 + lane]);
+                if (lane < CLUSTER) send_word(bs, s.hs + h0 / 32 + warp, s.handoff + H_H, lane);
+            }
+            wait_phase(s.handoff + H_H, turn & 1u);
+#else
             for (int e = t; e < (R_GU / 2) * CLUSTER; e += THREADS) {
                 const int peer = e / (R_GU / 2), r = e % (R_GU / 2), at = h0 + (r & ~31) + perm_slot(r & 31);
                 cluster.map_shared_rank(s.h, peer)[at] = __float2half(s.out[r]);
@@ -354,8 +425,9 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
                 const float bs = warp_sum(s.out[warp * 32 + lane]);
                 if (lane < CLUSTER) cluster.map_shared_rank(s.hs, lane)[h0 / 32 + warp] = bs;
             }
+            cluster.sync();
+#endif
         }
-        cluster.sync();
         mark();
         // Down + residual: this block's 36 rows of the next layer's input, as tagged words.
         gemv_partials<FF / 32>(W4 + Share::d_q / 16, reinterpret_cast<const __half2*>(s.W + Share::d_dm), R_D,

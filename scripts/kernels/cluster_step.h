@@ -8,6 +8,9 @@ constexpr int HID = 576, NQ = 9, NKV = 3, HD = 64, FF = 1536, QKV_ROWS = HID + 2
 #endif
 constexpr int CLUSTER = 16, CLUSTERS = 7, THREADS = STEP_THREADS, WARPS = THREADS / 32, MAXPOS = 1024;
 constexpr int KEY_GROUPS = THREADS / 8;  // attention's P.V: 8 threads a key
+#ifndef STEP_HANDOFF_ASYNC
+#define STEP_HANDOFF_ASYNC 1  // in-cluster hand-offs by st.async onto the consumers' mbarriers; 0: a cluster barrier each
+#endif
 constexpr float EPS = 1e-5f;
 // A block's rows of each stage (its 1/16): QKV, output projection, gate and up (96 + 96), down.
 constexpr int R_QKV = QKV_ROWS / CLUSTER, R_O = HID / CLUSTER, R_GU = 2 * FF / CLUSTER, R_D = HID / CLUSTER;
@@ -25,6 +28,13 @@ struct Share {
     static constexpr size_t norm1 = d_dm + (size_t)R_D * (FF / 32) * 4, norm2 = norm1 + HID * 4, bytes = norm2 + HID * 4;
 };
 static_assert(Share::o_q % 16 == 0 && Share::gu_q % 16 == 0 && Share::d_q % 16 == 0 && Share::bytes % 16 == 0, "16-byte loads");
+
+// The in-cluster hand-offs and the bytes each consumer receives in one: QKV's rows (the attention blocks
+// only), attention's outputs (f16) and their block sums, the output projection's xm rows, h (f16) and its sums.
+enum Handoff { H_QKV, H_ATT, H_XM, H_H, HANDOFFS };
+__host__ __device__ constexpr unsigned handoff_bytes(int k) {
+    return k == H_QKV ? QKV_ROWS * 4 : k == H_ATT ? NQ * (HD * 2 + 2 * 4) : k == H_XM ? HID * 4 : CLUSTER * (R_GU / 2 * 2 + R_GU / 64 * 4);
+}
 
 // Where an input element j (0..31) of a Q4_1 block sits in f16 in shared memory: word i of the block's nibbles
 // (bytes 4i..4i+3) meets 8 halves at 8i: (4i, 4i+2), (4i+16, 4i+18), (4i+1, 4i+3), (4i+17, 4i+19).
@@ -49,13 +59,13 @@ struct Smem {
     __nv_bfloat16 *kpre, *vpre;      // [PRE_KEYS][HD]: the head's first cached keys and values (attention blocks)
     float* rope;                     // [HD]: the position's rope row
     float *x, *xm, *qkv, *xs, *atts, *hs, *part, *scratch, *out;
-    __half *xn, *att, *h;
-    unsigned long long* bar;
+    __half *xn, *att, *h, *stage;    // stage: a producer's f16 rows in the consumers' order, before they are sent
+    unsigned long long *bar, *handoff;  // the layer's weights; the hand-offs' (HANDOFFS)
     // The largest GEMV's partials, or attention's scratch (q, k, scores, P.V partials, output) if larger.
     static constexpr int ATTENTION = 2 * HD + MAXPOS + 1 + KEY_GROUPS * HD + HD;
     static constexpr int PART = ((R_GU * (HID / 32) > ATTENTION ? R_GU * (HID / 32) : ATTENTION) + 3) / 4 * 4;
     static constexpr size_t bytes() {
-        return Share::bytes + 2 * 2 * PRE_KEYS * HD + 4 * HD + 4 * (HID + HID + QKV_ROWS + 32 + 32 + 64 + PART + 256) + 2 * (HID + HID + FF) + 16;
+        return Share::bytes + 2 * 2 * PRE_KEYS * HD + 4 * HD + 4 * (HID + HID + QKV_ROWS + 32 + 32 + 64 + PART + 256) + 2 * (HID + HID + FF + 128) + 8 * (1 + HANDOFFS);
     }
     __device__ static Smem at(unsigned char* p) {
         Smem s;
@@ -76,7 +86,9 @@ struct Smem {
         s.xn = hf, hf += HID;
         s.att = hf, hf += HID;
         s.h = hf, hf += FF;
+        s.stage = hf, hf += 128;
         s.bar = reinterpret_cast<unsigned long long*>(hf);
+        s.handoff = s.bar + 1;
         return s;
     }
 };

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # From the repository root, on the GPU machine:  bash scripts/kernels/run-cluster-step.sh OUTDIR
-# Builds scripts/kernels/cluster_step.cu with the machine's nvcc for each block size in CLUSTER_THREADS
-# (default "256"), runs its checks and its bench (CLUSTER_MODE: all, check or bench), then (unless
+# Builds scripts/kernels/cluster_step.cu with the machine's nvcc once for each entry of CLUSTER_BUILDS
+# (space-separated NAME or NAME:FLAGS, FLAGS comma-separated nvcc -D options; default "default"), runs its
+# checks and its bench (CLUSTER_MODE: all, check or bench), then (unless
 # CLUSTER_SANITIZE=0) compute-sanitizer's four tools over one small check of the first build.
 # Logs: OUTDIR/cluster-step.log, OUTDIR/cluster-step-sanitize.txt.
 # CLUSTER_NCU=1 instead: ncu's full set over one launch of the first build at 128 cached (bench mode), at the
@@ -16,10 +17,14 @@ log="$out/cluster-step.log"
 : >"$log"
 status=0
 first=
-for threads in ${CLUSTER_THREADS:-256}; do
-  bin="$dir/cluster_step_$threads"
-  echo "== $threads threads a block" >>"$log"
-  nvcc -O3 -std=c++17 -lineinfo -DSTEP_THREADS="$threads" -gencode=arch=compute_90a,code=sm_90a -Xptxas -v \
+for build in ${CLUSTER_BUILDS:-default}; do
+  name=${build%%:*}
+  flags=
+  [ "$name" != "$build" ] && flags=${build#*:}
+  bin="$dir/cluster_step_$name"
+  echo "== build $name ${flags//,/ }" >>"$log"
+  # shellcheck disable=SC2086
+  nvcc -O3 -std=c++17 -lineinfo ${flags//,/ } -gencode=arch=compute_90a,code=sm_90a -Xptxas -v \
     "$here/cluster_step.cu" -o "$bin" 2>&1 | grep -E "error|registers|spill" >>"$log"
   [ -x "$bin" ] || { echo "build failed" | tee -a "$log"; status=1; continue; }
   first=${first:-$bin}
