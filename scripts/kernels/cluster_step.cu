@@ -36,25 +36,28 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 __device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
-// Two nibbles of w as a half2 of their values, by the exponent trick: those at bits 0-3 and 16-19 as 1024 + q
-// (mantissa bits 0-3 of 1024.0), those at bits 4-7 and 20-23 as 64 + q (mantissa bits 4-7 of 64.0), less the base.
-__device__ __forceinline__ __half2 low_nibbles(unsigned w) {
-    const unsigned v = (w & 0x000F000Fu) | 0x64006400u;
-    return __hsub2(*reinterpret_cast<const __half2*>(&v), __half2half2(__ushort_as_half(0x6400)));
-}
-__device__ __forceinline__ __half2 high_nibbles(unsigned w) {
-    const unsigned v = (w & 0x00F000F0u) | 0x54005400u;
-    return __hsub2(*reinterpret_cast<const __half2*>(&v), __half2half2(__ushort_as_half(0x5400)));
+// The nibble masks and exponent-trick bases of word_dot, held in registers (opaque to the compiler, which
+// would otherwise rebuild a constant before every use: LOP3 takes one immediate).
+struct NibbleConsts {
+    unsigned lo_mask = 0x000F000Fu, hi_mask = 0x00F000F0u, lo_base = 0x64006400u, hi_base = 0x54005400u;
+    __device__ NibbleConsts() { asm volatile("" : "+r"(lo_mask), "+r"(hi_mask), "+r"(lo_base), "+r"(hi_base)); }
+};
+// Two nibbles of w as a half2 of their values: (w & mask) | base, less the base. Those at bits 0-3 and 16-19
+// through 1024.0's mantissa bits 0-3, those at bits 4-7 and 20-23 through 64.0's bits 4-7.
+__device__ __forceinline__ __half2 nibbles(unsigned w, unsigned mask, unsigned base) {
+    unsigned v;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(v) : "r"(w), "r"(mask), "r"(base));  // (w & mask) | base
+    return __hsub2(*reinterpret_cast<const __half2*>(&v), *reinterpret_cast<const __half2*>(&base));
 }
 // One 32-bit word of a Q4_1 block's nibbles (bytes 4i..4i+3: weights 4i..4i+3 low, 4i+16..4i+19 high) against
 // the matching 8 inputs, stored in the order `perm_slot` gives (x.x: weights 4i, 4i+2; x.y: 4i+16, 4i+18;
 // x.z: 4i+1, 4i+3; x.w: 4i+17, 4i+19). Products summed in f16 (8 of them), returned in f32.
-__device__ __forceinline__ float word_dot(unsigned w, uint4 x) {
+__device__ __forceinline__ float word_dot(unsigned w, uint4 x, const NibbleConsts& k) {
     const unsigned w8 = w >> 8;
-    __half2 acc = __hmul2(low_nibbles(w), *reinterpret_cast<const __half2*>(&x.x));
-    acc = __hfma2(high_nibbles(w), *reinterpret_cast<const __half2*>(&x.y), acc);
-    acc = __hfma2(low_nibbles(w8), *reinterpret_cast<const __half2*>(&x.z), acc);
-    acc = __hfma2(high_nibbles(w8), *reinterpret_cast<const __half2*>(&x.w), acc);
+    __half2 acc = __hmul2(nibbles(w, k.lo_mask, k.lo_base), *reinterpret_cast<const __half2*>(&x.x));
+    acc = __hfma2(nibbles(w, k.hi_mask, k.hi_base), *reinterpret_cast<const __half2*>(&x.y), acc);
+    acc = __hfma2(nibbles(w8, k.lo_mask, k.lo_base), *reinterpret_cast<const __half2*>(&x.z), acc);
+    acc = __hfma2(nibbles(w8, k.hi_mask, k.hi_base), *reinterpret_cast<const __half2*>(&x.w), acc);
     const float2 f = __half22float2(acc);
     return f.x + f.y;
 }
@@ -99,6 +102,7 @@ __device__ void gemv_partials(const uint4* q, const __half2* dm, int rows, In in
     const int kb = threadIdx.x % KB, group = threadIdx.x / KB;
     if (group >= GROUPS) return;
     const Input x = input(kb);
+    const NibbleConsts k;
     int u = group * KB + kb;
     if (group >= rows) return;
     uint4 w = q[u];
@@ -107,7 +111,7 @@ __device__ void gemv_partials(const uint4* q, const __half2* dm, int rows, In in
         uint4 w_next = w;  // the next row's loads issued before this row's arithmetic
         __half2 sc_next = sc;
         if (r + GROUPS < rows) w_next = q[u + GROUPS * KB], sc_next = dm[u + GROUPS * KB];
-        const float s = word_dot(w.x, x.v[0]) + word_dot(w.y, x.v[1]) + word_dot(w.z, x.v[2]) + word_dot(w.w, x.v[3]);
+        const float s = word_dot(w.x, x.v[0], k) + word_dot(w.y, x.v[1], k) + word_dot(w.z, x.v[2], k) + word_dot(w.w, x.v[3], k);
         const float2 f = __half22float2(sc);
         part[u] = f.x * s + f.y * x.sum;
         w = w_next, sc = sc_next;
@@ -194,7 +198,8 @@ __device__ __forceinline__ void expect(unsigned long long* bar, unsigned bytes) 
 // q, k and v of the new position from the QKV hand-off (f32); rope on q and k (the row in shared memory); block 3g appends k and v of kv
 // head g at `pos`; scores over the cached keys and the new one; the head's 64 outputs (f16, perm_slot order)
 // and their two block sums into every block of the cluster.
-__device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::cluster_group& cluster) {
+template <class Mark>
+__device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::cluster_group& cluster, Mark& mark) {
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = head / (NQ / NKV), pos = a.pos;
     float* qr = s.scratch;               // [64] roped q, scaled by 1/8
     float* kr = qr + HD;                 // [64] roped new key
@@ -217,6 +222,7 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
         }
     }
     __syncthreads();
+    mark();
     // Scores: 8 lanes a key (8 dims each, one 16-byte load), 4 keys a warp, 4 passes in flight.
     const int kg = lane >> 3, dp = (lane & 7) * 8;
     float qv[8];
@@ -252,6 +258,7 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
         if (lane == 0) sc[pos] = d;
     }
     __syncthreads();
+    mark();
     // Softmax's max and sum, by every warp alone over all scores (no block barriers).
     float mx = -INFINITY, sum = 0.f;
     for (int j = lane; j <= pos; j += 32) mx = fmaxf(mx, sc[j]);
@@ -289,6 +296,7 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
 #pragma unroll
     for (int j = 0; j < 8; ++j) pv[kt * HD + dv + j] = acc[j];
     __syncthreads();
+    mark();
     if (t < 4 * HD) {  // four threads a dim, a quarter of the key groups each
         const int d = t >> 2, q4 = t & 3;
         float o = 0.f;
@@ -370,7 +378,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
         cluster.sync();
 #endif
         mark();
-        if (rank < NQ) attention_head(a, s, l, rank, cluster);
+        if (rank < NQ) attention_head(a, s, l, rank, cluster, mark);
         mark();
 #if STEP_HANDOFF_ASYNC
         wait_phase(s.handoff + H_ATT, turn & 1u);
@@ -598,7 +606,7 @@ static void bench(Device& dev, int pos) {
     }
     int khz = 0;
     CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
-    const char* names[NOTES] = {"", "weights wait", "x in (poll)", "norm + QKV GEMV", "QKV hand-off", "attention (rank 0)", "attention barrier",
+    const char* names[NOTES] = {"", "weights wait", "x in (poll)", "norm + QKV GEMV", "QKV hand-off", "attention: rope", "attention: scores", "attention: P.V", "attention: sum, send", "attention wait",
                                 "o-proj GEMV", "o-proj hand-off", "norm + gate/up GEMV", "h hand-off", "down GEMV + store"};
     double own = 0;
     printf("  traced (block 0 of the layer's cluster, ns at %.2f GHz, mean of layers 1-29 x 10 steps):\n", khz * 1e-6);

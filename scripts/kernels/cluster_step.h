@@ -14,7 +14,7 @@ constexpr int KEY_GROUPS = THREADS / 8;  // attention's P.V: 8 threads a key
 constexpr float EPS = 1e-5f;
 // A block's rows of each stage (its 1/16): QKV, output projection, gate and up (96 + 96), down.
 constexpr int R_QKV = QKV_ROWS / CLUSTER, R_O = HID / CLUSTER, R_GU = 2 * FF / CLUSTER, R_D = HID / CLUSTER;
-constexpr int NOTES = 12;          // clock notes a layer (trace)
+constexpr int NOTES = 15;          // clock notes a layer (trace)
 constexpr unsigned COPY = 32768;   // bytes a bulk copy
 constexpr int PRE_KEYS = 192;      // cached keys (and values) an attention block holds in shared memory
 
