@@ -36,7 +36,7 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 __device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
-// The nibble masks and exponent-trick bases of word_dot, held in registers (opaque to the compiler, which
+// The nibble masks and exponent-trick bases of words_dot, held in registers (opaque to the compiler, which
 // would otherwise rebuild a constant before every use: LOP3 takes one immediate).
 struct NibbleConsts {
     unsigned lo_mask = 0x000F000Fu, hi_mask = 0x00F000F0u, lo_base = 0x64006400u, hi_base = 0x54005400u;
@@ -49,15 +49,19 @@ __device__ __forceinline__ __half2 nibbles(unsigned w, unsigned mask, unsigned b
     asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(v) : "r"(w), "r"(mask), "r"(base));  // (w & mask) | base
     return __hsub2(*reinterpret_cast<const __half2*>(&v), *reinterpret_cast<const __half2*>(&base));
 }
-// One 32-bit word of a Q4_1 block's nibbles (bytes 4i..4i+3: weights 4i..4i+3 low, 4i+16..4i+19 high) against
-// the matching 8 inputs, stored in the order `perm_slot` gives (x.x: weights 4i, 4i+2; x.y: 4i+16, 4i+18;
-// x.z: 4i+1, 4i+3; x.w: 4i+17, 4i+19). Products summed in f16 (8 of them), returned in f32.
-__device__ __forceinline__ float word_dot(unsigned w, uint4 x, const NibbleConsts& k) {
-    const unsigned w8 = w >> 8;
-    __half2 acc = __hmul2(nibbles(w, k.lo_mask, k.lo_base), *reinterpret_cast<const __half2*>(&x.x));
-    acc = __hfma2(nibbles(w, k.hi_mask, k.hi_base), *reinterpret_cast<const __half2*>(&x.y), acc);
-    acc = __hfma2(nibbles(w8, k.lo_mask, k.lo_base), *reinterpret_cast<const __half2*>(&x.z), acc);
-    acc = __hfma2(nibbles(w8, k.hi_mask, k.hi_base), *reinterpret_cast<const __half2*>(&x.w), acc);
+// Two 32-bit words of a Q4_1 block's nibbles (word i: bytes 4i..4i+3, weights 4i..4i+3 low, 4i+16..4i+19 high)
+// against the matching 16 inputs, stored in the order `perm_slot` gives (for word i, x.x: weights 4i, 4i+2;
+// x.y: 4i+16, 4i+18; x.z: 4i+1, 4i+3; x.w: 4i+17, 4i+19). Products summed in f16 (16 of them), returned in f32.
+__device__ __forceinline__ float words_dot(unsigned w0, uint4 x0, unsigned w1, uint4 x1, const NibbleConsts& k) {
+    const unsigned v0 = w0 >> 8, v1 = w1 >> 8;
+    __half2 acc = __hmul2(nibbles(w0, k.lo_mask, k.lo_base), *reinterpret_cast<const __half2*>(&x0.x));
+    acc = __hfma2(nibbles(w0, k.hi_mask, k.hi_base), *reinterpret_cast<const __half2*>(&x0.y), acc);
+    acc = __hfma2(nibbles(v0, k.lo_mask, k.lo_base), *reinterpret_cast<const __half2*>(&x0.z), acc);
+    acc = __hfma2(nibbles(v0, k.hi_mask, k.hi_base), *reinterpret_cast<const __half2*>(&x0.w), acc);
+    acc = __hfma2(nibbles(w1, k.lo_mask, k.lo_base), *reinterpret_cast<const __half2*>(&x1.x), acc);
+    acc = __hfma2(nibbles(w1, k.hi_mask, k.hi_base), *reinterpret_cast<const __half2*>(&x1.y), acc);
+    acc = __hfma2(nibbles(v1, k.lo_mask, k.lo_base), *reinterpret_cast<const __half2*>(&x1.z), acc);
+    acc = __hfma2(nibbles(v1, k.hi_mask, k.hi_base), *reinterpret_cast<const __half2*>(&x1.w), acc);
     const float2 f = __half22float2(acc);
     return f.x + f.y;
 }
@@ -72,23 +76,27 @@ __device__ __forceinline__ Input input_of(const __half* x, const float* xs, int 
     const uint4* xv = reinterpret_cast<const uint4*>(x + kb * 32);
     return Input{{xv[0], xv[1], xv[2], xv[3]}, xs[kb]};
 }
+// The same without sums: the thread adds its block's 32 values (in f32).
+__device__ __forceinline__ Input input_summed(const __half* x, int kb) {
+    const uint4* xv = reinterpret_cast<const uint4*>(x + kb * 32);
+    Input in{{xv[0], xv[1], xv[2], xv[3]}, 0.f};
+    const __half2* h = reinterpret_cast<const __half2*>(in.v);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        const float2 f = __half22float2(h[i]);
+        in.sum += f.x + f.y;
+    }
+    return in;
+}
 // rms_norm's scale of a 576-wide f32 vector, computed by each warp alone (no block barrier).
 __device__ __forceinline__ float rms_scale(const float* x) {
     float ss = 0.f;
     for (int i = threadIdx.x & 31; i < HID; i += 32) ss += x[i] * x[i];
     return rsqrtf(warp_sum(ss) / HID + EPS);
 }
-// rms_norm(x) * wn into xn (f16, perm_slot order) and its block sums xs; a warp a block of 32, then a barrier.
-__device__ void norm_to(const float* x, const float* wn, __half* xn, float* xs) {
-    const float r = rms_scale(x);
-    const int lane = threadIdx.x & 31;
-    for (int kb = threadIdx.x >> 5; kb < HID / 32; kb += WARPS) {
-        const int e = kb * 32 + lane;
-        const __half v = __float2half(x[e] * r * wn[e]);
-        xn[kb * 32 + perm_slot(lane)] = v;
-        const float sum = warp_sum(__half2float(v));
-        if (lane == 0) xs[kb] = sum;
-    }
+// rms_norm's output x * r * wn into xn (f16, perm_slot order), then a barrier.
+__device__ void norm_to(const float* x, const float* wn, float r, __half* xn) {
+    for (int e = threadIdx.x; e < HID; e += THREADS) xn[(e & ~31) + perm_slot(e & 31)] = __float2half(x[e] * r * wn[e]);
     __syncthreads();
 }
 
@@ -111,7 +119,7 @@ __device__ void gemv_partials(const uint4* q, const __half2* dm, int rows, In in
         uint4 w_next = w;  // the next row's loads issued before this row's arithmetic
         __half2 sc_next = sc;
         if (r + GROUPS < rows) w_next = q[u + GROUPS * KB], sc_next = dm[u + GROUPS * KB];
-        const float s = word_dot(w.x, x.v[0], k) + word_dot(w.y, x.v[1], k) + word_dot(w.z, x.v[2], k) + word_dot(w.w, x.v[3], k);
+        const float s = words_dot(w.x, x.v[0], w.y, x.v[1], k) + words_dot(w.z, x.v[2], w.w, x.v[3], k);
         const float2 f = __half22float2(sc);
         part[u] = f.x * s + f.y * x.sum;
         w = w_next, sc = sc_next;
@@ -206,6 +214,8 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
     float* sc = kr + HD;                 // [MAXPOS + 1] scores, then probabilities
     float* pv = sc + MAXPOS + 1;         // [KEY_GROUPS][64] P.V partials
     float* outv = pv + KEY_GROUPS * HD;  // [64]
+    float* ps = outv + HD;               // [KEY_GROUPS] softmax denominators a key group
+    float* wmax = ps + KEY_GROUPS;       // [WARPS] the scores' maximum a warp
     const size_t head_at = ((size_t)l * NKV + g) * MAXPOS * HD;
     if (t < 2 * HD) {
         const int d = t & (HD - 1), i = d & 31;
@@ -229,6 +239,7 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
 #pragma unroll
     for (int j = 0; j < 8; ++j) qv[j] = qr[dp + j];
     const __nv_bfloat16* kbase = a.kc + head_at;
+    float mx = -INFINITY;
     for (int base = 0; base < pos; base += 4 * 4 * WARPS) {
         uint4 kv[4];
 #pragma unroll
@@ -250,23 +261,24 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
             d += __shfl_xor_sync(0xffffffffu, d, 1);
             d += __shfl_xor_sync(0xffffffffu, d, 2);
             d += __shfl_xor_sync(0xffffffffu, d, 4);
-            if (key < pos && (lane & 7) == 0) sc[key] = d;
+            if (key < pos) {
+                if ((lane & 7) == 0) sc[key] = d;
+                mx = fmaxf(mx, d);
+            }
         }
     }
     if (warp == 0) {  // the new key
         const float d = warp_sum(qr[lane] * kr[lane] + qr[lane + 32] * kr[lane + 32]);
         if (lane == 0) sc[pos] = d;
+        mx = fmaxf(mx, d);
     }
-    __syncthreads();
-    mark();
-    // Softmax's max and sum, by every warp alone over all scores (no block barriers).
-    float mx = -INFINITY, sum = 0.f;
-    for (int j = lane; j <= pos; j += 32) mx = fmaxf(mx, sc[j]);
     mx = warp_max(mx);
-    for (int j = lane; j <= pos; j += 32) sum += __expf(sc[j] - mx);
-    sum = warp_sum(sum);
+    if (lane == 0) wmax[warp] = mx;
+    __syncthreads();
+    for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, wmax[w]);
+    mark();
     // P.V: 8 threads a key (8 dims each, 16-byte loads), KEY_GROUPS keys a pass, 4 passes in flight.
-    float acc[8] = {};
+    float acc[8] = {}, psum = 0.f;  // psum: the softmax's denominator over this thread's keys
     const __nv_bfloat16* vbase = a.vc + head_at;
     const int kt = t >> 3, dv = (t & 7) * 8;
     for (int base = 0; base < pos; base += 4 * KEY_GROUPS) {
@@ -281,6 +293,7 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
         for (int p = 0; p < 4; ++p) {
             const int key = base + p * KEY_GROUPS + kt;
             const float pk = key < pos ? __expf(sc[key] - mx) : 0.f;
+            psum += pk;
             const __nv_bfloat162* v2 = reinterpret_cast<const __nv_bfloat162*>(&vv[p]);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
@@ -291,19 +304,23 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
     }
     if (kt == 0) {  // the new key's value row
         const float pk = __expf(sc[pos] - mx);
+        psum += pk;
         for (int j = 0; j < 8; ++j) acc[j] += pk * s.qkv[HID + NKV * HD + g * HD + dv + j];
     }
 #pragma unroll
     for (int j = 0; j < 8; ++j) pv[kt * HD + dv + j] = acc[j];
+    if (dv == 0) ps[kt] = psum;
     __syncthreads();
     mark();
     if (t < 4 * HD) {  // four threads a dim, a quarter of the key groups each
         const int d = t >> 2, q4 = t & 3;
-        float o = 0.f;
+        float o = 0.f, sum = 0.f;
 #pragma unroll
-        for (int k = 0; k < KEY_GROUPS / 4; ++k) o += pv[(q4 * (KEY_GROUPS / 4) + k) * HD + d];
+        for (int k = 0; k < KEY_GROUPS / 4; ++k) o += pv[(q4 * (KEY_GROUPS / 4) + k) * HD + d], sum += ps[q4 * (KEY_GROUPS / 4) + k];
         o += __shfl_xor_sync(0xffffffffu, o, 1);
         o += __shfl_xor_sync(0xffffffffu, o, 2);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         if (q4 == 0) {
             const __half h = __float2half(o / sum);
             outv[d] = __half2float(h);
@@ -362,9 +379,9 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
         __syncthreads();
         mark();
         // QKV of rms_norm(x): this block's 60 rows into every block.
-        norm_to(s.x, norm1, s.xn, s.xs);
+        norm_to(s.x, norm1, rms_scale(s.x), s.xn);
         gemv_partials<HID / 32>(W4 + Share::qkv_q / 16, reinterpret_cast<const __half2*>(s.W + Share::qkv_dm), R_QKV,
-                                [&](int kb) { return input_of(s.xn, s.xs, kb); }, s.part);
+                                [&](int kb) { return input_summed(s.xn, kb); }, s.part);
         __syncthreads();
         if (t < R_QKV) s.out[t] = row_sum<HID / 32>(s.part, t);
         __syncthreads();
@@ -395,17 +412,33 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
         mark();
 #if STEP_HANDOFF_ASYNC
         send(s.out, s.xm + rank * R_O, R_O * 4, s.handoff + H_XM, 0, CLUSTER);
+        if (t < 32) {  // and the sum of squares of this block's rows, for the next rms_norm
+            float v = s.out[t] * s.out[t];
+            if (t + 32 < R_O) v += s.out[t + 32] * s.out[t + 32];
+            v = warp_sum(v);
+            if (t < CLUSTER) send_word(v, s.sq + rank, s.handoff + H_XM, t);
+        }
         wait_phase(s.handoff + H_XM, turn & 1u);
 #else
         for (int e = t; e < R_O * CLUSTER; e += THREADS)
             cluster.map_shared_rank(s.xm, e / R_O)[rank * R_O + e % R_O] = s.out[e % R_O];
+        if (t < 32) {
+            float v = s.out[t] * s.out[t];
+            if (t + 32 < R_O) v += s.out[t + 32] * s.out[t + 32];
+            v = warp_sum(v);
+            if (t < CLUSTER) cluster.map_shared_rank(s.sq, t)[rank] = v;
+        }
         cluster.sync();
 #endif
         mark();
         // Gate and up of rms_norm(xm): this block's 96 rows of h = silu(gate) * up (f16) and their three block sums.
-        norm_to(s.xm, norm2, s.xn, s.xs);
+        {  // rms_norm's scale from the producers' sums of squares (in rank order: the same in every block)
+            float ss = 0.f;
+            for (int i = 0; i < CLUSTER; ++i) ss += s.sq[i];
+            norm_to(s.xm, norm2, rsqrtf(ss / HID + EPS), s.xn);
+        }
         gemv_partials<HID / 32>(W4 + Share::gu_q / 16, reinterpret_cast<const __half2*>(s.W + Share::gu_dm), R_GU,
-                                [&](int kb) { return input_of(s.xn, s.xs, kb); }, s.part);
+                                [&](int kb) { return input_summed(s.xn, kb); }, s.part);
         __syncthreads();
         if (t < R_GU / 2) {
             const float gate = row_sum<HID / 32>(s.part, t), up = row_sum<HID / 32>(s.part, t + R_GU / 2);

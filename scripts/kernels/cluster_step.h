@@ -30,10 +30,11 @@ struct Share {
 static_assert(Share::o_q % 16 == 0 && Share::gu_q % 16 == 0 && Share::d_q % 16 == 0 && Share::bytes % 16 == 0, "16-byte loads");
 
 // The in-cluster hand-offs and the bytes each consumer receives in one: QKV's rows (the attention blocks
-// only), attention's outputs (f16) and their block sums, the output projection's xm rows, h (f16) and its sums.
+// only), attention's outputs (f16) and their block sums, the output projection's xm rows and their sums of
+// squares, h (f16) and its sums.
 enum Handoff { H_QKV, H_ATT, H_XM, H_H, HANDOFFS };
 __host__ __device__ constexpr unsigned handoff_bytes(int k) {
-    return k == H_QKV ? QKV_ROWS * 4 : k == H_ATT ? NQ * (HD * 2 + 2 * 4) : k == H_XM ? HID * 4 : CLUSTER * (R_GU / 2 * 2 + R_GU / 64 * 4);
+    return k == H_QKV ? QKV_ROWS * 4 : k == H_ATT ? NQ * (HD * 2 + 2 * 4) : k == H_XM ? HID * 4 + CLUSTER * 4 : CLUSTER * (R_GU / 2 * 2 + R_GU / 64 * 4);
 }
 
 // Where an input element j (0..31) of a Q4_1 block sits in f16 in shared memory: word i of the block's nibbles
@@ -58,11 +59,11 @@ struct Smem {
     unsigned char* W;                // Share::bytes
     __nv_bfloat16 *kpre, *vpre;      // [PRE_KEYS][HD]: the head's first cached keys and values (attention blocks)
     float* rope;                     // [HD]: the position's rope row
-    float *x, *xm, *qkv, *xs, *atts, *hs, *part, *scratch, *out;
+    float *x, *xm, *sq, *qkv, *atts, *hs, *part, *scratch, *out;  // sq: xm's sums of squares by producer
     __half *xn, *att, *h, *stage;    // stage: a producer's f16 rows in the consumers' order, before they are sent
     unsigned long long *bar, *handoff;  // the layer's weights; the hand-offs' (HANDOFFS)
     // The largest GEMV's partials, or attention's scratch (q, k, scores, P.V partials, output) if larger.
-    static constexpr int ATTENTION = 2 * HD + MAXPOS + 1 + KEY_GROUPS * HD + HD;
+    static constexpr int ATTENTION = 2 * HD + MAXPOS + 1 + KEY_GROUPS * HD + HD + KEY_GROUPS + WARPS;
     static constexpr int PART = ((R_GU * (HID / 32) > ATTENTION ? R_GU * (HID / 32) : ATTENTION) + 3) / 4 * 4;
     static constexpr size_t bytes() {
         return Share::bytes + 2 * 2 * PRE_KEYS * HD + 4 * HD + 4 * (HID + HID + QKV_ROWS + 32 + 32 + 64 + PART + 256) + 2 * (HID + HID + FF + 128) + 8 * (1 + HANDOFFS);
@@ -77,7 +78,7 @@ struct Smem {
         s.x = f, f += HID;
         s.xm = f, f += HID;
         s.qkv = f, f += QKV_ROWS;
-        s.xs = f, f += 32;
+        s.sq = f, f += 32;
         s.atts = f, f += 32;
         s.hs = f, f += 64;
         s.part = s.scratch = f, f += PART;
