@@ -335,6 +335,7 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
         const float bs = warp_sum(outv[warp * 32 + lane]);
         if (lane < CLUSTER) send_word(bs, s.atts + head * 2 + warp, s.handoff + H_ATT, lane);
     }
+    __syncthreads();  // outv aliases the partials the output projection writes next
 #else
     for (int e = t; e < HD * CLUSTER; e += THREADS) {
         const int peer = e / HD, d = e % HD, at = head * HD + (d & ~31) + perm_slot(d & 31);
