@@ -3,8 +3,9 @@
 // 1/16 of the layer's Q4_1 weights in shared memory, loaded by bulk copies while the other clusters run their
 // layers (a cluster issues layer l + 7's copies as it finishes layer l). Inside a layer the stages hand over in
 // distributed shared memory (QKV -> attention -> output projection -> FFN -> down); the residual stream goes
-// to the next layer's cluster as tagged 64-bit words through L2. Not here yet: the embedding and the LM head
-// (the step's input is x0 and its result the last layer's residual stream).
+// to the next layer's cluster as tagged 64-bit words through L2. Layer 0 starts from the embedding of the token
+// the previous launch picked; after layer 29 every block takes part in the LM head and the argmax
+// (cluster_step_head.cuh), so that a graph of launches generates.
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v cluster_step.cu -o cluster_step
 //   ./cluster_step check | bench   (check: against a double-precision reference of the same layers)
 #include <cooperative_groups.h>
@@ -348,6 +349,8 @@ __device__ void attention_head(const StepArgs& a, Smem& s, int l, int head, cg::
 #endif
 }
 
+#include "cluster_step_head.cuh"
+
 // ---- the step -------------------------------------------------------------------------------------------------
 
 __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
@@ -376,7 +379,9 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
             for (int k = rank < NQ ? H_QKV : H_ATT; k < HANDOFFS; ++k) expect(s.handoff + k, handoff_bytes(k));
 #endif
         mark();
-        for (int i = t; i < HID; i += THREADS) s.x[i] = l == 0 ? a.x0[i] : take_word(a.words + i, a.tag0 + l);
+        if (l == 0) embed(a, s.x);
+        else
+            for (int i = t; i < HID; i += THREADS) s.x[i] = take_word(a.words + i, a.tag0 + l);
         __syncthreads();
         mark();
         // QKV of rms_norm(x): this block's 60 rows into every block.
@@ -490,6 +495,8 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
         if (a.trace && t == 0 && rank == 0)
             for (int i = 1; i < note; ++i) a.trace[(size_t)l * NOTES + i] = clocks[i] - clocks[i - 1];
     }
+    if (t == 0) prefetch_head(a);
+    lm_head(a, s, a.trace && blockIdx.x == 0 ? a.trace + (size_t)LAYERS * NOTES : nullptr);
     cluster.sync();  // no block leaves while another may still write its shared memory
 }
 
@@ -498,28 +505,41 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_step(StepArgs a) {
 // ---- host: device state, check, bench ------------------------------------------------------------------------
 
 struct Device {
-    unsigned char* w;
-    float *x0, *rope;
-    unsigned long long *words, *trace;
+    unsigned char *w, *head_q;
+    __half* head_d;
+    float *rope, *out_norm, *logits;
+    unsigned long long *words, *trace, *best;
     __nv_bfloat16 *kc, *vc;
     size_t cache_elems = (size_t)LAYERS * NKV * MAXPOS * HD;
     Device(const Model& m, const std::vector<unsigned char>& packed) {
         CK(cudaMalloc(&w, packed.size()));
         CK(cudaMemcpy(w, packed.data(), packed.size(), cudaMemcpyHostToDevice));
-        CK(cudaMalloc(&x0, HID * 4));
+        CK(cudaMalloc(&head_q, m.head_q.size()));
+        CK(cudaMemcpy(head_q, m.head_q.data(), m.head_q.size(), cudaMemcpyHostToDevice));
+        CK(cudaMalloc(&head_d, m.head_d.size() * 2));
+        CK(cudaMemcpy(head_d, m.head_d.data(), m.head_d.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMalloc(&out_norm, HID * 4));
+        CK(cudaMemcpy(out_norm, m.out_norm.data(), HID * 4, cudaMemcpyHostToDevice));
+        CK(cudaMalloc(&logits, VOCAB * 4));
         CK(cudaMalloc(&rope, m.rope.size() * 4));
         CK(cudaMemcpy(rope, m.rope.data(), m.rope.size() * 4, cudaMemcpyHostToDevice));
         CK(cudaMalloc(&words, HID * 8));
-        CK(cudaMalloc(&trace, (size_t)LAYERS * NOTES * 8));
+        CK(cudaMalloc(&best, 8));
+        CK(cudaMalloc(&trace, ((size_t)LAYERS * NOTES + 2) * 8));
         CK(cudaMalloc(&kc, cache_elems * 2));
         CK(cudaMalloc(&vc, cache_elems * 2));
         CK(cudaFuncSetAttribute(cluster_decode_step, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Smem::bytes()));
         CK(cudaFuncSetAttribute(cluster_decode_step, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     }
     ~Device() {
-        for (void* p : {(void*)w, (void*)x0, (void*)rope, (void*)words, (void*)trace, (void*)kc, (void*)vc}) cudaFree(p);
+        for (void* p : {(void*)w, (void*)head_q, (void*)head_d, (void*)out_norm, (void*)logits, (void*)rope, (void*)words, (void*)best,
+                        (void*)trace, (void*)kc, (void*)vc})
+            cudaFree(p);
     }
-    StepArgs args(int pos, unsigned tag0, bool traced) const { return StepArgs{w, x0, words, kc, vc, rope, pos, tag0, traced ? trace : nullptr}; }
+    StepArgs args(int pos, unsigned step, unsigned tag0, bool traced, bool with_logits) const {
+        return StepArgs{w, head_q, head_d, out_norm, best, with_logits ? logits : nullptr, step, words, kc, vc, rope, pos, tag0,
+                        traced ? trace : nullptr};
+    }
     void launch(const StepArgs& a, cudaStream_t stream = 0) const {
         cudaLaunchConfig_t cfg = {};
         cudaLaunchAttribute attr[1];
@@ -545,29 +565,33 @@ static double rel_l2(const std::vector<double>& got, const std::vector<double>& 
     return std::sqrt(num / den);
 }
 
-// Every position in `positions`: one step from a fresh random cache against the reference; returns failures.
+// Every position in `positions`: one step from a fresh random cache and token against the reference (the last
+// layer's residual stream, the appended rows, the logits and the token picked); returns the failures.
 static int check(const Model& m, Device& dev, const std::vector<int>& positions) {
     int failures = 0;
     std::mt19937 rng(7);
-    std::uniform_real_distribution<float> u(-1.f, 1.f);
     for (int pos : positions) {
-        std::vector<float> x0(HID);
-        for (float& e : x0) e = u(rng);
+        const int token = (int)(rng() % VOCAB);
         std::vector<__nv_bfloat16> kc = random_cache(dev.cache_elems, 11 + pos), vc = random_cache(dev.cache_elems, 13 + pos);
-        CK(cudaMemcpy(dev.x0, x0.data(), HID * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dev.kc, kc.data(), kc.size() * 2, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dev.vc, vc.data(), vc.size() * 2, cudaMemcpyHostToDevice));
         CK(cudaMemset(dev.words, 0, HID * 8));
+        const unsigned long long first = pack_best(0, 0.f, (unsigned)token);
+        CK(cudaMemcpy(dev.best, &first, 8, cudaMemcpyHostToDevice));
         const unsigned tag0 = 1;
-        dev.launch(dev.args(pos, tag0, false));
+        dev.launch(dev.args(pos, 1, tag0, false, true));
         CK(cudaDeviceSynchronize());
         std::vector<unsigned long long> words(HID);
         CK(cudaMemcpy(words.data(), dev.words, HID * 8, cudaMemcpyDeviceToHost));
         std::vector<__nv_bfloat16> gk(kc.size()), gv(vc.size());
         CK(cudaMemcpy(gk.data(), dev.kc, gk.size() * 2, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(gv.data(), dev.vc, gv.size() * 2, cudaMemcpyDeviceToHost));
-        const std::vector<double> want = m.step(x0, pos, kc, vc);
-        std::vector<double> got(HID);
+        std::vector<float> glog(VOCAB);
+        CK(cudaMemcpy(glog.data(), dev.logits, VOCAB * 4, cudaMemcpyDeviceToHost));
+        unsigned long long best = 0;
+        CK(cudaMemcpy(&best, dev.best, 8, cudaMemcpyDeviceToHost));
+        const std::vector<double> want = m.step(token, pos, kc, vc), want_logits = m.logits(want);
+        std::vector<double> got(HID), got_logits(glog.begin(), glog.end());
         int bad_tags = 0;
         for (int i = 0; i < HID; ++i) {
             bad_tags += (unsigned)(words[i] >> 32) != tag0 + LAYERS;
@@ -585,30 +609,36 @@ static int check(const Model& m, Device& dev, const std::vector<int>& positions)
             if (appended) ak.push_back(a), wk.push_back(b), av.push_back(c), wv.push_back(d);
             else moved += (a != b) + (c != d);
         }
-        const double ex = rel_l2(got, want), ek = rel_l2(ak, wk), ev = rel_l2(av, wv);
-        const bool ok = bad_tags == 0 && moved == 0 && ex < 1e-2 && ek < 1e-2 && ev < 1e-2;
+        // The token: the reference's best, or one whose reference logit is within 0.02 of it (a near tie).
+        const int want_token = (int)(std::max_element(want_logits.begin(), want_logits.end()) - want_logits.begin());
+        const unsigned picked = best_token(best);
+        const bool token_ok = (best >> 48) == 1 && picked < (unsigned)VOCAB && want_logits[picked] >= want_logits[want_token] - 0.02;
+        const double ex = rel_l2(got, want), ek = rel_l2(ak, wk), ev = rel_l2(av, wv), el = rel_l2(got_logits, want_logits);
+        const bool ok = bad_tags == 0 && moved == 0 && ex < 1e-2 && ek < 1e-2 && ev < 1e-2 && el < 1e-2 && token_ok;
         failures += !ok;
-        printf("check pos %4d: residual rel. L2 %.2e, appended k %.2e v %.2e, words not tagged %d, cache entries moved %zu: %s\n", pos, ex, ek, ev,
+        printf("check pos %4d, token %5d: residual rel. L2 %.2e, appended k %.2e v %.2e, logits %.2e, picked %5u (reference %5d, "
+               "%+.4f), words not tagged %d, cache entries moved %zu: %s\n",
+               pos, token, ex, ek, ev, el, picked, want_token, picked < (unsigned)VOCAB ? want_logits[picked] - want_logits[want_token] : 0.0,
                bad_tags, moved, ok ? "ok" : "FAILED");
     }
     return failures;
 }
 
 static void bench(Device& dev, int pos) {
-    std::vector<float> x0(HID, 0.5f);
-    CK(cudaMemcpy(dev.x0, x0.data(), HID * 4, cudaMemcpyHostToDevice));
     const std::vector<__nv_bfloat16> kc = random_cache(dev.cache_elems, 3);
     CK(cudaMemcpy(dev.kc, kc.data(), kc.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dev.vc, kc.data(), kc.size() * 2, cudaMemcpyHostToDevice));
     cudaStream_t stream;
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    // A graph of 20 steps (the words cleared first: the tags restart at every replay).
+    // A graph of 20 steps, each from the token the one before picked (the words and the argmax cleared first:
+    // the tags and the step numbers restart at every replay; the first step's token is 0).
     constexpr int STEPS = 20;
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     CK(cudaMemsetAsync(dev.words, 0, HID * 8, stream));
-    for (int i = 0; i < STEPS; ++i) dev.launch(dev.args(pos, 1 + 32u * i, false), stream);
+    CK(cudaMemsetAsync(dev.best, 0, 8, stream));
+    for (int i = 0; i < STEPS; ++i) dev.launch(dev.args(pos, 1 + i, 1 + 32u * i, false, false), stream);
     CK(cudaStreamEndCapture(stream, &graph));
     CK(cudaGraphInstantiate(&exec, graph, 0));
     cudaEvent_t e0, e1;
@@ -629,14 +659,17 @@ static void bench(Device& dev, int pos) {
            us.back(), us[us.size() / 2] / LAYERS);
     // Traced: block 0's cycles between its clock notes, mean over layers 1..29 and 10 steps.
     std::vector<double> sum(NOTES, 0.0);
-    std::vector<unsigned long long> tr((size_t)LAYERS * NOTES);
+    std::vector<unsigned long long> tr((size_t)LAYERS * NOTES + 2);
+    double head_wait = 0, head_work = 0;
     for (int i = 0; i < 10; ++i) {
         CK(cudaMemsetAsync(dev.words, 0, HID * 8, stream));
-        dev.launch(dev.args(pos, 1, true), stream);
+        CK(cudaMemsetAsync(dev.best, 0, 8, stream));
+        dev.launch(dev.args(pos, 1, 1, true, false), stream);
         CK(cudaStreamSynchronize(stream));
         CK(cudaMemcpy(tr.data(), dev.trace, tr.size() * 8, cudaMemcpyDeviceToHost));
         for (int l = 1; l < LAYERS; ++l)
             for (int k = 1; k < NOTES; ++k) sum[k] += (double)tr[(size_t)l * NOTES + k] / (10.0 * (LAYERS - 1));
+        head_wait += tr[(size_t)LAYERS * NOTES] / 10.0, head_work += tr[(size_t)LAYERS * NOTES + 1] / 10.0;
     }
     int khz = 0;
     CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
@@ -649,6 +682,8 @@ static void bench(Device& dev, int pos) {
         if (k > 2) own += sum[k] / (khz * 1e-6);
     }
     printf("    %-22s %7.0f (after its input arrived)\n", "layer", own);
+    printf("    LM head, block 0 (ns): from its last layer to the final residual stream %.0f, norm + rows + argmax %.0f\n",
+           head_wait / (khz * 1e-6), head_work / (khz * 1e-6));
     CK(cudaGraphExecDestroy(exec));
     CK(cudaGraphDestroy(graph));
     CK(cudaStreamDestroy(stream));

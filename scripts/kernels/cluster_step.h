@@ -2,7 +2,7 @@
 #pragma once
 #include <cstddef>
 
-constexpr int HID = 576, NQ = 9, NKV = 3, HD = 64, FF = 1536, QKV_ROWS = HID + 2 * NKV * HD, LAYERS = 30;
+constexpr int HID = 576, NQ = 9, NKV = 3, HD = 64, FF = 1536, QKV_ROWS = HID + 2 * NKV * HD, LAYERS = 30, VOCAB = 49152;
 #ifndef STEP_THREADS
 #define STEP_THREADS 256
 #endif
@@ -45,12 +45,17 @@ __host__ __device__ constexpr int perm_slot(int j) {
 
 struct StepArgs {
     const unsigned char* w;          // [LAYERS][CLUSTER][Share::bytes]
-    const float* x0;                 // [HID]: the token's embedding
+    const unsigned char* head_q;     // [VOCAB][HID]: the token matrix's Q8_0 values + 128 (embedding and LM head)
+    const __half* head_d;            // [VOCAB][HID / 32]: their scales
+    const float* out_norm;           // [HID]: the final rms_norm's weights
+    unsigned long long* best;        // the argmax (pack_best): the previous step's token in, this step's out
+    float* logits;                   // [VOCAB], or null
+    unsigned step;                   // this launch's step number (16 bits), above the previous launch's
     unsigned long long* words;       // [HID]: tag << 32 | f32 bits, the residual stream between layers
     __nv_bfloat16 *kc, *vc;          // [LAYERS][NKV][MAXPOS][HD]
     const float* rope;               // [MAXPOS][HD]: cos of frequency i at i < 32, its sin at 32 + i
     int pos;                         // the new token's position (cached: 0..pos-1)
-    unsigned tag0;                   // layer l's input words carry tag0 + l; the step's result tag0 + LAYERS
+    unsigned tag0;                   // layer l's input words carry tag0 + l; the last layer's output tag0 + LAYERS
     unsigned long long* trace;       // [LAYERS][NOTES] cycles between clock notes (block 0 of each), or null
 };
 

@@ -1,5 +1,5 @@
-// Host side of cluster_step.cu: a random SmolLM2-shaped model in GGUF's Q4_1 blocks, its packing into the
-// blocks' shares, and a double-precision reference of the same step.
+// Host side of cluster_step.cu: a random SmolLM2-shaped model in GGUF's Q4_1 blocks (its token matrix in
+// Q8_0), its packing into the blocks' shares, and a double-precision reference of the same step.
 #pragma once
 #include <cstdint>
 #include <random>
@@ -53,6 +53,13 @@ struct Layer {
 struct Model {
     std::vector<Layer> layers;
     std::vector<float> rope;  // [MAXPOS][HD] as StepArgs::rope
+    // The token matrix (embedding and LM head), Q8_0: values + 128 as StepArgs::head_q, scales as head_d.
+    std::vector<unsigned char> head_q;
+    std::vector<__half> head_d;
+    std::vector<float> out_norm;
+    double head_at(int token, int i) const {
+        return (double)__half2float(head_d[(size_t)token * (HID / 32) + i / 32]) * ((int)head_q[(size_t)token * HID + i] - 128);
+    }
     explicit Model(unsigned seed) {
         std::mt19937 rng(seed);
         std::uniform_real_distribution<float> nw(0.8f, 1.2f);
@@ -66,6 +73,13 @@ struct Model {
             for (int i = 0; i < HID; ++i) L.norm1.push_back(nw(rng)), L.norm2.push_back(nw(rng));
             layers.push_back(std::move(L));
         }
+        std::uniform_real_distribution<float> scale(0.005f, 0.015f);
+        std::uniform_int_distribution<int> byte(1, 255);  // Q8_0's values -127..127, + 128
+        head_q.resize((size_t)VOCAB * HID);
+        for (unsigned char& q : head_q) q = (unsigned char)byte(rng);
+        head_d.resize((size_t)VOCAB * (HID / 32));
+        for (__half& d : head_d) d = __float2half(scale(rng));
+        for (int i = 0; i < HID; ++i) out_norm.push_back(nw(rng));
         rope.resize((size_t)MAXPOS * HD);
         for (int p = 0; p < MAXPOS; ++p)
             for (int i = 0; i < 32; ++i) {
@@ -105,9 +119,11 @@ struct Model {
         return out;
     }
 
-    // One step in double: x0 in, the last layer's residual stream out; appends to kc / vc (bf16, as the kernel).
-    std::vector<double> step(const std::vector<float>& x0, int pos, std::vector<__nv_bfloat16>& kc, std::vector<__nv_bfloat16>& vc) const {
-        std::vector<double> x(x0.begin(), x0.end());
+    // One step in double: the token's embedding in, the last layer's residual stream out; appends to kc / vc
+    // (bf16, as the kernel).
+    std::vector<double> step(int token, int pos, std::vector<__nv_bfloat16>& kc, std::vector<__nv_bfloat16>& vc) const {
+        std::vector<double> x(HID);
+        for (int i = 0; i < HID; ++i) x[i] = head_at(token, i);
         auto norm = [](const std::vector<double>& v, const std::vector<float>& w) {
             double ss = 0;
             for (double e : v) ss += e * e;
@@ -163,5 +179,15 @@ struct Model {
             for (int i = 0; i < HID; ++i) x[i] = xm[i] + dn[i];
         }
         return x;
+    }
+    // The LM head's logits of the last layer's residual stream, in double.
+    std::vector<double> logits(const std::vector<double>& x) const {
+        double ss = 0;
+        for (double e : x) ss += e * e;
+        const double r = 1.0 / std::sqrt(ss / HID + EPS);
+        std::vector<double> out(VOCAB, 0.0);
+        for (int v = 0; v < VOCAB; ++v)
+            for (int i = 0; i < HID; ++i) out[v] += head_at(v, i) * x[i] * r * out_norm[i];
+        return out;
     }
 };
