@@ -354,3 +354,21 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
     }
     assert!(failures.is_empty(), "{} model kernel compilations failed:\n{}", failures.len(), failures.join("\n\n"));
 }
+
+/// The decode step on thread-block clusters (`fuse::ir::codegen::decode_step_source`): compiles with NVRTC for
+/// sm_90a (clusters, bulk copies, st.async) and assembles without spills.
+#[test]
+fn the_decode_step_kernel_compiles_and_assembles_without_spills() {
+    use fuse::ir::codegen::{decode_step_source, DECODE_STEP_ENTRY};
+    let required = std::env::var("FUSE_TEST_NVRTC").is_ok_and(|v| v == "1");
+    let (true, Some(ptxas)) = (nvrtc_available(), ptxas()) else {
+        assert!(!required, "FUSE_TEST_NVRTC=1 but NVRTC or ptxas is missing");
+        let _ = writeln!(std::io::stderr(), "kernels_compile: decode step SKIPPED, no NVRTC or ptxas");
+        return;
+    };
+    let ptx = compile_ptx(DECODE_STEP_ENTRY, decode_step_source(), &[], "sm_90a").unwrap_or_else(|e| panic!("NVRTC: {e}"));
+    let report = ptxas_check(&ptxas, DECODE_STEP_ENTRY, &ptx, "sm_90a").unwrap_or_else(|e| panic!("ptxas: {e}"));
+    eprintln!("kernels_compile: {DECODE_STEP_ENTRY} sm_90a: {} registers, {} bytes of stack", report.registers, report.stack_frame_bytes);
+    assert!(ptx.contains(&format!(".entry {DECODE_STEP_ENTRY}(")), "the PTX has no entry {DECODE_STEP_ENTRY}");
+    assert!(report.spill_stores == 0 && report.spill_loads == 0, "{DECODE_STEP_ENTRY} spills registers:\n{}", report.log);
+}

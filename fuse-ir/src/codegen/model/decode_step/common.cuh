@@ -1,0 +1,186 @@
+// The decode step as one launch on thread-block clusters (docs/persistent-step.md): shapes, the shared-memory
+// layout, the argument struct and the small helpers. Self-contained (includes nothing: NVRTC builds it as it
+// is; scripts/kernels/cluster_step.cu includes the same files under nvcc with its host checks). The shapes are
+// a Llama decoder's, SmolLM2-135M's unless defined otherwise; the weights are GGUF's Q4_1 (layers) and Q8_0
+// (the token matrix, tied embedding and LM head), packed by the host (the layout below).
+#ifndef FUSE_STEP_HID
+#define FUSE_STEP_HID 576
+#define FUSE_STEP_HEADS 9
+#define FUSE_STEP_KV_HEADS 3
+#define FUSE_STEP_FF 1536
+#define FUSE_STEP_LAYERS 30
+#define FUSE_STEP_VOCAB 49152
+#endif
+#ifndef FUSE_STEP_THREADS
+#define FUSE_STEP_THREADS 256
+#endif
+
+constexpr int HID = FUSE_STEP_HID, NQ = FUSE_STEP_HEADS, NKV = FUSE_STEP_KV_HEADS, HD = 64, FF = FUSE_STEP_FF;
+constexpr int QKV_ROWS = HID + 2 * NKV * HD, LAYERS = FUSE_STEP_LAYERS, VOCAB = FUSE_STEP_VOCAB;
+constexpr int CLUSTER = 16, CLUSTERS = 7, THREADS = FUSE_STEP_THREADS, WARPS = THREADS / 32, MAXPOS = 1024;
+constexpr int KEY_GROUPS = THREADS / 8;  // attention's P.V: 8 threads a key
+constexpr float EPS = 1e-5f;
+// A block's rows of each stage (its 1/16): QKV, output projection, gate and up (96 + 96), down.
+constexpr int R_QKV = QKV_ROWS / CLUSTER, R_O = HID / CLUSTER, R_GU = 2 * FF / CLUSTER, R_D = HID / CLUSTER;
+constexpr int NOTES = 15;          // clock notes a layer (trace)
+constexpr unsigned COPY = 32768;   // bytes a bulk copy
+constexpr int PRE_KEYS = 192;      // cached keys (and values) an attention block holds in shared memory
+static_assert(QKV_ROWS % CLUSTER == 0 && HID % CLUSTER == 0 && FF % (CLUSTER * 32) == 0 && HID % 32 == 0, "rows split evenly");
+static_assert(NQ <= CLUSTER && NQ % NKV == 0 && VOCAB <= 65536, "a query head a block; tokens in 16 bits");
+
+// A block's share of a layer, as loaded into its shared memory (byte offsets): each stage's nibbles
+// [rows][blocks of 32][16 bytes], then its (d, m) [rows][blocks] as f16 pairs; then both norms' weights (f32).
+struct Share {
+    static constexpr unsigned long long qkv_q = 0, qkv_dm = qkv_q + (unsigned long long)R_QKV * (HID / 32) * 16;
+    static constexpr unsigned long long o_q = qkv_dm + (unsigned long long)R_QKV * (HID / 32) * 4, o_dm = o_q + (unsigned long long)R_O * (HID / 32) * 16;
+    static constexpr unsigned long long gu_q = o_dm + (unsigned long long)R_O * (HID / 32) * 4, gu_dm = gu_q + (unsigned long long)R_GU * (HID / 32) * 16;
+    static constexpr unsigned long long d_q = gu_dm + (unsigned long long)R_GU * (HID / 32) * 4, d_dm = d_q + (unsigned long long)R_D * (FF / 32) * 16;
+    static constexpr unsigned long long norm1 = d_dm + (unsigned long long)R_D * (FF / 32) * 4, norm2 = norm1 + HID * 4, bytes = norm2 + HID * 4;
+};
+static_assert(Share::o_q % 16 == 0 && Share::gu_q % 16 == 0 && Share::d_q % 16 == 0 && Share::bytes % 16 == 0, "16-byte loads");
+
+// The in-cluster hand-offs and the bytes each consumer receives in one: QKV's rows (the attention blocks
+// only), attention's outputs (f16) and their block sums, the output projection's xm rows and their sums of
+// squares, h (f16) and its block sums.
+enum Handoff { H_QKV, H_ATT, H_XM, H_H, HANDOFFS };
+__host__ __device__ constexpr unsigned handoff_bytes(int k) {
+    return k == H_QKV ? QKV_ROWS * 4 : k == H_ATT ? NQ * (HD * 2 + 2 * 4) : k == H_XM ? HID * 4 + CLUSTER * 4 : CLUSTER * (R_GU / 2 * 2 + R_GU / 64 * 4);
+}
+
+// Where an input element j (0..31) of a Q4_1 block sits in f16 in shared memory: word i of the block's nibbles
+// (bytes 4i..4i+3) meets 8 halves at 8i: (4i, 4i+2), (4i+16, 4i+18), (4i+1, 4i+3), (4i+17, 4i+19).
+__host__ __device__ constexpr int perm_slot(int j) {
+    return ((j & 15) >> 2) * 8 + ((((j & 15) & 1) * 2 + (j >> 4)) * 2) + (((j & 15) & 3) >> 1);
+}
+
+// The packed argmax: the step's number above the logit (as an ordered 32-bit key) above the token, so that
+// atomicMax across blocks picks the step's largest logit (the higher token on an exact tie) and a later step's
+// result always replaces an earlier one's (no reset between launches).
+__host__ __device__ inline unsigned long long pack_best(unsigned step, unsigned logit_bits, unsigned token) {
+    const unsigned ordered = (logit_bits & 0x80000000u) ? ~logit_bits : (logit_bits | 0x80000000u);
+    return ((unsigned long long)(step & 0xFFFFu) << 48) | ((unsigned long long)ordered << 16) | (token & 0xFFFFu);
+}
+__host__ __device__ inline unsigned best_token(unsigned long long best) { return (unsigned)(best & 0xFFFFu); }
+// The rows of the LM head block `block` owns: [head_first(block), head_first(block + 1)).
+__host__ __device__ inline int head_first(int block) { return (int)((long long)block * VOCAB / (CLUSTER * CLUSTERS)); }
+
+// The kernel's argument: 8-byte words only (the library packs it as u64 words in this order).
+struct FuseDecodeStepArgs {
+    const unsigned char* w;          // [LAYERS][CLUSTER][Share::bytes]
+    const unsigned char* head_q;     // [VOCAB][HID]: the token matrix's Q8_0 values + 128 (embedding and LM head)
+    const unsigned short* head_d;    // [VOCAB][HID / 32]: their scales (f16)
+    const float* out_norm;           // [HID]: the final rms_norm's weights
+    unsigned long long* best;        // the argmax (pack_best): the previous step's token in, this step's out
+    float* logits;                   // [VOCAB], or null
+    unsigned long long* words;       // [HID]: tag << 32 | f32 bits, the residual stream between layers
+    unsigned short *kc, *vc;         // [LAYERS][NKV][MAXPOS][HD] (bf16)
+    const float* rope;               // [MAXPOS][HD]: cos of frequency i at i < 32, its sin at 32 + i
+    unsigned long long* trace;       // [LAYERS][NOTES] + 2: cycles between clock notes (rank 0 of each layer), or null
+    long long pos;                   // the new token's position (cached: 0..pos-1)
+    unsigned long long step;         // this launch's step number (16 bits), above the previous launch's
+    unsigned long long tag0;         // layer l's input words carry tag0 + l; the last layer's output tag0 + LAYERS
+};
+
+// The block's shared memory.
+struct Smem {
+    unsigned char* W;                // Share::bytes
+    unsigned short *kpre, *vpre;     // [PRE_KEYS][HD]: the head's first cached keys and values (attention blocks)
+    float* rope;                     // [HD]: the position's rope row
+    float *x, *xm, *sq, *qkv, *atts, *hs, *part, *scratch, *out;  // sq: xm's sums of squares by producer
+    unsigned short *xn, *att, *h, *stage;  // f16; stage: a producer's rows in the consumers' order, before they are sent
+    unsigned long long *bar, *handoff;  // the layer's weights; the hand-offs' (HANDOFFS)
+    // The largest GEMV's partials, or attention's scratch (q, k, scores, P.V partials, output, sums) if larger.
+    static constexpr int ATTENTION = 2 * HD + MAXPOS + 1 + KEY_GROUPS * HD + HD + KEY_GROUPS + WARPS;
+    static constexpr int PART = ((R_GU * (HID / 32) > ATTENTION ? R_GU * (HID / 32) : ATTENTION) + 3) / 4 * 4;
+    static constexpr unsigned long long bytes() {
+        return Share::bytes + 2 * 2 * PRE_KEYS * HD + 4 * HD + 4 * (HID + HID + QKV_ROWS + 32 + 32 + 64 + PART + 256) + 2 * (HID + HID + FF + 128) +
+               8 * (1 + HANDOFFS);
+    }
+    __device__ static Smem at(unsigned char* p) {
+        Smem s;
+        s.W = p;
+        s.kpre = reinterpret_cast<unsigned short*>(p + Share::bytes);
+        s.vpre = s.kpre + PRE_KEYS * HD;
+        s.rope = reinterpret_cast<float*>(s.vpre + PRE_KEYS * HD);
+        float* f = s.rope + HD;
+        s.x = f, f += HID;
+        s.xm = f, f += HID;
+        s.qkv = f, f += QKV_ROWS;
+        s.sq = f, f += 32;
+        s.atts = f, f += 32;
+        s.hs = f, f += 64;
+        s.part = s.scratch = f, f += PART;
+        s.out = f, f += 256;
+        unsigned short* hf = reinterpret_cast<unsigned short*>(f);
+        s.xn = hf, hf += HID;
+        s.att = hf, hf += HID;
+        s.h = hf, hf += FF;
+        s.stage = hf, hf += 128;
+        s.bar = reinterpret_cast<unsigned long long*>(hf);
+        s.handoff = s.bar + 1;
+        return s;
+    }
+};
+static_assert(R_D * (FF / 32) <= Smem::PART && THREADS >= 4 * HD && R_GU / 2 <= 128, "partials, attention's last sum, the stage fit");
+static_assert((HID + HID + QKV_ROWS + 32 + 32 + 64 + Smem::PART + 256) % 4 == 0 && HID % 8 == 0 && FF % 8 == 0, "16-byte aligned parts");
+
+// ---- f16 and bf16 as bits (no headers): a half2 is an unsigned of two f16 -----------------------------------
+
+__device__ __forceinline__ unsigned h2_sub(unsigned a, unsigned b) {
+    unsigned d;
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+__device__ __forceinline__ unsigned h2_mul(unsigned a, unsigned b) {
+    unsigned d;
+    asm("mul.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+__device__ __forceinline__ unsigned h2_fma(unsigned a, unsigned b, unsigned c) {
+    unsigned d;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ float h_to_f(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ unsigned short f_to_h(float f) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+// The sum of a half2's two values, in f32.
+__device__ __forceinline__ float h2_sum(unsigned h2) { return h_to_f((unsigned short)(h2 & 0xFFFFu)) + h_to_f((unsigned short)(h2 >> 16)); }
+__device__ __forceinline__ float bf_to_f(unsigned short b) { return __uint_as_float((unsigned)b << 16); }
+__device__ __forceinline__ unsigned short f_to_bf(float f) {
+    unsigned short b;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(f));
+    return b;
+}
+// Two bf16 in a word as f32 (low, high).
+__device__ __forceinline__ float bf2_lo(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf2_hi(unsigned w) { return __uint_as_float(w & 0xFFFF0000u); }
+
+// ---- small pieces --------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+// Every block of the cluster here, its earlier memory operations visible to the others after it.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ float neg_inf() { return __uint_as_float(0xff800000u); }
