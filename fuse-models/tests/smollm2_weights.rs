@@ -144,3 +144,42 @@ fn whole_model_dequantises() {
         bytes as f64 / 1e6 / seconds
     );
 }
+
+/// The one-launch decode step's packing of the real file: SmolLM2's shapes and sizes, and a few rows of the
+/// shares (QKV rows, queries and keys put back in half-split order; gate, up, down) dequantising to the
+/// loader's values.
+#[test]
+fn packs_for_the_one_launch_decode_step() {
+    let Some(file) = common::model() else { return };
+    let packed = fuse_models::llama::DecodeStepWeights::pack(file).unwrap();
+    let shape = packed.shape;
+    assert_eq!((shape.hidden, shape.heads, shape.kv_heads, shape.intermediate, shape.layers, shape.vocab), (576, 9, 3, 1536, 30, 49152));
+    assert_eq!(packed.shares.len(), 30 * 16 * 142_848);
+    assert_eq!((packed.head_q.len(), packed.head_d.len(), packed.rope.len()), (49152 * 576, 49152 * 18, 1024 * 64));
+    let layout = shape.share_layout();
+    // A share's row r of a stage, dequantised as ggml does (d * q + m).
+    let row = |share: &[u8], q_at: usize, dm_at: usize, r: usize, kbs: usize| -> Vec<f32> {
+        (0..kbs)
+            .flat_map(|kb| {
+                let dm = &share[dm_at + (r * kbs + kb) * 4..][..4];
+                let d = half::f16::from_le_bytes([dm[0], dm[1]]).to_f32();
+                let m = half::f16::from_le_bytes([dm[2], dm[3]]).to_f32();
+                let qs: Vec<u8> = share[q_at + (r * kbs + kb) * 16..][..16].to_vec();
+                (0..32).map(move |j| d * (if j < 16 { qs[j] & 15 } else { qs[j - 16] >> 4 }) as f32 + m)
+            })
+            .collect()
+    };
+    for (layer, rank) in [(0usize, 0usize), (17, 5), (29, 15)] {
+        let share = &packed.shares[(layer * 16 + rank) * 142_848..][..142_848];
+        let f32s = |part: &str| file.tensor_f32(&format!("blk.{layer}.{part}.weight")).unwrap();
+        let mut qkv = unpermute_rotary_rows(&f32s("attn_q"), 576, 576, 9).unwrap();
+        qkv.extend(unpermute_rotary_rows(&f32s("attn_k"), 192, 576, 3).unwrap());
+        qkv.extend(f32s("attn_v"));
+        let first = rank * 60; // the block's first QKV row (query rows for blocks 0-9, value rows for 13-15)
+        assert_eq!(row(share, layout[0], layout[1], 0, 18), qkv[first * 576..(first + 1) * 576], "layer {layer} block {rank} first QKV row");
+        let (gate, up, down) = (f32s("ffn_gate"), f32s("ffn_up"), f32s("ffn_down"));
+        assert_eq!(row(share, layout[4], layout[5], 0, 18), gate[rank * 96 * 576..][..576], "layer {layer} block {rank} first gate row");
+        assert_eq!(row(share, layout[4], layout[5], 96, 18), up[rank * 96 * 576..][..576], "layer {layer} block {rank} first up row");
+        assert_eq!(row(share, layout[6], layout[7], 35, 48), down[(rank * 36 + 35) * 1536..][..1536], "layer {layer} block {rank} last down row");
+    }
+}

@@ -1,0 +1,234 @@
+//! The weights of the one-launch decode step (`fuse::ir::codegen::decode_step_source`,
+//! docs/persistent-step.md) from a GGUF file, in the kernel's layout: each layer's Q4_1 matrices split over
+//! the [`STEP_SHARES`] blocks of a cluster (a block's rows of QKV, the output projection, gate and up, down,
+//! then both norms' weights), the Q8_0 token matrix (tied embedding and LM head) as value + 128 bytes and f16
+//! scales, the final norm and the rope table. The file's blocks are copied as they are (no dequantisation); the
+//! query and key rows are put back in Hugging Face's half-split order, as [`super::Llama::load`] does.
+
+use super::load::Config;
+use crate::ggml_type::GgmlType;
+use crate::gguf::GgufFile;
+use crate::rotary::unpermute_rotary_rows;
+use crate::{Error, Result};
+
+/// Blocks a layer's rows are split over: one thread-block cluster (`CLUSTER` in the kernel).
+pub const STEP_SHARES: usize = 16;
+/// Positions the kernel's caches and rope table hold (`MAXPOS`).
+pub const STEP_MAX_POSITIONS: usize = 1024;
+/// Dynamic shared memory a block may have on sm_90 (227 KB).
+pub const STEP_SHARED_MEMORY_LIMIT: usize = 232_448;
+const HEAD_DIM: usize = 64;
+const Q4_1_BYTES: usize = 20; // 32 weights: f16 d, f16 m, 16 bytes of nibbles
+const Q8_0_BYTES: usize = 34; // 32 weights: f16 d, 32 i8
+const THREADS: usize = 256;
+const PRE_KEYS: usize = 192;
+
+/// A model's shapes as the kernel takes them (its `FUSE_STEP_*` defines), and a block's layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepShape {
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub intermediate: usize,
+    pub layers: usize,
+    pub vocab: usize,
+}
+
+impl StepShape {
+    /// The shapes of `config`, or an error naming the first of the kernel's limits it is past.
+    pub fn of(config: &Config) -> Result<StepShape> {
+        let c = config;
+        let shape = StepShape { hidden: c.hidden, heads: c.heads, kv_heads: c.kv_heads, intermediate: c.intermediate, layers: c.layers, vocab: c.vocab };
+        let limit = |ok: bool, what: String| if ok { Ok(()) } else { Err(Error::BadShape { what: format!("the one-launch decode step cannot run this model: {what}") }) };
+        limit(c.head_dim == HEAD_DIM, format!("heads of {} dimensions (it is written for {HEAD_DIM})", c.head_dim))?;
+        limit(c.heads <= STEP_SHARES && c.heads % c.kv_heads == 0, format!("{} query heads over {} kv heads (at most {STEP_SHARES}, a whole number a kv head)", c.heads, c.kv_heads))?;
+        limit(c.hidden % 32 == 0 && c.hidden / 32 <= THREADS, format!("hidden size {} (a multiple of 32, at most {})", c.hidden, 32 * THREADS))?;
+        limit(c.intermediate % (STEP_SHARES * 32) == 0 && c.intermediate / 32 <= THREADS, format!("intermediate size {} (a multiple of {})", c.intermediate, STEP_SHARES * 32))?;
+        limit(c.intermediate / STEP_SHARES <= 128, format!("intermediate size {} (at most {} rows of h a block)", c.intermediate, 128))?;
+        limit(c.vocab <= 1 << 16 && c.vocab > 0, format!("a vocabulary of {} (token ids in 16 bits)", c.vocab))?;
+        limit(c.layers > 0, "no layers".into())?;
+        let bytes = shape.shared_memory_bytes();
+        limit(bytes <= STEP_SHARED_MEMORY_LIMIT, format!("{bytes} bytes of shared memory a block (at most {STEP_SHARED_MEMORY_LIMIT})"))?;
+        Ok(shape)
+    }
+
+    /// The defines that build the kernel for these shapes.
+    pub fn defines(&self) -> Vec<String> {
+        [("HID", self.hidden), ("HEADS", self.heads), ("KV_HEADS", self.kv_heads), ("FF", self.intermediate), ("LAYERS", self.layers), ("VOCAB", self.vocab)]
+            .iter()
+            .map(|(name, value)| format!("-DFUSE_STEP_{name}={value}"))
+            .collect()
+    }
+
+    /// A block's rows of QKV, the output projection, gate and up together, and down.
+    pub fn rows(&self) -> [usize; 4] {
+        let qkv = self.hidden + 2 * self.kv_heads * HEAD_DIM;
+        [qkv / STEP_SHARES, self.hidden / STEP_SHARES, 2 * self.intermediate / STEP_SHARES, self.hidden / STEP_SHARES]
+    }
+
+    /// Where each part of a block's share starts (common.cuh's `Share`): QKV's nibbles and scales, the output
+    /// projection's, gate/up's, down's, the two norms; and the share's size.
+    pub fn share_layout(&self) -> [usize; 11] {
+        let [qkv, o, gu, d] = self.rows();
+        let (kh, kf) = (self.hidden / 32, self.intermediate / 32);
+        let mut at = [0usize; 11];
+        let sizes = [qkv * kh * 16, qkv * kh * 4, o * kh * 16, o * kh * 4, gu * kh * 16, gu * kh * 4, d * kf * 16, d * kf * 4, self.hidden * 4, self.hidden * 4];
+        for (i, size) in sizes.iter().enumerate() {
+            at[i + 1] = at[i] + size;
+        }
+        at
+    }
+
+    pub fn share_bytes(&self) -> usize {
+        self.share_layout()[10]
+    }
+
+    /// A block's dynamic shared memory (common.cuh's `Smem::bytes`).
+    pub fn shared_memory_bytes(&self) -> usize {
+        let [_, _, gu, _] = self.rows();
+        let qkv_rows = self.hidden + 2 * self.kv_heads * HEAD_DIM;
+        let key_groups = THREADS / 8;
+        let attention = 2 * HEAD_DIM + STEP_MAX_POSITIONS + 1 + key_groups * HEAD_DIM + HEAD_DIM + key_groups + THREADS / 32;
+        let part = (gu * (self.hidden / 32)).max(attention).div_ceil(4) * 4;
+        self.share_bytes()
+            + 2 * 2 * PRE_KEYS * HEAD_DIM
+            + 4 * HEAD_DIM
+            + 4 * (2 * self.hidden + qkv_rows + 32 + 32 + 64 + part + 256)
+            + 2 * (2 * self.hidden + self.intermediate + 128)
+            + 8 * 5
+    }
+}
+
+/// The kernel's weights for one model, on the host.
+pub struct DecodeStepWeights {
+    pub shape: StepShape,
+    /// [layers][STEP_SHARES][share_bytes]
+    pub shares: Vec<u8>,
+    /// [vocab][hidden]: the token matrix's Q8_0 values + 128.
+    pub head_q: Vec<u8>,
+    /// [vocab][hidden / 32]: their scales (f16 bits).
+    pub head_d: Vec<u16>,
+    /// [hidden]: the final rms_norm's weights.
+    pub out_norm: Vec<f32>,
+    /// [STEP_MAX_POSITIONS][64]: cos of position p times frequency i at i < 32, its sin at 32 + i (f32, as
+    /// Hugging Face computes them).
+    pub rope: Vec<f32>,
+}
+
+impl DecodeStepWeights {
+    /// Packs `file`'s weights: every layer matrix must be Q4_1, the token matrix Q8_0.
+    pub fn pack(file: &GgufFile) -> Result<DecodeStepWeights> {
+        let config = Config::from_gguf(file)?;
+        let shape = StepShape::of(&config)?;
+        let (h, kh) = (shape.hidden, shape.hidden / 32);
+        let layout = shape.share_layout();
+        let share = shape.share_bytes();
+        let mut shares = vec![0u8; shape.layers * STEP_SHARES * share];
+        for l in 0..shape.layers {
+            let name = |part: &str| format!("blk.{l}.{part}.weight");
+            let kv = shape.kv_heads * HEAD_DIM;
+            let mut qkv = q4_1_rows(file, &name("attn_q"), h, h, Some(shape.heads))?;
+            qkv.extend(q4_1_rows(file, &name("attn_k"), kv, h, Some(shape.kv_heads))?);
+            qkv.extend(q4_1_rows(file, &name("attn_v"), kv, h, None)?);
+            let o = q4_1_rows(file, &name("attn_output"), h, h, None)?;
+            let gate = q4_1_rows(file, &name("ffn_gate"), shape.intermediate, h, None)?;
+            let up = q4_1_rows(file, &name("ffn_up"), shape.intermediate, h, None)?;
+            let down = q4_1_rows(file, &name("ffn_down"), h, shape.intermediate, None)?;
+            let norm1 = f32_vector(file, &name("attn_norm"), h)?;
+            let norm2 = f32_vector(file, &name("ffn_norm"), h)?;
+            let [r_qkv, r_o, r_gu, r_d] = shape.rows();
+            for rank in 0..STEP_SHARES {
+                let out = &mut shares[(l * STEP_SHARES + rank) * share..][..share];
+                put_rows(out, layout[0], layout[1], &qkv, kh, (0..r_qkv).map(|r| rank * r_qkv + r));
+                put_rows(out, layout[2], layout[3], &o, kh, (0..r_o).map(|r| rank * r_o + r));
+                let half = r_gu / 2;
+                let gate_up: Vec<[u8; Q4_1_BYTES]> = (0..r_gu)
+                    .flat_map(|r| {
+                        let (m, row) = if r < half { (&gate, rank * half + r) } else { (&up, rank * half + r - half) };
+                        m[row * kh..(row + 1) * kh].iter().copied()
+                    })
+                    .collect();
+                put_rows(out, layout[4], layout[5], &gate_up, kh, 0..r_gu);
+                put_rows(out, layout[6], layout[7], &down, shape.intermediate / 32, (0..r_d).map(|r| rank * r_d + r));
+                for (i, v) in norm1.iter().enumerate() {
+                    out[layout[8] + 4 * i..][..4].copy_from_slice(&v.to_le_bytes());
+                }
+                for (i, v) in norm2.iter().enumerate() {
+                    out[layout[9] + 4 * i..][..4].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        let (head_q, head_d) = token_matrix(file, shape.vocab, h)?;
+        Ok(DecodeStepWeights { shape, shares, head_q, head_d, out_norm: f32_vector(file, "output_norm.weight", h)?, rope: rope_table(config.rope_theta) })
+    }
+}
+
+/// The Q4_1 blocks of the `rows` x `cols` matrix `name` ([rows][cols / 32]), its rows in Hugging Face's
+/// half-split order when `heads` is given (a query or key projection).
+fn q4_1_rows(file: &GgufFile, name: &str, rows: usize, cols: usize, heads: Option<usize>) -> Result<Vec<[u8; Q4_1_BYTES]>> {
+    let info = file.tensor_info(name)?;
+    if info.ggml_type != GgmlType::Q4_1 || info.shape() != [rows, cols] {
+        return Err(Error::BadShape { what: format!("{name} is {} {:?}; the one-launch decode step reads Q4_1 [{rows}, {cols}]", info.ggml_type, info.shape()) });
+    }
+    let blocks: Vec<[u8; Q4_1_BYTES]> = file.tensor_bytes(name)?.chunks_exact(Q4_1_BYTES).map(|b| b.try_into().expect("20-byte chunks")).collect();
+    match heads {
+        Some(heads) => unpermute_rotary_rows(&blocks, rows, cols / 32, heads),
+        None => Ok(blocks),
+    }
+}
+
+/// Writes the given rows of `m` ([rows][kbs] blocks) into a share: their nibbles at `q_at` ([row][kb][16]),
+/// their (d, m) at `dm_at` ([row][kb][4]), rows numbered in the share from 0.
+fn put_rows(out: &mut [u8], q_at: usize, dm_at: usize, m: &[[u8; Q4_1_BYTES]], kbs: usize, rows: impl Iterator<Item = usize>) {
+    for (r, row) in rows.enumerate() {
+        for kb in 0..kbs {
+            let block = &m[row * kbs + kb];
+            out[q_at + (r * kbs + kb) * 16..][..16].copy_from_slice(&block[4..]);
+            out[dm_at + (r * kbs + kb) * 4..][..4].copy_from_slice(&block[..4]);
+        }
+    }
+}
+
+fn f32_vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>> {
+    let v = file.tensor_f32(name)?;
+    if v.len() != len {
+        return Err(Error::BadShape { what: format!("{name} has {} values, expected {len}", v.len()) });
+    }
+    Ok(v)
+}
+
+/// The Q8_0 token matrix as value + 128 bytes [vocab][hidden] and f16 scale bits [vocab][hidden / 32].
+fn token_matrix(file: &GgufFile, vocab: usize, hidden: usize) -> Result<(Vec<u8>, Vec<u16>)> {
+    let name = "token_embd.weight";
+    let info = file.tensor_info(name)?;
+    if info.ggml_type != GgmlType::Q8_0 || info.shape() != [vocab, hidden] {
+        return Err(Error::BadShape { what: format!("{name} is {} {:?}; the one-launch decode step reads Q8_0 [{vocab}, {hidden}]", info.ggml_type, info.shape()) });
+    }
+    let bytes = file.tensor_bytes(name)?;
+    let mut q = Vec::with_capacity(vocab * hidden);
+    let mut d = Vec::with_capacity(vocab * hidden / 32);
+    for block in bytes.chunks_exact(Q8_0_BYTES) {
+        d.push(u16::from_le_bytes([block[0], block[1]]));
+        q.extend(block[2..].iter().map(|&b| (b as i8 as i16 + 128) as u8));
+    }
+    Ok((q, d))
+}
+
+/// cos and sin of `p * theta^(-2i/64)` for p < STEP_MAX_POSITIONS, in f32 as Hugging Face's Llama computes them.
+fn rope_table(theta: f64) -> Vec<f32> {
+    let theta = theta as f32;
+    let inv: Vec<f32> = (0..HEAD_DIM / 2).map(|i| 1.0 / theta.powf((2 * i) as f32 / HEAD_DIM as f32)).collect();
+    let mut table = vec![0f32; STEP_MAX_POSITIONS * HEAD_DIM];
+    for p in 0..STEP_MAX_POSITIONS {
+        for (i, f) in inv.iter().enumerate() {
+            let angle = p as f32 * f;
+            table[p * HEAD_DIM + i] = angle.cos();
+            table[p * HEAD_DIM + HEAD_DIM / 2 + i] = angle.sin();
+        }
+    }
+    table
+}
+
+#[cfg(test)]
+#[path = "decode_step_tests.rs"]
+mod tests;
