@@ -30,7 +30,7 @@ struct Device {
     unsigned char *w, *head_q;
     __half* head_d;
     float *rope, *out_norm, *logits;
-    unsigned long long *words, *trace, *best;
+    unsigned long long *words, *trace, *best, *k_layers, *v_layers;
     __nv_bfloat16 *kc, *vc;
     size_t cache_elems = (size_t)LAYERS * NKV * MAXPOS * HD;
     Device(const Model& m, const std::vector<unsigned char>& packed) {
@@ -50,17 +50,25 @@ struct Device {
         CK(cudaMalloc(&trace, ((size_t)LAYERS * NOTES + 2) * 8));
         CK(cudaMalloc(&kc, cache_elems * 2));
         CK(cudaMalloc(&vc, cache_elems * 2));
+        // Each layer's caches ([NKV][MAXPOS][HD] in the one buffer), as the kernel takes them.
+        std::vector<unsigned long long> kl(LAYERS), vl(LAYERS);
+        for (int l = 0; l < LAYERS; ++l)
+            kl[l] = (unsigned long long)(kc + (size_t)l * NKV * MAXPOS * HD), vl[l] = (unsigned long long)(vc + (size_t)l * NKV * MAXPOS * HD);
+        CK(cudaMalloc(&k_layers, LAYERS * 8));
+        CK(cudaMalloc(&v_layers, LAYERS * 8));
+        CK(cudaMemcpy(k_layers, kl.data(), LAYERS * 8, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(v_layers, vl.data(), LAYERS * 8, cudaMemcpyHostToDevice));
         CK(cudaFuncSetAttribute(fuse_decode_step, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Smem::bytes()));
         CK(cudaFuncSetAttribute(fuse_decode_step, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     }
     ~Device() {
         for (void* p : {(void*)w, (void*)head_q, (void*)head_d, (void*)out_norm, (void*)logits, (void*)rope, (void*)words, (void*)best,
-                        (void*)trace, (void*)kc, (void*)vc})
+                        (void*)trace, (void*)kc, (void*)vc, (void*)k_layers, (void*)v_layers})
             cudaFree(p);
     }
     FuseDecodeStepArgs args(int pos, unsigned step, unsigned tag0, bool traced, bool with_logits) const {
         return FuseDecodeStepArgs{w, head_q, reinterpret_cast<const unsigned short*>(head_d), out_norm, best, with_logits ? logits : nullptr, words,
-                                  reinterpret_cast<unsigned short*>(kc), reinterpret_cast<unsigned short*>(vc), rope, traced ? trace : nullptr, pos, step, tag0};
+                                  k_layers, v_layers, rope, traced ? trace : nullptr, pos, MAXPOS, step, tag0};
     }
     void launch(const FuseDecodeStepArgs& a, cudaStream_t stream = 0) const {
         cudaLaunchConfig_t cfg = {};

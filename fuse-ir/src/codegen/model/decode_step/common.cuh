@@ -73,10 +73,12 @@ struct FuseDecodeStepArgs {
     unsigned long long* best;        // the argmax (pack_best): the previous step's token in, this step's out
     float* logits;                   // [VOCAB], or null
     unsigned long long* words;       // [HID]: tag << 32 | f32 bits, the residual stream between layers
-    unsigned short *kc, *vc;         // [LAYERS][NKV][MAXPOS][HD] (bf16)
+    const unsigned long long* k_layers;  // [LAYERS]: each layer's key cache, [NKV][capacity][HD] bf16
+    const unsigned long long* v_layers;  // [LAYERS]: its value cache, the same
     const float* rope;               // [MAXPOS][HD]: cos of frequency i at i < 32, its sin at 32 + i
     unsigned long long* trace;       // [LAYERS][NOTES] + 2: cycles between clock notes (rank 0 of each layer), or null
-    long long pos;                   // the new token's position (cached: 0..pos-1)
+    long long pos;                   // the new token's position (cached: 0..pos-1), below capacity and MAXPOS
+    long long capacity;              // positions a cache holds (its rows' stride)
     unsigned long long step;         // this launch's step number (16 bits), above the previous launch's
     unsigned long long tag0;         // layer l's input words carry tag0 + l; the last layer's output tag0 + LAYERS
 };

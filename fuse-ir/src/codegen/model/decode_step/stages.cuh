@@ -127,10 +127,10 @@ __device__ void load_share(const FuseDecodeStepArgs& a, const Smem& s, int l, in
     asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(b), "r"((unsigned)Share::bytes + (attends ? 2 * kv_bytes + HD * 4 : 0)) : "memory");
     bulk_copy(s.W, a.w + ((unsigned long long)l * CLUSTER + rank) * Share::bytes, (unsigned)Share::bytes, b);
     if (!attends) return;
-    const unsigned long long head_at = ((unsigned long long)l * NKV + rank / (NQ / NKV)) * MAXPOS * HD;
+    const unsigned long long head_at = (unsigned long long)(rank / (NQ / NKV)) * a.capacity * HD;
     if (keys) {
-        bulk_copy(s.kpre, a.kc + head_at, kv_bytes, b);
-        bulk_copy(s.vpre, a.vc + head_at, kv_bytes, b);
+        bulk_copy(s.kpre, reinterpret_cast<const unsigned short*>(a.k_layers[l]) + head_at, kv_bytes, b);
+        bulk_copy(s.vpre, reinterpret_cast<const unsigned short*>(a.v_layers[l]) + head_at, kv_bytes, b);
     }
     bulk_copy(s.rope, a.rope + (unsigned long long)a.pos * HD, HD * 4, b);
 }
@@ -182,7 +182,8 @@ __device__ void attention_head(const FuseDecodeStepArgs& a, Smem& s, int l, int 
     float* outv = pv + KEY_GROUPS * HD;  // [64]
     float* ps = outv + HD;               // [KEY_GROUPS] softmax denominators a key group
     float* wmax = ps + KEY_GROUPS;       // [WARPS] the scores' maximum a warp
-    const unsigned long long head_at = ((unsigned long long)l * NKV + g) * MAXPOS * HD;
+    unsigned short* kbase = reinterpret_cast<unsigned short*>(a.k_layers[l]) + (unsigned long long)g * a.capacity * HD;
+    unsigned short* vbase = reinterpret_cast<unsigned short*>(a.v_layers[l]) + (unsigned long long)g * a.capacity * HD;
     const float* vnew = s.qkv + HID + NKV * HD + g * HD;
     if (t < 2 * HD) {
         const int d = t & (HD - 1), i = d & 31;
@@ -193,8 +194,8 @@ __device__ void attention_head(const FuseDecodeStepArgs& a, Smem& s, int l, int 
         else {
             kr[d] = v;
             if (head % (NQ / NKV) == 0) {
-                a.kc[head_at + (unsigned long long)pos * HD + d] = f_to_bf(v);
-                a.vc[head_at + (unsigned long long)pos * HD + d] = f_to_bf(vnew[d]);
+                kbase[(unsigned long long)pos * HD + d] = f_to_bf(v);
+                vbase[(unsigned long long)pos * HD + d] = f_to_bf(vnew[d]);
             }
         }
     }
@@ -205,7 +206,6 @@ __device__ void attention_head(const FuseDecodeStepArgs& a, Smem& s, int l, int 
     float qv[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) qv[j] = qr[dp + j];
-    const unsigned short* kbase = a.kc + head_at;
     float mx = neg_inf();
     for (int base = 0; base < pos; base += 4 * 4 * WARPS) {
         uint4 kv[4];
@@ -243,7 +243,6 @@ __device__ void attention_head(const FuseDecodeStepArgs& a, Smem& s, int l, int 
     mark();
     // P.V: 8 threads a key (8 dims each, 16-byte loads), KEY_GROUPS keys a pass, 4 passes in flight.
     float acc[8] = {}, psum = 0.f;  // psum: the softmax's denominator over this thread's keys
-    const unsigned short* vbase = a.vc + head_at;
     const int kt = t >> 3, dv = (t & 7) * 8;
     for (int base = 0; base < pos; base += 4 * KEY_GROUPS) {
         uint4 vv[4];
