@@ -43,6 +43,9 @@ pub mod tune;
 pub mod testing;
 
 pub use cuda::CudaDevice;
+/// The one-launch decode step's kernel (a Llama decoder's step at batch 1 in one launch; sm_90).
+#[cfg(feature = "cuda")]
+pub use cuda::decode_step::{DecodeStep, DecodeStepWeightsRef};
 /// NVRTC and ptxas checks of generated kernels, for tests and tools (tests/kernels_compile.rs).
 #[doc(hidden)]
 pub use cuda::compile::nvrtc::{compile_ptx, nvrtc_available, nvrtc_version, ptxas_check, NvrtcError, PtxasReport};

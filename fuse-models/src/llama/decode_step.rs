@@ -5,11 +5,13 @@
 //! scales, the final norm and the rope table. The file's blocks are copied as they are (no dequantisation); the
 //! query and key rows are put back in Hugging Face's half-split order, as [`super::Llama::load`] does.
 
-use super::load::Config;
+use super::cache::KvCache;
+use super::load::{Config, Llama};
 use crate::ggml_type::GgmlType;
 use crate::gguf::GgufFile;
 use crate::rotary::unpermute_rotary_rows;
 use crate::{Error, Result};
+use fuse::prelude::*;
 
 /// Blocks a layer's rows are split over: one thread-block cluster (`CLUSTER` in the kernel).
 pub const STEP_SHARES: usize = 16;
@@ -160,6 +162,77 @@ impl DecodeStepWeights {
         }
         let (head_q, head_d) = token_matrix(file, shape.vocab, h)?;
         Ok(DecodeStepWeights { shape, shares, head_q, head_d, out_norm: f32_vector(file, "output_norm.weight", h)?, rope: rope_table(config.rope_theta) })
+    }
+}
+
+/// Greedy decoding with the one-launch decode step (an sm_90 GPU): a prompt prefilled by a [`Llama`] loaded
+/// in bf16 (the library's fused path) into its [`KvCache`], then one launch a token, the kernel reading and
+/// appending to the same cache. The kernel's numerics are its own (the file's Q4_1 weights as they are, f16
+/// activations into the products, f32 sums), so its tokens can part from the bf16 path's near ties.
+pub struct OneLaunchDecoder {
+    kernel: fuse::DecodeStep,
+    shape: StepShape,
+}
+
+impl OneLaunchDecoder {
+    /// Packs `file`'s weights and puts them on `device` with the kernel compiled for their shapes.
+    pub fn new(file: &GgufFile, device: &Device) -> Result<OneLaunchDecoder> {
+        let w = DecodeStepWeights::pack(file)?;
+        let s = w.shape;
+        let defines = s.defines();
+        let kernel = fuse::DecodeStep::new(
+            device,
+            fuse::DecodeStepWeightsRef {
+                defines: &defines,
+                shared_bytes: s.shared_memory_bytes(),
+                layers: s.layers,
+                kv_heads: s.kv_heads,
+                hidden: s.hidden,
+                vocab: s.vocab,
+                max_positions: STEP_MAX_POSITIONS,
+                shares: &w.shares,
+                head_q: &w.head_q,
+                head_d: &w.head_d,
+                out_norm: &w.out_norm,
+                rope: &w.rope,
+            },
+        )?;
+        Ok(OneLaunchDecoder { kernel, shape: s })
+    }
+
+    /// Up to `max_new` greedy tokens after `prompt` (stopping after `eos`): the prompt through `llama` into
+    /// `cache` (bf16, batch 1, at most [`STEP_MAX_POSITIONS`] positions; empty or holding this sequence so
+    /// far), the first token from its logits, every later one from a launch of the kernel.
+    pub fn generate(&mut self, llama: &Llama, cache: &mut KvCache, prompt: &[u32], max_new: usize, eos: u32) -> Result<Vec<u32>> {
+        if llama.dtype() != DType::BF16 || cache.batch() != 1 || cache.capacity() > STEP_MAX_POSITIONS {
+            return Err(Error::BadShape {
+                what: format!(
+                    "the one-launch decode step reads a bf16 cache of one sequence and at most {STEP_MAX_POSITIONS} positions (model in {}, cache of {} sequences and {} positions)",
+                    llama.dtype(),
+                    cache.batch(),
+                    cache.capacity()
+                ),
+            });
+        }
+        if llama.config.layers != self.shape.layers || llama.config.hidden != self.shape.hidden || llama.config.vocab != self.shape.vocab {
+            return Err(Error::BadShape { what: "the model is not the one the decoder's weights were packed from".into() });
+        }
+        if max_new == 0 {
+            return Ok(Vec::new());
+        }
+        cache.reserve(prompt.len() + max_new - 1)?;
+        let logits = llama.forward(prompt, cache)?;
+        let first = logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| if v > best.1 { (i, v) } else { best }).0 as u32;
+        let layers: Vec<(Tensor, Tensor)> = (0..self.shape.layers).map(|i| cache.layer(i)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        self.kernel.set_caches(&layers)?;
+        self.kernel.set_token(first)?;
+        let mut out = vec![first];
+        while out.len() < max_new && out.last() != Some(&eos) {
+            self.kernel.queue(cache.len(), false)?;
+            cache.advance_by(1)?;
+            out.push(self.kernel.token()?);
+        }
+        Ok(out)
     }
 }
 

@@ -187,3 +187,11 @@ fn a_layer_matrix_not_in_q4_1_is_refused() {
     let err = DecodeStepWeights::pack(&file).err().expect("a Q8_0 attn_v is refused").to_string();
     assert!(err.contains("blk.0.attn_v.weight is Q8_0") && err.contains("reads Q4_1 [64, 128]"), "{err}");
 }
+
+#[test]
+fn the_decoder_needs_a_gpu_and_says_so() {
+    let (bytes, _) = small_model(5, false);
+    let file = GgufFile::from_bytes(bytes, "small.gguf").unwrap();
+    let err = OneLaunchDecoder::new(&file, &fuse::Device::Cpu).err().expect("refused on the CPU").to_string();
+    assert!(err.contains("runs on a GPU"), "{err}");
+}

@@ -16,7 +16,7 @@ mod step;
 
 pub use block::{AttentionBlock, FfnBlock};
 pub use cache::KvCache;
-pub use decode_step::{DecodeStepWeights, StepShape, STEP_MAX_POSITIONS, STEP_SHARED_MEMORY_LIMIT, STEP_SHARES};
+pub use decode_step::{DecodeStepWeights, OneLaunchDecoder, StepShape, STEP_MAX_POSITIONS, STEP_SHARED_MEMORY_LIMIT, STEP_SHARES};
 pub use generate::{generate, Generated, Sampling};
 pub use load::{Config, Llama};
 pub use step::{Decoder, StepInputs};

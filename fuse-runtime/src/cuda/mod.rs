@@ -16,6 +16,7 @@
 mod buffers;
 pub(crate) mod capture;
 pub(crate) mod compile;
+pub(crate) mod decode_step;
 pub(crate) mod device;
 pub(crate) mod driver;
 pub(crate) mod exec;

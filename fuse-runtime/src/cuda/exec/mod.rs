@@ -25,7 +25,7 @@ mod fuse_args;
 mod gemm_path;
 mod gemm_paths;
 pub(crate) mod kernels;
-mod launch;
+pub(crate) mod launch;
 mod launch_plan;
 mod model;
 mod rope_append;
