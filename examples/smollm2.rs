@@ -8,12 +8,13 @@
 //! Without `--model` it reads the file `scripts/fetch-smollm2.sh` fetched. It prints the text as it is
 //! generated, then the prefill and decode speed; `--json FILE` writes the ids, the text and the speeds;
 //! `--compare-unfused` times one decode step fused and unfused. The device defaults to the GPU when there is
-//! one (`--device cpu` or `cuda` to choose).
+//! one (`--device cpu` or `cuda` to choose). `--one-launch` decodes greedily with the one-launch decode step
+//! (an sm_90 GPU; the prompt prefilled in bf16) and also times its kernel alone.
 
 use fuse::prelude::*;
 use fuse_models::chat::ChatMessage;
 use fuse_models::gguf::GgufFile;
-use fuse_models::llama::{generate, Llama, Sampling};
+use fuse_models::llama::{generate, Llama, OneLaunchDecoder, Sampling};
 use fuse_models::tokenizer::Tokenizer;
 use std::io::Write;
 use std::path::PathBuf;
@@ -30,16 +31,18 @@ struct Options {
     json: Option<PathBuf>,
     chat: bool,
     compare_unfused: bool,
+    one_launch: bool,
 }
 
 fn parse() -> std::result::Result<Options, String> {
-    let mut o = Options { prompt: String::new(), max_tokens: 64, temperature: 0.0, top_p: 0.9, seed: 0, device: "best".into(), dtype: DType::F32, model: None, json: None, chat: false, compare_unfused: false };
+    let mut o = Options { prompt: String::new(), max_tokens: 64, temperature: 0.0, top_p: 0.9, seed: 0, device: "best".into(), dtype: DType::F32, model: None, json: None, chat: false, compare_unfused: false, one_launch: false };
     let mut args = std::env::args().skip(1);
     let mut prompt = None;
     while let Some(flag) = args.next() {
-        if flag == "--chat" || flag == "--compare-unfused" {
+        if flag == "--chat" || flag == "--compare-unfused" || flag == "--one-launch" {
             o.chat |= flag == "--chat";
             o.compare_unfused |= flag == "--compare-unfused";
+            o.one_launch |= flag == "--one-launch";
             continue;
         }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
@@ -88,6 +91,9 @@ fn run() -> std::result::Result<(), Box<dyn std::error::Error>> {
     };
     let file = GgufFile::open(&path)?;
     let tokenizer = Tokenizer::from_gguf(&file)?;
+    if o.one_launch {
+        return one_launch(&o, &file, &tokenizer, &device);
+    }
     let model = Llama::load(&file, &device, o.dtype)?;
     let text = if o.chat { tokenizer.apply_chat_template(&[ChatMessage::user(&o.prompt)])? } else { o.prompt.clone() };
     let prompt_ids = tokenizer.encode(&text)?;
@@ -173,4 +179,33 @@ fn json_string(s: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// `--one-launch`: greedy decoding with the one-launch decode step, its speed with the tokens read back each
+/// step, and its kernel alone (100 steps queued back to back).
+fn one_launch(o: &Options, file: &GgufFile, tokenizer: &Tokenizer, device: &Device) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    if o.temperature > 0.0 {
+        return Err("--one-launch decodes greedily: drop --temperature".into());
+    }
+    let model = Llama::load(file, device, DType::BF16)?;
+    let mut decoder = OneLaunchDecoder::new(file, device)?;
+    let text = if o.chat { tokenizer.apply_chat_template(&[ChatMessage::user(&o.prompt)])? } else { o.prompt.clone() };
+    let prompt_ids = tokenizer.encode(&text)?;
+    let capacity = (prompt_ids.len() + o.max_tokens + 1).min(fuse_models::llama::STEP_MAX_POSITIONS);
+    // Warm-up on a cache of its own: the kernels compile, the prefill's GEMM paths are tuned.
+    decoder.generate(&model, &mut model.new_cache(capacity)?, &prompt_ids, 2, tokenizer.eos_id())?;
+    let mut cache = model.new_cache(capacity)?;
+    let start = std::time::Instant::now();
+    let ids = decoder.generate(&model, &mut cache, &prompt_ids, o.max_tokens, tokenizer.eos_id())?;
+    let total = start.elapsed().as_secs_f64();
+    println!("{text}{}", tokenizer.decode(&ids)?);
+    let kernel_us = decoder.time_steps(&cache, 100)?;
+    eprintln!(
+        "one-launch decode step on {device}: {} tokens in {:.1} ms with the prefill ({:.0} us a token, tokens read back each step); the kernel alone {kernel_us:.1} us a step (100 queued back to back at position {})",
+        ids.len(),
+        total * 1e3,
+        total * 1e6 / ids.len().max(1) as f64,
+        cache.len()
+    );
+    Ok(())
 }

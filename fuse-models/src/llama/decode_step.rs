@@ -234,6 +234,15 @@ impl OneLaunchDecoder {
         }
         Ok(out)
     }
+
+    /// Microseconds a step of the kernel alone, `steps` launches queued back to back at `cache`'s next
+    /// position (rows past its length are written and left as scratch; the length does not move). The
+    /// caches are `cache`'s (bf16, batch 1, as [`OneLaunchDecoder::generate`] takes them).
+    pub fn time_steps(&mut self, cache: &KvCache, steps: usize) -> Result<f64> {
+        let layers: Vec<(Tensor, Tensor)> = (0..self.shape.layers).map(|i| cache.layer(i)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        self.kernel.set_caches(&layers)?;
+        Ok(self.kernel.time_steps(cache.len(), steps)?)
+    }
 }
 
 /// The Q4_1 blocks of the `rows` x `cols` matrix `name` ([rows][cols / 32]), its rows in Hugging Face's

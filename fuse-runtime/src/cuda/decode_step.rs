@@ -204,6 +204,14 @@ impl DecodeStep {
         launch_kernel(&self.device, DECODE_STEP_ENTRY, &self.function, dims, &mut words)
     }
 
+    /// Microseconds a step, `steps` steps queued back to back at position `pos` (each writes the same cache
+    /// row, at or past the caller's length: scratch until a real step writes it), by CUDA events.
+    pub fn time_steps(&mut self, pos: usize, steps: usize) -> Result<f64> {
+        let device = self.device.clone();
+        let ms = device.time_ms(|| (0..steps).try_for_each(|_| self.queue(pos, false)))?;
+        Ok(ms * 1e3 / steps.max(1) as f64)
+    }
+
     /// The token the last step picked (waits for it).
     pub fn token(&self) -> Result<u32> {
         let best = self.device.stream().clone_dtoh(&self.best).map_err(|e| driver_error(&format!("{OP}: read the token"), e))?;
