@@ -18,6 +18,10 @@
 #   persistent  the persistent decode-step prototype (scripts/kernels/run-persistent.sh): every design's checks
 #             (PERSISTENT_MODE=all: their tables and phases too), decode_step_fused's checks, rows, trace and
 #             stages timed alone, ablations in processes of their own, the four sanitizers over its small checks (30 s each)
+#   cluster   the one-launch decode step's harness (scripts/kernels/run-cluster-step.sh: its checks against the
+#             reference, its bench with per-stage clocks, the four sanitizers; CLUSTER_BUILDS for variants)
+#   one-launch  the library's one-launch decoder on the real model (after `model`): smollm2 --one-launch (its
+#             tokens, us a token, the kernel alone) and the greedy-token test against transformers
 # Writes OUTDIR/check.log (what ran, how long, the tables' rows, the tests' results) and the steps' own
 # files: ab.log, tests.log, sanitize.txt, bench.log, bench_decode.json, peers.json, prefill_peers.json, profile/.
 set -uo pipefail
@@ -99,6 +103,22 @@ for step in "${steps[@]}"; do
         bash scripts/kernels/run-persistent.sh "$out" >/dev/null 2>&1 || say "persistent: exit $?"
       grep -E "^(check|\||copy|parts|    phases|    block|    fused trace|    last block|stage alone|persistent|ablation|  pause|  ablation|grid|\()" "$out/persistent.log" | sed 's/^/  /' >>"$log"
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^==" "$out/persistent-sanitize.txt" | sed 's/^/  /' >>"$log"
+      ;;
+    cluster)
+      fits cluster 200 || continue
+      say "one-launch decode step harness"
+      CLUSTER_TIMEOUT=$((budget - $(elapsed) - 120)) bash scripts/kernels/run-cluster-step.sh "$out" >/dev/null 2>&1 || say "cluster: exit $?"
+      grep -E "^(==|check|bench|    |fuse_decode_step|ptxas)" "$out/cluster-step.log" | sed 's/^/  /' >>"$log"
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^==" "$out/cluster-step-sanitize.txt" | sed 's/^/  /' >>"$log"
+      ;;
+    one-launch)
+      fits one-launch 90 || continue
+      say "one-launch decoder (library)"
+      timeout 60 .gpu/bin/example-smollm2 --prompt "Once upon a time" --max-tokens 48 --one-launch >"$out/one-launch.log" 2>&1 || say "one-launch: exit $?"
+      for t in .gpu/bin/test-smollm2_decode_step-*; do
+        FUSE_TEST_GPU=1 timeout 60 "$t" --nocapture >>"$out/one-launch.log" 2>&1 || say "FAILED ${t##*/}: exit $?"
+      done
+      grep -vE "^\s*$" "$out/one-launch.log" | tail -12 | sed 's/^/  /' >>"$log"
       ;;
     profile)
       fits profile 170 || continue
