@@ -100,6 +100,7 @@ impl DecodeStep {
         function
             .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
             .map_err(|e| driver_error(&format!("{OP}: allow clusters of {DECODE_STEP_CLUSTER}"), e))?;
+        check_residency(gpu, &function, shared_bytes)?;
         let stream = gpu.stream();
         let zeros = |n: usize| stream.alloc_zeros::<u64>(n).map_err(|e| driver_error(&format!("{OP}: alloc"), e));
         Ok(DecodeStep {
@@ -222,4 +223,42 @@ impl DecodeStep {
     pub fn logits(&self) -> Result<Vec<f32>> {
         self.device.stream().clone_dtoh(&self.logits).map_err(|e| driver_error(&format!("{OP}: read the logits"), e))
     }
+}
+
+/// The step's clusters wait on each other (a layer's cluster polls the words the layer before wrote), so all
+/// of them must be resident at once: an error, not a hang, on a GPU that cannot hold them.
+fn check_residency(gpu: &CudaDevice, function: &CudaFunction, shared_bytes: u32) -> Result<()> {
+    use cudarc::driver::sys;
+    // SAFETY (zeroed): plain data; the cluster member is the one the attribute id names.
+    let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attribute.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: DECODE_STEP_CLUSTER, y: 1, z: 1 };
+    let config = sys::CUlaunchConfig {
+        gridDimX: DECODE_STEP_CLUSTER * DECODE_STEP_CLUSTERS,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: DECODE_STEP_THREADS,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: shared_bytes,
+        hStream: gpu.stream().cu_stream(),
+        attrs: &mut attribute,
+        numAttrs: 1,
+    };
+    let mut clusters: std::ffi::c_int = 0;
+    // SAFETY: `config` and `attribute` outlive the call; the function is loaded in the device's context.
+    let status = unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, function.cu_function(), &config) };
+    if status != sys::CUresult::CUDA_SUCCESS {
+        return Err(Error::Cuda { op: format!("{OP}: clusters resident at once"), message: format!("{status:?}") });
+    }
+    if (clusters as u32) < DECODE_STEP_CLUSTERS {
+        return Err(Error::unsupported(
+            OP,
+            "new",
+            format!(
+                "this GPU holds {clusters} clusters of {DECODE_STEP_CLUSTER} blocks with {shared_bytes} bytes of shared memory each at once; the step needs {DECODE_STEP_CLUSTERS} resident together"
+            ),
+        ));
+    }
+    Ok(())
 }
