@@ -155,7 +155,7 @@ fn packs_for_the_one_launch_decode_step() {
     let shape = packed.shape;
     assert_eq!((shape.hidden, shape.heads, shape.kv_heads, shape.intermediate, shape.layers, shape.vocab), (576, 9, 3, 1536, 30, 49152));
     assert_eq!(packed.shares.len(), 30 * 16 * 142_848);
-    assert_eq!((packed.head_q.len(), packed.head_d.len(), packed.rope.len()), (49152 * 576, 49152 * 18, 1024 * 64));
+    assert_eq!((packed.head_q.len(), packed.head_d.len(), packed.rope.len()), (49152 * 576, 49152 * 18, fuse_models::llama::STEP_MAX_POSITIONS * 64));
     let layout = shape.share_layout();
     // A share's row r of a stage, dequantised as ggml does (d * q + m).
     let row = |share: &[u8], q_at: usize, dm_at: usize, r: usize, kbs: usize| -> Vec<f32> {

@@ -15,8 +15,8 @@ use fuse::prelude::*;
 
 /// Blocks a layer's rows are split over: one thread-block cluster (`CLUSTER` in the kernel).
 pub const STEP_SHARES: usize = 16;
-/// Positions the kernel's caches and rope table hold (`MAXPOS`).
-pub const STEP_MAX_POSITIONS: usize = 1024;
+/// Positions the library builds the kernel for (`FUSE_STEP_MAX_POSITIONS`: its scores and rope table).
+pub const STEP_MAX_POSITIONS: usize = 2048;
 /// Dynamic shared memory a block may have on sm_90 (227 KB).
 pub const STEP_SHARED_MEMORY_LIMIT: usize = 232_448;
 const HEAD_DIM: usize = 64;
@@ -34,13 +34,23 @@ pub struct StepShape {
     pub intermediate: usize,
     pub layers: usize,
     pub vocab: usize,
+    /// Positions a step can attend to ([`STEP_MAX_POSITIONS`] as [`StepShape::of`] builds it).
+    pub max_positions: usize,
 }
 
 impl StepShape {
     /// The shapes of `config`, or an error naming the first of the kernel's limits it is past.
     pub fn of(config: &Config) -> Result<StepShape> {
         let c = config;
-        let shape = StepShape { hidden: c.hidden, heads: c.heads, kv_heads: c.kv_heads, intermediate: c.intermediate, layers: c.layers, vocab: c.vocab };
+        let shape = StepShape {
+            hidden: c.hidden,
+            heads: c.heads,
+            kv_heads: c.kv_heads,
+            intermediate: c.intermediate,
+            layers: c.layers,
+            vocab: c.vocab,
+            max_positions: STEP_MAX_POSITIONS,
+        };
         let limit = |ok: bool, what: String| if ok { Ok(()) } else { Err(Error::BadShape { what: format!("the one-launch decode step cannot run this model: {what}") }) };
         limit(c.head_dim == HEAD_DIM, format!("heads of {} dimensions (it is written for {HEAD_DIM})", c.head_dim))?;
         limit(c.heads <= STEP_SHARES && c.heads % c.kv_heads == 0, format!("{} query heads over {} kv heads (at most {STEP_SHARES}, a whole number a kv head)", c.heads, c.kv_heads))?;
@@ -56,7 +66,15 @@ impl StepShape {
 
     /// The defines that build the kernel for these shapes.
     pub fn defines(&self) -> Vec<String> {
-        [("HID", self.hidden), ("HEADS", self.heads), ("KV_HEADS", self.kv_heads), ("FF", self.intermediate), ("LAYERS", self.layers), ("VOCAB", self.vocab)]
+        [
+            ("HID", self.hidden),
+            ("HEADS", self.heads),
+            ("KV_HEADS", self.kv_heads),
+            ("FF", self.intermediate),
+            ("LAYERS", self.layers),
+            ("VOCAB", self.vocab),
+            ("MAX_POSITIONS", self.max_positions),
+        ]
             .iter()
             .map(|(name, value)| format!("-DFUSE_STEP_{name}={value}"))
             .collect()
@@ -90,7 +108,7 @@ impl StepShape {
         let [_, _, gu, _] = self.rows();
         let qkv_rows = self.hidden + 2 * self.kv_heads * HEAD_DIM;
         let key_groups = THREADS / 8;
-        let attention = 2 * HEAD_DIM + STEP_MAX_POSITIONS + 1 + key_groups * HEAD_DIM + HEAD_DIM + key_groups + THREADS / 32;
+        let attention = 2 * HEAD_DIM + self.max_positions + 1 + key_groups * HEAD_DIM + HEAD_DIM + key_groups + THREADS / 32;
         let part = (gu * (self.hidden / 32)).max(attention).div_ceil(4) * 4;
         self.share_bytes()
             + 2 * 2 * PRE_KEYS * HEAD_DIM
@@ -112,7 +130,7 @@ pub struct DecodeStepWeights {
     pub head_d: Vec<u16>,
     /// [hidden]: the final rms_norm's weights.
     pub out_norm: Vec<f32>,
-    /// [STEP_MAX_POSITIONS][64]: cos of position p times frequency i at i < 32, its sin at 32 + i (f32, as
+    /// [max_positions][64]: cos of position p times frequency i at i < 32, its sin at 32 + i (f32, as
     /// Hugging Face computes them).
     pub rope: Vec<f32>,
 }
@@ -161,7 +179,8 @@ impl DecodeStepWeights {
             }
         }
         let (head_q, head_d) = token_matrix(file, shape.vocab, h)?;
-        Ok(DecodeStepWeights { shape, shares, head_q, head_d, out_norm: f32_vector(file, "output_norm.weight", h)?, rope: rope_table(config.rope_theta) })
+        let rope = rope_table(config.rope_theta, shape.max_positions);
+        Ok(DecodeStepWeights { shape, shares, head_q, head_d, out_norm: f32_vector(file, "output_norm.weight", h)?, rope })
     }
 }
 
@@ -189,7 +208,7 @@ impl OneLaunchDecoder {
                 kv_heads: s.kv_heads,
                 hidden: s.hidden,
                 vocab: s.vocab,
-                max_positions: STEP_MAX_POSITIONS,
+                max_positions: s.max_positions,
                 shares: &w.shares,
                 head_q: &w.head_q,
                 head_d: &w.head_d,
@@ -204,10 +223,11 @@ impl OneLaunchDecoder {
     /// `cache` (bf16, batch 1, at most [`STEP_MAX_POSITIONS`] positions; empty or holding this sequence so
     /// far), the first token from its logits, every later one from a launch of the kernel.
     pub fn generate(&mut self, llama: &Llama, cache: &mut KvCache, prompt: &[u32], max_new: usize, eos: u32) -> Result<Vec<u32>> {
-        if llama.dtype() != DType::BF16 || cache.batch() != 1 || cache.capacity() > STEP_MAX_POSITIONS {
+        if llama.dtype() != DType::BF16 || cache.batch() != 1 || cache.capacity() > self.shape.max_positions {
             return Err(Error::BadShape {
                 what: format!(
-                    "the one-launch decode step reads a bf16 cache of one sequence and at most {STEP_MAX_POSITIONS} positions (model in {}, cache of {} sequences and {} positions)",
+                    "the one-launch decode step reads a bf16 cache of one sequence and at most {} positions (model in {}, cache of {} sequences and {} positions)",
+                    self.shape.max_positions,
                     llama.dtype(),
                     cache.batch(),
                     cache.capacity()
@@ -296,12 +316,12 @@ fn token_matrix(file: &GgufFile, vocab: usize, hidden: usize) -> Result<(Vec<u8>
     Ok((q, d))
 }
 
-/// cos and sin of `p * theta^(-2i/64)` for p < STEP_MAX_POSITIONS, in f32 as Hugging Face's Llama computes them.
-fn rope_table(theta: f64) -> Vec<f32> {
+/// cos and sin of `p * theta^(-2i/64)` for p < `positions`, in f32 as Hugging Face's Llama computes them.
+fn rope_table(theta: f64, positions: usize) -> Vec<f32> {
     let theta = theta as f32;
     let inv: Vec<f32> = (0..HEAD_DIM / 2).map(|i| 1.0 / theta.powf((2 * i) as f32 / HEAD_DIM as f32)).collect();
-    let mut table = vec![0f32; STEP_MAX_POSITIONS * HEAD_DIM];
-    for p in 0..STEP_MAX_POSITIONS {
+    let mut table = vec![0f32; positions * HEAD_DIM];
+    for p in 0..positions {
         for (i, f) in inv.iter().enumerate() {
             let angle = p as f32 * f;
             table[p * HEAD_DIM + i] = angle.cos();

@@ -10,13 +10,25 @@ use crate::rotary::unpermute_rotary_rows;
 fn smollm2s_layout_is_the_kernels() {
     // scripts/kernels/cluster_step.cu printed these on the H200 (2026-12-01): "221736 bytes of shared memory a
     // block (142848 of weights)".
-    let shape = StepShape::of(&Config::smollm2_135m()).unwrap();
+    // Its build had 1024 positions (the kernel's default); the library builds it for STEP_MAX_POSITIONS.
+    let library = StepShape::of(&Config::smollm2_135m()).unwrap();
+    let shape = StepShape { max_positions: 1024, ..library };
     assert_eq!(shape.share_bytes(), 142_848);
     assert_eq!(shape.shared_memory_bytes(), 221_736);
     assert_eq!(shape.rows(), [60, 36, 192, 36]);
+    assert_eq!(library.max_positions, STEP_MAX_POSITIONS);
+    assert!(library.shared_memory_bytes() <= STEP_SHARED_MEMORY_LIMIT);
     assert_eq!(
-        shape.defines(),
-        ["-DFUSE_STEP_HID=576", "-DFUSE_STEP_HEADS=9", "-DFUSE_STEP_KV_HEADS=3", "-DFUSE_STEP_FF=1536", "-DFUSE_STEP_LAYERS=30", "-DFUSE_STEP_VOCAB=49152"]
+        library.defines(),
+        [
+            "-DFUSE_STEP_HID=576",
+            "-DFUSE_STEP_HEADS=9",
+            "-DFUSE_STEP_KV_HEADS=3",
+            "-DFUSE_STEP_FF=1536",
+            "-DFUSE_STEP_LAYERS=30",
+            "-DFUSE_STEP_VOCAB=49152",
+            &format!("-DFUSE_STEP_MAX_POSITIONS={STEP_MAX_POSITIONS}")
+        ]
     );
 }
 
@@ -172,7 +184,8 @@ fn every_share_row_is_the_loaders_row() {
     }
     assert_eq!(packed.out_norm, file.tensor_f32("output_norm.weight").unwrap());
     // The rope table: cos and sin of p * theta^(-2i/64).
-    for (p, i) in [(0usize, 0usize), (1, 0), (5, 31), (1023, 7)] {
+    assert_eq!(packed.rope.len(), STEP_MAX_POSITIONS * 64);
+    for (p, i) in [(0usize, 0usize), (1, 0), (5, 31), (STEP_MAX_POSITIONS - 1, 7)] {
         let angle = p as f32 * (1.0 / 10000f32.powf((2 * i) as f32 / 64.0));
         assert_eq!((packed.rope[p * 64 + i], packed.rope[p * 64 + 32 + i]), (angle.cos(), angle.sin()));
     }

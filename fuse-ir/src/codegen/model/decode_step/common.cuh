@@ -14,10 +14,13 @@
 #ifndef FUSE_STEP_THREADS
 #define FUSE_STEP_THREADS 256
 #endif
+#ifndef FUSE_STEP_MAX_POSITIONS  // positions a step can attend to (its scores in shared memory)
+#define FUSE_STEP_MAX_POSITIONS 1024
+#endif
 
 constexpr int HID = FUSE_STEP_HID, NQ = FUSE_STEP_HEADS, NKV = FUSE_STEP_KV_HEADS, HD = 64, FF = FUSE_STEP_FF;
 constexpr int QKV_ROWS = HID + 2 * NKV * HD, LAYERS = FUSE_STEP_LAYERS, VOCAB = FUSE_STEP_VOCAB;
-constexpr int CLUSTER = 16, CLUSTERS = 7, THREADS = FUSE_STEP_THREADS, WARPS = THREADS / 32, MAXPOS = 1024;
+constexpr int CLUSTER = 16, CLUSTERS = 7, THREADS = FUSE_STEP_THREADS, WARPS = THREADS / 32, MAXPOS = FUSE_STEP_MAX_POSITIONS;
 constexpr int KEY_GROUPS = THREADS / 8;  // attention's P.V: 8 threads a key
 constexpr float EPS = 1e-5f;
 // A block's rows of each stage (its 1/16): QKV, output projection, gate and up (96 + 96), down.
