@@ -8,7 +8,9 @@
 //! ```
 //! For each batch and cache fill, decode us per token (one token per sequence per step) in each mode:
 //! `graph` (the step recorded once as a CUDA graph, each replay picking the next tokens on the device:
-//! `Llama::greedy_decoder`), `calls` (the fused step call by call, no graph) and `unfused` (one op at a time);
+//! `Llama::greedy_decoder`), `calls` (the fused step call by call, no graph), `unfused` (one op at a time)
+//! and `one-launch` (batch 1 on an sm_90 GPU: the whole step as one launch of `fuse::DecodeStep` with its own
+//! random Q4_1 weights, the cache filled by the library; launches queued back to back, not in a graph);
 //! then prefill tokens/s for a `--prompt`-token prompt (batch 1), the host time of one fused call that is not
 //! captured, each block of a layer alone in a CUDA graph of 30 chained calls (us a call: where a step's time
 //! goes, kernel by kernel, inside a graph), and decode attention alone (us and GB/s of keys and values at 1024
@@ -17,7 +19,7 @@
 //! `--extras off` stops after the decode table (for a profiler: `scripts/gpu-profile-decode.sh`).
 
 use fuse::prelude::*;
-use fuse_models::llama::{AttentionBlock, Config, FfnBlock, KvCache, Llama, StepInputs};
+use fuse_models::llama::{AttentionBlock, Config, DecodeStepWeights, FfnBlock, KvCache, Llama, StepInputs};
 use std::time::Instant;
 
 struct Options {
@@ -109,6 +111,17 @@ fn tuned_paths(rows: usize) -> String {
 fn decode(model: &Llama, cache: &mut KvCache, cached: usize, steps: usize, mode: &str) -> Fallible<f64> {
     let b = cache.batch();
     fill(model, cache, cached)?;
+    if mode == "one-launch" {
+        if b != 1 {
+            return Err("the one-launch step decodes one sequence".into());
+        }
+        let mut step = DecodeStepWeights::random(&model.config, 1)?.kernel(model.device())?;
+        let layers: Vec<(Tensor, Tensor)> = (0..model.config.layers).map(|i| cache.layer(i)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        step.set_caches(&layers)?;
+        step.set_token(1)?;
+        step.time_steps(cached, 2)?; // compiles, warms
+        return Ok(step.time_steps(cached, steps)?);
+    }
     let first: Vec<u32> = (0..b as u32).collect();
     // A warm step of this shape (compiles, tunes), then back to `cached`.
     let inputs = StepInputs::new(b, 1, model.device())?;

@@ -184,6 +184,64 @@ impl DecodeStepWeights {
     }
 }
 
+impl DecodeStepWeights {
+    /// Weights of `config`'s shapes with random values (Q4_1 scales near 0.008, minimums near -8 scales,
+    /// random nibbles; a random token matrix; norms near 1), seeded: for timing without a model file.
+    pub fn random(config: &Config, seed: u64) -> Result<DecodeStepWeights> {
+        let shape = StepShape::of(config)?;
+        let mut state = seed ^ 0x9E37_79B9_7F4A_7C15;
+        let mut next = move || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 32) as u32
+        };
+        let f16_bits = |x: f32| half::f16::from_f32(x).to_bits();
+        let layout = shape.share_layout();
+        let share = shape.share_bytes();
+        let mut shares = vec![0u8; shape.layers * STEP_SHARES * share];
+        for block in shares.chunks_exact_mut(share) {
+            for stage in 0..4 {
+                let (q, dm, end) = (layout[2 * stage], layout[2 * stage + 1], layout[2 * stage + 2]);
+                block[q..dm].iter_mut().for_each(|b| *b = next() as u8);
+                for pair in block[dm..end].chunks_exact_mut(4) {
+                    let d = 0.004 + (next() % 1000) as f32 * 8e-6;
+                    pair[..2].copy_from_slice(&f16_bits(d).to_le_bytes());
+                    pair[2..].copy_from_slice(&f16_bits(-7.5 * d).to_le_bytes());
+                }
+            }
+            for i in 0..2 * shape.hidden {
+                block[layout[8] + 4 * i..][..4].copy_from_slice(&(0.9 + (next() % 200) as f32 * 1e-3).to_le_bytes());
+            }
+        }
+        let head_q = (0..shape.vocab * shape.hidden).map(|_| (1 + next() % 255) as u8).collect();
+        let head_d = (0..shape.vocab * shape.hidden / 32).map(|_| f16_bits(0.005 + (next() % 1000) as f32 * 1e-5)).collect();
+        let out_norm = (0..shape.hidden).map(|_| 0.9 + (next() % 200) as f32 * 1e-3).collect();
+        Ok(DecodeStepWeights { shape, shares, head_q, head_d, out_norm, rope: rope_table(config.rope_theta, shape.max_positions) })
+    }
+
+    /// The kernel on `device` (an sm_90 GPU) with these weights uploaded.
+    pub fn kernel(&self, device: &Device) -> Result<fuse::DecodeStep> {
+        let s = self.shape;
+        let defines = s.defines();
+        Ok(fuse::DecodeStep::new(
+            device,
+            fuse::DecodeStepWeightsRef {
+                defines: &defines,
+                shared_bytes: s.shared_memory_bytes(),
+                layers: s.layers,
+                kv_heads: s.kv_heads,
+                hidden: s.hidden,
+                vocab: s.vocab,
+                max_positions: s.max_positions,
+                shares: &self.shares,
+                head_q: &self.head_q,
+                head_d: &self.head_d,
+                out_norm: &self.out_norm,
+                rope: &self.rope,
+            },
+        )?)
+    }
+}
+
 /// Greedy decoding with the one-launch decode step (an sm_90 GPU): a prompt prefilled by a [`Llama`] loaded
 /// in bf16 (the library's fused path) into its [`KvCache`], then one launch a token, the kernel reading and
 /// appending to the same cache. The kernel's numerics are its own (the file's Q4_1 weights as they are, f16
@@ -197,26 +255,7 @@ impl OneLaunchDecoder {
     /// Packs `file`'s weights and puts them on `device` with the kernel compiled for their shapes.
     pub fn new(file: &GgufFile, device: &Device) -> Result<OneLaunchDecoder> {
         let w = DecodeStepWeights::pack(file)?;
-        let s = w.shape;
-        let defines = s.defines();
-        let kernel = fuse::DecodeStep::new(
-            device,
-            fuse::DecodeStepWeightsRef {
-                defines: &defines,
-                shared_bytes: s.shared_memory_bytes(),
-                layers: s.layers,
-                kv_heads: s.kv_heads,
-                hidden: s.hidden,
-                vocab: s.vocab,
-                max_positions: s.max_positions,
-                shares: &w.shares,
-                head_q: &w.head_q,
-                head_d: &w.head_d,
-                out_norm: &w.out_norm,
-                rope: &w.rope,
-            },
-        )?;
-        Ok(OneLaunchDecoder { kernel, shape: s })
+        Ok(OneLaunchDecoder { kernel: w.kernel(device)?, shape: w.shape })
     }
 
     /// Up to `max_new` greedy tokens after `prompt` (stopping after `eos`): the prompt through `llama` into

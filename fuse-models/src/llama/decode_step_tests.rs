@@ -208,3 +208,21 @@ fn the_decoder_needs_a_gpu_and_says_so() {
     let err = OneLaunchDecoder::new(&file, &fuse::Device::Cpu).err().expect("refused on the CPU").to_string();
     assert!(err.contains("runs on a GPU"), "{err}");
 }
+
+#[test]
+fn random_weights_have_the_layout_and_plausible_values() {
+    let config = Config::smollm2_135m();
+    let w = DecodeStepWeights::random(&config, 3).unwrap();
+    let shape = w.shape;
+    assert_eq!(w.shares.len(), shape.layers * STEP_SHARES * shape.share_bytes());
+    assert_eq!((w.head_q.len(), w.head_d.len(), w.out_norm.len()), (49152 * 576, 49152 * 18, 576));
+    let layout = shape.share_layout();
+    let share = &w.shares[5 * shape.share_bytes()..][..shape.share_bytes()];
+    // A gate/up row: scales in (0.004, 0.012), minimums -7.5 scales, so values within about +-0.1.
+    let row = share_row(share, layout[4], layout[5], 7, 18);
+    assert!(row.iter().all(|v| v.abs() < 0.1) && row.iter().any(|v| v.abs() > 0.01), "{row:?}");
+    let norm = f32::from_le_bytes(share[layout[9]..][..4].try_into().unwrap());
+    assert!((0.9..1.1).contains(&norm), "{norm}");
+    assert!(w.head_q.iter().all(|&q| q >= 1), "Q8_0 values -127..127");
+    assert_ne!(DecodeStepWeights::random(&config, 4).unwrap().shares[..64], w.shares[..64], "the seed matters");
+}
