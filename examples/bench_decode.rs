@@ -343,6 +343,9 @@ fn run() -> Fallible<()> {
             let cache_bytes = 2 * config.layers * b * config.kv_heads * config.head_dim * cached * o.dtype.size_bytes();
             let floor = (weight_bytes + cache_bytes) as f64 / 4.2e12 * 1e6;
             for mode in &o.modes {
+                if mode == "one-launch" && b != 1 {
+                    continue; // one sequence only
+                }
                 let us = match decode(&model, &mut cache, cached, o.steps, mode) {
                     Ok(us) => us,
                     Err(e) => {

@@ -12,7 +12,7 @@
 #             autotune file each; a second round at the end while time is left (AB_BATCHES, AB_CACHED)
 #   tests     every packed test binary with FUSE_TEST_GPU=1 (and FUSE_TEST_MODEL=1 after `model`)
 #   sanitize  the four compute-sanitizer tools at once over the GPU suite's sanitize tests
-#   bench     the packed bench_decode, every mode and the extras, with JSON
+#   bench     the packed bench_decode, every mode (BENCH_MODES; one-launch at batch 1) and the extras, with JSON
 #   peers     gpt-fast's decode (shared/peers, copied by gpu-pack) and transformers' prefill
 #   profile   ncu over one recorded step (scripts/gpu-profile-decode.sh)
 #   persistent  the persistent decode-step prototype (scripts/kernels/run-persistent.sh): every design's checks
@@ -83,7 +83,8 @@ for step in "${steps[@]}"; do
     bench)
       fits bench 60 || continue
       say "bench"
-      FUSE_TUNE_FILE=$(mktemp -d)/tune.tsv timeout 90 .gpu/bin/example-bench_decode --json "$out/bench_decode.json" >"$out/bench.log" 2>&1 || say "bench: exit $?"
+      FUSE_TUNE_FILE=$(mktemp -d)/tune.tsv timeout 90 .gpu/bin/example-bench_decode --modes "${BENCH_MODES:-graph,calls,unfused,one-launch}" \
+        --json "$out/bench_decode.json" >"$out/bench.log" 2>&1 || say "bench: exit $?"
       grep -vE "^(calls|unfused)" "$out/bench.log" | sed 's/^/  /' >>"$log"
       ;;
     peers)
