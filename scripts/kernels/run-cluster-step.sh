@@ -42,7 +42,9 @@ done
 if [ "${CLUSTER_SANITIZE:-1}" = 1 ] && [ -n "$first" ]; then
   for tool in memcheck racecheck synccheck initcheck; do
     echo "== $tool" >>"$out/cluster-step-sanitize.txt"
-    timeout 300 compute-sanitizer --tool "$tool" "$first" check-small 2>&1 | tail -6 >>"$out/cluster-step-sanitize.txt" || status=1
+    # The report's first hazards (both accesses, with lines) and its summary.
+    timeout 300 compute-sanitizer --tool "$tool" --print-limit 4 "$first" check-small >"/tmp/cluster-$tool.txt" 2>&1 || status=1
+    { head -40 "/tmp/cluster-$tool.txt"; echo ...; tail -4 "/tmp/cluster-$tool.txt"; } >>"$out/cluster-step-sanitize.txt"
   done
 fi
 cat "$log"
