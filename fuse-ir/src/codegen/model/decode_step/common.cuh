@@ -17,6 +17,9 @@
 #ifndef FUSE_STEP_MAX_POSITIONS  // positions a step can attend to (its scores in shared memory)
 #define FUSE_STEP_MAX_POSITIONS 1024
 #endif
+#ifndef FUSE_STEP_MMA  // 1: the GEMVs on tensor cores (mma.sync, rows in tiles of 16); 0: f16 pairs on CUDA cores
+#define FUSE_STEP_MMA 0
+#endif
 
 constexpr int HID = FUSE_STEP_HID, NQ = FUSE_STEP_HEADS, NKV = FUSE_STEP_KV_HEADS, HD = 64, FF = FUSE_STEP_FF;
 constexpr int QKV_ROWS = HID + 2 * NKV * HD, LAYERS = FUSE_STEP_LAYERS, VOCAB = FUSE_STEP_VOCAB;
@@ -27,18 +30,25 @@ constexpr float EPS = 1e-5f;
 constexpr int R_QKV = QKV_ROWS / CLUSTER, R_O = HID / CLUSTER, R_GU = 2 * FF / CLUSTER, R_D = HID / CLUSTER;
 constexpr int NOTES = 15;          // clock notes a layer (trace)
 constexpr unsigned COPY = 32768;   // bytes a bulk copy
-constexpr int PRE_KEYS = 192;      // cached keys (and values) an attention block holds in shared memory
+// Cached keys (and values) an attention block holds in shared memory (fewer with the tile-padded weights).
+constexpr int PRE_KEYS = FUSE_STEP_MMA ? 128 : 192;
+// A stage's rows as stored: in tiles of 16 on tensor cores (the padding rows zero).
+__host__ __device__ constexpr int stored_rows(int rows) { return FUSE_STEP_MMA ? (rows + 15) / 16 * 16 : rows; }
+constexpr int P_QKV = stored_rows(R_QKV), P_O = stored_rows(R_O), P_GU = stored_rows(R_GU), P_D = stored_rows(R_D);
 static_assert(QKV_ROWS % CLUSTER == 0 && HID % CLUSTER == 0 && FF % (CLUSTER * 32) == 0 && HID % 32 == 0, "rows split evenly");
 static_assert(NQ <= CLUSTER && NQ % NKV == 0 && VOCAB <= 65536, "a query head a block; tokens in 16 bits");
 
 // A block's share of a layer, as loaded into its shared memory (byte offsets): each stage's nibbles
 // [rows][blocks of 32][16 bytes], then its (d, m) [rows][blocks] as f16 pairs; then both norms' weights (f32).
+// On tensor cores (FUSE_STEP_MMA) a stage's rows are tiles of 16: nibbles [tile][block][lane][2 words] (lane
+// 4g + t: the words of rows g and g + 8 holding bytes 2t, 2t + 8, 2t + 1, 2t + 9 of the block), scales
+// [tile][block][g][rows g, g + 8].
 struct Share {
-    static constexpr unsigned long long qkv_q = 0, qkv_dm = qkv_q + (unsigned long long)R_QKV * (HID / 32) * 16;
-    static constexpr unsigned long long o_q = qkv_dm + (unsigned long long)R_QKV * (HID / 32) * 4, o_dm = o_q + (unsigned long long)R_O * (HID / 32) * 16;
-    static constexpr unsigned long long gu_q = o_dm + (unsigned long long)R_O * (HID / 32) * 4, gu_dm = gu_q + (unsigned long long)R_GU * (HID / 32) * 16;
-    static constexpr unsigned long long d_q = gu_dm + (unsigned long long)R_GU * (HID / 32) * 4, d_dm = d_q + (unsigned long long)R_D * (FF / 32) * 16;
-    static constexpr unsigned long long norm1 = d_dm + (unsigned long long)R_D * (FF / 32) * 4, norm2 = norm1 + HID * 4, bytes = norm2 + HID * 4;
+    static constexpr unsigned long long qkv_q = 0, qkv_dm = qkv_q + (unsigned long long)P_QKV * (HID / 32) * 16;
+    static constexpr unsigned long long o_q = qkv_dm + (unsigned long long)P_QKV * (HID / 32) * 4, o_dm = o_q + (unsigned long long)P_O * (HID / 32) * 16;
+    static constexpr unsigned long long gu_q = o_dm + (unsigned long long)P_O * (HID / 32) * 4, gu_dm = gu_q + (unsigned long long)P_GU * (HID / 32) * 16;
+    static constexpr unsigned long long d_q = gu_dm + (unsigned long long)P_GU * (HID / 32) * 4, d_dm = d_q + (unsigned long long)P_D * (FF / 32) * 16;
+    static constexpr unsigned long long norm1 = d_dm + (unsigned long long)P_D * (FF / 32) * 4, norm2 = norm1 + HID * 4, bytes = norm2 + HID * 4;
 };
 static_assert(Share::o_q % 16 == 0 && Share::gu_q % 16 == 0 && Share::d_q % 16 == 0 && Share::bytes % 16 == 0, "16-byte loads");
 
@@ -55,6 +65,9 @@ __host__ __device__ constexpr unsigned handoff_bytes(int k) {
 __host__ __device__ constexpr int perm_slot(int j) {
     return ((j & 15) >> 2) * 8 + ((((j & 15) & 1) * 2 + (j >> 4)) * 2) + (((j & 15) & 3) >> 1);
 }
+// Where a GEMV's input element j of a block of 32 is stored: perm_slot's order on CUDA cores, in order on
+// tensor cores.
+__host__ __device__ constexpr int input_slot(int j) { return FUSE_STEP_MMA ? j : perm_slot(j); }
 
 // The packed argmax: the step's number above the logit (as an ordered 32-bit key) above the token, so that
 // atomicMax across blocks picks the step's largest logit (the higher token on an exact tie) and a later step's

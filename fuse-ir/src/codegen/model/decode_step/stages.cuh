@@ -59,7 +59,7 @@ __device__ __forceinline__ float rms_scale(const float* x) {
 }
 // rms_norm's output x * r * wn into xn (f16, perm_slot order), then a barrier.
 __device__ void norm_to(const float* x, const float* wn, float r, unsigned short* xn) {
-    for (int e = threadIdx.x; e < HID; e += THREADS) xn[(e & ~31) + perm_slot(e & 31)] = f_to_h(x[e] * r * wn[e]);
+    for (int e = threadIdx.x; e < HID; e += THREADS) xn[(e & ~31) + input_slot(e & 31)] = f_to_h(x[e] * r * wn[e]);
     __syncthreads();
 }
 
@@ -91,6 +91,75 @@ __device__ __forceinline__ float row_sum(const float* part, int row) {
     float s = 0.f;
 #pragma unroll 6
     for (int kb = 0; kb < KB; ++kb) s += part[row * KB + kb];
+    return s;
+}
+
+// ---- the Q4_1 GEMV on tensor cores (FUSE_STEP_MMA) ----------------------------------------------------------
+// mma.sync m16n8k16 (f16 in, f32 accumulators): A is 16 weight rows x 16 inputs of a Q4_1 block (its low
+// nibbles, then its high ones) as base + q by the exponent trick (1024 + q, 64 + q: exact in f16, no
+// subtraction), B is the input (column 0: batch 1; the other columns zero). The f32 sum is then
+// 1024 * x_lo + 64 * x_hi + sum(q * x), so a row's block adds d * (sum - 1024 x_lo - 64 x_hi) + m * (x_lo + x_hi).
+__device__ __forceinline__ void mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ unsigned nibble_bits(unsigned w, unsigned mask, unsigned base) {
+    unsigned v;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(v) : "r"(w), "r"(mask), "r"(base));
+    return v;
+}
+// Partial sums of the stage's rows (TILES tiles of 16) over this warp's share of its KB input blocks: the warps
+// split the tiles into TG groups and the blocks into KS ranges (TG * KS = WARPS); part[ks][row] (row over the
+// stored rows), to be added over ks. x: the input, f16 in order.
+template <int KB, int TILES, int TG, int KS>
+__device__ void gemv_mma(const uint2* q, const uint2* dm, const unsigned short* x, float* part) {
+    static_assert(TG * KS == WARPS && TILES % TG == 0, "every warp one group of tiles and one range of blocks");
+    constexpr int MINE = TILES / TG;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int t0 = (warp % TG) * MINE, ks = warp / TG, kb0 = ks * KB / KS, kb1 = (ks + 1) * KB / KS;
+    const NibbleConsts k;
+    float acc[MINE][2] = {};
+    for (int kb = kb0; kb < kb1; ++kb) {
+        // The input's fragments (column 0 only) and its two half-block sums, from lanes 0-3 to every lane.
+        unsigned b[4] = {0, 0, 0, 0};
+        if (g == 0) {
+            const unsigned* xw = reinterpret_cast<const unsigned*>(x + kb * 32);
+            b[0] = xw[t], b[1] = xw[4 + t], b[2] = xw[8 + t], b[3] = xw[12 + t];
+        }
+        float lo = h2_sum(b[0]) + h2_sum(b[1]), hi = h2_sum(b[2]) + h2_sum(b[3]);
+        lo += __shfl_xor_sync(0xffffffffu, lo, 1), hi += __shfl_xor_sync(0xffffffffu, hi, 1);
+        lo += __shfl_xor_sync(0xffffffffu, lo, 2), hi += __shfl_xor_sync(0xffffffffu, hi, 2);
+        lo = __shfl_sync(0xffffffffu, lo, 0), hi = __shfl_sync(0xffffffffu, hi, 0);
+        const float base = 1024.f * lo + 64.f * hi, sum = lo + hi;
+#pragma unroll
+        for (int i = 0; i < MINE; ++i) {
+            const int tile = t0 + i;
+            const uint2 w = q[(tile * KB + kb) * 32 + lane];
+            const uint2 s = dm[(tile * KB + kb) * 8 + g];
+            const unsigned v0 = w.x >> 8, v1 = w.y >> 8;
+            float d[4] = {0.f, 0.f, 0.f, 0.f};
+            mma16816(d, nibble_bits(w.x, k.lo_mask, k.lo_base), nibble_bits(w.y, k.lo_mask, k.lo_base), nibble_bits(v0, k.lo_mask, k.lo_base),
+                     nibble_bits(v1, k.lo_mask, k.lo_base), b[0], b[1]);
+            mma16816(d, nibble_bits(w.x, k.hi_mask, k.hi_base), nibble_bits(w.y, k.hi_mask, k.hi_base), nibble_bits(v0, k.hi_mask, k.hi_base),
+                     nibble_bits(v1, k.hi_mask, k.hi_base), b[2], b[3]);
+            acc[i][0] += h_to_f((unsigned short)(s.x & 0xFFFFu)) * (d[0] - base) + h_to_f((unsigned short)(s.x >> 16)) * sum;
+            acc[i][1] += h_to_f((unsigned short)(s.y & 0xFFFFu)) * (d[2] - base) + h_to_f((unsigned short)(s.y >> 16)) * sum;
+        }
+    }
+    if (t == 0)  // column 0: rows g and g + 8 of each tile
+#pragma unroll
+        for (int i = 0; i < MINE; ++i) {
+            part[ks * (TILES * 16) + (t0 + i) * 16 + g] = acc[i][0];
+            part[ks * (TILES * 16) + (t0 + i) * 16 + g + 8] = acc[i][1];
+        }
+}
+// A row's sum of the KS partials gemv_mma left.
+template <int TILES, int KS>
+__device__ __forceinline__ float tile_row_sum(const float* part, int row) {
+    float s = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) s += part[ks * (TILES * 16) + row];
     return s;
 }
 
@@ -284,7 +353,7 @@ __device__ void attention_head(const FuseDecodeStepArgs& a, Smem& s, int l, int 
         if (q4 == 0) {
             const unsigned short h = f_to_h(o / sum);
             outv[d] = h_to_f(h);
-            s.stage[(d & ~31) + perm_slot(d & 31)] = h;
+            s.stage[(d & ~31) + input_slot(d & 31)] = h;
         }
     }
     __syncthreads();
