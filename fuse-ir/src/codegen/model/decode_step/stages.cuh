@@ -188,7 +188,8 @@ __device__ void bulk_copy(void* to, const void* from, unsigned bytes, unsigned b
                      ::"r"(smem_u32((char*)to + at)), "l"((const char*)from + at), "r"(bytes - at < COPY ? bytes - at : COPY), "r"(bar) : "memory");
 }
 // Thread 0: bulk copies of this block's share of layer l into W and, in an attention block, its kv head's first
-// PRE_KEYS cached keys and values and the position's rope row, completing on s.bar.
+// PRE_KEYS cached keys and values and the position's rope row, completing on s.bar; the kv head's later keys
+// and values prefetched into L2.
 __device__ void load_share(const FuseDecodeStepArgs& a, const Smem& s, int l, int rank) {
     const unsigned b = smem_u32(s.bar), keys = (unsigned)min((int)a.pos, PRE_KEYS), kv_bytes = keys * HD * 2;
     const bool attends = rank < NQ;
@@ -197,11 +198,22 @@ __device__ void load_share(const FuseDecodeStepArgs& a, const Smem& s, int l, in
     bulk_copy(s.W, a.w + ((unsigned long long)l * CLUSTER + rank) * Share::bytes, (unsigned)Share::bytes, b);
     if (!attends) return;
     const unsigned long long head_at = (unsigned long long)(rank / (NQ / NKV)) * a.capacity * HD;
+    const unsigned short* k = reinterpret_cast<const unsigned short*>(a.k_layers[l]) + head_at;
+    const unsigned short* v = reinterpret_cast<const unsigned short*>(a.v_layers[l]) + head_at;
     if (keys) {
-        bulk_copy(s.kpre, reinterpret_cast<const unsigned short*>(a.k_layers[l]) + head_at, kv_bytes, b);
-        bulk_copy(s.vpre, reinterpret_cast<const unsigned short*>(a.v_layers[l]) + head_at, kv_bytes, b);
+        bulk_copy(s.kpre, k, kv_bytes, b);
+        bulk_copy(s.vpre, v, kv_bytes, b);
     }
     bulk_copy(s.rope, a.rope + (unsigned long long)a.pos * HD, HD * 4, b);
+    // The keys and values past those into L2 (the kv group's first block), so that attention reads them there.
+    if (rank % (NQ / NKV) == 0 && a.pos > PRE_KEYS) {
+        const unsigned long long from = (unsigned long long)PRE_KEYS * HD * 2, to = (unsigned long long)a.pos * HD * 2;
+        for (unsigned long long at = from; at < to; at += 65536) {
+            const unsigned size = (unsigned)(to - at < 65536 ? to - at : 65536);
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<const char*>(k) + at), "r"(size) : "memory");
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<const char*>(v) + at), "r"(size) : "memory");
+        }
+    }
 }
 __device__ void wait_phase(unsigned long long* bar, unsigned parity) {
     unsigned done = 0;
