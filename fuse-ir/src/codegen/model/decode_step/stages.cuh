@@ -282,36 +282,45 @@ __device__ void attention_head(const FuseDecodeStepArgs& a, Smem& s, int l, int 
     }
     __syncthreads();
     mark();
-    // Scores: 8 lanes a key (8 dims each, one 16-byte load), 4 keys a warp, 4 passes in flight.
+    // Scores: 8 lanes a key (8 dims each, one 16-byte load), 4 keys a warp, 4 passes in flight; the 8 lanes'
+    // partial dots of the 4 passes added by a transposing butterfly (4 shuffles, not 12). Keys from shared memory
+    // and from the caches in loops of their own (shared loads, not generic ones).
     const int kg = lane >> 3, dp = (lane & 7) * 8;
+    const bool b4 = lane & 4, b2 = lane & 2;
+    const int mine = (b4 ? 2 : 0) + (b2 ? 1 : 0);  // the pass whose sum this lane ends with
     float qv[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) qv[j] = qr[dp + j];
     float mx = neg_inf();
-    for (int base = 0; base < pos; base += 4 * 4 * WARPS) {
-        uint4 kv[4];
+    auto scores = [&](const unsigned short* rows, int first, int last) {  // keys [first, last), rows from `first`
+        for (int base = first; base < last; base += 4 * 4 * WARPS) {
+            uint4 kv[4];
 #pragma unroll
-        for (int p = 0; p < 4; ++p) {
-            const int key = base + p * 4 * WARPS + warp * 4 + kg;
-            const unsigned short* row = key < PRE_KEYS ? s.kpre + key * HD : kbase + (unsigned long long)key * HD;
-            kv[p] = key < pos ? *reinterpret_cast<const uint4*>(row + dp) : make_uint4(0, 0, 0, 0);
-        }
+            for (int p = 0; p < 4; ++p) {
+                const int key = base + p * 4 * WARPS + warp * 4 + kg;
+                kv[p] = key < last ? *reinterpret_cast<const uint4*>(rows + (unsigned long long)(key - first) * HD + dp) : make_uint4(0, 0, 0, 0);
+            }
+            float d[4];
 #pragma unroll
-        for (int p = 0; p < 4; ++p) {
-            const int key = base + p * 4 * WARPS + warp * 4 + kg;
-            const unsigned* k2 = reinterpret_cast<const unsigned*>(&kv[p]);
-            float d = 0.f;
+            for (int p = 0; p < 4; ++p) {
+                const unsigned* k2 = reinterpret_cast<const unsigned*>(&kv[p]);
+                d[p] = 0.f;
 #pragma unroll
-            for (int j = 0; j < 4; ++j) d += qv[2 * j] * bf2_lo(k2[j]) + qv[2 * j + 1] * bf2_hi(k2[j]);
-            d += __shfl_xor_sync(0xffffffffu, d, 1);
-            d += __shfl_xor_sync(0xffffffffu, d, 2);
-            d += __shfl_xor_sync(0xffffffffu, d, 4);
-            if (key < pos) {
-                if ((lane & 7) == 0) sc[key] = d;
-                mx = fmaxf(mx, d);
+                for (int j = 0; j < 4; ++j) d[p] += qv[2 * j] * bf2_lo(k2[j]) + qv[2 * j + 1] * bf2_hi(k2[j]);
+            }
+            const float a0 = (b4 ? d[2] : d[0]) + __shfl_xor_sync(0xffffffffu, b4 ? d[0] : d[2], 4);
+            const float a1 = (b4 ? d[3] : d[1]) + __shfl_xor_sync(0xffffffffu, b4 ? d[1] : d[3], 4);
+            float v = (b2 ? a1 : a0) + __shfl_xor_sync(0xffffffffu, b2 ? a0 : a1, 2);
+            v += __shfl_xor_sync(0xffffffffu, v, 1);
+            const int key = base + mine * 4 * WARPS + warp * 4 + kg;
+            if (key < last) {
+                if ((lane & 1) == 0) sc[key] = v;
+                mx = fmaxf(mx, v);
             }
         }
-    }
+    };
+    scores(s.kpre, 0, min(pos, PRE_KEYS));
+    if (pos > PRE_KEYS) scores(kbase + (unsigned long long)PRE_KEYS * HD, PRE_KEYS, pos);
     if (warp == 0) {  // the new key
         const float d = warp_sum(qr[lane] * kr[lane] + qr[lane + 32] * kr[lane + 32]);
         if (lane == 0) sc[pos] = d;
@@ -322,27 +331,31 @@ __device__ void attention_head(const FuseDecodeStepArgs& a, Smem& s, int l, int 
     __syncthreads();
     for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, wmax[w]);
     mark();
-    // P.V: 8 threads a key (8 dims each, 16-byte loads), KEY_GROUPS keys a pass, 4 passes in flight.
+    // P.V: 8 threads a key (8 dims each, 16-byte loads), KEY_GROUPS keys a pass, 4 passes in flight; shared
+    // memory's keys and the caches' in loops of their own.
     float acc[8] = {}, psum = 0.f;  // psum: the softmax's denominator over this thread's keys
     const int kt = t >> 3, dv = (t & 7) * 8;
-    for (int base = 0; base < pos; base += 4 * KEY_GROUPS) {
-        uint4 vv[4];
+    auto values = [&](const unsigned short* rows, int first, int last) {
+        for (int base = first; base < last; base += 4 * KEY_GROUPS) {
+            uint4 vv[4];
 #pragma unroll
-        for (int p = 0; p < 4; ++p) {
-            const int key = base + p * KEY_GROUPS + kt;
-            const unsigned short* row = key < PRE_KEYS ? s.vpre + key * HD : vbase + (unsigned long long)key * HD;
-            vv[p] = key < pos ? *reinterpret_cast<const uint4*>(row + dv) : make_uint4(0, 0, 0, 0);
+            for (int p = 0; p < 4; ++p) {
+                const int key = base + p * KEY_GROUPS + kt;
+                vv[p] = key < last ? *reinterpret_cast<const uint4*>(rows + (unsigned long long)(key - first) * HD + dv) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+                const int key = base + p * KEY_GROUPS + kt;
+                const float pk = key < last ? __expf(sc[key] - mx) : 0.f;
+                psum += pk;
+                const unsigned* v2 = reinterpret_cast<const unsigned*>(&vv[p]);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[2 * j] += pk * bf2_lo(v2[j]), acc[2 * j + 1] += pk * bf2_hi(v2[j]);
+            }
         }
-#pragma unroll
-        for (int p = 0; p < 4; ++p) {
-            const int key = base + p * KEY_GROUPS + kt;
-            const float pk = key < pos ? __expf(sc[key] - mx) : 0.f;
-            psum += pk;
-            const unsigned* v2 = reinterpret_cast<const unsigned*>(&vv[p]);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) acc[2 * j] += pk * bf2_lo(v2[j]), acc[2 * j + 1] += pk * bf2_hi(v2[j]);
-        }
-    }
+    };
+    values(s.vpre, 0, min(pos, PRE_KEYS));
+    if (pos > PRE_KEYS) values(vbase + (unsigned long long)PRE_KEYS * HD, PRE_KEYS, pos);
     if (kt == 0) {  // the new key's value row
         const float pk = __expf(sc[pos] - mx);
         psum += pk;
