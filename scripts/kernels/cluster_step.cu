@@ -30,7 +30,8 @@ struct Device {
     unsigned char *w, *head_q;
     __half* head_d;
     float *rope, *out_norm, *logits;
-    unsigned long long *words, *trace, *best, *k_layers, *v_layers;
+    unsigned long long *words, *trace, *best, *k_layers, *v_layers, *control;
+    unsigned* log;
     __nv_bfloat16 *kc, *vc;
     size_t cache_elems = (size_t)LAYERS * NKV * MAXPOS * HD;
     Device(const Model& m, const std::vector<unsigned char>& packed) {
@@ -47,6 +48,8 @@ struct Device {
         CK(cudaMemcpy(rope, m.rope.data(), m.rope.size() * 4, cudaMemcpyHostToDevice));
         CK(cudaMalloc(&words, HID * 8));
         CK(cudaMalloc(&best, 8));
+        CK(cudaMalloc(&control, 3 * 8));
+        CK(cudaMalloc(&log, 16 * 4));
         CK(cudaMalloc(&trace, ((size_t)LAYERS * NOTES + 2) * 8));
         CK(cudaMalloc(&kc, cache_elems * 2));
         CK(cudaMalloc(&vc, cache_elems * 2));
@@ -63,7 +66,7 @@ struct Device {
     }
     ~Device() {
         for (void* p : {(void*)w, (void*)head_q, (void*)head_d, (void*)out_norm, (void*)logits, (void*)rope, (void*)words, (void*)best,
-                        (void*)trace, (void*)kc, (void*)vc, (void*)k_layers, (void*)v_layers})
+                        (void*)trace, (void*)kc, (void*)vc, (void*)k_layers, (void*)v_layers, (void*)control, (void*)log})
             cudaFree(p);
     }
     FuseDecodeStepArgs args(int pos, unsigned step, unsigned tag0, bool traced, bool with_logits) const {
@@ -97,6 +100,52 @@ static double rel_l2(const std::vector<double>& got, const std::vector<double>& 
 
 // Every position in `positions`: one step from a fresh random cache and token against the reference (the last
 // layer's residual stream, the appended rows, the logits and the token picked); returns the failures.
+// Three steps from position `pos`: queued with the host's positions (reading the token after each) and as a run
+// that reads and advances the device's control words and logs its tokens; both must pick the same tokens and
+// write the same cache rows, and the run must leave the control words advanced. Returns the failures.
+static int check_run(Device& dev, int pos) {
+    const unsigned token0 = 123;
+    const std::vector<__nv_bfloat16> kc = random_cache(dev.cache_elems, 21), vc = random_cache(dev.cache_elems, 22);
+    std::vector<unsigned> tokens[2];
+    std::vector<__nv_bfloat16> caches[2];
+    for (int run = 0; run < 2; ++run) {
+        CK(cudaMemcpy(dev.kc, kc.data(), kc.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dev.vc, vc.data(), vc.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemset(dev.words, 0, HID * 8));
+        const unsigned long long first = token0;  // step 0, the lowest logit key
+        CK(cudaMemcpy(dev.best, &first, 8, cudaMemcpyHostToDevice));
+        const unsigned long long control[3] = {(unsigned long long)pos, 1, 0};
+        CK(cudaMemcpy(dev.control, control, sizeof control, cudaMemcpyHostToDevice));
+        for (int i = 0; i < 3; ++i) {
+            FuseDecodeStepArgs a = dev.args(pos + i, 1 + i, 32u * (1 + i) + 1, false, false);
+            if (run) a.control = dev.control, a.log = dev.log, a.log_len = 16;
+            dev.launch(a);
+            if (!run) {
+                unsigned long long best = 0;
+                CK(cudaMemcpy(&best, dev.best, 8, cudaMemcpyDeviceToHost));
+                tokens[0].push_back(best_token(best));
+            }
+        }
+        CK(cudaDeviceSynchronize());
+        if (run) {
+            unsigned log[16];
+            CK(cudaMemcpy(log, dev.log, sizeof log, cudaMemcpyDeviceToHost));
+            tokens[1] = {log[1], log[2], log[3]};
+        }
+        caches[run].resize(2 * kc.size());
+        CK(cudaMemcpy(caches[run].data(), dev.kc, kc.size() * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(caches[run].data() + kc.size(), dev.vc, vc.size() * 2, cudaMemcpyDeviceToHost));
+    }
+    unsigned long long control[3];
+    CK(cudaMemcpy(control, dev.control, sizeof control, cudaMemcpyDeviceToHost));
+    const bool same_caches = std::memcmp(caches[0].data(), caches[1].data(), caches[0].size() * 2) == 0;
+    const bool ok = tokens[0] == tokens[1] && same_caches && control[0] == (unsigned long long)pos + 3 && control[1] == 4 && control[2] == 0;
+    printf("check run from pos %d: tokens %u %u %u (host positions) / %u %u %u (device run), caches %s, control %llu %llu %llu: %s\n", pos,
+           tokens[0][0], tokens[0][1], tokens[0][2], tokens[1][0], tokens[1][1], tokens[1][2], same_caches ? "equal" : "DIFFER", control[0], control[1],
+           control[2], ok ? "ok" : "FAILED");
+    return !ok;
+}
+
 static int check(const Model& m, Device& dev, const std::vector<int>& positions) {
     int failures = 0;
     std::mt19937 rng(7);
@@ -239,7 +288,7 @@ int main(int argc, char** argv) {
         }
     }
     int failures = 0;
-    if (mode == "all" || mode == "check") failures += check(model, dev, {0, 1, 37, 128, 1023});
+    if (mode == "all" || mode == "check") failures += check(model, dev, {0, 1, 37, 128, 1023}) + check_run(dev, 40) + check_run(dev, 300);
     if (mode == "check-small") failures += check(model, dev, {5});
     if (mode == "all" || mode == "bench")
         for (int pos : {128, 1000}) bench(dev, pos);

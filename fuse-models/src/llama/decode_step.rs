@@ -260,7 +260,8 @@ impl OneLaunchDecoder {
 
     /// Up to `max_new` greedy tokens after `prompt` (stopping after `eos`): the prompt through `llama` into
     /// `cache` (bf16, batch 1, at most [`STEP_MAX_POSITIONS`] positions; empty or holding this sequence so
-    /// far), the first token from its logits, every later one from a launch of the kernel.
+    /// far), the first token from its logits, every later one from a launch of the kernel (queued together:
+    /// the tokens are read once, at the end; the steps after an eos are computed and dropped).
     pub fn generate(&mut self, llama: &Llama, cache: &mut KvCache, prompt: &[u32], max_new: usize, eos: u32) -> Result<Vec<u32>> {
         if llama.dtype() != DType::BF16 || cache.batch() != 1 || cache.capacity() > self.shape.max_positions {
             return Err(Error::BadShape {
@@ -286,11 +287,16 @@ impl OneLaunchDecoder {
         self.kernel.set_caches(&layers)?;
         self.kernel.set_token(first)?;
         let mut out = vec![first];
-        while out.len() < max_new && out.last() != Some(&eos) {
-            self.kernel.queue(cache.len(), false)?;
-            cache.advance_by(1)?;
-            out.push(self.kernel.token()?);
+        if max_new > 1 && first != eos {
+            // The rest as one run: the kernel advances the position and logs each token on the device.
+            self.kernel.queue_run(cache.len(), max_new - 1)?;
+            out.extend(self.kernel.run_tokens(max_new - 1)?);
         }
+        if let Some(end) = out.iter().position(|&id| id == eos) {
+            out.truncate(end + 1);
+        }
+        // The positions fed back (every token but the last); the run's rows past an eos are left as scratch.
+        cache.advance_by(out.len() - 1)?;
         Ok(out)
     }
 

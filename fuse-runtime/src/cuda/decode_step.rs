@@ -4,7 +4,9 @@
 //! key/value caches (bf16 tensors `[1, kv_heads, capacity, 64]`, one pair a layer); this uploads the weights
 //! once, compiles the kernel for the model's shapes (sm_90a: clusters of 16, bulk copies, `st.async`), and
 //! queues a launch a token on the device's stream. The token each step picks stays on the GPU (the next step
-//! reads it), so steps queue back to back; [`DecodeStep::token`] reads the last one.
+//! reads it), so steps queue back to back; [`DecodeStep::token`] reads the last one. [`DecodeStep::queue_run`]
+//! queues steps whose positions the kernel reads and advances itself, logging their tokens on the device
+//! ([`DecodeStep::run_tokens`]): generation without the host between tokens.
 
 use super::device::CudaDevice;
 use super::driver::driver_error;
@@ -16,6 +18,8 @@ use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr};
 use fuse_ir::codegen::{decode_step_source, DECODE_STEP_CLUSTER, DECODE_STEP_CLUSTERS, DECODE_STEP_ENTRY, DECODE_STEP_THREADS};
 
 const OP: &str = "decode_step";
+/// Tokens the device's log holds (a run of steps is at most this long).
+pub const DECODE_STEP_LOG: usize = 4096;
 
 /// The packed weights and the shapes they were packed for (`fuse_models::llama::DecodeStepWeights`).
 pub struct DecodeStepWeightsRef<'a> {
@@ -57,6 +61,9 @@ pub struct DecodeStep {
     logits: CudaSlice<f32>,
     k_layers: CudaSlice<u64>,
     v_layers: CudaSlice<u64>,
+    /// [position, steps, blocks done] for runs (`queue_run`), and the tokens they pick.
+    control: CudaSlice<u64>,
+    log: CudaSlice<u32>,
     /// The caches the pointer tables point into (kept alive with them), and their capacity.
     caches: Vec<(Tensor, Tensor)>,
     capacity: usize,
@@ -121,6 +128,8 @@ impl DecodeStep {
             logits: stream.alloc_zeros::<f32>(w.vocab).map_err(|e| driver_error(&format!("{OP}: alloc"), e))?,
             k_layers: zeros(w.layers)?,
             v_layers: zeros(w.layers)?,
+            control: zeros(3)?,
+            log: stream.alloc_zeros::<u32>(DECODE_STEP_LOG).map_err(|e| driver_error(&format!("{OP}: alloc"), e))?,
             caches: Vec::new(),
             capacity: 0,
             steps: 0,
@@ -169,19 +178,64 @@ impl DecodeStep {
     /// Queues one step at position `pos` (the caches hold positions 0..pos): it appends the position's keys
     /// and values and picks the next token greedily (and writes the logits when `with_logits`).
     pub fn queue(&mut self, pos: usize, with_logits: bool) -> Result<()> {
-        if self.caches.is_empty() {
-            return Err(Error::InvalidArgument { op: OP, reason: "no caches set (set_caches)".into() });
+        self.check_positions(pos, 1)?;
+        self.restart_step_numbers()?;
+        self.steps += 1;
+        self.launch(pos, with_logits, false)
+    }
+
+    /// Queues `steps` steps from position `pos` (the caches hold positions 0..pos) that read their position
+    /// from the device and advance it, each logging the token it picks: the tokens come back with
+    /// [`DecodeStep::run_tokens`]. The launches are the same each time (a CUDA graph can hold them).
+    pub fn queue_run(&mut self, pos: usize, steps: usize) -> Result<()> {
+        self.check_positions(pos, steps)?;
+        if steps > DECODE_STEP_LOG {
+            return Err(Error::InvalidArgument { op: OP, reason: format!("a run of {steps} steps; the device's log holds {DECODE_STEP_LOG} tokens") });
         }
-        if pos >= self.capacity.min(self.max_positions) {
-            return Err(Error::InvalidArgument { op: OP, reason: format!("position {pos} is past the caches' {} positions (the kernel holds {})", self.capacity, self.max_positions) });
+        self.restart_step_numbers()?;
+        let control = [pos as u64, self.steps + 1, 0];
+        self.device.stream().memcpy_htod(&control, &mut self.control).map_err(|e| driver_error(&format!("{OP}: control words"), e))?;
+        for _ in 0..steps {
+            self.launch(0, false, true)?;
         }
-        // The argmax keeps a step number in 16 bits: before it wraps, restart it with the current token.
+        // The kernel restarted the argmax's 16-bit step number where it wrapped; the host's count goes on.
+        self.steps += steps as u64;
+        Ok(())
+    }
+
+    /// The tokens the last `steps` steps of runs picked, in order (waits for them).
+    pub fn run_tokens(&self, steps: usize) -> Result<Vec<u32>> {
+        let log = self.device.stream().clone_dtoh(&self.log).map_err(|e| driver_error(&format!("{OP}: read the log"), e))?;
+        let first = self.steps + 1 - steps as u64;
+        Ok((0..steps as u64).map(|i| log[((first + i) % DECODE_STEP_LOG as u64) as usize]).collect())
+    }
+
+    /// The argmax keeps a step number in 16 bits: before the next step's wraps, restart it with the current
+    /// token (set below any logit).
+    fn restart_step_numbers(&mut self) -> Result<()> {
         if (self.steps + 1) & 0xFFFF == 0 {
             let token = self.token()?;
             self.steps += 1;
             self.set_token(token)?;
         }
-        self.steps += 1;
+        Ok(())
+    }
+
+    fn check_positions(&self, pos: usize, steps: usize) -> Result<()> {
+        if self.caches.is_empty() {
+            return Err(Error::InvalidArgument { op: OP, reason: "no caches set (set_caches)".into() });
+        }
+        if pos + steps > self.capacity.min(self.max_positions) {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                reason: format!("positions {pos}..{} are past the caches' {} positions (the kernel holds {})", pos + steps, self.capacity, self.max_positions),
+            });
+        }
+        Ok(())
+    }
+
+    /// One launch: at `pos` with the host's step count, or (`run`) at the device's control words.
+    fn launch(&mut self, pos: usize, with_logits: bool, run: bool) -> Result<()> {
         let stream = self.device.stream();
         let address = |s: &CudaSlice<u8>| s.device_ptr(stream).0;
         let mut words = [
@@ -200,6 +254,9 @@ impl DecodeStep {
             self.capacity as u64,
             self.steps & 0xFFFF,
             (self.steps * 32 + 1) & 0xFFFF_FFFF, // the residual words' tags: above the last step's
+            if run { self.control.device_ptr(stream).0 } else { 0 },
+            if run { self.log.device_ptr(stream).0 } else { 0 },
+            DECODE_STEP_LOG as u64,
         ];
         let dims = KernelDims { grid: DECODE_STEP_CLUSTER * DECODE_STEP_CLUSTERS, block: DECODE_STEP_THREADS, cluster: DECODE_STEP_CLUSTER, shared_bytes: self.shared_bytes, overlap: false };
         launch_kernel(&self.device, DECODE_STEP_ENTRY, &self.function, dims, &mut words)

@@ -97,6 +97,12 @@ struct FuseDecodeStepArgs {
     long long capacity;              // positions a cache holds (its rows' stride)
     unsigned long long step;         // this launch's step number (16 bits), above the previous launch's
     unsigned long long tag0;         // layer l's input words carry tag0 + l; the last layer's output tag0 + LAYERS
+    // Or, when `control` is given, the step reads pos and its step count there ([pos, steps, blocks done]) and
+    // its last block advances them and writes the picked token to log[steps % log_len] (when `log` is given):
+    // launches queued back to back (or captured in a graph) then generate without the host.
+    unsigned long long* control;
+    unsigned* log;
+    unsigned long long log_len;
 };
 
 // The block's shared memory.

@@ -35,6 +35,19 @@ __device__ void prefetch_head(const FuseDecodeStepArgs& a) {
     }
 }
 
+// Thread 0 of each block after its share of the argmax: the last block to get here logs the step's token and
+// advances the control words for the next launch (every block read them at its start, before its share).
+__device__ void advance(const FuseDecodeStepArgs& a) {
+    __threadfence();
+    if (atomicAdd(&a.control[2], 1ull) != CLUSTER * CLUSTERS - 1) return;
+    __threadfence();
+    const unsigned long long best = atomicAdd(a.best, 0ull), steps = a.control[1];
+    if (a.log) a.log[steps % a.log_len] = best_token(best);
+    // Before the argmax's 16-bit step number wraps, restart it below any logit (ordered key 0).
+    if ((steps & 0xFFFFu) == 0xFFFFu) atomicExch(a.best, (unsigned long long)best_token(best));
+    a.control[0] += 1, a.control[1] = steps + 1, a.control[2] = 0;
+}
+
 // Every block after the last layer: wait for the final residual stream, rms_norm it with out_norm (f16, in
 // order, in s.att), compute the logits of its rows a chunk at a time (partials a row and 32 inputs, then row
 // sums), and put its best into a.best (and its logits into a.logits when given). trace (or null): the cycles
@@ -96,5 +109,6 @@ __device__ void lm_head(const FuseDecodeStepArgs& a, Smem& s, unsigned long long
         }
         atomicMax(a.best, pack_best((unsigned)a.step, __float_as_uint(best), (unsigned)best_at));
         if (trace) trace[0] = c1 - c0, trace[1] = clock64() - c1;
+        if (a.control) advance(a);
     }
 }

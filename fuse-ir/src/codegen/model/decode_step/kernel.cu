@@ -14,8 +14,13 @@ constexpr int G_QKV = tile_groups(T_QKV), G_O = tile_groups(T_O), G_GU = tile_gr
 static_assert(Smem::PART >= WARPS * P_GU && Smem::PART >= WARPS * P_D && Smem::PART >= WARPS * P_QKV && Smem::PART >= WARPS * P_O, "partials fit");
 #endif
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const FuseDecodeStepArgs a) {
+extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const FuseDecodeStepArgs args) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
+    FuseDecodeStepArgs a = args;
+    if (a.control) {  // the position and step count from the device (every block reads them before any advances them)
+        const unsigned long long steps = a.control[1];
+        a.pos = (long long)a.control[0], a.step = steps & 0xFFFFu, a.tag0 = (steps * 32 + 1) & 0xFFFFFFFFu;
+    }
     Smem s = Smem::at(smem_raw);
     const int rank = (int)cluster_rank(), me = blockIdx.x / CLUSTER, t = threadIdx.x;
     if (t == 0) {
