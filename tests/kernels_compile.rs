@@ -367,8 +367,9 @@ fn the_decode_step_kernel_compiles_and_assembles_without_spills() {
         return;
     };
     // Its defaults (the harness's build), the GEMVs on tensor cores, and the library's build for SmolLM2.
-    let library = fuse_models::llama::StepShape::of(&fuse_models::llama::Config::smollm2_135m()).unwrap().defines();
-    for defines in [vec![], vec!["-DFUSE_STEP_MMA=1".to_string()], library] {
+    let library = fuse_models::llama::StepShape::of(&fuse_models::llama::Config::smollm2_135m()).unwrap();
+    let tiled = library.with_tensor_cores().unwrap();
+    for defines in [vec![], vec!["-DFUSE_STEP_MMA=1".to_string()], library.defines(), tiled.defines()] {
         let ptx = compile_ptx(DECODE_STEP_ENTRY, decode_step_source(), &defines, "sm_90a").unwrap_or_else(|e| panic!("NVRTC {defines:?}: {e}"));
         let report = ptxas_check(&ptxas, DECODE_STEP_ENTRY, &ptx, "sm_90a").unwrap_or_else(|e| panic!("ptxas {defines:?}: {e}"));
         eprintln!("kernels_compile: {DECODE_STEP_ENTRY} {defines:?} sm_90a: {} registers, {} bytes of stack", report.registers, report.stack_frame_bytes);

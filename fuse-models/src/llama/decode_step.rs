@@ -23,7 +23,6 @@ const HEAD_DIM: usize = 64;
 const Q4_1_BYTES: usize = 20; // 32 weights: f16 d, f16 m, 16 bytes of nibbles
 const Q8_0_BYTES: usize = 34; // 32 weights: f16 d, 32 i8
 const THREADS: usize = 256;
-const PRE_KEYS: usize = 192;
 
 /// A model's shapes as the kernel takes them (its `FUSE_STEP_*` defines), and a block's layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +35,9 @@ pub struct StepShape {
     pub vocab: usize,
     /// Positions a step can attend to ([`STEP_MAX_POSITIONS`] as [`StepShape::of`] builds it).
     pub max_positions: usize,
+    /// The GEMVs on tensor cores (`FUSE_STEP_MMA`): rows stored in tiles of 16. Off as [`StepShape::of`]
+    /// builds it; [`StepShape::with_tensor_cores`] turns it on.
+    pub tensor_cores: bool,
 }
 
 impl StepShape {
@@ -50,6 +52,7 @@ impl StepShape {
             layers: c.layers,
             vocab: c.vocab,
             max_positions: STEP_MAX_POSITIONS,
+            tensor_cores: false,
         };
         let limit = |ok: bool, what: String| if ok { Ok(()) } else { Err(Error::BadShape { what: format!("the one-launch decode step cannot run this model: {what}") }) };
         limit(c.head_dim == HEAD_DIM, format!("heads of {} dimensions (it is written for {HEAD_DIM})", c.head_dim))?;
@@ -64,6 +67,16 @@ impl StepShape {
         Ok(shape)
     }
 
+    /// The same shapes with the GEMVs on tensor cores, if their shared memory fits.
+    pub fn with_tensor_cores(self) -> Result<StepShape> {
+        let shape = StepShape { tensor_cores: true, ..self };
+        let bytes = shape.shared_memory_bytes();
+        if bytes > STEP_SHARED_MEMORY_LIMIT {
+            return Err(Error::BadShape { what: format!("the one-launch decode step on tensor cores needs {bytes} bytes of shared memory a block (at most {STEP_SHARED_MEMORY_LIMIT})") });
+        }
+        Ok(shape)
+    }
+
     /// The defines that build the kernel for these shapes.
     pub fn defines(&self) -> Vec<String> {
         [
@@ -74,10 +87,21 @@ impl StepShape {
             ("LAYERS", self.layers),
             ("VOCAB", self.vocab),
             ("MAX_POSITIONS", self.max_positions),
+            ("MMA", self.tensor_cores as usize),
         ]
             .iter()
             .map(|(name, value)| format!("-DFUSE_STEP_{name}={value}"))
             .collect()
+    }
+
+    /// A stage's rows as stored: in tiles of 16 on tensor cores (the padding rows zero).
+    pub fn stored(&self, rows: usize) -> usize {
+        if self.tensor_cores { rows.div_ceil(16) * 16 } else { rows }
+    }
+
+    /// Cached keys (and values) an attention block holds in shared memory (`PRE_KEYS`).
+    pub fn preloaded_keys(&self) -> usize {
+        if self.tensor_cores { 128 } else { 192 }
     }
 
     /// A block's rows of QKV, the output projection, gate and up together, and down.
@@ -89,7 +113,7 @@ impl StepShape {
     /// Where each part of a block's share starts (common.cuh's `Share`): QKV's nibbles and scales, the output
     /// projection's, gate/up's, down's, the two norms; and the share's size.
     pub fn share_layout(&self) -> [usize; 11] {
-        let [qkv, o, gu, d] = self.rows();
+        let [qkv, o, gu, d] = self.rows().map(|r| self.stored(r));
         let (kh, kf) = (self.hidden / 32, self.intermediate / 32);
         let mut at = [0usize; 11];
         let sizes = [qkv * kh * 16, qkv * kh * 4, o * kh * 16, o * kh * 4, gu * kh * 16, gu * kh * 4, d * kf * 16, d * kf * 4, self.hidden * 4, self.hidden * 4];
@@ -111,7 +135,7 @@ impl StepShape {
         let attention = 2 * HEAD_DIM + self.max_positions + 1 + key_groups * HEAD_DIM + HEAD_DIM + key_groups + THREADS / 32;
         let part = (gu * (self.hidden / 32)).max(attention).div_ceil(4) * 4;
         self.share_bytes()
-            + 2 * 2 * PRE_KEYS * HEAD_DIM
+            + 2 * 2 * self.preloaded_keys() * HEAD_DIM
             + 4 * HEAD_DIM
             + 4 * (2 * self.hidden + qkv_rows + 32 + 32 + 64 + part + 256)
             + 2 * (2 * self.hidden + self.intermediate + 128)
@@ -138,8 +162,15 @@ pub struct DecodeStepWeights {
 impl DecodeStepWeights {
     /// Packs `file`'s weights: every layer matrix must be Q4_1, the token matrix Q8_0.
     pub fn pack(file: &GgufFile) -> Result<DecodeStepWeights> {
+        Self::pack_as(file, false)
+    }
+
+    /// [`DecodeStepWeights::pack`] for the kernel with its GEMVs on tensor cores (`FUSE_STEP_MMA`) when
+    /// `tensor_cores`.
+    pub fn pack_as(file: &GgufFile, tensor_cores: bool) -> Result<DecodeStepWeights> {
         let config = Config::from_gguf(file)?;
         let shape = StepShape::of(&config)?;
+        let shape = if tensor_cores { shape.with_tensor_cores()? } else { shape };
         let (h, kh) = (shape.hidden, shape.hidden / 32);
         let layout = shape.share_layout();
         let share = shape.share_bytes();
@@ -159,8 +190,9 @@ impl DecodeStepWeights {
             let [r_qkv, r_o, r_gu, r_d] = shape.rows();
             for rank in 0..STEP_SHARES {
                 let out = &mut shares[(l * STEP_SHARES + rank) * share..][..share];
-                put_rows(out, layout[0], layout[1], &qkv, kh, (0..r_qkv).map(|r| rank * r_qkv + r));
-                put_rows(out, layout[2], layout[3], &o, kh, (0..r_o).map(|r| rank * r_o + r));
+                let tiles = shape.tensor_cores;
+                put_rows(out, layout[0], layout[1], &qkv, kh, (0..r_qkv).map(|r| rank * r_qkv + r), tiles);
+                put_rows(out, layout[2], layout[3], &o, kh, (0..r_o).map(|r| rank * r_o + r), tiles);
                 let half = r_gu / 2;
                 let gate_up: Vec<[u8; Q4_1_BYTES]> = (0..r_gu)
                     .flat_map(|r| {
@@ -168,8 +200,8 @@ impl DecodeStepWeights {
                         m[row * kh..(row + 1) * kh].iter().copied()
                     })
                     .collect();
-                put_rows(out, layout[4], layout[5], &gate_up, kh, 0..r_gu);
-                put_rows(out, layout[6], layout[7], &down, shape.intermediate / 32, (0..r_d).map(|r| rank * r_d + r));
+                put_rows(out, layout[4], layout[5], &gate_up, kh, 0..r_gu, tiles);
+                put_rows(out, layout[6], layout[7], &down, shape.intermediate / 32, (0..r_d).map(|r| rank * r_d + r), tiles);
                 for (i, v) in norm1.iter().enumerate() {
                     out[layout[8] + 4 * i..][..4].copy_from_slice(&v.to_le_bytes());
                 }
@@ -324,14 +356,26 @@ fn q4_1_rows(file: &GgufFile, name: &str, rows: usize, cols: usize, heads: Optio
     }
 }
 
-/// Writes the given rows of `m` ([rows][kbs] blocks) into a share: their nibbles at `q_at` ([row][kb][16]),
-/// their (d, m) at `dm_at` ([row][kb][4]), rows numbered in the share from 0.
-fn put_rows(out: &mut [u8], q_at: usize, dm_at: usize, m: &[[u8; Q4_1_BYTES]], kbs: usize, rows: impl Iterator<Item = usize>) {
+/// Writes the given rows of `m` ([rows][kbs] blocks) into a share, rows numbered in the share from 0: their
+/// nibbles at `q_at` ([row][kb][16]) and (d, m) at `dm_at` ([row][kb][4]); or, in `tiles` of 16 rows (the
+/// tensor-core GEMVs), the nibbles [tile][kb][lane 4g + t][rows g, g + 8] as words of bytes 2t, 2t + 8,
+/// 2t + 1, 2t + 9, and (d, m) [tile][kb][g][rows g, g + 8].
+fn put_rows(out: &mut [u8], q_at: usize, dm_at: usize, m: &[[u8; Q4_1_BYTES]], kbs: usize, rows: impl Iterator<Item = usize>, tiles: bool) {
     for (r, row) in rows.enumerate() {
         for kb in 0..kbs {
             let block = &m[row * kbs + kb];
-            out[q_at + (r * kbs + kb) * 16..][..16].copy_from_slice(&block[4..]);
-            out[dm_at + (r * kbs + kb) * 4..][..4].copy_from_slice(&block[..4]);
+            if !tiles {
+                out[q_at + (r * kbs + kb) * 16..][..16].copy_from_slice(&block[4..]);
+                out[dm_at + (r * kbs + kb) * 4..][..4].copy_from_slice(&block[..4]);
+                continue;
+            }
+            let (unit, g, second) = ((r / 16) * kbs + kb, r % 8, (r % 16) / 8);
+            let qs = &block[4..];
+            for t in 0..4 {
+                let word = [qs[2 * t], qs[2 * t + 8], qs[2 * t + 1], qs[2 * t + 9]];
+                out[q_at + ((unit * 32 + 4 * g + t) * 2 + second) * 4..][..4].copy_from_slice(&word);
+            }
+            out[dm_at + ((unit * 8 + g) * 2 + second) * 4..][..4].copy_from_slice(&block[..4]);
         }
     }
 }

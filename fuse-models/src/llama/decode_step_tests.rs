@@ -13,6 +13,14 @@ fn smollm2s_layout_is_the_kernels() {
     // Its build had 1024 positions (the kernel's default); the library builds it for STEP_MAX_POSITIONS.
     let library = StepShape::of(&Config::smollm2_135m()).unwrap();
     let shape = StepShape { max_positions: 1024, ..library };
+    // The other builds: common.cuh's Share::bytes and Smem::bytes() compiled on the host with nvcc (2026-12-01)
+    // give 160128 / 222632 on tensor cores (128 preloaded keys, rows in tiles of 16), and with 2048 positions
+    // 142848 / 225240 and 160128 / 226136.
+    let tiled = shape.with_tensor_cores().unwrap();
+    assert_eq!((tiled.share_bytes(), tiled.shared_memory_bytes()), (160_128, 222_632));
+    assert_eq!(StepShape { max_positions: 2048, ..library }.shared_memory_bytes(), 225_240);
+    assert_eq!(StepShape { max_positions: 2048, ..tiled }.shared_memory_bytes(), 226_136);
+    assert!(library.with_tensor_cores().unwrap().shared_memory_bytes() <= STEP_SHARED_MEMORY_LIMIT);
     assert_eq!(shape.share_bytes(), 142_848);
     assert_eq!(shape.shared_memory_bytes(), 221_736);
     assert_eq!(shape.rows(), [60, 36, 192, 36]);
@@ -27,7 +35,8 @@ fn smollm2s_layout_is_the_kernels() {
             "-DFUSE_STEP_FF=1536",
             "-DFUSE_STEP_LAYERS=30",
             "-DFUSE_STEP_VOCAB=49152",
-            &format!("-DFUSE_STEP_MAX_POSITIONS={STEP_MAX_POSITIONS}")
+            &format!("-DFUSE_STEP_MAX_POSITIONS={STEP_MAX_POSITIONS}"),
+            "-DFUSE_STEP_MMA=0"
         ]
     );
 }
@@ -136,13 +145,44 @@ fn share_row(share: &[u8], q_at: usize, dm_at: usize, row: usize, kbs: usize) ->
     out
 }
 
+/// The same from the tensor cores' tiles of 16 rows (`put_rows`): row r's words of bytes 2t, 2t + 8, 2t + 1,
+/// 2t + 9 at lane 4 (r % 8) + t, the second of the lane's pair for rows 8-15 of the tile.
+fn tiled_row(share: &[u8], q_at: usize, dm_at: usize, row: usize, kbs: usize) -> Vec<f32> {
+    let (g, second) = (row % 8, (row % 16) / 8);
+    let mut out = Vec::new();
+    for kb in 0..kbs {
+        let unit = (row / 16) * kbs + kb;
+        let mut qs = [0u8; 16];
+        for t in 0..4 {
+            let w = &share[q_at + ((unit * 32 + 4 * g + t) * 2 + second) * 4..][..4];
+            (qs[2 * t], qs[2 * t + 8], qs[2 * t + 1], qs[2 * t + 9]) = (w[0], w[1], w[2], w[3]);
+        }
+        let dm = &share[dm_at + ((unit * 8 + g) * 2 + second) * 4..][..4];
+        let (d, m) = (half::f16::from_le_bytes([dm[0], dm[1]]).to_f32(), half::f16::from_le_bytes([dm[2], dm[3]]).to_f32());
+        out.extend((0..32).map(|j| d * (if j < 16 { qs[j] & 15 } else { qs[j - 16] >> 4 }) as f32 + m));
+    }
+    out
+}
+
 #[test]
 fn every_share_row_is_the_loaders_row() {
+    every_share_row_is_the_loaders_row_in(false);
+}
+
+#[test]
+fn every_tiled_share_row_is_the_loaders_row_and_the_padding_is_zero() {
+    every_share_row_is_the_loaders_row_in(true);
+}
+
+fn every_share_row_is_the_loaders_row_in(tensor_cores: bool) {
     let (bytes, config) = small_model(7, false);
     let file = GgufFile::from_bytes(bytes, "small.gguf").unwrap();
-    let packed = DecodeStepWeights::pack(&file).unwrap();
+    let packed = DecodeStepWeights::pack_as(&file, tensor_cores).unwrap();
     let shape = packed.shape;
-    assert_eq!(StepShape::of(&config).unwrap(), shape);
+    assert_eq!(StepShape { tensor_cores, ..StepShape::of(&config).unwrap() }, shape);
+    let share_row = |share: &[u8], q_at: usize, dm_at: usize, row: usize, kbs: usize| {
+        if tensor_cores { tiled_row(share, q_at, dm_at, row, kbs) } else { share_row(share, q_at, dm_at, row, kbs) }
+    };
     let (h, ff, kv) = (shape.hidden, shape.intermediate, shape.kv_heads * 64);
     let layout = shape.share_layout();
     let [r_qkv, r_o, r_gu, r_d] = shape.rows();
@@ -170,6 +210,12 @@ fn every_share_row_is_the_loaders_row() {
             for r in 0..r_d {
                 let row = rank * r_d + r;
                 assert_eq!(share_row(share, layout[6], layout[7], r, ff / 32), down[row * ff..(row + 1) * ff], "layer {l} block {rank} down row {row}");
+            }
+            // Padding rows (tiles of 16): zero scales and minimums, so zero values.
+            for (stage, rows, kbs) in [(0, r_qkv, h / 32), (2, r_o, h / 32), (4, r_gu, h / 32), (6, r_d, ff / 32)] {
+                for r in rows..shape.stored(rows) {
+                    assert!(share_row(share, layout[stage], layout[stage + 1], r, kbs).iter().all(|&v| v == 0.0), "layer {l} block {rank} stage {stage} padding row {r}");
+                }
             }
             let norm = |at: usize| (0..h).map(|i| f32::from_le_bytes(share[at + 4 * i..][..4].try_into().unwrap())).collect::<Vec<_>>();
             assert_eq!(norm(layout[8]), f32s("attn_norm"));
