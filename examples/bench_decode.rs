@@ -10,7 +10,8 @@
 //! `graph` (the step recorded once as a CUDA graph, each replay picking the next tokens on the device:
 //! `Llama::greedy_decoder`), `calls` (the fused step call by call, no graph), `unfused` (one op at a time)
 //! and `one-launch` (batch 1 on an sm_90 GPU: the whole step as one launch of `fuse::DecodeStep` with its own
-//! random Q4_1 weights, the cache filled by the library; launches queued back to back, not in a graph);
+//! random Q4_1 weights, the cache filled by the library; launches queued back to back, not in a graph;
+//! `one-launch-mma`: the same with its GEMVs on tensor cores);
 //! then prefill tokens/s for a `--prompt`-token prompt (batch 1), the host time of one fused call that is not
 //! captured, each block of a layer alone in a CUDA graph of 30 chained calls (us a call: where a step's time
 //! goes, kernel by kernel, inside a graph), and decode attention alone (us and GB/s of keys and values at 1024
@@ -111,11 +112,11 @@ fn tuned_paths(rows: usize) -> String {
 fn decode(model: &Llama, cache: &mut KvCache, cached: usize, steps: usize, mode: &str) -> Fallible<f64> {
     let b = cache.batch();
     fill(model, cache, cached)?;
-    if mode == "one-launch" {
+    if mode.starts_with("one-launch") {
         if b != 1 {
             return Err("the one-launch step decodes one sequence".into());
         }
-        let mut step = DecodeStepWeights::random(&model.config, 1)?.kernel(model.device())?;
+        let mut step = DecodeStepWeights::random_as(&model.config, 1, mode == "one-launch-mma")?.kernel(model.device())?;
         let layers: Vec<(Tensor, Tensor)> = (0..model.config.layers).map(|i| cache.layer(i)).map(|(k, v)| (k.clone(), v.clone())).collect();
         step.set_caches(&layers)?;
         step.set_token(1)?;
@@ -343,7 +344,7 @@ fn run() -> Fallible<()> {
             let cache_bytes = 2 * config.layers * b * config.kv_heads * config.head_dim * cached * o.dtype.size_bytes();
             let floor = (weight_bytes + cache_bytes) as f64 / 4.2e12 * 1e6;
             for mode in &o.modes {
-                if mode == "one-launch" && b != 1 {
+                if mode.starts_with("one-launch") && b != 1 {
                     continue; // one sequence only
                 }
                 let us = match decode(&model, &mut cache, cached, o.steps, mode) {

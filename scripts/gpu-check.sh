@@ -83,7 +83,7 @@ for step in "${steps[@]}"; do
     bench)
       fits bench 60 || continue
       say "bench"
-      FUSE_TUNE_FILE=$(mktemp -d)/tune.tsv timeout 90 .gpu/bin/example-bench_decode --modes "${BENCH_MODES:-graph,calls,unfused,one-launch}" \
+      FUSE_TUNE_FILE=$(mktemp -d)/tune.tsv timeout 90 .gpu/bin/example-bench_decode --modes "${BENCH_MODES:-graph,calls,unfused,one-launch,one-launch-mma}" \
         --json "$out/bench_decode.json" >"$out/bench.log" 2>&1 || say "bench: exit $?"
       grep -vE "^(calls|unfused)" "$out/bench.log" | sed 's/^/  /' >>"$log"
       ;;

@@ -220,7 +220,13 @@ impl DecodeStepWeights {
     /// Weights of `config`'s shapes with random values (Q4_1 scales near 0.008, minimums near -8 scales,
     /// random nibbles; a random token matrix; norms near 1), seeded: for timing without a model file.
     pub fn random(config: &Config, seed: u64) -> Result<DecodeStepWeights> {
+        Self::random_as(config, seed, false)
+    }
+
+    /// [`DecodeStepWeights::random`] laid out for the GEMVs on tensor cores when `tensor_cores`.
+    pub fn random_as(config: &Config, seed: u64, tensor_cores: bool) -> Result<DecodeStepWeights> {
         let shape = StepShape::of(config)?;
+        let shape = if tensor_cores { shape.with_tensor_cores()? } else { shape };
         let mut state = seed ^ 0x9E37_79B9_7F4A_7C15;
         let mut next = move || {
             state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -286,7 +292,12 @@ pub struct OneLaunchDecoder {
 impl OneLaunchDecoder {
     /// Packs `file`'s weights and puts them on `device` with the kernel compiled for their shapes.
     pub fn new(file: &GgufFile, device: &Device) -> Result<OneLaunchDecoder> {
-        let w = DecodeStepWeights::pack(file)?;
+        Self::new_as(file, device, false)
+    }
+
+    /// [`OneLaunchDecoder::new`] with the GEMVs on tensor cores when `tensor_cores`.
+    pub fn new_as(file: &GgufFile, device: &Device, tensor_cores: bool) -> Result<OneLaunchDecoder> {
+        let w = DecodeStepWeights::pack_as(file, tensor_cores)?;
         Ok(OneLaunchDecoder { kernel: w.kernel(device)?, shape: w.shape })
     }
 
