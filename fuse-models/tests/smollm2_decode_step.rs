@@ -26,22 +26,29 @@ fn greedy_tokens_part_from_transformers_only_at_a_near_tie() {
     }
     let reference = common::reference();
     let llama = Llama::load(file, &dev, DType::BF16).expect("the model loads in bf16");
-    let mut decoder = OneLaunchDecoder::new(file, &dev).expect("the decode step's weights load");
+    // The kernel's GEMVs on CUDA cores, then on tensor cores.
+    for tensor_cores in [false, true] {
+        let mut decoder = OneLaunchDecoder::new_as(file, &dev, tensor_cores).expect("the decode step's weights load");
+        greedy_tokens_of(&llama, &mut decoder, &reference, if tensor_cores { "tensor cores" } else { "CUDA cores" });
+    }
+}
+
+fn greedy_tokens_of(llama: &Llama, decoder: &mut OneLaunchDecoder, reference: &serde_json::Value, build: &str) {
     for prompt in reference["prompts"].as_array().expect("prompts") {
         let name = prompt["name"].as_str().unwrap_or("?");
         let ids = common::ids(&prompt["prompt_ids"]);
         let want = common::ids(&prompt["greedy_ids"]);
         let margins: Vec<f64> = prompt["greedy_top2_margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap()).collect();
         let mut cache = llama.new_cache(256).unwrap();
-        let got = decoder.generate(&llama, &mut cache, &ids, want.len(), 2).expect("generates");
+        let got = decoder.generate(llama, &mut cache, &ids, want.len(), 2).expect("generates");
         let agree = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
-        eprintln!("`{name}`: the first {agree} of {} greedy tokens are transformers'", want.len());
+        eprintln!("`{name}` ({build}): the first {agree} of {} greedy tokens are transformers'", want.len());
         if agree < got.len().min(want.len()) {
             let margin = margins[agree];
-            assert!(margin < NEAR_TIE, "`{name}`: token {agree} is {} where transformers picks {} by a margin of {margin:.2}", got[agree], want[agree]);
+            assert!(margin < NEAR_TIE, "`{name}` ({build}): token {agree} is {} where transformers picks {} by a margin of {margin:.2}", got[agree], want[agree]);
         } else {
-            assert_eq!(got.len(), want.len(), "`{name}`: as many tokens (eos at the same step)");
+            assert_eq!(got.len(), want.len(), "`{name}` ({build}): as many tokens (eos at the same step)");
         }
-        assert_eq!(cache.len(), ids.len() + got.len() - 1, "`{name}`: the cache holds the prompt and every token fed back");
+        assert_eq!(cache.len(), ids.len() + got.len() - 1, "`{name}` ({build}): the cache holds the prompt and every token fed back");
     }
 }
