@@ -77,14 +77,25 @@ __device__ void lm_head(const FuseDecodeStepArgs& a, Smem& s, unsigned long long
     int best_at = 0;
     for (int c = first; c < last; c += CHUNK) {
         const int rows = min(CHUNK, last - c);
-        if (group < GROUPS)
-            for (int row = group; row < rows; row += GROUPS) {
+        if (group < GROUPS && group < rows) {
+            // The next row's bytes and scale are loaded before this row's arithmetic (they come from L2).
+            auto load = [&](int row, uint4& w0, uint4& w1, unsigned short& d) {
                 const unsigned long long at = (unsigned long long)(c + row) * HID + kb * 32;
-                const uint4 w0 = __ldg(reinterpret_cast<const uint4*>(a.head_q + at));
-                const uint4 w1 = __ldg(reinterpret_cast<const uint4*>(a.head_q + at + 16));
-                const float d = h_to_f(a.head_d[(unsigned long long)(c + row) * KB + kb]);
-                s.part[row * KB + kb] = d * (bytes_dot(w0, x0, x1) + bytes_dot(w1, x2, x3));
+                w0 = __ldg(reinterpret_cast<const uint4*>(a.head_q + at));
+                w1 = __ldg(reinterpret_cast<const uint4*>(a.head_q + at + 16));
+                d = __ldg(a.head_d + (unsigned long long)(c + row) * KB + kb);
+            };
+            uint4 w0, w1;
+            unsigned short d;
+            load(group, w0, w1, d);
+            for (int row = group; row < rows; row += GROUPS) {
+                uint4 n0 = w0, n1 = w1;
+                unsigned short nd = d;
+                if (row + GROUPS < rows) load(row + GROUPS, n0, n1, nd);
+                s.part[row * KB + kb] = h_to_f(d) * (bytes_dot(w0, x0, x1) + bytes_dot(w1, x2, x3));
+                w0 = n0, w1 = n1, d = nd;
             }
+        }
         __syncthreads();
         if (t < rows) {
             const float logit = row_sum<KB>(s.part, t);
