@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # From the repository root, on the GPU machine:  bash scripts/kernels/run-cluster-step.sh OUTDIR
-# Builds scripts/kernels/cluster_step.cu with the machine's nvcc once for each entry of CLUSTER_BUILDS
-# (space-separated NAME or NAME:FLAGS, FLAGS comma-separated nvcc -D options; default "default"), runs its
-# checks and its bench (CLUSTER_MODE: all, check or bench), then (unless
-# CLUSTER_SANITIZE=0) compute-sanitizer's four tools over one small check of the first build.
-# Logs: OUTDIR/cluster-step.log, OUTDIR/cluster-step-sanitize.txt.
+# Builds scripts/kernels/cluster_step.cu (the one-launch decode step's harness: the kernel is the library's,
+# fuse-ir/src/codegen/model/decode_step/) with the machine's nvcc once for each entry of CLUSTER_BUILDS
+# (space-separated NAME or NAME:FLAGS, FLAGS comma-separated nvcc -D options; default: the CUDA-core GEMVs and
+# the tensor-core ones), runs its checks and its bench (CLUSTER_MODE: all, check or bench), then (unless
+# CLUSTER_SANITIZE=0) compute-sanitizer's four tools over one small check of each build.
+# Logs: OUTDIR/cluster-step.log, OUTDIR/cluster-step-sanitize.txt (each report's first hazards and its summary).
 # CLUSTER_NCU=1 instead: ncu's full set over one launch of the first build at 128 cached (bench mode), at the
 # GPU's own clocks with warm caches: OUTDIR/step-details.txt, step-sass.csv.gz (metrics by SASS instruction).
 set -uo pipefail
@@ -16,8 +17,7 @@ dir=$(mktemp -d)
 log="$out/cluster-step.log"
 : >"$log"
 status=0
-first=
-for build in ${CLUSTER_BUILDS:-default}; do
+for build in ${CLUSTER_BUILDS:-default mma:-DFUSE_STEP_MMA=1}; do
   name=${build%%:*}
   flags=
   [ "$name" != "$build" ] && flags=${build#*:}
@@ -27,9 +27,8 @@ for build in ${CLUSTER_BUILDS:-default}; do
   nvcc -O3 -std=c++17 -lineinfo ${flags//,/ } -gencode=arch=compute_90a,code=sm_90a -Xptxas -v \
     "$here/cluster_step.cu" -o "$bin" 2>&1 | grep -E "error|registers|spill" >>"$log"
   [ -x "$bin" ] || { echo "build failed" | tee -a "$log"; status=1; continue; }
-  first=${first:-$bin}
   if [ "${CLUSTER_NCU:-0}" = 1 ]; then
-    timeout 300 ncu --set full --import-source yes --cache-control none --clock-control none --kernel-name cluster_decode_step \
+    timeout 300 ncu --set full --import-source yes --cache-control none --clock-control none --kernel-name fuse_decode_step \
       --launch-skip 3 --launch-count 1 -o "$out/step" "$bin" bench >"$out/ncu.log" 2>&1 || status=1
     tail -3 "$out/ncu.log"
     ncu -i "$out/step.ncu-rep" --page details >"$out/step-details.txt" 2>&1
@@ -38,14 +37,13 @@ for build in ${CLUSTER_BUILDS:-default}; do
     exit $status
   fi
   timeout "${CLUSTER_TIMEOUT:-240}" "$bin" "${CLUSTER_MODE:-all}" >>"$log" 2>&1 || status=1
+  if [ "${CLUSTER_SANITIZE:-1}" = 1 ]; then
+    for tool in memcheck racecheck synccheck initcheck; do
+      echo "== $name $tool" >>"$out/cluster-step-sanitize.txt"
+      timeout 300 compute-sanitizer --tool "$tool" --print-limit 4 "$bin" check-small >"/tmp/cluster-$tool.txt" 2>&1 || status=1
+      { head -40 "/tmp/cluster-$tool.txt"; echo ...; tail -4 "/tmp/cluster-$tool.txt"; } >>"$out/cluster-step-sanitize.txt"
+    done
+  fi
 done
-if [ "${CLUSTER_SANITIZE:-1}" = 1 ] && [ -n "$first" ]; then
-  for tool in memcheck racecheck synccheck initcheck; do
-    echo "== $tool" >>"$out/cluster-step-sanitize.txt"
-    # The report's first hazards (both accesses, with lines) and its summary.
-    timeout 300 compute-sanitizer --tool "$tool" --print-limit 4 "$first" check-small >"/tmp/cluster-$tool.txt" 2>&1 || status=1
-    { head -40 "/tmp/cluster-$tool.txt"; echo ...; tail -4 "/tmp/cluster-$tool.txt"; } >>"$out/cluster-step-sanitize.txt"
-  done
-fi
 cat "$log"
 exit $status
