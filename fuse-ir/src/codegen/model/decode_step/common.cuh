@@ -177,7 +177,6 @@ __device__ __forceinline__ unsigned short f_to_h(float f) {
 }
 // The sum of a half2's two values, in f32.
 __device__ __forceinline__ float h2_sum(unsigned h2) { return h_to_f((unsigned short)(h2 & 0xFFFFu)) + h_to_f((unsigned short)(h2 >> 16)); }
-__device__ __forceinline__ float bf_to_f(unsigned short b) { return __uint_as_float((unsigned)b << 16); }
 __device__ __forceinline__ unsigned short f_to_bf(float f) {
     unsigned short b;
     asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(f));
