@@ -181,8 +181,9 @@ fn json_string(s: &str) -> String {
     out
 }
 
-/// `--one-launch`: greedy decoding with the one-launch decode step, its speed with the tokens read back each
-/// step, and its kernel alone (100 steps queued back to back).
+/// `--one-launch`: greedy decoding with the one-launch decode step (the prefill by the bf16 decoder, the rest as
+/// one run of launches, its tokens read back at its end), its speed, and its kernel alone (100 steps queued
+/// back to back).
 fn one_launch(o: &Options, file: &GgufFile, tokenizer: &Tokenizer, device: &Device) -> std::result::Result<(), Box<dyn std::error::Error>> {
     if o.temperature > 0.0 {
         return Err("--one-launch decodes greedily: drop --temperature".into());
@@ -201,11 +202,12 @@ fn one_launch(o: &Options, file: &GgufFile, tokenizer: &Tokenizer, device: &Devi
     println!("{text}{}", tokenizer.decode(&ids)?);
     let kernel_us = decoder.time_steps(&cache, 100)?;
     eprintln!(
-        "one-launch decode step on {device}: {} tokens in {:.1} ms with the prefill ({:.0} us a token, tokens read back each step); the kernel alone {kernel_us:.1} us a step (100 queued back to back at position {})",
+        "one-launch decode step on {device}: {} tokens in {:.1} ms with the prefill ({:.0} us a token, one run read back at its end); the kernel alone {kernel_us:.1} us a step (100 queued back to back at position {}); 1 kernel a step for {} layers",
         ids.len(),
         total * 1e3,
         total * 1e6 / ids.len().max(1) as f64,
-        cache.len()
+        cache.len(),
+        model.config.layers
     );
     Ok(())
 }
