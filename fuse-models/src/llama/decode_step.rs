@@ -5,8 +5,7 @@
 //! scales, the final norm and the rope table. The file's blocks are copied as they are (no dequantisation); the
 //! query and key rows are put back in Hugging Face's half-split order, as [`super::Llama::load`] does.
 
-use super::cache::KvCache;
-use super::load::{Config, Llama};
+use super::load::Config;
 use crate::ggml_type::GgmlType;
 use crate::gguf::GgufFile;
 use crate::rotary::unpermute_rotary_rows;
@@ -277,79 +276,6 @@ impl DecodeStepWeights {
                 rope: &self.rope,
             },
         )?)
-    }
-}
-
-/// Greedy decoding with the one-launch decode step (an sm_90 GPU): a prompt prefilled by a [`Llama`] loaded
-/// in bf16 (the library's fused path) into its [`KvCache`], then one launch a token, the kernel reading and
-/// appending to the same cache. The kernel's numerics are its own (the file's Q4_1 weights as they are, f16
-/// activations into the products, f32 sums), so its tokens can part from the bf16 path's near ties.
-pub struct OneLaunchDecoder {
-    kernel: fuse::DecodeStep,
-    shape: StepShape,
-}
-
-impl OneLaunchDecoder {
-    /// Packs `file`'s weights and puts them on `device` with the kernel compiled for their shapes.
-    pub fn new(file: &GgufFile, device: &Device) -> Result<OneLaunchDecoder> {
-        Self::new_as(file, device, false)
-    }
-
-    /// [`OneLaunchDecoder::new`] with the GEMVs on tensor cores when `tensor_cores`.
-    pub fn new_as(file: &GgufFile, device: &Device, tensor_cores: bool) -> Result<OneLaunchDecoder> {
-        let w = DecodeStepWeights::pack_as(file, tensor_cores)?;
-        Ok(OneLaunchDecoder { kernel: w.kernel(device)?, shape: w.shape })
-    }
-
-    /// Up to `max_new` greedy tokens after `prompt` (stopping after `eos`): the prompt through `llama` into
-    /// `cache` (bf16, batch 1, at most [`STEP_MAX_POSITIONS`] positions; empty or holding this sequence so
-    /// far), the first token from its logits, every later one from a launch of the kernel (queued together:
-    /// the tokens are read once, at the end; the steps after an eos are computed and dropped).
-    pub fn generate(&mut self, llama: &Llama, cache: &mut KvCache, prompt: &[u32], max_new: usize, eos: u32) -> Result<Vec<u32>> {
-        if llama.dtype() != DType::BF16 || cache.batch() != 1 || cache.capacity() > self.shape.max_positions {
-            return Err(Error::BadShape {
-                what: format!(
-                    "the one-launch decode step reads a bf16 cache of one sequence and at most {} positions (model in {}, cache of {} sequences and {} positions)",
-                    self.shape.max_positions,
-                    llama.dtype(),
-                    cache.batch(),
-                    cache.capacity()
-                ),
-            });
-        }
-        if llama.config.layers != self.shape.layers || llama.config.hidden != self.shape.hidden || llama.config.vocab != self.shape.vocab {
-            return Err(Error::BadShape { what: "the model is not the one the decoder's weights were packed from".into() });
-        }
-        if max_new == 0 {
-            return Ok(Vec::new());
-        }
-        cache.reserve(prompt.len() + max_new - 1)?;
-        let logits = llama.forward(prompt, cache)?;
-        let first = logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| if v > best.1 { (i, v) } else { best }).0 as u32;
-        let layers: Vec<(Tensor, Tensor)> = (0..self.shape.layers).map(|i| cache.layer(i)).map(|(k, v)| (k.clone(), v.clone())).collect();
-        self.kernel.set_caches(&layers)?;
-        self.kernel.set_token(first)?;
-        let mut out = vec![first];
-        if max_new > 1 && first != eos {
-            // The rest as one run: the kernel advances the position and logs each token on the device.
-            self.kernel.queue_run(cache.len(), max_new - 1)?;
-            out.extend(self.kernel.run_tokens(max_new - 1)?);
-        }
-        if let Some(end) = out.iter().position(|&id| id == eos) {
-            out.truncate(end + 1);
-        }
-        // The positions fed back (every token but the last); the run's rows past an eos are left as scratch.
-        cache.advance_by(out.len() - 1)?;
-        Ok(out)
-    }
-
-    /// Microseconds a step of the kernel alone, `steps` launches queued back to back at `cache`'s next
-    /// position (rows past its length are written and left as scratch; the length does not move). The
-    /// caches are `cache`'s (bf16, batch 1, as [`OneLaunchDecoder::generate`] takes them).
-    pub fn time_steps(&mut self, cache: &KvCache, steps: usize) -> Result<f64> {
-        let layers: Vec<(Tensor, Tensor)> = (0..self.shape.layers).map(|i| cache.layer(i)).map(|(k, v)| (k.clone(), v.clone())).collect();
-        self.kernel.set_caches(&layers)?;
-        Ok(self.kernel.time_steps(cache.len(), steps)?)
     }
 }
 

@@ -251,7 +251,7 @@ fn a_layer_matrix_not_in_q4_1_is_refused() {
 fn the_decoder_needs_a_gpu_and_says_so() {
     let (bytes, _) = small_model(5, false);
     let file = GgufFile::from_bytes(bytes, "small.gguf").unwrap();
-    let err = OneLaunchDecoder::new(&file, &fuse::Device::Cpu).err().expect("refused on the CPU").to_string();
+    let err = super::super::OneLaunchDecoder::new(&file, &fuse::Device::Cpu).err().expect("refused on the CPU").to_string();
     assert!(err.contains("runs on a GPU"), "{err}");
 }
 

@@ -10,13 +10,15 @@
 mod block;
 mod cache;
 mod decode_step;
+mod one_launch;
 mod generate;
 mod load;
 mod step;
 
 pub use block::{AttentionBlock, FfnBlock};
 pub use cache::KvCache;
-pub use decode_step::{DecodeStepWeights, OneLaunchDecoder, StepShape, STEP_MAX_POSITIONS, STEP_SHARED_MEMORY_LIMIT, STEP_SHARES};
+pub use one_launch::OneLaunchDecoder;
+pub use decode_step::{DecodeStepWeights, StepShape, STEP_MAX_POSITIONS, STEP_SHARED_MEMORY_LIMIT, STEP_SHARES};
 pub use generate::{generate, Generated, Sampling};
 pub use load::{Config, Llama};
 pub use step::{Decoder, StepInputs};
