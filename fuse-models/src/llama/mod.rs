@@ -6,13 +6,15 @@
 //!   every layer with a [`KvCache`] and returns the last position's logits.
 //! - [`generate`]: prefill the prompt in one pass, then decode one token at a time (greedy, or temperature
 //!   and top-p sampling with a seed), stopping at eos or a token budget.
+//! - [`OneLaunchDecoder`]: greedy decoding with the whole decode step as one launch (an sm_90 GPU, batch 1),
+//!   on weights [`DecodeStepWeights`] packs from the file's Q4_1 blocks.
 
 mod block;
 mod cache;
 mod decode_step;
-mod one_launch;
 mod generate;
 mod load;
+mod one_launch;
 mod step;
 
 pub use block::{AttentionBlock, FfnBlock};
