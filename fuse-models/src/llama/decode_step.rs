@@ -145,15 +145,15 @@ impl StepShape {
 /// The kernel's weights for one model, on the host.
 pub struct DecodeStepWeights {
     pub shape: StepShape,
-    /// [layers][STEP_SHARES][share_bytes]
+    /// `[layers][STEP_SHARES][share_bytes]`
     pub shares: Vec<u8>,
-    /// [vocab][hidden]: the token matrix's Q8_0 values + 128.
+    /// `[vocab][hidden]`: the token matrix's Q8_0 values + 128.
     pub head_q: Vec<u8>,
-    /// [vocab][hidden / 32]: their scales (f16 bits).
+    /// `[vocab][hidden / 32]`: their scales (f16 bits).
     pub head_d: Vec<u16>,
-    /// [hidden]: the final rms_norm's weights.
+    /// `[hidden]`: the final rms_norm's weights.
     pub out_norm: Vec<f32>,
-    /// [max_positions][64]: cos of position p times frequency i at i < 32, its sin at 32 + i (f32, as
+    /// `[max_positions][64]`: cos of position p times frequency i at i < 32, its sin at 32 + i (f32, as
     /// Hugging Face computes them).
     pub rope: Vec<f32>,
 }

@@ -30,7 +30,7 @@ impl OneLaunchDecoder {
     }
 
     /// Up to `max_new` greedy tokens after `prompt` (stopping after `eos`): the prompt through `llama` into
-    /// `cache` (bf16, batch 1, at most [`STEP_MAX_POSITIONS`] positions; empty or holding this sequence so
+    /// `cache` (bf16, batch 1, at most [`super::STEP_MAX_POSITIONS`] positions; empty or holding this sequence so
     /// far), the first token from its logits, every later one from a launch of the kernel (queued together:
     /// the tokens are read once, at the end; the steps after an eos are computed and dropped).
     pub fn generate(&mut self, llama: &Llama, cache: &mut KvCache, prompt: &[u32], max_new: usize, eos: u32) -> Result<Vec<u32>> {
