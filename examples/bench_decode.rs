@@ -117,8 +117,7 @@ fn decode(model: &Llama, cache: &mut KvCache, cached: usize, steps: usize, mode:
             return Err("the one-launch step decodes one sequence".into());
         }
         let mut step = DecodeStepWeights::random_as(&model.config, 1, mode == "one-launch-mma")?.kernel(model.device())?;
-        let layers: Vec<(Tensor, Tensor)> = (0..model.config.layers).map(|i| cache.layer(i)).map(|(k, v)| (k.clone(), v.clone())).collect();
-        step.set_caches(&layers)?;
+        step.set_caches(cache.layers())?;
         step.set_token(1)?;
         step.time_steps(cached, 2)?; // compiles, warms
         return Ok(step.time_steps(cached, steps)?);

@@ -191,6 +191,23 @@ fn check_coverage(kernels: &[(Graph, KernelSpec)]) {
 }
 
 /// `FUSE_PTXAS`, else `ptxas` on the PATH.
+/// ptxas, where NVRTC and ptxas are both here; else `None` after printing that `what` is skipped and why (with
+/// `FUSE_TEST_NVRTC=1`, which scripts/test.sh sets once it has installed them, a missing tool fails instead).
+fn tools_or_skip(what: &str) -> Option<PathBuf> {
+    let required = std::env::var("FUSE_TEST_NVRTC").is_ok_and(|v| v == "1");
+    if !nvrtc_available() {
+        assert!(!required, "FUSE_TEST_NVRTC=1 but libnvrtc cannot be loaded (run scripts/cuda-tools.sh, check LD_LIBRARY_PATH)");
+        let _ = writeln!(std::io::stderr(), "kernels_compile: {what} SKIPPED, no libnvrtc (scripts/test.sh installs it; FUSE_TEST_NVRTC=1 makes this a failure)");
+        return None;
+    }
+    let ptxas = ptxas();
+    if ptxas.is_none() {
+        assert!(!required, "FUSE_TEST_NVRTC=1 but no ptxas (set FUSE_PTXAS)");
+        let _ = writeln!(std::io::stderr(), "kernels_compile: {what} SKIPPED, no ptxas (set FUSE_PTXAS)");
+    }
+    ptxas
+}
+
 fn ptxas() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("FUSE_PTXAS").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(p));
@@ -214,19 +231,9 @@ fn check(spec: &KernelSpec, defines: &[String], arch: &str, ptxas: &std::path::P
 
 #[test]
 fn every_generated_kernel_compiles_and_assembles_without_spills() {
-    let required = std::env::var("FUSE_TEST_NVRTC").is_ok_and(|v| v == "1");
     let kernels = kernels();
     check_coverage(&kernels);
-    if !nvrtc_available() {
-        assert!(!required, "FUSE_TEST_NVRTC=1 but libnvrtc cannot be loaded (run scripts/cuda-tools.sh, check LD_LIBRARY_PATH)");
-        let _ = writeln!(std::io::stderr(), "kernels_compile: SKIPPED, no libnvrtc (scripts/test.sh installs it; FUSE_TEST_NVRTC=1 makes this a failure)");
-        return;
-    }
-    let Some(ptxas) = ptxas() else {
-        assert!(!required, "FUSE_TEST_NVRTC=1 but no ptxas (set FUSE_PTXAS)");
-        let _ = writeln!(std::io::stderr(), "kernels_compile: SKIPPED, no ptxas (set FUSE_PTXAS)");
-        return;
-    };
+    let Some(ptxas) = tools_or_skip("generated kernels") else { return };
     // A compilation takes ~0.2 s: every variant for the kernels of FULL_MATRIX, one (in turn) for the others.
     let jobs: Vec<(usize, Vec<String>, &str)> = kernels
         .iter()
@@ -290,12 +297,7 @@ fn every_generated_kernel_compiles_and_assembles_without_spills() {
 #[test]
 fn every_model_kernel_compiles_and_assembles_without_spills() {
     use fuse::ir::codegen::{ModelKernel, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_EARLY_DEFINE, ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_ROPE_VECTOR_DEFINE, ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_HEAD_DIMS};
-    let required = std::env::var("FUSE_TEST_NVRTC").is_ok_and(|v| v == "1");
-    let (true, Some(ptxas)) = (nvrtc_available(), ptxas()) else {
-        assert!(!required, "FUSE_TEST_NVRTC=1 but NVRTC or ptxas is missing");
-        let _ = writeln!(std::io::stderr(), "kernels_compile: model kernels SKIPPED, no NVRTC or ptxas");
-        return;
-    };
+    let Some(ptxas) = tools_or_skip("model kernels") else { return };
     let mut failures = Vec::new();
     for kernel in ModelKernel::ALL {
         let dtypes: &[DType] = if kernel == ModelKernel::Cat { &[DType::F32, DType::F16, DType::BF16, DType::U32] } else { &DType::ALL };
@@ -360,12 +362,7 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
 #[test]
 fn the_decode_step_kernel_compiles_and_assembles_without_spills() {
     use fuse::ir::codegen::{decode_step_source, DECODE_STEP_ENTRY};
-    let required = std::env::var("FUSE_TEST_NVRTC").is_ok_and(|v| v == "1");
-    let (true, Some(ptxas)) = (nvrtc_available(), ptxas()) else {
-        assert!(!required, "FUSE_TEST_NVRTC=1 but NVRTC or ptxas is missing");
-        let _ = writeln!(std::io::stderr(), "kernels_compile: decode step SKIPPED, no NVRTC or ptxas");
-        return;
-    };
+    let Some(ptxas) = tools_or_skip("decode step") else { return };
     // Its defaults (the harness's build), the GEMVs on tensor cores, and the library's build for SmolLM2.
     let library = fuse_models::llama::StepShape::of(&fuse_models::llama::Config::smollm2_135m()).unwrap();
     let tiled = library.with_tensor_cores().unwrap();

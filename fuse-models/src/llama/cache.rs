@@ -72,6 +72,11 @@ impl KvCache {
         Ok(())
     }
 
+    /// Every layer's key and value memory, as [`KvCache::layer`] gives one.
+    pub fn layers(&self) -> &[(Tensor, Tensor)] {
+        &self.layers
+    }
+
     /// Layer `i`'s key and value memory, [b, hkv, capacity, d] (rows past `len` hold nothing yet).
     pub fn layer(&self, i: usize) -> (&Tensor, &Tensor) {
         let (k, v) = &self.layers[i];

@@ -5,7 +5,7 @@
 //! scales, the final norm and the rope table. The file's blocks are copied as they are (no dequantisation); the
 //! query and key rows are put back in Hugging Face's half-split order, as [`super::Llama::load`] does.
 
-use super::load::Config;
+use super::load::{rotary_cos_sin, Config};
 use crate::ggml_type::GgmlType;
 use crate::gguf::GgufFile;
 use crate::rotary::unpermute_rotary_rows;
@@ -74,6 +74,12 @@ impl StepShape {
             return Err(Error::BadShape { what: format!("the one-launch decode step on tensor cores needs {bytes} bytes of shared memory a block (at most {STEP_SHARED_MEMORY_LIMIT})") });
         }
         Ok(shape)
+    }
+
+    /// [`StepShape::of`], on tensor cores when `tensor_cores` ([`StepShape::with_tensor_cores`]).
+    pub fn of_build(config: &Config, tensor_cores: bool) -> Result<StepShape> {
+        let shape = StepShape::of(config)?;
+        if tensor_cores { shape.with_tensor_cores() } else { Ok(shape) }
     }
 
     /// The defines that build the kernel for these shapes.
@@ -168,8 +174,7 @@ impl DecodeStepWeights {
     /// `tensor_cores`.
     pub fn pack_as(file: &GgufFile, tensor_cores: bool) -> Result<DecodeStepWeights> {
         let config = Config::from_gguf(file)?;
-        let shape = StepShape::of(&config)?;
-        let shape = if tensor_cores { shape.with_tensor_cores()? } else { shape };
+        let shape = StepShape::of_build(&config, tensor_cores)?;
         let (h, kh) = (shape.hidden, shape.hidden / 32);
         let layout = shape.share_layout();
         let share = shape.share_bytes();
@@ -213,9 +218,7 @@ impl DecodeStepWeights {
         let rope = rope_table(config.rope_theta, shape.max_positions);
         Ok(DecodeStepWeights { shape, shares, head_q, head_d, out_norm: f32_vector(file, "output_norm.weight", h)?, rope })
     }
-}
 
-impl DecodeStepWeights {
     /// Weights of `config`'s shapes with random values (Q4_1 scales near 0.008, minimums near -8 scales,
     /// random nibbles; a random token matrix; norms near 1), seeded: for timing without a model file.
     pub fn random(config: &Config, seed: u64) -> Result<DecodeStepWeights> {
@@ -224,8 +227,7 @@ impl DecodeStepWeights {
 
     /// [`DecodeStepWeights::random`] laid out for the GEMVs on tensor cores when `tensor_cores`.
     pub fn random_as(config: &Config, seed: u64, tensor_cores: bool) -> Result<DecodeStepWeights> {
-        let shape = StepShape::of(config)?;
-        let shape = if tensor_cores { shape.with_tensor_cores()? } else { shape };
+        let shape = StepShape::of_build(config, tensor_cores)?;
         let mut state = seed ^ 0x9E37_79B9_7F4A_7C15;
         let mut next = move || {
             state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -342,19 +344,11 @@ fn token_matrix(file: &GgufFile, vocab: usize, hidden: usize) -> Result<(Vec<u8>
     Ok((q, d))
 }
 
-/// cos and sin of `p * theta^(-2i/64)` for p < `positions`, in f32 as Hugging Face's Llama computes them.
+/// The loader's rotary cos and sin tables for p < `positions`, a row a position: its 32 cosines, then its 32
+/// sines.
 fn rope_table(theta: f64, positions: usize) -> Vec<f32> {
-    let theta = theta as f32;
-    let inv: Vec<f32> = (0..HEAD_DIM / 2).map(|i| 1.0 / theta.powf((2 * i) as f32 / HEAD_DIM as f32)).collect();
-    let mut table = vec![0f32; positions * HEAD_DIM];
-    for p in 0..positions {
-        for (i, f) in inv.iter().enumerate() {
-            let angle = p as f32 * f;
-            table[p * HEAD_DIM + i] = angle.cos();
-            table[p * HEAD_DIM + HEAD_DIM / 2 + i] = angle.sin();
-        }
-    }
-    table
+    let (cos, sin) = rotary_cos_sin(theta, HEAD_DIM, positions);
+    cos.chunks(HEAD_DIM / 2).zip(sin.chunks(HEAD_DIM / 2)).flat_map(|(c, s)| c.iter().chain(s).copied()).collect()
 }
 
 #[cfg(test)]

@@ -71,8 +71,13 @@ pub fn generate(
     Ok(Generated { ids, first_logits, prefill, decode: start.elapsed() })
 }
 
+/// The greedy choice: the largest logit's id (the lowest id on a tie).
+pub(super) fn argmax(logits: &[f32]) -> u32 {
+    logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| if v > best.1 { (i, v) } else { best }).0 as u32
+}
+
 fn choose(logits: &[f32], sampling: Sampling, rng: &mut SmallRng) -> u32 {
-    let argmax = || logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| if v > best.1 { (i, v) } else { best }).0 as u32;
+    let argmax = || argmax(logits);
     let Sampling::TopP { temperature, top_p, .. } = sampling else { return argmax() };
     if temperature <= 0.0 {
         return argmax();

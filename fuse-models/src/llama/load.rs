@@ -250,9 +250,15 @@ fn upload(data: Vec<f32>, shape: &[usize], device: &Device, dtype: DType) -> fus
 /// dtype (as transformers casts them to the activations' dtype), so that the logits agree.
 fn rotary_tables(c: &Config, device: &Device, dtype: DType) -> fuse::Result<(Tensor, Tensor)> {
     let half = c.head_dim / 2;
-    let theta = c.rope_theta as f32;
-    let inv: Vec<f32> = (0..half).map(|i| 1.0 / theta.powf((2 * i) as f32 / c.head_dim as f32)).collect();
-    let angles = (0..c.context).flat_map(|p| inv.iter().map(move |f| p as f32 * f));
-    let (cos, sin): (Vec<f32>, Vec<f32>) = angles.map(|a| (a.cos(), a.sin())).unzip();
+    let (cos, sin) = rotary_cos_sin(c.rope_theta, c.head_dim, c.context);
     Ok((upload(cos, &[c.context, half], device, dtype)?, upload(sin, &[c.context, half], device, dtype)?))
+}
+
+/// cos and sin of `p * theta^(-2i/head_dim)` for p < `positions` and i < head_dim / 2 ([positions][head_dim / 2]
+/// each), in f32 as Hugging Face's Llama computes them.
+pub(super) fn rotary_cos_sin(theta: f64, head_dim: usize, positions: usize) -> (Vec<f32>, Vec<f32>) {
+    let theta = theta as f32;
+    let inv: Vec<f32> = (0..head_dim / 2).map(|i| 1.0 / theta.powf((2 * i) as f32 / head_dim as f32)).collect();
+    let angles = (0..positions).flat_map(|p| inv.iter().map(move |f| p as f32 * f));
+    angles.map(|a| (a.cos(), a.sin())).unzip()
 }

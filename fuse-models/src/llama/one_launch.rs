@@ -3,6 +3,7 @@
 
 use super::cache::KvCache;
 use super::decode_step::{DecodeStepWeights, StepShape};
+use super::generate::argmax;
 use super::load::Llama;
 use crate::gguf::GgufFile;
 use crate::{Error, Result};
@@ -53,9 +54,8 @@ impl OneLaunchDecoder {
         }
         cache.reserve(prompt.len() + max_new - 1)?;
         let logits = llama.forward(prompt, cache)?;
-        let first = logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| if v > best.1 { (i, v) } else { best }).0 as u32;
-        let layers: Vec<(Tensor, Tensor)> = (0..self.shape.layers).map(|i| cache.layer(i)).map(|(k, v)| (k.clone(), v.clone())).collect();
-        self.kernel.set_caches(&layers)?;
+        let first = argmax(&logits);
+        self.kernel.set_caches(cache.layers())?;
         self.kernel.set_token(first)?;
         let mut out = vec![first];
         if max_new > 1 && first != eos {
@@ -75,8 +75,7 @@ impl OneLaunchDecoder {
     /// position (rows past its length are written and left as scratch; the length does not move). The
     /// caches are `cache`'s (bf16, batch 1, as [`OneLaunchDecoder::generate`] takes them).
     pub fn time_steps(&mut self, cache: &KvCache, steps: usize) -> Result<f64> {
-        let layers: Vec<(Tensor, Tensor)> = (0..self.shape.layers).map(|i| cache.layer(i)).map(|(k, v)| (k.clone(), v.clone())).collect();
-        self.kernel.set_caches(&layers)?;
+        self.kernel.set_caches(cache.layers())?;
         Ok(self.kernel.time_steps(cache.len(), steps)?)
     }
 }

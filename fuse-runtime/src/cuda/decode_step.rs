@@ -11,7 +11,7 @@
 use super::device::CudaDevice;
 use super::driver::driver_error;
 use super::exec::kernels::fingerprint;
-use super::exec::launch::{checked_address, launch_kernel, KernelDims};
+use super::exec::launch::{checked_address, launch_kernel, max_active_clusters, KernelDims};
 use crate::{DType, Device, Error, Result, Tensor};
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr};
@@ -258,8 +258,7 @@ impl DecodeStep {
             if run { self.log.device_ptr(stream).0 } else { 0 },
             DECODE_STEP_LOG as u64,
         ];
-        let dims = KernelDims { grid: DECODE_STEP_CLUSTER * DECODE_STEP_CLUSTERS, block: DECODE_STEP_THREADS, cluster: DECODE_STEP_CLUSTER, shared_bytes: self.shared_bytes, overlap: false };
-        launch_kernel(&self.device, DECODE_STEP_ENTRY, &self.function, dims, &mut words)
+        launch_kernel(&self.device, DECODE_STEP_ENTRY, &self.function, step_dims(self.shared_bytes), &mut words)
     }
 
     /// Microseconds a step, `steps` steps queued back to back at position `pos` (each writes the same cache
@@ -285,30 +284,8 @@ impl DecodeStep {
 /// The step's clusters wait on each other (a layer's cluster polls the words the layer before wrote), so all
 /// of them must be resident at once: an error, not a hang, on a GPU that cannot hold them.
 fn check_residency(gpu: &CudaDevice, function: &CudaFunction, shared_bytes: u32) -> Result<()> {
-    use cudarc::driver::sys;
-    // SAFETY (zeroed): plain data; the cluster member is the one the attribute id names.
-    let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attribute.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: DECODE_STEP_CLUSTER, y: 1, z: 1 };
-    let config = sys::CUlaunchConfig {
-        gridDimX: DECODE_STEP_CLUSTER * DECODE_STEP_CLUSTERS,
-        gridDimY: 1,
-        gridDimZ: 1,
-        blockDimX: DECODE_STEP_THREADS,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: shared_bytes,
-        hStream: gpu.stream().cu_stream(),
-        attrs: &mut attribute,
-        numAttrs: 1,
-    };
-    let mut clusters: std::ffi::c_int = 0;
-    // SAFETY: `config` and `attribute` outlive the call; the function is loaded in the device's context.
-    let status = unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, function.cu_function(), &config) };
-    if status != sys::CUresult::CUDA_SUCCESS {
-        return Err(Error::Cuda { op: format!("{OP}: clusters resident at once"), message: format!("{status:?}") });
-    }
-    if (clusters as u32) < DECODE_STEP_CLUSTERS {
+    let clusters = max_active_clusters(gpu, OP, function, step_dims(shared_bytes))?;
+    if clusters < DECODE_STEP_CLUSTERS {
         return Err(Error::unsupported(
             OP,
             "new",
@@ -318,4 +295,9 @@ fn check_residency(gpu: &CudaDevice, function: &CudaFunction, shared_bytes: u32)
         ));
     }
     Ok(())
+}
+
+/// A step's launch: its clusters, not overlapping the kernel before (it does not wait for it in the kernel).
+fn step_dims(shared_bytes: u32) -> KernelDims {
+    KernelDims { grid: DECODE_STEP_CLUSTER * DECODE_STEP_CLUSTERS, block: DECODE_STEP_THREADS, cluster: DECODE_STEP_CLUSTER, shared_bytes, overlap: false }
 }

@@ -33,31 +33,9 @@ impl KernelDims {
 pub(crate) fn launch_kernel(device: &CudaDevice, name: &str, function: &CudaFunction, dims: KernelDims, words: &mut [u64]) -> Result<()> {
     use cudarc::driver::sys;
     let mut params = [words.as_mut_ptr().cast::<std::ffi::c_void>()];
-    // SAFETY (zeroed): plain data; each union member written below is the one its attribute id names.
+    // SAFETY (zeroed): plain data; `launch_config` writes the members its attribute ids name.
     let mut attributes: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
-    let mut count = 0;
-    if dims.cluster > 1 {
-        attributes[count].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attributes[count].value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: dims.cluster, y: 1, z: 1 };
-        count += 1;
-    }
-    if dims.overlap && device.overlaps_launches() {
-        attributes[count].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attributes[count].value.programmaticStreamSerializationAllowed = 1;
-        count += 1;
-    }
-    let config = sys::CUlaunchConfig {
-        gridDimX: dims.grid,
-        gridDimY: 1,
-        gridDimZ: 1,
-        blockDimX: dims.block,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: dims.shared_bytes,
-        hStream: device.stream().cu_stream(),
-        attrs: attributes.as_mut_ptr(),
-        numAttrs: count as u32,
-    };
+    let config = launch_config(device, &dims, &mut attributes);
     // SAFETY: the kernel was generated for exactly this parameter (one FuseArgs, laid out as the packed
     // words, slot counts and dtypes fixed by the defines); every address is a live allocation on this GPU
     // whose view was bounds-checked by the caller; the driver copies the parameter at launch, and
@@ -69,6 +47,51 @@ pub(crate) fn launch_kernel(device: &CudaDevice, name: &str, function: &CudaFunc
             op: format!("launch {name} ({} blocks of {}, cluster {}, {} B shared)", dims.grid, dims.block, dims.cluster, dims.shared_bytes),
             message: format!("{e:?}"),
         }),
+    }
+}
+
+/// The driver's configuration of a launch of `dims` on the device's stream: its cluster and (where `dims.overlap`
+/// and the device allow) programmatic dependent launch as attributes written into `attributes`, which the
+/// configuration points to.
+fn launch_config(device: &CudaDevice, dims: &KernelDims, attributes: &mut [cudarc::driver::sys::CUlaunchAttribute; 2]) -> cudarc::driver::sys::CUlaunchConfig {
+    use cudarc::driver::sys;
+    let mut count = 0;
+    if dims.cluster > 1 {
+        attributes[count].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attributes[count].value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: dims.cluster, y: 1, z: 1 };
+        count += 1;
+    }
+    if dims.overlap && device.overlaps_launches() {
+        attributes[count].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attributes[count].value.programmaticStreamSerializationAllowed = 1;
+        count += 1;
+    }
+    sys::CUlaunchConfig {
+        gridDimX: dims.grid,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: dims.block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: dims.shared_bytes,
+        hStream: device.stream().cu_stream(),
+        attrs: attributes.as_mut_ptr(),
+        numAttrs: count as u32,
+    }
+}
+
+/// Clusters of a launch of `dims` the GPU can hold at once (`cuOccupancyMaxActiveClusters`).
+pub(crate) fn max_active_clusters(device: &CudaDevice, name: &str, function: &CudaFunction, dims: KernelDims) -> Result<u32> {
+    use cudarc::driver::sys;
+    // SAFETY (zeroed): plain data; `launch_config` writes the members its attribute ids name.
+    let mut attributes: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+    let config = launch_config(device, &dims, &mut attributes);
+    let mut clusters: std::ffi::c_int = 0;
+    // SAFETY: `config` and `attributes` outlive the call; the function is loaded in the device's context.
+    let status = unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, function.cu_function(), &config) };
+    match status {
+        sys::CUresult::CUDA_SUCCESS => Ok(clusters as u32),
+        e => Err(Error::Cuda { op: format!("{name}: clusters resident at once"), message: format!("{e:?}") }),
     }
 }
 
