@@ -55,15 +55,8 @@ __device__ void advance(const FuseDecodeStepArgs& a) {
 __device__ void lm_head(const FuseDecodeStepArgs& a, Smem& s, unsigned long long* trace) {
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const unsigned long long c0 = clock64();
-    for (int i = t; i < HID; i += THREADS) {
-        unsigned long long v;
-        for (;;) {
-            asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(a.words + i) : "memory");
-            if ((unsigned)(v >> 32) == (unsigned)a.tag0 + LAYERS) break;
-            __nanosleep(128);  // every block polls while the last layer runs on one cluster
-        }
-        s.x[i] = __uint_as_float((unsigned)v);
-    }
+    // Every block polls while the last layer runs on one cluster: a pause between polls.
+    for (int i = t; i < HID; i += THREADS) s.x[i] = take_word(a.words + i, (unsigned)a.tag0 + LAYERS, 128);
     __syncthreads();
     const unsigned long long c1 = clock64();
     const float r = rms_scale(s.x);

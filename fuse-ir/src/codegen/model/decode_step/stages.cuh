@@ -9,13 +9,15 @@ struct NibbleConsts {
     unsigned lo_mask = 0x000F000Fu, hi_mask = 0x00F000F0u, lo_base = 0x64006400u, hi_base = 0x54005400u;
     __device__ NibbleConsts() { asm volatile("" : "+r"(lo_mask), "+r"(hi_mask), "+r"(lo_base), "+r"(hi_base)); }
 };
-// Two nibbles of w as a half2 of their values: (w & mask) | base, less the base. Those at bits 0-3 and 16-19
-// through 1024.0's mantissa bits 0-3, those at bits 4-7 and 20-23 through 64.0's bits 4-7.
-__device__ __forceinline__ unsigned nibbles(unsigned w, unsigned mask, unsigned base) {
+// Two nibbles of w as a half2 of base + their values: (w & mask) | base. Those at bits 0-3 and 16-19 through
+// 1024.0's mantissa bits 0-3, those at bits 4-7 and 20-23 through 64.0's bits 4-7.
+__device__ __forceinline__ unsigned nibble_bits(unsigned w, unsigned mask, unsigned base) {
     unsigned v;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(v) : "r"(w), "r"(mask), "r"(base));  // (w & mask) | base
-    return h2_sub(v, base);
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(v) : "r"(w), "r"(mask), "r"(base));
+    return v;
 }
+// The same less the base: the two nibbles' values.
+__device__ __forceinline__ unsigned nibbles(unsigned w, unsigned mask, unsigned base) { return h2_sub(nibble_bits(w, mask, base), base); }
 // Two 32-bit words of a Q4_1 block's nibbles (word i: bytes 4i..4i+3, weights 4i..4i+3 low, 4i+16..4i+19 high)
 // against the matching 16 inputs, stored in the order `perm_slot` gives (for word i, x.x: weights 4i, 4i+2;
 // x.y: 4i+16, 4i+18; x.z: 4i+1, 4i+3; x.w: 4i+17, 4i+19). Products summed in f16 (16 of them), returned in f32.
@@ -104,11 +106,6 @@ __device__ __forceinline__ void mma16816(float (&d)[4], unsigned a0, unsigned a1
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-__device__ __forceinline__ unsigned nibble_bits(unsigned w, unsigned mask, unsigned base) {
-    unsigned v;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(v) : "r"(w), "r"(mask), "r"(base));
-    return v;
-}
 // Partial sums of the stage's rows (TILES tiles of 16) over this warp's share of its KB input blocks: the warps
 // split the tiles into TG groups and the blocks into KS ranges (TG * KS = WARPS); part[ks][row] (row over the
 // stored rows), to be added over ks. x: the input, f16 in order.
@@ -165,13 +162,16 @@ __device__ __forceinline__ float tile_row_sum(const float* part, int row) {
 
 // ---- the residual stream between clusters: 64-bit words, tag << 32 | f32 bits --------------------------------
 
-__device__ __forceinline__ float take_word(const unsigned long long* p, unsigned tag) {
+// A word's value once it carries `tag`: polls `pause` ns apart, or (pause 0) 256 ns apart while the word is
+// older than the layer before ours and back to back after it.
+__device__ __forceinline__ float take_word(const unsigned long long* p, unsigned tag, unsigned pause = 0) {
     unsigned long long v;
     for (;;) {
         asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
         const unsigned seen = (unsigned)(v >> 32);
         if (seen == tag) break;
-        if (tag - seen > 1u) __nanosleep(256);  // not the layer before ours yet: poll less often
+        if (pause) __nanosleep(pause);
+        else if (tag - seen > 1u) __nanosleep(256);  // not the layer before ours yet: poll less often
     }
     return __uint_as_float((unsigned)v);
 }
