@@ -40,7 +40,9 @@ for build in ${CLUSTER_BUILDS:-default mma:-DFUSE_STEP_MMA=1}; do
   if [ "${CLUSTER_SANITIZE:-1}" = 1 ]; then
     for tool in memcheck racecheck synccheck initcheck; do
       echo "== $name $tool" >>"$out/cluster-step-sanitize.txt"
-      timeout 300 compute-sanitizer --tool "$tool" --print-limit 4 "$bin" check-small >"/tmp/cluster-$tool.txt" 2>&1 || status=1
+      extra=()
+      [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
+      timeout 300 compute-sanitizer --tool "$tool" "${extra[@]}" --print-limit 4 "$bin" check-small >"/tmp/cluster-$tool.txt" 2>&1 || status=1
       { head -40 "/tmp/cluster-$tool.txt"; echo ...; tail -4 "/tmp/cluster-$tool.txt"; } >>"$out/cluster-step-sanitize.txt"
     done
   fi
