@@ -56,11 +56,12 @@ impl StepShape {
         let limit = |ok: bool, what: String| if ok { Ok(()) } else { Err(Error::BadShape { what: format!("the one-launch decode step cannot run this model: {what}") }) };
         limit(c.head_dim == HEAD_DIM, format!("heads of {} dimensions (it is written for {HEAD_DIM})", c.head_dim))?;
         limit(c.heads <= STEP_SHARES && c.heads % c.kv_heads == 0, format!("{} query heads over {} kv heads (at most {STEP_SHARES}, a whole number a kv head)", c.heads, c.kv_heads))?;
-        limit(c.hidden % 32 == 0 && c.hidden / 32 <= THREADS, format!("hidden size {} (a multiple of 32, at most {})", c.hidden, 32 * THREADS))?;
+        limit(c.hidden % 64 == 0 && c.hidden / 32 <= THREADS, format!("hidden size {} (a multiple of 64, at most {})", c.hidden, 32 * THREADS))?;
         limit(c.intermediate % (STEP_SHARES * 32) == 0 && c.intermediate / 32 <= THREADS, format!("intermediate size {} (a multiple of {})", c.intermediate, STEP_SHARES * 32))?;
         limit(c.intermediate / STEP_SHARES <= 128, format!("intermediate size {} (at most {} rows of h a block)", c.intermediate, 128))?;
-        limit(c.vocab <= 1 << 16 && c.vocab > 0, format!("a vocabulary of {} (token ids in 16 bits)", c.vocab))?;
+        limit(c.vocab <= 1 << 16 && c.vocab > 0 && c.vocab % 16 == 0, format!("a vocabulary of {} (token ids in 16 bits, the LM head's rows in 16s)", c.vocab))?;
         limit(c.layers > 0, "no layers".into())?;
+        limit(shape.head_slots() >= 2, format!("hidden size {} (the LM head's ring needs two chunks of rows)", c.hidden))?;
         let bytes = shape.shared_memory_bytes();
         limit(bytes <= STEP_SHARED_MEMORY_LIMIT, format!("{bytes} bytes of shared memory a block (at most {STEP_SHARED_MEMORY_LIMIT})"))?;
         Ok(shape)
@@ -144,7 +145,16 @@ impl StepShape {
             + 4 * HEAD_DIM
             + 4 * (2 * self.hidden + qkv_rows + 32 + 32 + 64 + part + 256)
             + 2 * (2 * self.hidden + self.intermediate + 128)
-            + 8 * 5
+            + 8 * (5 + self.head_slots())
+    }
+
+    /// The LM head's ring of row chunks (common.cuh's `HEAD_SLOTS`): chunks of 4 rows a row group (a group:
+    /// a block's threads over the hidden size's blocks of 32; 1 row a group past 16 groups), as many as the
+    /// share and the preloaded keys' memory holds, at most 8.
+    pub fn head_slots(&self) -> usize {
+        let (kb, groups) = (self.hidden / 32, THREADS / (self.hidden / 32));
+        let chunk_bytes = groups * if groups > 16 { 1 } else { 4 } * (self.hidden + kb * 2);
+        ((self.share_bytes() + 4 * self.preloaded_keys() * HEAD_DIM) / chunk_bytes).min(8)
     }
 }
 

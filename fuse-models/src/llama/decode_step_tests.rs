@@ -9,21 +9,23 @@ use crate::rotary::unpermute_rotary_rows;
 #[test]
 fn smollm2s_layout_is_the_kernels() {
     // scripts/kernels/cluster_step.cu printed these on the H200 (2026-12-01): "221736 bytes of shared memory a
-    // block (142848 of weights)".
-    // Its build had 1024 positions (the kernel's default); the library builds it for STEP_MAX_POSITIONS.
+    // block (142848 of weights)"; with the LM head's ring of 5 chunks (5 more mbarriers), common.cuh compiled on
+    // the host with nvcc (2026-12-01) gives 221776. Its build had 1024 positions (the kernel's default); the
+    // library builds it for STEP_MAX_POSITIONS.
     let library = StepShape::of(&Config::smollm2_135m()).unwrap();
     let shape = StepShape { max_positions: 1024, ..library };
     // The other builds: common.cuh's Share::bytes and Smem::bytes() compiled on the host with nvcc (2026-12-01)
-    // give 160128 / 222632 on tensor cores (128 preloaded keys, rows in tiles of 16), and with 2048 positions
-    // 142848 / 225240 and 160128 / 226136.
+    // give 160128 / 222672 on tensor cores (128 preloaded keys, rows in tiles of 16), and with 2048 positions
+    // 142848 / 225280 and 160128 / 226176.
     let tiled = shape.with_tensor_cores().unwrap();
-    assert_eq!((tiled.share_bytes(), tiled.shared_memory_bytes()), (160_128, 222_632));
-    assert_eq!(StepShape { max_positions: 2048, ..library }.shared_memory_bytes(), 225_240);
-    assert_eq!(StepShape { max_positions: 2048, ..tiled }.shared_memory_bytes(), 226_136);
+    assert_eq!((tiled.share_bytes(), tiled.shared_memory_bytes()), (160_128, 222_672));
+    assert_eq!(StepShape { max_positions: 2048, ..library }.shared_memory_bytes(), 225_280);
+    assert_eq!(StepShape { max_positions: 2048, ..tiled }.shared_memory_bytes(), 226_176);
     assert!(library.with_tensor_cores().unwrap().shared_memory_bytes() <= STEP_SHARED_MEMORY_LIMIT);
     assert_eq!(shape.share_bytes(), 142_848);
-    assert_eq!(shape.shared_memory_bytes(), 221_736);
+    assert_eq!(shape.shared_memory_bytes(), 221_776);
     assert_eq!(shape.rows(), [60, 36, 192, 36]);
+    assert_eq!((shape.head_slots(), tiled.head_slots()), (5, 5));
     assert_eq!(library.max_positions, STEP_MAX_POSITIONS);
     assert!(library.shared_memory_bytes() <= STEP_SHARED_MEMORY_LIMIT);
     assert_eq!(
@@ -44,10 +46,11 @@ fn smollm2s_layout_is_the_kernels() {
 #[test]
 fn shapes_past_the_kernels_limits_are_refused_with_the_reason() {
     let base = Config::smollm2_135m();
-    let cases: [(Config, &str); 4] = [
+    let cases: [(Config, &str); 5] = [
         (Config { head_dim: 128, hidden: 1152, ..base.clone() }, "heads of 128 dimensions"),
         (Config { intermediate: 1000, ..base.clone() }, "intermediate size 1000"),
         (Config { vocab: 70_000, ..base.clone() }, "a vocabulary of 70000"),
+        (Config { vocab: 49_150, ..base.clone() }, "a vocabulary of 49150"),
         (Config { heads: 32, kv_heads: 8, hidden: 2048, ..base.clone() }, "32 query heads"),
     ];
     for (config, reason) in cases {
@@ -59,7 +62,7 @@ fn shapes_past_the_kernels_limits_are_refused_with_the_reason() {
 /// A small Llama in a GGUF image: Q4_1 layer matrices (the value projections in Q8_0 when `v_in_q8_0`), Q8_0
 /// token matrix, F32 norms, random bytes.
 fn small_model(seed: u64, v_in_q8_0: bool) -> (Vec<u8>, Config) {
-    let config = Config { hidden: 128, intermediate: 512, layers: 2, heads: 2, kv_heads: 1, head_dim: 64, vocab: 40, context: 256, rope_theta: 10000.0, eps: 1e-5 };
+    let config = Config { hidden: 128, intermediate: 512, layers: 2, heads: 2, kv_heads: 1, head_dim: 64, vocab: 48, context: 256, rope_theta: 10000.0, eps: 1e-5 };
     let c = &config;
     let mut state = seed;
     let mut byte = move || {

@@ -17,6 +17,9 @@
 #ifndef FUSE_STEP_MAX_POSITIONS  // positions a step can attend to (its scores in shared memory)
 #define FUSE_STEP_MAX_POSITIONS 1024
 #endif
+#ifndef FUSE_STEP_LOAD_DELAY  // ns the clusters after the first wait before loading their first layers
+#define FUSE_STEP_LOAD_DELAY 1500
+#endif
 #ifndef FUSE_STEP_MMA  // 1: the GEMVs on tensor cores (mma.sync, rows in tiles of 16); 0: f16 pairs on CUDA cores
 #define FUSE_STEP_MMA 0
 #endif
@@ -29,6 +32,10 @@ constexpr float EPS = 1e-5f;
 // A block's rows of each stage (its 1/16): QKV, output projection, gate and up (96 + 96), down.
 constexpr int R_QKV = QKV_ROWS / CLUSTER, R_O = HID / CLUSTER, R_GU = 2 * FF / CLUSTER, R_D = HID / CLUSTER;
 constexpr int NOTES = 15;          // clock notes a layer (trace)
+// The trace's words after the layers' notes: block 0's LM head wait and work (cycles), then globaltimer (ns) at
+// block 0's start, its end, layer 0's weights in, layer 0's input ready, and the last layer's cluster's rank 0
+// seeing the final residual stream and ending.
+enum TraceTail { T_HEAD_WAIT, T_HEAD_WORK, T_START, T_END, T_WEIGHTS0, T_INPUT0, T_LAST_RESIDUAL, T_LAST_END, TRACE_TAIL };
 constexpr unsigned COPY = 32768;   // bytes a bulk copy
 // Cached keys (and values) an attention block holds in shared memory (fewer with the tile-padded weights).
 constexpr int PRE_KEYS = FUSE_STEP_MMA ? 128 : 192;
@@ -36,7 +43,7 @@ constexpr int PRE_KEYS = FUSE_STEP_MMA ? 128 : 192;
 __host__ __device__ constexpr int stored_rows(int rows) { return FUSE_STEP_MMA ? (rows + 15) / 16 * 16 : rows; }
 constexpr int P_QKV = stored_rows(R_QKV), P_O = stored_rows(R_O), P_GU = stored_rows(R_GU), P_D = stored_rows(R_D);
 static_assert(QKV_ROWS % CLUSTER == 0 && HID % CLUSTER == 0 && FF % (CLUSTER * 32) == 0 && HID % 32 == 0, "rows split evenly");
-static_assert(NQ <= CLUSTER && NQ % NKV == 0 && VOCAB <= 65536, "a query head a block; tokens in 16 bits");
+static_assert(NQ <= CLUSTER && NQ % NKV == 0 && VOCAB <= 65536 && VOCAB % 16 == 0, "a query head a block; tokens in 16 bits; head rows in 16s");
 
 // A block's share of a layer, as loaded into its shared memory (byte offsets): each stage's nibbles
 // [rows][blocks of 32][16 bytes], then its (d, m) [rows][blocks] as f16 pairs; then both norms' weights (f32).
@@ -51,6 +58,16 @@ struct Share {
     static constexpr unsigned long long norm1 = d_dm + (unsigned long long)P_D * (FF / 32) * 4, norm2 = norm1 + HID * 4, bytes = norm2 + HID * 4;
 };
 static_assert(Share::o_q % 16 == 0 && Share::gu_q % 16 == 0 && Share::d_q % 16 == 0 && Share::bytes % 16 == 0, "16-byte loads");
+
+// The LM head streams its rows through a ring of chunks in the shared memory the layers no longer need (the
+// share and the preloaded keys and values): a chunk is HEAD_CHUNK rows' values [rows][HID] then their scales
+// [rows][HID / 32] (f16), 4 rows for each of the THREADS / (HID / 32) row groups (1 past 16 groups).
+constexpr int HEAD_KB = HID / 32, HEAD_GROUPS = THREADS / HEAD_KB, HEAD_CHUNK = HEAD_GROUPS * (HEAD_GROUPS > 16 ? 1 : 4);
+constexpr unsigned HEAD_CHUNK_BYTES = HEAD_CHUNK * (HID + HEAD_KB * 2);
+constexpr unsigned long long HEAD_AREA = Share::bytes + 2ull * 2 * PRE_KEYS * HD;
+constexpr int HEAD_SLOTS = HEAD_AREA / HEAD_CHUNK_BYTES < 8 ? (int)(HEAD_AREA / HEAD_CHUNK_BYTES) : 8;
+static_assert(HEAD_SLOTS >= 2 && HEAD_CHUNK * HEAD_KB * 2 % 16 == 0 && HEAD_CHUNK_BYTES % 16 == 0 && HID % 64 == 0,
+              "a ring of 16-byte aligned chunks; rows in halves of whole Q8_0 blocks");
 
 // The in-cluster hand-offs and the bytes each consumer receives in one: QKV's rows (the attention blocks
 // only), attention's outputs (f16) and their block sums, the output projection's xm rows and their sums of
@@ -77,8 +94,9 @@ __host__ __device__ inline unsigned long long pack_best(unsigned step, unsigned 
     return ((unsigned long long)(step & 0xFFFFu) << 48) | ((unsigned long long)ordered << 16) | (token & 0xFFFFu);
 }
 __host__ __device__ inline unsigned best_token(unsigned long long best) { return (unsigned)(best & 0xFFFFu); }
-// The rows of the LM head block `block` owns: [head_first(block), head_first(block + 1)).
-__host__ __device__ inline int head_first(int block) { return (int)((long long)block * VOCAB / (CLUSTER * CLUSTERS)); }
+// The rows of the LM head block `block` owns: [head_first(block), head_first(block + 1)), in whole 16s (so that
+// each block's rows and their scales start 16-byte aligned for bulk copies).
+__host__ __device__ inline int head_first(int block) { return (int)((long long)block * (VOCAB / 16) / (CLUSTER * CLUSTERS)) * 16; }
 
 // The kernel's argument: 8-byte words only (the library packs it as u64 words in this order).
 struct FuseDecodeStepArgs {
@@ -92,7 +110,8 @@ struct FuseDecodeStepArgs {
     const unsigned long long* k_layers;  // [LAYERS]: each layer's key cache, [NKV][capacity][HD] bf16
     const unsigned long long* v_layers;  // [LAYERS]: its value cache, the same
     const float* rope;               // [MAXPOS][HD]: cos of frequency i at i < 32, its sin at 32 + i
-    unsigned long long* trace;       // [LAYERS][NOTES] + 2: cycles between clock notes (rank 0 of each layer), or null
+    unsigned long long* trace;       // [LAYERS][NOTES] + TRACE_TAIL, or null: cycles between clock notes (rank 0 of
+                                     // each layer), then the ends' (TraceTail)
     long long pos;                   // the new token's position (cached: 0..pos-1), below capacity and MAXPOS
     long long capacity;              // positions a cache holds (its rows' stride)
     unsigned long long step;         // this launch's step number (16 bits), above the previous launch's
@@ -112,13 +131,13 @@ struct Smem {
     float* rope;                     // [HD]: the position's rope row
     float *x, *xm, *sq, *qkv, *atts, *hs, *part, *scratch, *out;  // sq: xm's sums of squares by producer
     unsigned short *xn, *att, *h, *stage;  // f16; stage: a producer's rows in the consumers' order, before they are sent
-    unsigned long long *bar, *handoff;  // the layer's weights; the hand-offs' (HANDOFFS)
+    unsigned long long *bar, *handoff, *ring;  // the layer's weights; the hand-offs' (HANDOFFS); the LM head's (HEAD_SLOTS)
     // The largest GEMV's partials, or attention's scratch (q, k, scores, P.V partials, output, sums) if larger.
     static constexpr int ATTENTION = 2 * HD + MAXPOS + 1 + KEY_GROUPS * HD + HD + KEY_GROUPS + WARPS;
     static constexpr int PART = ((R_GU * (HID / 32) > ATTENTION ? R_GU * (HID / 32) : ATTENTION) + 3) / 4 * 4;
     static constexpr unsigned long long bytes() {
         return Share::bytes + 2 * 2 * PRE_KEYS * HD + 4 * HD + 4 * (HID + HID + QKV_ROWS + 32 + 32 + 64 + PART + 256) + 2 * (HID + HID + FF + 128) +
-               8 * (1 + HANDOFFS);
+               8 * (1 + HANDOFFS + HEAD_SLOTS);
     }
     __device__ static Smem at(unsigned char* p) {
         Smem s;
@@ -142,10 +161,12 @@ struct Smem {
         s.stage = hf, hf += 128;
         s.bar = reinterpret_cast<unsigned long long*>(hf);
         s.handoff = s.bar + 1;
+        s.ring = s.handoff + HANDOFFS;
         return s;
     }
 };
-static_assert(R_D * (FF / 32) <= Smem::PART && THREADS >= 4 * HD && R_GU / 2 <= 128, "partials, attention's last sum, the stage fit");
+static_assert(R_D * (FF / 32) <= Smem::PART && THREADS >= 4 * HD && R_GU / 2 <= 128 && 2 * HEAD_CHUNK * HEAD_KB <= Smem::PART,
+              "partials (the LM head's two chunks' too), attention's last sum, the stage fit");
 static_assert((HID + HID + QKV_ROWS + 32 + 32 + 64 + Smem::PART + 256) % 4 == 0 && HID % 8 == 0 && FF % 8 == 0, "16-byte aligned parts");
 
 // ---- f16 and bf16 as bits (no headers): a half2 is an unsigned of two f16 -----------------------------------
@@ -205,5 +226,10 @@ __device__ __forceinline__ unsigned cluster_rank() {
 // Every block of the cluster here, its earlier memory operations visible to the others after it.
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long ns;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+    return ns;
 }
 __device__ __forceinline__ float neg_inf() { return __uint_as_float(0xff800000u); }

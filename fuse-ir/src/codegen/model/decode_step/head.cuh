@@ -26,12 +26,35 @@ __device__ __forceinline__ float bytes_dot(uint4 w, uint4 xa, uint4 xb) {
     return h2_sum(a0) + h2_sum(a1);
 }
 
-// Thread 0: this block's LM-head rows into L2 while the last layers run (their bytes, in 64 KB prefetches).
-__device__ void prefetch_head(const FuseDecodeStepArgs& a) {
-    const unsigned long long from = (unsigned long long)head_first(blockIdx.x) * HID, to = (unsigned long long)head_first(blockIdx.x + 1) * HID;
+// Thread 0: bytes [from, to) of the token matrix's values into L2, in 64 KB prefetches.
+__device__ void prefetch_rows(const FuseDecodeStepArgs& a, unsigned long long from, unsigned long long to) {
     for (unsigned long long at = from; at < to; at += 65536) {
         const unsigned size = (unsigned)(to - at < 65536 ? to - at : 65536);
         asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a.head_q + at), "r"(size) : "memory");
+    }
+}
+// Thread 0, after the block's last layer (its share and preloaded keys no longer read): chunk c of the block's
+// LM-head rows into ring slot c % HEAD_SLOTS (values, then scales), completing on that slot's mbarrier.
+__device__ void load_head_chunk(const FuseDecodeStepArgs& a, const Smem& s, int c) {
+    const int r0 = head_first(blockIdx.x) + c * HEAD_CHUNK, last = head_first(blockIdx.x + 1);
+    if (r0 >= last) return;
+    const unsigned rows = (unsigned)min(HEAD_CHUNK, last - r0), bar = smem_u32(s.ring + c % HEAD_SLOTS);
+    unsigned char* slot = s.W + (unsigned long long)(c % HEAD_SLOTS) * HEAD_CHUNK_BYTES;
+    asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(bar), "r"(rows * (HID + HEAD_KB * 2)) : "memory");
+    bulk_copy(slot, a.head_q + (unsigned long long)r0 * HID, rows * HID, bar);
+    bulk_copy(slot + HEAD_CHUNK * HID, a.head_d + (unsigned long long)r0 * HEAD_KB, rows * HEAD_KB * 2, bar);
+}
+// Thread 0 after the block's last layer: the ring's first chunks, the rows past them into L2, and (on the
+// cluster whose last layer is two before the end) the rows of the last layer's cluster into L2, whose ring
+// starts only as the final residual stream does.
+__device__ void start_head(const FuseDecodeStepArgs& a, const Smem& s, int me, int rank) {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the layers' reads of this memory before the copies
+    for (int c = 0; c < HEAD_SLOTS; ++c) load_head_chunk(a, s, c);
+    const int first = head_first(blockIdx.x), last = head_first(blockIdx.x + 1);
+    if (first + HEAD_SLOTS * HEAD_CHUNK < last) prefetch_rows(a, (unsigned long long)(first + HEAD_SLOTS * HEAD_CHUNK) * HID, (unsigned long long)last * HID);
+    if (LAYERS >= 3 && me == (LAYERS - 3) % CLUSTERS) {
+        const int other = ((LAYERS - 1) % CLUSTERS) * CLUSTER + rank;
+        prefetch_rows(a, (unsigned long long)head_first(other) * HID, (unsigned long long)head_first(other + 1) * HID);
     }
 }
 
@@ -48,54 +71,65 @@ __device__ void advance(const FuseDecodeStepArgs& a) {
     a.control[0] += 1, a.control[1] = steps + 1, a.control[2] = 0;
 }
 
-// Every block after the last layer: wait for the final residual stream, rms_norm it with out_norm (f16, in
-// order, in s.att), compute the logits of its rows a chunk at a time (partials a row and 32 inputs, then row
-// sums), and put its best into a.best (and its logits into a.logits when given). trace (or null): the cycles
-// waiting for the residual stream and those after it.
+// Every block after the last layer (start_head issued its ring): wait for the final residual stream, rms_norm it
+// with out_norm (f16, in order, in s.att), compute the logits of its rows a ring chunk at a time (partials a row
+// and 32 inputs into one of two buffers, then row sums while the next chunk's partials are made; each slot
+// refilled as soon as its chunk is read), and put its best into a.best (and its logits into a.logits when
+// given). trace (or null: the trace's tail on block 0 and the last layer's cluster's rank 0): the times in TraceTail.
 __device__ void lm_head(const FuseDecodeStepArgs& a, Smem& s, unsigned long long* trace) {
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const unsigned long long c0 = clock64();
     // Every block polls while the last layer runs on one cluster: a pause between polls.
-    for (int i = t; i < HID; i += THREADS) s.x[i] = take_word(a.words + i, (unsigned)a.tag0 + LAYERS, 128);
+    take_words(a.words, (unsigned)a.tag0 + LAYERS, s.x, 128);
     __syncthreads();
-    const unsigned long long c1 = clock64();
+    const unsigned long long c1 = clock64(), seen = global_ns();
     const float r = rms_scale(s.x);
     for (int i = t; i < HID; i += THREADS) s.att[i] = f_to_h(s.x[i] * r * a.out_norm[i]);
     __syncthreads();
-    constexpr int KB = HID / 32, GROUPS = THREADS / KB, CHUNK = Smem::PART / KB;
+    constexpr int KB = HEAD_KB, MINE = HEAD_CHUNK / HEAD_GROUPS;
+    // Thread (kb, group) takes bytes [16 kb, 16 kb + 16) of each half of its rows (consecutive threads read
+    // consecutive 16 bytes: no bank conflicts): half-blocks of Q8_0 blocks kb / 2 and KB / 2 + kb / 2.
     const int first = head_first(blockIdx.x), last = head_first(blockIdx.x + 1), kb = t % KB, group = t / KB;
-    const uint4* xv = reinterpret_cast<const uint4*>(s.att + kb * 32);
-    const uint4 x0 = xv[0], x1 = xv[1], x2 = xv[2], x3 = xv[3];
+    const uint4* xa = reinterpret_cast<const uint4*>(s.att + kb * 16);
+    const uint4* xb = reinterpret_cast<const uint4*>(s.att + HID / 2 + kb * 16);
+    const uint4 x0 = xa[0], x1 = xa[1], x2 = xb[0], x3 = xb[1];
     float best = neg_inf();
     int best_at = 0;
-    for (int c = first; c < last; c += CHUNK) {
-        const int rows = min(CHUNK, last - c);
-        if (group < GROUPS && group < rows) {
-            // The next row's bytes and scale are loaded before this row's arithmetic (they come from L2).
-            auto load = [&](int row, uint4& w0, uint4& w1, unsigned short& d) {
-                const unsigned long long at = (unsigned long long)(c + row) * HID + kb * 32;
-                w0 = __ldg(reinterpret_cast<const uint4*>(a.head_q + at));
-                w1 = __ldg(reinterpret_cast<const uint4*>(a.head_q + at + 16));
-                d = __ldg(a.head_d + (unsigned long long)(c + row) * KB + kb);
-            };
-            uint4 w0, w1;
-            unsigned short d;
-            load(group, w0, w1, d);
-            for (int row = group; row < rows; row += GROUPS) {
-                uint4 n0 = w0, n1 = w1;
-                unsigned short nd = d;
-                if (row + GROUPS < rows) load(row + GROUPS, n0, n1, nd);
-                s.part[row * KB + kb] = h_to_f(d) * (bytes_dot(w0, x0, x1) + bytes_dot(w1, x2, x3));
-                w0 = n0, w1 = n1, d = nd;
+    for (int c = 0; first + c * HEAD_CHUNK < last; ++c) {
+        const int r0 = first + c * HEAD_CHUNK, rows = min(HEAD_CHUNK, last - r0);
+        const unsigned char* slot = s.W + (unsigned long long)(c % HEAD_SLOTS) * HEAD_CHUNK_BYTES;
+        const unsigned short* scales = reinterpret_cast<const unsigned short*>(slot + HEAD_CHUNK * HID);
+        float* part = s.part + (c & 1) * (HEAD_CHUNK * KB);
+        wait_phase(s.ring + c % HEAD_SLOTS, (unsigned)(c / HEAD_SLOTS) & 1u);
+        if (group < HEAD_GROUPS) {
+            // All of the thread's rows' loads, then their arithmetic.
+            uint4 wa[MINE], wb[MINE];
+            unsigned short da[MINE], db[MINE];
+#pragma unroll
+            for (int j = 0; j < MINE; ++j) {
+                const int row = group + j * HEAD_GROUPS;
+                if (row < rows) {
+                    wa[j] = *reinterpret_cast<const uint4*>(slot + row * HID + kb * 16);
+                    wb[j] = *reinterpret_cast<const uint4*>(slot + row * HID + HID / 2 + kb * 16);
+                    da[j] = scales[row * KB + kb / 2], db[j] = scales[row * KB + KB / 2 + kb / 2];
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < MINE; ++j) {
+                const int row = group + j * HEAD_GROUPS;
+                if (row < rows) part[row * KB + kb] = h_to_f(da[j]) * bytes_dot(wa[j], x0, x1) + h_to_f(db[j]) * bytes_dot(wb[j], x2, x3);
             }
         }
-        __syncthreads();
-        if (t < rows) {
-            const float logit = row_sum<KB>(s.part, t);
-            if (a.logits) a.logits[c + t] = logit;
-            if (logit >= best) best = logit, best_at = c + t;  // rows ascend: the higher token on a tie
+        __syncthreads();  // the chunk's partials are in, and its slot is read: refill it
+        if (t == 0) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            load_head_chunk(a, s, c + HEAD_SLOTS);
         }
-        __syncthreads();
+        if (t < rows) {
+            const float logit = row_sum<KB>(part, t);
+            if (a.logits) a.logits[r0 + t] = logit;
+            if (logit >= best) best = logit, best_at = r0 + t;  // rows ascend: the higher token on a tie
+        }
     }
     // The block's best: by warp, then over the warps in s.out.
     for (int o = 16; o; o >>= 1) {
@@ -112,7 +146,8 @@ __device__ void lm_head(const FuseDecodeStepArgs& a, Smem& s, unsigned long long
             if (v > best || (v == best && at > best_at)) best = v, best_at = at;
         }
         atomicMax(a.best, pack_best((unsigned)a.step, __float_as_uint(best), (unsigned)best_at));
-        if (trace) trace[0] = c1 - c0, trace[1] = clock64() - c1;
+        if (trace && blockIdx.x == 0) trace[T_HEAD_WAIT] = c1 - c0, trace[T_HEAD_WORK] = clock64() - c1, trace[T_END] = global_ns();
+        else if (trace) trace[T_LAST_RESIDUAL] = seen, trace[T_LAST_END] = global_ns();
         if (a.control) advance(a);
     }
 }

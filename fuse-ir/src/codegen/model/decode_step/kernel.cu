@@ -23,9 +23,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
     }
     Smem s = Smem::at(smem_raw);
     const int rank = (int)cluster_rank(), me = blockIdx.x / CLUSTER, t = threadIdx.x;
+    unsigned long long* const tail = a.trace ? a.trace + (unsigned long long)LAYERS * NOTES : nullptr;
+    const bool first_block = tail && blockIdx.x == 0 && t == 0;
+    if (first_block) tail[T_START] = global_ns();
     if (t == 0) {
-        for (int k = 0; k <= HANDOFFS; ++k) asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(smem_u32(s.bar + k)));
+        for (int k = 0; k < 1 + HANDOFFS + HEAD_SLOTS; ++k) asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(smem_u32(s.bar + k)));
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        // Layer 0's weights first: the other clusters' first loads (needed a layer or more later) wait a little.
+        if (me > 0)
+            for (const unsigned long long from = global_ns(); global_ns() - from < FUSE_STEP_LOAD_DELAY;) __nanosleep(256);
         load_share(a, s, me, rank);
     }
     cluster_sync();  // every block of the cluster is running (and its mbarriers set) before any is written to
@@ -40,14 +46,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
         int note = 0;
         auto mark = [&]() { if (a.trace && t == 0 && note < NOTES) clocks[note++] = clock64(); };
         mark();
+        if (l == 0) embed(a, s.x);  // while the weights come
         wait_phase(s.bar, turn & 1u);
+        if (l == 0 && first_block) tail[T_WEIGHTS0] = global_ns();
         if (t == 0)
             for (int k = rank < NQ ? H_QKV : H_ATT; k < HANDOFFS; ++k) expect(s.handoff + k, handoff_bytes(k));
         mark();
-        if (l == 0) embed(a, s.x);
-        else
-            for (int i = t; i < HID; i += THREADS) s.x[i] = take_word(a.words + i, (unsigned)a.tag0 + l);
+        if (l != 0) take_words(a.words, (unsigned)a.tag0 + l, s.x);
         __syncthreads();
+        if (l == 0 && first_block) tail[T_INPUT0] = global_ns();
         mark();
         // QKV of rms_norm(x): this block's rows to the attention blocks.
         norm_to(s.x, norm1, rms_scale(s.x), s.xn);
@@ -152,7 +159,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
         if (a.trace && t == 0 && rank == 0)
             for (int i = 1; i < note; ++i) a.trace[(unsigned long long)l * NOTES + i] = clocks[i] - clocks[i - 1];
     }
-    if (t == 0) prefetch_head(a);
-    lm_head(a, s, a.trace && blockIdx.x == 0 ? a.trace + (unsigned long long)LAYERS * NOTES : nullptr);
+    if (t == 0) start_head(a, s, me, rank);
+    lm_head(a, s, tail && (blockIdx.x == 0 || blockIdx.x == (LAYERS - 1) % CLUSTERS * CLUSTER) ? tail : nullptr);
     cluster_sync();  // no block leaves while another may still write its shared memory
 }

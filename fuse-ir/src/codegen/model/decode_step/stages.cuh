@@ -162,18 +162,32 @@ __device__ __forceinline__ float tile_row_sum(const float* part, int row) {
 
 // ---- the residual stream between clusters: 64-bit words, tag << 32 | f32 bits --------------------------------
 
-// A word's value once it carries `tag`: polls `pause` ns apart, or (pause 0) 256 ns apart while the word is
-// older than the layer before ours and back to back after it.
-__device__ __forceinline__ float take_word(const unsigned long long* p, unsigned tag, unsigned pause = 0) {
-    unsigned long long v;
+// The residual stream's HID words once every one carries `tag`, into x (f32). A thread loads all of its words in
+// each poll (their L2 round trips overlap instead of following one another), polls again while any is older:
+// `pause` ns apart, or (pause 0) 256 ns apart while a word is older than the layer before ours and back to back
+// after it.
+__device__ void take_words(const unsigned long long* words, unsigned tag, float* x, unsigned pause = 0) {
+    constexpr int MINE = (HID + THREADS - 1) / THREADS;
+    unsigned long long v[MINE];
     for (;;) {
-        asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-        const unsigned seen = (unsigned)(v >> 32);
-        if (seen == tag) break;
+        bool ready = true, far = false;
+#pragma unroll
+        for (int j = 0; j < MINE; ++j) {
+            const int i = threadIdx.x + j * THREADS;
+            if (i < HID) asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v[j]) : "l"(words + i) : "memory");
+        }
+#pragma unroll
+        for (int j = 0; j < MINE; ++j) {
+            const unsigned seen = (unsigned)(v[j] >> 32);
+            if (threadIdx.x + j * THREADS < HID && seen != tag) ready = false, far = far || tag - seen > 1u;
+        }
+        if (ready) break;
         if (pause) __nanosleep(pause);
-        else if (tag - seen > 1u) __nanosleep(256);  // not the layer before ours yet: poll less often
+        else if (far) __nanosleep(256);  // not the layer before ours yet: poll less often
     }
-    return __uint_as_float((unsigned)v);
+#pragma unroll
+    for (int j = 0; j < MINE; ++j)
+        if (threadIdx.x + j * THREADS < HID) x[threadIdx.x + j * THREADS] = __uint_as_float((unsigned)v[j]);
 }
 __device__ __forceinline__ void put_word(unsigned long long* p, unsigned tag, float v) {
     const unsigned long long w = ((unsigned long long)tag << 32) | __float_as_uint(v);
