@@ -138,7 +138,7 @@ impl StepShape {
         let [_, _, gu, _] = self.rows();
         let qkv_rows = self.hidden + 2 * self.kv_heads * HEAD_DIM;
         let key_groups = THREADS / 8;
-        let attention = 2 * HEAD_DIM + self.max_positions + 1 + key_groups * HEAD_DIM + HEAD_DIM + key_groups + THREADS / 32;
+        let attention = 2 * HEAD_DIM + (self.max_positions + 1).div_ceil(4) * 4 + key_groups * HEAD_DIM + HEAD_DIM + key_groups + THREADS / 32;
         let part = (gu * (self.hidden / 32)).max(attention).div_ceil(4) * 4;
         self.share_bytes()
             + 2 * 2 * self.preloaded_keys() * HEAD_DIM

@@ -34,8 +34,8 @@ constexpr int R_QKV = QKV_ROWS / CLUSTER, R_O = HID / CLUSTER, R_GU = 2 * FF / C
 constexpr int NOTES = 15;          // clock notes a layer (trace)
 // The trace's words after the layers' notes: block 0's LM head wait and work (cycles), then globaltimer (ns) at
 // block 0's start, its end, layer 0's weights in, layer 0's input ready, and the last layer's cluster's rank 0
-// seeing the final residual stream and ending.
-enum TraceTail { T_HEAD_WAIT, T_HEAD_WORK, T_START, T_END, T_WEIGHTS0, T_INPUT0, T_LAST_RESIDUAL, T_LAST_END, TRACE_TAIL };
+// seeing the final residual stream and ending; block 0's LM head waiting for its ring's chunks (cycles).
+enum TraceTail { T_HEAD_WAIT, T_HEAD_WORK, T_START, T_END, T_WEIGHTS0, T_INPUT0, T_LAST_RESIDUAL, T_LAST_END, T_HEAD_RING, TRACE_TAIL };
 constexpr unsigned COPY = 32768;   // bytes a bulk copy
 // Cached keys (and values) an attention block holds in shared memory (fewer with the tile-padded weights).
 constexpr int PRE_KEYS = FUSE_STEP_MMA ? 128 : 192;
@@ -133,7 +133,10 @@ struct Smem {
     unsigned short *xn, *att, *h, *stage;  // f16; stage: a producer's rows in the consumers' order, before they are sent
     unsigned long long *bar, *handoff, *ring;  // the layer's weights; the hand-offs' (HANDOFFS); the LM head's (HEAD_SLOTS)
     // The largest GEMV's partials, or attention's scratch (q, k, scores, P.V partials, output, sums) if larger.
-    static constexpr int ATTENTION = 2 * HD + MAXPOS + 1 + KEY_GROUPS * HD + HD + KEY_GROUPS + WARPS;
+    // Each part 16-byte aligned: the compiler may widen a load to an aligned 8 or 16 bytes, and a widened read
+    // reaching into a neighbour that another thread writes in the same phase is a hazard to racecheck.
+    static constexpr int SCORES = (MAXPOS + 1 + 3) / 4 * 4;
+    static constexpr int ATTENTION = 2 * HD + SCORES + KEY_GROUPS * HD + HD + KEY_GROUPS + WARPS;
     static constexpr int PART = ((R_GU * (HID / 32) > ATTENTION ? R_GU * (HID / 32) : ATTENTION) + 3) / 4 * 4;
     static constexpr unsigned long long bytes() {
         return Share::bytes + 2 * 2 * PRE_KEYS * HD + 4 * HD + 4 * (HID + HID + QKV_ROWS + 32 + 32 + 64 + PART + 256) + 2 * (HID + HID + FF + 128) +

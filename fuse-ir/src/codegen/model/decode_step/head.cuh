@@ -95,12 +95,15 @@ __device__ void lm_head(const FuseDecodeStepArgs& a, Smem& s, unsigned long long
     const uint4 x0 = xa[0], x1 = xa[1], x2 = xb[0], x3 = xb[1];
     float best = neg_inf();
     int best_at = 0;
+    unsigned long long ring_wait = 0;
     for (int c = 0; first + c * HEAD_CHUNK < last; ++c) {
         const int r0 = first + c * HEAD_CHUNK, rows = min(HEAD_CHUNK, last - r0);
         const unsigned char* slot = s.W + (unsigned long long)(c % HEAD_SLOTS) * HEAD_CHUNK_BYTES;
         const unsigned short* scales = reinterpret_cast<const unsigned short*>(slot + HEAD_CHUNK * HID);
         float* part = s.part + (c & 1) * (HEAD_CHUNK * KB);
+        const unsigned long long w0 = clock64();
         wait_phase(s.ring + c % HEAD_SLOTS, (unsigned)(c / HEAD_SLOTS) & 1u);
+        ring_wait += clock64() - w0;
         if (group < HEAD_GROUPS) {
             // All of the thread's rows' loads, then their arithmetic.
             uint4 wa[MINE], wb[MINE];
@@ -146,7 +149,7 @@ __device__ void lm_head(const FuseDecodeStepArgs& a, Smem& s, unsigned long long
             if (v > best || (v == best && at > best_at)) best = v, best_at = at;
         }
         atomicMax(a.best, pack_best((unsigned)a.step, __float_as_uint(best), (unsigned)best_at));
-        if (trace && blockIdx.x == 0) trace[T_HEAD_WAIT] = c1 - c0, trace[T_HEAD_WORK] = clock64() - c1, trace[T_END] = global_ns();
+        if (trace && blockIdx.x == 0) trace[T_HEAD_WAIT] = c1 - c0, trace[T_HEAD_WORK] = clock64() - c1, trace[T_END] = global_ns(), trace[T_HEAD_RING] = ring_wait;
         else if (trace) trace[T_LAST_RESIDUAL] = seen, trace[T_LAST_END] = global_ns();
         if (a.control) advance(a);
     }

@@ -272,8 +272,8 @@ __device__ void attention_head(const FuseDecodeStepArgs& a, Smem& s, int l, int 
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = head / (NQ / NKV), pos = (int)a.pos;
     float* qr = s.scratch;               // [64] roped q, scaled by 1/8
     float* kr = qr + HD;                 // [64] roped new key
-    float* sc = kr + HD;                 // [MAXPOS + 1] scores
-    float* pv = sc + MAXPOS + 1;         // [KEY_GROUPS][64] P.V partials
+    float* sc = kr + HD;                 // [MAXPOS + 1] scores (SCORES with the padding)
+    float* pv = sc + Smem::SCORES;       // [KEY_GROUPS][64] P.V partials
     float* outv = pv + KEY_GROUPS * HD;  // [64]
     float* ps = outv + HD;               // [KEY_GROUPS] softmax denominators a key group
     float* wmax = ps + KEY_GROUPS;       // [WARPS] the scores' maximum a warp
