@@ -10,8 +10,8 @@
 //! `graph` (the step recorded once as a CUDA graph, each replay picking the next tokens on the device:
 //! `Llama::greedy_decoder`), `calls` (the fused step call by call, no graph), `unfused` (one op at a time)
 //! and `one-launch` (batch 1 on an sm_90 GPU: the whole step as one launch of `fuse::DecodeStep` with its own
-//! random Q4_1 weights, the cache filled by the library; launches queued back to back, not in a graph;
-//! `one-launch-mma`: the same with its GEMVs on tensor cores);
+//! random Q4_1 weights, the cache filled by the library; launches queued back to back, not in a graph, and
+//! the host time of one queued step printed; `one-launch-mma`: the same with its GEMVs on tensor cores);
 //! then prefill tokens/s for a `--prompt`-token prompt (batch 1), the host time of one fused call that is not
 //! captured, each block of a layer alone in a CUDA graph of 30 chained calls (us a call: where a step's time
 //! goes, kernel by kernel, inside a graph), and decode attention alone (us and GB/s of keys and values at 1024
@@ -120,7 +120,16 @@ fn decode(model: &Llama, cache: &mut KvCache, cached: usize, steps: usize, mode:
         step.set_caches(cache.layers())?;
         step.set_token(1)?;
         step.time_steps(cached, 2)?; // compiles, warms
-        return Ok(step.time_steps(cached, steps)?);
+        let us = step.time_steps(cached, steps)?;
+        // The host's side of a step (its argument words and one launch), 100 queued back to back.
+        let started = std::time::Instant::now();
+        for _ in 0..100 {
+            step.queue(cached, false)?;
+        }
+        let host = started.elapsed().as_secs_f64() * 1e6 / 100.0;
+        step.token()?; // waits for them
+        eprintln!("{mode} step, batch 1, {cached} cached: host time of one queued step (one launch) {host:.1} us");
+        return Ok(us);
     }
     let first: Vec<u32> = (0..b as u32).collect();
     // A warm step of this shape (compiles, tunes), then back to `cached`.
