@@ -239,7 +239,7 @@ static void bench(Device& dev, int pos) {
     // Traced: block 0's cycles between its clock notes, mean over layers 1..29 and 10 steps.
     std::vector<double> sum(NOTES, 0.0);
     std::vector<unsigned long long> tr((size_t)LAYERS * NOTES + TRACE_TAIL);
-    double head_wait = 0, head_work = 0, ring_wait = 0, in_kernel = 0, weights0 = 0, input0 = 0, last_end = 0, last_head = 0;
+    double head_wait = 0, head_work = 0, ring_wait = 0, in_kernel = 0, synced = 0, embedded = 0, weights0 = 0, input0 = 0, last_end = 0, last_head = 0;
     for (int i = 0; i < 10; ++i) {
         CK(cudaMemsetAsync(dev.words, 0, HID * 8, stream));
         CK(cudaMemsetAsync(dev.best, 0, 8, stream));
@@ -253,6 +253,7 @@ static void bench(Device& dev, int pos) {
         in_kernel += (double)(tail[T_END] - tail[T_START]) / 10.0, weights0 += (double)(tail[T_WEIGHTS0] - tail[T_START]) / 10.0;
         input0 += (double)(tail[T_INPUT0] - tail[T_START]) / 10.0, last_end += (double)(tail[T_LAST_END] - tail[T_START]) / 10.0;
         last_head += (double)(tail[T_LAST_END] - tail[T_LAST_RESIDUAL]) / 10.0;
+        synced += (double)(tail[T_SYNCED] - tail[T_START]) / 10.0, embedded += (double)(tail[T_EMBEDDED] - tail[T_START]) / 10.0;
     }
     int khz = 0;
     CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
@@ -267,8 +268,9 @@ static void bench(Device& dev, int pos) {
     printf("    %-22s %7.0f (after its input arrived)\n", "layer", own);
     printf("    LM head, block 0 (ns): from its last layer to the final residual stream %.0f, norm + rows + argmax %.0f (waiting for its ring %.0f)\n",
            head_wait / (khz * 1e-6), head_work / (khz * 1e-6), ring_wait / (khz * 1e-6));
-    printf("    launched alone (globaltimer ns from block 0's start): layer 0's weights in %.0f, its input %.0f; block 0 done %.0f, the last layer's "
-           "cluster's rank 0 done %.0f (its LM head %.0f)\n", weights0, input0, in_kernel, last_end, last_head);
+    printf("    launched alone (globaltimer ns from block 0's start): past the cluster barrier %.0f, embedded %.0f, layer 0's weights in %.0f, its "
+           "input %.0f; block 0 done %.0f, the last layer's cluster's rank 0 done %.0f (its LM head %.0f)\n",
+           synced, embedded, weights0, input0, in_kernel, last_end, last_head);
     CK(cudaGraphExecDestroy(exec));
     CK(cudaGraphDestroy(graph));
     CK(cudaStreamDestroy(stream));

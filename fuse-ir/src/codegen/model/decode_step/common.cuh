@@ -34,8 +34,9 @@ constexpr int R_QKV = QKV_ROWS / CLUSTER, R_O = HID / CLUSTER, R_GU = 2 * FF / C
 constexpr int NOTES = 15;          // clock notes a layer (trace)
 // The trace's words after the layers' notes: block 0's LM head wait and work (cycles), then globaltimer (ns) at
 // block 0's start, its end, layer 0's weights in, layer 0's input ready, and the last layer's cluster's rank 0
-// seeing the final residual stream and ending; block 0's LM head waiting for its ring's chunks (cycles).
-enum TraceTail { T_HEAD_WAIT, T_HEAD_WORK, T_START, T_END, T_WEIGHTS0, T_INPUT0, T_LAST_RESIDUAL, T_LAST_END, T_HEAD_RING, TRACE_TAIL };
+// seeing the final residual stream and ending; block 0's LM head waiting for its ring's chunks (cycles); block 0
+// past the prologue's cluster barrier and done with layer 0's embedding (ns).
+enum TraceTail { T_HEAD_WAIT, T_HEAD_WORK, T_START, T_END, T_WEIGHTS0, T_INPUT0, T_LAST_RESIDUAL, T_LAST_END, T_HEAD_RING, T_SYNCED, T_EMBEDDED, TRACE_TAIL };
 constexpr unsigned COPY = 32768;   // bytes a bulk copy
 // Cached keys (and values) an attention block holds in shared memory (fewer with the tile-padded weights).
 constexpr int PRE_KEYS = FUSE_STEP_MMA ? 128 : 192;

@@ -35,6 +35,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
         load_share(a, s, me, rank);
     }
     cluster_sync();  // every block of the cluster is running (and its mbarriers set) before any is written to
+    if (first_block) tail[T_SYNCED] = global_ns();
 #if !FUSE_STEP_MMA
     const uint4* W4 = reinterpret_cast<const uint4*>(s.W);
 #endif
@@ -46,7 +47,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
         int note = 0;
         auto mark = [&]() { if (a.trace && t == 0 && note < NOTES) clocks[note++] = clock64(); };
         mark();
-        if (l == 0) embed(a, s.x);  // while the weights come
+        if (l == 0) {
+            embed(a, s.x);  // while the weights come
+            if (first_block) tail[T_EMBEDDED] = global_ns();
+        }
         wait_phase(s.bar, turn & 1u);
         if (l == 0 && first_block) tail[T_WEIGHTS0] = global_ns();
         if (t == 0)
