@@ -46,11 +46,12 @@ fn smollm2s_layout_is_the_kernels() {
 #[test]
 fn shapes_past_the_kernels_limits_are_refused_with_the_reason() {
     let base = Config::smollm2_135m();
-    let cases: [(Config, &str); 5] = [
+    let cases: [(Config, &str); 6] = [
         (Config { head_dim: 128, hidden: 1152, ..base.clone() }, "heads of 128 dimensions"),
         (Config { intermediate: 1000, ..base.clone() }, "intermediate size 1000"),
         (Config { vocab: 70_000, ..base.clone() }, "a vocabulary of 70000"),
         (Config { vocab: 49_150, ..base.clone() }, "a vocabulary of 49150"),
+        (Config { hidden: 608, ..base.clone() }, "hidden size 608"),
         (Config { heads: 32, kv_heads: 8, hidden: 2048, ..base.clone() }, "32 query heads"),
     ];
     for (config, reason) in cases {
