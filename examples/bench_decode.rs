@@ -122,7 +122,7 @@ fn decode(model: &Llama, cache: &mut KvCache, cached: usize, steps: usize, mode:
         step.time_steps(cached, 2)?; // compiles, warms
         let us = step.time_steps(cached, steps)?;
         // The host's side of a step (its argument words and one launch), 100 queued back to back.
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         for _ in 0..100 {
             step.queue(cached, false)?;
         }
