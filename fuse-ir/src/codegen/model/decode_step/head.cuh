@@ -29,13 +29,6 @@ __device__ __forceinline__ float bytes_dot(uint4 w, uint4 xa, uint4 xb) {
     return h2_sum(a0) + h2_sum(a1);
 }
 
-// Thread 0: bytes [from, to) of the token matrix's values into L2, in 64 KB prefetches.
-__device__ void prefetch_rows(const FuseDecodeStepArgs& a, unsigned long long from, unsigned long long to) {
-    for (unsigned long long at = from; at < to; at += 65536) {
-        const unsigned size = (unsigned)(to - at < 65536 ? to - at : 65536);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a.head_q + at), "r"(size) : "memory");
-    }
-}
 // Thread 0, after the block's last layer (its share and preloaded keys no longer read): chunk c of the block's
 // LM-head rows into ring slot c % HEAD_SLOTS (values, then scales), completing on that slot's mbarrier.
 __device__ void load_head_chunk(const FuseDecodeStepArgs& a, const Smem& s, int c) {
@@ -54,10 +47,11 @@ __device__ void start_head(const FuseDecodeStepArgs& a, const Smem& s, int me, i
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the layers' reads of this memory before the copies
     for (int c = 0; c < HEAD_SLOTS; ++c) load_head_chunk(a, s, c);
     const int first = head_first(blockIdx.x), last = head_first(blockIdx.x + 1);
-    if (first + HEAD_SLOTS * HEAD_CHUNK < last) prefetch_rows(a, (unsigned long long)(first + HEAD_SLOTS * HEAD_CHUNK) * HID, (unsigned long long)last * HID);
+    if (first + HEAD_SLOTS * HEAD_CHUNK < last)
+        prefetch_l2(a.head_q + (unsigned long long)(first + HEAD_SLOTS * HEAD_CHUNK) * HID, (unsigned long long)(last - first - HEAD_SLOTS * HEAD_CHUNK) * HID);
     if (LAYERS >= 3 && me == (LAYERS - 3) % CLUSTERS) {
         const int other = ((LAYERS - 1) % CLUSTERS) * CLUSTER + rank;
-        prefetch_rows(a, (unsigned long long)head_first(other) * HID, (unsigned long long)head_first(other + 1) * HID);
+        prefetch_l2(a.head_q + (unsigned long long)head_first(other) * HID, (unsigned long long)(head_first(other + 1) - head_first(other)) * HID);
     }
 }
 
@@ -118,9 +112,9 @@ __device__ void lm_head(const FuseDecodeStepArgs& a, Smem& s, unsigned long long
         const unsigned char* slot = s.W + (unsigned long long)(c % HEAD_SLOTS) * HEAD_CHUNK_BYTES;
         const unsigned short* scales = reinterpret_cast<const unsigned short*>(slot + HEAD_CHUNK * HID);
         float* part = s.part + (c & 1) * PART_STRIDE;
-        const unsigned long long w0 = clock64();
+        const unsigned long long w0 = trace ? clock64() : 0;  // only the traced block keeps the ring's waits
         wait_phase(s.ring + c % HEAD_SLOTS, (unsigned)(c / HEAD_SLOTS) & 1u);
-        ring_wait += clock64() - w0;
+        if (trace) ring_wait += clock64() - w0;
 #if FUSE_STEP_HEAD_MMA
         {
             // Warp pair p takes tile p (16 rows) of the chunk, each warp half of the row's blocks. mma.sync

@@ -47,18 +47,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
         int note = 0;
         auto mark = [&]() { if (a.trace && t == 0 && note < NOTES) clocks[note++] = clock64(); };
         mark();
-        if (l == 0) {
-            embed(a, s.x);  // while the weights come
-            if (first_block) tail[T_EMBEDDED] = global_ns();
-        }
+        const bool trace_layer0 = l == 0 && first_block;
+        if (l == 0) embed(a, s.x);  // while the weights come
+        if (trace_layer0) tail[T_EMBEDDED] = global_ns();
         wait_phase(s.bar, turn & 1u);
-        if (l == 0 && first_block) tail[T_WEIGHTS0] = global_ns();
+        if (trace_layer0) tail[T_WEIGHTS0] = global_ns();
         if (t == 0)
             for (int k = rank < NQ ? H_QKV : H_ATT; k < HANDOFFS; ++k) expect(s.handoff + k, handoff_bytes(k));
         mark();
         if (l != 0) take_words(a.words, (unsigned)a.tag0 + l, s.x);
         __syncthreads();
-        if (l == 0 && first_block) tail[T_INPUT0] = global_ns();
+        if (trace_layer0) tail[T_INPUT0] = global_ns();
         mark();
         // QKV of rms_norm(x): this block's rows to the attention blocks.
         norm_to(s.x, norm1, rms_scale(s.x), s.xn);

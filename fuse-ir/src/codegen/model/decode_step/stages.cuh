@@ -196,6 +196,14 @@ __device__ __forceinline__ void put_word(unsigned long long* p, unsigned tag, fl
 
 // ---- a layer's weights (and an attention block's cache rows) into shared memory -----------------------------
 
+// Bytes [p, p + bytes) of global memory into L2, in 64 KB bulk prefetches (no completion to wait for).
+__device__ void prefetch_l2(const void* p, unsigned long long bytes) {
+    const char* c = reinterpret_cast<const char*>(p);
+    for (unsigned long long at = 0; at < bytes; at += 65536) {
+        const unsigned size = (unsigned)(bytes - at < 65536 ? bytes - at : 65536);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(c + at), "r"(size) : "memory");
+    }
+}
 __device__ void bulk_copy(void* to, const void* from, unsigned bytes, unsigned bar) {
     for (unsigned at = 0; at < bytes; at += COPY)
         asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
@@ -221,12 +229,9 @@ __device__ void load_share(const FuseDecodeStepArgs& a, const Smem& s, int l, in
     bulk_copy(s.rope, a.rope + (unsigned long long)a.pos * HD, HD * 4, b);
     // The keys and values past those into L2 (the kv group's first block), so that attention reads them there.
     if (rank % (NQ / NKV) == 0 && a.pos > PRE_KEYS) {
-        const unsigned long long from = (unsigned long long)PRE_KEYS * HD * 2, to = (unsigned long long)a.pos * HD * 2;
-        for (unsigned long long at = from; at < to; at += 65536) {
-            const unsigned size = (unsigned)(to - at < 65536 ? to - at : 65536);
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<const char*>(k) + at), "r"(size) : "memory");
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<const char*>(v) + at), "r"(size) : "memory");
-        }
+        const unsigned long long bytes = (unsigned long long)(a.pos - PRE_KEYS) * HD * 2;
+        prefetch_l2(k + PRE_KEYS * HD, bytes);
+        prefetch_l2(v + PRE_KEYS * HD, bytes);
     }
 }
 __device__ void wait_phase(unsigned long long* bar, unsigned parity) {
