@@ -4,7 +4,8 @@
 # fuse-ir/src/codegen/model/decode_step/) with the machine's nvcc once for each entry of CLUSTER_BUILDS
 # (space-separated NAME or NAME:FLAGS, FLAGS comma-separated nvcc -D options; default: the CUDA-core GEMVs and
 # the tensor-core ones), runs its checks and its bench (CLUSTER_MODE: all, check or bench), then (unless
-# CLUSTER_SANITIZE=0) compute-sanitizer's four tools over one small check of each build.
+# CLUSTER_SANITIZE=0) compute-sanitizer's four tools over one small check of each build (CLUSTER_SANITIZE="NAME ...":
+# of those builds only).
 # Logs: OUTDIR/cluster-step.log, OUTDIR/cluster-step-sanitize.txt (each report's first hazards and its summary).
 # CLUSTER_NCU=1 instead: ncu's full set over one launch of the first build at 128 cached (bench mode), at the
 # GPU's own clocks with warm caches: OUTDIR/step-details.txt, step-sass.csv.gz (metrics by SASS instruction).
@@ -37,7 +38,8 @@ for build in ${CLUSTER_BUILDS:-default mma:-DFUSE_STEP_MMA=1}; do
     exit $status
   fi
   timeout "${CLUSTER_TIMEOUT:-240}" "$bin" "${CLUSTER_MODE:-all}" >>"$log" 2>&1 || status=1
-  if [ "${CLUSTER_SANITIZE:-1}" = 1 ]; then
+  sanitize=${CLUSTER_SANITIZE:-1}
+  if [ "$sanitize" = 1 ] || [[ " $sanitize " == *" $name "* ]]; then
     for tool in memcheck racecheck synccheck initcheck; do
       echo "== $name $tool" >>"$out/cluster-step-sanitize.txt"
       extra=()
