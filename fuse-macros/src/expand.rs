@@ -77,7 +77,7 @@ fn generate(func: &ItemFn, place: &Place, name: &str, spec: &FnSpec, traced: &Tr
     let ItemFn { attrs, vis, sig, .. } = func;
     let fused_name = fused_name(func);
     let fused_fn = paths::fused_fn();
-    let arg = paths::arg();
+    let prepare = paths::prepare();
     let get_fused = if place.in_impl { quote!(Self::#fused_name()) } else { quote!(#fused_name()) };
     let params: Vec<TokenStream> = spec
         .params
@@ -86,8 +86,8 @@ fn generate(func: &ItemFn, place: &Place, name: &str, spec: &FnSpec, traced: &Tr
             let ident = &p.ident;
             // Spanned at the parameter, so a type that is not an argument type is reported there.
             match p.kind {
-                Some(InputKind::Tensor) => quote_spanned!(ident.span()=> #arg(#ident)),
-                _ => quote_spanned!(ident.span()=> #arg(&#ident)),
+                Some(InputKind::Tensor) => quote_spanned!(ident.span()=> #prepare(#ident)?),
+                _ => quote_spanned!(ident.span()=> #prepare(&#ident)?),
             }
         })
         .collect();
@@ -96,10 +96,10 @@ fn generate(func: &ItemFn, place: &Place, name: &str, spec: &FnSpec, traced: &Tr
         .iter()
         .map(|field| {
             let expr = &field.expr;
-            quote_spanned!(expr.span()=> #arg(&#expr))
+            quote_spanned!(expr.span()=> #prepare(&#expr)?)
         })
         .collect();
-    let args = quote!(&[#(#params,)* #(#fields,)*]);
+    let args = Args::new(params, fields);
     let outputs = format_ident!("__fuse_outputs", span = Span::mixed_site());
     let ok = paths::ok();
     let from_outputs = paths::from_outputs();
@@ -119,11 +119,13 @@ fn generate(func: &ItemFn, place: &Place, name: &str, spec: &FnSpec, traced: &Tr
     let owner = (place.in_impl && place.owner.is_none()).then(|| quote!(.declare_owner(::core::any::type_name::<Self>())));
     let declared = declare_fields(traced);
     let typed = typed_companions(func, place, &get_fused, &args);
+    let args_ref = args.reference();
     Expansion {
         item: quote! {
             #(#attrs)*
             #vis #sig {
-                let #outputs = #get_fused.call(#args)?;
+                #args
+                let #outputs = #get_fused.call(#args_ref)?;
                 #ok(#from_outputs(#outputs)?)
             }
         },
@@ -141,6 +143,36 @@ fn generate(func: &ItemFn, place: &Place, name: &str, spec: &FnSpec, traced: &Tr
 
 /// For a method reading fields: `.declare_fields(|| vec![field_is_tensor::<Self, _>(|s| &s.norm), ..])`,
 /// each field's kind from its Rust type, so that fields passed by hand in another order are an error.
+/// The call's arguments: a statement that prepares each (parameters, then the fields the body reads) into a
+/// local array, and `&[Arg]` over it. A candle tensor is converted there, once, and lives until the body ends.
+struct Args {
+    values: Vec<TokenStream>,
+}
+
+impl Args {
+    fn new(params: Vec<TokenStream>, fields: Vec<TokenStream>) -> Args {
+        Args { values: params.into_iter().chain(fields).collect() }
+    }
+
+    fn local() -> syn::Ident {
+        format_ident!("__fuse_args", span = Span::mixed_site())
+    }
+
+    /// `&__fuse_args.each_ref().map(Prepared::arg)`: the `&[Arg]` a `FusedFn` call takes.
+    fn reference(&self) -> TokenStream {
+        let (local, prepared) = (Args::local(), paths::prepared());
+        quote!(&#local.each_ref().map(#prepared::arg))
+    }
+}
+
+impl ToTokens for Args {
+    fn to_tokens(&self, tokens: &mut TokenStream) {
+        let (local, prepared, values) = (Args::local(), paths::prepared(), &self.values);
+        let n = Literal::usize_unsuffixed(values.len());
+        tokens.extend(quote!(let #local: [#prepared<'_>; #n] = [#(#values,)*];));
+    }
+}
+
 fn declare_fields(traced: &Traced) -> TokenStream {
     if traced.fields.is_empty() {
         return TokenStream::new();
@@ -166,7 +198,7 @@ fn declare_fields(traced: &Traced) -> TokenStream {
 
 /// `<name>_with(.., fusion)` (the function with fusion chosen for the call) and `<name>_explain(..)` (its plan
 /// for these arguments), typed like the function itself: a method's fields are passed for the caller.
-fn typed_companions(func: &ItemFn, place: &Place, get_fused: &TokenStream, args: &TokenStream) -> TokenStream {
+fn typed_companions(func: &ItemFn, place: &Place, get_fused: &TokenStream, args: &Args) -> TokenStream {
     let ItemFn { attrs, sig, .. } = func;
     let (fusion, explain_result, ok, from_outputs) = (paths::fusion(), paths::explain_result(), paths::ok(), paths::from_outputs());
     let fusion_param = format_ident!("fusion", span = Span::mixed_site());
@@ -181,19 +213,22 @@ fn typed_companions(func: &ItemFn, place: &Place, get_fused: &TokenStream, args:
     let cfgs = cfg_attrs(attrs);
     let vis = &place.companion_vis;
     let outputs = format_ident!("__fuse_outputs", span = Span::mixed_site());
+    let args_ref = args.reference();
     quote! {
         #(#cfgs)*
         #[doc = #with_doc]
         #[allow(dead_code)]
         #vis #with_sig {
-            let #outputs = #get_fused.call_with(#args, #fusion_param)?;
+            #args
+            let #outputs = #get_fused.call_with(#args_ref, #fusion_param)?;
             #ok(#from_outputs(#outputs)?)
         }
         #(#cfgs)*
         #[doc = #explain_doc]
         #[allow(dead_code)]
         #vis #explain_sig {
-            #get_fused.explain(#args)
+            #args
+            #get_fused.explain(#args_ref)
         }
     }
 }
@@ -247,7 +282,8 @@ mod tests {
     fn free_function_calls_its_static_plan() {
         let out = expand("pub fn mlp(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> { Ok(x.matmul(w) + eps) }");
         assert!(out.contains("pub fn mlp (x : & Tensor , w : & Tensor , eps : f32) -> Result < Tensor >"), "{out}");
-        assert!(out.contains("mlp_fused () . call (& [:: fuse :: __private :: arg (x) , :: fuse :: __private :: arg (w) , :: fuse :: __private :: arg (& eps) ,])"), "{out}");
+        assert!(out.contains("let __fuse_args : [:: fuse :: __private :: Prepared < '_ > ; 3] = [:: fuse :: __private :: prepare (x) ? , :: fuse :: __private :: prepare (w) ? , :: fuse :: __private :: prepare (& eps) ? ,] ;"), "{out}");
+        assert!(out.contains("mlp_fused () . call (& __fuse_args . each_ref () . map (:: fuse :: __private :: Prepared :: arg)) ?"), "{out}");
         assert!(out.contains("pub fn mlp_fused () -> & 'static :: fuse :: __private :: FusedFn"), "{out}");
         assert!(out.contains("FusedFn :: emitted (\"mlp\" , \"fn mlp(x: tensor, w: tensor, eps: scalar)\\n"), "{out}");
         assert!(out.contains("\"gemm nodes %3 %4 matmuls %3 prologue inputs %0 %1 %2 outputs %4\\n\""), "{out}");
@@ -264,7 +300,8 @@ mod tests {
     #[test]
     fn method_passes_fields_after_parameters() {
         let out = expand("fn forward(&self, x: &Tensor) -> Result<Tensor> { Ok(rms_norm(x, &self.norm, self.eps)) }");
-        assert!(out.contains("Self :: forward_fused () . call (& [:: fuse :: __private :: arg (x) , :: fuse :: __private :: arg (& self . norm) , :: fuse :: __private :: arg (& self . eps) ,])"), "{out}");
+        assert!(out.contains("[:: fuse :: __private :: prepare (x) ? , :: fuse :: __private :: prepare (& self . norm) ? , :: fuse :: __private :: prepare (& self . eps) ? ,] ;"), "{out}");
+        assert!(out.contains("Self :: forward_fused () . call (& __fuse_args . each_ref () . map (:: fuse :: __private :: Prepared :: arg))"), "{out}");
         assert!(out.contains("fn forward_fused ()"), "{out}");
         assert!(out.contains("fn forward(x: tensor, self.norm: field, self.eps: field)"), "{out}");
     }

@@ -15,9 +15,15 @@ pub fn static_kernel() -> TokenStream {
     quote!(::fuse::__private::FusedFn::kernel)
 }
 
-/// `::fuse::__private::arg`: wraps `&Tensor` or `&f32`/`&f64`/`&usize`/`&i64` as one argument of the call.
-pub fn arg() -> TokenStream {
-    quote!(::fuse::__private::arg)
+/// `::fuse::__private::prepare`: holds one argument for the call (`&Tensor`, a scalar, a field; a candle tensor
+/// converted), returning a `Result` that the generated code's `?` turns into the function's error type.
+pub fn prepare() -> TokenStream {
+    quote!(::fuse::__private::prepare)
+}
+
+/// `::fuse::__private::Prepared`: the type of a prepared argument, and `Prepared::arg` to read it.
+pub fn prepared() -> TokenStream {
+    quote!(::fuse::__private::Prepared)
 }
 
 /// `::fuse::__private::FromOutputs`: turns the returned tensors into `Tensor` or a tuple of them.

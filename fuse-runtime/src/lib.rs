@@ -58,7 +58,7 @@ pub use eager_model::{attention, attention_len, embedding, rope};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use fuse_ir::DType;
-pub use fused::{arg, field_is_tensor, Arg, FromOutputs, Fusion, FusedFn, IntoArg, StaticKernel};
+pub use fused::{arg, field_is_tensor, prepare, Arg, FromOutput, FromOutputs, Fusion, FusedFn, IntoArg, PrepareArg, Prepared, StaticKernel};
 pub use reference::{reference, rel_l2_error};
 pub use tensor::Tensor;
 pub use views::{cat, Axis, SliceOffset};

@@ -29,8 +29,53 @@ pub trait IntoArg {
 /// Whether the field that `field` reads is passed as a tensor: what `#[fuse]` on a method declares for
 /// each field it reads (`field_is_tensor::<Self, _>(|s| &s.norm)`), from the field's type.
 #[doc(hidden)]
-pub fn field_is_tensor<S, T: IntoArg + ?Sized>(_field: for<'a> fn(&'a S) -> &'a T) -> bool {
+pub fn field_is_tensor<S, T: PrepareArg + ?Sized>(_field: for<'a> fn(&'a S) -> &'a T) -> bool {
     T::IS_TENSOR
+}
+
+/// One argument as a `#[fuse]` function holds it for the length of a call: borrowed as it is, or a tensor
+/// converted from another library's (`candle_core::Tensor` with the `candle` feature).
+#[doc(hidden)]
+pub enum Prepared<'a> {
+    Arg(Arg<'a>),
+    Owned(Tensor),
+}
+
+impl Prepared<'_> {
+    /// The argument the call reads.
+    pub fn arg(&self) -> Arg<'_> {
+        match self {
+            Prepared::Arg(a) => *a,
+            Prepared::Owned(t) => Arg::Tensor(t),
+        }
+    }
+}
+
+/// What a `#[fuse]` function's parameters and tensor fields may be: anything [`IntoArg`] (fuse's `Tensor`,
+/// `f32`, `f64`, `usize`, `i64`), and with the `candle` feature `candle_core::Tensor`, converted per call.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be passed to a #[fuse] function",
+    label = "not a tensor nor a scalar argument",
+    note = "a #[fuse] parameter or field read by the body is `Tensor` (fuse's, or candle's with the `candle` feature) or a scalar `f32`, `f64`, `usize`, `i64`"
+)]
+pub trait PrepareArg {
+    /// Whether the value is passed as a tensor (else as a scalar).
+    const IS_TENSOR: bool;
+    fn prepare(&self) -> Result<Prepared<'_>>;
+}
+
+impl<T: IntoArg + ?Sized> PrepareArg for T {
+    const IS_TENSOR: bool = T::IS_TENSOR;
+    fn prepare(&self) -> Result<Prepared<'_>> {
+        Ok(Prepared::Arg(self.to_arg()))
+    }
+}
+
+/// `prepare(x)` for `x: &Tensor`, `prepare(&eps)` for `eps: f32`, `prepare(&self.norm)` for a field: what
+/// the generated code calls for each argument before the call.
+#[doc(hidden)]
+pub fn prepare<T: PrepareArg + ?Sized>(v: &T) -> Result<Prepared<'_>> {
+    v.prepare()
 }
 
 /// `arg(x)` for `x: &Tensor`, `arg(&eps)` for `eps: f32`, `arg(&self.norm)` for a field.
@@ -69,35 +114,40 @@ pub trait FromOutputs: Sized {
     fn from_outputs(outputs: Vec<Tensor>) -> Result<Self>;
 }
 
+/// One returned tensor as the function's Rust type: fuse's `Tensor` as it is, or (with the `candle`
+/// feature) a `candle_core::Tensor`.
+pub trait FromOutput: Sized {
+    fn from_output(output: Tensor) -> Result<Self>;
+}
+
+impl FromOutput for Tensor {
+    fn from_output(output: Tensor) -> Result<Self> {
+        Ok(output)
+    }
+}
+
 fn count_error(expected: usize, got: usize) -> Error {
     Error::OutputCount { function: "a fused function".into(), expected, got }
 }
 
-impl FromOutputs for Tensor {
+impl<T: FromOutput> FromOutputs for T {
     fn from_outputs(outputs: Vec<Tensor>) -> Result<Self> {
         let got = outputs.len();
         let mut it = outputs.into_iter();
         match (it.next(), it.next()) {
-            (Some(t), None) => Ok(t),
+            (Some(t), None) => T::from_output(t),
             _ => Err(count_error(1, got)),
         }
     }
 }
 
-/// `Tensor` whatever the identifier: lets a macro repeat the type once per tuple element.
-macro_rules! tensor_type {
-    ($v:ident) => {
-        Tensor
-    };
-}
-
 macro_rules! tuple_outputs {
-    ($($n:literal => ($($v:ident),*);)*) => {$(
-        impl FromOutputs for ($(tensor_type!($v),)*) {
+    ($($n:literal => ($($v:ident: $t:ident),*);)*) => {$(
+        impl<$($t: FromOutput),*> FromOutputs for ($($t,)*) {
             fn from_outputs(outputs: Vec<Tensor>) -> Result<Self> {
                 let got = outputs.len();
                 match <[Tensor; $n]>::try_from(outputs) {
-                    Ok([$($v),*]) => Ok(($($v,)*)),
+                    Ok([$($v),*]) => Ok(($($t::from_output($v)?,)*)),
                     Err(_) => Err(count_error($n, got)),
                 }
             }
@@ -106,13 +156,13 @@ macro_rules! tuple_outputs {
 }
 
 tuple_outputs! {
-    2 => (a, b);
-    3 => (a, b, c);
-    4 => (a, b, c, d);
-    5 => (a, b, c, d, e);
-    6 => (a, b, c, d, e, f);
-    7 => (a, b, c, d, e, f, g);
-    8 => (a, b, c, d, e, f, g, h);
+    2 => (a: A, b: B);
+    3 => (a: A, b: B, c: C);
+    4 => (a: A, b: B, c: C, d: D);
+    5 => (a: A, b: B, c: C, d: D, e: E);
+    6 => (a: A, b: B, c: C, d: D, e: E, f: F);
+    7 => (a: A, b: B, c: C, d: D, e: E, f: F, g: G);
+    8 => (a: A, b: B, c: C, d: D, e: E, f: F, g: G, h: H);
 }
 
 /// Whether a fused function runs its fused plan or one op at a time (to bisect a wrong answer or

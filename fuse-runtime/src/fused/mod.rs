@@ -5,7 +5,7 @@
 mod args;
 mod static_kernels;
 
-pub use args::{arg, field_is_tensor, Arg, FromOutputs, Fusion, IntoArg};
+pub use args::{arg, field_is_tensor, prepare, Arg, FromOutput, FromOutputs, Fusion, IntoArg, PrepareArg, Prepared};
 pub use static_kernels::StaticKernel;
 
 use crate::call::{infer, values, GroupRun};
