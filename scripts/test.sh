@@ -16,6 +16,11 @@ export FUSE_TEST_MODEL=1
 export CARGO_INCREMENTAL=0
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+# The candle feature (off by default): #[fuse] on candle tensors and the conversions, on the CPU; the example
+# model checks its fused FFN against plain candle (a small run: it exits non-zero on a mismatch).
+cargo test -p fuse-kernels --features candle --test candle
+cargo test -p fuse-runtime --features candle --lib candle
+cargo run -p fuse-kernels --features candle --example candle_model -- --layers 2 --tokens 1,5 --reps 1
 # A CPU-only build (without the default `cuda` feature, so without cudarc) must build, and the runtime's CPU
 # tests pass in it, with tests/without_cuda.rs checking that a GPU is refused by name.
 cargo check -p fuse-kernels --no-default-features --lib

@@ -131,6 +131,10 @@ pub struct ReadmeDoctests;
 
 /// The graph, planner and reference interpreter, for tools and tests.
 pub use fuse_ir as ir;
+/// The candle-core that fuse's candle conversions take (feature `candle`): a model crate's own `candle-core`
+/// dependency must be this version (0.11) for its tensors to be these.
+#[cfg(feature = "candle")]
+pub use candle_core;
 
 /// Everything a user of `#[fuse]` needs: `use fuse::prelude::*;`.
 pub mod prelude {

@@ -18,7 +18,25 @@ pub(crate) enum CpuData {
     F16(Vec<f16>),
     BF16(Vec<bf16>),
     U32(Vec<u32>),
+    /// Another library's memory, read in place for the length of one `#[fuse]` call (`candle.rs`).
+    #[cfg_attr(not(feature = "candle"), allow(dead_code))]
+    Borrowed(Borrowed),
 }
+
+/// `len` elements of `dtype` at `ptr`, owned by another library: read only (a write first copies them into
+/// a vector of fuse's own). Whoever makes one keeps the memory alive and unwritten for as long as it is read
+/// (`_owner`, and the lock the caller holds); see `CpuData::borrowed`.
+pub(crate) struct Borrowed {
+    ptr: *const u8,
+    len: usize,
+    dtype: DType,
+    _owner: Box<dyn Any + Send + Sync>,
+}
+
+// SAFETY: the memory is only read through shared references while its owner's lock is held (see
+// `CpuData::borrowed`); the raw pointer is what keeps the type from being Send and Sync by itself.
+unsafe impl Send for Borrowed {}
+unsafe impl Sync for Borrowed {}
 
 pub(crate) struct CpuStorage {
     data: RwLock<CpuData>,
@@ -38,6 +56,11 @@ impl CpuRead<'_> {
     pub(crate) fn typed<T: Element>(&self) -> Option<&[T]> {
         self.0.typed()
     }
+
+    /// Whether this is another library's memory, read in place.
+    pub(crate) fn is_borrowed(&self) -> bool {
+        self.0.is_borrowed()
+    }
 }
 
 /// A storage's elements as f32: the vector itself (read-locked) or its converted copy.
@@ -51,8 +74,8 @@ impl Deref for F32Read<'_> {
 
     fn deref(&self) -> &[f32] {
         match self {
-            F32Read::Data(guard) => match &**guard {
-                CpuData::F32(v) => v,
+            F32Read::Data(guard) => match guard.as_slice() {
+                CpuSlice::F32(v) => v,
                 _ => unreachable!("F32Read::Data holds f32 data only"),
             },
             F32Read::Copy(v) => v,
@@ -89,6 +112,34 @@ impl CpuData {
         }
     }
 
+    /// `values` read in place, without a copy, kept alive by `owner`.
+    #[cfg_attr(not(feature = "candle"), allow(dead_code))]
+    ///
+    /// # Safety
+    /// `values` must stay valid and unwritten for as long as the returned data (or any tensor over it) is
+    /// read: `owner` keeps the allocation alive, and the caller holds its library's read lock meanwhile.
+    pub(crate) unsafe fn borrowed<T: Element>(values: &[T], owner: Box<dyn Any + Send + Sync>) -> CpuData {
+        CpuData::Borrowed(Borrowed { ptr: values.as_ptr().cast(), len: values.len(), dtype: T::DTYPE, _owner: owner })
+    }
+
+    /// Whether this is another library's memory (`CpuData::borrowed`).
+    pub(crate) fn is_borrowed(&self) -> bool {
+        matches!(self, CpuData::Borrowed(_))
+    }
+
+    /// The data as a vector of fuse's own: borrowed memory is copied first (nothing writes into it).
+    pub(crate) fn owned_mut(&mut self) -> &mut CpuData {
+        if let CpuData::Borrowed(b) = self {
+            *self = match b.slice() {
+                CpuSlice::F32(v) => CpuData::F32(v.to_vec()),
+                CpuSlice::F16(v) => CpuData::F16(v.to_vec()),
+                CpuSlice::BF16(v) => CpuData::BF16(v.to_vec()),
+                CpuSlice::U32(v) => CpuData::U32(v.to_vec()),
+            };
+        }
+        self
+    }
+
     /// A zero-filled vector of `len` elements of `dtype`.
     pub(crate) fn zeros(dtype: DType, len: usize) -> CpuData {
         match dtype {
@@ -105,6 +156,7 @@ impl CpuData {
             CpuData::F16(_) => DType::F16,
             CpuData::BF16(_) => DType::BF16,
             CpuData::U32(_) => DType::U32,
+            CpuData::Borrowed(b) => b.dtype,
         }
     }
 
@@ -114,37 +166,56 @@ impl CpuData {
             CpuData::F16(v) => CpuSlice::F16(v),
             CpuData::BF16(v) => CpuSlice::BF16(v),
             CpuData::U32(v) => CpuSlice::U32(v),
+            CpuData::Borrowed(b) => b.slice(),
         }
     }
 
     /// The whole vector as `T` when that is its type (no conversion).
     pub(crate) fn typed<T: Element>(&self) -> Option<&[T]> {
-        let any: &dyn Any = match self {
-            CpuData::F32(v) => v,
-            CpuData::F16(v) => v,
-            CpuData::BF16(v) => v,
-            CpuData::U32(v) => v,
+        let (ptr, len, dtype): (*const u8, usize, DType) = match self.as_slice() {
+            CpuSlice::F32(v) => (v.as_ptr().cast(), v.len(), DType::F32),
+            CpuSlice::F16(v) => (v.as_ptr().cast(), v.len(), DType::F16),
+            CpuSlice::BF16(v) => (v.as_ptr().cast(), v.len(), DType::BF16),
+            CpuSlice::U32(v) => (v.as_ptr().cast(), v.len(), DType::U32),
         };
-        any.downcast_ref::<Vec<T>>().map(|v| v.as_slice())
+        // SAFETY: Element is sealed to one Rust type a dtype (f32, f16, bf16, u32), so equal dtypes mean the
+        // slice's elements are T; the slice lives as long as `self`.
+        (dtype == T::DTYPE).then(|| unsafe { std::slice::from_raw_parts(ptr.cast::<T>(), len) })
     }
 
-    /// The whole vector as `T`, mutable, when that is its type.
+    /// The whole vector as `T`, mutable, when that is its type (borrowed memory is copied first).
     pub(crate) fn typed_mut<T: Element>(&mut self) -> Option<&mut [T]> {
-        let any: &mut dyn Any = match self {
+        let any: &mut dyn Any = match self.owned_mut() {
             CpuData::F32(v) => v,
             CpuData::F16(v) => v,
             CpuData::BF16(v) => v,
             CpuData::U32(v) => v,
+            CpuData::Borrowed(_) => unreachable!("owned_mut copies borrowed memory"),
         };
         any.downcast_mut::<Vec<T>>().map(|v| v.as_mut_slice())
     }
 
     fn to_f32(&self) -> Vec<f32> {
-        match self {
-            CpuData::F32(v) => v.clone(),
-            CpuData::F16(v) => v.as_slice().to_f32_vec(),
-            CpuData::BF16(v) => v.as_slice().to_f32_vec(),
-            CpuData::U32(v) => v.iter().map(|&id| id as f32).collect(),
+        match self.as_slice() {
+            CpuSlice::F32(v) => v.to_vec(),
+            CpuSlice::F16(v) => v.to_f32_vec(),
+            CpuSlice::BF16(v) => v.to_f32_vec(),
+            CpuSlice::U32(v) => v.iter().map(|&id| id as f32).collect(),
+        }
+    }
+}
+
+impl Borrowed {
+    fn slice(&self) -> CpuSlice<'_> {
+        // SAFETY: `CpuData::borrowed`'s contract: `len` valid, unwritten elements of `dtype` at `ptr` for as
+        // long as this lives; the pointer came from a slice of that type, so it is aligned.
+        unsafe {
+            match self.dtype {
+                DType::F32 => CpuSlice::F32(std::slice::from_raw_parts(self.ptr.cast(), self.len)),
+                DType::F16 => CpuSlice::F16(std::slice::from_raw_parts(self.ptr.cast(), self.len)),
+                DType::BF16 => CpuSlice::BF16(std::slice::from_raw_parts(self.ptr.cast(), self.len)),
+                DType::U32 => CpuSlice::U32(std::slice::from_raw_parts(self.ptr.cast(), self.len)),
+            }
         }
     }
 }
@@ -164,11 +235,17 @@ impl CpuStorage {
         self.read().0.dtype()
     }
 
+    /// The vector itself, when this was its last handle.
+    #[cfg_attr(not(feature = "candle"), allow(dead_code))]
+    pub(crate) fn into_data(self) -> CpuData {
+        self.data.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// The storage as f32, same layout: the data itself for f32, else a converted copy made once (until the
     /// next write).
     pub(crate) fn f32_data(&self) -> F32Read<'_> {
         let guard = self.data.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if matches!(*guard, CpuData::F32(_)) {
+        if guard.dtype() == DType::F32 {
             return F32Read::Data(guard);
         }
         let mut shadow = self.f32_shadow.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -178,13 +255,23 @@ impl CpuStorage {
     /// Changes the vector in place (`f` gets it write-locked); the f32 copy, now stale, is dropped.
     pub(crate) fn write<R>(&self, f: impl FnOnce(&mut CpuData) -> R) -> R {
         let mut guard = self.data.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let result = f(&mut guard);
+        let result = f(guard.owned_mut());
         *self.f32_shadow.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
         result
     }
 }
 
 impl CpuSlice<'_> {
+    /// The number of elements.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            CpuSlice::F32(v) => v.len(),
+            CpuSlice::F16(v) => v.len(),
+            CpuSlice::BF16(v) => v.len(),
+            CpuSlice::U32(v) => v.len(),
+        }
+    }
+
     /// Reads `out.len()` elements starting at `start`, `stride` apart, as f32.
     #[inline]
     pub(crate) fn read_f32(&self, start: usize, stride: usize, out: &mut [f32]) {

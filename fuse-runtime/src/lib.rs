@@ -16,6 +16,8 @@
 #![cfg_attr(not(feature = "cuda"), allow(dead_code, unused_imports, unreachable_code, unused_variables))]
 
 mod call;
+#[cfg(feature = "candle")]
+mod candle;
 mod constructors;
 mod cpu;
 #[cfg_attr(not(feature = "cuda"), path = "cuda_off.rs")]

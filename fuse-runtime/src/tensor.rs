@@ -93,6 +93,30 @@ impl Tensor {
         Tensor { storage: self.storage.clone(), shape, strides, offset, device: self.device.clone() }
     }
 
+    /// A view of `shape` with `strides` from `offset` over CPU data (which the caller guarantees holds it).
+    #[cfg_attr(not(feature = "candle"), allow(dead_code))]
+    pub(crate) fn cpu_view(data: CpuData, shape: Vec<usize>, strides: Vec<usize>, offset: usize) -> Tensor {
+        Tensor { storage: Arc::new(Storage::Cpu(CpuStorage::new(data))), shape, strides, offset, device: Device::Cpu }
+    }
+
+    /// Whether this reads another library's memory in place (a candle tensor inside a `#[fuse]` call).
+    pub(crate) fn is_borrowed(&self) -> bool {
+        matches!(self.storage.as_ref(), Storage::Cpu(cpu) if cpu.read().is_borrowed())
+    }
+
+    /// The dense vector of this tensor when it is the only handle to a storage that holds exactly it, in
+    /// order; else the tensor back.
+    #[cfg_attr(not(feature = "candle"), allow(dead_code))]
+    pub(crate) fn into_dense_data(self) -> std::result::Result<CpuData, Tensor> {
+        let whole = self.is_contiguous() && self.offset == 0;
+        let Tensor { storage, shape, strides, offset, device } = self;
+        match Arc::try_unwrap(storage) {
+            Ok(Storage::Cpu(cpu)) if whole && cpu.read().slice().len() == checked_numel(&shape).unwrap_or(0) && !cpu.read().is_borrowed() => Ok(cpu.into_data()),
+            Ok(storage) => Err(Tensor { storage: Arc::new(storage), shape, strides, offset, device }),
+            Err(storage) => Err(Tensor { storage, shape, strides, offset, device }),
+        }
+    }
+
     /// A dense tensor over freshly computed CPU data (whose length the caller guarantees).
     pub(crate) fn from_cpu(data: CpuData, shape: Vec<usize>) -> Tensor {
         let strides = contiguous_strides(&shape);

@@ -163,11 +163,12 @@ pub(crate) fn allocate(dtype: DType, shape: &[usize]) -> CpuData {
 }
 
 pub(crate) fn sink_of(data: &mut CpuData) -> Sink<'_> {
-    match data {
+    match data.owned_mut() {
         CpuData::F32(v) => Sink::F32(v),
         CpuData::F16(v) => Sink::F16(v),
         CpuData::BF16(v) => Sink::BF16(v),
         CpuData::U32(v) => Sink::U32(v),
+        CpuData::Borrowed(_) => unreachable!("owned_mut copies borrowed memory"),
     }
 }
 

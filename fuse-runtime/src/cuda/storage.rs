@@ -9,7 +9,7 @@
 use super::capture::Arena;
 use super::device::CudaDevice;
 use super::driver::driver_error;
-use crate::host::CpuData;
+use crate::host::{CpuData, CpuSlice};
 use crate::{Error, Result};
 use cudarc::driver::{CudaSlice, DevicePtr};
 use fuse_ir::DType;
@@ -83,11 +83,11 @@ impl CudaStorage {
 
     /// A copy of host data on the device.
     pub(crate) fn upload(device: &CudaDevice, data: &CpuData) -> Result<CudaStorage> {
-        let (bytes, dtype) = match data {
-            CpuData::F32(v) => (as_bytes(v), DType::F32),
-            CpuData::F16(v) => (as_bytes(v), DType::F16),
-            CpuData::BF16(v) => (as_bytes(v), DType::BF16),
-            CpuData::U32(v) => (as_bytes(v), DType::U32),
+        let (bytes, dtype) = match data.as_slice() {
+            CpuSlice::F32(v) => (as_bytes(v), DType::F32),
+            CpuSlice::F16(v) => (as_bytes(v), DType::F16),
+            CpuSlice::BF16(v) => (as_bytes(v), DType::BF16),
+            CpuSlice::U32(v) => (as_bytes(v), DType::U32),
         };
         let _entered = device.enter();
         device.refuse_while_capturing("a copy from the host (Tensor::from_vec, to_device)")?;

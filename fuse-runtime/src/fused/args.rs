@@ -38,15 +38,22 @@ pub fn field_is_tensor<S, T: PrepareArg + ?Sized>(_field: for<'a> fn(&'a S) -> &
 #[doc(hidden)]
 pub enum Prepared<'a> {
     Arg(Arg<'a>),
-    Owned(Tensor),
+    /// A view of another library's memory and the read lock that keeps it unwritten while the call reads it
+    /// (dropped in this order when the function returns, after its outputs were made its own).
+    Held { tensor: Tensor, _lock: Box<dyn Hold + 'a> },
 }
+
+/// Anything held for its drop (a lock guard).
+#[doc(hidden)]
+pub trait Hold {}
+impl<T: ?Sized> Hold for T {}
 
 impl Prepared<'_> {
     /// The argument the call reads.
     pub fn arg(&self) -> Arg<'_> {
         match self {
             Prepared::Arg(a) => *a,
-            Prepared::Owned(t) => Arg::Tensor(t),
+            Prepared::Held { tensor, .. } => Arg::Tensor(tensor),
         }
     }
 }
@@ -121,7 +128,12 @@ pub trait FromOutput: Sized {
 }
 
 impl FromOutput for Tensor {
+    /// The output itself; an output that is a view of another library's memory (a candle argument returned
+    /// as it is, or reshaped) is copied, as that memory is read only while the call holds its lock.
     fn from_output(output: Tensor) -> Result<Self> {
+        if output.is_borrowed() {
+            return output.dense_copy();
+        }
         Ok(output)
     }
 }
