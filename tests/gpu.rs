@@ -11,6 +11,8 @@
 mod decode_step;
 #[path = "common/fused_fns.rs"]
 mod fused_fns;
+#[path = "gpu/interop.rs"]
+mod interop;
 #[path = "gpu/ops.rs"]
 mod ops;
 #[path = "gpu/sanitize.rs"]

@@ -45,6 +45,10 @@ pub mod tune;
 pub mod testing;
 
 pub use cuda::CudaDevice;
+/// The cudarc fuse is built with (feature `cuda`): its slices, streams and raw handles are what the interop
+/// functions take (`Tensor::from_cuda_slice`, `CudaDevice::wait_for_stream`, ...).
+#[cfg(feature = "cuda")]
+pub use cudarc;
 /// The one-launch decode step's kernel (a Llama decoder's step at batch 1 in one launch; sm_90).
 #[cfg(feature = "cuda")]
 pub use cuda::decode_step::{DecodeStep, DecodeStepWeightsRef};

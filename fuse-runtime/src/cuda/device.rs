@@ -68,11 +68,12 @@ struct Queueing {
     active: usize,
 }
 
-/// A capture under way: the thread capturing, its arena (`capture.rs`) and the pool memory dropped meanwhile.
+/// A capture under way: the thread capturing, its arena (`capture.rs`) and the memory dropped meanwhile
+/// (pool buffers, owners of other libraries' memory), freed when it ends.
 struct Capture {
     owner: std::thread::ThreadId,
     arena: Arc<Arena>,
-    freed_after: Vec<CudaSlice<u8>>,
+    freed_after: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 thread_local! {
@@ -392,13 +393,27 @@ impl CudaDevice {
     pub(crate) fn release(&self, buffer: CudaSlice<u8>) {
         if self.is_capturing() {
             if let Some(capture) = lock(&self.state.queueing).capture.as_mut() {
-                capture.freed_after.push(buffer);
+                capture.freed_after.push(Box::new(buffer));
                 return;
             }
         }
         let bytes = buffer.len();
         let full = crate::host_profile::time_release(|| lock(&self.state.buffers).put(bytes, buffer));
         drop(full);
+    }
+
+    /// The owner of another library's memory that no tensor reads any more: dropped after the work queued
+    /// on the stream (after the capture, when one is running: a wait now would break it).
+    pub(crate) fn release_external(&self, owner: Box<dyn std::any::Any + Send + Sync>) {
+        if self.is_capturing() {
+            if let Some(capture) = lock(&self.state.queueing).capture.as_mut() {
+                capture.freed_after.push(owner);
+                return;
+            }
+        }
+        // A failure here is a fault an earlier kernel left, which the next call reports.
+        let _ = self.synchronize();
+        drop(owner);
     }
 
     /// Pool memory of exactly `bytes` for a new tensor: a kept buffer, else a new one from the stream-ordered

@@ -14,6 +14,7 @@ use crate::{Error, Result};
 use cudarc::driver::{CudaSlice, DevicePtr};
 use fuse_ir::DType;
 use half::{bf16, f16};
+use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -22,6 +23,9 @@ enum Memory {
     Pool(Option<CudaSlice<u8>>),
     /// `bytes` at `address` in a capture's arena, kept alive by this handle.
     Arena { _arena: Arc<Arena>, address: u64 },
+    /// Memory another library allocated (`Tensor::from_cuda_ptr`), kept alive by its owner, which is dropped
+    /// once the work queued on the stream has finished with it.
+    External { address: u64, owner: Option<Box<dyn Any + Send + Sync>> },
 }
 
 pub(crate) struct CudaStorage {
@@ -37,10 +41,18 @@ pub(crate) struct CudaStorage {
 
 impl Drop for CudaStorage {
     fn drop(&mut self) {
-        if let Memory::Pool(buffer) = &mut self.memory {
-            if let Some(buffer) = buffer.take() {
-                self.device.release(buffer);
+        match &mut self.memory {
+            Memory::Pool(buffer) => {
+                if let Some(buffer) = buffer.take() {
+                    self.device.release(buffer);
+                }
             }
+            Memory::External { owner, .. } => {
+                if let Some(owner) = owner.take() {
+                    self.device.release_external(owner);
+                }
+            }
+            Memory::Arena { .. } => {}
         }
     }
 }
@@ -133,6 +145,13 @@ impl CudaStorage {
         CudaStorage { bytes: buffer.len(), memory: Memory::Pool(Some(buffer)), dtype, device: device.clone(), host_written: AtomicBool::new(false) }
     }
 
+    /// Wraps `bytes` of another library's memory at `address` (the caller guarantees it holds `dtype` values
+    /// and stays valid while `owner` lives).
+    pub(crate) fn external(device: &CudaDevice, address: u64, bytes: usize, dtype: DType, owner: Box<dyn Any + Send + Sync>) -> CudaStorage {
+        let memory = Memory::External { address, owner: Some(owner) };
+        CudaStorage { memory, bytes, dtype, device: device.clone(), host_written: AtomicBool::new(false) }
+    }
+
     /// Fills the allocation with zero bytes (zero in every dtype).
     pub(crate) fn zero(&self) -> Result<()> {
         self.fill_bytes(0)
@@ -213,7 +232,7 @@ impl CudaStorage {
         match &self.memory {
             Memory::Pool(Some(buffer)) => buffer.device_ptr(self.device.stream()).0,
             Memory::Pool(None) => 0,
-            Memory::Arena { address, .. } => *address,
+            Memory::Arena { address, .. } | Memory::External { address, .. } => *address,
         }
     }
 }
