@@ -1,11 +1,11 @@
 //! A small candle model with its feed-forward block fused by fuse: a SmolLM2-shaped decoder stack (hidden
 //! 576, intermediate 1536, 9 heads of 64 over 3 key/value heads, random weights, no rotary embedding) written
 //! in plain candle ops, once as it is and once with each layer's rms_norm + MLP + residual replaced by one
-//! `#[fuse]` method on the same candle weights. Checks that both give the same hidden states and times both,
-//! on candle's CPU device (feature `candle`: candle's CUDA build cannot share a program with fuse's, see the
-//! README).
+//! `#[fuse]` method on the same candle weights. Checks that both give the same hidden states and times both.
 //!
 //! Run: `cargo run --release --features candle --example candle_model [-- --layers 4 --tokens 1,16,64 --reps 5]`
+//! On candle's CUDA device (`--device cuda`): build with `scripts/build-candle-cuda.sh` (feature `candle-cuda`,
+//! README "With candle") and run `target-candle-cuda/release/examples/candle_model --device cuda`.
 
 use fuse::candle_core::{self as candle, Device, Module, Tensor, D};
 use fuse::fuse;
@@ -19,10 +19,10 @@ const KV_HEADS: usize = 3;
 const HEAD_DIM: usize = 64;
 const EPS: f32 = 1e-5;
 
-fn random(rng: &mut SmallRng, shape: &[usize], scale: f32) -> candle::Result<Tensor> {
+fn random(rng: &mut SmallRng, shape: &[usize], scale: f32, dev: &Device) -> candle::Result<Tensor> {
     let n = shape.iter().product();
     let v: Vec<f32> = (0..n).map(|_| rng.gen_range(-scale..scale)).collect();
-    Tensor::from_vec(v, shape, &Device::Cpu)
+    Tensor::from_vec(v, shape, dev)
 }
 
 fn rms_norm(x: &Tensor, w: &Tensor) -> candle::Result<Tensor> {
@@ -89,7 +89,7 @@ impl Module for Attention {
         let (k, v) = (repeat(k)?, repeat(v)?);
         let scores = (q.matmul(&k.t()?)? / (HEAD_DIM as f64).sqrt())?;
         let mask: Vec<f32> = (0..t * t).map(|i| if i % t > i / t { f32::NEG_INFINITY } else { 0.0 }).collect();
-        let scores = scores.broadcast_add(&Tensor::from_vec(mask, (t, t), &Device::Cpu)?)?;
+        let scores = scores.broadcast_add(&Tensor::from_vec(mask, (t, t), x.device())?)?;
         let e = scores.broadcast_sub(&scores.max_keepdim(D::Minus1)?)?.exp()?;
         let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
         let out = p.matmul(&v)?.transpose(1, 2)?.reshape((b, t, HEADS * HEAD_DIM))?;
@@ -102,24 +102,25 @@ struct Layer {
     ffn: Ffn,
 }
 
-fn model(layers: usize, seed: u64) -> candle::Result<Vec<Layer>> {
+fn model(layers: usize, seed: u64, dev: &Device) -> candle::Result<Vec<Layer>> {
     let mut rng = SmallRng::seed_from_u64(seed);
+    let mut random = |shape: &[usize], scale: f32| random(&mut rng, shape, scale, dev);
     let s = 1.0 / (HIDDEN as f32).sqrt();
     (0..layers)
         .map(|_| {
             Ok(Layer {
                 attention: Attention {
-                    norm: random(&mut rng, &[HIDDEN], 1.0)?.affine(0.25, 1.0)?,
-                    q: random(&mut rng, &[HEADS * HEAD_DIM, HIDDEN], s)?,
-                    k: random(&mut rng, &[KV_HEADS * HEAD_DIM, HIDDEN], s)?,
-                    v: random(&mut rng, &[KV_HEADS * HEAD_DIM, HIDDEN], s)?,
-                    o: random(&mut rng, &[HIDDEN, HEADS * HEAD_DIM], s)?,
+                    norm: random(&[HIDDEN], 1.0)?.affine(0.25, 1.0)?,
+                    q: random(&[HEADS * HEAD_DIM, HIDDEN], s)?,
+                    k: random(&[KV_HEADS * HEAD_DIM, HIDDEN], s)?,
+                    v: random(&[KV_HEADS * HEAD_DIM, HIDDEN], s)?,
+                    o: random(&[HIDDEN, HEADS * HEAD_DIM], s)?,
                 },
                 ffn: Ffn {
-                    norm: random(&mut rng, &[HIDDEN], 1.0)?.affine(0.25, 1.0)?,
-                    gate: random(&mut rng, &[INTER, HIDDEN], s)?,
-                    up: random(&mut rng, &[INTER, HIDDEN], s)?,
-                    down: random(&mut rng, &[HIDDEN, INTER], 1.0 / (INTER as f32).sqrt())?,
+                    norm: random(&[HIDDEN], 1.0)?.affine(0.25, 1.0)?,
+                    gate: random(&[INTER, HIDDEN], s)?,
+                    up: random(&[INTER, HIDDEN], s)?,
+                    down: random(&[HIDDEN, INTER], 1.0 / (INTER as f32).sqrt())?,
                     eps: EPS,
                 },
             })
@@ -142,12 +143,16 @@ fn rel_err(a: &Tensor, b: &Tensor) -> candle::Result<f32> {
     Ok(d / b.sqr()?.sum_all()?.to_scalar::<f32>()?.sqrt())
 }
 
-fn median_ms(reps: usize, mut f: impl FnMut() -> candle::Result<Tensor>) -> candle::Result<f64> {
-    f()?; // warm-up (fuse plans its call once)
+/// Median wall time of `f` after a warm-up (fuse plans and compiles on first use), each run waited for.
+fn median_ms(reps: usize, dev: &Device, mut f: impl FnMut() -> candle::Result<Tensor>) -> candle::Result<f64> {
+    f()?;
+    dev.synchronize()?;
     let mut times: Vec<f64> = (0..reps)
         .map(|_| {
             let t0 = Instant::now();
-            f().map(|_| t0.elapsed().as_secs_f64() * 1e3)
+            f()?;
+            dev.synchronize()?;
+            Ok(t0.elapsed().as_secs_f64() * 1e3)
         })
         .collect::<candle::Result<_>>()?;
     times.sort_by(f64::total_cmp);
@@ -158,10 +163,11 @@ struct Options {
     layers: usize,
     tokens: Vec<usize>,
     reps: usize,
+    cuda: bool,
 }
 
 fn parse_args() -> Result<Options, String> {
-    let mut o = Options { layers: 4, tokens: vec![1, 16, 64], reps: 5 };
+    let mut o = Options { layers: 4, tokens: vec![1, 16, 64], reps: 5, cuda: false };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -173,7 +179,14 @@ fn parse_args() -> Result<Options, String> {
             "--layers" => o.layers = num(&value)?,
             "--reps" => o.reps = num(&value)?,
             "--tokens" => o.tokens = value.split(',').map(num).collect::<Result<_, _>>()?,
-            _ => return Err(format!("unknown flag {flag}; flags: --layers N --tokens A,B --reps N")),
+            "--device" => {
+                o.cuda = match value.as_str() {
+                    "cpu" => false,
+                    "cuda" => true,
+                    _ => return Err(format!("--device: `{value}` is neither cpu nor cuda")),
+                }
+            }
+            _ => return Err(format!("unknown flag {flag}; flags: --layers N --tokens A,B --reps N --device cpu|cuda")),
         }
     }
     Ok(o)
@@ -188,29 +201,34 @@ fn main() {
         }
     };
     if let Err(e) = run(&o) {
-        eprintln!("candle_model: {e}");
+        // candle's errors carry a backtrace after their first line.
+        eprintln!("candle_model: {}", e.to_string().lines().next().unwrap_or_default());
         std::process::exit(1);
     }
 }
 
 fn run(o: &Options) -> candle::Result<()> {
-    let layers = model(o.layers, 5)?;
-    println!(
-        "SmolLM2-shaped decoder stack in candle (CPU, f32, {} threads): {} layers, hidden {HIDDEN}, intermediate {INTER}",
-        candle::utils::get_num_threads(),
-        o.layers
-    );
+    let (dev, on) = if o.cuda {
+        let dev = Device::new_cuda(0).map_err(|e| {
+            candle::Error::msg(format!("candle's CUDA device 0: {e} (build with scripts/build-candle-cuda.sh for candle's CUDA build)"))
+        })?;
+        (dev, "candle's CUDA device 0".to_string())
+    } else {
+        (Device::Cpu, format!("CPU, {} threads", candle::utils::get_num_threads()))
+    };
+    let layers = model(o.layers, 5, &dev)?;
+    println!("SmolLM2-shaped decoder stack in candle ({on}, f32): {} layers, hidden {HIDDEN}, intermediate {INTER}", o.layers);
     println!("tokens   candle ms   candle + #[fuse] FFN ms   speed-up   rel. error");
     let mut rng = SmallRng::seed_from_u64(6);
     let mut worst = 0f32;
     for &t in &o.tokens {
-        let x = random(&mut rng, &[1, t, HIDDEN], 1.0)?;
+        let x = random(&mut rng, &[1, t, HIDDEN], 1.0, &dev)?;
         let want = forward(&layers, &x, false)?;
         let got = forward(&layers, &x, true)?;
         let err = rel_err(&got, &want)?;
         worst = worst.max(err);
-        let plain = median_ms(o.reps, || forward(&layers, &x, false))?;
-        let fused = median_ms(o.reps, || forward(&layers, &x, true))?;
+        let plain = median_ms(o.reps, &dev, || forward(&layers, &x, false))?;
+        let fused = median_ms(o.reps, &dev, || forward(&layers, &x, true))?;
         println!("{t:>6}   {plain:>9.2}   {fused:>23.2}   {:>7.2}x   {err:.2e}", plain / fused);
     }
     // f32 both ways, different summation orders: far below this unless a block is wrong.

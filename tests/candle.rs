@@ -229,3 +229,86 @@ fn a_gpu_fuse_tensor_is_not_silently_moved_into_candle() {
     let err = f.into_candle().unwrap_err().to_string();
     assert!(err.contains("to_device"), "{err}");
 }
+
+/// candle's CUDA tensors (feature `candle-cuda`, built by scripts/build-candle-cuda.sh and run on the GPU
+/// machine): read in place by fuse's kernels and returned on the same candle device, checked against
+/// candle's own CUDA ops.
+#[cfg(feature = "candle-cuda")]
+mod on_candle_cuda {
+    use super::*;
+
+    /// candle's CUDA device 0, or `None` after saying so (a failure with `FUSE_TEST_GPU=1`).
+    fn candle_gpu() -> Option<Device> {
+        fuse::testing::gpu_or_skip()?;
+        Some(Device::new_cuda(0).expect("candle's CUDA device 0 where fuse has one"))
+    }
+
+    fn upload(rng: &mut SmallRng, shape: &[usize], scale: f32, dev: &Device) -> Tensor {
+        random(rng, shape, -scale, scale).to_device(dev).unwrap()
+    }
+
+    #[test]
+    fn a_fused_mlp_on_candle_cuda_tensors_matches_candles_own() {
+        let Some(dev) = candle_gpu() else { return };
+        let mut rng = SmallRng::seed_from_u64(21);
+        for (rows, hidden, inter) in [(1, 64, 96), (3, 576, 1536), (17, 40, 130)] {
+            let x = upload(&mut rng, &[rows, hidden], 1.0, &dev);
+            let gate = upload(&mut rng, &[inter, hidden], 0.3, &dev);
+            let up = upload(&mut rng, &[inter, hidden], 0.3, &dev);
+            let down = upload(&mut rng, &[hidden, inter], 0.3, &dev);
+            for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2)] {
+                let c = |t: &Tensor| t.to_dtype(dtype).unwrap();
+                let got = mlp(&c(&x), &c(&gate), &c(&up), &c(&down)).unwrap();
+                assert!(got.device().same_device(&dev), "the result is on another candle device");
+                assert_eq!(got.dtype(), dtype);
+                let want = mlp_candle(&x, &gate, &up, &down);
+                // candle ops mix the result with candle's own tensors: same device, ordered streams.
+                assert_close(&format!("{dtype:?} mlp {rows}x{hidden}x{inter}"), &(&got + 0.0).unwrap(), &want, tol);
+            }
+        }
+    }
+
+    #[test]
+    fn strided_candle_cuda_views_and_conversions() {
+        let Some(dev) = candle_gpu() else { return };
+        let mut rng = SmallRng::seed_from_u64(22);
+        let m = upload(&mut rng, &[5, 9], 1.0, &dev);
+        let n = upload(&mut rng, &[9, 5], 1.0, &dev);
+        let t = m.t().unwrap();
+        assert_close("transposed", &add(&t, &n).unwrap(), &(&t + &n).unwrap(), 0.0);
+        let cols = m.narrow(1, 2, 4).unwrap();
+        let o = upload(&mut rng, &[5, 4], 1.0, &dev);
+        assert_close("narrowed", &add(&cols, &o).unwrap(), &(&cols + &o).unwrap(), 0.0);
+        // A fuse copy of a candle GPU tensor, and back onto the same candle device.
+        let f = fuse::Tensor::from_candle(&t).unwrap();
+        assert!(f.device().is_cuda());
+        assert_eq!(f.to_vec::<f32>().unwrap(), t.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        let back = (f.clone() * 2.0f32).unwrap().into_candle_on(&dev).unwrap();
+        assert_close("into_candle_on", &back, &(&t * 2.0).unwrap(), 0.0);
+        let err = f.into_candle_on(&Device::Cpu).unwrap_err().to_string();
+        assert!(err.contains("to_device"), "{err}");
+    }
+
+    #[test]
+    fn a_candle_cuda_block_runs_in_a_loop_without_host_waits_going_wrong() {
+        // Many calls back to back on candle's stream and fuse's: each reads what the last wrote.
+        let Some(dev) = candle_gpu() else { return };
+        let mut rng = SmallRng::seed_from_u64(23);
+        let (hidden, inter) = (576, 1536);
+        let blk = FfnBlock {
+            norm: upload(&mut rng, &[hidden], 1.0, &dev).affine(0.25, 1.0).unwrap(),
+            gate: upload(&mut rng, &[inter, hidden], 0.04, &dev),
+            up: upload(&mut rng, &[inter, hidden], 0.04, &dev),
+            down: upload(&mut rng, &[hidden, inter], 0.025, &dev),
+            eps: 1e-5,
+        };
+        let x0 = upload(&mut rng, &[4, hidden], 1.0, &dev);
+        let (mut fused, mut plain) = (x0.clone(), x0);
+        for _ in 0..20 {
+            fused = (fused.apply(&blk).unwrap() * 0.5).unwrap();
+            let h = rms_norm_candle(&plain, &blk.norm, 1e-5);
+            plain = (((&plain + mlp_candle(&h, &blk.gate, &blk.up, &blk.down)).unwrap()) * 0.5).unwrap();
+        }
+        assert_close("20 chained blocks", &fused, &plain, 1e-4);
+    }
+}

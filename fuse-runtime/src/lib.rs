@@ -13,14 +13,14 @@
 
 // Without the CUDA backend, what only it calls (tuning, its env switches, GPU views) is unused, and code
 // holding a `CudaDevice` (uninhabited there) is unreachable. The default build keeps every lint.
-#![cfg_attr(not(feature = "cuda"), allow(dead_code, unused_imports, unreachable_code, unused_variables))]
+#![cfg_attr(not(feature = "cuda-backend"), allow(dead_code, unused_imports, unreachable_code, unused_variables))]
 
 mod call;
 #[cfg(feature = "candle")]
 mod candle;
 mod constructors;
 mod cpu;
-#[cfg_attr(not(feature = "cuda"), path = "cuda_off.rs")]
+#[cfg_attr(not(feature = "cuda-backend"), path = "cuda_off.rs")]
 mod cuda;
 mod graph;
 mod device;
@@ -47,10 +47,10 @@ pub mod testing;
 pub use cuda::CudaDevice;
 /// The cudarc fuse is built with (feature `cuda`): its slices, streams and raw handles are what the interop
 /// functions take (`Tensor::from_cuda_slice`, `CudaDevice::wait_for_stream`, ...).
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-backend")]
 pub use cudarc;
 /// The one-launch decode step's kernel (a Llama decoder's step at batch 1 in one launch; sm_90).
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-backend")]
 pub use cuda::decode_step::{DecodeStep, DecodeStepWeightsRef};
 /// NVRTC and ptxas checks of generated kernels, for tests and tools (tests/kernels_compile.rs).
 #[doc(hidden)]

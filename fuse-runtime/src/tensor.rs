@@ -99,6 +99,29 @@ impl Tensor {
         Tensor { storage: Arc::new(Storage::Cpu(CpuStorage::new(data))), shape, strides, offset, device: Device::Cpu }
     }
 
+    /// A view of `shape` with `strides` from `offset` over device memory (which the caller guarantees holds it).
+    #[cfg(feature = "candle-cuda")]
+    pub(crate) fn cuda_view(storage: CudaStorage, shape: Vec<usize>, strides: Vec<usize>, offset: usize) -> Tensor {
+        let device = Device::Cuda(storage.device().clone());
+        Tensor { storage: Arc::new(Storage::Cuda(storage)), shape, strides, offset, device }
+    }
+
+    /// The pool buffer of a GPU tensor that is its only handle and holds exactly it, in order; else the
+    /// tensor back.
+    #[cfg(feature = "candle-cuda")]
+    pub(crate) fn into_cuda_buffer(self) -> std::result::Result<cudarc::driver::CudaSlice<u8>, Tensor> {
+        let whole = self.is_contiguous() && self.offset == 0;
+        let numel = self.numel();
+        let Tensor { storage, shape, strides, offset, device } = self;
+        match Arc::try_unwrap(storage) {
+            Ok(Storage::Cuda(gpu)) if whole && gpu.len() == numel && gpu.is_pool() => {
+                gpu.take_pool_buffer().ok_or_else(|| unreachable!("a pool storage without its buffer"))
+            }
+            Ok(storage) => Err(Tensor { storage: Arc::new(storage), shape, strides, offset, device }),
+            Err(storage) => Err(Tensor { storage, shape, strides, offset, device }),
+        }
+    }
+
     /// Whether this reads another library's memory in place (a candle tensor inside a `#[fuse]` call).
     pub(crate) fn is_borrowed(&self) -> bool {
         matches!(self.storage.as_ref(), Storage::Cpu(cpu) if cpu.read().is_borrowed())

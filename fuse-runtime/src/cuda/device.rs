@@ -404,15 +404,20 @@ impl CudaDevice {
 
     /// The owner of another library's memory that no tensor reads any more: dropped after the work queued
     /// on the stream (after the capture, when one is running: a wait now would break it).
-    pub(crate) fn release_external(&self, owner: Box<dyn std::any::Any + Send + Sync>) {
+    /// With `then` (the owner's stream), that stream waits for fuse's queued work instead.
+    pub(crate) fn release_external(&self, owner: Box<dyn std::any::Any + Send + Sync>, then: Option<super::storage::ForeignStream>) {
         if self.is_capturing() {
             if let Some(capture) = lock(&self.state.queueing).capture.as_mut() {
                 capture.freed_after.push(owner);
                 return;
             }
         }
-        // A failure here is a fault an earlier kernel left, which the next call reports.
-        let _ = self.synchronize();
+        // A failure here is a fault an earlier kernel left, which the next call reports; on failing to order
+        // the streams, wait on the host instead.
+        let ordered = then.is_some_and(|stream| unsafe { self.make_stream_wait(stream.0) }.is_ok());
+        if !ordered {
+            let _ = self.synchronize();
+        }
         drop(owner);
     }
 

@@ -93,7 +93,7 @@ impl Tensor {
         if address % dtype.size_bytes() as u64 != 0 {
             return Err(Error::unsupported(INTEROP, "from_cuda_ptr", format!("address {address:#x} is not aligned to its {dtype} elements")));
         }
-        Ok(Tensor::from_cuda(CudaStorage::external(gpu, address, bytes, dtype, owner), shape.to_vec()))
+        Ok(Tensor::from_cuda(CudaStorage::external(gpu, address, bytes, dtype, owner, None), shape.to_vec()))
     }
 
     /// The device address of element 0 of a dense GPU tensor, for another library to read or write in

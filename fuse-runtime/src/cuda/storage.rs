@@ -25,8 +25,16 @@ enum Memory {
     Arena { _arena: Arc<Arena>, address: u64 },
     /// Memory another library allocated (`Tensor::from_cuda_ptr`), kept alive by its owner, which is dropped
     /// once the work queued on the stream has finished with it.
-    External { address: u64, owner: Option<Box<dyn Any + Send + Sync>> },
+    External { address: u64, owner: Option<Box<dyn Any + Send + Sync>>, then: Option<ForeignStream> },
 }
+
+/// Another library's stream that owns memory fuse reads: ordered after fuse's work when fuse lets the memory
+/// go, instead of a host wait (its owner keeps the stream alive until then).
+pub(crate) struct ForeignStream(pub(crate) cudarc::driver::sys::CUstream);
+
+// SAFETY: a stream handle may be used from any thread; the owner stored beside it keeps it alive.
+unsafe impl Send for ForeignStream {}
+unsafe impl Sync for ForeignStream {}
 
 pub(crate) struct CudaStorage {
     memory: Memory,
@@ -47,9 +55,9 @@ impl Drop for CudaStorage {
                     self.device.release(buffer);
                 }
             }
-            Memory::External { owner, .. } => {
+            Memory::External { owner, then, .. } => {
                 if let Some(owner) = owner.take() {
-                    self.device.release_external(owner);
+                    self.device.release_external(owner, then.take());
                 }
             }
             Memory::Arena { .. } => {}
@@ -147,9 +155,32 @@ impl CudaStorage {
 
     /// Wraps `bytes` of another library's memory at `address` (the caller guarantees it holds `dtype` values
     /// and stays valid while `owner` lives).
-    pub(crate) fn external(device: &CudaDevice, address: u64, bytes: usize, dtype: DType, owner: Box<dyn Any + Send + Sync>) -> CudaStorage {
-        let memory = Memory::External { address, owner: Some(owner) };
+    /// With `then`, the owner's stream waits for fuse's work when fuse lets go (no host wait).
+    pub(crate) fn external(
+        device: &CudaDevice,
+        address: u64,
+        bytes: usize,
+        dtype: DType,
+        owner: Box<dyn Any + Send + Sync>,
+        then: Option<ForeignStream>,
+    ) -> CudaStorage {
+        let memory = Memory::External { address, owner: Some(owner), then };
         CudaStorage { memory, bytes, dtype, device: device.clone(), host_written: AtomicBool::new(false) }
+    }
+
+    /// Whether this is stream-ordered pool memory (which can be handed to another owner).
+    #[cfg(feature = "candle-cuda")]
+    pub(crate) fn is_pool(&self) -> bool {
+        matches!(self.memory, Memory::Pool(Some(_)))
+    }
+
+    /// The pool buffer itself, when this storage holds one (not arena or another library's memory).
+    #[cfg(feature = "candle-cuda")]
+    pub(crate) fn take_pool_buffer(mut self) -> Option<CudaSlice<u8>> {
+        match &mut self.memory {
+            Memory::Pool(buffer) => buffer.take(),
+            _ => None,
+        }
     }
 
     /// Fills the allocation with zero bytes (zero in every dtype).

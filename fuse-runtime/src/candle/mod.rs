@@ -10,9 +10,10 @@
 //! - fuse -> candle (`into_candle`, and a `#[fuse]` function's results): no copy when the fuse tensor is
 //!   the only handle to a dense vector (a fused function's outputs are); otherwise one copy.
 //!
-//! candle's CUDA build and fuse's cannot be linked into one program with cudarc 0.19 (candle asks cudarc
-//! for `dynamic-linking`, fuse for `dynamic-loading`, and cudarc's build refuses both at once), so candle
-//! tensors here are CPU tensors; a candle tensor on another device is an error that says so.
+//! With `candle`, candle tensors are CPU tensors: fuse's `cuda` feature has cudarc load the CUDA libraries at
+//! run time, candle's CUDA build has it link them, and cudarc's build refuses both at once. With
+//! `candle-cuda` instead (and without `cuda`), fuse's CUDA backend uses candle's linked cudarc, and candle's
+//! CUDA tensors are read and returned in place too (`cuda.rs`).
 
 use crate::fused::{FromOutput, PrepareArg, Prepared};
 use crate::host::CpuData;
@@ -21,10 +22,10 @@ use candle_core as candle;
 use candle_core::backend::BackendStorage;
 use fuse_ir::DType;
 
-const CANDLE: &str = "candle";
+pub(crate) const CANDLE: &str = "candle";
 
 /// fuse's dtype for a candle dtype, or the error that names the ones fuse takes.
-fn dtype_of(t: &candle::Tensor, op: &'static str) -> Result<DType> {
+pub(crate) fn dtype_of(t: &candle::Tensor, op: &'static str) -> Result<DType> {
     match t.dtype() {
         candle::DType::F32 => Ok(DType::F32),
         candle::DType::F16 => Ok(DType::F16),
@@ -37,6 +38,9 @@ fn dtype_of(t: &candle::Tensor, op: &'static str) -> Result<DType> {
         )),
     }
 }
+
+#[cfg(feature = "candle-cuda")]
+mod cuda;
 
 fn cpu_only(t: &candle::Tensor, op: &'static str) -> Result<()> {
     match t.device().location() {
@@ -76,6 +80,10 @@ impl PrepareArg for candle::Tensor {
 
     /// A fuse view of this tensor's memory with its layout, and candle's read lock on it for the call.
     fn prepare(&self) -> Result<Prepared<'_>> {
+        #[cfg(feature = "candle-cuda")]
+        if let candle::Device::Cuda(_) = self.device() {
+            return cuda::prepare(self);
+        }
         cpu_only(self, "a #[fuse] argument")?;
         dtype_of(self, "a #[fuse] argument")?;
         let (storage, layout) = self.storage_and_layout();
@@ -112,6 +120,14 @@ impl Tensor {
     /// one copy (inside a `#[fuse]` function candle arguments are read in place instead). A candle tensor on
     /// another device, or of another dtype, is an error that says so.
     pub fn from_candle(t: &candle::Tensor) -> Result<Tensor> {
+        #[cfg(feature = "candle-cuda")]
+        if let candle::Device::Cuda(_) = t.device() {
+            // A copy on the GPU, in fuse's memory, ordered after candle's writes.
+            let held = cuda::prepare(t)?;
+            let crate::fused::Arg::Tensor(view) = held.arg() else { unreachable!("a tensor prepared as a scalar") };
+            let dense = view.contiguous()?;
+            return Tensor::from_cuda_slice(dense.to_cuda_slice()?, dense.dtype(), dense.shape(), dense.device());
+        }
         cpu_only(t, "Tensor::from_candle")?;
         dtype_of(t, "Tensor::from_candle")?;
         let (storage, layout) = t.storage_and_layout();
@@ -130,6 +146,11 @@ impl Tensor {
     /// handle to a dense vector (what a fused function returns), else with one. A GPU tensor is an error:
     /// move it with `.to_device(&Device::Cpu)` first.
     pub fn into_candle(self) -> Result<candle::Tensor> {
+        #[cfg(feature = "candle-cuda")]
+        if let Device::Cuda(gpu) = self.device() {
+            let gpu = gpu.clone();
+            return cuda::into_candle(self, &gpu);
+        }
         if self.device() != &Device::Cpu {
             return Err(Error::unsupported(
                 CANDLE,
@@ -150,6 +171,25 @@ impl Tensor {
             CpuData::Borrowed(_) => return Err(Error::internal(CANDLE, "a dense copy still borrows candle's memory")),
         };
         made.map_err(|e| Error::internal(CANDLE, format!("candle refused a tensor fuse made: {e}")))
+    }
+
+    /// This tensor as a candle tensor on `device`, which must be the device it is on (candle's CPU, or a candle
+    /// CUDA device of the same GPU with the `candle-cuda` feature): like [`Tensor::into_candle`], without a
+    /// copy when this is the only handle to a dense buffer.
+    pub fn into_candle_on(self, device: &candle::Device) -> Result<candle::Tensor> {
+        match (device, self.device()) {
+            (candle::Device::Cpu, Device::Cpu) => self.into_candle(),
+            #[cfg(feature = "candle-cuda")]
+            (candle::Device::Cuda(theirs), Device::Cuda(gpu)) if device.location() == (candle::DeviceLocation::Cuda { gpu_id: gpu.ordinal() }) => {
+                let gpu = gpu.clone();
+                cuda::into_candle_on(self, &gpu, theirs)
+            }
+            (theirs, ours) => Err(Error::unsupported(
+                CANDLE,
+                "into_candle_on",
+                format!("a tensor on {ours} onto candle's {:?}: move it with `.to_device(..)` first", theirs.location()),
+            )),
+        }
     }
 
     /// [`Tensor::into_candle`] of a clone: a copy unless the clone is the only handle.
