@@ -5,14 +5,16 @@
 #
 # candle-core's CUDA build compiles its kernels with nvcc at build time and links the CUDA libraries
 # (cudarc's `dynamic-linking`). This script installs nvcc, its front end and the CUDA headers from PyPI into
-# .deps/candle-cuda (about 300 MB, once), and makes link stubs for libcuda, libcublas, libcublasLt and
+# .deps/candle-cuda-13.0 (about 300 MB, once), and makes link stubs for libcuda, libcublas, libcublasLt and
 # libcurand: shared libraries with the real ones' sonames that define the symbols the program references, so
 # that on the GPU machine the real libraries are loaded (LD_LIBRARY_PATH=/usr/local/cuda/lib64). libcudart
 # and libnvrtc are linked against the real ones from the wheels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD/.deps/candle-cuda
-wheels=("nvidia-cuda-nvcc==13.*" "nvidia-cuda-runtime==13.*" "nvidia-cuda-crt==13.*" "nvidia-nvvm==13.*" "nvidia-cuda-cccl==13.*" "nvidia-cuda-nvrtc==13.*")
+# CUDA 13.0, the GPU machine's driver's version: candle loads PTX that nvcc wrote, and a driver refuses PTX of
+# a newer toolkit than its own.
+root=$PWD/.deps/candle-cuda-13.0
+wheels=("nvidia-cuda-nvcc==13.0.*" "nvidia-cuda-runtime==13.0.*" "nvidia-cuda-crt==13.0.*" "nvidia-nvvm==13.0.*" "nvidia-cuda-cccl==13.0.*" "nvidia-cuda-nvrtc==13.0.*")
 if [ ! -x "$root/nvidia/cu13/bin/nvcc" ] || [ ! -x "$root/nvidia/cu13/nvvm/bin/cicc" ]; then
     echo "build-candle-cuda: installing ${wheels[*]} from PyPI into $root" >&2
     for w in "${wheels[@]}"; do

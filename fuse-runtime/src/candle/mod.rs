@@ -49,8 +49,9 @@ fn cpu_only(t: &candle::Tensor, op: &'static str) -> Result<()> {
             CANDLE,
             op,
             format!(
-                "a candle tensor on {other:?}: fuse reads candle's CPU tensors (candle's CUDA build and fuse's cannot \
-                 share one cudarc build); move it with `.to_device(&candle_core::Device::Cpu)`"
+                "a candle tensor on {other:?}: this build of fuse reads candle's CPU tensors; for candle's CUDA \
+                 tensors build fuse with its `candle-cuda` feature (README \"With candle\"), or move the tensor with \
+                 `.to_device(&candle_core::Device::Cpu)`"
             ),
         )),
     }
