@@ -29,8 +29,8 @@ fn ordinal_of(t: &candle::Tensor) -> Result<usize> {
 }
 
 /// A fuse view of a candle CUDA tensor's memory, with its layout, and candle's read lock on it for the call.
-pub(super) fn prepare(t: &candle::Tensor) -> Result<Prepared<'_>> {
-    let dtype = dtype_of(t, "a #[fuse] argument")?;
+pub(super) fn prepare<'a>(t: &'a candle::Tensor, op: &'static str) -> Result<Prepared<'a>> {
+    let dtype = dtype_of(t, op)?;
     let ordinal = ordinal_of(t)?;
     let Device::Cuda(gpu) = Device::cuda(ordinal)? else {
         return Err(Error::internal(CANDLE, "Device::cuda gave another device"));

@@ -81,25 +81,31 @@ impl PrepareArg for candle::Tensor {
 
     /// A fuse view of this tensor's memory with its layout, and candle's read lock on it for the call.
     fn prepare(&self) -> Result<Prepared<'_>> {
-        #[cfg(feature = "candle-cuda")]
-        if let candle::Device::Cuda(_) = self.device() {
-            return cuda::prepare(self);
-        }
-        cpu_only(self, "a #[fuse] argument")?;
-        dtype_of(self, "a #[fuse] argument")?;
-        let (storage, layout) = self.storage_and_layout();
-        let candle::Storage::Cpu(cpu) = &*storage else {
-            return Err(Error::internal(CANDLE, "a candle tensor on the CPU without CPU storage"));
-        };
-        // SAFETY: `storage` (candle's read guard) moves into the Prepared value beside the view and is
-        // dropped after it, when the function returns; outputs that are views of it are copied before then
-        // (`FromOutput`).
-        let Some(data) = (unsafe { borrow_storage(cpu, self) }) else {
-            return Err(Error::unsupported(CANDLE, "a #[fuse] argument", format!("candle storage of dtype {}", cpu.dtype().as_str())));
-        };
-        let tensor = Tensor::cpu_view(data, layout.dims().to_vec(), layout.stride().to_vec(), layout.start_offset());
-        Ok(Prepared::Held { tensor, _lock: Box::new(storage) })
+        view_of(self, "a #[fuse] argument")
     }
+}
+
+/// A fuse view of `t`'s memory with its layout, holding candle's read lock on it (`op` names the caller in
+/// errors).
+fn view_of<'a>(t: &'a candle::Tensor, op: &'static str) -> Result<Prepared<'a>> {
+    #[cfg(feature = "candle-cuda")]
+    if let candle::Device::Cuda(_) = t.device() {
+        return cuda::prepare(t, op);
+    }
+    cpu_only(t, op)?;
+    dtype_of(t, op)?;
+    let (storage, layout) = t.storage_and_layout();
+    let candle::Storage::Cpu(cpu) = &*storage else {
+        return Err(Error::internal(CANDLE, "a candle tensor on the CPU without CPU storage"));
+    };
+    // SAFETY: `storage` (candle's read guard) moves into the Prepared value beside the view and is dropped
+    // after it, when the function returns; outputs that are views of it are copied before then
+    // (`FromOutput`), and `from_candle` copies it before returning.
+    let Some(data) = (unsafe { borrow_storage(cpu, t) }) else {
+        return Err(Error::unsupported(CANDLE, op, format!("candle storage of dtype {}", cpu.dtype().as_str())));
+    };
+    let tensor = Tensor::cpu_view(data, layout.dims().to_vec(), layout.stride().to_vec(), layout.start_offset());
+    Ok(Prepared::Held { tensor, _lock: Box::new(storage) })
 }
 
 impl FromOutput for candle::Tensor {
@@ -117,30 +123,25 @@ impl From<Error> for candle::Error {
 }
 
 impl Tensor {
-    /// A fuse tensor with the values of a CPU candle tensor (f32, f16, bf16 or u32), dense, in its order:
-    /// one copy (inside a `#[fuse]` function candle arguments are read in place instead). A candle tensor on
-    /// another device, or of another dtype, is an error that says so.
+    /// A fuse tensor with the values of a candle tensor (f32, f16, bf16 or u32), dense, in its order, on the
+    /// same device: one copy (inside a `#[fuse]` function candle arguments are read in place instead). A
+    /// candle tensor of another dtype, or on a device this build does not take, is an error that says so.
     pub fn from_candle(t: &candle::Tensor) -> Result<Tensor> {
-        #[cfg(feature = "candle-cuda")]
-        if let candle::Device::Cuda(_) = t.device() {
-            // A copy on the GPU, in fuse's memory, ordered after candle's writes.
-            let held = cuda::prepare(t)?;
-            let crate::fused::Arg::Tensor(view) = held.arg() else { unreachable!("a tensor prepared as a scalar") };
-            let dense = view.contiguous()?;
-            return Tensor::from_cuda_slice(dense.to_cuda_slice()?, dense.dtype(), dense.shape(), dense.device());
+        let held = view_of(t, "Tensor::from_candle")?;
+        let crate::fused::Arg::Tensor(view) = held.arg() else {
+            return Err(Error::internal(CANDLE, "a candle tensor prepared as a scalar"));
+        };
+        match view.device() {
+            Device::Cpu => view.dense_copy(),
+            // On the GPU, in fuse's memory, ordered after candle's writes.
+            #[cfg(feature = "candle-cuda")]
+            Device::Cuda(_) => {
+                let dense = view.contiguous()?;
+                Tensor::from_cuda_slice(dense.to_cuda_slice()?, dense.dtype(), dense.shape(), dense.device())
+            }
+            #[cfg(not(feature = "candle-cuda"))]
+            Device::Cuda(_) => Err(Error::internal(CANDLE, "a candle tensor viewed on a GPU without candle-cuda")),
         }
-        cpu_only(t, "Tensor::from_candle")?;
-        dtype_of(t, "Tensor::from_candle")?;
-        let (storage, layout) = t.storage_and_layout();
-        let candle::Storage::Cpu(cpu) = &*storage else {
-            return Err(Error::internal(CANDLE, "a candle tensor on the CPU without CPU storage"));
-        };
-        // SAFETY: read only within this function, while `storage` (the read lock) is held.
-        let Some(data) = (unsafe { borrow_storage(cpu, t) }) else {
-            return Err(Error::unsupported(CANDLE, "Tensor::from_candle", format!("candle storage of dtype {}", cpu.dtype().as_str())));
-        };
-        let view = Tensor::cpu_view(data, layout.dims().to_vec(), layout.stride().to_vec(), layout.start_offset());
-        view.dense_copy()
     }
 
     /// This tensor as a CPU candle tensor of the same dtype and shape, without a copy when it is the only

@@ -536,8 +536,13 @@ impl CudaDevice {
 
 impl DeviceState {
     fn create(ordinal: usize) -> Result<DeviceState> {
-        // SAFETY: only tries to open the driver library; loading it has no other effect.
-        if !unsafe { sys::is_culib_present() } {
+        // SAFETY: only tries to open the driver library; loading it has no other effect. Linked to it instead
+        // (`candle-cuda`), the program would not have started without it.
+        #[cfg(feature = "cuda")]
+        let present = unsafe { sys::is_culib_present() };
+        #[cfg(not(feature = "cuda"))]
+        let present = true;
+        if !present {
             return Err(Error::CudaUnavailable {
                 reason: "the CUDA driver library (libcuda.so) cannot be loaded: no NVIDIA driver on this machine"
                     .into(),

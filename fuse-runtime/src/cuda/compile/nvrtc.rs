@@ -22,7 +22,11 @@ pub fn nvrtc_available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| {
         // SAFETY: only tries to dlopen the candidate library names; nothing is called.
-        std::panic::catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false)
+        #[cfg(feature = "cuda")]
+        return std::panic::catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false);
+        // Linked (`candle-cuda`): the program would not have started without it.
+        #[cfg(not(feature = "cuda"))]
+        true
     })
 }
 
