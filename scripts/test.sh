@@ -19,6 +19,7 @@ cargo test --workspace --doc
 # The candle feature (off by default): #[fuse] on candle tensors and the conversions, on the CPU; the example
 # model checks its fused FFN against plain candle (a small run: it exits non-zero on a mismatch).
 cargo test -p fuse-kernels --features candle --test candle
+cargo test -p fuse-kernels --features candle --doc
 cargo test -p fuse-runtime --features candle --lib candle
 cargo run -p fuse-kernels --features candle --example candle_model -- --layers 2 --tokens 1,5 --reps 1
 # A CPU-only build (without the default `cuda` feature, so without cudarc) must build, and the runtime's CPU
