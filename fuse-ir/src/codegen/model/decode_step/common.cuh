@@ -20,12 +20,6 @@
 #ifndef FUSE_STEP_LOAD_DELAY  // ns the clusters after the first wait before loading their first layers
 #define FUSE_STEP_LOAD_DELAY 1500
 #endif
-#ifndef FUSE_STEP_HEAD_REFILL  // a harness A/B of the LM head's ring refills: 0 thread 0 after every chunk (the
-#define FUSE_STEP_HEAD_REFILL 0  // library's), 1 the last warp only while chunks are left, 2 the same without the proxy fence
-#endif
-#ifndef FUSE_STEP_HEAD_MMA  // a harness A/B: 1 takes the LM head's products on tensor cores (mma.sync)
-#define FUSE_STEP_HEAD_MMA 0
-#endif
 #ifndef FUSE_STEP_MMA  // 1: the GEMVs on tensor cores (mma.sync, rows in tiles of 16); 0: f16 pairs on CUDA cores
 #define FUSE_STEP_MMA 0
 #endif
@@ -69,9 +63,8 @@ static_assert(Share::o_q % 16 == 0 && Share::gu_q % 16 == 0 && Share::d_q % 16 =
 // The LM head streams its rows through a ring of chunks in the shared memory the layers no longer need (the
 // share and the preloaded keys and values): a chunk is HEAD_CHUNK rows' values [rows][HID] then their scales
 // [rows][HID / 32] (f16), 4 rows for each of the THREADS / (HID / 32) row groups (1 past 16 groups).
-// On tensor cores (FUSE_STEP_HEAD_MMA) a chunk is a tile of 16 rows for each pair of warps.
 constexpr int HEAD_KB = HID / 32, HEAD_GROUPS = THREADS / HEAD_KB;
-constexpr int HEAD_CHUNK = FUSE_STEP_HEAD_MMA ? 16 * (WARPS / 2) : HEAD_GROUPS * (HEAD_GROUPS > 16 ? 1 : 4);
+constexpr int HEAD_CHUNK = HEAD_GROUPS * (HEAD_GROUPS > 16 ? 1 : 4);
 constexpr unsigned HEAD_CHUNK_BYTES = HEAD_CHUNK * (HID + HEAD_KB * 2);
 constexpr unsigned long long HEAD_AREA = Share::bytes + 2ull * 2 * PRE_KEYS * HD;
 constexpr int HEAD_SLOTS = HEAD_AREA / HEAD_CHUNK_BYTES < 8 ? (int)(HEAD_AREA / HEAD_CHUNK_BYTES) : 8;

@@ -13,9 +13,6 @@ __device__ void embed(const FuseDecodeStepArgs& a, float* x) {
 __device__ __forceinline__ unsigned byte_pair(unsigned w, unsigned selector) {
     return h2_sub(__byte_perm(w, 0x64646464u, selector), 0x64806480u);  // 0x6480: 1152.0
 }
-// Two value + 128 bytes of w (selector 0x4140: bytes 0, 1; 0x4342: bytes 2, 3) as a half2 of 1152 + value
-// (1024 + byte: exact in f16), the LM head's A fragments on tensor cores.
-__device__ __forceinline__ unsigned byte_halves(unsigned w, unsigned selector) { return __byte_perm(w, 0x64646464u, selector); }
 // 16 bytes (inputs j..j+15 in order) against x's halves j..j+15: two f16 sums of 8 products, in f32.
 __device__ __forceinline__ float bytes_dot(uint4 w, uint4 xa, uint4 xb) {
     unsigned a0 = h2_mul(byte_pair(w.x, 0x4140), xa.x);
@@ -85,17 +82,6 @@ __device__ void lm_head(const FuseDecodeStepArgs& a, Smem& s, unsigned long long
     __syncthreads();
     constexpr int KB = HEAD_KB;
     const int first = head_first(blockIdx.x), last = head_first(blockIdx.x + 1);
-#if FUSE_STEP_HEAD_MMA
-    // The input's block sums (f32 over its f16 values): each product sum carries 1152 of them (A is 1152 + q).
-    float* xs = s.xm;
-    if (t < KB) {
-        float v = 0.f;
-        for (int i = 0; i < 32; ++i) v += h_to_f(s.att[t * 32 + i]);
-        xs[t] = v;
-    }
-    __syncthreads();
-    constexpr int PART_STRIDE = 2 * HEAD_CHUNK;  // a row's two partials (the warps' halves of its blocks)
-#else
     constexpr int PART_STRIDE = HEAD_CHUNK * KB, MINE = HEAD_CHUNK / HEAD_GROUPS;
     // Thread (kb, group) takes bytes [16 kb, 16 kb + 16) of each half of its rows (consecutive threads read
     // consecutive 16 bytes: no bank conflicts): half-blocks of Q8_0 blocks kb / 2 and KB / 2 + kb / 2.
@@ -103,7 +89,6 @@ __device__ void lm_head(const FuseDecodeStepArgs& a, Smem& s, unsigned long long
     const uint4* xa = reinterpret_cast<const uint4*>(s.att + kb * 16);
     const uint4* xb = reinterpret_cast<const uint4*>(s.att + HID / 2 + kb * 16);
     const uint4 x0 = xa[0], x1 = xa[1], x2 = xb[0], x3 = xb[1];
-#endif
     float best = neg_inf();
     int best_at = 0;
     unsigned long long ring_wait = 0;
@@ -115,32 +100,6 @@ __device__ void lm_head(const FuseDecodeStepArgs& a, Smem& s, unsigned long long
         const unsigned long long w0 = trace ? clock64() : 0;  // only the traced block keeps the ring's waits
         wait_phase(s.ring + c % HEAD_SLOTS, (unsigned)(c / HEAD_SLOTS) & 1u);
         if (trace) ring_wait += clock64() - w0;
-#if FUSE_STEP_HEAD_MMA
-        {
-            // Warp pair p takes tile p (16 rows) of the chunk, each warp half of the row's blocks. mma.sync
-            // m16n8k16: lane (g, q) holds bytes [8 q, 8 q + 8) of each block of rows g and g + 8 as the k
-            // positions 2q, 2q + 1, 2q + 8, 2q + 9 of two products (the first 4 bytes, then the next), and the
-            // input's halves at the same bytes as B (every column the input: each lane ends with rows g, g + 8).
-            const int g = lane >> 2, q = lane & 3, tile = warp % (WARPS / 2), kh = warp / (WARPS / 2);
-            if (tile * 16 < rows) {
-                const unsigned char* row_g = slot + (tile * 16 + g) * HID + 8 * q;
-                const unsigned short* scale_g = scales + (tile * 16 + g) * KB;
-                float acc_g = 0.f, acc_g8 = 0.f;
-                for (int blk = kh * (KB / 2); blk < (kh + 1) * (KB / 2); ++blk) {
-                    const uint2 wg = *reinterpret_cast<const uint2*>(row_g + blk * 32);
-                    const uint2 wg8 = *reinterpret_cast<const uint2*>(row_g + 8 * HID + blk * 32);
-                    const uint4 xq = *reinterpret_cast<const uint4*>(s.att + blk * 32 + 8 * q);
-                    float d[4] = {0.f, 0.f, 0.f, 0.f};
-                    mma16816(d, byte_halves(wg.x, 0x4140), byte_halves(wg8.x, 0x4140), byte_halves(wg.x, 0x4342), byte_halves(wg8.x, 0x4342), xq.x, xq.y);
-                    mma16816(d, byte_halves(wg.y, 0x4140), byte_halves(wg8.y, 0x4140), byte_halves(wg.y, 0x4342), byte_halves(wg8.y, 0x4342), xq.z, xq.w);
-                    const float base = 1152.f * xs[blk];
-                    acc_g += h_to_f(scale_g[blk]) * (d[0] - base);
-                    acc_g8 += h_to_f(scale_g[8 * KB + blk]) * (d[2] - base);
-                }
-                if (q == 0) part[kh * HEAD_CHUNK + tile * 16 + g] = acc_g, part[kh * HEAD_CHUNK + tile * 16 + g + 8] = acc_g8;
-            }
-        }
-#else
         if (group < HEAD_GROUPS) {
             // All of the thread's rows' loads, then their arithmetic.
             uint4 wa[MINE], wb[MINE];
@@ -160,28 +119,13 @@ __device__ void lm_head(const FuseDecodeStepArgs& a, Smem& s, unsigned long long
                 if (row < rows) part[row * KB + kb] = h_to_f(da[j]) * bytes_dot(wa[j], x0, x1) + h_to_f(db[j]) * bytes_dot(wb[j], x2, x3);
             }
         }
-#endif
         __syncthreads();  // the chunk's partials are in, and its slot is read: refill it
-#if FUSE_STEP_HEAD_REFILL == 0
         if (t == 0) {
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             load_head_chunk(a, s, c + HEAD_SLOTS);
         }
-#else
-        // The last warp (no row sums) refills, only while chunks are left; build 2 without the proxy fence.
-        if (t == THREADS - 32 && first + (c + HEAD_SLOTS) * HEAD_CHUNK < last) {
-#if FUSE_STEP_HEAD_REFILL == 1
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
-            load_head_chunk(a, s, c + HEAD_SLOTS);
-        }
-#endif
         if (t < rows) {
-#if FUSE_STEP_HEAD_MMA
-            const float logit = part[t] + part[HEAD_CHUNK + t];
-#else
             const float logit = row_sum<KB>(part, t);
-#endif
             if (a.logits) a.logits[r0 + t] = logit;
             if (logit >= best) best = logit, best_at = r0 + t;  // rows ascend: the higher token on a tie
         }
