@@ -149,8 +149,5 @@ pub mod prelude {
 /// What `#[fuse]`-generated code names. Not part of the public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use fuse_runtime::{
-        arg, field_is_tensor, prepare, Arg, FromOutput, FromOutputs, Fusion, FusedFn, IntoArg, PrepareArg, Prepared, Result,
-        StaticKernel,
-    };
+    pub use fuse_runtime::{field_is_tensor, prepare, Arg, FromOutputs, Fusion, FusedFn, IntoArg, Prepared, Result, StaticKernel};
 }
