@@ -141,8 +141,6 @@ fn generate(func: &ItemFn, place: &Place, name: &str, spec: &FnSpec, traced: &Tr
     }
 }
 
-/// For a method reading fields: `.declare_fields(|| vec![field_is_tensor::<Self, _>(|s| &s.norm), ..])`,
-/// each field's kind from its Rust type, so that fields passed by hand in another order are an error.
 /// The call's arguments: a statement that prepares each (parameters, then the fields the body reads) into a
 /// local array, and `&[Arg]` over it. A candle tensor is converted there, once, and lives until the body ends.
 struct Args {
@@ -173,6 +171,8 @@ impl ToTokens for Args {
     }
 }
 
+/// For a method reading fields: `.declare_fields(|| vec![field_is_tensor::<Self, _>(|s| &s.norm), ..])`,
+/// each field's kind from its Rust type, so that fields passed by hand in another order are an error.
 fn declare_fields(traced: &Traced) -> TokenStream {
     if traced.fields.is_empty() {
         return TokenStream::new();

@@ -113,11 +113,11 @@ impl CpuData {
     }
 
     /// `values` read in place, without a copy, kept alive by `owner`.
-    #[cfg_attr(not(feature = "candle"), allow(dead_code))]
     ///
     /// # Safety
     /// `values` must stay valid and unwritten for as long as the returned data (or any tensor over it) is
     /// read: `owner` keeps the allocation alive, and the caller holds its library's read lock meanwhile.
+    #[cfg_attr(not(feature = "candle"), allow(dead_code))]
     pub(crate) unsafe fn borrowed<T: Element>(values: &[T], owner: Box<dyn Any + Send + Sync>) -> CpuData {
         CpuData::Borrowed(Borrowed { ptr: values.as_ptr().cast(), len: values.len(), dtype: T::DTYPE, _owner: owner })
     }

@@ -22,6 +22,9 @@ use candle_core as candle;
 use candle_core::backend::BackendStorage;
 use fuse_ir::DType;
 
+#[cfg(feature = "candle-cuda")]
+mod cuda;
+
 pub(crate) const CANDLE: &str = "candle";
 
 /// fuse's dtype for a candle dtype, or the error that names the ones fuse takes.
@@ -38,9 +41,6 @@ pub(crate) fn dtype_of(t: &candle::Tensor, op: &'static str) -> Result<DType> {
         )),
     }
 }
-
-#[cfg(feature = "candle-cuda")]
-mod cuda;
 
 fn cpu_only(t: &candle::Tensor, op: &'static str) -> Result<()> {
     match t.device().location() {
