@@ -220,4 +220,21 @@ mod tests {
         drop(storage);
         assert_eq!(t.to_vec::<f32>().unwrap(), view.flatten_all().unwrap().to_vec1::<f32>().unwrap());
     }
+
+    #[test]
+    fn a_sole_dense_result_moves_into_candle_and_a_shared_one_is_copied() {
+        let ours = Tensor::from_vec((0..12).map(|i| i as f32 * 0.5).collect::<Vec<f32>>(), &[3, 4], &Device::Cpu).unwrap();
+        let at = ours.cpu_storage().read().typed::<f32>().unwrap().as_ptr();
+        let kept = ours.clone();
+        let copied = ours.into_candle().unwrap();
+        let moved = kept.into_candle().unwrap();
+        let address = |c: &candle::Tensor| {
+            let (storage, _) = c.storage_and_layout();
+            let candle::Storage::Cpu(candle::CpuStorage::F32(v)) = &*storage else { panic!("f32 CPU storage") };
+            v.as_ptr()
+        };
+        assert_ne!(address(&copied), at, "a tensor with another handle was moved, not copied");
+        assert_eq!(address(&moved), at, "the last handle's vector was copied, not moved");
+        assert_eq!(moved.to_vec2::<f32>().unwrap(), copied.to_vec2::<f32>().unwrap());
+    }
 }
