@@ -53,7 +53,11 @@ fn main() -> Result<()> {
     let mut rng = SmallRng::seed_from_u64(7);
     let mut rows = Vec::new();
     let bf = DType::BF16;
-    let (wg, wu, wd) = (random(&mut rng, &[inter, hidden], bf)?, random(&mut rng, &[inter, hidden], bf)?, random(&mut rng, &[hidden, inter], bf)?);
+    let (wg, wu, wd) = (
+        random(&mut rng, &[inter, hidden], bf)?,
+        random(&mut rng, &[inter, hidden], bf)?,
+        random(&mut rng, &[hidden, inter], bf)?,
+    );
     let norm = random(&mut rng, &[hidden], bf)?;
     for &m in &batches {
         let x = random(&mut rng, &[m, hidden], bf)?;
@@ -74,7 +78,13 @@ fn main() -> Result<()> {
     println!("{:<44} {:>12} {:>12} {:>8}", "workload", "fused", "unfused", "speedup");
     for r in rows {
         let speedup = r.unfused.as_secs_f64() / r.fused.as_secs_f64();
-        println!("{:<44} {:>12} {:>12} {:>7.2}x", r.name, format!("{:.2?}", r.fused), format!("{:.2?}", r.unfused), speedup);
+        println!(
+            "{:<44} {:>12} {:>12} {:>7.2}x",
+            r.name,
+            format!("{:.2?}", r.fused),
+            format!("{:.2?}", r.unfused),
+            speedup
+        );
     }
     Ok(())
 }

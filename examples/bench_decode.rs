@@ -105,7 +105,11 @@ fn tuned_paths(rows: usize) -> String {
         .map(|e| format!("{}={} ({:.1} us)", e.group, e.choice, e.micros))
         .collect();
     out.sort();
-    if out.is_empty() { "none timed (from a results file, or FUSE_AUTOTUNE=off)".into() } else { out.join(", ") }
+    if out.is_empty() {
+        "none timed (from a results file, or FUSE_AUTOTUNE=off)".into()
+    } else {
+        out.join(", ")
+    }
 }
 
 /// Decode us per token in `mode`, from `cached` positions on.
@@ -116,7 +120,8 @@ fn decode(model: &Llama, cache: &mut KvCache, cached: usize, steps: usize, mode:
         if b != 1 {
             return Err("the one-launch step decodes one sequence".into());
         }
-        let mut step = DecodeStepWeights::random_as(&model.config, 1, mode == "one-launch-mma")?.kernel(model.device())?;
+        let mut step =
+            DecodeStepWeights::random_as(&model.config, 1, mode == "one-launch-mma")?.kernel(model.device())?;
         step.set_caches(cache.layers())?;
         step.set_token(1)?;
         step.time_steps(cached, 2)?; // compiles, warms
@@ -141,7 +146,10 @@ fn decode(model: &Llama, cache: &mut KvCache, cached: usize, steps: usize, mode:
         let mut decoder = model.greedy_decoder(cache, fusion)?;
         if let Some(kernels) = decoder.kernel_count()? {
             let layers = model.config.layers;
-            eprintln!("recorded step, batch {b}, {cached} cached: {kernels} kernels, {:.1} a layer over {layers} layers", kernels as f64 / layers as f64);
+            eprintln!(
+                "recorded step, batch {b}, {cached} cached: {kernels} kernels, {:.1} a layer over {layers} layers",
+                kernels as f64 / layers as f64
+            );
             eprintln!("  tuned GEMM paths, rows bucket {}: {}", b.next_power_of_two(), tuned_paths(b));
         }
         decoder.set_tokens(&first)?;
@@ -192,7 +200,11 @@ fn random(shape: &[usize], std: f32, seed: u64, dtype: DType, device: &Device) -
 /// the gate and up projections, SwiGLU, the down projection, the residual) at one token, queued 100 times
 /// without waiting (its launches are replayed from the call's launch plan). The GPU runs behind; the
 /// queue does not fill at this count. With `FUSE_HOST_PROFILE=1`, also where that time went, by phase.
-fn host_us_per_call(config: &Config, dtype: DType, device: &Device) -> Fallible<(f64, Option<fuse::host_profile::HostProfile>)> {
+fn host_us_per_call(
+    config: &Config,
+    dtype: DType,
+    device: &Device,
+) -> Fallible<(f64, Option<fuse::host_profile::HostProfile>)> {
     let w = |shape: &[usize], seed: u64| random(shape, 0.02, seed, dtype, device);
     let (h, i) = (config.hidden, config.intermediate);
     let ffn = FfnBlock { norm: w(&[h], 1)?, gate: w(&[i, h], 2)?, up: w(&[i, h], 3)?, down: w(&[h, i], 4)?, eps: 1e-5 };
@@ -265,7 +277,12 @@ fn us_per_recorded_call(graph: &mut CudaGraph<'_>, device: &Device, calls: usize
 
 /// Records `calls` calls of `step` as one CUDA graph (on a GPU; called on a CPU), each reading the last one's
 /// result (a layer's blocks follow one another so), and returns the us a call of its replays.
-fn chained_us(device: &Device, first: &Tensor, calls: usize, step: &dyn Fn(&Tensor) -> Fallible<Tensor>) -> Fallible<f64> {
+fn chained_us(
+    device: &Device,
+    first: &Tensor,
+    calls: usize,
+    step: &dyn Fn(&Tensor) -> Fallible<Tensor>,
+) -> Fallible<f64> {
     step(first)?.to_vec::<f32>()?; // compiles and tunes before the capture
     let mut graph = CudaGraph::capture(device, || {
         let mut x = first.clone();
@@ -291,13 +308,38 @@ fn block_speeds(config: &Config, dtype: DType, device: &Device) -> Fallible<[f64
     let x = random(&[1, 1, h], 1.0, 9, dtype, device)?;
     let ffn = FfnBlock { norm: w(&[h], 1)?, gate: w(&[i, h], 2)?, up: w(&[i, h], 3)?, down: w(&[h, i], 4)?, eps: 1e-5 };
     let ffn_us = chained_us(device, &x, calls, &|x| Ok(ffn.forward(x)?))?;
-    let attention = AttentionBlock { norm: w(&[h], 5)?, wqkv: w(&[(hq + 2 * hkv) * d, h], 6)?, wo: w(&[h, h], 7)?, eps: 1e-5, scale: 1.0 / (d as f32).sqrt() };
+    let attention = AttentionBlock {
+        norm: w(&[h], 5)?,
+        wqkv: w(&[(hq + 2 * hkv) * d, h], 6)?,
+        wo: w(&[h, h], 7)?,
+        eps: 1e-5,
+        scale: 1.0 / (d as f32).sqrt(),
+    };
     let (cos, sin) = (random(&[1, d / 2], 1.0, 10, dtype, device)?, random(&[1, d / 2], 1.0, 11, dtype, device)?);
-    let (k_cache, v_cache) = (random(&[1, hkv, cached + 1, d], 1.0, 12, dtype, device)?, random(&[1, hkv, cached + 1, d], 1.0, 13, dtype, device)?);
+    let (k_cache, v_cache) = (
+        random(&[1, hkv, cached + 1, d], 1.0, 12, dtype, device)?,
+        random(&[1, hkv, cached + 1, d], 1.0, 13, dtype, device)?,
+    );
     let at = Tensor::from_vec(vec![cached as u32], &[1], device)?;
     let lens = Tensor::from_vec(vec![cached as u32 + 1], &[1], device)?;
     let attention_us = chained_us(device, &x, calls, &|x| {
-        Ok(attention.forward(x, &cos, &sin, &k_cache, &v_cache, &at, &lens, 1, 1, hq, hkv, hq + 2 * hkv, hq + hkv, d, h)?)
+        Ok(attention.forward(
+            x,
+            &cos,
+            &sin,
+            &k_cache,
+            &v_cache,
+            &at,
+            &lens,
+            1,
+            1,
+            hq,
+            hkv,
+            hq + 2 * hkv,
+            hq + hkv,
+            d,
+            h,
+        )?)
     })?;
     let wo = w(&[h, h], 14)?;
     let project_us = chained_us(device, &x, calls, &|x| Ok(project(x, &wo)?))?;
@@ -342,8 +384,15 @@ fn run() -> Fallible<()> {
     let config = Config::smollm2_135m();
     let model = Llama::random(&config, &device, o.dtype, 1)?;
     let weight_bytes = model.parameters() * o.dtype.size_bytes();
-    println!("SmolLM2-135M-shaped decoder, random weights, {} on {device}, {:.0} MB of weights", o.dtype, weight_bytes as f64 / 1e6);
-    println!("{:<8} {:>5} {:>7} {:>12} {:>10} {:>10} {:>9}", "mode", "batch", "cached", "us/token", "tokens/s", "floor us", "x floor");
+    println!(
+        "SmolLM2-135M-shaped decoder, random weights, {} on {device}, {:.0} MB of weights",
+        o.dtype,
+        weight_bytes as f64 / 1e6
+    );
+    println!(
+        "{:<8} {:>5} {:>7} {:>12} {:>10} {:>10} {:>9}",
+        "mode", "batch", "cached", "us/token", "tokens/s", "floor us", "x floor"
+    );
     let mut rows = Vec::new();
     for &b in &o.batches {
         for &cached in &o.cached {
@@ -362,7 +411,11 @@ fn run() -> Fallible<()> {
                         continue;
                     }
                 };
-                println!("{mode:<8} {b:>5} {cached:>7} {us:>12.1} {:>10.0} {floor:>10.1} {:>9.1}", b as f64 * 1e6 / us, us / floor);
+                println!(
+                    "{mode:<8} {b:>5} {cached:>7} {us:>12.1} {:>10.0} {floor:>10.1} {:>9.1}",
+                    b as f64 * 1e6 / us,
+                    us / floor
+                );
                 rows.push(format!(
                     "{{\"mode\": \"{mode}\", \"batch\": {b}, \"cached\": {cached}, \"us_per_token\": {us:.3}, \"floor_us\": {floor:.3}}}"
                 ));
@@ -400,10 +453,13 @@ fn run() -> Fallible<()> {
     );
     let mut attention = Vec::new();
     // Batch 16 over 8192 keys takes minutes on a CPU: the GPU only there.
-    let shapes: &[(usize, usize)] = if device.is_cuda() { &[(1, 1024), (1, 8192), (16, 1024), (16, 8192)] } else { &[(1, 1024), (1, 8192)] };
+    let shapes: &[(usize, usize)] =
+        if device.is_cuda() { &[(1, 1024), (1, 8192), (16, 1024), (16, 8192)] } else { &[(1, 1024), (1, 8192)] };
     for &(b, cached) in shapes {
         let (us, gbs) = attention_speed(b, cached, o.dtype, &device)?;
-        println!("attention_len decode, batch {b:>2}, {cached:>5} cached: {us:8.1} us, {gbs:7.1} GB/s of keys and values");
+        println!(
+            "attention_len decode, batch {b:>2}, {cached:>5} cached: {us:8.1} us, {gbs:7.1} GB/s of keys and values"
+        );
         attention.push(format!("{{\"batch\": {b}, \"cached\": {cached}, \"us\": {us:.3}, \"gb_per_s\": {gbs:.3}}}"));
     }
     if let Some(path) = &o.json {

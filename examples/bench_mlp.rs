@@ -49,7 +49,8 @@ struct Options {
 }
 
 fn parse_args() -> std::result::Result<Options, String> {
-    let mut o = Options { ms: vec![1, 4, 16, 64, 256, 1024, 4096], reps: 50, json: None, paths_max_m: 256, overlap_ab: false };
+    let mut o =
+        Options { ms: vec![1, 4, 16, 64, 256, 1024, 4096], reps: 50, json: None, paths_max_m: 256, overlap_ab: false };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "--overlap-ab" {
@@ -63,7 +64,11 @@ fn parse_args() -> std::result::Result<Options, String> {
             "--reps" => o.reps = num(&value)?.max(1),
             "--json" => o.json = Some(value),
             "--paths-max-m" => o.paths_max_m = num(&value)?,
-            _ => return Err(format!("unknown flag {flag}; flags: --ms A,B --reps N --paths-max-m M --json FILE --overlap-ab")),
+            _ => {
+                return Err(format!(
+                    "unknown flag {flag}; flags: --ms A,B --reps N --paths-max-m M --json FILE --overlap-ab"
+                ))
+            }
         }
     }
     Ok(o)
@@ -175,7 +180,11 @@ fn chosen_paths(function: &str, m: usize) -> String {
         .collect();
     out.sort();
     out.dedup();
-    if out.is_empty() { "-".into() } else { out.join(" ") }
+    if out.is_empty() {
+        "-".into()
+    } else {
+        out.join(" ")
+    }
 }
 
 /// The results as one JSON object (written by hand: the example needs no serialisation crate).
@@ -190,7 +199,11 @@ fn to_json(dev: &Device, gpu: &CudaDevice, bandwidth: f64, rate: f64, reps: usiz
         let _ = write!(json, "{sep}{{\"m\": {}, \"fused_ms\": {:.6}, \"unfused_ms\": {:.6}, ", r.m, r.fused, r.unfused);
         let _ = write!(json, "\"fused_back_to_back_ms\": {:.6}, ", r.fused_back_to_back);
         let _ = write!(json, "\"unfused_back_to_back_ms\": {:.6}, ", r.unfused_back_to_back);
-        let _ = write!(json, "\"fused_flushed_ms\": {:.6}, \"unfused_flushed_ms\": {:.6}, ", r.fused_flushed, r.unfused_flushed);
+        let _ = write!(
+            json,
+            "\"fused_flushed_ms\": {:.6}, \"unfused_flushed_ms\": {:.6}, ",
+            r.fused_flushed, r.unfused_flushed
+        );
         let _ = write!(json, "\"floor_ms\": {:.6}, \"host_us\": {:.2}, ", r.floor, r.host_us);
         let _ = write!(json, "\"first_call_ms\": {:.3}, \"paths\": \"{}\", ", r.first_call_ms, r.paths);
         let forced: Vec<String> = r.forced.iter().map(|(p, (ms, _))| format!("\"{p}\": {ms:.6}")).collect();
@@ -209,7 +222,10 @@ fn ffn_table(dev: &Device, gpu: &CudaDevice, opts: &Options, rows: &[Row], [wg, 
     let f = ffn_block_fused();
     let norm = bf16_tensor(&[HIDDEN], 14, 1.0, dev)?;
     println!("\nFFN block (rms_norm -> MLP -> + x), ms per call / back to back, beside the MLP alone:");
-    println!("{:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  tuned paths", "M", "ffn fused", "ffn b2b", "ffn unfused", "mlp fused", "mlp b2b", "ffn - mlp");
+    println!(
+        "{:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  tuned paths",
+        "M", "ffn fused", "ffn b2b", "ffn unfused", "mlp fused", "mlp b2b", "ffn - mlp"
+    );
     for r in rows.iter().filter(|r| r.m <= opts.paths_max_m) {
         let x = bf16_tensor(&[r.m, HIDDEN], 200 + r.m as u64, 1.0, dev)?;
         let args = [fuse::arg(&x), fuse::arg(&norm), fuse::arg(wg), fuse::arg(wu), fuse::arg(wd), fuse::arg(&1e-5f32)];
@@ -276,7 +292,16 @@ fn main() -> Result<()> {
     let f = llama_mlp_fused();
     println!(
         "{:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8} {:>9} {:>13} {:>10}",
-        "M", "fused ms", "unfused ms", "fused b2b", "unfused b2b", "floor ms", "speedup", "of floor", "host us/call", "rel diff"
+        "M",
+        "fused ms",
+        "unfused ms",
+        "fused b2b",
+        "unfused b2b",
+        "floor ms",
+        "speedup",
+        "of floor",
+        "host us/call",
+        "rel diff"
     );
     let mut rows: Vec<Row> = Vec::new();
     for &m in &opts.ms {
@@ -307,8 +332,18 @@ fn main() -> Result<()> {
         if m <= opts.paths_max_m {
             let paths = std::iter::once("cublas".to_string())
                 .chain(fuse::ir::codegen::SKINNY_CONFIGS.iter().map(|c| format!("skinny:{}", c.name)))
-                .chain(fuse::ir::codegen::WGMMA_CONFIGS.iter().filter(|c| c.supports(true)).map(|c| format!("wgmma:{}", c.name)))
-                .chain(fuse::ir::codegen::MMA_CONFIGS.iter().filter(|c| c.supports(true)).map(|c| format!("mma:{}", c.name)));
+                .chain(
+                    fuse::ir::codegen::WGMMA_CONFIGS
+                        .iter()
+                        .filter(|c| c.supports(true))
+                        .map(|c| format!("wgmma:{}", c.name)),
+                )
+                .chain(
+                    fuse::ir::codegen::MMA_CONFIGS
+                        .iter()
+                        .filter(|c| c.supports(true))
+                        .map(|c| format!("mma:{}", c.name)),
+                );
             for path in paths {
                 let timed = fuse::tune::with_gemm_choice(&path, || {
                     let per_call = time_ms(gpu, opts.reps.min(20), || f.call_with(&args, Fusion::On).map(drop))?;

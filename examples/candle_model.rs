@@ -210,14 +210,19 @@ fn main() {
 fn run(o: &Options) -> candle::Result<()> {
     let (dev, on) = if o.cuda {
         let dev = Device::new_cuda(0).map_err(|e| {
-            candle::Error::msg(format!("candle's CUDA device 0: {e} (build with scripts/build-candle-cuda.sh for candle's CUDA build)"))
+            candle::Error::msg(format!(
+                "candle's CUDA device 0: {e} (build with scripts/build-candle-cuda.sh for candle's CUDA build)"
+            ))
         })?;
         (dev, "candle's CUDA device 0".to_string())
     } else {
         (Device::Cpu, format!("CPU, {} threads", candle::utils::get_num_threads()))
     };
     let layers = model(o.layers, 5, &dev)?;
-    println!("SmolLM2-shaped decoder stack in candle ({on}, f32): {} layers, hidden {HIDDEN}, intermediate {INTER}", o.layers);
+    println!(
+        "SmolLM2-shaped decoder stack in candle ({on}, f32): {} layers, hidden {HIDDEN}, intermediate {INTER}",
+        o.layers
+    );
     println!("tokens   candle ms   candle + #[fuse] FFN ms   speed-up   rel. error");
     let mut rng = SmallRng::seed_from_u64(6);
     let mut worst = 0f32;
@@ -233,7 +238,9 @@ fn run(o: &Options) -> candle::Result<()> {
     }
     // f32 both ways, different summation orders: far below this unless a block is wrong.
     if worst > 1e-4 {
-        return Err(candle::Error::msg(format!("the fused model differs from plain candle: relative error {worst:e} over 1e-4")));
+        return Err(candle::Error::msg(format!(
+            "the fused model differs from plain candle: relative error {worst:e} over 1e-4"
+        )));
     }
     println!("hidden states match plain candle (worst relative error {worst:.2e})");
     Ok(())

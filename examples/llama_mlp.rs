@@ -80,7 +80,8 @@ fn main() -> Result<()> {
     println!("weights: {:.1} MB, made in {:.1?}", 3.0 * (h * i * 2) as f64 / 1e6, started.elapsed());
 
     let f = llama_mlp_fused();
-    let mut table = vec![format!("{:>6} {:>12} {:>12} {:>8} {:>14}", "batch", "fused", "unfused", "speedup", "rel err (ref)")];
+    let mut table =
+        vec![format!("{:>6} {:>12} {:>12} {:>8} {:>14}", "batch", "fused", "unfused", "speedup", "rel err (ref)")];
     for (k, &m) in opts.batches.iter().enumerate() {
         let x = random_bf16(&mut rng, &[m, h], 1.0, &dev)?;
         let args = [fuse::arg(&x), fuse::arg(&w_gate), fuse::arg(&w_up), fuse::arg(&w_down)];
@@ -125,7 +126,8 @@ fn check_rows(x: &Tensor, y: &Tensor, wg: &Tensor, wu: &Tensor, wd: &Tensor) -> 
     let ys: Vec<f32> = y.to_vec()?;
     let picked: Vec<half::bf16> = rows.iter().flat_map(|&r| xs[r * h..(r + 1) * h].iter().copied()).collect();
     let x_rows = Tensor::from_vec(picked, &[rows.len(), h], x.device())?;
-    let reference = fuse::reference(llama_mlp_fused(), &[fuse::arg(&x_rows), fuse::arg(wg), fuse::arg(wu), fuse::arg(wd)])?;
+    let reference =
+        fuse::reference(llama_mlp_fused(), &[fuse::arg(&x_rows), fuse::arg(wg), fuse::arg(wu), fuse::arg(wd)])?;
     let want: Vec<f32> = reference[0].to_vec()?;
     let n = y.shape()[1];
     let got: Vec<f32> = rows.iter().flat_map(|&r| ys[r * n..(r + 1) * n].iter().copied()).collect();

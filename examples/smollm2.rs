@@ -35,7 +35,20 @@ struct Options {
 }
 
 fn parse() -> std::result::Result<Options, String> {
-    let mut o = Options { prompt: String::new(), max_tokens: 64, temperature: 0.0, top_p: 0.9, seed: 0, device: "best".into(), dtype: DType::F32, model: None, json: None, chat: false, compare_unfused: false, one_launch: false };
+    let mut o = Options {
+        prompt: String::new(),
+        max_tokens: 64,
+        temperature: 0.0,
+        top_p: 0.9,
+        seed: 0,
+        device: "best".into(),
+        dtype: DType::F32,
+        model: None,
+        json: None,
+        chat: false,
+        compare_unfused: false,
+        one_launch: false,
+    };
     let mut args = std::env::args().skip(1);
     let mut prompt = None;
     while let Some(flag) = args.next() {
@@ -81,7 +94,9 @@ fn run() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let o = parse()?;
     let path = o.model.clone().unwrap_or_else(fuse_models::smollm2_path);
     if !path.exists() {
-        return Err(format!("{} not found: run scripts/fetch-smollm2.sh (or pass --model FILE.gguf)", path.display()).into());
+        return Err(
+            format!("{} not found: run scripts/fetch-smollm2.sh (or pass --model FILE.gguf)", path.display()).into()
+        );
     }
     let device = match o.device.as_str() {
         "best" => Device::cuda_if_available(0),
@@ -97,7 +112,11 @@ fn run() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let model = Llama::load(&file, &device, o.dtype)?;
     let text = if o.chat { tokenizer.apply_chat_template(&[ChatMessage::user(&o.prompt)])? } else { o.prompt.clone() };
     let prompt_ids = tokenizer.encode(&text)?;
-    let sampling = if o.temperature > 0.0 { Sampling::TopP { temperature: o.temperature, top_p: o.top_p, seed: o.seed } } else { Sampling::Greedy };
+    let sampling = if o.temperature > 0.0 {
+        Sampling::TopP { temperature: o.temperature, top_p: o.top_p, seed: o.seed }
+    } else {
+        Sampling::Greedy
+    };
     // The first calls compile the kernels and tune the GEMM paths for these shapes: done here, before the
     // timed generation, on a cache of their own, so that the speeds printed are those of every later call.
     let start = std::time::Instant::now();
@@ -184,7 +203,12 @@ fn json_string(s: &str) -> String {
 /// `--one-launch`: greedy decoding with the one-launch decode step (the prefill by the bf16 decoder, the rest as
 /// one run of launches, its tokens read back at its end), its speed, and its kernel alone (100 steps queued
 /// back to back).
-fn one_launch(o: &Options, file: &GgufFile, tokenizer: &Tokenizer, device: &Device) -> std::result::Result<(), Box<dyn std::error::Error>> {
+fn one_launch(
+    o: &Options,
+    file: &GgufFile,
+    tokenizer: &Tokenizer,
+    device: &Device,
+) -> std::result::Result<(), Box<dyn std::error::Error>> {
     if o.temperature > 0.0 {
         return Err("--one-launch decodes greedily: drop --temperature".into());
     }

@@ -29,7 +29,12 @@ fn parse_args() -> std::result::Result<Options, String> {
             "--ms" => {
                 o.ms = value
                     .split(',')
-                    .map(|v| v.parse::<usize>().ok().filter(|&m| m > 0).ok_or(format!("--ms: `{v}` is not a positive integer")))
+                    .map(|v| {
+                        v.parse::<usize>()
+                            .ok()
+                            .filter(|&m| m > 0)
+                            .ok_or(format!("--ms: `{v}` is not a positive integer"))
+                    })
                     .collect::<std::result::Result<_, _>>()?
             }
             "--mode" => {

@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "test.sh: cargo not found; install Rust from https://rustup.rs" >&2; exit 1; }
+# Formatting is pinned by rustfmt.toml: a file that `cargo fmt` would change fails the run.
+cargo fmt --all --check
 # shellcheck source=scripts/cuda-tools.sh
 source scripts/cuda-tools.sh
 # The real model's tests (fuse-models: GGUF, dequantisation, tokenizer against the reference) need its file:

@@ -129,25 +129,27 @@ pub use fuse_runtime::*;
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
-/// The graph, planner and reference interpreter, for tools and tests.
-pub use fuse_ir as ir;
 /// The candle-core that fuse's candle conversions take (feature `candle`): a model crate's own `candle-core`
 /// dependency must be this version (0.11) for its tensors to be these.
 #[cfg(feature = "candle")]
 pub use candle_core;
+/// The graph, planner and reference interpreter, for tools and tests.
+pub use fuse_ir as ir;
 
 /// Everything a user of `#[fuse]` needs: `use fuse::prelude::*;`.
 pub mod prelude {
     pub use fuse_macros::fuse;
     pub use fuse_runtime::{
-        abs, attention, attention_len, cat, embedding, exp, gelu, gelu_tanh, log, maximum, minimum, recip, relu, rms_norm,
-        rope, rsqrt, sigmoid, silu, softmax, sqrt, square, tanh, Axis, CudaGraph, DType, Device, Error, Fusion, FusedFn,
-        Result, SliceOffset, Tensor,
+        abs, attention, attention_len, cat, embedding, exp, gelu, gelu_tanh, log, maximum, minimum, recip, relu,
+        rms_norm, rope, rsqrt, sigmoid, silu, softmax, sqrt, square, tanh, Axis, CudaGraph, DType, Device, Error,
+        FusedFn, Fusion, Result, SliceOffset, Tensor,
     };
 }
 
 /// What `#[fuse]`-generated code names. Not part of the public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use fuse_runtime::{field_is_tensor, prepare, Arg, FromOutputs, Fusion, FusedFn, IntoArg, Prepared, Result, StaticKernel};
+    pub use fuse_runtime::{
+        field_is_tensor, prepare, Arg, FromOutputs, FusedFn, Fusion, IntoArg, Prepared, Result, StaticKernel,
+    };
 }

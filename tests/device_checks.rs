@@ -36,11 +36,17 @@ fn bad_ids_and_positions_are_reported(dev: &Device) {
     // A decode step's appends past the caches, where rope, the appends and attention are one kernel on a GPU
     // (a position of 5 in caches of 5): reported the same way, and nothing written.
     let (b, hq, hkv, d, capacity) = (1, 4, 2, 8, 5);
-    let qkv = Tensor::from_vec((0..(hq + 2 * hkv) * d).map(|i| (i % 7) as f32 * 0.1).collect::<Vec<_>>(), &[b, 1, hq + 2 * hkv, d], dev).unwrap();
+    let qkv = Tensor::from_vec(
+        (0..(hq + 2 * hkv) * d).map(|i| (i % 7) as f32 * 0.1).collect::<Vec<_>>(),
+        &[b, 1, hq + 2 * hkv, d],
+        dev,
+    )
+    .unwrap();
     let table = Tensor::from_vec(vec![0.5f32; d / 2], &[1, d / 2], dev).unwrap();
     let before: Vec<f32> = (0..b * hkv * capacity * d).map(|i| i as f32).collect();
     let [k_cache, v_cache] = [0; 2].map(|_| Tensor::from_vec(before.clone(), &[b, hkv, capacity, d], dev).unwrap());
-    let (at, lens) = (Tensor::from_vec(vec![5u32], &[1], dev).unwrap(), Tensor::from_vec(vec![5u32], &[1], dev).unwrap());
+    let (at, lens) =
+        (Tensor::from_vec(vec![5u32], &[1], dev).unwrap(), Tensor::from_vec(vec![5u32], &[1], dev).unwrap());
     let err = decode_step_attention(&qkv, &table, &table, &k_cache, &v_cache, &at, &lens, hq, hkv, hq + hkv, 0.25)
         .and_then(|(out, _, _)| out.to_vec::<f32>())
         .expect_err("position 5 of 5");

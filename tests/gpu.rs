@@ -6,7 +6,6 @@
 //! Without a GPU each test prints `skipped: no CUDA device` and passes, unless `FUSE_TEST_GPU=1` (the GPU
 //! machine's runner sets it), which turns a missing GPU into a failure.
 
-
 #[path = "common/decode_step.rs"]
 mod decode_step;
 #[path = "common/fused_fns.rs"]
@@ -43,7 +42,6 @@ pub fn gpu_alone() -> Option<(Device, RwLockWriteGuard<'static, ()>)> {
     let hold = GPU_USE.write().unwrap_or_else(|poisoned| poisoned.into_inner());
     fuse::testing::gpu_or_skip().map(|dev| (dev, hold))
 }
-
 
 pub fn rng(seed: u64) -> TestRng {
     TestRng::new(seed)

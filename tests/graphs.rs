@@ -59,10 +59,21 @@ fn a_captured_step_replays_with_new_inputs(dev: &Device) {
     for dtype in [DType::F32, DType::BF16] {
         let (graphed, plain) = (Case::new(dev, dtype), Case::new(dev, dtype));
         graphed.run().expect("the step runs once before the capture (compiles, tunes)");
-        let (ids, table, w, norm, cache, pos) =
-            (graphed.ids.clone(), graphed.table.clone(), graphed.w.clone(), graphed.norm.clone(), graphed.cache.clone(), graphed.pos.clone());
-        let mut graph = CudaGraph::capture(dev, move || step(&ids, &table, &w, &norm, &cache, &pos).map(|_| ())).expect("capture");
-        assert_eq!(graph.is_recorded(), dev.is_cuda() && std::env::var("FUSE_GRAPHS").is_err(), "recorded on a GPU only");
+        let (ids, table, w, norm, cache, pos) = (
+            graphed.ids.clone(),
+            graphed.table.clone(),
+            graphed.w.clone(),
+            graphed.norm.clone(),
+            graphed.cache.clone(),
+            graphed.pos.clone(),
+        );
+        let mut graph =
+            CudaGraph::capture(dev, move || step(&ids, &table, &w, &norm, &cache, &pos).map(|_| ())).expect("capture");
+        assert_eq!(
+            graph.is_recorded(),
+            dev.is_cuda() && std::env::var("FUSE_GRAPHS").is_err(),
+            "recorded on a GPU only"
+        );
         let tokens = [(5u32, 0u32), (36, 1), (0, 2), (17, 8), (5, 3)];
         for (id, at) in tokens {
             graphed.set(id, at, dev).expect("inputs");
@@ -93,15 +104,19 @@ fn a_capture_refuses_host_round_trips(dev: &Device) {
     let read = CudaGraph::capture(dev, move || out.to_vec::<f32>().map(|_| ())).err().expect("to_vec refused");
     assert!(matches!(&read, Error::Capture { what } if what.contains("copy to the host")), "{read}");
     let gpu = dev.clone();
-    let upload = CudaGraph::capture(dev, move || Tensor::from_vec(vec![1.0f32], &[1], &gpu).map(|_| ())).err().expect("from_vec refused");
+    let upload = CudaGraph::capture(dev, move || Tensor::from_vec(vec![1.0f32], &[1], &gpu).map(|_| ()))
+        .err()
+        .expect("from_vec refused");
     assert!(matches!(&upload, Error::Capture { what } if what.contains("copy from the host")), "{upload}");
     // The device is usable after a refused capture, and a later capture works.
     case.set(3, 2, dev).expect("inputs after a refused capture");
     case.run().expect("a call after a refused capture");
     let c = Case::new(dev, DType::F32);
     c.run().expect("warm");
-    let (ids, table, w, norm, cache, pos) = (c.ids.clone(), c.table.clone(), c.w.clone(), c.norm.clone(), c.cache.clone(), c.pos.clone());
-    let mut graph = CudaGraph::capture(dev, move || step(&ids, &table, &w, &norm, &cache, &pos).map(|_| ())).expect("capture after a refused one");
+    let (ids, table, w, norm, cache, pos) =
+        (c.ids.clone(), c.table.clone(), c.w.clone(), c.norm.clone(), c.cache.clone(), c.pos.clone());
+    let mut graph = CudaGraph::capture(dev, move || step(&ids, &table, &w, &norm, &cache, &pos).map(|_| ()))
+        .expect("capture after a refused one");
     graph.replay().expect("replay");
     dev.synchronize().expect("the replay finishes");
 }
@@ -117,4 +132,8 @@ fn copy_from_host_writes_in_place(dev: &Device) {
     assert!(x.t().unwrap().copy_from_host(&values).is_err(), "a transposed view is not dense");
 }
 
-fuse::device_tests!(a_captured_step_replays_with_new_inputs, a_capture_refuses_host_round_trips, copy_from_host_writes_in_place);
+fuse::device_tests!(
+    a_captured_step_replays_with_new_inputs,
+    a_capture_refuses_host_round_trips,
+    copy_from_host_writes_in_place
+);

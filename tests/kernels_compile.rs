@@ -94,7 +94,9 @@ fn variants(g: &Graph, spec: &KernelSpec) -> Vec<Vec<String>> {
         // Every config in bf16 (the autotuner may pick any), the default in f16; no dense path.
         let mut sets: Vec<Vec<String>> = codegen::SKINNY_CONFIGS
             .iter()
-            .map(|c| [codegen::defines(spec, &slots(DType::BF16, true), &outs(DType::BF16)), c.defines(DType::BF16)].concat())
+            .map(|c| {
+                [codegen::defines(spec, &slots(DType::BF16, true), &outs(DType::BF16)), c.defines(DType::BF16)].concat()
+            })
             .collect();
         let f16 = codegen::SKINNY_CONFIGS[0].defines(DType::F16);
         sets.push([codegen::defines(spec, &slots(DType::F16, false), &outs(DType::F32)), f16].concat());
@@ -113,7 +115,8 @@ fn variants(g: &Graph, spec: &KernelSpec) -> Vec<Vec<String>> {
         }
         // Each again copying its first weight chunks before the grid wait (the ring then also lends its last
         // stages to the prologue's partials).
-        let early: Vec<Vec<String>> = sets.iter().map(|d| [d.clone(), vec![codegen::EARLY_WEIGHTS_DEFINE.to_string()]].concat()).collect();
+        let early: Vec<Vec<String>> =
+            sets.iter().map(|d| [d.clone(), vec![codegen::EARLY_WEIGHTS_DEFINE.to_string()]].concat()).collect();
         sets.extend(early);
         return sets;
     }
@@ -123,10 +126,14 @@ fn variants(g: &Graph, spec: &KernelSpec) -> Vec<Vec<String>> {
         let fits: Vec<&codegen::MmaConfig> = codegen::MMA_CONFIGS.iter().filter(|c| c.supports(dual)).collect();
         let mut sets: Vec<Vec<String>> = fits
             .iter()
-            .map(|c| [codegen::defines(spec, &slots(DType::BF16, true), &outs(DType::BF16)), c.defines(DType::BF16)].concat())
+            .map(|c| {
+                [codegen::defines(spec, &slots(DType::BF16, true), &outs(DType::BF16)), c.defines(DType::BF16)].concat()
+            })
             .collect();
         if let Some(c) = fits.last() {
-            sets.push([codegen::defines(spec, &slots(DType::F16, false), &outs(DType::F32)), c.defines(DType::F16)].concat());
+            sets.push(
+                [codegen::defines(spec, &slots(DType::F16, false), &outs(DType::F32)), c.defines(DType::F16)].concat(),
+            );
         }
         return sets;
     }
@@ -136,7 +143,9 @@ fn variants(g: &Graph, spec: &KernelSpec) -> Vec<Vec<String>> {
         let mut sets: Vec<Vec<String>> = codegen::WGMMA_CONFIGS
             .iter()
             .filter(|c| c.supports(dual))
-            .map(|c| [codegen::defines(spec, &slots(DType::BF16, true), &outs(DType::BF16)), c.defines(DType::BF16)].concat())
+            .map(|c| {
+                [codegen::defines(spec, &slots(DType::BF16, true), &outs(DType::BF16)), c.defines(DType::BF16)].concat()
+            })
             .collect();
         let f16 = codegen::WGMMA_CONFIGS[0].defines(DType::F16);
         sets.push([codegen::defines(spec, &slots(DType::F16, false), &outs(DType::F32)), f16].concat());
@@ -181,7 +190,9 @@ fn check_coverage(kernels: &[(Graph, KernelSpec)]) {
         assert!(kernels.iter().any(|(_, s)| s.role == role), "no {role:?} kernel");
     }
     assert!(
-        kernels.iter().any(|(g, s)| s.prologue.is_some() && s.source.contains("fuse_warp_sum(s)") && g.name == "ffn_block"),
+        kernels
+            .iter()
+            .any(|(g, s)| s.prologue.is_some() && s.source.contains("fuse_warp_sum(s)") && g.name == "ffn_block"),
         "no skinny kernel runs a row-reduction prologue (rms_norm)"
     );
     assert!(
@@ -196,7 +207,10 @@ fn check_coverage(kernels: &[(Graph, KernelSpec)]) {
 fn tools_or_skip(what: &str) -> Option<PathBuf> {
     let required = std::env::var("FUSE_TEST_NVRTC").is_ok_and(|v| v == "1");
     if !nvrtc_available() {
-        assert!(!required, "FUSE_TEST_NVRTC=1 but libnvrtc cannot be loaded (run scripts/cuda-tools.sh, check LD_LIBRARY_PATH)");
+        assert!(
+            !required,
+            "FUSE_TEST_NVRTC=1 but libnvrtc cannot be loaded (run scripts/cuda-tools.sh, check LD_LIBRARY_PATH)"
+        );
         let _ = writeln!(std::io::stderr(), "kernels_compile: {what} SKIPPED, no libnvrtc (scripts/test.sh installs it; FUSE_TEST_NVRTC=1 makes this a failure)");
         return None;
     }
@@ -217,7 +231,12 @@ fn ptxas() -> Option<PathBuf> {
 }
 
 /// Compiles and assembles one kernel variant for one arch; `Err` says what went wrong.
-fn check(spec: &KernelSpec, defines: &[String], arch: &str, ptxas: &std::path::Path) -> std::result::Result<PtxasReport, String> {
+fn check(
+    spec: &KernelSpec,
+    defines: &[String],
+    arch: &str,
+    ptxas: &std::path::Path,
+) -> std::result::Result<PtxasReport, String> {
     let ptx = compile_ptx(&spec.name, &spec.source, defines, arch).map_err(|e| format!("{defines:?}: {e}"))?;
     if !ptx.contains(&format!(".entry {}(", spec.name)) {
         return Err(format!("{arch} {defines:?}: the PTX has no entry `{}`", spec.name));
@@ -272,7 +291,10 @@ fn every_generated_kernel_compiles_and_assembles_without_spills() {
                         }
                         most.1 = most.1.max(report.stack_frame_bytes);
                     }
-                    Err(e) => failures.lock().unwrap_or_else(|e| e.into_inner()).push(format!("kernel `{}` for {arch}: {e}", spec.name)),
+                    Err(e) => failures
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(format!("kernel `{}` for {arch}: {e}", spec.name)),
                 }
             });
         }
@@ -296,11 +318,15 @@ fn every_generated_kernel_compiles_and_assembles_without_spills() {
 /// also u32) for sm_80 and sm_90, attention for each head dimension it is built for, without spills.
 #[test]
 fn every_model_kernel_compiles_and_assembles_without_spills() {
-    use fuse::ir::codegen::{ModelKernel, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_EARLY_DEFINE, ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_ROPE_VECTOR_DEFINE, ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_HEAD_DIMS};
+    use fuse::ir::codegen::{
+        ModelKernel, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_EARLY_DEFINE, ATTENTION_DECODE_ROPE_DEFINE,
+        ATTENTION_DECODE_ROPE_VECTOR_DEFINE, ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_HEAD_DIMS,
+    };
     let Some(ptxas) = tools_or_skip("model kernels") else { return };
     let mut failures = Vec::new();
     for kernel in ModelKernel::ALL {
-        let dtypes: &[DType] = if kernel == ModelKernel::Cat { &[DType::F32, DType::F16, DType::BF16, DType::U32] } else { &DType::ALL };
+        let dtypes: &[DType] =
+            if kernel == ModelKernel::Cat { &[DType::F32, DType::F16, DType::BF16, DType::U32] } else { &DType::ALL };
         for &dtype in dtypes {
             let spec = KernelSpec {
                 name: kernel.name().to_string(),
@@ -323,24 +349,68 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
                     .iter()
                     .flat_map(|d| {
                         let plain = [ModelKernel::defines(dtype), vec![format!("-DFUSE_ATTENTION_D={d}")]].concat();
-                        let with = |defines: &[&str]| [plain.clone(), defines.iter().map(|d| d.to_string()).collect()].concat();
+                        let with = |defines: &[&str]| {
+                            [plain.clone(), defines.iter().map(|d| d.to_string()).collect()].concat()
+                        };
                         [
                             plain.clone(),
                             with(&[ATTENTION_DECODE_ROPE_DEFINE]),
                             with(&[ATTENTION_DECODE_CLUSTER_DEFINE]),
                             with(&[ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_CLUSTER_DEFINE]),
                             // SmolLM2's decode: rope fused, passes of its 3 rows a kv head, vector loads, cluster merge.
-                            with(&[ATTENTION_DECODE_ROPE_DEFINE, "-DFUSE_DECODE_PASS_ROWS=3", ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_EARLY_DEFINE, "-DFUSE_DECODE_EXACT_D=1"]),
+                            with(&[
+                                ATTENTION_DECODE_ROPE_DEFINE,
+                                "-DFUSE_DECODE_PASS_ROWS=3",
+                                ATTENTION_DECODE_VECTOR_DEFINE,
+                                ATTENTION_DECODE_CLUSTER_DEFINE,
+                                ATTENTION_DECODE_EARLY_DEFINE,
+                                "-DFUSE_DECODE_EXACT_D=1",
+                            ]),
                             // The same with the rope in registers, and that without clusters and early loads.
-                            with(&[ATTENTION_DECODE_ROPE_DEFINE, "-DFUSE_DECODE_PASS_ROWS=3", ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_EARLY_DEFINE, "-DFUSE_DECODE_EXACT_D=1", ATTENTION_DECODE_ROPE_VECTOR_DEFINE]),
-                            with(&[ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_VECTOR_DEFINE, "-DFUSE_DECODE_EXACT_D=1", ATTENTION_DECODE_ROPE_VECTOR_DEFINE]),
+                            with(&[
+                                ATTENTION_DECODE_ROPE_DEFINE,
+                                "-DFUSE_DECODE_PASS_ROWS=3",
+                                ATTENTION_DECODE_VECTOR_DEFINE,
+                                ATTENTION_DECODE_CLUSTER_DEFINE,
+                                ATTENTION_DECODE_EARLY_DEFINE,
+                                "-DFUSE_DECODE_EXACT_D=1",
+                                ATTENTION_DECODE_ROPE_VECTOR_DEFINE,
+                            ]),
+                            with(&[
+                                ATTENTION_DECODE_ROPE_DEFINE,
+                                ATTENTION_DECODE_VECTOR_DEFINE,
+                                "-DFUSE_DECODE_EXACT_D=1",
+                                ATTENTION_DECODE_ROPE_VECTOR_DEFINE,
+                            ]),
                             // Row groups (the host's choice for 2 to 4 rows a kv head): SmolLM2's 3 rows side by side, 4
                             // rows in 2 groups of 2 loading early, 2 rows with element-by-element loads.
-                            with(&[ATTENTION_DECODE_ROPE_DEFINE, "-DFUSE_DECODE_PASS_ROWS=1", "-DFUSE_DECODE_ROW_GROUPS=3", ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_EARLY_DEFINE, "-DFUSE_DECODE_EXACT_D=1", ATTENTION_DECODE_ROPE_VECTOR_DEFINE]),
-                            with(&["-DFUSE_DECODE_PASS_ROWS=2", "-DFUSE_DECODE_ROW_GROUPS=2", ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_DECODE_EARLY_DEFINE]),
-                            with(&["-DFUSE_DECODE_PASS_ROWS=1", "-DFUSE_DECODE_ROW_GROUPS=2", ATTENTION_DECODE_ROPE_DEFINE]),
+                            with(&[
+                                ATTENTION_DECODE_ROPE_DEFINE,
+                                "-DFUSE_DECODE_PASS_ROWS=1",
+                                "-DFUSE_DECODE_ROW_GROUPS=3",
+                                ATTENTION_DECODE_VECTOR_DEFINE,
+                                ATTENTION_DECODE_CLUSTER_DEFINE,
+                                ATTENTION_DECODE_EARLY_DEFINE,
+                                "-DFUSE_DECODE_EXACT_D=1",
+                                ATTENTION_DECODE_ROPE_VECTOR_DEFINE,
+                            ]),
+                            with(&[
+                                "-DFUSE_DECODE_PASS_ROWS=2",
+                                "-DFUSE_DECODE_ROW_GROUPS=2",
+                                ATTENTION_DECODE_VECTOR_DEFINE,
+                                ATTENTION_DECODE_EARLY_DEFINE,
+                            ]),
+                            with(&[
+                                "-DFUSE_DECODE_PASS_ROWS=1",
+                                "-DFUSE_DECODE_ROW_GROUPS=2",
+                                ATTENTION_DECODE_ROPE_DEFINE,
+                            ]),
                             // Plain attention_len loading early (passes of at most 3 rows).
-                            with(&[ATTENTION_DECODE_VECTOR_DEFINE, "-DFUSE_DECODE_PASS_ROWS=2", ATTENTION_DECODE_EARLY_DEFINE]),
+                            with(&[
+                                ATTENTION_DECODE_VECTOR_DEFINE,
+                                "-DFUSE_DECODE_PASS_ROWS=2",
+                                ATTENTION_DECODE_EARLY_DEFINE,
+                            ]),
                         ]
                     })
                     .collect(),
@@ -348,7 +418,12 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
             };
             for (defines, arch) in variants.iter().flat_map(|d| ARCHS.map(|arch| (d, arch))) {
                 match check(&spec, defines, arch, &ptxas) {
-                    Ok(report) => eprintln!("kernels_compile: {} {defines:?} {arch}: {} registers, {} bytes of stack", kernel.name(), report.registers, report.stack_frame_bytes),
+                    Ok(report) => eprintln!(
+                        "kernels_compile: {} {defines:?} {arch}: {} registers, {} bytes of stack",
+                        kernel.name(),
+                        report.registers,
+                        report.stack_frame_bytes
+                    ),
                     Err(e) => failures.push(format!("{} {defines:?} {arch}: {e}", kernel.name())),
                 }
             }
@@ -367,10 +442,19 @@ fn the_decode_step_kernel_compiles_and_assembles_without_spills() {
     let library = fuse_models::llama::StepShape::of(&fuse_models::llama::Config::smollm2_135m()).unwrap();
     let tiled = library.with_tensor_cores().unwrap();
     for defines in [vec![], vec!["-DFUSE_STEP_MMA=1".to_string()], library.defines(), tiled.defines()] {
-        let ptx = compile_ptx(DECODE_STEP_ENTRY, decode_step_source(), &defines, "sm_90a").unwrap_or_else(|e| panic!("NVRTC {defines:?}: {e}"));
-        let report = ptxas_check(&ptxas, DECODE_STEP_ENTRY, &ptx, "sm_90a").unwrap_or_else(|e| panic!("ptxas {defines:?}: {e}"));
-        eprintln!("kernels_compile: {DECODE_STEP_ENTRY} {defines:?} sm_90a: {} registers, {} bytes of stack", report.registers, report.stack_frame_bytes);
+        let ptx = compile_ptx(DECODE_STEP_ENTRY, decode_step_source(), &defines, "sm_90a")
+            .unwrap_or_else(|e| panic!("NVRTC {defines:?}: {e}"));
+        let report =
+            ptxas_check(&ptxas, DECODE_STEP_ENTRY, &ptx, "sm_90a").unwrap_or_else(|e| panic!("ptxas {defines:?}: {e}"));
+        eprintln!(
+            "kernels_compile: {DECODE_STEP_ENTRY} {defines:?} sm_90a: {} registers, {} bytes of stack",
+            report.registers, report.stack_frame_bytes
+        );
         assert!(ptx.contains(&format!(".entry {DECODE_STEP_ENTRY}(")), "the PTX has no entry {DECODE_STEP_ENTRY}");
-        assert!(report.spill_stores == 0 && report.spill_loads == 0, "{DECODE_STEP_ENTRY} {defines:?} spills registers:\n{}", report.log);
+        assert!(
+            report.spill_stores == 0 && report.spill_loads == 0,
+            "{DECODE_STEP_ENTRY} {defines:?} spills registers:\n{}",
+            report.log
+        );
     }
 }

@@ -59,12 +59,24 @@ fn emitted_sources_are_what_the_runtime_generates() {
             // assert! rather than assert_eq!: on failure, print the first differing line, not two whole sources.
             if e.source != k.source {
                 let differs = e.source.lines().zip(k.source.lines()).position(|(a, b)| a != b);
-                panic!("`{}` kernel `{}`: emitted source differs from the generated one at line {differs:?}", f.name(), e.name);
+                panic!(
+                    "`{}` kernel `{}`: emitted source differs from the generated one at line {differs:?}",
+                    f.name(),
+                    e.name
+                );
             }
             let entry = e.source.lines().find(|l| l.starts_with("extern \"C\" __global__ void"));
             // A template's entry point is named through the define the generated part sets before it.
-            let named = |define: &str| e.source.contains(&format!("\n#define {define} {}\n", e.name)) && entry.is_some_and(|l| l.contains(&format!(" {define}(")));
-            let calls = |l: &str| l.contains(&format!(" {}(", e.name)) || named("FUSE_SKINNY_NAME") || named("FUSE_WGMMA_NAME") || named("FUSE_MMA_NAME");
+            let named = |define: &str| {
+                e.source.contains(&format!("\n#define {define} {}\n", e.name))
+                    && entry.is_some_and(|l| l.contains(&format!(" {define}(")))
+            };
+            let calls = |l: &str| {
+                l.contains(&format!(" {}(", e.name))
+                    || named("FUSE_SKINNY_NAME")
+                    || named("FUSE_WGMMA_NAME")
+                    || named("FUSE_MMA_NAME")
+            };
             assert!(entry.is_some_and(calls), "`{}`: entry point {entry:?}", e.name);
         }
         total += emitted.len();
@@ -149,11 +161,22 @@ fn debug_levels_add_up() {
         }
         if level >= 3 {
             // The CPU GEMM reports its calls: both weights of the DualGemm read in place, transposed.
-            assert!(stderr.contains("k0 dualgemm: matmul path: the CPU backend's f32 GEMM: gemm::gemm x2 (dual w_gate.t()|w_up.t()"), "{stderr}");
-            assert!(stderr.contains("k1 gemm: matmul path: the CPU backend's f32 GEMM: gemm::gemm x1, m=3 n=8 k=16"), "{stderr}");
+            assert!(
+                stderr.contains(
+                    "k0 dualgemm: matmul path: the CPU backend's f32 GEMM: gemm::gemm x2 (dual w_gate.t()|w_up.t()"
+                ),
+                "{stderr}"
+            );
+            assert!(
+                stderr.contains("k1 gemm: matmul path: the CPU backend's f32 GEMM: gemm::gemm x1, m=3 n=8 k=16"),
+                "{stderr}"
+            );
         }
         // Introspection knows its device: no CUDA source on a CPU call, and the plan in the CPU's words.
-        assert!(!stderr.contains("extern \"C\" __global__") && !stderr.contains("on chip"), "FUSE_DEBUG={level}:\n{stderr}");
+        assert!(
+            !stderr.contains("extern \"C\" __global__") && !stderr.contains("on chip"),
+            "FUSE_DEBUG={level}:\n{stderr}"
+        );
     }
 }
 
@@ -197,7 +220,10 @@ fn each_emitted_kernel_says_its_group_and_role() {
     let roles: Vec<(usize, &str)> = llama_mlp_fused().kernels().iter().map(|k| (k.group(), k.role())).collect();
     // The dual GEMM's epilogue (after library matmuls) and its three one-kernel alternatives, then the down
     // projection's three alternatives (no epilogue: the library writes its product directly).
-    assert_eq!(roles, [(0, "epilogue"), (0, "skinny"), (0, "wgmma"), (0, "mma"), (1, "skinny"), (1, "wgmma"), (1, "mma")]);
+    assert_eq!(
+        roles,
+        [(0, "epilogue"), (0, "skinny"), (0, "wgmma"), (0, "mma"), (1, "skinny"), (1, "wgmma"), (1, "mma")]
+    );
     let ffn: Vec<&str> = ffn_block_fused().kernels().iter().map(|k| k.role()).collect();
     assert!(ffn.starts_with(&["prologue", "epilogue", "skinny"]), "{ffn:?}");
     assert!(chain10_fused().kernels().iter().all(|k| k.role() == "whole"));

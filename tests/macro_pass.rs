@@ -77,8 +77,7 @@ const CENTERED_MEAN_LINE: u32 = line!() + 4;
 #[fuse]
 fn centered(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     let c = x - x.mean(-1);
-    Ok(c
-        .matmul(&w.t()))
+    Ok(c.matmul(&w.t()))
 }
 
 /// A random tensor (uniform in `lo..hi`, away from zero when the range allows) and its reference copy.

@@ -111,10 +111,18 @@ fn arithmetic_on_ids_is_an_error_naming_the_op(dev: &Device) {
 fn embedding_matches_reference(dev: &Device) {
     let mut r = TestRng::new(41);
     for dtype in DTYPES {
-        for (ids_shape, vocab, hidden) in [(vec![1], 1, 1), (vec![3, 5], 37, 17), (vec![2, 1, 7], 300, 64), (vec![], 5, 3)] {
+        for (ids_shape, vocab, hidden) in
+            [(vec![1], 1, 1), (vec![3, 5], 37, 17), (vec![2, 1, 7], 300, 64), (vec![], 5, 3)]
+        {
             let ids = random_ids(&mut r, &ids_shape, vocab as u32, dev);
             let table = random(&mut r, &[vocab, hidden], dtype, -1.0, 1.0, dev);
-            check(&format!("embedding {ids_shape:?} of [{vocab}, {hidden}]"), lookup_fused(), &[fuse::arg(&ids), fuse::arg(&table)], dtype, dev);
+            check(
+                &format!("embedding {ids_shape:?} of [{vocab}, {hidden}]"),
+                lookup_fused(),
+                &[fuse::arg(&ids), fuse::arg(&table)],
+                dtype,
+                dev,
+            );
         }
     }
     {
@@ -219,20 +227,33 @@ fn attention_decode_over_a_cache_matches_reference(dev: &Device) {
     let mut r = TestRng::new(46);
     let (batch, q_heads, kv_heads) = (2, 9, 3);
     for dtype in [DType::F32, DType::BF16] {
-        for (d, capacity, used_keys) in [(64, 4100, &[1usize, 17, 1000, 4095][..]), (1, 1003, &[1000]), (3, 1003, &[1000]), (128, 1003, &[1000]), (256, 1003, &[1000])] {
-            let [k_cache, v_cache] = [0; 2].map(|_| random(&mut r, &[batch, kv_heads, capacity, d], dtype, -1.0, 1.0, dev));
+        for (d, capacity, used_keys) in [
+            (64, 4100, &[1usize, 17, 1000, 4095][..]),
+            (1, 1003, &[1000]),
+            (3, 1003, &[1000]),
+            (128, 1003, &[1000]),
+            (256, 1003, &[1000]),
+        ] {
+            let [k_cache, v_cache] =
+                [0; 2].map(|_| random(&mut r, &[batch, kv_heads, capacity, d], dtype, -1.0, 1.0, dev));
             for &used in used_keys {
                 let q = random(&mut r, &[batch, 1, q_heads, d], dtype, -1.0, 1.0, dev);
                 let scale = 2.0 / (d as f32).sqrt();
-                let args = [fuse::arg(&q), fuse::arg(&k_cache), fuse::arg(&v_cache), fuse::arg(&used), fuse::arg(&scale)];
+                let args =
+                    [fuse::arg(&q), fuse::arg(&k_cache), fuse::arg(&v_cache), fuse::arg(&used), fuse::arg(&scale)];
                 let what = format!("decode attention d {d} over {used} of {capacity} cached keys");
                 check(&what, attend_cache_fused(), &args, dtype, dev);
                 check(&format!("causal {what}"), attend_cache_causal_fused(), &args, dtype, dev);
                 if used == 4095 {
                     // The splits merge in a fixed order (the atomics only count arrivals), so a repeated call is
                     // bit-identical.
-                    let [first, again] = [0; 2].map(|_| attend_cache_causal_fused().call(&args).expect("decode")[0].to_vec::<f32>().expect("read"));
-                    assert!(first.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}: two calls differ");
+                    let [first, again] = [0; 2].map(|_| {
+                        attend_cache_causal_fused().call(&args).expect("decode")[0].to_vec::<f32>().expect("read")
+                    });
+                    assert!(
+                        first.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{what}: two calls differ"
+                    );
                 }
             }
         }
@@ -309,7 +330,13 @@ fn attention_decode_splits_merge_in_one_launch(dev: &Device) {
 /// positions: not fused, the same answer).
 fn decode_step_rope_appends_and_attention(dev: &Device) {
     let mut r = TestRng::new(51);
-    let cases = [(1, 9, 3, 64, 300, 100, 1), (1, 9, 3, 64, 300, 200, 1), (3, 4, 2, 32, 301, 250, 1), (2, 8, 8, 128, 17, 16, 1), (2, 9, 3, 64, 40, 20, 2)];
+    let cases = [
+        (1, 9, 3, 64, 300, 100, 1),
+        (1, 9, 3, 64, 300, 200, 1),
+        (3, 4, 2, 32, 301, 250, 1),
+        (2, 8, 8, 128, 17, 16, 1),
+        (2, 9, 3, 64, 40, 20, 2),
+    ];
     for dtype in DTYPES {
         for (batch, hq, hkv, d, capacity, at, seq) in cases {
             let hqk = hq + hkv;
@@ -317,20 +344,30 @@ fn decode_step_rope_appends_and_attention(dev: &Device) {
             let [cos, sin] = [0; 2].map(|_| random(&mut r, &[seq, d / 2], dtype, -1.0, 1.0, dev));
             // A cache of `data` with NaN at the new positions.
             let cache_nan_at_new = |mut data: Vec<f32>| {
-                data.iter_mut().enumerate().filter(|(i, _)| (at..at + seq).contains(&(i / d % capacity))).for_each(|(_, x)| *x = f32::NAN);
-                Tensor::from_vec(data, &[batch, hkv, capacity, d], &Device::Cpu).and_then(|t| t.to_dtype(dtype)).and_then(|t| t.to_device(dev)).expect("cache")
+                data.iter_mut()
+                    .enumerate()
+                    .filter(|(i, _)| (at..at + seq).contains(&(i / d % capacity)))
+                    .for_each(|(_, x)| *x = f32::NAN);
+                Tensor::from_vec(data, &[batch, hkv, capacity, d], &Device::Cpu)
+                    .and_then(|t| t.to_dtype(dtype))
+                    .and_then(|t| t.to_device(dev))
+                    .expect("cache")
             };
-            let [k_cache, v_cache] = [0; 2].map(|_| cache_nan_at_new((0..batch * hkv * capacity * d).map(|_| r.uniform(-1.0, 1.0)).collect()));
+            let [k_cache, v_cache] = [0; 2]
+                .map(|_| cache_nan_at_new((0..batch * hkv * capacity * d).map(|_| r.uniform(-1.0, 1.0)).collect()));
             let position = Tensor::from_vec(vec![at as u32], &[1], dev).expect("at");
             let lens = key_counts(&vec![at + seq; batch], dev);
             let scale = 1.0 / (d as f32).sqrt();
             let args = [&qkv, &cos, &sin, &k_cache, &v_cache, &position, &lens].map(fuse::arg);
             let args = [&args[..], &[fuse::arg(&hq), fuse::arg(&hkv), fuse::arg(&hqk), fuse::arg(&scale)]].concat();
-            let what = format!("decode step attention b {batch} heads {hq}/{hkv} d {d} at {at} of {capacity}, {seq} new, {dtype}");
+            let what = format!(
+                "decode step attention b {batch} heads {hq}/{hkv} d {d} at {at} of {capacity}, {seq} new, {dtype}"
+            );
             check(&what, decode_step_attention_fused(), &args, dtype, dev);
             // Recorded, the step is one kernel (the decode kernel with rope and the appends in it); a prefill
             // is rope, the appends' copy kernel and attention.
-            let graph = CudaGraph::capture(dev, || decode_step_attention_fused().call(&args).map(drop)).expect("capture");
+            let graph =
+                CudaGraph::capture(dev, || decode_step_attention_fused().call(&args).map(drop)).expect("capture");
             if let Some(kernels) = graph.kernel_count().expect("kernel count") {
                 assert!(if seq == 1 { kernels == 1 } else { kernels >= 3 }, "{what}: {kernels} kernels");
             }
@@ -359,13 +396,30 @@ fn attention_beside_pointwise_work_matches_reference(dev: &Device) {
         {
             let explained = rotate_and_attend_fused().explain(&args).expect("explain");
             assert!(explained.contains("model_attention"), "{explained}");
-            let eager = (silu(&attention(&rope(&(&q * 2.0f32).unwrap(), &cos, &sin).unwrap(), &rope(&k, &cos, &sin).unwrap(), &v, 0.125, true).unwrap()).unwrap() + 1.0f32).unwrap();
+            let eager = (silu(
+                &attention(
+                    &rope(&(&q * 2.0f32).unwrap(), &cos, &sin).unwrap(),
+                    &rope(&k, &cos, &sin).unwrap(),
+                    &v,
+                    0.125,
+                    true,
+                )
+                .unwrap(),
+            )
+            .unwrap()
+                + 1.0f32)
+                .unwrap();
             let fused = rotate_and_attend(&q, &k, &cos, &sin, &v).expect("fused");
             fuse::testing::assert_close("eager against fused", &eager, &fused, dtype, dev);
         }
     }
-    let kinds: Vec<&str> = rotate_and_attend_fused().plan(Fusion::On).unwrap().groups.iter().map(|g| g.kind.name()).collect();
-    assert_eq!(kinds, ["pointwise", "model", "model", "model", "pointwise"], "q * 2; rope(q); rope(k); attention; silu(..) + 1");
+    let kinds: Vec<&str> =
+        rotate_and_attend_fused().plan(Fusion::On).unwrap().groups.iter().map(|g| g.kind.name()).collect();
+    assert_eq!(
+        kinds,
+        ["pointwise", "model", "model", "model", "pointwise"],
+        "q * 2; rope(q); rope(k); attention; silu(..) + 1"
+    );
 }
 
 fn attention_shapes_that_do_not_fit_are_errors(dev: &Device) {
@@ -373,15 +427,25 @@ fn attention_shapes_that_do_not_fit_are_errors(dev: &Device) {
     let (q, k) = (t(&[1, 4, 2, 8]), t(&[1, 3, 5, 8]));
     let err = attention(&q, &k, &k, 1.0, false).expect_err("4 query heads over 3 kv heads");
     assert!(err.to_string().contains("hq a multiple of hkv") && err.to_string().contains("[1, 4, 2, 8]"), "{err}");
-    let err = attention(&t(&[1, 1, 6, 8]), &t(&[1, 1, 5, 8]), &t(&[1, 1, 5, 8]), 1.0, true).expect_err("causal, sq > skv");
+    let err =
+        attention(&t(&[1, 1, 6, 8]), &t(&[1, 1, 5, 8]), &t(&[1, 1, 5, 8]), 1.0, true).expect_err("causal, sq > skv");
     assert!(err.to_string().contains("no more queries than keys"), "{err}");
-    let err = attention(&q, &t(&[1, 2, 5, 8]), &t(&[1, 2, 5, 8]).to_dtype(DType::BF16).unwrap(), 1.0, false).expect_err("dtypes");
+    let err = attention(&q, &t(&[1, 2, 5, 8]), &t(&[1, 2, 5, 8]).to_dtype(DType::BF16).unwrap(), 1.0, false)
+        .expect_err("dtypes");
     assert!(err.to_string().contains("dtypes f32 and bf16 differ"), "{err}");
 }
 
 /// A cache [b, kv_heads, capacity, d] in `dtype` on `dev`, random up to each batch's count and NaN from there
 /// on: a kernel that reads a key past its count shows it in its output.
-fn cache_with_nan_tail(r: &mut TestRng, kv_heads: usize, capacity: usize, d: usize, counts: &[usize], dtype: DType, dev: &Device) -> Tensor {
+fn cache_with_nan_tail(
+    r: &mut TestRng,
+    kv_heads: usize,
+    capacity: usize,
+    d: usize,
+    counts: &[usize],
+    dtype: DType,
+    dev: &Device,
+) -> Tensor {
     let shape = [counts.len(), kv_heads, capacity, d];
     let data: Vec<f32> = (0..shape.iter().product::<usize>())
         .map(|i| if i / d % capacity < counts[i / (kv_heads * capacity * d)] { r.uniform(-1.0, 1.0) } else { f32::NAN })
@@ -419,7 +483,11 @@ fn attention_len_reads_only_the_counted_keys(dev: &Device) {
                 }
                 {
                     let eager = attention_len(&q, &k, &v, &lens, scale, causal).expect("eager");
-                    let fused = if causal { attend_len_causal(&q, &k, &v, &lens, scale) } else { attend_len(&q, &k, &v, &lens, scale) };
+                    let fused = if causal {
+                        attend_len_causal(&q, &k, &v, &lens, scale)
+                    } else {
+                        attend_len(&q, &k, &v, &lens, scale)
+                    };
                     fuse::testing::assert_close(&format!("eager {what}"), &eager, &fused.expect("fused"), dtype, dev);
                 }
             }
@@ -447,13 +515,18 @@ fn attention_len_counts_that_do_not_fit(dev: &Device) {
     let [k, v] = [0; 2].map(|_| cache_with_nan_tail(&mut r, 3, capacity, d, &[33, 2], DType::F32, dev));
     let run = |lens: &Tensor, causal: bool| {
         let eager = attention_len(&q, &k, &v, lens, 0.125, causal);
-        let fused = if causal { attend_len_causal(&q, &k, &v, lens, 0.125) } else { attend_len(&q, &k, &v, lens, 0.125) };
+        let fused =
+            if causal { attend_len_causal(&q, &k, &v, lens, 0.125) } else { attend_len(&q, &k, &v, lens, 0.125) };
         [eager, fused]
     };
     if !dev.is_cuda() {
         let cases = [
             (false, [33, 34], "key count lens[1] = 34 is outside 0..=33 (at most the 33 keys k and v hold)"),
-            (true, [33, 2], "key count lens[1] = 2 is outside 4..=33 (under causal at least the 4 queries, at most the 33 keys"),
+            (
+                true,
+                [33, 2],
+                "key count lens[1] = 2 is outside 4..=33 (under causal at least the 4 queries, at most the 33 keys",
+            ),
         ];
         for (causal, counts, says) in cases {
             for result in run(&key_counts(&counts, dev), causal) {
@@ -466,13 +539,26 @@ fn attention_len_counts_that_do_not_fit(dev: &Device) {
         // causal attention of 2 queries over those 2 keys.
         let got = run(&key_counts(&[40, 2], dev), true).map(|r| r.expect("unchecked on the GPU"));
         let cpu = |t: &Tensor, batch: usize, axis: usize, start: usize, len: usize| {
-            t.narrow(0, batch, 1).and_then(|t| t.narrow(axis, start, len)).and_then(|t| t.to_device(&Device::Cpu)).expect("slice")
+            t.narrow(0, batch, 1)
+                .and_then(|t| t.narrow(axis, start, len))
+                .and_then(|t| t.to_device(&Device::Cpu))
+                .expect("slice")
         };
-        let want_0 = attention(&cpu(&q, 0, 2, 0, 4), &cpu(&k, 0, 2, 0, capacity), &cpu(&v, 0, 2, 0, capacity), 0.125, true).expect("batch 0");
-        let want_1 = attention(&cpu(&q, 1, 2, 2, 2), &cpu(&k, 1, 2, 0, 2), &cpu(&v, 1, 2, 0, 2), 0.125, true).expect("batch 1");
+        let want_0 =
+            attention(&cpu(&q, 0, 2, 0, 4), &cpu(&k, 0, 2, 0, capacity), &cpu(&v, 0, 2, 0, capacity), 0.125, true)
+                .expect("batch 0");
+        let want_1 =
+            attention(&cpu(&q, 1, 2, 2, 2), &cpu(&k, 1, 2, 0, 2), &cpu(&v, 1, 2, 0, 2), 0.125, true).expect("batch 1");
         for out in &got {
-            fuse::testing::assert_close("lens 40 clamped to 33", &out.narrow(0, 0, 1).expect("batch 0"), &want_0, DType::F32, dev);
-            let first: Vec<f32> = out.narrow(0, 1, 1).and_then(|t| t.narrow(2, 0, 2)).and_then(|t| t.to_vec()).expect("rows");
+            fuse::testing::assert_close(
+                "lens 40 clamped to 33",
+                &out.narrow(0, 0, 1).expect("batch 0"),
+                &want_0,
+                DType::F32,
+                dev,
+            );
+            let first: Vec<f32> =
+                out.narrow(0, 1, 1).and_then(|t| t.narrow(2, 0, 2)).and_then(|t| t.to_vec()).expect("rows");
             assert!(first.iter().all(|&x| x == 0.0), "rows that see no key are zeros");
             let last = out.narrow(0, 1, 1).and_then(|t| t.narrow(2, 2, 2)).expect("rows");
             fuse::testing::assert_close("causal rows of lens 2 < sq 4", &last, &want_1, DType::F32, dev);
@@ -485,7 +571,10 @@ fn attention_len_counts_that_do_not_fit(dev: &Device) {
     }
     for result in run(&key_counts(&[3, 3, 3], dev), false) {
         let err = result.expect_err("3 counts for 2 batches");
-        assert!(err.to_string().contains("lens [b]: one key count for each batch") && err.to_string().contains("[3]"), "{err}");
+        assert!(
+            err.to_string().contains("lens [b]: one key count for each batch") && err.to_string().contains("[3]"),
+            "{err}"
+        );
     }
 }
 

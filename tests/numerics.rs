@@ -5,9 +5,9 @@
 
 #[path = "common/fused_fns.rs"]
 mod fused_fns;
-use fused_fns::*;
 use fuse::prelude::*;
 use fuse::testing::{check_against_reference as check, random, TestRng};
+use fused_fns::*;
 
 const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 /// Rows: one, a few, odd, just under a power of two, and many (several waves of blocks on the GPU).
@@ -127,7 +127,11 @@ fn mlp_matches_reference(dev: &Device) {
             let args = [fuse::arg(&x), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd)];
             check(&format!("mlp m={m} h={h} i={i}"), mlp_fused(), &args, dtype, dev);
             let y = mlp(&x, &wg, &wu, &wd).expect("mlp");
-            assert_eq!((y.shape(), y.dtype(), y.device()), (&[m, h][..], dtype, dev), "the generated function's result");
+            assert_eq!(
+                (y.shape(), y.dtype(), y.device()),
+                (&[m, h][..], dtype, dev),
+                "the generated function's result"
+            );
             let [cg, cu] = [0; 2].map(|_| random(&mut r, &[i, h], dtype, -0.5, 0.5, dev));
             let cd = random(&mut r, &[h, i], dtype, -0.5, 0.5, dev);
             let args = [fuse::arg(&x), fuse::arg(&cg), fuse::arg(&cu), fuse::arg(&cd)];
@@ -200,11 +204,24 @@ fn transformer_block_method_matches_reference(dev: &Device) {
 fn a_row_reduction_then_work_on_rows_of_another_width(dev: &Device) {
     let mut r = TestRng::new(27);
     for dtype in DTYPES {
-        let cases = [([3, 5], vec![3, 7]), ([3, 5], vec![3, 5]), ([3, 5], vec![7]), ([3, 5], vec![3, 1]), ([3, 5], vec![2, 3, 7]), ([3, 1], vec![3, 7])];
+        let cases = [
+            ([3, 5], vec![3, 7]),
+            ([3, 5], vec![3, 5]),
+            ([3, 5], vec![7]),
+            ([3, 5], vec![3, 1]),
+            ([3, 5], vec![2, 3, 7]),
+            ([3, 1], vec![3, 7]),
+        ];
         for (xshape, zshape) in cases {
             let x = random(&mut r, &xshape, dtype, -0.5, 0.5, dev);
             let z = random(&mut r, &zshape, dtype, -0.5, 0.5, dev);
-            check(&format!("row_sum_plus {xshape:?} + {zshape:?}"), row_sum_plus_fused(), &[fuse::arg(&x), fuse::arg(&z)], dtype, dev);
+            check(
+                &format!("row_sum_plus {xshape:?} + {zshape:?}"),
+                row_sum_plus_fused(),
+                &[fuse::arg(&x), fuse::arg(&z)],
+                dtype,
+                dev,
+            );
         }
     }
 }

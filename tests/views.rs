@@ -115,13 +115,18 @@ fn slice_set_writes_in_place(dev: &Device) {
 fn slice_set_at_a_position_held_in_a_tensor(dev: &Device) {
     let mut r = TestRng::new(44);
     for dtype in DTYPES {
-        let (a, b) = (random(&mut r, &[2, 7, 3], dtype, -1.0, 1.0, dev), random(&mut r, &[2, 7, 3], dtype, -1.0, 1.0, dev));
+        let (a, b) =
+            (random(&mut r, &[2, 7, 3], dtype, -1.0, 1.0, dev), random(&mut r, &[2, 7, 3], dtype, -1.0, 1.0, dev));
         b.slice_set(&a, 0, 0).unwrap(); // b = a, in place
         let rows = random(&mut r, &[2, 3, 3], dtype, -1.0, 1.0, dev);
         let at = Tensor::from_vec(vec![4u32], &[1], dev).unwrap();
         a.slice_set(&rows, 1, 4).unwrap();
         b.slice_set(&rows, 1, &at).unwrap();
-        assert_eq!(a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap(), "{dtype}: offset 4 given as usize and as a tensor");
+        assert_eq!(
+            a.to_vec::<f32>().unwrap(),
+            b.to_vec::<f32>().unwrap(),
+            "{dtype}: offset 4 given as usize and as a tensor"
+        );
     }
     // Past the end: the CPU refuses the call (the GPU's kernel check: tests/device_checks.rs).
     let cache = random(&mut r, &[1, 5, 2], DType::F32, -1.0, 1.0, dev);
@@ -164,7 +169,9 @@ fn slice_set_errors_are_clear(dev: &Device) {
     let before = cache.to_vec::<f32>().unwrap();
     let aliased = [fuse::arg(&cache), fuse::arg(&view), fuse::arg(&one), fuse::arg(&two)];
     match cache_step_fused().call(&aliased) {
-        Err(e @ Error::Unsupported { .. }) => assert!(e.to_string().contains("shares its memory with the argument `rows`"), "{e}"),
+        Err(e @ Error::Unsupported { .. }) => {
+            assert!(e.to_string().contains("shares its memory with the argument `rows`"), "{e}")
+        }
         other => panic!("a destination aliased by another argument: expected Unsupported, got {other:?}"),
     }
     assert_eq!(cache.to_vec::<f32>().unwrap(), before, "a refused write leaves the destination as it was");
@@ -191,7 +198,10 @@ fn heads_match_reference(dev: &Device) {
             let args = [fuse::arg(&q), fuse::arg(&k), fuse::arg(&heads), fuse::arg(&d)];
             // Batch axes [b, h] of the transposed [b, s, h, d] merge only when b or s is 1 (README).
             if gpu_unsupported(dev, head_scores_fused().call(&args), "matmul") {
-                assert!(b > 1 && s > 1, "head_scores b={b} s={s}: unsupported on the GPU although its batch axes merge");
+                assert!(
+                    b > 1 && s > 1,
+                    "head_scores b={b} s={s}: unsupported on the GPU although its batch axes merge"
+                );
                 continue;
             }
             check(&format!("head_scores b={b} s={s} h={heads} d={d}"), head_scores_fused(), &args, dtype, dev);
@@ -206,7 +216,13 @@ fn views_read_by_groups_match_reference(dev: &Device) {
             let x = random(&mut r, &[rows, cols], dtype, -1.0, 1.0, dev);
             let y = random(&mut r, &[len, rows], dtype, 0.5, 1.5, dev);
             let args = [fuse::arg(&x), fuse::arg(&y), fuse::arg(&start), fuse::arg(&len)];
-            check(&format!("views_in_groups [{rows}, {cols}] narrow {start}+{len}"), views_in_groups_fused(), &args, dtype, dev);
+            check(
+                &format!("views_in_groups [{rows}, {cols}] narrow {start}+{len}"),
+                views_in_groups_fused(),
+                &args,
+                dtype,
+                dev,
+            );
         }
     }
 }
@@ -237,8 +253,13 @@ fn cat_matches_reference(dev: &Device) {
 
 fn matmul_broadcasts_batch_axes(dev: &Device) {
     let mut r = TestRng::new(35);
-    let cases: [(&[usize], &[usize]); 5] =
-        [(&[2, 3, 5, 7], &[2, 3, 7, 1]), (&[3, 1, 17, 4], &[5, 4, 3]), (&[17, 3], &[2, 3, 5]), (&[1, 3, 4], &[3, 4, 5]), (&[2, 1, 1, 3], &[3, 1])];
+    let cases: [(&[usize], &[usize]); 5] = [
+        (&[2, 3, 5, 7], &[2, 3, 7, 1]),
+        (&[3, 1, 17, 4], &[5, 4, 3]),
+        (&[17, 3], &[2, 3, 5]),
+        (&[1, 3, 4], &[3, 4, 5]),
+        (&[2, 1, 1, 3], &[3, 1]),
+    ];
     for dtype in DTYPES {
         for (sa, sb) in cases {
             let a = random(&mut r, sa, dtype, -1.0, 1.0, dev);

@@ -35,7 +35,8 @@ mod tests {
 
     #[test]
     fn graph_and_plan_print_readably() {
-        let text = "fn f(x: tensor, w: tensor)\n%0 = input 0\n%1 = input 1\n%2 = matmul %0 %1\n%3 = silu %2\nreturn %3\n";
+        let text =
+            "fn f(x: tensor, w: tensor)\n%0 = input 0\n%1 = input 1\n%2 = matmul %0 %1\n%3 = silu %2\nreturn %3\n";
         let g = Graph::parse(text).unwrap();
         assert_eq!(g.to_string(), g.to_text());
         assert_eq!(Plan::fused(&g).to_string(), "k0 gemm: computes %2 %3 (matmuls %2); reads %0 %1; writes %3\n");
@@ -50,8 +51,16 @@ mod tests {
         let dtypes = [None, None, None];
         let gpu = describe_for(&g, &Plan::fused(&g), Some((&shapes, &dtypes)), Backend::Gpu);
         let cpu = describe_for(&g, &Plan::fused(&g), Some((&shapes, &dtypes)), Backend::Cpu);
-        assert!(gpu.contains("on chip, saving 120 bytes") && gpu.contains("total: 1 kernels for f (2 unfused, 1 launches saved)"), "{gpu}");
-        assert!(cpu.contains("in registers and cache, saving 120 bytes") && cpu.contains("total: 1 passes for f (2 unfused, 1 passes over memory saved)"), "{cpu}");
+        assert!(
+            gpu.contains("on chip, saving 120 bytes")
+                && gpu.contains("total: 1 kernels for f (2 unfused, 1 launches saved)"),
+            "{gpu}"
+        );
+        assert!(
+            cpu.contains("in registers and cache, saving 120 bytes")
+                && cpu.contains("total: 1 passes for f (2 unfused, 1 passes over memory saved)"),
+            "{cpu}"
+        );
         assert!(!cpu.contains("kernel") && !cpu.contains("launch") && !cpu.contains("chip"), "{cpu}");
     }
 }

@@ -288,7 +288,13 @@ impl Graph {
         for id in self.ids() {
             let n = self.node(id);
             if n.args.len() != n.op.arity() {
-                return Err(format!("%{} {}: {} arguments, expected {}", id.0, n.op.name(), n.args.len(), n.op.arity()));
+                return Err(format!(
+                    "%{} {}: {} arguments, expected {}",
+                    id.0,
+                    n.op.name(),
+                    n.args.len(),
+                    n.op.arity()
+                ));
             }
             if let Some(a) = n.args.iter().find(|a| a.0 >= id.0) {
                 return Err(format!("%{} uses %{}, which does not come before it", id.0, a.0));

@@ -73,7 +73,8 @@ impl fmt::Display for InferError {
                 write!(f, "token id {id} is out of range for a vocabulary of {vocab} (ids are 0..{vocab})")
             }
             InferError::KeyCount { batch, len, least, keys } => {
-                let causal = if *least > 0 { format!("under causal at least the {least} queries, ") } else { String::new() };
+                let causal =
+                    if *least > 0 { format!("under causal at least the {least} queries, ") } else { String::new() };
                 write!(f, "key count lens[{batch}] = {len} is outside {least}..={keys} ({causal}at most the {keys} keys k and v hold)")
             }
             InferError::View(message) => f.write_str(message),
@@ -125,14 +126,20 @@ pub fn infer_shapes(g: &Graph, inputs: &[Vec<usize>]) -> Result<Vec<Vec<usize>>,
 
 /// [`infer_shapes`] given also the value of each scalar argument (`None` for tensors), which the sizes of
 /// `reshape` and `narrow` may read.
-pub fn infer_shapes_with(g: &Graph, inputs: &[Vec<usize>], scalars: &[Option<f64>]) -> Result<Vec<Vec<usize>>, NodeError> {
+pub fn infer_shapes_with(
+    g: &Graph,
+    inputs: &[Vec<usize>],
+    scalars: &[Option<f64>],
+) -> Result<Vec<Vec<usize>>, NodeError> {
     let mut shapes: Vec<Vec<usize>> = Vec::with_capacity(g.nodes.len());
     for id in g.ids() {
         let n = g.node(id);
         let arg = |i: usize| &shapes[n.args[i].index()];
         let err = |error| NodeError { node: id, error };
         let s = match n.op {
-            Op::Input(k) => inputs.get(k as usize).cloned().ok_or(err(InferError::MissingInput { index: k as usize }))?,
+            Op::Input(k) => {
+                inputs.get(k as usize).cloned().ok_or(err(InferError::MissingInput { index: k as usize }))?
+            }
             Op::Const(_) => vec![],
             Op::Unary(_) | Op::Cast(_) => arg(0).clone(),
             Op::Binary(_) => broadcast(arg(0), arg(1))
@@ -191,7 +198,8 @@ pub fn infer_dtypes(g: &Graph, inputs: &[Option<DType>]) -> Result<Vec<Option<DT
         let arg = |i: usize| dtypes[n.args[i].index()];
         let err = |error| NodeError { node: id, error };
         // Token ids take no arithmetic: every op that computes on its operands' values refuses them.
-        let computes = (n.op.is_pointwise() && !matches!(n.op, Op::Cast(_))) || matches!(n.op, Op::Reduce(_) | Op::MatMul);
+        let computes =
+            (n.op.is_pointwise() && !matches!(n.op, Op::Cast(_))) || matches!(n.op, Op::Reduce(_) | Op::MatMul);
         if let Some(dtype) = n.args.iter().filter_map(|a| dtypes[a.index()]).find(|d| computes && !d.is_float()) {
             return Err(err(InferError::Integer { dtype }));
         }
@@ -218,7 +226,10 @@ pub fn infer_dtypes(g: &Graph, inputs: &[Option<DType>]) -> Result<Vec<Option<DT
                 d
             }
             Op::View(ViewOp::SliceSet { at_tensor: true, .. }) if arg(2).is_some_and(|d| d != DType::U32) => {
-                return Err(err(InferError::View(format!("slice_set: a tensor offset holds u32 positions, not {}", arg(2).unwrap_or(DType::U32)))))
+                return Err(err(InferError::View(format!(
+                    "slice_set: a tensor offset holds u32 positions, not {}",
+                    arg(2).unwrap_or(DType::U32)
+                ))))
             }
             Op::View(ViewOp::SliceSet { .. }) => match (arg(0), arg(1)) {
                 (Some(a), Some(b)) if a != b => return Err(err(InferError::DType { lhs: a, rhs: b })),

@@ -16,7 +16,12 @@ pub struct Array {
 impl Array {
     /// Panics if `data` does not hold exactly one value per element of `shape` (a bug in the caller).
     pub fn new(shape: Vec<usize>, data: Vec<f64>) -> Array {
-        assert_eq!(data.len(), shape.iter().product::<usize>(), "Array::new: {} values for shape {shape:?}", data.len());
+        assert_eq!(
+            data.len(),
+            shape.iter().product::<usize>(),
+            "Array::new: {} values for shape {shape:?}",
+            data.len()
+        );
         Array { shape, data }
     }
 

@@ -6,9 +6,9 @@
 #[cfg(test)]
 extern crate self as fuse_ir;
 
+pub mod codegen;
 mod display;
 mod dtype;
-pub mod codegen;
 pub mod graph;
 pub mod infer;
 pub mod interp;

@@ -214,7 +214,9 @@ impl UnaryOp {
             UnaryOp::Sigmoid => format!("fuse_sigmoid({x})"),
             UnaryOp::Silu => format!("({x} * fuse_sigmoid({x}))"),
             UnaryOp::Gelu => format!("(0.5f * {x} * (1.0f + erff({x} * 0.70710677f)))"),
-            UnaryOp::GeluTanh => format!("(0.5f * {x} * (1.0f + tanhf(0.7978846f * ({x} + 0.044715f * {x} * {x} * {x}))))"),
+            UnaryOp::GeluTanh => {
+                format!("(0.5f * {x} * (1.0f + tanhf(0.7978846f * ({x} + 0.044715f * {x} * {x} * {x}))))")
+            }
             UnaryOp::Relu => format!("fmaxf({x}, 0.0f)"),
             UnaryOp::Abs => format!("fabsf({x})"),
             UnaryOp::Square => format!("({x} * {x})"),
@@ -376,7 +378,14 @@ mod tests {
 
     #[test]
     fn erf_matches_known_values() {
-        let known = [(0.0, 0.0), (0.5, 0.520_499_877_813_046_5), (1.0, 0.842_700_792_949_714_9), (2.0, 0.995_322_265_018_952_7), (3.0, 0.999_977_909_503_001_4), (-1.0, -0.842_700_792_949_714_9)];
+        let known = [
+            (0.0, 0.0),
+            (0.5, 0.520_499_877_813_046_5),
+            (1.0, 0.842_700_792_949_714_9),
+            (2.0, 0.995_322_265_018_952_7),
+            (3.0, 0.999_977_909_503_001_4),
+            (-1.0, -0.842_700_792_949_714_9),
+        ];
         for (x, want) in known {
             assert!((erf(x) - want).abs() < 1e-12, "erf({x}) = {} want {want}", erf(x));
         }

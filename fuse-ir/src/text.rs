@@ -79,7 +79,8 @@ impl Graph {
                 declared.push((name.to_string(), kind));
             }
         }
-        g.inputs = declared.iter().map(|(name, kind)| crate::graph::Input { name: name.clone(), kind: *kind }).collect();
+        g.inputs =
+            declared.iter().map(|(name, kind)| crate::graph::Input { name: name.clone(), kind: *kind }).collect();
         for (lineno, line) in lines {
             let err = |m: &str| format!("line {}: {m}: `{line}`", lineno + 1);
             let line = line.trim();
@@ -134,8 +135,11 @@ impl Graph {
             if !matches!(op, Op::View(_)) && words.next().is_some() {
                 return Err(err("unexpected parameter"));
             }
-            let args: Vec<NodeId> =
-                refs.iter().map(|w| parse_ref(w, g.nodes.len())).collect::<Option<_>>().ok_or_else(|| err("bad argument"))?;
+            let args: Vec<NodeId> = refs
+                .iter()
+                .map(|w| parse_ref(w, g.nodes.len()))
+                .collect::<Option<_>>()
+                .ok_or_else(|| err("bad argument"))?;
             if args.len() != op.arity() {
                 return Err(err("wrong number of arguments"));
             }
@@ -224,7 +228,13 @@ mod tests {
 
     #[test]
     fn parse_rejects_bad_text() {
-        for bad in ["", "fn f(x: tensor)\n%0 = input 0\n", "fn f(x: tensor)\n%0 = input 3\nreturn %0", "fn f(x: tensor)\n%0 = input 0\n%1 = exp %5\nreturn %1", "fn f(x: tensor)\n%0 = input 0\n%1 = frob %0\nreturn %1"] {
+        for bad in [
+            "",
+            "fn f(x: tensor)\n%0 = input 0\n",
+            "fn f(x: tensor)\n%0 = input 3\nreturn %0",
+            "fn f(x: tensor)\n%0 = input 0\n%1 = exp %5\nreturn %1",
+            "fn f(x: tensor)\n%0 = input 0\n%1 = frob %0\nreturn %1",
+        ] {
             assert!(Graph::parse(bad).is_err(), "accepted {bad:?}");
         }
     }

@@ -147,7 +147,10 @@ impl ViewOp {
         match self {
             ViewOp::Transpose { a, b } => vec![a.to_string(), b.to_string()],
             ViewOp::Permute(axes) => axes.to_vec().iter().map(|a| a.to_string()).collect(),
-            ViewOp::Narrow { axis } | ViewOp::Cat { axis, .. } | ViewOp::Dim { axis } | ViewOp::SliceSet { axis, at_tensor: false } => {
+            ViewOp::Narrow { axis }
+            | ViewOp::Cat { axis, .. }
+            | ViewOp::Dim { axis }
+            | ViewOp::SliceSet { axis, at_tensor: false } => {
                 vec![axis.to_string()]
             }
             // The second word marks the offset as a tensor.
@@ -193,14 +196,19 @@ impl ViewOp {
             ViewOp::Permute(axes) => {
                 let axes = axes.to_vec();
                 let mut seen = vec![false; x.len()];
-                let valid = axes.len() == x.len() && axes.iter().all(|&a| a < x.len() && !std::mem::replace(&mut seen[a], true));
+                let valid = axes.len() == x.len()
+                    && axes.iter().all(|&a| a < x.len() && !std::mem::replace(&mut seen[a], true));
                 if !valid {
-                    return Err(error(format!("permute: {axes:?} is not a permutation of the {} axes of shape {x:?}", x.len())));
+                    return Err(error(format!(
+                        "permute: {axes:?} is not a permutation of the {} axes of shape {x:?}",
+                        x.len()
+                    )));
                 }
                 Ok(axes.iter().map(|&a| x[a]).collect())
             }
             ViewOp::Narrow { axis } => {
-                let i = normalize_axis(axis as i64, x.len()).ok_or_else(|| axis_error("narrow: axis", axis as i64, x))?;
+                let i =
+                    normalize_axis(axis as i64, x.len()).ok_or_else(|| axis_error("narrow: axis", axis as i64, x))?;
                 let start = size_value("narrow: start", sizes[1])?;
                 let len = size_value("narrow: length", sizes[2])?;
                 if start.checked_add(len).is_none_or(|end| end > x[i]) {
@@ -219,7 +227,9 @@ impl ViewOp {
                 for other in &shapes[1..] {
                     let same_elsewhere = other.len() == x.len() && (0..x.len()).all(|k| k == i || other[k] == x[k]);
                     if !same_elsewhere {
-                        return Err(error(format!("cat along axis {axis}: shapes {x:?} and {other:?} differ on another axis")));
+                        return Err(error(format!(
+                            "cat along axis {axis}: shapes {x:?} and {other:?} differ on another axis"
+                        )));
                     }
                     s[i] += other[i];
                 }
@@ -227,9 +237,16 @@ impl ViewOp {
             }
             ViewOp::Contiguous => Ok(x.to_vec()),
             ViewOp::SliceSet { axis, at_tensor } => {
-                let (src, i) = (shapes[1], normalize_axis(axis as i64, x.len()).ok_or_else(|| axis_error("slice_set: axis", axis as i64, x))?);
+                let (src, i) = (
+                    shapes[1],
+                    normalize_axis(axis as i64, x.len())
+                        .ok_or_else(|| axis_error("slice_set: axis", axis as i64, x))?,
+                );
                 if at_tensor && shapes[2].iter().product::<usize>() != 1 {
-                    return Err(error(format!("slice_set: a tensor offset holds one position, not shape {:?}", shapes[2])));
+                    return Err(error(format!(
+                        "slice_set: a tensor offset holds one position, not shape {:?}",
+                        shapes[2]
+                    )));
                 }
                 let same_elsewhere = src.len() == x.len() && (0..x.len()).all(|k| k == i || src[k] == x[k]);
                 if !same_elsewhere {
@@ -277,7 +294,11 @@ impl ViewOp {
             ViewOp::Narrow { axis } => {
                 let i = normalize_axis(axis as i64, src.shape.len())?;
                 let start = size_value("", sizes[1]).ok()?;
-                Some(Layout { shape: out_shape.to_vec(), strides: src.strides.clone(), offset: src.offset + start * src.strides[i] })
+                Some(Layout {
+                    shape: out_shape.to_vec(),
+                    strides: src.strides.clone(),
+                    offset: src.offset + start * src.strides[i],
+                })
             }
             ViewOp::Cat { .. } | ViewOp::Contiguous | ViewOp::Dim { .. } | ViewOp::SliceSet { .. } => None,
         }
@@ -329,7 +350,12 @@ impl ViewOp {
 
 /// A `slice_set` offset (a size argument's value, or the value read from its tensor) as a position: a whole
 /// number from which the source's rows along `axis` fit in the destination's.
-pub fn check_slice_set_offset(value: Option<f64>, axis: usize, src: &[usize], dest: &[usize]) -> Result<usize, InferError> {
+pub fn check_slice_set_offset(
+    value: Option<f64>,
+    axis: usize,
+    src: &[usize],
+    dest: &[usize],
+) -> Result<usize, InferError> {
     let offset = size_value("slice_set: offset", value)?;
     if offset.checked_add(src[axis]).is_none_or(|end| end > dest[axis]) {
         return Err(error(format!(

@@ -270,7 +270,8 @@ fn pseudo_random(n: usize, seed: u64) -> Vec<f64> {
 fn check_mlp(rows: usize, hidden: usize, inter: usize) {
     let g = mlp_graph();
     let x = pseudo_random(rows * hidden, 1);
-    let (wg, wu, wd) = (pseudo_random(inter * hidden, 2), pseudo_random(inter * hidden, 3), pseudo_random(hidden * inter, 4));
+    let (wg, wu, wd) =
+        (pseudo_random(inter * hidden, 2), pseudo_random(inter * hidden, 3), pseudo_random(hidden * inter, 4));
     let inputs = [
         Array::new(vec![rows, hidden], x),
         Array::new(vec![inter, hidden], wg),

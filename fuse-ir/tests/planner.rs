@@ -444,8 +444,11 @@ fn the_report_counts_what_fusion_saves() {
     let (g, [gate, up, h, out]) = llama_mlp(true);
     let plan = planned(&g);
     let (rows, hidden, inter) = (3usize, 17usize, 33usize);
-    let shapes = fuse_ir::infer::infer_shapes(&g, &[vec![rows, hidden], vec![inter, hidden], vec![inter, hidden], vec![hidden, inter]])
-        .expect("the mlp shapes fit");
+    let shapes = fuse_ir::infer::infer_shapes(
+        &g,
+        &[vec![rows, hidden], vec![inter, hidden], vec![inter, hidden], vec![hidden, inter]],
+    )
+    .expect("the mlp shapes fit");
     let dtypes = fuse_ir::infer::infer_dtypes(&g, &[Some(DType::BF16); 4]).expect("one dtype");
     let text = fuse_ir::plan::describe(&g, &plan, Some((&shapes, &dtypes)));
     assert_eq!(text, fuse_ir::plan::describe(&g, &plan, Some((&shapes, &dtypes))), "deterministic");

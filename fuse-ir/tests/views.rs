@@ -96,7 +96,9 @@ fn matmul_broadcasts_leading_axes_on_both_sides() {
     // [2, 1, 1, 2] x [3, 2, 1]: batch [2, 3]; b's batch k holds [[k, ..]], a's batch i holds [[2i, 2i+1]].
     let got = run(&g, &[iota(&[2, 1, 1, 2]), iota(&[3, 2, 1])]);
     assert_eq!(got.shape, vec![2, 3, 1, 1]);
-    let want: Vec<f64> = (0..2).flat_map(|i| (0..3).map(move |k| (2 * i) as f64 * (2 * k) as f64 + (2 * i + 1) as f64 * (2 * k + 1) as f64)).collect();
+    let want: Vec<f64> = (0..2)
+        .flat_map(|i| (0..3).map(move |k| (2 * i) as f64 * (2 * k) as f64 + (2 * i + 1) as f64 * (2 * k + 1) as f64))
+        .collect();
     assert_eq!(got.data, want);
 }
 
@@ -109,7 +111,8 @@ fn every_view_op_prints_and_parses() {
     assert_eq!(g.to_text(), text);
     assert_eq!(g.op(NodeId(8)), Op::View(ViewOp::Cat { axis: 1, parts: 3 }));
     for bad in ["%3 = reshape 2 %0 %1", "%3 = transpose 0 %0", "%3 = narrow 0 %0 %1", "%3 = permute 0 9 %0"] {
-        let text = format!("fn f(x: tensor, n: scalar)\n%0 = input 0\n%1 = input 1\n%2 = const 1.0\n{bad}\nreturn %3\n");
+        let text =
+            format!("fn f(x: tensor, n: scalar)\n%0 = input 0\n%1 = input 1\n%2 = const 1.0\n{bad}\nreturn %3\n");
         assert!(Graph::parse(&text).is_err(), "accepted {bad}");
     }
 }
@@ -135,7 +138,11 @@ fn views_feeding_matmuls_add_no_group() {
     g.outputs = vec![s];
     let plan = Plan::fused(&g);
     plan.verify(&g).expect("verifies");
-    assert_eq!(plan.groups.iter().map(|grp| grp.kind).collect::<Vec<_>>(), [GroupKind::Gemm, GroupKind::RowReduce], "{plan}");
+    assert_eq!(
+        plan.groups.iter().map(|grp| grp.kind).collect::<Vec<_>>(),
+        [GroupKind::Gemm, GroupKind::RowReduce],
+        "{plan}"
+    );
     assert_eq!(Plan::unfused(&g).groups.len(), 1 + 5, "{}", Plan::unfused(&g));
     assert!(g.ids().filter(|&id| matches!(g.op(id), Op::View(_))).all(|id| is_free(g.op(id))));
     // The reference runs it: [1, 3, 4] -> 2 heads of 2.
@@ -170,7 +177,6 @@ fn copies_are_groups_of_their_own() {
     assert_eq!(got.shape, vec![4, 1]);
 }
 
-
 #[test]
 fn reshape_strides_split_and_merge_when_the_memory_allows() {
     // Dense: any reshape is a view.
@@ -190,7 +196,10 @@ fn reshape_strides_split_and_merge_when_the_memory_allows() {
 fn shapes_and_errors() {
     let s = |op: ViewOp, shapes: &[&[usize]], sizes: &[Option<f64>]| op.infer_shape(shapes, sizes);
     assert_eq!(s(ViewOp::Reshape { rank: 2 }, &[&[2, 3, 4], &[], &[]], &[None, Some(-1.0), Some(4.0)]), Ok(vec![6, 4]));
-    assert!(s(ViewOp::Reshape { rank: 1 }, &[&[2, 3], &[]], &[None, Some(5.0)]).unwrap_err().to_string().contains("6 elements"));
+    assert!(s(ViewOp::Reshape { rank: 1 }, &[&[2, 3], &[]], &[None, Some(5.0)])
+        .unwrap_err()
+        .to_string()
+        .contains("6 elements"));
     assert_eq!(s(ViewOp::Transpose { a: 0, b: -1 }, &[&[2, 3, 4]], &[]), Ok(vec![4, 3, 2]));
     assert!(s(ViewOp::Transpose { a: 0, b: 3 }, &[&[2, 3, 4]], &[]).is_err());
     let p = ViewOp::Permute(Axes::new(&[2, 0, 1]).unwrap());
@@ -198,7 +207,10 @@ fn shapes_and_errors() {
     assert!(s(ViewOp::Permute(Axes::new(&[0, 0, 1]).unwrap()), &[&[2, 3, 4]], &[]).is_err());
     let n = ViewOp::Narrow { axis: -1 };
     assert_eq!(s(n, &[&[2, 7], &[], &[]], &[None, Some(2.0), Some(5.0)]), Ok(vec![2, 5]));
-    assert!(s(n, &[&[2, 7], &[], &[]], &[None, Some(3.0), Some(5.0)]).unwrap_err().to_string().contains("past the end"));
+    assert!(s(n, &[&[2, 7], &[], &[]], &[None, Some(3.0), Some(5.0)])
+        .unwrap_err()
+        .to_string()
+        .contains("past the end"));
     let c = ViewOp::Cat { axis: 1, parts: 2 };
     assert_eq!(s(c, &[&[2, 3], &[2, 5]], &[]), Ok(vec![2, 8]));
     assert!(s(c, &[&[2, 3], &[3, 5]], &[]).is_err());

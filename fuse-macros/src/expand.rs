@@ -116,7 +116,8 @@ fn generate(func: &ItemFn, place: &Place, name: &str, spec: &FnSpec, traced: &Tr
     let cfgs = cfg_attrs(attrs);
     let companion_vis = &place.companion_vis;
     // A method whose impl block the macro cannot see learns its type's name at run time, for errors.
-    let owner = (place.in_impl && place.owner.is_none()).then(|| quote!(.declare_owner(::core::any::type_name::<Self>())));
+    let owner =
+        (place.in_impl && place.owner.is_none()).then(|| quote!(.declare_owner(::core::any::type_name::<Self>())));
     let declared = declare_fields(traced);
     let typed = typed_companions(func, place, &get_fused, &args);
     let args_ref = args.reference();
@@ -186,7 +187,9 @@ fn declare_fields(traced: &Traced) -> TokenStream {
             .to_token_stream()
             .into_iter()
             .map(|t| match &t {
-                proc_macro2::TokenTree::Ident(i) if i == "self" => receiver.to_token_stream().into_iter().next().unwrap_or(t),
+                proc_macro2::TokenTree::Ident(i) if i == "self" => {
+                    receiver.to_token_stream().into_iter().next().unwrap_or(t)
+                }
                 _ => t,
             })
             .collect();
@@ -200,7 +203,8 @@ fn declare_fields(traced: &Traced) -> TokenStream {
 /// for these arguments), typed like the function itself: a method's fields are passed for the caller.
 fn typed_companions(func: &ItemFn, place: &Place, get_fused: &TokenStream, args: &Args) -> TokenStream {
     let ItemFn { attrs, sig, .. } = func;
-    let (fusion, explain_result, ok, from_outputs) = (paths::fusion(), paths::explain_result(), paths::ok(), paths::from_outputs());
+    let (fusion, explain_result, ok, from_outputs) =
+        (paths::fusion(), paths::explain_result(), paths::ok(), paths::from_outputs());
     let fusion_param = format_ident!("fusion", span = Span::mixed_site());
     let mut with_sig = sig.clone();
     with_sig.ident = format_ident!("{}_with", sig.ident, span = sig.ident.span());
@@ -209,7 +213,8 @@ fn typed_companions(func: &ItemFn, place: &Place, get_fused: &TokenStream, args:
     explain_sig.ident = format_ident!("{}_explain", sig.ident, span = sig.ident.span());
     explain_sig.output = syn::parse_quote!(-> #explain_result);
     let with_doc = format!("[`{}`] with fusion chosen for this call (`Fusion::Off`: one op at a time).", sig.ident);
-    let explain_doc = format!("What [`{}`] fuses and saves for these arguments' shapes, in the words of their device.", sig.ident);
+    let explain_doc =
+        format!("What [`{}`] fuses and saves for these arguments' shapes, in the words of their device.", sig.ident);
     let cfgs = cfg_attrs(attrs);
     let vis = &place.companion_vis;
     let outputs = format_ident!("__fuse_outputs", span = Span::mixed_site());
@@ -240,7 +245,8 @@ fn static_kernels(graph: &Graph, plan: &Plan) -> Vec<TokenStream> {
     plan_kernels(graph, plan)
         .into_iter()
         .map(|k| {
-            let (name, meta, source) = (Literal::string(&k.name), Literal::string(&k.meta()), Literal::string(&k.source));
+            let (name, meta, source) =
+                (Literal::string(&k.name), Literal::string(&k.meta()), Literal::string(&k.source));
             quote!(#kernel(#name, #meta, #source))
         })
         .collect()
@@ -283,7 +289,12 @@ mod tests {
         let out = expand("pub fn mlp(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> { Ok(x.matmul(w) + eps) }");
         assert!(out.contains("pub fn mlp (x : & Tensor , w : & Tensor , eps : f32) -> Result < Tensor >"), "{out}");
         assert!(out.contains("let __fuse_args : [:: fuse :: __private :: Prepared < '_ > ; 3] = [:: fuse :: __private :: prepare (x) ? , :: fuse :: __private :: prepare (w) ? , :: fuse :: __private :: prepare (& eps) ? ,] ;"), "{out}");
-        assert!(out.contains("mlp_fused () . call (& __fuse_args . each_ref () . map (:: fuse :: __private :: Prepared :: arg)) ?"), "{out}");
+        assert!(
+            out.contains(
+                "mlp_fused () . call (& __fuse_args . each_ref () . map (:: fuse :: __private :: Prepared :: arg)) ?"
+            ),
+            "{out}"
+        );
         assert!(out.contains("pub fn mlp_fused () -> & 'static :: fuse :: __private :: FusedFn"), "{out}");
         assert!(out.contains("FusedFn :: emitted (\"mlp\" , \"fn mlp(x: tensor, w: tensor, eps: scalar)\\n"), "{out}");
         assert!(out.contains("\"gemm nodes %3 %4 matmuls %3 prologue inputs %0 %1 %2 outputs %4\\n\""), "{out}");

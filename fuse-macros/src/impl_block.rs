@@ -121,7 +121,10 @@ mod tests {
         assert!(out.contains("fn name (& self) -> String { String :: new () }"), "{out}");
         assert!(out.contains("} impl < B : Backend > Lin < B > where B : Clone { # [doc ="), "{out}");
         assert!(out.contains("pub fn forward_fused () -> & 'static :: fuse :: __private :: FusedFn"), "{out}");
-        assert!(out.contains("FusedFn :: emitted (\"Lin::forward\" , \"fn Lin::forward(xs: tensor, self.w: field)"), "{out}");
+        assert!(
+            out.contains("FusedFn :: emitted (\"Lin::forward\" , \"fn Lin::forward(xs: tensor, self.w: field)"),
+            "{out}"
+        );
         assert!(!out.contains("compile_error"), "{out}");
     }
 
@@ -157,7 +160,10 @@ mod tests {
             }",
         );
         assert_eq!(out.matches("compile_error").count(), 1, "{out}");
-        assert!(out.contains("fn forward (& self , xs : & Tensor) -> Result < Tensor > { :: core :: unimplemented ! () }"), "{out}");
+        assert!(
+            out.contains("fn forward (& self , xs : & Tensor) -> Result < Tensor > { :: core :: unimplemented ! () }"),
+            "{out}"
+        );
         assert!(out.contains("impl Lin { # [allow (dead_code)] pub fn forward_fused ()"), "{out}");
     }
 }

@@ -18,10 +18,7 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
-        ChatMessage {
-            role: role.into(),
-            content: content.into(),
-        }
+        ChatMessage { role: role.into(), content: content.into() }
     }
     pub fn user(content: impl Into<String>) -> ChatMessage {
         ChatMessage::new("user", content)
@@ -35,30 +32,22 @@ impl Tokenizer {
     /// The prompt text for `messages`, ending with the generation prompt (the assistant's turn). Encode it
     /// with [`Tokenizer::encode`]: its special tokens are matched whole.
     pub fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String> {
-        let source = self.chat_template().ok_or_else(|| Error::ChatTemplate {
-            what: "the file has no tokenizer.chat_template".into(),
-        })?;
+        let source = self
+            .chat_template()
+            .ok_or_else(|| Error::ChatTemplate { what: "the file has no tokenizer.chat_template".into() })?;
         render(source, messages, self)
     }
 }
 
 fn render(source: &str, messages: &[ChatMessage], tokenizer: &Tokenizer) -> Result<String> {
-    let error = |e: minijinja::Error| Error::ChatTemplate {
-        what: format!("{e:#}"),
-    };
+    let error = |e: minijinja::Error| Error::ChatTemplate { what: format!("{e:#}") };
     let mut env = minijinja::Environment::new();
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
     // Templates call this to reject a conversation they cannot format.
-    env.add_function(
-        "raise_exception",
-        |message: String| -> std::result::Result<String, minijinja::Error> {
-            Err(minijinja::Error::new(
-                minijinja::ErrorKind::InvalidOperation,
-                message,
-            ))
-        },
-    );
+    env.add_function("raise_exception", |message: String| -> std::result::Result<String, minijinja::Error> {
+        Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, message))
+    });
     let template = env.template_from_str(source).map_err(error)?;
     let bos = tokenizer.decode(&[tokenizer.bos_id()])?;
     let eos = tokenizer.decode(&[tokenizer.eos_id()])?;

@@ -8,18 +8,11 @@ use std::path::PathBuf;
 pub enum Error {
     /// The file could not be opened or mapped.
     #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
 
     /// The file is not a well-formed GGUF file (truncated, bad magic, unknown version, bad length ...).
     #[error("{path}: at byte {offset}: {what}")]
-    Malformed {
-        path: PathBuf,
-        offset: u64,
-        what: String,
-    },
+    Malformed { path: PathBuf, offset: u64, what: String },
 
     /// A metadata key the caller needs is absent.
     #[error("{path}: no metadata key `{key}`")]
@@ -27,12 +20,7 @@ pub enum Error {
 
     /// A metadata value has another type than the one asked for (or does not fit it).
     #[error("{path}: metadata `{key}` is {found}, expected {expected}")]
-    WrongType {
-        path: PathBuf,
-        key: String,
-        found: String,
-        expected: &'static str,
-    },
+    WrongType { path: PathBuf, key: String, found: String, expected: &'static str },
 
     /// No tensor of that name in the file.
     #[error("{path}: no tensor named `{name}`")]
@@ -40,10 +28,7 @@ pub enum Error {
 
     /// The tensor's element type has no dequantisation here (or, for `size unknown`, no known block size).
     #[error("tensor type {type_name} is not supported: {what}")]
-    UnsupportedType {
-        type_name: String,
-        what: &'static str,
-    },
+    UnsupportedType { type_name: String, what: &'static str },
 
     /// A buffer handed to the dequantiser does not match the element count and block layout.
     #[error("{type_name}: {what}")]

@@ -117,10 +117,7 @@ mod tests {
         assert_eq!(GgmlType::from_id(30), GgmlType::BF16);
         assert_eq!(GgmlType::from_id(16), GgmlType::Other(16));
         assert_eq!(GgmlType::Q4_1.bytes_for(64), Some(40));
-        assert_eq!(
-            GgmlType::Q8_0.bytes_for(576 * 49152),
-            Some(576 / 32 * 34 * 49152)
-        );
+        assert_eq!(GgmlType::Q8_0.bytes_for(576 * 49152), Some(576 / 32 * 34 * 49152));
         assert_eq!(GgmlType::Q4_1.bytes_for(33), None);
         assert_eq!(GgmlType::Other(16).bytes_for(256), None);
         assert_eq!(GgmlType::Other(16).to_string(), "ggml type id 16");

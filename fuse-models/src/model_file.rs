@@ -10,13 +10,8 @@ pub fn model_dir() -> PathBuf {
     match std::env::var_os("FUSE_MODEL_DIR") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
         _ => {
-            let home = std::env::var_os("HOME")
-                .or_else(|| std::env::var_os("USERPROFILE"))
-                .unwrap_or_default();
-            PathBuf::from(home)
-                .join(".cache")
-                .join("fuse")
-                .join("models")
+            let home = std::env::var_os("HOME").or_else(|| std::env::var_os("USERPROFILE")).unwrap_or_default();
+            PathBuf::from(home).join(".cache").join("fuse").join("models")
         }
     }
 }

@@ -32,16 +32,14 @@ pub fn dequantize_f32(ty: GgmlType, bytes: &[u8], n_elements: usize) -> Result<V
 pub fn dequantize_bf16(ty: GgmlType, bytes: &[u8], n_elements: usize) -> Result<Vec<bf16>> {
     let bytes_per_chunk = check(ty, bytes, n_elements)?;
     let mut out = vec![bf16::ZERO; n_elements];
-    out.par_chunks_mut(CHUNK_ELEMENTS)
-        .zip(bytes.par_chunks(bytes_per_chunk))
-        .for_each(|(dst, src)| {
-            let mut tmp = [0f32; CHUNK_ELEMENTS];
-            let tmp = &mut tmp[..dst.len()];
-            decode_run(ty, src, tmp);
-            for (d, &t) in dst.iter_mut().zip(tmp.iter()) {
-                *d = bf16::from_f32(t);
-            }
-        });
+    out.par_chunks_mut(CHUNK_ELEMENTS).zip(bytes.par_chunks(bytes_per_chunk)).for_each(|(dst, src)| {
+        let mut tmp = [0f32; CHUNK_ELEMENTS];
+        let tmp = &mut tmp[..dst.len()];
+        decode_run(ty, src, tmp);
+        for (d, &t) in dst.iter_mut().zip(tmp.iter()) {
+            *d = bf16::from_f32(t);
+        }
+    });
     Ok(out)
 }
 
@@ -64,10 +62,7 @@ fn check(ty: GgmlType, bytes: &[u8], n_elements: usize) -> Result<usize> {
     if bytes.len() != expected {
         return Err(Error::BadLength {
             type_name: ty.to_string(),
-            what: format!(
-                "{n_elements} elements take {expected} bytes, got {}",
-                bytes.len()
-            ),
+            what: format!("{n_elements} elements take {expected} bytes, got {}", bytes.len()),
         });
     }
     Ok(CHUNK_ELEMENTS / block_len * block_bytes)

@@ -19,10 +19,7 @@ fn q4_1_block() -> (Vec<u8>, Vec<f32>) {
 fn q4_1_block_by_hand() {
     let (bytes, expected) = q4_1_block();
     assert_eq!(bytes.len(), 20);
-    assert_eq!(
-        dequantize_f32(GgmlType::Q4_1, &bytes, 32).unwrap(),
-        expected
-    );
+    assert_eq!(dequantize_f32(GgmlType::Q4_1, &bytes, 32).unwrap(), expected);
     assert_eq!(expected[0], -1.0);
     assert_eq!(expected[16], 6.5);
 }
@@ -33,10 +30,7 @@ fn q8_0_block_by_hand() {
     let qs: Vec<i8> = (0..32).map(|j: i32| (j * 8 - 128) as i8).collect(); // -128 ..= 120
     bytes.extend(qs.iter().map(|&q| q as u8));
     let expected: Vec<f32> = qs.iter().map(|&q| q as f32 * 0.25).collect();
-    assert_eq!(
-        dequantize_f32(GgmlType::Q8_0, &bytes, 32).unwrap(),
-        expected
-    );
+    assert_eq!(dequantize_f32(GgmlType::Q8_0, &bytes, 32).unwrap(), expected);
     assert_eq!(expected[0], -32.0);
 }
 
@@ -52,24 +46,12 @@ fn q4_0_block_by_hand() {
 
 #[test]
 fn scalar_types() {
-    let f32s: Vec<u8> = [1.5f32, -2.0, 3.25]
-        .iter()
-        .flat_map(|v| v.to_le_bytes())
-        .collect();
-    assert_eq!(
-        dequantize_f32(GgmlType::F32, &f32s, 3).unwrap(),
-        vec![1.5, -2.0, 3.25]
-    );
+    let f32s: Vec<u8> = [1.5f32, -2.0, 3.25].iter().flat_map(|v| v.to_le_bytes()).collect();
+    assert_eq!(dequantize_f32(GgmlType::F32, &f32s, 3).unwrap(), vec![1.5, -2.0, 3.25]);
     let f16s = [0x00u8, 0x3c, 0x00, 0xc0]; // 1.0, -2.0
-    assert_eq!(
-        dequantize_f32(GgmlType::F16, &f16s, 2).unwrap(),
-        vec![1.0, -2.0]
-    );
+    assert_eq!(dequantize_f32(GgmlType::F16, &f16s, 2).unwrap(), vec![1.0, -2.0]);
     let bf16s = [0x80u8, 0x3f, 0x40, 0xc0]; // 1.0, -3.0
-    assert_eq!(
-        dequantize_f32(GgmlType::BF16, &bf16s, 2).unwrap(),
-        vec![1.0, -3.0]
-    );
+    assert_eq!(dequantize_f32(GgmlType::BF16, &bf16s, 2).unwrap(), vec![1.0, -3.0]);
 }
 
 #[test]
@@ -96,23 +78,11 @@ fn many_blocks_across_chunks_match_block_by_block() {
 #[test]
 fn lengths_and_types_are_checked() {
     let (bytes, _) = q4_1_block();
-    let partial = dequantize_f32(GgmlType::Q4_1, &bytes, 31)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        partial.contains("31 elements is not a whole number of blocks of 32"),
-        "{partial}"
-    );
-    let short = dequantize_f32(GgmlType::Q4_1, &bytes[..19], 32)
-        .unwrap_err()
-        .to_string();
+    let partial = dequantize_f32(GgmlType::Q4_1, &bytes, 31).unwrap_err().to_string();
+    assert!(partial.contains("31 elements is not a whole number of blocks of 32"), "{partial}");
+    let short = dequantize_f32(GgmlType::Q4_1, &bytes[..19], 32).unwrap_err().to_string();
     assert!(short.contains("take 20 bytes, got 19"), "{short}");
-    let unsupported = dequantize_f32(GgmlType::Q6_K, &[0; 210], 256)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        unsupported.contains("Q6_K is not supported"),
-        "{unsupported}"
-    );
+    let unsupported = dequantize_f32(GgmlType::Q6_K, &[0; 210], 256).unwrap_err().to_string();
+    assert!(unsupported.contains("Q6_K is not supported"), "{unsupported}");
     assert!(dequantize_bf16(GgmlType::Other(16), &[], 0).is_err());
 }

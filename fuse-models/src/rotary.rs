@@ -11,27 +11,13 @@ use crate::error::{Error, Result};
 /// Reorders the rows of a GGUF `attn_q` / `attn_k` matrix (`rows` x `cols`, row-major, `n_heads` heads of
 /// `rows / n_heads` rows) back to Hugging Face's half-split order. Use the query head count for `attn_q` and
 /// the key/value head count for `attn_k`.
-pub fn unpermute_rotary_rows<T: Copy>(
-    weight: &[T],
-    rows: usize,
-    cols: usize,
-    n_heads: usize,
-) -> Result<Vec<T>> {
-    reorder_rows(weight, rows, cols, n_heads, |half, pair, half_len| {
-        (pair * 2 + half, half * half_len + pair)
-    })
+pub fn unpermute_rotary_rows<T: Copy>(weight: &[T], rows: usize, cols: usize, n_heads: usize) -> Result<Vec<T>> {
+    reorder_rows(weight, rows, cols, n_heads, |half, pair, half_len| (pair * 2 + half, half * half_len + pair))
 }
 
 /// The converter's permutation (Hugging Face order to GGUF order): the inverse of [`unpermute_rotary_rows`].
-pub fn permute_rotary_rows<T: Copy>(
-    weight: &[T],
-    rows: usize,
-    cols: usize,
-    n_heads: usize,
-) -> Result<Vec<T>> {
-    reorder_rows(weight, rows, cols, n_heads, |half, pair, half_len| {
-        (half * half_len + pair, pair * 2 + half)
-    })
+pub fn permute_rotary_rows<T: Copy>(weight: &[T], rows: usize, cols: usize, n_heads: usize) -> Result<Vec<T>> {
+    reorder_rows(weight, rows, cols, n_heads, |half, pair, half_len| (half * half_len + pair, pair * 2 + half))
 }
 
 /// Copies, within each head, row `from` to row `to` for every `(from, to) = map(half, pair, head_dim / 2)`.
@@ -44,17 +30,12 @@ fn reorder_rows<T: Copy>(
 ) -> Result<Vec<T>> {
     if rows.checked_mul(cols) != Some(weight.len()) {
         return Err(Error::BadShape {
-            what: format!(
-                "rotary rows: {} values are not a {rows} x {cols} matrix",
-                weight.len()
-            ),
+            what: format!("rotary rows: {} values are not a {rows} x {cols} matrix", weight.len()),
         });
     }
     if n_heads == 0 || !rows.is_multiple_of(n_heads) || !(rows / n_heads).is_multiple_of(2) {
         return Err(Error::BadShape {
-            what: format!(
-                "rotary rows: {rows} rows do not split into {n_heads} heads of an even size"
-            ),
+            what: format!("rotary rows: {rows} rows do not split into {n_heads} heads of an even size"),
         });
     }
     let head_dim = rows / n_heads;
@@ -82,14 +63,8 @@ mod tests {
     fn one_head_of_four_rows() {
         // GGUF stores the pairs interleaved: a0 b0 a1 b1 (a = first half, b = second half of the head).
         let gguf = ["a0", "b0", "a1", "b1"];
-        assert_eq!(
-            unpermute_rotary_rows(&gguf, 4, 1, 1).unwrap(),
-            ["a0", "a1", "b0", "b1"]
-        );
-        assert_eq!(
-            permute_rotary_rows(&["a0", "a1", "b0", "b1"], 4, 1, 1).unwrap(),
-            gguf
-        );
+        assert_eq!(unpermute_rotary_rows(&gguf, 4, 1, 1).unwrap(), ["a0", "a1", "b0", "b1"]);
+        assert_eq!(permute_rotary_rows(&["a0", "a1", "b0", "b1"], 4, 1, 1).unwrap(), gguf);
     }
 
     #[test]
@@ -99,10 +74,7 @@ mod tests {
         let hf = unpermute_rotary_rows(&gguf, 8, 2, 2).unwrap();
         let rows: Vec<u32> = hf.chunks(2).map(|row| row[0] / 10).collect();
         assert_eq!(rows, [0, 2, 1, 3, 4, 6, 5, 7]);
-        assert!(
-            hf.chunks(2).all(|row| row[1] == row[0] + 1),
-            "columns stay with their row"
-        );
+        assert!(hf.chunks(2).all(|row| row[1] == row[0] + 1), "columns stay with their row");
     }
 
     #[test]
@@ -120,24 +92,15 @@ mod tests {
                 }
             }
         }
-        assert_eq!(
-            permute_rotary_rows(&hf, heads * head_dim, cols, heads).unwrap(),
-            gguf
-        );
-        assert_eq!(
-            unpermute_rotary_rows(&gguf, heads * head_dim, cols, heads).unwrap(),
-            hf
-        );
+        assert_eq!(permute_rotary_rows(&hf, heads * head_dim, cols, heads).unwrap(), gguf);
+        assert_eq!(unpermute_rotary_rows(&gguf, heads * head_dim, cols, heads).unwrap(), hf);
     }
 
     #[test]
     fn bad_shapes_are_errors() {
         assert!(unpermute_rotary_rows(&[0; 12], 4, 2, 1).is_err());
         assert!(unpermute_rotary_rows(&[0; 6], 6, 1, 4).is_err());
-        assert!(
-            unpermute_rotary_rows(&[0; 6], 6, 1, 2).is_err(),
-            "heads of 3 rows"
-        );
+        assert!(unpermute_rotary_rows(&[0; 6], 6, 1, 2).is_err(), "heads of 3 rows");
         assert!(unpermute_rotary_rows(&[0; 4], 4, 1, 0).is_err());
     }
 }

@@ -17,9 +17,7 @@ use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
-use tokenizers::{
-    AddedToken, DecoderWrapper, ModelWrapper, NormalizerWrapper, PostProcessorWrapper,
-};
+use tokenizers::{AddedToken, DecoderWrapper, ModelWrapper, NormalizerWrapper, PostProcessorWrapper};
 
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
@@ -62,20 +60,13 @@ impl Tokenizer {
             None => vec![],
         };
         if !token_types.is_empty() && token_types.len() != tokens.len() {
-            return Err(tokenizer_error(format!(
-                "{} token types for {} tokens",
-                token_types.len(),
-                tokens.len()
-            )));
+            return Err(tokenizer_error(format!("{} token types for {} tokens", token_types.len(), tokens.len())));
         }
         let bos_id = file.u32("tokenizer.ggml.bos_token_id")?;
         let eos_id = file.u32("tokenizer.ggml.eos_token_id")?;
         for (name, id) in [("bos", bos_id), ("eos", eos_id)] {
             if id as usize >= tokens.len() {
-                return Err(tokenizer_error(format!(
-                    "{name} id {id} is outside the {} tokens",
-                    tokens.len()
-                )));
+                return Err(tokenizer_error(format!("{name} id {id} is outside the {} tokens", tokens.len())));
             }
         }
         let add_bos = match file.get("tokenizer.ggml.add_bos_token") {
@@ -107,23 +98,13 @@ impl Tokenizer {
                 tokens.len()
             )));
         }
-        Ok(Tokenizer {
-            inner,
-            vocab_size,
-            bos_id,
-            eos_id,
-            add_bos,
-            chat_template,
-        })
+        Ok(Tokenizer { inner, vocab_size, bos_id, eos_id, add_bos, chat_template })
     }
 
     /// Token ids of `text`. Special tokens written in the text (`<|im_start|>`) become their ids; BOS is
     /// prepended only when the file asks for it.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let encoding = self
-            .inner
-            .encode(text, false)
-            .map_err(|e| tokenizer_error(e.to_string()))?;
+        let encoding = self.inner.encode(text, false).map_err(|e| tokenizer_error(e.to_string()))?;
         let mut ids = Vec::with_capacity(encoding.len() + 1);
         if self.add_bos {
             ids.push(self.bos_id);
@@ -135,26 +116,18 @@ impl Tokenizer {
     /// The text of `ids`, special tokens included (as transformers' `decode` does by default).
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         self.check_ids(ids)?;
-        self.inner
-            .decode(ids, false)
-            .map_err(|e| tokenizer_error(e.to_string()))
+        self.inner.decode(ids, false).map_err(|e| tokenizer_error(e.to_string()))
     }
 
     /// A decoder for printing tokens as they are generated: each step returns the text that became complete,
     /// holding back bytes of a character split across tokens.
     pub fn stream(&self) -> TextStream<'_> {
-        TextStream {
-            tokenizer: self,
-            inner: self.inner.decode_stream(false),
-        }
+        TextStream { tokenizer: self, inner: self.inner.decode_stream(false) }
     }
 
     fn check_ids(&self, ids: &[u32]) -> Result<()> {
         match ids.iter().find(|&&id| id as usize >= self.vocab_size) {
-            Some(&id) => Err(Error::UnknownTokenId {
-                id,
-                vocab_size: self.vocab_size,
-            }),
+            Some(&id) => Err(Error::UnknownTokenId { id, vocab_size: self.vocab_size }),
             None => Ok(()),
         }
     }
@@ -202,9 +175,7 @@ impl TextStream<'_> {
     /// Feeds one token; returns the text it completes (`None` while a character is still incomplete).
     pub fn step(&mut self, id: u32) -> Result<Option<String>> {
         self.tokenizer.check_ids(&[id])?;
-        self.inner
-            .step(id)
-            .map_err(|e| tokenizer_error(e.to_string()))
+        self.inner.step(id).map_err(|e| tokenizer_error(e.to_string()))
     }
 }
 
@@ -222,9 +193,7 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
     } else {
         Err(tokenizer_error(format!(
             "tokenizer.ggml.pre `{pre}` is not supported (known: {})",
-            [DIGIT_SPLITTING_PRE, BYTE_LEVEL_ONLY_PRE]
-                .concat()
-                .join(", ")
+            [DIGIT_SPLITTING_PRE, BYTE_LEVEL_ONLY_PRE].concat().join(", ")
         )))
     }
 }
@@ -235,27 +204,17 @@ fn parse_merges(merges: &[&str]) -> Result<Vec<(String, String)>> {
         .iter()
         .enumerate()
         .map(|(rank, merge)| match merge.split_once(' ') {
-            Some((l, r)) if !l.is_empty() && !r.is_empty() && !r.contains(' ') => {
-                Ok((l.to_string(), r.to_string()))
-            }
-            _ => Err(tokenizer_error(format!(
-                "merge {rank} `{merge}` is not two tokens separated by a space"
-            ))),
+            Some((l, r)) if !l.is_empty() && !r.is_empty() && !r.contains(' ') => Ok((l.to_string(), r.to_string())),
+            _ => Err(tokenizer_error(format!("merge {rank} `{merge}` is not two tokens separated by a space"))),
         })
         .collect()
 }
 
 fn build_bpe(tokens: &[&str], merges: Vec<(String, String)>) -> Result<BPE> {
     let alphabet = byte_level_alphabet();
-    let vocab: tokenizers::models::bpe::Vocab = tokens
-        .iter()
-        .enumerate()
-        .map(|(id, &token)| (respell(token, &alphabet), id as u32))
-        .collect();
-    BPE::builder()
-        .vocab_and_merges(vocab, merges)
-        .build()
-        .map_err(|e| tokenizer_error(format!("BPE: {e}")))
+    let vocab: tokenizers::models::bpe::Vocab =
+        tokens.iter().enumerate().map(|(id, &token)| (respell(token, &alphabet), id as u32)).collect();
+    BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| tokenizer_error(format!("BPE: {e}")))
 }
 
 /// A token with a character outside the byte-level alphabet (a converter that wrote raw text) is respelled

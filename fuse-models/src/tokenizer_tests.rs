@@ -14,11 +14,7 @@ fn string_array(items: &[&str]) -> Vec<u8> {
 }
 
 fn string(s: &str) -> Vec<u8> {
-    [
-        (s.len() as u64).to_le_bytes().to_vec(),
-        s.as_bytes().to_vec(),
-    ]
-    .concat()
+    [(s.len() as u64).to_le_bytes().to_vec(), s.as_bytes().to_vec()].concat()
 }
 
 /// tokens: a b ab Ġ <|x|> 1 2 (ids 0..=6), one merge "a b", <|x|> typed CONTROL.
@@ -48,35 +44,22 @@ fn encodes_with_merges_special_tokens_and_digit_split() {
     assert_eq!(tok.decode(&[2, 3, 2, 4, 5, 6]).unwrap(), "ab ab<|x|>12");
     assert!(!tok.adds_bos());
     assert!(tok.chat_template().is_none());
-    assert!(matches!(
-        tok.apply_chat_template(&[]),
-        Err(Error::ChatTemplate { .. })
-    ));
+    assert!(matches!(tok.apply_chat_template(&[]), Err(Error::ChatTemplate { .. })));
 }
 
 #[test]
 fn unsupported_or_broken_metadata_is_an_error() {
     let message = |r: Result<Tokenizer>| r.err().expect("should fail").to_string();
     assert!(message(tiny("llama", "smollm", &["a b"], 0)).contains("only byte-level BPE"));
-    assert!(message(tiny("gpt2", "qwen2", &["a b"], 0))
-        .contains("tokenizer.ggml.pre `qwen2` is not supported"));
+    assert!(message(tiny("gpt2", "qwen2", &["a b"], 0)).contains("tokenizer.ggml.pre `qwen2` is not supported"));
     assert!(message(tiny("gpt2", "smollm", &["ab"], 0)).contains("merge 0 `ab`"));
-    assert!(
-        message(tiny("gpt2", "smollm", &["a b"], 7)).contains("bos id 7 is outside the 7 tokens")
-    );
+    assert!(message(tiny("gpt2", "smollm", &["a b"], 7)).contains("bos id 7 is outside the 7 tokens"));
 }
 
 #[test]
 fn byte_level_alphabet_is_gpt2s() {
     let alphabet = byte_level_alphabet();
-    assert_eq!(
-        (
-            alphabet[b'a' as usize],
-            alphabet[b' ' as usize],
-            alphabet[b'\n' as usize]
-        ),
-        ('a', 'Ġ', 'Ċ')
-    );
+    assert_eq!((alphabet[b'a' as usize], alphabet[b' ' as usize], alphabet[b'\n' as usize]), ('a', 'Ġ', 'Ċ'));
     assert_eq!(alphabet[0], '\u{100}');
     let distinct: std::collections::HashSet<char> = alphabet.iter().copied().collect();
     assert_eq!(distinct.len(), 256);

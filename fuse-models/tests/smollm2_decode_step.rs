@@ -20,7 +20,11 @@ fn greedy_tokens_part_from_transformers_only_at_a_near_tie() {
     let Some(dev) = fuse::testing::gpu_or_skip() else { return };
     if let Device::Cuda(gpu) = &dev {
         if !gpu.arch().starts_with("sm_90") {
-            let _ = writeln!(std::io::stderr(), "skipped: the one-launch decode step needs sm_90, this GPU is {}", gpu.arch());
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped: the one-launch decode step needs sm_90, this GPU is {}",
+                gpu.arch()
+            );
             return;
         }
     }
@@ -38,17 +42,27 @@ fn greedy_tokens_of(llama: &Llama, decoder: &mut OneLaunchDecoder, reference: &s
         let name = prompt["name"].as_str().unwrap_or("?");
         let ids = common::ids(&prompt["prompt_ids"]);
         let want = common::ids(&prompt["greedy_ids"]);
-        let margins: Vec<f64> = prompt["greedy_top2_margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap()).collect();
+        let margins: Vec<f64> =
+            prompt["greedy_top2_margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap()).collect();
         let mut cache = llama.new_cache(256).unwrap();
         let got = decoder.generate(llama, &mut cache, &ids, want.len(), 2).expect("generates");
         let agree = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
         eprintln!("`{name}` ({build}): the first {agree} of {} greedy tokens are transformers'", want.len());
         if agree < got.len().min(want.len()) {
             let margin = margins[agree];
-            assert!(margin < NEAR_TIE, "`{name}` ({build}): token {agree} is {} where transformers picks {} by a margin of {margin:.2}", got[agree], want[agree]);
+            assert!(
+                margin < NEAR_TIE,
+                "`{name}` ({build}): token {agree} is {} where transformers picks {} by a margin of {margin:.2}",
+                got[agree],
+                want[agree]
+            );
         } else {
             assert_eq!(got.len(), want.len(), "`{name}` ({build}): as many tokens (eos at the same step)");
         }
-        assert_eq!(cache.len(), ids.len() + got.len() - 1, "`{name}` ({build}): the cache holds the prompt and every token fed back");
+        assert_eq!(
+            cache.len(),
+            ids.len() + got.len() - 1,
+            "`{name}` ({build}): the cache holds the prompt and every token fed back"
+        );
     }
 }

@@ -65,17 +65,23 @@ fn decode_writes_the_cache_in_place(dev: &Device) {
     let model = Llama::load(file, dev, DType::F32).expect("the model loads");
     let mut cache = model.new_cache(8).expect("a cache");
     let (keys, values) = (cache.layer(0).0.clone(), cache.layer(29).1.clone());
-    let row = |t: &Tensor, head: usize, pos: usize| t.narrow(1, head, 1).unwrap().narrow(2, pos, 1).unwrap().to_vec::<f32>().unwrap();
+    let row = |t: &Tensor, head: usize, pos: usize| {
+        t.narrow(1, head, 1).unwrap().narrow(2, pos, 1).unwrap().to_vec::<f32>().unwrap()
+    };
     let written = |t: &Tensor, pos: usize| (0..3).all(|h| row(t, h, pos).iter().any(|&v| v != 0.0));
     model.forward(&[1, 9690, 28], &mut cache).expect("prefill");
     for t in [&keys, &values] {
-        assert!((0..3).all(|p| written(t, p)) && !(3..8).any(|p| written(t, p)), "rows 0..3 written by the prefill, no others");
+        assert!(
+            (0..3).all(|p| written(t, p)) && !(3..8).any(|p| written(t, p)),
+            "rows 0..3 written by the prefill, no others"
+        );
     }
     let before = keys.to_vec::<f32>().unwrap();
     model.forward(&[253], &mut cache).expect("a decode step");
     let after = keys.to_vec::<f32>().unwrap();
     assert!(written(&keys, 3) && !(4..8).any(|p| written(&keys, p)), "the step wrote row 3 only");
-    let head_rows = |data: &[f32]| -> Vec<f32> { data.chunks(8 * 64).flat_map(|head| head[..3 * 64].to_vec()).collect() };
+    let head_rows =
+        |data: &[f32]| -> Vec<f32> { data.chunks(8 * 64).flat_map(|head| head[..3 * 64].to_vec()).collect() };
     assert_eq!(head_rows(&before), head_rows(&after), "the rows already there are not rewritten");
 }
 
@@ -117,7 +123,11 @@ fn a_recorded_decode_step_matches_calls(dev: &Device) {
     assert_eq!(picked.len(), 1);
     // Random weights can leave near ties: the picked token's logit must be the maximum, not a given index.
     let at = logits[picked[0] as usize];
-    assert!(at >= max - 1e-5 * max.abs().max(1.0), "the greedy step wrote token {} ({at}), the maximum is {max}", picked[0]);
+    assert!(
+        at >= max - 1e-5 * max.abs().max(1.0),
+        "the greedy step wrote token {} ({at}), the maximum is {max}",
+        picked[0]
+    );
 }
 
 /// In bf16 (the skinny GEMM kernels take the rms_norm prologues) a recorded decode step launches at most 5

@@ -13,10 +13,7 @@ fn tokenizer() -> Option<Tokenizer> {
 #[test]
 fn special_ids_and_vocabulary() {
     let Some(tok) = tokenizer() else { return };
-    assert_eq!(
-        (tok.vocab_size(), tok.bos_id(), tok.eos_id()),
-        (49152, 1, 2)
-    );
+    assert_eq!((tok.vocab_size(), tok.bos_id(), tok.eos_id()), (49152, 1, 2));
     assert!(!tok.adds_bos());
     assert_eq!(tok.token_id("<|im_start|>"), Some(1));
     assert_eq!(tok.token_id("<|im_end|>"), Some(2));
@@ -36,17 +33,10 @@ fn encode_matches_reference_ids_and_decode_round_trips() {
         assert_eq!(ids, expected, "prompt `{name}`");
         matched += ids.len();
         assert_eq!(tok.decode(&ids).unwrap(), text, "round trip of `{name}`");
-        assert_eq!(
-            tok.decode(&ids).unwrap(),
-            prompt["decoded"].as_str().unwrap()
-        );
+        assert_eq!(tok.decode(&ids).unwrap(), prompt["decoded"].as_str().unwrap());
         if let Some(greedy) = prompt.get("greedy_ids") {
             let text = tok.decode(&common::ids(greedy)).unwrap();
-            assert_eq!(
-                text,
-                prompt["greedy_text"].as_str().unwrap(),
-                "greedy text of `{name}`"
-            );
+            assert_eq!(text, prompt["greedy_text"].as_str().unwrap(), "greedy text of `{name}`");
         }
     }
     assert!(matched > 100, "only {matched} tokens compared");
@@ -67,12 +57,7 @@ fn digits_are_split_as_the_models_own_tokenizer_does() {
 fn chat_template_matches_reference() {
     let Some(tok) = tokenizer() else { return };
     let reference = common::reference();
-    let prompt = reference["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "chat")
-        .unwrap();
+    let prompt = reference["prompts"].as_array().unwrap().iter().find(|p| p["name"] == "chat").unwrap();
     let messages: Vec<ChatMessage> = prompt["messages"]
         .as_array()
         .unwrap()
@@ -82,15 +67,10 @@ fn chat_template_matches_reference() {
     let text = tok.apply_chat_template(&messages).unwrap();
     assert_eq!(text, prompt["text"].as_str().unwrap());
     assert!(text.ends_with("<|im_start|>assistant\n"));
-    assert_eq!(
-        tok.encode(&text).unwrap(),
-        common::ids(&prompt["prompt_ids"])
-    );
+    assert_eq!(tok.encode(&text).unwrap(), common::ids(&prompt["prompt_ids"]));
 
     // With a system message of one's own, the default one is not added.
-    let own = tok
-        .apply_chat_template(&[ChatMessage::system("Be brief."), ChatMessage::user("Hi")])
-        .unwrap();
+    let own = tok.apply_chat_template(&[ChatMessage::system("Be brief."), ChatMessage::user("Hi")]).unwrap();
     assert_eq!(own, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
@@ -104,31 +84,19 @@ fn streaming_holds_back_split_characters() {
     for &id in &ids {
         match stream.step(id).unwrap() {
             Some(piece) => {
-                assert!(
-                    !piece.contains('\u{fffd}'),
-                    "emitted a broken character: {piece:?}"
-                );
+                assert!(!piece.contains('\u{fffd}'), "emitted a broken character: {piece:?}");
                 out.push_str(&piece);
             }
             None => held += 1,
         }
     }
     assert_eq!(out, text);
-    assert!(
-        held > 0,
-        "no token held back: the emoji were expected to span several byte tokens"
-    );
+    assert!(held > 0, "no token held back: the emoji were expected to span several byte tokens");
 }
 
 #[test]
 fn unknown_ids_are_errors() {
     let Some(tok) = tokenizer() else { return };
-    assert!(matches!(
-        tok.decode(&[5, 49152]),
-        Err(Error::UnknownTokenId {
-            id: 49152,
-            vocab_size: 49152
-        })
-    ));
+    assert!(matches!(tok.decode(&[5, 49152]), Err(Error::UnknownTokenId { id: 49152, vocab_size: 49152 })));
     assert!(tok.stream().step(u32::MAX).is_err());
 }

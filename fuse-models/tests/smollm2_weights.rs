@@ -10,36 +10,20 @@ use fuse_models::rotary::unpermute_rotary_rows;
 
 /// (sum, sum of squares) in f64, to compare with the Python values.
 fn sums(values: &[f32]) -> (f64, f64) {
-    values.iter().fold((0.0, 0.0), |(s, q), &v| {
-        (s + v as f64, q + (v as f64) * (v as f64))
-    })
+    values.iter().fold((0.0, 0.0), |(s, q), &v| (s + v as f64, q + (v as f64) * (v as f64)))
 }
 
 fn assert_close(got: f64, expected: f64, what: &str) {
-    assert!(
-        (got - expected).abs() <= 1e-6 * expected.abs().max(1.0),
-        "{what}: {got} vs {expected}"
-    );
+    assert!((got - expected).abs() <= 1e-6 * expected.abs().max(1.0), "{what}: {got} vs {expected}");
 }
 
 #[test]
 fn metadata_and_layout() {
     let Some(file) = common::model() else { return };
-    assert_eq!(
-        (file.version(), file.alignment(), file.tensors().len()),
-        (3, 32, 272)
-    );
+    assert_eq!((file.version(), file.alignment(), file.tensors().len()), (3, 32, 272));
     assert_eq!(file.str("general.architecture").unwrap(), "llama");
-    let dims = [
-        "embedding_length",
-        "feed_forward_length",
-        "block_count",
-        "attention.head_count",
-    ];
-    let got: Vec<u32> = dims
-        .iter()
-        .map(|k| file.u32(&format!("llama.{k}")).unwrap())
-        .collect();
+    let dims = ["embedding_length", "feed_forward_length", "block_count", "attention.head_count"];
+    let got: Vec<u32> = dims.iter().map(|k| file.u32(&format!("llama.{k}")).unwrap()).collect();
     assert_eq!(got, [576, 1536, 30, 9]);
     assert_eq!(file.u32("llama.attention.head_count_kv").unwrap(), 3);
     assert_eq!(file.f32("llama.rope.freq_base").unwrap(), 100000.0);
@@ -48,27 +32,12 @@ fn metadata_and_layout() {
     assert_eq!(file.strings("tokenizer.ggml.merges").unwrap().len(), 48900);
 
     let embd = file.tensor_info("token_embd.weight").unwrap();
-    assert_eq!(
-        (embd.ggml_type, embd.shape()),
-        (GgmlType::Q8_0, vec![49152, 576])
-    );
+    assert_eq!((embd.ggml_type, embd.shape()), (GgmlType::Q8_0, vec![49152, 576]));
     let gate = file.tensor_info("blk.0.ffn_gate.weight").unwrap();
-    assert_eq!(
-        (gate.ggml_type, gate.shape()),
-        (GgmlType::Q4_1, vec![1536, 576])
-    );
-    assert_eq!(
-        file.tensor_info("blk.0.attn_k.weight").unwrap().shape(),
-        vec![192, 576]
-    );
-    assert_eq!(
-        file.tensor_info("output_norm.weight").unwrap().ggml_type,
-        GgmlType::F32
-    );
-    assert!(
-        file.tensor_info("output.weight").is_err(),
-        "embeddings are tied: no separate output matrix"
-    );
+    assert_eq!((gate.ggml_type, gate.shape()), (GgmlType::Q4_1, vec![1536, 576]));
+    assert_eq!(file.tensor_info("blk.0.attn_k.weight").unwrap().shape(), vec![192, 576]);
+    assert_eq!(file.tensor_info("output_norm.weight").unwrap().ggml_type, GgmlType::F32);
+    assert!(file.tensor_info("output.weight").is_err(), "embeddings are tied: no separate output matrix");
 }
 
 #[test]
@@ -85,10 +54,7 @@ fn dequantised_values_match_python() {
     ];
     for (name, sum, sum_sq, first) in cases {
         let values = file.tensor_f32(name).unwrap();
-        assert!(
-            values.iter().all(|v| v.is_finite()),
-            "{name}: non-finite values"
-        );
+        assert!(values.iter().all(|v| v.is_finite()), "{name}: non-finite values");
         let (s, q) = sums(&values);
         assert_close(s, sum, name);
         assert_close(q, sum_sq, name);
@@ -97,10 +63,7 @@ fn dequantised_values_match_python() {
     // bf16 is the f32 result rounded.
     let f32s = file.tensor_f32("blk.0.ffn_gate.weight").unwrap();
     let bf16s = file.tensor_bf16("blk.0.ffn_gate.weight").unwrap();
-    assert!(f32s
-        .iter()
-        .zip(&bf16s)
-        .all(|(f, b)| half::bf16::from_f32(*f) == *b));
+    assert!(f32s.iter().zip(&bf16s).all(|(f, b)| half::bf16::from_f32(*f) == *b));
 }
 
 #[test]
@@ -109,18 +72,13 @@ fn unpermuted_attention_rows_match_transformers() {
     let Some(file) = common::model() else { return };
     // transformers' q_proj / k_proj of layer 0: sum over rows r of r * (sum of row r), which depends on the
     // row order (the GGUF order gives 27988.94 for q).
-    for (name, heads, expected) in [
-        ("blk.0.attn_q.weight", 9, 25876.190353393555),
-        ("blk.0.attn_k.weight", 3, 4772.633193969727),
-    ] {
+    for (name, heads, expected) in
+        [("blk.0.attn_q.weight", 9, 25876.190353393555), ("blk.0.attn_k.weight", 3, 4772.633193969727)]
+    {
         let info = file.tensor_info(name).unwrap();
         let (rows, cols) = (info.shape()[0], info.shape()[1]);
         let hf = unpermute_rotary_rows(&file.tensor_f32(name).unwrap(), rows, cols, heads).unwrap();
-        let weighted: f64 = hf
-            .chunks(cols)
-            .enumerate()
-            .map(|(r, row)| r as f64 * sums(row).0)
-            .sum();
+        let weighted: f64 = hf.chunks(cols).enumerate().map(|(r, row)| r as f64 * sums(row).0).sum();
         assert_close(weighted, expected, name);
     }
 }
@@ -153,9 +111,15 @@ fn packs_for_the_one_launch_decode_step() {
     let Some(file) = common::model() else { return };
     let packed = fuse_models::llama::DecodeStepWeights::pack(file).unwrap();
     let shape = packed.shape;
-    assert_eq!((shape.hidden, shape.heads, shape.kv_heads, shape.intermediate, shape.layers, shape.vocab), (576, 9, 3, 1536, 30, 49152));
+    assert_eq!(
+        (shape.hidden, shape.heads, shape.kv_heads, shape.intermediate, shape.layers, shape.vocab),
+        (576, 9, 3, 1536, 30, 49152)
+    );
     assert_eq!(packed.shares.len(), 30 * 16 * 142_848);
-    assert_eq!((packed.head_q.len(), packed.head_d.len(), packed.rope.len()), (49152 * 576, 49152 * 18, fuse_models::llama::STEP_MAX_POSITIONS * 64));
+    assert_eq!(
+        (packed.head_q.len(), packed.head_d.len(), packed.rope.len()),
+        (49152 * 576, 49152 * 18, fuse_models::llama::STEP_MAX_POSITIONS * 64)
+    );
     let layout = shape.share_layout();
     // A share's row r of a stage, dequantised as ggml does (d * q + m).
     let row = |share: &[u8], q_at: usize, dm_at: usize, r: usize, kbs: usize| -> Vec<f32> {
@@ -176,10 +140,26 @@ fn packs_for_the_one_launch_decode_step() {
         qkv.extend(unpermute_rotary_rows(&f32s("attn_k"), 192, 576, 3).unwrap());
         qkv.extend(f32s("attn_v"));
         let first = rank * 60; // the block's first QKV row (query rows for blocks 0-9, value rows for 13-15)
-        assert_eq!(row(share, layout[0], layout[1], 0, 18), qkv[first * 576..(first + 1) * 576], "layer {layer} block {rank} first QKV row");
+        assert_eq!(
+            row(share, layout[0], layout[1], 0, 18),
+            qkv[first * 576..(first + 1) * 576],
+            "layer {layer} block {rank} first QKV row"
+        );
         let (gate, up, down) = (f32s("ffn_gate"), f32s("ffn_up"), f32s("ffn_down"));
-        assert_eq!(row(share, layout[4], layout[5], 0, 18), gate[rank * 96 * 576..][..576], "layer {layer} block {rank} first gate row");
-        assert_eq!(row(share, layout[4], layout[5], 96, 18), up[rank * 96 * 576..][..576], "layer {layer} block {rank} first up row");
-        assert_eq!(row(share, layout[6], layout[7], 35, 48), down[(rank * 36 + 35) * 1536..][..1536], "layer {layer} block {rank} last down row");
+        assert_eq!(
+            row(share, layout[4], layout[5], 0, 18),
+            gate[rank * 96 * 576..][..576],
+            "layer {layer} block {rank} first gate row"
+        );
+        assert_eq!(
+            row(share, layout[4], layout[5], 96, 18),
+            up[rank * 96 * 576..][..576],
+            "layer {layer} block {rank} first up row"
+        );
+        assert_eq!(
+            row(share, layout[6], layout[7], 35, 48),
+            down[(rank * 36 + 35) * 1536..][..1536],
+            "layer {layer} block {rank} last down row"
+        );
     }
 }

@@ -68,7 +68,12 @@ pub(crate) struct Inferred {
 
 /// Maps an inference failure to the user-facing error naming the function, op and source.
 pub(crate) fn node_error(function: &str, g: &Graph, e: NodeError) -> Error {
-    Error::Shape { function: function.to_string(), op: g.op(e.node).name(), label: g.label_of(e.node).to_string(), error: e.error }
+    Error::Shape {
+        function: function.to_string(),
+        op: g.op(e.node).name(),
+        label: g.label_of(e.node).to_string(),
+        error: e.error,
+    }
 }
 
 pub(crate) fn infer(function: &str, g: &Graph, args: &[Value]) -> Result<Inferred> {

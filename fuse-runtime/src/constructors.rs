@@ -48,7 +48,10 @@ impl Tensor {
     /// Uniform in `[lo, up)`, f32 of `shape`, from `seed`: the same seed gives the same tensor everywhere.
     pub fn rand(lo: f32, up: f32, shape: &[usize], seed: u64, device: &Device) -> Result<Tensor> {
         if !(lo < up) || !lo.is_finite() || !up.is_finite() {
-            return Err(Error::InvalidArgument { op: "rand", reason: format!("({lo}, {up}, ..): needs finite bounds with lo < up") });
+            return Err(Error::InvalidArgument {
+                op: "rand",
+                reason: format!("({lo}, {up}, ..): needs finite bounds with lo < up"),
+            });
         }
         let mut rng = SplitMix64::new(seed);
         Tensor::random_with(shape, device, || lo + (up - lo) * rng.unit())
@@ -57,7 +60,10 @@ impl Tensor {
     /// Normal with `mean` and `std`, f32 of `shape`, from `seed`.
     pub fn randn(mean: f32, std: f32, shape: &[usize], seed: u64, device: &Device) -> Result<Tensor> {
         if !(std >= 0.0) || !mean.is_finite() || !std.is_finite() {
-            return Err(Error::InvalidArgument { op: "randn", reason: format!("({mean}, {std}, ..): needs a finite mean and std >= 0") });
+            return Err(Error::InvalidArgument {
+                op: "randn",
+                reason: format!("({mean}, {std}, ..): needs a finite mean and std >= 0"),
+            });
         }
         let mut rng = SplitMix64::new(seed);
         Tensor::random_with(shape, device, || mean + std * rng.normal())
@@ -70,6 +76,8 @@ impl Tensor {
 }
 
 fn numel(shape: &[usize], op: &'static str) -> Result<usize> {
-    crate::tensor::checked_numel(shape)
-        .ok_or_else(|| Error::InvalidArgument { op, reason: format!("shape {shape:?} has more elements than memory can hold") })
+    crate::tensor::checked_numel(shape).ok_or_else(|| Error::InvalidArgument {
+        op,
+        reason: format!("shape {shape:?} has more elements than memory can hold"),
+    })
 }

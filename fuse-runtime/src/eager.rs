@@ -9,8 +9,8 @@
 
 use crate::cuda::driver::lock;
 use crate::cuda::KernelCache;
-use crate::exec::{execute, execute_cached};
 use crate::error::EAGER;
+use crate::exec::{execute, execute_cached};
 use crate::{Arg, Device, Error, Result, Tensor};
 use fuse_ir::{BinaryOp, DType, Graph, InputKind, NodeId, Plan, ReduceOp, UnaryOp};
 use std::collections::{HashMap, VecDeque};
@@ -24,7 +24,10 @@ pub(crate) enum Operand<'a> {
 }
 
 /// Builds `build(graph, inputs)` over `operands` (named by `names`) and runs it.
-pub(crate) fn run(operands: &[(&str, Operand<'_>)], build: impl FnOnce(&mut Graph, &[NodeId]) -> NodeId) -> Result<Tensor> {
+pub(crate) fn run(
+    operands: &[(&str, Operand<'_>)],
+    build: impl FnOnce(&mut Graph, &[NodeId]) -> NodeId,
+) -> Result<Tensor> {
     let mut g = Graph::new(EAGER);
     let mut inputs = Vec::with_capacity(operands.len());
     let mut args = Vec::with_capacity(operands.len());
@@ -224,7 +227,10 @@ impl Tensor {
             return Err(Error::unsupported(
                 EAGER,
                 op.name(),
-                format!("only the last axis (-1) can be reduced, got axis {axis} of a tensor of shape {:?}", self.shape()),
+                format!(
+                    "only the last axis (-1) can be reduced, got axis {axis} of a tensor of shape {:?}",
+                    self.shape()
+                ),
             ));
         }
         let label = format!("x.{}(-1)", op.name());

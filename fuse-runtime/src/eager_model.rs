@@ -46,7 +46,14 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: impl Into<f64>, caus
 /// On the CPU a count above the capacity, or below sq under `causal`, is an error naming it. On the GPU the
 /// counts stay on the device and are not checked: the kernel clamps each to the capacity, and a row that sees
 /// no key is zeros.
-pub fn attention_len(q: &Tensor, k: &Tensor, v: &Tensor, lens: &Tensor, scale: impl Into<f64>, causal: bool) -> Result<Tensor> {
+pub fn attention_len(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    lens: &Tensor,
+    scale: impl Into<f64>,
+    causal: bool,
+) -> Result<Tensor> {
     let operands = [
         ("q", Operand::Tensor(q)),
         ("k", Operand::Tensor(k)),
@@ -55,7 +62,9 @@ pub fn attention_len(q: &Tensor, k: &Tensor, v: &Tensor, lens: &Tensor, scale: i
         ("lens", Operand::Tensor(lens)),
     ];
     let label = format!("attention_len(q, k, v, lens, scale, {causal})");
-    run(&operands, |g, i| g.model(ModelOp::Attention { causal, with_lens: true }, &[i[0], i[1], i[2], i[3], i[4]], &label))
+    run(&operands, |g, i| {
+        g.model(ModelOp::Attention { causal, with_lens: true }, &[i[0], i[1], i[2], i[3], i[4]], &label)
+    })
 }
 
 impl Tensor {
@@ -65,7 +74,10 @@ impl Tensor {
     pub fn argmax(&self, axis: i64) -> Result<Tensor> {
         let last = self.rank() as i64 - 1;
         if axis != -1 && axis != last {
-            let reason = format!("only the last axis (-1) is supported, got axis {axis} of a tensor of shape {:?}", self.shape());
+            let reason = format!(
+                "only the last axis (-1) is supported, got axis {axis} of a tensor of shape {:?}",
+                self.shape()
+            );
             return Err(Error::unsupported(EAGER, "argmax", reason));
         }
         run(&[("x", Operand::Tensor(self))], |g, i| g.model(ModelOp::Argmax, &[i[0]], "x.argmax(-1)"))

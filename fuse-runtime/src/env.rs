@@ -132,7 +132,10 @@ mod tests {
         };
         const ALL: [(&str, &str); 3] = [("FUSE_CACHE_DIR", "/c/fuse"), ("XDG_CACHE_HOME", "/xdg"), ("HOME", "/home/u")];
         assert_eq!(cache_dir(env(&ALL)), Some(PathBuf::from("/c/fuse")));
-        assert_eq!(cache_dir(env(&[("FUSE_CACHE_DIR", ""), ("XDG_CACHE_HOME", "/xdg")])), Some(PathBuf::from("/xdg/fuse")));
+        assert_eq!(
+            cache_dir(env(&[("FUSE_CACHE_DIR", ""), ("XDG_CACHE_HOME", "/xdg")])),
+            Some(PathBuf::from("/xdg/fuse"))
+        );
         assert_eq!(cache_dir(env(&[("HOME", "/home/u")])), Some(PathBuf::from("/home/u/.cache/fuse")));
         assert_eq!(cache_dir(env(&[])), None);
     }

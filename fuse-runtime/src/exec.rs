@@ -9,7 +9,13 @@ use fuse_ir::{Graph, Plan};
 /// Runs `plan` on `args` (one per graph input, kinds already checked). Returns the graph's outputs and,
 /// when `timed`, how each group ran. Runs on the GPU when the tensors are there, generating the GPU
 /// kernels for this call only.
-pub(crate) fn execute(function: &str, g: &Graph, plan: &Plan, args: &[Arg<'_>], timed: bool) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
+pub(crate) fn execute(
+    function: &str,
+    g: &Graph,
+    plan: &Plan,
+    args: &[Arg<'_>],
+    timed: bool,
+) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
     execute_cached(function, g, plan, args, timed, true, None)
 }
 
@@ -39,7 +45,11 @@ fn check_devices<'a>(function: &str, args: &[Arg<'a>]) -> Result<Option<&'a Devi
         match first {
             None => first = Some(t.device()),
             Some(d) if d != t.device() => {
-                return Err(Error::DeviceMismatch { function: function.into(), first: d.clone(), second: t.device().clone() })
+                return Err(Error::DeviceMismatch {
+                    function: function.into(),
+                    first: d.clone(),
+                    second: t.device().clone(),
+                })
             }
             Some(_) => {}
         }

@@ -131,8 +131,10 @@ impl HostProfile {
     }
 }
 
-const NAMES: [&str; PHASES + 1] =
-    ["args", "enter", "find", "inputs", "outputs", "exit", "step 1", "step 2", "step 3", "step 4", "step 5", "steps 6+", "release"];
+const NAMES: [&str; PHASES + 1] = [
+    "args", "enter", "find", "inputs", "outputs", "exit", "step 1", "step 2", "step 3", "step 4", "step 5", "steps 6+",
+    "release",
+];
 
 /// The counters since the last call (then zeroed), in call order; `None` unless `FUSE_HOST_PROFILE=1`.
 pub fn take() -> Option<HostProfile> {
@@ -167,7 +169,13 @@ mod tests {
         ns[Phase::Step(1).index()] = 0;
         let profile = report(&ns, 4, 2);
         let names: Vec<&str> = profile.phases.iter().map(|p| p.0).collect();
-        assert_eq!(names, ["args", "enter", "find", "inputs", "outputs", "step 1", "step 3", "step 4", "step 5", "steps 6+", "exit", "release"]);
+        assert_eq!(
+            names,
+            [
+                "args", "enter", "find", "inputs", "outputs", "step 1", "step 3", "step 4", "step 5", "steps 6+",
+                "exit", "release"
+            ]
+        );
         assert_eq!(profile.us_per_call()[1], ("enter", 0.25));
     }
 }

@@ -5,9 +5,7 @@
 /// the value lacks or has with size 1.
 pub(crate) fn broadcast_strides(shape: &[usize], strides: &[usize], domain: &[usize]) -> Vec<usize> {
     let pad = domain.len() - shape.len();
-    (0..domain.len())
-        .map(|axis| if axis < pad || shape[axis - pad] == 1 { 0 } else { strides[axis - pad] })
-        .collect()
+    (0..domain.len()).map(|axis| if axis < pad || shape[axis - pad] == 1 { 0 } else { strides[axis - pad] }).collect()
 }
 
 /// Drops axes of size 1 and merges neighbouring axes that every operand (given by its strides over `dims`)

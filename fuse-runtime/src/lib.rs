@@ -22,12 +22,12 @@ mod constructors;
 mod cpu;
 #[cfg_attr(not(feature = "cuda-backend"), path = "cuda_off.rs")]
 mod cuda;
-mod graph;
 mod device;
 mod eager;
 mod eager_model;
 mod element;
 mod env;
+mod graph;
 pub use env::debug_level;
 mod error;
 mod exec;
@@ -39,22 +39,22 @@ mod operators;
 mod random;
 mod reference;
 mod tensor;
-mod views;
-pub mod tune;
 #[doc(hidden)]
 pub mod testing;
+pub mod tune;
+mod views;
 
+/// NVRTC and ptxas checks of generated kernels, for tests and tools (tests/kernels_compile.rs).
+#[doc(hidden)]
+pub use cuda::compile::nvrtc::{compile_ptx, nvrtc_available, nvrtc_version, ptxas_check, NvrtcError, PtxasReport};
+/// The one-launch decode step's kernel (a Llama decoder's step at batch 1 in one launch; sm_90).
+#[cfg(feature = "cuda-backend")]
+pub use cuda::decode_step::{DecodeStep, DecodeStepWeightsRef};
 pub use cuda::CudaDevice;
 /// The cudarc fuse is built with (feature `cuda`): its slices, streams and raw handles are what the interop
 /// functions take (`Tensor::from_cuda_slice`, `CudaDevice::wait_for_stream`, ...).
 #[cfg(feature = "cuda-backend")]
 pub use cudarc;
-/// The one-launch decode step's kernel (a Llama decoder's step at batch 1 in one launch; sm_90).
-#[cfg(feature = "cuda-backend")]
-pub use cuda::decode_step::{DecodeStep, DecodeStepWeightsRef};
-/// NVRTC and ptxas checks of generated kernels, for tests and tools (tests/kernels_compile.rs).
-#[doc(hidden)]
-pub use cuda::compile::nvrtc::{compile_ptx, nvrtc_available, nvrtc_version, ptxas_check, NvrtcError, PtxasReport};
 pub use device::Device;
 pub use eager::{
     abs, exp, gelu, gelu_tanh, log, maximum, minimum, recip, relu, rms_norm, rsqrt, sigmoid, silu, softmax, sqrt,
@@ -64,8 +64,11 @@ pub use eager_model::{attention, attention_len, embedding, rope};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use fuse_ir::DType;
-pub use fused::{arg, field_is_tensor, prepare, Arg, FromOutput, FromOutputs, Fusion, FusedFn, IntoArg, PrepareArg, Prepared, StaticKernel};
+pub use fused::{
+    arg, field_is_tensor, prepare, Arg, FromOutput, FromOutputs, FusedFn, Fusion, IntoArg, PrepareArg, Prepared,
+    StaticKernel,
+};
+pub use graph::CudaGraph;
 pub use reference::{reference, rel_l2_error};
 pub use tensor::Tensor;
 pub use views::{cat, Axis, SliceOffset};
-pub use graph::CudaGraph;

@@ -1,11 +1,11 @@
 //! `Tensor`: a strided view of shared storage. Cloning is cheap (the storage is behind an `Arc`); views
 //! such as `.t()` change shape and strides only.
 
-use crate::layout::row_offset;
-use crate::host::{for_each_offset, CpuData, CpuSlice, CpuStorage};
 use crate::cuda::storage::CudaStorage;
 use crate::element::Element;
 use crate::error::EAGER;
+use crate::host::{for_each_offset, CpuData, CpuSlice, CpuStorage};
+use crate::layout::row_offset;
 use crate::{Device, Error, Result};
 use fuse_ir::infer::InferError;
 use fuse_ir::view::Layout;
@@ -50,7 +50,11 @@ impl Tensor {
     pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize], device: &Device) -> Result<Tensor> {
         let expected = checked_numel(shape);
         if expected != Some(data.len()) {
-            return Err(Error::DataLength { shape: shape.to_vec(), len: data.len(), expected: expected.unwrap_or(usize::MAX) });
+            return Err(Error::DataLength {
+                shape: shape.to_vec(),
+                len: data.len(),
+                expected: expected.unwrap_or(usize::MAX),
+            });
         }
         match device {
             Device::Cpu => Ok(Tensor::from_cpu(CpuData::from_vec(data), shape.to_vec())),
@@ -64,7 +68,12 @@ impl Tensor {
     /// the copy is queued on the device's stream, after the work already queued.
     pub fn copy_from_host<T: Element>(&self, values: &[T]) -> Result<()> {
         if T::DTYPE != self.dtype() {
-            return Err(Error::DType { function: EAGER.into(), op: "copy_from_host", expected: self.dtype(), got: T::DTYPE });
+            return Err(Error::DType {
+                function: EAGER.into(),
+                op: "copy_from_host",
+                expected: self.dtype(),
+                got: T::DTYPE,
+            });
         }
         if values.len() != self.numel() || !self.is_contiguous() {
             return Err(Error::DataLength { shape: self.shape.clone(), len: values.len(), expected: self.numel() });
@@ -134,7 +143,13 @@ impl Tensor {
         let whole = self.is_contiguous() && self.offset == 0;
         let Tensor { storage, shape, strides, offset, device } = self;
         match Arc::try_unwrap(storage) {
-            Ok(Storage::Cpu(cpu)) if whole && cpu.read().slice().len() == checked_numel(&shape).unwrap_or(0) && !cpu.read().is_borrowed() => Ok(cpu.into_data()),
+            Ok(Storage::Cpu(cpu))
+                if whole
+                    && cpu.read().slice().len() == checked_numel(&shape).unwrap_or(0)
+                    && !cpu.read().is_borrowed() =>
+            {
+                Ok(cpu.into_data())
+            }
             Ok(storage) => Err(Tensor { storage: Arc::new(storage), shape, strides, offset, device }),
             Err(storage) => Err(Tensor { storage, shape, strides, offset, device }),
         }
@@ -143,7 +158,13 @@ impl Tensor {
     /// A dense tensor over freshly computed CPU data (whose length the caller guarantees).
     pub(crate) fn from_cpu(data: CpuData, shape: Vec<usize>) -> Tensor {
         let strides = contiguous_strides(&shape);
-        Tensor { storage: Arc::new(Storage::Cpu(CpuStorage::new(data))), shape, strides, offset: 0, device: Device::Cpu }
+        Tensor {
+            storage: Arc::new(Storage::Cpu(CpuStorage::new(data))),
+            shape,
+            strides,
+            offset: 0,
+            device: Device::Cpu,
+        }
     }
 
     /// The elements in row-major order, converted to `T` (bf16 -> f32 is exact; f32 -> bf16 rounds; u32 ids
@@ -242,7 +263,13 @@ impl Tensor {
         match (self.storage.as_ref(), device) {
             (Storage::Cuda(gpu), Device::Cpu) => {
                 let storage = Arc::new(Storage::Cpu(CpuStorage::new(gpu.download()?)));
-                Ok(Tensor { storage, shape: self.shape.clone(), strides: self.strides.clone(), offset: self.offset, device: Device::Cpu })
+                Ok(Tensor {
+                    storage,
+                    shape: self.shape.clone(),
+                    strides: self.strides.clone(),
+                    offset: self.offset,
+                    device: Device::Cpu,
+                })
             }
             (Storage::Cpu(_), Device::Cuda(d)) => {
                 let dense = self.dense_cpu_data()?;
@@ -274,7 +301,9 @@ impl Tensor {
     pub(crate) fn cpu_storage(&self) -> &CpuStorage {
         match self.storage.as_ref() {
             Storage::Cpu(cpu) => cpu,
-            Storage::Cuda(_) => unreachable!("a GPU tensor reached the CPU backend (exec::execute dispatches by device)"),
+            Storage::Cuda(_) => {
+                unreachable!("a GPU tensor reached the CPU backend (exec::execute dispatches by device)")
+            }
         }
     }
 

@@ -27,7 +27,7 @@ pub fn gpu_or_skip() -> Option<Device> {
 
 // ---- Shared by every test suite (fuse's and users'): one random source, one tolerance table, one check. ----
 
-use crate::{Arg, DType, Fusion, FusedFn, Tensor};
+use crate::{Arg, DType, FusedFn, Fusion, Tensor};
 
 /// The generator of the test helpers: deterministic (SplitMix64), so that the same seed gives the same values
 /// on every machine and for every device a case runs on.

@@ -60,7 +60,10 @@ impl Tensor {
 
     /// Axes `a` and `b` swapped (negative axes count from the end): a view, nothing is copied.
     pub fn transpose(&self, a: impl Axis, b: impl Axis) -> Result<Tensor> {
-        let op = ViewOp::Transpose { a: stored_axis("transpose", a, self.shape())?, b: stored_axis("transpose", b, self.shape())? };
+        let op = ViewOp::Transpose {
+            a: stored_axis("transpose", a, self.shape())?,
+            b: stored_axis("transpose", b, self.shape())?,
+        };
         let label = format!("x.transpose({}, {})", a.index(), b.index());
         run_view(&size_operands(self, &[]), op, &label)
     }
@@ -163,7 +166,8 @@ pub fn cat(tensors: &[&Tensor], axis: impl Axis) -> Result<Tensor> {
         .map_err(|_| Error::unsupported(EAGER, "cat", format!("{} tensors: at most 255 at once", tensors.len())))?;
     let op = ViewOp::Cat { axis: stored_axis("cat", axis, first.shape())?, parts };
     let names: Vec<String> = (0..tensors.len()).map(|i| format!("t{i}")).collect();
-    let operands: Vec<(&str, Operand<'_>)> = names.iter().zip(tensors).map(|(n, &t)| (n.as_str(), Operand::Tensor(t))).collect();
+    let operands: Vec<(&str, Operand<'_>)> =
+        names.iter().zip(tensors).map(|(n, &t)| (n.as_str(), Operand::Tensor(t))).collect();
     let label = format!("cat(&[{}], {})", names.join(", "), axis.index());
     run(&operands, |g, inputs| g.view(op, inputs, &label))
 }
@@ -183,7 +187,9 @@ pub(crate) fn resolve_view(
     let Op::View(op) = node.op else { return Err(Error::internal(function, format!("%{} is not a view", id.0))) };
     if let ViewOp::Dim { axis } = op {
         let size = ViewOp::dim_value(axis, &shapes[node.args[0].index()]);
-        return size.map(Value::Scalar).ok_or_else(|| Error::internal(function, format!("%{}: axis {axis} unchecked", id.0)));
+        return size
+            .map(Value::Scalar)
+            .ok_or_else(|| Error::internal(function, format!("%{}: axis {axis} unchecked", id.0)));
     }
     let source = match resolve(node.args[0])? {
         Value::Tensor(t) => t,
@@ -202,7 +208,11 @@ pub(crate) fn resolve_view(
     }
     if crate::env::debug_level() >= 2 {
         let (shape, strides) = (source.shape(), source.strides());
-        eprintln!("fuse: `{function}`: %{} ({}) copies its source ({shape:?}, strides {strides:?}) to reach {out_shape:?}", id.0, op.name());
+        eprintln!(
+            "fuse: `{function}`: %{} ({}) copies its source ({shape:?}, strides {strides:?}) to reach {out_shape:?}",
+            id.0,
+            op.name()
+        );
     }
     let dense = dense_copy(&source)?;
     op.layout(&dense.layout(), out_shape, &sizes)

@@ -10,7 +10,12 @@ fn filled_tensors_hold_their_value_in_their_dtype(dev: &Device) {
         assert_eq!((z.shape(), z.dtype(), z.device()), (&[2, 3][..], dtype, dev));
         assert_eq!(z.to_vec::<f32>().unwrap(), vec![0.0; 6]);
         assert_eq!(o.to_vec::<f32>().unwrap(), vec![1.0; 3]);
-        let rounded = Tensor::from_vec(vec![0.1f32], &[1], &Device::Cpu).unwrap().to_dtype(dtype).unwrap().to_vec::<f32>().unwrap()[0];
+        let rounded = Tensor::from_vec(vec![0.1f32], &[1], &Device::Cpu)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()[0];
         assert_eq!(f.to_vec::<f32>().unwrap(), vec![rounded; 4], "{dtype}: 0.1 rounded once");
     }
     assert_eq!(Tensor::zeros(&[0, 4], DType::F32, dev).unwrap().shape(), &[0, 4]);

@@ -9,7 +9,10 @@ use fuse_runtime::*;
 const SHAPES: [&[usize]; 5] = [&[1], &[3, 17], &[127], &[2, 3, 17], &[17, 1]];
 
 /// The reference for a one-op graph built by `build` over tensor inputs.
-fn reference(inputs: &[&Tensor], build: impl FnOnce(&mut Graph, &[fuse_ir::NodeId]) -> fuse_ir::NodeId) -> fuse_ir::interp::Array {
+fn reference(
+    inputs: &[&Tensor],
+    build: impl FnOnce(&mut Graph, &[fuse_ir::NodeId]) -> fuse_ir::NodeId,
+) -> fuse_ir::interp::Array {
     let mut g = Graph::new("reference");
     let ids: Vec<_> = (0..inputs.len()).map(|i| g.input(&format!("x{i}"), InputKind::Tensor)).collect();
     let out = build(&mut g, &ids);
@@ -61,7 +64,8 @@ fn unary_ops_match_the_reference() {
 
 #[test]
 fn binary_ops_broadcast_like_numpy() {
-    let pairs: [(&[usize], &[usize]); 5] = [(&[3, 17], &[3, 17]), (&[3, 17], &[17]), (&[3, 1], &[1, 17]), (&[2, 3, 17], &[3, 1]), (&[1], &[127])];
+    let pairs: [(&[usize], &[usize]); 5] =
+        [(&[3, 17], &[3, 17]), (&[3, 17], &[17]), (&[3, 1], &[1, 17]), (&[2, 3, 17], &[3, 1]), (&[1], &[127])];
     let mut r = rng(2);
     for dtype in DType::ALL {
         for (sa, sb) in pairs {
@@ -135,7 +139,12 @@ fn reductions_keep_the_last_axis() {
                 assert_close(&got, &want, dtype, op.name());
             }
             let last = shape.len() as i64 - 1;
-            assert_close(&x.sum(last).unwrap(), &reference(&[&x], |g, i| g.reduce(ReduceOp::Sum, i[0], "")), dtype, "sum(rank-1)");
+            assert_close(
+                &x.sum(last).unwrap(),
+                &reference(&[&x], |g, i| g.reduce(ReduceOp::Sum, i[0], "")),
+                dtype,
+                "sum(rank-1)",
+            );
         }
     }
 }
@@ -150,10 +159,13 @@ fn composites_softmax_and_rms_norm() {
             assert_close(&softmax(&x).unwrap(), &want, dtype, "softmax");
             let w = tensor(&mut r, &shape[shape.len() - 1..], dtype);
             let mut g = Graph::new("rms");
-            let (xi, wi, ei) = (g.input("x", InputKind::Tensor), g.input("w", InputKind::Tensor), g.input("eps", InputKind::Scalar));
+            let (xi, wi, ei) =
+                (g.input("x", InputKind::Tensor), g.input("w", InputKind::Tensor), g.input("eps", InputKind::Scalar));
             let o = g.rms_norm(xi, wi, ei, "");
             g.outputs = vec![o];
-            let want = fuse_ir::interp::eval(&g, &[array(&x), array(&w), fuse_ir::interp::Array::scalar(1e-5)]).unwrap().remove(0);
+            let want = fuse_ir::interp::eval(&g, &[array(&x), array(&w), fuse_ir::interp::Array::scalar(1e-5)])
+                .unwrap()
+                .remove(0);
             assert_close(&rms_norm(&x, &w, 1e-5f32).unwrap(), &want, dtype, "rms_norm");
         }
     }
@@ -169,7 +181,12 @@ fn powf_and_matmul_in_every_dtype() {
             g.binary(BinaryOp::Pow, i[0], e, "")
         });
         assert_close(&x.powf(1.7).unwrap(), &want, dtype, "powf");
-        for (sa, sb) in [(&[17usize, 33][..], &[33usize, 5][..]), (&[1, 127], &[127, 3]), (&[3, 17, 33], &[33, 5]), (&[2, 17, 33], &[2, 33, 5])] {
+        for (sa, sb) in [
+            (&[17usize, 33][..], &[33usize, 5][..]),
+            (&[1, 127], &[127, 3]),
+            (&[3, 17, 33], &[33, 5]),
+            (&[2, 17, 33], &[2, 33, 5]),
+        ] {
             let a = tensor(&mut r, sa, dtype);
             let b = tensor(&mut r, sb, dtype);
             let want = reference(&[&a, &b], |g, i| g.matmul(i[0], i[1], ""));

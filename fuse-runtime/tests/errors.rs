@@ -101,7 +101,8 @@ fn a_corrupt_graph_is_an_internal_error() {
     assert!(matches!(BROKEN.graph(), Err(Error::Internal { .. })));
     let x = Tensor::from_vec(vec![1.0f32], &[1], &Device::Cpu).unwrap();
     assert_mentions(&message(BROKEN.call(&[arg(&x)])), &["in `broken`", "internal error"]);
-    static GOOD: FusedFn = FusedFn::new("good", "fn good(x: tensor)\n%0 = input 0 ; \"x\"\n%1 = exp %0 ; \"exp(x)\"\nreturn %1\n");
+    static GOOD: FusedFn =
+        FusedFn::new("good", "fn good(x: tensor)\n%0 = input 0 ; \"x\"\n%1 = exp %0 ; \"exp(x)\"\nreturn %1\n");
     let y = GOOD.call(&[arg(&x)]).unwrap().remove(0);
     assert!((y.to_vec::<f32>().unwrap()[0] - std::f32::consts::E).abs() < 1e-6);
 }

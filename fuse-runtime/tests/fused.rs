@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use fuse_ir::{BinaryOp, DType, Graph, GroupKind, InputKind, ReduceOp, UnaryOp};
-use fuse_runtime::{arg, Fusion, FusedFn, Tensor};
+use fuse_runtime::{arg, FusedFn, Fusion, Tensor};
 use GroupKind::*;
 
 /// `silu(x.matmul(wg)) * x.matmul(wu)` then `.matmul(wd)`, weights in [out, in] layout read via `.t()`.
@@ -241,7 +241,12 @@ fn row_reductions_fused() {
     let hand = plan(&g, &[(RowReduce, nodes, vec![])]);
     let mut r = rng(16);
     for dtype in DType::ALL {
-        for (sx, sc) in [(vec![3, 17], vec![3, 1]), (vec![1, 127], vec![1, 1]), (vec![2, 3, 17], vec![3, 1]), (vec![300, 5000], vec![300, 1])] {
+        for (sx, sc) in [
+            (vec![3, 17], vec![3, 1]),
+            (vec![1, 127], vec![1, 1]),
+            (vec![2, 3, 17], vec![3, 1]),
+            (vec![300, 5000], vec![300, 1]),
+        ] {
             let args = [In::T(tensor(&mut r, &sx, dtype)), In::T(tensor(&mut r, &sc, dtype))];
             check(&g, &args, std::slice::from_ref(&hand));
         }
@@ -274,7 +279,11 @@ fn groups_that_do_not_fit_fall_back() {
     for dtype in DType::ALL {
         let args = [In::T(tensor(&mut r, &[1, 17], dtype)), In::T(tensor(&mut r, &[5, 17], dtype))];
         check(&g, &args, std::slice::from_ref(&hand));
-        let args2 = [In::T(tensor(&mut r, &[3, 17], dtype)), In::T(tensor(&mut r, &[17, 5], dtype)), In::T(tensor(&mut r, &[2, 3, 5], dtype))];
+        let args2 = [
+            In::T(tensor(&mut r, &[3, 17], dtype)),
+            In::T(tensor(&mut r, &[17, 5], dtype)),
+            In::T(tensor(&mut r, &[2, 3, 5], dtype)),
+        ];
         check(&g2, &args2, std::slice::from_ref(&hand2));
     }
 }
@@ -306,7 +315,8 @@ fn outputs_and_fields() {
     let f = FusedFn::from_graph(g);
     let ta = tensor(&mut r, &[3, 17], DType::F32);
     let outs = f.call(&[arg(&ta), arg(&2.0f64), arg(&1usize)]).unwrap();
-    let (e1, a1, _s, e2, _ss): (Tensor, Tensor, Tensor, Tensor, Tensor) = fuse_runtime::FromOutputs::from_outputs(outs).unwrap();
+    let (e1, a1, _s, e2, _ss): (Tensor, Tensor, Tensor, Tensor, Tensor) =
+        fuse_runtime::FromOutputs::from_outputs(outs).unwrap();
     assert_eq!(e1.to_vec::<f32>().unwrap(), e2.to_vec::<f32>().unwrap());
     assert_eq!(a1.shape(), &[3, 17]);
 }
@@ -336,7 +346,11 @@ fn fusion_switch_and_explain() {
     assert_eq!(f.name(), "mlp");
     let mut r = rng(20);
     let x = tensor(&mut r, &[3, 33], DType::F32);
-    let (wg, wu, wd) = (tensor(&mut r, &[65, 33], DType::F32), tensor(&mut r, &[65, 33], DType::F32), tensor(&mut r, &[33, 65], DType::F32));
+    let (wg, wu, wd) = (
+        tensor(&mut r, &[65, 33], DType::F32),
+        tensor(&mut r, &[65, 33], DType::F32),
+        tensor(&mut r, &[33, 65], DType::F32),
+    );
     let args = [arg(&x), arg(&wg), arg(&wu), arg(&wd)];
     let on = f.call_with(&args, Fusion::On).unwrap().remove(0);
     let off = f.call_with(&args, Fusion::Off).unwrap().remove(0);

@@ -17,7 +17,11 @@ pub fn unary_b(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Te
 }
 
 #[fuse]
-pub fn binary(a: &Tensor, b: &Tensor, s: f32) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
+pub fn binary(
+    a: &Tensor,
+    b: &Tensor,
+    s: f32,
+) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
     let pos = abs(a) + 0.25;
     (a + b, a - b, a * b, a / (abs(b) + 0.5), maximum(a, b), minimum(a, b), pos.powf(s), b * s - 1.5)
 }
@@ -49,7 +53,14 @@ pub fn llama_mlp(x: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor) ->
 
 /// rms_norm, the SwiGLU MLP, the residual: one transformer FFN block with its weights as parameters.
 #[fuse]
-pub fn ffn_block(x: &Tensor, norm: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor, eps: f32) -> Result<Tensor> {
+pub fn ffn_block(
+    x: &Tensor,
+    norm: &Tensor,
+    w_gate: &Tensor,
+    w_up: &Tensor,
+    w_down: &Tensor,
+    eps: f32,
+) -> Result<Tensor> {
     let h = rms_norm(x, norm, eps);
     Ok(x + (silu(h.matmul(&w_gate.t())) * h.matmul(&w_up.t())).matmul(&w_down.t()))
 }

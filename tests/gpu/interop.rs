@@ -46,7 +46,8 @@ fn another_librarys_memory_is_read_and_written_in_place_in_stream_order() {
         let (ptr, _record) = buffer.device_ptr(&theirs);
         ptr
     };
-    let x = unsafe { Tensor::from_cuda_ptr(address, DType::F32, &[rows, cols], &dev, Box::new(buffer)) }.expect("from_cuda_ptr");
+    let x = unsafe { Tensor::from_cuda_ptr(address, DType::F32, &[rows, cols], &dev, Box::new(buffer)) }
+        .expect("from_cuda_ptr");
     unsafe { cuda.wait_for_stream(theirs.cu_stream()) }.expect("wait_for_stream");
     let doubled = (&x * 2.0f32).expect("x * 2");
     let want: Vec<f32> = values.iter().map(|v| v * 2.0).collect();

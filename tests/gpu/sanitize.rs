@@ -14,7 +14,9 @@
 //! lens read at an offset into a longer tensor.
 
 use crate::decode_step::{decode_step_after_kernel_fused, decode_step_attention_fused};
-use crate::fused_fns::{chain10_fused, ffn_block_fused, llama_mlp_fused, norm_and_cast_fused, reductions_fused, scaled_projection_fused};
+use crate::fused_fns::{
+    chain10_fused, ffn_block_fused, llama_mlp_fused, norm_and_cast_fused, reductions_fused, scaled_projection_fused,
+};
 use crate::{assert_close, check, gpu, random, rng};
 use fuse::ir::codegen::{attention_launch, AttentionShape, MMA_CONFIGS, SKINNY_CONFIGS, WGMMA_CONFIGS};
 use fuse::prelude::*;
@@ -36,7 +38,8 @@ fn template_paths(dev: &Device, dual: bool) -> Vec<String> {
 }
 
 fn forced(what: &str, path: &str, f: &FusedFn, args: &[fuse::Arg<'_>]) -> Vec<Tensor> {
-    fuse::tune::with_gemm_choice(path, || f.call_with(args, Fusion::On)).unwrap_or_else(|e| panic!("{what} {path}: {e}"))
+    fuse::tune::with_gemm_choice(path, || f.call_with(args, Fusion::On))
+        .unwrap_or_else(|e| panic!("{what} {path}: {e}"))
 }
 
 #[test]
@@ -50,9 +53,11 @@ fn every_gemm_template_config_once() {
         let wd = random(&mut r, &[HIDDEN, INTER], DType::BF16, -0.2, 0.2, &dev);
         // ffn_block: the dual GEMM with rms_norm as its prologue (in-kernel on the skinny configs of 8 rows),
         // the down projection adding the residual; llama_mlp: the dual GEMM with no prologue.
-        let ffn = [fuse::arg(&x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd), fuse::arg(&1e-5f32)];
+        let ffn =
+            [fuse::arg(&x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd), fuse::arg(&1e-5f32)];
         let mlp = [fuse::arg(&x), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd)];
-        for (name, f, args) in [("ffn_block", ffn_block_fused(), &ffn[..]), ("llama_mlp", llama_mlp_fused(), &mlp[..])] {
+        for (name, f, args) in [("ffn_block", ffn_block_fused(), &ffn[..]), ("llama_mlp", llama_mlp_fused(), &mlp[..])]
+        {
             let want = fuse::reference(f, args).expect("reference");
             for path in template_paths(&dev, true) {
                 let got = forced(name, &path, f, args);
@@ -80,9 +85,19 @@ fn pointwise_and_row_kernels_once() {
             let x = random(&mut r, &[rows, cols], dtype, -1.0, 1.0, &dev);
             let bias = random(&mut r, &[cols], dtype, -0.5, 0.5, &dev);
             let w = random(&mut r, &[cols], dtype, 0.5, 1.5, &dev);
-            check(&format!("chain10 {rows}x{cols}"), chain10_fused(), &[fuse::arg(&x), fuse::arg(&bias), fuse::arg(&0.7f32)], dtype);
+            check(
+                &format!("chain10 {rows}x{cols}"),
+                chain10_fused(),
+                &[fuse::arg(&x), fuse::arg(&bias), fuse::arg(&0.7f32)],
+                dtype,
+            );
             check(&format!("reductions {rows}x{cols}"), reductions_fused(), &[fuse::arg(&x)], dtype);
-            check(&format!("norm_and_cast {rows}x{cols}"), norm_and_cast_fused(), &[fuse::arg(&x), fuse::arg(&w), fuse::arg(&1e-5f64)], dtype);
+            check(
+                &format!("norm_and_cast {rows}x{cols}"),
+                norm_and_cast_fused(),
+                &[fuse::arg(&x), fuse::arg(&w), fuse::arg(&1e-5f64)],
+                dtype,
+            );
         }
     }
 }
@@ -132,7 +147,9 @@ fn model_kernels_once() {
         // tiles of 32), 8 query tiles, split; one query over 9 keys, decode, one split; 17 queries of
         // d = 256 in 4 query tiles over 40 keys, split.
         let Device::Cuda(cuda) = &dev else { panic!("gpu() gives a CUDA device") };
-        for (queries, keys, d, split, tiles) in [(5, 131, 64, true, false), (40, 70, 64, true, true), (1, 9, 136, false, false), (17, 40, 256, true, true)] {
+        for (queries, keys, d, split, tiles) in
+            [(5, 131, 64, true, false), (40, 70, 64, true, true), (1, 9, 136, false, false), (17, 40, 256, true, true)]
+        {
             let shape = AttentionShape { batch: 2, q_heads: 6, queries, kv_heads: 2, keys, d };
             let launch = attention_launch(shape, cuda.sm_count());
             assert_eq!((launch.splits > 1, launch.q_tiles > 1), (split, tiles), "{shape:?}: {launch:?}");
@@ -141,7 +158,12 @@ fn model_kernels_once() {
             let [k, v] = [0; 2].map(|_| random(&mut r, &[2, 2, keys, d], dtype, -1.0, 1.0, &dev));
             let args = [fuse::arg(&q), fuse::arg(&k), fuse::arg(&v), fuse::arg(&0.3f32)];
             check(&format!("attention sq {queries} skv {keys} d {d} {dtype}"), attend_fused(), &args, dtype);
-            check(&format!("causal attention sq {queries} skv {keys} d {d} {dtype}"), attend_causal_fused(), &args, dtype);
+            check(
+                &format!("causal attention sq {queries} skv {keys} d {d} {dtype}"),
+                attend_causal_fused(),
+                &args,
+                dtype,
+            );
         }
     }
 }
@@ -168,13 +190,23 @@ fn attention_len_once() {
         // capacity) into key ranges, fewer of which the smaller counts use; the positions past each count
         // are NaN and never loaded.
         for (queries, counts) in [(1, [0, 100]), (1, [300, 3]), (5, [5, 200])] {
-            let launch = attention_launch(AttentionShape { batch: 2, q_heads, queries, kv_heads, keys: capacity, d }, cuda.sm_count());
+            let launch = attention_launch(
+                AttentionShape { batch: 2, q_heads, queries, kv_heads, keys: capacity, d },
+                cuda.sm_count(),
+            );
             assert!(launch.splits > 1, "{launch:?}");
             let [k, v] = [0; 2].map(|_| {
                 let data: Vec<f32> = (0..2 * kv_heads * capacity * d)
-                    .map(|i| if i / d % capacity < counts[i / (kv_heads * capacity * d)] { r.uniform(-1.0, 1.0) } else { f32::NAN })
+                    .map(|i| {
+                        if i / d % capacity < counts[i / (kv_heads * capacity * d)] {
+                            r.uniform(-1.0, 1.0)
+                        } else {
+                            f32::NAN
+                        }
+                    })
                     .collect();
-                let cache = Tensor::from_vec(data, &[2, kv_heads, capacity, d], &Device::Cpu).and_then(|t| t.to_dtype(dtype));
+                let cache =
+                    Tensor::from_vec(data, &[2, kv_heads, capacity, d], &Device::Cpu).and_then(|t| t.to_dtype(dtype));
                 cache.and_then(|t| t.to_device(&dev)).expect("cache")
             });
             let lens = Tensor::from_vec(vec![7u32, counts[0] as u32, counts[1] as u32], &[3], &dev).expect("lens");
@@ -190,8 +222,13 @@ fn attention_len_once() {
         // and several; the caches are NaN at the new position (until the kernel writes it).
         for at in [40, 200] {
             let [k, v] = [0; 2].map(|_| {
-                let data: Vec<f32> = (0..2 * kv_heads * capacity * d).map(|i| if i / d % capacity != at { r.uniform(-1.0, 1.0) } else { f32::NAN }).collect();
-                Tensor::from_vec(data, &[2, kv_heads, capacity, d], &Device::Cpu).and_then(|t| t.to_dtype(dtype)).and_then(|t| t.to_device(&dev)).expect("cache")
+                let data: Vec<f32> = (0..2 * kv_heads * capacity * d)
+                    .map(|i| if i / d % capacity != at { r.uniform(-1.0, 1.0) } else { f32::NAN })
+                    .collect();
+                Tensor::from_vec(data, &[2, kv_heads, capacity, d], &Device::Cpu)
+                    .and_then(|t| t.to_dtype(dtype))
+                    .and_then(|t| t.to_device(&dev))
+                    .expect("cache")
             });
             let qkv = random(&mut r, &[2, 1, q_heads + 2 * kv_heads, d], dtype, -1.0, 1.0, &dev);
             let [cos, sin] = [0; 2].map(|_| random(&mut r, &[1, d / 2], dtype, -1.0, 1.0, &dev));
@@ -199,13 +236,22 @@ fn attention_len_once() {
             let lens = Tensor::from_vec(vec![at as u32 + 1; 2], &[2], &dev).expect("lens");
             let args = [&qkv, &cos, &sin, &k, &v, &position, &lens].map(fuse::arg);
             let heads = q_heads + kv_heads;
-            let args = [&args[..], &[fuse::arg(&q_heads), fuse::arg(&kv_heads), fuse::arg(&heads), fuse::arg(&0.125f32)]].concat();
+            let args =
+                [&args[..], &[fuse::arg(&q_heads), fuse::arg(&kv_heads), fuse::arg(&heads), fuse::arg(&0.125f32)]]
+                    .concat();
             check(&format!("decode step at {at} of {capacity} {dtype}"), decode_step_attention_fused(), &args, dtype);
             // After a kernel of its own call: the keys and values loaded before the grid wait.
             let qkv_scale = random(&mut r, &[d], dtype, 0.5, 1.5, &dev);
             let after = [&qkv, &qkv_scale, &cos, &sin, &k, &v, &position, &lens].map(fuse::arg);
-            let after = [&after[..], &[fuse::arg(&q_heads), fuse::arg(&kv_heads), fuse::arg(&heads), fuse::arg(&0.125f32)]].concat();
-            check(&format!("decode step after a kernel at {at} of {capacity} {dtype}"), decode_step_after_kernel_fused(), &after, dtype);
+            let after =
+                [&after[..], &[fuse::arg(&q_heads), fuse::arg(&kv_heads), fuse::arg(&heads), fuse::arg(&0.125f32)]]
+                    .concat();
+            check(
+                &format!("decode step after a kernel at {at} of {capacity} {dtype}"),
+                decode_step_after_kernel_fused(),
+                &after,
+                dtype,
+            );
         }
     }
 }

@@ -4,7 +4,10 @@
 //! an epilogue that reads another input; and the autotuner's choice being recorded. The wgmma template
 //! runs on sm_90 GPUs only: elsewhere its paths are skipped, visibly.
 
-use crate::fused_fns::{computed_weight_projection_fused, ffn_block_fused, llama_mlp_fused, overwrite_rows_fused, projection_fused, scaled_projection_fused};
+use crate::fused_fns::{
+    computed_weight_projection_fused, ffn_block_fused, llama_mlp_fused, overwrite_rows_fused, projection_fused,
+    scaled_projection_fused,
+};
 use crate::{assert_close, gpu, random, rng, tolerance};
 use fuse::ir::codegen::{MMA_CONFIGS, SKINNY_CONFIGS, WGMMA_CONFIGS};
 use fuse::prelude::*;
@@ -15,7 +18,10 @@ const ODD_ROWS: [usize; 4] = [1, 3, 17, 100];
 fn template_paths(dual: bool) -> Vec<String> {
     let skinny = SKINNY_CONFIGS.iter().map(|c| format!("skinny:{}", c.name));
     let wgmma = WGMMA_CONFIGS.iter().filter(|c| c.supports(dual)).map(|c| format!("wgmma:{}", c.name));
-    skinny.chain(wgmma).chain(MMA_CONFIGS.iter().filter(|c| c.supports(dual)).map(|c| format!("mma:{}", c.name))).collect()
+    skinny
+        .chain(wgmma)
+        .chain(MMA_CONFIGS.iter().filter(|c| c.supports(dual)).map(|c| format!("mma:{}", c.name)))
+        .collect()
 }
 
 /// Every GEMM path the tuner may choose for the Llama MLP: the library ones (paired and split cuBLAS,
@@ -76,7 +82,8 @@ fn the_skinny_prologue_and_epilogue_read_other_inputs() {
         let wg = random(&mut r, &[i, h], DType::BF16, -0.2, 0.2, &dev);
         let wu = random(&mut r, &[i, h], DType::BF16, -0.2, 0.2, &dev);
         let wd = random(&mut r, &[h, i], DType::BF16, -0.2, 0.2, &dev);
-        let args = [fuse::arg(&x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd), fuse::arg(&1e-5f32)];
+        let args =
+            [fuse::arg(&x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd), fuse::arg(&1e-5f32)];
         let want = fuse::reference(ffn_block_fused(), &args).expect("reference");
         for path in template_paths(true).into_iter().filter(|p| runs_here(p, ffn_block_fused(), &args)) {
             let got = forced(&path, ffn_block_fused(), &args);
@@ -176,7 +183,9 @@ fn every_wgmma_config_runs_a_single_product_with_prologue_and_epilogue() {
     let args = [fuse::arg(&x), fuse::arg(&w), fuse::arg(&w), fuse::arg(&wd)];
     for path in ["wgmma:n256", "mma:m128n128"] {
         match fuse::tune::with_gemm_choice(path, || llama_mlp_fused().call_with(&args, Fusion::On)) {
-            Err(e) => assert!(e.to_string().contains("two products") || e.to_string().contains("sm_90 GPUs only"), "{e}"),
+            Err(e) => {
+                assert!(e.to_string().contains("two products") || e.to_string().contains("sm_90 GPUs only"), "{e}")
+            }
             Ok(_) => panic!("{path} ran a dual GEMM"),
         }
     }
@@ -196,7 +205,8 @@ fn a_forced_path_that_cannot_run_is_an_error_and_tuning_records_its_choice() {
     let path = format!("skinny:{}", SKINNY_CONFIGS[0].name);
     let err = fuse::tune::with_gemm_choice(&path, || llama_mlp_fused().call_with(&args, Fusion::On)).unwrap_err();
     assert!(err.to_string().contains("bf16 and f16"), "{err}");
-    let err = fuse::tune::with_gemm_choice("warp-drive", || llama_mlp_fused().call_with(&args, Fusion::On)).unwrap_err();
+    let err =
+        fuse::tune::with_gemm_choice("warp-drive", || llama_mlp_fused().call_with(&args, Fusion::On)).unwrap_err();
     assert!(err.to_string().contains("warp-drive"), "{err}");
 
     // Tuning (FUSE_AUTOTUNE defaults to fast) keeps a result per group and rows bucket.
@@ -209,8 +219,12 @@ fn a_forced_path_that_cannot_run_is_an_error_and_tuning_records_its_choice() {
     assert_close("llama_mlp tuned m=5", &got[0], &want[0], DType::BF16);
     if fuse::tune::mode() != fuse::tune::AutotuneMode::Off {
         let results = fuse::tune::results();
-        let ours: Vec<_> = results.iter().filter(|e| e.group.starts_with("llama_mlp#") && e.group.contains(":n96:k64:")).collect();
-        assert!(ours.iter().any(|e| e.rows_bucket == 8 && e.micros > 0.0), "no result for the dual GEMM at 5 rows: {results:?}");
+        let ours: Vec<_> =
+            results.iter().filter(|e| e.group.starts_with("llama_mlp#") && e.group.contains(":n96:k64:")).collect();
+        assert!(
+            ours.iter().any(|e| e.rows_bucket == 8 && e.micros > 0.0),
+            "no result for the dual GEMM at 5 rows: {results:?}"
+        );
     }
 }
 
@@ -221,7 +235,11 @@ fn a_weight_computed_by_the_kernel_before_is_read_after_it_is_written() {
     // NaN while it is being computed, fresh on every call), so an early copy would read it unwritten.
     let plan = computed_weight_projection_fused().plan(Fusion::On).expect("plan");
     let kinds: Vec<_> = plan.groups.iter().map(|g| g.kind).collect();
-    assert_eq!(kinds, [fuse::ir::GroupKind::Pointwise, fuse::ir::GroupKind::Gemm], "the weight's kernel runs just before the GEMM's");
+    assert_eq!(
+        kinds,
+        [fuse::ir::GroupKind::Pointwise, fuse::ir::GroupKind::Gemm],
+        "the weight's kernel runs just before the GEMM's"
+    );
     let Some((dev, _gpu)) = gpu() else { return };
     let mut r = rng(89);
     for (rows, n, k) in [(1, 100, 264), (3, 1000, 136), (17, 40, 1000)] {
@@ -259,7 +277,12 @@ fn a_weight_written_in_place_is_read_after_the_write() {
             overwrite_rows_fused().call(&[fuse::arg(&w), fuse::arg(&new_rows), fuse::arg(&at)]).expect("overwrite");
             let got = forced(&path, projection_fused(), &[fuse::arg(&x), fuse::arg(&w)]);
             let want = fuse::reference(projection_fused(), &[fuse::arg(&x), fuse::arg(&w)]).expect("reference");
-            assert_close(&format!("projection after an in-place write {path} m={rows} n={n} k={k}"), &got[0], &want[0], DType::BF16);
+            assert_close(
+                &format!("projection after an in-place write {path} m={rows} n={n} k={k}"),
+                &got[0],
+                &want[0],
+                DType::BF16,
+            );
         }
     }
 }
@@ -285,7 +308,14 @@ fn queued_calls_whose_kernels_overlap_each_read_finished_inputs() {
         let xs: Vec<Tensor> = (0..8).map(|_| random(&mut r, &[rows, h], DType::BF16, -1.0, 1.0, &dev)).collect();
         for path in ["tuned", "skinny:r8c16", "wgmma:n16", "cublas"] {
             let call = |x: &Tensor| {
-                let args = [fuse::arg(x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd), fuse::arg(&1e-5f32)];
+                let args = [
+                    fuse::arg(x),
+                    fuse::arg(&norm),
+                    fuse::arg(&wg),
+                    fuse::arg(&wu),
+                    fuse::arg(&wd),
+                    fuse::arg(&1e-5f32),
+                ];
                 if path == "tuned" {
                     return ffn_block_fused().call_with(&args, Fusion::On).expect("tuned call");
                 }
@@ -297,7 +327,14 @@ fn queued_calls_whose_kernels_overlap_each_read_finished_inputs() {
             }
             let got: Vec<Vec<Tensor>> = xs.iter().map(call).collect();
             for (x, got) in xs.iter().zip(&got) {
-                let args = [fuse::arg(x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd), fuse::arg(&1e-5f32)];
+                let args = [
+                    fuse::arg(x),
+                    fuse::arg(&norm),
+                    fuse::arg(&wg),
+                    fuse::arg(&wu),
+                    fuse::arg(&wd),
+                    fuse::arg(&1e-5f32),
+                ];
                 let want = fuse::reference(ffn_block_fused(), &args).expect("reference");
                 assert_close(&format!("ffn_block {path} queued m={rows}"), &got[0], &want[0], DType::BF16);
             }
@@ -322,20 +359,25 @@ fn repeated_calls_of_every_template_config_are_bit_identical() {
     const REPEATS: usize = 60;
     for rows in [17, 64] {
         let x = random(&mut r, &[rows, h], DType::BF16, -1.0, 1.0, &dev);
-        let args = [fuse::arg(&x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd), fuse::arg(&1e-5f32)];
+        let args =
+            [fuse::arg(&x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu), fuse::arg(&wd), fuse::arg(&1e-5f32)];
         let want = fuse::reference(ffn_block_fused(), &args).expect("reference");
         for path in template_paths(true).into_iter().filter(|p| runs_here(p, ffn_block_fused(), &args)) {
             let first = forced(&path, ffn_block_fused(), &args);
             assert_close(&format!("ffn_block {path} m={rows}"), &first[0], &want[0], DType::BF16);
-            let bits = |t: &Tensor| -> Vec<u32> { t.to_vec::<f32>().expect("to_vec").iter().map(|v| v.to_bits()).collect() };
+            let bits =
+                |t: &Tensor| -> Vec<u32> { t.to_vec::<f32>().expect("to_vec").iter().map(|v| v.to_bits()).collect() };
             let first = bits(&first[0]);
             // Queued back to back (no host round trip between them), then read back one by one.
             let runs: Vec<Tensor> = (0..REPEATS).map(|_| forced(&path, ffn_block_fused(), &args).remove(0)).collect();
             for (n, run) in runs.iter().enumerate() {
                 let got = bits(run);
                 if let Some(e) = got.iter().zip(&first).position(|(a, b)| a != b) {
-                    panic!("ffn_block {path} m={rows}: repeat {n} differs from the first run at element {e} ({} vs {})",
-                        f32::from_bits(got[e]), f32::from_bits(first[e]));
+                    panic!(
+                        "ffn_block {path} m={rows}: repeat {n} differs from the first run at element {e} ({} vs {})",
+                        f32::from_bits(got[e]),
+                        f32::from_bits(first[e])
+                    );
                 }
             }
         }

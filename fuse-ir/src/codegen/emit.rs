@@ -111,7 +111,11 @@ pub(super) fn literal(c: f64) -> String {
         "__int_as_float(0x7fc00000)".to_string()
     } else if v.is_infinite() {
         let inf = "__int_as_float(0x7f800000)";
-        if v > 0.0 { inf.to_string() } else { format!("(-{inf})") }
+        if v > 0.0 {
+            inf.to_string()
+        } else {
+            format!("(-{inf})")
+        }
     } else if v.is_sign_negative() {
         format!("(-{:?}f)", -v)
     } else {

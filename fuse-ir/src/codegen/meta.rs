@@ -65,12 +65,22 @@ impl KernelSpec {
         let [name, kind, "group", group, role, "inputs", rest @ ..] = w.as_slice() else {
             return Err(bad("expected `NAME KIND group N ROLE inputs ...`"));
         };
-        let kind = [KernelKind::Pointwise, KernelKind::RowReduce].into_iter().find(|k| k.name() == *kind).ok_or_else(|| bad("unknown kind"))?;
+        let kind = [KernelKind::Pointwise, KernelKind::RowReduce]
+            .into_iter()
+            .find(|k| k.name() == *kind)
+            .ok_or_else(|| bad("unknown kind"))?;
         let role = ROLES.into_iter().find(|r| r.name() == *role).ok_or_else(|| bad("unknown role"))?;
         let group = group.parse().map_err(|_| bad("the group is not a number"))?;
         let node = |s: &&str| s.strip_prefix('%').and_then(|d| d.parse().ok()).map(NodeId);
-        let list = |words: &[&str]| words.iter().map(|w| node(w).ok_or_else(|| bad(&format!("`{w}` is not a node")))).collect::<Result<Vec<_>, _>>();
-        let at = |field: &str, from: usize| rest[from..].iter().position(|w| *w == field).map(|p| p + from).ok_or_else(|| bad(&format!("no `{field}`")));
+        let list = |words: &[&str]| {
+            words
+                .iter()
+                .map(|w| node(w).ok_or_else(|| bad(&format!("`{w}` is not a node"))))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let at = |field: &str, from: usize| {
+            rest[from..].iter().position(|w| *w == field).map(|p| p + from).ok_or_else(|| bad(&format!("no `{field}`")))
+        };
         let (pro, out) = (at("prologue", 0)?, at("outputs", 0)?);
         let nodes_at = at("nodes", out)?;
         let prologue = match &rest[pro + 1..out] {
@@ -116,7 +126,11 @@ mod tests {
             assert_eq!(KernelSpec { source: spec.source.clone(), ..back.clone() }, *spec, "{}", spec.meta());
             assert!(matches!(back.source, Cow::Borrowed(s) if std::ptr::eq(s, SOURCE)));
         }
-        for bad in ["k pointwise group 0 whole", "k warp group 0 whole inputs prologue - outputs nodes", "k pointwise group 0 whole inputs %x prologue - outputs nodes"] {
+        for bad in [
+            "k pointwise group 0 whole",
+            "k warp group 0 whole inputs prologue - outputs nodes",
+            "k pointwise group 0 whole inputs %x prologue - outputs nodes",
+        ] {
             assert!(KernelSpec::from_meta(bad, Cow::Borrowed("")).is_err(), "{bad}");
         }
     }

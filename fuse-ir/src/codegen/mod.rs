@@ -27,21 +27,25 @@ mod rowreduce;
 mod tests;
 
 pub use gemm::{
-    GemmTiling, MmaConfig, SkinnyConfig, WgmmaConfig, EARLY_WEIGHTS_DEFINE, MMA_CONFIGS, MMA_TEMPLATE, PROLOGUE_MAX_ROWS, SKINNY_CONFIGS,
-    SKINNY_TEMPLATE, WGMMA_CONFIGS, WGMMA_TEMPLATE,
+    GemmTiling, MmaConfig, SkinnyConfig, WgmmaConfig, EARLY_WEIGHTS_DEFINE, MMA_CONFIGS, MMA_TEMPLATE,
+    PROLOGUE_MAX_ROWS, SKINNY_CONFIGS, SKINNY_TEMPLATE, WGMMA_CONFIGS, WGMMA_TEMPLATE,
 };
 pub use model::{
-    attention_launch, decode_step_source, AttentionLaunch, AttentionShape, ModelKernel, DECODE_STEP_CLUSTER, DECODE_STEP_CLUSTERS, DECODE_STEP_ENTRY, DECODE_STEP_THREADS, ATTENTION_COMBINE_THREADS, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_CLUSTER_MAX, ATTENTION_DECODE_EARLY_DEFINE, ATTENTION_DECODE_MAX_SPLITS, ATTENTION_DECODE_PASS_ROWS, ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_ROPE_VECTOR_DEFINE, ATTENTION_DECODE_ROW_GROUP_KEYS, ATTENTION_DECODE_VECTOR_DEFINE,
-    ATTENTION_DECODE_ROWS, ATTENTION_DECODE_SPLIT_KEYS, ATTENTION_DECODE_THREADS, ATTENTION_HEAD_DIMS, ATTENTION_KEY_TILE,
-    ATTENTION_MAX_HEAD_DIM, ATTENTION_ROW_TILE, ATTENTION_THREADS, MODEL_BLOCK_THREADS, MODEL_CAT_COPIES, MODEL_RANK,
+    attention_launch, decode_step_source, AttentionLaunch, AttentionShape, ModelKernel, ATTENTION_COMBINE_THREADS,
+    ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_CLUSTER_MAX, ATTENTION_DECODE_EARLY_DEFINE,
+    ATTENTION_DECODE_MAX_SPLITS, ATTENTION_DECODE_PASS_ROWS, ATTENTION_DECODE_ROPE_DEFINE,
+    ATTENTION_DECODE_ROPE_VECTOR_DEFINE, ATTENTION_DECODE_ROWS, ATTENTION_DECODE_ROW_GROUP_KEYS,
+    ATTENTION_DECODE_SPLIT_KEYS, ATTENTION_DECODE_THREADS, ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_HEAD_DIMS,
+    ATTENTION_KEY_TILE, ATTENTION_MAX_HEAD_DIM, ATTENTION_ROW_TILE, ATTENTION_THREADS, DECODE_STEP_CLUSTER,
+    DECODE_STEP_CLUSTERS, DECODE_STEP_ENTRY, DECODE_STEP_THREADS, MODEL_BLOCK_THREADS, MODEL_CAT_COPIES, MODEL_RANK,
 };
 pub use prelude::{BLOCK_THREADS, VECTOR_ELEMENTS};
 
 use crate::graph::{Graph, NodeId};
 use crate::op::Op;
-use gemm::{mma, prologue, skinny, wgmma};
 use crate::plan::{GroupKind, Plan};
 use crate::DType;
+use gemm::{mma, prologue, skinny, wgmma};
 
 /// Most axes a kernel's domain may have (`FuseArgs::sizes` has this many entries).
 pub const MAX_RANK: usize = 6;
@@ -136,7 +140,11 @@ pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
     GROUPS_GENERATED.with(|n| n.set(n.get() + 1));
     // `cat` and `slice_set` have no generated kernel: the GPU executor runs the hand-written copy
     // (`codegen/model/cat.cu`).
-    if grp.nodes.iter().any(|&n| matches!(g.op(n), Op::View(crate::view::ViewOp::Cat { .. })) || g.op(n).writes_in_place()) {
+    if grp
+        .nodes
+        .iter()
+        .any(|&n| matches!(g.op(n), Op::View(crate::view::ViewOp::Cat { .. })) || g.op(n).writes_in_place())
+    {
         return Vec::new();
     }
     let base = plan.kernel_name(g, group);
@@ -179,7 +187,17 @@ pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
             all_inputs.extend(pro.iter().flat_map(|p| p.inputs.iter().copied()));
             let prologue = pro.map(|p| PrologueSlots { first: inputs.len(), primary: inputs.len() + p.primary });
             let (kind, outputs, nodes) = (KernelKind::Pointwise, outputs.clone(), nodes.clone());
-            specs.push(KernelSpec { name, source: source.into(), kind, group, role, inputs: all_inputs, prologue, outputs, nodes });
+            specs.push(KernelSpec {
+                name,
+                source: source.into(),
+                kind,
+                group,
+                role,
+                inputs: all_inputs,
+                prologue,
+                outputs,
+                nodes,
+            });
         }
     }
     specs

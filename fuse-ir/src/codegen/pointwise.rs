@@ -52,7 +52,12 @@ pub(super) fn source(parts: &KernelParts<'_>) -> String {
 }
 
 /// One element, offsets given per slot: read every input, compute, write every output.
-fn element(nin: usize, nout: usize, in_offset: impl Fn(usize) -> String, out_offset: impl Fn(usize) -> String) -> String {
+fn element(
+    nin: usize,
+    nout: usize,
+    in_offset: impl Fn(usize) -> String,
+    out_offset: impl Fn(usize) -> String,
+) -> String {
     let mut s = String::from("    float x[FUSE_NIN];\n    float y[FUSE_NOUT];\n");
     for k in 0..nin {
         let _ = writeln!(s, "    x[{k}] = {};", emit::read(k, &in_offset(k)));
@@ -67,7 +72,9 @@ fn element(nin: usize, nout: usize, in_offset: impl Fn(usize) -> String, out_off
 /// `fuse_body(x, y)`: the group's nodes in topological order over the input values `x`, into `y`.
 pub(super) fn body_function(parts: &KernelParts<'_>) -> String {
     let g = parts.g;
-    let mut s = String::from("__device__ __forceinline__ void fuse_body(const float (&x)[FUSE_NIN], float (&y)[FUSE_NOUT]) {\n");
+    let mut s = String::from(
+        "__device__ __forceinline__ void fuse_body(const float (&x)[FUSE_NIN], float (&y)[FUSE_NOUT]) {\n",
+    );
     for (k, &id) in parts.inputs.iter().enumerate() {
         let _ = writeln!(s, "  const float v{} = x[{k}];", id.0);
     }

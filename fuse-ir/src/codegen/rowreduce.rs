@@ -154,8 +154,11 @@ impl<'a, 'p> RowKernel<'a, 'p> {
         let Op::Reduce(op) = g.op(r) else { return };
         let operand = g.node(r).args[0];
         let (slots, nodes) = self.wide_work(&[operand]);
-        let spans: Vec<String> =
-            slots.iter().map(|&k| self.slot(k)).map(|s| format!("(FUSE_IN{s} != FUSE_SCALAR && si[{s}] != 0)")).collect();
+        let spans: Vec<String> = slots
+            .iter()
+            .map(|&k| self.slot(k))
+            .map(|s| format!("(FUSE_IN{s} != FUSE_SCALAR && si[{s}] != 0)"))
+            .collect();
         let len = if spans.is_empty() { "1".to_string() } else { format!("({}) ? n : 1", spans.join(" || ")) };
         let (identity, combine, block) = match op {
             ReduceOp::Sum | ReduceOp::Mean => ("0.0f", "+=", "fuse_block_sum"),
@@ -166,7 +169,11 @@ impl<'a, 'p> RowKernel<'a, 'p> {
         self.line(2, &format!("const long long len{id} = {len};"));
         self.line(2, &format!("float acc{id} = {identity};"));
         let value = emit::value(g, operand);
-        let fold = if combine == "max" { format!("acc{id} = fmaxf(acc{id}, {value});") } else { format!("acc{id} += {value};") };
+        let fold = if combine == "max" {
+            format!("acc{id} = fmaxf(acc{id}, {value});")
+        } else {
+            format!("acc{id} += {value};")
+        };
         self.emit_row_loop(&format!("len{id}"), |k| {
             k.emit_wide(&slots, &nodes);
             k.line(3, &fold);
@@ -184,7 +191,10 @@ impl<'a, 'p> RowKernel<'a, 'p> {
     /// (a plain unrolled loop tests the bound between copies, which keeps each load behind the last), and
     /// the row's tail one column at a time. Each thread visits its columns in the same order either way.
     fn emit_row_loop(&mut self, len: &str, body: impl Fn(&mut Self)) {
-        self.line(2, &format!("for (long long j0 = threadIdx.x; j0 < {len}; j0 += {ROW_UNROLL} * (long long)blockDim.x) {{"));
+        self.line(
+            2,
+            &format!("for (long long j0 = threadIdx.x; j0 < {len}; j0 += {ROW_UNROLL} * (long long)blockDim.x) {{"),
+        );
         self.line(3, &format!("if (j0 + {} * (long long)blockDim.x < {len}) {{", ROW_UNROLL - 1));
         self.line(4, "#pragma unroll");
         self.line(4, &format!("for (int u = 0; u < {ROW_UNROLL}; ++u) {{"));
@@ -213,7 +223,10 @@ impl<'a, 'p> RowKernel<'a, 'p> {
             };
             // Four columns per thread at a time, computed before any is stored (a store may alias a later
             // load, so loads are not moved above it): their loads are in flight together.
-            self.line(2, &format!("for (long long j0 = threadIdx.x; j0 < n; j0 += {ROW_UNROLL} * (long long)blockDim.x) {{"));
+            self.line(
+                2,
+                &format!("for (long long j0 = threadIdx.x; j0 < n; j0 += {ROW_UNROLL} * (long long)blockDim.x) {{"),
+            );
             self.line(3, &format!("if (j0 + {} * (long long)blockDim.x < n) {{", ROW_UNROLL - 1));
             for &k in &wide {
                 self.line(4, &format!("float y{k}[{ROW_UNROLL}];"));

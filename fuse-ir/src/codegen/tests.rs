@@ -58,7 +58,10 @@ fn the_mlp_is_one_epilogue_kernel() {
     assert_eq!(epilogue.inputs, plan.groups[0].matmuls, "the products are read from memory");
     assert_eq!(epilogue.outputs, plan.groups[0].outputs);
     assert_eq!(epilogue.nodes.len(), 2);
-    assert!(epilogue.source.contains(&format!("extern \"C\" __global__ void __launch_bounds__(256) {}(const FuseArgs args)", epilogue.name)));
+    assert!(epilogue.source.contains(&format!(
+        "extern \"C\" __global__ void __launch_bounds__(256) {}(const FuseArgs args)",
+        epilogue.name
+    )));
 }
 
 #[test]
@@ -84,7 +87,10 @@ fn the_skinny_kernel_feeds_the_accumulators_to_the_epilogue() {
     assert!(!src.contains("fuse_read<FUSE_IN0>"), "the products are never read from memory");
     // The down projection: a lone product, written as it is.
     let down = specs.iter().find(|s| s.role == Role::Skinny && s.group == 1).expect("a single skinny kernel");
-    assert_eq!((down.inputs.as_slice(), down.outputs.as_slice()), (plan.groups[1].matmuls.as_slice(), plan.groups[1].outputs.as_slice()));
+    assert_eq!(
+        (down.inputs.as_slice(), down.outputs.as_slice()),
+        (plan.groups[1].matmuls.as_slice(), plan.groups[1].outputs.as_slice())
+    );
     assert!(down.source.contains("#define FUSE_SKINNY_DUAL 0") && down.source.contains("y[0] = v"));
 }
 
@@ -121,7 +127,8 @@ fn rms_norm_and_softmax_are_one_row_kernel() {
     assert_eq!(src.matches("fuse_block_sum(acc").count(), 1, "one reduction pass");
     // The scalar eps is read once per kernel, the per-row rsqrt once per row (before the last pass).
     let eps = specs[0].inputs.iter().position(|&i| g.op(i) == Op::Input(2)).expect("eps is read");
-    let eps_read = src.find(&format!("const float v2 = fuse_read<FUSE_IN{eps}>(args.in[{eps}], 0);")).expect("eps read once");
+    let eps_read =
+        src.find(&format!("const float v2 = fuse_read<FUSE_IN{eps}>(args.in[{eps}], 0);")).expect("eps read once");
     let rsqrt = src.find("const float v6 = rsqrtf(v5);").expect("rsqrt once per row");
     let last_pass = src.rfind("for (long long j0 = threadIdx.x; j0 < n;").expect("a last pass");
     assert!(eps_read < rsqrt && rsqrt < last_pass, "{src}");
@@ -200,9 +207,15 @@ fn a_prologue_and_an_epilogue_around_one_gemm() {
     );
     let (pro, epi) = (&specs[0], &specs[1]);
     assert_eq!(pro.name, "scaled_k0_gemm_mul_relu_tanh_prologue");
-    assert_eq!((pro.inputs.as_slice(), pro.outputs.as_slice(), pro.nodes.as_slice()), ([x, s].as_slice(), [lhs].as_slice(), [xs, lhs].as_slice()));
+    assert_eq!(
+        (pro.inputs.as_slice(), pro.outputs.as_slice(), pro.nodes.as_slice()),
+        ([x, s].as_slice(), [lhs].as_slice(), [xs, lhs].as_slice())
+    );
     assert_eq!(epi.name, "scaled_k0_gemm_mul_relu_tanh_epilogue");
-    assert_eq!((epi.inputs.as_slice(), epi.outputs.as_slice(), epi.nodes.as_slice()), ([y].as_slice(), [out].as_slice(), [out].as_slice()));
+    assert_eq!(
+        (epi.inputs.as_slice(), epi.outputs.as_slice(), epi.nodes.as_slice()),
+        ([y].as_slice(), [out].as_slice(), [out].as_slice())
+    );
 }
 
 #[test]
@@ -269,7 +282,11 @@ fn literals_are_exact_and_deterministic() {
 fn defines_come_in_a_fixed_order() {
     let (g, _) = chain10();
     let (_, specs) = kernels(&g);
-    let d = defines(&specs[0], &[InputKind::Tensor(DType::BF16), InputKind::Tensor(DType::F32), InputKind::Scalar], &[DType::F16]);
+    let d = defines(
+        &specs[0],
+        &[InputKind::Tensor(DType::BF16), InputKind::Tensor(DType::F32), InputKind::Scalar],
+        &[DType::F16],
+    );
     assert_eq!(d, ["-DFUSE_NIN=3", "-DFUSE_NOUT=1", "-DFUSE_IN0=2", "-DFUSE_IN1=0", "-DFUSE_IN2=3", "-DFUSE_OUT0=1"]);
     // Every slot the source names has a define.
     for k in 0..3 {
@@ -352,7 +369,14 @@ fn the_skinny_kernel_can_run_an_rms_norm_prologue() {
     );
     let grp = &plan.groups[0];
     let ids = |names: &[&str]| -> Vec<NodeId> {
-        names.iter().map(|n| g.ids().find(|&id| g.op(id) == Op::Input(g.inputs.iter().position(|i| i.name == *n).unwrap() as u32)).unwrap()).collect()
+        names
+            .iter()
+            .map(|n| {
+                g.ids()
+                    .find(|&id| g.op(id) == Op::Input(g.inputs.iter().position(|i| i.name == *n).unwrap() as u32))
+                    .unwrap()
+            })
+            .collect()
     };
     let [x, w, eps] = ids(&["x", "w", "eps"])[..] else { panic!() };
     let skinny = &specs[2];
@@ -362,10 +386,20 @@ fn the_skinny_kernel_can_run_an_rms_norm_prologue() {
     assert_eq!(skinny.prologue, Some(PrologueSlots { first: 2, primary: 2 }));
     let src = &skinny.source;
     assert!(src.contains("#if FUSE_GEMM_PRO\n"), "the prologue is compiled in only on request");
-    assert!(src.contains("fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long n, float* part, int stride)"));
-    let (rows, element) = src.split_once("void fuse_gemm_pro8(const FuseArgs& args, const FuseProRow& p, long long j8, float (&a)[8])").unwrap();
-    assert!(rows.contains("fuse_read8<FUSE_IN2>(args.in[2], bi[2] + j8, xv)"), "the row pass reads x 16 bytes at a time");
-    assert!(rows.contains("fuse_warp_sum(s)") && rows.contains("const float v8 = rsqrtf(v7);"), "one warp per row ends it");
+    assert!(src.contains(
+        "fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long n, float* part, int stride)"
+    ));
+    let (rows, element) = src
+        .split_once("void fuse_gemm_pro8(const FuseArgs& args, const FuseProRow& p, long long j8, float (&a)[8])")
+        .unwrap();
+    assert!(
+        rows.contains("fuse_read8<FUSE_IN2>(args.in[2], bi[2] + j8, xv)"),
+        "the row pass reads x 16 bytes at a time"
+    );
+    assert!(
+        rows.contains("fuse_warp_sum(s)") && rows.contains("const float v8 = rsqrtf(v7);"),
+        "one warp per row ends it"
+    );
     assert!(element.contains("fuse_pro_read8<FUSE_IN4>(args.in[4], bi[4], si[4], j8, in4);"), "w: 8 columns at a time");
     assert!(!element.contains("args.in[2]"), "x is not read again per element");
     assert!(element.contains(&format!("const float v{} = a[e];", x.0)), "x comes from the template's load");
@@ -376,7 +410,10 @@ fn the_skinny_kernel_can_run_an_rms_norm_prologue() {
     assert!(per_element.contains(&format!("a[e] = v{} * v{};", x.0, w.0)), "h = x * w");
     assert!(per_element.contains("red[0] = red[0] + "), "the sum of squares folds over the loaded elements");
     assert!(per_row.contains("red[0] / (float)n") && per_row.contains("rsqrtf("), "s = rsqrt(mean + eps)");
-    assert!(scaled.contains(&format!("return (FUSE_IN{} == FUSE_SCALAR || p.si[", 2 + 1)), "eps must be constant along the row");
+    assert!(
+        scaled.contains(&format!("return (FUSE_IN{} == FUSE_SCALAR || p.si[", 2 + 1)),
+        "eps must be constant along the row"
+    );
     // The wgmma kernel does not run the prologue: the runtime writes h first on that path.
     assert_eq!(specs[3].prologue, None);
     assert_eq!(specs[3].inputs, grp.matmuls);

@@ -74,7 +74,11 @@ fn key_counts(q: &Array, k: &Array, lens: Option<&Array>, causal: bool) -> Resul
     let (queries, keys) = (q.shape[2], k.shape[2]);
     let Some(lens) = lens else { return Ok(vec![keys; q.shape[0]]) };
     // Counts come from u32 tensors: whole and non-negative, so the cast keeps them.
-    lens.data.iter().enumerate().map(|(batch, &len)| check_key_count(batch, len as u64, queries, keys, causal)).collect()
+    lens.data
+        .iter()
+        .enumerate()
+        .map(|(batch, &len)| check_key_count(batch, len as u64, queries, keys, causal))
+        .collect()
 }
 
 /// Batch b reads keys 0 .. key_counts[b] of its skv; causal query i sees keys 0 ..= key_counts[b] - sq + i.

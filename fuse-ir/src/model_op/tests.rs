@@ -77,7 +77,9 @@ fn dtypes_keep_ids_apart_from_arithmetic() {
     assert!(attention.infer_dtype(&[Some(BF16), Some(F32), Some(BF16), None]).is_err());
     let with_lens = ModelOp::Attention { causal: false, with_lens: true };
     assert_eq!(with_lens.infer_dtype(&[Some(F16), Some(F16), Some(F16), None, Some(U32)]), Ok(Some(F16)));
-    for (lens, says) in [(Some(F32), "`lens` must be u32, got f32"), (None, "`lens` must be a u32 tensor, got a scalar")] {
+    for (lens, says) in
+        [(Some(F32), "`lens` must be u32, got f32"), (None, "`lens` must be a u32 tensor, got a scalar")]
+    {
         let err = with_lens.infer_dtype(&[Some(F32), Some(F32), Some(F32), None, lens]).unwrap_err();
         assert_eq!(err.to_string(), says);
     }
@@ -91,7 +93,10 @@ fn dtypes_keep_ids_apart_from_arithmetic() {
     g.outputs = vec![e, bad];
     let err = infer_dtypes(&g, &[Some(U32)]).unwrap_err();
     assert_eq!(err.node, bad);
-    assert_eq!(err.error.to_string(), "u32 values (token ids) take no arithmetic: convert them with `.to_dtype(DType::F32)` first");
+    assert_eq!(
+        err.error.to_string(),
+        "u32 values (token ids) take no arithmetic: convert them with `.to_dtype(DType::F32)` first"
+    );
     let mut g = Graph::new("f");
     let x = g.input("x", InputKind::Tensor);
     g.outputs = vec![g.cast(x, U32, "x.to_dtype(U32)")];
@@ -110,7 +115,11 @@ fn reference_embedding_argmax_and_rope() {
 
     let x = Array::new(vec![3, 3], vec![1.0, 5.0, 5.0, -1.0, -2.0, -3.0, 0.0, f64::NAN, 9.0]);
     let out = eval(&model_graph(ModelOp::Argmax), &[x]).unwrap();
-    assert_eq!((out[0].shape.clone(), out[0].data.clone()), (vec![3, 1], vec![1.0, 0.0, 1.0]), "ties: first; NaN: largest");
+    assert_eq!(
+        (out[0].shape.clone(), out[0].data.clone()),
+        (vec![3, 1], vec![1.0, 0.0, 1.0]),
+        "ties: first; NaN: largest"
+    );
 
     // d = 4, seq = 2: position 1 rotates by (cos, sin) per pair (x[i], x[i + 2]).
     let x = Array::new(vec![2, 4], vec![1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0]);
@@ -126,17 +135,27 @@ fn reference_attention_masks_and_shares_kv_heads() {
     let q = Array::new(vec![1, 2, 1, 1], vec![0.0, 1.0]);
     let k = Array::new(vec![1, 1, 2, 1], vec![1.0, 2.0]);
     let v = Array::new(vec![1, 1, 2, 1], vec![10.0, 20.0]);
-    let out = eval(&model_graph(ModelOp::Attention { causal: false, with_lens: false }), &[q.clone(), k.clone(), v.clone(), Array::scalar(1.0)]).unwrap();
+    let out = eval(
+        &model_graph(ModelOp::Attention { causal: false, with_lens: false }),
+        &[q.clone(), k.clone(), v.clone(), Array::scalar(1.0)],
+    )
+    .unwrap();
     // Head 0: scores equal, mean of v. Head 1: scores 1 and 2.
     let (e1, e2) = (1f64.exp(), 2f64.exp());
     let want = [15.0, (10.0 * e1 + 20.0 * e2) / (e1 + e2)];
     assert!(out[0].data.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12), "{:?}", out[0].data);
     // Causal with one query and two keys: the query is the last position, so it sees both keys.
-    let causal = eval(&model_graph(ModelOp::Attention { causal: true, with_lens: false }), &[q, k.clone(), v.clone(), Array::scalar(1.0)]).unwrap();
+    let causal = eval(
+        &model_graph(ModelOp::Attention { causal: true, with_lens: false }),
+        &[q, k.clone(), v.clone(), Array::scalar(1.0)],
+    )
+    .unwrap();
     assert_eq!(causal[0].data, out[0].data);
     // Two queries over two keys, causal: the first sees key 0 only.
     let q2 = Array::new(vec![1, 1, 2, 1], vec![1.0, 1.0]);
-    let out = eval(&model_graph(ModelOp::Attention { causal: true, with_lens: false }), &[q2, k, v, Array::scalar(1.0)]).unwrap();
+    let out =
+        eval(&model_graph(ModelOp::Attention { causal: true, with_lens: false }), &[q2, k, v, Array::scalar(1.0)])
+            .unwrap();
     assert_eq!(out[0].data[0], 10.0);
 }
 
@@ -153,7 +172,8 @@ fn reference_attention_with_lens_reads_only_the_counted_keys() {
     };
     let (e1, e2) = (1f64.exp(), 2f64.exp());
     let both = (10.0 * e1 + 20.0 * e2) / (e1 + e2);
-    let close = |got: Vec<f64>, want: [f64; 4]| assert!(got.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12), "{got:?}");
+    let close =
+        |got: Vec<f64>, want: [f64; 4]| assert!(got.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12), "{got:?}");
     close(run(false, [1.0, 2.0]).unwrap(), [10.0, 10.0, both, both]);
     // Causal: the queries are the last two of lens[b] keys, so the first sees key 0 only.
     close(run(true, [2.0, 2.0]).unwrap(), [10.0, both, 10.0, both]);
@@ -163,7 +183,8 @@ fn reference_attention_with_lens_reads_only_the_counted_keys() {
     assert_eq!(err.error, InferError::KeyCount { batch: 1, len: 4, least: 0, keys: 3 });
     assert_eq!(err.error.to_string(), "key count lens[1] = 4 is outside 0..=3 (at most the 3 keys k and v hold)");
     let err = run(true, [1.0, 2.0]).unwrap_err();
-    let says = "key count lens[0] = 1 is outside 2..=3 (under causal at least the 2 queries, at most the 3 keys k and v hold)";
+    let says =
+        "key count lens[0] = 1 is outside 2..=3 (under causal at least the 2 queries, at most the 3 keys k and v hold)";
     assert_eq!(err.error.to_string(), says);
 }
 

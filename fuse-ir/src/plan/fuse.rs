@@ -116,7 +116,10 @@ impl<'g> Planner<'g> {
         let input = self.args(id)[0];
         if let Some(producer) = self.owner[input.index()] {
             let kind = self.drafts[producer].kind;
-            if matches!(kind, GroupKind::Pointwise | GroupKind::RowReduce) && !self.sealed(producer) && self.acyclic(&[producer], Some(id)) {
+            if matches!(kind, GroupKind::Pointwise | GroupKind::RowReduce)
+                && !self.sealed(producer)
+                && self.acyclic(&[producer], Some(id))
+            {
                 self.join(producer, id);
                 self.drafts[producer].kind = GroupKind::RowReduce;
                 return;
@@ -202,7 +205,8 @@ impl<'g> Planner<'g> {
                 continue;
             }
             let private = self.drafts[p].nodes.iter().all(|&n| {
-                !self.returned[n.index()] && self.users[n.index()].iter().all(|&u| u == id || self.owner[u.index()] == Some(p))
+                !self.returned[n.index()]
+                    && self.users[n.index()].iter().all(|&u| u == id || self.owner[u.index()] == Some(p))
             });
             if private && self.acyclic(&[group, p], None) {
                 self.merge(group, p);
@@ -350,7 +354,9 @@ impl<'g> Planner<'g> {
         let outputs = nodes
             .iter()
             .copied()
-            .filter(|n| self.returned[n.index()] || self.users[n.index()].iter().any(|u| self.owner[u.index()] != Some(d)))
+            .filter(|n| {
+                self.returned[n.index()] || self.users[n.index()].iter().any(|u| self.owner[u.index()] != Some(d))
+            })
             .collect();
         Group {
             kind: draft.kind,

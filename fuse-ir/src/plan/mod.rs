@@ -5,8 +5,8 @@
 //! exactly one group; a value crosses groups only through memory, written once.
 
 mod fuse;
-mod text;
 mod report;
+mod text;
 pub use report::*;
 
 use crate::graph::{Graph, NodeId};
@@ -190,7 +190,9 @@ impl Plan {
             if grp.kind == GroupKind::Model && !(grp.nodes.len() == 1 && matches!(g.op(grp.nodes[0]), Op::Model(_))) {
                 return Err(format!("group {i} (model) must compute one model op alone"));
             }
-            if let Some(&m) = grp.nodes.iter().find(|&&n| matches!(g.op(n), Op::Model(_)) && grp.kind != GroupKind::Model) {
+            if let Some(&m) =
+                grp.nodes.iter().find(|&&n| matches!(g.op(n), Op::Model(_)) && grp.kind != GroupKind::Model)
+            {
                 return Err(format!("group {i} ({}) computes model op %{}, which runs alone", grp.kind.name(), m.0));
             }
             let row_work = |op: &Op| op.is_pointwise() || matches!(op, Op::Reduce(_));

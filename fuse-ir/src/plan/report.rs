@@ -83,7 +83,12 @@ pub fn describe(g: &Graph, plan: &Plan, shapes: Option<(&[Vec<usize>], &[Option<
 /// `infer_dtypes` return them) each line also says how many bytes of intermediates are never written: a
 /// value the unfused plan writes and reads back once but the fused plan keeps. A dtype `None` counts as f32.
 #[allow(clippy::type_complexity)]
-pub fn describe_for(g: &Graph, plan: &Plan, shapes: Option<(&[Vec<usize>], &[Option<DType>])>, backend: Backend) -> String {
+pub fn describe_for(
+    g: &Graph,
+    plan: &Plan,
+    shapes: Option<(&[Vec<usize>], &[Option<DType>])>,
+    backend: Backend,
+) -> String {
     let (units, kept_where, saved_what) = backend.words();
     let mut text = String::new();
     let mut total_saved = 0usize;

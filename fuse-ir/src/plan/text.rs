@@ -17,7 +17,8 @@ impl Plan {
         let mut s = String::new();
         for grp in &self.groups {
             s.push_str(grp.kind.name());
-            for (field, ids) in FIELDS.iter().zip([&grp.nodes, &grp.matmuls, &grp.prologue, &grp.inputs, &grp.outputs]) {
+            for (field, ids) in FIELDS.iter().zip([&grp.nodes, &grp.matmuls, &grp.prologue, &grp.inputs, &grp.outputs])
+            {
                 let _ = write!(s, " {field}");
                 for id in ids {
                     let _ = write!(s, " %{}", id.0);

@@ -84,7 +84,12 @@ impl Method {
         match self {
             Method::Transpose | Method::Unary(_) => 0,
             Method::View(v) => v.entry().2,
-            Method::MatMul | Method::Reduce(_) | Method::Powf | Method::ToDType | Method::Argmax | Method::Binary(_) => 1,
+            Method::MatMul
+            | Method::Reduce(_)
+            | Method::Powf
+            | Method::ToDType
+            | Method::Argmax
+            | Method::Binary(_) => 1,
         }
     }
 
@@ -113,7 +118,9 @@ pub enum Function {
     Embedding,
     Rope,
     /// `attention(q, k, v, scale, causal)`, or with `with_lens` `attention_len(q, k, v, lens, scale, causal)`.
-    Attention { with_lens: bool },
+    Attention {
+        with_lens: bool,
+    },
     /// `cat(&[&a, &b, ..], axis)` (`views.rs`).
     Cat,
 }
@@ -149,9 +156,12 @@ impl Function {
             Function::RmsNorm => "`rms_norm(x, weight, eps)`".into(),
             Function::Embedding => "`embedding(ids, table)`".into(),
             Function::Rope => "`rope(x, cos, sin)`".into(),
-            Function::Attention { with_lens: false } => "`attention(q, k, v, scale, causal)` (`causal`: `true` or `false`)".into(),
+            Function::Attention { with_lens: false } => {
+                "`attention(q, k, v, scale, causal)` (`causal`: `true` or `false`)".into()
+            }
             Function::Attention { with_lens: true } => {
-                "`attention_len(q, k, v, lens, scale, causal)` (`lens`: a u32 tensor [b]; `causal`: `true` or `false`)".into()
+                "`attention_len(q, k, v, lens, scale, causal)` (`lens`: a u32 tensor [b]; `causal`: `true` or `false`)"
+                    .into()
             }
             Function::Cat => "`cat(&[&a, &b], axis)`".into(),
         }
@@ -163,7 +173,14 @@ pub fn supported_methods() -> String {
     let mut names: Vec<String> =
         ["matmul(b)", "t()", "sum(-1)", "mean(-1)", "max(-1)", "argmax(-1)", "powf(s)", "to_dtype(DType::..)"]
             .iter()
-            .chain(&["reshape(&[..])", "transpose(a, b)", "permute(&[..])", "narrow(axis, start, len)", "contiguous()", "dim(i)"])
+            .chain(&[
+                "reshape(&[..])",
+                "transpose(a, b)",
+                "permute(&[..])",
+                "narrow(axis, start, len)",
+                "contiguous()",
+                "dim(i)",
+            ])
             .map(|s| format!("`{s}`"))
             .collect();
     names.extend(callable_unary().map(|u| format!("`{}()`", u.name())));
@@ -174,7 +191,8 @@ pub fn supported_methods() -> String {
 /// For messages: every supported function.
 pub fn supported_functions() -> String {
     let mut names: Vec<String> = callable_unary().map(|u| format!("`{}`", u.name())).collect();
-    let others = ["maximum", "minimum", "softmax", "rms_norm", "embedding", "rope", "attention", "attention_len", "cat"];
+    let others =
+        ["maximum", "minimum", "softmax", "rms_norm", "embedding", "rope", "attention", "attention_len", "cat"];
     names.extend(others.iter().map(|s| format!("`{s}`")));
     names.join(", ")
 }
@@ -189,7 +207,9 @@ pub fn is_size_method(name: &str) -> bool {
 pub fn suggestion(name: &str) -> Option<&'static str> {
     Some(match name {
         "swapaxes" | "swap_dims" => "write `x.transpose(a, b)`",
-        "view" | "flatten" | "unsqueeze" | "squeeze" => "write `x.reshape(&[d0, d1, ..])` (a view when the strides allow)",
+        "view" | "flatten" | "unsqueeze" | "squeeze" => {
+            "write `x.reshape(&[d0, d1, ..])` (a view when the strides allow)"
+        }
         "concat" | "concatenate" | "stack" => "write `cat(&[&a, &b], axis)`",
         "slice" | "i" => "write `x.narrow(axis, start, len)`",
         "mm" | "dot" | "bmm" | "broadcast_matmul" => "write `a.matmul(b)`",
@@ -229,10 +249,29 @@ mod tests {
             assert_eq!(Method::from_name(u.name()), Some(Method::Unary(u)));
             assert_eq!(Function::from_name(u.name()), Some(Function::Unary(u)));
         }
-        for name in ["matmul", "t", "sum", "mean", "max", "argmax", "powf", "to_dtype", "maximum", "minimum", "reshape", "transpose", "permute", "narrow", "contiguous", "dim"] {
+        for name in [
+            "matmul",
+            "t",
+            "sum",
+            "mean",
+            "max",
+            "argmax",
+            "powf",
+            "to_dtype",
+            "maximum",
+            "minimum",
+            "reshape",
+            "transpose",
+            "permute",
+            "narrow",
+            "contiguous",
+            "dim",
+        ] {
             assert!(Method::from_name(name).is_some(), "{name}");
         }
-        for name in ["softmax", "rms_norm", "maximum", "minimum", "embedding", "rope", "attention", "attention_len", "cat"] {
+        for name in
+            ["softmax", "rms_norm", "maximum", "minimum", "embedding", "rope", "attention", "attention_len", "cat"]
+        {
             assert!(Function::from_name(name).is_some(), "{name}");
         }
         assert_eq!(Method::from_name("neg"), None);

@@ -208,7 +208,10 @@ fn each_mistake_gives_one_error() {
         ("fn f(x: &Tensor) -> Result<Tensor> { let g = |t| t; Ok(x.exp()) }", "closures cannot be traced"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(frobnicate(x)) }", "unknown function `frobnicate`"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.frobnicate()) }", "unknown method `frobnicate`"),
-        ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.transpose()) }", "takes 2 arguments, found 0: write `x.transpose(1, 2)`"),
+        (
+            "fn f(x: &Tensor) -> Result<Tensor> { Ok(x.transpose()) }",
+            "takes 2 arguments, found 0: write `x.transpose(1, 2)`",
+        ),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(exp(x, x)) }", "`exp` takes 1 argument, found 2"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.matmul()) }", "`matmul` takes 1 argument, found 0"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.sum(0)) }", "write `x.sum(-1)`"),
@@ -330,7 +333,8 @@ fn several_mistakes_give_several_errors_in_source_order() {
 
 #[test]
 fn a_needless_let_mut_is_reported_after_the_loop_that_needs_it() {
-    let errors = errors("fn f(x: &Tensor) -> Result<Tensor> { let mut h = x.exp(); for _ in 0..3 { h = h.exp(); } Ok(h) }");
+    let errors =
+        errors("fn f(x: &Tensor) -> Result<Tensor> { let mut h = x.exp(); for _ in 0..3 { h = h.exp(); } Ok(h) }");
     assert_eq!(errors.len(), 2, "{errors:#?}");
     assert!(errors[0].contains("`for` loops cannot be traced"), "{errors:#?}");
     assert!(errors[1].contains("`let mut` is not needed"), "{errors:#?}");
@@ -354,10 +358,24 @@ fn model_ops_trace_to_model_nodes() {
             Ok((a + b).argmax(-1))
         }",
     );
-    let model: Vec<fuse_ir::ModelOp> = ops(&g).into_iter().filter_map(|op| if let Op::Model(m) = op { Some(m) } else { None }).collect();
+    let model: Vec<fuse_ir::ModelOp> =
+        ops(&g).into_iter().filter_map(|op| if let Op::Model(m) = op { Some(m) } else { None }).collect();
     use fuse_ir::ModelOp::*;
-    assert_eq!(model, [Embedding, Rope, Attention { causal: true, with_lens: false }, Attention { causal: false, with_lens: false }, Argmax]);
-    assert!(g.to_text().contains("attention causal=true %8 %4 %5 %6 ; \"attention(&q, k, v, scale, true)\""), "{}", g.to_text());
+    assert_eq!(
+        model,
+        [
+            Embedding,
+            Rope,
+            Attention { causal: true, with_lens: false },
+            Attention { causal: false, with_lens: false },
+            Argmax
+        ]
+    );
+    assert!(
+        g.to_text().contains("attention causal=true %8 %4 %5 %6 ; \"attention(&q, k, v, scale, true)\""),
+        "{}",
+        g.to_text()
+    );
 }
 
 #[test]
@@ -369,7 +387,10 @@ fn attention_len_takes_lens_after_the_scale() {
     );
     // Node operands: q, k, v, scale, lens (inputs %0 .. %4 in parameter order).
     let text = g.to_text();
-    assert!(text.contains("attention causal=true lens %0 %1 %2 %4 %3 ; \"attention_len(q, k, v, lens, scale, true)\""), "{text}");
+    assert!(
+        text.contains("attention causal=true lens %0 %1 %2 %4 %3 ; \"attention_len(q, k, v, lens, scale, true)\""),
+        "{text}"
+    );
 }
 
 #[test]
@@ -377,11 +398,20 @@ fn model_op_mistakes_say_what_to_write() {
     let cases = [
         ("attention(q, k, v, 0.5)", "`attention` takes 5 arguments, found 4"),
         ("attention(q, k, v, 0.5, c)", "`causal` is written `true` or `false` here, not `c`"),
-        ("attention(q, k, v, k, true)", "the scale of `attention` is a literal, a scalar parameter or a field of `self`, but `k` is a tensor"),
+        (
+            "attention(q, k, v, k, true)",
+            "the scale of `attention` is a literal, a scalar parameter or a field of `self`, but `k` is a tensor",
+        ),
         ("attention(q, k, c, 0.5, true)", "`attention` needs a tensor, but `c` is a scalar"),
-        ("attention_len(q, k, v, 0.5, true)", "`attention_len` takes 6 arguments, found 5: write `attention_len(q, k, v, lens, scale, causal)`"),
+        (
+            "attention_len(q, k, v, 0.5, true)",
+            "`attention_len` takes 6 arguments, found 5: write `attention_len(q, k, v, lens, scale, causal)`",
+        ),
         ("attention_len(q, k, v, c, 0.5, true)", "`attention_len` needs a tensor, but `c` is a scalar"),
-        ("attention_len(q, k, v, k, v, true)", "the scale of `attention_len` is a literal, a scalar parameter or a field of `self`, but `v` is a tensor"),
+        (
+            "attention_len(q, k, v, k, v, true)",
+            "the scale of `attention_len` is a literal, a scalar parameter or a field of `self`, but `v` is a tensor",
+        ),
         ("attention_len(q, k, v, k, 0.5, c)", "`causal` is written `true` or `false` here, not `c`"),
         ("rope(q, k)", "`rope` takes 3 arguments, found 2: write `rope(x, cos, sin)`"),
         ("embedding(c, k)", "`embedding` needs a tensor, but `c` is a scalar"),

@@ -15,7 +15,17 @@ fn view_calls_trace_to_view_nodes_with_sizes_as_arguments() {
         }",
     );
     let text = g.to_text();
-    for want in ["= dim 0 %0", "= dim 1 %0", "= reshape %0 %4 %5 %2 %3", "= transpose 1 2", "= narrow -1 %1", "= permute 1 0", "= contiguous", "= cat -1 %7 %7", "= const -1.0"] {
+    for want in [
+        "= dim 0 %0",
+        "= dim 1 %0",
+        "= reshape %0 %4 %5 %2 %3",
+        "= transpose 1 2",
+        "= narrow -1 %1",
+        "= permute 1 0",
+        "= contiguous",
+        "= cat -1 %7 %7",
+        "= const -1.0",
+    ] {
         assert!(text.contains(want), "missing `{want}` in\n{text}");
     }
     assert!(g.nodes.iter().any(|n| n.op == Op::View(ViewOp::Permute(Axes::new(&[1, 0]).unwrap()))));

@@ -97,7 +97,8 @@ impl Tracer<'_> {
                     return None;
                 };
                 if entries.len() > MAX_AXES {
-                    self.diag.error_at(args[0], format!("`reshape` makes at most {MAX_AXES} axes, found {}", entries.len()));
+                    self.diag
+                        .error_at(args[0], format!("`reshape` makes at most {MAX_AXES} axes, found {}", entries.len()));
                     return None;
                 }
                 let sizes = entries.iter().map(|e| self.size(e, "reshape", true)).collect();
@@ -149,7 +150,12 @@ impl Tracer<'_> {
             );
             return None;
         }
-        let id = self.push(Op::View(ViewOp::SliceSet { axis: axis?, at_tensor }), &[dest, src?, offset?], call, Kind::Tensor);
+        let id = self.push(
+            Op::View(ViewOp::SliceSet { axis: axis?, at_tensor }),
+            &[dest, src?, offset?],
+            call,
+            Kind::Tensor,
+        );
         self.writes.push((id, syn::spanned::Spanned::span(call)));
         Some(id)
     }
@@ -178,7 +184,8 @@ impl Tracer<'_> {
             self.diag.error_at(e, format!("`permute` takes an array written out, not `{}`: {usage}", source_text(e)));
             return None;
         };
-        let axes: Option<Vec<usize>> = entries.iter().map(|a| integer(a).and_then(|v| usize::try_from(v).ok())).collect();
+        let axes: Option<Vec<usize>> =
+            entries.iter().map(|a| integer(a).and_then(|v| usize::try_from(v).ok())).collect();
         let Some(axes) = axes else {
             self.diag.error_at(e, format!("`permute` takes non-negative integer literals: {usage}"));
             return None;
@@ -186,7 +193,8 @@ impl Tracer<'_> {
         let mut sorted = axes.clone();
         sorted.sort_unstable();
         if sorted != (0..axes.len()).collect::<Vec<_>>() {
-            self.diag.error_at(e, format!("`{}` is not a permutation: each axis 0..{} once", source_text(e), axes.len()));
+            self.diag
+                .error_at(e, format!("`{}` is not a permutation: each axis 0..{} once", source_text(e), axes.len()));
             return None;
         }
         let stored = Axes::new(&axes);
@@ -202,7 +210,10 @@ impl Tracer<'_> {
         let Some(entries) = array_entries(list) else {
             self.diag.error_at(
                 list,
-                format!("`cat` takes the tensors written out as an array, `cat(&[&a, &b], axis)`, not `{}`", source_text(list)),
+                format!(
+                    "`cat` takes the tensors written out as an array, `cat(&[&a, &b], axis)`, not `{}`",
+                    source_text(list)
+                ),
             );
             self.expr(list);
             return None;

@@ -13,11 +13,7 @@ pub(crate) struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     pub(crate) fn new(bytes: &'a [u8], path: &'a Path) -> Self {
-        Cursor {
-            bytes,
-            pos: 0,
-            path,
-        }
+        Cursor { bytes, pos: 0, path }
     }
 
     pub(crate) fn position(&self) -> usize {
@@ -34,19 +30,12 @@ impl<'a> Cursor<'a> {
     }
 
     pub(crate) fn error_at(&self, offset: usize, what: impl Into<String>) -> Error {
-        Error::Malformed {
-            path: self.path.to_path_buf(),
-            offset: offset as u64,
-            what: what.into(),
-        }
+        Error::Malformed { path: self.path.to_path_buf(), offset: offset as u64, what: what.into() }
     }
 
     pub(crate) fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
         if n > self.remaining() {
-            return Err(self.error(format!(
-                "file truncated: {what} needs {n} bytes, {} left",
-                self.remaining()
-            )));
+            return Err(self.error(format!("file truncated: {what} needs {n} bytes, {} left", self.remaining())));
         }
         let slice = &self.bytes[self.pos..self.pos + n];
         self.pos += n;
@@ -76,8 +65,7 @@ impl<'a> Cursor<'a> {
     pub(crate) fn len(&mut self, what: &str) -> Result<usize> {
         let at = self.pos;
         let n = self.u64(what)?;
-        usize::try_from(n)
-            .map_err(|_| self.error_at(at, format!("{what} {n} does not fit in memory")))
+        usize::try_from(n).map_err(|_| self.error_at(at, format!("{what} {n} does not fit in memory")))
     }
 
     /// A GGUF string: u64 byte length, then UTF-8 bytes (no terminator).
@@ -85,7 +73,6 @@ impl<'a> Cursor<'a> {
         let len = self.len(what)?;
         let at = self.pos;
         let bytes = self.take(len, what)?;
-        String::from_utf8(bytes.to_vec())
-            .map_err(|e| self.error_at(at, format!("{what} is not UTF-8: {e}")))
+        String::from_utf8(bytes.to_vec()).map_err(|e| self.error_at(at, format!("{what} is not UTF-8: {e}")))
     }
 }

@@ -7,27 +7,16 @@ use crate::error::{Error, Result};
 impl GgufFile {
     /// The value of `key`, or `Error::MissingKey`.
     pub fn require(&self, key: &str) -> Result<&MetaValue> {
-        self.get(key).ok_or_else(|| Error::MissingKey {
-            path: self.path.clone(),
-            key: key.to_string(),
-        })
+        self.get(key).ok_or_else(|| Error::MissingKey { path: self.path.clone(), key: key.to_string() })
     }
 
     fn wrong_type(&self, key: &str, found: &MetaValue, expected: &'static str) -> Error {
-        Error::WrongType {
-            path: self.path.clone(),
-            key: key.to_string(),
-            found: found.type_name(),
-            expected,
-        }
+        Error::WrongType { path: self.path.clone(), key: key.to_string(), found: found.type_name(), expected }
     }
 
     fn integer<T: TryFrom<i128>>(&self, key: &str, expected: &'static str) -> Result<T> {
         let value = self.require(key)?;
-        value
-            .as_i128()
-            .and_then(|v| T::try_from(v).ok())
-            .ok_or_else(|| self.wrong_type(key, value, expected))
+        value.as_i128().and_then(|v| T::try_from(v).ok()).ok_or_else(|| self.wrong_type(key, value, expected))
     }
 
     pub fn u32(&self, key: &str) -> Result<u32> {

@@ -71,10 +71,7 @@ impl GgufFile {
     /// Opens and parses the file at `path` (memory-mapped).
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         let path = path.as_ref().to_path_buf();
-        let io_error = |source| Error::Io {
-            path: path.clone(),
-            source,
-        };
+        let io_error = |source| Error::Io { path: path.clone(), source };
         let file = std::fs::File::open(&path).map_err(io_error)?;
         // SAFETY: the map is read-only and private to this value. As with any memory-mapped file, another
         // process truncating the file while it is mapped is outside what Rust can guard against; model files
@@ -138,22 +135,16 @@ impl GgufFile {
         self.tensor_index
             .get(name)
             .map(|&i| &self.tensors[i])
-            .ok_or_else(|| Error::MissingTensor {
-                path: self.path.clone(),
-                name: name.to_string(),
-            })
+            .ok_or_else(|| Error::MissingTensor { path: self.path.clone(), name: name.to_string() })
     }
 
     /// The raw (still quantised) bytes of the tensor called `name`, borrowed from the file.
     pub fn tensor_bytes(&self, name: &str) -> Result<&[u8]> {
         let info = self.tensor_info(name)?;
-        let len =
-            info.ggml_type
-                .bytes_for(info.n_elements)
-                .ok_or_else(|| Error::UnsupportedType {
-                    type_name: info.ggml_type.to_string(),
-                    what: "its block size is unknown, so tensor bytes cannot be located",
-                })?;
+        let len = info.ggml_type.bytes_for(info.n_elements).ok_or_else(|| Error::UnsupportedType {
+            type_name: info.ggml_type.to_string(),
+            what: "its block size is unknown, so tensor bytes cannot be located",
+        })?;
         // In bounds: `parse` checked every tensor of a known type against the file length.
         let start = (self.data_offset + info.offset) as usize;
         Ok(&self.storage[start..start + len as usize])
@@ -162,21 +153,13 @@ impl GgufFile {
     /// The tensor called `name` dequantised to f32, in row-major order of [`TensorInfo::shape`].
     pub fn tensor_f32(&self, name: &str) -> Result<Vec<f32>> {
         let info = self.tensor_info(name)?;
-        crate::quant::dequantize_f32(
-            info.ggml_type,
-            self.tensor_bytes(name)?,
-            info.n_elements as usize,
-        )
+        crate::quant::dequantize_f32(info.ggml_type, self.tensor_bytes(name)?, info.n_elements as usize)
     }
 
     /// The tensor called `name` dequantised to bf16, in row-major order of [`TensorInfo::shape`].
     pub fn tensor_bf16(&self, name: &str) -> Result<Vec<half::bf16>> {
         let info = self.tensor_info(name)?;
-        crate::quant::dequantize_bf16(
-            info.ggml_type,
-            self.tensor_bytes(name)?,
-            info.n_elements as usize,
-        )
+        crate::quant::dequantize_bf16(info.ggml_type, self.tensor_bytes(name)?, info.n_elements as usize)
     }
 }
 

@@ -29,10 +29,7 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Parsed> {
     let mut cur = Cursor::new(bytes, path);
     let magic = cur.take(4, "magic")?;
     if magic != MAGIC {
-        return Err(cur.error_at(
-            0,
-            format!("bad magic {magic:02x?}: not a GGUF file (expected \"GGUF\")"),
-        ));
+        return Err(cur.error_at(0, format!("bad magic {magic:02x?}: not a GGUF file (expected \"GGUF\")")));
     }
     let version = read_version(&mut cur)?;
     let tensor_count = cur.len("tensor count")?;
@@ -40,10 +37,7 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Parsed> {
     // Each entry takes several bytes, so a count above the bytes left is corrupt (and must not size a Vec).
     for (count, what) in [(tensor_count, "tensor count"), (kv_count, "metadata count")] {
         if count > cur.remaining() {
-            return Err(cur.error(format!(
-                "{what} {count} cannot fit in the {} bytes left",
-                cur.remaining()
-            )));
+            return Err(cur.error(format!("{what} {count} cannot fit in the {} bytes left", cur.remaining())));
         }
     }
 
@@ -68,10 +62,7 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Parsed> {
     for _ in 0..tensor_count {
         let at = cur.position();
         let info = read_tensor_info(&mut cur)?;
-        if tensor_index
-            .insert(info.name.clone(), tensors.len())
-            .is_some()
-        {
+        if tensor_index.insert(info.name.clone(), tensors.len()).is_some() {
             return Err(cur.error_at(at, format!("tensor `{}` appears twice", info.name)));
         }
         tensors.push(info);
@@ -82,15 +73,7 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Parsed> {
     for (info, &at) in tensors.iter().zip(&info_offsets) {
         check_tensor_bounds(info, data_offset, alignment, bytes.len() as u64, &cur, at)?;
     }
-    Ok(Parsed {
-        version,
-        metadata,
-        metadata_index,
-        tensors,
-        tensor_index,
-        alignment,
-        data_offset,
-    })
+    Ok(Parsed { version, metadata, metadata_index, tensors, tensor_index, alignment, data_offset })
 }
 
 fn read_version(cur: &mut Cursor<'_>) -> Result<u32> {
@@ -98,18 +81,11 @@ fn read_version(cur: &mut Cursor<'_>) -> Result<u32> {
     let version = cur.u32("version")?;
     match version {
         2 | 3 => Ok(version),
-        1 => Err(cur.error_at(
-            at,
-            "GGUF version 1 is not supported (only versions 2 and 3 are)",
-        )),
-        v if matches!(v.swap_bytes(), 1..=3) => Err(cur.error_at(
-            at,
-            "big-endian GGUF file: only little-endian files are supported",
-        )),
-        v => Err(cur.error_at(
-            at,
-            format!("unknown GGUF version {v} (versions 2 and 3 are supported)"),
-        )),
+        1 => Err(cur.error_at(at, "GGUF version 1 is not supported (only versions 2 and 3 are)")),
+        v if matches!(v.swap_bytes(), 1..=3) => {
+            Err(cur.error_at(at, "big-endian GGUF file: only little-endian files are supported"))
+        }
+        v => Err(cur.error_at(at, format!("unknown GGUF version {v} (versions 2 and 3 are supported)"))),
     }
 }
 
@@ -125,10 +101,7 @@ fn read_alignment(
     let value = &metadata[i].1;
     match value.as_i128() {
         Some(a) if a > 0 && (a as u64).is_power_of_two() && a <= u32::MAX as i128 => Ok(a as u64),
-        _ => Err(cur.error_at(
-            offsets[i],
-            format!("general.alignment must be a power of two, found {value:?}"),
-        )),
+        _ => Err(cur.error_at(offsets[i], format!("general.alignment must be a power of two, found {value:?}"))),
     }
 }
 
@@ -137,10 +110,7 @@ fn read_tensor_info(cur: &mut Cursor<'_>) -> Result<TensorInfo> {
     let dims_at = cur.position();
     let n_dims = cur.u32("tensor dimension count")?;
     if n_dims == 0 || n_dims > MAX_DIMS {
-        return Err(cur.error_at(
-            dims_at,
-            format!("tensor `{name}` has {n_dims} dimensions (1 to {MAX_DIMS} allowed)"),
-        ));
+        return Err(cur.error_at(dims_at, format!("tensor `{name}` has {n_dims} dimensions (1 to {MAX_DIMS} allowed)")));
     }
     let mut dims = Vec::with_capacity(n_dims as usize);
     for _ in 0..n_dims {
@@ -149,21 +119,10 @@ fn read_tensor_info(cur: &mut Cursor<'_>) -> Result<TensorInfo> {
     let n_elements = dims
         .iter()
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| {
-            cur.error_at(
-                dims_at,
-                format!("tensor `{name}` dimensions {dims:?} overflow"),
-            )
-        })?;
+        .ok_or_else(|| cur.error_at(dims_at, format!("tensor `{name}` dimensions {dims:?} overflow")))?;
     let ggml_type = GgmlType::from_id(cur.u32("tensor type")?);
     let offset = cur.u64("tensor offset")?;
-    Ok(TensorInfo {
-        name,
-        dims,
-        ggml_type,
-        offset,
-        n_elements,
-    })
+    Ok(TensorInfo { name, dims, ggml_type, offset, n_elements })
 }
 
 fn check_tensor_bounds(
@@ -178,10 +137,7 @@ fn check_tensor_bounds(
     if !info.offset.is_multiple_of(alignment) {
         return Err(cur.error_at(
             info_at,
-            format!(
-                "tensor `{name}` offset {} is not a multiple of the alignment {alignment}",
-                info.offset
-            ),
+            format!("tensor `{name}` offset {} is not a multiple of the alignment {alignment}", info.offset),
         ));
     }
     // A type without a known layout cannot be bounds-checked; reading its bytes is refused later instead.

@@ -34,13 +34,7 @@ impl Image {
     pub(crate) fn kv(&mut self, key: &str, type_id: u32, value: &[u8]) -> &mut Self {
         self.string(key).u32(type_id).raw(value)
     }
-    pub(crate) fn tensor(
-        &mut self,
-        name: &str,
-        dims: &[u64],
-        type_id: u32,
-        offset: u64,
-    ) -> &mut Self {
+    pub(crate) fn tensor(&mut self, name: &str, dims: &[u64], type_id: u32, offset: u64) -> &mut Self {
         self.string(name).u32(dims.len() as u32);
         for &d in dims {
             self.u64(d);
@@ -126,18 +120,12 @@ fn parses_every_value_type_and_tensor() {
     assert!(file.bool("bool").unwrap());
     assert_eq!(file.str("str").unwrap(), "llama");
     assert_eq!(file.strings("strings").unwrap(), vec!["a", "bé"]);
-    let nested = MetaValue::Array(vec![MetaValue::Array(vec![
-        MetaValue::I32(-3),
-        MetaValue::I32(4),
-    ])]);
+    let nested = MetaValue::Array(vec![MetaValue::Array(vec![MetaValue::I32(-3), MetaValue::I32(4)])]);
     assert_eq!(file.get("nested"), Some(&nested));
     assert_eq!(file.metadata().count(), 15);
 
     let b = file.tensor_info("b").unwrap();
-    assert_eq!(
-        (b.dims.clone(), b.shape(), b.n_elements),
-        (vec![2, 2], vec![2, 2], 4)
-    );
+    assert_eq!((b.dims.clone(), b.shape(), b.n_elements), (vec![2, 2], vec![2, 2], 4));
     assert_eq!(file.tensor_f32("a").unwrap(), vec![1.0, 2.0, 3.0]);
     assert_eq!(file.tensor_f32("b").unwrap(), vec![4.0, 5.0, 6.0, 7.0]);
     assert_eq!(file.tensor_bytes("b").unwrap().len(), 16);
@@ -147,18 +135,12 @@ fn parses_every_value_type_and_tensor() {
 fn typed_getters_report_key_and_types() {
     let file = GgufFile::from_bytes(sample_file(), "sample.gguf").unwrap();
     let message = file.u32("str").unwrap_err().to_string();
-    assert!(
-        message.contains("`str` is string, expected an integer"),
-        "{message}"
-    );
+    assert!(message.contains("`str` is string, expected an integer"), "{message}");
     assert!(file.u32("i32").is_err(), "-7 does not fit u32");
     assert!(file.u32("u64").is_err(), "2^40 does not fit u32");
     assert!(matches!(file.str("absent"), Err(Error::MissingKey { .. })));
     assert!(file.strings("nested").is_err());
-    assert!(matches!(
-        file.tensor_info("c"),
-        Err(Error::MissingTensor { .. })
-    ));
+    assert!(matches!(file.tensor_info("c"), Err(Error::MissingTensor { .. })));
 }
 
 fn error_of(bytes: Vec<u8>) -> String {
@@ -173,10 +155,7 @@ fn every_truncation_is_an_error() {
     let bytes = sample_file();
     for len in 0..bytes.len() {
         let message = error_of(bytes[..len].to_vec());
-        assert!(
-            message.starts_with("bad.gguf: at byte "),
-            "length {len}: {message}"
-        );
+        assert!(message.starts_with("bad.gguf: at byte "), "length {len}: {message}");
     }
 }
 
@@ -190,12 +169,7 @@ fn bad_magic_and_versions() {
     v1 = Image::header(3u32.swap_bytes(), 0, 0);
     assert!(error_of(v1.finish()).contains("big-endian"));
     // Version 2 has the same layout as 3.
-    assert_eq!(
-        GgufFile::from_bytes(Image::header(2, 0, 0).finish(), "v2")
-            .unwrap()
-            .version(),
-        2
-    );
+    assert_eq!(GgufFile::from_bytes(Image::header(2, 0, 0).finish(), "v2").unwrap().version(), 2);
 }
 
 #[test]
@@ -203,10 +177,7 @@ fn tensor_past_the_end_is_an_error() {
     let mut image = Image::header(3, 1, 0);
     image.tensor("w", &[64], 0, 0).pad_to(32).raw(&[0; 100]); // needs 256 bytes
     let message = error_of(image.finish());
-    assert!(
-        message.contains("tensor `w` (256 bytes at data offset 0) runs past the end"),
-        "{message}"
-    );
+    assert!(message.contains("tensor `w` (256 bytes at data offset 0) runs past the end"), "{message}");
 }
 
 #[test]

@@ -82,19 +82,13 @@ impl MetaValue {
                 match cursor.u8("bool value")? {
                     0 => MetaValue::Bool(false),
                     1 => MetaValue::Bool(true),
-                    b => {
-                        return Err(
-                            cursor.error_at(at, format!("bool value {b} is neither 0 nor 1"))
-                        )
-                    }
+                    b => return Err(cursor.error_at(at, format!("bool value {b} is neither 0 nor 1"))),
                 }
             }
             8 => MetaValue::Str(cursor.string("string value")?),
             9 => {
                 if depth >= MAX_ARRAY_DEPTH {
-                    return Err(
-                        cursor.error(format!("arrays nested deeper than {MAX_ARRAY_DEPTH}"))
-                    );
+                    return Err(cursor.error(format!("arrays nested deeper than {MAX_ARRAY_DEPTH}")));
                 }
                 let element_type = cursor.u32("array element type")?;
                 let count = cursor.len("array length")?;

@@ -19,7 +19,15 @@ static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new
 impl KvCache {
     /// An empty cache for `layers` layers of `kv_heads` heads of `head_dim`, batch `batch`, holding at most
     /// `capacity` positions (allocated now, zero-filled).
-    pub fn new(layers: usize, batch: usize, kv_heads: usize, head_dim: usize, capacity: usize, dtype: DType, dev: &Device) -> Result<KvCache> {
+    pub fn new(
+        layers: usize,
+        batch: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        dtype: DType,
+        dev: &Device,
+    ) -> Result<KvCache> {
         let shape = [batch, kv_heads, capacity, head_dim];
         let layers = (0..layers)
             .map(|_| Ok((Tensor::zeros(&shape, dtype, dev)?, Tensor::zeros(&shape, dtype, dev)?)))

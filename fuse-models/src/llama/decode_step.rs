@@ -53,17 +53,47 @@ impl StepShape {
             max_positions: STEP_MAX_POSITIONS,
             tensor_cores: false,
         };
-        let limit = |ok: bool, what: String| if ok { Ok(()) } else { Err(Error::BadShape { what: format!("the one-launch decode step cannot run this model: {what}") }) };
+        let limit = |ok: bool, what: String| {
+            if ok {
+                Ok(())
+            } else {
+                Err(Error::BadShape { what: format!("the one-launch decode step cannot run this model: {what}") })
+            }
+        };
         limit(c.head_dim == HEAD_DIM, format!("heads of {} dimensions (it is written for {HEAD_DIM})", c.head_dim))?;
-        limit(c.heads <= STEP_SHARES && c.heads % c.kv_heads == 0, format!("{} query heads over {} kv heads (at most {STEP_SHARES}, a whole number a kv head)", c.heads, c.kv_heads))?;
-        limit(c.hidden % 64 == 0 && c.hidden / 32 <= THREADS, format!("hidden size {} (a multiple of 64, at most {})", c.hidden, 32 * THREADS))?;
-        limit(c.intermediate % (STEP_SHARES * 32) == 0 && c.intermediate / 32 <= THREADS, format!("intermediate size {} (a multiple of {})", c.intermediate, STEP_SHARES * 32))?;
-        limit(c.intermediate / STEP_SHARES <= 128, format!("intermediate size {} (at most {} rows of h a block)", c.intermediate, 128))?;
-        limit(c.vocab <= 1 << 16 && c.vocab > 0 && c.vocab % 16 == 0, format!("a vocabulary of {} (token ids in 16 bits, the LM head's rows in 16s)", c.vocab))?;
+        limit(
+            c.heads <= STEP_SHARES && c.heads % c.kv_heads == 0,
+            format!(
+                "{} query heads over {} kv heads (at most {STEP_SHARES}, a whole number a kv head)",
+                c.heads, c.kv_heads
+            ),
+        )?;
+        limit(
+            c.hidden % 64 == 0 && c.hidden / 32 <= THREADS,
+            format!("hidden size {} (a multiple of 64, at most {})", c.hidden, 32 * THREADS),
+        )?;
+        limit(
+            c.intermediate % (STEP_SHARES * 32) == 0 && c.intermediate / 32 <= THREADS,
+            format!("intermediate size {} (a multiple of {})", c.intermediate, STEP_SHARES * 32),
+        )?;
+        limit(
+            c.intermediate / STEP_SHARES <= 128,
+            format!("intermediate size {} (at most {} rows of h a block)", c.intermediate, 128),
+        )?;
+        limit(
+            c.vocab <= 1 << 16 && c.vocab > 0 && c.vocab % 16 == 0,
+            format!("a vocabulary of {} (token ids in 16 bits, the LM head's rows in 16s)", c.vocab),
+        )?;
         limit(c.layers > 0, "no layers".into())?;
-        limit(shape.head_slots() >= 2, format!("hidden size {} (the LM head's ring needs two chunks of rows)", c.hidden))?;
+        limit(
+            shape.head_slots() >= 2,
+            format!("hidden size {} (the LM head's ring needs two chunks of rows)", c.hidden),
+        )?;
         let bytes = shape.shared_memory_bytes();
-        limit(bytes <= STEP_SHARED_MEMORY_LIMIT, format!("{bytes} bytes of shared memory a block (at most {STEP_SHARED_MEMORY_LIMIT})"))?;
+        limit(
+            bytes <= STEP_SHARED_MEMORY_LIMIT,
+            format!("{bytes} bytes of shared memory a block (at most {STEP_SHARED_MEMORY_LIMIT})"),
+        )?;
         Ok(shape)
     }
 
@@ -80,7 +110,11 @@ impl StepShape {
     /// [`StepShape::of`], on tensor cores when `tensor_cores` ([`StepShape::with_tensor_cores`]).
     pub fn of_build(config: &Config, tensor_cores: bool) -> Result<StepShape> {
         let shape = StepShape::of(config)?;
-        if tensor_cores { shape.with_tensor_cores() } else { Ok(shape) }
+        if tensor_cores {
+            shape.with_tensor_cores()
+        } else {
+            Ok(shape)
+        }
     }
 
     /// The defines that build the kernel for these shapes.
@@ -95,19 +129,27 @@ impl StepShape {
             ("MAX_POSITIONS", self.max_positions),
             ("MMA", self.tensor_cores as usize),
         ]
-            .iter()
-            .map(|(name, value)| format!("-DFUSE_STEP_{name}={value}"))
-            .collect()
+        .iter()
+        .map(|(name, value)| format!("-DFUSE_STEP_{name}={value}"))
+        .collect()
     }
 
     /// A stage's rows as stored: in tiles of 16 on tensor cores (the padding rows zero).
     pub fn stored(&self, rows: usize) -> usize {
-        if self.tensor_cores { rows.div_ceil(16) * 16 } else { rows }
+        if self.tensor_cores {
+            rows.div_ceil(16) * 16
+        } else {
+            rows
+        }
     }
 
     /// Cached keys (and values) an attention block holds in shared memory (`PRE_KEYS`).
     pub fn preloaded_keys(&self) -> usize {
-        if self.tensor_cores { 128 } else { 192 }
+        if self.tensor_cores {
+            128
+        } else {
+            192
+        }
     }
 
     /// A block's rows of QKV, the output projection, gate and up together, and down.
@@ -122,7 +164,18 @@ impl StepShape {
         let [qkv, o, gu, d] = self.rows().map(|r| self.stored(r));
         let (kh, kf) = (self.hidden / 32, self.intermediate / 32);
         let mut at = [0usize; 11];
-        let sizes = [qkv * kh * 16, qkv * kh * 4, o * kh * 16, o * kh * 4, gu * kh * 16, gu * kh * 4, d * kf * 16, d * kf * 4, self.hidden * 4, self.hidden * 4];
+        let sizes = [
+            qkv * kh * 16,
+            qkv * kh * 4,
+            o * kh * 16,
+            o * kh * 4,
+            gu * kh * 16,
+            gu * kh * 4,
+            d * kf * 16,
+            d * kf * 4,
+            self.hidden * 4,
+            self.hidden * 4,
+        ];
         for (i, size) in sizes.iter().enumerate() {
             at[i + 1] = at[i] + size;
         }
@@ -138,7 +191,12 @@ impl StepShape {
         let [_, _, gu, _] = self.rows();
         let qkv_rows = self.hidden + 2 * self.kv_heads * HEAD_DIM;
         let key_groups = THREADS / 8;
-        let attention = 2 * HEAD_DIM + (self.max_positions + 1).div_ceil(4) * 4 + key_groups * HEAD_DIM + HEAD_DIM + key_groups + THREADS / 32;
+        let attention = 2 * HEAD_DIM
+            + (self.max_positions + 1).div_ceil(4) * 4
+            + key_groups * HEAD_DIM
+            + HEAD_DIM
+            + key_groups
+            + THREADS / 32;
         let part = (gu * (self.hidden / 32)).max(attention).div_ceil(4) * 4;
         self.share_bytes()
             + 2 * 2 * self.preloaded_keys() * HEAD_DIM
@@ -215,7 +273,15 @@ impl DecodeStepWeights {
                     })
                     .collect();
                 put_rows(out, layout[4], layout[5], &gate_up, kh, 0..r_gu, tiles);
-                put_rows(out, layout[6], layout[7], &down, shape.intermediate / 32, (0..r_d).map(|r| rank * r_d + r), tiles);
+                put_rows(
+                    out,
+                    layout[6],
+                    layout[7],
+                    &down,
+                    shape.intermediate / 32,
+                    (0..r_d).map(|r| rank * r_d + r),
+                    tiles,
+                );
                 for (i, v) in norm1.iter().enumerate() {
                     out[layout[8] + 4 * i..][..4].copy_from_slice(&v.to_le_bytes());
                 }
@@ -226,7 +292,14 @@ impl DecodeStepWeights {
         }
         let (head_q, head_d) = token_matrix(file, shape.vocab, h)?;
         let rope = rope_table(config.rope_theta, shape.max_positions);
-        Ok(DecodeStepWeights { shape, shares, head_q, head_d, out_norm: f32_vector(file, "output_norm.weight", h)?, rope })
+        Ok(DecodeStepWeights {
+            shape,
+            shares,
+            head_q,
+            head_d,
+            out_norm: f32_vector(file, "output_norm.weight", h)?,
+            rope,
+        })
     }
 
     /// Weights of `config`'s shapes with random values (Q4_1 scales near 0.008, minimums near -8 scales,
@@ -262,9 +335,17 @@ impl DecodeStepWeights {
             }
         }
         let head_q = (0..shape.vocab * shape.hidden).map(|_| (1 + next() % 255) as u8).collect();
-        let head_d = (0..shape.vocab * shape.hidden / 32).map(|_| f16_bits(0.005 + (next() % 1000) as f32 * 1e-5)).collect();
+        let head_d =
+            (0..shape.vocab * shape.hidden / 32).map(|_| f16_bits(0.005 + (next() % 1000) as f32 * 1e-5)).collect();
         let out_norm = (0..shape.hidden).map(|_| 0.9 + (next() % 200) as f32 * 1e-3).collect();
-        Ok(DecodeStepWeights { shape, shares, head_q, head_d, out_norm, rope: rope_table(config.rope_theta, shape.max_positions) })
+        Ok(DecodeStepWeights {
+            shape,
+            shares,
+            head_q,
+            head_d,
+            out_norm,
+            rope: rope_table(config.rope_theta, shape.max_positions),
+        })
     }
 
     /// The kernel on `device` (an sm_90 GPU) with these weights uploaded.
@@ -293,12 +374,25 @@ impl DecodeStepWeights {
 
 /// The Q4_1 blocks of the `rows` x `cols` matrix `name` ([rows][cols / 32]), its rows in Hugging Face's
 /// half-split order when `heads` is given (a query or key projection).
-fn q4_1_rows(file: &GgufFile, name: &str, rows: usize, cols: usize, heads: Option<usize>) -> Result<Vec<[u8; Q4_1_BYTES]>> {
+fn q4_1_rows(
+    file: &GgufFile,
+    name: &str,
+    rows: usize,
+    cols: usize,
+    heads: Option<usize>,
+) -> Result<Vec<[u8; Q4_1_BYTES]>> {
     let info = file.tensor_info(name)?;
     if info.ggml_type != GgmlType::Q4_1 || info.shape() != [rows, cols] {
-        return Err(Error::BadShape { what: format!("{name} is {} {:?}; the one-launch decode step reads Q4_1 [{rows}, {cols}]", info.ggml_type, info.shape()) });
+        return Err(Error::BadShape {
+            what: format!(
+                "{name} is {} {:?}; the one-launch decode step reads Q4_1 [{rows}, {cols}]",
+                info.ggml_type,
+                info.shape()
+            ),
+        });
     }
-    let blocks: Vec<[u8; Q4_1_BYTES]> = file.tensor_bytes(name)?.chunks_exact(Q4_1_BYTES).map(|b| b.try_into().expect("20-byte chunks")).collect();
+    let blocks: Vec<[u8; Q4_1_BYTES]> =
+        file.tensor_bytes(name)?.chunks_exact(Q4_1_BYTES).map(|b| b.try_into().expect("20-byte chunks")).collect();
     match heads {
         Some(heads) => unpermute_rotary_rows(&blocks, rows, cols / 32, heads),
         None => Ok(blocks),
@@ -309,7 +403,15 @@ fn q4_1_rows(file: &GgufFile, name: &str, rows: usize, cols: usize, heads: Optio
 /// nibbles at `q_at` ([row][kb][16]) and (d, m) at `dm_at` ([row][kb][4]); or, in `tiles` of 16 rows (the
 /// tensor-core GEMVs), the nibbles [tile][kb][lane 4g + t][rows g, g + 8] as words of bytes 2t, 2t + 8,
 /// 2t + 1, 2t + 9, and (d, m) [tile][kb][g][rows g, g + 8].
-fn put_rows(out: &mut [u8], q_at: usize, dm_at: usize, m: &[[u8; Q4_1_BYTES]], kbs: usize, rows: impl Iterator<Item = usize>, tiles: bool) {
+fn put_rows(
+    out: &mut [u8],
+    q_at: usize,
+    dm_at: usize,
+    m: &[[u8; Q4_1_BYTES]],
+    kbs: usize,
+    rows: impl Iterator<Item = usize>,
+    tiles: bool,
+) {
     for (r, row) in rows.enumerate() {
         for kb in 0..kbs {
             let block = &m[row * kbs + kb];
@@ -342,7 +444,13 @@ fn token_matrix(file: &GgufFile, vocab: usize, hidden: usize) -> Result<(Vec<u8>
     let name = "token_embd.weight";
     let info = file.tensor_info(name)?;
     if info.ggml_type != GgmlType::Q8_0 || info.shape() != [vocab, hidden] {
-        return Err(Error::BadShape { what: format!("{name} is {} {:?}; the one-launch decode step reads Q8_0 [{vocab}, {hidden}]", info.ggml_type, info.shape()) });
+        return Err(Error::BadShape {
+            what: format!(
+                "{name} is {} {:?}; the one-launch decode step reads Q8_0 [{vocab}, {hidden}]",
+                info.ggml_type,
+                info.shape()
+            ),
+        });
     }
     let bytes = file.tensor_bytes(name)?;
     let mut q = Vec::with_capacity(vocab * hidden);

@@ -63,7 +63,18 @@ fn shapes_past_the_kernels_limits_are_refused_with_the_reason() {
 /// A small Llama in a GGUF image: Q4_1 layer matrices (the value projections in Q8_0 when `v_in_q8_0`), Q8_0
 /// token matrix, F32 norms, random bytes.
 fn small_model(seed: u64, v_in_q8_0: bool) -> (Vec<u8>, Config) {
-    let config = Config { hidden: 128, intermediate: 512, layers: 2, heads: 2, kv_heads: 1, head_dim: 64, vocab: 48, context: 256, rope_theta: 10000.0, eps: 1e-5 };
+    let config = Config {
+        hidden: 128,
+        intermediate: 512,
+        layers: 2,
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 64,
+        vocab: 48,
+        context: 256,
+        rope_theta: 10000.0,
+        eps: 1e-5,
+    };
     let c = &config;
     let mut state = seed;
     let mut byte = move || {
@@ -72,21 +83,30 @@ fn small_model(seed: u64, v_in_q8_0: bool) -> (Vec<u8>, Config) {
     };
     let f16_bits = |x: f32| half::f16::from_f32(x).to_bits().to_le_bytes();
     let mut tensors: Vec<(String, Vec<u64>, u32, Vec<u8>)> = Vec::new();
-    let mut matrix = |name: String, rows: usize, cols: usize, q8_0: bool, tensors: &mut Vec<(String, Vec<u64>, u32, Vec<u8>)>| {
-        let mut data = Vec::new();
-        for _ in 0..rows * cols / 32 {
-            let d = 0.001 + byte() as f32 * 1e-4;
-            data.extend(f16_bits(d));
-            if !q8_0 {
-                data.extend(f16_bits(-8.0 * d + byte() as f32 * 1e-5));
+    let mut matrix =
+        |name: String, rows: usize, cols: usize, q8_0: bool, tensors: &mut Vec<(String, Vec<u64>, u32, Vec<u8>)>| {
+            let mut data = Vec::new();
+            for _ in 0..rows * cols / 32 {
+                let d = 0.001 + byte() as f32 * 1e-4;
+                data.extend(f16_bits(d));
+                if !q8_0 {
+                    data.extend(f16_bits(-8.0 * d + byte() as f32 * 1e-5));
+                }
+                data.extend((0..if q8_0 { 32 } else { 16 }).map(|_| byte()));
             }
-            data.extend((0..if q8_0 { 32 } else { 16 }).map(|_| byte()));
-        }
-        tensors.push((name, vec![cols as u64, rows as u64], if q8_0 { 8 } else { 3 }, data));
-    };
+            tensors.push((name, vec![cols as u64, rows as u64], if q8_0 { 8 } else { 3 }, data));
+        };
     let kv = c.kv_heads * c.head_dim;
     for l in 0..c.layers {
-        for (part, rows, cols) in [("attn_q", c.hidden, c.hidden), ("attn_k", kv, c.hidden), ("attn_v", kv, c.hidden), ("attn_output", c.hidden, c.hidden), ("ffn_gate", c.intermediate, c.hidden), ("ffn_up", c.intermediate, c.hidden), ("ffn_down", c.hidden, c.intermediate)] {
+        for (part, rows, cols) in [
+            ("attn_q", c.hidden, c.hidden),
+            ("attn_k", kv, c.hidden),
+            ("attn_v", kv, c.hidden),
+            ("attn_output", c.hidden, c.hidden),
+            ("ffn_gate", c.intermediate, c.hidden),
+            ("ffn_up", c.intermediate, c.hidden),
+            ("ffn_down", c.hidden, c.intermediate),
+        ] {
             matrix(format!("blk.{l}.{part}.weight"), rows, cols, v_in_q8_0 && part == "attn_v", &mut tensors);
         }
         for part in ["attn_norm", "ffn_norm"] {
@@ -100,7 +120,12 @@ fn small_model(seed: u64, v_in_q8_0: bool) -> (Vec<u8>, Config) {
         embd.extend((0..32).map(|_| byte()));
     }
     tensors.push(("token_embd.weight".into(), vec![c.hidden as u64, c.vocab as u64], 8, embd));
-    tensors.push(("output_norm.weight".into(), vec![c.hidden as u64], 0, (0..c.hidden).flat_map(|i| (1.0 + 0.01 * i as f32).to_le_bytes()).collect()));
+    tensors.push((
+        "output_norm.weight".into(),
+        vec![c.hidden as u64],
+        0,
+        (0..c.hidden).flat_map(|i| (1.0 + 0.01 * i as f32).to_le_bytes()).collect(),
+    ));
 
     let u32_kv = |v: usize| (v as u32).to_le_bytes().to_vec();
     let mut tokens = 8u32.to_le_bytes().to_vec();
@@ -142,7 +167,8 @@ fn share_row(share: &[u8], q_at: usize, dm_at: usize, row: usize, kbs: usize) ->
     let mut out = Vec::new();
     for kb in 0..kbs {
         let dm = &share[dm_at + (row * kbs + kb) * 4..][..4];
-        let (d, m) = (half::f16::from_le_bytes([dm[0], dm[1]]).to_f32(), half::f16::from_le_bytes([dm[2], dm[3]]).to_f32());
+        let (d, m) =
+            (half::f16::from_le_bytes([dm[0], dm[1]]).to_f32(), half::f16::from_le_bytes([dm[2], dm[3]]).to_f32());
         let qs = &share[q_at + (row * kbs + kb) * 16..][..16];
         out.extend((0..32).map(|j| d * (if j < 16 { qs[j] & 15 } else { qs[j - 16] >> 4 }) as f32 + m));
     }
@@ -162,7 +188,8 @@ fn tiled_row(share: &[u8], q_at: usize, dm_at: usize, row: usize, kbs: usize) ->
             (qs[2 * t], qs[2 * t + 8], qs[2 * t + 1], qs[2 * t + 9]) = (w[0], w[1], w[2], w[3]);
         }
         let dm = &share[dm_at + ((unit * 8 + g) * 2 + second) * 4..][..4];
-        let (d, m) = (half::f16::from_le_bytes([dm[0], dm[1]]).to_f32(), half::f16::from_le_bytes([dm[2], dm[3]]).to_f32());
+        let (d, m) =
+            (half::f16::from_le_bytes([dm[0], dm[1]]).to_f32(), half::f16::from_le_bytes([dm[2], dm[3]]).to_f32());
         out.extend((0..32).map(|j| d * (if j < 16 { qs[j] & 15 } else { qs[j - 16] >> 4 }) as f32 + m));
     }
     out
@@ -185,7 +212,11 @@ fn every_share_row_is_the_loaders_row_in(tensor_cores: bool) {
     let shape = packed.shape;
     assert_eq!(StepShape { tensor_cores, ..StepShape::of(&config).unwrap() }, shape);
     let share_row = |share: &[u8], q_at: usize, dm_at: usize, row: usize, kbs: usize| {
-        if tensor_cores { tiled_row(share, q_at, dm_at, row, kbs) } else { share_row(share, q_at, dm_at, row, kbs) }
+        if tensor_cores {
+            tiled_row(share, q_at, dm_at, row, kbs)
+        } else {
+            share_row(share, q_at, dm_at, row, kbs)
+        }
     };
     let (h, ff, kv) = (shape.hidden, shape.intermediate, shape.kv_heads * 64);
     let layout = shape.share_layout();
@@ -201,27 +232,49 @@ fn every_share_row_is_the_loaders_row_in(tensor_cores: bool) {
             let share = &packed.shares[(l * STEP_SHARES + rank) * shape.share_bytes()..][..shape.share_bytes()];
             for r in 0..r_qkv {
                 let row = rank * r_qkv + r;
-                assert_eq!(share_row(share, layout[0], layout[1], r, h / 32), qkv[row * h..(row + 1) * h], "layer {l} block {rank} QKV row {row}");
+                assert_eq!(
+                    share_row(share, layout[0], layout[1], r, h / 32),
+                    qkv[row * h..(row + 1) * h],
+                    "layer {l} block {rank} QKV row {row}"
+                );
             }
             for r in 0..r_o {
                 let row = rank * r_o + r;
-                assert_eq!(share_row(share, layout[2], layout[3], r, h / 32), o[row * h..(row + 1) * h], "layer {l} block {rank} o row {row}");
+                assert_eq!(
+                    share_row(share, layout[2], layout[3], r, h / 32),
+                    o[row * h..(row + 1) * h],
+                    "layer {l} block {rank} o row {row}"
+                );
             }
             for r in 0..r_gu {
-                let (m, row) = if r < r_gu / 2 { (&gate, rank * r_gu / 2 + r) } else { (&up, rank * r_gu / 2 + r - r_gu / 2) };
-                assert_eq!(share_row(share, layout[4], layout[5], r, h / 32), m[row * h..(row + 1) * h], "layer {l} block {rank} gate/up row {r}");
+                let (m, row) =
+                    if r < r_gu / 2 { (&gate, rank * r_gu / 2 + r) } else { (&up, rank * r_gu / 2 + r - r_gu / 2) };
+                assert_eq!(
+                    share_row(share, layout[4], layout[5], r, h / 32),
+                    m[row * h..(row + 1) * h],
+                    "layer {l} block {rank} gate/up row {r}"
+                );
             }
             for r in 0..r_d {
                 let row = rank * r_d + r;
-                assert_eq!(share_row(share, layout[6], layout[7], r, ff / 32), down[row * ff..(row + 1) * ff], "layer {l} block {rank} down row {row}");
+                assert_eq!(
+                    share_row(share, layout[6], layout[7], r, ff / 32),
+                    down[row * ff..(row + 1) * ff],
+                    "layer {l} block {rank} down row {row}"
+                );
             }
             // Padding rows (tiles of 16): zero scales and minimums, so zero values.
             for (stage, rows, kbs) in [(0, r_qkv, h / 32), (2, r_o, h / 32), (4, r_gu, h / 32), (6, r_d, ff / 32)] {
                 for r in rows..shape.stored(rows) {
-                    assert!(share_row(share, layout[stage], layout[stage + 1], r, kbs).iter().all(|&v| v == 0.0), "layer {l} block {rank} stage {stage} padding row {r}");
+                    assert!(
+                        share_row(share, layout[stage], layout[stage + 1], r, kbs).iter().all(|&v| v == 0.0),
+                        "layer {l} block {rank} stage {stage} padding row {r}"
+                    );
                 }
             }
-            let norm = |at: usize| (0..h).map(|i| f32::from_le_bytes(share[at + 4 * i..][..4].try_into().unwrap())).collect::<Vec<_>>();
+            let norm = |at: usize| {
+                (0..h).map(|i| f32::from_le_bytes(share[at + 4 * i..][..4].try_into().unwrap())).collect::<Vec<_>>()
+            };
             assert_eq!(norm(layout[8]), f32s("attn_norm"));
             assert_eq!(norm(layout[9]), f32s("ffn_norm"));
         }
@@ -255,7 +308,8 @@ fn a_layer_matrix_not_in_q4_1_is_refused() {
 fn the_decoder_needs_a_gpu_and_says_so() {
     let (bytes, _) = small_model(5, false);
     let file = GgufFile::from_bytes(bytes, "small.gguf").unwrap();
-    let err = super::super::OneLaunchDecoder::new(&file, &fuse::Device::Cpu).err().expect("refused on the CPU").to_string();
+    let err =
+        super::super::OneLaunchDecoder::new(&file, &fuse::Device::Cpu).err().expect("refused on the CPU").to_string();
     assert!(err.contains("runs on a GPU"), "{err}");
 }
 

@@ -73,7 +73,8 @@ pub fn generate(
 
 /// The greedy choice: the largest logit's id (the lowest id on a tie).
 pub(super) fn argmax(logits: &[f32]) -> u32 {
-    logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| if v > best.1 { (i, v) } else { best }).0 as u32
+    logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| if v > best.1 { (i, v) } else { best }).0
+        as u32
 }
 
 fn choose(logits: &[f32], sampling: Sampling, rng: &mut SmallRng) -> u32 {
@@ -83,7 +84,8 @@ fn choose(logits: &[f32], sampling: Sampling, rng: &mut SmallRng) -> u32 {
         return argmax();
     }
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut probs: Vec<(u32, f64)> = logits.iter().enumerate().map(|(i, &v)| (i as u32, (((v - max) / temperature) as f64).exp())).collect();
+    let mut probs: Vec<(u32, f64)> =
+        logits.iter().enumerate().map(|(i, &v)| (i as u32, (((v - max) / temperature) as f64).exp())).collect();
     let total: f64 = probs.iter().map(|p| p.1).sum();
     probs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     let mut kept = 0.0;

@@ -44,11 +44,15 @@ impl Config {
         let u = |k: &str| file.u32(&format!("llama.{k}")).map(|v| v as usize);
         let (hidden, heads) = (u("embedding_length")?, u("attention.head_count")?);
         if heads == 0 || hidden % heads != 0 || (hidden / heads) % 2 != 0 {
-            return Err(Error::BadShape { what: format!("hidden size {hidden} does not split into {heads} heads of an even size") });
+            return Err(Error::BadShape {
+                what: format!("hidden size {hidden} does not split into {heads} heads of an even size"),
+            });
         }
         let kv_heads = u("attention.head_count_kv")?;
         if kv_heads == 0 || heads % kv_heads != 0 {
-            return Err(Error::BadShape { what: format!("{heads} query heads do not share {kv_heads} key/value heads evenly") });
+            return Err(Error::BadShape {
+                what: format!("{heads} query heads do not share {kv_heads} key/value heads evenly"),
+            });
         }
         Ok(Config {
             hidden,
@@ -106,7 +110,9 @@ impl Llama {
             for (part, heads) in [("attn_k", Some(c.kv_heads)), ("attn_v", None)] {
                 let (more, more_rows, more_columns) = rows(part, heads)?;
                 if more_columns != columns {
-                    return Err(Error::BadShape { what: format!("blk.{i}.{part} has {more_columns} columns, attn_q {columns}") });
+                    return Err(Error::BadShape {
+                        what: format!("blk.{i}.{part} has {more_columns} columns, attn_q {columns}"),
+                    });
                 }
                 data.extend(more);
                 out += more_rows;
@@ -191,7 +197,9 @@ impl Llama {
         let blocks: usize = self
             .layers
             .iter()
-            .map(|(a, f)| [&a.norm, &a.wqkv, &a.wo, &f.norm, &f.gate, &f.up, &f.down].iter().map(|t| t.numel()).sum::<usize>())
+            .map(|(a, f)| {
+                [&a.norm, &a.wqkv, &a.wo, &f.norm, &f.gate, &f.up, &f.down].iter().map(|t| t.numel()).sum::<usize>()
+            })
             .sum();
         blocks + self.embedding.numel() + self.output_norm.numel()
     }

@@ -19,8 +19,8 @@ mod step;
 
 pub use block::{AttentionBlock, FfnBlock};
 pub use cache::KvCache;
-pub use one_launch::OneLaunchDecoder;
 pub use decode_step::{DecodeStepWeights, StepShape, STEP_MAX_POSITIONS, STEP_SHARED_MEMORY_LIMIT, STEP_SHARES};
 pub use generate::{generate, Generated, Sampling};
 pub use load::{Config, Llama};
+pub use one_launch::OneLaunchDecoder;
 pub use step::{Decoder, StepInputs};

@@ -34,7 +34,14 @@ impl OneLaunchDecoder {
     /// `cache` (bf16, batch 1, at most [`super::STEP_MAX_POSITIONS`] positions; empty or holding this sequence so
     /// far), the first token from its logits, every later one from a launch of the kernel (queued together:
     /// the tokens are read once, at the end; the steps after an eos are computed and dropped).
-    pub fn generate(&mut self, llama: &Llama, cache: &mut KvCache, prompt: &[u32], max_new: usize, eos: u32) -> Result<Vec<u32>> {
+    pub fn generate(
+        &mut self,
+        llama: &Llama,
+        cache: &mut KvCache,
+        prompt: &[u32],
+        max_new: usize,
+        eos: u32,
+    ) -> Result<Vec<u32>> {
         if llama.dtype() != DType::BF16 || cache.batch() != 1 || cache.capacity() > self.shape.max_positions {
             return Err(Error::BadShape {
                 what: format!(
@@ -46,8 +53,13 @@ impl OneLaunchDecoder {
                 ),
             });
         }
-        if llama.config.layers != self.shape.layers || llama.config.hidden != self.shape.hidden || llama.config.vocab != self.shape.vocab {
-            return Err(Error::BadShape { what: "the model is not the one the decoder's weights were packed from".into() });
+        if llama.config.layers != self.shape.layers
+            || llama.config.hidden != self.shape.hidden
+            || llama.config.vocab != self.shape.vocab
+        {
+            return Err(Error::BadShape {
+                what: "the model is not the one the decoder's weights were packed from".into(),
+            });
         }
         if max_new == 0 {
             return Ok(Vec::new());

@@ -29,13 +29,22 @@ pub struct StepInputs {
 impl StepInputs {
     pub fn new(batch: usize, len: usize, device: &Device) -> Result<StepInputs> {
         let zeros = |shape: &[usize]| Tensor::zeros(shape, DType::U32, device);
-        Ok(StepInputs { ids: zeros(&[batch, len])?, positions: zeros(&[len])?, at: zeros(&[1])?, lens: zeros(&[batch])?, batch, len })
+        Ok(StepInputs {
+            ids: zeros(&[batch, len])?,
+            positions: zeros(&[len])?,
+            at: zeros(&[1])?,
+            lens: zeros(&[batch])?,
+            batch,
+            len,
+        })
     }
 
     /// Writes the step's inputs: `ids` (batch-major, `batch * len` of them) at positions `pos ..`.
     pub fn set(&self, ids: &[u32], pos: usize) -> Result<()> {
         if ids.len() != self.batch * self.len {
-            return Err(Error::BadShape { what: format!("{} token ids for a step of {} x {}", ids.len(), self.batch, self.len) });
+            return Err(Error::BadShape {
+                what: format!("{} token ids for a step of {} x {}", ids.len(), self.batch, self.len),
+            });
         }
         self.ids.copy_from_host(ids)?;
         self.set_positions(pos)
@@ -43,7 +52,8 @@ impl StepInputs {
 
     /// Writes the positions only (the ids are already there: a greedy decoder's step wrote them).
     pub fn set_positions(&self, pos: usize) -> Result<()> {
-        let position = |p: usize| u32::try_from(p).map_err(|_| Error::BadShape { what: format!("position {p} past u32") });
+        let position =
+            |p: usize| u32::try_from(p).map_err(|_| Error::BadShape { what: format!("position {p} past u32") });
         let positions: Vec<u32> = (pos..pos + self.len).map(position).collect::<Result<_>>()?;
         self.positions.copy_from_host(&positions)?;
         self.at.copy_from_host(&[position(pos)?])?;
@@ -76,8 +86,10 @@ impl Llama {
             let (k_cache, v_cache) = cache.layer(i);
             let (at, lens) = (&inputs.at, &inputs.lens);
             let (heads, hqk) = (c.heads + 2 * c.kv_heads, c.heads + c.kv_heads);
-            let y = attention
-                .forward_with(&x, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, heads, hqk, c.head_dim, c.hidden, fusion)?;
+            let y = attention.forward_with(
+                &x, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, heads, hqk, c.head_dim,
+                c.hidden, fusion,
+            )?;
             x = ffn.forward_with(&y, fusion)?;
         }
         let last = x.narrow(1, s - 1, 1)?;
@@ -118,7 +130,11 @@ impl Llama {
         let decoder = Decoder { graph, inputs, logits, cache_id: cache.id(), vocab: self.config.vocab };
         if let (true, Some(names)) = (fuse::debug_level() >= 1, decoder.graph.kernel_names()?) {
             let layers = self.layers.len().max(1);
-            eprintln!("fuse: the recorded decode step launches {} kernels, {:.1} a layer over {layers} layers:", names.len(), names.len() as f64 / layers as f64);
+            eprintln!(
+                "fuse: the recorded decode step launches {} kernels, {:.1} a layer over {layers} layers:",
+                names.len(),
+                names.len() as f64 / layers as f64
+            );
             let mut counted: Vec<(usize, &String)> = Vec::new();
             for name in &names {
                 match counted.iter_mut().find(|(_, n)| *n == name) {
@@ -148,7 +164,8 @@ impl Decoder<'_> {
         check_ids(ids, self.vocab)?;
         self.replay_at(cache, |inputs, pos| inputs.set(ids, pos))?;
         let logits = self.logits.borrow();
-        let logits = logits.as_ref().ok_or_else(|| Error::BadShape { what: "the recorded step made no logits".into() })?;
+        let logits =
+            logits.as_ref().ok_or_else(|| Error::BadShape { what: "the recorded step made no logits".into() })?;
         Ok(logits.to_vec::<f32>()?)
     }
 

@@ -35,21 +35,13 @@ pub fn model() -> Option<&'static GgufFile> {
 
 /// fuse-models/tests/data/smollm2_reference.json, parsed.
 pub fn reference() -> serde_json::Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/smollm2_reference.json"
-    );
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/smollm2_reference.json");
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 pub fn ids(value: &serde_json::Value) -> Vec<u32> {
-    value
-        .as_array()
-        .expect("an array of ids")
-        .iter()
-        .map(|v| v.as_u64().expect("an id") as u32)
-        .collect()
+    value.as_array().expect("an array of ids").iter().map(|v| v.as_u64().expect("an id") as u32).collect()
 }
 
 /// Relative L2 of `got` against `want`.

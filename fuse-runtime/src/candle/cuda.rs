@@ -96,10 +96,20 @@ pub(super) fn into_candle_on(t: Tensor, gpu: &CudaDevice, device: &candle::CudaD
     // candle's to free on its stream, which waits for fuse's writes above).
     let storage = unsafe {
         match dtype {
-            DType::F32 => candle::CudaStorage::wrap_cuda_slice(stream.upgrade_device_ptr::<f32>(address, len), device.clone()),
-            DType::F16 => candle::CudaStorage::wrap_cuda_slice(stream.upgrade_device_ptr::<half::f16>(address, len), device.clone()),
-            DType::BF16 => candle::CudaStorage::wrap_cuda_slice(stream.upgrade_device_ptr::<half::bf16>(address, len), device.clone()),
-            DType::U32 => candle::CudaStorage::wrap_cuda_slice(stream.upgrade_device_ptr::<u32>(address, len), device.clone()),
+            DType::F32 => {
+                candle::CudaStorage::wrap_cuda_slice(stream.upgrade_device_ptr::<f32>(address, len), device.clone())
+            }
+            DType::F16 => candle::CudaStorage::wrap_cuda_slice(
+                stream.upgrade_device_ptr::<half::f16>(address, len),
+                device.clone(),
+            ),
+            DType::BF16 => candle::CudaStorage::wrap_cuda_slice(
+                stream.upgrade_device_ptr::<half::bf16>(address, len),
+                device.clone(),
+            ),
+            DType::U32 => {
+                candle::CudaStorage::wrap_cuda_slice(stream.upgrade_device_ptr::<u32>(address, len), device.clone())
+            }
         }
     };
     Ok(candle::Tensor::from_storage(candle::Storage::Cuda(storage), shape, candle::op::BackpropOp::none(), false))

@@ -37,7 +37,10 @@ pub(crate) fn dtype_of(t: &candle::Tensor, op: &'static str) -> Result<DType> {
         other => Err(Error::unsupported(
             CANDLE,
             op,
-            format!("a candle tensor of dtype {}: fuse takes f32, f16, bf16 and u32 (convert it with `.to_dtype(..)`)", other.as_str()),
+            format!(
+                "a candle tensor of dtype {}: fuse takes f32, f16, bf16 and u32 (convert it with `.to_dtype(..)`)",
+                other.as_str()
+            ),
         )),
     }
 }
@@ -157,13 +160,19 @@ impl Tensor {
             return Err(Error::unsupported(
                 CANDLE,
                 "into_candle",
-                format!("a tensor on {}: candle tensors from fuse are CPU tensors; call `.to_device(&Device::Cpu)` first", self.device()),
+                format!(
+                    "a tensor on {}: candle tensors from fuse are CPU tensors; call `.to_device(&Device::Cpu)` first",
+                    self.device()
+                ),
             ));
         }
         let shape = self.shape().to_vec();
         let data = match self.into_dense_data() {
             Ok(data) => data,
-            Err(t) => t.dense_copy()?.into_dense_data().map_err(|_| Error::internal(CANDLE, "a fresh copy has another handle"))?,
+            Err(t) => t
+                .dense_copy()?
+                .into_dense_data()
+                .map_err(|_| Error::internal(CANDLE, "a fresh copy has another handle"))?,
         };
         let made = match data {
             CpuData::F32(v) => candle::Tensor::from_vec(v, shape, &candle::Device::Cpu),
@@ -182,14 +191,19 @@ impl Tensor {
         match (device, self.device()) {
             (candle::Device::Cpu, Device::Cpu) => self.into_candle(),
             #[cfg(feature = "candle-cuda")]
-            (candle::Device::Cuda(theirs), Device::Cuda(gpu)) if device.location() == (candle::DeviceLocation::Cuda { gpu_id: gpu.ordinal() }) => {
+            (candle::Device::Cuda(theirs), Device::Cuda(gpu))
+                if device.location() == (candle::DeviceLocation::Cuda { gpu_id: gpu.ordinal() }) =>
+            {
                 let gpu = gpu.clone();
                 cuda::into_candle_on(self, &gpu, theirs)
             }
             (theirs, ours) => Err(Error::unsupported(
                 CANDLE,
                 "into_candle_on",
-                format!("a tensor on {ours} onto candle's {:?}: move it with `.to_device(..)` first", theirs.location()),
+                format!(
+                    "a tensor on {ours} onto candle's {:?}: move it with `.to_device(..)` first",
+                    theirs.location()
+                ),
             )),
         }
     }
@@ -207,7 +221,8 @@ mod tests {
 
     #[test]
     fn a_candle_argument_is_read_in_place_under_its_lock() {
-        let c = candle::Tensor::from_vec((0..24).map(|i| i as f32).collect::<Vec<f32>>(), (4, 6), &candle::Device::Cpu).unwrap();
+        let c = candle::Tensor::from_vec((0..24).map(|i| i as f32).collect::<Vec<f32>>(), (4, 6), &candle::Device::Cpu)
+            .unwrap();
         let view = c.narrow(1, 1, 3).unwrap();
         let held = view.prepare().unwrap();
         let Arg::Tensor(t) = held.arg() else { panic!("a candle tensor prepared as a scalar") };
@@ -223,7 +238,8 @@ mod tests {
 
     #[test]
     fn a_sole_dense_result_moves_into_candle_and_a_shared_one_is_copied() {
-        let ours = Tensor::from_vec((0..12).map(|i| i as f32 * 0.5).collect::<Vec<f32>>(), &[3, 4], &Device::Cpu).unwrap();
+        let ours =
+            Tensor::from_vec((0..12).map(|i| i as f32 * 0.5).collect::<Vec<f32>>(), &[3, 4], &Device::Cpu).unwrap();
         let at = ours.cpu_storage().read().typed::<f32>().unwrap().as_ptr();
         let kept = ours.clone();
         let copied = ours.into_candle().unwrap();

@@ -155,7 +155,16 @@ mod tests {
     /// The plain definition, for comparison: scores, softmax, weighted sum (f64); batch b over its first
     /// `counts[b]` keys.
     #[allow(clippy::too_many_arguments)]
-    fn plain(q: &[f32], k: &[f32], v: &[f32], q_shape: [usize; 4], kv_shape: [usize; 4], counts: &[usize], scale: f32, causal: bool) -> Vec<f32> {
+    fn plain(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        q_shape: [usize; 4],
+        kv_shape: [usize; 4],
+        counts: &[usize],
+        scale: f32,
+        causal: bool,
+    ) -> Vec<f32> {
         let [b, hq, sq, d] = q_shape;
         let [_, hkv, skv, _] = kv_shape;
         let mut out = Vec::new();
@@ -166,14 +175,19 @@ mod tests {
                     let visible = if causal { counts[bi] - sq + i + 1 } else { counts[bi] };
                     let qr = &q[((bi * hq + h) * sq + i) * d..][..d];
                     let s: Vec<f64> = (0..visible)
-                        .map(|j| qr.iter().zip(&k[(kv * skv + j) * d..][..d]).map(|(x, y)| (x * y) as f64).sum::<f64>() * scale as f64)
+                        .map(|j| {
+                            qr.iter().zip(&k[(kv * skv + j) * d..][..d]).map(|(x, y)| (x * y) as f64).sum::<f64>()
+                                * scale as f64
+                        })
                         .collect();
                     let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                     let w: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
                     let total: f64 = w.iter().sum();
                     for c in 0..d {
                         // No key (a count of 0): zeros.
-                        out.push((0..visible).map(|j| w[j] / total * v[(kv * skv + j) * d + c] as f64).sum::<f64>() as f32);
+                        out.push(
+                            (0..visible).map(|j| w[j] / total * v[(kv * skv + j) * d + c] as f64).sum::<f64>() as f32
+                        );
                     }
                 }
             }
@@ -189,7 +203,9 @@ mod tests {
             (seed >> 8) as f32 / (1 << 24) as f32 - 0.5
         };
         // More keys than a tile, more queries than a block, grouped heads; causal and not.
-        for (q_shape, kv_shape) in [([2, 4, 37, 5], [2, 2, 130, 5]), ([1, 3, 1, 8], [1, 1, 65, 8]), ([1, 1, 17, 3], [1, 1, 17, 3])] {
+        for (q_shape, kv_shape) in
+            [([2, 4, 37, 5], [2, 2, 130, 5]), ([1, 3, 1, 8], [1, 1, 65, 8]), ([1, 1, 17, 3], [1, 1, 17, 3])]
+        {
             let n = |s: [usize; 4]| s.iter().product::<usize>();
             let q: Vec<f32> = (0..n(q_shape)).map(|_| next() * 4.0).collect();
             let k: Vec<f32> = (0..n(kv_shape)).map(|_| next() * 4.0).collect();

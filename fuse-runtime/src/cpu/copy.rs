@@ -4,13 +4,13 @@
 //! a row program, whose one pass reads through strides and writes densely (`rowprog.rs`).
 
 use super::rowprog::CallInfo;
+use crate::call::node_error;
 use crate::call::Value;
 use crate::element::Element;
 use crate::host::{for_each_offset, CpuData};
 use crate::{Error, Result, Tensor};
-use fuse_ir::view::{check_slice_set_offset, normalize_axis, ViewOp};
 use fuse_ir::infer::NodeError;
-use crate::call::node_error;
+use fuse_ir::view::{check_slice_set_offset, normalize_axis, ViewOp};
 use fuse_ir::{DType, NodeId, Op};
 use half::{bf16, f16};
 

@@ -2,17 +2,17 @@
 //! of values (arguments, literals, group outputs, and views of those), and returns the outputs.
 
 use super::kernels::{allocate, sink_of, Sink};
-use super::Outcome;
 use super::matmul::run_gemm_group;
 use super::model::run_model;
 use super::rowprog::{compile, CallInfo, Compiled, RowSpec};
 use super::rowrun::BlockInputs;
-use crate::host::CpuData;
+use super::Outcome;
 use crate::call::{infer, input_values, GroupRun, Value};
-use crate::{Error, Result, Tensor};
-use fuse_ir::{DType, Graph, Group, GroupKind, NodeId, Op, Plan};
+use crate::host::CpuData;
 use crate::views::resolve_view;
+use crate::{Error, Result, Tensor};
 use fuse_ir::view::ViewOp;
+use fuse_ir::{DType, Graph, Group, GroupKind, NodeId, Op, Plan};
 use std::time::Instant;
 
 fn is_cat(op: Op) -> bool {
@@ -32,7 +32,13 @@ struct Executor<'a> {
 
 /// Runs `plan` on the CPU (every tensor argument is in host memory). Returns the graph's outputs and, when
 /// `timed`, how each group ran (groups that ran unfused are always reported).
-pub(crate) fn execute(function: &str, g: &Graph, plan: &Plan, args: Vec<Value>, timed: bool) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
+pub(crate) fn execute(
+    function: &str,
+    g: &Graph,
+    plan: &Plan,
+    args: Vec<Value>,
+    timed: bool,
+) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
     let inferred = infer(function, g, &args)?;
     let values = input_values(g, args);
     let info = CallInfo { function, graph: g, shapes: &inferred.shapes, dtypes: &inferred.dtypes };
@@ -87,7 +93,10 @@ impl Executor<'_> {
                     match self.run_fused(&single, paths)? {
                         Outcome::Done(outputs) => self.store(outputs),
                         Outcome::DoesNotFit(why) => {
-                            return Err(Error::internal(self.info.function, format!("%{} alone does not run: {why}", n.0)))
+                            return Err(Error::internal(
+                                self.info.function,
+                                format!("%{} alone does not run: {why}", n.0),
+                            ))
                         }
                     }
                 }
@@ -130,7 +139,8 @@ impl Executor<'_> {
     }
 
     fn run_rows(&self, group: &Group) -> Result<Outcome> {
-        let spec = RowSpec { nodes: &group.nodes, sinks: &group.outputs, blocks: &[], domain: None, keep_last_axis: false };
+        let spec =
+            RowSpec { nodes: &group.nodes, sinks: &group.outputs, blocks: &[], domain: None, keep_last_axis: false };
         let program = match compile(&self.info, &spec, &|id| self.resolve(id))? {
             Compiled::Fits(p) => p,
             Compiled::DoesNotFit(reason) => return Ok(Outcome::DoesNotFit(reason)),
@@ -143,7 +153,9 @@ impl Executor<'_> {
             .collect();
         let sinks: Vec<Sink<'_>> = buffers.iter_mut().map(sink_of).collect();
         program.run(0..program.rows, sinks, &BlockInputs { first_row: 0, buffers: &[] }, true);
-        Ok(Outcome::Done(group.outputs.iter().zip(buffers).map(|(&o, data)| (o, Tensor::from_cpu(data, shape(o)))).collect()))
+        Ok(Outcome::Done(
+            group.outputs.iter().zip(buffers).map(|(&o, data)| (o, Tensor::from_cpu(data, shape(o)))).collect(),
+        ))
     }
 
     /// A returned value as a tensor; scalars and literals become 0-d f32 tensors.
@@ -154,5 +166,3 @@ impl Executor<'_> {
         }
     }
 }
-
-

@@ -19,7 +19,8 @@ pub(crate) fn exp(x: f32) -> f32 {
     let r = (xc - kf * LN2_HI) - kf * LN2_LO;
     let p = 1.0
         + r * (1.0
-            + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+            + r * (0.5
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
     let k1 = k >> 1;
     let k2 = k - k1;
     let pow2 = |e: i32| f32::from_bits(((e + 127) as u32) << 23);
@@ -36,8 +37,10 @@ pub(crate) fn exp(x: f32) -> f32 {
 pub(crate) fn tanh(x: f32) -> f32 {
     let ax = x.abs();
     let x2 = x * x;
-    let near_zero =
-        x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0 + x2 * (62.0 / 2835.0 - x2 * (1382.0 / 155_925.0))))));
+    let near_zero = x
+        * (1.0
+            + x2 * (-1.0 / 3.0
+                + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0 + x2 * (62.0 / 2835.0 - x2 * (1382.0 / 155_925.0))))));
     let far = (1.0 - 2.0 / (exp(2.0 * ax) + 1.0)).copysign(x);
     if ax < 0.3 {
         near_zero
@@ -144,7 +147,11 @@ mod tests {
             assert!((erf(x) as f64 - want).abs() < 3e-7, "erf({x}) = {} want {want}", erf(x));
             for (op, got) in [(fuse_ir::UnaryOp::Gelu, gelu(x)), (fuse_ir::UnaryOp::GeluTanh, gelu_tanh(x))] {
                 let want = op.eval(x as f64);
-                assert!((got as f64 - want).abs() < 5e-6 * want.abs() + 1e-12, "{}({x}) = {got} want {want}", op.name());
+                assert!(
+                    (got as f64 - want).abs() < 5e-6 * want.abs() + 1e-12,
+                    "{}({x}) = {got} want {want}",
+                    op.name()
+                );
             }
             x += 0.00917;
         }

@@ -3,12 +3,12 @@
 //! into f32 product buffers, and an epilogue row program turns the products into the group's outputs.
 //! Blocks of rows run in parallel for large M; for small M one block runs and the GEMM itself is parallel.
 
-use super::kernels::{allocate, sink_of};
-use super::Outcome;
-use crate::call::operand_name;
 use super::kernels::Sink;
+use super::kernels::{allocate, sink_of};
 use super::rowprog::{compile, CallInfo, Compiled, RowProgram, RowSpec};
 use super::rowrun::BlockInputs;
+use super::Outcome;
+use crate::call::operand_name;
 use crate::call::Value;
 use crate::layout::{broadcast_strides, coalesce, row_offset};
 use crate::{Error, Result, Tensor};
@@ -69,8 +69,13 @@ pub(crate) fn run_gemm_group(
     let names = |ids: &mut dyn Iterator<Item = NodeId>| ids.map(|id| operand_name(info.graph, id)).collect::<Vec<_>>();
     let shape = |id: NodeId| info.shapes[id.index()].clone();
     let dtype = |id: NodeId| info.dtypes[id.index()].unwrap_or(DType::F32);
-    let order: Vec<NodeId> =
-        gg.prologue_outputs.iter().chain(gg.product_outputs.iter().map(|(_, id)| id)).chain(&gg.epilogue_outputs).copied().collect();
+    let order: Vec<NodeId> = gg
+        .prologue_outputs
+        .iter()
+        .chain(gg.product_outputs.iter().map(|(_, id)| id))
+        .chain(&gg.epilogue_outputs)
+        .copied()
+        .collect();
     let mut buffers: Vec<_> = order.iter().map(|&id| allocate(dtype(id), &shape(id))).collect();
     let rows = gg.batch * gg.m;
     let widths: Vec<usize> = gg
@@ -208,13 +213,8 @@ fn build(
         Compiled::Fits(p) => p,
         Compiled::DoesNotFit(reason) => return Ok(Err(format!("epilogue: {reason}"))),
     };
-    let product_outputs = group
-        .matmuls
-        .iter()
-        .enumerate()
-        .filter(|(_, mm)| group.outputs.contains(mm))
-        .map(|(j, &mm)| (j, mm))
-        .collect();
+    let product_outputs =
+        group.matmuls.iter().enumerate().filter(|(_, mm)| group.outputs.contains(mm)).map(|(j, &mm)| (j, mm)).collect();
     let left_batch_strides = match &left {
         LeftOperand::Program(_) => vec![0; batch_dims.len()],
         LeftOperand::Direct(t) => batch_strides(t, &batch_dims),
@@ -300,14 +300,20 @@ impl GemmGroup {
     fn describe(&self, left: &str, weights: &[String], blocks: &[Range<usize>]) -> String {
         let rows = self.batch * self.m;
         let (calls, m) = if self.fold_batches || self.batch == 1 {
-            let m = if blocks.len() == 1 { format!("m={rows}") } else { format!("m<={}", blocks.iter().map(Range::len).max().unwrap_or(0)) };
+            let m = if blocks.len() == 1 {
+                format!("m={rows}")
+            } else {
+                format!("m<={}", blocks.iter().map(Range::len).max().unwrap_or(0))
+            };
             (blocks.len(), m)
         } else {
             let per = self.m.max(1);
             (blocks.iter().map(|b| b.end.div_ceil(per) - b.start / per).sum(), format!("m<={}", self.m))
         };
         let a = match &self.left {
-            LeftOperand::Program(_) => format!("A = {left} as f32 rows made per block by the prologue (row stride {})", self.k),
+            LeftOperand::Program(_) => {
+                format!("A = {left} as f32 rows made per block by the prologue (row stride {})", self.k)
+            }
             LeftOperand::Direct(t) => {
                 let s = t.strides();
                 format!("A = {left} read in place (strides {}, {})", s[t.rank() - 2], s[t.rank() - 1])
@@ -324,7 +330,11 @@ impl GemmGroup {
                 format!("{name} (strides {rs}, {cs}: {how})")
             })
             .collect();
-        let dual = if self.weights.len() == 2 { format!(" (dual {}, one call per weight)", weights.join("|")) } else { String::new() };
+        let dual = if self.weights.len() == 2 {
+            format!(" (dual {}, one call per weight)", weights.join("|"))
+        } else {
+            String::new()
+        };
         let threads = if blocks.len() == 1 {
             "one block, each GEMM multi-threaded (rayon)".to_string()
         } else {
@@ -410,7 +420,12 @@ impl GemmGroup {
                 }
             };
             let batch_offset = row_offset(b, &self.batch_dims, w_batch);
-            let wm = MatRef { data: &w_data, offset: w.offset() + batch_offset, row_stride: ws[wr - 2], col_stride: ws[wr - 1] };
+            let wm = MatRef {
+                data: &w_data,
+                offset: w.offset() + batch_offset,
+                row_stride: ws[wr - 2],
+                col_stride: ws[wr - 1],
+            };
             let dst = &mut product[(r - rows.start) * n..(end - rows.start) * n];
             gemm_into(function, dst, end - r, n, k, a, wm, parallel)?;
             r = end;
@@ -422,7 +437,16 @@ impl GemmGroup {
 /// `dst (m x n, dense) = a (m x k) x b (k x n)` with `gemm-f32` (the `gemm` crate's f32 kernels alone), after checking every index the
 /// call will touch lies inside its slice.
 #[allow(clippy::too_many_arguments)]
-fn gemm_into(function: &str, dst: &mut [f32], m: usize, n: usize, k: usize, a: MatRef<'_>, b: MatRef<'_>, parallel: bool) -> Result<()> {
+fn gemm_into(
+    function: &str,
+    dst: &mut [f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatRef<'_>,
+    b: MatRef<'_>,
+    parallel: bool,
+) -> Result<()> {
     if m == 0 || n == 0 {
         return Ok(());
     }
@@ -440,7 +464,8 @@ fn gemm_into(function: &str, dst: &mut [f32], m: usize, n: usize, k: usize, a: M
     let (dst_cs, dst_rs) = (1isize, n as isize);
     let a_ptr = a.data.as_ptr().wrapping_add(a.offset);
     let b_ptr = b.data.as_ptr().wrapping_add(b.offset);
-    let (a_cs, a_rs, b_cs, b_rs) = (a.col_stride as isize, a.row_stride as isize, b.col_stride as isize, b.row_stride as isize);
+    let (a_cs, a_rs, b_cs, b_rs) =
+        (a.col_stride as isize, a.row_stride as isize, b.col_stride as isize, b.row_stride as isize);
     let (m, n, dst_cs, dst_rs, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs) = if dst_cs < dst_rs {
         (n, m, dst_rs, dst_cs, b_ptr, b_rs, b_cs, a_ptr, a_rs, a_cs)
     } else {

@@ -11,9 +11,9 @@
 //! The host memory of a tensor (`host.rs`) and iteration domains (`layout.rs`) are shared with the rest of
 //! the crate; nothing here knows of the CUDA backend (`exec.rs` at the crate root dispatches).
 
+mod attention;
 mod copy;
 pub(crate) mod exec;
-mod attention;
 mod kernels;
 mod math;
 mod matmul;

@@ -44,14 +44,19 @@ pub(super) fn run_model(info: &CallInfo<'_>, resolve: &dyn Fn(NodeId) -> Result<
         ModelOp::Attention { causal, with_lens } => {
             let scale = match resolve(args[3])? {
                 Value::Scalar(v) => v as f32,
-                Value::Tensor(t) => t.to_vec::<f32>()?.first().copied().ok_or_else(|| Error::internal(function, "an empty scale"))?,
+                Value::Tensor(t) => {
+                    t.to_vec::<f32>()?.first().copied().ok_or_else(|| Error::internal(function, "an empty scale"))?
+                }
             };
             let (q, k, v) = (tensor(0)?, tensor(1)?, tensor(2)?);
             let (batch, queries, keys) = (q.shape()[0], q.shape()[2], k.shape()[2]);
             let key_counts = if with_lens {
                 let lens = tensor(4)?.to_vec::<u32>()?;
                 let check = |(b, &len): (usize, &u32)| check_key_count(b, len as u64, queries, keys, causal);
-                lens.iter().enumerate().map(check).collect::<std::result::Result<Vec<usize>, InferError>>()
+                lens.iter()
+                    .enumerate()
+                    .map(check)
+                    .collect::<std::result::Result<Vec<usize>, InferError>>()
                     .map_err(|error| node_error(function, g, NodeError { node: id, error }))?
             } else {
                 vec![keys; batch]

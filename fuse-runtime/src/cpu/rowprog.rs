@@ -3,9 +3,9 @@
 //! over memory: sources are read through broadcast strides, intermediates live in small per-thread row
 //! buffers, and only the group's outputs are written.
 
-use crate::layout::{broadcast_strides, coalesce};
 use crate::call::Value;
 use crate::element::round_to;
+use crate::layout::{broadcast_strides, coalesce};
 use crate::tensor::contiguous_strides;
 use crate::{Error, Result, Tensor};
 use fuse_ir::infer::broadcast;
@@ -63,14 +63,37 @@ pub(crate) enum Operand {
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Instr {
-    Load { source: usize, dst: Reg },
-    Unary { op: UnaryOp, src: Reg, dst: Reg },
-    Binary { op: BinaryOp, lhs: Operand, rhs: Operand, dst: Reg },
+    Load {
+        source: usize,
+        dst: Reg,
+    },
+    Unary {
+        op: UnaryOp,
+        src: Reg,
+        dst: Reg,
+    },
+    Binary {
+        op: BinaryOp,
+        lhs: Operand,
+        rhs: Operand,
+        dst: Reg,
+    },
     /// Reduces a wide register (a whole row) to one value.
-    Reduce { op: ReduceOp, src: Reg, dst: Reg },
+    Reduce {
+        op: ReduceOp,
+        src: Reg,
+        dst: Reg,
+    },
     /// `to_dtype` to f16/bf16 inside a group: round as storing would.
-    Round { dtype: DType, src: Reg, dst: Reg },
-    Store { sink: usize, src: Operand },
+    Round {
+        dtype: DType,
+        src: Reg,
+        dst: Reg,
+    },
+    Store {
+        sink: usize,
+        src: Operand,
+    },
 }
 
 pub(crate) struct RowProgram {
@@ -138,7 +161,11 @@ fn val_of(v: (usize, bool)) -> Val {
 }
 
 /// Compiles `spec` for this call's shapes; externals are looked up with `resolve`.
-pub(crate) fn compile(info: &CallInfo<'_>, spec: &RowSpec<'_>, resolve: &dyn Fn(NodeId) -> Result<Value>) -> Result<Compiled> {
+pub(crate) fn compile(
+    info: &CallInfo<'_>,
+    spec: &RowSpec<'_>,
+    resolve: &dyn Fn(NodeId) -> Result<Value>,
+) -> Result<Compiled> {
     let g = info.graph;
     let mut local = vec![false; g.nodes.len()];
     spec.nodes.iter().for_each(|n| local[n.index()] = true);
@@ -161,12 +188,20 @@ pub(crate) fn compile(info: &CallInfo<'_>, spec: &RowSpec<'_>, resolve: &dyn Fn(
     for &id in spec.nodes.iter().chain(&externals).chain(spec.sinks) {
         match broadcast(&domain, &info.shapes[id.index()]) {
             Some(d) => domain = d,
-            None => return Ok(Compiled::DoesNotFit(format!("shapes {:?} and {:?} make no one domain", domain, info.shapes[id.index()]))),
+            None => {
+                return Ok(Compiled::DoesNotFit(format!(
+                    "shapes {:?} and {:?} make no one domain",
+                    domain,
+                    info.shapes[id.index()]
+                )))
+            }
         }
     }
     if let Some(imposed) = spec.domain {
         if domain != imposed {
-            return Ok(Compiled::DoesNotFit(format!("values of shape {domain:?} around a matmul of shape {imposed:?}")));
+            return Ok(Compiled::DoesNotFit(format!(
+                "values of shape {domain:?} around a matmul of shape {imposed:?}"
+            )));
         }
     }
     let has_reduce = spec.nodes.iter().any(|&n| matches!(g.op(n), Op::Reduce(_)));
@@ -247,8 +282,9 @@ pub(crate) fn compile(info: &CallInfo<'_>, spec: &RowSpec<'_>, resolve: &dyn Fn(
         if let Some(v) = vals[id.index()] {
             return Ok(v);
         }
-        let source = source_index[id.index()]
-            .ok_or_else(|| Error::internal(info.function, format!("row program reads %{} before computing it", id.0)))?;
+        let source = source_index[id.index()].ok_or_else(|| {
+            Error::internal(info.function, format!("row program reads %{} before computing it", id.0))
+        })?;
         let s = &merged[source];
         let dst = b.fresh(is_wide(s));
         b.instrs.push(VInstr::Load { source, dst });
@@ -299,7 +335,10 @@ pub(crate) fn compile(info: &CallInfo<'_>, spec: &RowSpec<'_>, resolve: &dyn Fn(
                 val_of(dst)
             }
             (op, _) => {
-                return Err(Error::internal(info.function, format!("{} (%{}) cannot run in a row program", op.name(), id.0)))
+                return Err(Error::internal(
+                    info.function,
+                    format!("{} (%{}) cannot run in a row program", op.name(), id.0),
+                ))
             }
         };
         vals[id.index()] = Some(v);

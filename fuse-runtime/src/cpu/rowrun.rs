@@ -2,10 +2,10 @@
 //! thread walks its rows in cache-sized column tiles, evaluating the program into its own row buffers.
 
 use super::kernels::{self, Lane, Sink};
-use crate::layout::row_offset;
 use super::rowprog::{Instr, Operand, RowProgram, Source};
-use crate::host::{CpuRead, CpuSlice};
 use crate::element::round_to;
+use crate::host::{CpuRead, CpuSlice};
+use crate::layout::row_offset;
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -153,7 +153,11 @@ impl RowProgram {
                         Source::Tensor { last_stride, .. } => *last_stride,
                         Source::Block(_) => 1,
                     };
-                    let (start, stride) = if dst.wide { (scratch.base[source] + at.col * stride, stride) } else { (scratch.base[source], 0) };
+                    let (start, stride) = if dst.wide {
+                        (scratch.base[source] + at.col * stride, stride)
+                    } else {
+                        (scratch.base[source], 0)
+                    };
                     data[source].read_f32(start, stride, &mut regs[dst.slot][..span(dst.wide)]);
                 }
                 Instr::Unary { op, src, dst } => {

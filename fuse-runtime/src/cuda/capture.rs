@@ -36,7 +36,8 @@ impl Arena {
     /// the driver wait, which would end the capture).
     pub(crate) fn new(device: &CudaDevice) -> Result<Arena> {
         // SAFETY: a plain allocation in the device's context (bound on this thread by the caller).
-        let first = unsafe { result::malloc_sync(CHUNK_BYTES) }.map_err(|e| driver_error("alloc (capture arena)", e))?;
+        let first =
+            unsafe { result::malloc_sync(CHUNK_BYTES) }.map_err(|e| driver_error("alloc (capture arena)", e))?;
         Ok(Arena { device: device.clone(), chunks: Mutex::new(vec![(first, CHUNK_BYTES, 0)]) })
     }
 
@@ -106,14 +107,20 @@ impl CapturedGraph {
         let graph = self.graph.cu_graph();
         let mut count = 0usize;
         // SAFETY: a null node array asks for the count only; the second call fills `count` nodes.
-        unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut count) }.result().map_err(|e| driver_error("count graph nodes", e))?;
+        unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut count) }
+            .result()
+            .map_err(|e| driver_error("count graph nodes", e))?;
         let mut nodes: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); count];
-        unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut count) }.result().map_err(|e| driver_error("list graph nodes", e))?;
+        unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut count) }
+            .result()
+            .map_err(|e| driver_error("list graph nodes", e))?;
         let mut names = Vec::new();
         for &node in &nodes[..count] {
             let mut kind = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
             // SAFETY: `node` is one of the graph's nodes, listed above.
-            unsafe { sys::cuGraphNodeGetType(node, &mut kind) }.result().map_err(|e| driver_error("graph node type", e))?;
+            unsafe { sys::cuGraphNodeGetType(node, &mut kind) }
+                .result()
+                .map_err(|e| driver_error("graph node type", e))?;
             if kind == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
                 names.push(kernel_node_name(node).unwrap_or_else(|| "?".into()));
             }
@@ -146,7 +153,12 @@ impl CudaDevice {
         let began = self.stream().begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED);
         let ran = began.map_err(|e| driver_error("begin capture", e)).and_then(|()| step());
         // The capture ends whatever happened, so the stream is usable again.
-        let ended = if ran.is_ok() || self.stream().capture_status().is_ok_and(|s| s != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE) {
+        let ended = if ran.is_ok()
+            || self
+                .stream()
+                .capture_status()
+                .is_ok_and(|s| s != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+        {
             Some(self.stream().end_capture(sys::CUgraphInstantiate_flags(0)))
         } else {
             None

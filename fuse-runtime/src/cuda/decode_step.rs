@@ -15,7 +15,9 @@ use super::exec::launch::{checked_address, launch_kernel, max_active_clusters, K
 use crate::{DType, Device, Error, Result, Tensor};
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr};
-use fuse_ir::codegen::{decode_step_source, DECODE_STEP_CLUSTER, DECODE_STEP_CLUSTERS, DECODE_STEP_ENTRY, DECODE_STEP_THREADS};
+use fuse_ir::codegen::{
+    decode_step_source, DECODE_STEP_CLUSTER, DECODE_STEP_CLUSTERS, DECODE_STEP_ENTRY, DECODE_STEP_THREADS,
+};
 
 const OP: &str = "decode_step";
 /// Tokens the device's log holds (a run of steps is at most this long).
@@ -79,10 +81,18 @@ impl DecodeStep {
     /// Uploads `weights` to `device` (a GPU of compute capability 9.0) and compiles the kernel for them.
     pub fn new(device: &Device, weights: DecodeStepWeightsRef<'_>) -> Result<DecodeStep> {
         let Device::Cuda(gpu) = device else {
-            return Err(Error::unsupported(OP, "new", "the one-launch decode step runs on a GPU (compute capability 9.0)"));
+            return Err(Error::unsupported(
+                OP,
+                "new",
+                "the one-launch decode step runs on a GPU (compute capability 9.0)",
+            ));
         };
         if !gpu.arch().starts_with("sm_90") {
-            return Err(Error::unsupported(OP, "new", format!("it needs thread-block clusters of 16 and st.async (sm_90), this GPU is {}", gpu.arch())));
+            return Err(Error::unsupported(
+                OP,
+                "new",
+                format!("it needs thread-block clusters of 16 and st.async (sm_90), this GPU is {}", gpu.arch()),
+            ));
         }
         let w = &weights;
         let expect = |what: &'static str, got: usize, want: usize| {
@@ -97,9 +107,24 @@ impl DecodeStep {
         expect("out_norm", w.out_norm.len(), w.hidden)?;
         expect("rope", w.rope.len(), w.max_positions * 64)?;
         if w.layers == 0 || w.shares.len() % (w.layers * DECODE_STEP_CLUSTER as usize) != 0 {
-            return Err(Error::InvalidArgument { op: OP, reason: format!("{} bytes of shares do not split over {} layers of {} blocks", w.shares.len(), w.layers, DECODE_STEP_CLUSTER) });
+            return Err(Error::InvalidArgument {
+                op: OP,
+                reason: format!(
+                    "{} bytes of shares do not split over {} layers of {} blocks",
+                    w.shares.len(),
+                    w.layers,
+                    DECODE_STEP_CLUSTER
+                ),
+            });
         }
-        let function = gpu.kernel(OP, DECODE_STEP_ENTRY, decode_step_source(), fingerprint(decode_step_source()), w.defines, "sm_90a")?;
+        let function = gpu.kernel(
+            OP,
+            DECODE_STEP_ENTRY,
+            decode_step_source(),
+            fingerprint(decode_step_source()),
+            w.defines,
+            "sm_90a",
+        )?;
         let shared_bytes = u32::try_from(w.shared_bytes).map_err(|_| Error::internal(OP, "shared memory past u32"))?;
         function
             .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes as i32)
@@ -140,7 +165,10 @@ impl DecodeStep {
     /// 64]` a layer, contiguous, on this GPU (a `fuse_models` KvCache's layers).
     pub fn set_caches(&mut self, layers: &[(Tensor, Tensor)]) -> Result<()> {
         if layers.len() != self.layers {
-            return Err(Error::InvalidArgument { op: OP, reason: format!("{} cache layers for a model of {}", layers.len(), self.layers) });
+            return Err(Error::InvalidArgument {
+                op: OP,
+                reason: format!("{} cache layers for a model of {}", layers.len(), self.layers),
+            });
         }
         let capacity = layers[0].0.shape().get(2).copied().unwrap_or(0);
         let (mut ks, mut vs) = (Vec::new(), Vec::new());
@@ -150,7 +178,12 @@ impl DecodeStep {
                 if t.dtype() != DType::BF16 || t.shape() != want || !t.is_contiguous() {
                     return Err(Error::InvalidArgument {
                         op: OP,
-                        reason: format!("layer {i}'s {what}: {} {:?}{}, expected contiguous bf16 {want:?}", t.dtype(), t.shape(), if t.is_contiguous() { "" } else { " (strided)" }),
+                        reason: format!(
+                            "layer {i}'s {what}: {} {:?}{}, expected contiguous bf16 {want:?}",
+                            t.dtype(),
+                            t.shape(),
+                            if t.is_contiguous() { "" } else { " (strided)" }
+                        ),
                     });
                 }
             }
@@ -169,10 +202,16 @@ impl DecodeStep {
     /// before picked).
     pub fn set_token(&mut self, token: u32) -> Result<()> {
         if token as usize >= self.vocab {
-            return Err(Error::InvalidArgument { op: OP, reason: format!("token {token} is outside the vocabulary ({})", self.vocab) });
+            return Err(Error::InvalidArgument {
+                op: OP,
+                reason: format!("token {token} is outside the vocabulary ({})", self.vocab),
+            });
         }
         let packed = [((self.steps & 0xFFFF) << 48) | token as u64];
-        self.device.stream().memcpy_htod(&packed, &mut self.best).map_err(|e| driver_error(&format!("{OP}: set the token"), e))
+        self.device
+            .stream()
+            .memcpy_htod(&packed, &mut self.best)
+            .map_err(|e| driver_error(&format!("{OP}: set the token"), e))
     }
 
     /// Queues one step at position `pos` (the caches hold positions 0..pos): it appends the position's keys
@@ -190,11 +229,17 @@ impl DecodeStep {
     pub fn queue_run(&mut self, pos: usize, steps: usize) -> Result<()> {
         self.check_positions(pos, steps)?;
         if steps > DECODE_STEP_LOG {
-            return Err(Error::InvalidArgument { op: OP, reason: format!("a run of {steps} steps; the device's log holds {DECODE_STEP_LOG} tokens") });
+            return Err(Error::InvalidArgument {
+                op: OP,
+                reason: format!("a run of {steps} steps; the device's log holds {DECODE_STEP_LOG} tokens"),
+            });
         }
         self.restart_step_numbers()?;
         let control = [pos as u64, self.steps + 1, 0];
-        self.device.stream().memcpy_htod(&control, &mut self.control).map_err(|e| driver_error(&format!("{OP}: control words"), e))?;
+        self.device
+            .stream()
+            .memcpy_htod(&control, &mut self.control)
+            .map_err(|e| driver_error(&format!("{OP}: control words"), e))?;
         for _ in 0..steps {
             self.launch(0, false, true)?;
         }
@@ -205,7 +250,8 @@ impl DecodeStep {
 
     /// The tokens the last `steps` steps of runs picked, in order (waits for them).
     pub fn run_tokens(&self, steps: usize) -> Result<Vec<u32>> {
-        let log = self.device.stream().clone_dtoh(&self.log).map_err(|e| driver_error(&format!("{OP}: read the log"), e))?;
+        let log =
+            self.device.stream().clone_dtoh(&self.log).map_err(|e| driver_error(&format!("{OP}: read the log"), e))?;
         let first = self.steps + 1 - steps as u64;
         Ok((0..steps as u64).map(|i| log[((first + i) % DECODE_STEP_LOG as u64) as usize]).collect())
     }
@@ -228,7 +274,12 @@ impl DecodeStep {
         if pos + steps > self.capacity.min(self.max_positions) {
             return Err(Error::InvalidArgument {
                 op: OP,
-                reason: format!("positions {pos}..{} are past the caches' {} positions (the kernel holds {})", pos + steps, self.capacity, self.max_positions),
+                reason: format!(
+                    "positions {pos}..{} are past the caches' {} positions (the kernel holds {})",
+                    pos + steps,
+                    self.capacity,
+                    self.max_positions
+                ),
             });
         }
         Ok(())
@@ -271,7 +322,11 @@ impl DecodeStep {
 
     /// The token the last step picked (waits for it).
     pub fn token(&self) -> Result<u32> {
-        let best = self.device.stream().clone_dtoh(&self.best).map_err(|e| driver_error(&format!("{OP}: read the token"), e))?;
+        let best = self
+            .device
+            .stream()
+            .clone_dtoh(&self.best)
+            .map_err(|e| driver_error(&format!("{OP}: read the token"), e))?;
         Ok((best[0] & 0xFFFF) as u32)
     }
 
@@ -299,5 +354,11 @@ fn check_residency(gpu: &CudaDevice, function: &CudaFunction, shared_bytes: u32)
 
 /// A step's launch: its clusters, not overlapping the kernel before (it does not wait for it in the kernel).
 fn step_dims(shared_bytes: u32) -> KernelDims {
-    KernelDims { grid: DECODE_STEP_CLUSTER * DECODE_STEP_CLUSTERS, block: DECODE_STEP_THREADS, cluster: DECODE_STEP_CLUSTER, shared_bytes, overlap: false }
+    KernelDims {
+        grid: DECODE_STEP_CLUSTER * DECODE_STEP_CLUSTERS,
+        block: DECODE_STEP_THREADS,
+        cluster: DECODE_STEP_CLUSTER,
+        shared_bytes,
+        overlap: false,
+    }
 }

@@ -140,7 +140,6 @@ pub(crate) fn open(ordinal: usize, on_create: impl FnOnce(CudaDevice)) -> Result
 }
 
 impl CudaDevice {
-
     pub fn ordinal(&self) -> usize {
         self.state.ordinal
     }
@@ -280,7 +279,9 @@ impl CudaDevice {
             // SAFETY: uninitialised; the kernels that read it write it first (in stream order).
             *guard = Some(unsafe { self.state.stream.alloc::<u8>(len) }.map_err(|e| driver_error("alloc", e))?);
         }
-        let Some(buffer) = guard.as_ref() else { return Err(Error::internal("workspace", "no buffer after allocating it")) };
+        let Some(buffer) = guard.as_ref() else {
+            return Err(Error::internal("workspace", "no buffer after allocating it"));
+        };
         let address = cudarc::driver::DevicePtr::device_ptr(buffer, &self.state.stream).0;
         if self.poisons_allocations() {
             // SAFETY: the first `bytes` bytes of this live allocation, queued on the stream of every use.
@@ -321,7 +322,9 @@ impl CudaDevice {
         let mut q = lock(&self.state.queueing);
         loop {
             match &q.capture {
-                Some(c) if c.owner == me => return Err(Error::Capture { what: "a capture inside another on the same GPU".into() }),
+                Some(c) if c.owner == me => {
+                    return Err(Error::Capture { what: "a capture inside another on the same GPU".into() })
+                }
                 Some(_) => q = self.state.queueing_changed.wait(q).unwrap_or_else(|p| p.into_inner()),
                 None => break,
             }
@@ -405,7 +408,11 @@ impl CudaDevice {
     /// The owner of another library's memory that no tensor reads any more: dropped after the work queued
     /// on the stream (after the capture, when one is running: a wait now would break it).
     /// With `then` (the owner's stream), that stream waits for fuse's queued work instead.
-    pub(crate) fn release_external(&self, owner: Box<dyn std::any::Any + Send + Sync>, then: Option<super::storage::ForeignStream>) {
+    pub(crate) fn release_external(
+        &self,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+        then: Option<super::storage::ForeignStream>,
+    ) {
         if self.is_capturing() {
             if let Some(capture) = lock(&self.state.queueing).capture.as_mut() {
                 capture.freed_after.push(owner);
@@ -489,7 +496,9 @@ impl CudaDevice {
             let zeros = self.state.stream.alloc_zeros::<u32>(COUNTERS).map_err(|e| driver_error("alloc", e))?;
             *counters = Some(zeros);
         }
-        let Some(buffer) = counters.as_ref() else { return Err(Error::internal("counters", "no buffer after making it")) };
+        let Some(buffer) = counters.as_ref() else {
+            return Err(Error::internal("counters", "no buffer after making it"));
+        };
         let (address, _sync) = cudarc::driver::DevicePtr::device_ptr(buffer, &self.state.stream);
         Ok(address)
     }

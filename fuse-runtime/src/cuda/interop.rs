@@ -1,11 +1,11 @@
 //! Handing device memory to and from other cudarc code, or any CUDA library by raw device pointers and
 //! streams, without a trip through the host.
 
+use super::device::CudaDevice;
 use super::driver::driver_error;
 use super::storage::CudaStorage;
 use crate::tensor::checked_numel;
 use crate::{Device, Error, Result, Tensor};
-use super::device::CudaDevice;
 use cudarc::driver::{result, sys, CudaSlice};
 use fuse_ir::DType;
 use std::any::Any;
@@ -91,7 +91,11 @@ impl Tensor {
             return Err(Error::unsupported(INTEROP, "from_cuda_ptr", "a null device pointer"));
         }
         if address % dtype.size_bytes() as u64 != 0 {
-            return Err(Error::unsupported(INTEROP, "from_cuda_ptr", format!("address {address:#x} is not aligned to its {dtype} elements")));
+            return Err(Error::unsupported(
+                INTEROP,
+                "from_cuda_ptr",
+                format!("address {address:#x} is not aligned to its {dtype} elements"),
+            ));
         }
         Ok(Tensor::from_cuda(CudaStorage::external(gpu, address, bytes, dtype, owner, None), shape.to_vec()))
     }
@@ -104,7 +108,11 @@ impl Tensor {
             return Err(Error::unsupported(INTEROP, "cuda_ptr", format!("a tensor on {}", self.device())));
         };
         if !self.is_contiguous() {
-            return Err(Error::unsupported(INTEROP, "cuda_ptr", "a strided view: make it dense with `.contiguous()` first"));
+            return Err(Error::unsupported(
+                INTEROP,
+                "cuda_ptr",
+                "a strided view: make it dense with `.contiguous()` first",
+            ));
         }
         Ok(storage.base_address() + (self.offset() * self.dtype().size_bytes()) as u64)
     }
@@ -113,7 +121,8 @@ impl Tensor {
 /// Makes `waiter` wait, on the GPU, for the work queued on `source` so far (an event recorded on one, waited
 /// on by the other; the host does not wait).
 unsafe fn order_streams(source: sys::CUstream, waiter: sys::CUstream) -> Result<()> {
-    let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(|e| driver_error("create an event", e))?;
+    let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+        .map_err(|e| driver_error("create an event", e))?;
     // SAFETY: both streams are live (the caller's contract); the event is ours, destroyed once the wait is
     // queued (the driver keeps it until the wait is done).
     let ordered = unsafe {

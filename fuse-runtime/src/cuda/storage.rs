@@ -94,7 +94,13 @@ impl CudaStorage {
             // Uninitialised (or a released tensor's): every caller writes it before reading it.
             None => Memory::Pool(Some(device.pool_buffer(bytes.max(1))?)),
         };
-        let storage = CudaStorage { memory, bytes: bytes.max(1), dtype, device: device.clone(), host_written: AtomicBool::new(false) };
+        let storage = CudaStorage {
+            memory,
+            bytes: bytes.max(1),
+            dtype,
+            device: device.clone(),
+            host_written: AtomicBool::new(false),
+        };
         if device.poisons_allocations() {
             storage.fill_bytes(0xFF)?;
         }
@@ -150,7 +156,13 @@ impl CudaStorage {
 
     /// Wraps memory made elsewhere (interop). The caller guarantees it holds `dtype` values.
     pub(crate) fn from_buffer(device: &CudaDevice, buffer: CudaSlice<u8>, dtype: DType) -> CudaStorage {
-        CudaStorage { bytes: buffer.len(), memory: Memory::Pool(Some(buffer)), dtype, device: device.clone(), host_written: AtomicBool::new(false) }
+        CudaStorage {
+            bytes: buffer.len(),
+            memory: Memory::Pool(Some(buffer)),
+            dtype,
+            device: device.clone(),
+            host_written: AtomicBool::new(false),
+        }
     }
 
     /// Wraps `bytes` of another library's memory at `address` (the caller guarantees it holds `dtype` values
@@ -196,10 +208,8 @@ impl CudaStorage {
         let stream = self.device.stream();
         // SAFETY: the address and byte count are this live allocation's; the memset is queued on the stream
         // every use of the allocation is ordered on.
-        unsafe {
-            cudarc::driver::result::memset_d8_async(self.base_address(), value, self.bytes, stream.cu_stream())
-        }
-        .map_err(|e| driver_error("memset", e))
+        unsafe { cudarc::driver::result::memset_d8_async(self.base_address(), value, self.bytes, stream.cu_stream()) }
+            .map_err(|e| driver_error("memset", e))
     }
 
     /// The whole allocation copied to the host (after the work queued before it).
@@ -216,7 +226,8 @@ impl CudaStorage {
         let mut bytes = vec![0u8; bytes_len];
         let _entered = self.device.enter();
         if bytes_len > 0 {
-            self.device.refuse_while_capturing("a copy to the host (to_vec, or an op that reads values on the host)")?;
+            self.device
+                .refuse_while_capturing("a copy to the host (to_vec, or an op that reads values on the host)")?;
             let from = self.base_address() + (start * size) as u64;
             // SAFETY: `bytes_len` bytes inside this live allocation into a host buffer of that length, which
             // stays alive until the synchronisation below.

@@ -40,7 +40,10 @@ pub enum Prepared<'a> {
     Arg(Arg<'a>),
     /// A view of another library's memory and the read lock that keeps it unwritten while the call reads it
     /// (dropped in this order when the function returns, after its outputs were made its own).
-    Held { tensor: Tensor, _lock: Box<dyn Hold + 'a> },
+    Held {
+        tensor: Tensor,
+        _lock: Box<dyn Hold + 'a>,
+    },
 }
 
 /// Anything held for its drop (a lock guard).

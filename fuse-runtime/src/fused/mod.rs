@@ -11,8 +11,8 @@ pub use static_kernels::StaticKernel;
 use crate::call::{infer, values, GroupRun};
 use crate::cuda::{KernelCache, PlanKernels};
 use crate::env;
-use crate::host_profile::{self, Phase};
 use crate::exec::execute_cached;
+use crate::host_profile::{self, Phase};
 use crate::{Device, Error, Result, Tensor};
 use fuse_ir::plan::{describe_for, Backend};
 use fuse_ir::{Graph, InputKind, Plan};
@@ -52,7 +52,12 @@ impl FusedFn {
     /// A fused function as `#[fuse]` emits it: its graph text, its fused plan's text and that plan's kernels,
     /// `FusedFn::emitted(name, graph, plan, &[FusedFn::kernel("f_k0_pointwise_exp", "...", "..."), ..])`. The
     /// plan and kernels are what runs: nothing is planned or generated at run time for the fused form.
-    pub const fn emitted(name: &'static str, graph_text: &'static str, plan_text: &'static str, kernels: &'static [StaticKernel]) -> FusedFn {
+    pub const fn emitted(
+        name: &'static str,
+        graph_text: &'static str,
+        plan_text: &'static str,
+        kernels: &'static [StaticKernel],
+    ) -> FusedFn {
         Self::make(name, graph_text, Some(plan_text), Some(kernels))
     }
 
@@ -146,9 +151,13 @@ impl FusedFn {
         match self.emitted_kernels.filter(|_| fusion == Fusion::On && self.plan_text.is_some()) {
             Some(emitted) => {
                 for kernel in emitted {
-                    let spec = kernel.spec().map_err(|e| Error::internal(self.name(), format!("an emitted kernel: {e}")))?;
+                    let spec =
+                        kernel.spec().map_err(|e| Error::internal(self.name(), format!("an emitted kernel: {e}")))?;
                     let slot = groups.get_mut(spec.group);
-                    slot.ok_or_else(|| Error::internal(self.name(), format!("kernel `{}` of a group past the plan", spec.name)))?.push(spec);
+                    slot.ok_or_else(|| {
+                        Error::internal(self.name(), format!("kernel `{}` of a group past the plan", spec.name))
+                    })?
+                    .push(spec);
                 }
             }
             None => {
@@ -232,7 +241,10 @@ impl FusedFn {
                 let emitted = self.emitted_kernels.filter(|_| fusion == Fusion::On);
                 static_kernels::print_sources(self.name(), g, plan, emitted);
             } else {
-                eprintln!("fuse: `{}` runs on the CPU: no CUDA kernels to show (FUSE_DEBUG=4 prints them for a GPU call)", self.name());
+                eprintln!(
+                    "fuse: `{}` runs on the CPU: no CUDA kernels to show (FUSE_DEBUG=4 prints them for a GPU call)",
+                    self.name()
+                );
             }
         }
         let kernels = match fusion {
@@ -244,7 +256,8 @@ impl FusedFn {
             let _ = kernels.set(PlanKernels::from_specs(self.plan_kernel_specs(fusion)?));
         }
         host_profile::lap(Phase::Args);
-        let (outputs, runs) = execute_cached(self.name(), g, plan, args, level >= 2, fusion == Fusion::Off, Some(kernels))?;
+        let (outputs, runs) =
+            execute_cached(self.name(), g, plan, args, level >= 2, fusion == Fusion::Off, Some(kernels))?;
         if (first && level >= 1) || level >= 2 {
             self.report_runs(&runs, level);
         }
@@ -280,7 +293,11 @@ impl FusedFn {
     /// Checks the arguments' number and kinds against the graph (allocating nothing unless they are wrong).
     fn check_args(&self, g: &Graph, args: &[Arg<'_>]) -> Result<()> {
         if args.len() != g.inputs.len() {
-            return Err(Error::ArgumentCount { function: self.name().to_string(), expected: g.inputs.len(), got: args.len() });
+            return Err(Error::ArgumentCount {
+                function: self.name().to_string(),
+                expected: g.inputs.len(),
+                got: args.len(),
+            });
         }
         let mut field_kinds = self.field_kinds.get().map(|k| k.iter().copied());
         for (input, a) in g.inputs.iter().zip(args) {
@@ -295,7 +312,8 @@ impl FusedFn {
                 (kind, _) => kind,
             };
             match (expected, a) {
-                (InputKind::Tensor | InputKind::Field, Arg::Tensor(_)) | (InputKind::Scalar | InputKind::Field, Arg::Scalar(_)) => {}
+                (InputKind::Tensor | InputKind::Field, Arg::Tensor(_))
+                | (InputKind::Scalar | InputKind::Field, Arg::Scalar(_)) => {}
                 (kind, a) => {
                     return Err(Error::ArgumentKind {
                         function: self.name().to_string(),
@@ -323,7 +341,13 @@ impl FusedFn {
                 );
             }
             if level >= 2 {
-                eprintln!("fuse: `{}` k{} {}: {:.3} ms", self.name(), run.index, run.kind.name(), run.time.as_secs_f64() * 1e3);
+                eprintln!(
+                    "fuse: `{}` k{} {}: {:.3} ms",
+                    self.name(),
+                    run.index,
+                    run.kind.name(),
+                    run.time.as_secs_f64() * 1e3
+                );
             }
         }
     }

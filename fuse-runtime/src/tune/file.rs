@@ -57,12 +57,13 @@ fn parse(text: &str, path: &Path) -> BTreeMap<TuneKey, (String, f64)> {
         }
         let fields: Vec<&str> = line.split('\t').collect();
         let parsed = match fields[..] {
-            [env, group, bucket, choice, micros] => bucket
-                .parse::<usize>()
-                .ok()
-                .zip(micros.parse::<f64>().ok())
-                .filter(|_| !choice.is_empty())
-                .map(|(bucket, micros)| (TuneKey { env: env.into(), group: group.into(), bucket }, (choice.into(), micros))),
+            [env, group, bucket, choice, micros] => {
+                bucket.parse::<usize>().ok().zip(micros.parse::<f64>().ok()).filter(|_| !choice.is_empty()).map(
+                    |(bucket, micros)| {
+                        (TuneKey { env: env.into(), group: group.into(), bucket }, (choice.into(), micros))
+                    },
+                )
+            }
             _ => None,
         };
         match parsed {
@@ -89,7 +90,13 @@ fn read(path: &Path) -> BTreeMap<TuneKey, (String, f64)> {
 fn render(map: &BTreeMap<TuneKey, (String, f64)>) -> String {
     let mut text = format!("{HEADER}\n");
     for (k, (choice, micros)) in map {
-        text.push_str(&format!("{}\t{}\t{}\t{}\t{micros:.2}\n", clean(&k.env), clean(&k.group), k.bucket, clean(choice)));
+        text.push_str(&format!(
+            "{}\t{}\t{}\t{}\t{micros:.2}\n",
+            clean(&k.env),
+            clean(&k.group),
+            k.bucket,
+            clean(choice)
+        ));
     }
     text
 }
@@ -142,7 +149,10 @@ impl TuneTable {
         merged.extend(self.map.iter().map(|(k, v)| (k.clone(), v.clone())));
         if let Err(e) = write_atomically(&path, &render(&merged)) {
             if !self.warned_write {
-                eprintln!("fuse: cannot write the autotune results {}: {e}; results stay in this process", path.display());
+                eprintln!(
+                    "fuse: cannot write the autotune results {}: {e}; results stay in this process",
+                    path.display()
+                );
                 self.warned_write = true;
             }
         }

@@ -121,7 +121,11 @@ pub(crate) fn table() -> &'static Mutex<TuneTable> {
 
 /// The shape bucket of `rows` rows: the next power of two (0 stays 0).
 pub(crate) fn bucket(rows: usize) -> usize {
-    if rows == 0 { 0 } else { rows.next_power_of_two() }
+    if rows == 0 {
+        0
+    } else {
+        rows.next_power_of_two()
+    }
 }
 
 thread_local! {

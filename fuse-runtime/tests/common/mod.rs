@@ -5,8 +5,8 @@
 use fuse_ir::interp::{eval, Array};
 use fuse_ir::plan::is_free;
 use fuse_ir::{DType, Graph, Group, GroupKind, NodeId, Op, Plan};
-use fuse_runtime::{arg, Arg, Device, Fusion, FusedFn, Tensor};
 pub use fuse_runtime::testing::TestRng;
+use fuse_runtime::{arg, Arg, Device, FusedFn, Fusion, Tensor};
 
 pub fn rng(seed: u64) -> TestRng {
     TestRng::new(seed)

@@ -2,9 +2,9 @@
 //! (`templates/mma.cuh`: mma.sync, a cp.async ring, ldmatrix), the many-rows counterpart of the skinny
 //! template for GPUs without wgmma, with the same epilogue hook.
 
-use crate::codegen::emit::KernelParts;
 use super::skinny::epilogue_hook;
 use super::tiling::GemmTiling;
+use crate::codegen::emit::KernelParts;
 use crate::graph::NodeId;
 use crate::DType;
 use std::fmt::Write;

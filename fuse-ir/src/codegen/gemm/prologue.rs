@@ -100,7 +100,11 @@ pub(in crate::codegen) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) ->
     // Narrow values kept per row, in shared-memory order; the first `top` need no reduction.
     let mut kept: Vec<NodeId> = Vec::new();
     let newly_narrow = |k: &RowKernel<'_, '_>, kept: &[NodeId]| -> Vec<NodeId> {
-        pro.nodes.iter().copied().filter(|n| k.narrow[n.index()] && k.available[n.index()] && !kept.contains(n)).collect()
+        pro.nodes
+            .iter()
+            .copied()
+            .filter(|n| k.narrow[n.index()] && k.available[n.index()] && !kept.contains(n))
+            .collect()
     };
 
     k.line(0, "__device__ void fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long n, float* part, int stride) {");
@@ -139,7 +143,10 @@ pub(in crate::codegen) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) ->
         k.line(2, "#pragma unroll 4");
         k.line(2, "for (long long q = tid; q < rows * n8; q += blockDim.x) {");
         k.line(3, "const int r = (int)(q / n8);");
-        k.line(3, &format!("if (r != row) {{ if (row >= 0) part[row * stride + tid] = acc; row = r; acc = {identity}; }}"));
+        k.line(
+            3,
+            &format!("if (r != row) {{ if (row >= 0) part[row * stride + tid] = acc; row = r; acc = {identity}; }}"),
+        );
         k.line(3, "const FuseProRow& p = fuse_pro_row[r];");
         for i in 0..slots {
             let s = k.slot(i);
@@ -261,7 +268,8 @@ fn open_columns(k: &mut RowKernel<'_, '_>, g: &Graph, pro: &Prologue, targets: &
 fn factors(g: &Graph, pro: &Prologue) -> Option<Factors> {
     let mut needs_reduction = vec![false; g.nodes.len()];
     for &n in &pro.nodes {
-        needs_reduction[n.index()] = matches!(g.op(n), Op::Reduce(_)) || g.node(n).args.iter().any(|a| needs_reduction[a.index()]);
+        needs_reduction[n.index()] =
+            matches!(g.op(n), Op::Reduce(_)) || g.node(n).args.iter().any(|a| needs_reduction[a.index()]);
     }
     let (mut row, mut element) = (Vec::new(), Vec::new());
     let mut stack = vec![pro.lhs];
@@ -286,7 +294,8 @@ fn factors(g: &Graph, pro: &Prologue) -> Option<Factors> {
         }
     }
     let primary = pro.inputs[pro.primary];
-    let row_nodes: Vec<NodeId> = pro.nodes.iter().copied().filter(|n| in_cone[n.index()] && !matches!(g.op(*n), Op::Reduce(_))).collect();
+    let row_nodes: Vec<NodeId> =
+        pro.nodes.iter().copied().filter(|n| in_cone[n.index()] && !matches!(g.op(*n), Op::Reduce(_))).collect();
     let row_slots: Vec<usize> = (0..pro.inputs.len()).filter(|&i| in_cone[pro.inputs[i].index()]).collect();
     let reductions = pro.nodes.iter().filter(|&&r| matches!(g.op(r), Op::Reduce(_)));
     let operands_plain = reductions.clone().all(|&r| !needs_reduction[g.node(r).args[0].index()]);
@@ -335,7 +344,10 @@ fn scaled(g: &Graph, pro: &Prologue, first_slot: usize) -> Option<String> {
     };
     k.line(0, "#define FUSE_GEMM_PRO_CAN_SCALE 1");
     k.line(0, &format!("#define FUSE_GEMM_PRO_REDUCTIONS {}", reductions.len()));
-    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro_offsets(const FuseArgs& args, long long row, FuseProRow& p) {");
+    k.line(
+        0,
+        "__device__ __forceinline__ void fuse_gemm_pro_offsets(const FuseArgs& args, long long row, FuseProRow& p) {",
+    );
     k.line(1, "long long bi[FUSE_NIN], si[FUSE_NIN], bo[FUSE_NOUT], so[FUSE_NOUT];");
     k.line(1, "fuse_row_offsets(args, row, bi, si, bo, so);");
     for i in 0..slots {
@@ -344,7 +356,8 @@ fn scaled(g: &Graph, pro: &Prologue, first_slot: usize) -> Option<String> {
     }
     k.line(0, "}");
     k.line(0, "__device__ __forceinline__ bool fuse_gemm_pro_can_scale(const FuseProRow& p) {");
-    let constant: Vec<String> = f.row_slots.iter().map(|&i| format!("(FUSE_IN{} == FUSE_SCALAR || p.si[{i}] == 0)", k.slot(i))).collect();
+    let constant: Vec<String> =
+        f.row_slots.iter().map(|&i| format!("(FUSE_IN{} == FUSE_SCALAR || p.si[{i}] == 0)", k.slot(i))).collect();
     k.line(1, &format!("return {};", if constant.is_empty() { "true".to_string() } else { constant.join(" && ") }));
     k.line(0, "}");
     k.line(0, "__device__ __forceinline__ void fuse_gemm_pro_red_init(float (&red)[FUSE_GEMM_PRO_REDUCTIONS]) {");
@@ -363,7 +376,8 @@ fn scaled(g: &Graph, pro: &Prologue, first_slot: usize) -> Option<String> {
     offsets_from_row(&mut k);
     k.emit_scalar_reads(1);
     k.emit_ready_narrow();
-    let targets: Vec<NodeId> = f.element.iter().copied().chain(reductions.iter().map(|&(r, _)| g.node(r).args[0])).collect();
+    let targets: Vec<NodeId> =
+        f.element.iter().copied().chain(reductions.iter().map(|&(r, _)| g.node(r).args[0])).collect();
     open_columns(&mut k, g, pro, &targets);
     for (q, &(r, op)) in reductions.iter().enumerate() {
         let operand = emit::value(g, g.node(r).args[0]);

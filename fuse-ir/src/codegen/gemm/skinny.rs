@@ -8,10 +8,10 @@
 //! apart (as a row kernel's), so `row` is the product's row with any batch axes folded in. The products'
 //! own input slots carry no pointer: their values come from the accumulators.
 
-use crate::codegen::emit::{self, KernelParts};
-use crate::codegen::pointwise;
 use super::prologue::Prologue;
 use super::tiling::GemmTiling;
+use crate::codegen::emit::{self, KernelParts};
+use crate::codegen::pointwise;
 use crate::graph::{Graph, NodeId};
 use crate::op::Op;
 use crate::plan::{Group, GroupKind};
@@ -166,7 +166,8 @@ pub(in crate::codegen) fn source(parts: &KernelParts<'_>, matmuls: &[NodeId], pr
     if let Some(pro) = pro {
         let names: Vec<String> = pro.inputs.iter().map(|id| format!("%{}", id.0)).collect();
         let first = parts.inputs.len();
-        let _ = writeln!(s, "// in[{first}..] = the prologue's inputs {}; it computes %{}", names.join(", "), pro.lhs.0);
+        let _ =
+            writeln!(s, "// in[{first}..] = the prologue's inputs {}; it computes %{}", names.join(", "), pro.lhs.0);
         s.push_str(&super::prologue::hooks(parts.g, pro, first));
     }
     let _ = writeln!(s, "#define FUSE_SKINNY_NAME {}", parts.name);
@@ -247,7 +248,8 @@ mod tests {
             (131072, 98304),
             (65536, 32768),
         ];
-        let got: Vec<(usize, usize)> = SKINNY_CONFIGS.iter().map(|c| (c.shared_bytes(true), c.shared_bytes(false))).collect();
+        let got: Vec<(usize, usize)> =
+            SKINNY_CONFIGS.iter().map(|c| (c.shared_bytes(true), c.shared_bytes(false))).collect();
         assert_eq!(got, want);
         assert!(SKINNY_TEMPLATE.contains("#define FUSE_SK_SMEM_BYTES"), "the template states its shared memory");
     }

@@ -45,7 +45,10 @@ mod tests {
         // r8c16: 16 weight rows x 8 rows of X per block. A [17, 1000] product: 63 x 3 tiles.
         let skinny = SkinnyConfig::by_name("r8c16").unwrap();
         assert_eq!((skinny.cols_per_block(), skinny.rows_per_block()), (16, 8));
-        assert_eq!((skinny.tiles(17, 1000), skinny.grid(17, 1000), skinny.workspace_floats(17, 1000, true)), (189, Some(189), 0));
+        assert_eq!(
+            (skinny.tiles(17, 1000), skinny.grid(17, 1000), skinny.workspace_floats(17, 1000, true)),
+            (189, Some(189), 0)
+        );
         // n16k4: 128 x 16, K split in 4: 8 x 2 tiles, 4 blocks each, a partial tile per block and product.
         let split = WgmmaConfig::by_name("n16k4").unwrap();
         assert_eq!((split.tiles(17, 1000), split.grid(17, 1000)), (16, Some(64)));

@@ -5,9 +5,9 @@
 //! The template names one `wgmma.mma_async` per accumulator width; this file writes those wrappers (one
 //! per row count `BM` of the config set, bf16 and f16), so the kernel is still one static string.
 
-use crate::codegen::emit::KernelParts;
 use super::skinny::epilogue_hook;
 use super::tiling::GemmTiling;
+use crate::codegen::emit::KernelParts;
 use crate::graph::NodeId;
 use crate::DType;
 use std::fmt::Write;
@@ -37,7 +37,14 @@ const NEVER: (usize, usize) = (usize::MAX, 0);
 /// Shared memory an H200 block may have (227 KB).
 pub const MAX_SHARED_BYTES: usize = 232_448;
 
-const fn config(name: &'static str, bm: usize, cw: usize, stages: usize, splits: usize, fast_rows: (usize, usize)) -> WgmmaConfig {
+const fn config(
+    name: &'static str,
+    bm: usize,
+    cw: usize,
+    stages: usize,
+    splits: usize,
+    fast_rows: (usize, usize),
+) -> WgmmaConfig {
     WgmmaConfig { name, bm, cw, stages, splits, cluster: 1, fast_rows }
 }
 
@@ -108,7 +115,6 @@ impl WgmmaConfig {
     pub fn weight_box_rows(&self) -> usize {
         self.cols_per_block() / self.cluster
     }
-
 }
 
 impl GemmTiling for WgmmaConfig {
@@ -188,7 +194,11 @@ mod tests {
             assert!(blocks * c.cols_per_block() * c.bm >= 17 * 1000 * c.splits);
             assert_eq!(c.workspace_floats(17, 1000, true) > 0, c.splits > 1);
             assert_eq!(c.defines(DType::BF16)[0], "-DFUSE_WG_DT=2");
-            assert!(c.cluster == 1 || (c.splits == 1 && c.grid(17, 1000).unwrap() % 2 == 0), "{}: whole clusters", c.name);
+            assert!(
+                c.cluster == 1 || (c.splits == 1 && c.grid(17, 1000).unwrap() % 2 == 0),
+                "{}: whole clusters",
+                c.name
+            );
         }
         // The dual product needs twice the accumulators: BM 256 cannot hold them.
         assert!(!WgmmaConfig::by_name("n256").unwrap().supports(true));

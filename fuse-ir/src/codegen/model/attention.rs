@@ -267,9 +267,16 @@ mod tests {
                 let base = batch * 3;
                 assert!(l.items < 2 * H200_SMS.max(base), "{s:?}: {l:?}");
                 let most = (keys / ATTENTION_DECODE_SPLIT_KEYS).max(1);
-                let cluster_most = if keys <= 8 * ATTENTION_DECODE_ROW_GROUP_KEYS { most.min(ATTENTION_DECODE_CLUSTER_MAX) } else { most };
+                let cluster_most = if keys <= 8 * ATTENTION_DECODE_ROW_GROUP_KEYS {
+                    most.min(ATTENTION_DECODE_CLUSTER_MAX)
+                } else {
+                    most
+                };
                 assert!(l.items >= H200_SMS.min(base * cluster_most), "{s:?}: {l:?}");
-                assert!(keys > 8 * ATTENTION_DECODE_ROW_GROUP_KEYS || l.splits <= ATTENTION_DECODE_CLUSTER_MAX, "{s:?}: {l:?}");
+                assert!(
+                    keys > 8 * ATTENTION_DECODE_ROW_GROUP_KEYS || l.splits <= ATTENTION_DECODE_CLUSTER_MAX,
+                    "{s:?}: {l:?}"
+                );
             }
         }
         // SmolLM2-135M at batch 1: 63 cached keys in one split, 128 in 2 of 64, 8192 in 44 (132 blocks).
@@ -294,7 +301,15 @@ mod tests {
     #[test]
     fn decode_is_taken_while_the_rows_of_a_kv_head_fit_one_block() {
         // 9 over 3 heads: 3 rows a query, so up to 5 queries; 16 query heads of one kv head: 1 query.
-        for (q_heads, kv_heads, queries, decode) in [(9, 3, 1, true), (9, 3, 5, true), (9, 3, 6, false), (16, 1, 1, true), (32, 1, 1, false), (2, 2, 16, true), (2, 2, 17, false)] {
+        for (q_heads, kv_heads, queries, decode) in [
+            (9, 3, 1, true),
+            (9, 3, 5, true),
+            (9, 3, 6, false),
+            (16, 1, 1, true),
+            (32, 1, 1, false),
+            (2, 2, 16, true),
+            (2, 2, 17, false),
+        ] {
             let s = shape(2, q_heads, kv_heads, queries, 300, 64);
             let l = attention_launch(s, H200_SMS);
             assert_eq!(l.decode, decode, "{s:?}: {l:?}");
@@ -341,10 +356,19 @@ mod tests {
         let launch = |q_heads, queries| attention_launch(shape(1, q_heads, 1, queries, 300, 64), H200_SMS);
         let pass = |q_heads, queries| launch(q_heads, queries).defines(DType::BF16);
         // d = 64 is the build's: its decode build divides by a constant.
-        assert_eq!(pass(3, 1)[2..], ["-DFUSE_DECODE_PASS_ROWS=1", "-DFUSE_DECODE_EXACT_D=1", "-DFUSE_DECODE_ROW_GROUPS=3"]);
+        assert_eq!(
+            pass(3, 1)[2..],
+            ["-DFUSE_DECODE_PASS_ROWS=1", "-DFUSE_DECODE_EXACT_D=1", "-DFUSE_DECODE_ROW_GROUPS=3"]
+        );
         assert_eq!(launch(3, 1).decode_threads(), 384);
-        assert_eq!(pass(2, 1)[2..], ["-DFUSE_DECODE_PASS_ROWS=1", "-DFUSE_DECODE_EXACT_D=1", "-DFUSE_DECODE_ROW_GROUPS=2"]);
-        assert_eq!(pass(4, 1)[2..], ["-DFUSE_DECODE_PASS_ROWS=2", "-DFUSE_DECODE_EXACT_D=1", "-DFUSE_DECODE_ROW_GROUPS=2"]);
+        assert_eq!(
+            pass(2, 1)[2..],
+            ["-DFUSE_DECODE_PASS_ROWS=1", "-DFUSE_DECODE_EXACT_D=1", "-DFUSE_DECODE_ROW_GROUPS=2"]
+        );
+        assert_eq!(
+            pass(4, 1)[2..],
+            ["-DFUSE_DECODE_PASS_ROWS=2", "-DFUSE_DECODE_EXACT_D=1", "-DFUSE_DECODE_ROW_GROUPS=2"]
+        );
         assert_eq!(pass(3, 5)[2..], ["-DFUSE_DECODE_EXACT_D=1"]);
         // Long splits (batch 16 over 8192 keys: 2,731 keys a split) stay in one group of passes of 3 rows.
         let long = attention_launch(shape(16, 9, 3, 1, 8192, 64), H200_SMS);

@@ -29,9 +29,11 @@ mod tests {
     #[test]
     fn the_source_agrees_with_the_constants_here() {
         let source = decode_step_source();
-        assert!(source.contains(&format!("constexpr int CLUSTER = {DECODE_STEP_CLUSTER}, CLUSTERS = {DECODE_STEP_CLUSTERS},")));
+        assert!(source
+            .contains(&format!("constexpr int CLUSTER = {DECODE_STEP_CLUSTER}, CLUSTERS = {DECODE_STEP_CLUSTERS},")));
         assert!(source.contains(&format!("#define FUSE_STEP_THREADS {DECODE_STEP_THREADS}")));
-        assert!(source.contains(&format!("extern \"C\" __global__ void __launch_bounds__(THREADS, 1) {DECODE_STEP_ENTRY}(")));
+        assert!(source
+            .contains(&format!("extern \"C\" __global__ void __launch_bounds__(THREADS, 1) {DECODE_STEP_ENTRY}(")));
         assert!(!source.contains("#include"), "the source must be self-contained");
     }
 }

@@ -10,12 +10,17 @@ mod attention;
 mod decode_step;
 
 pub use attention::{
-    attention_launch, AttentionLaunch, AttentionShape, ATTENTION_COMBINE_THREADS, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_CLUSTER_MAX, ATTENTION_DECODE_EARLY_DEFINE, ATTENTION_DECODE_MAX_SPLITS, ATTENTION_DECODE_PASS_ROWS, ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_ROPE_VECTOR_DEFINE, ATTENTION_DECODE_ROW_GROUP_KEYS, ATTENTION_DECODE_VECTOR_DEFINE,
-    ATTENTION_DECODE_ROWS, ATTENTION_DECODE_SPLIT_KEYS, ATTENTION_DECODE_THREADS, ATTENTION_HEAD_DIMS, ATTENTION_KEY_TILE,
-    ATTENTION_MAX_HEAD_DIM, ATTENTION_ROW_TILE, ATTENTION_THREADS,
+    attention_launch, AttentionLaunch, AttentionShape, ATTENTION_COMBINE_THREADS, ATTENTION_DECODE_CLUSTER_DEFINE,
+    ATTENTION_DECODE_CLUSTER_MAX, ATTENTION_DECODE_EARLY_DEFINE, ATTENTION_DECODE_MAX_SPLITS,
+    ATTENTION_DECODE_PASS_ROWS, ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_ROPE_VECTOR_DEFINE,
+    ATTENTION_DECODE_ROWS, ATTENTION_DECODE_ROW_GROUP_KEYS, ATTENTION_DECODE_SPLIT_KEYS, ATTENTION_DECODE_THREADS,
+    ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_HEAD_DIMS, ATTENTION_KEY_TILE, ATTENTION_MAX_HEAD_DIM,
+    ATTENTION_ROW_TILE, ATTENTION_THREADS,
 };
 
-pub use decode_step::{decode_step_source, DECODE_STEP_CLUSTER, DECODE_STEP_CLUSTERS, DECODE_STEP_ENTRY, DECODE_STEP_THREADS};
+pub use decode_step::{
+    decode_step_source, DECODE_STEP_CLUSTER, DECODE_STEP_CLUSTERS, DECODE_STEP_ENTRY, DECODE_STEP_THREADS,
+};
 
 use crate::DType;
 
@@ -138,7 +143,11 @@ mod tests {
         for kernel in ModelKernel::ALL {
             let source = kernel.source();
             assert!(source.contains("__global__ void __launch_bounds__("), "{kernel:?}");
-            assert!(source.contains(&format!(" {}(const Fuse", kernel.name())), "{kernel:?}: no entry {}", kernel.name());
+            assert!(
+                source.contains(&format!(" {}(const Fuse", kernel.name())),
+                "{kernel:?}: no entry {}",
+                kernel.name()
+            );
             assert!(!source.contains("#include"), "{kernel:?} must be self-contained");
             // Launched overlapping the kernel before (programmatic dependent launch): every entry waits for
             // it before touching memory, as its first statement.

@@ -62,4 +62,3 @@ impl ModuleCache {
         Ok(f)
     }
 }
-

@@ -90,7 +90,13 @@ pub fn compile_ptx(name: &str, source: &str, defines: &[String], arch: &str) -> 
 pub(crate) const FIXED_OPTIONS: &[&str] = &["-default-device", "--std=c++17", "-lineinfo"];
 
 /// The key of a cubin: every input of the compilation that can change its bytes.
-pub(crate) fn cubin_key(name: &str, source: &str, defines: &[String], arch: &str, nvrtc: (i32, i32)) -> cache::CacheKey {
+pub(crate) fn cubin_key(
+    name: &str,
+    source: &str,
+    defines: &[String],
+    arch: &str,
+    nvrtc: (i32, i32),
+) -> cache::CacheKey {
     let nvrtc = format!("{}.{}", nvrtc.0, nvrtc.1);
     let mut parts: Vec<&[u8]> = vec![b"fuse-cubin", env!("CARGO_PKG_VERSION").as_bytes(), nvrtc.as_bytes()];
     parts.extend(FIXED_OPTIONS.iter().map(|o| o.as_bytes()));
@@ -128,19 +134,32 @@ impl Program {
             numbered_source: if stage == "load" { String::new() } else { numbered(source) },
         };
         if !nvrtc_available() {
-            return Err(fail("load", "libnvrtc was not found (install the CUDA toolkit or set LD_LIBRARY_PATH)".into()));
+            return Err(fail(
+                "load",
+                "libnvrtc was not found (install the CUDA toolkit or set LD_LIBRARY_PATH)".into(),
+            ));
         }
         let c_source = CString::new(source).map_err(|_| fail("create", "the source contains a NUL byte".into()))?;
-        let c_name = CString::new(format!("{name}.cu")).map_err(|_| fail("create", "the name contains a NUL byte".into()))?;
+        let c_name =
+            CString::new(format!("{name}.cu")).map_err(|_| fail("create", "the name contains a NUL byte".into()))?;
         let mut options: Vec<CString> = Vec::with_capacity(defines.len() + 3);
-        for option in std::iter::once(&arch_option).chain(FIXED_OPTIONS).map(|s| s.to_string()).chain(defines.iter().cloned()) {
+        for option in
+            std::iter::once(&arch_option).chain(FIXED_OPTIONS).map(|s| s.to_string()).chain(defines.iter().cloned())
+        {
             options.push(CString::new(option).map_err(|_| fail("create", "an option contains a NUL byte".into()))?);
         }
         let option_ptrs: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
         let mut handle: sys::nvrtcProgram = std::ptr::null_mut();
         // SAFETY: valid NUL-terminated strings that outlive the call; no headers.
         let status = unsafe {
-            sys::nvrtcCreateProgram(&mut handle, c_source.as_ptr(), c_name.as_ptr(), 0, std::ptr::null(), std::ptr::null())
+            sys::nvrtcCreateProgram(
+                &mut handle,
+                c_source.as_ptr(),
+                c_name.as_ptr(),
+                0,
+                std::ptr::null(),
+                std::ptr::null(),
+            )
         };
         if status != sys::nvrtcResult::NVRTC_SUCCESS {
             return Err(fail("create", describe(status)));
@@ -168,7 +187,9 @@ impl Program {
         }
         let mut buffer = vec![0u8; size.max(1)];
         // SAFETY: the buffer holds `size` bytes, as NVRTC asked.
-        if unsafe { sys::nvrtcGetProgramLog(self.handle, buffer.as_mut_ptr().cast()) } != sys::nvrtcResult::NVRTC_SUCCESS {
+        if unsafe { sys::nvrtcGetProgramLog(self.handle, buffer.as_mut_ptr().cast()) }
+            != sys::nvrtcResult::NVRTC_SUCCESS
+        {
             return String::new();
         }
         CStr::from_bytes_until_nul(&buffer).map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
@@ -243,7 +264,8 @@ mod tests {
         assert_eq!(version.is_some(), nvrtc_available());
         if let Some((major, _)) = version {
             assert!(major >= 11, "NVRTC {major}");
-            let ptx = compile_ptx("k", "extern \"C\" __global__ void k(float* p) { p[threadIdx.x] = 1.0f; }", &[], "sm_80");
+            let ptx =
+                compile_ptx("k", "extern \"C\" __global__ void k(float* p) { p[threadIdx.x] = 1.0f; }", &[], "sm_80");
             assert!(ptx.is_ok_and(|p| p.contains(".entry k")));
             let broken = compile_ptx("k", "this is not C", &[], "sm_80").expect_err("must not compile");
             assert_eq!(broken.stage, "compile");

@@ -79,7 +79,8 @@ fn parse_ptxas_report(log: &str) -> Option<PtxasReport> {
         let at = line.find(what)?;
         line[..at].split_whitespace().last()?.parse().ok()
     };
-    let mut report = PtxasReport { registers: 0, spill_stores: 0, spill_loads: 0, stack_frame_bytes: 0, log: log.to_string() };
+    let mut report =
+        PtxasReport { registers: 0, spill_stores: 0, spill_loads: 0, stack_frame_bytes: 0, log: log.to_string() };
     let mut seen_registers = false;
     for line in log.lines() {
         if let Some(stack) = number_before(line, "bytes stack frame") {

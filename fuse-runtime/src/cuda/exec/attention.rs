@@ -23,11 +23,12 @@ use super::Executor;
 use crate::call::Value;
 use crate::{Error, Result, Tensor};
 use fuse_ir::codegen::{
-    attention_launch, AttentionShape, ModelKernel, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_CLUSTER_MAX, ATTENTION_DECODE_EARLY_DEFINE,
-    ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_ROPE_VECTOR_DEFINE, ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_MAX_HEAD_DIM,
+    attention_launch, AttentionShape, ModelKernel, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_CLUSTER_MAX,
+    ATTENTION_DECODE_EARLY_DEFINE, ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_ROPE_VECTOR_DEFINE,
+    ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_MAX_HEAD_DIM,
 };
-use fuse_ir::DType;
 use fuse_ir::view::ViewOp;
+use fuse_ir::DType;
 use fuse_ir::{ModelOp, NodeId, Op};
 
 /// Largest grid of the kernels' grid-stride loops.
@@ -70,10 +71,13 @@ impl Executor<'_> {
         rope_append: Option<FusedRope>,
         early: bool,
     ) -> Result<()> {
-        let (q, k, v) = (self.tensor_arg(args[0], "q")?, self.tensor_arg(args[1], "k")?, self.tensor_arg(args[2], "v")?);
+        let (q, k, v) =
+            (self.tensor_arg(args[0], "q")?, self.tensor_arg(args[1], "k")?, self.tensor_arg(args[2], "v")?);
         let scale = match self.resolve(args[3])? {
             Value::Scalar(s) => s,
-            Value::Tensor(t) => t.to_vec::<f32>()?.first().copied().ok_or_else(|| self.internal("an empty scale"))? as f64,
+            Value::Tensor(t) => {
+                t.to_vec::<f32>()?.first().copied().ok_or_else(|| self.internal("an empty scale"))? as f64
+            }
         };
         let ([batch, q_heads, queries, d], [_, kv_heads, keys, _]) = (dims4(q.shape()), dims4(k.shape()));
         let unsupported = |what: String| Error::unsupported(self.function, "attention", what);
@@ -90,7 +94,9 @@ impl Executor<'_> {
             return Err(unsupported(format!("{rows} query rows on the GPU (fewer than 2^32)")));
         }
         if i32::try_from(keys + queries).is_err() {
-            return Err(unsupported(format!("{keys} keys and {queries} queries on the GPU (fewer than 2^31 together)")));
+            return Err(unsupported(format!(
+                "{keys} keys and {queries} queries on the GPU (fewer than 2^31 together)"
+            )));
         }
         let shape = AttentionShape { batch, q_heads, queries, kv_heads, keys, d };
         let launch = attention_launch(shape, self.device.sm_count());
@@ -165,7 +171,13 @@ impl Executor<'_> {
             }
             let grid = launch.items.min(MAX_GRID) as u32;
             let blocks_a_cluster = if cluster { launch.splits as u32 } else { 1 };
-            let dims = KernelDims { grid, block: launch.decode_threads(), cluster: blocks_a_cluster, shared_bytes: 0, overlap: true };
+            let dims = KernelDims {
+                grid,
+                block: launch.decode_threads(),
+                cluster: blocks_a_cluster,
+                shared_bytes: 0,
+                overlap: true,
+            };
             self.launch_model_kernel_block(ModelKernel::AttentionDecode, &defines, dims, words)?;
             drop(workspace);
             return Ok(());
@@ -185,7 +197,13 @@ impl Executor<'_> {
             let mut words = Words::default();
             words.address(partials).address(out_address).counts(&[rows, launch.splits, d]);
             let defines = ModelKernel::defines(q.dtype());
-            self.launch_model_kernel_with(ModelKernel::AttentionCombine, &defines, rows.min(MAX_GRID) as u32, 0, words)?;
+            self.launch_model_kernel_with(
+                ModelKernel::AttentionCombine,
+                &defines,
+                rows.min(MAX_GRID) as u32,
+                0,
+                words,
+            )?;
         }
         drop(workspace);
         Ok(())
@@ -203,7 +221,8 @@ pub(super) fn vector_rows(t: &Tensor, address: u64, d: usize) -> bool {
 /// (the axes of size 1 are never stepped along).
 pub(super) fn rows_on_16_bytes(t: &Tensor, address: u64) -> bool {
     let (r, elements) = (t.shape().len(), 16 / t.dtype().size_bytes());
-    let rows_aligned = t.shape()[..r - 1].iter().zip(&t.strides()[..r - 1]).all(|(&n, &stride)| n == 1 || stride % elements == 0);
+    let rows_aligned =
+        t.shape()[..r - 1].iter().zip(&t.strides()[..r - 1]).all(|(&n, &stride)| n == 1 || stride % elements == 0);
     t.strides()[r - 1] == 1 && address % 16 == 0 && rows_aligned
 }
 

@@ -37,7 +37,10 @@ pub(super) fn describe_matmuls(kind: GroupKind, gemms: &[DescribedGemm], pairs: 
                 Ok((swapped, pair)) => {
                     let (low, high) = if swapped { (&b.weight, &a.weight) } else { (&a.weight, &b.weight) };
                     let stride = pair.weight_batch_stride();
-                    Some(format!("cuBLAS {}", pair.describe(1, &format!("dual {low}|{high}, batch stride {stride} elems, B = {}", a.left))))
+                    Some(format!(
+                        "cuBLAS {}",
+                        pair.describe(1, &format!("dual {low}|{high}, batch stride {stride} elems, B = {}", a.left))
+                    ))
                 }
                 Err(why) => Some(format!("{}; {} (two calls: {why})", single(a), single(b))),
             }
@@ -66,11 +69,28 @@ mod tests {
     #[test]
     fn matmul_paths_name_the_cublas_call_and_the_dual_gemm_pairing() {
         // h [16, 4096] x w.t() with w [14336, 4096] in bf16: the Llama-3-8B MLP's gate and up projections.
-        let h = Matrix { address: 0x10_0000, batch: 1, rows: 16, cols: 4096, batch_stride: 0, row_stride: 4096, col_stride: 1 };
-        let w = Matrix { address: 0x20_0000, batch: 1, rows: 4096, cols: 14336, batch_stride: 0, row_stride: 1, col_stride: 4096 };
+        let h = Matrix {
+            address: 0x10_0000,
+            batch: 1,
+            rows: 16,
+            cols: 4096,
+            batch_stride: 0,
+            row_stride: 4096,
+            col_stride: 1,
+        };
+        let w = Matrix {
+            address: 0x20_0000,
+            batch: 1,
+            rows: 4096,
+            cols: 14336,
+            batch_stride: 0,
+            row_stride: 1,
+            col_stride: 4096,
+        };
         let call = plan_gemm(&h, &w).unwrap().call(DType::BF16).unwrap().unwrap();
         assert_eq!(describe_matmuls(GroupKind::Gemm, &[], true), None);
-        let down = "cuBLAS cublasGemmStridedBatchedEx x1 (A = w_down.t(), B = h), op(A)=T op(B)=N, m=14336 n=16 k=4096, \
+        let down =
+            "cuBLAS cublasGemmStridedBatchedEx x1 (A = w_down.t(), B = h), op(A)=T op(B)=N, m=14336 n=16 k=4096, \
              lda=4096 ldb=4096 ldc=14336, bf16, compute f32";
         assert_eq!(describe_matmuls(GroupKind::Gemm, &[gemm("w_down.t()", 0x20_0000, Ok(call))], true).unwrap(), down);
         let gap = 2 * 14336 * 4096;
@@ -83,13 +103,20 @@ mod tests {
         );
         // The up weight first in memory: it is batch 0.
         let swapped = [gemm("w_gate.t()", 0x20_0000 + gap, Ok(call)), gemm("w_up.t()", 0x20_0000, Ok(call))];
-        assert!(describe_matmuls(GroupKind::DualGemm, &swapped, true).unwrap().contains("x1 (dual w_up.t()|w_gate.t(), batch stride"));
+        assert!(describe_matmuls(GroupKind::DualGemm, &swapped, true)
+            .unwrap()
+            .contains("x1 (dual w_up.t()|w_gate.t(), batch stride"));
         // Two calls, and why; or two calls because the path splits them.
         let same = [gemm("w.t()", 0x20_0000, Ok(call)), gemm("w.t()", 0x20_0000, Ok(call))];
-        assert!(describe_matmuls(GroupKind::DualGemm, &same, true).unwrap().ends_with("(two calls: the same weight twice)"));
+        assert!(describe_matmuls(GroupKind::DualGemm, &same, true)
+            .unwrap()
+            .ends_with("(two calls: the same weight twice)"));
         let split = describe_matmuls(GroupKind::DualGemm, &dual, false).unwrap();
         assert_eq!(split.matches("cublasGemmStridedBatchedEx x1 (A = w_").count(), 2, "{split}");
         let empty = [gemm("w.t()", 0x20_0000, Err("an empty product: no cuBLAS call"))];
-        assert_eq!(describe_matmuls(GroupKind::Gemm, &empty, true).unwrap(), "h x w.t(): an empty product: no cuBLAS call");
+        assert_eq!(
+            describe_matmuls(GroupKind::Gemm, &empty, true).unwrap(),
+            "h x w.t(): an empty product: no cuBLAS call"
+        );
     }
 }

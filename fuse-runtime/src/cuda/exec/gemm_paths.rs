@@ -56,7 +56,10 @@ impl Executor<'_> {
             }
         }
         if let Some(role) = path.template_role() {
-            let spec = specs.iter().find(|k| k.spec.role == role).ok_or_else(|| self.internal(format!("no {role:?} kernel")))?;
+            let spec = specs
+                .iter()
+                .find(|k| k.spec.role == role)
+                .ok_or_else(|| self.internal(format!("no {role:?} kernel")))?;
             return self.run_template(index, specs, spec, path);
         }
         if *path != GemmPath::Cublas || !self.run_dual_pair(index)? {
@@ -79,12 +82,19 @@ impl Executor<'_> {
     /// group's prologue itself (`-DFUSE_GEMM_PRO=1`) on this call, or why it cannot: only a skinny config
     /// of at most `PROLOGUE_MAX_ROWS` rows per block does; the tensor must have the left operand's shape
     /// and dtype, and every input of the prologue must broadcast onto that shape.
-    fn in_kernel_prologue(&self, index: usize, specs: &[PreparedKernel], path: &GemmPath) -> std::result::Result<NodeId, String> {
+    fn in_kernel_prologue(
+        &self,
+        index: usize,
+        specs: &[PreparedKernel],
+        path: &GemmPath,
+    ) -> std::result::Result<NodeId, String> {
         let GemmPath::Skinny(c) = path else { return Err("only the skinny template runs a prologue".into()) };
         if c.rows_per_block() > PROLOGUE_MAX_ROWS {
             return Err(format!("skinny:{} holds more than {PROLOGUE_MAX_ROWS} rows per block", c.name));
         }
-        let Some(pro) = specs.iter().find(|k| k.spec.role == Role::Skinny).and_then(|k| k.spec.prologue.map(|p| (p, &k.spec))) else {
+        let Some(pro) =
+            specs.iter().find(|k| k.spec.role == Role::Skinny).and_then(|k| k.spec.prologue.map(|p| (p, &k.spec)))
+        else {
             return Err("the group has no prologue the skinny kernel can run".into());
         };
         let (pro, spec) = pro;
@@ -143,7 +153,8 @@ impl Executor<'_> {
             if a.dtype() != dtype {
                 return Err("mixed dtypes".into());
             }
-            let gemm = skinny_gemm(dtype, &self.matrix(a).map_err(|e| e.to_string())?, &weights).map_err(str::to_string)?;
+            let gemm =
+                skinny_gemm(dtype, &self.matrix(a).map_err(|e| e.to_string())?, &weights).map_err(str::to_string)?;
             if role == Role::Wgmma {
                 wgmma::check(&gemm)?;
             }
@@ -232,7 +243,15 @@ impl Executor<'_> {
         // The one batched call, launched through the address table as a replay launches it; recorded as the
         // two calls it stands for, which `LaunchPlan::build` pairs again (the same tests as here).
         let (weight, left) = (base_of(graph, graph.node(low).args[1]).index(), base_of(graph, n0.args[0]).index());
-        let mut batched = Step::Gemm { call: pair, lt: None, first: weight, second: left, product: low.index(), group: index, dual: true };
+        let mut batched = Step::Gemm {
+            call: pair,
+            lt: None,
+            first: weight,
+            second: left,
+            product: low.index(),
+            group: index,
+            dual: true,
+        };
         run_step(self.device, &mut batched, &mut self.addresses)?;
         let first = Tensor::from_cuda(buffer, self.shape(mm0).to_vec());
         let second = first.at_offset(stride, self.shape(mm1).to_vec());
@@ -242,7 +261,15 @@ impl Executor<'_> {
             let node = graph.node(mm);
             let (first, second) = (base_of(graph, node.args[1]).index(), base_of(graph, node.args[0]).index());
             self.record_computed(mm, dtype, &self.inferred.shapes[mm.index()].clone());
-            self.record(Step::Gemm { call: *c, lt: None, first, second, product: mm.index(), group: index, dual: true });
+            self.record(Step::Gemm {
+                call: *c,
+                lt: None,
+                first,
+                second,
+                product: mm.index(),
+                group: index,
+                dual: true,
+            });
         }
         if self.describe {
             for (mm, c) in recorded {
@@ -265,7 +292,13 @@ impl Executor<'_> {
     /// A template kernel (skinny or wgmma): the matmuls and the epilogue in one launch, its `FuseArgs` over
     /// the product with the last axis kept apart (so a row is a product row), then `FuseGemmArgs`; the
     /// wgmma template's tensor maps come first.
-    fn run_template(&mut self, index: usize, specs: &[PreparedKernel], kernel: &PreparedKernel, path: &GemmPath) -> Result<()> {
+    fn run_template(
+        &mut self,
+        index: usize,
+        specs: &[PreparedKernel],
+        kernel: &PreparedKernel,
+        path: &GemmPath,
+    ) -> Result<()> {
         let spec = &kernel.spec;
         let plan = self.plan;
         let group = &plan.groups[index];
@@ -335,9 +368,9 @@ impl Executor<'_> {
             self.device.kernel(self.function, &spec.name, &spec.source, kernel.source_hash, &defines, &shape.arch)?;
         // The templates' rings live in dynamic shared memory, past the default 48 KB for most configs.
         let shared = i32::try_from(shape.shared_bytes).map_err(|_| self.internal("template shared memory size"))?;
-        function
-            .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
-            .map_err(|e| driver_error(&format!("{}: allow {} bytes of shared memory", spec.name, shape.shared_bytes), e))?;
+        function.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared).map_err(
+            |e| driver_error(&format!("{}: allow {} bytes of shared memory", spec.name, shape.shared_bytes), e),
+        )?;
         // Split-K: partial sums and one counter per tile (zeroed here; every launch leaves them zeroed).
         let scratch = match shape.workspace_floats {
             0 => None,
@@ -351,11 +384,14 @@ impl Executor<'_> {
         let (ws, counters) = scratch.as_ref().map_or((0, 0), |(w, c)| (w.base_address(), c.base_address()));
         // The wgmma template: three tensor maps (X, W0, W1), then FuseArgs.
         let left = base_of(self.graph, primary.unwrap_or(left)).index();
-        let weight = |j: usize| base_of(self.graph, self.graph.node(group.matmuls[j.min(group.matmuls.len() - 1)]).args[1]).index();
+        let weight = |j: usize| {
+            base_of(self.graph, self.graph.node(group.matmuls[j.min(group.matmuls.len() - 1)]).args[1]).index()
+        };
         let mut maps = Vec::new();
         let mut words = Vec::new();
         if let Some(specs) = shape.maps {
-            let (nodes, addresses) = ([left, weight(0), weight(1)], [gemm.x, gemm.w[0], if dual { gemm.w[1] } else { gemm.w[0] }]);
+            let (nodes, addresses) =
+                ([left, weight(0), weight(1)], [gemm.x, gemm.w[0], if dual { gemm.w[1] } else { gemm.w[0] }]);
             for (j, map) in specs.into_iter().enumerate() {
                 words.extend(map.encode(addresses[j]).map_err(|e| self.internal(e))?);
                 maps.push(MapPatch { word: j * MAP_WORDS, node: nodes[j], map, encoded_at: addresses[j] });
@@ -371,7 +407,13 @@ impl Executor<'_> {
         // The wgmma kernel launches after the kernel before it has finished: overlapping it (a skinny down
         // projection, back to back) cost ~10 us per call on an H200, where every other kernel gained 1-7 us.
         let overlap = !matches!(path, GemmPath::Wgmma(_));
-        let dims = KernelDims { grid: shape.grid, block: shape.block, cluster: shape.cluster, shared_bytes: shared as u32, overlap };
+        let dims = KernelDims {
+            grid: shape.grid,
+            block: shape.block,
+            cluster: shape.cluster,
+            shared_bytes: shared as u32,
+            overlap,
+        };
         let mut patches = self.patches(spec, &values);
         for p in &mut patches {
             p.word += args_at;
@@ -388,7 +430,14 @@ impl Executor<'_> {
             self.values[id.index()] = Some(Value::Tensor(t));
         }
         if self.describe {
-            let form = format!("m={} n={} k={} lda={} ldw={:?}", gemm.m, gemm.n, gemm.k, gemm.lda, &gemm.ldw[..group.matmuls.len()]);
+            let form = format!(
+                "m={} n={} k={} lda={} ldw={:?}",
+                gemm.m,
+                gemm.n,
+                gemm.k,
+                gemm.lda,
+                &gemm.ldw[..group.matmuls.len()]
+            );
             let note = self.path_note.take().map_or(String::new(), |n| format!("{n}; "));
             let kind = match (path, primary.is_some()) {
                 (GemmPath::Wgmma(_), _) => "wgmma",
@@ -397,7 +446,8 @@ impl Executor<'_> {
                 (_, false) => "skinny",
             };
             let (grid, block) = (dims.grid, dims.block);
-            self.path_note = Some(format!("{note}{kind} template {} ({form}), grid {grid} x {block} threads", shape.config));
+            self.path_note =
+                Some(format!("{note}{kind} template {} ({form}), grid {grid} x {block} threads", shape.config));
         }
         Ok(())
     }

@@ -3,8 +3,8 @@
 //! beside them the launch plans of the argument signatures seen so far (`launch_plan.rs`).
 
 use super::launch_plan::LaunchPlans;
-use fuse_ir::codegen::{group_kernels, KernelSpec};
 use crate::cuda::compile::cache::CacheKey;
+use fuse_ir::codegen::{group_kernels, KernelSpec};
 use fuse_ir::{Graph, Plan};
 use std::hash::{Hash, Hasher};
 use std::sync::{Mutex, OnceLock};

@@ -30,7 +30,13 @@ impl KernelDims {
 /// device allows it ([`CudaDevice::overlaps_launches`]), the launch may overlap the kernel before it in the
 /// stream (programmatic dependent launch): every generated kernel waits for that kernel before it touches
 /// memory, so its set-up and first L2 prefetches run during the other's last blocks.
-pub(crate) fn launch_kernel(device: &CudaDevice, name: &str, function: &CudaFunction, dims: KernelDims, words: &mut [u64]) -> Result<()> {
+pub(crate) fn launch_kernel(
+    device: &CudaDevice,
+    name: &str,
+    function: &CudaFunction,
+    dims: KernelDims,
+    words: &mut [u64],
+) -> Result<()> {
     use cudarc::driver::sys;
     let mut params = [words.as_mut_ptr().cast::<std::ffi::c_void>()];
     // SAFETY (zeroed): plain data; `launch_config` writes the members its attribute ids name.
@@ -40,11 +46,15 @@ pub(crate) fn launch_kernel(device: &CudaDevice, name: &str, function: &CudaFunc
     // words, slot counts and dtypes fixed by the defines); every address is a live allocation on this GPU
     // whose view was bounds-checked by the caller; the driver copies the parameter at launch, and
     // allocations are freed in stream order, after the kernel. `config` and `attributes` outlive the call.
-    let status = unsafe { sys::cuLaunchKernelEx(&config, function.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) };
+    let status =
+        unsafe { sys::cuLaunchKernelEx(&config, function.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) };
     match status {
         sys::CUresult::CUDA_SUCCESS => Ok(()),
         e => Err(Error::Cuda {
-            op: format!("launch {name} ({} blocks of {}, cluster {}, {} B shared)", dims.grid, dims.block, dims.cluster, dims.shared_bytes),
+            op: format!(
+                "launch {name} ({} blocks of {}, cluster {}, {} B shared)",
+                dims.grid, dims.block, dims.cluster, dims.shared_bytes
+            ),
             message: format!("{e:?}"),
         }),
     }
@@ -53,12 +63,17 @@ pub(crate) fn launch_kernel(device: &CudaDevice, name: &str, function: &CudaFunc
 /// The driver's configuration of a launch of `dims` on the device's stream: its cluster and (where `dims.overlap`
 /// and the device allow) programmatic dependent launch as attributes written into `attributes`, which the
 /// configuration points to.
-fn launch_config(device: &CudaDevice, dims: &KernelDims, attributes: &mut [cudarc::driver::sys::CUlaunchAttribute; 2]) -> cudarc::driver::sys::CUlaunchConfig {
+fn launch_config(
+    device: &CudaDevice,
+    dims: &KernelDims,
+    attributes: &mut [cudarc::driver::sys::CUlaunchAttribute; 2],
+) -> cudarc::driver::sys::CUlaunchConfig {
     use cudarc::driver::sys;
     let mut count = 0;
     if dims.cluster > 1 {
         attributes[count].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attributes[count].value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: dims.cluster, y: 1, z: 1 };
+        attributes[count].value.clusterDim =
+            sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: dims.cluster, y: 1, z: 1 };
         count += 1;
     }
     if dims.overlap && device.overlaps_launches() {
@@ -81,7 +96,12 @@ fn launch_config(device: &CudaDevice, dims: &KernelDims, attributes: &mut [cudar
 }
 
 /// Clusters of a launch of `dims` the GPU can hold at once (`cuOccupancyMaxActiveClusters`).
-pub(crate) fn max_active_clusters(device: &CudaDevice, name: &str, function: &CudaFunction, dims: KernelDims) -> Result<u32> {
+pub(crate) fn max_active_clusters(
+    device: &CudaDevice,
+    name: &str,
+    function: &CudaFunction,
+    dims: KernelDims,
+) -> Result<u32> {
     use cudarc::driver::sys;
     // SAFETY (zeroed): plain data; `launch_config` writes the members its attribute ids name.
     let mut attributes: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };

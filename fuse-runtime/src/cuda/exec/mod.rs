@@ -40,19 +40,19 @@ use crate::cuda::gemm::cublas::{plan_gemm, GemmCall, Matrix};
 use crate::cuda::gemm::lt::lt_matmul;
 use crate::cuda::storage::CudaStorage;
 use crate::host_profile::{self, Phase};
+use crate::views::resolve_view;
 use crate::{Arg, Error, Result, Tensor};
 use describe::{describe_matmuls, DescribedGemm};
+use fuse_args::ArgsLayout;
 use fuse_args::{plan_launch, Operand};
 use fuse_ir::codegen::{self, InputKind, Role, CONTIGUOUS_DEFINE};
 use fuse_ir::infer::broadcast;
+use fuse_ir::view::ViewOp;
 use fuse_ir::{DType, Graph, GroupKind, NodeId, Op, Plan};
 use gemm_path::GemmPath;
 use kernels::{KernelCache, PlanKernels, PreparedKernel};
-use fuse_args::ArgsLayout;
 use launch::{checked_address, KernelDims};
 use launch_plan::{host_written, run_step, signature, table_entry, LaunchPlan, Patch, Recording, Step};
-use crate::views::resolve_view;
-use fuse_ir::view::ViewOp;
 use std::time::Instant;
 
 struct Executor<'a> {
@@ -401,13 +401,16 @@ impl Executor<'_> {
         // it again, recorded, on the paths that do not stream it. A path known without timing (the results
         // table, a forced path, the fixed rule while capturing) launches no prologue kernel of its own.
         let first_skinny = GemmPath::Skinny(&crate::cuda::gemm::skinny::CONFIGS[0]);
-        self.prologue_deferred = is_gemm && matches!(self.template_operands(index, specs, &first_skinny), Ok((_, Some(_))));
+        self.prologue_deferred =
+            is_gemm && matches!(self.template_operands(index, specs, &first_skinny), Ok((_, Some(_))));
         // Without timing to do, the path is known before the prologue runs, and the kernel that streams the
         // prologue needs no separate prologue kernel at all.
         let decided = if self.prologue_deferred { self.decided_path(index, specs)? } else { None };
         let unrecorded = self.prologue_deferred && decided.is_none();
         let recording = if unrecorded { self.recording.take() } else { None };
-        for spec in specs.iter().filter(|k| k.spec.role == Role::Whole || (k.spec.role == Role::Prologue && decided.is_none())) {
+        for spec in
+            specs.iter().filter(|k| k.spec.role == Role::Whole || (k.spec.role == Role::Prologue && decided.is_none()))
+        {
             self.run_kernel(spec)?;
         }
         if unrecorded {
@@ -496,11 +499,24 @@ impl Executor<'_> {
         }
         let grid = launch.grid(spec.kind, self.device.sm_count());
         if grid > 0 {
-            let function =
-                self.device.kernel(self.function, &spec.name, &spec.source, kernel.source_hash, &defines, self.device.arch())?;
+            let function = self.device.kernel(
+                self.function,
+                &spec.name,
+                &spec.source,
+                kernel.source_hash,
+                &defines,
+                self.device.arch(),
+            )?;
             let (words, patches) = (launch.pack(), self.patches(spec, &inputs));
             let name = spec.name.clone();
-            self.queue(Step::Kernel { name, function, dims: KernelDims::plain(grid), words, patches, maps: Vec::new() })?;
+            self.queue(Step::Kernel {
+                name,
+                function,
+                dims: KernelDims::plain(grid),
+                words,
+                patches,
+                maps: Vec::new(),
+            })?;
         } else {
             self.unreplayable();
         }
@@ -519,7 +535,9 @@ impl Executor<'_> {
                 (Value::Tensor(_), _) => {
                     patches.push(Patch { word: layout.input_address(i), node: base_of(self.graph, id).index() })
                 }
-                (Value::Scalar(_), Op::Input(_)) => patches.push(Patch { word: layout.input_scalar(i), node: id.index() }),
+                (Value::Scalar(_), Op::Input(_)) => {
+                    patches.push(Patch { word: layout.input_scalar(i), node: id.index() })
+                }
                 // A literal stays as packed.
                 (Value::Scalar(_), _) => {}
             }
@@ -534,7 +552,11 @@ impl Executor<'_> {
     fn input_slot(&self, value: &Value) -> Result<(InputKind, Operand)> {
         Ok(match value {
             Value::Tensor(t) if t.dtype() == DType::U32 => {
-                return Err(Error::unsupported(self.function, "kernel", "u32 tensors (token ids) are not yet read by GPU kernels"))
+                return Err(Error::unsupported(
+                    self.function,
+                    "kernel",
+                    "u32 tensors (token ids) are not yet read by GPU kernels",
+                ))
             }
             Value::Tensor(t) => (InputKind::Tensor(t.dtype()), self.tensor_operand(t)?),
             Value::Scalar(v) => (InputKind::Scalar, Operand::Scalar(*v)),
@@ -636,7 +658,11 @@ impl Executor<'_> {
         let address = self.address(t)?;
         let r = s.len();
         if r < 2 {
-            return Err(Error::unsupported(self.function, "matmul", format!("an operand of shape {s:?} (at least 2-D)")));
+            return Err(Error::unsupported(
+                self.function,
+                "matmul",
+                format!("an operand of shape {s:?} (at least 2-D)"),
+            ));
         }
         let (batch, batch_stride) = merged_batch(&s[..r - 2], &st[..r - 2]).ok_or_else(|| {
             Error::unsupported(
@@ -645,7 +671,15 @@ impl Executor<'_> {
                 format!("an operand of shape {s:?} and strides {st:?}: its batch axes do not merge into one (make it contiguous first)"),
             )
         })?;
-        Ok(Matrix { address, batch, rows: s[r - 2], cols: s[r - 1], batch_stride, row_stride: st[r - 2], col_stride: st[r - 1] })
+        Ok(Matrix {
+            address,
+            batch,
+            rows: s[r - 2],
+            cols: s[r - 1],
+            batch_stride,
+            row_stride: st[r - 2],
+            col_stride: st[r - 1],
+        })
     }
 
     /// A returned value as a tensor; scalars and literals become 0-d f32 tensors on this GPU.
@@ -660,7 +694,8 @@ impl Executor<'_> {
 /// Batch axes as one: their element count and the stride between consecutive batches, when every axis
 /// (axes of size 1 aside) steps exactly over the one after it; `None` when they do not merge.
 fn merged_batch(shape: &[usize], strides: &[usize]) -> Option<(usize, usize)> {
-    let axes: Vec<(usize, usize)> = shape.iter().zip(strides).map(|(&d, &st)| (d, st)).filter(|&(d, _)| d != 1).collect();
+    let axes: Vec<(usize, usize)> =
+        shape.iter().zip(strides).map(|(&d, &st)| (d, st)).filter(|&(d, _)| d != 1).collect();
     let Some(&(_, innermost)) = axes.last() else { return Some((1, 0)) };
     if axes.windows(2).any(|w| w[0].1 != w[1].0 * w[1].1) {
         return None;

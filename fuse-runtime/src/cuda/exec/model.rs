@@ -16,8 +16,8 @@ use super::launch::KernelDims;
 use super::launch_plan::Step;
 use super::{kernels, Executor};
 use crate::call::Value;
-use crate::{Error, Result, Tensor};
 use crate::cuda::driver::driver_error;
+use crate::{Error, Result, Tensor};
 use cudarc::driver::sys::CUfunction_attribute;
 use fuse_ir::codegen::{ModelKernel, MODEL_CAT_COPIES, MODEL_RANK};
 use fuse_ir::view::{dense_strides, ViewOp};
@@ -75,7 +75,11 @@ impl Executor<'_> {
     /// Rank checks the kernels' fixed layouts need (inference allows any rank).
     fn fits_layout(&self, op: &'static str, t: &Tensor) -> Result<()> {
         if t.shape().len() > MODEL_RANK {
-            return Err(Error::unsupported(self.function, op, format!("operands of more than {MODEL_RANK} axes on the GPU")));
+            return Err(Error::unsupported(
+                self.function,
+                op,
+                format!("operands of more than {MODEL_RANK} axes on the GPU"),
+            ));
         }
         Ok(())
     }
@@ -86,30 +90,72 @@ impl Executor<'_> {
     }
 
     /// [`Self::launch_model_kernel`] with the defines given and `shared_bytes` of dynamic shared memory.
-    pub(super) fn launch_model_kernel_with(&mut self, kernel: ModelKernel, defines: &[String], grid: u32, shared_bytes: u32, words: Words) -> Result<()> {
+    pub(super) fn launch_model_kernel_with(
+        &mut self,
+        kernel: ModelKernel,
+        defines: &[String],
+        grid: u32,
+        shared_bytes: u32,
+        words: Words,
+    ) -> Result<()> {
         self.launch_model_kernel_in(kernel, defines, grid, 1, shared_bytes, words)
     }
 
     /// [`Self::launch_model_kernel_with`] in clusters of `cluster` blocks (1: none).
-    pub(super) fn launch_model_kernel_in(&mut self, kernel: ModelKernel, defines: &[String], grid: u32, cluster: u32, shared_bytes: u32, words: Words) -> Result<()> {
+    pub(super) fn launch_model_kernel_in(
+        &mut self,
+        kernel: ModelKernel,
+        defines: &[String],
+        grid: u32,
+        cluster: u32,
+        shared_bytes: u32,
+        words: Words,
+    ) -> Result<()> {
         let block = kernel.block_threads();
-        self.launch_model_kernel_block(kernel, defines, KernelDims { grid, block, cluster, shared_bytes, overlap: true }, words)
+        self.launch_model_kernel_block(
+            kernel,
+            defines,
+            KernelDims { grid, block, cluster, shared_bytes, overlap: true },
+            words,
+        )
     }
 
     /// The same with `dims.block` threads a block (the defines build the kernel for that many).
-    pub(super) fn launch_model_kernel_block(&mut self, kernel: ModelKernel, defines: &[String], dims: KernelDims, words: Words) -> Result<()> {
+    pub(super) fn launch_model_kernel_block(
+        &mut self,
+        kernel: ModelKernel,
+        defines: &[String],
+        dims: KernelDims,
+        words: Words,
+    ) -> Result<()> {
         let (source, shared_bytes) = (kernel.source(), dims.shared_bytes);
-        let function = self.device.kernel(self.function, kernel.name(), source, model_fingerprint(kernel), defines, self.device.arch())?;
+        let function = self.device.kernel(
+            self.function,
+            kernel.name(),
+            source,
+            model_fingerprint(kernel),
+            defines,
+            self.device.arch(),
+        )?;
         // A block gets more than 48 KB of dynamic shared memory only once the function allows it.
         if shared_bytes > 48 * 1024 {
             let bytes = i32::try_from(shared_bytes).map_err(|_| self.internal("a shared memory size past i32"))?;
             function
                 .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
-                .map_err(|e| driver_error(&format!("{}: allow {shared_bytes} bytes of shared memory", kernel.name()), e))?;
+                .map_err(|e| {
+                    driver_error(&format!("{}: allow {shared_bytes} bytes of shared memory", kernel.name()), e)
+                })?;
         }
         // The launch may overlap the kernel before it (dims.overlap): each model kernel waits for it first
         // (common.cuh's fuse_model_grid_sync), so only its launch and set-up overlap.
-        self.queue(Step::Kernel { name: kernel.name().to_string(), function, dims, words: words.0, patches: Vec::new(), maps: Vec::new() })
+        self.queue(Step::Kernel {
+            name: kernel.name().to_string(),
+            function,
+            dims,
+            words: words.0,
+            patches: Vec::new(),
+            maps: Vec::new(),
+        })
     }
 
     /// Runs the one model node of a Model group into a fresh dense output.
@@ -153,19 +199,32 @@ impl Executor<'_> {
                     // 16-byte loads: unit column stride, every row starting on a 16-byte boundary.
                     let address = self.address(&x)?;
                     let vector = rows_on_16_bytes(&x, address);
-                    words.address(address).address(out_address).counts(&[rows, columns, x.strides()[r - 1], vector as usize]);
+                    words.address(address).address(out_address).counts(&[
+                        rows,
+                        columns,
+                        x.strides()[r - 1],
+                        vector as usize,
+                    ]);
                     words.layout(&x.shape()[..r - 1], &x.strides()[..r - 1]);
                 }
                 (ModelKernel::Argmax, x.dtype(), rows.clamp(1, 1 << 20) as u32, rows)
             }
             ModelOp::Rope => {
-                let (x, cos, sin) = (self.tensor_arg(args[0], "x")?, self.tensor_arg(args[1], "cos")?, self.tensor_arg(args[2], "sin")?);
+                let (x, cos, sin) = (
+                    self.tensor_arg(args[0], "x")?,
+                    self.tensor_arg(args[1], "cos")?,
+                    self.tensor_arg(args[2], "sin")?,
+                );
                 self.fits_layout("rope", &x)?;
                 let r = x.shape().len();
                 let (seq, half) = (x.shape()[r - 2], x.shape()[r - 1] / 2);
                 let pairs = out.numel() / 2;
                 if pairs > 0 {
-                    words.address(self.address(&x)?).address(self.address(&cos)?).address(self.address(&sin)?).address(out_address);
+                    words
+                        .address(self.address(&x)?)
+                        .address(self.address(&cos)?)
+                        .address(self.address(&sin)?)
+                        .address(out_address);
                     words.counts(&[pairs, half, seq, x.strides()[r - 1]]).counts(cos.strides()).counts(sin.strides());
                     words.layout(&x.shape()[..r - 1], &x.strides()[..r - 1]);
                 }
@@ -300,7 +359,10 @@ impl Executor<'_> {
             match &device_offset {
                 Some(offset) => {
                     let room = dest.shape()[axis] - src.shape()[axis];
-                    words.address(self.address(offset)?).counts(&[dest.strides()[axis], room]).address(self.device.fault_address()?);
+                    words
+                        .address(self.address(offset)?)
+                        .counts(&[dest.strides()[axis], room])
+                        .address(self.device.fault_address()?);
                 }
                 None => {
                     words.address(0).counts(&[0, 0]).address(0);
@@ -320,6 +382,7 @@ impl Executor<'_> {
 /// than the launch).
 fn model_fingerprint(kernel: ModelKernel) -> u64 {
     static FINGERPRINTS: OnceLock<Vec<(ModelKernel, u64)>> = OnceLock::new();
-    let all = FINGERPRINTS.get_or_init(|| ModelKernel::ALL.iter().map(|&k| (k, kernels::fingerprint(k.source()))).collect());
+    let all =
+        FINGERPRINTS.get_or_init(|| ModelKernel::ALL.iter().map(|&k| (k, kernels::fingerprint(k.source()))).collect());
     all.iter().find(|(k, _)| *k == kernel).map_or_else(|| kernels::fingerprint(kernel.source()), |(_, f)| *f)
 }

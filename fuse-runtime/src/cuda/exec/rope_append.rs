@@ -67,7 +67,11 @@ impl Executor<'_> {
             let user = only_user(view)?;
             let args = &g.node(user).args;
             match g.op(user) {
-                Op::Model(ModelOp::Attention { with_lens: true, .. }) if args[0] == view && !args[1..].contains(&view) => q = Some((view, user)),
+                Op::Model(ModelOp::Attention { with_lens: true, .. })
+                    if args[0] == view && !args[1..].contains(&view) =>
+                {
+                    q = Some((view, user))
+                }
                 op if appends_at_axis_2(op) && args[1] == view && args[0] != view => k = Some((view, user)),
                 _ => return None,
             }
@@ -81,10 +85,16 @@ impl Executor<'_> {
         }
         // The plan's next three groups are the appends and the attention (the copies are not launched
         // before it), in any order.
-        let next: Vec<NodeId> = self.plan.groups.get(index + 1..index + 4)?.iter().filter_map(|grp| match grp.nodes[..] {
-            [node] => Some(node),
-            _ => None,
-        }).collect();
+        let next: Vec<NodeId> = self
+            .plan
+            .groups
+            .get(index + 1..index + 4)?
+            .iter()
+            .filter_map(|grp| match grp.nodes[..] {
+                [node] => Some(node),
+                _ => None,
+            })
+            .collect();
         let all_there = [k_write, v_write, attention].iter().all(|n| next.contains(n));
         all_there.then_some(RopeAppend { rope, q_view, k_view, k_write, v_write, attention })
     }
@@ -95,7 +105,11 @@ impl Executor<'_> {
         self.unreplayable();
         let g = self.graph;
         let rope_args = g.node(m.rope).args.clone();
-        let (x, cos, sin) = (self.tensor_arg(rope_args[0], "x")?, self.tensor_arg(rope_args[1], "cos")?, self.tensor_arg(rope_args[2], "sin")?);
+        let (x, cos, sin) = (
+            self.tensor_arg(rope_args[0], "x")?,
+            self.tensor_arg(rope_args[1], "cos")?,
+            self.tensor_arg(rope_args[2], "sin")?,
+        );
         let (k_args, v_args) = (g.node(m.k_write).args.clone(), g.node(m.v_write).args.clone());
         let (k_cache, v_cache) = (self.tensor_arg(k_args[0], "key cache")?, self.tensor_arg(v_args[0], "value cache")?);
         let (v_new, at) = (self.tensor_arg(v_args[1], "new values")?, self.tensor_arg(k_args[2], "position")?);
@@ -115,13 +129,20 @@ impl Executor<'_> {
         let tables = cos.shape().len() == 2 && sin.shape().len() == 2;
         let fits = one_dtype && s == 1 && d % 2 == 0 && x.numel() > 0 && tables && decode && capacity > 0;
         let caches = k_cache.shape() == [b, kv_heads, capacity, d] && v_cache.shape() == k_cache.shape();
-        if !fits || !caches || at.numel() != 1 || v_new.shape() != [b, kv_heads, 1, d] || self.shape(m.k_view).get(1) != Some(&kv_heads) {
+        if !fits
+            || !caches
+            || at.numel() != 1
+            || v_new.shape() != [b, kv_heads, 1, d]
+            || self.shape(m.k_view).get(1) != Some(&kv_heads)
+        {
             return Ok(false);
         }
         // The rope's output buffer, for its views' addresses only (never written, never read).
         let rope_out = self.allocate(m.rope)?;
         self.values[m.rope.index()] = Some(Value::Tensor(rope_out.clone()));
-        let (Some(q_head0), Some(k_head0)) = (self.head_offset(&rope_out, m.q_view)?, self.head_offset(&rope_out, m.k_view)?) else {
+        let (Some(q_head0), Some(k_head0)) =
+            (self.head_offset(&rope_out, m.q_view)?, self.head_offset(&rope_out, m.k_view)?)
+        else {
             self.values[m.rope.index()] = None;
             return Ok(false);
         };
@@ -160,7 +181,8 @@ impl Executor<'_> {
         let Some(offset) = self.address(&t)?.checked_sub(self.address(rope_out)?).map(|bytes| bytes / element) else {
             return Ok(None);
         };
-        let whole = t.shape().len() == 4 && t.shape()[0] == rope_out.shape()[0] && t.shape()[2..] == rope_out.shape()[2..];
+        let whole =
+            t.shape().len() == 4 && t.shape()[0] == rope_out.shape()[0] && t.shape()[2..] == rope_out.shape()[2..];
         let same_strides = t.strides() == strides.as_slice() || t.shape()[0] == 1 && t.strides()[1..] == strides[1..];
         if !whole || !same_strides || offset % strides[1] as u64 != 0 {
             return Ok(None);

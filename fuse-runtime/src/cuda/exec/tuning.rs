@@ -14,8 +14,8 @@ use super::*;
 use crate::cuda::compile::cache::CacheKey;
 use crate::cuda::gemm::skinny::{SkinnyConfig, CONFIGS};
 use crate::cuda::gemm::wgmma::{self, CONFIGS as WGMMA_CONFIGS};
-use fuse_ir::codegen::MMA_CONFIGS;
 use crate::tune::{self, AutotuneMode, TuneKey};
+use fuse_ir::codegen::MMA_CONFIGS;
 use fuse_ir::view::dense_strides;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
@@ -66,11 +66,15 @@ fn flush_l2(device: &CudaDevice) -> Result<()> {
     let mut buffers = lock(BUFFERS.get_or_init(|| Mutex::new(BTreeMap::new())));
     let buffer = match buffers.entry(device.ordinal()) {
         std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-        std::collections::btree_map::Entry::Vacant(e) => e.insert(CudaStorage::alloc(device, DType::F32, FLUSH_BYTES / 4)?),
+        std::collections::btree_map::Entry::Vacant(e) => {
+            e.insert(CudaStorage::alloc(device, DType::F32, FLUSH_BYTES / 4)?)
+        }
     };
     // SAFETY: the address and length are this live allocation's; queued on the stream everything uses.
-    unsafe { cudarc::driver::result::memset_d8_async(buffer.base_address(), 0x5A, FLUSH_BYTES, device.stream().cu_stream()) }
-        .map_err(|e| driver_error("memset", e))
+    unsafe {
+        cudarc::driver::result::memset_d8_async(buffer.base_address(), 0x5A, FLUSH_BYTES, device.stream().cu_stream())
+    }
+    .map_err(|e| driver_error("memset", e))
 }
 
 /// How far (relative L2) a candidate's results may be from cuBLAS's: both round the same products to the
@@ -125,15 +129,20 @@ impl Executor<'_> {
         }
         let skinny = self.template_operands(index, specs, &GemmPath::Skinny(&CONFIGS[0]));
         if let Some(forced) = tune::forced_choice() {
-            let path = GemmPath::parse(&forced)
-                .ok_or_else(|| Error::unsupported(self.function, "matmul", format!("no GEMM path is named {forced:?}")))?;
+            let path = GemmPath::parse(&forced).ok_or_else(|| {
+                Error::unsupported(self.function, "matmul", format!("no GEMM path is named {forced:?}"))
+            })?;
             if let Err(why) = self.path_runs(index, specs, &path) {
                 // A path that reads the left operand in memory cannot be checked before a deferred prologue
                 // has written it: run the prologue, then decide again.
                 if self.prologue_deferred && self.values[self.left_operand(index).index()].is_none() {
                     return Ok(None);
                 }
-                return Err(Error::unsupported(self.function, "matmul", format!("{forced} cannot run group {index}: {why}")));
+                return Err(Error::unsupported(
+                    self.function,
+                    "matmul",
+                    format!("{forced} cannot run group {index}: {why}"),
+                ));
             }
             self.note(format!("path {} (forced)", path.name()));
             return Ok(Some(path));
@@ -163,7 +172,13 @@ impl Executor<'_> {
     /// The fastest of the `timed` candidates counting [`EXTRA_LAUNCH_US`] for each of its `launches` past
     /// the first (`charged`), kept in the results table under `key` with its measured time: in its file too,
     /// unless the GPU was `shared` with other threads' work while they were timed (then for this process only).
-    fn tuned_path(&mut self, key: TuneKey, timed: Vec<(GemmPath, Option<f64>)>, launches: &[usize], shared: bool) -> GemmPath {
+    fn tuned_path(
+        &mut self,
+        key: TuneKey,
+        timed: Vec<(GemmPath, Option<f64>)>,
+        launches: &[usize],
+        shared: bool,
+    ) -> GemmPath {
         let best = charged(&timed, launches).map(|i| (timed[i].0.clone(), timed[i].1.unwrap_or(f64::NAN)));
         let Some((path, micros)) = best else {
             self.note("path cublas (every candidate failed to run)".into());
@@ -205,7 +220,14 @@ impl Executor<'_> {
 
     /// Everything worth timing for this group: cuBLAS, the skinny and wgmma configs (the fast mode: those
     /// meant for this many rows), and the cuBLASLt algorithms.
-    fn candidates(&self, index: usize, specs: &[PreparedKernel], rows: usize, mode: AutotuneMode, skinny: bool) -> Result<Vec<GemmPath>> {
+    fn candidates(
+        &self,
+        index: usize,
+        specs: &[PreparedKernel],
+        rows: usize,
+        mode: AutotuneMode,
+        skinny: bool,
+    ) -> Result<Vec<GemmPath>> {
         let mut out = vec![GemmPath::Cublas];
         if self.plan.groups[index].matmuls.len() == 2 {
             out.push(GemmPath::CublasSplit);
@@ -233,10 +255,15 @@ impl Executor<'_> {
         let mm = self.plan.groups[index].matmuls[0];
         let args = &self.graph.node(mm).args;
         if let (Value::Tensor(a), Value::Tensor(b)) = (self.resolve(args[0])?, self.resolve(args[1])?) {
-            let call = plan_gemm(&self.matrix(&a)?, &self.matrix(&b)?).ok().and_then(|p| p.call(a.dtype()).ok().flatten());
+            let call =
+                plan_gemm(&self.matrix(&a)?, &self.matrix(&b)?).ok().and_then(|p| p.call(a.dtype()).ok().flatten());
             if let Some(call) = call {
                 if let Ok(form) = lt_matmul(self.device, &call) {
-                    let n = if mode == AutotuneMode::Full { form.algorithms() } else { form.algorithms().min(FAST_LT_ALGOS) };
+                    let n = if mode == AutotuneMode::Full {
+                        form.algorithms()
+                    } else {
+                        form.algorithms().min(FAST_LT_ALGOS)
+                    };
                     out.extend((0..n).map(GemmPath::Lt));
                 }
             }
@@ -368,7 +395,6 @@ impl Executor<'_> {
         let key = TuneKey { env: environment(self.device), group: group_name, bucket: tune::bucket(rows) };
         Ok((rows, key))
     }
-
 }
 
 #[cfg(test)]
@@ -378,7 +404,9 @@ mod tests {
     #[test]
     fn extra_launches_are_charged_a_microsecond_each() {
         use crate::cuda::gemm::skinny::CONFIGS;
-        let timed = |cublas: f64, skinny: f64| vec![(GemmPath::Cublas, Some(cublas)), (GemmPath::Skinny(&CONFIGS[0]), Some(skinny))];
+        let timed = |cublas: f64, skinny: f64| {
+            vec![(GemmPath::Cublas, Some(cublas)), (GemmPath::Skinny(&CONFIGS[0]), Some(skinny))]
+        };
         // cuBLAS with a prologue and an epilogue kernel (3 launches) against the skinny kernel running both.
         let launches = [3, 1];
         assert_eq!(charged(&timed(10.0, 11.5), &launches), Some(1), "within 2 us: the single kernel");

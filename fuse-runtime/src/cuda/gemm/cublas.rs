@@ -403,7 +403,10 @@ mod tests {
         let (swapped, pair) = call.batched_pair(0x1000, 0x1000 + 2 * 85).unwrap();
         assert!(!swapped);
         // 15 products of 2 bytes, rounded up to 256 bytes.
-        assert_eq!((pair.batch, pair.first_batch_stride, pair.second_batch_stride, pair.c_batch_stride), (2, 85, 0, 128));
+        assert_eq!(
+            (pair.batch, pair.first_batch_stride, pair.second_batch_stride, pair.c_batch_stride),
+            (2, 85, 0, 128)
+        );
         // The second weight first in memory: the order swaps so that the stride stays positive.
         let (swapped, pair) = call.batched_pair(0x9000, 0x1000).unwrap();
         assert!(swapped);

@@ -3,9 +3,9 @@
 //! faster. A [`LtMatmul`] holds the descriptors of one call form (a `GemmCall`) and the heuristic's
 //! algorithms, made once per form and GPU and kept for the process.
 
+use super::cublas::GemmCall;
 use crate::cuda::device::CudaDevice;
 use crate::cuda::driver::lock;
-use super::cublas::GemmCall;
 use crate::{Error, Result};
 use cudarc::cublas::sys::cudaDataType_t as BlasType;
 use cudarc::cublaslt::sys::{self, cublasLtMatmulAlgo_t};
@@ -115,15 +115,27 @@ pub(crate) fn lt_matmul(device: &CudaDevice, call: &GemmCall) -> Result<Arc<LtMa
 }
 
 /// A column-major layout of `rows x cols` with leading dimension `ld`, batched when `batch > 1`.
-fn layout(ty: sys::cudaDataType, rows: i32, cols: i32, ld: i32, batch: i32, stride: i64) -> Result<Raw<sys::cublasLtMatrixLayout_t>> {
+fn layout(
+    ty: sys::cudaDataType,
+    rows: i32,
+    cols: i32,
+    ld: i32,
+    batch: i32,
+    stride: i64,
+) -> Result<Raw<sys::cublasLtMatrixLayout_t>> {
     use sys::cublasLtMatrixLayoutAttribute_t as Attr;
     let l = cudarc::cublaslt::result::create_matrix_layout(ty, rows as u64, cols as u64, i64::from(ld))
         .map_err(|e| lt_error("layout", e))?;
     if batch > 1 {
         // SAFETY: `l` is a live layout; the values are an i32 and an i64 as these attributes expect.
         unsafe {
-            cudarc::cublaslt::result::set_matrix_layout_attribute(l, Attr::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, (&batch as *const i32).cast(), 4)
-                .map_err(|e| lt_error("layout", e))?;
+            cudarc::cublaslt::result::set_matrix_layout_attribute(
+                l,
+                Attr::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                (&batch as *const i32).cast(),
+                4,
+            )
+            .map_err(|e| lt_error("layout", e))?;
             cudarc::cublaslt::result::set_matrix_layout_attribute(
                 l,
                 Attr::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
@@ -212,7 +224,14 @@ impl LtMatmul {
 }
 
 /// Queues `call` with algorithm `algo` of its form on the device's stream.
-pub(crate) fn launch_lt(device: &CudaDevice, form: &LtMatmul, algo: usize, first: u64, second: u64, c: u64) -> Result<()> {
+pub(crate) fn launch_lt(
+    device: &CudaDevice,
+    form: &LtMatmul,
+    algo: usize,
+    first: u64,
+    second: u64,
+    c: u64,
+) -> Result<()> {
     let Some(chosen) = form.algos.get(algo) else {
         return Err(lt_error("matmul", format!("algorithm {algo} of {} for this shape", form.algos.len())));
     };

@@ -42,15 +42,21 @@ impl TensorMapSpec {
     /// The three maps of a launch: X, W0, W1 (W0 again for a single product: never read).
     pub(crate) fn of(gemm: &SkinnyGemm, config: &WgmmaConfig, dtype: DType, dual: bool) -> [TensorMapSpec; 3] {
         let x = TensorMapSpec { dtype, rows: gemm.m, k: gemm.k, ld: gemm.lda, box_rows: config.bm };
-        let w = |j: usize| TensorMapSpec { dtype, rows: gemm.n, k: gemm.k, ld: gemm.ldw[j], box_rows: config.weight_box_rows() };
+        let w = |j: usize| TensorMapSpec {
+            dtype,
+            rows: gemm.n,
+            k: gemm.k,
+            ld: gemm.ldw[j],
+            box_rows: config.weight_box_rows(),
+        };
         [x, w(0), if dual { w(1) } else { w(0) }]
     }
 
     /// The CUtensorMap of this operand at `address`, as parameter words.
     pub(crate) fn encode(&self, address: u64) -> Result<[u64; MAP_WORDS], String> {
         use cudarc::driver::sys::{
-            cuTensorMapEncodeTiled, CUresult, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave,
-            CUtensorMapL2promotion, CUtensorMapSwizzle,
+            cuTensorMapEncodeTiled, CUresult, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill,
+            CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
         };
         let data_type = match self.dtype {
             DType::BF16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
@@ -107,7 +113,8 @@ mod tests {
 
     #[test]
     fn maps_box_the_block_tiles() {
-        let gemm = SkinnyGemm { x: 0x1000, w: [0x10_0000, 0x20_0000], m: 17, n: 14336, k: 4096, lda: 4096, ldw: [4096, 4104] };
+        let gemm =
+            SkinnyGemm { x: 0x1000, w: [0x10_0000, 0x20_0000], m: 17, n: 14336, k: 4096, lda: 4096, ldw: [4096, 4104] };
         let config = WgmmaConfig::by_name("n32").unwrap();
         let [x, w0, w1] = TensorMapSpec::of(&gemm, config, DType::BF16, true);
         assert_eq!((x.rows, x.k, x.ld, x.box_rows), (17, 4096, 4096, 32));

@@ -98,7 +98,15 @@ pub(crate) enum Step {
     },
     /// `group` is the plan group, `dual` whether it is a DualGemm (whose two products may pair up when
     /// they run on cuBLAS); `lt`: through cuBLASLt with that algorithm of the form.
-    Gemm { call: GemmCall, lt: Option<(Arc<LtMatmul>, usize)>, first: usize, second: usize, product: usize, group: usize, dual: bool },
+    Gemm {
+        call: GemmCall,
+        lt: Option<(Arc<LtMatmul>, usize)>,
+        first: usize,
+        second: usize,
+        product: usize,
+        group: usize,
+        dual: bool,
+    },
     /// Two products of one left operand (`second`) in one buffer, `paired_product_stride` apart: one
     /// batched call when the two weights are whole elements apart, two calls otherwise.
     DualGemm { call: GemmCall, first: [usize; 2], second: usize, products: [usize; 2], buffer: CudaStorage },
@@ -237,10 +245,8 @@ impl LaunchPlan {
         let Recording { steps, computed, scratch, host_written, .. } = recording;
         let escapes = |node: usize| outputs.contains(&node);
         let fresh: Vec<_> = computed.iter().filter(|(node, ..)| escapes(*node)).cloned().collect();
-        let results = outputs
-            .iter()
-            .map(|o| fresh.iter().position(|(node, ..)| node == o))
-            .collect::<Option<Vec<usize>>>()?;
+        let results =
+            outputs.iter().map(|o| fresh.iter().position(|(node, ..)| node == o)).collect::<Option<Vec<usize>>>()?;
         let dtype_of = |node: usize| computed.iter().find(|(n, ..)| *n == node).map(|(_, d, _)| *d);
         let mut addresses = vec![0u64; node_count];
         let mut paired = Vec::new();
@@ -412,7 +418,8 @@ fn queue_step(device: &CudaDevice, step: &mut Step, addresses: &mut [u64]) -> Re
             match call.batched_pair(weight_a, weight_b).filter(|_| crate::env::batch_dual_gemms()) {
                 Some((swapped, pair)) => {
                     // Batch 0 is the weight lower in memory; its product goes first in the buffer.
-                    let (low, place_a, place_b) = if swapped { (weight_b, base + half, base) } else { (weight_a, base, base + half) };
+                    let (low, place_a, place_b) =
+                        if swapped { (weight_b, base + half, base) } else { (weight_a, base, base + half) };
                     addresses[products[0]] = place_a;
                     addresses[products[1]] = place_b;
                     launch_gemm(device, &pair, low, a, base)

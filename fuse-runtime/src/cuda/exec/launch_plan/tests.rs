@@ -3,7 +3,7 @@
 //! skipped visibly without one, a failure under `FUSE_TEST_GPU=1`).
 
 use super::*;
-use crate::{reference, rel_l2_error, Arg, Device, Fusion, FusedFn};
+use crate::{reference, rel_l2_error, Arg, Device, FusedFn, Fusion};
 use fuse_ir::graph::InputKind as ArgKind;
 use fuse_ir::{BinaryOp, Graph, UnaryOp};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -46,7 +46,8 @@ fn dual_gemm_pairing_says_why_two_calls() {
     let (x, w) = (mat(3, 17, 17, 1), mat(17, 5, 1, 17));
     let c = call(x, w);
     let pair = |batching, other: &GemmCall, same_left, escape, weights| {
-        dual_gemm_pairing_with(batching, &c, other, same_left, escape, weights).map(|(swapped, p)| (swapped, p.weight_batch_stride()))
+        dual_gemm_pairing_with(batching, &c, other, same_left, escape, weights)
+            .map(|(swapped, p)| (swapped, p.weight_batch_stride()))
     };
     assert_eq!(pair(true, &c, true, false, [0x1000, 0x1000 + 170]), Ok((false, 85)));
     assert_eq!(pair(true, &c, true, false, [0x1000 + 170, 0x1000]), Ok((true, 85)));
@@ -54,11 +55,16 @@ fn dual_gemm_pairing_says_why_two_calls() {
     assert_eq!(pair(true, &c, true, true, [0x1000, 0x1000 + 170]), Err("a product is an output of the function"));
     assert_eq!(pair(true, &c, false, false, [0x1000, 0x1000 + 170]), Err("the products have different left operands"));
     assert_eq!(pair(true, &c, true, false, [0x1000, 0x1000]), Err("the same weight twice"));
-    assert_eq!(pair(true, &c, true, false, [0x1000, 0x1001]), Err("the weights are not a whole number of elements apart"));
+    assert_eq!(
+        pair(true, &c, true, false, [0x1000, 0x1001]),
+        Err("the weights are not a whole number of elements apart")
+    );
     let other = call(x, mat(17, 5, 5, 1));
-    assert_eq!(pair(true, &other, true, false, [0x1000, 0x2000]), Err("the two calls differ (shapes, strides or batching)"));
+    assert_eq!(
+        pair(true, &other, true, false, [0x1000, 0x2000]),
+        Err("the two calls differ (shapes, strides or batching)")
+    );
 }
-
 
 fn random(rng: &mut SmallRng, shape: &[usize], dtype: DType, dev: &Device) -> Tensor {
     let data: Vec<f32> = (0..shape.iter().product()).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
