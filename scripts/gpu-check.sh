@@ -15,9 +15,6 @@
 #   bench     the packed bench_decode, every mode (BENCH_MODES; one-launch at batch 1) and the extras, with JSON
 #   peers     gpt-fast's decode (shared/peers, copied by gpu-pack) and transformers' prefill
 #   profile   ncu over one recorded step (scripts/gpu-profile-decode.sh)
-#   persistent  the persistent decode-step prototype (scripts/kernels/run-persistent.sh): every design's checks
-#             (PERSISTENT_MODE=all: their tables and phases too), decode_step_fused's checks, rows, trace and
-#             stages timed alone, ablations in processes of their own, the four sanitizers over its small checks (30 s each)
 #   cluster   the one-launch decode step's harness (scripts/kernels/run-cluster-step.sh: its checks against the
 #             reference, its bench with per-stage clocks, the four sanitizers; CLUSTER_BUILDS for variants)
 #   one-launch  the library's one-launch decoder on the real model (after `model`): smollm2 --one-launch (its
@@ -96,14 +93,6 @@ for step in "${steps[@]}"; do
       say "peers: prefill"
       timeout $((budget - $(elapsed))) python3 scripts/peer_prefill.py --prompt 512 --json "$out/prefill_peers.json" >"$out/prefill_peers.log" 2>&1 || say "prefill peers: exit $?"
       grep "prefill" "$out/prefill_peers.log" | sed 's/^/  /' >>"$log"
-      ;;
-    persistent)
-      fits persistent 400 || continue
-      say "persistent-kernel prototype"
-      PERSISTENT_MODE=${PERSISTENT_MODE:-check} PERSISTENT_TIMEOUT=$((budget - $(elapsed) - 260)) PERSISTENT_SANITIZE_TIMEOUT=30 \
-        bash scripts/kernels/run-persistent.sh "$out" >/dev/null 2>&1 || say "persistent: exit $?"
-      grep -E "^(check|\||copy|parts|    phases|    block|    fused trace|    last block|stage alone|persistent|ablation|  pause|  ablation|grid|\()" "$out/persistent.log" | sed 's/^/  /' >>"$log"
-      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^==" "$out/persistent-sanitize.txt" | sed 's/^/  /' >>"$log"
       ;;
     cluster)
       fits cluster 200 || continue
