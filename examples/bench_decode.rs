@@ -17,7 +17,7 @@
 //! goes, kernel by kernel, inside a graph), and decode attention alone (us and GB/s of keys and values at 1024
 //! and 8192 cached). Prints a
 //! table with the floor (the bf16 weights and the cache read once per step at 4.2 TB/s) and writes `--json`.
-//! `--extras off` stops after the decode table (for a profiler: `scripts/gpu-profile-decode.sh`).
+//! `--extras off` stops after the decode table (for a profiler: `scripts/gpu/gpu-profile-decode.sh`).
 
 use fuse::prelude::*;
 use fuse_models::llama::{AttentionBlock, Config, DecodeStepWeights, FfnBlock, KvCache, Llama, StepInputs};

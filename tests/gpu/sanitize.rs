@@ -1,4 +1,4 @@
-//! What `scripts/gpu-sanitize.sh` runs under each of compute-sanitizer's tools (memcheck, racecheck,
+//! What `scripts/gpu/gpu-sanitize.sh` runs under each of compute-sanitizer's tools (memcheck, racecheck,
 //! synccheck, initcheck): every config of every GEMM template once (the skinny template with and without its
 //! in-kernel prologue, its split-K config, wgmma, mma) and the pointwise and row kernels, at small odd shapes
 //! that still reach every code path: several row blocks, N and K tails, each skinny warp's weight ring

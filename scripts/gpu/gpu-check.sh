@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One device command that does a session's checks, in order, within a time budget. On the GPU machine, from
-# the repository root, after `scripts/gpu-bundle.sh [REV...]` here (or `../shared/device/gpu-pack bench_decode`
-# and `scripts/ab-bench.sh REV...` for revisions to compare, which puts example-bench_decode-REV beside the
+# the repository root, after `scripts/gpu/gpu-bundle.sh [REV...]` here (or `../shared/device/gpu-pack bench_decode`
+# and `scripts/gpu/ab-bench.sh REV...` for revisions to compare, which puts example-bench_decode-REV beside the
 # packed example-bench_decode):
-#   scripts/gpu-check.sh OUTDIR [STEP ...]
+#   scripts/gpu/gpu-check.sh OUTDIR [STEP ...]
 # STEPs (default: ab tests sanitize bench), each skipped when fewer than its seconds are left of CHECK_BUDGET
 # (default 540; a command may run 600):
 #   model     join the model file: /tmp/model/partaa (an earlier command of the same warm machine copied it
@@ -14,20 +14,20 @@
 #   sanitize  the four compute-sanitizer tools at once over the GPU suite's sanitize tests
 #   bench     the packed bench_decode, every mode (BENCH_MODES; one-launch at batch 1) and the extras, with JSON
 #   peers     gpt-fast's decode (shared/peers, copied by gpu-pack) and transformers' prefill
-#   profile   ncu over one recorded step (scripts/gpu-profile-decode.sh)
-#   cluster   the one-launch decode step's harness (scripts/kernels/run-cluster-step.sh: its checks against the
+#   profile   ncu over one recorded step (scripts/gpu/gpu-profile-decode.sh)
+#   cluster   the one-launch decode step's harness (benches/kernels/cluster_step/run.sh: its checks against the
 #             reference, its bench with per-stage clocks, the four sanitizers; CLUSTER_BUILDS for variants)
 #   one-launch  the library's one-launch decoder on the real model (after `model`): smollm2 --one-launch (its
 #             tokens, us a token, the kernel alone) and the greedy-token test against transformers
 # Writes OUTDIR/check.log (what ran, how long, the tables' rows, the tests' results) and the steps' own
 # files: ab.log, tests.log, sanitize.txt, bench.log, bench_decode.json, peers.json, prefill_peers.json, profile/.
 set -uo pipefail
-out=${1:?usage: scripts/gpu-check.sh OUTDIR [STEP ...]}
+out=${1:?usage: scripts/gpu/gpu-check.sh OUTDIR [STEP ...]}
 shift
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(ab tests sanitize bench)
 mkdir -p "$out"
-# scripts/gpu-bundle.sh compresses the binaries for the trip: unpack them first.
+# scripts/gpu/gpu-bundle.sh compresses the binaries for the trip: unpack them first.
 if [ -f .gpu/bins.tar.xz ]; then tar -C .gpu -xJf .gpu/bins.tar.xz && rm .gpu/bins.tar.xz; fi
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 budget=${CHECK_BUDGET:-540}
@@ -72,7 +72,7 @@ for step in "${steps[@]}"; do
     sanitize)
       fits sanitize 80 || continue
       for tool in memcheck racecheck synccheck initcheck; do
-        SANITIZE_TIMEOUT=$((budget - $(elapsed) - 10)) scripts/gpu-sanitize.sh "/tmp/sanitize-$tool" "$tool" >"/tmp/sanitize-$tool.out" 2>&1 &
+        SANITIZE_TIMEOUT=$((budget - $(elapsed) - 10)) scripts/gpu/gpu-sanitize.sh "/tmp/sanitize-$tool" "$tool" >"/tmp/sanitize-$tool.out" 2>&1 &
       done
       wait
       cat /tmp/sanitize-*.out | tee "$out/sanitize.txt" | sed 's/^/  /' >>"$log"
@@ -80,7 +80,7 @@ for step in "${steps[@]}"; do
     bench)
       fits bench 60 || continue
       say "bench"
-      FUSE_TUNE_FILE=$(mktemp -d)/tune.tsv timeout 90 .gpu/bin/example-bench_decode --modes "${BENCH_MODES:-graph,calls,unfused,one-launch,one-launch-mma}" \
+      FUSE_TUNE_FILE=$(mktemp -d)/tune.tsv timeout 90 .gpu/bin/example-bench_decode --modes "${BENCH_MODES:-graph,calls,unfused,one-launch}" \
         --json "$out/bench_decode.json" >"$out/bench.log" 2>&1 || say "bench: exit $?"
       grep -vE "^(calls|unfused)" "$out/bench.log" | sed 's/^/  /' >>"$log"
       ;;
@@ -91,13 +91,13 @@ for step in "${steps[@]}"; do
       grep gptfast "$out/peers.log" | sed 's/^/  /' >>"$log"
       fits prefill-peers 45 || continue
       say "peers: prefill"
-      timeout $((budget - $(elapsed))) python3 scripts/peer_prefill.py --prompt 512 --json "$out/prefill_peers.json" >"$out/prefill_peers.log" 2>&1 || say "prefill peers: exit $?"
+      timeout $((budget - $(elapsed))) python3 scripts/gpu/peer_prefill.py --prompt 512 --json "$out/prefill_peers.json" >"$out/prefill_peers.log" 2>&1 || say "prefill peers: exit $?"
       grep "prefill" "$out/prefill_peers.log" | sed 's/^/  /' >>"$log"
       ;;
     cluster)
       fits cluster 200 || continue
       say "one-launch decode step harness"
-      CLUSTER_TIMEOUT=$((budget - $(elapsed) - 120)) bash scripts/kernels/run-cluster-step.sh "$out" >/dev/null 2>&1 || say "cluster: exit $?"
+      CLUSTER_TIMEOUT=$((budget - $(elapsed) - 120)) bash benches/kernels/cluster_step/run.sh "$out" >/dev/null 2>&1 || say "cluster: exit $?"
       grep -E "^(==|check|bench|    |fuse_decode_step|ptxas)" "$out/cluster-step.log" | sed 's/^/  /' >>"$log"
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^==" "$out/cluster-step-sanitize.txt" | sed 's/^/  /' >>"$log"
       ;;
@@ -113,7 +113,7 @@ for step in "${steps[@]}"; do
     profile)
       fits profile 170 || continue
       say "profile"
-      PROFILE_TIMEOUT=150 scripts/gpu-profile-decode.sh "$out/profile" 1 128 >>"$log" 2>&1 || say "profile: exit $?"
+      PROFILE_TIMEOUT=150 scripts/gpu/gpu-profile-decode.sh "$out/profile" 1 128 >>"$log" 2>&1 || say "profile: exit $?"
       ;;
     *) say "unknown step $step" ;;
   esac

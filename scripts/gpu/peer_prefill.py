@@ -2,14 +2,14 @@
 """Peer timings for prefill with SmolLM2-135M's shape (the same model as shared/peers/torch_llama_decode.py:
 random bf16 weights, hidden 576, 30 layers, 9 query and 3 key/value heads of 64, vocabulary 49152), so that
 examples/bench_decode's prefill line (tokens/s of a --prompt-token prompt at batch 1, call by call) has peers
-from the same device command. BENCH.md's target: prefill faster than every peer.
+from the same device command. The target (BENCHMARKS.md): prefill faster than every peer.
 
 Modes (each: the median of --reps timed forwards after warm-up, the cache filled as a generate call fills it,
 logits of the last position only, as a decoder's prefill needs):
   eager     LlamaForCausalLM's forward with the default dynamic cache (transformers' default attention, sdpa)
   compiled  the same forward under torch.compile (default mode: Inductor's fused kernels, no CUDA graph, since a
             prompt's length changes from call to call)
-Run on the GPU machine:  python3 scripts/peer_prefill.py --prompt 512 --json OUT/prefill_peers.json
+Run on the GPU machine:  python3 scripts/gpu/peer_prefill.py --prompt 512 --json OUT/prefill_peers.json
 """
 import argparse
 import json

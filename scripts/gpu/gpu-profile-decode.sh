@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after `../shared/device/gpu-pack bench_decode` packed .gpu/:
-#   scripts/gpu-profile-decode.sh OUTDIR [BATCH] [CACHED]
+#   scripts/gpu/gpu-profile-decode.sh OUTDIR [BATCH] [CACHED]
 # Profiles the recorded decode step of examples/bench_decode with ncu, kernel by kernel. A normal run first
 # fills a tune file (autotuning under ncu would time serialised, flushed kernels and pick wrong paths); the
 # profiled run reads it with FUSE_AUTOTUNE=off. Writes OUTDIR/ncu.csv.gz and OUTDIR/summary.txt
-# (scripts/ncu_decode_summary.py: one step in launch order and totalled by kernel). ncu runs with warm caches
+# (scripts/gpu/ncu_decode_summary.py: one step in launch order and totalled by kernel). ncu runs with warm caches
 # at the GPU's own clocks (PROFILE_NCU_ARGS, default "--cache-control none --clock-control none"), nearer the
 # times inside a graph than its defaults (flushed caches, base clocks: about 1.7x them).
 set -uo pipefail
-out=${1:?usage: scripts/gpu-profile-decode.sh OUTDIR [BATCH] [CACHED]}
+out=${1:?usage: scripts/gpu/gpu-profile-decode.sh OUTDIR [BATCH] [CACHED]}
 batch=${2:-1}
 cached=${3:-128}
 mkdir -p "$out"

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# From the repository root:  bash scripts/kernels/run-skinny.sh OUTDIR
-# Builds scripts/kernels/skinny_bench.cu (the harness of the skinny GEMM template) with nvcc, prints each config's
+# On the GPU machine, from the repository root:  bash benches/kernels/skinny/run.sh OUTDIR
+# Builds benches/kernels/skinny/skinny_bench.cu (the harness of the skinny GEMM template) with nvcc, prints each config's
 # ptxas resource line (registers, spills), runs compute-sanitizer memcheck on a small odd-shape correctness pass,
 # then the full correctness check and the benchmark. Logs under OUTDIR:
 #   build.log (nvcc + ptxas -v), ptxas.txt (one line per kernel), sanitize.log, bench.log (full tables).
 # Variables:
-#   SKINNY_CUH      the template copy to include, relative to scripts/kernels or absolute (default: the
-#                   project's own, ../../fuse-ir/src/codegen/gemm/templates/skinny.cuh; point it at a copy to try a variant)
+#   SKINNY_CUH      the template copy to include, relative to benches/kernels/skinny or absolute (default: the
+#                   project's own, ../../../fuse-ir/src/codegen/gemm/templates/skinny.cuh; point it at a copy to try a variant)
 #   SKINNY_CONFIGS  the config list (default: the template's CONFIG SET k1..k8): "MT,NT,KW,S,MINB,PF,XS,U[,f]" separated by spaces (f: also f16 kernels)
 #   SKINNY_MODE     all (default) | check | bench | sanitize-only | build (build only, here: no GPU needed)
 #   SKINNY_BIN      a harness binary built earlier (SKINNY_MODE=build wrote OUTDIR/skinny_bench): skip the build
@@ -14,13 +14,13 @@
 # The harness resolves cuBLAS with dlopen when built with -DSKINNY_NO_CUBLAS_HEADERS (done automatically when
 # cublas_v2.h is not found), so it can be built on a machine without cuBLAS and carried to the GPU machine.
 set -uo pipefail
-out=${1:?usage: scripts/kernels/run-skinny.sh OUTDIR}
+out=${1:?usage: benches/kernels/skinny/run.sh OUTDIR}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 export PATH="$cuda/bin:$PATH"
 mode=${SKINNY_MODE:-all}
-cuh=${SKINNY_CUH:-../../fuse-ir/src/codegen/gemm/templates/skinny.cuh}
+cuh=${SKINNY_CUH:-../../../fuse-ir/src/codegen/gemm/templates/skinny.cuh}
 configs=${SKINNY_CONFIGS:-"1,1,8,4,3,1,0,1,f 2,1,8,2,2,1,0,1 1,2,8,4,2,1,0,1 1,2,2,4,2,1,1,1 1,4,8,4,2,1,0,1 1,4,2,4,2,1,1,1 1,8,1,4,1,1,1,1,f 1,8,4,4,1,1,1,1"}
 bin=${SKINNY_BIN:-}
 if [ -z "$bin" ]; then

@@ -2,7 +2,7 @@
 """Reads compute-sanitizer's output on stdin; writes its first lines (and every line that is not part of an
 error report) to the log named by argv[1], then each distinct error (kind, kernel, the accesses' source lines)
 with how many times it was reported, so that a run that prints every hazard stays small. Used by
-scripts/gpu-sanitize.sh."""
+scripts/gpu/gpu-sanitize.sh."""
 import re
 import sys
 from collections import Counter

@@ -5,7 +5,7 @@ Lines: fuse fused and fuse unfused (from bench_mlp's --json), each peer mode (fr
 number of files), and the two floors computed from the bench JSON's ceilings measured in the same run:
 bandwidth (weight bytes / copy bandwidth) and compute (MLP FLOPs / 8192^3 matmul rate).
 
-    python3 scripts/plot_bench.py LOGDIR/bench.json --peers LOGDIR/peers.json -o LOGDIR/mlp.png
+    python3 scripts/gpu/plot_bench.py LOGDIR/bench.json --peers LOGDIR/peers.json -o LOGDIR/mlp.png
 
 Needs matplotlib (a venv: python3 -m venv .venv && .venv/bin/pip install matplotlib).
 """

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Summarise an ncu CSV of examples/bench_decode (scripts/gpu-profile-decode.sh writes it): the kernels of one
+"""Summarise an ncu CSV of examples/bench_decode (scripts/gpu/gpu-profile-decode.sh writes it): the kernels of one
 decode step, kernel by kernel in launch order and totalled by name.
 
 A step starts with its embeddings (cos, sin, then the token ids); the step summarised is the last complete
 one before the last embedding group, i.e. the last replayed step. ncu serialises the kernels at base clocks
 with the caches flushed, so its times are larger than inside a graph; read them as relative costs.
 
-    python3 scripts/ncu_decode_summary.py ncu.csv [--layers 30]
+    python3 scripts/gpu/ncu_decode_summary.py ncu.csv [--layers 30]
 """
 import argparse
 import collections

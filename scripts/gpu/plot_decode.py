@@ -5,7 +5,7 @@ Lines: each fuse mode of examples/bench_decode's --json (graph, calls, unfused),
 shared/peers/torch_llama_decode.py's --json (measured at its own prompt length), the floor (weights and cache
 read once at 4.2 TB/s, from the bench JSON) and the issue's bar at batch 1 (300 us).
 
-    python3 scripts/plot_decode.py LOGDIR/bench.json --peers LOGDIR/peers.json -o LOGDIR/decode.png
+    python3 scripts/gpu/plot_decode.py LOGDIR/bench.json --peers LOGDIR/peers.json -o LOGDIR/decode.png
 
 Needs matplotlib (a venv: python3 -m venv .venv && .venv/bin/pip install matplotlib).
 """

@@ -2,12 +2,12 @@
 # Builds examples/bench_decode (release, stripped; AB_EXAMPLE names another example) from each git revision
 # named, into .gpu/bin as example-bench_decode-REV (after ../shared/device/gpu-pack, which empties .gpu), so
 # that one device command can time them side by side:
-#   scripts/ab-bench.sh next-attention-cluster next-skinny-early-weights
+#   scripts/gpu/ab-bench.sh next-attention-cluster next-skinny-early-weights
 #   then on the device:  for b in .gpu/bin/example-bench_decode*; do $b --batches 1 --cached 128,1024 --extras off; done
 # Each revision is built in its own worktree under .ab/ (ignored), with its own target directory.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-[ $# -gt 0 ] || { echo "usage: scripts/ab-bench.sh REV [REV ...]" >&2; exit 2; }
+cd "$(dirname "$0")/../.."
+[ $# -gt 0 ] || { echo "usage: scripts/gpu/ab-bench.sh REV [REV ...]" >&2; exit 2; }
 # shellcheck source=scripts/cuda-tools.sh
 source scripts/cuda-tools.sh >/dev/null
 example=${AB_EXAMPLE:-bench_decode}

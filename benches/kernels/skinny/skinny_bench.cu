@@ -1,5 +1,5 @@
 // Standalone harness for fuse-ir/src/codegen/gemm/templates/skinny.cuh (the skinny decode GEMM).
-// Built and run by scripts/kernels/run-skinny.sh on the GPU machine:
+// Built and run by benches/kernels/skinny/run.sh on the GPU machine:
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 skinny_bench.cu -lcublas
 //   ./skinny_bench [check|sanitize|bench|all]   (default all = check + bench)
 // check:    every config, bf16 (and f16 for some configs), dual and single, M in {1,3,17,100}, N in {1000,4097},
@@ -60,7 +60,7 @@ __device__ __forceinline__ unsigned fuse_smem_addr(const void* p) {
     return a;
 }
 #ifndef SKINNY_CUH
-#define SKINNY_CUH "../../fuse-ir/src/codegen/gemm/templates/skinny.cuh"  // -DSKINNY_CUH='"path"' selects another copy
+#define SKINNY_CUH "../../../fuse-ir/src/codegen/gemm/templates/skinny.cuh"  // -DSKINNY_CUH='"path"' selects another copy
 #endif
 #include SKINNY_CUH
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after `../shared/device/gpu-pack` packed .gpu/ here:
-#   scripts/gpu-sanitize.sh OUTDIR [TOOLS]
+#   scripts/gpu/gpu-sanitize.sh OUTDIR [TOOLS]
 # Runs the GPU suite's `sanitize::` tests (every config of every GEMM template at odd shapes, the pointwise and
 # row kernels; tests/gpu/sanitize.rs) under each of compute-sanitizer's tools, TOOLS defaulting to
 # "racecheck memcheck synccheck initcheck". Writes OUTDIR/sanitize-TOOL.log for each and prints one line per
@@ -8,7 +8,7 @@
 # with -lineinfo (SANITIZE_TIMEOUT: seconds per tool, default 600; SANITIZE_BIN another test binary;
 # SANITIZE_FILTER the tests, default sanitize::), so reports name source lines (FUSE_DEBUG=4 prints the sources with their line numbers).
 set -uo pipefail
-out=${1:?usage: scripts/gpu-sanitize.sh OUTDIR [TOOLS]}
+out=${1:?usage: scripts/gpu/gpu-sanitize.sh OUTDIR [TOOLS]}
 tools=${2:-racecheck memcheck synccheck initcheck}
 mkdir -p "$out"
 gpu_test=${SANITIZE_BIN:-$(ls .gpu/bin/test-gpu-* | head -1)}
@@ -25,11 +25,11 @@ for tool in $tools; do
   esac
   log="$out/sanitize-$tool.log"
   t0=$(date +%s)
-  # Every report is printed (no limit) and folded by scripts/sanitizer_summary.py into one line per distinct
+  # Every report is printed (no limit) and folded by scripts/gpu/sanitizer_summary.py into one line per distinct
   # error with its count, at the end of the log.
   timeout "${SANITIZE_TIMEOUT:-600}" /usr/local/cuda/bin/compute-sanitizer --tool "$tool" "${extra[@]}" \
     --print-limit 100000000 --show-backtrace no "$gpu_test" ${SANITIZE_FILTER:-sanitize::} --test-threads=1 2>&1 \
-    | python3 scripts/sanitizer_summary.py "$log" || status=1
+    | python3 scripts/gpu/sanitizer_summary.py "$log" || status=1
   summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | sed 's/^=* *//' | tr '\n' ' ')
   result=$(grep -E "^test result" "$log" | tail -1)
   echo "$tool: ${summary:-no summary} | ${result:-no test result} | $(( $(date +%s) - t0 )) s"

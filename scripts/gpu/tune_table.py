@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarises `FUSE_DEBUG=3` tuning output of examples/tune_mlp: per M and group, the fastest candidate of
 each family (cuBLAS/cuBLASLt, skinny template, wgmma template) in microseconds, and the path chosen.
-Usage: scripts/tune_table.py LOG"""
+Usage: scripts/gpu/tune_table.py LOG"""
 import re, sys
 
 pending = []
