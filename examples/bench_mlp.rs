@@ -25,7 +25,7 @@ use fuse::CudaDevice;
 use llama::{bf16_tensor, llama_mlp_fused, HIDDEN, INTER};
 use std::fmt::Write as _;
 
-/// One transformer FFN block: rms_norm in front, the residual after (BENCH.md's second workload). Fused,
+/// One transformer FFN block: rms_norm in front, the residual after (BENCHMARKS.md, with the MLP). Fused,
 /// rms_norm is the dual GEMM's prologue, which the skinny template runs as it loads x.
 #[fuse]
 fn ffn_block(x: &Tensor, norm: &Tensor, w_gate: &Tensor, w_up: &Tensor, w_down: &Tensor, eps: f32) -> Result<Tensor> {

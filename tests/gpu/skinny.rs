@@ -1,6 +1,6 @@
 //! The GEMM paths, each forced in turn (the skinny, wgmma and mma templates in every config, and the library
 //! paths): against the reference at odd shapes (rows 1, 3, 17, 100, 300; output columns and inner sizes
-//! that are no multiple of any tile), against cuBLAS at the Llama MLP's sizes at every M of BENCH.md, with
+//! that are no multiple of any tile), against cuBLAS at the Llama MLP's sizes at every M of BENCHMARKS.md, with
 //! an epilogue that reads another input; and the autotuner's choice being recorded. The wgmma template
 //! runs on sm_90 GPUs only: elsewhere its paths are skipped, visibly.
 
