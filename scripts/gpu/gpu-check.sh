@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# One device command that does a session's checks, in order, within a time budget. On the GPU machine, from
-# the repository root, after `scripts/gpu/gpu-bundle.sh [REV...]` here (or `../shared/device/gpu-pack bench_decode`
-# and `scripts/gpu/ab-bench.sh REV...` for revisions to compare, which puts example-bench_decode-REV beside the
-# packed example-bench_decode):
+# One device command that does a session's checks, in order, within a time budget (scripts/gpu/README.md). On
+# the GPU machine, from the repository root, after `scripts/gpu/gpu-bundle.sh [REV...]` here (or
+# `../shared/device/gpu-pack bench_decode` and `scripts/gpu/ab-bench.sh REV...` for revisions to compare, which
+# puts example-bench_decode-REV beside the packed example-bench_decode):
 #   scripts/gpu/gpu-check.sh OUTDIR [STEP ...]
 # STEPs (default: ab tests sanitize bench), each skipped when fewer than its seconds are left of CHECK_BUDGET
 # (default 540; a command may run 600):
