@@ -519,12 +519,8 @@ fn decode_block(how: Decode) -> (Graph, [NodeId; 4]) {
     let v_append = g.view(append(2), &[v_cache, v_new, v_at], "v_cache.slice_set(..)");
     let q = g.view(narrow(1), &[qk, zero, hq], "qk.narrow(1, 0, hq)");
     let attention = ModelOp::Attention { causal: true, with_lens: how != Decode::WithoutLens };
-    let operands = if how == Decode::WithoutLens {
-        vec![q, k_append, v_append, scale]
-    } else {
-        vec![q, k_append, v_append, scale, lens]
-    };
-    let a = g.model(attention, &operands, "attention_len(..)");
+    let operands = [q, k_append, v_append, scale, lens];
+    let a = g.model(attention, &operands[..if how == Decode::WithoutLens { 4 } else { 5 }], "attention_len(..)");
     g.outputs = vec![a, k_append, v_append];
     match how {
         Decode::RopeReturned => g.outputs.push(qk),
@@ -562,10 +558,7 @@ fn a_decode_attention_block_is_one_rope_append_attention_group() {
     // The CPU runs the group member by member, and its description says so.
     let on_cpu = fuse_ir::plan::describe_for(&g, &plan, None, fuse_ir::plan::Backend::Cpu);
     assert!(on_cpu.contains("; runs its 4 members one by one"), "{on_cpu}");
-    assert!(
-        on_cpu.contains("total: 4 passes for decode_step_attention (4 unfused, 0 passes over memory saved)"),
-        "{on_cpu}"
-    );
+    assert!(on_cpu.contains("total: 4 passes for decode_step_attention (4 unfused, 0 passes"), "{on_cpu}");
 }
 
 #[test]
