@@ -323,8 +323,8 @@ fn attention_decode_splits_merge_in_one_launch(dev: &Device) {
 }
 
 /// `decode_step_attention` at one new position, fused and unfused, against the reference: the output and both
-/// caches after the call. On the GPU the fused call is one launch of the decode kernel (rope, both appends and
-/// attention: `rope_append.rs`). The caches hold NaN at the new position before the call, so a kernel that
+/// caches after the call. Its plan is one rope_append_attention group, which on the GPU is one launch of the
+/// decode kernel (rope, both appends and attention: fuse-runtime's `cuda/exec/rope_append.rs`). The caches hold NaN at the new position before the call, so a kernel that
 /// reads the cache there before it is written shows it. Shapes: SmolLM2's heads with 1 and 2 splits in use,
 /// batch 3 over 2 splits, one query head a kv head at d = 128, the last position of the cache, and prefill (2
 /// positions: not fused, the same answer).
@@ -379,6 +379,36 @@ fn decode_step_rope_appends_and_attention(dev: &Device) {
             let after = [&after[..], &[fuse::arg(&hq), fuse::arg(&hkv), fuse::arg(&hqk), fuse::arg(&scale)]].concat();
             check(&format!("{what}, after a kernel"), decode_step_after_kernel_fused(), &after, dtype, dev);
         }
+    }
+}
+
+/// The planner makes a decode step's rope, cache appends and attention one rope_append_attention group, which
+/// `explain` prints and each device runs (the GPU in one launch where the shapes allow it, the CPU member by
+/// member); one new position and a prefill of three give the reference interpreter's result.
+fn decode_block_is_one_planned_group(dev: &Device) {
+    let kinds =
+        |f: &FusedFn| -> Vec<&str> { f.plan(Fusion::On).unwrap().groups.iter().map(|g| g.kind.name()).collect() };
+    assert_eq!(kinds(decode_step_attention_fused()), ["rope_append_attention"]);
+    assert_eq!(kinds(decode_step_after_kernel_fused()), ["pointwise", "rope_append_attention"]);
+    let mut r = TestRng::new(52);
+    let (batch, hq, hkv, d, capacity) = (2, 4, 2, 16, 11);
+    for (at, seq) in [(5, 1), (4, 3)] {
+        let hqk = hq + hkv;
+        let qkv = random(&mut r, &[batch, seq, hqk + hkv, d], DType::F32, -1.0, 1.0, dev);
+        let [cos, sin] = [0; 2].map(|_| random(&mut r, &[seq, d / 2], DType::F32, -1.0, 1.0, dev));
+        let [k_cache, v_cache] = [0; 2].map(|_| random(&mut r, &[batch, hkv, capacity, d], DType::F32, -1.0, 1.0, dev));
+        let position = Tensor::from_vec(vec![at as u32], &[1], dev).expect("at");
+        let lens = key_counts(&vec![at + seq; batch], dev);
+        let scale = 0.25f32;
+        let args = [&qkv, &cos, &sin, &k_cache, &v_cache, &position, &lens].map(fuse::arg);
+        let args = [&args[..], &[fuse::arg(&hq), fuse::arg(&hkv), fuse::arg(&hqk), fuse::arg(&scale)]].concat();
+        let explained = decode_step_attention_fused().explain(&args).expect("explain");
+        assert!(explained.starts_with("k0 rope_append_attention "), "{explained}");
+        // One launch on the GPU; four passes on the CPU, which says so.
+        let (total, members) = if dev.is_cuda() { ("total: 1 kernels", false) } else { ("total: 4 passes", true) };
+        assert!(explained.contains(total), "{explained}");
+        assert_eq!(explained.contains("runs its 4 members one by one"), members, "{explained}");
+        check(&format!("decode block, {seq} new at {at}"), decode_step_attention_fused(), &args, DType::F32, dev);
     }
 }
 
@@ -590,6 +620,7 @@ fuse::device_tests!(
     attention_prefill_matches_reference,
     attention_decode_splits_merge_in_one_launch,
     decode_step_rope_appends_and_attention,
+    decode_block_is_one_planned_group,
     attention_beside_pointwise_work_matches_reference,
     attention_shapes_that_do_not_fit_are_errors,
     attention_len_reads_only_the_counted_keys,

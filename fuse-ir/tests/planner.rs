@@ -2,8 +2,8 @@
 //! plan it makes (for hand-built and random graphs) passes `Plan::verify` and the structural rules.
 
 use fuse_ir::graph::InputKind;
-use fuse_ir::plan::is_free;
-use fuse_ir::{BinaryOp, DType, Graph, GroupKind, NodeId, Op, Plan, ReduceOp, UnaryOp};
+use fuse_ir::plan::{is_free, RopeAppendAttention};
+use fuse_ir::{BinaryOp, DType, Graph, GroupKind, ModelOp, NodeId, Op, Plan, ReduceOp, UnaryOp, ViewOp};
 
 #[path = "common/samples.rs"]
 mod samples;
@@ -50,11 +50,15 @@ fn check_structure(g: &Graph, plan: &Plan) {
             assert!(users[p.index()].iter().all(|u| grp.nodes.contains(u)), "prologue %{} read outside", p.0);
             assert!(!grp.outputs.contains(&p), "prologue %{} written", p.0);
         }
+        // A rope_append_attention group reads two views of its rope inside itself: the rope is not written.
+        let inner = RopeAppendAttention::of_group(g, &grp.nodes).map_or(Vec::new(), |b| b.inner_views().to_vec());
+        assert_eq!(inner.is_empty(), grp.kind != GroupKind::RopeAppendAttention, "group {i}: a decode block?");
+        let read_outside = |u: &NodeId| owner[u.index()] != Some(i) && !inner.contains(u);
         let mut expected_outputs: Vec<NodeId> = grp
             .nodes
             .iter()
             .copied()
-            .filter(|n| g.outputs.contains(n) || users[n.index()].iter().any(|u| owner[u.index()] != Some(i)))
+            .filter(|n| g.outputs.contains(n) || users[n.index()].iter().any(read_outside))
             .collect();
         expected_outputs.sort();
         assert_eq!(grp.outputs, expected_outputs, "group {i}: outputs");
@@ -466,4 +470,130 @@ fn the_report_counts_what_fusion_saves() {
 
     let plain = fuse_ir::plan::describe(&g, &plan, None);
     assert!(!plain.contains("bytes") && plain.lines().count() == 3, "{plain}");
+}
+
+/// How a decode attention block is built for the tests below: as a decoder writes it, or a near miss.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Decode {
+    AsWritten,
+    /// The rope's result is also returned.
+    RopeReturned,
+    /// The query heads are also read by a pointwise op.
+    QueriesReadTwice,
+    /// The value append's position is another tensor than the key append's.
+    OtherValuePosition,
+    /// The value append's new rows are computed from the key cache after its append (a cycle, once fused).
+    ValuesFromKeyCache,
+    /// Attention over the caches without key counts (`attention`, not `attention_len`).
+    WithoutLens,
+    /// The key append along axis 1.
+    KeysAlongAxis1,
+}
+
+/// A decode step's attention block (tests/common/decode_step.rs in the workspace): rope over the query and
+/// key heads of the stacked projection `qkv`, its key heads and the value rows appended to the caches at
+/// the position `at`, attention_len over the caches. Returns the graph and its rope, appends and attention.
+fn decode_block(how: Decode) -> (Graph, [NodeId; 4]) {
+    let mut g = Graph::new("decode_step_attention");
+    let [qkv, cos, sin, k_cache, v_cache, at, lens, other_at] =
+        ["qkv", "cos", "sin", "k_cache", "v_cache", "at", "lens", "other_at"].map(|n| g.input(n, InputKind::Tensor));
+    let [hq, hkv, hqk, scale] = ["hq", "hkv", "hqk", "scale"].map(|n| g.input(n, InputKind::Scalar));
+    let zero = g.constant(0.0);
+    let narrow = |axis| ViewOp::Narrow { axis };
+    let heads = ViewOp::Transpose { a: 1, b: 2 };
+    let append = |axis| ViewOp::SliceSet { axis, at_tensor: true };
+    let qk_rows = g.view(narrow(2), &[qkv, zero, hqk], "qkv.narrow(2, 0, hqk)");
+    let qk_heads = g.view(heads, &[qk_rows], "..transpose(1, 2)");
+    let qk = g.model(ModelOp::Rope, &[qk_heads, cos, sin], "rope(..)");
+    let k_new = g.view(narrow(1), &[qk, hq, hkv], "qk.narrow(1, hq, hkv)");
+    let k_axis = if how == Decode::KeysAlongAxis1 { 1 } else { 2 };
+    let k_append = g.view(append(k_axis), &[k_cache, k_new, at], "k_cache.slice_set(..)");
+    let v_new = if how == Decode::ValuesFromKeyCache {
+        let latest = g.view(narrow(2), &[k_append, zero, hkv], "k_cache.narrow(..)");
+        g.unary(UnaryOp::Exp, latest, "exp(..)")
+    } else {
+        let v_rows = g.view(narrow(2), &[qkv, hqk, hkv], "qkv.narrow(2, hqk, hkv)");
+        g.view(heads, &[v_rows], "..transpose(1, 2)")
+    };
+    let v_at = if how == Decode::OtherValuePosition { other_at } else { at };
+    let v_append = g.view(append(2), &[v_cache, v_new, v_at], "v_cache.slice_set(..)");
+    let q = g.view(narrow(1), &[qk, zero, hq], "qk.narrow(1, 0, hq)");
+    let attention = ModelOp::Attention { causal: true, with_lens: how != Decode::WithoutLens };
+    let operands = [q, k_append, v_append, scale, lens];
+    let a = g.model(attention, &operands[..if how == Decode::WithoutLens { 4 } else { 5 }], "attention_len(..)");
+    g.outputs = vec![a, k_append, v_append];
+    match how {
+        Decode::RopeReturned => g.outputs.push(qk),
+        Decode::QueriesReadTwice => {
+            let doubled = g.binary(BinaryOp::Mul, q, scale, "q * scale");
+            g.outputs.push(doubled);
+        }
+        _ => {}
+    }
+    g.verify().expect("a valid graph");
+    g.verify_writes().expect("appends into arguments nothing else reads");
+    (g, [qk, k_append, v_append, a])
+}
+
+#[test]
+fn a_decode_attention_block_is_one_rope_append_attention_group() {
+    let (g, [rope, k_append, v_append, attention]) = decode_block(Decode::AsWritten);
+    let plan = planned(&g);
+    assert_eq!(Plan::unfused(&g).groups.len(), 4, "rope, two appends, attention");
+    assert_eq!(kinds(&plan), [GroupKind::RopeAppendAttention]);
+    let group = &plan.groups[0];
+    assert_eq!(group.nodes, [rope, k_append, v_append, attention]);
+    assert_eq!(group.outputs, [k_append, v_append, attention], "the rope's result is never written");
+    let block = RopeAppendAttention::of_group(&g, &group.nodes).expect("the group is the block");
+    assert_eq!(block.members(), [rope, k_append, v_append, attention]);
+    assert!(block.inner_views().iter().all(|v| !group.inputs.contains(v)), "its views of rope are read inside");
+    assert_eq!(group.inputs.len(), 9, "the two views of qkv, cos, sin, both caches, at, scale, lens: {group:?}");
+    assert_eq!(Plan::parse(&plan.to_text(), &g).expect("the text form reads back"), plan);
+    assert!(plan.to_text().starts_with("rope_append_attention nodes "), "{}", plan.to_text());
+    let name = plan.kernel_name(&g, 0);
+    assert_eq!(name, "decode_step_attention_k0_rope_append_attention_rope_attention");
+    let described = fuse_ir::plan::describe(&g, &plan, None);
+    assert!(described.starts_with(&format!("k0 rope_append_attention {name}: fuses %{}", rope.0)), "{described}");
+    assert!(described.contains("total: 1 kernels for decode_step_attention (4 unfused"), "{described}");
+    // The CPU runs the group member by member, and its description says so.
+    let on_cpu = fuse_ir::plan::describe_for(&g, &plan, None, fuse_ir::plan::Backend::Cpu);
+    assert!(on_cpu.contains("; runs its 4 members one by one"), "{on_cpu}");
+    assert!(on_cpu.contains("total: 4 passes for decode_step_attention (4 unfused, 0 passes"), "{on_cpu}");
+}
+
+#[test]
+fn near_misses_of_the_decode_block_stay_groups_of_their_own() {
+    for how in [
+        Decode::RopeReturned,
+        Decode::QueriesReadTwice,
+        Decode::OtherValuePosition,
+        Decode::ValuesFromKeyCache,
+        Decode::WithoutLens,
+        Decode::KeysAlongAxis1,
+    ] {
+        let (g, [rope, ..]) = decode_block(how);
+        let plan = planned(&g);
+        assert!(!kinds(&plan).contains(&GroupKind::RopeAppendAttention), "{how:?}: {plan}");
+        assert_eq!(
+            RopeAppendAttention::find(&g, &g.users(), rope).is_some(),
+            how == Decode::ValuesFromKeyCache,
+            "{how:?}"
+        );
+        let models = kinds(&plan).iter().filter(|&&k| k == GroupKind::Model).count();
+        assert_eq!(models, 2, "{how:?}: rope and attention alone: {plan}");
+    }
+}
+
+#[test]
+fn a_rope_append_attention_group_must_be_the_block() {
+    let (g, [rope, ..]) = decode_block(Decode::AsWritten);
+    // The unfused plan's rope group named a decode block: rejected.
+    let unfused = Plan::unfused(&g).to_text();
+    let (model, block) = (format!("model nodes %{} ", rope.0), format!("rope_append_attention nodes %{} ", rope.0));
+    let err = Plan::parse(&unfused.replacen(&model, &block, 1), &g).expect_err("the rope alone");
+    assert!(err.contains("is not a rope, its two cache appends and attention"), "{err}");
+    // The fused plan's block named a model group: a model op beside other nodes.
+    let fused = Plan::fused(&g).to_text().replacen("rope_append_attention nodes", "model nodes", 1);
+    let err = Plan::parse(&fused, &g).expect_err("a model group of four nodes");
+    assert!(err.contains("must compute one model op alone"), "{err}");
 }

@@ -42,9 +42,10 @@ pub(crate) struct GroupRun {
     pub time: Duration,
     /// Why the group ran one op at a time, if it did.
     pub unfused_because: Option<String>,
-    /// For a Gemm/DualGemm group of a timed call, how its matmuls ran: the CPU GEMM call, or the cuBLAS
-    /// call form (FUSE_DEBUG>=3 prints it). Only made when `timed`: the fast paths format nothing.
-    pub matmul_path: Option<String>,
+    /// For a timed call, which way a group with more than one ran: a Gemm/DualGemm group's matmuls (the CPU
+    /// GEMM call, or the cuBLAS call form; FUSE_DEBUG>=3 prints it), a rope_append_attention group's launch
+    /// or members (FUSE_DEBUG>=2). Only made when `timed`: the fast paths format nothing.
+    pub path: Option<String>,
 }
 
 /// A matmul operand as the user wrote it, for FUSE_DEBUG: `w_gate`, `self.up.t()`, or `%7` for a value

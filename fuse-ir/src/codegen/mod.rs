@@ -166,7 +166,7 @@ pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
             parts
         }
         // Model ops have no generated kernels: the GPU executor runs the hand-written ones (`codegen/model/`).
-        GroupKind::Model => Vec::new(),
+        GroupKind::Model | GroupKind::RopeAppendAttention => Vec::new(),
     };
     let mut specs: Vec<KernelSpec> = parts
         .into_iter()

@@ -8,7 +8,10 @@
 //!   DualGemm and joins it (`silu(x Wg) * (x Wu)`).
 //! - A reduction joins a Pointwise/RowReduce producer (which becomes RowReduce); never a gemm epilogue.
 //! - A model op (embedding, argmax, rope, attention) is a Model group of its own: nothing joins it, and it
-//!   joins nothing (its kernels are whole loops of their own, not pointwise expressions).
+//!   joins nothing (its kernels are whole loops of their own, not pointwise expressions). The one exception
+//!   is a decode step's attention block: a rope, the two cache appends of its new key and value rows and the
+//!   attention over those caches (`rope_attention.rs`) become one RopeAppendAttention group, after the
+//!   greedy pass (each member is a group of one until then).
 //! - A matmul starts a Gemm group; a Pointwise or RowReduce group that computes only its left operand becomes
 //!   its prologue (rms_norm -> matmul: the GEMM templates can then normalise rows as they load them, and the
 //!   normalised rows need not reach memory). The right operand always comes from memory.
@@ -19,9 +22,10 @@
 //! Every join or merge is refused if the group would read a value that depends on the group itself (a
 //! cycle between kernels). Values cross groups through memory; free nodes (leaves, views) are in no group.
 
-use super::{is_copy, is_free, view_source, Group, GroupKind, Plan};
+use super::{is_copy, is_free, view_source, Group, GroupKind, Plan, RopeAppendAttention};
 use crate::graph::{Graph, NodeId};
 use crate::op::Op;
+use crate::ModelOp;
 
 pub(super) fn plan(g: &Graph) -> Plan {
     let mut planner = Planner::new(g);
@@ -38,6 +42,9 @@ pub(super) fn plan(g: &Graph) -> Plan {
             }
             _ => planner.place_pointwise(id),
         }
+    }
+    for rope in g.ids().filter(|&id| g.op(id) == Op::Model(ModelOp::Rope)) {
+        planner.try_rope_append_attention(rope);
     }
     planner.finish()
 }
@@ -136,10 +143,10 @@ impl<'g> Planner<'g> {
         let rank = |kind: GroupKind| match kind {
             GroupKind::Gemm | GroupKind::DualGemm => 0,
             GroupKind::RowReduce => 1,
-            GroupKind::Pointwise | GroupKind::Model => 2,
+            GroupKind::Pointwise | GroupKind::Model | GroupKind::RopeAppendAttention => 2,
         };
         let mut candidates: Vec<usize> = producers.iter().copied().filter(|&p| !self.sealed(p)).collect();
-        candidates.retain(|&c| self.drafts[c].kind != GroupKind::Model);
+        candidates.retain(|&c| !matches!(self.drafts[c].kind, GroupKind::Model | GroupKind::RopeAppendAttention));
         candidates.sort_by_key(|&c| rank(self.drafts[c].kind)); // stable: ties keep argument order
         for group in candidates {
             let reads_prologue = self.args(id).iter().any(|a| self.drafts[group].prologue.contains(a));
@@ -243,6 +250,31 @@ impl<'g> Planner<'g> {
         }
     }
 
+    /// Makes the decode attention block around `rope` one RopeAppendAttention group, when the graph has it
+    /// and each member is still a group of its own, unless the block would read a value that depends on it.
+    fn try_rope_append_attention(&mut self, rope: NodeId) {
+        let Some(block) = RopeAppendAttention::find(self.g, &self.users, rope) else { return };
+        let members = block.members();
+        let mut groups = Vec::new();
+        for member in members {
+            match self.owner[member.index()] {
+                Some(d) if self.drafts[d].nodes == [member] => groups.push(d),
+                _ => return,
+            }
+        }
+        // What the block reads from outside: its members' arguments but the members and its inner views.
+        let inside = |n: &NodeId| members.contains(n) || block.inner_views().contains(n);
+        let outside_reads = members.iter().flat_map(|&m| self.args(m).iter().copied()).filter(|a| !inside(a)).collect();
+        if self.reaches_any(outside_reads, &groups) {
+            return;
+        }
+        let Some(&into) = groups.iter().min() else { return };
+        for &from in groups.iter().filter(|&&d| d != into) {
+            self.merge(into, from);
+        }
+        self.drafts[into].kind = GroupKind::RopeAppendAttention;
+    }
+
     /// Whether the union of `groups` (plus `extra`, a node about to join) can be one kernel: none of the
     /// values it reads from outside may depend on any of its members.
     fn acyclic(&self, groups: &[usize], extra: Option<NodeId>) -> bool {
@@ -342,10 +374,17 @@ impl<'g> Planner<'g> {
         let draft = &self.drafts[d];
         let mut nodes = draft.nodes.clone();
         nodes.sort();
+        // Views read inside the group, of its own values: neither inputs nor a reason to write their source.
+        let inner_views = match draft.kind {
+            GroupKind::RopeAppendAttention => {
+                RopeAppendAttention::of_group(self.g, &nodes).map_or(Vec::new(), |b| b.inner_views().to_vec())
+            }
+            _ => Vec::new(),
+        };
         let mut inputs: Vec<NodeId> = Vec::new();
         for &n in &nodes {
             for &a in self.args(n) {
-                let local = self.owner[a.index()] == Some(d);
+                let local = self.owner[a.index()] == Some(d) || inner_views.contains(&a);
                 if !local && !matches!(self.g.op(a), Op::Const(_)) && !inputs.contains(&a) {
                     inputs.push(a);
                 }
@@ -355,7 +394,8 @@ impl<'g> Planner<'g> {
             .iter()
             .copied()
             .filter(|n| {
-                self.returned[n.index()] || self.users[n.index()].iter().any(|u| self.owner[u.index()] != Some(d))
+                let outside = |u: &&NodeId| self.owner[u.index()] != Some(d) && !inner_views.contains(u);
+                self.returned[n.index()] || self.users[n.index()].iter().any(|u| outside(&u))
             })
             .collect();
         Group {

@@ -2,12 +2,15 @@
 //!
 //! Leaves (arguments, literals) and views (`.t()`) belong to no group: literals are inlined where they are
 //! used and a view is read through strides by whatever group uses it. Every other node is computed by
-//! exactly one group; a value crosses groups only through memory, written once.
+//! exactly one group; a value crosses groups only through memory, written once. (A rope_append_attention
+//! group also reads two views of its own rope's result: see `rope_attention.rs`.)
 
 mod fuse;
 mod report;
+mod rope_attention;
 mod text;
 pub use report::*;
+pub use rope_attention::RopeAppendAttention;
 
 use crate::graph::{Graph, NodeId};
 use crate::op::Op;
@@ -24,8 +27,12 @@ pub enum GroupKind {
     Gemm,
     /// Two matmuls with the same left operand, their products meeting in one pointwise epilogue.
     DualGemm,
-    /// One model op (`embedding`, `argmax`, `rope`, `attention`) alone: nothing fuses into it yet.
+    /// One model op (`embedding`, `argmax`, `rope`, `attention`) alone.
     Model,
+    /// A decode step's attention block: `rope`, the two cache appends of its new key and value rows and
+    /// `attention_len` over the caches ([`RopeAppendAttention`]). The GPU runs it as one launch of the
+    /// decode attention kernel when the call's shapes allow it, else its members in order.
+    RopeAppendAttention,
 }
 
 impl GroupKind {
@@ -36,11 +43,18 @@ impl GroupKind {
             GroupKind::Gemm => "gemm",
             GroupKind::DualGemm => "dualgemm",
             GroupKind::Model => "model",
+            GroupKind::RopeAppendAttention => "rope_append_attention",
         }
     }
 
-    pub const ALL: [GroupKind; 5] =
-        [GroupKind::Pointwise, GroupKind::RowReduce, GroupKind::Gemm, GroupKind::DualGemm, GroupKind::Model];
+    pub const ALL: [GroupKind; 6] = [
+        GroupKind::Pointwise,
+        GroupKind::RowReduce,
+        GroupKind::Gemm,
+        GroupKind::DualGemm,
+        GroupKind::Model,
+        GroupKind::RopeAppendAttention,
+    ];
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -163,6 +177,8 @@ impl Plan {
     /// its reader, views taken of values in memory.
     pub fn verify(&self, g: &Graph) -> Result<(), String> {
         let mut owner: Vec<Option<usize>> = vec![None; g.nodes.len()];
+        // Views a group reads of its own values (a rope_append_attention group's), with that group.
+        let mut inner_views: Vec<(NodeId, usize)> = Vec::new();
         for (i, grp) in self.groups.iter().enumerate() {
             for &n in &grp.nodes {
                 if is_free(g.op(n)) {
@@ -190,9 +206,14 @@ impl Plan {
             if grp.kind == GroupKind::Model && !(grp.nodes.len() == 1 && matches!(g.op(grp.nodes[0]), Op::Model(_))) {
                 return Err(format!("group {i} (model) must compute one model op alone"));
             }
-            if let Some(&m) =
-                grp.nodes.iter().find(|&&n| matches!(g.op(n), Op::Model(_)) && grp.kind != GroupKind::Model)
-            {
+            if grp.kind == GroupKind::RopeAppendAttention {
+                let block = RopeAppendAttention::of_group(g, &grp.nodes).ok_or_else(|| {
+                    format!("group {i} (rope_append_attention) is not a rope, its two cache appends and attention")
+                })?;
+                inner_views.extend(block.inner_views().map(|v| (v, i)));
+            }
+            let model_group = matches!(grp.kind, GroupKind::Model | GroupKind::RopeAppendAttention);
+            if let Some(&m) = grp.nodes.iter().find(|&&n| matches!(g.op(n), Op::Model(_)) && !model_group) {
                 return Err(format!("group {i} ({}) computes model op %{}, which runs alone", grp.kind.name(), m.0));
             }
             let row_work = |op: &Op| op.is_pointwise() || matches!(op, Op::Reduce(_));
@@ -231,7 +252,7 @@ impl Plan {
             }
             for &n in &grp.nodes {
                 for &a in &g.node(n).args {
-                    let local = owner[a.index()] == Some(i);
+                    let local = owner[a.index()] == Some(i) || inner_views.contains(&(a, i));
                     let constant = matches!(g.op(a), Op::Const(_));
                     if !local && !constant && !grp.inputs.contains(&a) {
                         return Err(format!("group {i}: %{} uses %{} but does not list it as an input", n.0, a.0));
@@ -249,7 +270,7 @@ impl Plan {
                 return Err(format!("returned value %{} is never written", o.0));
             }
         }
-        for id in g.ids() {
+        for id in g.ids().filter(|&id| !inner_views.iter().any(|&(v, _)| v == id)) {
             let Some(a) = view_source(g, id) else { continue };
             if !in_memory(a, self.groups.len()) {
                 return Err(format!("view %{} of %{}, which is not in memory", id.0, a.0));

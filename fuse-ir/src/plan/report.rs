@@ -1,7 +1,7 @@
 //! The plan in words: one line per kernel (what it fuses, reads and writes) and, given shapes, the memory
 //! traffic fusion saves against the unfused plan. What `FUSE_DEBUG=1` prints and `llama_mlp` shows.
 
-use super::{Group, Plan};
+use super::{Group, GroupKind, Plan};
 use crate::graph::{Graph, NodeId};
 use crate::op::Op;
 use crate::DType;
@@ -100,8 +100,11 @@ pub fn describe_for(
         let _ = write!(text, "; reads {}", list_or_nothing(&reads));
         let writes: Vec<String> = group.outputs.iter().map(|&n| value(g, n)).collect();
         let _ = write!(text, "; writes {}", list_or_nothing(&writes));
+        if member_by_member(group, backend) {
+            let _ = write!(text, "; runs its {} members one by one", group.nodes.len());
+        }
         if let Some((shapes, dtypes)) = shapes {
-            let kept = kept_on_chip(group);
+            let kept = kept_on_chip(group, backend);
             let saved: usize = kept.iter().map(|&n| round_trip_bytes(n, shapes, dtypes)).sum();
             total_saved += saved;
             let _ = write!(text, "; keeps {} intermediates {kept_where}, saving {saved} bytes", kept.len());
@@ -109,7 +112,8 @@ pub fn describe_for(
         text.push('\n');
     }
     let unfused = Plan::unfused(g).groups.len();
-    let fused = plan.groups.len();
+    let fused: usize =
+        plan.groups.iter().map(|grp| if member_by_member(grp, backend) { grp.nodes.len() } else { 1 }).sum();
     let _ = write!(
         text,
         "total: {fused} {units} for {} ({unfused} unfused, {} {saved_what} saved)",
@@ -143,8 +147,18 @@ fn list_or_nothing(items: &[String]) -> String {
     }
 }
 
-/// Computed nodes of the group that are not written: the unfused plan writes every one of them.
-fn kept_on_chip(group: &Group) -> Vec<NodeId> {
+/// Whether `backend` runs `group` as its members, a pass each: the CPU a rope_append_attention group (the
+/// one-launch form is the GPU's).
+fn member_by_member(group: &Group, backend: Backend) -> bool {
+    backend == Backend::Cpu && group.kind == GroupKind::RopeAppendAttention
+}
+
+/// Computed nodes of the group that are not written: the unfused plan writes every one of them (and so does
+/// a group run member by member).
+fn kept_on_chip(group: &Group, backend: Backend) -> Vec<NodeId> {
+    if member_by_member(group, backend) {
+        return Vec::new();
+    }
     group.nodes.iter().copied().filter(|n| !group.outputs.contains(n)).collect()
 }
 

@@ -11,6 +11,7 @@ use crate::call::{infer, input_values, GroupRun, Value};
 use crate::host::CpuData;
 use crate::views::resolve_view;
 use crate::{Error, Result, Tensor};
+use fuse_ir::plan::RopeAppendAttention;
 use fuse_ir::view::ViewOp;
 use fuse_ir::{DType, Graph, Group, GroupKind, NodeId, Op, Plan};
 use std::time::Instant;
@@ -50,8 +51,8 @@ pub(crate) fn execute(
         paths.clear();
         let unfused_because = ex.run_group(group, &mut paths)?;
         if timed || unfused_because.is_some() {
-            let matmul_path = (!paths.is_empty()).then(|| paths.join("; "));
-            runs.push(GroupRun { index, kind: group.kind, time: start.elapsed(), unfused_because, matmul_path });
+            let path = (!paths.is_empty()).then(|| paths.join("; "));
+            runs.push(GroupRun { index, kind: group.kind, time: start.elapsed(), unfused_because, path });
         }
     }
     let outputs = g.outputs.iter().map(|&o| ex.output(o)).collect::<Result<Vec<_>>>()?;
@@ -81,28 +82,42 @@ impl Executor<'_> {
 
     /// Runs one group fused, or its nodes one at a time when this call's shapes do not fit the fused
     /// form; returns the reason in that case. Describes each GEMM call into `paths` when describing.
+    /// A rope_append_attention group runs its members in order (the one-launch form is the GPU's).
     fn run_group(&mut self, group: &Group, paths: &mut Vec<String>) -> Result<Option<String>> {
+        if group.kind == GroupKind::RopeAppendAttention {
+            let block = RopeAppendAttention::of_group(self.info.graph, &group.nodes).ok_or_else(|| {
+                Error::internal(self.info.function, "a rope_append_attention group that is not a decode block")
+            })?;
+            self.run_one_by_one(&block.members(), paths)?;
+            if self.describe {
+                paths.push("rope, the two cache appends and attention in order".to_string());
+            }
+            return Ok(None);
+        }
         match self.run_fused(group, paths)? {
             Outcome::Done(outputs) => {
                 self.store(outputs);
                 Ok(None)
             }
             Outcome::DoesNotFit(reason) => {
-                for &n in &group.nodes {
-                    let single = Group::single(self.info.graph, n);
-                    match self.run_fused(&single, paths)? {
-                        Outcome::Done(outputs) => self.store(outputs),
-                        Outcome::DoesNotFit(why) => {
-                            return Err(Error::internal(
-                                self.info.function,
-                                format!("%{} alone does not run: {why}", n.0),
-                            ))
-                        }
-                    }
-                }
+                self.run_one_by_one(&group.nodes, paths)?;
                 Ok(Some(reason))
             }
         }
+    }
+
+    /// Runs `nodes` in order, each as a group of its own.
+    fn run_one_by_one(&mut self, nodes: &[NodeId], paths: &mut Vec<String>) -> Result<()> {
+        for &n in nodes {
+            let single = Group::single(self.info.graph, n);
+            match self.run_fused(&single, paths)? {
+                Outcome::Done(outputs) => self.store(outputs),
+                Outcome::DoesNotFit(why) => {
+                    return Err(Error::internal(self.info.function, format!("%{} alone does not run: {why}", n.0)))
+                }
+            }
+        }
+        Ok(())
     }
 
     fn store(&mut self, outputs: Vec<(NodeId, Tensor)>) {
@@ -134,6 +149,10 @@ impl Executor<'_> {
             GroupKind::Model => {
                 let outputs = group.nodes.iter().map(|&id| Ok((id, run_model(&self.info, &resolve, id)?)));
                 Ok(Outcome::Done(outputs.collect::<Result<Vec<_>>>()?))
+            }
+            // Its members run one by one (`run_group`), each a group of one.
+            GroupKind::RopeAppendAttention => {
+                Ok(Outcome::DoesNotFit("a rope_append_attention group runs member by member".to_string()))
             }
         }
     }

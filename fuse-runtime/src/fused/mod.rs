@@ -15,7 +15,7 @@ use crate::exec::execute_cached;
 use crate::host_profile::{self, Phase};
 use crate::{Device, Error, Result, Tensor};
 use fuse_ir::plan::{describe_for, Backend};
-use fuse_ir::{Graph, InputKind, Plan};
+use fuse_ir::{Graph, GroupKind, InputKind, Plan};
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -341,8 +341,13 @@ impl FusedFn {
                 );
             }
             if level >= 2 {
+                // The way a rope_append_attention group ran (a GEMM group's matmul path is FUSE_DEBUG=3's).
+                let path = match (&run.path, run.kind) {
+                    (Some(path), GroupKind::RopeAppendAttention) => format!(" ({path})"),
+                    _ => String::new(),
+                };
                 eprintln!(
-                    "fuse: `{}` k{} {}: {:.3} ms",
+                    "fuse: `{}` k{} {}: {:.3} ms{path}",
                     self.name(),
                     run.index,
                     run.kind.name(),

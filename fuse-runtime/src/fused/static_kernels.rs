@@ -52,7 +52,7 @@ pub(crate) fn print_sources(function: &str, g: &Graph, plan: &Plan, emitted: Opt
 }
 
 /// FUSE_DEBUG>=3: which matmul path each matmul group took on this call's device: the call the executor
-/// reported (`GroupRun::matmul_path`), else the device's backend.
+/// reported (`GroupRun::path`), else the device's backend.
 pub(crate) fn print_matmul_paths(function: &str, runs: &[GroupRun], device: Option<&Device>) {
     for run in runs.iter().filter(|r| matches!(r.kind, GroupKind::Gemm | GroupKind::DualGemm)) {
         eprintln!("fuse: `{function}` k{} {}: matmul path: {}", run.index, run.kind.name(), matmul_path(run, device));
@@ -61,7 +61,7 @@ pub(crate) fn print_matmul_paths(function: &str, runs: &[GroupRun], device: Opti
 
 /// The text after "matmul path: " for one run.
 fn matmul_path(run: &GroupRun, device: Option<&Device>) -> String {
-    let path = match (&run.matmul_path, device) {
+    let path = match (&run.path, device) {
         (Some(path), _) => path.as_str(),
         (None, Some(Device::Cuda(_))) => "cuBLAS (no call reported)",
         (None, Some(Device::Cpu)) => "the CPU backend's f32 GEMM (gemm crate; no call reported)",
@@ -78,12 +78,12 @@ mod tests {
 
     #[test]
     fn a_reported_matmul_path_is_printed_as_is() {
-        let run = |matmul_path: Option<&str>, unfused: bool| GroupRun {
+        let run = |path: Option<&str>, unfused: bool| GroupRun {
             index: 1,
             kind: GroupKind::DualGemm,
             time: Duration::ZERO,
             unfused_because: unfused.then(|| "why".to_string()),
-            matmul_path: matmul_path.map(str::to_string),
+            path: path.map(str::to_string),
         };
         let reported = "cuBLAS cublasGemmStridedBatchedEx x1, op(A)=T op(B)=N";
         assert_eq!(matmul_path(&run(Some(reported), false), Some(&Device::Cpu)), reported);

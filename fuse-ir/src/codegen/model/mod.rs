@@ -79,7 +79,13 @@ impl ModelKernel {
             ModelKernel::Rope => concat!(include_str!("common.cuh"), include_str!("rope.cu")),
             ModelKernel::Attention => concat!(include_str!("common.cuh"), include_str!("attention.cu")),
             ModelKernel::AttentionCombine => concat!(include_str!("common.cuh"), include_str!("attention_combine.cu")),
-            ModelKernel::AttentionDecode => concat!(include_str!("common.cuh"), include_str!("attention_decode.cu")),
+            ModelKernel::AttentionDecode => {
+                concat!(
+                    include_str!("common.cuh"),
+                    include_str!("attention_decode.cuh"),
+                    include_str!("attention_decode.cu")
+                )
+            }
             ModelKernel::Cat => concat!(include_str!("common.cuh"), include_str!("cat.cu")),
         }
     }

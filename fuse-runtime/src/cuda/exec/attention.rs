@@ -17,8 +17,7 @@
 //! thread can reuse it in between.
 
 use super::launch::KernelDims;
-use super::model::Words;
-use super::rope_append::{FusedRope, ROPE_APPEND_WORDS};
+use super::model_args::{vector_rows, FusedRope, Words, ROPE_APPEND_WORDS};
 use super::Executor;
 use crate::call::Value;
 use crate::{Error, Result, Tensor};
@@ -28,7 +27,6 @@ use fuse_ir::codegen::{
     ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_MAX_HEAD_DIM,
 };
 use fuse_ir::view::ViewOp;
-use fuse_ir::DType;
 use fuse_ir::{ModelOp, NodeId, Op};
 
 /// Largest grid of the kernels' grid-stride loops.
@@ -208,22 +206,6 @@ impl Executor<'_> {
         drop(workspace);
         Ok(())
     }
-}
-
-/// Whether the decode kernel may read `t`'s rows (k or v, 4-D, at `address`) as 16-byte vectors of 8
-/// channels: d a multiple of 8, unit stride along d, and every row starting on a 16-byte boundary (the axes
-/// of size 1 are never stepped along).
-pub(super) fn vector_rows(t: &Tensor, address: u64, d: usize) -> bool {
-    matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16) && d % 8 == 0 && rows_on_16_bytes(t, address)
-}
-
-/// Whether every row of `t` (its last axis, at `address`) is unit-stride and starts on a 16-byte boundary
-/// (the axes of size 1 are never stepped along).
-pub(super) fn rows_on_16_bytes(t: &Tensor, address: u64) -> bool {
-    let (r, elements) = (t.shape().len(), 16 / t.dtype().size_bytes());
-    let rows_aligned =
-        t.shape()[..r - 1].iter().zip(&t.strides()[..r - 1]).all(|(&n, &stride)| n == 1 || stride % elements == 0);
-    t.strides()[r - 1] == 1 && address % 16 == 0 && rows_aligned
 }
 
 /// A 4-D shape's sizes (inference checked the rank).

@@ -2,13 +2,26 @@
 //! `tuning.rs` chooses): library matmuls then the epilogue kernel, a DualGemm's two products as one batched
 //! cuBLAS call, or one template kernel (skinny, wgmma, mma) for the matmuls and the epilogue together.
 
-use super::launch_plan::{dual_gemm_pairing, MapPatch};
-use super::*;
+use super::describe::DescribedGemm;
+use super::fuse_args::{plan_launch, Operand, BLOCK_THREADS};
+use super::gemm_path::GemmPath;
+use super::kernels::PreparedKernel;
+use super::launch::KernelDims;
+use super::launch_plan::{dual_gemm_pairing, run_step, MapPatch, Patch, Step};
+use super::{base_of, Executor};
+use crate::call::{operand_name, Value};
+use crate::cuda::driver::driver_error;
+use crate::cuda::gemm::cublas::plan_gemm;
 use crate::cuda::gemm::skinny::{skinny_gemm, SkinnyGemm};
 use crate::cuda::gemm::wgmma::{self, TensorMapSpec, MAP_WORDS, PARAM_ALIGN_WORDS};
+use crate::cuda::storage::CudaStorage;
 use crate::layout::broadcast_strides;
+use crate::{Error, Result, Tensor};
 use cudarc::driver::sys::CUfunction_attribute;
+use fuse_ir::codegen::{self, InputKind, Role};
 use fuse_ir::codegen::{GemmTiling, PROLOGUE_MAX_ROWS};
+use fuse_ir::infer::broadcast;
+use fuse_ir::{DType, NodeId};
 
 /// How one template config launches for one shape.
 struct TemplateLaunch {

@@ -11,48 +11,49 @@
 //! keeps it only when recording.
 //!
 //! The executor is one type whose methods are grouped by concern in this folder:
-//! - here: the call, the value table, plain kernels and cuBLAS matmuls;
+//! - here: the call, the value table, and which of the others runs each group;
+//! - `generated`: the kernels the code generator wrote (pointwise and row groups, prologues, epilogues);
+//! - `matmul`: one matmul on cuBLAS;
 //! - `gemm_paths`: how a Gemm/DualGemm group runs on the path chosen for it (`gemm_path::GemmPath`);
-//! - `tuning`: which path that is (forced, from the results table, timed, or a fixed rule).
+//! - `tuning`: which path that is (forced, from the results table, timed, or a fixed rule);
+//! - `model`, `attention`: the hand-written kernels of the model ops, `cat` and `slice_set`;
+//! - `rope_append`: a rope_append_attention group, in one launch or member by member.
 //!
 //! Beside it: `kernels` (a plan's generated kernels, kept per fused function), `fuse_args` (the kernel ABI:
-//! `FuseArgs` packing and launch geometry), `launch` (one kernel launch), `launch_plan` (a call recorded and
-//! replayed), `describe` (FUSE_DEBUG>=3's account of the matmuls).
+//! `FuseArgs` packing and launch geometry), `model_args` (the model kernels' argument words), `launch` (one
+//! kernel launch), `launch_plan` (a call recorded and replayed), `describe` (FUSE_DEBUG>=3's account of the
+//! matmuls).
 
 mod attention;
 mod describe;
 mod fuse_args;
 mod gemm_path;
 mod gemm_paths;
+mod generated;
 pub(crate) mod kernels;
 pub(crate) mod launch;
 mod launch_plan;
+mod matmul;
 mod model;
+mod model_args;
 mod rope_append;
 mod tuning;
 
-pub(crate) use fuse_args::BLOCK_THREADS;
-
-use crate::call::{infer, input_values, operand_name, values, GroupRun, Inferred, Value};
+use crate::call::{infer, input_values, values, GroupRun, Inferred, Value};
 use crate::cuda::device::CudaDevice;
 use crate::cuda::driver::{driver_error, lock};
-use crate::cuda::gemm::cublas::{plan_gemm, GemmCall, Matrix};
-use crate::cuda::gemm::lt::lt_matmul;
 use crate::cuda::storage::CudaStorage;
 use crate::host_profile::{self, Phase};
 use crate::views::resolve_view;
 use crate::{Arg, Error, Result, Tensor};
-use describe::{describe_matmuls, DescribedGemm};
-use fuse_args::ArgsLayout;
-use fuse_args::{plan_launch, Operand};
-use fuse_ir::codegen::{self, InputKind, Role, CONTIGUOUS_DEFINE};
-use fuse_ir::infer::broadcast;
+use describe::DescribedGemm;
+use fuse_ir::codegen::Role;
 use fuse_ir::view::ViewOp;
 use fuse_ir::{DType, Graph, GroupKind, NodeId, Op, Plan};
 use gemm_path::GemmPath;
 use kernels::{KernelCache, PlanKernels, PreparedKernel};
-use launch::{checked_address, KernelDims};
-use launch_plan::{host_written, run_step, signature, table_entry, LaunchPlan, Patch, Recording, Step};
+use launch::checked_address;
+use launch_plan::{host_written, run_step, signature, table_entry, LaunchPlan, Recording, Step};
 use std::time::Instant;
 
 struct Executor<'a> {
@@ -83,8 +84,9 @@ struct Executor<'a> {
     /// (`model.rs`: `queue_copy`, `flush_copies`).
     pending_copies: Vec<model::PendingCopy>,
     pending_writers: Vec<NodeId>,
-    /// Groups a launch made for an earlier group already ran (`rope_append.rs`).
-    done_groups: Vec<usize>,
+    /// How the current group ran, where that is not a matmul path: a rope_append_attention group's one
+    /// launch or members (`rope_append.rs`; when describing).
+    group_path: Option<String>,
     /// This call has queued a step: the launch before the next one in the stream is this call's, which
     /// writes only its own values and arguments that nothing else in the graph reads (`Graph::verify_writes`).
     queued: bool,
@@ -188,7 +190,7 @@ pub(crate) fn execute(
         prologue_deferred: false,
         pending_copies: Vec::new(),
         pending_writers: Vec::new(),
-        done_groups: Vec::new(),
+        group_path: None,
         queued: false,
     };
     let mut runs = Vec::new();
@@ -201,8 +203,8 @@ pub(crate) fn execute(
                 device.synchronize()?;
             }
             let time = start.elapsed();
-            let matmul_path = ex.matmul_path(group.kind);
-            runs.push(GroupRun { index, kind: group.kind, time, unfused_because, matmul_path });
+            let path = ex.group_path.take().or_else(|| ex.matmul_path(group.kind));
+            runs.push(GroupRun { index, kind: group.kind, time, unfused_because, path });
         }
     }
     ex.flush_copies()?;
@@ -354,39 +356,22 @@ impl Executor<'_> {
         Ok(())
     }
 
+    /// Runs group `index` by what it is: a decode attention block (`rope_append.rs`), a model op, cat or
+    /// slice_set alone (their hand-written kernels, `model.rs`), else its generated kernels and matmuls.
+    /// Returns why it ran one op at a time, if it did.
     fn run_group(&mut self, index: usize, specs: &[PreparedKernel]) -> Result<Option<String>> {
         let plan = self.plan;
         let group = &plan.groups[index];
-        if self.done_groups.contains(&index) {
-            return Ok(None);
+        if group.kind == GroupKind::RopeAppendAttention {
+            return self.run_rope_append_attention(group);
         }
-        // Model ops and cat are groups of one node each, run by their hand-written kernels (`model.rs`).
         let is_cat = |n: &NodeId| matches!(self.graph.op(*n), Op::View(ViewOp::Cat { .. }));
         let is_write = |n: &NodeId| self.graph.op(*n).writes_in_place();
         if group.kind == GroupKind::Model || group.nodes.iter().any(|n| is_cat(n) || is_write(n)) {
             let &[node] = group.nodes.as_slice() else {
                 return Err(self.internal(format!("group {index}: a model op, cat or slice_set beside other nodes")));
             };
-            // A decode step's rope, cache appends and attention: one launch when the shapes allow it.
-            if matches!(self.graph.op(node), Op::Model(fuse_ir::ModelOp::Rope)) && crate::env::rope_append_on() {
-                if let Some(fused) = self.rope_append_match(index, node) {
-                    self.flush_copies()?;
-                    if self.run_rope_append(index, &fused)? {
-                        return Ok(None);
-                    }
-                }
-            }
-            // Consecutive copies that do not read one another's results launch together.
-            if !(is_cat(&node) || is_write(&node)) || self.reads_queued_copy(node) {
-                self.flush_copies()?;
-            }
-            if is_cat(&node) {
-                self.run_cat(node)?;
-            } else if is_write(&node) {
-                self.run_slice_set(node)?;
-            } else {
-                self.run_model(node)?;
-            }
+            self.run_hand_written(node)?;
             return Ok(None);
         }
         self.flush_copies()?;
@@ -434,288 +419,11 @@ impl Executor<'_> {
         Ok(None)
     }
 
-    /// Why this call's shapes do not fit a pointwise or row group's one pass (`None` when they do): the
-    /// planner groups without shapes (`x.sum(-1) + z` is one row group), and a value whose rows are another
-    /// width than the others' makes no one domain. The CPU backend decides the same (`cpu/rowprog.rs`).
-    fn does_not_fit(&self, group: &fuse_ir::Group) -> Option<String> {
-        if !matches!(group.kind, GroupKind::Pointwise | GroupKind::RowReduce) {
-            return None;
-        }
-        let mut domain: Vec<usize> = Vec::new();
-        for &id in group.inputs.iter().chain(&group.nodes) {
-            let shape = self.shape(id);
-            match broadcast(&domain, shape) {
-                Some(d) => domain = d,
-                None => return Some(format!("shapes {domain:?} and {shape:?} make no one domain")),
-            }
-        }
-        // A row kernel reduces along the domain's rows: an operand whose rows are narrower (broadcast along
-        // them, `[3, 1]` in a `[3, 7]` domain) would be summed once per column.
-        let width = domain.last().copied().unwrap_or(1);
-        for &n in group.nodes.iter().filter(|&&n| matches!(self.graph.op(n), Op::Reduce(_))) {
-            let operand = self.graph.node(n).args[0];
-            let rows = self.shape(operand).last().copied().unwrap_or(1);
-            if rows != width {
-                return Some(format!("%{} reduces rows of {rows}, the group's rows hold {width}", n.0));
-            }
-        }
-        None
-    }
-
-    /// Runs `group` one node at a time, each node's kernel generated now (as the unfused plan's would be).
-    fn run_node_by_node(&mut self, group: &fuse_ir::Group) -> Result<()> {
-        for &n in &group.nodes {
-            let single = Plan { groups: vec![fuse_ir::Group::single(self.graph, n)] };
-            for spec in codegen::group_kernels(self.graph, &single, 0) {
-                let kernel = PreparedKernel::new(spec);
-                self.run_kernel(&kernel)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Launches one generated kernel: resolves its inputs, allocates its outputs, maps them onto the
-    /// domain, compiles (once) and launches.
-    fn run_kernel(&mut self, kernel: &PreparedKernel) -> Result<()> {
-        let spec = &kernel.spec;
-        let inputs = spec.inputs.iter().map(|&id| self.resolve(id)).collect::<Result<Vec<_>>>()?;
-        let outputs = spec.outputs.iter().map(|&id| self.allocate(id)).collect::<Result<Vec<_>>>()?;
-        let mut domain: Vec<usize> = Vec::new();
-        let mut shapes = spec.inputs.iter().chain(&spec.nodes).chain(&spec.outputs).map(|&id| self.shape(id));
-        for shape in &mut shapes {
-            domain = broadcast(&domain, shape).ok_or_else(|| {
-                self.internal(format!("{}: shapes {domain:?} and {shape:?} do not broadcast", spec.name))
-            })?;
-        }
-        let (kinds, in_operands): (Vec<InputKind>, Vec<Operand>) =
-            inputs.iter().map(|v| self.input_slot(v)).collect::<Result<Vec<_>>>()?.into_iter().unzip();
-        let out_operands = outputs.iter().map(|t| self.tensor_operand(t)).collect::<Result<Vec<_>>>()?;
-        let launch = plan_launch(spec.kind, &domain, &in_operands, &out_operands)
-            .map_err(|reason| Error::unsupported(self.function, "kernel", format!("{}: {reason}", spec.name)))?;
-        let out_dtypes: Vec<DType> = outputs.iter().map(Tensor::dtype).collect();
-        let mut defines = codegen::defines(spec, &kinds, &out_dtypes);
-        if launch.contiguous {
-            defines.push(CONTIGUOUS_DEFINE.to_string());
-        }
-        let grid = launch.grid(spec.kind, self.device.sm_count());
-        if grid > 0 {
-            let function = self.device.kernel(
-                self.function,
-                &spec.name,
-                &spec.source,
-                kernel.source_hash,
-                &defines,
-                self.device.arch(),
-            )?;
-            let (words, patches) = (launch.pack(), self.patches(spec, &inputs));
-            let name = spec.name.clone();
-            self.queue(Step::Kernel {
-                name,
-                function,
-                dims: KernelDims::plain(grid),
-                words,
-                patches,
-                maps: Vec::new(),
-            })?;
-        } else {
-            self.unreplayable();
-        }
-        for (&id, t) in spec.outputs.iter().zip(outputs) {
-            self.values[id.index()] = Some(Value::Tensor(t));
-        }
-        Ok(())
-    }
-
-    /// Where a call's addresses and scalar arguments go in the kernel's words (`fuse_args::ArgsLayout`).
-    fn patches(&self, spec: &codegen::KernelSpec, inputs: &[Value]) -> Vec<Patch> {
-        let layout = ArgsLayout::new(inputs.len());
-        let mut patches = Vec::with_capacity(inputs.len() + spec.outputs.len());
-        for (i, (&id, value)) in spec.inputs.iter().zip(inputs).enumerate() {
-            match (value, self.graph.op(id)) {
-                (Value::Tensor(_), _) => {
-                    patches.push(Patch { word: layout.input_address(i), node: base_of(self.graph, id).index() })
-                }
-                (Value::Scalar(_), Op::Input(_)) => {
-                    patches.push(Patch { word: layout.input_scalar(i), node: id.index() })
-                }
-                // A literal stays as packed.
-                (Value::Scalar(_), _) => {}
-            }
-        }
-        for (j, &id) in spec.outputs.iter().enumerate() {
-            patches.push(Patch { word: layout.output_address(j), node: id.index() });
-        }
-        patches
-    }
-
-    /// What an input slot holds: its kind (for the defines) and its operand (for the launch).
-    fn input_slot(&self, value: &Value) -> Result<(InputKind, Operand)> {
-        Ok(match value {
-            Value::Tensor(t) if t.dtype() == DType::U32 => {
-                return Err(Error::unsupported(
-                    self.function,
-                    "kernel",
-                    "u32 tensors (token ids) are not yet read by GPU kernels",
-                ))
-            }
-            Value::Tensor(t) => (InputKind::Tensor(t.dtype()), self.tensor_operand(t)?),
-            Value::Scalar(v) => (InputKind::Scalar, Operand::Scalar(*v)),
-        })
-    }
-
-    fn tensor_operand(&self, t: &Tensor) -> Result<Operand> {
-        Ok(Operand::Tensor { address: self.address(t)?, shape: t.shape().to_vec(), strides: t.strides().to_vec() })
-    }
-
-    /// One matmul on cuBLAS into a fresh dense product of the node's dtype.
-    fn run_matmul(&mut self, mm: NodeId) -> Result<()> {
-        let graph = self.graph;
-        let args = &graph.node(mm).args;
-        let (a, b) = match (self.resolve(args[0])?, self.resolve(args[1])?) {
-            (Value::Tensor(a), Value::Tensor(b)) => (a, b),
-            _ => return Err(self.internal("a scalar as a matmul operand")),
-        };
-        if a.dtype() != b.dtype() || a.dtype() != self.dtype(mm) {
-            return Err(self.internal(format!("matmul of {} by {} into {}", a.dtype(), b.dtype(), self.dtype(mm))));
-        }
-        let shape = self.shape(mm).to_vec();
-        let product = CudaStorage::alloc(self.device, self.dtype(mm), shape.iter().product())?;
-        let dtype = self.dtype(mm);
-        self.addresses[mm.index()] = product.base_address();
-        self.record_computed(mm, dtype, &shape);
-        let (ma, mb) = (self.matrix(&a)?, self.matrix(&b)?);
-        let mut described: std::result::Result<GemmCall, &'static str> = Err("an empty product: no cuBLAS call");
-        if ma.cols == 0 {
-            // An empty inner dimension: the product is all zeros.
-            product.zero()?;
-            described = Err("an empty inner dimension: the product is zero-filled, no cuBLAS call");
-            self.unreplayable();
-        } else {
-            let plan = plan_gemm(&ma, &mb).map_err(|reason| {
-                Error::unsupported(self.function, "matmul", format!("{reason} (make the operand contiguous first)"))
-            })?;
-            match plan.call(a.dtype())? {
-                Some(call) => {
-                    // A cuBLASLt algorithm this shape does not offer (a results file from elsewhere, say)
-                    // falls back to cuBLAS: the product is the same, only the speed differs.
-                    let lt = match self.path {
-                        GemmPath::Lt(algo) => lt_matmul(self.device, &call)
-                            .ok()
-                            .filter(|form| algo < form.algorithms())
-                            .map(|form| (form, algo)),
-                        _ => None,
-                    };
-                    // cuBLAS's A is the weight, its B the left operand (see `plan_gemm`).
-                    let (first, second) = (base_of(graph, args[1]).index(), base_of(graph, args[0]).index());
-                    // Split on purpose: a launch plan must not pair these two calls either.
-                    let (group, dual) = (self.group_of(mm), self.is_dual(mm) && self.path != GemmPath::CublasSplit);
-                    self.queue(Step::Gemm { call, lt, first, second, product: mm.index(), group, dual })?;
-                    described = Ok(call);
-                }
-                None => self.unreplayable(),
-            }
-        }
-        if self.describe {
-            self.gemms.push(DescribedGemm {
-                call: described,
-                weight: operand_name(self.graph, args[1]),
-                left: operand_name(self.graph, args[0]),
-                weight_address: mb.address,
-                left_node: base_of(self.graph, args[0]),
-                escapes: self.graph.outputs.contains(&mm),
-            });
-        }
-        let product = Tensor::from_cuda(product, shape);
-        self.values[mm.index()] = Some(Value::Tensor(product));
-        Ok(())
-    }
-
-    /// FUSE_DEBUG>=3: how the matmuls of the group just run went to cuBLAS (`None` for a group without
-    /// any); see `describe_matmuls`.
-    fn matmul_path(&mut self, kind: GroupKind) -> Option<String> {
-        let library = describe_matmuls(kind, &std::mem::take(&mut self.gemms), self.path == GemmPath::Cublas);
-        match (self.path_note.take(), library) {
-            (Some(note), Some(library)) => Some(format!("{note}; {library}")),
-            (note, library) => note.or(library),
-        }
-    }
-
-    /// The plan group that computes matmul `mm`.
-    fn group_of(&self, mm: NodeId) -> usize {
-        self.plan.groups.iter().position(|g| g.matmuls.contains(&mm)).unwrap_or(usize::MAX)
-    }
-
-    /// Whether matmul `mm` belongs to a DualGemm group (whose two products may be one cuBLAS call).
-    fn is_dual(&self, mm: NodeId) -> bool {
-        self.plan.groups.iter().any(|g| g.kind == GroupKind::DualGemm && g.matmuls.contains(&mm))
-    }
-
-    /// A tensor of two or more axes as a (batched) matrix: its batch axes (all but the last two) must merge
-    /// into one strided axis (a dense [b, h, s, d] does; a transposed view of one whose batch axes are not
-    /// adjacent in memory does not: `.contiguous()` it first).
-    fn matrix(&self, t: &Tensor) -> Result<Matrix> {
-        let (s, st) = (t.shape(), t.strides());
-        let address = self.address(t)?;
-        let r = s.len();
-        if r < 2 {
-            return Err(Error::unsupported(
-                self.function,
-                "matmul",
-                format!("an operand of shape {s:?} (at least 2-D)"),
-            ));
-        }
-        let (batch, batch_stride) = merged_batch(&s[..r - 2], &st[..r - 2]).ok_or_else(|| {
-            Error::unsupported(
-                self.function,
-                "matmul",
-                format!("an operand of shape {s:?} and strides {st:?}: its batch axes do not merge into one (make it contiguous first)"),
-            )
-        })?;
-        Ok(Matrix {
-            address,
-            batch,
-            rows: s[r - 2],
-            cols: s[r - 1],
-            batch_stride,
-            row_stride: st[r - 2],
-            col_stride: st[r - 1],
-        })
-    }
-
     /// A returned value as a tensor; scalars and literals become 0-d f32 tensors on this GPU.
     fn output(&self, id: NodeId) -> Result<Tensor> {
         match self.resolve(id)? {
             Value::Tensor(t) => Ok(t),
             Value::Scalar(v) => Tensor::from_vec(vec![v as f32], &[], &crate::Device::Cuda(self.device.clone())),
         }
-    }
-}
-
-/// Batch axes as one: their element count and the stride between consecutive batches, when every axis
-/// (axes of size 1 aside) steps exactly over the one after it; `None` when they do not merge.
-fn merged_batch(shape: &[usize], strides: &[usize]) -> Option<(usize, usize)> {
-    let axes: Vec<(usize, usize)> =
-        shape.iter().zip(strides).map(|(&d, &st)| (d, st)).filter(|&(d, _)| d != 1).collect();
-    let Some(&(_, innermost)) = axes.last() else { return Some((1, 0)) };
-    if axes.windows(2).any(|w| w[0].1 != w[1].0 * w[1].1) {
-        return None;
-    }
-    Some((axes.iter().map(|&(d, _)| d).product(), innermost))
-}
-
-#[cfg(test)]
-mod merged_batch_tests {
-    use super::merged_batch;
-
-    #[test]
-    fn batch_axes_merge_only_when_adjacent_in_memory() {
-        assert_eq!(merged_batch(&[], &[]), Some((1, 0)));
-        assert_eq!(merged_batch(&[2, 3], &[3 * 35, 35]), Some((6, 35)));
-        assert_eq!(merged_batch(&[1, 3], &[99, 7]), Some((3, 7)));
-        assert_eq!(merged_batch(&[2, 1, 1], &[3, 3, 3]), Some((2, 3)));
-        // [b, h] of a transposed [b, s, h, d] view: h steps d, b steps s*h*d, not h*d.
-        assert_eq!(merged_batch(&[2, 3], &[5 * 3 * 4, 4]), None);
-        // A broadcast batch axis (stride 0) beside a real one.
-        assert_eq!(merged_batch(&[2, 3], &[0, 12]), None);
     }
 }

@@ -2,8 +2,8 @@
 //! attention with split keys, see `attention.rs`), `cat` and `slice_set` (copies: consecutive independent ones,
 //! a cat's parts or a decoder's key and value writes, share one launch) on the GPU: the hand-written kernels of
 //! `fuse_ir::codegen::ModelKernel`, compiled once per dtype through the module cache and launched through
-//! `run_step` like every other kernel. Each takes one struct of 8-byte words, packed here field by field in
-//! the order the `.cu` file declares them.
+//! `run_step` like every other kernel. Each takes one struct of 8-byte words (`model_args::Words`), packed
+//! here field by field in the order the `.cu` file declares them.
 //!
 //! Operands are read as the views they are (their strides go to the kernel). Values only the GPU holds are
 //! checked by the kernels (an embedding id past the table, a slice_set position held in a tensor): a failed
@@ -11,9 +11,9 @@
 //! synchronisation (`Error::DeviceCheck`), so no step waits for the host. Graphs with these ops are never
 //! recorded as launch plans (the steps are queued without patches): every call takes the general path.
 
-use super::attention::rows_on_16_bytes;
 use super::launch::KernelDims;
 use super::launch_plan::Step;
+use super::model_args::{rows_on_16_bytes, Words};
 use super::{kernels, Executor};
 use crate::call::Value;
 use crate::cuda::driver::driver_error;
@@ -23,33 +23,6 @@ use fuse_ir::codegen::{ModelKernel, MODEL_CAT_COPIES, MODEL_RANK};
 use fuse_ir::view::{dense_strides, ViewOp};
 use fuse_ir::{DType, ModelOp, NodeId, Op};
 use std::sync::OnceLock;
-
-/// A kernel's argument struct as the words the driver copies, in declaration order.
-#[derive(Default)]
-pub(super) struct Words(pub(super) Vec<u64>);
-
-impl Words {
-    pub(super) fn address(&mut self, address: u64) -> &mut Self {
-        self.0.push(address);
-        self
-    }
-
-    pub(super) fn count(&mut self, n: usize) -> &mut Self {
-        self.0.push(n as u64);
-        self
-    }
-
-    pub(super) fn counts(&mut self, ns: &[usize]) -> &mut Self {
-        ns.iter().for_each(|&n| self.0.push(n as u64));
-        self
-    }
-
-    /// A `FuseLayout`: the sizes, then the strides, padded in front to `MODEL_RANK` axes of size 1.
-    fn layout(&mut self, shape: &[usize], strides: &[usize]) -> &mut Self {
-        let pad = MODEL_RANK - shape.len();
-        self.counts(&[vec![1; pad], shape.to_vec()].concat()).counts(&[vec![0; pad], strides.to_vec()].concat())
-    }
-}
 
 /// A copy waiting to be launched with others (`Executor::queue_copy`): its `FuseCatArgs` words.
 pub(super) struct PendingCopy {
@@ -158,8 +131,26 @@ impl Executor<'_> {
         })
     }
 
+    /// Runs one model op, `cat` or `slice_set` node by its hand-written kernel (a group of its own, or a
+    /// member of a rope_append_attention group run one by one). Consecutive copies that do not read one
+    /// another's results launch together.
+    pub(super) fn run_hand_written(&mut self, node: NodeId) -> Result<()> {
+        let op = self.graph.op(node);
+        let (is_cat, is_write) = (matches!(op, Op::View(ViewOp::Cat { .. })), op.writes_in_place());
+        if !(is_cat || is_write) || self.reads_queued_copy(node) {
+            self.flush_copies()?;
+        }
+        if is_cat {
+            self.run_cat(node)
+        } else if is_write {
+            self.run_slice_set(node)
+        } else {
+            self.run_model(node)
+        }
+    }
+
     /// Runs the one model node of a Model group into a fresh dense output.
-    pub(super) fn run_model(&mut self, id: NodeId) -> Result<()> {
+    fn run_model(&mut self, id: NodeId) -> Result<()> {
         self.unreplayable();
         let Op::Model(op) = self.graph.op(id) else {
             return Err(self.internal(format!("%{} in a model group is no model op", id.0)));
@@ -276,7 +267,7 @@ impl Executor<'_> {
 
     /// Whether `node` (a cat or slice_set) reads what a queued copy writes (the nodes the queued copies
     /// compute, seen through views): it must wait for their launch.
-    pub(super) fn reads_queued_copy(&self, node: NodeId) -> bool {
+    fn reads_queued_copy(&self, node: NodeId) -> bool {
         let written = |id: NodeId| self.pending_writers.contains(&id);
         let mut stack: Vec<NodeId> = self.graph.node(node).args.clone();
         while let Some(id) = stack.pop() {
@@ -292,7 +283,7 @@ impl Executor<'_> {
 
     /// `cat(parts, axis)` into a fresh dense output: one copy per non-empty part, into its slice, queued
     /// (`queue_copy`): the parts of one cat cost one launch.
-    pub(super) fn run_cat(&mut self, id: NodeId) -> Result<()> {
+    fn run_cat(&mut self, id: NodeId) -> Result<()> {
         self.unreplayable();
         let Op::View(ViewOp::Cat { axis, .. }) = self.graph.op(id) else {
             return Err(self.internal(format!("%{} is no cat", id.0)));
@@ -330,7 +321,7 @@ impl Executor<'_> {
     /// `offset ..` along `axis`, through `dest`'s strides); the node's value is `dest`, which now holds them.
     /// An offset held in a u32 tensor is read by the kernel (checked there against the room left), so the
     /// launch is the same for every position: what a captured decode step needs.
-    pub(super) fn run_slice_set(&mut self, id: NodeId) -> Result<()> {
+    fn run_slice_set(&mut self, id: NodeId) -> Result<()> {
         self.unreplayable();
         let Op::View(ViewOp::SliceSet { axis, at_tensor }) = self.graph.op(id) else {
             return Err(self.internal(format!("%{} is no slice_set", id.0)));

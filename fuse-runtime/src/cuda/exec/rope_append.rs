@@ -1,107 +1,51 @@
-//! A decode step's rotary embedding, its two cache appends and attention over the cache in one launch of
-//! the decode attention kernel (`attention_decode.cu`, its "fused" mode), where the plan has them as four
-//! groups of one node each (rope, two slice_sets, attention: three launches once the appends share one).
+//! A rope_append_attention group on the GPU (the planner's decode attention block:
+//! `fuse_ir::plan::RopeAppendAttention`): rope, the key and value cache appends and `attention_len` in one
+//! launch of the decode attention kernel (`attention_decode.cu`, its "fused" mode) when this call's shapes
+//! allow it, else the members in order, each by its own kernel (rope, one copy launch for both appends,
+//! attention), the way a Gemm group chooses among its paths per shape.
 //!
-//! The pattern, matched on the graph when the executor reaches a rope group:
-//! `r = rope(x, cos, sin)`, read only through two views: one the query operand of an `attention_len`, the
-//! other the source of a `slice_set` (axis 2, position in a tensor) into that attention's key cache; the
-//! value cache a `slice_set` of the same position; and the plan's next groups are exactly those three. At
-//! run time it also needs one new position (`x` [b, heads, 1, d]), the decode kernel's geometry, one dtype
-//! throughout, and the two views to be whole heads of `r`. Otherwise (a prefill, say) the groups run one
-//! by one as before. Nothing reads `r` itself: its buffer is allocated (its views give the heads) but never
-//! written.
+//! The one launch needs one new position (`x` [b, heads, 1, d]), the decode kernel's geometry, one dtype
+//! throughout, and the two views of rope's result to be whole heads of it. `FUSE_ROPE_APPEND=off` takes the
+//! members' path always (for comparison). Fused, nothing reads rope's result itself: its buffer is
+//! allocated (its views give the heads' addresses) but never written.
 
-use super::attention::vector_rows;
-use super::model::Words;
+use super::model_args::{vector_rows, FusedRope, Words, ROPE_APPEND_WORDS};
 use super::Executor;
 use crate::call::Value;
 use crate::{Result, Tensor};
 use fuse_ir::codegen::{attention_launch, AttentionShape};
-use fuse_ir::plan::{is_free, view_source};
-use fuse_ir::view::{dense_strides, ViewOp};
-use fuse_ir::{ModelOp, NodeId, Op};
+use fuse_ir::plan::RopeAppendAttention;
+use fuse_ir::view::dense_strides;
+use fuse_ir::NodeId;
 
-/// The nodes of one match.
-pub(super) struct RopeAppend {
-    rope: NodeId,
-    q_view: NodeId,
-    k_view: NodeId,
-    k_write: NodeId,
-    v_write: NodeId,
-    attention: NodeId,
-}
-
-/// A fused rope and appends for the decode kernel: its words, and whether rope's input rows, the tables'
-/// row and the new value rows may be read as 16-byte vectors (the kernel then ropes in registers).
-pub(super) struct FusedRope {
-    pub words: Words,
-    pub vector: bool,
-}
-
-/// The words the decode kernel reads after its own for the fused rope and appends (see its
-/// `FuseAttentionDecodeArgs`), or as many zeros for plain attention.
-pub(super) const ROPE_APPEND_WORDS: usize = 19;
-
-/// Whether `id` is a slice_set along axis 2 of a 4-D cache with its position in a tensor.
-fn appends_at_axis_2(op: Op) -> bool {
-    matches!(op, Op::View(ViewOp::SliceSet { axis: 2 | -2, at_tensor: true }))
-}
+/// What FUSE_DEBUG=2 says of a group that took each path.
+const FUSED_PATH: &str = "one launch: the decode attention kernel with rope and both appends";
+const MEMBERS_PATH: &str = "its members in order: rope, both appends in one copy launch, attention";
 
 impl Executor<'_> {
-    /// The match whose rope is the one node of group `index`, if the graph and plan have it.
-    pub(super) fn rope_append_match(&self, index: usize, rope: NodeId) -> Option<RopeAppend> {
-        let g = self.graph;
-        if g.outputs.contains(&rope) {
-            return None;
-        }
-        let users = g.users();
-        let only_user = |n: NodeId| match users[n.index()].as_slice() {
-            &[u] if !g.outputs.contains(&n) => Some(u),
-            _ => None,
+    /// Runs a rope_append_attention group; returns why it ran its members one by one (`None`: one launch).
+    pub(super) fn run_rope_append_attention(&mut self, group: &fuse_ir::Group) -> Result<Option<String>> {
+        let block = RopeAppendAttention::of_group(self.graph, &group.nodes)
+            .ok_or_else(|| self.internal("a rope_append_attention group that is not a decode attention block"))?;
+        self.flush_copies()?;
+        let unfit = match crate::env::rope_append_on() {
+            true => self.run_fused_block(&block)?,
+            false => Some("FUSE_ROPE_APPEND=off keeps its members apart".to_string()),
         };
-        let (mut q, mut k) = (None, None);
-        for &view in &users[rope.index()] {
-            if !is_free(g.op(view)) || view_source(g, view) != Some(rope) {
-                return None;
-            }
-            let user = only_user(view)?;
-            let args = &g.node(user).args;
-            match g.op(user) {
-                Op::Model(ModelOp::Attention { with_lens: true, .. })
-                    if args[0] == view && !args[1..].contains(&view) =>
-                {
-                    q = Some((view, user))
-                }
-                op if appends_at_axis_2(op) && args[1] == view && args[0] != view => k = Some((view, user)),
-                _ => return None,
+        if unfit.is_some() {
+            for member in block.members() {
+                self.run_hand_written(member)?;
             }
         }
-        let ((q_view, attention), (k_view, k_write)) = (q?, k?);
-        let args = &g.node(attention).args;
-        let v_write = args[2];
-        let same_position = g.node(v_write).args.get(2) == g.node(k_write).args.get(2);
-        if args[1] != k_write || !appends_at_axis_2(g.op(v_write)) || !same_position || users[rope.index()].len() != 2 {
-            return None;
+        if self.describe {
+            self.group_path = Some(if unfit.is_some() { MEMBERS_PATH } else { FUSED_PATH }.to_string());
         }
-        // The plan's next three groups are the appends and the attention (the copies are not launched
-        // before it), in any order.
-        let next: Vec<NodeId> = self
-            .plan
-            .groups
-            .get(index + 1..index + 4)?
-            .iter()
-            .filter_map(|grp| match grp.nodes[..] {
-                [node] => Some(node),
-                _ => None,
-            })
-            .collect();
-        let all_there = [k_write, v_write, attention].iter().all(|n| next.contains(n));
-        all_there.then_some(RopeAppend { rope, q_view, k_view, k_write, v_write, attention })
+        Ok(unfit)
     }
 
-    /// Runs a match in one launch when this call's shapes allow it (returns false, having launched nothing,
-    /// when they do not: the groups then run one by one). Marks the three groups after `index` done.
-    pub(super) fn run_rope_append(&mut self, index: usize, m: &RopeAppend) -> Result<bool> {
+    /// Launches `block` as one decode kernel when this call's shapes allow it; otherwise launches nothing and
+    /// says why not.
+    fn run_fused_block(&mut self, m: &RopeAppendAttention) -> Result<Option<String>> {
         self.unreplayable();
         let g = self.graph;
         let rope_args = g.node(m.rope).args.clone();
@@ -110,32 +54,34 @@ impl Executor<'_> {
             self.tensor_arg(rope_args[1], "cos")?,
             self.tensor_arg(rope_args[2], "sin")?,
         );
-        let (k_args, v_args) = (g.node(m.k_write).args.clone(), g.node(m.v_write).args.clone());
+        let (k_args, v_args) = (g.node(m.k_append).args.clone(), g.node(m.v_append).args.clone());
         let (k_cache, v_cache) = (self.tensor_arg(k_args[0], "key cache")?, self.tensor_arg(v_args[0], "value cache")?);
         let (v_new, at) = (self.tensor_arg(v_args[1], "new values")?, self.tensor_arg(k_args[2], "position")?);
+        let unfit = |why: String| Ok(Some(why));
+        let &[b, _, s, d] = x.shape() else { return unfit(format!("rope's input {:?} is not 4-D", x.shape())) };
+        if s != 1 {
+            return unfit(format!("{s} new positions (one launch takes one)"));
+        }
         let dtype = x.dtype();
-        let one_dtype = [&cos, &sin, &k_cache, &v_cache, &v_new].iter().all(|t| t.dtype() == dtype);
-        let (b, s, d) = match *x.shape() {
-            [b, _, s, d] => (b, s, d),
-            _ => return Ok(false),
-        };
-        let (kv_heads, capacity) = match *k_cache.shape() {
-            [_, kv_heads, capacity, _] => (kv_heads, capacity),
-            _ => return Ok(false),
+        if ![&cos, &sin, &k_cache, &v_cache, &v_new].iter().all(|t| t.dtype() == dtype) {
+            return unfit("operands of more than one dtype".to_string());
+        }
+        let &[_, kv_heads, capacity, _] = k_cache.shape() else {
+            return unfit(format!("a key cache of shape {:?}", k_cache.shape()));
         };
         let q_heads = self.shape(m.q_view).get(1).copied().unwrap_or(0);
         let shape = AttentionShape { batch: b, q_heads, queries: 1, kv_heads, keys: capacity, d };
         let decode = kv_heads > 0 && q_heads % kv_heads == 0 && attention_launch(shape, self.device.sm_count()).decode;
+        if !decode {
+            return unfit(format!("{q_heads} query heads over {kv_heads} key/value heads: not the decode kernel's"));
+        }
         let tables = cos.shape().len() == 2 && sin.shape().len() == 2;
-        let fits = one_dtype && s == 1 && d % 2 == 0 && x.numel() > 0 && tables && decode && capacity > 0;
         let caches = k_cache.shape() == [b, kv_heads, capacity, d] && v_cache.shape() == k_cache.shape();
-        if !fits
-            || !caches
-            || at.numel() != 1
-            || v_new.shape() != [b, kv_heads, 1, d]
-            || self.shape(m.k_view).get(1) != Some(&kv_heads)
-        {
-            return Ok(false);
+        if d % 2 != 0 || x.numel() == 0 || capacity == 0 || !tables || !caches {
+            return unfit(format!("rope's input {:?} and caches {:?}", x.shape(), k_cache.shape()));
+        }
+        if at.numel() != 1 || v_new.shape() != [b, kv_heads, 1, d] || self.shape(m.k_view).get(1) != Some(&kv_heads) {
+            return unfit(format!("new value rows {:?} at a position of {} elements", v_new.shape(), at.numel()));
         }
         // The rope's output buffer, for its views' addresses only (never written, never read).
         let rope_out = self.allocate(m.rope)?;
@@ -144,7 +90,7 @@ impl Executor<'_> {
             (self.head_offset(&rope_out, m.q_view)?, self.head_offset(&rope_out, m.k_view)?)
         else {
             self.values[m.rope.index()] = None;
-            return Ok(false);
+            return unfit("views of rope's result that are not whole heads of it".to_string());
         };
         let mut words = Words::default();
         words.address(self.address(&x)?).counts(x.strides()).counts(&[q_head0, k_head0]);
@@ -163,13 +109,12 @@ impl Executor<'_> {
             && table_vector(&sin, self.address(&sin)?)
             && d % 16 == 0;
         // The appends' values are the caches, as after slice_set.
-        for (write, cache) in [(m.k_write, &k_cache), (m.v_write, &v_cache)] {
+        for (write, cache) in [(m.k_append, &k_cache), (m.v_append, &v_cache)] {
             self.addresses[write.index()] = self.address(cache)?;
             self.values[write.index()] = Some(Value::Tensor(cache.clone()));
         }
         self.run_attention_node(m.attention, Some(FusedRope { words, vector }))?;
-        self.done_groups.extend(index + 1..index + 4);
-        Ok(true)
+        Ok(None)
     }
 
     /// Which head of `rope_out` ([b, heads, 1, d], dense) the view `view` of it starts at, when it is whole

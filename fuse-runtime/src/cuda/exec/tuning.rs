@@ -10,13 +10,23 @@
 //! from cuBLAS's by more than rounding (`agreement`), is skipped and cannot be chosen. The group then runs
 //! once more, for real, on the winner.
 
-use super::*;
+use super::gemm_path::GemmPath;
+use super::kernels::PreparedKernel;
+use super::Executor;
+use crate::call::Value;
 use crate::cuda::compile::cache::CacheKey;
+use crate::cuda::device::CudaDevice;
+use crate::cuda::driver::{driver_error, lock};
+use crate::cuda::gemm::cublas::plan_gemm;
+use crate::cuda::gemm::lt::lt_matmul;
 use crate::cuda::gemm::skinny::{SkinnyConfig, CONFIGS};
 use crate::cuda::gemm::wgmma::{self, CONFIGS as WGMMA_CONFIGS};
+use crate::cuda::storage::CudaStorage;
 use crate::tune::{self, AutotuneMode, TuneKey};
+use crate::{Error, Result};
 use fuse_ir::codegen::MMA_CONFIGS;
 use fuse_ir::view::dense_strides;
+use fuse_ir::DType;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 
