@@ -19,7 +19,6 @@ mod buffers;
 pub(crate) mod capture;
 pub(crate) mod compile;
 pub mod custom_kernel;
-pub(crate) mod decode_step;
 pub(crate) mod device;
 pub(crate) mod driver;
 pub(crate) mod exec;
