@@ -9,7 +9,7 @@
 //! generation without the host between tokens.
 
 use super::args::{argument_words, StepArg};
-use super::layout::{StepLayout, STEP_HEAD_DIM};
+use super::layout::{StepLayout, STEP_HEAD_DIM, STEP_SHARES};
 use super::weights::DecodeStepWeights;
 use crate::{Error, Result};
 use fuse::custom_kernel::{CustomKernel, DeviceBuffer};
@@ -76,7 +76,7 @@ impl DecodeStep {
                 Err(bad(format!("{what}: {got} values, the layout needs {want}")))
             }
         };
-        expect("shares", w.shares.len(), s.layers * super::layout::STEP_SHARES * layout.share.bytes)?;
+        expect("shares", w.shares.len(), s.layers * STEP_SHARES * layout.share.bytes)?;
         expect("head_q", w.head_q.len(), s.vocab * s.hidden)?;
         expect("head_d", w.head_d.len(), s.vocab * s.hidden / 32)?;
         expect("out_norm", w.out_norm.len(), s.hidden)?;
@@ -236,21 +236,18 @@ impl DecodeStep {
     }
 
     /// One launch: at `pos` with the host's step count, or (`run`) at the device's control words.
-    fn launch(&mut self, pos: usize, with_logits: bool, run: bool) -> fuse::Result<()> {
+    fn launch(&self, pos: usize, with_logits: bool, run: bool) -> fuse::Result<()> {
         let steps = self.steps;
+        // The buffers a launch may leave out are null then.
+        let logits = if with_logits { self.logits.address() } else { 0 };
+        let (control, log) = if run { (self.control.address(), self.log.address()) } else { (0, 0) };
         let mut words = argument_words(|arg| match arg {
             StepArg::Shares => self.shares.address(),
             StepArg::HeadValues => self.head_q.address(),
             StepArg::HeadScales => self.head_d.address(),
             StepArg::OutNorm => self.out_norm.address(),
             StepArg::Best => self.best.address(),
-            StepArg::Logits => {
-                if with_logits {
-                    self.logits.address()
-                } else {
-                    0
-                }
-            }
+            StepArg::Logits => logits,
             StepArg::Words => self.words.address(),
             StepArg::KeyLayers => self.k_layers.address(),
             StepArg::ValueLayers => self.v_layers.address(),
@@ -261,20 +258,8 @@ impl DecodeStep {
             StepArg::Step => steps & 0xFFFF,
             // The residual words' tags: above the last step's.
             StepArg::Tag0 => (steps * 32 + 1) & 0xFFFF_FFFF,
-            StepArg::Control => {
-                if run {
-                    self.control.address()
-                } else {
-                    0
-                }
-            }
-            StepArg::Log => {
-                if run {
-                    self.log.address()
-                } else {
-                    0
-                }
-            }
+            StepArg::Control => control,
+            StepArg::Log => log,
             StepArg::LogLen => DECODE_STEP_LOG as u64,
         });
         // SAFETY: the words are FuseDecodeStepArgs's members in order (the header's struct is written from the

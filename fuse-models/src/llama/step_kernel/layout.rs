@@ -236,7 +236,8 @@ pub struct HeadRing {
     pub partials: usize,
 }
 
-/// The in-cluster hand-offs, in the kernel's order, and the bytes each consumer receives in one.
+/// The in-cluster hand-offs in the kernel's order (its `Handoff` enum: `H_QKV`, ...): QKV's rows to the attention
+/// blocks, attention's outputs, xm's rows, h's rows.
 pub const HANDOFF_NAMES: [&str; 4] = ["QKV", "ATT", "XM", "H"];
 
 /// Everything the kernel, the packer and the launch share, for one model.
@@ -291,17 +292,12 @@ impl StepLayout {
 
         let score_slots = (s.max_positions + 1).div_ceil(4) * 4;
         let hd = STEP_HEAD_DIM;
-        let attention = AttentionScratch {
-            q: 0,
-            k: hd,
-            scores: 2 * hd,
-            score_slots,
-            pv: 2 * hd + score_slots,
-            out: 2 * hd + score_slots + KEY_GROUPS * hd,
-            sums: 3 * hd + score_slots + KEY_GROUPS * hd,
-            max: 3 * hd + score_slots + KEY_GROUPS * hd + KEY_GROUPS,
-            floats: 3 * hd + score_slots + KEY_GROUPS * hd + KEY_GROUPS + WARPS,
-        };
+        // Attention's scratch in f32s, each part at a multiple of 4 (16 bytes).
+        let mut scratch = Cursor(0);
+        let mut part = |floats: usize| scratch.take(floats, 4).offset;
+        let (q, k, scores, pv) = (part(hd), part(hd), part(score_slots), part(KEY_GROUPS * hd));
+        let (out, sums, max) = (part(hd), part(KEY_GROUPS), part(WARPS));
+        let attention = AttentionScratch { q, k, scores, score_slots, pv, out, sums, max, floats: scratch.0 };
         let partials = share.stages().iter().map(|st| st.rows * st.blocks).max().unwrap_or(0);
         let part_floats = partials.max(attention.floats).div_ceil(4) * 4;
 
