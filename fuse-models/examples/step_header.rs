@@ -1,5 +1,6 @@
-//! Writes the one-launch decode step's generated layout header (`StepLayout::header`, the constants its CUDA
-//! files include first) for SmolLM2-135M's shapes, for the nvcc harness in benches/kernels/cluster_step/:
+//! Writes the one-launch decode step's preamble (`StepLayout::preamble`: the generated layout header, then the
+//! PTX helpers; what its CUDA files include first) for SmolLM2-135M's shapes, for the nvcc harness in
+//! benches/kernels/cluster_step/:
 //!
 //! ```text
 //! cargo run -p fuse-models --example step_header -- OUT.h [--max-positions N]
@@ -29,7 +30,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let layout = StepLayout::new(StepShape { max_positions, ..StepShape::of(&Config::smollm2_135m()) })?;
-    std::fs::write(&out, layout.header()).map_err(|e| format!("{out}: {e}"))?;
+    std::fs::write(&out, layout.preamble()).map_err(|e| format!("{out}: {e}"))?;
     eprintln!(
         "step_header: {out}: SmolLM2-135M, {max_positions} positions, {} bytes of shared memory a block",
         layout.smem.bytes

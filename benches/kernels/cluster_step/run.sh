@@ -21,7 +21,7 @@ log="$out/cluster-step.log"
 : >"$log"
 status=0
 
-# The generated layout header: a file given, the bundled example (scripts/gpu-bundle.sh), or cargo.
+# The generated preamble (the layout header and the PTX helpers): a file given, the bundled example (scripts/gpu-bundle.sh), or cargo.
 header="$dir/step_layout.h"
 positions=()
 [ -n "${CLUSTER_MAX_POSITIONS:-}" ] && positions=(--max-positions "$CLUSTER_MAX_POSITIONS")

@@ -1,19 +1,17 @@
-//! The kernel's constants, written from a [`StepLayout`]: the C++ header its files include first (prepended to
-//! the source for NVRTC, written to a file for the nvcc harness by the `step_header` example). Every shape,
+//! The kernel's constants, written from a [`StepLayout`]: the C++ header its files include first. Every shape,
 //! offset, size and the argument struct come from the layout and `args.rs`; the same layout always gives the
-//! same bytes.
+//! same bytes. The preamble (the header, then the PTX helpers) is what the kernel's own files build on: NVRTC
+//! gets it prepended to them, the nvcc harness includes it as the file the `step_header` example writes.
 
 use super::args::STEP_ARGS;
 use super::layout::*;
 
-/// The kernel's files after the header, in the order they build on each other.
-const KERNEL_FILES: [&str; 5] = [
-    include_str!("ptx.cuh"),
-    include_str!("layout.cuh"),
-    include_str!("stages.cuh"),
-    include_str!("head.cuh"),
-    include_str!("kernel.cu"),
-];
+/// The PTX helpers and small conversions the kernel's files use (the one place to swap for a shared prelude).
+const HELPERS: &str = include_str!("ptx.cuh");
+
+/// The kernel's files after the preamble, in the order they build on each other.
+const KERNEL_FILES: [&str; 4] =
+    [include_str!("layout.cuh"), include_str!("stages.cuh"), include_str!("head.cuh"), include_str!("kernel.cu")];
 
 /// The kernel's `extern "C"` symbol.
 pub const STEP_ENTRY: &str = "fuse_decode_step";
@@ -120,9 +118,14 @@ impl StepLayout {
         h
     }
 
-    /// The kernel's whole source for NVRTC: the header, then its files.
+    /// The header, then the PTX helpers: what the kernel's files include first.
+    pub fn preamble(&self) -> String {
+        self.header() + HELPERS
+    }
+
+    /// The kernel's whole source for NVRTC: the preamble, then its files.
     pub fn source(&self) -> String {
-        let mut source = self.header();
+        let mut source = self.preamble();
         for file in KERNEL_FILES {
             source.push_str(file);
         }

@@ -2,8 +2,8 @@
 //! on thread-block clusters, written for this model family as a user's custom kernel would be.
 //!
 //! - `layout.rs`: [`StepLayout`], the one description of the kernel's shapes, eps and memory layout, and the
-//!   limits a model must meet; `header.rs` writes the constants the kernel includes from it and
-//!   `args.rs` is the ordered list of its argument words.
+//!   limits a model must meet; `header.rs` writes the constants the kernel includes from it (its preamble:
+//!   that header, then `ptx.cuh`) and `args.rs` is the ordered list of its argument words.
 //! - the kernel's CUDA: `ptx.cuh` (every PTX helper and the small conversions), `layout.cuh` (shared memory at
 //!   the generated offsets), `stages.cuh` (the Q4_1 GEMV, hand-offs, attention), `head.cuh` (embedding, LM
 //!   head, argmax), `kernel.cu`.

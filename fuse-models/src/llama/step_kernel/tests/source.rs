@@ -88,7 +88,7 @@ fn eps_comes_from_the_model_file_into_the_source_and_the_cache_key() {
 fn the_source_is_the_header_then_the_kernel_with_no_switch_left() {
     let layout = smollm2();
     let source = layout.source();
-    assert!(source.starts_with(&layout.header()));
+    assert!(source.starts_with(&layout.preamble()) && layout.preamble().starts_with(&layout.header()));
     assert!(source.contains(&format!("extern \"C\" __global__ void __launch_bounds__(THREADS, 1) {STEP_ENTRY}(")));
     assert!(!source.contains("#include"), "the source is self-contained");
     for switch in ["#if", "#ifdef", "#ifndef", "#define", "FUSE_STEP_"] {
