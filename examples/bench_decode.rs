@@ -1,17 +1,17 @@
 //! Decode and prefill speed of a SmolLM2-135M-shaped decoder (fuse-models' `llama`, random weights: the time
-//! of a step does not depend on their values), BENCH.md's decode workload:
+//! of a step does not depend on their values), BENCHMARKS.md's decode workload:
 //!
 //! ```text
 //! cargo run --release --example bench_decode -- [--batches 1,4,16] [--cached 128,1024] [--steps 64]
-//!       [--prompt 512] [--dtype bf16|f32] [--device cpu|cuda] [--modes graph,calls,unfused] [--json FILE]
+//!       [--prompt 512] [--dtype bf16|f32] [--device cpu|cuda] [--modes graph,calls,unfused,one-launch] [--json FILE]
 //!       [--extras on|off]
 //! ```
 //! For each batch and cache fill, decode us per token (one token per sequence per step) in each mode:
 //! `graph` (the step recorded once as a CUDA graph, each replay picking the next tokens on the device:
 //! `Llama::greedy_decoder`), `calls` (the fused step call by call, no graph), `unfused` (one op at a time)
-//! and `one-launch` (batch 1 on an sm_90 GPU: the whole step as one launch of `fuse::DecodeStep` with its own
-//! random Q4_1 weights, the cache filled by the library; launches queued back to back, not in a graph, and
-//! the host time of one queued step printed; `one-launch-mma`: the same with its GEMVs on tensor cores);
+//! and `one-launch` (batch 1 on an sm_90 GPU: the whole step as one launch of fuse-models' `DecodeStep`, a
+//! custom kernel, with its own random Q4_1 weights, the cache filled by the library; launches queued back to
+//! back, not in a graph, and the host time of one queued step printed);
 //! then prefill tokens/s for a `--prompt`-token prompt (batch 1), the host time of one fused call that is not
 //! captured, each block of a layer alone in a CUDA graph of 30 chained calls (us a call: where a step's time
 //! goes, kernel by kernel, inside a graph), and decode attention alone (us and GB/s of keys and values at 1024
@@ -114,14 +114,16 @@ fn tuned_paths(rows: usize) -> String {
 
 /// Decode us per token in `mode`, from `cached` positions on.
 fn decode(model: &Llama, cache: &mut KvCache, cached: usize, steps: usize, mode: &str) -> Fallible<f64> {
+    if !["graph", "calls", "unfused", "one-launch"].contains(&mode) {
+        return Err(format!("unknown mode `{mode}` (graph, calls, unfused, one-launch)").into());
+    }
     let b = cache.batch();
     fill(model, cache, cached)?;
-    if mode.starts_with("one-launch") {
+    if mode == "one-launch" {
         if b != 1 {
             return Err("the one-launch step decodes one sequence".into());
         }
-        let mut step =
-            DecodeStepWeights::random_as(&model.config, 1, mode == "one-launch-mma")?.kernel(model.device())?;
+        let mut step = DecodeStepWeights::random(&model.config, 1)?.kernel(model.device())?;
         step.set_caches(cache.layers())?;
         step.set_token(1)?;
         step.time_steps(cached, 2)?; // compiles, warms
@@ -401,7 +403,7 @@ fn run() -> Fallible<()> {
             let cache_bytes = 2 * config.layers * b * config.kv_heads * config.head_dim * cached * o.dtype.size_bytes();
             let floor = (weight_bytes + cache_bytes) as f64 / 4.2e12 * 1e6;
             for mode in &o.modes {
-                if mode.starts_with("one-launch") && b != 1 {
+                if mode == "one-launch" && b != 1 {
                     continue; // one sequence only
                 }
                 let us = match decode(&model, &mut cache, cached, o.steps, mode) {

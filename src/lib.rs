@@ -114,6 +114,13 @@
 //! # }
 //! ```
 //!
+//! ## Your own CUDA kernels
+//!
+//! With the `cuda` feature, `fuse::custom_kernel` compiles a CUDA source of yours with `-D` defines for an
+//! architecture (NVRTC and the on-disk cubin cache, as for fuse's kernels), sets its shared-memory and cluster
+//! attributes, checks that its clusters are resident at once, and launches it with argument words on the
+//! device's stream, in order with fuse's kernels. fuse-models' one-launch decode step is built on it.
+//!
 //! ## Environment
 //!
 //! - `FUSE_DEBUG=1` prints each function's plan on its first call, `2` adds per-group times, `3` the matmul

@@ -431,30 +431,3 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
     }
     assert!(failures.is_empty(), "{} model kernel compilations failed:\n{}", failures.len(), failures.join("\n\n"));
 }
-
-/// The decode step on thread-block clusters (`fuse::ir::codegen::decode_step_source`): compiles with NVRTC for
-/// sm_90a (clusters, bulk copies, st.async, mma.sync in its tensor-core build) and assembles without spills.
-#[test]
-fn the_decode_step_kernel_compiles_and_assembles_without_spills() {
-    use fuse::ir::codegen::{decode_step_source, DECODE_STEP_ENTRY};
-    let Some(ptxas) = tools_or_skip("decode step") else { return };
-    // Its defaults (the harness's build), the GEMVs on tensor cores, and the library's build for SmolLM2.
-    let library = fuse_models::llama::StepShape::of(&fuse_models::llama::Config::smollm2_135m()).unwrap();
-    let tiled = library.with_tensor_cores().unwrap();
-    for defines in [vec![], vec!["-DFUSE_STEP_MMA=1".to_string()], library.defines(), tiled.defines()] {
-        let ptx = compile_ptx(DECODE_STEP_ENTRY, decode_step_source(), &defines, "sm_90a")
-            .unwrap_or_else(|e| panic!("NVRTC {defines:?}: {e}"));
-        let report =
-            ptxas_check(&ptxas, DECODE_STEP_ENTRY, &ptx, "sm_90a").unwrap_or_else(|e| panic!("ptxas {defines:?}: {e}"));
-        eprintln!(
-            "kernels_compile: {DECODE_STEP_ENTRY} {defines:?} sm_90a: {} registers, {} bytes of stack",
-            report.registers, report.stack_frame_bytes
-        );
-        assert!(ptx.contains(&format!(".entry {DECODE_STEP_ENTRY}(")), "the PTX has no entry {DECODE_STEP_ENTRY}");
-        assert!(
-            report.spill_stores == 0 && report.spill_loads == 0,
-            "{DECODE_STEP_ENTRY} {defines:?} spills registers:\n{}",
-            report.log
-        );
-    }
-}

@@ -30,14 +30,11 @@ fn greedy_tokens_part_from_transformers_only_at_a_near_tie() {
     }
     let reference = common::reference();
     let llama = Llama::load(file, &dev, DType::BF16).expect("the model loads in bf16");
-    // The kernel's GEMVs on CUDA cores, then on tensor cores.
-    for tensor_cores in [false, true] {
-        let mut decoder = OneLaunchDecoder::new_as(file, &dev, tensor_cores).expect("the decode step's weights load");
-        greedy_tokens_of(&llama, &mut decoder, &reference, if tensor_cores { "tensor cores" } else { "CUDA cores" });
-    }
+    let mut decoder = OneLaunchDecoder::new(file, &dev).expect("the decode step's weights load");
+    greedy_tokens_of(&llama, &mut decoder, &reference);
 }
 
-fn greedy_tokens_of(llama: &Llama, decoder: &mut OneLaunchDecoder, reference: &serde_json::Value, build: &str) {
+fn greedy_tokens_of(llama: &Llama, decoder: &mut OneLaunchDecoder, reference: &serde_json::Value) {
     for prompt in reference["prompts"].as_array().expect("prompts") {
         let name = prompt["name"].as_str().unwrap_or("?");
         let ids = common::ids(&prompt["prompt_ids"]);
@@ -47,22 +44,22 @@ fn greedy_tokens_of(llama: &Llama, decoder: &mut OneLaunchDecoder, reference: &s
         let mut cache = llama.new_cache(256).unwrap();
         let got = decoder.generate(llama, &mut cache, &ids, want.len(), 2).expect("generates");
         let agree = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
-        eprintln!("`{name}` ({build}): the first {agree} of {} greedy tokens are transformers'", want.len());
+        eprintln!("`{name}`: the first {agree} of {} greedy tokens are transformers'", want.len());
         if agree < got.len().min(want.len()) {
             let margin = margins[agree];
             assert!(
                 margin < NEAR_TIE,
-                "`{name}` ({build}): token {agree} is {} where transformers picks {} by a margin of {margin:.2}",
+                "`{name}`: token {agree} is {} where transformers picks {} by a margin of {margin:.2}",
                 got[agree],
                 want[agree]
             );
         } else {
-            assert_eq!(got.len(), want.len(), "`{name}` ({build}): as many tokens (eos at the same step)");
+            assert_eq!(got.len(), want.len(), "`{name}`: as many tokens (eos at the same step)");
         }
         assert_eq!(
             cache.len(),
             ids.len() + got.len() - 1,
-            "`{name}` ({build}): the cache holds the prompt and every token fed back"
+            "`{name}`: the cache holds the prompt and every token fed back"
         );
     }
 }

@@ -110,17 +110,17 @@ fn whole_model_dequantises() {
 fn packs_for_the_one_launch_decode_step() {
     let Some(file) = common::model() else { return };
     let packed = fuse_models::llama::DecodeStepWeights::pack(file).unwrap();
-    let shape = packed.shape;
+    let (shape, sh) = (packed.layout.shape, packed.layout.share);
     assert_eq!(
         (shape.hidden, shape.heads, shape.kv_heads, shape.intermediate, shape.layers, shape.vocab),
         (576, 9, 3, 1536, 30, 49152)
     );
-    assert_eq!(packed.shares.len(), 30 * 16 * 142_848);
+    assert_eq!(shape.eps, 1e-5, "the file's layer_norm_rms_epsilon");
+    assert_eq!(packed.shares.len(), 30 * 16 * sh.bytes);
     assert_eq!(
         (packed.head_q.len(), packed.head_d.len(), packed.rope.len()),
         (49152 * 576, 49152 * 18, fuse_models::llama::STEP_MAX_POSITIONS * 64)
     );
-    let layout = shape.share_layout();
     // A share's row r of a stage, dequantised as ggml does (d * q + m).
     let row = |share: &[u8], q_at: usize, dm_at: usize, r: usize, kbs: usize| -> Vec<f32> {
         (0..kbs)
@@ -134,30 +134,30 @@ fn packs_for_the_one_launch_decode_step() {
             .collect()
     };
     for (layer, rank) in [(0usize, 0usize), (17, 5), (29, 15)] {
-        let share = &packed.shares[(layer * 16 + rank) * 142_848..][..142_848];
+        let share = &packed.shares[(layer * 16 + rank) * sh.bytes..][..sh.bytes];
         let f32s = |part: &str| file.tensor_f32(&format!("blk.{layer}.{part}.weight")).unwrap();
         let mut qkv = unpermute_rotary_rows(&f32s("attn_q"), 576, 576, 9).unwrap();
         qkv.extend(unpermute_rotary_rows(&f32s("attn_k"), 192, 576, 3).unwrap());
         qkv.extend(f32s("attn_v"));
         let first = rank * 60; // the block's first QKV row (query rows for blocks 0-9, value rows for 13-15)
         assert_eq!(
-            row(share, layout[0], layout[1], 0, 18),
+            row(share, sh.qkv.nibbles.offset, sh.qkv.scales.offset, 0, 18),
             qkv[first * 576..(first + 1) * 576],
             "layer {layer} block {rank} first QKV row"
         );
         let (gate, up, down) = (f32s("ffn_gate"), f32s("ffn_up"), f32s("ffn_down"));
         assert_eq!(
-            row(share, layout[4], layout[5], 0, 18),
+            row(share, sh.gate_up.nibbles.offset, sh.gate_up.scales.offset, 0, 18),
             gate[rank * 96 * 576..][..576],
             "layer {layer} block {rank} first gate row"
         );
         assert_eq!(
-            row(share, layout[4], layout[5], 96, 18),
+            row(share, sh.gate_up.nibbles.offset, sh.gate_up.scales.offset, 96, 18),
             up[rank * 96 * 576..][..576],
             "layer {layer} block {rank} first up row"
         );
         assert_eq!(
-            row(share, layout[6], layout[7], 35, 48),
+            row(share, sh.down.nibbles.offset, sh.down.scales.offset, 35, 48),
             down[(rank * 36 + 35) * 1536..][..1536],
             "layer {layer} block {rank} last down row"
         );

@@ -47,9 +47,10 @@ mod views;
 /// NVRTC and ptxas checks of generated kernels, for tests and tools (tests/kernels_compile.rs).
 #[doc(hidden)]
 pub use cuda::compile::nvrtc::{compile_ptx, nvrtc_available, nvrtc_version, ptxas_check, NvrtcError, PtxasReport};
-/// The one-launch decode step's kernel (a Llama decoder's step at batch 1 in one launch; sm_90).
+/// A user's own CUDA kernel: compiled with defines for an architecture, its shared-memory and cluster
+/// attributes, a co-residency check, launches with argument words, device buffers (feature `cuda`).
 #[cfg(feature = "cuda-backend")]
-pub use cuda::decode_step::{DecodeStep, DecodeStepWeightsRef};
+pub use cuda::custom_kernel;
 pub use cuda::CudaDevice;
 /// The cudarc fuse is built with (feature `cuda`): its slices, streams and raw handles are what the interop
 /// functions take (`Tensor::from_cuda_slice`, `CudaDevice::wait_for_stream`, ...).

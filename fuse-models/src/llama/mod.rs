@@ -6,21 +6,24 @@
 //!   every layer with a [`KvCache`] and returns the last position's logits.
 //! - [`generate`]: prefill the prompt in one pass, then decode one token at a time (greedy, or temperature
 //!   and top-p sampling with a seed), stopping at eos or a token budget.
-//! - [`OneLaunchDecoder`]: greedy decoding with the whole decode step as one launch (an sm_90 GPU, batch 1),
-//!   on weights [`DecodeStepWeights`] packs from the file's Q4_1 blocks.
+//! - [`OneLaunchDecoder`]: greedy decoding with the whole decode step as one launch (an sm_90 GPU, batch 1):
+//!   the kernel of `step_kernel/` ([`DecodeStep`], a custom kernel on `fuse::custom_kernel`) on weights
+//!   [`DecodeStepWeights`] packs from the file's Q4_1 blocks at the offsets of its [`StepLayout`].
 
 mod block;
 mod cache;
-mod decode_step;
 mod generate;
 mod load;
 mod one_launch;
 mod step;
+pub mod step_kernel;
 
 pub use block::{AttentionBlock, FfnBlock};
 pub use cache::KvCache;
-pub use decode_step::{DecodeStepWeights, StepShape, STEP_MAX_POSITIONS, STEP_SHARED_MEMORY_LIMIT, STEP_SHARES};
 pub use generate::{generate, Generated, Sampling};
 pub use load::{Config, Llama};
 pub use one_launch::OneLaunchDecoder;
 pub use step::{Decoder, StepInputs};
+pub use step_kernel::{
+    DecodeStep, DecodeStepWeights, StepLayout, StepShape, STEP_MAX_POSITIONS, STEP_SHARED_MEMORY_LIMIT, STEP_SHARES,
+};

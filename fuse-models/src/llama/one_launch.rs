@@ -1,10 +1,10 @@
 //! Greedy decoding with the one-launch decode step: the prompt prefilled by the library's bf16 decoder, the
-//! rest as one run of launches of the kernel (`fuse::DecodeStep`) on the weights `decode_step` packs.
+//! rest as one run of launches of the kernel ([`DecodeStep`], `step_kernel/`) on the weights it packs.
 
 use super::cache::KvCache;
-use super::decode_step::{DecodeStepWeights, StepShape};
 use super::generate::argmax;
 use super::load::Llama;
+use super::step_kernel::{DecodeStep, DecodeStepWeights, StepShape};
 use crate::gguf::GgufFile;
 use crate::{Error, Result};
 use fuse::prelude::*;
@@ -14,20 +14,15 @@ use fuse::prelude::*;
 /// appending to the same cache. The kernel's numerics are its own (the file's Q4_1 weights as they are, f16
 /// activations into the products, f32 sums), so its tokens can part from the bf16 path's near ties.
 pub struct OneLaunchDecoder {
-    kernel: fuse::DecodeStep,
+    kernel: DecodeStep,
     shape: StepShape,
 }
 
 impl OneLaunchDecoder {
     /// Packs `file`'s weights and puts them on `device` with the kernel compiled for their shapes.
     pub fn new(file: &GgufFile, device: &Device) -> Result<OneLaunchDecoder> {
-        Self::new_as(file, device, false)
-    }
-
-    /// [`OneLaunchDecoder::new`] with the GEMVs on tensor cores when `tensor_cores`.
-    pub fn new_as(file: &GgufFile, device: &Device, tensor_cores: bool) -> Result<OneLaunchDecoder> {
-        let w = DecodeStepWeights::pack_as(file, tensor_cores)?;
-        Ok(OneLaunchDecoder { kernel: w.kernel(device)?, shape: w.shape })
+        let w = DecodeStepWeights::pack(file)?;
+        Ok(OneLaunchDecoder { kernel: w.kernel(device)?, shape: w.layout.shape })
     }
 
     /// Up to `max_new` greedy tokens after `prompt` (stopping after `eos`): the prompt through `llama` into
@@ -88,6 +83,6 @@ impl OneLaunchDecoder {
     /// caches are `cache`'s (bf16, batch 1, as [`OneLaunchDecoder::generate`] takes them).
     pub fn time_steps(&mut self, cache: &KvCache, steps: usize) -> Result<f64> {
         self.kernel.set_caches(cache.layers())?;
-        Ok(self.kernel.time_steps(cache.len(), steps)?)
+        self.kernel.time_steps(cache.len(), steps)
     }
 }

@@ -8,7 +8,9 @@
 //!   over memory made elsewhere;
 //! - `gemm/`: matmuls (cuBLAS mapping, cuBLASLt, the GEMM templates' configs and operands) and the
 //!   libraries' warm-up;
-//! - `exec/`: the plan executor (kernels, the `FuseArgs` ABI, launches, launch plans, GEMM paths, tuning).
+//! - `exec/`: the plan executor (kernels, the `FuseArgs` ABI, launches, launch plans, GEMM paths, tuning);
+//! - `custom_kernel`: a user's own CUDA kernel on the same compile path and launches (public as
+//!   `fuse::custom_kernel`).
 //!
 //! Nothing here imports the CPU backend: values and call types come from `crate::call`, and the
 //! dispatcher (`crate::exec`) decides which backend runs a call.
@@ -16,7 +18,7 @@
 mod buffers;
 pub(crate) mod capture;
 pub(crate) mod compile;
-pub(crate) mod decode_step;
+pub mod custom_kernel;
 pub(crate) mod device;
 pub(crate) mod driver;
 pub(crate) mod exec;

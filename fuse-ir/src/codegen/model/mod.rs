@@ -7,7 +7,6 @@
 //! `attention.rs`.
 
 mod attention;
-mod decode_step;
 
 pub use attention::{
     attention_launch, AttentionLaunch, AttentionShape, ATTENTION_COMBINE_THREADS, ATTENTION_DECODE_CLUSTER_DEFINE,
@@ -16,10 +15,6 @@ pub use attention::{
     ATTENTION_DECODE_ROWS, ATTENTION_DECODE_ROW_GROUP_KEYS, ATTENTION_DECODE_SPLIT_KEYS, ATTENTION_DECODE_THREADS,
     ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_HEAD_DIMS, ATTENTION_KEY_TILE, ATTENTION_MAX_HEAD_DIM,
     ATTENTION_ROW_TILE, ATTENTION_THREADS,
-};
-
-pub use decode_step::{
-    decode_step_source, DECODE_STEP_CLUSTER, DECODE_STEP_CLUSTERS, DECODE_STEP_ENTRY, DECODE_STEP_THREADS,
 };
 
 use crate::DType;

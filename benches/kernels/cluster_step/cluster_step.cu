@@ -1,8 +1,10 @@
-// The harness of the decode step on thread-block clusters (docs/persistent-step.md): the kernel is the
-// library's (fuse-ir/src/codegen/model/decode_step/, self-contained, included here under nvcc); this file adds a
-// random SmolLM2-shaped model in GGUF's blocks, a double-precision reference (cluster_step_model.h), the
-// checks and the bench. SmolLM2-135M's 30 layers at batch 1, layer l on cluster l % 7 of 16 blocks.
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v cluster_step.cu -o cluster_step
+// The harness of the one-launch decode step on thread-block clusters (docs/persistent-step.md): the kernel is
+// the library's (fuse-models/src/llama/step_kernel/), included here under nvcc after the preamble fuse-models
+// generates (step_layout.h: the layout header and the PTX helpers; run.sh writes it). This file adds a random
+// SmolLM2-shaped model in GGUF's blocks, a double-precision reference (cluster_step_model.h), the checks and the
+// bench. SmolLM2-135M's 30 layers at batch 1, layer l on cluster l % 7 of 16 blocks.
+//   cargo run -p fuse-models --example step_header -- DIR/step_layout.h
+//   nvcc -O3 -std=c++17 -IDIR -gencode=arch=compute_90a,code=sm_90a -Xptxas -v cluster_step.cu -o cluster_step
 //   ./cluster_step check | check-small | bench | all   (check: against the reference at five positions)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -17,10 +19,11 @@
 
 #include "check_cuda.h"
 
-#include "../../fuse-ir/src/codegen/model/decode_step/common.cuh"
-#include "../../fuse-ir/src/codegen/model/decode_step/stages.cuh"
-#include "../../fuse-ir/src/codegen/model/decode_step/head.cuh"
-#include "../../fuse-ir/src/codegen/model/decode_step/kernel.cu"
+#include "step_layout.h"  // generated: fuse-models' StepLayout::preamble (run.sh), the layout and PTX helpers
+#include "../../../fuse-models/src/llama/step_kernel/layout.cuh"
+#include "../../../fuse-models/src/llama/step_kernel/stages.cuh"
+#include "../../../fuse-models/src/llama/step_kernel/head.cuh"
+#include "../../../fuse-models/src/llama/step_kernel/kernel.cu"
 
 #include "cluster_step_model.h"
 

@@ -1,4 +1,4 @@
-// The decode step's stages (after common.cuh): the Q4_1 GEMV, rms_norm, the weight and cache loads, the
+// The decode step's stages (after layout.cuh): the Q4_1 GEMV, rms_norm, the weight and cache loads, the
 // hand-offs inside a cluster and through L2, and attention.
 
 // ---- the Q4_1 GEMV ---------------------------------------------------------------------------------------------
@@ -61,7 +61,7 @@ __device__ __forceinline__ float rms_scale(const float* x) {
 }
 // rms_norm's output x * r * wn into xn (f16, perm_slot order), then a barrier.
 __device__ void norm_to(const float* x, const float* wn, float r, unsigned short* xn) {
-    for (int e = threadIdx.x; e < HID; e += THREADS) xn[(e & ~31) + input_slot(e & 31)] = f_to_h(x[e] * r * wn[e]);
+    for (int e = threadIdx.x; e < HID; e += THREADS) xn[(e & ~31) + perm_slot(e & 31)] = f_to_h(x[e] * r * wn[e]);
     __syncthreads();
 }
 
@@ -96,70 +96,6 @@ __device__ __forceinline__ float row_sum(const float* part, int row) {
     return s;
 }
 
-// ---- the Q4_1 GEMV on tensor cores (FUSE_STEP_MMA) ----------------------------------------------------------
-// mma.sync m16n8k16 (f16 in, f32 accumulators): A is 16 weight rows x 16 inputs of a Q4_1 block (its low
-// nibbles, then its high ones) as base + q by the exponent trick (1024 + q, 64 + q: exact in f16, no
-// subtraction), B is the input (column 0: batch 1; the other columns zero). The f32 sum is then
-// 1024 * x_lo + 64 * x_hi + sum(q * x), so a row's block adds d * (sum - 1024 x_lo - 64 x_hi) + m * (x_lo + x_hi).
-__device__ __forceinline__ void mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-// Partial sums of the stage's rows (TILES tiles of 16) over this warp's share of its KB input blocks: the warps
-// split the tiles into TG groups and the blocks into KS ranges (TG * KS = WARPS); part[ks][row] (row over the
-// stored rows), to be added over ks. x: the input, f16 in order.
-template <int KB, int TILES, int TG, int KS>
-__device__ void gemv_mma(const uint2* q, const uint2* dm, const unsigned short* x, float* part) {
-    static_assert(TG * KS == WARPS && TILES % TG == 0, "every warp one group of tiles and one range of blocks");
-    constexpr int MINE = TILES / TG;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int t0 = (warp % TG) * MINE, ks = warp / TG, kb0 = ks * KB / KS, kb1 = (ks + 1) * KB / KS;
-    const NibbleConsts k;
-    float acc[MINE][2] = {};
-    for (int kb = kb0; kb < kb1; ++kb) {
-        // The input's fragments (column 0 only) and its two half-block sums, from lanes 0-3 to every lane.
-        unsigned b[4] = {0, 0, 0, 0};
-        if (g == 0) {
-            const unsigned* xw = reinterpret_cast<const unsigned*>(x + kb * 32);
-            b[0] = xw[t], b[1] = xw[4 + t], b[2] = xw[8 + t], b[3] = xw[12 + t];
-        }
-        float lo = h2_sum(b[0]) + h2_sum(b[1]), hi = h2_sum(b[2]) + h2_sum(b[3]);
-        lo += __shfl_xor_sync(0xffffffffu, lo, 1), hi += __shfl_xor_sync(0xffffffffu, hi, 1);
-        lo += __shfl_xor_sync(0xffffffffu, lo, 2), hi += __shfl_xor_sync(0xffffffffu, hi, 2);
-        lo = __shfl_sync(0xffffffffu, lo, 0), hi = __shfl_sync(0xffffffffu, hi, 0);
-        const float base = 1024.f * lo + 64.f * hi, sum = lo + hi;
-#pragma unroll
-        for (int i = 0; i < MINE; ++i) {
-            const int tile = t0 + i;
-            const uint2 w = q[(tile * KB + kb) * 32 + lane];
-            const uint2 s = dm[(tile * KB + kb) * 8 + g];
-            const unsigned v0 = w.x >> 8, v1 = w.y >> 8;
-            float d[4] = {0.f, 0.f, 0.f, 0.f};
-            mma16816(d, nibble_bits(w.x, k.lo_mask, k.lo_base), nibble_bits(w.y, k.lo_mask, k.lo_base), nibble_bits(v0, k.lo_mask, k.lo_base),
-                     nibble_bits(v1, k.lo_mask, k.lo_base), b[0], b[1]);
-            mma16816(d, nibble_bits(w.x, k.hi_mask, k.hi_base), nibble_bits(w.y, k.hi_mask, k.hi_base), nibble_bits(v0, k.hi_mask, k.hi_base),
-                     nibble_bits(v1, k.hi_mask, k.hi_base), b[2], b[3]);
-            acc[i][0] += h_to_f((unsigned short)(s.x & 0xFFFFu)) * (d[0] - base) + h_to_f((unsigned short)(s.x >> 16)) * sum;
-            acc[i][1] += h_to_f((unsigned short)(s.y & 0xFFFFu)) * (d[2] - base) + h_to_f((unsigned short)(s.y >> 16)) * sum;
-        }
-    }
-    if (t == 0)  // column 0: rows g and g + 8 of each tile
-#pragma unroll
-        for (int i = 0; i < MINE; ++i) {
-            part[ks * (TILES * 16) + (t0 + i) * 16 + g] = acc[i][0];
-            part[ks * (TILES * 16) + (t0 + i) * 16 + g + 8] = acc[i][1];
-        }
-}
-// A row's sum of the KS partials gemv_mma left.
-template <int TILES, int KS>
-__device__ __forceinline__ float tile_row_sum(const float* part, int row) {
-    float s = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks) s += part[ks * (TILES * 16) + row];
-    return s;
-}
-
 // ---- the residual stream between clusters: 64-bit words, tag << 32 | f32 bits --------------------------------
 
 // The residual stream's HID words once every one carries `tag`, into x (f32). A thread loads all of its words in
@@ -174,7 +110,7 @@ __device__ void take_words(const unsigned long long* words, unsigned tag, float*
 #pragma unroll
         for (int j = 0; j < MINE; ++j) {
             const int i = threadIdx.x + j * THREADS;
-            if (i < HID) asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v[j]) : "l"(words + i) : "memory");
+            if (i < HID) v[j] = load_relaxed(words + i);
         }
 #pragma unroll
         for (int j = 0; j < MINE; ++j) {
@@ -190,8 +126,7 @@ __device__ void take_words(const unsigned long long* words, unsigned tag, float*
         if (threadIdx.x + j * THREADS < HID) x[threadIdx.x + j * THREADS] = __uint_as_float((unsigned)v[j]);
 }
 __device__ __forceinline__ void put_word(unsigned long long* p, unsigned tag, float v) {
-    const unsigned long long w = ((unsigned long long)tag << 32) | __float_as_uint(v);
-    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
+    store_relaxed(p, ((unsigned long long)tag << 32) | __float_as_uint(v));
 }
 
 // ---- a layer's weights (and an attention block's cache rows) into shared memory -----------------------------
@@ -201,13 +136,12 @@ __device__ void prefetch_l2(const void* p, unsigned long long bytes) {
     const char* c = reinterpret_cast<const char*>(p);
     for (unsigned long long at = 0; at < bytes; at += 65536) {
         const unsigned size = (unsigned)(bytes - at < 65536 ? bytes - at : 65536);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(c + at), "r"(size) : "memory");
+        bulk_prefetch_l2(c + at, size);
     }
 }
 __device__ void bulk_copy(void* to, const void* from, unsigned bytes, unsigned bar) {
     for (unsigned at = 0; at < bytes; at += COPY)
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                     ::"r"(smem_u32((char*)to + at)), "l"((const char*)from + at), "r"(bytes - at < COPY ? bytes - at : COPY), "r"(bar) : "memory");
+        bulk_copy_chunk(smem_u32((char*)to + at), (const char*)from + at, bytes - at < COPY ? bytes - at : COPY, bar);
 }
 // Thread 0: bulk copies of this block's share of layer l into W and, in an attention block, its kv head's first
 // PRE_KEYS cached keys and values and the position's rope row, completing on s.bar; the kv head's later keys
@@ -215,8 +149,8 @@ __device__ void bulk_copy(void* to, const void* from, unsigned bytes, unsigned b
 __device__ void load_share(const FuseDecodeStepArgs& a, const Smem& s, int l, int rank) {
     const unsigned b = smem_u32(s.bar), keys = (unsigned)min((int)a.pos, PRE_KEYS), kv_bytes = keys * HD * 2;
     const bool attends = rank < NQ;
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our earlier reads of this memory before the copies
-    asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(b), "r"((unsigned)Share::bytes + (attends ? 2 * kv_bytes + HD * 4 : 0)) : "memory");
+    fence_proxy_async();  // our earlier reads of this memory before the copies
+    mbarrier_expect_tx(b, (unsigned)Share::bytes + (attends ? 2 * kv_bytes + HD * 4 : 0));
     bulk_copy(s.W, a.w + ((unsigned long long)l * CLUSTER + rank) * Share::bytes, (unsigned)Share::bytes, b);
     if (!attends) return;
     const unsigned long long head_at = (unsigned long long)(rank / (NQ / NKV)) * a.capacity * HD;
@@ -234,37 +168,25 @@ __device__ void load_share(const FuseDecodeStepArgs& a, const Smem& s, int l, in
         prefetch_l2(v + PRE_KEYS * HD, bytes);
     }
 }
-__device__ void wait_phase(unsigned long long* bar, unsigned parity) {
-    unsigned done = 0;
-    while (!done)
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
-}
-
 // ---- in-cluster hand-offs: st.async stores into the consumers' buffers, completing on their mbarriers -------
 
-__device__ __forceinline__ unsigned peer_addr(const void* p, int peer) {
-    unsigned r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_u32(p)), "r"(peer));
-    return r;
-}
 // `bytes` (a multiple of 16) from this block's `src` to `dst` (the buffer's address here) in peers [p0, p1).
 __device__ void send(const void* src, const void* dst, unsigned bytes, unsigned long long* bar, int p0, int p1) {
     const int chunks = (int)bytes / 16;
     for (int e = threadIdx.x; e < (p1 - p0) * chunks; e += THREADS) {
         const int peer = p0 + e / chunks, c = e % chunks;
         const uint4 v = reinterpret_cast<const uint4*>(src)[c];
-        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];"
-                     ::"r"(peer_addr((const char*)dst + c * 16, peer)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(peer_addr(bar, peer)) : "memory");
+        const unsigned to = peer_addr((const char*)dst + c * 16, peer);
+        st_async_v4(to, v, peer_addr(bar, peer));
     }
 }
 __device__ __forceinline__ void send_word(float v, const float* dst, unsigned long long* bar, int peer) {
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
-                 ::"r"(peer_addr(dst, peer)), "r"(__float_as_uint(v)), "r"(peer_addr(bar, peer)) : "memory");
+    const unsigned to = peer_addr(dst, peer);
+    st_async_b32(to, __float_as_uint(v), peer_addr(bar, peer));
 }
 // Thread 0: this block's arrival on a hand-off's mbarrier for this turn, with the bytes it will receive.
 __device__ __forceinline__ void expect(unsigned long long* bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+    mbarrier_expect_tx(smem_u32(bar), bytes);
 }
 
 // ---- attention of one query head (blocks 0..NQ-1 of the cluster) --------------------------------------------
@@ -275,13 +197,13 @@ __device__ __forceinline__ void expect(unsigned long long* bar, unsigned bytes) 
 template <class Mark>
 __device__ void attention_head(const FuseDecodeStepArgs& a, Smem& s, int l, int head, Mark& mark) {
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = head / (NQ / NKV), pos = (int)a.pos;
-    float* qr = s.scratch;               // [64] roped q, scaled by 1/8
-    float* kr = qr + HD;                 // [64] roped new key
-    float* sc = kr + HD;                 // [MAXPOS + 1] scores (SCORES with the padding)
-    float* pv = sc + Smem::SCORES;       // [KEY_GROUPS][64] P.V partials
-    float* outv = pv + KEY_GROUPS * HD;  // [64]
-    float* ps = outv + HD;               // [KEY_GROUPS] softmax denominators a key group
-    float* wmax = ps + KEY_GROUPS;       // [WARPS] the scores' maximum a warp
+    float* qr = s.scratch + ATT_Q;       // [64] roped q, scaled by 1/8
+    float* kr = s.scratch + ATT_K;       // [64] roped new key
+    float* sc = s.scratch + ATT_SCORES;  // [MAXPOS + 1] scores (SCORES with the padding)
+    float* pv = s.scratch + ATT_PV;      // [KEY_GROUPS][64] P.V partials
+    float* outv = s.scratch + ATT_OUT;   // [64]
+    float* ps = s.scratch + ATT_SUMS;    // [KEY_GROUPS] softmax denominators a key group
+    float* wmax = s.scratch + ATT_MAX;   // [WARPS] the scores' maximum a warp
     unsigned short* kbase = reinterpret_cast<unsigned short*>(a.k_layers[l]) + (unsigned long long)g * a.capacity * HD;
     unsigned short* vbase = reinterpret_cast<unsigned short*>(a.v_layers[l]) + (unsigned long long)g * a.capacity * HD;
     const float* vnew = s.qkv + HID + NKV * HD + g * HD;
@@ -397,7 +319,7 @@ __device__ void attention_head(const FuseDecodeStepArgs& a, Smem& s, int l, int 
         if (q4 == 0) {
             const unsigned short h = f_to_h(o / sum);
             outv[d] = h_to_f(h);
-            s.stage[(d & ~31) + input_slot(d & 31)] = h;
+            s.stage[(d & ~31) + perm_slot(d & 31)] = h;
         }
     }
     __syncthreads();

@@ -33,7 +33,7 @@ __device__ void load_head_chunk(const FuseDecodeStepArgs& a, const Smem& s, int 
     if (r0 >= last) return;
     const unsigned rows = (unsigned)min(HEAD_CHUNK, last - r0), bar = smem_u32(s.ring + c % HEAD_SLOTS);
     unsigned char* slot = s.W + (unsigned long long)(c % HEAD_SLOTS) * HEAD_CHUNK_BYTES;
-    asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(bar), "r"(rows * (HID + HEAD_KB * 2)) : "memory");
+    mbarrier_expect_tx(bar, rows * (HID + HEAD_KB * 2));
     bulk_copy(slot, a.head_q + (unsigned long long)r0 * HID, rows * HID, bar);
     bulk_copy(slot + HEAD_CHUNK * HID, a.head_d + (unsigned long long)r0 * HEAD_KB, rows * HEAD_KB * 2, bar);
 }
@@ -41,7 +41,7 @@ __device__ void load_head_chunk(const FuseDecodeStepArgs& a, const Smem& s, int 
 // cluster whose last layer is two before the end) the rows of the last layer's cluster into L2, whose ring
 // starts only as the final residual stream does.
 __device__ void start_head(const FuseDecodeStepArgs& a, const Smem& s, int me, int rank) {
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the layers' reads of this memory before the copies
+    fence_proxy_async();  // the layers' reads of this memory before the copies
     for (int c = 0; c < HEAD_SLOTS; ++c) load_head_chunk(a, s, c);
     const int first = head_first(blockIdx.x), last = head_first(blockIdx.x + 1);
     if (first + HEAD_SLOTS * HEAD_CHUNK < last)
@@ -82,7 +82,7 @@ __device__ void lm_head(const FuseDecodeStepArgs& a, Smem& s, unsigned long long
     __syncthreads();
     constexpr int KB = HEAD_KB;
     const int first = head_first(blockIdx.x), last = head_first(blockIdx.x + 1);
-    constexpr int PART_STRIDE = HEAD_CHUNK * KB, MINE = HEAD_CHUNK / HEAD_GROUPS;
+    constexpr int MINE = HEAD_CHUNK / HEAD_GROUPS;
     // Thread (kb, group) takes bytes [16 kb, 16 kb + 16) of each half of its rows (consecutive threads read
     // consecutive 16 bytes: no bank conflicts): half-blocks of Q8_0 blocks kb / 2 and KB / 2 + kb / 2.
     const int kb = t % KB, group = t / KB;
@@ -96,7 +96,7 @@ __device__ void lm_head(const FuseDecodeStepArgs& a, Smem& s, unsigned long long
         const int r0 = first + c * HEAD_CHUNK, rows = min(HEAD_CHUNK, last - r0);
         const unsigned char* slot = s.W + (unsigned long long)(c % HEAD_SLOTS) * HEAD_CHUNK_BYTES;
         const unsigned short* scales = reinterpret_cast<const unsigned short*>(slot + HEAD_CHUNK * HID);
-        float* part = s.part + (c & 1) * PART_STRIDE;
+        float* part = s.part + (c & 1) * HEAD_PARTIALS;
         const unsigned long long w0 = trace ? clock64() : 0;  // only the traced block keeps the ring's waits
         wait_phase(s.ring + c % HEAD_SLOTS, (unsigned)(c / HEAD_SLOTS) & 1u);
         if (trace) ring_wait += clock64() - w0;
@@ -121,7 +121,7 @@ __device__ void lm_head(const FuseDecodeStepArgs& a, Smem& s, unsigned long long
         }
         __syncthreads();  // the chunk's partials are in, and its slot is read: refill it
         if (t == 0) {
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            fence_proxy_async();
             load_head_chunk(a, s, c + HEAD_SLOTS);
         }
         if (t < rows) {

@@ -96,25 +96,6 @@ struct Model {
                 unsigned char* share = out.data() + ((size_t)l * CLUSTER + rank) * Share::bytes;
                 const Layer& L = layers[l];
                 auto stage = [&](size_t q_at, size_t dm_at, int rows, auto row_of) {
-#if FUSE_STEP_MMA
-                    // Tiles of 16 rows (the padding rows zero): for each tile and block, lane 4g + t's two words
-                    // (rows g and g + 8: bytes 2t, 2t + 8, 2t + 1, 2t + 9), then the rows' (d, m) by g.
-                    const int kbs = row_of(0).first->cols / 32;
-                    for (int r = 0; r < stored_rows(rows); ++r) {
-                        const int tile = r / 16, g = r % 8, second = (r % 16) / 8;
-                        for (int kb = 0; kb < kbs; ++kb) {
-                            const size_t unit = (size_t)tile * kbs + kb;
-                            if (r >= rows) continue;  // zero
-                            const auto [m, row] = row_of(r);
-                            const Q41& b = m->blocks[(size_t)row * kbs + kb];
-                            for (int t = 0; t < 4; ++t) {
-                                const uint8_t word[4] = {b.qs[2 * t], b.qs[2 * t + 8], b.qs[2 * t + 1], b.qs[2 * t + 9]};
-                                std::memcpy(share + q_at + ((unit * 32 + 4 * g + t) * 2 + second) * 4, word, 4);
-                            }
-                            std::memcpy(share + dm_at + ((unit * 8 + g) * 2 + second) * 4, &b.d, 4);
-                        }
-                    }
-#else
                     for (int r = 0; r < rows; ++r) {
                         const auto [m, row] = row_of(r);
                         const int kbs = m->cols / 32;
@@ -124,7 +105,6 @@ struct Model {
                             std::memcpy(share + dm_at + ((size_t)r * kbs + kb) * 4, &b.d, 4);
                         }
                     }
-#endif
                 };
                 stage(Share::qkv_q, Share::qkv_dm, R_QKV, [&](int r) { return std::make_pair(&L.qkv, rank * R_QKV + r); });
                 stage(Share::o_q, Share::o_dm, R_O, [&](int r) { return std::make_pair(&L.o, rank * R_O + r); });

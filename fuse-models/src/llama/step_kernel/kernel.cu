@@ -1,18 +1,11 @@
-// The decode step's kernel (after common.cuh, stages.cuh, head.cuh): a Llama decoder's whole step at batch 1 in
-// one launch of CLUSTERS clusters of CLUSTER blocks. Layer l runs on cluster l % CLUSTERS, each block holding
-// its 1/CLUSTER of the layer's Q4_1 weights in shared memory, loaded by bulk copies while the other clusters run
-// their layers (a cluster issues layer l + CLUSTERS's copies as it finishes layer l). Inside a layer the stages
-// hand over by st.async onto the consumers' mbarriers (QKV -> attention -> output projection -> FFN -> down);
-// the residual stream goes to the next layer's cluster as tagged 64-bit words through L2. Layer 0 starts from
-// the embedding of the token the previous launch picked; after the last layer every block takes part in the LM
-// head and the argmax, so that a graph of launches generates.
-#if FUSE_STEP_MMA
-// Each stage's tiles of 16 rows and how its warps split them (gemv_mma): 2 groups of tiles where they pair up.
-constexpr int T_QKV = P_QKV / 16, T_O = P_O / 16, T_GU = P_GU / 16, T_D = P_D / 16;
-__host__ __device__ constexpr int tile_groups(int tiles) { return tiles % 2 == 0 ? 2 : 1; }
-constexpr int G_QKV = tile_groups(T_QKV), G_O = tile_groups(T_O), G_GU = tile_groups(T_GU), G_D = tile_groups(T_D);
-static_assert(Smem::PART >= WARPS * P_GU && Smem::PART >= WARPS * P_D && Smem::PART >= WARPS * P_QKV && Smem::PART >= WARPS * P_O, "partials fit");
-#endif
+// The decode step's kernel (after the generated header, ptx.cuh, layout.cuh, stages.cuh, head.cuh): a Llama
+// decoder's whole step at batch 1 in one launch of CLUSTERS clusters of CLUSTER blocks. Layer l runs on cluster
+// l % CLUSTERS, each block holding its 1/CLUSTER of the layer's Q4_1 weights in shared memory, loaded by bulk
+// copies while the other clusters run their layers (a cluster issues layer l + CLUSTERS's copies as it finishes
+// layer l). Inside a layer the stages hand over by st.async onto the consumers' mbarriers (QKV -> attention ->
+// output projection -> FFN -> down); the residual stream goes to the next layer's cluster as tagged 64-bit words
+// through L2. Layer 0 starts from the embedding of the token the previous launch picked; after the last layer
+// every block takes part in the LM head and the argmax, so that a graph of launches generates.
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const FuseDecodeStepArgs args) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -27,18 +20,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
     const bool first_block = tail && blockIdx.x == 0 && t == 0;
     if (first_block) tail[T_START] = global_ns();
     if (t == 0) {
-        for (int k = 0; k < 1 + HANDOFFS + HEAD_SLOTS; ++k) asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(smem_u32(s.bar + k)));
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int k = 0; k < 1 + HANDOFFS + HEAD_SLOTS; ++k) mbarrier_init(s.bar + k);
+        fence_mbarrier_init();
         // Layer 0's weights first: the other clusters' first loads (needed a layer or more later) wait a little.
         if (me > 0)
-            for (const unsigned long long from = global_ns(); global_ns() - from < FUSE_STEP_LOAD_DELAY;) __nanosleep(256);
+            for (const unsigned long long from = global_ns(); global_ns() - from < LOAD_DELAY_NS;) __nanosleep(256);
         load_share(a, s, me, rank);
     }
     cluster_sync();  // every block of the cluster is running (and its mbarriers set) before any is written to
     if (first_block) tail[T_SYNCED] = global_ns();
-#if !FUSE_STEP_MMA
     const uint4* W4 = reinterpret_cast<const uint4*>(s.W);
-#endif
     const float* norm1 = reinterpret_cast<const float*>(s.W + Share::norm1);
     const float* norm2 = reinterpret_cast<const float*>(s.W + Share::norm2);
     unsigned turn = 0;
@@ -61,16 +52,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
         mark();
         // QKV of rms_norm(x): this block's rows to the attention blocks.
         norm_to(s.x, norm1, rms_scale(s.x), s.xn);
-#if FUSE_STEP_MMA
-        gemv_mma<HID / 32, T_QKV, G_QKV, WARPS / G_QKV>(reinterpret_cast<const uint2*>(s.W + Share::qkv_q), reinterpret_cast<const uint2*>(s.W + Share::qkv_dm), s.xn, s.part);
-        __syncthreads();
-        if (t < R_QKV) s.out[t] = tile_row_sum<T_QKV, WARPS / G_QKV>(s.part, t);
-#else
         gemv_partials<HID / 32>(W4 + Share::qkv_q / 16, reinterpret_cast<const unsigned*>(s.W + Share::qkv_dm), R_QKV,
                                 [&](int kb) { return input_summed(s.xn, kb); }, s.part);
         __syncthreads();
         if (t < R_QKV) s.out[t] = row_sum<HID / 32>(s.part, t);
-#endif
         __syncthreads();
         mark();
         send(s.out, s.qkv + rank * R_QKV, R_QKV * 4, s.handoff + H_QKV, 0, NQ);
@@ -81,16 +66,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
         wait_phase(s.handoff + H_ATT, turn & 1u);
         mark();
         // Output projection + residual: this block's rows of xm = x + o, and their sum of squares, to every block.
-#if FUSE_STEP_MMA
-        gemv_mma<HID / 32, T_O, G_O, WARPS / G_O>(reinterpret_cast<const uint2*>(s.W + Share::o_q), reinterpret_cast<const uint2*>(s.W + Share::o_dm), s.att, s.part);
-        __syncthreads();
-        if (t < R_O) s.out[t] = s.x[rank * R_O + t] + tile_row_sum<T_O, WARPS / G_O>(s.part, t);
-#else
         gemv_partials<HID / 32>(W4 + Share::o_q / 16, reinterpret_cast<const unsigned*>(s.W + Share::o_dm), R_O,
                                 [&](int kb) { return input_of(s.att, s.atts, kb); }, s.part);
         __syncthreads();
         if (t < R_O) s.out[t] = s.x[rank * R_O + t] + row_sum<HID / 32>(s.part, t);
-#endif
         __syncthreads();
         mark();
         send(s.out, s.xm + rank * R_O, R_O * 4, s.handoff + H_XM, 0, CLUSTER);
@@ -109,21 +88,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
             for (int i = 0; i < CLUSTER; ++i) ss += s.sq[i];
             norm_to(s.xm, norm2, rsqrtf(ss / HID + EPS), s.xn);
         }
-#if FUSE_STEP_MMA
-        gemv_mma<HID / 32, T_GU, G_GU, WARPS / G_GU>(reinterpret_cast<const uint2*>(s.W + Share::gu_q), reinterpret_cast<const uint2*>(s.W + Share::gu_dm), s.xn, s.part);
-        __syncthreads();
-        if (t < R_GU / 2) {
-            const float gate = tile_row_sum<T_GU, WARPS / G_GU>(s.part, t), up = tile_row_sum<T_GU, WARPS / G_GU>(s.part, t + R_GU / 2);
-#else
         gemv_partials<HID / 32>(W4 + Share::gu_q / 16, reinterpret_cast<const unsigned*>(s.W + Share::gu_dm), R_GU,
                                 [&](int kb) { return input_summed(s.xn, kb); }, s.part);
         __syncthreads();
         if (t < R_GU / 2) {
             const float gate = row_sum<HID / 32>(s.part, t), up = row_sum<HID / 32>(s.part, t + R_GU / 2);
-#endif
             const unsigned short h = f_to_h(gate / (1.f + __expf(-gate)) * up);
             s.out[t] = h_to_f(h);
-            s.stage[(t & ~31) + input_slot(t & 31)] = h;
+            s.stage[(t & ~31) + perm_slot(t & 31)] = h;
         }
         __syncthreads();
         mark();
@@ -138,11 +110,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
         }
         mark();
         // Down + residual: this block's rows of the next layer's input, as tagged words.
-#if FUSE_STEP_MMA
-        gemv_mma<FF / 32, T_D, G_D, WARPS / G_D>(reinterpret_cast<const uint2*>(s.W + Share::d_q), reinterpret_cast<const uint2*>(s.W + Share::d_dm), s.h, s.part);
-        __syncthreads();  // also: every read of W is done
-        if (t < R_D) put_word(a.words + rank * R_D + t, (unsigned)a.tag0 + l + 1, s.xm[rank * R_D + t] + tile_row_sum<T_D, WARPS / G_D>(s.part, t));
-#else
         gemv_partials<FF / 32>(W4 + Share::d_q / 16, reinterpret_cast<const unsigned*>(s.W + Share::d_dm), R_D,
                                [&](int kb) { return input_of(s.h, s.hs, kb); }, s.part);
         __syncthreads();  // also: every read of W is done
@@ -156,7 +123,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
             v += __shfl_xor_sync(0xffffffffu, v, 2);
             if (row < R_D && q4 == 0) put_word(a.words + rank * R_D + row, (unsigned)a.tag0 + l + 1, s.xm[rank * R_D + row] + v);
         }
-#endif
         if (t == 0 && l + CLUSTERS < LAYERS) load_share(a, s, l + CLUSTERS, rank);
         mark();
         if (a.trace && t == 0 && rank == 0)
