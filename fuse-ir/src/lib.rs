@@ -6,9 +6,11 @@
 #[cfg(test)]
 extern crate self as fuse_ir;
 
+mod array;
 pub mod codegen;
 mod display;
 mod dtype;
+mod error;
 pub mod graph;
 pub mod infer;
 pub mod interp;
