@@ -5,7 +5,7 @@ use fuse_ir::graph::InputKind;
 use fuse_ir::plan::is_free;
 use fuse_ir::{BinaryOp, DType, Graph, GroupKind, NodeId, Op, Plan, ReduceOp, UnaryOp};
 
-#[path = "common/samples.rs"]
+#[path = "../src/samples.rs"]
 mod samples;
 use samples::{attention, chain10, llama_mlp};
 
