@@ -25,6 +25,7 @@ mod cuda;
 mod device;
 mod eager;
 mod eager_model;
+mod eager_views;
 mod element;
 mod env;
 mod graph;
@@ -61,6 +62,7 @@ pub use eager::{
     square, tanh,
 };
 pub use eager_model::{attention, attention_len, embedding, rope};
+pub use eager_views::{cat, Axis, SliceOffset};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use fuse_ir::DType;
@@ -71,4 +73,3 @@ pub use fused::{
 pub use graph::CudaGraph;
 pub use reference::{reference, rel_l2_error};
 pub use tensor::Tensor;
-pub use views::{cat, Axis, SliceOffset};
