@@ -18,10 +18,16 @@
 mod call;
 #[cfg(feature = "candle")]
 mod candle;
+mod compile_reports;
 mod constructors;
 mod cpu;
-#[cfg_attr(not(feature = "cuda-backend"), path = "cuda_off.rs")]
+#[cfg(feature = "cuda-backend")]
 mod cuda;
+// Without the CUDA backend, `cuda_off.rs` stands in for `cuda/` under its name.
+#[cfg(not(feature = "cuda-backend"))]
+mod cuda_off;
+#[cfg(not(feature = "cuda-backend"))]
+use cuda_off as cuda;
 mod device;
 mod eager;
 mod eager_model;
