@@ -110,6 +110,7 @@ impl Queueing {
     /// An error naming `what` while this thread captures a graph (it would wait for the GPU or read host
     /// memory); waits for another thread's capture to end.
     pub(crate) fn refuse_while_capturing(&self, what: &str) -> Result<()> {
+        // Another thread's capture: entering waits for it to end; this thread's: refuse.
         drop(self.enter());
         let me = std::thread::current().id();
         if self.is_capturing() && lock(&self.state).capture.as_ref().is_some_and(|c| c.owner == me) {
