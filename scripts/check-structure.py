@@ -7,7 +7,10 @@ The import graph is file to file: an arrow a -> b means file a names an item tha
 `use` (grouped, renamed, glob) or a `crate::` / `super::` / `self::` path written in code (or a path that
 starts with a module or a name imported into the module). Names are followed through re-exports (`pub use`)
 to the file that defines them; a `mod x;` declaration is no arrow, nor is a method called on a value (its
-`impl` may live in another file). A strongly connected set of more than one file is a cycle.
+`impl` may live in another file). Left out: test modules (`#[cfg(test)]`, which import whatever they test),
+and arrows between a folder's module file and the files inside it (one room: a child sees its parent's
+items, the parent composes its children). A strongly connected set of more than one file is a cycle,
+printed with the names that tie it. `--arrows` prints the whole graph.
 
 Standard library only (python3). `--self-test` checks the checker on small crates it writes to a temp dir.
 """
@@ -643,7 +646,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="*", default=DEFAULT_FOLDERS, help="source folders, one crate each")
     parser.add_argument("--max-lines", type=int, default=DEFAULT_MAX_LINES, help="longest file allowed")
-    parser.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    parser.add_argument(
+        "--root",
+        default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."),
+        help="the folders are relative to this (the repository)",
+    )
     parser.add_argument("--self-test", action="store_true", help="check the checker, on crates it writes")
     parser.add_argument("--arrows", action="store_true", help="also print every arrow of the import graph")
     args = parser.parse_args()
