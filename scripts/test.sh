@@ -8,6 +8,10 @@ cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "test.sh: cargo not found; install Rust from https://rustup.rs" >&2; exit 1; }
 # Formatting is pinned by rustfmt.toml: a file that `cargo fmt` would change fails the run.
 cargo fmt --all --check
+# The tree's structure: no import cycle between the files of a library crate, no #[path], no library source
+# file over 600 lines (scripts/check-structure.py; its self-test shows it can fail).
+python3 scripts/check-structure.py --self-test
+python3 scripts/check-structure.py
 # shellcheck source=scripts/cuda-tools.sh
 source scripts/cuda-tools.sh
 # The real model's tests (fuse-models: GGUF, dequantisation, tokenizer against the reference) need its file:

@@ -1,39 +1,12 @@
 //! The reference interpreter: the unfused graph evaluated in f64. It is the definition of every op that
 //! the fused kernels (CPU and CUDA) are compared against, so it favours being obviously right over speed.
 
+// The interpreter's values live in `array.rs` (views and model ops compute on them too); users find them here.
+pub use crate::array::Array;
 use crate::graph::{Graph, NodeId};
 use crate::infer::{infer_shapes_with, NodeError};
 use crate::op::Op;
 use std::borrow::Cow;
-
-/// A dense row-major f64 array.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Array {
-    pub shape: Vec<usize>,
-    pub data: Vec<f64>,
-}
-
-impl Array {
-    /// Panics if `data` does not hold exactly one value per element of `shape` (a bug in the caller).
-    pub fn new(shape: Vec<usize>, data: Vec<f64>) -> Array {
-        assert_eq!(
-            data.len(),
-            shape.iter().product::<usize>(),
-            "Array::new: {} values for shape {shape:?}",
-            data.len()
-        );
-        Array { shape, data }
-    }
-
-    /// A 0-d array.
-    pub fn scalar(v: f64) -> Array {
-        Array { shape: vec![], data: vec![v] }
-    }
-
-    pub fn numel(&self) -> usize {
-        self.shape.iter().product()
-    }
-}
 
 /// Evaluates the graph's outputs, in order. Inputs: one Array per graph argument (scalars as shape []).
 /// Shape errors are the `NodeError` the runtime reports; an `Array` whose data does not fit its shape is

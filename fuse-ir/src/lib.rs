@@ -2,19 +2,23 @@
 //! interpreter that defines every op, and the CUDA code generator. No syn, no GPU: everything here
 //! is unit-testable and shared by the macro, the runtime and tools.
 
-// The test graphs shared with the integration tests (tests/common/samples.rs) name this crate `fuse_ir`.
+// The test graphs shared with the integration tests (`samples.rs`) name this crate `fuse_ir`.
 #[cfg(test)]
 extern crate self as fuse_ir;
 
+mod array;
 pub mod codegen;
 mod display;
 mod dtype;
+mod error;
 pub mod graph;
 pub mod infer;
 pub mod interp;
 pub mod model_op;
 pub mod op;
 pub mod plan;
+#[cfg(test)]
+mod samples;
 mod text;
 pub mod view;
 

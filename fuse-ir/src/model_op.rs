@@ -5,7 +5,7 @@
 
 mod reference;
 
-use crate::infer::InferError;
+use crate::error::InferError;
 use crate::DType;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

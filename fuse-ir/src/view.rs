@@ -9,8 +9,8 @@
 //! says where their elements lie in their source's memory, and the backends read them through those strides.
 //! `cat` and `contiguous` compute (a copy); `dim` is a size, a 0-d value.
 
-use crate::infer::InferError;
-use crate::interp::Array;
+use crate::array::Array;
+use crate::error::InferError;
 
 /// Most axes a permutation may have (more than any kernel domain: see `codegen::MAX_RANK`).
 pub const MAX_AXES: usize = 8;

@@ -5,7 +5,7 @@ use fuse_ir::graph::InputKind;
 use fuse_ir::plan::{is_free, RopeAppendAttention};
 use fuse_ir::{BinaryOp, DType, Graph, GroupKind, ModelOp, NodeId, Op, Plan, ReduceOp, UnaryOp, ViewOp};
 
-#[path = "common/samples.rs"]
+#[path = "../src/samples.rs"]
 mod samples;
 use samples::{attention, chain10, llama_mlp};
 

@@ -124,5 +124,4 @@ fn f16_at(bytes: &[u8], at: usize) -> f32 {
 }
 
 #[cfg(test)]
-#[path = "quant_tests.rs"]
 mod tests;

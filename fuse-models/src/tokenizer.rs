@@ -245,5 +245,4 @@ fn byte_level_alphabet() -> [char; 256] {
 }
 
 #[cfg(test)]
-#[path = "tokenizer_tests.rs"]
 mod tests;

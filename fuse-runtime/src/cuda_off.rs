@@ -136,7 +136,7 @@ pub(crate) mod exec {
 
 pub(crate) mod compile {
     pub(crate) mod nvrtc {
-        pub use crate::cuda::reports::{ptxas_check, NvrtcError, PtxasReport};
+        pub use crate::compile_reports::{ptxas_check, NvrtcError, PtxasReport};
 
         /// Always `false`: NVRTC is loaded through cudarc, which this build leaves out.
         pub fn nvrtc_available() -> bool {
@@ -159,7 +159,3 @@ pub(crate) mod compile {
         }
     }
 }
-
-// `ptxas` needs no cudarc: the real report types and check, shared with `cuda/compile/nvrtc.rs`.
-#[path = "cuda/compile/reports.rs"]
-mod reports;

@@ -1,7 +1,6 @@
 //! The one error type of the runtime. Every variant carries the facts a user needs to find the mistake in
 //! their own code: the function (`eager` for eager ops), the op, the source text it came from, the shapes.
 
-use crate::Device;
 use fuse_ir::infer::InferError;
 use fuse_ir::DType;
 
@@ -26,9 +25,11 @@ pub enum Error {
     #[error("in `{function}`: parameter `{parameter}` expects a {expected}, got a {got}")]
     ArgumentKind { function: String, parameter: String, expected: &'static str, got: &'static str },
 
-    /// Tensors on different devices meet in one call.
+    /// Tensors on different devices meet in one call; the devices as they display (`cpu`, `cuda:0`). Not
+    /// `Device` values: the GPU handle's methods return this error, so holding one would make error.rs and
+    /// device.rs import each other.
     #[error("in `{function}`: tensors on different devices ({first} and {second}); move one with `.to_device(..)`")]
-    DeviceMismatch { function: String, first: Device, second: Device },
+    DeviceMismatch { function: String, first: String, second: String },
 
     #[error("cuda is unavailable: {reason}")]
     CudaUnavailable { reason: String },

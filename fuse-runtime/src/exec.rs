@@ -47,8 +47,8 @@ fn check_devices<'a>(function: &str, args: &[Arg<'a>]) -> Result<Option<&'a Devi
             Some(d) if d != t.device() => {
                 return Err(Error::DeviceMismatch {
                     function: function.into(),
-                    first: d.clone(),
-                    second: t.device().clone(),
+                    first: d.to_string(),
+                    second: t.device().to_string(),
                 })
             }
             Some(_) => {}

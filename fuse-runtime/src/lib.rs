@@ -18,13 +18,20 @@
 mod call;
 #[cfg(feature = "candle")]
 mod candle;
+mod compile_reports;
 mod constructors;
 mod cpu;
-#[cfg_attr(not(feature = "cuda-backend"), path = "cuda_off.rs")]
+#[cfg(feature = "cuda-backend")]
 mod cuda;
+// Without the CUDA backend, `cuda_off.rs` stands in for `cuda/` under its name.
+#[cfg(not(feature = "cuda-backend"))]
+mod cuda_off;
+#[cfg(not(feature = "cuda-backend"))]
+use cuda_off as cuda;
 mod device;
 mod eager;
 mod eager_model;
+mod eager_views;
 mod element;
 mod env;
 mod graph;
@@ -62,6 +69,7 @@ pub use eager::{
     square, tanh,
 };
 pub use eager_model::{attention, attention_len, embedding, rope};
+pub use eager_views::{cat, Axis, SliceOffset};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use fuse_ir::DType;
@@ -72,4 +80,3 @@ pub use fused::{
 pub use graph::CudaGraph;
 pub use reference::{reference, rel_l2_error};
 pub use tensor::Tensor;
-pub use views::{cat, Axis, SliceOffset};

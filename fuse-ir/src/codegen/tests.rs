@@ -6,9 +6,7 @@ use super::*;
 use crate::graph::InputKind as ArgKind;
 use crate::op::{BinaryOp, ReduceOp, UnaryOp};
 
-#[path = "../../tests/common/samples.rs"]
-mod samples;
-use samples::{attention, chain10};
+use crate::samples::{self, attention, chain10};
 
 /// The Llama MLP with checkpoint-layout weights (`.t()` in the graph).
 fn llama_mlp() -> Graph {

@@ -2,8 +2,8 @@
 //! Shapes were checked by `ModelOp::infer_shape`; only values (token ids, key counts) can still be wrong here.
 
 use super::{check_key_count, ModelOp};
-use crate::infer::InferError;
-use crate::interp::Array;
+use crate::array::Array;
+use crate::error::InferError;
 
 /// Computes `op` on `args` into an array of `shape` (the inferred result shape).
 pub fn eval(op: ModelOp, args: &[&Array], shape: Vec<usize>) -> Result<Array, InferError> {

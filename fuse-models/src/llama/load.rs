@@ -2,7 +2,6 @@
 
 use super::block::{AttentionBlock, FfnBlock};
 use super::cache::KvCache;
-use super::step::{check_ids, StepInputs};
 use crate::gguf::GgufFile;
 use crate::rotary::unpermute_rotary_rows;
 use crate::{Error, Result};
@@ -224,28 +223,6 @@ impl Llama {
             return Err(Error::CacheFull { capacity: c.context, used: 0, asked: capacity });
         }
         Ok(KvCache::new(c.layers, batch, c.kv_heads, c.head_dim, capacity, self.dtype, &self.device)?)
-    }
-
-    /// Runs `ids` (the next positions of one sequence) through the model, appending to `cache`; returns the
-    /// logits of the last position (f32, `vocab` of them).
-    pub fn forward(&self, ids: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
-        self.forward_with(ids, cache, Fusion::On)
-    }
-
-    /// [`Llama::forward`] with the blocks' fusion chosen (`Fusion::Off`: one op at a time, the baseline).
-    pub fn forward_with(&self, ids: &[u32], cache: &mut KvCache, fusion: Fusion) -> Result<Vec<f32>> {
-        let c = &self.config;
-        let s = ids.len();
-        if s == 0 {
-            return Err(Error::BadShape { what: "a step needs at least one token".into() });
-        }
-        cache.reserve(s)?;
-        check_ids(ids, c.vocab)?;
-        let inputs = StepInputs::new(1, s, &self.device)?;
-        inputs.set(ids, cache.len())?;
-        let logits = self.step(&inputs, cache, fusion)?;
-        cache.advance(s);
-        Ok(logits.to_vec::<f32>()?)
     }
 }
 

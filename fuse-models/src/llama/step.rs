@@ -71,6 +71,28 @@ pub(crate) fn check_ids(ids: &[u32], vocab: usize) -> Result<()> {
 }
 
 impl Llama {
+    /// Runs `ids` (the next positions of one sequence) through the model, appending to `cache`; returns the
+    /// logits of the last position (f32, `vocab` of them).
+    pub fn forward(&self, ids: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
+        self.forward_with(ids, cache, Fusion::On)
+    }
+
+    /// [`Llama::forward`] with the blocks' fusion chosen (`Fusion::Off`: one op at a time, the baseline).
+    pub fn forward_with(&self, ids: &[u32], cache: &mut KvCache, fusion: Fusion) -> Result<Vec<f32>> {
+        let c = &self.config;
+        let s = ids.len();
+        if s == 0 {
+            return Err(Error::BadShape { what: "a step needs at least one token".into() });
+        }
+        cache.reserve(s)?;
+        check_ids(ids, c.vocab)?;
+        let inputs = StepInputs::new(1, s, &self.device)?;
+        inputs.set(ids, cache.len())?;
+        let logits = self.step(&inputs, cache, fusion)?;
+        cache.advance(s);
+        Ok(logits.to_vec::<f32>()?)
+    }
+
     /// One step over the tensors of `cache`: the new keys and values are written into it at `inputs`'
     /// positions (the caller keeps its length), and the logits of each sequence's last position are
     /// returned, [batch, 1, vocab], on the model's device. No host round trip: capturable.

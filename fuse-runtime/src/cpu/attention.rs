@@ -5,7 +5,7 @@
 //! shared key/value head; nothing is copied.
 
 use super::math;
-use super::model::PARALLEL_MIN_ELEMENTS;
+use super::PARALLEL_MIN_ELEMENTS;
 use rayon::prelude::*;
 
 /// Queries per task: enough to reuse each key/value tile from cache, few enough to give every thread work.

@@ -24,6 +24,10 @@ mod rowrun;
 use crate::Tensor;
 use fuse_ir::NodeId;
 
+/// Below this much work (output elements; for attention, outputs times keys) a model op runs on the calling
+/// thread rather than through rayon.
+const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
+
 /// What running a group did.
 pub(crate) enum Outcome {
     /// The group's outputs.

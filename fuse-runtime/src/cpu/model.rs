@@ -6,6 +6,7 @@
 use super::attention::attention;
 use super::kernels::sink_of;
 use super::rowprog::CallInfo;
+use super::PARALLEL_MIN_ELEMENTS;
 use crate::call::{node_error, Value};
 use crate::host::{CpuData, CpuSlice};
 use crate::{Error, Result, Tensor};
@@ -13,9 +14,6 @@ use fuse_ir::infer::{InferError, NodeError};
 use fuse_ir::model_op::check_key_count;
 use fuse_ir::{DType, ModelOp, NodeId, Op};
 use rayon::prelude::*;
-
-/// Below this many output elements a model op runs on the calling thread.
-pub(super) const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
 
 /// Computes model node `id` (the only node of its group), reading its operands through `resolve`.
 pub(super) fn run_model(info: &CallInfo<'_>, resolve: &dyn Fn(NodeId) -> Result<Value>, id: NodeId) -> Result<Tensor> {

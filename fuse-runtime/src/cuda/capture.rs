@@ -4,95 +4,31 @@
 //! While capturing, nothing may make the GPU wait for the host or read host memory later: a
 //! synchronisation, a copy to or from the host, or the autotuner's timing is an error that names what was
 //! attempted (the capture is then abandoned). Memory the captured work allocates comes from the capture's
-//! arena (`Arena`), not from the stream-ordered pool: its addresses are fixed in the graph, every replay
+//! arena (`arena.rs`), not from the stream-ordered pool: its addresses are fixed in the graph, every replay
 //! writes the same places, and tensors made during the capture (a step's logits, say) hold the arena and
 //! show what the last replay wrote. Pool memory dropped during the capture is freed after it ends.
 //!
 //! Run the step once before capturing it: kernels compile and GEMM paths are tuned on
 //! first use, which a capture cannot do. Scratch memory a captured step uses is its own (from the arena).
 
+use super::arena::Arena;
 use super::device::CudaDevice;
-use super::driver::{driver_error, lock};
+use super::driver::driver_error;
 use crate::{Error, Result};
-use cudarc::driver::{result, sys};
-use std::sync::Mutex;
-
-/// Device memory for the allocations of one capture: chunks taken with `cuMemAlloc` (allowed during a
-/// relaxed capture, unlike the pool's stream-ordered allocations, which would become graph nodes), handed
-/// out in order and never reused; freed when the graph and every tensor made during the capture are gone.
-pub(crate) struct Arena {
-    device: CudaDevice,
-    /// (address, size, bytes used) of each chunk.
-    chunks: Mutex<Vec<(u64, usize, usize)>>,
-}
-
-/// Bytes of a fresh chunk (more if one allocation needs it).
-const CHUNK_BYTES: usize = 64 << 20;
-/// Every allocation starts on this boundary (the pool's alignment, enough for any vector access).
-const ALIGN: usize = 256;
-
-impl Arena {
-    /// An arena with its first chunk, taken before the capture begins (an allocation during it may make
-    /// the driver wait, which would end the capture).
-    pub(crate) fn new(device: &CudaDevice) -> Result<Arena> {
-        // SAFETY: a plain allocation in the device's context (bound on this thread by the caller).
-        let first =
-            unsafe { result::malloc_sync(CHUNK_BYTES) }.map_err(|e| driver_error("alloc (capture arena)", e))?;
-        Ok(Arena { device: device.clone(), chunks: Mutex::new(vec![(first, CHUNK_BYTES, 0)]) })
-    }
-
-    /// The address of `bytes` fresh bytes.
-    pub(crate) fn take(&self, bytes: usize) -> Result<u64> {
-        let bytes = bytes.next_multiple_of(ALIGN);
-        let mut chunks = lock(&self.chunks);
-        if let Some((address, size, used)) = chunks.last_mut() {
-            if *size - *used >= bytes {
-                let at = *address + *used as u64;
-                *used += bytes;
-                return Ok(at);
-            }
-        }
-        let size = bytes.max(CHUNK_BYTES);
-        // SAFETY: a plain allocation in the device's context (bound on this thread by the capture).
-        let address = unsafe { result::malloc_sync(size) }.map_err(|e| driver_error("alloc (capture arena)", e))?;
-        chunks.push((address, size, bytes));
-        self.device.check_capture(&|| format!("growing the capture's memory by {size} bytes"))?;
-        Ok(address)
-    }
-
-    /// Bytes handed out.
-    pub(crate) fn used(&self) -> usize {
-        lock(&self.chunks).iter().map(|c| c.2).sum()
-    }
-}
-
-impl Drop for Arena {
-    fn drop(&mut self) {
-        if self.device.context().bind_to_thread().is_err() {
-            return;
-        }
-        for &(address, _, _) in lock(&self.chunks).iter() {
-            // SAFETY: allocated by `take` with cuMemAlloc; nothing refers to it any more (every tensor in it
-            // holds the arena, and so does the graph that writes it). A replay queued before the last
-            // handle went away may still run: wait for it first.
-            unsafe {
-                let _ = result::stream::synchronize(self.device.stream().cu_stream());
-                let _ = result::free_sync(address);
-            }
-        }
-    }
-}
+use cudarc::driver::sys;
+use std::sync::Arc;
 
 /// A captured graph ready to replay, with the arena its nodes write.
 pub(crate) struct CapturedGraph {
     graph: cudarc::driver::CudaGraph,
-    arena: std::sync::Arc<Arena>,
+    arena: Arc<Arena>,
+    device: CudaDevice,
 }
 
 impl CapturedGraph {
     /// Queues one replay on the device's stream.
     pub(crate) fn launch(&self) -> Result<()> {
-        let _entered = self.arena.device.enter();
+        let _entered = self.device.enter();
         self.graph.launch().map_err(|e| driver_error("graph launch", e))
     }
 
@@ -148,7 +84,7 @@ impl CudaDevice {
     /// Runs `step`, recording the GPU work it queues instead of running it.
     pub(crate) fn capture_graph(&self, step: &mut dyn FnMut() -> Result<()>) -> Result<CapturedGraph> {
         self.context().bind_to_thread().map_err(|e| driver_error("bind the context", e))?;
-        let arena = std::sync::Arc::new(Arena::new(self)?);
+        let arena = Arc::new(Arena::new(self.context(), self.stream())?);
         self.begin_capture(arena.clone())?;
         let began = self.stream().begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED);
         let ran = began.map_err(|e| driver_error("begin capture", e)).and_then(|()| step());
@@ -174,6 +110,6 @@ impl CudaDevice {
             None => return Err(Error::Capture { what: "the capture was lost".into() }),
         };
         graph.upload().map_err(|e| driver_error("graph upload", e))?;
-        Ok(CapturedGraph { graph, arena })
+        Ok(CapturedGraph { graph, arena, device: self.clone() })
     }
 }

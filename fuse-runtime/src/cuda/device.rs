@@ -3,12 +3,14 @@
 //! stream, so no cross-stream events are needed.
 //!
 //! The libraries' warm-up on a new device (`gemm::warm_up`) is started by `CudaDevice::new` in `cuda/mod.rs`:
-//! this module imports none of the modules that build on it.
+//! this module imports none of the modules that build on it. Who may queue on the stream, and the capture
+//! regime, are `queueing.rs`; a capture's memory is `arena.rs`.
 
+use super::arena::{check_capture, Arena};
 use super::buffers::BufferCache;
-use super::capture::Arena;
 use super::compile::ModuleCache;
 use super::driver::{driver_error, lock};
+use super::queueing::{Entered, Queueing};
 use crate::{Error, Result};
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError};
@@ -52,55 +54,9 @@ pub(crate) struct DeviceState {
     /// Arrival counters of kernels that merge their own blocks' partials (see [`CudaDevice::zeroed_counters`]),
     /// made zero on first use.
     counters: Mutex<Option<CudaSlice<u32>>>,
-    /// Whether a CUDA graph is being captured: `queueing.capture` is set, read without the lock on the
-    /// paths every allocation and launch takes.
-    is_capturing: AtomicBool,
-    /// The capture, if any, and how many other threads are queueing now (see `begin_capture` and `enter`).
-    queueing: Mutex<Queueing>,
-    queueing_changed: std::sync::Condvar,
+    /// Who is queueing work on the stream, and the capture, if any.
+    queueing: Queueing,
     modules: ModuleCache,
-}
-
-#[derive(Default)]
-struct Queueing {
-    capture: Option<Capture>,
-    /// Threads (other than the capturing one) between `enter` and the end of their guard.
-    active: usize,
-}
-
-/// A capture under way: the thread capturing, its arena (`capture.rs`) and the memory dropped meanwhile
-/// (pool buffers, owners of other libraries' memory), freed when it ends.
-struct Capture {
-    owner: std::thread::ThreadId,
-    arena: Arc<Arena>,
-    freed_after: Vec<Box<dyn std::any::Any + Send>>,
-}
-
-thread_local! {
-    /// How many `enter` guards this thread holds (nested calls enter once).
-    static ENTERED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// Held while a thread queues work on a GPU (see [`CudaDevice::enter`]).
-pub(crate) struct Entered<'a> {
-    device: Option<&'a CudaDevice>,
-}
-
-impl Drop for Entered<'_> {
-    fn drop(&mut self) {
-        ENTERED.with(|n| n.set(n.get() - 1));
-        if let Some(device) = self.device {
-            let mut q = lock(&device.state.queueing);
-            q.active -= 1;
-            // Only a capture waits for queueing threads to leave (`begin_capture`); with none, a notification
-            // would be a futex system call on every call for no one.
-            let capture_waits = q.capture.is_some() && q.active == 0;
-            drop(q);
-            if capture_waits {
-                device.state.queueing_changed.notify_all();
-            }
-        }
-    }
 }
 
 /// What a kernel found wrong, by the code it records (`fuse_model_fault` in the model kernels' common.cuh).
@@ -293,113 +249,54 @@ impl CudaDevice {
 
     /// The arena that allocations come from while a graph is captured on this device.
     pub(crate) fn capture_arena(&self) -> Option<Arc<Arena>> {
-        if !self.is_capturing() {
-            return None;
-        }
-        lock(&self.state.queueing).capture.as_ref().map(|c| c.arena.clone())
+        self.state.queueing.capture_arena()
     }
 
     pub(crate) fn is_capturing(&self) -> bool {
-        self.state.is_capturing.load(Ordering::Acquire)
+        self.state.queueing.is_capturing()
     }
 
-    /// An error naming `what` while a graph is captured (it would wait for the GPU or read host memory).
+    /// An error naming `what` while this thread captures a graph (it would wait for the GPU or read host
+    /// memory); waits for another thread's capture to end.
     pub(crate) fn refuse_while_capturing(&self, what: &str) -> Result<()> {
-        // Another thread's capture: wait for it to end; this thread's: refuse.
-        self.wait_for_capture();
-        let me = std::thread::current().id();
-        if self.is_capturing() && lock(&self.state.queueing).capture.as_ref().is_some_and(|c| c.owner == me) {
-            return Err(Error::Capture { what: format!("{what} while capturing a CUDA graph") });
-        }
-        Ok(())
+        self.state.queueing.refuse_while_capturing(what)
     }
 
-    /// Starts a capture's allocation regime. The device has one stream, which records everything queued on
-    /// it while capturing: so the capture waits until no other thread is queueing work (`enter`), and other
-    /// threads wait in `enter` until it ends. A capture inside a capture on the same thread is an error.
+    /// Starts a capture's allocation regime (see `queueing.rs`): waits until no other thread is queueing
+    /// work on this GPU, and makes other threads wait until it ends.
     pub(crate) fn begin_capture(&self, arena: Arc<Arena>) -> Result<()> {
-        let me = std::thread::current().id();
-        let mut q = lock(&self.state.queueing);
-        loop {
-            match &q.capture {
-                Some(c) if c.owner == me => {
-                    return Err(Error::Capture { what: "a capture inside another on the same GPU".into() })
-                }
-                Some(_) => q = self.state.queueing_changed.wait(q).unwrap_or_else(|p| p.into_inner()),
-                None => break,
-            }
-        }
-        q.capture = Some(Capture { owner: me, arena, freed_after: Vec::new() });
-        while q.active > 0 {
-            q = self.state.queueing_changed.wait(q).unwrap_or_else(|p| p.into_inner());
-        }
-        self.state.is_capturing.store(true, Ordering::Release);
-        Ok(())
+        self.state.queueing.begin_capture(arena)
     }
 
     /// Ends the capture's allocation regime, frees the pool memory dropped during it and lets other
     /// threads' work on this GPU go on.
     pub(crate) fn end_capture(&self) {
-        self.state.is_capturing.store(false, Ordering::Release);
-        let ended = lock(&self.state.queueing).capture.take();
-        self.state.queueing_changed.notify_all();
-        drop(ended);
+        self.state.queueing.end_capture()
     }
 
     /// Marks this thread as queueing work on this GPU until the guard drops: it waits while another thread
     /// captures, and a capture waits for it. Nested calls on one thread enter once.
     pub(crate) fn enter(&self) -> Entered<'_> {
-        let outer = ENTERED.with(|n| {
-            n.set(n.get() + 1);
-            n.get() == 1
-        });
-        if !outer {
-            return Entered { device: None };
-        }
-        let mut q = lock(&self.state.queueing);
-        // The thread's id only while a capture runs (no `thread::current()` on every call).
-        while q.capture.as_ref().is_some_and(|c| c.owner != std::thread::current().id()) {
-            q = self.state.queueing_changed.wait(q).unwrap_or_else(|p| p.into_inner());
-        }
-        if q.capture.is_some() {
-            return Entered { device: None };
-        }
-        q.active += 1;
-        Entered { device: Some(self) }
+        self.state.queueing.enter()
     }
 
     /// Threads queueing work on this GPU now (between `enter` and the end of their guard), the caller
     /// included when it has entered: more than one means a timing may include another thread's kernels.
     pub(crate) fn queueing_threads(&self) -> usize {
-        lock(&self.state.queueing).active
-    }
-
-    /// Blocks while another thread captures a graph on this GPU (for calls that need no guard after).
-    pub(crate) fn wait_for_capture(&self) {
-        drop(self.enter());
+        self.state.queueing.active()
     }
 
     /// While capturing: an error naming `what` if the capture is no longer valid (the driver invalidates a
     /// capture, without an error of its own, when a call it cannot record is made).
     pub(crate) fn check_capture(&self, what: &dyn Fn() -> String) -> Result<()> {
-        match self.state.stream.capture_status() {
-            Ok(sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED) => {
-                Err(Error::Capture { what: format!("{} could not be recorded and ended the capture", what()) })
-            }
-            _ => Ok(()),
-        }
+        check_capture(&self.state.stream, what)
     }
 
     /// Pool memory no tensor holds any more: kept for the next allocation of its size (freed when the cache
     /// is full), or freed after the capture when one is running (a free during it would be recorded into the
     /// graph and replayed).
     pub(crate) fn release(&self, buffer: CudaSlice<u8>) {
-        if self.is_capturing() {
-            if let Some(capture) = lock(&self.state.queueing).capture.as_mut() {
-                capture.freed_after.push(Box::new(buffer));
-                return;
-            }
-        }
+        let Some(buffer) = self.state.queueing.keep_until_capture_ends(buffer) else { return };
         let bytes = buffer.len();
         let full = crate::host_profile::time_release(|| lock(&self.state.buffers).put(bytes, buffer));
         drop(full);
@@ -408,20 +305,11 @@ impl CudaDevice {
     /// The owner of another library's memory that no tensor reads any more: dropped after the work queued
     /// on the stream (after the capture, when one is running: a wait now would break it).
     /// With `then` (the owner's stream), that stream waits for fuse's queued work instead.
-    pub(crate) fn release_external(
-        &self,
-        owner: Box<dyn std::any::Any + Send + Sync>,
-        then: Option<super::storage::ForeignStream>,
-    ) {
-        if self.is_capturing() {
-            if let Some(capture) = lock(&self.state.queueing).capture.as_mut() {
-                capture.freed_after.push(owner);
-                return;
-            }
-        }
+    pub(crate) fn release_external(&self, owner: Box<dyn std::any::Any + Send + Sync>, then: Option<sys::CUstream>) {
+        let Some(owner) = self.state.queueing.keep_until_capture_ends(owner) else { return };
         // A failure here is a fault an earlier kernel left, which the next call reports; on failing to order
         // the streams, wait on the host instead.
-        let ordered = then.is_some_and(|stream| unsafe { self.make_stream_wait(stream.0) }.is_ok());
+        let ordered = then.is_some_and(|stream| unsafe { self.make_stream_wait(stream) }.is_ok());
         if !ordered {
             let _ = self.synchronize();
         }
@@ -587,9 +475,7 @@ impl DeviceState {
             workspace: Mutex::new(None),
             fault: Mutex::new(None),
             counters: Mutex::new(None),
-            is_capturing: AtomicBool::new(false),
-            queueing: Mutex::new(Queueing::default()),
-            queueing_changed: std::sync::Condvar::new(),
+            queueing: Queueing::default(),
             modules: ModuleCache::default(),
         })
     }

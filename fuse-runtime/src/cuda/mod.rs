@@ -3,6 +3,8 @@
 //!
 //! - `driver`: driver errors and panic-safe locking, shared by every module here;
 //! - `compile/`: CUDA C to a loaded kernel (NVRTC, the on-disk cubin cache, the in-memory module cache);
+//! - `arena`: a CUDA graph capture's memory; `queueing`: who queues on a GPU's stream, and the capture
+//!   regime;
 //! - `device`: one context and one non-default stream per GPU, created once per process and shared;
 //! - `storage`: device memory of a tensor (bytes + dtype), host <-> device copies; `interop`: tensors
 //!   over memory made elsewhere;
@@ -15,6 +17,7 @@
 //! Nothing here imports the CPU backend: values and call types come from `crate::call`, and the
 //! dispatcher (`crate::exec`) decides which backend runs a call.
 
+mod arena;
 mod buffers;
 pub(crate) mod capture;
 pub(crate) mod compile;
@@ -24,6 +27,7 @@ pub(crate) mod driver;
 pub(crate) mod exec;
 mod gemm;
 mod interop;
+mod queueing;
 pub(crate) mod storage;
 
 pub use device::CudaDevice;

@@ -2,11 +2,11 @@
 //! device are ordered on the device's one stream; a copy to the host waits for it.
 //!
 //! Memory comes from the stream-ordered pool, except while a CUDA graph is being captured (`capture.rs`):
-//! then it is carved from the capture's arena, which lives as long as the graph and every tensor made
-//! during the capture (what the graph writes on each replay), and pool memory dropped during the capture is
-//! freed once it has ended (a free recorded into the graph would be replayed).
+//! then it is carved from the capture's arena (`arena.rs`), which lives as long as the graph and every tensor
+//! made during the capture (what the graph writes on each replay), and pool memory dropped during the capture
+//! is freed once it has ended (a free recorded into the graph would be replayed).
 
-use super::capture::Arena;
+use super::arena::Arena;
 use super::device::CudaDevice;
 use super::driver::driver_error;
 use crate::host::{CpuData, CpuSlice};
@@ -57,7 +57,7 @@ impl Drop for CudaStorage {
             }
             Memory::External { owner, then, .. } => {
                 if let Some(owner) = owner.take() {
-                    self.device.release_external(owner, then.take());
+                    self.device.release_external(owner, then.take().map(|stream| stream.0));
                 }
             }
             Memory::Arena { .. } => {}

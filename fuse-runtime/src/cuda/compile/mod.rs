@@ -6,6 +6,5 @@
 pub(crate) mod cache; // the on-disk cubin cache behind nvrtc::compile_cubin
 mod modules;
 pub(crate) mod nvrtc; // pub(crate): lib.rs re-exports its kernel-check helpers for tests/kernels_compile.rs
-pub(crate) mod reports; // cudarc-free: `cuda_off.rs` mounts it too
 
 pub(crate) use modules::ModuleCache;

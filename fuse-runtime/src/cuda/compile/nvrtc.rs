@@ -1,12 +1,12 @@
 //! CUDA C to CUBIN or PTX through NVRTC (raw `cudarc::nvrtc::sys` calls), and the checks CI runs on the
-//! generated kernels without a GPU: compile to PTX, assemble with `ptxas -v` (`reports.rs`), refuse register
-//! spills.
+//! generated kernels without a GPU: compile to PTX, assemble with `ptxas -v` (`crate::compile_reports`),
+//! refuse register spills.
 //!
 //! libnvrtc is loaded on first use. cudarc panics when it cannot load it, so every entry point first asks
 //! [`nvrtc_available`], which only probes for the library and never panics.
 
 use super::cache;
-pub use super::reports::{ptxas_check, NvrtcError, PtxasReport};
+pub use crate::compile_reports::{ptxas_check, NvrtcError, PtxasReport};
 
 use cudarc::nvrtc::sys;
 use std::ffi::{c_char, CStr, CString};

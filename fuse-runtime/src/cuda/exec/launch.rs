@@ -120,8 +120,8 @@ pub(crate) fn max_active_clusters(
 pub(crate) fn checked_address(function: &str, device: &CudaDevice, t: &Tensor) -> Result<u64> {
     let storage = t.cuda_storage().filter(|s| s.device() == device).ok_or_else(|| Error::DeviceMismatch {
         function: function.to_string(),
-        first: crate::Device::Cuda(device.clone()),
-        second: t.device().clone(),
+        first: crate::Device::Cuda(device.clone()).to_string(),
+        second: t.device().to_string(),
     })?;
     if last_index(t).is_some_and(|last| last >= storage.len()) {
         return Err(Error::internal(function, format!("a view of shape {:?} reaches past its allocation", t.shape())));

@@ -1,5 +1,6 @@
 //! What NVRTC and ptxas report: the error of a failed compile, and `ptxas -v`'s resource usage. Free of
-//! cudarc, so that a build without the `cuda` feature (`cuda_off.rs`) offers the same types.
+//! cudarc, so that both builds share it: the CUDA backend's `cuda/compile/nvrtc.rs` and, without the `cuda`
+//! feature, `cuda_off.rs` offer these same types.
 
 use std::fmt;
 use std::path::Path;

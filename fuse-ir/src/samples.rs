@@ -1,6 +1,7 @@
-//! Graphs that several fuse-ir test files build: the planner's tests (`tests/planner.rs`) count their
-//! groups, the code generator's (`src/codegen/tests.rs`, which includes this file by path) check their
-//! kernels. Written against the public API (`fuse_ir::...`; inside the crate, `fuse_ir` names itself).
+//! Graphs that several fuse-ir test files build (compiled for tests only): the planner's tests
+//! (`tests/planner.rs`, which includes this file by path) count their groups, the code generator's
+//! (`src/codegen/tests.rs`) check their kernels. Written against the public API (`fuse_ir::...`; inside the
+//! crate, `fuse_ir` names itself).
 
 use fuse_ir::{BinaryOp, DType, Graph, InputKind, NodeId, UnaryOp};
 
