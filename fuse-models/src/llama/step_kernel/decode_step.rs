@@ -269,3 +269,11 @@ impl DecodeStep {
         unsafe { self.kernel.launch(&mut words) }
     }
 }
+
+// Here rather than in weights.rs, so that the packer does not import the kernel that reads its output.
+impl DecodeStepWeights {
+    /// The kernel on `device` (an sm_90 GPU) with these weights uploaded.
+    pub fn kernel(&self, device: &Device) -> Result<DecodeStep> {
+        DecodeStep::new(device, self)
+    }
+}

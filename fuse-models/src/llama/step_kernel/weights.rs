@@ -5,14 +5,12 @@
 //! as they are (no dequantisation); the query and key rows are put back in Hugging Face's half-split order, as
 //! [`crate::llama::Llama::load`] does.
 
-use super::decode_step::DecodeStep;
 use super::layout::{StageLayout, StepLayout, STEP_HEAD_DIM, STEP_SHARES};
 use crate::ggml_type::GgmlType;
 use crate::gguf::GgufFile;
 use crate::llama::load::{rotary_cos_sin, Config};
 use crate::rotary::unpermute_rotary_rows;
 use crate::{Error, Result};
-use fuse::Device;
 
 const Q4_1_BYTES: usize = 20; // 32 weights: f16 d, f16 m, 16 bytes of nibbles
 const Q8_0_BYTES: usize = 34; // 32 weights: f16 d, 32 i8
@@ -123,11 +121,6 @@ impl DecodeStepWeights {
             out_norm,
             rope: rope_table(config.rope_theta, s.max_positions),
         })
-    }
-
-    /// The kernel on `device` (an sm_90 GPU) with these weights uploaded.
-    pub fn kernel(&self, device: &Device) -> Result<DecodeStep> {
-        DecodeStep::new(device, self)
     }
 }
 
