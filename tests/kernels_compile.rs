@@ -230,6 +230,30 @@ fn ptxas() -> Option<PathBuf> {
     std::env::split_paths(&path).map(|dir| dir.join("ptxas")).find(|p| p.is_file())
 }
 
+/// `FUSE_PTX_DUMP=DIR`: every PTX the tests compile is also written to DIR, and every kernel is compiled with
+/// all of its define sets (not one in turn), so that two trees' dumps can be compared after a change to the
+/// kernel sources (`scripts`-free: `diff -r`, ignoring the `.loc` line info that `-lineinfo` adds).
+fn ptx_dump_dir() -> Option<PathBuf> {
+    std::env::var_os("FUSE_PTX_DUMP").filter(|d| !d.is_empty()).map(PathBuf::from)
+}
+
+/// Writes `ptx` to the dump directory as `NAME.ARCH.HASH.ptx` (HASH: FNV-1a of the defines, which head the
+/// file as a comment), so that the same kernel, defines and arch land in the same file in every tree.
+fn dump_ptx(
+    dir: &std::path::Path,
+    name: &str,
+    defines: &[String],
+    arch: &str,
+    ptx: &str,
+) -> std::result::Result<(), String> {
+    let joined = defines.join(" ");
+    let hash = joined.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let path = dir.join(format!("{name}.{arch}.{hash:016x}.ptx"));
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::write(&path, format!("// defines: {joined}\n{ptx}"))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
 /// Compiles and assembles one kernel variant for one arch; `Err` says what went wrong.
 fn check(
     spec: &KernelSpec,
@@ -238,6 +262,9 @@ fn check(
     ptxas: &std::path::Path,
 ) -> std::result::Result<PtxasReport, String> {
     let ptx = compile_ptx(&spec.name, &spec.source, defines, arch).map_err(|e| format!("{defines:?}: {e}"))?;
+    if let Some(dir) = ptx_dump_dir() {
+        dump_ptx(&dir, &spec.name, defines, arch, &ptx)?;
+    }
     if !ptx.contains(&format!(".entry {}(", spec.name)) {
         return Err(format!("{arch} {defines:?}: the PTX has no entry `{}`", spec.name));
     }
@@ -260,7 +287,8 @@ fn every_generated_kernel_compiles_and_assembles_without_spills() {
         .flat_map(|(i, (g, spec))| {
             let all = variants(g, spec);
             // Every wgmma config (each takes seconds) only for the MLP block, the shape it is for.
-            let full = FULL_MATRIX.contains(&g.name.as_str()) && (spec.role != Role::Wgmma || g.name == "ffn_block");
+            let full = ptx_dump_dir().is_some()
+                || (FULL_MATRIX.contains(&g.name.as_str()) && (spec.role != Role::Wgmma || g.name == "ffn_block"));
             let chosen = if full { all } else { vec![all[i % all.len()].clone()] };
             // The wgmma template is for sm_90a alone (the runtime offers it on sm_90 GPUs only).
             let archs: &[&'static str] = if spec.role == Role::Wgmma { &WGMMA_ARCHS } else { &ARCHS };
