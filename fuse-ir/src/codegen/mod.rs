@@ -15,7 +15,11 @@
 //!   kernel (`gemm/mma.rs`), the same for many rows on sm_80 and later, and a Wgmma kernel
 //!   (`gemm/wgmma.rs`), the same for many rows on sm_90a; the runtime picks, per shape, among them and the
 //!   library calls. `gemm/` mirrors fuse-runtime's `cuda/gemm/`: templates and configs here, launches there.
+//!
+//! Every kernel source, generated or hand-written (`model/`), is built on the two shared CUDA texts in `cuda/`:
+//! [`CUDA_PRELUDE`] (conversions, reductions, grid dependency) and, for sm_90 kernels, [`SM90_HEADER`].
 
+mod cuda;
 mod emit;
 mod gemm;
 mod meta;
@@ -26,6 +30,7 @@ mod rowreduce;
 #[cfg(test)]
 mod tests;
 
+pub use cuda::{CUDA_PRELUDE, SM90_HEADER};
 pub use gemm::{
     GemmTiling, MmaConfig, SkinnyConfig, WgmmaConfig, EARLY_WEIGHTS_DEFINE, MMA_CONFIGS, MMA_TEMPLATE,
     PROLOGUE_MAX_ROWS, SKINNY_CONFIGS, SKINNY_TEMPLATE, WGMMA_CONFIGS, WGMMA_TEMPLATE,

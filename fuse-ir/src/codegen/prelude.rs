@@ -1,6 +1,7 @@
-//! The CUDA C every kernel starts with: the argument structs of the kernel ABI, f16/bf16 conversions, typed
-//! loads and stores selected by the `-DFUSE_IN<k>`/`-DFUSE_OUT<k>` defines, index arithmetic, and block
-//! reductions. Self-contained: no `#include`, so NVRTC needs no CUDA headers and compiles fast.
+//! The CUDA C every generated kernel starts with: the shared CUDA prelude (`cuda/prelude.cuh`: conversions,
+//! reductions, grid dependency, the sigmoid), then what only generated kernels have: the argument structs of the
+//! kernel ABI, typed loads and stores selected by the `-DFUSE_IN<k>`/`-DFUSE_OUT<k>` defines, and index
+//! arithmetic. Self-contained: no `#include`, so NVRTC needs no CUDA headers and compiles fast.
 //!
 //! Loops over slots and axes are fully unrolled so every access to the by-value `FuseArgs` parameter has a
 //! constant offset (a dynamic index would copy the whole struct to local memory).
@@ -11,16 +12,17 @@ pub const BLOCK_THREADS: u32 = 256;
 /// Elements per thread and step on the `FUSE_CONTIGUOUS` path: 16 bytes of f16/bf16, two 16-byte f32 loads.
 pub const VECTOR_ELEMENTS: u32 = 8;
 
-pub(super) const PRELUDE: &str = r#"#ifndef FUSE_NIN
+pub(super) const PRELUDE: &str = concat!(
+    include_str!("cuda/prelude.cuh"),
+    r#"
+#ifndef FUSE_NIN
 #error "fuse: compile with -DFUSE_NIN=<inputs> -DFUSE_NOUT=<outputs> and the FUSE_IN<k>/FUSE_OUT<k> dtype codes"
 #endif
 #ifndef FUSE_CONTIGUOUS
 #define FUSE_CONTIGUOUS 0
 #endif
 #define FUSE_MAX_RANK 6
-#define FUSE_F32 0
-#define FUSE_F16 1
-#define FUSE_BF16 2
+// A slot's dtype code (FUSE_IN<k>): the prelude's FUSE_F32, FUSE_F16, FUSE_BF16, or a scalar argument.
 #define FUSE_SCALAR 3
 
 struct FuseIn { const void* ptr; long long strides[FUSE_MAX_RANK]; double scalar; };
@@ -33,35 +35,6 @@ struct FuseArgs {
   FuseOut out[FUSE_NOUT];
 };
 struct alignas(16) FuseVec16 { unsigned int w[4]; };
-
-// bf16 is the high half of an f32; rounding to nearest even by bit arithmetic, NaN kept quiet.
-__device__ __forceinline__ float fuse_bf16_to_f32(unsigned short h) { return __uint_as_float(((unsigned int)h) << 16); }
-__device__ __forceinline__ unsigned short fuse_f32_to_bf16(float f) {
-  unsigned int u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (unsigned short)(u >> 16);
-}
-__device__ __forceinline__ float fuse_f16_to_f32(unsigned short h) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
-}
-__device__ __forceinline__ unsigned short fuse_f32_to_f16(float f) {
-  unsigned short h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return h;
-}
-// `x.to_dtype(..)` inside a kernel: the value as that dtype would store it.
-__device__ __forceinline__ float fuse_round_f16(float f) { return fuse_f16_to_f32(fuse_f32_to_f16(f)); }
-__device__ __forceinline__ float fuse_round_bf16(float f) { return fuse_bf16_to_f32(fuse_f32_to_bf16(f)); }
-
-template <int D> __device__ __forceinline__ float fuse_unpack(unsigned short h) {
-  if constexpr (D == FUSE_F16) return fuse_f16_to_f32(h); else return fuse_bf16_to_f32(h);
-}
-template <int D> __device__ __forceinline__ unsigned short fuse_pack(float f) {
-  if constexpr (D == FUSE_F16) return fuse_f32_to_f16(f); else return fuse_f32_to_bf16(f);
-}
 
 // One element of input slot (dtype code D) at element offset `off`; a scalar ignores the offset.
 template <int D> __device__ __forceinline__ float fuse_read(const FuseIn& in, long long off) {
@@ -180,61 +153,5 @@ __device__ __forceinline__ void fuse_row_offsets(const FuseArgs& args, long long
     }
   }
 }
-
-// 1 / (1 + exp(-x)) from the hardware's exp2 and reciprocal approximations (relative error ~1e-7 but for
-// |x| in the tens, ~1e-6): expf and an IEEE division cost ~30 instructions, which made the SwiGLU epilogue
-// kernel over a [256, 14336] product compute-bound (ncu on an H200: 11.3 us, 27% of DRAM bandwidth).
-// exp(-x) overflowing to inf gives 0, so silu(x) = x * sigmoid(x) is -0 for very negative x, as the
-// reference's x / (1 + inf) is.
-__device__ __forceinline__ float fuse_sigmoid(float x) {
-  float e, r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
-  return r;
-}
-
-// Programmatic dependent launch (sm_90 and later): the runtime may launch a kernel while the kernel before it
-// in the stream is still running. fuse_grid_wait() returns once that kernel has completed and its writes are
-// visible (at once when the launch did not overlap); every kernel calls it before it reads a tensor or writes
-// anything, so only L2 prefetches may come before it. fuse_grid_release() lets the next kernel launch as this
-// one's blocks finish.
-__device__ __forceinline__ void fuse_grid_wait() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void fuse_grid_release() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-// Block reductions in a fixed tree order (deterministic). Every thread gets the result. The leading barrier
-// keeps `smem` from being overwritten while an earlier reduction's warps still read it.
-__device__ __forceinline__ float fuse_warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float fuse_warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float fuse_block_sum(float v, float* smem) {
-  v = fuse_warp_sum(v);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = v;
-  __syncthreads();
-  const unsigned int lane = threadIdx.x & 31;
-  return fuse_warp_sum(lane < ((blockDim.x + 31) >> 5) ? smem[lane] : 0.0f);
-}
-__device__ __forceinline__ float fuse_block_max(float v, float* smem) {
-  v = fuse_warp_max(v);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = v;
-  __syncthreads();
-  const unsigned int lane = threadIdx.x & 31;
-  return fuse_warp_max(lane < ((blockDim.x + 31) >> 5) ? smem[lane] : -__int_as_float(0x7f800000));
-}
-"#;
+"#
+);

@@ -176,8 +176,8 @@ pub(in crate::codegen) fn source(parts: &KernelParts<'_>, matmuls: &[NodeId], pr
     s
 }
 
-/// The operands every GEMM template reads after `FuseArgs`, as fuse-runtime packs them (`SkinnyGemm::words`),
-/// and the shared-memory address helper their cp.async, ldmatrix and TMA code uses.
+/// The operands every GEMM template reads after `FuseArgs`, as fuse-runtime packs them (`SkinnyGemm::words`).
+/// (The helpers the templates share, from shared-memory addresses to mma.sync, are the CUDA prelude's.)
 const GEMM_COMMON: &str = "\
 struct FuseGemmArgs {
   const void* x;
@@ -187,11 +187,6 @@ struct FuseGemmArgs {
   float* ws;
   unsigned* counters;
 };
-__device__ __forceinline__ unsigned fuse_smem_addr(const void* p) {
-  unsigned a;
-  asm(\"{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\" : \"=r\"(a) : \"l\"(p));
-  return a;
-}
 ";
 
 /// What every GEMM template is spliced after: the prelude, the epilogue's body, the hook in two parts:

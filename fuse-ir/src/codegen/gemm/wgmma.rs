@@ -137,9 +137,11 @@ impl GemmTiling for WgmmaConfig {
     }
 }
 
-/// The kernel's source: the epilogue hook, the wgmma wrappers, the defines, then the template.
+/// The kernel's source: the epilogue hook (after the CUDA prelude), the sm_90 header, the wgmma wrappers, the
+/// defines, then the template.
 pub(in crate::codegen) fn source(parts: &KernelParts<'_>, matmuls: &[NodeId]) -> String {
     let mut s = epilogue_hook(parts, matmuls, "wgmma gemm");
+    s.push_str(crate::codegen::SM90_HEADER);
     s.push_str(&mma_wrappers());
     let _ = writeln!(s, "#define FUSE_WGMMA_NAME {}", parts.name);
     let _ = writeln!(s, "#define FUSE_WGMMA_DUAL {}", u8::from(matmuls.len() == 2));

@@ -109,13 +109,13 @@ __device__ __forceinline__ void fuse_attention_tile(const float* query, const fl
     // least the batch's keys.
     const int visible = causal_keys + (int)((row0 + FUSE_ATTENTION_WARPS * k) / group);
     const float s = lane < n && (int)(start + lane) < visible ? score[k] : minus_infinity;
-    const float new_max = fmaxf(running_max[k], fuse_model_warp_max(s));
+    const float new_max = fmaxf(running_max[k], fuse_warp_max(s));
     // A row that has seen no key yet (all masked so far) keeps max -inf, sum 0: exp2(-inf - -inf) is NaN.
     const bool any = new_max != minus_infinity;
     const float p = any ? exp2f(s - new_max) : 0.0f;
     // What was summed under the old maximum shrinks by exp2(old - new): 0 when old is -inf.
     const float correction = any ? exp2f(running_max[k] - new_max) : 1.0f;
-    running_sum[k] = running_sum[k] * correction + fuse_model_warp_sum(p);
+    running_sum[k] = running_sum[k] * correction + fuse_warp_sum(p);
     running_max[k] = new_max;
 #pragma unroll
     for (int pair = 0; pair < FUSE_ATTENTION_PAIRS; ++pair) {

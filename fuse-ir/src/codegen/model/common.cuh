@@ -1,32 +1,32 @@
-// Shared by the model-op kernels (embedding, argmax, rope, attention, cat): the element type chosen by
-// -DFUSE_MODEL_DTYPE (0 f32, 1 f16, 2 bf16, 3 u32), f32 loads and stores of it, and the padded 6-axis
-// layout of a strided operand. Self-contained (includes nothing). Every argument struct holds 8-byte words
-// only, so the host packs it as a plain array of u64 (see fuse-runtime's cuda/exec/model.rs).
+// What the model-op kernels (embedding, argmax, rope, attention, cat) share beyond the CUDA prelude that comes
+// before this file (codegen/cuda/prelude.cuh: conversions, reductions, grid dependency): the element type chosen
+// by -DFUSE_MODEL_DTYPE (0 f32, 1 f16, 2 bf16: the prelude's codes; 3 u32), f32 loads and stores of it, the
+// padded 6-axis layout of a strided operand, and fault reporting. Includes nothing: `ModelKernel::source`
+// concatenates the prelude, this file and the kernel's own. Every argument struct holds 8-byte words only, so
+// the host packs it as a plain array of u64 (see fuse-runtime's cuda/exec/model.rs).
 #ifndef FUSE_MODEL_DTYPE
 #error "fuse: compile the model kernels with -DFUSE_MODEL_DTYPE=<0 f32, 1 f16, 2 bf16, 3 u32>"
 #endif
 #define FUSE_MODEL_RANK 6
 
-#if FUSE_MODEL_DTYPE == 0 || FUSE_MODEL_DTYPE == 3
+#if FUSE_MODEL_DTYPE == FUSE_F32 || FUSE_MODEL_DTYPE == 3
 typedef unsigned int fuse_elem;
 #else
 typedef unsigned short fuse_elem;
 #endif
 
-// A 16-bit element's bits (f16 or bf16) as f32, widened exactly.
+// A 16-bit element's bits (f16 or bf16, in the low half of `bits`) as f32, widened exactly.
 __device__ __forceinline__ float fuse_model_widen(unsigned int bits) {
-#if FUSE_MODEL_DTYPE == 1
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)bits));
-  return f;
+#if FUSE_MODEL_DTYPE == FUSE_F16
+  return fuse_f16_to_f32((unsigned short)bits);
 #else
-  return __uint_as_float(bits << 16);
+  return fuse_bf16x2_lo(bits);
 #endif
 }
 
 // An element's bits as f32 (f16/bf16 widened exactly; u32 is never read as a number).
 __device__ __forceinline__ float fuse_model_float(unsigned int bits) {
-#if FUSE_MODEL_DTYPE == 0
+#if FUSE_MODEL_DTYPE == FUSE_F32
   return __uint_as_float(bits);
 #else
   return fuse_model_widen(bits);
@@ -37,31 +37,15 @@ __device__ __forceinline__ float fuse_model_load(const fuse_elem* p, long long i
   return fuse_model_float((unsigned int)p[i]);
 }
 
-// Warp-wide max and sum in a fixed butterfly order (every lane gets the same result).
-__device__ __forceinline__ float fuse_model_warp_max(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  return x;
-}
-
-__device__ __forceinline__ float fuse_model_warp_sum(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
-
-// f32 rounded to nearest even in the element type, as the CPU backend rounds: the element's bits.
+// f32 rounded to nearest even in the element type, as the CPU backend rounds (a NaN's payload aside): the
+// element's bits.
 __device__ __forceinline__ unsigned int fuse_model_narrow(float f) {
-#if FUSE_MODEL_DTYPE == 0
+#if FUSE_MODEL_DTYPE == FUSE_F32
   return __float_as_uint(f);
-#elif FUSE_MODEL_DTYPE == 1
-  unsigned short h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return h;
+#elif FUSE_MODEL_DTYPE == FUSE_F16
+  return fuse_f32_to_f16(f);
 #else
-  unsigned short h;
-  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return h;
+  return fuse_f32_to_bf16_cvt(f);
 #endif
 }
 
@@ -97,13 +81,15 @@ __device__ __forceinline__ void fuse_model_fault(unsigned long long* fault, unsi
   }
 }
 
-// Programmatic dependent launch (sm_90 and later): the host may launch a model kernel while the kernel before
-// it in the stream still runs. Every model kernel calls fuse_model_grid_sync() before it reads or writes
-// global memory: it returns once that kernel has completed and its writes are visible (at once when the
-// launch did not overlap), then lets the next kernel launch early, so its set-up overlaps this one's work.
+// Every model kernel's first statement: wait for the kernel before it (the host may launch a model kernel while
+// that one still runs; see the prelude's fuse_grid_wait), then let the next kernel launch early, so that its
+// set-up overlaps this one's work.
 __device__ __forceinline__ void fuse_model_grid_sync() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+  fuse_grid_wait();
+  fuse_grid_release();
 }
+
+// The prelude's fuse_warp_max / fuse_warp_sum under their former names, for attention_decode.cu alone until its
+// clean-up switches it to those: no other kernel may call these.
+__device__ __forceinline__ float fuse_model_warp_max(float x) { return fuse_warp_max(x); }
+__device__ __forceinline__ float fuse_model_warp_sum(float x) { return fuse_warp_sum(x); }

@@ -66,22 +66,21 @@ impl ModelKernel {
         }
     }
 
-    /// The kernel's self-contained source (the shared helpers, then the kernel).
+    /// The kernel's self-contained source (the CUDA prelude, the model kernels' helpers, then the kernel).
     pub fn source(self) -> &'static str {
+        macro_rules! with_helpers {
+            ($($file:literal),+) => {
+                concat!(include_str!("../cuda/prelude.cuh"), include_str!("common.cuh"), $(include_str!($file)),+)
+            };
+        }
         match self {
-            ModelKernel::Embedding => concat!(include_str!("common.cuh"), include_str!("embedding.cu")),
-            ModelKernel::Argmax => concat!(include_str!("common.cuh"), include_str!("argmax.cu")),
-            ModelKernel::Rope => concat!(include_str!("common.cuh"), include_str!("rope.cu")),
-            ModelKernel::Attention => concat!(include_str!("common.cuh"), include_str!("attention.cu")),
-            ModelKernel::AttentionCombine => concat!(include_str!("common.cuh"), include_str!("attention_combine.cu")),
-            ModelKernel::AttentionDecode => {
-                concat!(
-                    include_str!("common.cuh"),
-                    include_str!("attention_decode.cuh"),
-                    include_str!("attention_decode.cu")
-                )
-            }
-            ModelKernel::Cat => concat!(include_str!("common.cuh"), include_str!("cat.cu")),
+            ModelKernel::Embedding => with_helpers!("embedding.cu"),
+            ModelKernel::Argmax => with_helpers!("argmax.cu"),
+            ModelKernel::Rope => with_helpers!("rope.cu"),
+            ModelKernel::Attention => with_helpers!("attention.cu"),
+            ModelKernel::AttentionCombine => with_helpers!("attention_combine.cu"),
+            ModelKernel::AttentionDecode => with_helpers!("attention_decode.cuh", "attention_decode.cu"),
+            ModelKernel::Cat => with_helpers!("cat.cu"),
         }
     }
 

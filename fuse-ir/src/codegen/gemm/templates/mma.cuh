@@ -14,8 +14,9 @@
 //     FuseGemmRow fuse_gemm_row(const FuseArgs& args, long long row);
 //     void fuse_gemm_store(const FuseArgs& args, const FuseGemmRow& r, long long col, float acc0, float acc1);
 //   fuse_gemm_store is called exactly once per (row < M, col < N), consecutive lanes on consecutive col.
-//   The prelude's fuse_grid_wait() / fuse_grid_release() (the launch may overlap the kernel before it), and
-//   struct FuseGemmArgs and fuse_smem_addr as skinny.cuh's contract describes them (ws and counters unused).
+//   The CUDA prelude (codegen/cuda/prelude.cuh): fuse_grid_wait() / fuse_grid_release() (the launch may
+//   overlap the kernel before it), fuse_smem_addr, cp.async and fuse_mma_m16n8k16; and struct FuseGemmArgs as
+//   skinny.cuh's contract describes it (ws and counters unused).
 //   This file defines FuseMmaParams { FuseArgs epi; FuseGemmArgs gemm; } and
 //     extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMmaParams p);
 //   Requirements (the runtime guarantees them): M, N >= 1; K >= 8, K % 8 == 0; lda, ldw0, ldw1 % 8 == 0;
@@ -64,10 +65,6 @@ struct FuseMmaParams {
 #define FUSE_MM_SMEM_BYTES \
     (FUSE_MM_RING_BYTES > FUSE_MM_STAGE_BYTES ? FUSE_MM_RING_BYTES : FUSE_MM_STAGE_BYTES)
 
-// 16 bytes global -> shared, bypassing L1; nbytes = 0 fills zeros (rows past M or N, k past K).
-__device__ __forceinline__ void fuse_mm_cp16(unsigned dst, const void* src, unsigned nbytes) {
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(nbytes) : "memory");
-}
 // Byte offset of (row, 16-byte chunk) in a tile of 64-byte rows, chunks permuted against bank conflicts.
 __device__ __forceinline__ unsigned fuse_mm_at(int row, int chunk) {
     return (unsigned)(row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4));
@@ -77,19 +74,6 @@ __device__ __forceinline__ void fuse_mm_ldsm4(unsigned addr, unsigned (&r)[4]) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
 }
-template <int DT>
-__device__ __forceinline__ void fuse_mm_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    if (DT == 2) {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    } else {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-}
-
 extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMmaParams p) {
     constexpr int BM = FUSE_MM_BM, BN = FUSE_MM_BN, S = FUSE_MM_S, D = FUSE_MM_D, DT = FUSE_MM_DT;
     constexpr int WM = BM / 2, WN = BN / 4;  // warp sub-tile
@@ -133,7 +117,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMma
                 ok = n < N && k < K;
                 src = w[j] + (ok ? n * ldw[j] + k : 0);
             }
-            fuse_mm_cp16(base + fuse_mm_at(row, chunk), src, ok ? 16u : 0u);
+            // nbytes = 0 fills zeros (rows past M or N, k past K).
+            fuse_cp_async16<1>(base + fuse_mm_at(row, chunk), src, ok ? 16u : 0u);
         }
     };
 
@@ -151,7 +136,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMma
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
         if (s < slices) load(s, (long long)s * 32);
-        asm volatile("cp.async.commit_group;" ::: "memory");
+        fuse_cp_async_commit();
     }
     // ldmatrix row addresses of this lane: A pieces (rows 0-15 x k 0-15 as four 8x8 matrices) and B pieces
     // (two n8 pieces x k 0-15).
@@ -159,10 +144,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMma
     const int b_row = (lane & 7) + (lane >> 4) * 8, b_chunk = (lane >> 3) & 1;
 #pragma unroll 1
     for (long long kt = 0; kt < slices; ++kt) {
-        asm volatile("cp.async.wait_group %0;" ::"n"(S - 2) : "memory");
+        fuse_cp_async_wait<S - 2>();
         __syncthreads();  // slice kt is in place; every warp is done with the slot of slice kt - 1
         if (kt + S - 1 < slices) load((int)((kt + S - 1) % S), (kt + S - 1) * 32);
-        asm volatile("cp.async.commit_group;" ::: "memory");
+        fuse_cp_async_commit();
         const unsigned base = ring + (unsigned)((kt % S) * TILE_ROWS * 64);
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks) {  // two k16 steps per slice
@@ -178,14 +163,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMma
                     fuse_mm_ldsm4(base + fuse_mm_at(BM + d * BN + wn * WN + j * 8 + b_row, ks * 2 + b_chunk), b);
 #pragma unroll
                     for (int i = 0; i < MI; ++i) {
-                        fuse_mm_mma<DT>(acc[d][i][j], a[i], b[0], b[1]);
-                        fuse_mm_mma<DT>(acc[d][i][j + 1], a[i], b[2], b[3]);
+                        fuse_mma_m16n8k16<DT>(acc[d][i][j], a[i][0], a[i][1], a[i][2], a[i][3], b[0], b[1]);
+                        fuse_mma_m16n8k16<DT>(acc[d][i][j + 1], a[i][0], a[i][1], a[i][2], a[i][3], b[2], b[3]);
                     }
                 }
             }
         }
     }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    fuse_cp_async_wait<0>();
     __syncthreads();  // the ring is free: stage the accumulators there
 
     // C piece layout (m16n8): regs 0,1 = row g, columns 2t, 2t+1; regs 2,3 = row g + 8.

@@ -16,11 +16,12 @@
 //     #define FUSE_SKINNY_DUAL 0|1
 //     __device__ __forceinline__ void fuse_gemm_epilogue(const FuseArgs& args, long long row, long long col,
 //                                                        float acc0, float acc1);
-//     __device__ void fuse_grid_wait(); __device__ void fuse_grid_release();   (the prelude's: the kernel may
-//                                                 be launched overlapping the one before it; see there)
+//     the CUDA prelude (fuse-ir's codegen/cuda/prelude.cuh): fuse_grid_wait / fuse_grid_release (the kernel
+//                                                 may be launched overlapping the one before it; see there),
+//                                                 fuse_smem_addr, cp.async (fuse_cp_async16/_commit/_wait),
+//                                                 fuse_ld_cg, fuse_mma_m16n8k16, fuse_unpack, fuse_pack2_cvt
 //     struct FuseGemmArgs { const void* x; const void* w0; const void* w1; long long m, n, k, lda, ldw0, ldw1;
 //                           float* ws; unsigned* counters; };   (ws/counters: only when FUSE_SK_SP > 1)
-//     __device__ unsigned fuse_smem_addr(const void* p);        (a shared-memory pointer as a 32-bit address)
 //   fuse_gemm_epilogue is called exactly once per (row < M, col < N) (row = m, col = n); consecutive threads
 //   get consecutive col. Non-dual: acc1 = 0.f.
 //   With -DFUSE_GEMM_PRO=1 (an in-kernel prologue: X is computed from the tensor at `x` as it is loaded),
@@ -139,40 +140,6 @@ __device__ __forceinline__ FuseSkV4 fuse_sk_ldx(const unsigned short* p) {
                  : "l"(p));
     return v;
 }
-// Weights: streamed once, 16 bytes per thread, global -> shared without L1 (cp.async.cg); nbytes = 0 fills zeros.
-template <int PF>
-__device__ __forceinline__ void fuse_sk_cp16(unsigned dst, const unsigned short* src, unsigned nbytes) {
-    if (PF == 2)
-        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(nbytes)
-                     : "memory");
-    else if (PF == 1)
-        asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(nbytes)
-                     : "memory");
-    else
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(nbytes) : "memory");
-}
-__device__ __forceinline__ void fuse_sk_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void fuse_sk_cp_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-template <int DT>
-__device__ __forceinline__ void fuse_sk_mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                            unsigned b0, unsigned b1) {
-    if (DT == 2) {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    } else {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    }
-}
-
 // One 32-wide k chunk. Thread (g = lane/4, t = lane%4) holds 8 consecutive k (at 8t) of weight rows g (wl) and
 // g+8 (wh) and of X row g (xv). k permutation (the same for A and B): mma #1 takes the thread's elements 0..3,
 // mma #2 its elements 4..7. A fragment regs: {row g k-pair 0, row g+8 k-pair 0, row g k-pair 1, row g+8 k-pair 1};
@@ -180,8 +147,8 @@ __device__ __forceinline__ void fuse_sk_mma(float (&c)[4], unsigned a0, unsigned
 template <int DT>
 __device__ __forceinline__ void fuse_sk_mma32(float (&c)[4], const FuseSkV4& wl, const FuseSkV4& wh,
                                               const FuseSkV4& xv) {
-    fuse_sk_mma<DT>(c, wl.x, wh.x, wl.y, wh.y, xv.x, xv.y);
-    fuse_sk_mma<DT>(c, wl.z, wh.z, wl.w, wh.w, xv.z, xv.w);
+    fuse_mma_m16n8k16<DT>(c, wl.x, wh.x, wl.y, wh.y, xv.x, xv.y);
+    fuse_mma_m16n8k16<DT>(c, wl.z, wh.z, wl.w, wh.w, xv.z, xv.w);
 }
 
 // Shared memory per block (dynamic, FUSE_SK_SMEM_BYTES): the weight ring, 8 warps x S stages x (2*D*MT) x 32
@@ -203,10 +170,7 @@ template <int DT>
 __device__ __forceinline__ FuseSkV4 fuse_sk_pack8(const float (&a)[8]) {
     unsigned w[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        if (DT == 2) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[i]) : "f"(a[2 * i + 1]), "f"(a[2 * i]));
-        else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w[i]) : "f"(a[2 * i + 1]), "f"(a[2 * i]));
-    }
+    for (int i = 0; i < 4; ++i) w[i] = fuse_pack2_cvt<DT>(a[2 * i], a[2 * i + 1]);
     return FuseSkV4{w[0], w[1], w[2], w[3]};
 }
 // The in-kernel prologue on 8 consecutive k of one X row, whose FuseProRow the caller holds.
@@ -230,13 +194,6 @@ __device__ __forceinline__ FuseSkV4 fuse_sk_pro8_scaled(const FuseArgs& args, co
 }
 #endif
 #endif
-
-// A partial sum another block wrote, read past L1 (which may hold a stale line of it).
-__device__ __forceinline__ float fuse_sk_ldcg(const float* p) {
-    float v;
-    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
-    return v;
-}
 
 template <int MT, int NT, int KW, int S, int DUAL, int DT, int PF, int XS, int U, int SP>
 __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4* smem, bool first_wave) {
@@ -305,7 +262,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                 for (int i = 0; i < MT; ++i)
 #pragma unroll
                     for (int h = 0; h < 2; ++h)
-                        fuse_sk_cp16<PF>(dst + (unsigned)(((d * MT + i) * 2 + h) * 512), wp[d][i][h] + ko, nbytes);
+                        fuse_cp_async16<PF>(dst + (unsigned)(((d * MT + i) * 2 + h) * 512), wp[d][i][h] + ko, nbytes);
         }
     };
     // With FUSE_GEMM_EARLY_W (the kernel before this one does not write the weights) and without X staging
@@ -321,7 +278,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
 #pragma unroll
         for (int s = 0; s < S - 1; ++s) {
             if (s < nch) issue_w(s);
-            fuse_sk_cp_commit();
+            fuse_cp_async_commit();
         }
     }
     {
@@ -443,14 +400,14 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                     for (int v = 0; v < (NT + NG - 1) / NG; ++v) {
                         const int j = v * NG + ng;
                         if (j < NT)
-                            fuse_sk_cp16<0>(dst + (unsigned)(j * 512), xp[v] + ko, (kok && xok[v]) ? 16u : 0u);
+                            fuse_cp_async16<0>(dst + (unsigned)(j * 512), xp[v] + ko, (kok && xok[v]) ? 16u : 0u);
                     }
                 }
             };
 #pragma unroll
             for (int s = 0; s < S - 1; ++s) {
                 if (s < nch) issue(s);
-                fuse_sk_cp_commit();
+                fuse_cp_async_commit();
             }
             // One block-wide barrier per step, not a named barrier per kw group: the groups may own different
             // chunk counts (K tail), and a group still at a named barrier while another waits at the barrier
@@ -459,11 +416,11 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
             // The steps past a warp's own chunks only keep it in step. Measured on the H200: see BENCHMARKS.md.
 #pragma unroll 1
             for (int c = 0; c < steps; ++c) {
-                fuse_sk_cp_wait<S - 2>();  // this thread's copies of chunk c have landed
+                fuse_cp_async_wait<S - 2>();  // this thread's copies of chunk c have landed
                 // every warp's copies of chunk c are visible, and every warp is done with chunk c-1
                 __syncthreads();
                 if (c + S - 1 < nch) issue(c + S - 1);  // into the slot of chunk c-1
-                fuse_sk_cp_commit();
+                fuse_cp_async_commit();
                 if (wact && c < nch) {
 #pragma unroll
                     for (int u = 0; u < U; ++u) {
@@ -513,7 +470,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
 #pragma unroll
                 for (int s = 0; s < S - 1; ++s) {
                     if (s < nch) issue_w(s);
-                    fuse_sk_cp_commit();
+                    fuse_cp_async_commit();
                 }
             }
             FuseSkV4 xq[U][NT];
@@ -521,7 +478,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
 #pragma unroll 1
             for (int c = 0; c < nch; ++c) {
                 if (c + S - 1 < nch) issue_w(c + S - 1);  // into the slot of chunk c-1, which this thread has read
-                fuse_sk_cp_commit();
+                fuse_cp_async_commit();
                 FuseSkV4 xc[U][NT];
 #pragma unroll
                 for (int u = 0; u < U; ++u)
@@ -543,7 +500,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                         }
                 }
 #endif
-                fuse_sk_cp_wait<S - 1>();  // chunk c has landed (each thread reads only what it copied itself)
+                fuse_cp_async_wait<S - 1>();  // chunk c has landed (each thread reads only what it copied itself)
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
                     FuseSkV4 wv[D][MT][2];
@@ -558,7 +515,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                 }
             }
         }
-        fuse_sk_cp_wait<0>();
+        fuse_cp_async_wait<0>();
     }
 #if FUSE_GEMM_PRO && defined(FUSE_GEMM_PRO_CAN_SCALE)
     // The scaled form's reductions: the 4 lanes of an X row in a warp merged (xor 1, 2), then each warp's
@@ -660,8 +617,8 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
 #pragma unroll
                 for (int q = 0; q < SP; ++q) {
                     const float* w = p.gemm.ws + ((long long)(tile * SP + q) * (BM * BN) + e) * D;
-                    s0 += fuse_sk_ldcg(w);
-                    if (DUAL) s1 += fuse_sk_ldcg(w + 1);
+                    s0 += fuse_ld_cg(w);
+                    if (DUAL) s1 += fuse_ld_cg(w + 1);
                 }
                 fuse_gemm_epilogue(p.epi, m, n, s0, DUAL ? s1 : 0.f);
             }

@@ -21,9 +21,10 @@
 //       (the epilogue at one element: `fuse_gemm_row` once per row, then `fuse_gemm_store` per column)
 //     template <int DT> void fuse_wg_mma(float (&d)[BM / 2], unsigned long long a, unsigned long long b);
 //       one overload per BM of the config set: one `wgmma.mma_async m64n<BM>k16` (scale-d = 1).
-//     void fuse_grid_wait(); void fuse_grid_release();  (the prelude's: the launch may overlap the kernel
-//       before it; see there)
-//     struct FuseGemmArgs and unsigned fuse_smem_addr(const void*)  (skinny.cuh's contract describes them)
+//     the CUDA prelude (codegen/cuda/prelude.cuh: fuse_grid_wait / fuse_grid_release, as the launch may
+//       overlap the kernel before it; fuse_smem_addr, fuse_ld_cg) and the sm_90 header (codegen/cuda/sm90.cuh:
+//       mbarriers, the cluster barrier and rank, TMA loads)
+//     struct FuseGemmArgs  (skinny.cuh's contract describes it)
 //   fuse_gemm_store is called exactly once per (row < M, col < N), consecutive lanes on consecutive col;
 //   non-dual: acc1 = 0.f.
 //   This file defines (guarded, so that it may be included several times with different configs):
@@ -76,59 +77,6 @@ struct FuseWgmmaParams {
     FuseGemmArgs gemm;
 };
 
-
-// ---- mbarriers -------------------------------------------------------------------------------------------
-__device__ __forceinline__ void fuse_wg_bar_init(unsigned bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void fuse_wg_bar_expect(unsigned bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void fuse_wg_bar_arrive(unsigned bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-// Returns once the phase of parity `parity` has completed (a fresh barrier counts parity 1 as completed).
-__device__ __forceinline__ void fuse_wg_bar_wait(unsigned bar, unsigned parity) {
-    unsigned done;
-    do {
-        asm volatile(
-            "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    } while (!done);
-}
-
-// Arrival on the barrier at the same offset in the cluster's block `peer` (whose TMA multicasts into this block).
-__device__ __forceinline__ void fuse_wg_bar_arrive_peer(unsigned bar, unsigned peer) {
-    asm volatile(
-        "{ .reg .b32 r; mapa.shared::cluster.u32 r, %0, %1; mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r]; }" ::"r"(
-            bar),
-        "r"(peer)
-        : "memory");
-}
-__device__ __forceinline__ void fuse_wg_cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-// ---- TMA: one 2-D box into shared memory, completing on `bar` ----------------------------------------------
-__device__ __forceinline__ void fuse_wg_tma(unsigned dst, const FuseWgTmap* map, int c0, int c1, unsigned bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-            dst),
-        "l"(map), "r"(c0), "r"(c1), "r"(bar)
-        : "memory");
-}
-
-// The same box into the same offset of both blocks of a 2-block cluster, completing on each one's `bar`.
-__device__ __forceinline__ void fuse_wg_tma_both(unsigned dst, const FuseWgTmap* map, int c0, int c1, unsigned bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
-        "%3}], [%4], %5;" ::"r"(dst),
-        "l"(map), "r"(c0), "r"(c1), "r"(bar), "h"((unsigned short)3)
-        : "memory");
-}
-
 // ---- wgmma -----------------------------------------------------------------------------------------------
 // Shared-memory matrix descriptor of a K-major tile with 128-byte swizzle: rows of 128 bytes, 8-row groups
 // 1024 bytes apart (stride byte offset); the leading byte offset is unused for this layout. Stepping 16
@@ -151,12 +99,6 @@ template <int NACC>
 __device__ __forceinline__ void fuse_wg_pin(float (&d)[NACC]) {
 #pragma unroll
     for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-__device__ __forceinline__ float fuse_wg_ldcg(const float* p) {
-    float v;
-    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
-    return v;
 }
 
 template <int BM, int CW, int S, int DUAL, int DT, int SP, int MC>
@@ -184,7 +126,7 @@ __device__ __forceinline__ void fuse_wg_body(const FuseWgmmaParams& p, unsigned 
     const int m0 = (int)((tile % mblocks) * BM);
     const int n0 = (int)((tile / mblocks) * BN);
     unsigned rank = 0;  // this block's rank in its cluster (MC = 2: the tile's m-block parity)
-    if (MC == 2) asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    if (MC == 2) rank = fuse_cluster_rank();
     const int ktiles = (int)((K + 63) / 64);
     const int kt0 = (int)((long long)ktiles * split / SP);
     const int nk = (int)((long long)ktiles * (split + 1) / SP) - kt0;
@@ -197,13 +139,13 @@ __device__ __forceinline__ void fuse_wg_body(const FuseWgmmaParams& p, unsigned 
     if (threadIdx.x == 0) {
 #pragma unroll 1
         for (int s = 0; s < S; ++s) {
-            fuse_wg_bar_init(bars + 8u * s, 1u);
-            fuse_wg_bar_init(bars + 8u * (S + s), (unsigned)(CW * 4 * MC));
+            fuse_mbar_init(bars + 8u * s, 1u);
+            fuse_mbar_init(bars + 8u * (S + s), (unsigned)(CW * 4 * MC));
         }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        fuse_mbar_init_fence();
     }
     // The peer's barriers must be initialised before this block's consumers arrive on them.
-    if (MC == 2) fuse_wg_cluster_sync();
+    if (MC == 2) fuse_cluster_sync();
     else __syncthreads();
 
     const int wg = threadIdx.x / 128;
@@ -215,27 +157,28 @@ __device__ __forceinline__ void fuse_wg_body(const FuseWgmmaParams& p, unsigned 
             for (int i = 0; i < nk; ++i) {
                 const int s = i % S;
                 const unsigned round = (unsigned)(i / S);
-                fuse_wg_bar_wait(bars + 8u * (S + s), (round & 1u) ^ 1u);
+                fuse_mbar_wait(bars + 8u * (S + s), (round & 1u) ^ 1u);
                 const unsigned full = bars + 8u * s;
                 // A block past M (the second of a cluster) loads no X: it only lends its half of the weights.
                 const bool xload = m0 < M;
-                fuse_wg_bar_expect(full, (unsigned)(D * W_BYTES + (xload ? X_BYTES : 0)));
+                fuse_mbar_expect_tx(full, (unsigned)(D * W_BYTES + (xload ? X_BYTES : 0)));
                 const unsigned st = base + (unsigned)(s * STAGE);
                 const int k = (kt0 + i) * 64;
                 if (MC == 1) {
-                    fuse_wg_tma(st, &p.tw0, k, n0, full);
-                    if (DUAL) fuse_wg_tma(st + W_BYTES, &p.tw1, k, n0, full);
+                    fuse_tma_load_2d(st, &p.tw0, k, n0, full);
+                    if (DUAL) fuse_tma_load_2d(st + W_BYTES, &p.tw1, k, n0, full);
                 } else {
                     const unsigned half = rank * (W_BYTES / 2);
                     const int row = n0 + (int)rank * (BN / 2);
-                    fuse_wg_tma_both(st + half, &p.tw0, k, row, full);
-                    if (DUAL) fuse_wg_tma_both(st + W_BYTES + half, &p.tw1, k, row, full);
+                    // Into both blocks of the cluster (mask 0b11), each loading its half of the tile.
+                    fuse_tma_load_2d_multicast(st + half, &p.tw0, k, row, full, 3);
+                    if (DUAL) fuse_tma_load_2d_multicast(st + W_BYTES + half, &p.tw1, k, row, full, 3);
                 }
-                if (xload) fuse_wg_tma(st + D * W_BYTES, &p.tx, k, m0, full);
+                if (xload) fuse_tma_load_2d(st + D * W_BYTES, &p.tx, k, m0, full);
             }
         }
         // Neither block of a cluster may exit while the other can still multicast into it or arrive on it.
-        if (MC == 2) fuse_wg_cluster_sync();
+        if (MC == 2) fuse_cluster_sync();
         return;  // the consumers synchronise among themselves only (named barrier 1)
     }
 
@@ -251,7 +194,7 @@ __device__ __forceinline__ void fuse_wg_body(const FuseWgmmaParams& p, unsigned 
 #pragma unroll 1
     for (int i = 0; i < nk; ++i) {
         const int s = i % S;
-        fuse_wg_bar_wait(bars + 8u * s, (unsigned)(i / S) & 1u);
+        fuse_mbar_wait(bars + 8u * s, (unsigned)(i / S) & 1u);
         const unsigned st = base + (unsigned)(s * STAGE);
         const unsigned long long a0 = fuse_wg_desc(st + (unsigned)(c * 8192));
         const unsigned long long a1 = fuse_wg_desc(st + W_BYTES + (unsigned)(c * 8192));
@@ -270,14 +213,14 @@ __device__ __forceinline__ void fuse_wg_body(const FuseWgmmaParams& p, unsigned 
         fuse_wg_wait<1>();  // the previous stage's wgmmas have completed: release it
         if (i > 0 && lane == 0) {
             const unsigned empty = bars + 8u * (S + (i - 1) % S);
-            fuse_wg_bar_arrive(empty);
-            if (MC == 2) fuse_wg_bar_arrive_peer(empty, rank ^ 1u);  // the peer's producer writes here too
+            fuse_mbar_arrive(empty);
+            if (MC == 2) fuse_mbar_arrive_remote(empty, rank ^ 1u);  // the peer's producer writes here too
         }
     }
     fuse_wg_wait<0>();
     fuse_wg_pin(acc0);
     if constexpr (DUAL) fuse_wg_pin(acc1);
-    if (MC == 2) fuse_wg_cluster_sync();
+    if (MC == 2) fuse_cluster_sync();
 
     if (SP > 1) {
         // Partial tile to the workspace as [accumulator][consumer thread]; the tile's last block sums them.
@@ -299,8 +242,8 @@ __device__ __forceinline__ void fuse_wg_body(const FuseWgmmaParams& p, unsigned 
 #pragma unroll 1
             for (int q = 0; q < SP; ++q) {
                 const float* w = p.gemm.ws + (long long)(tile * SP + q) * (D * NACC * CT);
-                s0 += fuse_wg_ldcg(w + i * CT + ct);
-                if (DUAL) s1 += fuse_wg_ldcg(w + (NACC + i) * CT + ct);
+                s0 += fuse_ld_cg(w + i * CT + ct);
+                if (DUAL) s1 += fuse_ld_cg(w + (NACC + i) * CT + ct);
             }
             acc0[i] = s0;
             if (DUAL) acc1[i] = s1;
