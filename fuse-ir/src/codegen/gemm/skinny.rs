@@ -18,8 +18,10 @@ use crate::plan::{Group, GroupKind};
 use crate::DType;
 use std::fmt::Write;
 
-/// The template, spliced after the generated epilogue (see its header comment for the contract).
-pub const SKINNY_TEMPLATE: &str = include_str!("templates/skinny.cuh");
+/// The template, spliced after the generated epilogue (see its header comment for the contract): the contract
+/// and helpers (`skinny.cuh`), then the kernel (`skinny_kernel.cuh`).
+pub const SKINNY_TEMPLATE: &str =
+    concat!(include_str!("templates/skinny.cuh"), include_str!("templates/skinny_kernel.cuh"));
 /// The define that lets a skinny kernel copy its first weight chunks before it waits for the kernel before it
 /// (only where the host knows that kernel does not write them).
 pub const EARLY_WEIGHTS_DEFINE: &str = "-DFUSE_GEMM_EARLY_W=1";
