@@ -238,20 +238,24 @@ fn ptx_dump_dir() -> Option<PathBuf> {
 }
 
 /// Writes `ptx` to the dump directory as `NAME.ARCH.HASH.ptx` (HASH: FNV-1a of the defines, which head the
-/// file as a comment), so that the same kernel, defines and arch land in the same file in every tree.
+/// file as a comment), so that the same kernel, defines and arch land in the same file in every tree, and the
+/// kernel's source beside it as `NAME.cu`.
 fn dump_ptx(
     dir: &std::path::Path,
-    name: &str,
+    spec: &KernelSpec,
     defines: &[String],
     arch: &str,
     ptx: &str,
 ) -> std::result::Result<(), String> {
     let joined = defines.join(" ");
     let hash = joined.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
-    let path = dir.join(format!("{name}.{arch}.{hash:016x}.ptx"));
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    std::fs::write(&path, format!("// defines: {joined}\n{ptx}"))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    let write = |file: String, text: &str| {
+        let path = dir.join(file);
+        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    };
+    write(format!("{}.cu", spec.name), &spec.source)?;
+    write(format!("{}.{arch}.{hash:016x}.ptx", spec.name), &format!("// defines: {joined}\n{ptx}"))
 }
 
 /// Compiles and assembles one kernel variant for one arch; `Err` says what went wrong.
@@ -263,7 +267,7 @@ fn check(
 ) -> std::result::Result<PtxasReport, String> {
     let ptx = compile_ptx(&spec.name, &spec.source, defines, arch).map_err(|e| format!("{defines:?}: {e}"))?;
     if let Some(dir) = ptx_dump_dir() {
-        dump_ptx(&dir, &spec.name, defines, arch, &ptx)?;
+        dump_ptx(&dir, spec, defines, arch, &ptx)?;
     }
     if !ptx.contains(&format!(".entry {}(", spec.name)) {
         return Err(format!("{arch} {defines:?}: the PTX has no entry `{}`", spec.name));
@@ -458,4 +462,96 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
         }
     }
     assert!(failures.is_empty(), "{} model kernel compilations failed:\n{}", failures.len(), failures.join("\n\n"));
+}
+
+/// A kernel that calls every helper of the shared CUDA headers (`CUDA_PRELUDE`, `SM90_HEADER` with
+/// `-DFUSE_CHECK_SM90=1`), never launched: an inline helper that no kernel calls emits no PTX, so this is
+/// where ptxas sees the ones fuse's own kernels do not use yet (a model crate's kernel may).
+const HEADERS_CHECK: &str = r#"
+extern "C" __global__ void __launch_bounds__(256) fuse_headers_check(float* out, const float* in,
+                                                                      const unsigned short* half, const void* map) {
+  __shared__ __align__(16) float tile[256];
+  __shared__ float red[8];
+  fuse_grid_wait();
+  fuse_grid_release();
+  const unsigned t = threadIdx.x;
+  const unsigned short h = half[t];
+  float v = fuse_bf16_to_f32(h) + fuse_f16_to_f32(h) + fuse_round_f16(in[t]) + fuse_round_bf16(in[t]) +
+            fuse_unpack<FUSE_F16>(h) + fuse_unpack<FUSE_BF16>(h) + fuse_sigmoid(in[t]) + fuse_ld_cg(in + t);
+  const unsigned w = fuse_pack2_cvt<FUSE_BF16>(v, -v) ^ fuse_pack2_cvt<FUSE_F16>(v, 2.0f * v);
+  v += fuse_bf16x2_lo(w) + fuse_bf16x2_hi(w);
+  const unsigned bits = fuse_f32_to_bf16(v) ^ fuse_f32_to_bf16_cvt(v) ^ fuse_f32_to_f16(v) ^
+                        fuse_pack<FUSE_F16>(v) ^ fuse_pack<FUSE_BF16>(v);
+  const unsigned dst = fuse_smem_addr(tile + (t % 64) * 4);
+  fuse_cp_async16<0>(dst, in + 4 * t, 16);
+  fuse_cp_async16<1>(dst, in + 4 * t, 16);
+  fuse_cp_async16<2>(dst, in + 4 * t, 0);
+  fuse_cp_async_commit();
+  fuse_cp_async_wait<0>();
+  __syncthreads();
+  float c[4] = {tile[t], v, 0.0f, 0.0f};
+  fuse_mma_m16n8k16<FUSE_BF16>(c, w, bits, w, bits, w, bits);
+  fuse_mma_m16n8k16<FUSE_F16>(c, w, bits, w, bits, w, bits);
+  v = fuse_warp_sum(c[0]) + fuse_warp_max(c[1]) + fuse_block_sum(c[2], red) + fuse_block_max(c[3], red);
+#if FUSE_CHECK_SM90
+  __shared__ __align__(8) unsigned long long bar;
+  const unsigned b = fuse_smem_addr(&bar);
+  if (t == 0) {
+    fuse_mbar_init(b, 1);
+    fuse_mbar_init_fence();
+  }
+  fuse_cluster_sync();
+  if (t == 0) {
+    fuse_fence_proxy_async();
+    fuse_mbar_expect_tx(b, 2048);
+    fuse_bulk_copy(fuse_smem_addr(tile), in, 512, b);
+    fuse_tma_load_2d(fuse_smem_addr(tile + 128), map, 0, 0, b);
+    fuse_tma_load_2d_multicast(fuse_smem_addr(tile + 128), map, 0, 0, b, 3);
+    fuse_bulk_prefetch_l2(in + 256, 4096);
+  }
+  if (t == 1) fuse_mbar_arrive(b);
+  if (!fuse_mbar_try_wait(b, 0)) fuse_mbar_wait(b, 0);
+  const unsigned peer = fuse_cluster_rank() ^ 1u;
+  const unsigned remote = fuse_cluster_map(fuse_smem_addr(tile + t), peer), remote_bar = fuse_cluster_map(b, peer);
+  v += fuse_cluster_load_f32(remote);
+  fuse_st_async_b32(remote, __float_as_uint(v), remote_bar);
+  fuse_st_async_v4(fuse_cluster_map(fuse_smem_addr(tile + 4 * (t % 64)), peer), 1u, 2u, 3u, 4u, remote_bar);
+  fuse_mbar_arrive_remote(b, peer);
+  fuse_cluster_sync();
+#endif
+  out[t] = v;
+}
+"#;
+
+#[test]
+fn every_helper_of_the_shared_headers_compiles_and_assembles() {
+    use fuse::ir::codegen::{CUDA_PRELUDE, SM90_HEADER};
+    // Every helper the headers define is called above (a new one must be added there).
+    for line in [CUDA_PRELUDE, SM90_HEADER].iter().flat_map(|h| h.lines()).filter(|l| l.contains("__device__")) {
+        let head = line.split_once('(').map_or(line, |(head, _)| head);
+        let helper = head.split_whitespace().last().unwrap_or_default();
+        assert!(
+            HEADERS_CHECK.contains(&format!("{helper}(")) || HEADERS_CHECK.contains(&format!("{helper}<")),
+            "HEADERS_CHECK does not call `{helper}`"
+        );
+    }
+    let Some(ptxas) = tools_or_skip("shared headers") else { return };
+    let source = [CUDA_PRELUDE, SM90_HEADER, HEADERS_CHECK].concat();
+    let spec = KernelSpec {
+        name: "fuse_headers_check".to_string(),
+        source: source.into(),
+        kind: KernelKind::Pointwise,
+        group: 0,
+        role: Role::Whole,
+        inputs: Vec::new(),
+        prologue: None,
+        outputs: Vec::new(),
+        nodes: Vec::new(),
+    };
+    let sm90 = vec!["-DFUSE_CHECK_SM90=1".to_string()];
+    for (defines, arch) in [(vec![], "sm_80"), (vec![], "sm_90"), (sm90, "sm_90a")] {
+        if let Err(e) = check(&spec, &defines, arch, &ptxas) {
+            panic!("the shared headers for {arch}: {e}");
+        }
+    }
 }

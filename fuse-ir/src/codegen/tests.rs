@@ -454,3 +454,95 @@ fn contiguous_is_a_copy_kernel() {
     assert!(!specs[0].source.contains("cannot run in a pointwise kernel"), "{}", specs[0].source);
     assert!(specs[0].source.contains("const float v2 = v1;"), "{}", specs[0].source);
 }
+
+/// The functions a CUDA text defines (or declares): the name before the parameters of each `__device__` line.
+fn device_functions(source: &str) -> Vec<&str> {
+    source
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with("__device__") || l.starts_with("template"))
+        .filter_map(|l| l.split_once("__device__").map(|(_, rest)| rest))
+        .filter_map(|rest| rest.split_once('(').map(|(head, _)| head))
+        .filter_map(|head| head.split_whitespace().last())
+        .map(|name| name.trim_start_matches(['*', '&']))
+        .collect()
+}
+
+/// Every kernel source fuse-ir builds, named: the generated kernels of every role (a skinny one with its
+/// prologue among them) and the hand-written model kernels.
+fn every_kernel_source() -> Vec<(String, String)> {
+    let mut sources: Vec<(String, String)> =
+        ModelKernel::ALL.iter().map(|k| (k.name().into(), k.source().into())).collect();
+    for g in [llama_mlp(), rms_norm(), attention(), chain10().0, normed_mlp()] {
+        sources.extend(kernels(&g).1.into_iter().map(|s| (s.name, s.source.into_owned())));
+    }
+    sources
+}
+
+#[test]
+fn the_shared_headers_follow_their_naming_and_include_nothing() {
+    for header in [CUDA_PRELUDE, SM90_HEADER] {
+        assert!(!header.contains("#include"), "NVRTC builds the headers as they are");
+        let functions = device_functions(header);
+        assert!(functions.len() >= 12, "{functions:?}");
+        for name in functions {
+            assert!(name.starts_with("fuse_"), "`{name}`: the headers' functions are fuse_*");
+        }
+        for line in header.lines().filter(|l| l.starts_with("#define ")) {
+            assert!(line["#define ".len()..].starts_with("FUSE_"), "`{line}`: the headers' macros are FUSE_*");
+        }
+    }
+    let prelude = device_functions(CUDA_PRELUDE);
+    assert!(device_functions(SM90_HEADER).iter().all(|f| !prelude.contains(f)), "no helper in both headers");
+}
+
+/// One prelude and one sm_90 header: no kernel source defines a helper of theirs again, and the instructions
+/// they wrap appear in no kernel's own code (each source has them exactly as often as the headers it starts
+/// with), so that there is one copy of each to read and to fix.
+#[test]
+fn kernels_take_the_shared_helpers_from_the_headers_alone() {
+    const WRAPPED: [&str; 17] = [
+        "griddepcontrol.",
+        "cvt.rn.bf16",
+        "cvt.rn.f16",
+        "cvt.f32.f16",
+        "cvta.to.shared",
+        "cp.async.cg",
+        "cp.async.commit_group",
+        "cp.async.wait_group",
+        "ld.global.cg",
+        "mma.sync.aligned.m16n8k16",
+        "mbarrier.",
+        "barrier.cluster.",
+        "%%cluster_ctarank",
+        "mapa.",
+        "ld.shared::cluster",
+        "cp.async.bulk",
+        "st.async",
+    ];
+    // attention_decode.cu keeps its own cluster barrier and peer load until its clean-up (another change)
+    // switches it to SM90_HEADER's fuse_cluster_sync and fuse_cluster_map / fuse_cluster_load_f32.
+    const DECODE_OWN: [&str; 4] = ["cvta.to.shared", "barrier.cluster.", "mapa.", "ld.shared::cluster"];
+    let sources = every_kernel_source();
+    assert!(sources.iter().any(|(_, s)| s.contains(SM90_HEADER)), "a wgmma kernel among them");
+    for (name, source) in &sources {
+        assert!(source.contains(CUDA_PRELUDE), "{name} starts from the CUDA prelude");
+        let sm90 = source.contains(SM90_HEADER);
+        let headers = if sm90 { [CUDA_PRELUDE, SM90_HEADER].concat() } else { CUDA_PRELUDE.to_string() };
+        let defined = device_functions(source);
+        for helper in device_functions(&headers) {
+            let times = defined.iter().filter(|&&f| f == helper).count();
+            assert_eq!(times, 1, "{name} defines `{helper}` {times} times: the headers define it once");
+        }
+        if !sm90 {
+            assert!(device_functions(SM90_HEADER).iter().all(|f| !defined.contains(f)), "{name}: sm_90 helpers");
+        }
+        for instruction in WRAPPED {
+            if name == ModelKernel::AttentionDecode.name() && DECODE_OWN.contains(&instruction) {
+                continue;
+            }
+            let (here, there) = (source.matches(instruction).count(), headers.matches(instruction).count());
+            assert_eq!(here, there, "{name} writes `{instruction}` itself: use the shared headers' helper");
+        }
+    }
+}
