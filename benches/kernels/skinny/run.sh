@@ -5,8 +5,9 @@
 # then the full correctness check and the benchmark. Logs under OUTDIR:
 #   build.log (nvcc + ptxas -v), ptxas.txt (one line per kernel), sanitize.log, bench.log (full tables).
 # Variables:
-#   SKINNY_CUH      the template copy to include, relative to benches/kernels/skinny or absolute (default: the
-#                   project's own, ../../../fuse-ir/src/codegen/gemm/templates/skinny.cuh; point it at a copy to try a variant)
+#   SKINNY_DIR      the copy of fuse-ir/src/codegen to include (cuda/prelude.cuh, gemm/templates/skinny.cuh and
+#                   skinny_kernel.cuh), relative to benches/kernels/skinny or absolute (default: the project's own,
+#                   ../../../fuse-ir/src/codegen; point it at a copy to try a variant)
 #   SKINNY_CONFIGS  the config list (default: the template's CONFIG SET k1..k8): "MT,NT,KW,S,MINB,PF,XS,U[,f]" separated by spaces (f: also f16 kernels)
 #   SKINNY_MODE     all (default) | check | bench | sanitize-only | build (build only, here: no GPU needed)
 #   SKINNY_BIN      a harness binary built earlier (SKINNY_MODE=build wrote OUTDIR/skinny_bench): skip the build
@@ -20,7 +21,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 export PATH="$cuda/bin:$PATH"
 mode=${SKINNY_MODE:-all}
-cuh=${SKINNY_CUH:-../../../fuse-ir/src/codegen/gemm/templates/skinny.cuh}
+codegen=${SKINNY_DIR:-../../../fuse-ir/src/codegen}
 configs=${SKINNY_CONFIGS:-"1,1,8,4,3,1,0,1,f 2,1,8,2,2,1,0,1 1,2,8,4,2,1,0,1 1,2,2,4,2,1,1,1 1,4,8,4,2,1,0,1 1,4,2,4,2,1,1,1 1,8,1,4,1,1,1,1,f 1,8,4,4,1,1,1,1"}
 bin=${SKINNY_BIN:-}
 if [ -z "$bin" ]; then
@@ -39,10 +40,10 @@ if [ -z "$bin" ]; then
     extra=""
     [ -f "$cuda/include/cublas_v2.h" ] || extra="-DSKINNY_NO_CUBLAS_HEADERS"
     [ -n "$extra" ] && libs="-ldl" || libs="-lcublas"
-    echo "== build ($cuh)"
+    echo "== build ($codegen)"
     t0=$(date +%s)
     if ! nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Xptxas -v -I"$build" -I"$here" $extra \
-            -DSKINNY_CUH="\"$cuh\"" "$here/skinny_bench.cu" -L"$cuda/lib64" -L"$cuda/lib" $libs -Xcompiler -static-libstdc++,-static-libgcc \
+            -I"$(cd "$here" && cd "$codegen" && pwd)" "$here/skinny_bench.cu" -L"$cuda/lib64" -L"$cuda/lib" $libs -Xcompiler -static-libstdc++,-static-libgcc \
             -o "$build/skinny_bench" >"$out/build.log" 2>&1; then
         tail -40 "$out/build.log"
         echo "BUILD FAILED"

@@ -42,9 +42,6 @@ __device__ __forceinline__ void fuse_gemm_epilogue(const FuseArgs& a, long long 
     float v = a.dual ? bench_silu(acc0) * acc1 : acc0;
     a.out[row * a.ldc + col] = bench_f2bf(v);
 }
-// The prelude's programmatic-dependent-launch hooks: this harness launches without overlap, so no-ops.
-__device__ __forceinline__ void fuse_grid_wait() {}
-__device__ __forceinline__ void fuse_grid_release() {}
 // What the code generator puts before every GEMM template (fuse-ir's codegen/gemm/skinny.rs, GEMM_COMMON).
 struct FuseGemmArgs {
     const void* x;
@@ -54,15 +51,12 @@ struct FuseGemmArgs {
     float* ws;
     unsigned* counters;
 };
-__device__ __forceinline__ unsigned fuse_smem_addr(const void* p) {
-    unsigned a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
-#ifndef SKINNY_CUH
-#define SKINNY_CUH "../../../fuse-ir/src/codegen/gemm/templates/skinny.cuh"  // -DSKINNY_CUH='"path"' selects another copy
-#endif
-#include SKINNY_CUH
+// The template's helpers (conversions, cp.async, mma, grid-dependency hooks: no-ops without overlapped launches)
+// come from the one CUDA prelude, as in every source the code generator emits; then the template's two files.
+// run.sh puts fuse-ir/src/codegen (or the copy SKINNY_DIR names) on the include path.
+#include "cuda/prelude.cuh"
+#include "gemm/templates/skinny.cuh"
+#include "gemm/templates/skinny_kernel.cuh"
 
 // Every config as its own kernel (the same body the extern "C" kernel of the template runs).
 template <int MT, int NT, int KW, int S, int DUAL, int DT, int MINB, int PF, int XS, int U>
