@@ -1,6 +1,6 @@
-//! Writes the one-launch decode step's preamble (`StepLayout::preamble`: the generated layout header, then the
-//! PTX helpers; what its CUDA files include first) for SmolLM2-135M's shapes, for the nvcc harness in
-//! benches/kernels/cluster_step/:
+//! Writes the one-launch decode step's preamble (`StepLayout::preamble`: the generated layout header, fuse's
+//! CUDA prelude and sm_90 header, then the kernel's own helpers; what its CUDA files include first) for
+//! SmolLM2-135M's shapes, for the nvcc harness in benches/kernels/cluster_step/:
 //!
 //! ```text
 //! cargo run -p fuse-models --example step_header -- OUT.h [--max-positions N]

@@ -520,9 +520,6 @@ fn kernels_take_the_shared_helpers_from_the_headers_alone() {
         "cp.async.bulk",
         "st.async",
     ];
-    // attention_decode.cu keeps its own cluster barrier and peer load until its clean-up (another change)
-    // switches it to SM90_HEADER's fuse_cluster_sync and fuse_cluster_map / fuse_cluster_load_f32.
-    const DECODE_OWN: [&str; 4] = ["cvta.to.shared", "barrier.cluster.", "mapa.", "ld.shared::cluster"];
     let sources = every_kernel_source();
     assert!(sources.iter().any(|(_, s)| s.contains(SM90_HEADER)), "a wgmma kernel among them");
     for (name, source) in &sources {
@@ -538,9 +535,6 @@ fn kernels_take_the_shared_helpers_from_the_headers_alone() {
             assert!(device_functions(SM90_HEADER).iter().all(|f| !defined.contains(f)), "{name}: sm_90 helpers");
         }
         for instruction in WRAPPED {
-            if name == ModelKernel::AttentionDecode.name() && DECODE_OWN.contains(&instruction) {
-                continue;
-            }
             let (here, there) = (source.matches(instruction).count(), headers.matches(instruction).count());
             assert_eq!(here, there, "{name} writes `{instruction}` itself: use the shared headers' helper");
         }

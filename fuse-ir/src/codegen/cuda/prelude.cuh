@@ -141,12 +141,10 @@ __device__ __forceinline__ float fuse_sigmoid(float x) {
 
 // ---- memory and tensor cores (sm_80) ------------------------------------------------------------------------
 
-// A shared-memory pointer as the 32-bit address the shared-memory instructions take.
-__device__ __forceinline__ unsigned fuse_smem_addr(const void* p) {
-  unsigned a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
+// A shared-memory pointer as the 32-bit address the shared-memory instructions take. The compiler's own
+// conversion, not an asm cvta: it knows the result is the pointer's offset in shared memory, so addresses of
+// shared arrays fold into 32-bit constants (an asm block kept each one a 64-bit cvta and 64-bit arithmetic).
+__device__ __forceinline__ unsigned fuse_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 // 16 bytes global -> shared at `dst` (a fuse_smem_addr), past L1 (cp.async.cg); nbytes = 0 fills zeros. PF is
 // the L2 prefetch hint: 0 none, 1 .L2::128B, 2 .L2::256B. `src` may point to any type (T is deduced): a
 // conversion to void* would move instructions around the copy in the PTX.

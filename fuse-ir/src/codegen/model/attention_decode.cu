@@ -475,7 +475,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, FUSE_DECODE_MI
         split_sum[j] = st.y;
         most = fmaxf(most, st.x);
       }
-      most = fuse_model_warp_max(most);
+      most = fuse_warp_max(most);
       float total = 0.0f;
 #pragma unroll
       for (int j = 0; j < FUSE_DECODE_MAX_SPLITS / 32; ++j) {
@@ -485,7 +485,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, FUSE_DECODE_MI
         total += weight * split_sum[j];
         if (s < used) weights[u * used + s] = weight;
       }
-      total = fuse_model_warp_sum(total);
+      total = fuse_warp_sum(total);
       if (lane == 0) inverse[u] = total > 0.0f ? 1.0f / total : 0.0f;
     }
     __syncthreads();

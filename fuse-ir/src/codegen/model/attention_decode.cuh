@@ -256,24 +256,21 @@ __device__ __forceinline__ void fuse_decode_rope_lane(const uint4 (&own)[FUSE_DE
 }
 #endif
 
-// Thread-block clusters (sm_90): a barrier over the cluster's blocks (release / acquire: shared-memory writes
-// before it are visible to the other blocks after it), and a load from the shared memory of block `rank` of the
-// cluster at the place `p` has in this block's.
+// Thread-block clusters (sm_90, the sm_90 header's): a barrier over the cluster's blocks (release / acquire:
+// shared-memory writes before it are visible to the other blocks after it), and a load from the shared memory of
+// block `rank` of the cluster at the place `p` has in this block's. Nothing where the build has no clusters.
 __device__ __forceinline__ void fuse_decode_cluster_sync() {
 #if FUSE_DECODE_CLUSTER && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  fuse_cluster_sync();
 #endif
 }
 
 __device__ __forceinline__ float fuse_decode_peer_load(const float* p, unsigned int rank) {
-  float v = 0.0f;
 #if FUSE_DECODE_CLUSTER && __CUDA_ARCH__ >= 900
-  unsigned int local, remote;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(local) : "l"(p));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return fuse_cluster_load_f32(fuse_cluster_map(fuse_smem_addr(p), rank));
+#else
+  return 0.0f;
 #endif
-  return v;
 }
 
 // The dense output row (b, h, i) of row u of kv head g.

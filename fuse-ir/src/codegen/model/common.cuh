@@ -88,8 +88,3 @@ __device__ __forceinline__ void fuse_model_grid_sync() {
   fuse_grid_wait();
   fuse_grid_release();
 }
-
-// The prelude's fuse_warp_max / fuse_warp_sum under their former names, for attention_decode.cu alone until its
-// clean-up switches it to those: no other kernel may call these.
-__device__ __forceinline__ float fuse_model_warp_max(float x) { return fuse_warp_max(x); }
-__device__ __forceinline__ float fuse_model_warp_sum(float x) { return fuse_warp_sum(x); }

@@ -79,7 +79,9 @@ impl ModelKernel {
             ModelKernel::Rope => with_helpers!("rope.cu"),
             ModelKernel::Attention => with_helpers!("attention.cu"),
             ModelKernel::AttentionCombine => with_helpers!("attention_combine.cu"),
-            ModelKernel::AttentionDecode => with_helpers!("attention_decode.cuh", "attention_decode.cu"),
+            ModelKernel::AttentionDecode => {
+                with_helpers!("../cuda/sm90.cuh", "attention_decode.cuh", "attention_decode.cu")
+            }
             ModelKernel::Cat => with_helpers!("cat.cu"),
         }
     }

@@ -6,7 +6,7 @@
 __device__ void embed(const FuseDecodeStepArgs& a, float* x) {
     const unsigned token = min(best_token(*a.best), (unsigned)VOCAB - 1);
     for (int i = threadIdx.x; i < HID; i += THREADS)
-        x[i] = h_to_f(a.head_d[(unsigned long long)token * (HID / 32) + i / 32]) * (float)((int)a.head_q[(unsigned long long)token * HID + i] - 128);
+        x[i] = fuse_f16_to_f32(a.head_d[(unsigned long long)token * (HID / 32) + i / 32]) * (float)((int)a.head_q[(unsigned long long)token * HID + i] - 128);
 }
 
 // Four value + 128 bytes as two half2 of their values (1024 + byte through 1024.0's mantissa, less 1152).
@@ -31,9 +31,9 @@ __device__ __forceinline__ float bytes_dot(uint4 w, uint4 xa, uint4 xb) {
 __device__ void load_head_chunk(const FuseDecodeStepArgs& a, const Smem& s, int c) {
     const int r0 = head_first(blockIdx.x) + c * HEAD_CHUNK, last = head_first(blockIdx.x + 1);
     if (r0 >= last) return;
-    const unsigned rows = (unsigned)min(HEAD_CHUNK, last - r0), bar = smem_u32(s.ring + c % HEAD_SLOTS);
+    const unsigned rows = (unsigned)min(HEAD_CHUNK, last - r0), bar = fuse_smem_addr(s.ring + c % HEAD_SLOTS);
     unsigned char* slot = s.W + (unsigned long long)(c % HEAD_SLOTS) * HEAD_CHUNK_BYTES;
-    mbarrier_expect_tx(bar, rows * (HID + HEAD_KB * 2));
+    fuse_mbar_expect_tx(bar, rows * (HID + HEAD_KB * 2));
     bulk_copy(slot, a.head_q + (unsigned long long)r0 * HID, rows * HID, bar);
     bulk_copy(slot + HEAD_CHUNK * HID, a.head_d + (unsigned long long)r0 * HEAD_KB, rows * HEAD_KB * 2, bar);
 }
@@ -41,7 +41,7 @@ __device__ void load_head_chunk(const FuseDecodeStepArgs& a, const Smem& s, int 
 // cluster whose last layer is two before the end) the rows of the last layer's cluster into L2, whose ring
 // starts only as the final residual stream does.
 __device__ void start_head(const FuseDecodeStepArgs& a, const Smem& s, int me, int rank) {
-    fence_proxy_async();  // the layers' reads of this memory before the copies
+    fuse_fence_proxy_async();  // the layers' reads of this memory before the copies
     for (int c = 0; c < HEAD_SLOTS; ++c) load_head_chunk(a, s, c);
     const int first = head_first(blockIdx.x), last = head_first(blockIdx.x + 1);
     if (first + HEAD_SLOTS * HEAD_CHUNK < last)
@@ -78,7 +78,7 @@ __device__ void lm_head(const FuseDecodeStepArgs& a, Smem& s, unsigned long long
     __syncthreads();
     const unsigned long long c1 = clock64(), seen = global_ns();
     const float r = rms_scale(s.x);
-    for (int i = t; i < HID; i += THREADS) s.att[i] = f_to_h(s.x[i] * r * a.out_norm[i]);
+    for (int i = t; i < HID; i += THREADS) s.att[i] = fuse_f32_to_f16(s.x[i] * r * a.out_norm[i]);
     __syncthreads();
     constexpr int KB = HEAD_KB;
     const int first = head_first(blockIdx.x), last = head_first(blockIdx.x + 1);
@@ -98,7 +98,7 @@ __device__ void lm_head(const FuseDecodeStepArgs& a, Smem& s, unsigned long long
         const unsigned short* scales = reinterpret_cast<const unsigned short*>(slot + HEAD_CHUNK * HID);
         float* part = s.part + (c & 1) * HEAD_PARTIALS;
         const unsigned long long w0 = trace ? clock64() : 0;  // only the traced block keeps the ring's waits
-        wait_phase(s.ring + c % HEAD_SLOTS, (unsigned)(c / HEAD_SLOTS) & 1u);
+        fuse_mbar_wait(fuse_smem_addr(s.ring + c % HEAD_SLOTS), (unsigned)(c / HEAD_SLOTS) & 1u);
         if (trace) ring_wait += clock64() - w0;
         if (group < HEAD_GROUPS) {
             // All of the thread's rows' loads, then their arithmetic.
@@ -116,12 +116,12 @@ __device__ void lm_head(const FuseDecodeStepArgs& a, Smem& s, unsigned long long
 #pragma unroll
             for (int j = 0; j < MINE; ++j) {
                 const int row = group + j * HEAD_GROUPS;
-                if (row < rows) part[row * KB + kb] = h_to_f(da[j]) * bytes_dot(wa[j], x0, x1) + h_to_f(db[j]) * bytes_dot(wb[j], x2, x3);
+                if (row < rows) part[row * KB + kb] = fuse_f16_to_f32(da[j]) * bytes_dot(wa[j], x0, x1) + fuse_f16_to_f32(db[j]) * bytes_dot(wb[j], x2, x3);
             }
         }
         __syncthreads();  // the chunk's partials are in, and its slot is read: refill it
         if (t == 0) {
-            fence_proxy_async();
+            fuse_fence_proxy_async();
             load_head_chunk(a, s, c + HEAD_SLOTS);
         }
         if (t < rows) {

@@ -6,7 +6,7 @@
 use super::args::STEP_ARGS;
 use super::layout::*;
 
-/// The PTX helpers and small conversions the kernel's files use (the one place to swap for a shared prelude).
+/// The kernel's own helpers (f16x2 arithmetic, relaxed hand-off words, the timer), after fuse's shared headers.
 const HELPERS: &str = include_str!("ptx.cuh");
 
 /// The kernel's files after the preamble, in the order they build on each other.
@@ -118,9 +118,11 @@ impl StepLayout {
         h
     }
 
-    /// The header, then the PTX helpers: what the kernel's files include first.
+    /// The header, fuse's CUDA prelude and sm_90 header, then the kernel's own helpers: what the kernel's files
+    /// include first.
     pub fn preamble(&self) -> String {
-        self.header() + HELPERS
+        use fuse::ir::codegen::{CUDA_PRELUDE, SM90_HEADER};
+        [self.header().as_str(), CUDA_PRELUDE, SM90_HEADER, HELPERS].concat()
     }
 
     /// The kernel's whole source for NVRTC: the preamble, then its files.

@@ -15,19 +15,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
         a.pos = (long long)a.control[0], a.step = steps & 0xFFFFu, a.tag0 = (steps * 32 + 1) & 0xFFFFFFFFu;
     }
     Smem s = Smem::at(smem_raw);
-    const int rank = (int)cluster_rank(), me = blockIdx.x / CLUSTER, t = threadIdx.x;
+    const int rank = (int)fuse_cluster_rank(), me = blockIdx.x / CLUSTER, t = threadIdx.x;
     unsigned long long* const tail = a.trace ? a.trace + (unsigned long long)LAYERS * NOTES : nullptr;
     const bool first_block = tail && blockIdx.x == 0 && t == 0;
     if (first_block) tail[T_START] = global_ns();
     if (t == 0) {
-        for (int k = 0; k < 1 + HANDOFFS + HEAD_SLOTS; ++k) mbarrier_init(s.bar + k);
-        fence_mbarrier_init();
+        for (int k = 0; k < 1 + HANDOFFS + HEAD_SLOTS; ++k) fuse_mbar_init(fuse_smem_addr(s.bar + k), 1);
+        fuse_mbar_init_fence();
         // Layer 0's weights first: the other clusters' first loads (needed a layer or more later) wait a little.
         if (me > 0)
             for (const unsigned long long from = global_ns(); global_ns() - from < LOAD_DELAY_NS;) __nanosleep(256);
         load_share(a, s, me, rank);
     }
-    cluster_sync();  // every block of the cluster is running (and its mbarriers set) before any is written to
+    fuse_cluster_sync();  // every block of the cluster is running (and its mbarriers set) before any is written to
     if (first_block) tail[T_SYNCED] = global_ns();
     const uint4* W4 = reinterpret_cast<const uint4*>(s.W);
     const float* norm1 = reinterpret_cast<const float*>(s.W + Share::norm1);
@@ -41,7 +41,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
         const bool trace_layer0 = l == 0 && first_block;
         if (l == 0) embed(a, s.x);  // while the weights come
         if (trace_layer0) tail[T_EMBEDDED] = global_ns();
-        wait_phase(s.bar, turn & 1u);
+        fuse_mbar_wait(fuse_smem_addr(s.bar), turn & 1u);
         if (trace_layer0) tail[T_WEIGHTS0] = global_ns();
         if (t == 0)
             for (int k = rank < NQ ? H_QKV : H_ATT; k < HANDOFFS; ++k) expect(s.handoff + k, handoff_bytes(k));
@@ -59,11 +59,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
         __syncthreads();
         mark();
         send(s.out, s.qkv + rank * R_QKV, R_QKV * 4, s.handoff + H_QKV, 0, NQ);
-        if (rank < NQ) wait_phase(s.handoff + H_QKV, turn & 1u);
+        if (rank < NQ) fuse_mbar_wait(fuse_smem_addr(s.handoff + H_QKV), turn & 1u);
         mark();
         if (rank < NQ) attention_head(a, s, l, rank, mark);
         mark();
-        wait_phase(s.handoff + H_ATT, turn & 1u);
+        fuse_mbar_wait(fuse_smem_addr(s.handoff + H_ATT), turn & 1u);
         mark();
         // Output projection + residual: this block's rows of xm = x + o, and their sum of squares, to every block.
         gemv_partials<HID / 32>(W4 + Share::o_q / 16, reinterpret_cast<const unsigned*>(s.W + Share::o_dm), R_O,
@@ -76,10 +76,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
         if (t < 32) {
             float v = 0.f;
             for (int i = t; i < R_O; i += 32) v += s.out[i] * s.out[i];
-            v = warp_sum(v);
+            v = fuse_warp_sum(v);
             if (t < CLUSTER) send_word(v, s.sq + rank, s.handoff + H_XM, t);
         }
-        wait_phase(s.handoff + H_XM, turn & 1u);
+        fuse_mbar_wait(fuse_smem_addr(s.handoff + H_XM), turn & 1u);
         mark();
         // Gate and up of rms_norm(xm) (its scale from the producers' sums of squares, added in rank order: the
         // same in every block): this block's rows of h = silu(gate) * up (f16) and their block sums.
@@ -93,8 +93,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
         __syncthreads();
         if (t < R_GU / 2) {
             const float gate = row_sum<HID / 32>(s.part, t), up = row_sum<HID / 32>(s.part, t + R_GU / 2);
-            const unsigned short h = f_to_h(gate / (1.f + __expf(-gate)) * up);
-            s.out[t] = h_to_f(h);
+            const unsigned short h = fuse_f32_to_f16(gate / (1.f + __expf(-gate)) * up);
+            s.out[t] = fuse_f16_to_f32(h);
             s.stage[(t & ~31) + perm_slot(t & 31)] = h;
         }
         __syncthreads();
@@ -103,10 +103,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
             const int lane = t & 31, warp = t >> 5, h0 = rank * (R_GU / 2);
             send(s.stage, s.h + h0, R_GU / 2 * 2, s.handoff + H_H, 0, CLUSTER);
             if (warp < R_GU / 64) {
-                const float bs = warp_sum(s.out[warp * 32 + lane]);
+                const float bs = fuse_warp_sum(s.out[warp * 32 + lane]);
                 if (lane < CLUSTER) send_word(bs, s.hs + h0 / 32 + warp, s.handoff + H_H, lane);
             }
-            wait_phase(s.handoff + H_H, turn & 1u);
+            fuse_mbar_wait(fuse_smem_addr(s.handoff + H_H), turn & 1u);
         }
         mark();
         // Down + residual: this block's rows of the next layer's input, as tagged words.
@@ -130,5 +130,5 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fuse_decode_step(const 
     }
     if (t == 0) start_head(a, s, me, rank);
     lm_head(a, s, tail && (blockIdx.x == 0 || blockIdx.x == (LAYERS - 1) % CLUSTERS * CLUSTER) ? tail : nullptr);
-    cluster_sync();  // no block leaves while another may still write its shared memory
+    fuse_cluster_sync();  // no block leaves while another may still write its shared memory
 }

@@ -3,8 +3,10 @@
 //!
 //! - `layout.rs`: [`StepLayout`], the one description of the kernel's shapes, eps and memory layout, and the
 //!   limits a model must meet; `header.rs` writes the constants the kernel includes from it (its preamble:
-//!   that header, then `ptx.cuh`) and `args.rs` is the ordered list of its argument words.
-//! - the kernel's CUDA: `ptx.cuh` (every PTX helper and the small conversions), `layout.cuh` (shared memory at
+//!   that header, fuse's `CUDA_PRELUDE` and `SM90_HEADER`, then `ptx.cuh`) and `args.rs` is the ordered list
+//!   of its argument words.
+//! - the kernel's CUDA: `ptx.cuh` (its own few helpers: f16x2 arithmetic, relaxed hand-off words, the timer;
+//!   conversions, reductions, clusters, mbarriers and bulk copies are the shared headers'), `layout.cuh` (shared memory at
 //!   the generated offsets), `stages.cuh` (the Q4_1 GEMV, hand-offs, attention), `head.cuh` (embedding, LM
 //!   head, argmax), `kernel.cu`.
 //! - `weights.rs`: [`DecodeStepWeights`] packs a GGUF file's blocks at the layout's offsets;

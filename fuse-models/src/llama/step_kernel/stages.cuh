@@ -57,11 +57,11 @@ __device__ __forceinline__ Input input_summed(const unsigned short* x, int kb) {
 __device__ __forceinline__ float rms_scale(const float* x) {
     float ss = 0.f;
     for (int i = threadIdx.x & 31; i < HID; i += 32) ss += x[i] * x[i];
-    return rsqrtf(warp_sum(ss) / HID + EPS);
+    return rsqrtf(fuse_warp_sum(ss) / HID + EPS);
 }
 // rms_norm's output x * r * wn into xn (f16, perm_slot order), then a barrier.
 __device__ void norm_to(const float* x, const float* wn, float r, unsigned short* xn) {
-    for (int e = threadIdx.x; e < HID; e += THREADS) xn[(e & ~31) + perm_slot(e & 31)] = f_to_h(x[e] * r * wn[e]);
+    for (int e = threadIdx.x; e < HID; e += THREADS) xn[(e & ~31) + perm_slot(e & 31)] = fuse_f32_to_f16(x[e] * r * wn[e]);
     __syncthreads();
 }
 
@@ -84,7 +84,7 @@ __device__ void gemv_partials(const uint4* q, const unsigned* dm, int rows, In i
         unsigned sc_next = sc;
         if (r + GROUPS < rows) w_next = q[u + GROUPS * KB], sc_next = dm[u + GROUPS * KB];
         const float s = words_dot(w.x, x.v[0], w.y, x.v[1], k) + words_dot(w.z, x.v[2], w.w, x.v[3], k);
-        part[u] = h_to_f((unsigned short)(sc & 0xFFFFu)) * s + h_to_f((unsigned short)(sc >> 16)) * x.sum;
+        part[u] = fuse_f16_to_f32((unsigned short)(sc & 0xFFFFu)) * s + fuse_f16_to_f32((unsigned short)(sc >> 16)) * x.sum;
         w = w_next, sc = sc_next;
     }
 }
@@ -136,21 +136,21 @@ __device__ void prefetch_l2(const void* p, unsigned long long bytes) {
     const char* c = reinterpret_cast<const char*>(p);
     for (unsigned long long at = 0; at < bytes; at += 65536) {
         const unsigned size = (unsigned)(bytes - at < 65536 ? bytes - at : 65536);
-        bulk_prefetch_l2(c + at, size);
+        fuse_bulk_prefetch_l2(c + at, size);
     }
 }
 __device__ void bulk_copy(void* to, const void* from, unsigned bytes, unsigned bar) {
     for (unsigned at = 0; at < bytes; at += COPY)
-        bulk_copy_chunk(smem_u32((char*)to + at), (const char*)from + at, bytes - at < COPY ? bytes - at : COPY, bar);
+        fuse_bulk_copy(fuse_smem_addr((char*)to + at), (const char*)from + at, bytes - at < COPY ? bytes - at : COPY, bar);
 }
 // Thread 0: bulk copies of this block's share of layer l into W and, in an attention block, its kv head's first
 // PRE_KEYS cached keys and values and the position's rope row, completing on s.bar; the kv head's later keys
 // and values prefetched into L2.
 __device__ void load_share(const FuseDecodeStepArgs& a, const Smem& s, int l, int rank) {
-    const unsigned b = smem_u32(s.bar), keys = (unsigned)min((int)a.pos, PRE_KEYS), kv_bytes = keys * HD * 2;
+    const unsigned b = fuse_smem_addr(s.bar), keys = (unsigned)min((int)a.pos, PRE_KEYS), kv_bytes = keys * HD * 2;
     const bool attends = rank < NQ;
-    fence_proxy_async();  // our earlier reads of this memory before the copies
-    mbarrier_expect_tx(b, (unsigned)Share::bytes + (attends ? 2 * kv_bytes + HD * 4 : 0));
+    fuse_fence_proxy_async();  // our earlier reads of this memory before the copies
+    fuse_mbar_expect_tx(b, (unsigned)Share::bytes + (attends ? 2 * kv_bytes + HD * 4 : 0));
     bulk_copy(s.W, a.w + ((unsigned long long)l * CLUSTER + rank) * Share::bytes, (unsigned)Share::bytes, b);
     if (!attends) return;
     const unsigned long long head_at = (unsigned long long)(rank / (NQ / NKV)) * a.capacity * HD;
@@ -176,17 +176,17 @@ __device__ void send(const void* src, const void* dst, unsigned bytes, unsigned 
     for (int e = threadIdx.x; e < (p1 - p0) * chunks; e += THREADS) {
         const int peer = p0 + e / chunks, c = e % chunks;
         const uint4 v = reinterpret_cast<const uint4*>(src)[c];
-        const unsigned to = peer_addr((const char*)dst + c * 16, peer);
-        st_async_v4(to, v, peer_addr(bar, peer));
+        const unsigned to = fuse_cluster_map(fuse_smem_addr((const char*)dst + c * 16), peer);
+        fuse_st_async_v4(to, v.x, v.y, v.z, v.w, fuse_cluster_map(fuse_smem_addr(bar), peer));
     }
 }
 __device__ __forceinline__ void send_word(float v, const float* dst, unsigned long long* bar, int peer) {
-    const unsigned to = peer_addr(dst, peer);
-    st_async_b32(to, __float_as_uint(v), peer_addr(bar, peer));
+    const unsigned to = fuse_cluster_map(fuse_smem_addr(dst), peer);
+    fuse_st_async_b32(to, __float_as_uint(v), fuse_cluster_map(fuse_smem_addr(bar), peer));
 }
 // Thread 0: this block's arrival on a hand-off's mbarrier for this turn, with the bytes it will receive.
 __device__ __forceinline__ void expect(unsigned long long* bar, unsigned bytes) {
-    mbarrier_expect_tx(smem_u32(bar), bytes);
+    fuse_mbar_expect_tx(fuse_smem_addr(bar), bytes);
 }
 
 // ---- attention of one query head (blocks 0..NQ-1 of the cluster) --------------------------------------------
@@ -216,8 +216,8 @@ __device__ void attention_head(const FuseDecodeStepArgs& a, Smem& s, int l, int 
         else {
             kr[d] = v;
             if (head % (NQ / NKV) == 0) {
-                kbase[(unsigned long long)pos * HD + d] = f_to_bf(v);
-                vbase[(unsigned long long)pos * HD + d] = f_to_bf(vnew[d]);
+                kbase[(unsigned long long)pos * HD + d] = fuse_f32_to_bf16_cvt(v);
+                vbase[(unsigned long long)pos * HD + d] = fuse_f32_to_bf16_cvt(vnew[d]);
             }
         }
     }
@@ -247,7 +247,7 @@ __device__ void attention_head(const FuseDecodeStepArgs& a, Smem& s, int l, int 
                 const unsigned* k2 = reinterpret_cast<const unsigned*>(&kv[p]);
                 d[p] = 0.f;
 #pragma unroll
-                for (int j = 0; j < 4; ++j) d[p] += qv[2 * j] * bf2_lo(k2[j]) + qv[2 * j + 1] * bf2_hi(k2[j]);
+                for (int j = 0; j < 4; ++j) d[p] += qv[2 * j] * fuse_bf16x2_lo(k2[j]) + qv[2 * j + 1] * fuse_bf16x2_hi(k2[j]);
             }
             const float a0 = (b4 ? d[2] : d[0]) + __shfl_xor_sync(0xffffffffu, b4 ? d[0] : d[2], 4);
             const float a1 = (b4 ? d[3] : d[1]) + __shfl_xor_sync(0xffffffffu, b4 ? d[1] : d[3], 4);
@@ -263,11 +263,11 @@ __device__ void attention_head(const FuseDecodeStepArgs& a, Smem& s, int l, int 
     scores(s.kpre, 0, min(pos, PRE_KEYS));
     if (pos > PRE_KEYS) scores(kbase + (unsigned long long)PRE_KEYS * HD, PRE_KEYS, pos);
     if (warp == 0) {  // the new key
-        const float d = warp_sum(qr[lane] * kr[lane] + qr[lane + 32] * kr[lane + 32]);
+        const float d = fuse_warp_sum(qr[lane] * kr[lane] + qr[lane + 32] * kr[lane + 32]);
         if (lane == 0) sc[pos] = d;
         mx = fmaxf(mx, d);
     }
-    mx = warp_max(mx);
+    mx = fuse_warp_max(mx);
     if (lane == 0) wmax[warp] = mx;
     __syncthreads();
     for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, wmax[w]);
@@ -291,7 +291,7 @@ __device__ void attention_head(const FuseDecodeStepArgs& a, Smem& s, int l, int 
                 psum += pk;
                 const unsigned* v2 = reinterpret_cast<const unsigned*>(&vv[p]);
 #pragma unroll
-                for (int j = 0; j < 4; ++j) acc[2 * j] += pk * bf2_lo(v2[j]), acc[2 * j + 1] += pk * bf2_hi(v2[j]);
+                for (int j = 0; j < 4; ++j) acc[2 * j] += pk * fuse_bf16x2_lo(v2[j]), acc[2 * j + 1] += pk * fuse_bf16x2_hi(v2[j]);
             }
         }
     };
@@ -317,8 +317,8 @@ __device__ void attention_head(const FuseDecodeStepArgs& a, Smem& s, int l, int 
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         if (q4 == 0) {
-            const unsigned short h = f_to_h(o / sum);
-            outv[d] = h_to_f(h);
+            const unsigned short h = fuse_f32_to_f16(o / sum);
+            outv[d] = fuse_f16_to_f32(h);
             s.stage[(d & ~31) + perm_slot(d & 31)] = h;
         }
     }
@@ -326,7 +326,7 @@ __device__ void attention_head(const FuseDecodeStepArgs& a, Smem& s, int l, int 
     // Hand-off: the 64 outputs (f16) and the sums of the head's two input blocks of the output projection.
     send(s.stage, s.att + head * HD, HD * 2, s.handoff + H_ATT, 0, CLUSTER);
     if (warp < 2) {
-        const float bs = warp_sum(outv[warp * 32 + lane]);
+        const float bs = fuse_warp_sum(outv[warp * 32 + lane]);
         if (lane < CLUSTER) send_word(bs, s.atts + head * 2 + warp, s.handoff + H_ATT, lane);
     }
     __syncthreads();  // outv aliases the partials the output projection writes next

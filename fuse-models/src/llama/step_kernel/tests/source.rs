@@ -86,13 +86,25 @@ fn eps_comes_from_the_model_file_into_the_source_and_the_cache_key() {
 
 #[test]
 fn the_source_is_the_header_then_the_kernel_with_no_switch_left() {
+    use fuse::ir::codegen::{CUDA_PRELUDE, SM90_HEADER};
     let layout = smollm2();
     let source = layout.source();
     assert!(source.starts_with(&layout.preamble()) && layout.preamble().starts_with(&layout.header()));
-    assert!(source.contains(&format!("extern \"C\" __global__ void __launch_bounds__(THREADS, 1) {STEP_ENTRY}(")));
+    let shared = [CUDA_PRELUDE, SM90_HEADER].concat();
+    let own = source.strip_prefix(&layout.header()).and_then(|rest| rest.strip_prefix(&shared));
+    let own = own.expect("the header, then fuse's CUDA prelude and sm_90 header, then the kernel's files");
+    assert!(own.contains(&format!("extern \"C\" __global__ void __launch_bounds__(THREADS, 1) {STEP_ENTRY}(")));
     assert!(!source.contains("#include"), "the source is self-contained");
     for switch in ["#if", "#ifdef", "#ifndef", "#define", "FUSE_STEP_"] {
-        assert!(!source.contains(switch), "`{switch}` in the kernel: its numbers come from the layout");
+        assert!(!own.contains(switch), "`{switch}` in the kernel: its numbers come from the layout");
+    }
+    // What the shared headers wrap, the kernel calls through them rather than writing it again (in its asm).
+    let asm: String = own.lines().filter(|l| l.contains("asm")).collect();
+    assert!(asm.contains("fma.rn.f16x2") && asm.contains("%%globaltimer"), "the kernel's own asm helpers found");
+    let wrapped = ["cvt.f32.f16", "cvt.rn.f16.f32", "cvt.rn.bf16", "cvta", "mbarrier.", "barrier.cluster", "mapa."];
+    for instruction in wrapped.iter().chain(&["%%cluster_ctarank", "cp.async.bulk", "st.async", "fence.proxy"]) {
+        assert!(shared.contains(instruction), "the shared headers wrap `{instruction}`");
+        assert!(!asm.contains(instruction), "the kernel writes `{instruction}` itself: use the shared headers'");
     }
     let k = layout.kernel_source();
     assert_eq!((k.entry.as_str(), k.arch.as_str(), k.argument_words), (STEP_ENTRY, "sm_90a", STEP_ARGS.len()));
