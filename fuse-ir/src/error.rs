@@ -22,6 +22,11 @@ pub enum InferError {
     Integer { dtype: DType },
     /// A float converted to `u32`: ids come from `argmax` or `Tensor::from_vec(Vec<u32>, ..)`.
     ToInteger { from: DType },
+    /// Block-quantized weights where an op computes on its operand (only a matmul's right operand, an
+    /// embedding table, `to_dtype` and views read them); `op` names the op.
+    Blocks { dtype: DType, op: &'static str },
+    /// A conversion to a block-quantized type: fuse reads quantized files, it does not quantize.
+    ToBlocks { to: DType },
     /// An operand of the wrong dtype: `operand` names it (`ids`), `expected` says what it takes (`u32`).
     OperandDType { operand: &'static str, expected: &'static str, got: Option<DType> },
     /// Operand shapes that do not fit a model op; `expected` says what it takes.
@@ -57,6 +62,15 @@ impl fmt::Display for InferError {
             InferError::ToInteger { from } => write!(
                 f,
                 "{from} values do not convert to u32: token ids come from `argmax` or `Tensor::from_vec(Vec<u32>, ..)`"
+            ),
+            InferError::Blocks { dtype, op } => write!(
+                f,
+                "{op} does not take {dtype} blocks: quantized weights are read by a matmul as its right operand \
+                 (`x.matmul(&w.t())`), by `embedding` as its table, and by `.to_dtype(..)`, which dequantizes them"
+            ),
+            InferError::ToBlocks { to } => write!(
+                f,
+                "to_dtype({to}): fuse does not quantize; {to} tensors come from a file's bytes (`Tensor::from_blocks`)"
             ),
             InferError::OperandDType { operand, expected, got: Some(got) } => {
                 write!(f, "`{operand}` must be {expected}, got {got}")

@@ -125,8 +125,22 @@ pub fn infer_dtypes(g: &Graph, inputs: &[Option<DType>]) -> Result<Vec<Option<DT
         // Token ids take no arithmetic: every op that computes on its operands' values refuses them.
         let computes =
             (n.op.is_pointwise() && !matches!(n.op, Op::Cast(_))) || matches!(n.op, Op::Reduce(_) | Op::MatMul);
-        if let Some(dtype) = n.args.iter().filter_map(|a| dtypes[a.index()]).find(|d| computes && !d.is_float()) {
-            return Err(err(InferError::Integer { dtype }));
+        // Blocks are read by a matmul as its right operand, by the views that leave elements where they are
+        // and by a cast (which dequantizes); model ops check their own operands.
+        let reads_blocks = |i: usize| match n.op {
+            Op::MatMul => i == 1,
+            Op::Cast(_) | Op::Transpose | Op::Model(_) => true,
+            Op::View(v) => !matches!(v, ViewOp::Cat { .. } | ViewOp::Contiguous | ViewOp::SliceSet { .. }),
+            _ => false,
+        };
+        for (i, a) in n.args.iter().enumerate() {
+            match dtypes[a.index()] {
+                Some(dtype) if dtype.is_quantized() && !reads_blocks(i) => {
+                    return Err(err(InferError::Blocks { dtype, op: n.op.name() }))
+                }
+                Some(dtype) if computes && dtype == DType::U32 => return Err(err(InferError::Integer { dtype })),
+                _ => {}
+            }
         }
         let d = match n.op {
             Op::Input(k) => *inputs.get(k as usize).ok_or(err(InferError::MissingInput { index: k as usize }))?,
@@ -135,6 +149,7 @@ pub fn infer_dtypes(g: &Graph, inputs: &[Option<DType>]) -> Result<Vec<Option<DT
                 Some(from) if from.is_float() => return Err(err(InferError::ToInteger { from })),
                 _ => Some(DType::U32),
             },
+            Op::Cast(to) if to.is_quantized() => return Err(err(InferError::ToBlocks { to })),
             Op::Cast(d) => Some(d),
             Op::Unary(_) | Op::Reduce(_) | Op::Transpose => arg(0),
             Op::View(ViewOp::Dim { .. }) => None,
@@ -161,6 +176,8 @@ pub fn infer_dtypes(g: &Graph, inputs: &[Option<DType>]) -> Result<Vec<Option<DT
                 (a, b) => a.or(b),
             },
             Op::View(_) => arg(0),
+            // The right operand in blocks: the product is in the left operand's dtype.
+            Op::MatMul if arg(1).is_some_and(DType::is_quantized) => arg(0),
             Op::Binary(_) | Op::MatMul => match (arg(0), arg(1)) {
                 (Some(a), Some(b)) if a != b => return Err(err(InferError::DType { lhs: a, rhs: b })),
                 (a, b) => a.or(b),

@@ -17,12 +17,13 @@ pub mod interp;
 pub mod model_op;
 pub mod op;
 pub mod plan;
+pub mod quant;
 #[cfg(test)]
 mod samples;
 mod text;
 pub mod view;
 
-pub use dtype::DType;
+pub use dtype::{BlockLayout, DType};
 pub use graph::{Graph, Input, InputKind, Node, NodeId};
 pub use model_op::ModelOp;
 pub use op::{BinaryOp, Op, ReduceOp, UnaryOp};

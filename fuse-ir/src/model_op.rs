@@ -167,6 +167,8 @@ impl ModelOp {
         };
         match self {
             ModelOp::Embedding => match args[0] {
+                // A block-quantized table's rows come out dequantized, in f32.
+                Some(DType::U32) if args[1].is_some_and(DType::is_quantized) => Ok(Some(DType::F32)),
                 Some(DType::U32) => Ok(Some(float("table", args[1])?)),
                 got => Err(InferError::OperandDType { operand: "ids", expected: "u32", got }),
             },

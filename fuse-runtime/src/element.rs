@@ -77,5 +77,7 @@ pub(crate) fn round_to(dtype: DType, v: f32) -> f32 {
         DType::F16 => f16::from_f32(v).to_f32(),
         DType::BF16 => bf16::from_f32(v).to_f32(),
         DType::U32 => (v as u32) as f32,
+        // No result is block-quantized (inference refuses every op that would write blocks).
+        _ => v,
     }
 }

@@ -21,6 +21,44 @@ pub(crate) enum CpuData {
     /// Another library's memory, read in place for the length of one `#[fuse]` call (`candle.rs`).
     #[cfg_attr(not(feature = "candle"), allow(dead_code))]
     Borrowed(Borrowed),
+    /// Block-quantized weights as a file stores them (`Tensor::from_blocks`).
+    Blocks(Blocks),
+}
+
+/// Whole blocks of a block-quantized `dtype`, the tensor's elements in row-major order: a vector of fuse's own
+/// or bytes another owner keeps alive and unchanged (a memory-mapped model file), read in place.
+pub(crate) struct Blocks {
+    dtype: DType,
+    bytes: BlockBytes,
+}
+
+pub(crate) enum BlockBytes {
+    Owned(Vec<u8>),
+    /// `len` bytes from `start` of what `owner` holds.
+    Shared {
+        owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+        start: usize,
+        len: usize,
+    },
+}
+
+impl Blocks {
+    /// The caller checked that `bytes` are whole blocks of `dtype`, a block type.
+    pub(crate) fn new(dtype: DType, bytes: BlockBytes) -> Blocks {
+        Blocks { dtype, bytes }
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match &self.bytes {
+            BlockBytes::Owned(v) => v,
+            BlockBytes::Shared { owner, start, len } => &(**owner).as_ref()[*start..*start + *len],
+        }
+    }
+
+    /// Whether the bytes are another owner's, read in place.
+    pub(crate) fn is_shared(&self) -> bool {
+        matches!(self.bytes, BlockBytes::Shared { .. })
+    }
 }
 
 /// `len` elements of `dtype` at `ptr`, owned by another library: read only (a write first copies them into
@@ -61,6 +99,11 @@ impl CpuRead<'_> {
     pub(crate) fn is_borrowed(&self) -> bool {
         self.0.is_borrowed()
     }
+
+    /// Whether this is block-quantized bytes another owner holds, read in place.
+    pub(crate) fn is_shared_blocks(&self) -> bool {
+        matches!(&*self.0, CpuData::Blocks(b) if b.is_shared())
+    }
 }
 
 /// A storage's elements as f32: the vector itself (read-locked) or its converted copy.
@@ -90,6 +133,8 @@ pub(crate) enum CpuSlice<'a> {
     F16(&'a [f16]),
     BF16(&'a [bf16]),
     U32(&'a [u32]),
+    /// Whole blocks of a block-quantized dtype.
+    Blocks(DType, &'a [u8]),
 }
 
 impl CpuData {
@@ -135,6 +180,7 @@ impl CpuData {
                 CpuSlice::F16(v) => CpuData::F16(v.to_vec()),
                 CpuSlice::BF16(v) => CpuData::BF16(v.to_vec()),
                 CpuSlice::U32(v) => CpuData::U32(v.to_vec()),
+                CpuSlice::Blocks(..) => unreachable!("borrowed memory holds element types only"),
             };
         }
         self
@@ -147,6 +193,7 @@ impl CpuData {
             DType::F16 => CpuData::F16(vec![f16::ZERO; len]),
             DType::BF16 => CpuData::BF16(vec![bf16::ZERO; len]),
             DType::U32 => CpuData::U32(vec![0; len]),
+            q => CpuData::Blocks(Blocks::new(q, BlockBytes::Owned(vec![0; q.storage_bytes(len).unwrap_or(0)]))),
         }
     }
 
@@ -157,6 +204,7 @@ impl CpuData {
             CpuData::BF16(_) => DType::BF16,
             CpuData::U32(_) => DType::U32,
             CpuData::Borrowed(b) => b.dtype,
+            CpuData::Blocks(b) => b.dtype,
         }
     }
 
@@ -167,6 +215,7 @@ impl CpuData {
             CpuData::BF16(v) => CpuSlice::BF16(v),
             CpuData::U32(v) => CpuSlice::U32(v),
             CpuData::Borrowed(b) => b.slice(),
+            CpuData::Blocks(b) => CpuSlice::Blocks(b.dtype, b.bytes()),
         }
     }
 
@@ -177,6 +226,7 @@ impl CpuData {
             CpuSlice::F16(v) => (v.as_ptr().cast(), v.len(), DType::F16),
             CpuSlice::BF16(v) => (v.as_ptr().cast(), v.len(), DType::BF16),
             CpuSlice::U32(v) => (v.as_ptr().cast(), v.len(), DType::U32),
+            CpuSlice::Blocks(..) => return None,
         };
         // SAFETY: Element is sealed to one Rust type a dtype (f32, f16, bf16, u32), so equal dtypes mean the
         // slice's elements are T; the slice lives as long as `self`.
@@ -191,6 +241,7 @@ impl CpuData {
             CpuData::BF16(v) => v,
             CpuData::U32(v) => v,
             CpuData::Borrowed(_) => unreachable!("owned_mut copies borrowed memory"),
+            CpuData::Blocks(_) => return None,
         };
         any.downcast_mut::<Vec<T>>().map(|v| v.as_mut_slice())
     }
@@ -201,6 +252,9 @@ impl CpuData {
             CpuSlice::F16(v) => v.to_f32_vec(),
             CpuSlice::BF16(v) => v.to_f32_vec(),
             CpuSlice::U32(v) => v.iter().map(|&id| id as f32).collect(),
+            CpuSlice::Blocks(dtype, bytes) => {
+                fuse_ir::quant::dequantize_to_vec(dtype, bytes).expect("storage holds whole blocks")
+            }
         }
     }
 }
@@ -215,6 +269,7 @@ impl Borrowed {
                 DType::F16 => CpuSlice::F16(std::slice::from_raw_parts(self.ptr.cast(), self.len)),
                 DType::BF16 => CpuSlice::BF16(std::slice::from_raw_parts(self.ptr.cast(), self.len)),
                 DType::U32 => CpuSlice::U32(std::slice::from_raw_parts(self.ptr.cast(), self.len)),
+                q => unreachable!("borrowed memory of the block type {q}"),
             }
         }
     }
@@ -269,6 +324,10 @@ impl CpuSlice<'_> {
             CpuSlice::F16(v) => v.len(),
             CpuSlice::BF16(v) => v.len(),
             CpuSlice::U32(v) => v.len(),
+            CpuSlice::Blocks(dtype, bytes) => {
+                let b = dtype.block().expect("a block type");
+                bytes.len() / b.bytes * b.elements
+            }
         }
     }
 
@@ -287,6 +346,12 @@ impl CpuSlice<'_> {
             (CpuSlice::F16(v), _) => gather(v, start, stride, out, f16::to_f32),
             (CpuSlice::BF16(v), _) => gather(v, start, stride, out, bf16::to_f32),
             (CpuSlice::U32(v), _) => gather(v, start, stride, out, |id| id as f32),
+            (CpuSlice::Blocks(dtype, bytes), 1) => read_blocks(*dtype, bytes, start, out),
+            (CpuSlice::Blocks(..), _) => {
+                for (i, o) in out.iter_mut().enumerate() {
+                    *o = self.get_f32(start + i * stride);
+                }
+            }
         }
     }
 
@@ -298,7 +363,24 @@ impl CpuSlice<'_> {
             CpuSlice::F16(v) => v[index].to_f32(),
             CpuSlice::BF16(v) => v[index].to_f32(),
             CpuSlice::U32(v) => v[index] as f32,
+            CpuSlice::Blocks(dtype, bytes) => fuse_ir::quant::dequantize_element(*dtype, bytes, index),
         }
+    }
+}
+
+/// Elements `start .. start + out.len()` of whole blocks of `dtype`, each block they touch decoded once.
+fn read_blocks(dtype: DType, bytes: &[u8], start: usize, out: &mut [f32]) {
+    let b = dtype.block().expect("a block type");
+    let mut values = [0.0f32; 256];
+    let mut at = start;
+    let mut filled = 0;
+    while filled < out.len() {
+        let (block, inner) = (at / b.elements, at % b.elements);
+        fuse_ir::quant::dequantize_block(dtype, &bytes[block * b.bytes..][..b.bytes], &mut values[..b.elements]);
+        let take = (b.elements - inner).min(out.len() - filled);
+        out[filled..filled + take].copy_from_slice(&values[inner..inner + take]);
+        filled += take;
+        at += take;
     }
 }
 

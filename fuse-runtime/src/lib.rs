@@ -43,6 +43,7 @@ mod host;
 pub mod host_profile;
 mod layout;
 mod operators;
+mod quantized;
 mod random;
 mod reference;
 mod tensor;

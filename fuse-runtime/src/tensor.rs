@@ -4,7 +4,7 @@
 use crate::cuda::storage::CudaStorage;
 use crate::element::Element;
 use crate::error::EAGER;
-use crate::host::{for_each_offset, CpuData, CpuSlice, CpuStorage};
+use crate::host::{for_each_offset, BlockBytes, Blocks, CpuData, CpuSlice, CpuStorage};
 use crate::layout::row_offset;
 use crate::{Device, Error, Result};
 use fuse_ir::infer::InferError;
@@ -187,6 +187,12 @@ impl Tensor {
             return Ok(out);
         }
         let data = cpu.slice();
+        if self.is_contiguous() {
+            // One pass over the run (a block type decodes each block once, not once an element).
+            let mut values = vec![0.0f32; self.numel()];
+            data.read_f32(self.offset, 1, &mut values);
+            return Ok(values.into_iter().map(T::from_f32).collect());
+        }
         let mut out = Vec::with_capacity(self.numel());
         for_each_offset(&self.shape, &self.strides, self.offset, |i| out.push(T::from_f32(data.get_f32(i))));
         Ok(out)
@@ -293,6 +299,7 @@ impl Tensor {
             DType::F16 => CpuData::F16(self.to_vec()?),
             DType::BF16 => CpuData::BF16(self.to_vec()?),
             DType::U32 => CpuData::U32(self.to_vec()?),
+            q => CpuData::Blocks(dense_blocks(self, q)?),
         })
     }
 
@@ -305,6 +312,11 @@ impl Tensor {
                 unreachable!("a GPU tensor reached the CPU backend (exec::execute dispatches by device)")
             }
         }
+    }
+
+    /// The memory behind this tensor.
+    pub(crate) fn storage(&self) -> &Storage {
+        &self.storage
     }
 
     /// Device memory of a GPU tensor, `None` for a CPU tensor.
@@ -354,4 +366,33 @@ impl fmt::Debug for Tensor {
         let more = if self.numel() > SHOWN { ", ..." } else { "" };
         write!(f, ", [{}{more}])", shown.join(", "))
     }
+}
+
+/// The blocks of a dense, block-aligned view of a block-quantized tensor, copied (what moving one between
+/// devices needs). A transposed or strided view has no such bytes: it is an error saying so.
+fn dense_blocks(t: &Tensor, dtype: DType) -> Result<Blocks> {
+    let block = dtype.block().expect("a block type");
+    if !t.is_contiguous() || t.layout().offset % block.elements != 0 {
+        return Err(Error::InvalidArgument {
+            op: "to_device",
+            reason: format!(
+                "a {dtype} view of shape {:?} that is not dense whole blocks (a transposed or strided view) cannot \
+                 be copied as blocks: copy the tensor it views, or dequantize it first with .to_dtype(..)",
+                t.shape()
+            ),
+        });
+    }
+    let first = t.layout().offset / block.elements * block.bytes;
+    let len = dtype.storage_bytes(t.numel()).expect("whole blocks");
+    let bytes = match t.storage() {
+        Storage::Cpu(cpu) => match cpu.read().slice() {
+            CpuSlice::Blocks(_, bytes) => bytes[first..first + len].to_vec(),
+            _ => unreachable!("a block dtype's storage holds blocks"),
+        },
+        Storage::Cuda(gpu) => match gpu.download_range(t.layout().offset, t.numel())? {
+            CpuData::Blocks(b) => b.bytes().to_vec(),
+            _ => unreachable!("a block dtype's storage holds blocks"),
+        },
+    };
+    Ok(Blocks::new(dtype, BlockBytes::Owned(bytes)))
 }

@@ -280,5 +280,12 @@ fn dtype_code(d: DType) -> u8 {
         DType::BF16 => 2,
         // No kernel reads or writes token ids yet (the runtime refuses them first); 4 is reserved for them.
         DType::U32 => 4,
+        q => block_dtype_code(q),
     }
+}
+
+/// The code of a block-quantized dtype in every kernel's defines: 16 + its place in `DType::QUANTIZED`
+/// (the same in the generated kernels' and the model kernels' defines).
+pub(crate) fn block_dtype_code(d: DType) -> u8 {
+    16 + DType::QUANTIZED.iter().position(|&q| q == d).expect("a block-quantized dtype") as u8
 }

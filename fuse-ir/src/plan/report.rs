@@ -96,7 +96,12 @@ pub fn describe_for(
         let _ = write!(text, "k{i} {} {}: ", group.kind.name(), plan.kernel_name(g, i));
         let fused: Vec<String> = group.nodes.iter().map(|&n| value(g, n)).collect();
         let _ = write!(text, "fuses {}", fused.join(", "));
-        let reads: Vec<String> = group.inputs.iter().map(|&n| value(g, n)).collect();
+        // A block-quantized operand says its format: the GEMM dequantizes it in its loads.
+        let format = |n: NodeId| match shapes.and_then(|(_, dtypes)| dtypes.get(n.index()).copied().flatten()) {
+            Some(d) if d.is_quantized() => format!(" (as {d} blocks)"),
+            _ => String::new(),
+        };
+        let reads: Vec<String> = group.inputs.iter().map(|&n| value(g, n) + &format(n)).collect();
         let _ = write!(text, "; reads {}", list_or_nothing(&reads));
         let writes: Vec<String> = group.outputs.iter().map(|&n| value(g, n)).collect();
         let _ = write!(text, "; writes {}", list_or_nothing(&writes));
@@ -166,5 +171,5 @@ fn kept_on_chip(group: &Group, backend: Backend) -> Vec<NodeId> {
 fn round_trip_bytes(n: NodeId, shapes: &[Vec<usize>], dtypes: &[Option<DType>]) -> usize {
     let Some(shape) = shapes.get(n.index()) else { return 0 };
     let dtype = dtypes.get(n.index()).copied().flatten().unwrap_or(DType::F32);
-    2 * shape.iter().product::<usize>() * dtype.size_bytes()
+    2 * dtype.storage_bytes(shape.iter().product::<usize>()).unwrap_or(0)
 }

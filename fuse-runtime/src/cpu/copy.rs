@@ -35,6 +35,7 @@ pub(crate) fn cat(info: &CallInfo<'_>, id: NodeId, resolve: &dyn Fn(NodeId) -> R
         DType::F16 => join::<f16>(&parts, axis)?,
         DType::BF16 => join::<bf16>(&parts, axis)?,
         DType::U32 => join::<u32>(&parts, axis)?,
+        q => return Err(Error::internal(info.function, format!("cat of {q} blocks (inference refuses it)"))),
     };
     Ok(Tensor::from_cpu(data, shape))
 }
@@ -80,6 +81,7 @@ pub(crate) fn slice_set(info: &CallInfo<'_>, id: NodeId, resolve: &dyn Fn(NodeId
         DType::F16 => write_rows::<f16>(&dest, &src, axis, offset),
         DType::BF16 => write_rows::<bf16>(&dest, &src, axis, offset),
         DType::U32 => write_rows::<u32>(&dest, &src, axis, offset),
+        q => return Err(Error::internal(info.function, format!("slice_set of {q} blocks (inference refuses it)"))),
     }?;
     Ok(dest)
 }

@@ -169,6 +169,7 @@ pub(crate) fn sink_of(data: &mut CpuData) -> Sink<'_> {
         CpuData::BF16(v) => Sink::BF16(v),
         CpuData::U32(v) => Sink::U32(v),
         CpuData::Borrowed(_) => unreachable!("owned_mut copies borrowed memory"),
+        CpuData::Blocks(_) => unreachable!("no result is block-quantized (inference refuses every op writing one)"),
     }
 }
 

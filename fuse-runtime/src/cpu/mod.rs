@@ -3,7 +3,8 @@
 //! - `exec`: the plan executor (value table, shapes, falling back to one op at a time when a group's
 //!   shapes do not fit its fused form);
 //! - `rowprog` / `rowrun`: pointwise and row-reduction groups compiled to straight-line row code and run;
-//! - `matmul`: Gemm and DualGemm groups (prologue, `gemm` crate, epilogue);
+//! - `matmul`: Gemm and DualGemm groups (prologue, `gemm` crate, epilogue); `quant`: their products with
+//!   block-quantized weights (SIMD kernels that read the blocks as stored);
 //! - `model`, `attention`: Model groups (embedding, argmax, rope; attention with an online softmax);
 //! - `copy`: `cat` (views are strided tensors, resolved by `exec`; `contiguous` is a row program);
 //! - `kernels`, `math`: inner loops, vectorisable exp/tanh.
@@ -18,6 +19,7 @@ mod kernels;
 mod math;
 mod matmul;
 mod model;
+pub(crate) mod quant;
 mod rowprog;
 mod rowrun;
 

@@ -105,6 +105,14 @@ fn embedding(ids: &[u32], table: &Tensor) -> std::result::Result<CpuData, InferE
         CpuSlice::F16(v) => CpuData::F16(gather_rows(&v[start..], ids, hidden)),
         CpuSlice::BF16(v) => CpuData::BF16(gather_rows(&v[start..], ids, hidden)),
         CpuSlice::U32(v) => CpuData::U32(gather_rows(&v[start..], ids, hidden)),
+        // A block-quantized table's rows, dequantized (embedding of blocks gives f32).
+        blocks @ CpuSlice::Blocks(..) => {
+            let mut out = vec![0.0f32; ids.len() * hidden];
+            for (row, &id) in out.chunks_mut(hidden.max(1)).zip(ids) {
+                blocks.read_f32(start + id as usize * hidden, 1, row);
+            }
+            CpuData::F32(out)
+        }
     })
 }
 

@@ -9,7 +9,7 @@
 use super::arena::Arena;
 use super::device::CudaDevice;
 use super::driver::driver_error;
-use crate::host::{CpuData, CpuSlice};
+use crate::host::{BlockBytes, Blocks, CpuData, CpuSlice};
 use crate::{Error, Result};
 use cudarc::driver::{CudaSlice, DevicePtr};
 use fuse_ir::DType;
@@ -84,9 +84,9 @@ fn from_bytes<T: Copy + Default>(bytes: &[u8]) -> Vec<T> {
 impl CudaStorage {
     /// Uninitialised memory for `len` elements of `dtype` (every kernel writes all of its outputs).
     pub(crate) fn alloc(device: &CudaDevice, dtype: DType, len: usize) -> Result<CudaStorage> {
-        let bytes = len.checked_mul(dtype.size_bytes()).ok_or_else(|| Error::Cuda {
+        let bytes = dtype.storage_bytes(len).ok_or_else(|| Error::Cuda {
             op: "alloc".into(),
-            message: format!("{len} elements of {dtype} overflow the address space"),
+            message: format!("{len} elements of {dtype} overflow the address space or are not whole blocks"),
         })?;
         let _entered = device.enter();
         let memory = match device.capture_arena() {
@@ -114,10 +114,11 @@ impl CudaStorage {
             CpuSlice::F16(v) => (as_bytes(v), DType::F16),
             CpuSlice::BF16(v) => (as_bytes(v), DType::BF16),
             CpuSlice::U32(v) => (as_bytes(v), DType::U32),
+            CpuSlice::Blocks(dtype, bytes) => (bytes, dtype),
         };
         let _entered = device.enter();
         device.refuse_while_capturing("a copy from the host (Tensor::from_vec, to_device)")?;
-        let storage = CudaStorage::alloc(device, dtype, bytes.len() / dtype.size_bytes())?;
+        let storage = CudaStorage::alloc(device, dtype, data.as_slice().len())?;
         storage.host_written.store(true, Ordering::Relaxed);
         if !bytes.is_empty() {
             // SAFETY: `bytes` bytes at the allocation's start; the host slice outlives the copy, which
@@ -221,14 +222,24 @@ impl CudaStorage {
     pub(crate) fn download_range(&self, start: usize, len: usize) -> Result<CpuData> {
         let start = start.min(self.len());
         let len = len.min(self.len() - start);
-        let size = self.dtype.size_bytes();
-        let bytes_len = len * size;
+        let (start_bytes, bytes_len) = match self.dtype.block() {
+            None => (start * self.dtype.size_bytes(), len * self.dtype.size_bytes()),
+            Some(b) if start % b.elements == 0 && len % b.elements == 0 => {
+                (start / b.elements * b.bytes, len / b.elements * b.bytes)
+            }
+            Some(_) => {
+                return Err(Error::Cuda {
+                    op: "copy to the host".into(),
+                    message: format!("elements {start}.. ({len}) of {} are not whole blocks", self.dtype),
+                })
+            }
+        };
         let mut bytes = vec![0u8; bytes_len];
         let _entered = self.device.enter();
         if bytes_len > 0 {
             self.device
                 .refuse_while_capturing("a copy to the host (to_vec, or an op that reads values on the host)")?;
-            let from = self.base_address() + (start * size) as u64;
+            let from = self.base_address() + start_bytes as u64;
             // SAFETY: `bytes_len` bytes inside this live allocation into a host buffer of that length, which
             // stays alive until the synchronisation below.
             unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut bytes, from, self.device.stream().cu_stream()) }
@@ -241,6 +252,7 @@ impl CudaStorage {
             DType::F16 => CpuData::F16(from_bytes::<u16>(&bytes).into_iter().map(f16::from_bits).collect()),
             DType::BF16 => CpuData::BF16(from_bytes::<u16>(&bytes).into_iter().map(bf16::from_bits).collect()),
             DType::U32 => CpuData::U32(from_bytes::<u32>(&bytes)),
+            q => CpuData::Blocks(Blocks::new(q, BlockBytes::Owned(bytes))),
         })
     }
 
@@ -266,7 +278,10 @@ impl CudaStorage {
 
     /// Number of elements.
     pub(crate) fn len(&self) -> usize {
-        self.bytes / self.dtype.size_bytes()
+        match self.dtype.block() {
+            None => self.bytes / self.dtype.size_bytes(),
+            Some(b) => self.bytes / b.bytes * b.elements,
+        }
     }
 
     /// The device address of element 0.

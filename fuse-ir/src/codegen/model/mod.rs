@@ -106,6 +106,7 @@ impl ModelKernel {
             DType::F16 => 1,
             DType::BF16 => 2,
             DType::U32 => 3,
+            q => crate::codegen::block_dtype_code(q),
         };
         vec![format!("-DFUSE_MODEL_DTYPE={code}")]
     }

@@ -94,8 +94,9 @@ fn agreement(dtype: DType) -> f64 {
         DType::BF16 => 2e-2,
         DType::F16 => 5e-3,
         DType::F32 => 1e-3,
-        // No matmul takes ids (inference refuses them); ids would have to agree exactly.
+        // No matmul takes ids (inference refuses them), nor writes blocks; ids would have to agree exactly.
         DType::U32 => 0.0,
+        _ => 0.0,
     }
 }
 

@@ -108,8 +108,9 @@ fn data_type(dtype: DType) -> cudaDataType_t {
         DType::F32 => cudaDataType_t::CUDA_R_32F,
         DType::F16 => cudaDataType_t::CUDA_R_16F,
         DType::BF16 => cudaDataType_t::CUDA_R_16BF,
-        // Never reached: inference refuses a matmul of ids.
+        // Never reached: inference refuses a matmul of ids, and blocks reach cuBLAS dequantized.
         DType::U32 => cudaDataType_t::CUDA_R_32U,
+        _ => cudaDataType_t::CUDA_R_8U,
     }
 }
 

@@ -61,7 +61,7 @@ impl TensorMapSpec {
         let data_type = match self.dtype {
             DType::BF16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
             DType::F16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-            DType::F32 | DType::U32 => return Err("the wgmma template takes bf16 and f16".into()),
+            _ => return Err("the wgmma template takes bf16 and f16".into()),
         };
         // A single row has no stride of its own: any multiple of 16 bytes will do.
         let ld = if self.rows == 1 { self.k.next_multiple_of(8) } else { self.ld };

@@ -1,0 +1,249 @@
+//! Matrix products of f32 activations with block-quantized weights (GGUF / ggml's Q4_0 ... Q6_K), on the CPU.
+//!
+//! `out = x · Wᵀ`: x is m x k f32 (row-major), W is n rows of k values each stored as `k / elements` blocks, the
+//! layout GGUF gives a weight matrix (`ne0 = k`). Two strategies:
+//! - [`Strategy::F32`]: each weight block is decoded to f32 in registers and FMA'd with x; the result is the
+//!   reference (`fuse_ir::quant::dequantize`) product up to f32 summation order.
+//! - [`Strategy::Q8`]: each row of x is first quantized to 8 bits (blocks of 32 like Q8_0 for the 32-element types,
+//!   blocks of 256 with per-16 sums like Q8_K for the K types), then integer dot products (`maddubs` / `madd`) with
+//!   the scales applied in f32 once a block, as llama.cpp does; about 1e-3 relative error from x's rounding.
+//!
+//! Kernels take one row of W and up to [`MR`] rows of x: a block is decoded once and used for all of them. Work is
+//! split with rayon over tiles of [`NR`] rows of W (and of [`MC`] rows of x when m is large); the tiles do not
+//! depend on the thread count and each output's arithmetic does not depend on its tile, so results are
+//! bit-identical whatever the number of threads.
+
+mod common;
+mod q8;
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86_f32;
+#[cfg(target_arch = "x86_64")]
+mod x86_q8;
+
+#[cfg(test)]
+mod tests;
+
+use fuse_ir::DType;
+use q8::{Q8Acts, Q8Row};
+use rayon::prelude::*;
+
+/// Rows of W a task.
+const NR: usize = 16;
+/// Rows of x a kernel call (each block decoded once for these).
+const MR: usize = 4;
+/// Rows of x a task when m > 16.
+const MC: usize = 64;
+
+/// An instruction set to run the kernels with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// Portable Rust (the fallback, and the reference the SIMD kernels are tested against).
+    Scalar,
+    /// x86-64 AVX2 + FMA + F16C.
+    Avx2,
+}
+
+impl Isa {
+    #[cfg(test)]
+    pub const ALL: [Isa; 2] = [Isa::Scalar, Isa::Avx2];
+
+    /// Whether this CPU runs `self`.
+    pub fn available(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Isa::Avx2 => false,
+        }
+    }
+
+    /// The best instruction set this CPU runs.
+    pub fn detect() -> Isa {
+        if Isa::Avx2.available() {
+            Isa::Avx2
+        } else {
+            Isa::Scalar
+        }
+    }
+}
+
+/// How the activations meet the weights (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    F32,
+    Q8,
+}
+
+impl Strategy {
+    /// The strategy [`matmul_quantized`] uses for `m` rows of x: [`Strategy::Q8`] (llama.cpp's choice), which
+    /// measured as fast or faster than [`Strategy::F32`] for decode and 2-10x faster for prefill with AVX2 (see
+    /// BENCHMARKS.md), at about 4e-3 relative error from the 8-bit activations; `FUSE_CPU_QUANT=f32` picks F32.
+    pub fn default_for(_dtype: DType, _m: usize) -> Strategy {
+        if crate::env::cpu_quant_f32() {
+            Strategy::F32
+        } else {
+            Strategy::Q8
+        }
+    }
+}
+
+/// `out[i * n + j] = sum_kk x[i * k + kk] * W[j][kk]` (i < m, j < n), W's row j being `w[j * row_bytes..][..row_bytes]`
+/// with `row_bytes = k / dtype.block().elements * block.bytes`; k a multiple of the block's elements. Multi-threaded
+/// (rayon's current pool) and deterministic: the same inputs give bit-identical output whatever the thread count.
+pub fn matmul_quantized(
+    dtype: DType,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[u8],
+    n: usize,
+    out: &mut [f32],
+) -> Result<(), String> {
+    matmul_quantized_with(dtype, x, m, k, w, n, out, Strategy::default_for(dtype, m), Isa::detect())
+}
+
+/// [`matmul_quantized`] with the strategy and instruction set chosen by the caller (tests, benchmarks, tuning).
+/// `Err` where `isa` is not available on this CPU.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_quantized_with(
+    dtype: DType,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[u8],
+    n: usize,
+    out: &mut [f32],
+    strategy: Strategy,
+    isa: Isa,
+) -> Result<(), String> {
+    let b = dtype.block().ok_or_else(|| format!("matmul_quantized: {} is not a block-quantized type", dtype.name()))?;
+    if k % b.elements != 0 {
+        return Err(format!(
+            "matmul_quantized: k = {k} is not a multiple of {}'s {} values a block",
+            dtype.name(),
+            b.elements
+        ));
+    }
+    let row_bytes = k / b.elements * b.bytes;
+    let len =
+        |a: usize, b: usize, what: &str| a.checked_mul(b).ok_or_else(|| format!("matmul_quantized: {what} overflows"));
+    let (x_len, w_len, out_len) = (len(m, k, "m * k")?, len(n, row_bytes, "n * row_bytes")?, len(m, n, "m * n")?);
+    for (what, got, want) in [("x", x.len(), x_len), ("w", w.len(), w_len), ("out", out.len(), out_len)] {
+        if got != want {
+            return Err(format!(
+                "matmul_quantized: {what} has {got} elements, {want} wanted (m = {m}, k = {k}, n = {n}, {} bytes a row of {})",
+                row_bytes,
+                dtype.name()
+            ));
+        }
+    }
+    if !isa.available() {
+        return Err(format!("matmul_quantized: {isa:?} is not available on this CPU"));
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        out.fill(0.0);
+        return Ok(());
+    }
+    match strategy {
+        Strategy::F32 => {
+            let xs: Vec<&[f32]> = x.chunks_exact(k).collect();
+            let kernel = f32_kernel(dtype, isa);
+            drive(&xs, n, w, row_bytes, out, &|row, xs, out| kernel(dtype, row, xs, out));
+        }
+        Strategy::Q8 => {
+            let acts = Q8Acts::new(x, m, k, if b.elements == 32 { 32 } else { 256 });
+            let xs: Vec<Q8Row> = (0..m).map(|i| acts.row(i)).collect();
+            let kernel = q8_kernel(dtype, isa);
+            drive(&xs, n, w, row_bytes, out, &|row, xs, out| kernel(dtype, row, xs, out));
+        }
+    }
+    Ok(())
+}
+
+type F32Kernel = fn(DType, &[u8], &[&[f32]], &mut [f32]);
+type Q8Kernel = for<'a> fn(DType, &[u8], &[Q8Row<'a>], &mut [f32]);
+
+/// The f32-strategy kernel of `isa` (available) for `dtype`: one row of W against up to [`MR`] rows of x.
+fn f32_kernel(dtype: DType, isa: Isa) -> F32Kernel {
+    let _ = dtype;
+    match isa {
+        Isa::Scalar => scalar::dot_rows_f32,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => x86_f32::dot_rows_avx2,
+        #[cfg(not(target_arch = "x86_64"))]
+        Isa::Avx2 => unreachable!("not available"),
+    }
+}
+
+fn q8_kernel(dtype: DType, isa: Isa) -> Q8Kernel {
+    let _ = dtype;
+    match isa {
+        Isa::Scalar => scalar::dot_rows_q8,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => x86_q8::dot_rows_avx2,
+        #[cfg(not(target_arch = "x86_64"))]
+        Isa::Avx2 => unreachable!("not available"),
+    }
+}
+
+/// One row of W (`row`, whole blocks) times one f32 row of x, with the best kernel of this CPU.
+#[allow(dead_code)] // a building block for callers in fuse-runtime
+pub(crate) fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
+    let mut out = [0.0];
+    f32_kernel(dtype, Isa::detect())(dtype, row, &[x], &mut out);
+    out[0]
+}
+
+/// The 8-bit activation quantizer of [`Strategy::Q8`]: the m rows of x for `dtype`'s block size.
+#[allow(dead_code)]
+pub(crate) fn quantize_activations(dtype: DType, x: &[f32], m: usize, k: usize) -> Q8Acts {
+    Q8Acts::new(x, m, k, if dtype.block().map_or(32, |b| b.elements) == 32 { 32 } else { 256 })
+}
+
+/// The output pointer shared by tasks that write disjoint elements.
+struct Out(*mut f32);
+unsafe impl Sync for Out {}
+impl Out {
+    /// Writes element `at`. Safety: in bounds, and no other task writes it.
+    unsafe fn set(&self, at: usize, v: f32) {
+        *self.0.add(at) = v;
+    }
+}
+
+/// Runs `kernel` over every (row of W, group of up to MR rows of x) in fixed tiles, in parallel.
+fn drive<X: Sync>(
+    xs: &[X],
+    n: usize,
+    w: &[u8],
+    row_bytes: usize,
+    out: &mut [f32],
+    kernel: &(dyn Fn(&[u8], &[X], &mut [f32]) + Sync),
+) {
+    let m = xs.len();
+    let mc = if m <= 16 { m } else { MC };
+    let (jt, it) = (n.div_ceil(NR), m.div_ceil(mc));
+    let ptr = Out(out.as_mut_ptr());
+    let ptr = &ptr;
+    (0..jt * it).into_par_iter().for_each(|t| {
+        let (i0, j0) = (t / jt * mc, t % jt * NR);
+        let (i1, j1) = ((i0 + mc).min(m), (j0 + NR).min(n));
+        let mut tmp = [0.0f32; MR];
+        for g in (i0..i1).step_by(MR) {
+            let r = MR.min(i1 - g);
+            for j in j0..j1 {
+                kernel(&w[j * row_bytes..][..row_bytes], &xs[g..g + r], &mut tmp[..r]);
+                for (q, &v) in tmp[..r].iter().enumerate() {
+                    // Safety: (g + q, j) < (m, n) and each is in exactly one task.
+                    unsafe { ptr.set((g + q) * n + j, v) };
+                }
+            }
+        }
+    });
+}

@@ -1,0 +1,79 @@
+//! Activations quantized to 8 bits for the integer-dot strategy, as llama.cpp does: each row of x in blocks of 32
+//! (for the 32-element weight types, like Q8_0) or 256 (for the K types, like Q8_K) with one f32 scale `d` a block
+//! (`x ≈ d * q`, q in -127..=127) and the integer sum of every 16 q's (the min / offset terms need it).
+
+/// The quantized rows of an m x k activation matrix.
+pub(crate) struct Q8Acts {
+    pub block: usize,
+    pub k: usize,
+    pub qs: Vec<i8>,
+    pub d: Vec<f32>,
+    pub bsums: Vec<i16>,
+    /// Per block, `d * sum(q)` (the Q4_1 / Q5_1 min term's factor).
+    pub s: Vec<f32>,
+}
+
+/// One quantized row: `qs` k values, `d` one scale per block, `bsums` one sum per 16 values.
+#[derive(Clone, Copy)]
+pub(crate) struct Q8Row<'a> {
+    pub qs: &'a [i8],
+    pub d: &'a [f32],
+    pub bsums: &'a [i16],
+    pub s: &'a [f32],
+}
+
+impl Q8Acts {
+    /// Quantizes the m rows of `x` (m * k values, k a multiple of `block`, itself a multiple of 16); rows in
+    /// parallel when there are many. Each row's result depends on that row alone.
+    pub fn new(x: &[f32], m: usize, k: usize, block: usize) -> Q8Acts {
+        use rayon::prelude::*;
+        debug_assert!(block % 16 == 0 && k % block == 0 && x.len() == m * k);
+        let mut acts = Q8Acts {
+            block,
+            k,
+            qs: vec![0; m * k],
+            d: vec![0.0; m * k / block],
+            bsums: vec![0; m * k / 16],
+            s: vec![0.0; m * k / block],
+        };
+        let (blocks, groups) = ((k / block).max(1), (k / 16).max(1));
+        let rows = acts.qs.chunks_mut(k.max(1)).zip(acts.d.chunks_mut(blocks)).zip(acts.bsums.chunks_mut(groups));
+        let rows: Vec<_> = rows.zip(acts.s.chunks_mut(blocks)).zip(x.chunks(k.max(1))).collect();
+        type Row<'r> = ((((&'r mut [i8], &'r mut [f32]), &'r mut [i16]), &'r mut [f32]), &'r [f32]);
+        let one = |((((qs, d), bsums), s), x): Row| quantize_row(x, block, qs, d, bsums, s);
+        if m * k >= 1 << 16 {
+            rows.into_par_iter().for_each(one);
+        } else {
+            rows.into_iter().for_each(one);
+        }
+        acts
+    }
+
+    pub fn row(&self, i: usize) -> Q8Row<'_> {
+        let (k, b) = (self.k, self.block);
+        Q8Row {
+            qs: &self.qs[i * k..][..k],
+            d: &self.d[i * k / b..][..k / b],
+            bsums: &self.bsums[i * k / 16..][..k / 16],
+            s: &self.s[i * k / b..][..k / b],
+        }
+    }
+}
+
+/// One row: per block, d = max|x| / 127 and q = round-half-even(x * 127 / max|x|) (all zeros for a zero block).
+pub(crate) fn quantize_row(x: &[f32], block: usize, qs: &mut [i8], d: &mut [f32], bsums: &mut [i16], s: &mut [f32]) {
+    for ((x, q), d) in x.chunks_exact(block).zip(qs.chunks_exact_mut(block)).zip(d.iter_mut()) {
+        let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+        *d = amax / 127.0;
+        for (q, v) in q.iter_mut().zip(x) {
+            *q = (v * id).round_ties_even().clamp(-127.0, 127.0) as i8;
+        }
+    }
+    for (s, q) in bsums.iter_mut().zip(qs.chunks_exact(16)) {
+        *s = q.iter().map(|&v| v as i16).sum();
+    }
+    for ((s, bs), d) in s.iter_mut().zip(bsums.chunks_exact(block / 16)).zip(d.iter()) {
+        *s = d * bs.iter().map(|&v| v as i32).sum::<i32>() as f32;
+    }
+}

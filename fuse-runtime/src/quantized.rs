@@ -1,0 +1,98 @@
+//! Block-quantized tensors (`DType::Q4_0` .. `DType::Q6_K`): made from a model file's bytes as stored.
+//!
+//! Their elements are the tensor's in row-major order, the last axis in whole blocks (a file's rows always
+//! are). On the CPU the bytes are read in place (`from_shared_blocks`: a memory-mapped file stays the only
+//! copy); on a GPU they are uploaded once. What reads them: a matmul's right operand (`x.matmul(&w.t())`),
+//! `embedding`'s table, `to_dtype` (which dequantizes), and views that keep the elements where they are
+//! (`t()`, `narrow`, `reshape` of a dense tensor). See [`fuse_ir::quant`] for each layout.
+
+use crate::host::{BlockBytes, Blocks, CpuData};
+use crate::tensor::{checked_numel, Storage};
+use crate::{DType, Device, Error, Result, Tensor};
+use std::ops::Range;
+use std::sync::Arc;
+
+impl Tensor {
+    /// A block-quantized tensor of `shape` from `bytes`, whole blocks of `dtype` as GGUF stores them (the
+    /// elements in row-major order; the last axis a multiple of the block's values). On a GPU the bytes are
+    /// uploaded once.
+    ///
+    /// ```
+    /// # use fuse::prelude::*;
+    /// // Two rows of 32 values in Q8_0: each block an f16 scale and 32 signed bytes.
+    /// let mut bytes = Vec::new();
+    /// for row in 0..2u8 {
+    ///     bytes.extend_from_slice(&half::f16::from_f32(0.5).to_bits().to_le_bytes());
+    ///     bytes.extend((0..32).map(|i| (i as i8 - row as i8) as u8));
+    /// }
+    /// let w = Tensor::from_blocks(DType::Q8_0, &[2, 32], bytes, &Device::Cpu)?;
+    /// assert_eq!((w.dtype(), w.shape()), (DType::Q8_0, &[2usize, 32][..]));
+    /// let values = w.to_dtype(DType::F32)?.to_vec::<f32>()?;
+    /// assert_eq!((values[3], values[32 + 3]), (1.5, 1.0));
+    /// # Ok::<(), fuse::Error>(())
+    /// ```
+    pub fn from_blocks(dtype: DType, shape: &[usize], bytes: Vec<u8>, device: &Device) -> Result<Tensor> {
+        check_blocks(dtype, shape, bytes.len())?;
+        Tensor::blocks_on(Blocks::new(dtype, BlockBytes::Owned(bytes)), shape, device)
+    }
+
+    /// The same from `range` of the bytes `owner` holds (a memory-mapped model file, say), read in place on
+    /// the CPU for as long as the tensor or a view of it lives (no copy: `owner` must not change them), and
+    /// uploaded once to a GPU.
+    pub fn from_shared_blocks(
+        dtype: DType,
+        shape: &[usize],
+        owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+        range: Range<usize>,
+        device: &Device,
+    ) -> Result<Tensor> {
+        let held = (*owner).as_ref().len();
+        if range.start > range.end || range.end > held {
+            return Err(Error::InvalidArgument {
+                op: "from_shared_blocks",
+                reason: format!("bytes {range:?} of an owner holding {held}"),
+            });
+        }
+        check_blocks(dtype, shape, range.len())?;
+        let bytes = BlockBytes::Shared { owner, start: range.start, len: range.len() };
+        Tensor::blocks_on(Blocks::new(dtype, bytes), shape, device)
+    }
+
+    fn blocks_on(blocks: Blocks, shape: &[usize], device: &Device) -> Result<Tensor> {
+        let data = CpuData::Blocks(blocks);
+        match device {
+            Device::Cpu => Ok(Tensor::from_cpu(data, shape.to_vec())),
+            Device::Cuda(d) => {
+                Ok(Tensor::from_cuda(crate::cuda::storage::CudaStorage::upload(d, &data)?, shape.to_vec()))
+            }
+        }
+    }
+
+    /// Whether this is a CPU tensor whose block-quantized bytes are another owner's, read in place.
+    pub fn reads_blocks_in_place(&self) -> bool {
+        match self.storage() {
+            Storage::Cpu(cpu) => cpu.read().is_shared_blocks(),
+            Storage::Cuda(_) => false,
+        }
+    }
+}
+
+fn check_blocks(dtype: DType, shape: &[usize], bytes: usize) -> Result<()> {
+    let invalid = |reason: String| Err(Error::InvalidArgument { op: "from_blocks", reason });
+    let Some(block) = dtype.block() else {
+        return invalid(format!("{dtype} is not a block-quantized type (use Tensor::from_vec)"));
+    };
+    let last = shape.last().copied().unwrap_or(1);
+    if shape.is_empty() || last % block.elements != 0 {
+        return invalid(format!(
+            "shape {shape:?}: the last axis of a {dtype} tensor holds whole blocks of {} values",
+            block.elements
+        ));
+    }
+    let expected = checked_numel(shape).and_then(|n| dtype.storage_bytes(n));
+    if expected != Some(bytes) {
+        let expected = expected.map_or("more than memory holds".to_string(), |e| e.to_string());
+        return invalid(format!("{bytes} bytes for a {dtype} tensor of shape {shape:?}, which takes {expected}"));
+    }
+    Ok(())
+}
