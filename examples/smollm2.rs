@@ -3,12 +3,14 @@
 //!
 //! ```text
 //! cargo run --release --example smollm2 -- --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]
-//!       [--seed S] [--device cpu|cuda] [--dtype f32|bf16] [--model FILE.gguf] [--json FILE] [--chat]
+//!       [--seed S] [--device cpu|cuda] [--dtype stored|f32|bf16] [--model FILE.gguf] [--json FILE] [--chat]
 //! ```
 //! Without `--model` it reads the file `scripts/fetch-smollm2.sh` fetched. It prints the text as it is
 //! generated, then the prefill and decode speed; `--json FILE` writes the ids, the text and the speeds;
 //! `--compare-unfused` times one decode step fused and unfused. The device defaults to the GPU when there is
-//! one (`--device cpu` or `cuda` to choose). `--one-launch` decodes greedily with the one-launch decode step
+//! one (`--device cpu` or `cuda` to choose). `--dtype stored` (the CPU's default) keeps the weights as the file
+//! stores them (its Q4_1 and Q8_0 blocks, read in place from the mapped file; activations in f32); `f32` and
+//! `bf16` dequantize them at load (the GPU's default is f32). `--one-launch` decodes greedily with the one-launch decode step
 //! (an sm_90 GPU; the prompt prefilled in bf16) and also times its kernel alone.
 
 use fuse::prelude::*;
@@ -26,7 +28,8 @@ struct Options {
     top_p: f32,
     seed: u64,
     device: String,
-    dtype: DType,
+    /// `None`: the weights as stored.
+    dtype: Option<DType>,
     model: Option<PathBuf>,
     json: Option<PathBuf>,
     chat: bool,
@@ -42,7 +45,7 @@ fn parse() -> std::result::Result<Options, String> {
         top_p: 0.9,
         seed: 0,
         device: "best".into(),
-        dtype: DType::F32,
+        dtype: None,
         model: None,
         json: None,
         chat: false,
@@ -69,9 +72,10 @@ fn parse() -> std::result::Result<Options, String> {
             "--device" => o.device = value,
             "--dtype" => {
                 o.dtype = match value.as_str() {
-                    "f32" => DType::F32,
-                    "bf16" => DType::BF16,
-                    _ => return Err(format!("--dtype: `{value}` is not f32 or bf16")),
+                    "stored" => None,
+                    "f32" => Some(DType::F32),
+                    "bf16" => Some(DType::BF16),
+                    _ => return Err(format!("--dtype: `{value}` is not stored, f32 or bf16")),
                 }
             }
             "--model" => o.model = Some(value.into()),
@@ -109,7 +113,17 @@ fn run() -> std::result::Result<(), Box<dyn std::error::Error>> {
     if o.one_launch {
         return one_launch(&o, &file, &tokenizer, &device);
     }
-    let model = Llama::load(&file, &device, o.dtype)?;
+    let model = match (o.dtype, device.is_cuda()) {
+        (Some(dtype), _) => Llama::load(&file, &device, dtype)?,
+        (None, false) => Llama::load_stored(&file, &device)?,
+        // The GPU's kernels do not read blocks yet: dequantized there unless asked otherwise.
+        (None, true) => Llama::load(&file, &device, DType::F32)?,
+    };
+    let weights = if model.dtype() == DType::F32 && o.dtype.is_none() && !device.is_cuda() {
+        "stored".to_string()
+    } else {
+        model.dtype().to_string()
+    };
     let text = if o.chat { tokenizer.apply_chat_template(&[ChatMessage::user(&o.prompt)])? } else { o.prompt.clone() };
     let prompt_ids = tokenizer.encode(&text)?;
     let sampling = if o.temperature > 0.0 {
@@ -143,7 +157,7 @@ fn run() -> std::result::Result<(), Box<dyn std::error::Error>> {
         out.prefill.as_secs_f64() * 1e3,
         out.ids.len(),
         1e6 / decode_us,
-        o.dtype
+        weights
     );
     if let Some(json) = &o.json {
         let generated = tokenizer.decode(&out.ids)?;
@@ -154,7 +168,7 @@ fn run() -> std::result::Result<(), Box<dyn std::error::Error>> {
             list(&out.ids),
             json_string(&generated),
             1e6 / decode_us,
-            o.dtype
+            weights
         );
         std::fs::write(json, body)?;
     }

@@ -85,6 +85,22 @@ impl GgmlType {
         })
     }
 
+    /// fuse's block-quantized dtype of the same name and layout (`Q4_0` .. `Q6_K`), `None` for other types.
+    pub fn block_dtype(self) -> Option<fuse::DType> {
+        use fuse::DType as D;
+        Some(match self {
+            GgmlType::Q4_0 => D::Q4_0,
+            GgmlType::Q4_1 => D::Q4_1,
+            GgmlType::Q5_0 => D::Q5_0,
+            GgmlType::Q5_1 => D::Q5_1,
+            GgmlType::Q8_0 => D::Q8_0,
+            GgmlType::Q4_K => D::Q4_K,
+            GgmlType::Q5_K => D::Q5_K,
+            GgmlType::Q6_K => D::Q6_K,
+            _ => return None,
+        })
+    }
+
     /// Bytes that `n_elements` of this type take, or `None` when the layout is unknown or `n_elements` is not a
     /// whole number of blocks.
     pub fn bytes_for(self, n_elements: u64) -> Option<u64> {
@@ -122,5 +138,22 @@ mod tests {
         assert_eq!(GgmlType::Other(16).bytes_for(256), None);
         assert_eq!(GgmlType::Other(16).to_string(), "ggml type id 16");
         assert_eq!(GgmlType::Q4_1.to_string(), "Q4_1");
+    }
+
+    #[test]
+    fn block_types_are_fuses_with_the_same_name_and_layout() {
+        for id in 0..40 {
+            let ty = GgmlType::from_id(id);
+            if let Some(d) = ty.block_dtype() {
+                let b = d.block().unwrap();
+                assert_eq!(ty.block_layout(), Some((b.elements, b.bytes)), "{ty}");
+                assert_eq!(ty.to_string(), d.name());
+            }
+        }
+        assert_eq!(
+            fuse::DType::QUANTIZED.len(),
+            (0..40).filter(|&i| GgmlType::from_id(i).block_dtype().is_some()).count()
+        );
+        assert!(GgmlType::Q2_K.block_dtype().is_none() && GgmlType::F16.block_dtype().is_none());
     }
 }

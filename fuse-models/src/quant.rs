@@ -1,6 +1,7 @@
-//! Dequantisation of ggml blocks to f32 (or bf16): F32, F16, BF16, Q4_0, Q4_1 and Q8_0, with ggml's block
-//! layouts (little-endian, scales in f16). Any other type is an error naming it. Work is split into chunks
-//! of whole blocks across threads (rayon).
+//! Dequantisation of a file's tensors to f32 (or bf16): F32, F16, BF16 and every block type fuse reads
+//! (`fuse::DType::QUANTIZED`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K), the blocks by fuse's own
+//! decoder (`fuse::ir::quant`, checked against gguf-py). Any other type is an error naming it. Work is split
+//! into chunks of whole blocks across threads (rayon).
 
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -13,8 +14,7 @@ const CHUNK_ELEMENTS: usize = 8192;
 
 /// Whether [`dequantize_f32`] handles `ty`.
 pub fn is_supported(ty: GgmlType) -> bool {
-    use GgmlType::*;
-    matches!(ty, F32 | F16 | BF16 | Q4_0 | Q4_1 | Q8_0)
+    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) || ty.block_dtype().is_some()
 }
 
 /// Dequantises `n_elements` values of type `ty` stored in `bytes` to f32.
@@ -48,7 +48,7 @@ fn check(ty: GgmlType, bytes: &[u8], n_elements: usize) -> Result<usize> {
     if !is_supported(ty) {
         return Err(Error::UnsupportedType {
             type_name: ty.to_string(),
-            what: "dequantisation handles F32, F16, BF16, Q4_0, Q4_1 and Q8_0",
+            what: "fuse reads F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K",
         });
     }
     let (block_len, block_bytes) = ty.block_layout().expect("supported types have a layout");
@@ -86,41 +86,11 @@ fn decode_run(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
                 *d = bf16::from_le_bytes([s[0], s[1]]).to_f32();
             }
         }
-        GgmlType::Q4_0 => {
-            for (d, s) in dst.chunks_exact_mut(32).zip(src.chunks_exact(18)) {
-                // Nibbles are unsigned 0..15 with an implicit offset of 8.
-                decode_nibbles(f16_at(s, 0), -8.0 * f16_at(s, 0), &s[2..18], d);
-            }
+        block => {
+            let dtype = block.block_dtype().expect("`check` admits only supported types");
+            fuse::ir::quant::dequantize(dtype, src, dst).expect("`check` gave whole blocks");
         }
-        GgmlType::Q4_1 => {
-            for (d, s) in dst.chunks_exact_mut(32).zip(src.chunks_exact(20)) {
-                decode_nibbles(f16_at(s, 0), f16_at(s, 2), &s[4..20], d);
-            }
-        }
-        GgmlType::Q8_0 => {
-            for (d, s) in dst.chunks_exact_mut(32).zip(src.chunks_exact(34)) {
-                let scale = f16_at(s, 0);
-                for (x, &q) in d.iter_mut().zip(&s[2..34]) {
-                    *x = (q as i8) as f32 * scale;
-                }
-            }
-        }
-        _ => unreachable!("`check` admits only supported types"),
     }
-}
-
-/// A 4-bit block: byte j holds element j in its low nibble and element j + 16 in its high nibble;
-/// value = nibble * scale + min.
-fn decode_nibbles(scale: f32, min: f32, qs: &[u8], out: &mut [f32]) {
-    let (low, high) = out.split_at_mut(16);
-    for ((l, h), &q) in low.iter_mut().zip(high.iter_mut()).zip(qs) {
-        *l = (q & 0x0f) as f32 * scale + min;
-        *h = (q >> 4) as f32 * scale + min;
-    }
-}
-
-fn f16_at(bytes: &[u8], at: usize) -> f32 {
-    f16::from_le_bytes([bytes[at], bytes[at + 1]]).to_f32()
 }
 
 #[cfg(test)]

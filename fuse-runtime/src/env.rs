@@ -13,7 +13,7 @@
 //! | `FUSE_CACHE_DIR` | a directory (empty: unset)          | `$XDG_CACHE_HOME/fuse`, else `$HOME/.cache/fuse`, else none | where compiled CUDA kernels (and the default results file) are kept between processes |
 //! | `FUSE_DUAL_GEMM` | `split`; anything else              | batched            | `split` makes a DualGemm's two products two cuBLAS calls instead of one batched call |
 //! | `FUSE_HOST_PROFILE` | `1`; anything else               | unset              | `1` sums each fused call's host time by phase for `fuse::host_profile::take` (bench_decode prints it); unset, each hook is one cached load |
-//! | `FUSE_CPU_QUANT` | `f32`; anything else                | `q8`               | how the CPU multiplies by block-quantized weights: `q8` quantizes each activation row to 8 bits and uses integer dot products (as llama.cpp does; ~4e-3 relative error, 1.2-3x faster), `f32` decodes the blocks to f32 (exact up to summation order) |
+//! | `FUSE_CPU_QUANT` | `q8`; anything else                 | `f32`              | how the CPU multiplies by block-quantized weights: `f32` decodes the blocks to f32 in registers (exact up to summation order: SmolLM2's logits within 2e-6 of transformers'), `q8` quantizes each activation row to 8 bits and uses integer dot products as llama.cpp does (~4e-3 relative error a product, 2.6e-2 on SmolLM2's logits; up to 3x faster for the K types on one core) |
 //! | `FUSE_TEST_GPU`  | `1`; anything else                  | unset              | `fuse::testing::gpu_or_skip` panics instead of skipping when there is no GPU (read on each call) |
 //!
 //! fuse's own test suites read a few more, there and not here (they configure the tests, not the
@@ -49,11 +49,11 @@ pub fn debug_level() -> u32 {
     *LEVEL.get_or_init(|| std::env::var("FUSE_DEBUG").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0))
 }
 
-/// `FUSE_CPU_QUANT=f32`: the CPU's quantized products keep the activations in f32 (else they are quantized
-/// to 8 bits a row, the faster default).
-pub(crate) fn cpu_quant_f32() -> bool {
-    static F32: OnceLock<bool> = OnceLock::new();
-    *F32.get_or_init(|| std::env::var("FUSE_CPU_QUANT").is_ok_and(|v| v.trim().eq_ignore_ascii_case("f32")))
+/// `FUSE_CPU_QUANT=q8`: the CPU's quantized products round each activation row to 8 bits first (else they keep
+/// it in f32, the exact default).
+pub(crate) fn cpu_quant_q8() -> bool {
+    static Q8: OnceLock<bool> = OnceLock::new();
+    *Q8.get_or_init(|| std::env::var("FUSE_CPU_QUANT").is_ok_and(|v| v.trim().eq_ignore_ascii_case("q8")))
 }
 
 /// `FUSE_FUSION`: `off`, `0` or `false` run every fused function unfused.

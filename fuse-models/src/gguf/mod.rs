@@ -13,6 +13,7 @@ mod value;
 use std::collections::HashMap;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub use value::MetaValue;
 
@@ -44,6 +45,12 @@ enum Storage {
     Owned(Vec<u8>),
 }
 
+impl AsRef<[u8]> for Storage {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
 impl Deref for Storage {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
@@ -57,7 +64,8 @@ impl Deref for Storage {
 /// A parsed GGUF file. Opening it checks the whole layout, so every later access is in bounds.
 pub struct GgufFile {
     path: PathBuf,
-    storage: Storage,
+    /// Shared with the tensors made from it as stored (`tensor`), which read it in place.
+    storage: Arc<Storage>,
     version: u32,
     metadata: Vec<(String, MetaValue)>,
     metadata_index: HashMap<String, usize>,
@@ -89,7 +97,7 @@ impl GgufFile {
         let parsed = parse::parse(&storage, &path)?;
         Ok(GgufFile {
             path,
-            storage,
+            storage: Arc::new(storage),
             version: parsed.version,
             metadata: parsed.metadata,
             metadata_index: parsed.metadata_index,
@@ -148,6 +156,46 @@ impl GgufFile {
         // In bounds: `parse` checked every tensor of a known type against the file length.
         let start = (self.data_offset + info.offset) as usize;
         Ok(&self.storage[start..start + len as usize])
+    }
+
+    /// The tensor called `name` as the file stores it, of [`TensorInfo::shape`], on `device`: block types as
+    /// fuse's block-quantized dtype of the same name, read in place from the mapped file on the CPU (no copy;
+    /// the tensor keeps the mapping alive) and uploaded once to a GPU; F32, F16 and BF16 as themselves.
+    pub fn tensor(&self, name: &str, device: &fuse::Device) -> Result<fuse::Tensor> {
+        let info = self.tensor_info(name)?;
+        let shape = info.shape();
+        let bytes = self.tensor_bytes(name)?;
+        let start = (self.data_offset + info.offset) as usize;
+        let tensor = match info.ggml_type {
+            GgmlType::F32 => fuse::Tensor::from_vec(
+                crate::quant::dequantize_f32(GgmlType::F32, bytes, bytes.len() / 4)?,
+                &shape,
+                device,
+            ),
+            GgmlType::F16 => fuse::Tensor::from_vec(
+                bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]])).collect::<Vec<_>>(),
+                &shape,
+                device,
+            ),
+            GgmlType::BF16 => fuse::Tensor::from_vec(
+                bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]])).collect::<Vec<_>>(),
+                &shape,
+                device,
+            ),
+            ty => match ty.block_dtype() {
+                Some(dtype) => {
+                    let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = self.storage.clone();
+                    fuse::Tensor::from_shared_blocks(dtype, &shape, owner, start..start + bytes.len(), device)
+                }
+                None => {
+                    return Err(Error::UnsupportedType {
+                        type_name: ty.to_string(),
+                        what: "fuse reads F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K",
+                    })
+                }
+            },
+        };
+        Ok(tensor?)
     }
 
     /// The tensor called `name` dequantised to f32, in row-major order of [`TensorInfo::shape`].

@@ -78,7 +78,7 @@ pub struct Llama {
     pub(super) cos: Tensor,
     pub(super) sin: Tensor,
     pub(super) device: Device,
-    dtype: DType,
+    pub(super) dtype: DType,
 }
 
 impl Llama {
@@ -233,7 +233,7 @@ fn upload(data: Vec<f32>, shape: &[usize], device: &Device, dtype: DType) -> fus
 /// cos and sin of `p * theta^(-2i/d)` for every position p < context and i < d/2, in f32 as Hugging Face's
 /// Llama computes them (inverse frequencies, products and cosines all in f32), then stored in the model's
 /// dtype (as transformers casts them to the activations' dtype), so that the logits agree.
-fn rotary_tables(c: &Config, device: &Device, dtype: DType) -> fuse::Result<(Tensor, Tensor)> {
+pub(super) fn rotary_tables(c: &Config, device: &Device, dtype: DType) -> fuse::Result<(Tensor, Tensor)> {
     let half = c.head_dim / 2;
     let (cos, sin) = rotary_cos_sin(c.rope_theta, c.head_dim, c.context);
     Ok((upload(cos, &[c.context, half], device, dtype)?, upload(sin, &[c.context, half], device, dtype)?))

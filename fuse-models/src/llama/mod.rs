@@ -17,6 +17,7 @@ mod load;
 mod one_launch;
 mod step;
 pub mod step_kernel;
+mod stored;
 
 pub use block::{AttentionBlock, FfnBlock};
 pub use cache::KvCache;

@@ -82,7 +82,11 @@ fn lengths_and_types_are_checked() {
     assert!(partial.contains("31 elements is not a whole number of blocks of 32"), "{partial}");
     let short = dequantize_f32(GgmlType::Q4_1, &bytes[..19], 32).unwrap_err().to_string();
     assert!(short.contains("take 20 bytes, got 19"), "{short}");
-    let unsupported = dequantize_f32(GgmlType::Q6_K, &[0; 210], 256).unwrap_err().to_string();
-    assert!(unsupported.contains("Q6_K is not supported"), "{unsupported}");
+    let unsupported = dequantize_f32(GgmlType::Q2_K, &[0; 84], 256).unwrap_err().to_string();
+    assert!(unsupported.contains("Q2_K is not supported") && unsupported.contains("Q6_K"), "{unsupported}");
+    // The K types are read (by fuse's decoder, which `fuse::ir::quant` checks against gguf-py).
+    let q6k = fuse::ir::quant::random_blocks(fuse::DType::Q6_K, 2, 3);
+    let want = fuse::ir::quant::dequantize_to_vec(fuse::DType::Q6_K, &q6k).unwrap();
+    assert_eq!(dequantize_f32(GgmlType::Q6_K, &q6k, 512).unwrap(), want);
     assert!(dequantize_bf16(GgmlType::Other(16), &[], 0).is_err());
 }

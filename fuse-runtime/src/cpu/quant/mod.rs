@@ -6,7 +6,7 @@
 //!   reference (`fuse_ir::quant::dequantize`) product up to f32 summation order.
 //! - [`Strategy::Q8`]: each row of x is first quantized to 8 bits (blocks of 32 like Q8_0 for the 32-element types,
 //!   blocks of 256 with per-16 sums like Q8_K for the K types), then integer dot products (`maddubs` / `madd`) with
-//!   the scales applied in f32 once a block, as llama.cpp does; about 1e-3 relative error from x's rounding.
+//!   the scales applied in f32 once a block, as llama.cpp does; about 4e-3 relative error from x's rounding.
 //!
 //! Kernels take one row of W and up to [`MR`] rows of x: a block is decoded once and used for all of them. Work is
 //! split with rayon over tiles of [`NR`] rows of W (and of [`MC`] rows of x when m is large); the tiles do not
@@ -79,14 +79,15 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    /// The strategy [`matmul_quantized`] uses for `m` rows of x: [`Strategy::Q8`] (llama.cpp's choice), which
-    /// measured as fast or faster than [`Strategy::F32`] for decode and 2-10x faster for prefill with AVX2 (see
-    /// BENCHMARKS.md), at about 4e-3 relative error from the 8-bit activations; `FUSE_CPU_QUANT=f32` picks F32.
+    /// The strategy [`matmul_quantized`] uses: [`Strategy::F32`], exact up to summation order (SmolLM2's logits
+    /// within 2e-6 of transformers'), unless `FUSE_CPU_QUANT=q8` asks for [`Strategy::Q8`], llama.cpp's choice:
+    /// up to 3x faster for the K types on one core with AVX2 (BENCHMARKS.md), about 4e-3 relative error a
+    /// product from the 8-bit activations, 2.6e-2 on SmolLM2's logits over its 30 layers.
     pub fn default_for(_dtype: DType, _m: usize) -> Strategy {
-        if crate::env::cpu_quant_f32() {
-            Strategy::F32
-        } else {
+        if crate::env::cpu_quant_q8() {
             Strategy::Q8
+        } else {
+            Strategy::F32
         }
     }
 }

@@ -1,0 +1,141 @@
+//! The model with its weights as the file stores them: block-quantized matrices stay blocks, read in place from
+//! the memory-mapped file, so the resident weights are the file's own bytes.
+
+use super::block::{AttentionBlock, FfnBlock};
+use super::load::{rotary_tables, Config, Llama};
+use crate::gguf::GgufFile;
+use crate::rotary::unpermute_rotary_rows;
+use crate::{Error, Result};
+use fuse::prelude::*;
+
+impl Llama {
+    /// Loads the model with its weights as stored: every block-quantized matrix (Q4_0 .. Q6_K) a tensor of that
+    /// dtype over the mapped file's bytes (no copy), norms in f32; activations, the rotary tables and the
+    /// key/value cache in f32. The stacked q/k/v projection is the one copy made (its rows are the file's
+    /// three matrices one after the other, q and k back in Hugging Face's half-split order); where the three
+    /// are of different block types they cannot share one matrix of blocks, and that stack is dequantized to
+    /// f32 instead (said on stderr).
+    ///
+    /// The CPU computes on blocks; the GPU's kernels do not read them yet, so a GPU device is an error that
+    /// says to load with [`Llama::load`] in bf16 there.
+    pub fn load_stored(file: &GgufFile, device: &Device) -> Result<Llama> {
+        if device.is_cuda() {
+            return Err(Error::BadShape {
+                what: "weights as stored run on the CPU for now (the GPU's kernels do not read blocks yet): \
+                       load with Llama::load(file, device, DType::BF16) on a GPU"
+                    .into(),
+            });
+        }
+        let config = Config::from_gguf(file)?;
+        let c = &config;
+        // As stored, but float tensors of other widths (F16, BF16 norms) in f32, the activations' dtype.
+        let tensor = |name: &str| -> Result<Tensor> {
+            let t = file.tensor(name, device)?;
+            Ok(if t.dtype().is_quantized() { t } else { t.to_dtype(DType::F32)? })
+        };
+        let mut layers = Vec::with_capacity(c.layers);
+        let mut dequantized = Vec::new();
+        for i in 0..c.layers {
+            let name = |part: &str| format!("blk.{i}.{part}.weight");
+            let wqkv = match stacked_qkv_blocks(file, c, i)? {
+                Some(blocks) => blocks,
+                None => {
+                    dequantized.push(i);
+                    stacked_qkv_f32(file, c, i)?
+                }
+            };
+            let attention = AttentionBlock {
+                norm: tensor(&name("attn_norm"))?,
+                wqkv,
+                wo: tensor(&name("attn_output"))?,
+                eps: c.eps,
+                scale: 1.0 / (c.head_dim as f32).sqrt(),
+            };
+            let ffn = FfnBlock {
+                norm: tensor(&name("ffn_norm"))?,
+                gate: tensor(&name("ffn_gate"))?,
+                up: tensor(&name("ffn_up"))?,
+                down: tensor(&name("ffn_down"))?,
+                eps: c.eps,
+            };
+            layers.push((attention, ffn));
+        }
+        if !dequantized.is_empty() {
+            eprintln!(
+                "fuse-models: layers {dequantized:?}: q, k and v are of different block types, so their stacked \
+                 projection is held in f32"
+            );
+        }
+        let (cos, sin) = rotary_tables(c, device, DType::F32)?;
+        let embedding = tensor("token_embd.weight")?;
+        let output_norm = tensor("output_norm.weight")?;
+        Ok(Llama { config, embedding, layers, output_norm, cos, sin, device: device.clone(), dtype: DType::F32 })
+    }
+}
+
+impl Llama {
+    /// The weights' bytes: (read in place from the file, held in memory of fuse's own), the tied embedding
+    /// once. Dequantized weights count at their dtype's size.
+    pub fn weight_bytes(&self) -> (u64, u64) {
+        let mut weights = vec![&self.embedding, &self.output_norm];
+        for (a, f) in &self.layers {
+            weights.extend([&a.norm, &a.wqkv, &a.wo, &f.norm, &f.gate, &f.up, &f.down]);
+        }
+        let (mut in_place, mut held) = (0u64, 0u64);
+        for w in weights {
+            let bytes = w.dtype().storage_bytes(w.numel()).unwrap_or(0) as u64;
+            if w.reads_blocks_in_place() {
+                in_place += bytes;
+            } else {
+                held += bytes;
+            }
+        }
+        (in_place, held)
+    }
+}
+
+/// Layer `i`'s q, k and v projections as one matrix of blocks (their rows one after the other, q and k in
+/// half-split order), or `None` where they are not all of one block type.
+fn stacked_qkv_blocks(file: &GgufFile, c: &Config, i: usize) -> Result<Option<Tensor>> {
+    let parts = [("attn_q", Some(c.heads)), ("attn_k", Some(c.kv_heads)), ("attn_v", None)];
+    let infos: Vec<_> =
+        parts.iter().map(|(p, _)| file.tensor_info(&format!("blk.{i}.{p}.weight"))).collect::<Result<_>>()?;
+    let dtype = infos[0].ggml_type.block_dtype();
+    let (Some(dtype), true) = (dtype, infos.iter().all(|t| t.ggml_type.block_dtype() == dtype)) else {
+        return Ok(None);
+    };
+    let columns = infos[0].shape()[1];
+    let row_bytes = dtype.storage_bytes(columns).ok_or_else(|| Error::BadShape {
+        what: format!("blk.{i}.attn_q: rows of {columns} values are not whole {dtype} blocks"),
+    })?;
+    let (mut bytes, mut rows) = (Vec::new(), 0);
+    for ((part, heads), info) in parts.iter().zip(&infos) {
+        let shape = info.shape();
+        if shape[1] != columns {
+            return Err(Error::BadShape { what: format!("blk.{i}.{part} has {} columns, attn_q {columns}", shape[1]) });
+        }
+        let stored = file.tensor_bytes(&info.name)?;
+        match heads {
+            Some(heads) => bytes.extend(unpermute_rotary_rows(stored, shape[0], row_bytes, *heads)?),
+            None => bytes.extend_from_slice(stored),
+        }
+        rows += shape[0];
+    }
+    Ok(Some(Tensor::from_blocks(dtype, &[rows, columns], bytes, &Device::Cpu)?))
+}
+
+/// The same stack dequantized to f32.
+fn stacked_qkv_f32(file: &GgufFile, c: &Config, i: usize) -> Result<Tensor> {
+    let (mut data, mut rows, mut columns) = (Vec::new(), 0, 0);
+    for (part, heads) in [("attn_q", Some(c.heads)), ("attn_k", Some(c.kv_heads)), ("attn_v", None)] {
+        let name = format!("blk.{i}.{part}.weight");
+        let shape = file.tensor_info(&name)?.shape();
+        let values = file.tensor_f32(&name)?;
+        data.extend(match heads {
+            Some(heads) => unpermute_rotary_rows(&values, shape[0], shape[1], heads)?,
+            None => values,
+        });
+        (rows, columns) = (rows + shape[0], shape[1]);
+    }
+    Ok(Tensor::from_vec(data, &[rows, columns], &Device::Cpu)?)
+}
