@@ -18,6 +18,8 @@ mod one_launch;
 mod step;
 pub mod step_kernel;
 mod stored;
+#[cfg(test)]
+mod stored_tests;
 
 pub use block::{AttentionBlock, FfnBlock};
 pub use cache::KvCache;

@@ -1,0 +1,144 @@
+//! Weights as stored against the same file dequantized to f32 at load, for every block type fuse reads and for
+//! a Q4_K_M-like mix (q/k in Q4_K, v and down in Q6_K), on small random GGUF images whose rows hold whole K
+//! blocks: the logits of a prompt and a few greedy steps agree to f32 rounding.
+
+use crate::gguf::tests::Image;
+use crate::gguf::GgufFile;
+use crate::llama::{generate, Config, Llama, Sampling};
+use fuse::prelude::*;
+
+/// ggml's type ids of fuse's block types.
+fn ggml_id(dtype: DType) -> u32 {
+    match dtype {
+        DType::Q4_0 => 2,
+        DType::Q4_1 => 3,
+        DType::Q5_0 => 6,
+        DType::Q5_1 => 7,
+        DType::Q8_0 => 8,
+        DType::Q4_K => 12,
+        DType::Q5_K => 13,
+        DType::Q6_K => 14,
+        other => panic!("{other} is not a block type"),
+    }
+}
+
+fn config() -> Config {
+    Config {
+        hidden: 256,
+        intermediate: 512,
+        layers: 2,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 64,
+        vocab: 64,
+        context: 64,
+        rope_theta: 10000.0,
+        eps: 1e-5,
+    }
+}
+
+/// A GGUF image of `config()` with each matrix in `type_of(part)` (random blocks), f32 norms.
+fn image(seed: u64, type_of: impl Fn(&str) -> DType) -> Vec<u8> {
+    let c = config();
+    let mut tensors: Vec<(String, Vec<u64>, u32, Vec<u8>)> = Vec::new();
+    let mut seed = seed;
+    let mut matrix = |name: String, part: &str, rows: usize, cols: usize| {
+        let dtype = type_of(part);
+        seed += 1;
+        let bytes = fuse::ir::quant::random_blocks(dtype, rows * cols / dtype.block().unwrap().elements, seed);
+        tensors.push((name, vec![cols as u64, rows as u64], ggml_id(dtype), bytes));
+    };
+    let kv = c.kv_heads * c.head_dim;
+    for l in 0..c.layers {
+        for (part, rows, cols) in [
+            ("attn_q", c.hidden, c.hidden),
+            ("attn_k", kv, c.hidden),
+            ("attn_v", kv, c.hidden),
+            ("attn_output", c.hidden, c.hidden),
+            ("ffn_gate", c.intermediate, c.hidden),
+            ("ffn_up", c.intermediate, c.hidden),
+            ("ffn_down", c.hidden, c.intermediate),
+        ] {
+            matrix(format!("blk.{l}.{part}.weight"), part, rows, cols);
+        }
+    }
+    matrix("token_embd.weight".into(), "token_embd", c.vocab, c.hidden);
+    let norm = |l: usize| (0..c.hidden).flat_map(|i| (0.9 + 0.001 * (i + l) as f32).to_le_bytes()).collect();
+    for l in 0..c.layers {
+        for part in ["attn_norm", "ffn_norm"] {
+            tensors.push((format!("blk.{l}.{part}.weight"), vec![c.hidden as u64], 0, norm(l)));
+        }
+    }
+    tensors.push(("output_norm.weight".into(), vec![c.hidden as u64], 0, norm(7)));
+    let u32_kv = |v: usize| (v as u32).to_le_bytes().to_vec();
+    let mut tokens = 8u32.to_le_bytes().to_vec();
+    tokens.extend((c.vocab as u64).to_le_bytes());
+    for i in 0..c.vocab {
+        let t = format!("t{i}");
+        tokens.extend((t.len() as u64).to_le_bytes());
+        tokens.extend(t.as_bytes());
+    }
+    let kvs: Vec<(&str, u32, Vec<u8>)> = vec![
+        ("llama.embedding_length", 4, u32_kv(c.hidden)),
+        ("llama.feed_forward_length", 4, u32_kv(c.intermediate)),
+        ("llama.block_count", 4, u32_kv(c.layers)),
+        ("llama.attention.head_count", 4, u32_kv(c.heads)),
+        ("llama.attention.head_count_kv", 4, u32_kv(c.kv_heads)),
+        ("llama.context_length", 4, u32_kv(c.context)),
+        ("llama.rope.freq_base", 6, (c.rope_theta as f32).to_le_bytes().to_vec()),
+        ("llama.attention.layer_norm_rms_epsilon", 6, c.eps.to_le_bytes().to_vec()),
+        ("tokenizer.ggml.tokens", 9, tokens),
+    ];
+    let mut image = Image::header(3, tensors.len() as u64, kvs.len() as u64);
+    for (key, ty, value) in &kvs {
+        image.kv(key, *ty, value);
+    }
+    let mut offset = 0u64;
+    for (name, dims, ty, data) in &tensors {
+        image.tensor(name, dims, *ty, offset);
+        offset += (data.len() as u64).div_ceil(32) * 32;
+    }
+    image.pad_to(32);
+    for (_, _, _, data) in &tensors {
+        image.raw(data).pad_to(32);
+    }
+    image.finish()
+}
+
+/// The stored model's logits and greedy tokens against the dequantized one's.
+fn stored_agrees_with_f32(what: &str, file: &GgufFile) {
+    let stored = Llama::load_stored(file, &Device::Cpu).expect("loads as stored");
+    let dense = Llama::load(file, &Device::Cpu, DType::F32).expect("loads in f32");
+    let prompt = [3, 17, 42, 5, 9];
+    let a = generate(&stored, &prompt, 4, Sampling::Greedy, u32::MAX, |_| Ok(())).unwrap();
+    let b = generate(&dense, &prompt, 4, Sampling::Greedy, u32::MAX, |_| Ok(())).unwrap();
+    let err = fuse::rel_l2_error(&a.first_logits, &b.first_logits);
+    assert!(err < 1e-5, "{what}: logits as stored are {err:.2e} from the dequantized model's");
+    assert!(a.first_logits.iter().any(|&v| v != 0.0) && a.first_logits.iter().all(|v| v.is_finite()), "{what}");
+    assert_eq!(a.ids, b.ids, "{what}: greedy tokens");
+}
+
+#[test]
+fn every_block_type_as_stored_gives_the_dequantized_models_logits() {
+    for dtype in DType::QUANTIZED {
+        let file = GgufFile::from_bytes(image(dtype as u64, |_| dtype), format!("{dtype}.gguf")).unwrap();
+        let stored = Llama::load_stored(&file, &Device::Cpu).unwrap();
+        let (in_place, held) = stored.weight_bytes();
+        assert!(in_place > 2 * held, "{dtype}: most of the weights read in place ({in_place} / {held})");
+        stored_agrees_with_f32(dtype.name(), &file);
+    }
+}
+
+#[test]
+fn a_q4_k_m_like_mix_loads_as_stored() {
+    let mix = |part: &str| match part {
+        "attn_v" | "ffn_down" | "token_embd" => DType::Q6_K,
+        _ => DType::Q4_K,
+    };
+    let file = GgufFile::from_bytes(image(99, mix), "q4_k_m.gguf").unwrap();
+    let stored = Llama::load_stored(&file, &Device::Cpu).unwrap();
+    assert_eq!(stored.layers[0].1.down.dtype(), DType::Q6_K);
+    assert_eq!(stored.layers[0].1.gate.dtype(), DType::Q4_K);
+    assert_eq!(stored.embedding.dtype(), DType::Q6_K);
+    stored_agrees_with_f32("Q4_K_M-like", &file);
+}
