@@ -18,7 +18,8 @@ impl Tensor {
     /// uploaded once.
     ///
     /// ```
-    /// # use fuse::prelude::*;
+    /// // In a user's crate these are `fuse::...`: the facade re-exports this crate.
+    /// use fuse_runtime::{DType, Device, Tensor};
     /// // Two rows of 32 values in Q8_0: each block an f16 scale and 32 signed bytes.
     /// let mut bytes = Vec::new();
     /// for row in 0..2u8 {
@@ -29,7 +30,7 @@ impl Tensor {
     /// assert_eq!((w.dtype(), w.shape()), (DType::Q8_0, &[2usize, 32][..]));
     /// let values = w.to_dtype(DType::F32)?.to_vec::<f32>()?;
     /// assert_eq!((values[3], values[32 + 3]), (1.5, 1.0));
-    /// # Ok::<(), fuse::Error>(())
+    /// # Ok::<(), fuse_runtime::Error>(())
     /// ```
     pub fn from_blocks(dtype: DType, shape: &[usize], bytes: Vec<u8>, device: &Device) -> Result<Tensor> {
         check_blocks(dtype, shape, bytes.len())?;

@@ -89,10 +89,10 @@ pub fn tolerance(dtype: DType) -> f64 {
 /// The least precise dtype among the tensors.
 pub fn coarsest<'a>(tensors: impl IntoIterator<Item = &'a Tensor>) -> DType {
     let rank = |d: DType| match d {
-        // Ids are exact; they never set the tolerance of a float result.
-        DType::U32 | DType::F32 => 0,
         DType::F16 => 1,
         DType::BF16 => 2,
+        // f32; ids are exact, and blocks are read as their exact values: neither sets a float result's tolerance.
+        _ => 0,
     };
     tensors.into_iter().map(|t| t.dtype()).max_by_key(|&d| rank(d)).unwrap_or(DType::F32)
 }
