@@ -83,6 +83,9 @@ pub(super) fn into_candle(t: Tensor, gpu: &CudaDevice) -> Result<candle::Tensor>
 /// to candle when it is the only handle to a dense one, else a dense copy of it (on the GPU).
 pub(super) fn into_candle_on(t: Tensor, gpu: &CudaDevice, device: &candle::CudaDevice) -> Result<candle::Tensor> {
     let (shape, dtype) = (t.shape().to_vec(), t.dtype());
+    if dtype.is_quantized() {
+        return Err(super::blocks_to_candle(dtype));
+    }
     let len = t.numel();
     let buffer = match t.into_cuda_buffer() {
         Ok(buffer) => buffer,
@@ -110,6 +113,7 @@ pub(super) fn into_candle_on(t: Tensor, gpu: &CudaDevice, device: &candle::CudaD
             DType::U32 => {
                 candle::CudaStorage::wrap_cuda_slice(stream.upgrade_device_ptr::<u32>(address, len), device.clone())
             }
+            _ => unreachable!("block dtypes were refused above"),
         }
     };
     Ok(candle::Tensor::from_storage(candle::Storage::Cuda(storage), shape, candle::op::BackpropOp::none(), false))

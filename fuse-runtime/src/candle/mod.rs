@@ -166,7 +166,7 @@ impl Tensor {
                 ),
             ));
         }
-        let shape = self.shape().to_vec();
+        let (shape, self_dtype) = (self.shape().to_vec(), self.dtype());
         let data = match self.into_dense_data() {
             Ok(data) => data,
             Err(t) => t
@@ -180,6 +180,7 @@ impl Tensor {
             CpuData::BF16(v) => candle::Tensor::from_vec(v, shape, &candle::Device::Cpu),
             CpuData::U32(v) => candle::Tensor::from_vec(v, shape, &candle::Device::Cpu),
             CpuData::Borrowed(_) => return Err(Error::internal(CANDLE, "a dense copy still borrows candle's memory")),
+            CpuData::Blocks(_) => return Err(blocks_to_candle(self_dtype)),
         };
         made.map_err(|e| Error::internal(CANDLE, format!("candle refused a tensor fuse made: {e}")))
     }
@@ -212,6 +213,16 @@ impl Tensor {
     pub fn to_candle(&self) -> Result<candle::Tensor> {
         self.clone().into_candle()
     }
+}
+
+/// A block-quantized tensor has no candle tensor of its own kind here (candle's quantized tensors are another
+/// type): the error says to dequantize first.
+pub(super) fn blocks_to_candle(dtype: DType) -> Error {
+    Error::unsupported(
+        CANDLE,
+        "into_candle",
+        format!("a {dtype} tensor: dequantize it first with `.to_dtype(DType::F32)` (or F16, BF16)"),
+    )
 }
 
 #[cfg(test)]
