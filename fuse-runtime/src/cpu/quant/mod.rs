@@ -8,10 +8,11 @@
 //!   blocks of 256 with per-16 sums like Q8_K for the K types), then integer dot products (`maddubs` / `madd`) with
 //!   the scales applied in f32 once a block, as llama.cpp does; about 4e-3 relative error from x's rounding.
 //!
-//! Kernels take one row of W and up to [`MR`] rows of x: a block is decoded once and used for all of them. Work is
-//! split with rayon over tiles of [`NR`] rows of W (and of [`MC`] rows of x when m is large); the tiles do not
-//! depend on the thread count and each output's arithmetic does not depend on its tile, so results are
-//! bit-identical whatever the number of threads.
+//! Kernels take the rows of W of a tile and up to [`MR`] rows of x: a block is decoded once and used for all of
+//! them (the f32 kernels at m = 1 take two rows of W at a time instead, sharing the loads of x). Work is split with
+//! rayon over tiles of [`NR`] rows of W (and of [`MC`] rows of x when m is large); the tiles do not depend on the
+//! thread count and each output's arithmetic does not depend on its tile nor on the rows computed with it, so
+//! results are bit-identical whatever the number of threads.
 
 mod common;
 mod q8;
@@ -154,24 +155,54 @@ pub fn matmul_quantized_with(
     }
     match strategy {
         Strategy::F32 => {
-            let xs: Vec<&[f32]> = x.chunks_exact(k).collect();
+            let sums = x_sums(dtype, x);
+            let xs: Vec<F32Row> = (0..m).map(|i| F32Row::of(x, &sums, i, k)).collect();
             let kernel = f32_kernel(dtype, isa);
-            drive(&xs, n, w, row_bytes, out, &|row, xs, out| kernel(dtype, row, xs, out));
+            drive(&xs, n, w, row_bytes, out, &|rows, xs, out| kernel(dtype, rows, xs, out));
         }
         Strategy::Q8 => {
             let acts = Q8Acts::new(x, m, k, if b.elements == 32 { 32 } else { 256 });
             let xs: Vec<Q8Row> = (0..m).map(|i| acts.row(i)).collect();
             let kernel = q8_kernel(dtype, isa);
-            drive(&xs, n, w, row_bytes, out, &|row, xs, out| kernel(dtype, row, xs, out));
+            drive(&xs, n, w, row_bytes, out, &|rows, xs, out| {
+                for (j, row) in rows.chunks_exact(row_bytes).enumerate() {
+                    kernel(dtype, row, xs, &mut out[j * xs.len()..][..xs.len()]);
+                }
+            });
         }
     }
     Ok(())
 }
 
-type F32Kernel = fn(DType, &[u8], &[&[f32]], &mut [f32]);
+/// One row of x for the f32 strategy: its values, and where the weight type has min terms (Q4_1, Q5_1, Q4_K,
+/// Q5_K) the sums of its values over each group of 32 (else empty).
+#[derive(Clone, Copy)]
+pub(crate) struct F32Row<'a> {
+    pub x: &'a [f32],
+    pub s: &'a [f32],
+}
+
+impl<'a> F32Row<'a> {
+    fn of(x: &'a [f32], sums: &'a [f32], i: usize, k: usize) -> F32Row<'a> {
+        let s = if sums.is_empty() { sums } else { &sums[i * k / 32..][..k / 32] };
+        F32Row { x: &x[i * k..][..k], s }
+    }
+}
+
+/// The sums of x over each group of 32 values (left to right), where `dtype` has min terms; else empty.
+fn x_sums(dtype: DType, x: &[f32]) -> Vec<f32> {
+    if matches!(dtype, DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K) {
+        x.chunks_exact(32).map(|c| c.iter().fold(0.0f32, |a, &v| a + v)).collect()
+    } else {
+        Vec::new()
+    }
+}
+
+/// Several rows of W (whole rows) against up to [`MR`] rows of x: `out[j * xs.len() + i]`.
+type F32Kernel = fn(DType, &[u8], &[F32Row], &mut [f32]);
 type Q8Kernel = for<'a> fn(DType, &[u8], &[Q8Row<'a>], &mut [f32]);
 
-/// The f32-strategy kernel of `isa` (available) for `dtype`: one row of W against up to [`MR`] rows of x.
+/// The f32-strategy kernel of `isa` (available) for `dtype`.
 fn f32_kernel(dtype: DType, isa: Isa) -> F32Kernel {
     let _ = dtype;
     match isa {
@@ -198,7 +229,8 @@ fn q8_kernel(dtype: DType, isa: Isa) -> Q8Kernel {
 #[allow(dead_code)] // a building block for callers in fuse-runtime
 pub(crate) fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
     let mut out = [0.0];
-    f32_kernel(dtype, Isa::detect())(dtype, row, &[x], &mut out);
+    let sums = x_sums(dtype, x);
+    f32_kernel(dtype, Isa::detect())(dtype, row, &[F32Row { x, s: &sums }], &mut out);
     out[0]
 }
 
@@ -218,7 +250,8 @@ impl Out {
     }
 }
 
-/// Runs `kernel` over every (row of W, group of up to MR rows of x) in fixed tiles, in parallel.
+/// Runs `kernel` over every (tile of up to NR rows of W, group of up to MR rows of x) in fixed tiles, in parallel;
+/// `kernel(rows, xs, out)` writes `out[j * xs.len() + i]`.
 fn drive<X: Sync>(
     xs: &[X],
     n: usize,
@@ -235,14 +268,14 @@ fn drive<X: Sync>(
     (0..jt * it).into_par_iter().for_each(|t| {
         let (i0, j0) = (t / jt * mc, t % jt * NR);
         let (i1, j1) = ((i0 + mc).min(m), (j0 + NR).min(n));
-        let mut tmp = [0.0f32; MR];
+        let mut tmp = [0.0f32; NR * MR];
         for g in (i0..i1).step_by(MR) {
             let r = MR.min(i1 - g);
-            for j in j0..j1 {
-                kernel(&w[j * row_bytes..][..row_bytes], &xs[g..g + r], &mut tmp[..r]);
-                for (q, &v) in tmp[..r].iter().enumerate() {
-                    // Safety: (g + q, j) < (m, n) and each is in exactly one task.
-                    unsafe { ptr.set((g + q) * n + j, v) };
+            kernel(&w[j0 * row_bytes..j1 * row_bytes], &xs[g..g + r], &mut tmp[..(j1 - j0) * r]);
+            for (jj, vs) in tmp[..(j1 - j0) * r].chunks_exact(r).enumerate() {
+                for (q, &v) in vs.iter().enumerate() {
+                    // Safety: (g + q, j0 + jj) < (m, n) and each is in exactly one task.
+                    unsafe { ptr.set((g + q) * n + j0 + jj, v) };
                 }
             }
         }

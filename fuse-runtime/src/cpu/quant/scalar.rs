@@ -5,10 +5,20 @@
 
 use super::common::{half_at, k4_scales};
 use super::q8::Q8Row;
+use super::F32Row;
 use fuse_ir::DType;
 
-/// Strategy 1: each block decoded to f32 (fuse_ir's reference decoder) and multiplied with the f32 rows `xs`.
-pub(crate) fn dot_rows_f32(dtype: DType, row: &[u8], xs: &[&[f32]], out: &mut [f32]) {
+/// Strategy 1: each block decoded to f32 (fuse_ir's reference decoder) and multiplied with the f32 rows `xs`;
+/// `rows` holds whole rows of W, `out[j * xs.len() + i]`.
+pub(crate) fn dot_rows_f32(dtype: DType, rows: &[u8], xs: &[F32Row], out: &mut [f32]) {
+    let b = dtype.block().expect("a block type");
+    let row_bytes = xs[0].x.len() / b.elements * b.bytes;
+    for (row, out) in rows.chunks_exact(row_bytes).zip(out.chunks_exact_mut(xs.len())) {
+        dot_row_f32(dtype, row, xs, out);
+    }
+}
+
+fn dot_row_f32(dtype: DType, row: &[u8], xs: &[F32Row], out: &mut [f32]) {
     let b = dtype.block().expect("a block type");
     let mut values = [0.0f32; 256];
     let values = &mut values[..b.elements];
@@ -17,7 +27,7 @@ pub(crate) fn dot_rows_f32(dtype: DType, row: &[u8], xs: &[&[f32]], out: &mut [f
     for (blk, block) in row.chunks_exact(b.bytes).enumerate() {
         fuse_ir::quant::dequantize_block(dtype, block, values);
         for (a, x) in acc.iter_mut().zip(xs) {
-            let x = &x[blk * b.elements..][..b.elements];
+            let x = &x.x[blk * b.elements..][..b.elements];
             *a += values.iter().zip(x).fold(0.0f32, |s, (v, x)| s + v * x);
         }
     }
