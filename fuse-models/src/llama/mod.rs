@@ -20,6 +20,8 @@ pub mod step_kernel;
 mod stored;
 #[cfg(test)]
 mod stored_tests;
+#[cfg(test)]
+mod test_image;
 
 pub use block::{AttentionBlock, FfnBlock};
 pub use cache::KvCache;

@@ -2,8 +2,8 @@
 //! a Q4_K_M-like mix (q/k in Q4_K, v and down in Q6_K), on small random GGUF images whose rows hold whole K
 //! blocks: the logits of a prompt and a few greedy steps agree to f32 rounding.
 
-use crate::gguf::tests::Image;
 use crate::gguf::GgufFile;
+use crate::llama::test_image::{llama_image, TestTensor};
 use crate::llama::{generate, Config, Llama, Sampling};
 use fuse::prelude::*;
 
@@ -40,7 +40,7 @@ fn config() -> Config {
 /// A GGUF image of `config()` with each matrix in `type_of(part)` (random blocks), f32 norms.
 fn image(seed: u64, type_of: impl Fn(&str) -> DType) -> Vec<u8> {
     let c = config();
-    let mut tensors: Vec<(String, Vec<u64>, u32, Vec<u8>)> = Vec::new();
+    let mut tensors: Vec<TestTensor> = Vec::new();
     let mut seed = seed;
     let mut matrix = |name: String, part: &str, rows: usize, cols: usize| {
         let dtype = type_of(part);
@@ -70,39 +70,7 @@ fn image(seed: u64, type_of: impl Fn(&str) -> DType) -> Vec<u8> {
         }
     }
     tensors.push(("output_norm.weight".into(), vec![c.hidden as u64], 0, norm(7)));
-    let u32_kv = |v: usize| (v as u32).to_le_bytes().to_vec();
-    let mut tokens = 8u32.to_le_bytes().to_vec();
-    tokens.extend((c.vocab as u64).to_le_bytes());
-    for i in 0..c.vocab {
-        let t = format!("t{i}");
-        tokens.extend((t.len() as u64).to_le_bytes());
-        tokens.extend(t.as_bytes());
-    }
-    let kvs: Vec<(&str, u32, Vec<u8>)> = vec![
-        ("llama.embedding_length", 4, u32_kv(c.hidden)),
-        ("llama.feed_forward_length", 4, u32_kv(c.intermediate)),
-        ("llama.block_count", 4, u32_kv(c.layers)),
-        ("llama.attention.head_count", 4, u32_kv(c.heads)),
-        ("llama.attention.head_count_kv", 4, u32_kv(c.kv_heads)),
-        ("llama.context_length", 4, u32_kv(c.context)),
-        ("llama.rope.freq_base", 6, (c.rope_theta as f32).to_le_bytes().to_vec()),
-        ("llama.attention.layer_norm_rms_epsilon", 6, c.eps.to_le_bytes().to_vec()),
-        ("tokenizer.ggml.tokens", 9, tokens),
-    ];
-    let mut image = Image::header(3, tensors.len() as u64, kvs.len() as u64);
-    for (key, ty, value) in &kvs {
-        image.kv(key, *ty, value);
-    }
-    let mut offset = 0u64;
-    for (name, dims, ty, data) in &tensors {
-        image.tensor(name, dims, *ty, offset);
-        offset += (data.len() as u64).div_ceil(32) * 32;
-    }
-    image.pad_to(32);
-    for (_, _, _, data) in &tensors {
-        image.raw(data).pad_to(32);
-    }
-    image.finish()
+    llama_image(&c, &tensors)
 }
 
 /// The stored model's logits and greedy tokens against the dequantized one's.

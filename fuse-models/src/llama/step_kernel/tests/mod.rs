@@ -6,7 +6,6 @@ mod layout;
 mod packing;
 mod source;
 
-use crate::gguf::tests::Image;
 use crate::llama::Config;
 
 /// A small Llama in a GGUF image: Q4_1 layer matrices (the value projections in Q8_0 when `v_in_q8_0`), Q8_0
@@ -40,20 +39,23 @@ fn small_model_of(config: Config, seed: u64, v_in_q8_0: bool) -> (Vec<u8>, Confi
         (state >> 33) as u8
     };
     let f16_bits = |x: f32| half::f16::from_f32(x).to_bits().to_le_bytes();
-    let mut tensors: Vec<(String, Vec<u64>, u32, Vec<u8>)> = Vec::new();
-    let mut matrix =
-        |name: String, rows: usize, cols: usize, q8_0: bool, tensors: &mut Vec<(String, Vec<u64>, u32, Vec<u8>)>| {
-            let mut data = Vec::new();
-            for _ in 0..rows * cols / 32 {
-                let d = 0.001 + byte() as f32 * 1e-4;
-                data.extend(f16_bits(d));
-                if !q8_0 {
-                    data.extend(f16_bits(-8.0 * d + byte() as f32 * 1e-5));
-                }
-                data.extend((0..if q8_0 { 32 } else { 16 }).map(|_| byte()));
+    let mut tensors: Vec<crate::llama::test_image::TestTensor> = Vec::new();
+    let mut matrix = |name: String,
+                      rows: usize,
+                      cols: usize,
+                      q8_0: bool,
+                      tensors: &mut Vec<crate::llama::test_image::TestTensor>| {
+        let mut data = Vec::new();
+        for _ in 0..rows * cols / 32 {
+            let d = 0.001 + byte() as f32 * 1e-4;
+            data.extend(f16_bits(d));
+            if !q8_0 {
+                data.extend(f16_bits(-8.0 * d + byte() as f32 * 1e-5));
             }
-            tensors.push((name, vec![cols as u64, rows as u64], if q8_0 { 8 } else { 3 }, data));
-        };
+            data.extend((0..if q8_0 { 32 } else { 16 }).map(|_| byte()));
+        }
+        tensors.push((name, vec![cols as u64, rows as u64], if q8_0 { 8 } else { 3 }, data));
+    };
     let kv = c.kv_heads * c.head_dim;
     for l in 0..c.layers {
         for (part, rows, cols) in [
@@ -85,39 +87,7 @@ fn small_model_of(config: Config, seed: u64, v_in_q8_0: bool) -> (Vec<u8>, Confi
         (0..c.hidden).flat_map(|i| (1.0 + 0.01 * i as f32).to_le_bytes()).collect(),
     ));
 
-    let u32_kv = |v: usize| (v as u32).to_le_bytes().to_vec();
-    let mut tokens = 8u32.to_le_bytes().to_vec();
-    tokens.extend((c.vocab as u64).to_le_bytes());
-    for i in 0..c.vocab {
-        let t = format!("t{i}");
-        tokens.extend((t.len() as u64).to_le_bytes());
-        tokens.extend(t.as_bytes());
-    }
-    let kvs: Vec<(&str, u32, Vec<u8>)> = vec![
-        ("llama.embedding_length", 4, u32_kv(c.hidden)),
-        ("llama.feed_forward_length", 4, u32_kv(c.intermediate)),
-        ("llama.block_count", 4, u32_kv(c.layers)),
-        ("llama.attention.head_count", 4, u32_kv(c.heads)),
-        ("llama.attention.head_count_kv", 4, u32_kv(c.kv_heads)),
-        ("llama.context_length", 4, u32_kv(c.context)),
-        ("llama.rope.freq_base", 6, (c.rope_theta as f32).to_le_bytes().to_vec()),
-        ("llama.attention.layer_norm_rms_epsilon", 6, c.eps.to_le_bytes().to_vec()),
-        ("tokenizer.ggml.tokens", 9, tokens),
-    ];
-    let mut image = Image::header(3, tensors.len() as u64, kvs.len() as u64);
-    for (key, ty, value) in &kvs {
-        image.kv(key, *ty, value);
-    }
-    let mut offset = 0u64;
-    for (name, dims, ty, data) in &tensors {
-        image.tensor(name, dims, *ty, offset);
-        offset += (data.len() as u64).div_ceil(32) * 32;
-    }
-    image.pad_to(32);
-    for (_, _, _, data) in &tensors {
-        image.raw(data).pad_to(32);
-    }
-    (image.finish(), config)
+    (crate::llama::test_image::llama_image(c, &tensors), config)
 }
 
 /// A share's row dequantised: d * q + m for its kbs blocks, as ggml (and fuse-models' loader) computes it.
