@@ -92,50 +92,10 @@ impl Llama {
             let data = file.tensor_f32(name)?;
             Ok(upload(data, &shape, device, dtype)?)
         };
-        // The q, k and v projections as one matrix (their rows one after the other): one GEMM reads the
-        // normalised input once for all three. q and k back in Hugging Face's half-split row order.
-        let qkv = |i: usize| -> Result<Tensor> {
-            let name = |part: &str| format!("blk.{i}.{part}.weight");
-            let rows = |part: &str, heads: Option<usize>| -> Result<(Vec<f32>, usize, usize)> {
-                let shape = file.tensor_info(&name(part))?.shape();
-                let data = file.tensor_f32(&name(part))?;
-                let data = match heads {
-                    Some(heads) => unpermute_rotary_rows(&data, shape[0], shape[1], heads)?,
-                    None => data,
-                };
-                Ok((data, shape[0], shape[1]))
-            };
-            let (mut data, mut out, columns) = rows("attn_q", Some(c.heads))?;
-            for (part, heads) in [("attn_k", Some(c.kv_heads)), ("attn_v", None)] {
-                let (more, more_rows, more_columns) = rows(part, heads)?;
-                if more_columns != columns {
-                    return Err(Error::BadShape {
-                        what: format!("blk.{i}.{part} has {more_columns} columns, attn_q {columns}"),
-                    });
-                }
-                data.extend(more);
-                out += more_rows;
-            }
-            Ok(upload(data, &[out, columns], device, dtype)?)
-        };
         let mut layers = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
-            let name = |part: &str| format!("blk.{i}.{part}.weight");
-            let attention = AttentionBlock {
-                norm: tensor(&name("attn_norm"))?,
-                wqkv: qkv(i)?,
-                wo: tensor(&name("attn_output"))?,
-                eps: c.eps,
-                scale: 1.0 / (c.head_dim as f32).sqrt(),
-            };
-            let ffn = FfnBlock {
-                norm: tensor(&name("ffn_norm"))?,
-                gate: tensor(&name("ffn_gate"))?,
-                up: tensor(&name("ffn_up"))?,
-                down: tensor(&name("ffn_down"))?,
-                eps: c.eps,
-            };
-            layers.push((attention, ffn));
+            let (data, shape) = stacked_qkv_values(file, c, i)?;
+            layers.push(layer_blocks(c, i, upload(data, &shape, device, dtype)?, &tensor)?);
         }
         let (cos, sin) = rotary_tables(c, device, dtype)?;
         Ok(Llama {
@@ -193,14 +153,16 @@ impl Llama {
 
     /// Weights held (the tied embedding once).
     pub fn parameters(&self) -> usize {
-        let blocks: usize = self
-            .layers
-            .iter()
-            .map(|(a, f)| {
-                [&a.norm, &a.wqkv, &a.wo, &f.norm, &f.gate, &f.up, &f.down].iter().map(|t| t.numel()).sum::<usize>()
-            })
-            .sum();
-        blocks + self.embedding.numel() + self.output_norm.numel()
+        self.weights().iter().map(|t| t.numel()).sum()
+    }
+
+    /// Every weight tensor, the tied embedding once.
+    pub(super) fn weights(&self) -> Vec<&Tensor> {
+        let mut weights = vec![&self.embedding, &self.output_norm];
+        for (a, f) in &self.layers {
+            weights.extend([&a.norm, &a.wqkv, &a.wo, &f.norm, &f.gate, &f.up, &f.down]);
+        }
+        weights
     }
 
     pub fn device(&self) -> &Device {
@@ -224,6 +186,57 @@ impl Llama {
         }
         Ok(KvCache::new(c.layers, batch, c.kv_heads, c.head_dim, capacity, self.dtype, &self.device)?)
     }
+}
+
+/// Layer `i`'s two blocks: `wqkv` the stacked q/k/v projection, every other matrix and norm from `tensor`.
+pub(super) fn layer_blocks(
+    c: &Config,
+    i: usize,
+    wqkv: Tensor,
+    tensor: &dyn Fn(&str) -> Result<Tensor>,
+) -> Result<(AttentionBlock, FfnBlock)> {
+    let name = |part: &str| format!("blk.{i}.{part}.weight");
+    let attention = AttentionBlock {
+        norm: tensor(&name("attn_norm"))?,
+        wqkv,
+        wo: tensor(&name("attn_output"))?,
+        eps: c.eps,
+        scale: 1.0 / (c.head_dim as f32).sqrt(),
+    };
+    let ffn = FfnBlock {
+        norm: tensor(&name("ffn_norm"))?,
+        gate: tensor(&name("ffn_gate"))?,
+        up: tensor(&name("ffn_up"))?,
+        down: tensor(&name("ffn_down"))?,
+        eps: c.eps,
+    };
+    Ok((attention, ffn))
+}
+
+/// Layer `i`'s q, k and v projections as one matrix of f32 values (their rows one after the other: one GEMM
+/// reads the normalised input once for all three), q and k back in Hugging Face's half-split row order; with
+/// its shape.
+pub(super) fn stacked_qkv_values(file: &GgufFile, c: &Config, i: usize) -> Result<(Vec<f32>, [usize; 2])> {
+    let (mut data, mut rows, mut columns) = (Vec::new(), 0, None);
+    for (part, heads) in [("attn_q", Some(c.heads)), ("attn_k", Some(c.kv_heads)), ("attn_v", None)] {
+        let name = format!("blk.{i}.{part}.weight");
+        let shape = file.tensor_info(&name)?.shape();
+        let values = file.tensor_f32(&name)?;
+        match columns {
+            Some(columns) if shape[1] != columns => {
+                return Err(Error::BadShape {
+                    what: format!("blk.{i}.{part} has {} columns, attn_q {columns}", shape[1]),
+                })
+            }
+            _ => columns = Some(shape[1]),
+        }
+        data.extend(match heads {
+            Some(heads) => unpermute_rotary_rows(&values, shape[0], shape[1], heads)?,
+            None => values,
+        });
+        rows += shape[0];
+    }
+    Ok((data, [rows, columns.unwrap_or(0)]))
 }
 
 fn upload(data: Vec<f32>, shape: &[usize], device: &Device, dtype: DType) -> fuse::Result<Tensor> {

@@ -1,8 +1,7 @@
 //! The model with its weights as the file stores them: block-quantized matrices stay blocks, read in place from
 //! the memory-mapped file, so the resident weights are the file's own bytes.
 
-use super::block::{AttentionBlock, FfnBlock};
-use super::load::{rotary_tables, Config, Llama};
+use super::load::{layer_blocks, rotary_tables, stacked_qkv_values, Config, Llama};
 use crate::gguf::GgufFile;
 use crate::rotary::unpermute_rotary_rows;
 use crate::{Error, Result};
@@ -36,29 +35,15 @@ impl Llama {
         let mut layers = Vec::with_capacity(c.layers);
         let mut dequantized = Vec::new();
         for i in 0..c.layers {
-            let name = |part: &str| format!("blk.{i}.{part}.weight");
             let wqkv = match stacked_qkv_blocks(file, c, i)? {
                 Some(blocks) => blocks,
                 None => {
                     dequantized.push(i);
-                    stacked_qkv_f32(file, c, i)?
+                    let (data, shape) = stacked_qkv_values(file, c, i)?;
+                    Tensor::from_vec(data, &shape, &Device::Cpu)?
                 }
             };
-            let attention = AttentionBlock {
-                norm: tensor(&name("attn_norm"))?,
-                wqkv,
-                wo: tensor(&name("attn_output"))?,
-                eps: c.eps,
-                scale: 1.0 / (c.head_dim as f32).sqrt(),
-            };
-            let ffn = FfnBlock {
-                norm: tensor(&name("ffn_norm"))?,
-                gate: tensor(&name("ffn_gate"))?,
-                up: tensor(&name("ffn_up"))?,
-                down: tensor(&name("ffn_down"))?,
-                eps: c.eps,
-            };
-            layers.push((attention, ffn));
+            layers.push(layer_blocks(c, i, wqkv, &tensor)?);
         }
         if !dequantized.is_empty() {
             eprintln!(
@@ -77,12 +62,8 @@ impl Llama {
     /// The weights' bytes: (read in place from the file, held in memory of fuse's own), the tied embedding
     /// once. Dequantized weights count at their dtype's size.
     pub fn weight_bytes(&self) -> (u64, u64) {
-        let mut weights = vec![&self.embedding, &self.output_norm];
-        for (a, f) in &self.layers {
-            weights.extend([&a.norm, &a.wqkv, &a.wo, &f.norm, &f.gate, &f.up, &f.down]);
-        }
         let (mut in_place, mut held) = (0u64, 0u64);
-        for w in weights {
+        for w in self.weights() {
             let bytes = w.dtype().storage_bytes(w.numel()).unwrap_or(0) as u64;
             if w.reads_blocks_in_place() {
                 in_place += bytes;
@@ -122,20 +103,4 @@ fn stacked_qkv_blocks(file: &GgufFile, c: &Config, i: usize) -> Result<Option<Te
         rows += shape[0];
     }
     Ok(Some(Tensor::from_blocks(dtype, &[rows, columns], bytes, &Device::Cpu)?))
-}
-
-/// The same stack dequantized to f32.
-fn stacked_qkv_f32(file: &GgufFile, c: &Config, i: usize) -> Result<Tensor> {
-    let (mut data, mut rows, mut columns) = (Vec::new(), 0, 0);
-    for (part, heads) in [("attn_q", Some(c.heads)), ("attn_k", Some(c.kv_heads)), ("attn_v", None)] {
-        let name = format!("blk.{i}.{part}.weight");
-        let shape = file.tensor_info(&name)?.shape();
-        let values = file.tensor_f32(&name)?;
-        data.extend(match heads {
-            Some(heads) => unpermute_rotary_rows(&values, shape[0], shape[1], heads)?,
-            None => values,
-        });
-        (rows, columns) = (rows + shape[0], shape[1]);
-    }
-    Ok(Tensor::from_vec(data, &[rows, columns], &Device::Cpu)?)
 }
