@@ -18,6 +18,7 @@ pub mod model_op;
 pub mod op;
 pub mod plan;
 pub mod quant;
+mod random;
 #[cfg(test)]
 mod samples;
 mod text;
@@ -28,4 +29,5 @@ pub use graph::{Graph, Input, InputKind, Node, NodeId};
 pub use model_op::ModelOp;
 pub use op::{BinaryOp, Op, ReduceOp, UnaryOp};
 pub use plan::{Group, GroupKind, Plan};
+pub use random::SplitMix64;
 pub use view::ViewOp;

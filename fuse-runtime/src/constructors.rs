@@ -2,8 +2,8 @@
 //! `arange_step`, and seeded random tensors `rand` (uniform) and `randn` (normal). The random ones draw on
 //! the CPU from a seed the caller gives, so a model's initial weights are the same on every device.
 
-use crate::random::SplitMix64;
 use crate::{DType, Device, Error, Result, Tensor};
+use fuse_ir::SplitMix64;
 
 impl Tensor {
     /// A tensor of `shape` filled with `value`, in `dtype` (rounded to it), on `device`.

@@ -44,7 +44,6 @@ pub mod host_profile;
 mod layout;
 mod operators;
 mod quantized;
-mod random;
 mod reference;
 mod tensor;
 #[doc(hidden)]

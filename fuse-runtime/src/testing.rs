@@ -32,11 +32,11 @@ use crate::{Arg, DType, FusedFn, Fusion, Tensor};
 /// The generator of the test helpers: deterministic (SplitMix64), so that the same seed gives the same values
 /// on every machine and for every device a case runs on.
 #[derive(Clone, Debug)]
-pub struct TestRng(crate::random::SplitMix64);
+pub struct TestRng(fuse_ir::SplitMix64);
 
 impl TestRng {
     pub fn new(seed: u64) -> TestRng {
-        TestRng(crate::random::SplitMix64::new(seed))
+        TestRng(fuse_ir::SplitMix64::new(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {

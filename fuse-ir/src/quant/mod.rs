@@ -82,15 +82,8 @@ pub fn dequantize_element(dtype: DType, bytes: &[u8], index: usize) -> f32 {
 /// of the sizes real weights have; for tests. The same arguments give the same bytes.
 pub fn random_blocks(dtype: DType, blocks: usize, seed: u64) -> Vec<u8> {
     let b = dtype.block().expect("a block-quantized dtype");
-    let mut state = seed ^ 0x9E37_79B9_7F4A_7C15;
-    let mut next = move || {
-        // splitmix64
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
+    let mut rng = crate::SplitMix64::new(seed ^ 0x9E37_79B9_7F4A_7C15);
+    let mut next = move || rng.next_u64();
     let mut bytes: Vec<u8> = (0..blocks * b.bytes).map(|_| next() as u8).collect();
     for block in bytes.chunks_exact_mut(b.bytes) {
         for (k, at) in scale_fields(dtype).iter().enumerate() {

@@ -6,15 +6,8 @@ use fuse_ir::quant::{dequantize_to_vec, random_blocks};
 
 /// Seeded values in [-1, 1).
 fn random_x(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
+    let mut rng = fuse_ir::SplitMix64::new(seed);
+    (0..len).map(|_| 2.0 * rng.unit() - 1.0).collect()
 }
 
 fn weights(dtype: DType, n: usize, k: usize, seed: u64) -> Vec<u8> {
