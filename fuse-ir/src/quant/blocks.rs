@@ -26,8 +26,9 @@ fn sign_of(sign: u32) -> f32 {
     }
 }
 
+/// The f16 scale at byte `at` of `block`, as f32.
 #[inline]
-fn half_at(block: &[u8], at: usize) -> f32 {
+pub fn half_at(block: &[u8], at: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([block[at], block[at + 1]]))
 }
 
@@ -133,6 +134,16 @@ pub fn dequantize_block(dtype: DType, block: &[u8], out: &mut [f32]) {
         }
         _ => unreachable!("block() is None for element types"),
     }
+}
+
+/// The 8 groups' 6-bit scales and mins of a Q4_K / Q5_K block's 12 packed bytes ([`scale_min_k4`] of each).
+#[inline]
+pub fn k4_scales(q: &[u8]) -> ([u8; 8], [u8; 8]) {
+    let (mut sc, mut mn) = ([0u8; 8], [0u8; 8]);
+    for j in 0..8 {
+        (sc[j], mn[j]) = scale_min_k4(j, q);
+    }
+    (sc, mn)
 }
 
 /// Group `j`'s 6-bit scale and min of a Q4_K / Q5_K block's 12 packed bytes: groups 0-3 in the low 6 bits of

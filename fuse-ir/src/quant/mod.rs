@@ -20,7 +20,7 @@
 
 mod blocks;
 
-pub use blocks::{dequantize_block, scale_fields};
+pub use blocks::{dequantize_block, half_at, k4_scales, scale_fields};
 
 use crate::{BlockLayout, DType};
 

@@ -14,7 +14,6 @@
 //! thread count and each output's arithmetic does not depend on its tile nor on the rows computed with it, so
 //! results are bit-identical whatever the number of threads.
 
-mod common;
 mod q8;
 mod scalar;
 #[cfg(target_arch = "x86_64")]

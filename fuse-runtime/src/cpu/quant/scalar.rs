@@ -3,9 +3,9 @@
 //! A kernel takes one row of W (whole blocks) and r rows of activations and writes the r dot products: each
 //! block is decoded once and used for every activation row.
 
-use super::common::{half_at, k4_scales};
 use super::q8::Q8Row;
 use super::F32Row;
+use fuse_ir::quant::{half_at, k4_scales};
 use fuse_ir::DType;
 
 /// Strategy 1: each block decoded to f32 (fuse_ir's reference decoder) and multiplied with the f32 rows `xs`;

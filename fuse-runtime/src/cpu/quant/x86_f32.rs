@@ -266,7 +266,7 @@ struct KScales {
 }
 
 /// The scales of a Q4_K / Q5_K block (llama.cpp's unpacking of the 12 bytes of 6-bit scales and mins into 8 + 8
-/// bytes; the values of `common::k4_scales`).
+/// bytes; the values of `fuse_ir::quant::k4_scales`).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn k_scales(b: *const u8) -> KScales {

@@ -2,9 +2,9 @@
 //! rows of 8-bit activations by `vpmaddubsw` (unsigned x signed bytes to i16 pairs) and `vpmaddwd` (to i32, with the
 //! K types' scales folded in), the scales applied in f32 once a block.
 
-use super::common::k4_scales;
 use super::q8::Q8Row;
 use super::x86_f32::hsum;
+use fuse_ir::quant::k4_scales;
 use fuse_ir::DType;
 use std::arch::x86_64::*;
 
