@@ -118,6 +118,7 @@ fn variants(g: &Graph, spec: &KernelSpec) -> Vec<Vec<String>> {
         let early: Vec<Vec<String>> =
             sets.iter().map(|d| [d.clone(), vec![codegen::EARLY_WEIGHTS_DEFINE.to_string()]].concat()).collect();
         sets.extend(early);
+        sets.extend(quant_variants(spec, &slots, &outs));
         return sets;
     }
     if spec.role == Role::Mma {
@@ -166,6 +167,32 @@ fn variants(g: &Graph, spec: &KernelSpec) -> Vec<Vec<String>> {
             d
         })
         .collect()
+}
+
+/// The quantized skinny template (`-DFUSE_SK_WQ`) of a Skinny kernel: every config with Q4_K weights and bf16
+/// activations, the first with every other block type, f32 and f16 activations; with its prologue, the configs
+/// of one and of eight rows.
+fn quant_variants(
+    spec: &KernelSpec,
+    slots: &dyn Fn(DType, bool) -> Vec<InputKind>,
+    outs: &dyn Fn(DType) -> Vec<DType>,
+) -> Vec<Vec<String>> {
+    let configs = codegen::QUANT_SKINNY_CONFIGS;
+    let set = |c: &codegen::QuantSkinnyConfig, x: DType, w: DType| {
+        [codegen::defines(spec, &slots(x, false), &outs(x)), c.defines(x, w).expect("a float x, block weights")]
+            .concat()
+    };
+    let mut sets: Vec<Vec<String>> = configs.iter().map(|c| set(c, DType::BF16, DType::Q4_K)).collect();
+    sets.extend(DType::QUANTIZED.iter().filter(|&&w| w != DType::Q4_K).map(|&w| set(&configs[0], DType::BF16, w)));
+    sets.push(set(&configs[0], DType::F32, DType::Q8_0));
+    sets.push(set(&configs[0], DType::F16, DType::Q6_K));
+    if spec.prologue.is_some() {
+        let rows = |n: usize| configs.iter().find(|c| c.rows == n).expect("a config of that many rows");
+        for c in [rows(1), rows(8)] {
+            sets.push([set(c, DType::BF16, DType::Q4_1), vec!["-DFUSE_GEMM_PRO=1".to_string()]].concat());
+        }
+    }
+    sets
 }
 
 /// The corpus must exercise what this test claims: every op, both kernel kinds, every role.
@@ -357,8 +384,14 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
     let Some(ptxas) = tools_or_skip("model kernels") else { return };
     let mut failures = Vec::new();
     for kernel in ModelKernel::ALL {
-        let dtypes: &[DType] =
-            if kernel == ModelKernel::Cat { &[DType::F32, DType::F16, DType::BF16, DType::U32] } else { &DType::ALL };
+        let with_blocks: Vec<DType> = DType::ALL.iter().chain(&DType::QUANTIZED).copied().collect();
+        let dtypes: &[DType] = match kernel {
+            ModelKernel::Cat => &[DType::F32, DType::F16, DType::BF16, DType::U32],
+            // The embedding of a quantized table decodes its blocks; dequantize reads blocks only.
+            ModelKernel::Embedding => &with_blocks,
+            ModelKernel::Dequantize => &DType::QUANTIZED,
+            _ => &DType::ALL,
+        };
         for &dtype in dtypes {
             let spec = KernelSpec {
                 name: kernel.name().to_string(),
@@ -446,6 +479,13 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
                         ]
                     })
                     .collect(),
+                ModelKernel::Dequantize => DType::ALL
+                    .iter()
+                    .map(|out| {
+                        let code = [DType::F32, DType::F16, DType::BF16].iter().position(|d| d == out).unwrap_or(0);
+                        [ModelKernel::defines(dtype), vec![format!("-DFUSE_DEQUANT_OUT={code}")]].concat()
+                    })
+                    .collect(),
                 _ => vec![ModelKernel::defines(dtype)],
             };
             for (defines, arch) in variants.iter().flat_map(|d| ARCHS.map(|arch| (d, arch))) {
@@ -493,6 +533,18 @@ extern "C" __global__ void __launch_bounds__(256) fuse_headers_check(float* out,
   fuse_mma_m16n8k16<FUSE_BF16>(c, w, bits, w, bits, w, bits);
   fuse_mma_m16n8k16<FUSE_F16>(c, w, bits, w, bits, w, bits);
   v = fuse_warp_sum(c[0]) + fuse_warp_max(c[1]) + fuse_block_sum(c[2], red) + fuse_block_max(c[3], red);
+  // blocks.cuh: every block type decoded, eight values and one.
+  const unsigned char* qb = (const unsigned char*)half;
+  float q8[8];
+  fuse_q_decode8<FUSE_Q4_K>(qb, 8 * t, q8);
+  v += q8[0] + q8[7] + fuse_q_value<FUSE_Q4_0>(qb, t) + fuse_q_value<FUSE_Q4_1>(qb, t) + fuse_q_value<FUSE_Q5_0>(qb, t) +
+       fuse_q_value<FUSE_Q5_1>(qb, t) + fuse_q_value<FUSE_Q8_0>(qb, t) + fuse_q_value<FUSE_Q5_K>(qb, t) +
+       fuse_q_value<FUSE_Q6_K>(qb, t);
+  v += (float)(fuse_q_values<FUSE_Q8_0>() + fuse_q_bytes<FUSE_Q5_K>() + fuse_q_align<FUSE_Q4_1>());
+  const FuseQBytes8 qq = fuse_q_load8<2>(qb + 2 * t);
+  unsigned sc, mn;
+  fuse_q_scale_min_k4(qb, t & 7, sc, mn);
+  v += fuse_q_int(fuse_q_byte(qq, 3) + sc + mn, 8) + fuse_q_half(qb);
 #if FUSE_CHECK_SM90
   __shared__ __align__(8) unsigned long long bar;
   const unsigned b = fuse_smem_addr(&bar);

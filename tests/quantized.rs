@@ -152,14 +152,148 @@ fn bad_bytes_and_ops_that_compute_on_blocks_are_errors_that_say_so() {
     assert!(e.contains("Q4_K"), "a copy of blocks in another order: {e}");
 }
 
+/// rms_norm into both GEMMs of a gate/up pair (one DualGemm group), silu(gate) * up after them.
+#[fuse]
+fn gated(x: &Tensor, norm: &Tensor, wg: &Tensor, wu: &Tensor) -> Result<Tensor> {
+    let h = rms_norm(x, norm, 1e-5)?;
+    Ok((silu(&h.matmul(&wg.t()?)?)? * h.matmul(&wu.t()?)?)?)
+}
+
+/// Every way the GPU runs a GEMM of quantized weights, as the names `fuse::tune::with_gemm_choice` takes:
+/// each config of the quantized skinny template (blocks decoded as they stream) and cuBLAS on a dequantized
+/// copy.
+fn gpu_paths() -> Vec<String> {
+    let skinny = fuse::ir::codegen::QUANT_SKINNY_CONFIGS.iter().map(|c| format!("qskinny:{}", c.name));
+    skinny.chain(["cublas".to_string()]).collect()
+}
+
+/// `f` on the GPU with `path` forced, its first output.
+fn on_path(path: &str, f: impl FnOnce() -> Result<Tensor>) -> Tensor {
+    fuse::tune::with_gemm_choice(path, f).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
 #[test]
-fn on_a_gpu_blocks_are_stored_and_refused_by_kernels_for_now() {
+fn on_a_gpu_every_block_type_multiplies_as_stored_on_every_path() {
     let Some(gpu) = fuse::testing::gpu_or_skip() else { return };
-    let (w, values) = weights(DType::Q4_1, 4, 64, 6);
-    let on_gpu = w.to_device(&gpu).unwrap();
-    assert_eq!(on_gpu.dtype(), DType::Q4_1);
-    assert_eq!(on_gpu.to_device(&Device::Cpu).unwrap().to_vec::<f32>().unwrap(), values, "uploaded as stored");
-    let x = Tensor::from_vec(vec![0.5f32; 64], &[1, 64], &gpu).unwrap();
-    let e = projection(&x, &on_gpu).map(|_| ()).unwrap_err().to_string();
-    assert!(e.contains("not yet read by GPU kernels"), "{e}");
+    let mut r = TestRng::new(31);
+    for (t, dtype) in DType::QUANTIZED.into_iter().enumerate() {
+        let per = dtype.block().unwrap().elements;
+        // Rows 1, 3, 17 and 4095; inner sizes of 1 to 3 blocks (not a multiple of 256 for the 32-value types);
+        // activations in each float dtype.
+        for (m, n, blocks, x_dtype) in
+            [(1, 7, 1, DType::BF16), (3, 65, 3, DType::F32), (17, 33, 2, DType::BF16), (4095, 9, 1, DType::F16)]
+        {
+            let k = blocks * per;
+            let (w, _) = weights(dtype, n, k, 200 + t as u64);
+            let x = random(&mut r, &[m, k], x_dtype, -1.0, 1.0, &Device::Cpu);
+            let want = fuse::reference(projection_fused(), &[fuse::arg(&x), fuse::arg(&w)]).unwrap();
+            let (x, w) = (x.to_device(&gpu).unwrap(), w.to_device(&gpu).unwrap());
+            for path in gpu_paths() {
+                let got = on_path(&path, || projection(&x, &w));
+                let what = format!("{path}: {x_dtype} [{m}, {k}] x {dtype} [{n}, {k}]^T");
+                fuse::testing::assert_close(&what, &got, &want[0], x_dtype, &gpu);
+            }
+            // Tuned (or the fixed rule): whichever it picks gives the same.
+            fuse::testing::assert_close(
+                &format!("{dtype} tuned"),
+                &projection(&x, &w).unwrap(),
+                &want[0],
+                x_dtype,
+                &gpu,
+            );
+        }
+    }
+}
+
+#[test]
+fn on_a_gpu_the_prologue_and_the_dual_epilogue_fuse_around_quantized_gemms() {
+    let Some(gpu) = fuse::testing::gpu_or_skip() else { return };
+    let mut r = TestRng::new(32);
+    let (n, k) = (72, 768);
+    for (wg_type, wu_type) in [(DType::Q4_K, DType::Q4_K), (DType::Q6_K, DType::Q6_K), (DType::Q4_1, DType::Q4_1)] {
+        for m in [1, 3, 8] {
+            let x = random(&mut r, &[m, k], DType::BF16, -1.0, 1.0, &Device::Cpu);
+            let norm = random(&mut r, &[k], DType::BF16, 0.5, 1.5, &Device::Cpu);
+            let (wg, _) = weights(wg_type, n, k, 7);
+            let (wu, _) = weights(wu_type, n, k, 8);
+            let residual = random(&mut r, &[m, n], DType::BF16, -1.0, 1.0, &Device::Cpu);
+            let cpu = [fuse::arg(&x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu)];
+            let want = fuse::reference(gated_fused(), &cpu).unwrap();
+            let single = [fuse::arg(&x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&residual)];
+            let want_single = fuse::reference(normed_projection_fused(), &single).unwrap();
+            let g = |t: &Tensor| t.to_device(&gpu).unwrap();
+            let (x, norm, wg, wu, residual) = (g(&x), g(&norm), g(&wg), g(&wu), g(&residual));
+            for path in gpu_paths() {
+                let what = format!("{path}: m={m} rms_norm + {wg_type}/{wu_type}");
+                let got = on_path(&path, || gated(&x, &norm, &wg, &wu));
+                fuse::testing::assert_close(&format!("{what} dual + silu * up"), &got, &want[0], DType::BF16, &gpu);
+                let got = on_path(&path, || normed_projection(&x, &norm, &wg, &residual));
+                fuse::testing::assert_close(
+                    &format!("{what} + silu + residual"),
+                    &got,
+                    &want_single[0],
+                    DType::BF16,
+                    &gpu,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn on_a_gpu_a_gate_and_up_of_two_block_types_take_cublas() {
+    let Some(gpu) = fuse::testing::gpu_or_skip() else { return };
+    let mut r = TestRng::new(33);
+    let (m, n, k) = (2, 40, 512);
+    let x = random(&mut r, &[m, k], DType::BF16, -1.0, 1.0, &Device::Cpu);
+    let norm = random(&mut r, &[k], DType::BF16, 0.5, 1.5, &Device::Cpu);
+    let (wg, _) = weights(DType::Q4_K, n, k, 9);
+    let (wu, _) = weights(DType::Q6_K, n, k, 10);
+    let want =
+        fuse::reference(gated_fused(), &[fuse::arg(&x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu)]).unwrap();
+    let g = |t: &Tensor| t.to_device(&gpu).unwrap();
+    let (x, norm, wg, wu) = (g(&x), g(&norm), g(&wg), g(&wu));
+    let e = fuse::tune::with_gemm_choice("qskinny:r2c8", || gated(&x, &norm, &wg, &wu)).unwrap_err().to_string();
+    assert!(e.contains("two block types"), "{e}");
+    fuse::testing::assert_close(
+        "mixed types, tuned",
+        &gated(&x, &norm, &wg, &wu).unwrap(),
+        &want[0],
+        DType::BF16,
+        &gpu,
+    );
+}
+
+#[test]
+fn on_a_gpu_blocks_are_stored_dequantized_and_looked_up() {
+    let Some(gpu) = fuse::testing::gpu_or_skip() else { return };
+    for dtype in DType::QUANTIZED {
+        let (w, values) = weights(dtype, 5, 2 * dtype.block().unwrap().elements, 12);
+        let on_gpu = w.to_device(&gpu).unwrap();
+        assert_eq!((on_gpu.dtype(), on_gpu.shape()), (dtype, w.shape()));
+        assert_eq!(on_gpu.to_device(&Device::Cpu).unwrap().to_vec::<f32>().unwrap(), values, "uploaded as stored");
+        // Decoded by the GPU's kernels (a multiply-add may round once where the CPU rounds twice).
+        let f32s = Tensor::from_vec(values.clone(), w.shape(), &gpu).unwrap();
+        let what = format!("{dtype} to_dtype(f32) on the GPU");
+        fuse::testing::assert_close(&what, &on_gpu.to_dtype(DType::F32).unwrap(), &f32s, DType::F32, &gpu);
+        let t = on_gpu.t().unwrap().to_dtype(DType::F32).unwrap();
+        fuse::testing::assert_close(
+            &format!("{what}, transposed"),
+            &t,
+            &f32s.t().unwrap().contiguous().unwrap(),
+            DType::F32,
+            &gpu,
+        );
+        let ids = Tensor::from_vec(vec![4u32, 0, 2, 2], &[4], &gpu).unwrap();
+        let rows = embedding(&ids, &on_gpu).unwrap();
+        let want = embedding(&ids.to_device(&Device::Cpu).unwrap(), &w).unwrap();
+        assert_eq!(rows.dtype(), DType::F32);
+        fuse::testing::assert_close(
+            &format!("{dtype} embedding on the GPU"),
+            &rows,
+            &want.to_device(&gpu).unwrap(),
+            DType::F32,
+            &gpu,
+        );
+    }
 }

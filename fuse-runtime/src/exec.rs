@@ -33,19 +33,6 @@ pub(crate) fn execute_cached(
     kernels: Option<&KernelCache>,
 ) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
     if let Some(Device::Cuda(gpu)) = check_devices(function, args)? {
-        if let Some(t) = args.iter().filter_map(Arg::tensor).find(|t| t.dtype().is_quantized()) {
-            // Block-quantized GPU tensors are stored and moved, not yet computed on (the GPU kernels that read
-            // blocks are the next slice of this work); said here rather than computed wrongly.
-            return Err(Error::Unsupported {
-                function: function.into(),
-                op: "quantized weights",
-                reason: format!(
-                    "{} tensors are not yet read by GPU kernels: keep them on the CPU, or dequantize there with \
-                     .to_dtype(..) before moving them",
-                    t.dtype()
-                ),
-            });
-        }
         return crate::cuda::exec::execute(function, g, plan, args, gpu, timed, library_only, kernels);
     }
     crate::cpu::exec::execute(function, g, plan, values(args), timed)

@@ -109,7 +109,6 @@ impl Tensor {
     }
 
     /// A view of `shape` with `strides` from `offset` over device memory (which the caller guarantees holds it).
-    #[cfg(feature = "candle-cuda")]
     pub(crate) fn cuda_view(storage: CudaStorage, shape: Vec<usize>, strides: Vec<usize>, offset: usize) -> Tensor {
         let device = Device::Cuda(storage.device().clone());
         Tensor { storage: Arc::new(Storage::Cuda(storage)), shape, strides, offset, device }

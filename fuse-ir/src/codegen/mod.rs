@@ -32,8 +32,9 @@ mod tests;
 
 pub use cuda::{CUDA_PRELUDE, SM90_HEADER};
 pub use gemm::{
-    GemmTiling, MmaConfig, SkinnyConfig, WgmmaConfig, EARLY_WEIGHTS_DEFINE, MMA_CONFIGS, MMA_TEMPLATE,
-    PROLOGUE_MAX_ROWS, SKINNY_CONFIGS, SKINNY_TEMPLATE, WGMMA_CONFIGS, WGMMA_TEMPLATE,
+    GemmTiling, MmaConfig, QuantSkinnyConfig, SkinnyConfig, WgmmaConfig, EARLY_WEIGHTS_DEFINE, MMA_CONFIGS,
+    MMA_TEMPLATE, PROLOGUE_MAX_ROWS, QUANT_SKINNY_CONFIGS, QUANT_SKINNY_TEMPLATE, SKINNY_CONFIGS, SKINNY_TEMPLATE,
+    WGMMA_CONFIGS, WGMMA_TEMPLATE,
 };
 pub use model::{
     attention_launch, AttentionLaunch, AttentionShape, ModelKernel, ATTENTION_COMBINE_THREADS,

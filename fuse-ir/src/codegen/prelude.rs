@@ -14,6 +14,7 @@ pub const VECTOR_ELEMENTS: u32 = 8;
 
 pub(super) const PRELUDE: &str = concat!(
     include_str!("cuda/prelude.cuh"),
+    include_str!("cuda/blocks.cuh"),
     r#"
 #ifndef FUSE_NIN
 #error "fuse: compile with -DFUSE_NIN=<inputs> -DFUSE_NOUT=<outputs> and the FUSE_IN<k>/FUSE_OUT<k> dtype codes"
@@ -36,9 +37,11 @@ struct FuseArgs {
 };
 struct alignas(16) FuseVec16 { unsigned int w[4]; };
 
-// One element of input slot (dtype code D) at element offset `off`; a scalar ignores the offset.
+// One element of input slot (dtype code D) at element offset `off`; a scalar ignores the offset. A slot of
+// quantized blocks (D >= FUSE_Q4_0) is decoded here: element `off` of its tensor, whatever view reads it.
 template <int D> __device__ __forceinline__ float fuse_read(const FuseIn& in, long long off) {
   if constexpr (D == FUSE_SCALAR) return (float)in.scalar;
+  else if constexpr (D >= FUSE_Q4_0) return fuse_q_value<D>((const unsigned char*)in.ptr, off);
   else if constexpr (D == FUSE_F32) return ((const float*)in.ptr)[off];
   else return fuse_unpack<D>(((const unsigned short*)in.ptr)[off]);
 }
@@ -52,6 +55,8 @@ template <int D> __device__ __forceinline__ void fuse_read8(const FuseIn& in, lo
   if constexpr (D == FUSE_SCALAR) {
 #pragma unroll
     for (int e = 0; e < 8; ++e) v[e] = (float)in.scalar;
+  } else if constexpr (D >= FUSE_Q4_0) {
+    fuse_q_decode8<D>((const unsigned char*)in.ptr, i, v);
   } else if constexpr (D == FUSE_F32) {
     const FuseVec16* p = (const FuseVec16*)((const float*)in.ptr + i);
 #pragma unroll

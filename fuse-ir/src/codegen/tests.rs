@@ -81,7 +81,13 @@ fn the_skinny_kernel_feeds_the_accumulators_to_the_epilogue() {
     ] {
         assert!(src.contains(line), "{line} missing from\n{src}");
     }
-    assert!(src.ends_with(SKINNY_TEMPLATE), "the template comes last, whole");
+    // The two templates come last, whole, the quantized one behind its define.
+    let templates = format!(
+        "#if defined(FUSE_SK_WQ)\n{}#else\n{}#endif  // FUSE_SK_WQ\n",
+        crate::codegen::QUANT_SKINNY_TEMPLATE,
+        SKINNY_TEMPLATE
+    );
+    assert!(src.ends_with(&templates), "the templates come last, whole");
     assert!(!src.contains("fuse_read<FUSE_IN0>"), "the products are never read from memory");
     // The down projection: a lone product, written as it is.
     let down = specs.iter().find(|s| s.role == Role::Skinny && s.group == 1).expect("a single skinny kernel");

@@ -284,6 +284,12 @@ impl CudaStorage {
         }
     }
 
+    /// The device address of element `element`: for quantized blocks that of the block it starts (`None` where
+    /// it does not start one: a view of blocks must begin at a whole block).
+    pub(crate) fn element_address(&self, element: usize) -> Option<u64> {
+        Some(self.base_address() + self.dtype.storage_bytes(element)? as u64)
+    }
+
     /// The device address of element 0.
     pub(crate) fn base_address(&self) -> u64 {
         match &self.memory {

@@ -3,8 +3,8 @@
 //! split-K) and the generated hooks that splice a group's epilogue, and for the skinny template its
 //! prologue, into it.
 //!
-//! - `skinny`: the skinny template for few rows (streams the weights once), and the epilogue hook all
-//!   three templates share;
+//! - `skinny`: the skinny template for few rows (streams the weights once), its twin for weights of
+//!   quantized blocks, and the epilogue hook all the templates share;
 //! - `prologue`: the skinny template's in-kernel prologue (pointwise work and row reductions on the left
 //!   operand as it is loaded);
 //! - `wgmma`: the tensor-core template for many rows on sm_90a (TMA, wgmma);
@@ -19,6 +19,9 @@ pub(in crate::codegen) mod wgmma;
 
 pub use mma::{MmaConfig, MMA_CONFIGS, MMA_TEMPLATE};
 pub use prologue::PROLOGUE_MAX_ROWS;
-pub use skinny::{SkinnyConfig, EARLY_WEIGHTS_DEFINE, SKINNY_CONFIGS, SKINNY_TEMPLATE};
+pub use skinny::{
+    QuantSkinnyConfig, SkinnyConfig, EARLY_WEIGHTS_DEFINE, QUANT_SKINNY_CONFIGS, QUANT_SKINNY_TEMPLATE, SKINNY_CONFIGS,
+    SKINNY_TEMPLATE,
+};
 pub use tiling::GemmTiling;
 pub use wgmma::{WgmmaConfig, WGMMA_CONFIGS, WGMMA_TEMPLATE};

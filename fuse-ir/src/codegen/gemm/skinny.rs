@@ -22,6 +22,9 @@ use std::fmt::Write;
 /// and helpers (`skinny.cuh`), then the kernel (`skinny_kernel.cuh`).
 pub const SKINNY_TEMPLATE: &str =
     concat!(include_str!("templates/skinny.cuh"), include_str!("templates/skinny_kernel.cuh"));
+/// The skinny template for weights of quantized blocks (`templates/skinny_quant.cuh`), in the same kernel
+/// source behind `-DFUSE_SK_WQ` (see [`source`]).
+pub const QUANT_SKINNY_TEMPLATE: &str = include_str!("templates/skinny_quant.cuh");
 /// The define that lets a skinny kernel copy its first weight chunks before it waits for the kernel before it
 /// (only where the host knows that kernel does not write them).
 pub const EARLY_WEIGHTS_DEFINE: &str = "-DFUSE_GEMM_EARLY_W=1";
@@ -128,6 +131,69 @@ impl GemmTiling for SkinnyConfig {
     }
 }
 
+/// One config of the quantized skinny template (`templates/skinny_quant.cuh`): weight rows per warp and rows
+/// of the left operand per block, for 256-thread blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuantSkinnyConfig {
+    /// The config's part of the path name (`qskinny:<name>`): rows x columns per block.
+    pub name: &'static str,
+    pub rows_per_warp: usize,
+    pub rows: usize,
+    /// The rows (inclusive) for which the fast tuning mode and the fixed rule try it.
+    pub fast_rows: (usize, usize),
+}
+
+/// Every config of the quantized skinny template, in the order they are tried.
+pub const QUANT_SKINNY_CONFIGS: &[QuantSkinnyConfig] = &[
+    QuantSkinnyConfig { name: "r1c8", rows_per_warp: 1, rows: 1, fast_rows: (1, 1) },
+    QuantSkinnyConfig { name: "r1c16", rows_per_warp: 2, rows: 1, fast_rows: (1, 1) },
+    QuantSkinnyConfig { name: "r2c8", rows_per_warp: 1, rows: 2, fast_rows: (2, 2) },
+    QuantSkinnyConfig { name: "r4c8", rows_per_warp: 1, rows: 4, fast_rows: (3, 4) },
+    QuantSkinnyConfig { name: "r8c8", rows_per_warp: 1, rows: 8, fast_rows: (5, 16) },
+    QuantSkinnyConfig { name: "r4c16", rows_per_warp: 2, rows: 4, fast_rows: (3, 8) },
+];
+
+impl QuantSkinnyConfig {
+    pub fn by_name(name: &str) -> Option<&'static QuantSkinnyConfig> {
+        QUANT_SKINNY_CONFIGS.iter().find(|c| c.name == name)
+    }
+
+    /// The activations' dtype (`-DFUSE_SK_DT`), the weights' block type (`-DFUSE_SK_WQ`), then the config's.
+    /// `None` when `weights` is not a block-quantized type or `x` not a float type.
+    pub fn defines(&self, x: DType, weights: DType) -> Option<Vec<String>> {
+        let dt = match x {
+            DType::F32 => 0,
+            DType::F16 => 1,
+            DType::BF16 => 2,
+            _ => return None,
+        };
+        if !weights.is_quantized() {
+            return None;
+        }
+        Some(vec![
+            format!("-DFUSE_SK_DT={dt}"),
+            format!("-DFUSE_SK_WQ={}", crate::codegen::block_dtype_code(weights)),
+            format!("-DFUSE_QG_R={}", self.rows_per_warp),
+            format!("-DFUSE_QG_BM={}", self.rows),
+        ])
+    }
+}
+
+impl GemmTiling for QuantSkinnyConfig {
+    /// 8 warps of `rows_per_warp` weight rows.
+    fn cols_per_block(&self) -> usize {
+        8 * self.rows_per_warp
+    }
+
+    fn rows_per_block(&self) -> usize {
+        self.rows
+    }
+
+    fn splits(&self) -> usize {
+        1
+    }
+}
+
 /// The epilogue a skinny kernel runs: input slots (`products[j]` is the slot of matmul j's product) and
 /// the nodes and outputs. `None` when the group cannot take one: a product that is itself written to
 /// memory, or reductions after the matmuls.
@@ -174,7 +240,12 @@ pub(in crate::codegen) fn source(parts: &KernelParts<'_>, matmuls: &[NodeId], pr
     }
     let _ = writeln!(s, "#define FUSE_SKINNY_NAME {}", parts.name);
     let _ = writeln!(s, "#define FUSE_SKINNY_DUAL {}", u8::from(matmuls.len() == 2));
+    // Weights of quantized blocks (`-DFUSE_SK_WQ=<type code>`, a runtime choice) or of the activations' dtype.
+    s.push_str("#if defined(FUSE_SK_WQ)\n");
+    s.push_str(QUANT_SKINNY_TEMPLATE);
+    s.push_str("#else\n");
     s.push_str(SKINNY_TEMPLATE);
+    s.push_str("#endif  // FUSE_SK_WQ\n");
     s
 }
 
@@ -249,6 +320,25 @@ mod tests {
             SKINNY_CONFIGS.iter().map(|c| (c.shared_bytes(true), c.shared_bytes(false))).collect();
         assert_eq!(got, want);
         assert!(SKINNY_TEMPLATE.contains("#define FUSE_SK_SMEM_BYTES"), "the template states its shared memory");
+    }
+
+    #[test]
+    fn quant_configs_have_unique_names_and_name_their_types() {
+        for (i, c) in QUANT_SKINNY_CONFIGS.iter().enumerate() {
+            assert_eq!(QuantSkinnyConfig::by_name(c.name), Some(c));
+            assert!(QUANT_SKINNY_CONFIGS[..i].iter().all(|o| o.name != c.name));
+            assert_eq!(c.name, format!("r{}c{}", c.rows, c.cols_per_block()));
+            assert!(c.rows * c.rows_per_warp <= 32, "a lane an output");
+            assert!(c.rows <= super::super::PROLOGUE_MAX_ROWS, "the prologue's rows");
+            let d = c.defines(DType::BF16, DType::Q4_K).unwrap();
+            assert_eq!(d[..2], ["-DFUSE_SK_DT=2".to_string(), "-DFUSE_SK_WQ=21".to_string()]);
+            assert!(c.defines(DType::BF16, DType::BF16).is_none() && c.defines(DType::Q8_0, DType::Q8_0).is_none());
+        }
+        // Every row count up to 16 has a config the fast mode tries.
+        for rows in 1..=16 {
+            assert!(QUANT_SKINNY_CONFIGS.iter().any(|c| c.fast_rows.0 <= rows && rows <= c.fast_rows.1), "{rows}");
+        }
+        assert!(QUANT_SKINNY_TEMPLATE.contains("FUSE_SK_WQ") && QUANT_SKINNY_TEMPLATE.contains("FUSE_QG_BM"));
     }
 
     #[test]

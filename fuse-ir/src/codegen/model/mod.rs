@@ -1,4 +1,5 @@
-//! Hand-written CUDA C for the model ops (`embedding`, `argmax`, `rope`, `attention`) and `cat`: one kernel
+//! Hand-written CUDA C for the model ops (`embedding`, `argmax`, `rope`, `attention`), `cat` and the
+//! decoding of quantized blocks (`dequantize`): one kernel
 //! per op (attention: a decode kernel that merges its own key splits, and a prefill kernel with a second
 //! kernel merging its key splits), the same text for every shape; the element type
 //! is the `-D` define of [`ModelKernel::defines`]. Each kernel takes one argument struct made of 8-byte words
@@ -40,10 +41,13 @@ pub enum ModelKernel {
     /// Attention whose rows of a kv head fit one block (decode), key splits merged in the same launch.
     AttentionDecode,
     Cat,
+    /// Quantized blocks into dense f32/f16/bf16 values (`-DFUSE_DEQUANT_OUT`): a quantized weight cuBLAS
+    /// multiplies, an eager `to_dtype`.
+    Dequantize,
 }
 
 impl ModelKernel {
-    pub const ALL: [ModelKernel; 7] = [
+    pub const ALL: [ModelKernel; 8] = [
         ModelKernel::Embedding,
         ModelKernel::Argmax,
         ModelKernel::Rope,
@@ -51,6 +55,7 @@ impl ModelKernel {
         ModelKernel::AttentionCombine,
         ModelKernel::AttentionDecode,
         ModelKernel::Cat,
+        ModelKernel::Dequantize,
     ];
 
     /// The `extern "C"` symbol.
@@ -63,6 +68,7 @@ impl ModelKernel {
             ModelKernel::AttentionCombine => "fuse_model_attention_combine",
             ModelKernel::AttentionDecode => "fuse_model_attention_decode",
             ModelKernel::Cat => "fuse_model_cat",
+            ModelKernel::Dequantize => "fuse_model_dequantize",
         }
     }
 
@@ -70,7 +76,12 @@ impl ModelKernel {
     pub fn source(self) -> &'static str {
         macro_rules! with_helpers {
             ($($file:literal),+) => {
-                concat!(include_str!("../cuda/prelude.cuh"), include_str!("common.cuh"), $(include_str!($file)),+)
+                concat!(
+                    include_str!("../cuda/prelude.cuh"),
+                    include_str!("../cuda/blocks.cuh"),
+                    include_str!("common.cuh"),
+                    $(include_str!($file)),+
+                )
             };
         }
         match self {
@@ -83,6 +94,7 @@ impl ModelKernel {
                 with_helpers!("../cuda/sm90.cuh", "attention_decode.cuh", "attention_decode.cu")
             }
             ModelKernel::Cat => with_helpers!("cat.cu"),
+            ModelKernel::Dequantize => with_helpers!("dequantize.cu"),
         }
     }
 

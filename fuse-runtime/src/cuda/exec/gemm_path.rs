@@ -6,11 +6,14 @@
 //!   calls (at some shapes cuBLAS picks a slower kernel for the batched call);
 //! - `cublaslt:<i>`: the same through cuBLASLt with algorithm `i` of its heuristic's list;
 //! - `skinny:<config>`: the skinny template, matmuls and epilogue in one kernel (`cuda/gemm/skinny.rs`);
+//! - `qskinny:<config>`: the same for weights of quantized blocks, decoded as they stream (cuBLAS takes
+//!   them dequantized into scratch memory first);
 //! - `wgmma:<config>`: the same with the tensor-core template for many rows, sm_90 only (`cuda/gemm/wgmma.rs`);
 //! - `mma:<config>`: the same with the tiled mma.sync template for many rows, sm_80 and later.
 
 use crate::cuda::gemm::skinny::SkinnyConfig;
 use crate::cuda::gemm::wgmma::WgmmaConfig;
+use fuse_ir::codegen::QuantSkinnyConfig;
 use fuse_ir::codegen::{MmaConfig, Role};
 
 /// One way to run a Gemm/DualGemm group.
@@ -22,6 +25,7 @@ pub(crate) enum GemmPath {
     CublasSplit,
     Lt(usize),
     Skinny(&'static SkinnyConfig),
+    QuantSkinny(&'static QuantSkinnyConfig),
     Wgmma(&'static WgmmaConfig),
     Mma(&'static MmaConfig),
 }
@@ -33,6 +37,7 @@ impl GemmPath {
             GemmPath::CublasSplit => "cublas:split".into(),
             GemmPath::Lt(i) => format!("cublaslt:{i}"),
             GemmPath::Skinny(c) => format!("skinny:{}", c.name),
+            GemmPath::QuantSkinny(c) => format!("qskinny:{}", c.name),
             GemmPath::Wgmma(c) => format!("wgmma:{}", c.name),
             GemmPath::Mma(c) => format!("mma:{}", c.name),
         }
@@ -44,6 +49,7 @@ impl GemmPath {
             Some(("cublas", "split")) => Some(GemmPath::CublasSplit),
             Some(("cublaslt", i)) => i.parse().ok().map(GemmPath::Lt),
             Some(("skinny", c)) => SkinnyConfig::by_name(c).map(GemmPath::Skinny),
+            Some(("qskinny", c)) => QuantSkinnyConfig::by_name(c).map(GemmPath::QuantSkinny),
             Some(("wgmma", c)) => WgmmaConfig::by_name(c).map(GemmPath::Wgmma),
             Some(("mma", c)) => MmaConfig::by_name(c).map(GemmPath::Mma),
             _ => None,
@@ -63,7 +69,7 @@ impl GemmPath {
     /// The generated kernel a template path launches (`None`: library calls plus the epilogue kernel).
     pub(crate) fn template_role(&self) -> Option<Role> {
         match self {
-            GemmPath::Skinny(_) => Some(Role::Skinny),
+            GemmPath::Skinny(_) | GemmPath::QuantSkinny(_) => Some(Role::Skinny),
             GemmPath::Wgmma(_) => Some(Role::Wgmma),
             GemmPath::Mma(_) => Some(Role::Mma),
             _ => None,
@@ -79,12 +85,23 @@ mod tests {
     fn path_names_round_trip() {
         let mut paths = vec![GemmPath::Cublas, GemmPath::CublasSplit, GemmPath::Lt(3)];
         paths.extend(fuse_ir::codegen::SKINNY_CONFIGS.iter().map(GemmPath::Skinny));
+        paths.extend(fuse_ir::codegen::QUANT_SKINNY_CONFIGS.iter().map(GemmPath::QuantSkinny));
         paths.extend(fuse_ir::codegen::WGMMA_CONFIGS.iter().map(GemmPath::Wgmma));
         paths.extend(fuse_ir::codegen::MMA_CONFIGS.iter().map(GemmPath::Mma));
         for p in paths {
             assert_eq!(GemmPath::parse(&p.name()), Some(p));
         }
-        for bad in ["", "cublaslt", "cublaslt:x", "cublas:joined", "skinny:nope", "wgmma:n7", "mma:m7", "magic"] {
+        for bad in [
+            "",
+            "cublaslt",
+            "cublaslt:x",
+            "cublas:joined",
+            "skinny:nope",
+            "qskinny:r1c8x",
+            "wgmma:n7",
+            "mma:m7",
+            "magic",
+        ] {
             assert_eq!(GemmPath::parse(bad), None, "{bad}");
         }
     }

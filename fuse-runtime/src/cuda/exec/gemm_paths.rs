@@ -12,7 +12,7 @@ use super::{base_of, Executor};
 use crate::call::{operand_name, Value};
 use crate::cuda::driver::driver_error;
 use crate::cuda::gemm::cublas::plan_gemm;
-use crate::cuda::gemm::skinny::{skinny_gemm, SkinnyGemm};
+use crate::cuda::gemm::skinny::{quant_skinny_gemm, skinny_gemm, SkinnyGemm};
 use crate::cuda::gemm::wgmma::{self, TensorMapSpec, MAP_WORDS, PARAM_ALIGN_WORDS};
 use crate::cuda::storage::CudaStorage;
 use crate::layout::broadcast_strides;
@@ -40,7 +40,16 @@ struct TemplateLaunch {
 
 /// Whether `path`'s kernel can run a group's prologue itself (a skinny config of few enough rows a block).
 pub(super) fn streams_prologue(path: &GemmPath) -> bool {
-    matches!(path, GemmPath::Skinny(c) if c.rows_per_block() <= PROLOGUE_MAX_ROWS)
+    skinny_rows(path).is_some_and(|rows| rows <= PROLOGUE_MAX_ROWS)
+}
+
+/// The rows a block of a skinny config (dense or quantized) holds; `None` for other paths.
+fn skinny_rows(path: &GemmPath) -> Option<usize> {
+    match path {
+        GemmPath::Skinny(c) => Some(c.rows_per_block()),
+        GemmPath::QuantSkinny(c) => Some(c.rows_per_block()),
+        _ => None,
+    }
 }
 
 impl Executor<'_> {
@@ -101,9 +110,9 @@ impl Executor<'_> {
         specs: &[PreparedKernel],
         path: &GemmPath,
     ) -> std::result::Result<NodeId, String> {
-        let GemmPath::Skinny(c) = path else { return Err("only the skinny template runs a prologue".into()) };
-        if c.rows_per_block() > PROLOGUE_MAX_ROWS {
-            return Err(format!("skinny:{} holds more than {PROLOGUE_MAX_ROWS} rows per block", c.name));
+        let Some(rows) = skinny_rows(path) else { return Err("only the skinny templates run a prologue".into()) };
+        if rows > PROLOGUE_MAX_ROWS {
+            return Err(format!("{} holds more than {PROLOGUE_MAX_ROWS} rows per block", path.name()));
         }
         let Some(pro) =
             specs.iter().find(|k| k.spec.role == Role::Skinny).and_then(|k| k.spec.prologue.map(|p| (p, &k.spec)))
@@ -150,6 +159,9 @@ impl Executor<'_> {
             _ => Err("a matmul operand is not a tensor".to_string()),
         };
         let dtype = self.dtype(group.matmuls[0]);
+        // The quantized template reads weights of one block type; every other, weights of the product's dtype.
+        let quantized = matches!(path, GemmPath::QuantSkinny(_));
+        let blocks = self.weight_dtype(index);
         let mut weights = Vec::new();
         for &mm in &group.matmuls {
             let node = self.graph.node(mm);
@@ -157,8 +169,17 @@ impl Executor<'_> {
                 return Err("the matmuls have different left operands".into());
             }
             let w = tensor(node.args[1])?;
-            if w.dtype() != dtype || self.dtype(mm) != dtype {
+            if self.dtype(mm) != dtype {
                 return Err("mixed dtypes".into());
+            }
+            match (quantized, w.dtype()) {
+                (false, q) if q.is_quantized() => {
+                    return Err(format!("the weights are {q} blocks, which only the qskinny configs read"))
+                }
+                (false, w) if w != dtype => return Err("mixed dtypes".into()),
+                (true, q) if !q.is_quantized() => return Err(format!("the weights are {q}, not quantized blocks")),
+                (true, q) if Some(q) != blocks => return Err("the weights are of two block types".into()),
+                _ => {}
             }
             weights.push(self.matrix(&w).map_err(|e| e.to_string())?);
         }
@@ -166,8 +187,12 @@ impl Executor<'_> {
             if a.dtype() != dtype {
                 return Err("mixed dtypes".into());
             }
-            let gemm =
-                skinny_gemm(dtype, &self.matrix(a).map_err(|e| e.to_string())?, &weights).map_err(str::to_string)?;
+            let x = self.matrix(a).map_err(|e| e.to_string())?;
+            let gemm = match blocks.filter(|_| quantized) {
+                Some(blocks) => quant_skinny_gemm(dtype, blocks, &x, &weights),
+                None => skinny_gemm(dtype, &x, &weights),
+            }
+            .map_err(str::to_string)?;
             if role == Role::Wgmma {
                 wgmma::check(&gemm)?;
             }
@@ -182,13 +207,33 @@ impl Executor<'_> {
         Ok((read(&tensor(left)?)?, None))
     }
 
-    /// The launch of `path`'s template for these operands.
-    fn template_launch(&self, path: &GemmPath, gemm: &SkinnyGemm, dtype: DType, dual: bool) -> Result<TemplateLaunch> {
+    /// The dtype of the weight of group `index`'s first matmul (`None` where it is no tensor).
+    pub(super) fn weight_dtype(&self, index: usize) -> Option<DType> {
+        let mm = self.plan.groups[index].matmuls[0];
+        match self.resolve(self.graph.node(mm).args[1]) {
+            Ok(Value::Tensor(w)) => Some(w.dtype()),
+            _ => None,
+        }
+    }
+
+    /// The launch of `path`'s template for these operands (`weights`: the weights' dtype).
+    fn template_launch(
+        &self,
+        path: &GemmPath,
+        gemm: &SkinnyGemm,
+        dtype: DType,
+        weights: DType,
+        dual: bool,
+    ) -> Result<TemplateLaunch> {
         if let Some(why) = path.lacks_room(dual) {
             return Err(Error::unsupported(self.function, "matmul", why));
         }
+        let quant_defines = |c: &fuse_ir::codegen::QuantSkinnyConfig| {
+            c.defines(dtype, weights).ok_or_else(|| self.internal(format!("{} of {dtype} by {weights}", path.name())))
+        };
         let (tiling, config, defines, shared_bytes): (&dyn GemmTiling, _, _, _) = match path {
             GemmPath::Skinny(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),
+            GemmPath::QuantSkinny(c) => (*c, c.name, quant_defines(c)?, 0),
             GemmPath::Wgmma(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),
             GemmPath::Mma(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),
             _ => return Err(self.internal(format!("{} is not a template path", path.name()))),
@@ -320,7 +365,8 @@ impl Executor<'_> {
             .map_err(|why| Error::unsupported(self.function, "matmul", format!("{}: {why}", path.name())))?;
         let dtype = self.dtype(group.matmuls[0]);
         let dual = group.matmuls.len() == 2;
-        let shape = self.template_launch(path, &gemm, dtype, dual)?;
+        let weights = self.weight_dtype(index).unwrap_or(dtype);
+        let shape = self.template_launch(path, &gemm, dtype, weights, dual)?;
         let product_shape = self.shape(group.matmuls[0]).to_vec();
         let dense = crate::tensor::contiguous_strides(&product_shape);
         let left = self.left_operand(index);
@@ -443,8 +489,9 @@ impl Executor<'_> {
             self.values[id.index()] = Some(Value::Tensor(t));
         }
         if self.describe {
+            let read = if weights.is_quantized() { format!(" weights as {weights} blocks") } else { String::new() };
             let form = format!(
-                "m={} n={} k={} lda={} ldw={:?}",
+                "m={} n={} k={} lda={} ldw={:?}{read}",
                 gemm.m,
                 gemm.n,
                 gemm.k,
@@ -455,6 +502,10 @@ impl Executor<'_> {
             let kind = match (path, primary.is_some()) {
                 (GemmPath::Wgmma(_), _) => "wgmma",
                 (GemmPath::Mma(_), _) => "mma",
+                (GemmPath::QuantSkinny(_), true) => {
+                    "quantized skinny (running the prologue as it loads the left operand)"
+                }
+                (GemmPath::QuantSkinny(_), false) => "quantized skinny",
                 (_, true) => "skinny (running the prologue as it loads the left operand)",
                 (_, false) => "skinny",
             };

@@ -126,7 +126,13 @@ pub(crate) fn checked_address(function: &str, device: &CudaDevice, t: &Tensor) -
     if last_index(t).is_some_and(|last| last >= storage.len()) {
         return Err(Error::internal(function, format!("a view of shape {:?} reaches past its allocation", t.shape())));
     }
-    Ok(storage.base_address() + (t.offset() * storage.dtype().size_bytes()) as u64)
+    storage.element_address(t.offset()).ok_or_else(|| {
+        Error::unsupported(
+            function,
+            "view",
+            format!("a view of {} blocks starting inside a block (element {})", storage.dtype(), t.offset()),
+        )
+    })
 }
 
 /// The largest element index a view touches, `None` for an empty view.

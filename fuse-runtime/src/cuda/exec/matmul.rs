@@ -4,13 +4,15 @@
 use super::describe::{describe_matmuls, DescribedGemm};
 use super::gemm_path::GemmPath;
 use super::launch_plan::Step;
+use super::model_args::Words;
 use super::{base_of, Executor};
 use crate::call::{operand_name, Value};
 use crate::cuda::gemm::cublas::{plan_gemm, GemmCall, Matrix};
 use crate::cuda::gemm::lt::lt_matmul;
 use crate::cuda::storage::CudaStorage;
 use crate::{Error, Result, Tensor};
-use fuse_ir::{GroupKind, NodeId};
+use fuse_ir::codegen::ModelKernel;
+use fuse_ir::{DType, GroupKind, NodeId};
 
 impl Executor<'_> {
     /// One matmul on cuBLAS into a fresh dense product of the node's dtype.
@@ -21,6 +23,8 @@ impl Executor<'_> {
             (Value::Tensor(a), Value::Tensor(b)) => (a, b),
             _ => return Err(self.internal("a scalar as a matmul operand")),
         };
+        // cuBLAS multiplies weights of quantized blocks dequantized into scratch memory of a's dtype.
+        let b = if b.dtype().is_quantized() { self.dequantized(&b, a.dtype())? } else { b };
         if a.dtype() != b.dtype() || a.dtype() != self.dtype(mm) {
             return Err(self.internal(format!("matmul of {} by {} into {}", a.dtype(), b.dtype(), self.dtype(mm))));
         }
@@ -74,6 +78,34 @@ impl Executor<'_> {
         let product = Tensor::from_cuda(product, shape);
         self.values[mm.index()] = Some(Value::Tensor(product));
         Ok(())
+    }
+
+    /// The values of `w`, a view of quantized blocks, as a view of the same shape and strides over a fresh
+    /// dense `dtype` copy of the stretch of blocks it spans (the dequantize kernel, queued; the copy lives as
+    /// long as the view, its memory reused in stream order after).
+    pub(super) fn dequantized(&mut self, w: &Tensor, dtype: DType) -> Result<Tensor> {
+        let values = w.dtype().block().map_or(1, |b| b.elements);
+        let start = w.offset();
+        let end = match w.shape().contains(&0) {
+            true => start,
+            false => start + w.shape().iter().zip(w.strides()).map(|(&d, &s)| (d - 1) * s).sum::<usize>() + 1,
+        };
+        let count = end.next_multiple_of(values) - start;
+        let from = self.address(w)?;
+        let out = CudaStorage::alloc(self.device, dtype, count)?;
+        if count > 0 {
+            let code = [DType::F32, DType::F16, DType::BF16].iter().position(|&d| d == dtype).ok_or_else(|| {
+                Error::unsupported(self.function, "matmul", format!("quantized weights by {dtype} activations"))
+            })?;
+            let mut words = Words::default();
+            words.address(from).address(out.base_address()).count(count);
+            let defines = [ModelKernel::defines(w.dtype()), vec![format!("-DFUSE_DEQUANT_OUT={code}")]].concat();
+            let grid = (count / 8).div_ceil(ModelKernel::Dequantize.block_threads() as usize).clamp(1, 1 << 16);
+            self.launch_model_kernel_with(ModelKernel::Dequantize, &defines, grid as u32, 0, words)?;
+            // The kernel's arguments are this call's addresses, not patched on a replay.
+            self.unreplayable();
+        }
+        Ok(Tensor::cuda_view(out, w.shape().to_vec(), w.strides().to_vec(), 0))
     }
 
     /// FUSE_DEBUG>=3: how the matmuls of the group just run went to cuBLAS (`None` for a group without

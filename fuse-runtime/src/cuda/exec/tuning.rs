@@ -1,7 +1,8 @@
 //! Which path (`gemm_path.rs`) a Gemm/DualGemm group takes, chosen per shape bucket. The choice comes
 //! from, in order: a path forced on this thread (`fuse::tune::with_gemm_choice`), the results table
 //! (`fuse::tune`), timing the candidates now (`FUSE_AUTOTUNE=fast|full`), or a fixed rule (`off`: the
-//! skinny template for a DualGemm of up to 8 rows or a Gemm of up to 4, else cuBLAS). The wgmma template is
+//! skinny template for a DualGemm of up to 8 rows or a Gemm of up to 4, the quantized skinny template for
+//! quantized weights up to 16 rows, else cuBLAS). The wgmma template is
 //! a candidate on sm_90 GPUs only (its configs for many rows in the full mode only: see `WGMMA_CONFIGS`).
 //!
 //! Timing runs the group's matmul part as it will run, after a warm-up, between CUDA events, with the L2
@@ -19,12 +20,12 @@ use crate::cuda::device::CudaDevice;
 use crate::cuda::driver::{driver_error, lock};
 use crate::cuda::gemm::cublas::plan_gemm;
 use crate::cuda::gemm::lt::lt_matmul;
-use crate::cuda::gemm::skinny::{SkinnyConfig, CONFIGS};
+use crate::cuda::gemm::skinny::CONFIGS;
 use crate::cuda::gemm::wgmma::{self, CONFIGS as WGMMA_CONFIGS};
 use crate::cuda::storage::CudaStorage;
 use crate::tune::{self, AutotuneMode, TuneKey};
 use crate::{Error, Result};
-use fuse_ir::codegen::MMA_CONFIGS;
+use fuse_ir::codegen::{MMA_CONFIGS, QUANT_SKINNY_CONFIGS as QUANT_CONFIGS};
 use fuse_ir::view::dense_strides;
 use fuse_ir::DType;
 use std::collections::BTreeMap;
@@ -120,7 +121,7 @@ impl Executor<'_> {
             return Ok(path);
         }
         let (rows, key) = self.tune_key(index, specs)?;
-        let skinny = self.template_operands(index, specs, &GemmPath::Skinny(&CONFIGS[0]));
+        let skinny = self.template_operands(index, specs, &self.skinny_probe(index));
         let candidates = self.candidates(index, specs, rows, tune::mode(), skinny.is_ok())?;
         // Other threads queueing on the same stream meanwhile may have slowed any candidate's runs.
         let shared = self.device.queueing_threads() > 1;
@@ -138,7 +139,7 @@ impl Executor<'_> {
         if self.library_only {
             return Ok(Some(GemmPath::Cublas));
         }
-        let skinny = self.template_operands(index, specs, &GemmPath::Skinny(&CONFIGS[0]));
+        let skinny = self.template_operands(index, specs, &self.skinny_probe(index));
         if let Some(forced) = tune::forced_choice() {
             let path = GemmPath::parse(&forced).ok_or_else(|| {
                 Error::unsupported(self.function, "matmul", format!("no GEMM path is named {forced:?}"))
@@ -170,8 +171,12 @@ impl Executor<'_> {
             let dual = self.plan.groups[index].matmuls.len() == 2;
             let limit = if dual { SKINNY_RULE_MAX_ROWS.0 } else { SKINNY_RULE_MAX_ROWS.1 };
             let config = CONFIGS.iter().find(|c| c.fast_rows.0 <= rows && rows <= c.fast_rows.1);
-            let rule = match config {
-                Some(c) if skinny.is_ok() && rows <= limit => GemmPath::Skinny(c),
+            let quant = QUANT_CONFIGS.iter().find(|c| c.fast_rows.0 <= rows && rows <= c.fast_rows.1);
+            let rule = match (self.quantized_weights(index), config, quant) {
+                // Quantized weights: the template that reads them as stored for every row count it is
+                // meant for, else cuBLAS on a dequantized copy.
+                (true, _, Some(c)) if skinny.is_ok() => GemmPath::QuantSkinny(c),
+                (false, Some(c), _) if skinny.is_ok() && rows <= limit => GemmPath::Skinny(c),
                 _ => GemmPath::Cublas,
             };
             self.note(format!("path {} (FUSE_AUTOTUNE=off: fixed rule)", rule.name()));
@@ -219,6 +224,20 @@ impl Executor<'_> {
         self.path_note = Some(note);
     }
 
+    /// The skinny config that tells whether the skinny template can take this group's operands: the first
+    /// of the quantized template's where the weights are quantized blocks, else the dense template's.
+    fn skinny_probe(&self, index: usize) -> GemmPath {
+        match self.quantized_weights(index) {
+            true => GemmPath::QuantSkinny(&QUANT_CONFIGS[0]),
+            false => GemmPath::Skinny(&CONFIGS[0]),
+        }
+    }
+
+    /// Whether the group's (first) weight is of quantized blocks.
+    fn quantized_weights(&self, index: usize) -> bool {
+        self.weight_dtype(index).is_some_and(DType::is_quantized)
+    }
+
     /// Whether `path` can run this group (a template needs its kernel and operands it can read; the wgmma
     /// template an sm_90 GPU; the wgmma and mma templates room for the group's accumulators), or why not.
     fn path_runs(&self, index: usize, specs: &[PreparedKernel], path: &GemmPath) -> std::result::Result<(), String> {
@@ -243,12 +262,14 @@ impl Executor<'_> {
         if self.plan.groups[index].matmuls.len() == 2 {
             out.push(GemmPath::CublasSplit);
         }
-        if skinny {
-            let fits = |c: &&SkinnyConfig| match mode {
-                AutotuneMode::Full => rows <= FULL_SKINNY_MAX_ROWS,
-                _ => (c.fast_rows.0..=c.fast_rows.1).contains(&rows),
-            };
-            out.extend(CONFIGS.iter().filter(fits).map(GemmPath::Skinny));
+        let fits = |fast_rows: (usize, usize)| match mode {
+            AutotuneMode::Full => rows <= FULL_SKINNY_MAX_ROWS,
+            _ => (fast_rows.0..=fast_rows.1).contains(&rows),
+        };
+        if skinny && self.quantized_weights(index) {
+            out.extend(QUANT_CONFIGS.iter().filter(|c| fits(c.fast_rows)).map(GemmPath::QuantSkinny));
+        } else if skinny {
+            out.extend(CONFIGS.iter().filter(|c| fits(c.fast_rows)).map(GemmPath::Skinny));
         }
         let wgmma = WGMMA_CONFIGS
             .iter()

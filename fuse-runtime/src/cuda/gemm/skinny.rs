@@ -63,6 +63,31 @@ pub(crate) fn skinny_gemm(dtype: DType, a: &Matrix, weights: &[Matrix]) -> Resul
     Ok(SkinnyGemm { x: a.address, w, m: rows, n, k, lda, ldw })
 }
 
+/// [`skinny_gemm`] for the quantized skinny template: `x` of a float `dtype`, the weights of one block type
+/// `blocks` (each `.t()` of an `[out, in]` matrix whose rows are whole blocks).
+pub(crate) fn quant_skinny_gemm(
+    dtype: DType,
+    blocks: DType,
+    a: &Matrix,
+    weights: &[Matrix],
+) -> Result<SkinnyGemm, &'static str> {
+    if !dtype.is_float() {
+        return Err("the quantized skinny template takes f32, f16 and bf16 activations");
+    }
+    let Some(block) = blocks.block() else { return Err("the weights are not quantized blocks") };
+    // The dense template's checks but for the weights' alignment: a whole block anywhere is aligned enough
+    // for the block loads (blocks.cuh), and x is loaded as there (f32 rows 16-byte aligned as well).
+    let anywhere: Vec<Matrix> = weights.iter().map(|m| Matrix { address: 0, ..*m }).collect();
+    let mut gemm = skinny_gemm(if dtype == DType::F32 { DType::BF16 } else { dtype }, a, &anywhere)?;
+    for (j, w) in weights.iter().enumerate().take(2) {
+        gemm.w[j] = w.address;
+    }
+    if gemm.k % block.elements != 0 || gemm.ldw.iter().take(weights.len()).any(|ld| ld % block.elements != 0) {
+        return Err("the weights' rows are not whole blocks");
+    }
+    Ok(gemm)
+}
+
 impl SkinnyGemm {
     /// The word of [`SkinnyGemm::words`] holding the left operand's address.
     pub(crate) const X_WORD: usize = 0;
@@ -103,6 +128,23 @@ mod tests {
         // Batches fold into rows when evenly spaced.
         let xb = matrix(0x1000, 2, 3, 4096, [3 * 4096, 4096, 1]);
         assert_eq!(skinny_gemm(DType::F16, &xb, &[w]).unwrap().m, 6);
+    }
+
+    #[test]
+    fn the_quantized_template_takes_whole_blocks_anywhere() {
+        let x = matrix(0x1000, 1, 3, 512, [0, 512, 1]);
+        // A Q4_0 weight of [14336, 512] read from its second row: 16 blocks of 18 bytes in, not 16-aligned.
+        let w = matrix(0x10_0000 + 16 * 18, 1, 512, 14336, [0, 1, 512]);
+        let g = quant_skinny_gemm(DType::BF16, DType::Q4_0, &x, &[w]).unwrap();
+        assert_eq!((g.m, g.n, g.k, g.w[0], g.ldw[0]), (3, 14336, 512, 0x10_0000 + 288, 512));
+        // 96 values a row: whole Q8_0 blocks, not whole Q4_K blocks.
+        let (x96, w96) = (matrix(0x1000, 1, 3, 96, [0, 96, 1]), matrix(0x10_0000, 1, 96, 5, [0, 1, 96]));
+        assert!(quant_skinny_gemm(DType::F32, DType::Q8_0, &x96, &[w96]).is_ok());
+        assert!(quant_skinny_gemm(DType::F32, DType::Q4_K, &x96, &[w96]).unwrap_err().contains("whole blocks"));
+        assert!(quant_skinny_gemm(DType::U32, DType::Q4_0, &x, &[w]).is_err());
+        assert!(quant_skinny_gemm(DType::BF16, DType::BF16, &x, &[w]).unwrap_err().contains("blocks"));
+        let misaligned = matrix(0x1008, 1, 3, 512, [0, 512, 1]);
+        assert!(quant_skinny_gemm(DType::F32, DType::Q8_0, &misaligned, &[w]).unwrap_err().contains("aligned"));
     }
 
     #[test]

@@ -38,7 +38,7 @@ pub(crate) enum ArgSignature {
 
 fn is_aligned(t: &Tensor) -> bool {
     let Some(storage) = t.cuda_storage() else { return false };
-    (storage.base_address() + (t.offset() * t.dtype().size_bytes()) as u64).is_multiple_of(16)
+    storage.element_address(t.offset()).is_some_and(|a| a.is_multiple_of(16))
 }
 
 impl ArgSignature {
@@ -346,7 +346,7 @@ impl LaunchPlan {
             _ => None,
         });
         for buffer in self.intermediates.iter().chain(pairs) {
-            let bytes = buffer.len() * buffer.dtype().size_bytes();
+            let bytes = buffer.dtype().storage_bytes(buffer.len()).unwrap_or(0);
             // SAFETY: the address and byte count are this live allocation's; the memset is queued on the
             // stream every use of it is ordered on.
             unsafe {

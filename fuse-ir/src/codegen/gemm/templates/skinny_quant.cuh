@@ -1,0 +1,146 @@
+// ---------------------------------------------------------------------------------------------------------
+// skinny_quant.cuh: the skinny GEMM for weights of quantized blocks (GGUF Q4_0 .. Q6_K, as stored): decode
+// (few rows of X), the blocks streamed once and decoded in registers (CUDA cores, f32 multiply-adds), the
+// same epilogue and prologue hooks as skinny.cuh. A Skinny kernel's source holds both templates; -DFUSE_SK_WQ
+// picks this one (fuse-ir's skinny.rs splices them as `#if defined(FUSE_SK_WQ) <this> #else <skinny> #endif`).
+//
+// MATH
+//   Y[m, n] = sum_k X[m, k] * W[n, k]     m < M, n < N, k < K, f32 products and sums of the decoded values.
+//   X: [M, K] row-major of -DFUSE_SK_DT (0 f32, 1 f16, 2 bf16), row stride lda elements.
+//   W: [N, K] of blocks of type -DFUSE_SK_WQ (blocks.cuh's FUSE_Q4_0 .. FUSE_Q6_K), row n starting at element
+//   n * ldw of the tensor at w (ldw a whole number of blocks), read as `.t()`. Dual: W0 and W1, one type.
+//
+// CONTRACT WITH THE CODE GENERATOR: skinny.cuh's (FuseArgs, FUSE_SKINNY_NAME, FUSE_SKINNY_DUAL,
+//   fuse_gemm_epilogue, FuseGemmArgs; with -DFUSE_GEMM_PRO=1 fuse_gemm_pro_rows, FuseProRow, fuse_pro_row,
+//   fuse_gemm_pro8: the prologue computes X from the tensor at x as it is loaded, rounded to DT as the
+//   unfused graph stores it). fuse_gemm_epilogue is called exactly once per (row < M, col < N).
+//   Requirements (the runtime checks them): K % (the type's block values) == 0, ldw likewise; lda % 8 == 0
+//   and x 16-byte aligned; M, N >= 1. Deterministic: a fixed order of sums.
+//
+// DEFINES
+//   FUSE_QG_R    weight rows per warp (the block's 8 warps: 8 * R columns)                  {1, 2}
+//   FUSE_QG_BM   rows of X per block (each block streams its weight rows once for them)   {1, 2, 4, 8}
+// LAUNCH: 1-D grid of ceil(N / (8 R)) * ceil(M / BM) blocks (tile = nb * ceil(M / BM) + mb), 256 threads, no
+//   dynamic shared memory (static: with the prologue, its 8 x 256 partial sums).
+// Each lane takes 8 consecutive k, a warp 256 a step: four lanes a 32-value block, the 32 lanes one K-type
+// block, so a warp's loads of a step are one stretch of each weight row.
+// ---------------------------------------------------------------------------------------------------------
+
+#ifndef FUSE_QG_ONCE
+#define FUSE_QG_ONCE
+#ifndef FUSE_SK_DT
+#define FUSE_SK_DT 2
+#endif
+#ifndef FUSE_QG_R
+#define FUSE_QG_R 1
+#endif
+#ifndef FUSE_QG_BM
+#define FUSE_QG_BM 1
+#endif
+
+struct FuseSkinnyParams {
+    FuseArgs epi;
+    FuseGemmArgs gemm;
+};
+
+// 8 values of X (dtype DT) from element `at` (16-byte aligned) as f32, and one value rounded to DT.
+template <int DT>
+__device__ __forceinline__ void fuse_qg_load_x(const void* x, long long at, float (&v)[8]) {
+    if constexpr (DT == FUSE_F32) {
+        const float4* p = (const float4*)((const float*)x + at);
+        const float4 a = p[0], b = p[1];
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+        const uint4 q = *(const uint4*)((const unsigned short*)x + at);
+        const unsigned w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            v[2 * i] = fuse_unpack<DT>((unsigned short)(w[i] & 0xffffu));
+            v[2 * i + 1] = fuse_unpack<DT>((unsigned short)(w[i] >> 16));
+        }
+    }
+}
+template <int DT>
+__device__ __forceinline__ float fuse_qg_round(float v) {
+    if constexpr (DT == FUSE_F32) return v;
+    else if constexpr (DT == FUSE_F16) return fuse_round_f16(v);
+    else return fuse_round_bf16(v);
+}
+
+template <int Q, int DT, int R, int BM, int DUAL>
+__device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
+    constexpr int D = DUAL ? 2 : 1, B = fuse_q_values<Q>(), BYTES = fuse_q_bytes<Q>();
+    static_assert(R >= 1 && BM >= 1 && R * BM <= 32, "a lane an output of the block's warp");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const long long M = p.gemm.m, N = p.gemm.n, K = p.gemm.k;
+    const long long mblocks = (M + BM - 1) / BM;
+    const long long m0 = (blockIdx.x % mblocks) * BM, n0 = (blockIdx.x / mblocks) * (8 * R) + warp * R;
+    const int rows = (int)(M - m0 < BM ? M - m0 : BM);
+    const unsigned char* wrow[D][R];
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const long long n = n0 + r < N ? n0 + r : N - 1;  // rows past N are computed, never stored
+            const long long ldw = d == 0 ? p.gemm.ldw0 : p.gemm.ldw1;
+            wrow[d][r] = (const unsigned char*)(d == 0 ? p.gemm.w0 : p.gemm.w1) + (n * ldw / B) * BYTES;
+        }
+    fuse_grid_wait();
+    fuse_grid_release();
+#if FUSE_GEMM_PRO
+    static_assert(BM <= FUSE_GEMM_PRO_ROWS, "the in-kernel prologue holds FUSE_GEMM_PRO_ROWS rows");
+    __shared__ float fuse_qg_part[8 * 256];
+    fuse_gemm_pro_rows(p.epi, m0, rows, K, fuse_qg_part, 256);
+    __syncthreads();
+#endif
+    float acc[D][R][BM];
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int i = 0; i < BM; ++i) acc[d][r][i] = 0.0f;
+#pragma unroll 2
+    for (long long k = 8 * lane; k < K; k += 256) {
+        float xv[BM][8];
+#pragma unroll
+        for (int i = 0; i < BM; ++i) {
+            const int row = i < rows ? i : rows - 1;  // rows past M repeat the last: computed, never stored
+            fuse_qg_load_x<DT>(p.gemm.x, (m0 + row) * p.gemm.lda + k, xv[i]);
+#if FUSE_GEMM_PRO
+            fuse_gemm_pro8(p.epi, fuse_pro_row[row], k, xv[i]);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) xv[i][e] = fuse_qg_round<DT>(xv[i][e]);
+#endif
+        }
+#pragma unroll
+        for (int d = 0; d < D; ++d)
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float wv[8];
+                fuse_q_decode8<Q>(wrow[d][r], k, wv);
+#pragma unroll
+                for (int i = 0; i < BM; ++i)
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) acc[d][r][i] = fmaf(wv[e], xv[i][e], acc[d][r][i]);
+            }
+    }
+    // Every lane gets every sum (a fixed butterfly); lane r * BM + i stores (row m0 + i, column n0 + r).
+    float out0 = 0.0f, out1 = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int i = 0; i < BM; ++i) {
+            const float s0 = fuse_warp_sum(acc[0][r][i]);
+            const float s1 = DUAL ? fuse_warp_sum(acc[D - 1][r][i]) : 0.0f;
+            if (lane == r * BM + i) out0 = s0, out1 = s1;
+        }
+    const int r = lane / BM, i = lane % BM;
+    if (r < R && i < rows && n0 + r < N) fuse_gemm_epilogue(p.epi, m0 + i, n0 + r, out0, out1);
+}
+
+extern "C" __global__ void __launch_bounds__(256) FUSE_SKINNY_NAME(const FuseSkinnyParams p) {
+    fuse_qg_body<FUSE_SK_WQ, FUSE_SK_DT, FUSE_QG_R, FUSE_QG_BM, FUSE_SKINNY_DUAL>(p);
+}
+
+#endif  // FUSE_QG_ONCE
