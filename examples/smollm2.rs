@@ -8,10 +8,11 @@
 //! Without `--model` it reads the file `scripts/fetch-smollm2.sh` fetched. It prints the text as it is
 //! generated, then the prefill and decode speed; `--json FILE` writes the ids, the text and the speeds;
 //! `--compare-unfused` times one decode step fused and unfused. The device defaults to the GPU when there is
-//! one (`--device cpu` or `cuda` to choose). `--dtype stored` (the CPU's default) keeps the weights as the file
-//! stores them (its Q4_1 and Q8_0 blocks, read in place from the mapped file; activations in f32); `f32` and
-//! `bf16` dequantize them at load (the GPU's default is f32). `--one-launch` decodes greedily with the one-launch decode step
-//! (an sm_90 GPU; the prompt prefilled in bf16) and also times its kernel alone.
+//! one (`--device cpu` or `cuda` to choose). `--dtype stored` (the default) keeps the weights as the file
+//! stores them (its Q4_1 and Q8_0 blocks, read in place from the mapped file on the CPU, uploaded once to a
+//! GPU; activations in f32 on the CPU, bf16 on a GPU); `f32` and `bf16` dequantize them at load.
+//! `--one-launch` decodes greedily with the one-launch decode step (an sm_90 GPU; the prompt prefilled in
+//! bf16) and also times its kernel alone.
 
 use fuse::prelude::*;
 use fuse_models::chat::ChatMessage;
@@ -113,16 +114,13 @@ fn run() -> std::result::Result<(), Box<dyn std::error::Error>> {
     if o.one_launch {
         return one_launch(&o, &file, &tokenizer, &device);
     }
-    let model = match (o.dtype, device.is_cuda()) {
-        (Some(dtype), _) => Llama::load(&file, &device, dtype)?,
-        (None, false) => Llama::load_stored(&file, &device)?,
-        // The GPU's kernels do not read blocks yet: dequantized there unless asked otherwise.
-        (None, true) => Llama::load(&file, &device, DType::F32)?,
+    let model = match o.dtype {
+        Some(dtype) => Llama::load(&file, &device, dtype)?,
+        None => Llama::load_stored(&file, &device)?,
     };
-    let weights = if model.dtype() == DType::F32 && o.dtype.is_none() && !device.is_cuda() {
-        "stored".to_string()
-    } else {
-        model.dtype().to_string()
+    let weights = match o.dtype {
+        None => format!("stored, activations in {}", model.dtype()),
+        Some(dtype) => dtype.to_string(),
     };
     let text = if o.chat { tokenizer.apply_chat_template(&[ChatMessage::user(&o.prompt)])? } else { o.prompt.clone() };
     let prompt_ids = tokenizer.encode(&text)?;

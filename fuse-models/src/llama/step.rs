@@ -103,7 +103,11 @@ impl Llama {
             return Err(Error::BadShape { what: format!("a step of {b} sequences on a cache of {}", cache.batch()) });
         }
         let (cos, sin) = (embedding(&inputs.positions, &self.cos)?, embedding(&inputs.positions, &self.sin)?);
+        // A table of quantized blocks gives f32 rows: the activations' dtype from here on.
         let mut x = embedding(&inputs.ids, &self.embedding)?;
+        if x.dtype() != self.dtype {
+            x = x.to_dtype(self.dtype)?;
+        }
         for (i, (attention, ffn)) in self.layers.iter().enumerate() {
             let (k_cache, v_cache) = cache.layer(i);
             let (at, lens) = (&inputs.at, &inputs.lens);

@@ -9,38 +9,29 @@ use fuse::prelude::*;
 
 impl Llama {
     /// Loads the model with its weights as stored: every block-quantized matrix (Q4_0 .. Q6_K) a tensor of that
-    /// dtype over the mapped file's bytes (no copy), norms in f32; activations, the rotary tables and the
-    /// key/value cache in f32. The stacked q/k/v projection is the one copy made (its rows are the file's
-    /// three matrices one after the other, q and k back in Hugging Face's half-split order); where the three
-    /// are of different block types they cannot share one matrix of blocks, and that stack is dequantized to
-    /// f32 instead (said on stderr).
-    ///
-    /// The CPU computes on blocks; the GPU's kernels do not read them yet, so a GPU device is an error that
-    /// says to load with [`Llama::load`] in bf16 there.
+    /// dtype over the mapped file's bytes (no copy on the CPU; uploaded once to a GPU), norms, activations, the
+    /// rotary tables and the key/value cache in f32 on the CPU and bf16 on a GPU. The stacked q/k/v projection
+    /// is the one copy made (its rows are the file's three matrices one after the other, q and k back in
+    /// Hugging Face's half-split order); where the three are of different block types they cannot share one
+    /// matrix of blocks, and that stack is dequantized to the activations' dtype instead (said on stderr).
     pub fn load_stored(file: &GgufFile, device: &Device) -> Result<Llama> {
-        if device.is_cuda() {
-            return Err(Error::BadShape {
-                what: "weights as stored run on the CPU for now (the GPU's kernels do not read blocks yet): \
-                       load with Llama::load(file, device, DType::BF16) on a GPU"
-                    .into(),
-            });
-        }
         let config = Config::from_gguf(file)?;
         let c = &config;
-        // As stored, but float tensors of other widths (F16, BF16 norms) in f32, the activations' dtype.
+        let dtype = if device.is_cuda() { DType::BF16 } else { DType::F32 };
+        // As stored, but float tensors (F32, F16, BF16 norms) in the activations' dtype.
         let tensor = |name: &str| -> Result<Tensor> {
             let t = file.tensor(name, device)?;
-            Ok(if t.dtype().is_quantized() { t } else { t.to_dtype(DType::F32)? })
+            Ok(if t.dtype().is_quantized() { t } else { t.to_dtype(dtype)? })
         };
         let mut layers = Vec::with_capacity(c.layers);
         let mut dequantized = Vec::new();
         for i in 0..c.layers {
-            let wqkv = match stacked_qkv_blocks(file, c, i)? {
+            let wqkv = match stacked_qkv_blocks(file, c, i, device)? {
                 Some(blocks) => blocks,
                 None => {
                     dequantized.push(i);
                     let (data, shape) = stacked_qkv_values(file, c, i)?;
-                    Tensor::from_vec(data, &shape, &Device::Cpu)?
+                    Tensor::from_vec(data, &shape, device)?.to_dtype(dtype)?
                 }
             };
             layers.push(layer_blocks(c, i, wqkv, &tensor)?);
@@ -48,13 +39,13 @@ impl Llama {
         if !dequantized.is_empty() {
             eprintln!(
                 "fuse-models: layers {dequantized:?}: q, k and v are of different block types, so their stacked \
-                 projection is held in f32"
+                 projection is held in {dtype}"
             );
         }
-        let (cos, sin) = rotary_tables(c, device, DType::F32)?;
+        let (cos, sin) = rotary_tables(c, device, dtype)?;
         let embedding = tensor("token_embd.weight")?;
         let output_norm = tensor("output_norm.weight")?;
-        Ok(Llama { config, embedding, layers, output_norm, cos, sin, device: device.clone(), dtype: DType::F32 })
+        Ok(Llama { config, embedding, layers, output_norm, cos, sin, device: device.clone(), dtype })
     }
 }
 
@@ -77,7 +68,7 @@ impl Llama {
 
 /// Layer `i`'s q, k and v projections as one matrix of blocks (their rows one after the other, q and k in
 /// half-split order), or `None` where they are not all of one block type.
-fn stacked_qkv_blocks(file: &GgufFile, c: &Config, i: usize) -> Result<Option<Tensor>> {
+fn stacked_qkv_blocks(file: &GgufFile, c: &Config, i: usize, device: &Device) -> Result<Option<Tensor>> {
     let parts = [("attn_q", Some(c.heads)), ("attn_k", Some(c.kv_heads)), ("attn_v", None)];
     let infos: Vec<_> =
         parts.iter().map(|(p, _)| file.tensor_info(&format!("blk.{i}.{p}.weight"))).collect::<Result<_>>()?;
@@ -102,5 +93,5 @@ fn stacked_qkv_blocks(file: &GgufFile, c: &Config, i: usize) -> Result<Option<Te
         }
         rows += shape[0];
     }
-    Ok(Some(Tensor::from_blocks(dtype, &[rows, columns], bytes, &Device::Cpu)?))
+    Ok(Some(Tensor::from_blocks(dtype, &[rows, columns], bytes, device)?))
 }

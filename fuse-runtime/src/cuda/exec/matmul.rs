@@ -24,7 +24,8 @@ impl Executor<'_> {
             _ => return Err(self.internal("a scalar as a matmul operand")),
         };
         // cuBLAS multiplies weights of quantized blocks dequantized into scratch memory of a's dtype.
-        let b = if b.dtype().is_quantized() { self.dequantized(&b, a.dtype())? } else { b };
+        let quantized = b.dtype().is_quantized();
+        let b = if quantized { self.dequantized(&b, a.dtype())? } else { b };
         if a.dtype() != b.dtype() || a.dtype() != self.dtype(mm) {
             return Err(self.internal(format!("matmul of {} by {} into {}", a.dtype(), b.dtype(), self.dtype(mm))));
         }
@@ -59,7 +60,15 @@ impl Executor<'_> {
                     let (first, second) = (base_of(graph, args[1]).index(), base_of(graph, args[0]).index());
                     // Split on purpose: a launch plan must not pair these two calls either.
                     let (group, dual) = (self.group_of(mm), self.is_dual(mm) && self.path != GemmPath::CublasSplit);
-                    self.queue(Step::Gemm { call, lt, first, second, product: mm.index(), group, dual })?;
+                    // A dequantized weight: the call reads the copy, through the weight's slot of the address
+                    // table for this launch only (the call is not replayed: `dequantized`).
+                    let kept = self.addresses[first];
+                    if quantized {
+                        self.addresses[first] = self.address(&b)?;
+                    }
+                    let queued = self.queue(Step::Gemm { call, lt, first, second, product: mm.index(), group, dual });
+                    self.addresses[first] = kept;
+                    queued?;
                     described = Ok(call);
                 }
                 None => self.unreplayable(),
