@@ -1,7 +1,9 @@
 //! The model with its weights as the file stores them: block-quantized matrices stay blocks, read in place from
 //! the memory-mapped file, so the resident weights are the file's own bytes.
 
-use super::load::{layer_blocks, rotary_tables, stacked_qkv_values, Config, Llama};
+use super::load::{
+    layer_blocks, lm_head, qkv_parts, rotary_tables, stacked_qkv_bias, stacked_qkv_values, Config, Llama,
+};
 use crate::gguf::GgufFile;
 use crate::rotary::unpermute_rotary_rows;
 use crate::{Error, Result};
@@ -11,7 +13,8 @@ impl Llama {
     /// Loads the model with its weights as stored: every block-quantized matrix (Q4_0 .. Q6_K) a tensor of that
     /// dtype over the mapped file's bytes (no copy), norms in f32; activations, the rotary tables and the
     /// key/value cache in f32. The stacked q/k/v projection is the one copy made (its rows are the file's
-    /// three matrices one after the other, q and k back in Hugging Face's half-split order); where the three
+    /// three matrices one after the other, q and k in Hugging Face's half-split order), its bias (Qwen2)
+    /// stacked the same way in f32; `output.weight` as stored is the LM head where present; where the three
     /// are of different block types they cannot share one matrix of blocks, and that stack is dequantized to
     /// f32 instead (said on stderr).
     ///
@@ -43,7 +46,9 @@ impl Llama {
                     Tensor::from_vec(data, &shape, &Device::Cpu)?
                 }
             };
-            layers.push(layer_blocks(c, i, wqkv, &tensor)?);
+            let bqkv = stacked_qkv_bias(file, c, i, wqkv.shape()[0])?;
+            let bqkv = bqkv.map(|b| Tensor::from_vec(b, &[wqkv.shape()[0]], &Device::Cpu)).transpose()?;
+            layers.push(layer_blocks(c, i, wqkv, bqkv, &tensor)?);
         }
         if !dequantized.is_empty() {
             eprintln!(
@@ -53,13 +58,15 @@ impl Llama {
         }
         let (cos, sin) = rotary_tables(c, device, DType::F32)?;
         let embedding = tensor("token_embd.weight")?;
+        let output = lm_head(file, &tensor)?;
         let output_norm = tensor("output_norm.weight")?;
-        Ok(Llama { config, embedding, layers, output_norm, cos, sin, device: device.clone(), dtype: DType::F32 })
+        let device = device.clone();
+        Ok(Llama { config, embedding, output, layers, output_norm, cos, sin, device, dtype: DType::F32 })
     }
 }
 
 impl Llama {
-    /// The weights' bytes: (read in place from the file, held in memory of fuse's own), the tied embedding
+    /// The weights' bytes: (read in place from the file, held in memory of fuse's own), a tied embedding
     /// once. Dequantized weights count at their dtype's size.
     pub fn weight_bytes(&self) -> (u64, u64) {
         let (mut in_place, mut held) = (0u64, 0u64);
@@ -78,7 +85,7 @@ impl Llama {
 /// Layer `i`'s q, k and v projections as one matrix of blocks (their rows one after the other, q and k in
 /// half-split order), or `None` where they are not all of one block type.
 fn stacked_qkv_blocks(file: &GgufFile, c: &Config, i: usize) -> Result<Option<Tensor>> {
-    let parts = [("attn_q", Some(c.heads)), ("attn_k", Some(c.kv_heads)), ("attn_v", None)];
+    let parts = qkv_parts(c);
     let infos: Vec<_> =
         parts.iter().map(|(p, _)| file.tensor_info(&format!("blk.{i}.{p}.weight"))).collect::<Result<_>>()?;
     let dtype = infos[0].ggml_type.block_dtype();

@@ -24,6 +24,7 @@ fn ggml_id(dtype: DType) -> u32 {
 
 fn config() -> Config {
     Config {
+        architecture: crate::llama::Architecture::Llama,
         hidden: 256,
         intermediate: 512,
         layers: 2,
