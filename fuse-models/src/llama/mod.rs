@@ -18,6 +18,10 @@ mod cache;
 mod generate;
 mod load;
 mod one_launch;
+#[cfg(test)]
+mod qwen2_tests;
+#[cfg(test)]
+mod reference;
 mod step;
 pub mod step_kernel;
 mod stored;
