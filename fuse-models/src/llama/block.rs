@@ -10,9 +10,6 @@ pub struct AttentionBlock {
     pub norm: Tensor,
     /// The query, key and value projections stacked ([hq * d + 2 * hkv * d, hidden]): one GEMM for the three.
     pub wqkv: Tensor,
-    /// The q, k and v biases stacked as `wqkv`'s rows (`[hq * d + 2 * hkv * d]`), where the model has them
-    /// (Qwen2): then [`AttentionBlock::forward_biased`] runs the block.
-    pub bqkv: Option<Tensor>,
     pub wo: Tensor,
     pub eps: f32,
     pub scale: f32,
@@ -55,8 +52,9 @@ impl AttentionBlock {
         Ok(x + o.matmul(&self.wo.t()))
     }
 
-    /// [`AttentionBlock::forward`] with `bqkv` (`[heads * d]`, the stacked q/k/v bias) added to the q/k/v
-    /// projection before the rotary embedding: an epilogue of the projection's GEMM, not a pass of its own.
+    /// [`AttentionBlock::forward`] with `bqkv` (`[heads * d]`, the q, k and v biases stacked as `wqkv`'s rows:
+    /// Qwen2's) added to the q/k/v projection before the rotary embedding: an epilogue of the projection's
+    /// GEMM, not a pass of its own.
     #[fuse]
     #[allow(clippy::too_many_arguments)]
     pub fn forward_biased(

@@ -133,6 +133,8 @@ pub struct Llama {
     /// The LM head (`output.weight`), where the file has one; else the embedding is tied and serves as the head.
     pub(super) output: Option<Tensor>,
     pub(super) layers: Vec<(AttentionBlock, FfnBlock)>,
+    /// Each layer's q, k and v biases stacked as its `wqkv`'s rows, where the model has them (Qwen2).
+    pub(super) biases: Vec<Option<Tensor>>,
     pub(super) output_norm: Tensor,
     /// cos and sin of position p times each rotary frequency, [context, head_dim / 2], in the model's dtype.
     pub(super) cos: Tensor,
@@ -154,13 +156,12 @@ impl Llama {
             let data = file.tensor_f32(name)?;
             Ok(upload(data, &shape, device, dtype)?)
         };
-        let mut layers = Vec::with_capacity(c.layers);
+        let (mut layers, mut biases) = (Vec::with_capacity(c.layers), Vec::with_capacity(c.layers));
         for i in 0..c.layers {
             let (data, shape) = stacked_qkv_values(file, c, i)?;
-            let wqkv = upload(data, &shape, device, dtype)?;
-            let bqkv = stacked_qkv_bias(file, c, i, shape[0])?;
-            let bqkv = bqkv.map(|b| upload(b, &[shape[0]], device, dtype)).transpose()?;
-            layers.push(layer_blocks(c, i, wqkv, bqkv, &tensor)?);
+            layers.push(layer_blocks(c, i, upload(data, &shape, device, dtype)?, &tensor)?);
+            let bias = stacked_qkv_bias(file, c, i, shape[0])?;
+            biases.push(bias.map(|b| upload(b, &[shape[0]], device, dtype)).transpose()?);
         }
         let (cos, sin) = rotary_tables(c, device, dtype)?;
         Ok(Llama {
@@ -168,6 +169,7 @@ impl Llama {
             output: lm_head(file, &tensor)?,
             output_norm: tensor("output_norm.weight")?,
             layers,
+            biases,
             cos,
             sin,
             device: device.clone(),
@@ -186,15 +188,15 @@ impl Llama {
             Ok(Tensor::randn(mean, std, shape, seed, &Device::Cpu)?.to_dtype(dtype)?.to_device(device)?)
         };
         let (h, kv) = (c.hidden, c.kv_heads * c.head_dim);
-        let mut layers = Vec::with_capacity(c.layers);
+        let (mut layers, mut biases) = (Vec::with_capacity(c.layers), Vec::with_capacity(c.layers));
         for _ in 0..c.layers {
+            biases.push(match c.architecture {
+                Architecture::Qwen2 => Some(weight(&[h + 2 * kv], 0.0, 0.02)?),
+                Architecture::Llama => None,
+            });
             let attention = AttentionBlock {
                 norm: weight(&[h], 1.0, 0.02)?,
                 wqkv: weight(&[h + 2 * kv, h], 0.0, 0.02)?,
-                bqkv: match c.architecture {
-                    Architecture::Qwen2 => Some(weight(&[h + 2 * kv], 0.0, 0.02)?),
-                    Architecture::Llama => None,
-                },
                 wo: weight(&[h, h], 0.0, 0.02)?,
                 eps: c.eps,
                 scale: 1.0 / (c.head_dim as f32).sqrt(),
@@ -214,6 +216,7 @@ impl Llama {
             output: None,
             output_norm: weight(&[h], 1.0, 0.02)?,
             layers,
+            biases,
             cos,
             sin,
             device: device.clone(),
@@ -233,8 +236,8 @@ impl Llama {
         weights.extend(&self.output);
         for (a, f) in &self.layers {
             weights.extend([&a.norm, &a.wqkv, &a.wo, &f.norm, &f.gate, &f.up, &f.down]);
-            weights.extend(&a.bqkv);
         }
+        weights.extend(self.biases.iter().flatten());
         weights
     }
 
@@ -266,20 +269,17 @@ impl Llama {
     }
 }
 
-/// Layer `i`'s two blocks: `wqkv` the stacked q/k/v projection and `bqkv` its bias (if any), every other
-/// matrix and norm from `tensor`.
+/// Layer `i`'s two blocks: `wqkv` the stacked q/k/v projection, every other matrix and norm from `tensor`.
 pub(super) fn layer_blocks(
     c: &Config,
     i: usize,
     wqkv: Tensor,
-    bqkv: Option<Tensor>,
     tensor: &dyn Fn(&str) -> Result<Tensor>,
 ) -> Result<(AttentionBlock, FfnBlock)> {
     let name = |part: &str| format!("blk.{i}.{part}.weight");
     let attention = AttentionBlock {
         norm: tensor(&name("attn_norm"))?,
         wqkv,
-        bqkv,
         wo: tensor(&name("attn_output"))?,
         eps: c.eps,
         scale: 1.0 / (c.head_dim as f32).sqrt(),

@@ -135,7 +135,7 @@ fn qwen2_in_f32_gives_the_reference_logits_with_the_bias_tied_or_not() {
         let file = image(&c, 1, Store::F32, true, tied);
         let model = Llama::load(&file, &Device::Cpu, DType::F32).unwrap();
         assert_eq!(model.output.is_none(), tied);
-        assert!(model.layers.iter().all(|(a, _)| a.bqkv.as_ref().map(|b| b.shape().to_vec()) == Some(vec![50])));
+        assert!(model.biases.iter().all(|b| b.as_ref().map(|b| b.shape().to_vec()) == Some(vec![50])));
         let pairs = logits_and_reference(&model, &file, &PROMPT, &NEXT);
         let err = worst_error(&pairs);
         eprintln!("qwen2 f32 (tied {tied}) against the f64 reference: {err:.2e}");
@@ -162,7 +162,7 @@ fn llama_with_a_bias_and_an_untied_head_gives_the_reference_logits() {
     for (bias, tied) in [(false, true), (true, false)] {
         let file = image(&c, 2, Store::F32, bias, tied);
         let model = Llama::load(&file, &Device::Cpu, DType::F32).unwrap();
-        assert_eq!((model.layers[0].0.bqkv.is_some(), model.output.is_none()), (bias, tied));
+        assert_eq!((model.biases[0].is_some(), model.output.is_none()), (bias, tied));
         let err = worst_error(&logits_and_reference(&model, &file, &PROMPT, &NEXT));
         eprintln!("llama f32 (bias {bias}, tied {tied}) against the f64 reference: {err:.2e}");
         assert!(err < 1e-5, "llama (bias: {bias}, tied: {tied}): logits {err:.2e} from the reference");
@@ -176,7 +176,7 @@ fn qwen2_as_stored_gives_the_f32_models_logits() {
         let file = image(&c, 3, store, true, tied);
         let stored = Llama::load_stored(&file, &Device::Cpu).unwrap();
         let (a, _) = &stored.layers[1];
-        assert!(a.wqkv.dtype().is_quantized() && a.bqkv.as_ref().map(|b| b.dtype()) == Some(DType::F32));
+        assert!(a.wqkv.dtype().is_quantized() && stored.biases[1].as_ref().map(|b| b.dtype()) == Some(DType::F32));
         assert_eq!(stored.output.as_ref().map(|o| o.dtype().is_quantized()), (!tied).then_some(true));
         stored_agrees_with_f32(&format!("qwen2 {store:?}"), &file);
         let err = worst_error(&logits_and_reference(&stored, &file, &PROMPT, &NEXT));
@@ -246,7 +246,7 @@ fn the_plan_that_runs_a_stored_qwen2_layer_adds_the_bias_in_the_gemm() {
         (Tensor::zeros(&[1, 1, 96], DType::F32, cpu).unwrap(), Tensor::zeros(&[1, 16], DType::F32, cpu).unwrap());
     let (at, lens) = (Tensor::zeros(&[1], DType::U32, cpu).unwrap(), Tensor::from_vec(vec![1u32], &[1], cpu).unwrap());
     let a = &model.layers[0].0;
-    let bqkv = a.bqkv.as_ref().unwrap();
+    let bqkv = model.biases[0].as_ref().unwrap();
     let biased = a.forward_biased_explain(&x, bqkv, &cs, &cs, k, v, &at, &lens, 1, 1, 3, 1, 5, 4, 32, 96).unwrap();
     let plain = a.forward_explain(&x, &cs, &cs, k, v, &at, &lens, 1, 1, 3, 1, 5, 4, 32, 96).unwrap();
     let first = biased.lines().next().unwrap();

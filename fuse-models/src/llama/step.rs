@@ -104,11 +104,11 @@ impl Llama {
         }
         let (cos, sin) = (embedding(&inputs.positions, &self.cos)?, embedding(&inputs.positions, &self.sin)?);
         let mut x = embedding(&inputs.ids, &self.embedding)?;
-        for (i, (attention, ffn)) in self.layers.iter().enumerate() {
+        for (i, ((attention, ffn), bias)) in self.layers.iter().zip(&self.biases).enumerate() {
             let (k_cache, v_cache) = cache.layer(i);
             let (at, lens) = (&inputs.at, &inputs.lens);
             let (heads, hqk) = (c.heads + 2 * c.kv_heads, c.heads + c.kv_heads);
-            let y = match &attention.bqkv {
+            let y = match bias {
                 None => attention.forward_with(
                     &x, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, heads, hqk, c.head_dim,
                     c.hidden, fusion,

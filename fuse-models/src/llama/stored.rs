@@ -35,7 +35,7 @@ impl Llama {
             let t = file.tensor(name, device)?;
             Ok(if t.dtype().is_quantized() { t } else { t.to_dtype(DType::F32)? })
         };
-        let mut layers = Vec::with_capacity(c.layers);
+        let (mut layers, mut biases) = (Vec::with_capacity(c.layers), Vec::with_capacity(c.layers));
         let mut dequantized = Vec::new();
         for i in 0..c.layers {
             let wqkv = match stacked_qkv_blocks(file, c, i)? {
@@ -46,9 +46,11 @@ impl Llama {
                     Tensor::from_vec(data, &shape, &Device::Cpu)?
                 }
             };
-            let bqkv = stacked_qkv_bias(file, c, i, wqkv.shape()[0])?;
-            let bqkv = bqkv.map(|b| Tensor::from_vec(b, &[wqkv.shape()[0]], &Device::Cpu)).transpose()?;
-            layers.push(layer_blocks(c, i, wqkv, bqkv, &tensor)?);
+            let rows = wqkv.shape()[0];
+            biases.push(
+                stacked_qkv_bias(file, c, i, rows)?.map(|b| Tensor::from_vec(b, &[rows], &Device::Cpu)).transpose()?,
+            );
+            layers.push(layer_blocks(c, i, wqkv, &tensor)?);
         }
         if !dequantized.is_empty() {
             eprintln!(
@@ -61,7 +63,7 @@ impl Llama {
         let output = lm_head(file, &tensor)?;
         let output_norm = tensor("output_norm.weight")?;
         let device = device.clone();
-        Ok(Llama { config, embedding, output, layers, output_norm, cos, sin, device, dtype: DType::F32 })
+        Ok(Llama { config, embedding, output, layers, biases, output_norm, cos, sin, device, dtype: DType::F32 })
     }
 }
 
