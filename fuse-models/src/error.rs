@@ -22,6 +22,10 @@ pub enum Error {
     #[error("{path}: metadata `{key}` is {found}, expected {expected}")]
     WrongType { path: PathBuf, key: String, found: String, expected: &'static str },
 
+    /// The file's `general.architecture` is not a decoder this crate runs.
+    #[error("{path}: architecture `{architecture}` is not one fuse-models runs (it reads `llama` and `qwen2`)")]
+    UnsupportedArchitecture { path: PathBuf, architecture: String },
+
     /// No tensor of that name in the file.
     #[error("{path}: no tensor named `{name}`")]
     MissingTensor { path: PathBuf, name: String },

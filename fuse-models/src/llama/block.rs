@@ -1,6 +1,7 @@
 //! One decoder layer as two fused methods: the attention block (rms_norm, the q/k/v projections, rotary
 //! embedding, the new keys and values written into the cache in place, attention over the cache, the output
 //! projection and the residual) and the FFN block (rms_norm, SwiGLU, the down projection and the residual).
+//! A model with a q/k/v bias (Qwen2) runs the attention block's twin that adds it in the projection's epilogue.
 
 use fuse::prelude::*;
 
@@ -43,6 +44,40 @@ impl AttentionBlock {
     ) -> Result<Tensor> {
         let h = rms_norm(x, &self.norm, self.eps);
         let qkv = h.matmul(&self.wqkv.t()).reshape(&[b, s, heads, d]);
+        let qk = rope(&qkv.narrow(2, 0, hqk).transpose(1, 2), cos, sin);
+        let k_cache = k_cache.slice_set(&qk.narrow(1, hq, hkv), 2, at);
+        let v_cache = v_cache.slice_set(&qkv.narrow(2, hqk, hkv).transpose(1, 2), 2, at);
+        let a = attention_len(&qk.narrow(1, 0, hq), &k_cache, &v_cache, lens, self.scale, true);
+        let o = a.transpose(1, 2).reshape(&[b, s, hidden]);
+        Ok(x + o.matmul(&self.wo.t()))
+    }
+
+    /// [`AttentionBlock::forward`] with `bqkv` (`[heads * d]`, the q, k and v biases stacked as `wqkv`'s rows:
+    /// Qwen2's) added to the q/k/v projection before the rotary embedding: an epilogue of the projection's
+    /// GEMM, not a pass of its own.
+    #[fuse]
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_biased(
+        &self,
+        x: &Tensor,
+        bqkv: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        at: &Tensor,
+        lens: &Tensor,
+        b: usize,
+        s: usize,
+        hq: usize,
+        hkv: usize,
+        heads: usize,
+        hqk: usize,
+        d: usize,
+        hidden: usize,
+    ) -> Result<Tensor> {
+        let h = rms_norm(x, &self.norm, self.eps);
+        let qkv = (h.matmul(&self.wqkv.t()) + bqkv).reshape(&[b, s, heads, d]);
         let qk = rope(&qkv.narrow(2, 0, hqk).transpose(1, 2), cos, sin);
         let k_cache = k_cache.slice_set(&qk.narrow(1, hq, hkv), 2, at);
         let v_cache = v_cache.slice_set(&qkv.narrow(2, hqk, hkv).transpose(1, 2), 2, at);

@@ -7,9 +7,46 @@ use crate::rotary::unpermute_rotary_rows;
 use crate::{Error, Result};
 use fuse::prelude::*;
 
-/// The sizes of a Llama-family model, from `llama.*` metadata.
+/// The Llama-family decoders read from GGUF, by the file's `general.architecture` (also the prefix of their
+/// metadata keys).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Architecture {
+    /// `llama` (Llama 2 and 3, SmolLM2): llama.cpp's converter permutes the rows of `attn_q` and `attn_k` for
+    /// its rotary embedding over adjacent pairs, so the loader puts them back in half-split order.
+    Llama,
+    /// `qwen2` (Qwen2, Qwen2.5): a bias on the q, k and v projections; llama.cpp rotates it in half-split order
+    /// (its NEOX rope), so the converter leaves the rows as Hugging Face has them.
+    Qwen2,
+}
+
+impl Architecture {
+    /// The file's `general.architecture`; another than `llama` or `qwen2` is an error naming it.
+    pub fn of(file: &GgufFile) -> Result<Architecture> {
+        match file.str("general.architecture")? {
+            "llama" => Ok(Architecture::Llama),
+            "qwen2" => Ok(Architecture::Qwen2),
+            other => Err(Error::UnsupportedArchitecture { path: file.path().into(), architecture: other.into() }),
+        }
+    }
+
+    /// The name in `general.architecture`, and the prefix of the architecture's metadata keys.
+    pub fn name(self) -> &'static str {
+        match self {
+            Architecture::Llama => "llama",
+            Architecture::Qwen2 => "qwen2",
+        }
+    }
+
+    /// Whether the file's `attn_q` / `attn_k` rows (and biases) are in llama.cpp's adjacent-pair order.
+    pub fn permutes_rotary_rows(self) -> bool {
+        self == Architecture::Llama
+    }
+}
+
+/// The sizes of a Llama-family model, from the `<architecture>.*` metadata.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
+    pub architecture: Architecture,
     pub hidden: usize,
     pub intermediate: usize,
     pub layers: usize,
@@ -26,6 +63,7 @@ impl Config {
     /// SmolLM2-135M's sizes (what its GGUF file says), for a model with random weights of that shape.
     pub fn smollm2_135m() -> Config {
         Config {
+            architecture: Architecture::Llama,
             hidden: 576,
             intermediate: 1536,
             layers: 30,
@@ -39,8 +77,27 @@ impl Config {
         }
     }
 
+    /// Qwen2.5-0.5B's sizes (as its GGUF files say; its embedding is tied), for random weights of that shape.
+    pub fn qwen2_5_0_5b() -> Config {
+        Config {
+            architecture: Architecture::Qwen2,
+            hidden: 896,
+            intermediate: 4864,
+            layers: 24,
+            heads: 14,
+            kv_heads: 2,
+            head_dim: 64,
+            vocab: 151936,
+            context: 32768,
+            rope_theta: 1000000.0,
+            eps: 1e-6,
+        }
+    }
+
     pub fn from_gguf(file: &GgufFile) -> Result<Config> {
-        let u = |k: &str| file.u32(&format!("llama.{k}")).map(|v| v as usize);
+        let architecture = Architecture::of(file)?;
+        let key = |k: &str| format!("{}.{k}", architecture.name());
+        let u = |k: &str| file.u32(&key(k)).map(|v| v as usize);
         let (hidden, heads) = (u("embedding_length")?, u("attention.head_count")?);
         if heads == 0 || hidden % heads != 0 || (hidden / heads) % 2 != 0 {
             return Err(Error::BadShape {
@@ -54,6 +111,7 @@ impl Config {
             });
         }
         Ok(Config {
+            architecture,
             hidden,
             intermediate: u("feed_forward_length")?,
             layers: u("block_count")?,
@@ -62,17 +120,21 @@ impl Config {
             head_dim: hidden / heads,
             vocab: file.strings("tokenizer.ggml.tokens")?.len(),
             context: u("context_length")?,
-            rope_theta: file.f32("llama.rope.freq_base")? as f64,
-            eps: file.f32("llama.attention.layer_norm_rms_epsilon")?,
+            rope_theta: file.f32(&key("rope.freq_base"))? as f64,
+            eps: file.f32(&key("attention.layer_norm_rms_epsilon"))?,
         })
     }
 }
 
-/// The weights of every layer, the tied embedding and the rotary tables, on one device.
+/// The weights of every layer, the embedding, the LM head and the rotary tables, on one device.
 pub struct Llama {
     pub config: Config,
     pub(super) embedding: Tensor,
+    /// The LM head (`output.weight`), where the file has one; else the embedding is tied and serves as the head.
+    pub(super) output: Option<Tensor>,
     pub(super) layers: Vec<(AttentionBlock, FfnBlock)>,
+    /// Each layer's q, k and v biases stacked as its `wqkv`'s rows, where the model has them (Qwen2).
+    pub(super) biases: Vec<Option<Tensor>>,
     pub(super) output_norm: Tensor,
     /// cos and sin of position p times each rotary frequency, [context, head_dim / 2], in the model's dtype.
     pub(super) cos: Tensor,
@@ -83,7 +145,9 @@ pub struct Llama {
 
 impl Llama {
     /// Loads every tensor once: dequantised to f32 on the host, then converted to `dtype` on `device`. The
-    /// query and key projections are put back in Hugging Face's half-split row order.
+    /// query and key projections are put back in Hugging Face's half-split row order where the architecture's
+    /// converter permuted them (`llama`; not `qwen2`). The q/k/v biases (Qwen2) are stacked like their rows;
+    /// `output.weight`, where present, is the LM head, else the embedding is (tied).
     pub fn load(file: &GgufFile, device: &Device, dtype: DType) -> Result<Llama> {
         let config = Config::from_gguf(file)?;
         let c = &config;
@@ -92,16 +156,20 @@ impl Llama {
             let data = file.tensor_f32(name)?;
             Ok(upload(data, &shape, device, dtype)?)
         };
-        let mut layers = Vec::with_capacity(c.layers);
+        let (mut layers, mut biases) = (Vec::with_capacity(c.layers), Vec::with_capacity(c.layers));
         for i in 0..c.layers {
             let (data, shape) = stacked_qkv_values(file, c, i)?;
             layers.push(layer_blocks(c, i, upload(data, &shape, device, dtype)?, &tensor)?);
+            let bias = stacked_qkv_bias(file, c, i, shape[0])?;
+            biases.push(bias.map(|b| upload(b, &[shape[0]], device, dtype)).transpose()?);
         }
         let (cos, sin) = rotary_tables(c, device, dtype)?;
         Ok(Llama {
             embedding: tensor("token_embd.weight")?,
+            output: lm_head(file, &tensor)?,
             output_norm: tensor("output_norm.weight")?,
             layers,
+            biases,
             cos,
             sin,
             device: device.clone(),
@@ -120,8 +188,12 @@ impl Llama {
             Ok(Tensor::randn(mean, std, shape, seed, &Device::Cpu)?.to_dtype(dtype)?.to_device(device)?)
         };
         let (h, kv) = (c.hidden, c.kv_heads * c.head_dim);
-        let mut layers = Vec::with_capacity(c.layers);
+        let (mut layers, mut biases) = (Vec::with_capacity(c.layers), Vec::with_capacity(c.layers));
         for _ in 0..c.layers {
+            biases.push(match c.architecture {
+                Architecture::Qwen2 => Some(weight(&[h + 2 * kv], 0.0, 0.02)?),
+                Architecture::Llama => None,
+            });
             let attention = AttentionBlock {
                 norm: weight(&[h], 1.0, 0.02)?,
                 wqkv: weight(&[h + 2 * kv, h], 0.0, 0.02)?,
@@ -141,8 +213,10 @@ impl Llama {
         let (cos, sin) = rotary_tables(&c, device, dtype)?;
         Ok(Llama {
             embedding: weight(&[c.vocab, h], 0.0, 0.02)?,
+            output: None,
             output_norm: weight(&[h], 1.0, 0.02)?,
             layers,
+            biases,
             cos,
             sin,
             device: device.clone(),
@@ -151,18 +225,25 @@ impl Llama {
         })
     }
 
-    /// Weights held (the tied embedding once).
+    /// Weights held (a tied embedding once).
     pub fn parameters(&self) -> usize {
         self.weights().iter().map(|t| t.numel()).sum()
     }
 
-    /// Every weight tensor, the tied embedding once.
+    /// Every weight tensor, a tied embedding once.
     pub(super) fn weights(&self) -> Vec<&Tensor> {
         let mut weights = vec![&self.embedding, &self.output_norm];
+        weights.extend(&self.output);
         for (a, f) in &self.layers {
             weights.extend([&a.norm, &a.wqkv, &a.wo, &f.norm, &f.gate, &f.up, &f.down]);
         }
+        weights.extend(self.biases.iter().flatten());
         weights
+    }
+
+    /// The LM head: `output.weight` where the file has one, else the (tied) embedding.
+    pub(super) fn head(&self) -> &Tensor {
+        self.output.as_ref().unwrap_or(&self.embedding)
     }
 
     pub fn device(&self) -> &Device {
@@ -213,12 +294,19 @@ pub(super) fn layer_blocks(
     Ok((attention, ffn))
 }
 
+/// The stacked q, k and v parts, each with the heads whose rows the converter permuted (`None`: not permuted,
+/// as v always and q and k in a `qwen2` file).
+pub(super) fn qkv_parts(c: &Config) -> [(&'static str, Option<usize>); 3] {
+    let rotary = |heads: usize| c.architecture.permutes_rotary_rows().then_some(heads);
+    [("attn_q", rotary(c.heads)), ("attn_k", rotary(c.kv_heads)), ("attn_v", None)]
+}
+
 /// Layer `i`'s q, k and v projections as one matrix of f32 values (their rows one after the other: one GEMM
-/// reads the normalised input once for all three), q and k back in Hugging Face's half-split row order; with
+/// reads the normalised input once for all three), q and k in Hugging Face's half-split row order; with
 /// its shape.
 pub(super) fn stacked_qkv_values(file: &GgufFile, c: &Config, i: usize) -> Result<(Vec<f32>, [usize; 2])> {
     let (mut data, mut rows, mut columns) = (Vec::new(), 0, None);
-    for (part, heads) in [("attn_q", Some(c.heads)), ("attn_k", Some(c.kv_heads)), ("attn_v", None)] {
+    for (part, heads) in qkv_parts(c) {
         let name = format!("blk.{i}.{part}.weight");
         let shape = file.tensor_info(&name)?.shape();
         let values = file.tensor_f32(&name)?;
@@ -237,6 +325,42 @@ pub(super) fn stacked_qkv_values(file: &GgufFile, c: &Config, i: usize) -> Resul
         rows += shape[0];
     }
     Ok((data, [rows, columns.unwrap_or(0)]))
+}
+
+/// Layer `i`'s q, k and v biases stacked as the rows of its stacked projection (`rows` of them, q and k
+/// reordered as their rows are), in f32; `None` where the file has none of the three (Llama). A part the file
+/// lacks while having another is zero.
+pub(super) fn stacked_qkv_bias(file: &GgufFile, c: &Config, i: usize, rows: usize) -> Result<Option<Vec<f32>>> {
+    let name = |part: &str| format!("blk.{i}.{part}.bias");
+    if qkv_parts(c).iter().all(|(part, _)| file.tensor_info(&name(part)).is_err()) {
+        return Ok(None);
+    }
+    let mut data = Vec::with_capacity(rows);
+    for (part, heads) in qkv_parts(c) {
+        let len = file.tensor_info(&format!("blk.{i}.{part}.weight"))?.shape()[0];
+        let values = match file.tensor_info(&name(part)) {
+            Err(_) => vec![0.0; len],
+            Ok(info) if info.n_elements != len as u64 => {
+                return Err(Error::BadShape {
+                    what: format!("blk.{i}.{part}.bias has {} values for {len} rows", info.n_elements),
+                })
+            }
+            Ok(_) => file.tensor_f32(&name(part))?,
+        };
+        data.extend(match heads {
+            Some(heads) => unpermute_rotary_rows(&values, len, 1, heads)?,
+            None => values,
+        });
+    }
+    if data.len() != rows {
+        return Err(Error::BadShape { what: format!("blk.{i}: {} biases for {rows} q/k/v rows", data.len()) });
+    }
+    Ok(Some(data))
+}
+
+/// `output.weight` through `tensor` where the file has it (an untied LM head), else `None` (tied).
+pub(super) fn lm_head(file: &GgufFile, tensor: &dyn Fn(&str) -> Result<Tensor>) -> Result<Option<Tensor>> {
+    file.tensor_info("output.weight").ok().map(|_| tensor("output.weight")).transpose()
 }
 
 fn upload(data: Vec<f32>, shape: &[usize], device: &Device, dtype: DType) -> fuse::Result<Tensor> {

@@ -1,7 +1,10 @@
-//! The Llama-family decoder (SmolLM2-135M-Instruct) written the way a model crate writes it: weights in
-//! structs, each block a `#[fuse]` method, loading from GGUF, and generation on top.
+//! The Llama-family decoder (SmolLM2-135M-Instruct; the `llama` and `qwen2` architectures of GGUF files)
+//! written the way a model crate writes it: weights in structs, each block a `#[fuse]` method, loading from
+//! GGUF, and generation on top.
 //!
-//! - [`Config`]: the sizes from the file's metadata.
+//! - [`Config`]: the sizes from the file's metadata, under its [`Architecture`]'s prefix. A `qwen2` file
+//!   (Qwen2, Qwen2.5) adds a bias to the q/k/v projection and keeps its rows as Hugging Face has them; a file
+//!   without `output.weight` ties its LM head to the embedding.
 //! - [`Llama`]: the weights on a device, in a dtype; [`Llama::forward`] runs a batch of new tokens through
 //!   every layer with a [`KvCache`] and returns the last position's logits.
 //! - [`generate`]: prefill the prompt in one pass, then decode one token at a time (greedy, or temperature
@@ -15,6 +18,10 @@ mod cache;
 mod generate;
 mod load;
 mod one_launch;
+#[cfg(test)]
+mod qwen2_tests;
+#[cfg(test)]
+mod reference;
 mod step;
 pub mod step_kernel;
 mod stored;
@@ -26,7 +33,7 @@ mod test_image;
 pub use block::{AttentionBlock, FfnBlock};
 pub use cache::KvCache;
 pub use generate::{generate, Generated, Sampling};
-pub use load::{Config, Llama};
+pub use load::{Architecture, Config, Llama};
 pub use one_launch::OneLaunchDecoder;
 pub use step::{Decoder, StepInputs};
 pub use step_kernel::{

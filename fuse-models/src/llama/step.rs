@@ -108,18 +108,24 @@ impl Llama {
         if x.dtype() != self.dtype {
             x = x.to_dtype(self.dtype)?;
         }
-        for (i, (attention, ffn)) in self.layers.iter().enumerate() {
+        for (i, ((attention, ffn), bias)) in self.layers.iter().zip(&self.biases).enumerate() {
             let (k_cache, v_cache) = cache.layer(i);
             let (at, lens) = (&inputs.at, &inputs.lens);
             let (heads, hqk) = (c.heads + 2 * c.kv_heads, c.heads + c.kv_heads);
-            let y = attention.forward_with(
-                &x, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, heads, hqk, c.head_dim,
-                c.hidden, fusion,
-            )?;
+            let y = match bias {
+                None => attention.forward_with(
+                    &x, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, heads, hqk, c.head_dim,
+                    c.hidden, fusion,
+                )?,
+                Some(bqkv) => attention.forward_biased_with(
+                    &x, bqkv, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, heads, hqk,
+                    c.head_dim, c.hidden, fusion,
+                )?,
+            };
             x = ffn.forward_with(&y, fusion)?;
         }
         let last = x.narrow(1, s - 1, 1)?;
-        Ok(rms_norm(&last, &self.output_norm, c.eps)?.matmul(&self.embedding.t()?)?)
+        Ok(rms_norm(&last, &self.output_norm, c.eps)?.matmul(&self.head().t()?)?)
     }
 
     /// A decode step (one new token per sequence) over `cache`, recorded as a CUDA graph on a GPU (on the

@@ -1,7 +1,9 @@
 //! The model with its weights as the file stores them: block-quantized matrices stay blocks, read in place from
 //! the memory-mapped file, so the resident weights are the file's own bytes.
 
-use super::load::{layer_blocks, rotary_tables, stacked_qkv_values, Config, Llama};
+use super::load::{
+    layer_blocks, lm_head, qkv_parts, rotary_tables, stacked_qkv_bias, stacked_qkv_values, Config, Llama,
+};
 use crate::gguf::GgufFile;
 use crate::rotary::unpermute_rotary_rows;
 use crate::{Error, Result};
@@ -11,9 +13,11 @@ impl Llama {
     /// Loads the model with its weights as stored: every block-quantized matrix (Q4_0 .. Q6_K) a tensor of that
     /// dtype over the mapped file's bytes (no copy on the CPU; uploaded once to a GPU), norms, activations, the
     /// rotary tables and the key/value cache in f32 on the CPU and bf16 on a GPU. The stacked q/k/v projection
-    /// is the one copy made (its rows are the file's three matrices one after the other, q and k back in
-    /// Hugging Face's half-split order); where the three are of different block types they cannot share one
-    /// matrix of blocks, and that stack is dequantized to the activations' dtype instead (said on stderr).
+    /// is the one copy made (its rows are the file's three matrices one after the other, q and k in Hugging
+    /// Face's half-split order), its bias (Qwen2) stacked the same way in the activations' dtype;
+    /// `output.weight` as stored is the LM head where present; where the three are of different block types
+    /// they cannot share one matrix of blocks, and that stack is dequantized to the activations' dtype instead
+    /// (said on stderr).
     pub fn load_stored(file: &GgufFile, device: &Device) -> Result<Llama> {
         let config = Config::from_gguf(file)?;
         let c = &config;
@@ -23,7 +27,7 @@ impl Llama {
             let t = file.tensor(name, device)?;
             Ok(if t.dtype().is_quantized() { t } else { t.to_dtype(dtype)? })
         };
-        let mut layers = Vec::with_capacity(c.layers);
+        let (mut layers, mut biases) = (Vec::with_capacity(c.layers), Vec::with_capacity(c.layers));
         let mut dequantized = Vec::new();
         for i in 0..c.layers {
             let wqkv = match stacked_qkv_blocks(file, c, i, device)? {
@@ -34,6 +38,12 @@ impl Llama {
                     Tensor::from_vec(data, &shape, device)?.to_dtype(dtype)?
                 }
             };
+            let rows = wqkv.shape()[0];
+            biases.push(
+                stacked_qkv_bias(file, c, i, rows)?
+                    .map(|b| Tensor::from_vec(b, &[rows], device).and_then(|t| t.to_dtype(dtype)))
+                    .transpose()?,
+            );
             layers.push(layer_blocks(c, i, wqkv, &tensor)?);
         }
         if !dequantized.is_empty() {
@@ -44,13 +54,15 @@ impl Llama {
         }
         let (cos, sin) = rotary_tables(c, device, dtype)?;
         let embedding = tensor("token_embd.weight")?;
+        let output = lm_head(file, &tensor)?;
         let output_norm = tensor("output_norm.weight")?;
-        Ok(Llama { config, embedding, layers, output_norm, cos, sin, device: device.clone(), dtype })
+        let device = device.clone();
+        Ok(Llama { config, embedding, output, layers, biases, output_norm, cos, sin, device, dtype })
     }
 }
 
 impl Llama {
-    /// The weights' bytes: (read in place from the file, held in memory of fuse's own), the tied embedding
+    /// The weights' bytes: (read in place from the file, held in memory of fuse's own), a tied embedding
     /// once. Dequantized weights count at their dtype's size.
     pub fn weight_bytes(&self) -> (u64, u64) {
         let (mut in_place, mut held) = (0u64, 0u64);
@@ -69,7 +81,7 @@ impl Llama {
 /// Layer `i`'s q, k and v projections as one matrix of blocks (their rows one after the other, q and k in
 /// half-split order), or `None` where they are not all of one block type.
 fn stacked_qkv_blocks(file: &GgufFile, c: &Config, i: usize, device: &Device) -> Result<Option<Tensor>> {
-    let parts = [("attn_q", Some(c.heads)), ("attn_k", Some(c.kv_heads)), ("attn_v", None)];
+    let parts = qkv_parts(c);
     let infos: Vec<_> =
         parts.iter().map(|(p, _)| file.tensor_info(&format!("blk.{i}.{p}.weight"))).collect::<Result<_>>()?;
     let dtype = infos[0].ggml_type.block_dtype();

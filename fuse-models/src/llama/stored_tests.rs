@@ -24,6 +24,7 @@ fn ggml_id(dtype: DType) -> u32 {
 
 fn config() -> Config {
     Config {
+        architecture: crate::llama::Architecture::Llama,
         hidden: 256,
         intermediate: 512,
         layers: 2,
@@ -74,7 +75,7 @@ fn image(seed: u64, type_of: impl Fn(&str) -> DType) -> Vec<u8> {
 }
 
 /// The stored model's logits and greedy tokens against the dequantized one's.
-fn stored_agrees_with_f32(what: &str, file: &GgufFile) {
+pub(super) fn stored_agrees_with_f32(what: &str, file: &GgufFile) {
     let stored = Llama::load_stored(file, &Device::Cpu).expect("loads as stored");
     let dense = Llama::load(file, &Device::Cpu, DType::F32).expect("loads in f32");
     let prompt = [3, 17, 42, 5, 9];

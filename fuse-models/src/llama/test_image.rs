@@ -1,5 +1,6 @@
-//! GGUF images of small Llama models for tests: a config's metadata, a placeholder vocabulary (`t0`, `t1`, ..)
-//! and the given tensors, each at a 32-byte aligned offset.
+//! GGUF images of small Llama-family models for tests: a config's metadata under its architecture's prefix
+//! (`general.architecture` = `llama` or `qwen2`), a placeholder vocabulary (`t0`, `t1`, ..) and the given
+//! tensors, each at a 32-byte aligned offset.
 
 use crate::gguf::tests::Image;
 use crate::llama::Config;
@@ -17,16 +18,21 @@ pub(crate) fn llama_image(c: &Config, tensors: &[TestTensor]) -> Vec<u8> {
         tokens.extend((t.len() as u64).to_le_bytes());
         tokens.extend(t.as_bytes());
     }
-    let kvs: Vec<(&str, u32, Vec<u8>)> = vec![
-        ("llama.embedding_length", 4, u32_kv(c.hidden)),
-        ("llama.feed_forward_length", 4, u32_kv(c.intermediate)),
-        ("llama.block_count", 4, u32_kv(c.layers)),
-        ("llama.attention.head_count", 4, u32_kv(c.heads)),
-        ("llama.attention.head_count_kv", 4, u32_kv(c.kv_heads)),
-        ("llama.context_length", 4, u32_kv(c.context)),
-        ("llama.rope.freq_base", 6, (c.rope_theta as f32).to_le_bytes().to_vec()),
-        ("llama.attention.layer_norm_rms_epsilon", 6, c.eps.to_le_bytes().to_vec()),
-        ("tokenizer.ggml.tokens", 9, tokens),
+    let arch = c.architecture.name();
+    let key = |k: &str| format!("{arch}.{k}");
+    let mut name = (arch.len() as u64).to_le_bytes().to_vec();
+    name.extend(arch.as_bytes());
+    let kvs: Vec<(String, u32, Vec<u8>)> = vec![
+        ("general.architecture".into(), 8, name),
+        (key("embedding_length"), 4, u32_kv(c.hidden)),
+        (key("feed_forward_length"), 4, u32_kv(c.intermediate)),
+        (key("block_count"), 4, u32_kv(c.layers)),
+        (key("attention.head_count"), 4, u32_kv(c.heads)),
+        (key("attention.head_count_kv"), 4, u32_kv(c.kv_heads)),
+        (key("context_length"), 4, u32_kv(c.context)),
+        (key("rope.freq_base"), 6, (c.rope_theta as f32).to_le_bytes().to_vec()),
+        (key("attention.layer_norm_rms_epsilon"), 6, c.eps.to_le_bytes().to_vec()),
+        ("tokenizer.ggml.tokens".into(), 9, tokens),
     ];
     let mut image = Image::header(3, tensors.len() as u64, kvs.len() as u64);
     for (key, ty, value) in &kvs {

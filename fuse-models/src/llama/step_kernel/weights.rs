@@ -8,7 +8,7 @@
 use super::layout::{StageLayout, StepLayout, STEP_HEAD_DIM, STEP_SHARES};
 use crate::ggml_type::GgmlType;
 use crate::gguf::GgufFile;
-use crate::llama::load::{rotary_cos_sin, Config};
+use crate::llama::load::{rotary_cos_sin, Architecture, Config};
 use crate::rotary::unpermute_rotary_rows;
 use crate::{Error, Result};
 
@@ -42,6 +42,16 @@ impl DecodeStepWeights {
     /// keeps it).
     pub(super) fn pack_over(file: &GgufFile, fill: u8) -> Result<DecodeStepWeights> {
         let config = Config::from_gguf(file)?;
+        // The kernel has no q/k/v bias and reads the token matrix as the LM head.
+        if config.architecture != Architecture::Llama || file.tensor_info("output.weight").is_ok() {
+            return Err(Error::BadShape {
+                what: format!(
+                    "the one-launch decode step runs a `llama` file with a tied embedding (this one: `{}`{})",
+                    config.architecture.name(),
+                    if file.tensor_info("output.weight").is_ok() { ", with output.weight" } else { "" }
+                ),
+            });
+        }
         let layout = StepLayout::of(&config)?;
         let s = layout.shape;
         let (h, share_bytes) = (s.hidden, layout.share.bytes);

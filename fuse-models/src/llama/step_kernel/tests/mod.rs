@@ -17,6 +17,7 @@ fn small_model(seed: u64, v_in_q8_0: bool) -> (Vec<u8>, Config) {
 /// The small model's sizes: 2 layers of hidden 128, 2 query heads over 1 kv head, a vocabulary of 48.
 fn small_config() -> Config {
     Config {
+        architecture: crate::llama::Architecture::Llama,
         hidden: 128,
         intermediate: 512,
         layers: 2,
