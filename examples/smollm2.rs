@@ -3,14 +3,15 @@
 //!
 //! ```text
 //! cargo run --release --example smollm2 -- --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]
-//!       [--seed S] [--device cpu|cuda] [--dtype stored|f32|bf16] [--model FILE.gguf] [--json FILE] [--chat]
+//!       [--seed S] [--device cpu|cuda] [--dtype stored|stored-bf16|f32|bf16] [--model FILE.gguf] [--json FILE]
+//!       [--chat]
 //! ```
 //! Without `--model` it reads the file `scripts/fetch-smollm2.sh` fetched. It prints the text as it is
 //! generated, then the prefill and decode speed; `--json FILE` writes the ids, the text and the speeds;
 //! `--compare-unfused` times one decode step fused and unfused. The device defaults to the GPU when there is
 //! one (`--device cpu` or `cuda` to choose). `--dtype stored` (the default) keeps the weights as the file
 //! stores them (its Q4_1 and Q8_0 blocks, read in place from the mapped file on the CPU, uploaded once to a
-//! GPU; activations in f32 on the CPU, bf16 on a GPU); `f32` and `bf16` dequantize them at load.
+//! GPU; activations in f32, in bf16 with `stored-bf16`); `f32` and `bf16` dequantize them at load.
 //! `--one-launch` decodes greedily with the one-launch decode step (an sm_90 GPU; the prompt prefilled in
 //! bf16) and also times its kernel alone.
 
@@ -31,6 +32,8 @@ struct Options {
     device: String,
     /// `None`: the weights as stored.
     dtype: Option<DType>,
+    /// The activations' dtype with the weights as stored (`--dtype stored` f32, `stored-bf16`).
+    activations: DType,
     model: Option<PathBuf>,
     json: Option<PathBuf>,
     chat: bool,
@@ -47,6 +50,7 @@ fn parse() -> std::result::Result<Options, String> {
         seed: 0,
         device: "best".into(),
         dtype: None,
+        activations: DType::F32,
         model: None,
         json: None,
         chat: false,
@@ -74,9 +78,13 @@ fn parse() -> std::result::Result<Options, String> {
             "--dtype" => {
                 o.dtype = match value.as_str() {
                     "stored" => None,
+                    "stored-bf16" => {
+                        o.activations = DType::BF16;
+                        None
+                    }
                     "f32" => Some(DType::F32),
                     "bf16" => Some(DType::BF16),
-                    _ => return Err(format!("--dtype: `{value}` is not stored, f32 or bf16")),
+                    _ => return Err(format!("--dtype: `{value}` is not stored, stored-bf16, f32 or bf16")),
                 }
             }
             "--model" => o.model = Some(value.into()),
@@ -116,7 +124,7 @@ fn run() -> std::result::Result<(), Box<dyn std::error::Error>> {
     }
     let model = match o.dtype {
         Some(dtype) => Llama::load(&file, &device, dtype)?,
-        None => Llama::load_stored(&file, &device)?,
+        None => Llama::load_stored_as(&file, &device, o.activations)?,
     };
     let weights = match o.dtype {
         None => format!("stored, activations in {}", model.dtype()),

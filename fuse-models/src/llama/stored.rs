@@ -12,16 +12,23 @@ use fuse::prelude::*;
 impl Llama {
     /// Loads the model with its weights as stored: every block-quantized matrix (Q4_0 .. Q6_K) a tensor of that
     /// dtype over the mapped file's bytes (no copy on the CPU; uploaded once to a GPU), norms, activations, the
-    /// rotary tables and the key/value cache in f32 on the CPU and bf16 on a GPU. The stacked q/k/v projection
-    /// is the one copy made (its rows are the file's three matrices one after the other, q and k in Hugging
-    /// Face's half-split order), its bias (Qwen2) stacked the same way in the activations' dtype;
-    /// `output.weight` as stored is the LM head where present; where the three are of different block types
-    /// they cannot share one matrix of blocks, and that stack is dequantized to the activations' dtype instead
-    /// (said on stderr).
+    /// rotary tables and the key/value cache in f32. The stacked q/k/v projection is the one copy made (its
+    /// rows are the file's three matrices one after the other, q and k in Hugging Face's half-split order),
+    /// its bias (Qwen2) stacked the same way; `output.weight` as stored is the LM head where present; where
+    /// the three are of different block types they cannot share one matrix of blocks, and that stack is
+    /// dequantized to the activations' dtype instead (said on stderr).
     pub fn load_stored(file: &GgufFile, device: &Device) -> Result<Llama> {
+        Llama::load_stored_as(file, device, DType::F32)
+    }
+
+    /// [`Llama::load_stored`] with the activations (and norms, rotary tables, cache) in `dtype` (f32, f16 or
+    /// bf16): bf16 halves what the cache and the activations move, at bf16's accuracy.
+    pub fn load_stored_as(file: &GgufFile, device: &Device, dtype: DType) -> Result<Llama> {
+        if !dtype.is_float() {
+            return Err(Error::BadShape { what: format!("activations in {dtype}: f32, f16 or bf16") });
+        }
         let config = Config::from_gguf(file)?;
         let c = &config;
-        let dtype = if device.is_cuda() { DType::BF16 } else { DType::F32 };
         // As stored, but float tensors (F32, F16, BF16 norms) in the activations' dtype.
         let tensor = |name: &str| -> Result<Tensor> {
             let t = file.tensor(name, device)?;

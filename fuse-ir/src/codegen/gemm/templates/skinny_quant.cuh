@@ -85,6 +85,14 @@ __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
             const long long ldw = d == 0 ? p.gemm.ldw0 : p.gemm.ldw1;
             wrow[d][r] = (const unsigned char*)(d == 0 ? p.gemm.w0 : p.gemm.w1) + (n * ldw / B) * BYTES;
         }
+    // Each lane's first weight bytes toward L2 while the kernel before this one finishes (programmatic
+    // dependent launch): a prefetch is a hint, coherent with whatever that kernel writes.
+    if (8 * lane < K) {
+#pragma unroll
+        for (int d = 0; d < D; ++d)
+#pragma unroll
+            for (int r = 0; r < R; ++r) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow[d][r] + (8 * lane / B) * BYTES));
+    }
     fuse_grid_wait();
     fuse_grid_release();
 #if FUSE_GEMM_PRO
