@@ -385,9 +385,8 @@ impl Executor<'_> {
         // unrecorded, only when the path is to be timed (timing reads the left operand), and `run_gemm` runs
         // it again, recorded, on the paths that do not stream it. A path known without timing (the results
         // table, a forced path, the fixed rule while capturing) launches no prologue kernel of its own.
-        let first_skinny = GemmPath::Skinny(&crate::cuda::gemm::skinny::CONFIGS[0]);
         self.prologue_deferred =
-            is_gemm && matches!(self.template_operands(index, specs, &first_skinny), Ok((_, Some(_))));
+            is_gemm && matches!(self.template_operands(index, specs, &self.skinny_probe(index)), Ok((_, Some(_))));
         // Without timing to do, the path is known before the prologue runs, and the kernel that streams the
         // prologue needs no separate prologue kernel at all.
         let decided = if self.prologue_deferred { self.decided_path(index, specs)? } else { None };

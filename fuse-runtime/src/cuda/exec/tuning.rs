@@ -226,7 +226,7 @@ impl Executor<'_> {
 
     /// The skinny config that tells whether the skinny template can take this group's operands: the first
     /// of the quantized template's where the weights are quantized blocks, else the dense template's.
-    fn skinny_probe(&self, index: usize) -> GemmPath {
+    pub(super) fn skinny_probe(&self, index: usize) -> GemmPath {
         match self.quantized_weights(index) {
             true => GemmPath::QuantSkinny(&QUANT_CONFIGS[0]),
             false => GemmPath::Skinny(&CONFIGS[0]),
