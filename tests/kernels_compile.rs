@@ -540,11 +540,13 @@ extern "C" __global__ void __launch_bounds__(256) fuse_headers_check(float* out,
   v += q8[0] + q8[7] + fuse_q_value<FUSE_Q4_0>(qb, t) + fuse_q_value<FUSE_Q4_1>(qb, t) + fuse_q_value<FUSE_Q5_0>(qb, t) +
        fuse_q_value<FUSE_Q5_1>(qb, t) + fuse_q_value<FUSE_Q8_0>(qb, t) + fuse_q_value<FUSE_Q5_K>(qb, t) +
        fuse_q_value<FUSE_Q6_K>(qb, t);
-  v += (float)(fuse_q_values<FUSE_Q8_0>() + fuse_q_bytes<FUSE_Q5_K>() + fuse_q_align<FUSE_Q4_1>());
+  v += (float)(fuse_q_values<FUSE_Q8_0>() + fuse_q_bytes<FUSE_Q5_K>() + fuse_q_align<FUSE_Q4_1>() + fuse_q_has_offset<FUSE_Q4_K>());
   const FuseQBytes8 qq = fuse_q_load8<2>(qb + 2 * t);
   unsigned sc, mn;
   fuse_q_scale_min_k4(qb, t & 7, sc, mn);
-  v += fuse_q_int(fuse_q_byte(qq, 3) + sc + mn, 8) + fuse_q_half(qb);
+  float qi[8], qscale, qoffset;
+  fuse_q_ints8<FUSE_Q5_0>(qb, 8 * (t & 3), qi, qscale, qoffset);
+  v += fuse_q_byte_int<3>(qq.lo + sc + mn, 8) + (float)fuse_q_spread4(qq.hi) + fuse_q_half(qb) + qi[1] * qscale + qoffset;
 #if FUSE_CHECK_SM90
   __shared__ __align__(8) unsigned long long bar;
   const unsigned b = fuse_smem_addr(&bar);

@@ -28,6 +28,11 @@ template <int Q> __device__ __forceinline__ constexpr int fuse_q_align() {
   return (fuse_q_bytes<Q>() & 15) == 0 ? 16 : (fuse_q_bytes<Q>() & 7) == 0 ? 8 : (fuse_q_bytes<Q>() & 3) == 0 ? 4 : 2;
 }
 
+// Whether the type's values have an offset besides their scale (a min: Q4_1, Q5_1, Q4_K, Q5_K).
+template <int Q> __device__ __forceinline__ constexpr bool fuse_q_has_offset() {
+  return Q == FUSE_Q4_1 || Q == FUSE_Q5_1 || Q == FUSE_Q4_K || Q == FUSE_Q5_K;
+}
+
 // 8 bytes from `p`, which is A-byte aligned (A = 2, 4, 8 or 16), as two little-endian words.
 struct FuseQBytes8 {
   unsigned lo, hi;
@@ -44,17 +49,8 @@ template <int A> __device__ __forceinline__ FuseQBytes8 fuse_q_load8(const unsig
     return FuseQBytes8{h[0] | ((unsigned)h[1] << 16), h[2] | ((unsigned)h[3] << 16)};
   }
 }
-// Byte i (0..7) of the 8.
-__device__ __forceinline__ unsigned fuse_q_byte(const FuseQBytes8& b, int i) {
-  return ((i < 4 ? b.lo : b.hi) >> (8 * (i & 3))) & 0xffu;
-}
 // The f16 at `p` (2-byte aligned) as f32.
 __device__ __forceinline__ float fuse_q_half(const unsigned char* p) { return fuse_f16_to_f32(*(const unsigned short*)p); }
-// A small unsigned integer v (< 2^23) minus `bias`, as f32, exactly: v placed in the mantissa of 2^23, then
-// 2^23 + bias taken off (two instructions; an int-to-float conversion runs at a quarter of the FMA rate).
-__device__ __forceinline__ float fuse_q_int(unsigned v, int bias) {
-  return __uint_as_float(0x4b000000u | v) - (8388608.0f + (float)bias);
-}
 // Group j's 6-bit scale and min of a Q4_K / Q5_K block's 12 packed bytes at `s` (fuse_ir::quant::scale_min_k4).
 __device__ __forceinline__ void fuse_q_scale_min_k4(const unsigned char* s, int j, unsigned& sc, unsigned& mn) {
   if (j < 4) {
@@ -66,55 +62,67 @@ __device__ __forceinline__ void fuse_q_scale_min_k4(const unsigned char* s, int 
   }
 }
 
-// Values off .. off+7 of the tensor of type Q whose first block is at `base` (off % 8 == 0: the 8 lie in one
-// block) into w.
-template <int Q> __device__ __forceinline__ void fuse_q_decode8(const unsigned char* base, long long off, float (&w)[8]) {
-  constexpr int B = fuse_q_values<Q>(), A = fuse_q_align<Q>();
-  const unsigned char* b = base + (off / B) * fuse_q_bytes<Q>();
-  const int j = (int)(off % B);
+// Byte i (0..3) of w minus `bias`, as f32, exactly: prmt places the byte in the mantissa of 2^23 (one
+// instruction), then 2^23 + bias is taken off.
+template <int I> __device__ __forceinline__ float fuse_q_byte_int(unsigned w, int bias) {
+  unsigned r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(w), "r"(0x4b000000u), "n"(0x7650 | I));
+  return __uint_as_float(r) - (8388608.0f + (float)bias);
+}
+// Bits 0..3 of x into bit 4 of bytes 0..3.
+__device__ __forceinline__ unsigned fuse_q_spread4(unsigned x) {
+  return ((x & 1u) << 4) | ((x & 2u) << 11) | ((x & 4u) << 18) | ((x & 8u) << 25);
+}
+
+// Values j .. j+7 (j % 8 == 0) of the block at `b` of type Q as small integers q (exact, in f32) and the scale
+// and offset that make them the values: value e = scale * q[e] + offset (ggml's order of operations). Per
+// value one byte placement and one subtraction; the scales are decoded once for the eight.
+template <int Q>
+__device__ __forceinline__ void fuse_q_ints8(const unsigned char* b, int j, float (&q)[8], float& scale, float& offset) {
+  constexpr int A = fuse_q_align<Q>();
+  unsigned lo, hi;  // the 8 values' integer parts, a byte each
+  int bias = 0;
   if constexpr (Q == FUSE_Q4_0 || Q == FUSE_Q4_1 || Q == FUSE_Q5_0 || Q == FUSE_Q5_1) {
     // d (and m) first; Q5 then the 32 fifth bits (bit e for value e); 16 bytes whose low nibbles are values
     // 0..15 and high nibbles 16..31.
     constexpr bool has_min = Q == FUSE_Q4_1 || Q == FUSE_Q5_1, five = Q == FUSE_Q5_0 || Q == FUSE_Q5_1;
     constexpr int qs = (has_min ? 4 : 2) + (five ? 4 : 0);
-    const float d = fuse_q_half(b);
-    const float m = has_min ? fuse_q_half(b + 2) : 0.0f;
-    const FuseQBytes8 q = fuse_q_load8<A>(b + qs + (j & 15));
+    scale = fuse_q_half(b);
+    offset = has_min ? fuse_q_half(b + 2) : 0.0f;
+    const FuseQBytes8 w = fuse_q_load8<A>(b + qs + (j & 15));
     const int shift = j >= 16 ? 4 : 0;
-    unsigned high = 0;
+    lo = (w.lo >> shift) & 0x0f0f0f0fu;
+    hi = (w.hi >> shift) & 0x0f0f0f0fu;
     if constexpr (five) {
       const unsigned short* h = (const unsigned short*)(b + (has_min ? 4 : 2));
-      high = (h[0] | ((unsigned)h[1] << 16)) >> j;
+      const unsigned high = (h[0] | ((unsigned)h[1] << 16)) >> j;
+      lo |= fuse_q_spread4(high);
+      hi |= fuse_q_spread4(high >> 4);
     }
-    constexpr int bias = has_min ? 0 : (five ? 16 : 8);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      unsigned v = (fuse_q_byte(q, i) >> shift) & 15u;
-      if constexpr (five) v |= ((high >> i) & 1u) << 4;
-      if constexpr (has_min) w[i] = fuse_q_int(v, 0) * d + m;
-      else w[i] = fuse_q_int(v, bias) * d;
-    }
+    bias = has_min ? 0 : (five ? 16 : 8);
   } else if constexpr (Q == FUSE_Q8_0) {
-    const float d = fuse_q_half(b);
-    const FuseQBytes8 q = fuse_q_load8<A>(b + 2 + j);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) w[i] = fuse_q_int(fuse_q_byte(q, i) ^ 0x80u, 128) * d;
+    scale = fuse_q_half(b);
+    offset = 0.0f;
+    const FuseQBytes8 w = fuse_q_load8<A>(b + 2 + j);
+    lo = w.lo ^ 0x80808080u;  // signed bytes + 128
+    hi = w.hi ^ 0x80808080u;
+    bias = 128;
   } else if constexpr (Q == FUSE_Q4_K || Q == FUSE_Q5_K) {
     // Four chunks of 64 values: 32 bytes of nibbles, low nibbles the chunk's first 32 values (group 2c), high
     // nibbles its second (2c + 1); Q5_K's fifth bits are bits 2c and 2c + 1 of each of qh's 32 bytes.
     const int c = j >> 6, h = (j >> 5) & 1, l = j & 31;
     unsigned sc, mn;
     fuse_q_scale_min_k4(b + 4, 2 * c + h, sc, mn);
-    const float d = fuse_q_half(b) * (float)sc, dmin = fuse_q_half(b + 2) * (float)mn;
+    scale = fuse_q_half(b) * (float)sc;
+    offset = -(fuse_q_half(b + 2) * (float)mn);
     constexpr int qs = Q == FUSE_Q5_K ? 48 : 16;
-    const FuseQBytes8 q = fuse_q_load8<8>(b + qs + 32 * c + l);
-    FuseQBytes8 qh{0, 0};
-    if constexpr (Q == FUSE_Q5_K) qh = fuse_q_load8<8>(b + 16 + l);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      unsigned v = (fuse_q_byte(q, i) >> (4 * h)) & 15u;
-      if constexpr (Q == FUSE_Q5_K) v |= ((fuse_q_byte(qh, i) >> (2 * c + h)) & 1u) << 4;
-      w[i] = d * fuse_q_int(v, 0) - dmin;
+    const FuseQBytes8 w = fuse_q_load8<8>(b + qs + 32 * c + l);
+    lo = (w.lo >> (4 * h)) & 0x0f0f0f0fu;
+    hi = (w.hi >> (4 * h)) & 0x0f0f0f0fu;
+    if constexpr (Q == FUSE_Q5_K) {
+      const FuseQBytes8 qh = fuse_q_load8<8>(b + 16 + l);
+      lo |= ((qh.lo >> (2 * c + h)) & 0x01010101u) << 4;
+      hi |= ((qh.hi >> (2 * c + h)) & 0x01010101u) << 4;
     }
   } else {
     static_assert(Q == FUSE_Q6_K, "a block type code (FUSE_Q4_0 .. FUSE_Q6_K)");
@@ -123,13 +131,26 @@ template <int Q> __device__ __forceinline__ void fuse_q_decode8(const unsigned c
     const int n = j >> 7, t = (j >> 5) & 3, l = j & 31;
     const FuseQBytes8 ql = fuse_q_load8<A>(b + 64 * n + 32 * (t & 1) + l);
     const FuseQBytes8 qh = fuse_q_load8<A>(b + 128 + 32 * n + l);
-    const float ds = fuse_q_half(b + 208) * (float)(signed char)b[192 + 8 * n + 2 * t + (l >> 4)];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const unsigned v = ((fuse_q_byte(ql, i) >> (4 * (t >> 1))) & 15u) | (((fuse_q_byte(qh, i) >> (2 * t)) & 3u) << 4);
-      w[i] = ds * fuse_q_int(v, 32);
-    }
+    scale = fuse_q_half(b + 208) * (float)(signed char)b[192 + 8 * n + 2 * t + (l >> 4)];
+    offset = 0.0f;
+    lo = ((ql.lo >> (4 * (t >> 1))) & 0x0f0f0f0fu) | (((qh.lo >> (2 * t)) & 0x03030303u) << 4);
+    hi = ((ql.hi >> (4 * (t >> 1))) & 0x0f0f0f0fu) | (((qh.hi >> (2 * t)) & 0x03030303u) << 4);
+    bias = 32;
   }
+  q[0] = fuse_q_byte_int<0>(lo, bias), q[1] = fuse_q_byte_int<1>(lo, bias);
+  q[2] = fuse_q_byte_int<2>(lo, bias), q[3] = fuse_q_byte_int<3>(lo, bias);
+  q[4] = fuse_q_byte_int<0>(hi, bias), q[5] = fuse_q_byte_int<1>(hi, bias);
+  q[6] = fuse_q_byte_int<2>(hi, bias), q[7] = fuse_q_byte_int<3>(hi, bias);
+}
+
+// Values off .. off+7 of the tensor of type Q whose first block is at `base` (off % 8 == 0: the 8 lie in one
+// block) into w.
+template <int Q> __device__ __forceinline__ void fuse_q_decode8(const unsigned char* base, long long off, float (&w)[8]) {
+  constexpr int B = fuse_q_values<Q>();
+  float q[8], scale, offset;
+  fuse_q_ints8<Q>(base + (off / B) * fuse_q_bytes<Q>(), (int)(off % B), q, scale, offset);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) w[i] = scale * q[i] + offset;
 }
 
 // One value (element `off`) of the tensor of type Q whose first block is at `base`.

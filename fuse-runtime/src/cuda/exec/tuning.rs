@@ -137,6 +137,16 @@ impl Executor<'_> {
     /// when the path does not stream it (`run_gemm`) or when the candidates are timed.
     pub(super) fn decided_path(&mut self, index: usize, specs: &[PreparedKernel]) -> Result<Option<GemmPath>> {
         if self.library_only {
+            // Eager ops and the unfused baseline take the library, but weights of quantized blocks few rows
+            // read as stored: cuBLAS would first write the whole weight dequantized, every call.
+            let (rows, _) = self.tune_key(index, specs)?;
+            let quant = QUANT_CONFIGS.iter().find(|c| c.fast_rows.0 <= rows && rows <= c.fast_rows.1);
+            if let (true, Some(c)) = (self.quantized_weights(index), quant) {
+                let path = GemmPath::QuantSkinny(c);
+                if self.path_runs(index, specs, &path).is_ok() {
+                    return Ok(Some(path));
+                }
+            }
             return Ok(Some(GemmPath::Cublas));
         }
         let skinny = self.template_operands(index, specs, &self.skinny_probe(index));

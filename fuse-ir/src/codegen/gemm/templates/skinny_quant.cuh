@@ -76,14 +76,18 @@ __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
     const long long mblocks = (M + BM - 1) / BM;
     const long long m0 = (blockIdx.x % mblocks) * BM, n0 = (blockIdx.x / mblocks) * (8 * R) + warp * R;
     const int rows = (int)(M - m0 < BM ? M - m0 : BM);
-    const unsigned char* wrow[D][R];
+    // Each lane takes the same 8 values of every 256 (j within a block: lane-constant), so its weight
+    // pointers step by whole blocks and its scales are at the same place of each block.
+    const int j = (8 * lane) % B;
+    constexpr int STEP = (256 / B) * BYTES;
+    const unsigned char* wp[D][R];
 #pragma unroll
     for (int d = 0; d < D; ++d)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             const long long n = n0 + r < N ? n0 + r : N - 1;  // rows past N are computed, never stored
             const long long ldw = d == 0 ? p.gemm.ldw0 : p.gemm.ldw1;
-            wrow[d][r] = (const unsigned char*)(d == 0 ? p.gemm.w0 : p.gemm.w1) + (n * ldw / B) * BYTES;
+            wp[d][r] = (const unsigned char*)(d == 0 ? p.gemm.w0 : p.gemm.w1) + (n * ldw / B + 8 * lane / B) * BYTES;
         }
     // Each lane's first weight bytes toward L2 while the kernel before this one finishes (programmatic
     // dependent launch): a prefetch is a hint, coherent with whatever that kernel writes.
@@ -91,7 +95,7 @@ __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
 #pragma unroll
         for (int d = 0; d < D; ++d)
 #pragma unroll
-            for (int r = 0; r < R; ++r) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow[d][r] + (8 * lane / B) * BYTES));
+            for (int r = 0; r < R; ++r) asm volatile("prefetch.global.L2 [%0];" ::"l"(wp[d][r]));
     }
     fuse_grid_wait();
     fuse_grid_release();
@@ -108,9 +112,11 @@ __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
         for (int r = 0; r < R; ++r)
 #pragma unroll
             for (int i = 0; i < BM; ++i) acc[d][r][i] = 0.0f;
+    const int k_end = (int)K;
 #pragma unroll 2
-    for (long long k = 8 * lane; k < K; k += 256) {
-        float xv[BM][8];
+    for (int k = 8 * lane; k < k_end; k += 256) {
+        // X's 8 values of each row and their sum (for the blocks' offsets: sum of (s q + o) x = s (q . x) + o sum x).
+        float xv[BM][8], xs[BM];
 #pragma unroll
         for (int i = 0; i < BM; ++i) {
             const int row = i < rows ? i : rows - 1;  // rows past M repeat the last: computed, never stored
@@ -120,17 +126,24 @@ __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
 #pragma unroll
             for (int e = 0; e < 8; ++e) xv[i][e] = fuse_qg_round<DT>(xv[i][e]);
 #endif
+            if constexpr (fuse_q_has_offset<Q>())
+                xs[i] = ((xv[i][0] + xv[i][1]) + (xv[i][2] + xv[i][3])) + ((xv[i][4] + xv[i][5]) + (xv[i][6] + xv[i][7]));
         }
 #pragma unroll
         for (int d = 0; d < D; ++d)
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                float wv[8];
-                fuse_q_decode8<Q>(wrow[d][r], k, wv);
+                float q[8], scale, offset;
+                fuse_q_ints8<Q>(wp[d][r], j, q, scale, offset);
+                wp[d][r] += STEP;
 #pragma unroll
-                for (int i = 0; i < BM; ++i)
+                for (int i = 0; i < BM; ++i) {
+                    float dot = q[0] * xv[i][0];
 #pragma unroll
-                    for (int e = 0; e < 8; ++e) acc[d][r][i] = fmaf(wv[e], xv[i][e], acc[d][r][i]);
+                    for (int e = 1; e < 8; ++e) dot = fmaf(q[e], xv[i][e], dot);
+                    if constexpr (fuse_q_has_offset<Q>()) acc[d][r][i] = fmaf(offset, xs[i], acc[d][r][i]);
+                    acc[d][r][i] = fmaf(scale, dot, acc[d][r][i]);
+                }
             }
     }
     // Every lane gets every sum (a fixed butterfly); lane r * BM + i stores (row m0 + i, column n0 + r).
