@@ -140,7 +140,9 @@ fn run() -> std::result::Result<(), Box<dyn std::error::Error>> {
     // The first calls compile the kernels and tune the GEMM paths for these shapes: done here, before the
     // timed generation, on a cache of their own, so that the speeds printed are those of every later call.
     let start = std::time::Instant::now();
-    let mut cache = model.new_cache(prompt_ids.len() + 1)?;
+    // A cache of the size generation's will have (its shapes pick the attention kernels' variants).
+    let capacity = (prompt_ids.len() + o.max_tokens.saturating_sub(1).max(1)).min(model.config.context).max(1);
+    let mut cache = model.new_cache(capacity)?;
     model.forward(&prompt_ids, &mut cache)?;
     model.forward(&prompt_ids[..1], &mut cache)?;
     eprintln!("warm-up (kernels compiled, GEMM paths tuned): {:.0} ms", start.elapsed().as_secs_f64() * 1e3);
