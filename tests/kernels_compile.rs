@@ -481,8 +481,8 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
                     .collect(),
                 ModelKernel::Dequantize => DType::ALL
                     .iter()
-                    .map(|out| {
-                        let code = [DType::F32, DType::F16, DType::BF16].iter().position(|d| d == out).unwrap_or(0);
+                    .map(|&out| {
+                        let code = codegen::float_dtype_code(out).expect("a float dtype");
                         [ModelKernel::defines(dtype), vec![format!("-DFUSE_DEQUANT_OUT={code}")]].concat()
                     })
                     .collect(),

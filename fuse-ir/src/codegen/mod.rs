@@ -276,12 +276,21 @@ pub fn defines(spec: &KernelSpec, inputs: &[InputKind], outputs: &[DType]) -> Ve
 
 fn dtype_code(d: DType) -> u8 {
     match d {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        DType::BF16 => 2,
         // No kernel reads or writes token ids yet (the runtime refuses them first); 4 is reserved for them.
         DType::U32 => 4,
-        q => block_dtype_code(q),
+        q if q.is_quantized() => block_dtype_code(q),
+        f => float_dtype_code(f).unwrap_or(0),
+    }
+}
+
+/// The prelude's code of a float dtype (`FUSE_F32` 0, `FUSE_F16` 1, `FUSE_BF16` 2) in every kernel's
+/// defines; `None` for the others.
+pub fn float_dtype_code(d: DType) -> Option<u8> {
+    match d {
+        DType::F32 => Some(0),
+        DType::F16 => Some(1),
+        DType::BF16 => Some(2),
+        _ => None,
     }
 }
 

@@ -161,12 +161,7 @@ impl QuantSkinnyConfig {
     /// The activations' dtype (`-DFUSE_SK_DT`), the weights' block type (`-DFUSE_SK_WQ`), then the config's.
     /// `None` when `weights` is not a block-quantized type or `x` not a float type.
     pub fn defines(&self, x: DType, weights: DType) -> Option<Vec<String>> {
-        let dt = match x {
-            DType::F32 => 0,
-            DType::F16 => 1,
-            DType::BF16 => 2,
-            _ => return None,
-        };
+        let dt = crate::codegen::float_dtype_code(x)?;
         if !weights.is_quantized() {
             return None;
         }

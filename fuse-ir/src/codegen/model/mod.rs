@@ -114,11 +114,9 @@ impl ModelKernel {
     /// ([`AttentionLaunch::defines`]).
     pub fn defines(dtype: DType) -> Vec<String> {
         let code = match dtype {
-            DType::F32 => 0,
-            DType::F16 => 1,
-            DType::BF16 => 2,
             DType::U32 => 3,
-            q => crate::codegen::block_dtype_code(q),
+            q if q.is_quantized() => crate::codegen::block_dtype_code(q),
+            f => crate::codegen::float_dtype_code(f).unwrap_or(0),
         };
         vec![format!("-DFUSE_MODEL_DTYPE={code}")]
     }

@@ -136,7 +136,7 @@ pub(crate) fn checked_address(function: &str, device: &CudaDevice, t: &Tensor) -
 }
 
 /// The largest element index a view touches, `None` for an empty view.
-fn last_index(t: &Tensor) -> Option<usize> {
+pub(super) fn last_index(t: &Tensor) -> Option<usize> {
     if t.shape().contains(&0) {
         return None;
     }

@@ -3,6 +3,7 @@
 
 use super::describe::{describe_matmuls, DescribedGemm};
 use super::gemm_path::GemmPath;
+use super::launch::last_index;
 use super::launch_plan::Step;
 use super::model_args::Words;
 use super::{base_of, Executor};
@@ -11,7 +12,7 @@ use crate::cuda::gemm::cublas::{plan_gemm, GemmCall, Matrix};
 use crate::cuda::gemm::lt::lt_matmul;
 use crate::cuda::storage::CudaStorage;
 use crate::{Error, Result, Tensor};
-use fuse_ir::codegen::ModelKernel;
+use fuse_ir::codegen::{self, ModelKernel};
 use fuse_ir::{DType, GroupKind, NodeId};
 
 impl Executor<'_> {
@@ -95,15 +96,12 @@ impl Executor<'_> {
     pub(super) fn dequantized(&mut self, w: &Tensor, dtype: DType) -> Result<Tensor> {
         let values = w.dtype().block().map_or(1, |b| b.elements);
         let start = w.offset();
-        let end = match w.shape().contains(&0) {
-            true => start,
-            false => start + w.shape().iter().zip(w.strides()).map(|(&d, &s)| (d - 1) * s).sum::<usize>() + 1,
-        };
+        let end = last_index(w).map_or(start, |last| last + 1);
         let count = end.next_multiple_of(values) - start;
         let from = self.address(w)?;
         let out = CudaStorage::alloc(self.device, dtype, count)?;
         if count > 0 {
-            let code = [DType::F32, DType::F16, DType::BF16].iter().position(|&d| d == dtype).ok_or_else(|| {
+            let code = codegen::float_dtype_code(dtype).ok_or_else(|| {
                 Error::unsupported(self.function, "matmul", format!("quantized weights by {dtype} activations"))
             })?;
             let mut words = Words::default();

@@ -25,7 +25,7 @@ use crate::cuda::gemm::wgmma::{self, CONFIGS as WGMMA_CONFIGS};
 use crate::cuda::storage::CudaStorage;
 use crate::tune::{self, AutotuneMode, TuneKey};
 use crate::{Error, Result};
-use fuse_ir::codegen::{MMA_CONFIGS, QUANT_SKINNY_CONFIGS as QUANT_CONFIGS};
+use fuse_ir::codegen::{QuantSkinnyConfig, MMA_CONFIGS, QUANT_SKINNY_CONFIGS as QUANT_CONFIGS};
 use fuse_ir::view::dense_strides;
 use fuse_ir::DType;
 use std::collections::BTreeMap;
@@ -139,15 +139,8 @@ impl Executor<'_> {
         if self.library_only {
             // Eager ops and the unfused baseline take the library, but weights of quantized blocks few rows
             // read as stored: cuBLAS would first write the whole weight dequantized, every call.
-            let (rows, _) = self.tune_key(index, specs)?;
-            let quant = QUANT_CONFIGS.iter().find(|c| c.fast_rows.0 <= rows && rows <= c.fast_rows.1);
-            if let (true, Some(c)) = (self.quantized_weights(index), quant) {
-                let path = GemmPath::QuantSkinny(c);
-                if self.path_runs(index, specs, &path).is_ok() {
-                    return Ok(Some(path));
-                }
-            }
-            return Ok(Some(GemmPath::Cublas));
+            let quant = self.quantized_rule(index).map(GemmPath::QuantSkinny);
+            return Ok(Some(quant.filter(|p| self.path_runs(index, specs, p).is_ok()).unwrap_or(GemmPath::Cublas)));
         }
         let skinny = self.template_operands(index, specs, &self.skinny_probe(index));
         if let Some(forced) = tune::forced_choice() {
@@ -181,12 +174,14 @@ impl Executor<'_> {
             let dual = self.plan.groups[index].matmuls.len() == 2;
             let limit = if dual { SKINNY_RULE_MAX_ROWS.0 } else { SKINNY_RULE_MAX_ROWS.1 };
             let config = CONFIGS.iter().find(|c| c.fast_rows.0 <= rows && rows <= c.fast_rows.1);
-            let quant = QUANT_CONFIGS.iter().find(|c| c.fast_rows.0 <= rows && rows <= c.fast_rows.1);
-            let rule = match (self.quantized_weights(index), config, quant) {
+            let rule = match (self.quantized_weights(index), config) {
                 // Quantized weights: the template that reads them as stored for every row count it is
                 // meant for, else cuBLAS on a dequantized copy.
-                (true, _, Some(c)) if skinny.is_ok() => GemmPath::QuantSkinny(c),
-                (false, Some(c), _) if skinny.is_ok() && rows <= limit => GemmPath::Skinny(c),
+                (true, _) => match self.quantized_rule(index) {
+                    Some(c) if skinny.is_ok() => GemmPath::QuantSkinny(c),
+                    _ => GemmPath::Cublas,
+                },
+                (false, Some(c)) if skinny.is_ok() && rows <= limit => GemmPath::Skinny(c),
                 _ => GemmPath::Cublas,
             };
             self.note(format!("path {} (FUSE_AUTOTUNE=off: fixed rule)", rule.name()));
@@ -246,6 +241,22 @@ impl Executor<'_> {
     /// Whether the group's (first) weight is of quantized blocks.
     fn quantized_weights(&self, index: usize) -> bool {
         self.weight_dtype(index).is_some_and(DType::is_quantized)
+    }
+
+    /// The quantized skinny config the fixed rule gives this group: the one meant for its rows, where its
+    /// weights are quantized blocks (`None` otherwise, and past the configs' rows).
+    fn quantized_rule(&self, index: usize) -> Option<&'static QuantSkinnyConfig> {
+        if !self.quantized_weights(index) {
+            return None;
+        }
+        let rows = self.rows(index);
+        QUANT_CONFIGS.iter().find(|c| c.fast_rows.0 <= rows && rows <= c.fast_rows.1)
+    }
+
+    /// The rows of the group's product (its left operand's, batches folded).
+    fn rows(&self, index: usize) -> usize {
+        let shape = self.shape(self.plan.groups[index].matmuls[0]);
+        shape.split_last().map_or(0, |(_, rest)| rest.iter().product())
     }
 
     /// Whether `path` can run this group (a template needs its kernel and operands it can read; the wgmma
@@ -409,11 +420,7 @@ impl Executor<'_> {
     fn tune_key(&self, index: usize, specs: &[PreparedKernel]) -> Result<(usize, TuneKey)> {
         let group = &self.plan.groups[index];
         let mm = group.matmuls[0];
-        let shape = self.shape(mm);
-        let (n, rows) = match shape.split_last() {
-            Some((&n, rest)) => (n, rest.iter().product::<usize>()),
-            None => (0, 0),
-        };
+        let (n, rows) = (self.shape(mm).last().copied().unwrap_or(0), self.rows(index));
         let k = self.shape(self.graph.node(mm).args[0]).last().copied().unwrap_or(0);
         // What the group computes and how its operands are laid out (strides decide which paths apply).
         let mut parts: Vec<String> = specs.iter().map(|s| format!("{:032x}", s.source_key())).collect();
