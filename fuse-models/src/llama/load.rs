@@ -363,7 +363,8 @@ pub(super) fn lm_head(file: &GgufFile, tensor: &dyn Fn(&str) -> Result<Tensor>) 
     file.tensor_info("output.weight").ok().map(|_| tensor("output.weight")).transpose()
 }
 
-fn upload(data: Vec<f32>, shape: &[usize], device: &Device, dtype: DType) -> fuse::Result<Tensor> {
+/// f32 values made `dtype` on the host, then moved to `device` (one copy of the narrow values there).
+pub(super) fn upload(data: Vec<f32>, shape: &[usize], device: &Device, dtype: DType) -> fuse::Result<Tensor> {
     Tensor::from_vec(data, shape, &Device::Cpu)?.to_dtype(dtype)?.to_device(device)
 }
 

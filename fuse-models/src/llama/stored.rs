@@ -2,7 +2,7 @@
 //! the memory-mapped file, so the resident weights are the file's own bytes.
 
 use super::load::{
-    layer_blocks, lm_head, qkv_parts, rotary_tables, stacked_qkv_bias, stacked_qkv_values, Config, Llama,
+    layer_blocks, lm_head, qkv_parts, rotary_tables, stacked_qkv_bias, stacked_qkv_values, upload, Config, Llama,
 };
 use crate::gguf::GgufFile;
 use crate::rotary::unpermute_rotary_rows;
@@ -42,15 +42,11 @@ impl Llama {
                 None => {
                     dequantized.push(i);
                     let (data, shape) = stacked_qkv_values(file, c, i)?;
-                    Tensor::from_vec(data, &shape, device)?.to_dtype(dtype)?
+                    upload(data, &shape, device, dtype)?
                 }
             };
             let rows = wqkv.shape()[0];
-            biases.push(
-                stacked_qkv_bias(file, c, i, rows)?
-                    .map(|b| Tensor::from_vec(b, &[rows], device).and_then(|t| t.to_dtype(dtype)))
-                    .transpose()?,
-            );
+            biases.push(stacked_qkv_bias(file, c, i, rows)?.map(|b| upload(b, &[rows], device, dtype)).transpose()?);
             layers.push(layer_blocks(c, i, wqkv, &tensor)?);
         }
         if !dequantized.is_empty() {
