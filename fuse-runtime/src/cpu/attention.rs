@@ -55,7 +55,10 @@ pub(super) fn attention(
             out_head.chunks_mut(QUERY_BLOCK * d).enumerate().for_each(run_block);
         }
     };
-    if parallel {
+    if parallel && queries <= QUERY_BLOCK {
+        // A decode step: one small task a head, started by the spin pool.
+        super::spin_pool::for_each_chunk_mut(&mut out, head_len, &|head, out_head| run_head((head, out_head)));
+    } else if parallel {
         out.par_chunks_mut(head_len).enumerate().for_each(run_head);
     } else {
         out.chunks_mut(head_len).enumerate().for_each(run_head);

@@ -7,7 +7,8 @@
 //!   block-quantized weights (SIMD kernels that read the blocks as stored);
 //! - `model`, `attention`: Model groups (embedding, argmax, rope; attention with an online softmax);
 //! - `copy`: `cat` (views are strided tensors, resolved by `exec`; `contiguous` is a row program);
-//! - `kernels`, `math`: inner loops, vectorisable exp/tanh.
+//! - `kernels`, `math`: inner loops, vectorisable exp/tanh;
+//! - `spin_pool`: spinning threads for the small parallel loops of decode (rayon serves the rest).
 //!
 //! The host memory of a tensor (`host.rs`) and iteration domains (`layout.rs`) are shared with the rest of
 //! the crate; nothing here knows of the CUDA backend (`exec.rs` at the crate root dispatches).
@@ -22,6 +23,7 @@ mod model;
 pub(crate) mod quant;
 mod rowprog;
 mod rowrun;
+mod spin_pool;
 
 use crate::Tensor;
 use fuse_ir::NodeId;

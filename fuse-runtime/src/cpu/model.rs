@@ -59,11 +59,22 @@ pub(super) fn run_model(info: &CallInfo<'_>, resolve: &dyn Fn(NodeId) -> Result<
             } else {
                 vec![keys; batch]
             };
-            // Only the keys some batch counts are copied: the unused tail of a cache is never read.
-            let read = key_counts.iter().copied().max().unwrap_or(0);
-            let (k, v) = (first_keys(&k, read), first_keys(&v, read));
-            let (q_data, k_data, v_data) = (dense_f32(&q)?, dense_f32(&k)?, dense_f32(&v)?);
-            from_f32(dtype, attention(&q_data, &k_data, &v_data, q.shape(), k.shape(), &key_counts, scale, causal))
+            let q_data = dense_f32(&q)?;
+            let in_place = (dense_f32_in_place(&k), dense_f32_in_place(&v));
+            let out = if let (Some(k_data), Some(v_data)) = &in_place {
+                // A dense f32 cache is read where it lies (a decode step would otherwise copy every cached
+                // key and value of the layer); attention reads only the first key_counts[b] keys of it.
+                from_f32(dtype, attention(&q_data, k_data, v_data, q.shape(), k.shape(), &key_counts, scale, causal))
+            } else {
+                // Only the keys some batch counts are copied: the unused tail of a cache is never read.
+                let read = key_counts.iter().copied().max().unwrap_or(0);
+                let (k, v) = (first_keys(&k, read), first_keys(&v, read));
+                let (k_data, v_data) = (dense_f32(&k)?, dense_f32(&v)?);
+                let read_shape = k.shape();
+                from_f32(dtype, attention(&q_data, &k_data, &v_data, q.shape(), read_shape, &key_counts, scale, causal))
+            };
+            drop(in_place);
+            out
         }
     };
     Ok(Tensor::from_cpu(data, info.shapes[id.index()].clone()))
@@ -73,6 +84,16 @@ pub(super) fn run_model(info: &CallInfo<'_>, resolve: &dyn Fn(NodeId) -> Result<
 /// once, and a copy frees the storage's lock for a write that may follow).
 pub(super) fn dense_f32(t: &Tensor) -> Result<Vec<f32>> {
     t.to_vec::<f32>()
+}
+
+/// The elements of a contiguous f32 tensor that starts its storage, borrowed in place (a read lock on the
+/// storage while it lives); `None` for any other tensor.
+fn dense_f32_in_place(t: &Tensor) -> Option<crate::host::F32Read<'_>> {
+    if t.dtype() != DType::F32 || !t.is_contiguous() || t.offset() != 0 {
+        return None;
+    }
+    let data = t.cpu_storage().f32_data();
+    (data.len() == t.numel()).then_some(data)
 }
 
 /// The view of keys 0 .. `n` of k or v [b, h, skv, d] (`n` <= skv).

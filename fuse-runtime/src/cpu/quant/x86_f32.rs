@@ -87,7 +87,7 @@ pub(super) unsafe fn hsum(v: __m256) -> f32 {
 /// The two f16 at `p` as `[p[0], p[1], 0, 0]`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn f16x2(p: *const u8) -> __m128 {
+pub(super) unsafe fn f16x2(p: *const u8) -> __m128 {
     _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned()))
 }
 
@@ -260,16 +260,16 @@ impl Block for Q80 {
 
 /// Q4_K / Q5_K: `d * sc` of each group of 32, and `-dmin * m` of the 8 groups.
 #[derive(Clone, Copy)]
-struct KScales {
-    d: [f32; 8],
-    m: __m256,
+pub(super) struct KScales {
+    pub d: [f32; 8],
+    pub m: __m256,
 }
 
 /// The scales of a Q4_K / Q5_K block (llama.cpp's unpacking of the 12 bytes of 6-bit scales and mins into 8 + 8
 /// bytes; the values of `fuse_ir::quant::k4_scales`).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn k_scales(b: *const u8) -> KScales {
+pub(super) unsafe fn k_scales(b: *const u8) -> KScales {
     const M1: u32 = 0x3f3f_3f3f;
     const M2: u32 = 0x0f0f_0f0f;
     const M3: u32 = 0x0303_0303;
