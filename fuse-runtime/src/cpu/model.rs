@@ -60,21 +60,21 @@ pub(super) fn run_model(info: &CallInfo<'_>, resolve: &dyn Fn(NodeId) -> Result<
                 vec![keys; batch]
             };
             let q_data = dense_f32(&q)?;
-            let in_place = (dense_f32_in_place(&k), dense_f32_in_place(&v));
-            let out = if let (Some(k_data), Some(v_data)) = &in_place {
+            let out = match (dense_f32_in_place(&k), dense_f32_in_place(&v)) {
                 // A dense f32 cache is read where it lies (a decode step would otherwise copy every cached
                 // key and value of the layer); attention reads only the first key_counts[b] keys of it.
-                from_f32(dtype, attention(&q_data, k_data, v_data, q.shape(), k.shape(), &key_counts, scale, causal))
-            } else {
-                // Only the keys some batch counts are copied: the unused tail of a cache is never read.
-                let read = key_counts.iter().copied().max().unwrap_or(0);
-                let (k, v) = (first_keys(&k, read), first_keys(&v, read));
-                let (k_data, v_data) = (dense_f32(&k)?, dense_f32(&v)?);
-                let read_shape = k.shape();
-                from_f32(dtype, attention(&q_data, &k_data, &v_data, q.shape(), read_shape, &key_counts, scale, causal))
+                (Some(k_data), Some(v_data)) => {
+                    attention(&q_data, &k_data, &v_data, q.shape(), k.shape(), &key_counts, scale, causal)
+                }
+                _ => {
+                    // Only the keys some batch counts are copied: the unused tail of a cache is never read.
+                    let read = key_counts.iter().copied().max().unwrap_or(0);
+                    let (k, v) = (first_keys(&k, read), first_keys(&v, read));
+                    let (k_data, v_data) = (dense_f32(&k)?, dense_f32(&v)?);
+                    attention(&q_data, &k_data, &v_data, q.shape(), k.shape(), &key_counts, scale, causal)
+                }
             };
-            drop(in_place);
-            out
+            from_f32(dtype, out)
         }
     };
     Ok(Tensor::from_cpu(data, info.shapes[id.index()].clone()))
