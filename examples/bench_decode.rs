@@ -4,8 +4,12 @@
 //! ```text
 //! cargo run --release --example bench_decode -- [--batches 1,4,16] [--cached 128,1024] [--steps 64]
 //!       [--prompt 512] [--dtype bf16|f32] [--device cpu|cuda] [--modes graph,calls,unfused,one-launch] [--json FILE]
-//!       [--extras on|off]
+//!       [--extras on|off] [--model FILE.gguf] [--bandwidth GB/s]
 //! ```
+//! `--bandwidth GB/s` is the copy bandwidth of the floor (4,200, the H200's, by default).
+//! `--model FILE.gguf` benchmarks a GGUF file instead (any Llama-family file: its own sizes, weights as the
+//! file stores them, `--dtype` the activations' and the cache's dtype): the decode table and prefill, the
+//! floor from the resident weight bytes (printed: the file's tensor bytes where every matrix stays blocks).
 //! For each batch and cache fill, decode us per token (one token per sequence per step) in each mode:
 //! `graph` (the step recorded once as a CUDA graph, each replay picking the next tokens on the device:
 //! `Llama::greedy_decoder`), `calls` (the fused step call by call, no graph), `unfused` (one op at a time)
@@ -34,6 +38,10 @@ struct Options {
     json: Option<String>,
     /// Prefill, host time and attention after the decode table (`--extras off`: the decode table only).
     extras: bool,
+    /// A GGUF file to load as stored instead of the random SmolLM2-shaped model.
+    model: Option<String>,
+    /// The copy bandwidth the floor is taken at, bytes/s (`--bandwidth GB/s`; the H200's 4,200 by default).
+    bandwidth: f64,
 }
 
 fn list(v: &str) -> Result<Vec<usize>, String> {
@@ -51,6 +59,8 @@ fn parse() -> Result<Options, String> {
         modes: vec!["graph".into(), "calls".into(), "unfused".into()],
         json: None,
         extras: true,
+        model: None,
+        bandwidth: 4.2e12,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -65,6 +75,8 @@ fn parse() -> Result<Options, String> {
             "--modes" => o.modes = value.split(',').map(str::to_string).collect(),
             "--json" => o.json = Some(value),
             "--extras" => o.extras = value != "off",
+            "--model" => o.model = Some(value),
+            "--bandwidth" => o.bandwidth = value.parse::<f64>().map_err(|_| "--bandwidth: GB/s")? * 1e9,
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
@@ -88,7 +100,8 @@ fn fill(model: &Llama, cache: &mut KvCache, cached: usize) -> Fallible<()> {
     cache.clear();
     let b = cache.batch();
     let inputs = StepInputs::new(b, cached, model.device())?;
-    let ids: Vec<u32> = (0..b * cached).map(|i| (i * 7919 % 49152) as u32).collect();
+    let vocab = model.config.vocab;
+    let ids: Vec<u32> = (0..b * cached).map(|i| (i * 7919 % vocab) as u32).collect();
     inputs.set(&ids, 0)?;
     model.step(&inputs, cache, Fusion::On)?;
     cache.advance_by(cached)?;
@@ -383,14 +396,41 @@ fn run() -> Fallible<()> {
         "cuda" => Device::cuda(0)?,
         other => return Err(format!("--device: `{other}` is not cpu or cuda").into()),
     };
-    let config = Config::smollm2_135m();
-    let model = Llama::random(&config, &device, o.dtype, 1)?;
-    let weight_bytes = model.parameters() * o.dtype.size_bytes();
-    println!(
-        "SmolLM2-135M-shaped decoder, random weights, {} on {device}, {:.0} MB of weights",
-        o.dtype,
-        weight_bytes as f64 / 1e6
-    );
+    let (model, weight_bytes) = match &o.model {
+        None => {
+            let model = Llama::random(&Config::smollm2_135m(), &device, o.dtype, 1)?;
+            let bytes = model.parameters() * o.dtype.size_bytes();
+            println!(
+                "SmolLM2-135M-shaped decoder, random weights, {} on {device}, {:.0} MB of weights",
+                o.dtype,
+                bytes as f64 / 1e6
+            );
+            (model, bytes)
+        }
+        Some(path) => {
+            let file = fuse_models::gguf::GgufFile::open(path)?;
+            let model = Llama::load_stored_as(&file, &device, o.dtype)?;
+            let (in_place, held) = model.weight_bytes();
+            let c = &model.config;
+            println!(
+                "{path}: {:?}, hidden {}, {} layers, {}/{} heads of {}, vocabulary {}; weights as stored, \
+                 activations {} on {device}: {:.1} MB of weights ({:.1} MB read in place, {:.1} MB held)",
+                c.architecture,
+                c.hidden,
+                c.layers,
+                c.heads,
+                c.kv_heads,
+                c.head_dim,
+                c.vocab,
+                o.dtype,
+                (in_place + held) as f64 / 1e6,
+                in_place as f64 / 1e6,
+                held as f64 / 1e6
+            );
+            (model, (in_place + held) as usize)
+        }
+    };
+    let config = model.config.clone();
     println!(
         "{:<8} {:>5} {:>7} {:>12} {:>10} {:>10} {:>9}",
         "mode", "batch", "cached", "us/token", "tokens/s", "floor us", "x floor"
@@ -401,7 +441,7 @@ fn run() -> Fallible<()> {
             let mut cache = model.new_batch_cache(b, cached + o.steps + 4)?;
             // The floor: every weight and the cache so far read once per step, at 4.2 TB/s.
             let cache_bytes = 2 * config.layers * b * config.kv_heads * config.head_dim * cached * o.dtype.size_bytes();
-            let floor = (weight_bytes + cache_bytes) as f64 / 4.2e12 * 1e6;
+            let floor = (weight_bytes + cache_bytes) as f64 / o.bandwidth * 1e6;
             for mode in &o.modes {
                 if mode == "one-launch" && b != 1 {
                     continue; // one sequence only
@@ -424,11 +464,20 @@ fn run() -> Fallible<()> {
             }
         }
     }
-    if !o.extras {
-        // Decode steps only (e.g. under a profiler); the JSON keeps its fields, null.
+    if !o.extras || o.model.is_some() {
+        // Decode steps only (e.g. under a profiler), or a file's decode and prefill: the JSON keeps its fields.
+        let prefill = match (&o.model, o.extras) {
+            (Some(_), true) => {
+                let tps = prefill(&model, o.prompt)?;
+                println!("prefill  {} tokens (batch 1): {tps:.0} tokens/s", o.prompt);
+                format!("{{\"tokens\": {}, \"tokens_per_s\": {tps:.3}}}", o.prompt)
+            }
+            _ => "null".into(),
+        };
         if let Some(path) = &o.json {
+            let model = o.model.as_deref().map_or("null".into(), |m| format!("\"{m}\""));
             let body = format!(
-                "{{\"device\": \"{device}\", \"dtype\": \"{}\", \"steps\": {}, \"decode\": [{}], \"prefill\": null, \"host_us_per_call\": null, \"attention\": null}}\n",
+                "{{\"device\": \"{device}\", \"model\": {model}, \"weight_bytes\": {weight_bytes}, \"dtype\": \"{}\", \"steps\": {}, \"decode\": [{}], \"prefill\": {prefill}, \"host_us_per_call\": null, \"attention\": null}}\n",
                 o.dtype,
                 o.steps,
                 rows.join(", ")

@@ -126,6 +126,14 @@ impl Config {
     }
 }
 
+/// A layer's v projection held apart from its q|k stack (`AttentionBlock::forward_split`), with the biases of
+/// both (zeros where the file has none).
+pub(super) struct SplitV {
+    pub wv: Tensor,
+    pub bqk: Tensor,
+    pub bv: Tensor,
+}
+
 /// The weights of every layer, the embedding, the LM head and the rotary tables, on one device.
 pub struct Llama {
     pub config: Config,
@@ -135,6 +143,9 @@ pub struct Llama {
     pub(super) layers: Vec<(AttentionBlock, FfnBlock)>,
     /// Each layer's q, k and v biases stacked as its `wqkv`'s rows, where the model has them (Qwen2).
     pub(super) biases: Vec<Option<Tensor>>,
+    /// Per layer, where its v projection is of another block type than q and k: v apart (and `wqkv` the q|k
+    /// stack). Empty, or one entry a layer.
+    pub(super) split_v: Vec<Option<SplitV>>,
     pub(super) output_norm: Tensor,
     /// cos and sin of position p times each rotary frequency, [context, head_dim / 2], in the model's dtype.
     pub(super) cos: Tensor,
@@ -170,6 +181,7 @@ impl Llama {
             output_norm: tensor("output_norm.weight")?,
             layers,
             biases,
+            split_v: Vec::new(),
             cos,
             sin,
             device: device.clone(),
@@ -217,6 +229,7 @@ impl Llama {
             output_norm: weight(&[h], 1.0, 0.02)?,
             layers,
             biases,
+            split_v: Vec::new(),
             cos,
             sin,
             device: device.clone(),
@@ -238,6 +251,7 @@ impl Llama {
             weights.extend([&a.norm, &a.wqkv, &a.wo, &f.norm, &f.gate, &f.up, &f.down]);
         }
         weights.extend(self.biases.iter().flatten());
+        weights.extend(self.split_v.iter().flatten().flat_map(|s| [&s.wv, &s.bqk, &s.bv]));
         weights
     }
 

@@ -17,6 +17,8 @@ enum Store {
     F32,
     Q8_0,
     Q4_0,
+    /// q, k and the rest Q8_0, v Q4_0 (v a GEMM apart, as in Q4_K_M files).
+    MixedV,
 }
 
 /// 3 query heads of 10 over 1 key/value head, hidden 30, intermediate 46, vocabulary 37: every size odd but
@@ -52,7 +54,8 @@ fn image(c: &Config, seed: u64, store: Store, bias: bool, tied: bool) -> GgufFil
         let values: Vec<f32> = (0..rows * cols).map(|_| uniform(0.08)).collect();
         let (ty, data) = match store {
             Store::F32 => (0, values.iter().flat_map(|v| v.to_le_bytes()).collect()),
-            Store::Q8_0 => (8, quantize(&values, false)),
+            Store::MixedV if name.contains("attn_v") => (2, quantize(&values, true)),
+            Store::Q8_0 | Store::MixedV => (8, quantize(&values, false)),
             Store::Q4_0 => (2, quantize(&values, true)),
         };
         tensors.push((name, vec![cols as u64, rows as u64], ty, data));
@@ -172,11 +175,19 @@ fn llama_with_a_bias_and_an_untied_head_gives_the_reference_logits() {
 #[test]
 fn qwen2_as_stored_gives_the_f32_models_logits() {
     let c = Config { hidden: 96, intermediate: 160, head_dim: 32, vocab: 64, ..odd_config(Architecture::Qwen2) };
-    for (store, tied) in [(Store::Q8_0, true), (Store::Q4_0, false)] {
+    for (store, tied) in [(Store::Q8_0, true), (Store::Q4_0, false), (Store::MixedV, true)] {
         let file = image(&c, 3, store, true, tied);
         let stored = Llama::load_stored(&file, &Device::Cpu).unwrap();
         let (a, _) = &stored.layers[1];
-        assert!(a.wqkv.dtype().is_quantized() && stored.biases[1].as_ref().map(|b| b.dtype()) == Some(DType::F32));
+        let bias = match &stored.split_v[1] {
+            Some(split) => {
+                assert_eq!((a.wqkv.dtype(), split.wv.dtype()), (DType::Q8_0, DType::Q4_0));
+                Some(split.bqk.dtype())
+            }
+            None => stored.biases[1].as_ref().map(|b| b.dtype()),
+        };
+        assert!(matches!(store, Store::MixedV) == stored.split_v[1].is_some(), "{store:?}: v apart");
+        assert!(a.wqkv.dtype().is_quantized() && bias == Some(DType::F32));
         assert_eq!(stored.output.as_ref().map(|o| o.dtype().is_quantized()), (!tied).then_some(true));
         stored_agrees_with_f32(&format!("qwen2 {store:?}"), &file);
         let err = worst_error(&logits_and_reference(&stored, &file, &PROMPT, &NEXT));

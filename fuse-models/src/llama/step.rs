@@ -112,12 +112,16 @@ impl Llama {
             let (k_cache, v_cache) = cache.layer(i);
             let (at, lens) = (&inputs.at, &inputs.lens);
             let (heads, hqk) = (c.heads + 2 * c.kv_heads, c.heads + c.kv_heads);
-            let y = match bias {
-                None => attention.forward_with(
+            let y = match (bias, self.split_v.get(i).and_then(Option::as_ref)) {
+                (_, Some(v)) => attention.forward_split_with(
+                    &x, &v.wv, &v.bqk, &v.bv, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, hqk,
+                    c.head_dim, c.hidden, fusion,
+                )?,
+                (None, None) => attention.forward_with(
                     &x, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, heads, hqk, c.head_dim,
                     c.hidden, fusion,
                 )?,
-                Some(bqkv) => attention.forward_biased_with(
+                (Some(bqkv), None) => attention.forward_biased_with(
                     &x, bqkv, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, heads, hqk,
                     c.head_dim, c.hidden, fusion,
                 )?,

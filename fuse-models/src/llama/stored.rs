@@ -3,6 +3,7 @@
 
 use super::load::{
     layer_blocks, lm_head, qkv_parts, rotary_tables, stacked_qkv_bias, stacked_qkv_values, upload, Config, Llama,
+    SplitV,
 };
 use crate::gguf::GgufFile;
 use crate::rotary::unpermute_rotary_rows;
@@ -14,9 +15,10 @@ impl Llama {
     /// dtype over the mapped file's bytes (no copy on the CPU; uploaded once to a GPU), norms, activations, the
     /// rotary tables and the key/value cache in f32. The stacked q/k/v projection is the one copy made (its
     /// rows are the file's three matrices one after the other, q and k in Hugging Face's half-split order),
-    /// its bias (Qwen2) stacked the same way; `output.weight` as stored is the LM head where present; where
-    /// the three are of different block types they cannot share one matrix of blocks, and that stack is
-    /// dequantized to the activations' dtype instead (said on stderr).
+    /// its bias (Qwen2) stacked the same way; `output.weight` as stored is the LM head where present. Where
+    /// v is of another block type than q and k (llama.cpp's Q4_K_M gives some layers' v Q6_K), q|k are one
+    /// stack and v a matrix apart (two GEMMs, `AttentionBlock::forward_split`); where q and k differ, the
+    /// stack is dequantized to the activations' dtype instead (said on stderr).
     pub fn load_stored(file: &GgufFile, device: &Device) -> Result<Llama> {
         Llama::load_stored_as(file, device, DType::F32)
     }
@@ -35,19 +37,43 @@ impl Llama {
             Ok(if t.dtype().is_quantized() { t } else { t.to_dtype(dtype)? })
         };
         let (mut layers, mut biases) = (Vec::with_capacity(c.layers), Vec::with_capacity(c.layers));
-        let mut dequantized = Vec::new();
+        let (mut dequantized, mut split_v, mut split) = (Vec::new(), Vec::with_capacity(c.layers), Vec::new());
+        let parts = qkv_parts(c);
         for i in 0..c.layers {
-            let wqkv = match stacked_qkv_blocks(file, c, i, device)? {
-                Some(blocks) => blocks,
-                None => {
-                    dequantized.push(i);
-                    let (data, shape) = stacked_qkv_values(file, c, i)?;
-                    upload(data, &shape, device, dtype)?
-                }
+            // One stack of blocks for q, k and v; else q|k stacked and v apart (llama.cpp's Q4_K_M gives some
+            // layers' v more bits); else (q and k of two types) one stack dequantized.
+            let (wqkv, wv) = match stacked_blocks(file, i, &parts, device)? {
+                Some(blocks) => (blocks, None),
+                None => match stacked_blocks(file, i, &parts[..2], device)? {
+                    Some(qk) => (qk, Some(tensor(&format!("blk.{i}.attn_v.weight"))?)),
+                    None => {
+                        dequantized.push(i);
+                        let (data, shape) = stacked_qkv_values(file, c, i)?;
+                        (upload(data, &shape, device, dtype)?, None)
+                    }
+                },
             };
-            let rows = wqkv.shape()[0];
-            biases.push(stacked_qkv_bias(file, c, i, rows)?.map(|b| upload(b, &[rows], device, dtype)).transpose()?);
+            let qk_rows = wqkv.shape()[0];
+            let rows = qk_rows + wv.as_ref().map_or(0, |v| v.shape()[0]);
+            let bias = stacked_qkv_bias(file, c, i, rows)?;
+            match wv {
+                None => {
+                    biases.push(bias.map(|b| upload(b, &[rows], device, dtype)).transpose()?);
+                    split_v.push(None);
+                }
+                Some(wv) => {
+                    split.push(i);
+                    let bias = bias.unwrap_or_else(|| vec![0.0; rows]);
+                    let bqk = upload(bias[..qk_rows].to_vec(), &[qk_rows], device, dtype)?;
+                    let bv = upload(bias[qk_rows..].to_vec(), &[rows - qk_rows], device, dtype)?;
+                    biases.push(None);
+                    split_v.push(Some(SplitV { wv, bqk, bv }));
+                }
+            }
             layers.push(layer_blocks(c, i, wqkv, &tensor)?);
+        }
+        if fuse::debug_level() >= 1 && !split.is_empty() {
+            eprintln!("fuse-models: layers {split:?}: v is of another block type than q and k, so it is a GEMM apart");
         }
         if !dequantized.is_empty() {
             eprintln!(
@@ -60,7 +86,7 @@ impl Llama {
         let output = lm_head(file, &tensor)?;
         let output_norm = tensor("output_norm.weight")?;
         let device = device.clone();
-        Ok(Llama { config, embedding, output, layers, biases, output_norm, cos, sin, device, dtype })
+        Ok(Llama { config, embedding, output, layers, biases, split_v, output_norm, cos, sin, device, dtype })
     }
 }
 
@@ -81,10 +107,14 @@ impl Llama {
     }
 }
 
-/// Layer `i`'s q, k and v projections as one matrix of blocks (their rows one after the other, q and k in
-/// half-split order), or `None` where they are not all of one block type.
-fn stacked_qkv_blocks(file: &GgufFile, c: &Config, i: usize, device: &Device) -> Result<Option<Tensor>> {
-    let parts = qkv_parts(c);
+/// Layer `i`'s projections `parts` (of q, k and v) as one matrix of blocks (their rows one after the other, q
+/// and k in half-split order), or `None` where they are not all of one block type.
+fn stacked_blocks(
+    file: &GgufFile,
+    i: usize,
+    parts: &[(&str, Option<usize>)],
+    device: &Device,
+) -> Result<Option<Tensor>> {
     let infos: Vec<_> =
         parts.iter().map(|(p, _)| file.tensor_info(&format!("blk.{i}.{p}.weight"))).collect::<Result<_>>()?;
     let dtype = infos[0].ggml_type.block_dtype();

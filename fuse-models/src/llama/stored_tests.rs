@@ -109,5 +109,17 @@ fn a_q4_k_m_like_mix_loads_as_stored() {
     assert_eq!(stored.layers[0].1.down.dtype(), DType::Q6_K);
     assert_eq!(stored.layers[0].1.gate.dtype(), DType::Q4_K);
     assert_eq!(stored.embedding.dtype(), DType::Q6_K);
+    // v apart from the q|k stack, both as stored: nothing but the norms held (no dequantized stack).
+    assert_eq!(stored.layers[0].0.wqkv.dtype(), DType::Q4_K);
+    assert_eq!(stored.layers[0].0.wqkv.shape(), &[256 + 128, 256]);
+    let split = stored.split_v[0].as_ref().expect("v apart");
+    assert_eq!((split.wv.dtype(), split.wv.shape()), (DType::Q6_K, &[128, 256][..]));
+    // Resident: the file's bytes (the q|k stack the one copy, in place of the file's q and k), not an f32 stack.
+    let (in_place, held) = stored.weight_bytes();
+    let image_bytes = image(99, mix).len() as u64;
+    assert!(
+        in_place + held < image_bytes + image_bytes / 20,
+        "{in_place} + {held} bytes for a {image_bytes}-byte file"
+    );
     stored_agrees_with_f32("Q4_K_M-like", &file);
 }
