@@ -547,6 +547,13 @@ extern "C" __global__ void __launch_bounds__(256) fuse_headers_check(float* out,
   float qi[8], qscale, qoffset;
   fuse_q_ints8<FUSE_Q5_0>(qb, 8 * (t & 3), qi, qscale, qoffset);
   v += fuse_q_byte_int<3>(qq.lo + sc + mn, 8) + (float)fuse_q_spread4(qq.hi) + fuse_q_half(qb) + qi[1] * qscale + qoffset;
+  // The streaming units (the quantized skinny template's reads): every type, one run's integers.
+  const FuseQUnit u4 = fuse_q_unit<FUSE_Q4_K>(qb, t & 15), u6 = fuse_q_unit<FUSE_Q6_K>(qb, t & 15);
+  const FuseQUnit u0 = fuse_q_unit<FUSE_Q5_1>(qb, t & 1), u8 = fuse_q_unit<FUSE_Q8_0>(qb, t & 1);
+  fuse_q_run_ints<FUSE_Q6_K>(u6, t & 1, qi);
+  fuse_q_scale_min_k4w(u4.lo[0], u4.hi[1], u0.lo[1], t & 7, sc, mn);
+  v += qi[2] + u4.scale[1] + u0.offset[0] + u8.scale[1] + (float)(sc + mn + fuse_q_units<FUSE_Q5_K>() + fuse_q_run_gap<FUSE_Q4_0>() +
+       fuse_q_unit_start<FUSE_Q4_1>(t & 1) + fuse_q_bias<FUSE_Q5_0>());
 #if FUSE_CHECK_SM90
   __shared__ __align__(8) unsigned long long bar;
   const unsigned b = fuse_smem_addr(&bar);

@@ -143,6 +143,121 @@ __device__ __forceinline__ void fuse_q_ints8(const unsigned char* b, int j, floa
   q[6] = fuse_q_byte_int<2>(hi, bias), q[7] = fuse_q_byte_int<3>(hi, bias);
 }
 
+// A lane's unit of 16 values of a block, for kernels that stream blocks: the block's bytes cut so that each
+// unit's integer parts are 8 whole bytes of one place (one wide load, every bit used where the layout allows),
+// read as two runs of 8 consecutive values: values j .. j+7 and j+gap .. j+gap+7 (j = fuse_q_unit_start(u)),
+// each run with its scale and offset. Units per block B / 16; the runs' distance fuse_q_run_gap.
+template <int Q> __device__ __forceinline__ constexpr int fuse_q_units() { return fuse_q_values<Q>() / 16; }
+template <int Q> __device__ __forceinline__ constexpr int fuse_q_run_gap() {
+  return Q == FUSE_Q8_0 ? 8 : Q == FUSE_Q6_K ? 64 : Q >= FUSE_Q4_K ? 32 : 16;
+}
+// The first run's place in the block of unit u (0 .. units - 1).
+template <int Q> __device__ __forceinline__ int fuse_q_unit_start(int u) {
+  if constexpr (Q == FUSE_Q8_0) return 16 * u;
+  else if constexpr (Q == FUSE_Q4_K || Q == FUSE_Q5_K) return 64 * (u >> 2) + 8 * (u & 3);
+  else if constexpr (Q == FUSE_Q6_K) return 128 * (u >> 3) + 32 * ((u >> 2) & 1) + 8 * (u & 3);
+  else return 8 * u;
+}
+// A unit read from its block: run h's integer parts (plus `bias`) are bytes lo[h] (values 0..3) and hi[h]
+// (4..7); value e of run h = scale[h] * (byte e - bias) + offset[h].
+struct FuseQUnit {
+  unsigned lo[2], hi[2];
+  float scale[2], offset[2];
+};
+// Group j's (0..7) 6-bit scale and min of a K block's 12 packed scale bytes given as three words
+// (fuse_q_scale_min_k4 from whole-word loads).
+__device__ __forceinline__ void fuse_q_scale_min_k4w(unsigned s0, unsigned s1, unsigned s2, int j, unsigned& sc, unsigned& mn) {
+  const int i = 8 * (j & 3);
+  const unsigned a = (s0 >> i) & 0xffu, b = (s1 >> i) & 0xffu;
+  if (j < 4) {
+    sc = a & 63u;
+    mn = b & 63u;
+  } else {
+    const unsigned c = (s2 >> i) & 0xffu;
+    sc = (c & 0x0fu) | ((a >> 6) << 4);
+    mn = (c >> 4) | ((b >> 6) << 4);
+  }
+}
+template <int Q> __device__ __forceinline__ constexpr int fuse_q_bias() {
+  return Q == FUSE_Q4_0 ? 8 : Q == FUSE_Q5_0 ? 16 : Q == FUSE_Q8_0 ? 128 : Q == FUSE_Q6_K ? 32 : 0;
+}
+// Unit u of the block at `b` of type Q.
+template <int Q> __device__ __forceinline__ FuseQUnit fuse_q_unit(const unsigned char* b, int u) {
+  constexpr int A = fuse_q_align<Q>();
+  FuseQUnit o;
+  if constexpr (Q == FUSE_Q4_0 || Q == FUSE_Q4_1 || Q == FUSE_Q5_0 || Q == FUSE_Q5_1) {
+    // Bytes 8u .. 8u+7 of the 16: low nibbles values 8u.., high nibbles 16 + 8u.. (the same scale).
+    constexpr bool has_min = Q == FUSE_Q4_1 || Q == FUSE_Q5_1, five = Q == FUSE_Q5_0 || Q == FUSE_Q5_1;
+    constexpr int qs = (has_min ? 4 : 2) + (five ? 4 : 0);
+    o.scale[0] = o.scale[1] = fuse_q_half(b);
+    o.offset[0] = o.offset[1] = has_min ? fuse_q_half(b + 2) : 0.0f;
+    const FuseQBytes8 w = fuse_q_load8<A>(b + qs + 8 * u);
+    o.lo[0] = w.lo & 0x0f0f0f0fu, o.hi[0] = w.hi & 0x0f0f0f0fu;
+    o.lo[1] = (w.lo >> 4) & 0x0f0f0f0fu, o.hi[1] = (w.hi >> 4) & 0x0f0f0f0fu;
+    if constexpr (five) {
+      const unsigned short* h = (const unsigned short*)(b + (has_min ? 4 : 2));
+      const unsigned high = h[0] | ((unsigned)h[1] << 16);
+      const unsigned h0 = high >> (8 * u), h1 = high >> (16 + 8 * u);
+      o.lo[0] |= fuse_q_spread4(h0), o.hi[0] |= fuse_q_spread4(h0 >> 4);
+      o.lo[1] |= fuse_q_spread4(h1), o.hi[1] |= fuse_q_spread4(h1 >> 4);
+    }
+  } else if constexpr (Q == FUSE_Q8_0) {
+    // 16 consecutive signed bytes (+ 128).
+    o.scale[0] = o.scale[1] = fuse_q_half(b);
+    o.offset[0] = o.offset[1] = 0.0f;
+    const FuseQBytes8 w0 = fuse_q_load8<A>(b + 2 + 16 * u), w1 = fuse_q_load8<A>(b + 10 + 16 * u);
+    o.lo[0] = w0.lo ^ 0x80808080u, o.hi[0] = w0.hi ^ 0x80808080u;
+    o.lo[1] = w1.lo ^ 0x80808080u, o.hi[1] = w1.hi ^ 0x80808080u;
+  } else if constexpr (Q == FUSE_Q4_K || Q == FUSE_Q5_K) {
+    // Chunk c's bytes l .. l+7: low nibbles group 2c's values l.., high nibbles group 2c + 1's.
+    const int c = u >> 2, l = 8 * (u & 3);
+    const unsigned* words = (const unsigned*)b;  // 16-byte aligned blocks: d|dmin, then the 12 scale bytes
+    const unsigned dm = words[0];
+    const float d = fuse_f16_to_f32((unsigned short)(dm & 0xffffu)), dmin = fuse_f16_to_f32((unsigned short)(dm >> 16));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      unsigned sc, mn;
+      fuse_q_scale_min_k4w(words[1], words[2], words[3], 2 * c + h, sc, mn);
+      o.scale[h] = d * (float)sc;
+      o.offset[h] = -(dmin * (float)mn);
+    }
+    constexpr int qs = Q == FUSE_Q5_K ? 48 : 16;
+    const FuseQBytes8 w = fuse_q_load8<8>(b + qs + 32 * c + l);
+    o.lo[0] = w.lo & 0x0f0f0f0fu, o.hi[0] = w.hi & 0x0f0f0f0fu;
+    o.lo[1] = (w.lo >> 4) & 0x0f0f0f0fu, o.hi[1] = (w.hi >> 4) & 0x0f0f0f0fu;
+    if constexpr (Q == FUSE_Q5_K) {
+      const FuseQBytes8 qh = fuse_q_load8<8>(b + 16 + l);
+      o.lo[0] |= ((qh.lo >> (2 * c)) & 0x01010101u) << 4, o.hi[0] |= ((qh.hi >> (2 * c)) & 0x01010101u) << 4;
+      o.lo[1] |= ((qh.lo >> (2 * c + 1)) & 0x01010101u) << 4, o.hi[1] |= ((qh.hi >> (2 * c + 1)) & 0x01010101u) << 4;
+    }
+  } else {
+    static_assert(Q == FUSE_Q6_K, "a block type code (FUSE_Q4_0 .. FUSE_Q6_K)");
+    // Half n, ql bytes 32t + l .. +7: low nibbles quarter t, high nibbles quarter t + 2; qh bits 2t and 2t + 4.
+    const int n = u >> 3, t = (u >> 2) & 1, l = 8 * (u & 3);
+    const FuseQBytes8 ql = fuse_q_load8<A>(b + 64 * n + 32 * t + l);
+    const FuseQBytes8 qh = fuse_q_load8<A>(b + 128 + 32 * n + l);
+    const float d = fuse_q_half(b + 208);
+    const signed char* scales = (const signed char*)(b + 192 + 8 * n + (l >> 4));
+    o.scale[0] = d * (float)scales[2 * t];
+    o.scale[1] = d * (float)scales[2 * t + 4];
+    o.offset[0] = o.offset[1] = 0.0f;
+    o.lo[0] = (ql.lo & 0x0f0f0f0fu) | (((qh.lo >> (2 * t)) & 0x03030303u) << 4);
+    o.hi[0] = (ql.hi & 0x0f0f0f0fu) | (((qh.hi >> (2 * t)) & 0x03030303u) << 4);
+    o.lo[1] = ((ql.lo >> 4) & 0x0f0f0f0fu) | (((qh.lo >> (2 * t + 4)) & 0x03030303u) << 4);
+    o.hi[1] = ((ql.hi >> 4) & 0x0f0f0f0fu) | (((qh.hi >> (2 * t + 4)) & 0x03030303u) << 4);
+  }
+  return o;
+}
+// Run h's 8 integer parts of a unit (exact, in f32).
+template <int Q> __device__ __forceinline__ void fuse_q_run_ints(const FuseQUnit& o, int h, float (&q)[8]) {
+  constexpr int bias = fuse_q_bias<Q>();
+  const unsigned lo = h ? o.lo[1] : o.lo[0], hi = h ? o.hi[1] : o.hi[0];
+  q[0] = fuse_q_byte_int<0>(lo, bias), q[1] = fuse_q_byte_int<1>(lo, bias);
+  q[2] = fuse_q_byte_int<2>(lo, bias), q[3] = fuse_q_byte_int<3>(lo, bias);
+  q[4] = fuse_q_byte_int<0>(hi, bias), q[5] = fuse_q_byte_int<1>(hi, bias);
+  q[6] = fuse_q_byte_int<2>(hi, bias), q[7] = fuse_q_byte_int<3>(hi, bias);
+}
+
 // Values off .. off+7 of the tensor of type Q whose first block is at `base` (off % 8 == 0: the 8 lie in one
 // block) into w.
 template <int Q> __device__ __forceinline__ void fuse_q_decode8(const unsigned char* base, long long off, float (&w)[8]) {

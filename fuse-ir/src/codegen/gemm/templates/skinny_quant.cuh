@@ -22,8 +22,9 @@
 //   FUSE_QG_BM   rows of X per block (each block streams its weight rows once for them)   {1, 2, 4, 8}
 // LAUNCH: 1-D grid of ceil(N / (8 R)) * ceil(M / BM) blocks (tile = nb * ceil(M / BM) + mb), 256 threads, no
 //   dynamic shared memory (static: with the prologue, its 8 x 256 partial sums).
-// Each lane takes 8 consecutive k, a warp 256 a step: four lanes a 32-value block, the 32 lanes one K-type
-// block, so a warp's loads of a step are one stretch of each weight row.
+// Each lane takes a unit of 16 values of a block (blocks.cuh's fuse_q_unit: 8 whole bytes, two runs of 8), a
+// warp 512 values a step: two lanes a 32-value block, 16 lanes a K-type block, so a warp's loads of a step are
+// one stretch of each weight row and every byte a lane loads is used.
 // ---------------------------------------------------------------------------------------------------------
 
 #ifndef FUSE_QG_ONCE
@@ -76,10 +77,13 @@ __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
     const long long mblocks = (M + BM - 1) / BM;
     const long long m0 = (blockIdx.x % mblocks) * BM, n0 = (blockIdx.x / mblocks) * (8 * R) + warp * R;
     const int rows = (int)(M - m0 < BM ? M - m0 : BM);
-    // Each lane takes the same 8 values of every 256 (j within a block: lane-constant), so its weight
-    // pointers step by whole blocks and its scales are at the same place of each block.
-    const int j = (8 * lane) % B;
-    constexpr int STEP = (256 / B) * BYTES;
+    // Each lane takes one unit (blocks.cuh: 16 values from 8 whole bytes, two runs of 8) of a block, the same
+    // unit of every block it visits, so its weight pointers step by whole blocks and its scales are at the
+    // same place of each block; a warp's 32 units are 512 consecutive values of a row (blocks / step blocks).
+    constexpr int U = fuse_q_units<Q>(), GAP = fuse_q_run_gap<Q>();
+    constexpr int STEP = (32 / U) * BYTES;
+    const int u = lane % U, j = fuse_q_unit_start<Q>(u);
+    const int first = (lane / U) * B;  // the lane's first block, as a value index
     const unsigned char* wp[D][R];
 #pragma unroll
     for (int d = 0; d < D; ++d)
@@ -87,11 +91,11 @@ __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
         for (int r = 0; r < R; ++r) {
             const long long n = n0 + r < N ? n0 + r : N - 1;  // rows past N are computed, never stored
             const long long ldw = d == 0 ? p.gemm.ldw0 : p.gemm.ldw1;
-            wp[d][r] = (const unsigned char*)(d == 0 ? p.gemm.w0 : p.gemm.w1) + (n * ldw / B + 8 * lane / B) * BYTES;
+            wp[d][r] = (const unsigned char*)(d == 0 ? p.gemm.w0 : p.gemm.w1) + (n * ldw / B + lane / U) * BYTES;
         }
     // Each lane's first weight bytes toward L2 while the kernel before this one finishes (programmatic
     // dependent launch): a prefetch is a hint, coherent with whatever that kernel writes.
-    if (8 * lane < K) {
+    if (first < K) {
 #pragma unroll
         for (int d = 0; d < D; ++d)
 #pragma unroll
@@ -114,37 +118,50 @@ __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
             for (int i = 0; i < BM; ++i) acc[d][r][i] = 0.0f;
     const int k_end = (int)K;
 #pragma unroll 2
-    for (int k = 8 * lane; k < k_end; k += 256) {
-        // X's 8 values of each row and their sum (for the blocks' offsets: sum of (s q + o) x = s (q . x) + o sum x).
-        float xv[BM][8], xs[BM];
-#pragma unroll
-        for (int i = 0; i < BM; ++i) {
-            const int row = i < rows ? i : rows - 1;  // rows past M repeat the last: computed, never stored
-            fuse_qg_load_x<DT>(p.gemm.x, (m0 + row) * p.gemm.lda + k, xv[i]);
-#if FUSE_GEMM_PRO
-            fuse_gemm_pro8(p.epi, fuse_pro_row[row], k, xv[i]);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) xv[i][e] = fuse_qg_round<DT>(xv[i][e]);
-#endif
-            if constexpr (fuse_q_has_offset<Q>())
-                xs[i] = ((xv[i][0] + xv[i][1]) + (xv[i][2] + xv[i][3])) + ((xv[i][4] + xv[i][5]) + (xv[i][6] + xv[i][7]));
-        }
+    for (int kb = first; kb < k_end; kb += 512) {
+        // Every weight row's unit first (their loads in flight together), then each run against X.
+        FuseQUnit wu[D][R];
 #pragma unroll
         for (int d = 0; d < D; ++d)
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                float q[8], scale, offset;
-                fuse_q_ints8<Q>(wp[d][r], j, q, scale, offset);
+                wu[d][r] = fuse_q_unit<Q>(wp[d][r], u);
                 wp[d][r] += STEP;
-#pragma unroll
-                for (int i = 0; i < BM; ++i) {
-                    float dot = q[0] * xv[i][0];
-#pragma unroll
-                    for (int e = 1; e < 8; ++e) dot = fmaf(q[e], xv[i][e], dot);
-                    if constexpr (fuse_q_has_offset<Q>()) acc[d][r][i] = fmaf(offset, xs[i], acc[d][r][i]);
-                    acc[d][r][i] = fmaf(scale, dot, acc[d][r][i]);
-                }
             }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int k = kb + j + h * GAP;
+            // X's 8 values of each row and their sum (for the blocks' offsets: sum of (s q + o) x = s (q . x) + o sum x).
+            float xv[BM][8], xs[BM];
+#pragma unroll
+            for (int i = 0; i < BM; ++i) {
+                const int row = i < rows ? i : rows - 1;  // rows past M repeat the last: computed, never stored
+                fuse_qg_load_x<DT>(p.gemm.x, (m0 + row) * p.gemm.lda + k, xv[i]);
+#if FUSE_GEMM_PRO
+                fuse_gemm_pro8(p.epi, fuse_pro_row[row], k, xv[i]);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) xv[i][e] = fuse_qg_round<DT>(xv[i][e]);
+#endif
+                if constexpr (fuse_q_has_offset<Q>())
+                    xs[i] = ((xv[i][0] + xv[i][1]) + (xv[i][2] + xv[i][3])) + ((xv[i][4] + xv[i][5]) + (xv[i][6] + xv[i][7]));
+            }
+#pragma unroll
+            for (int d = 0; d < D; ++d)
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    float q[8];
+                    fuse_q_run_ints<Q>(wu[d][r], h, q);
+                    const float scale = wu[d][r].scale[h], offset = wu[d][r].offset[h];
+#pragma unroll
+                    for (int i = 0; i < BM; ++i) {
+                        float dot = q[0] * xv[i][0];
+#pragma unroll
+                        for (int e = 1; e < 8; ++e) dot = fmaf(q[e], xv[i][e], dot);
+                        if constexpr (fuse_q_has_offset<Q>()) acc[d][r][i] = fmaf(offset, xs[i], acc[d][r][i]);
+                        acc[d][r][i] = fmaf(scale, dot, acc[d][r][i]);
+                    }
+                }
+        }
     }
     // Every lane gets every sum (a fixed butterfly); lane r * BM + i stores (row m0 + i, column n0 + r).
     float out0 = 0.0f, out1 = 0.0f;
