@@ -34,6 +34,10 @@ pub(super) fn attention(
     if out.is_empty() {
         return out;
     }
+    if queries == 1 {
+        // A decode step: the query heads of a key/value head together, over stretches of its keys.
+        return super::attention_decode::decode_attention(q, k, v, q_heads, kv_shape, key_counts, scale);
+    }
     let head_len = queries * d;
     let most_keys = key_counts.iter().copied().max().unwrap_or(0);
     let parallel = out.len().saturating_mul(most_keys) >= PARALLEL_MIN_ELEMENTS;
@@ -244,5 +248,35 @@ mod tests {
         // A count of 0 gives zeros, not the NaN of 0 / 0.
         let got = attention(&q, &k, &v, &q_shape, &kv_shape, &[0, 5, 0], 0.7, false);
         assert!(got[..160].iter().chain(&got[320..]).all(|&x| x == 0.0) && got[160..320].iter().all(|x| x.is_finite()));
+    }
+
+    #[test]
+    fn decode_steps_take_grouped_heads_over_stretches_of_keys() {
+        let mut seed = 11u32;
+        let mut next = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1 << 24) as f32 - 0.5
+        };
+        // Groups of 3, 4 and 7 query heads a key/value head; caches of several stretches of keys; counts that
+        // end inside a stretch, on its edge, at 1 and at 0; NaN past each count.
+        for (q_shape, kv_shape, counts) in [
+            ([1, 9, 1, 64], [1, 3, 1100, 64], vec![1029]),
+            ([3, 8, 1, 12], [3, 2, 600, 12], vec![512, 1, 0]),
+            ([2, 14, 1, 10], [2, 2, 300, 10], vec![300, 257]),
+        ] {
+            let n = |s: [usize; 4]| s.iter().product::<usize>();
+            let (skv, d, hkv) = (kv_shape[2], kv_shape[3], kv_shape[1]);
+            let past = |i: usize| (i / d) % skv >= counts[i / (hkv * skv * d)];
+            let q: Vec<f32> = (0..n(q_shape)).map(|_| next() * 4.0).collect();
+            let k: Vec<f32> = (0..n(kv_shape)).map(|i| if past(i) { f32::NAN } else { next() * 4.0 }).collect();
+            let v: Vec<f32> = (0..n(kv_shape)).map(|i| if past(i) { f32::NAN } else { next() }).collect();
+            for causal in [false, true] {
+                let got = attention(&q, &k, &v, &q_shape, &kv_shape, &counts, 0.3, causal);
+                let want = plain(&q, &k, &v, q_shape, kv_shape, &counts, 0.3, causal);
+                assert!(got.iter().all(|x| x.is_finite()), "{kv_shape:?}: a key past its count was read");
+                let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+                assert!(worst < 1e-5, "{q_shape:?} {kv_shape:?} causal {causal}: off by {worst}");
+            }
+        }
     }
 }

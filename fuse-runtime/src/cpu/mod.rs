@@ -14,6 +14,7 @@
 //! the crate; nothing here knows of the CUDA backend (`exec.rs` at the crate root dispatches).
 
 mod attention;
+mod attention_decode;
 mod copy;
 pub(crate) mod exec;
 mod kernels;

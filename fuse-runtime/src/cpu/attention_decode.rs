@@ -1,0 +1,156 @@
+//! Decode attention on the CPU (one query a sequence): each task takes one key/value head of one sequence, all
+//! the query heads that share it (grouped-query attention: the keys and values are read once for the group,
+//! not once a head) and one stretch of [`KEYS_A_TASK`] keys, keeping per query a running maximum, sum and
+//! unnormalised output (the online softmax); the stretches of a head are then merged. Long caches give many
+//! tasks, so the threads share one head's keys. The stretch is fixed (not derived from the thread count), so the
+//! result does not depend on the number of threads. The task body is compiled for AVX2 + FMA where the CPU has
+//! them (the crate's baseline is SSE2).
+
+use super::math;
+
+/// Keys a task: long enough for the merge to be cheap, short enough to give 2-16 threads work at 1024 cached.
+const KEYS_A_TASK: usize = 256;
+
+/// `softmax(q k^T * scale) v` for one query a sequence: q `[b, hq, 1, d]`, k and v `[b, hkv, capacity, d]`,
+/// sequence `i` over its first `key_counts[i]` keys (zeros where none); hq a multiple of hkv (checked by
+/// inference). Returns `[b, hq, 1, d]`.
+pub(super) fn decode_attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    q_heads: usize,
+    kv_shape: &[usize],
+    key_counts: &[usize],
+    scale: f32,
+) -> Vec<f32> {
+    let [batch, kv_heads, capacity, d] = [kv_shape[0], kv_shape[1], kv_shape[2], kv_shape[3]];
+    let group = q_heads / kv_heads;
+    let stretches = key_counts.iter().copied().max().unwrap_or(0).div_ceil(KEYS_A_TASK).max(1);
+    // Per task and query of its group: the running maximum, the sum, then d unnormalised outputs.
+    let part = group * (d + 2);
+    let mut parts = vec![0.0f32; batch * kv_heads * stretches * part];
+    let body = task_body();
+    super::spin_pool::for_each_chunk_mut(&mut parts, part, &|t, out| {
+        let (head, stretch) = (t / stretches, t % stretches);
+        let (b, kv) = (head / kv_heads, head % kv_heads);
+        let keys = key_counts[b].min(capacity);
+        let (first, end) = ((stretch * KEYS_A_TASK).min(keys), ((stretch + 1) * KEYS_A_TASK).min(keys));
+        let kv_at = head * capacity * d;
+        let q_at = (b * q_heads + kv * group) * d;
+        let task = Task { q: &q[q_at..q_at + group * d], k: &k[kv_at..], v: &v[kv_at..], first, end, d, scale };
+        body(&task, out);
+    });
+    // Merge each query's stretches: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) sum_s.
+    let mut out = vec![0.0f32; batch * q_heads * d];
+    for (head, out_group) in out.chunks_mut(group * d).enumerate() {
+        for (r, row) in out_group.chunks_mut(d).enumerate() {
+            let of = |s: usize| &parts[(head * stretches + s) * part + r * (d + 2)..][..d + 2];
+            let top = (0..stretches).map(|s| of(s)[0]).fold(f32::NEG_INFINITY, f32::max);
+            if top == f32::NEG_INFINITY {
+                continue; // no key: zeros
+            }
+            let mut total = 0.0f32;
+            for s in 0..stretches {
+                let p = of(s);
+                if p[0] == f32::NEG_INFINITY {
+                    continue;
+                }
+                let w = math::exp(p[0] - top);
+                total += w * p[1];
+                row.iter_mut().zip(&p[2..]).for_each(|(o, &a)| *o += w * a);
+            }
+            let inv = 1.0 / total;
+            row.iter_mut().for_each(|o| *o *= inv);
+        }
+    }
+    out
+}
+
+/// One task: the group's queries `q` (`rows * d`) against keys `first .. end` of the head's `k` and `v`.
+struct Task<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    first: usize,
+    end: usize,
+    d: usize,
+    scale: f32,
+}
+
+type Body = fn(&Task, &mut [f32]);
+
+/// The task body for this CPU.
+fn task_body() -> Body {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // Safety: the features were just detected.
+        return |t, out| unsafe { run_avx2(t, out) };
+    }
+    run_portable
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn run_avx2(t: &Task, out: &mut [f32]) {
+    run(t, out)
+}
+
+fn run_portable(t: &Task, out: &mut [f32]) {
+    run(t, out)
+}
+
+/// Keys a tile: their scores for every query of the group fit in a few cache lines, and the tile's keys and
+/// values stay in L1 while every query of the group reads them.
+const TILE: usize = 32;
+
+/// `out`: per query of the group, the running maximum, the sum of weights and the unnormalised output over the
+/// task's keys (maximum -inf, the rest zeros where it has none).
+#[inline(always)]
+fn run(t: &Task, out: &mut [f32]) {
+    let d = t.d;
+    let rows = t.q.len() / d;
+    for r in 0..rows {
+        out[r * (d + 2)] = f32::NEG_INFINITY;
+    }
+    let mut scores = [0.0f32; TILE];
+    for tile in (t.first..t.end).step_by(TILE) {
+        let n = TILE.min(t.end - tile);
+        let (keys, values) = (&t.k[tile * d..(tile + n) * d], &t.v[tile * d..(tile + n) * d]);
+        for r in 0..rows {
+            let query = &t.q[r * d..(r + 1) * d];
+            let mut tile_max = f32::NEG_INFINITY;
+            for (s, key) in scores[..n].iter_mut().zip(keys.chunks_exact(d)) {
+                *s = dot(query, key) * t.scale;
+                tile_max = tile_max.max(*s);
+            }
+            let (head, acc) = out[r * (d + 2)..(r + 1) * (d + 2)].split_at_mut(2);
+            let new_max = head[0].max(tile_max);
+            let correction = math::exp(head[0] - new_max);
+            if correction != 1.0 {
+                acc.iter_mut().for_each(|a| *a *= correction);
+                head[1] *= correction;
+            }
+            for (&s, value) in scores[..n].iter().zip(values.chunks_exact(d)) {
+                let p = math::exp(s - new_max);
+                head[1] += p;
+                acc.iter_mut().zip(value).for_each(|(a, &x)| *a += p * x);
+            }
+            head[0] = new_max;
+        }
+    }
+}
+
+/// Dot product over eight lanes (vectorisable; a single running sum is not).
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 8;
+    let mut acc = [0.0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..LANES {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
