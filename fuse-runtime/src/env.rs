@@ -49,11 +49,18 @@ pub fn debug_level() -> u32 {
     *LEVEL.get_or_init(|| std::env::var("FUSE_DEBUG").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0))
 }
 
-/// `FUSE_CPU_QUANT=q8`: the CPU's quantized products round each activation row to 8 bits first (else they keep
-/// it in f32, the exact default).
-pub(crate) fn cpu_quant_q8() -> bool {
-    static Q8: OnceLock<bool> = OnceLock::new();
-    *Q8.get_or_init(|| std::env::var("FUSE_CPU_QUANT").is_ok_and(|v| v.trim().eq_ignore_ascii_case("q8")))
+/// `FUSE_CPU_QUANT`: how the CPU's quantized products meet the activations: `f32` (kept in f32), `q8` (each
+/// row rounded to 8 bits, llama.cpp's way) or `q8r` (two 8-bit terms, the second the first's rounding error);
+/// unset or another value: the library's choice.
+pub(crate) fn cpu_quant() -> Option<crate::cpu::quant::Strategy> {
+    use crate::cpu::quant::Strategy;
+    static CHOICE: OnceLock<Option<Strategy>> = OnceLock::new();
+    *CHOICE.get_or_init(|| match std::env::var("FUSE_CPU_QUANT").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        Ok("f32") => Some(Strategy::F32),
+        Ok("q8") => Some(Strategy::Q8),
+        Ok("q8r") => Some(Strategy::Q8Residual),
+        _ => None,
+    })
 }
 
 /// `FUSE_FUSION`: `off`, `0` or `false` run every fused function unfused.

@@ -84,6 +84,33 @@ fn f32_strategy_matches_reference() {
     }
 }
 
+/// The two-term 8-bit activations: within 1e-4 of the reference (relative to the products' terms) for every
+/// type and shape, where one 8-bit term is ~4e-3 off (so a lost second term fails).
+#[test]
+fn q8_residual_strategy_is_nearly_exact() {
+    for isa in isas() {
+        let mut worst = 0.0f64;
+        for dtype in DType::QUANTIZED {
+            let e = dtype.block().unwrap().elements;
+            for (si, &blocks) in BLOCKS.iter().enumerate() {
+                let k = blocks * e;
+                for &n in &NS {
+                    let w = weights(dtype, n, k, 40 + si as u64 + n as u64);
+                    let wf = dequantize_to_vec(dtype, &w).unwrap();
+                    for &m in &MS {
+                        let x = random_x(m * k, (m * 13 + n + 1) as u64);
+                        let want = reference(&x, m, k, &wf, n);
+                        let err = rel_terms(&run(dtype, &x, m, k, &w, n, Strategy::Q8Residual, isa), &want);
+                        assert!(err < 1e-4, "{isa:?} {} m {m} n {n} k {k}: relative error {err:e}", dtype.name());
+                        worst = worst.max(err);
+                    }
+                }
+            }
+        }
+        eprintln!("two-term 8-bit strategy, {isa:?}: worst relative error {worst:.2e}");
+    }
+}
+
 /// Strategy 2's error is x's rounding to 8 bits: `out - ref = sum_kk e[kk] W[j][kk]` with |e| <= d / 2 of its block,
 /// so each output is within `sum_kk |W[j][kk]| d / 2` of the reference (asserted for every output), and with e
 /// uniform the expected square error is `sum_kk W[j][kk]^2 d^2 / 12` (the total over all shapes of a type is
@@ -154,7 +181,7 @@ fn q8_strategy_matches_reference() {
 #[test]
 fn simd_equals_scalar() {
     for isa in isas().into_iter().filter(|&i| i != Isa::Scalar) {
-        for strategy in [Strategy::F32, Strategy::Q8] {
+        for strategy in [Strategy::F32, Strategy::Q8, Strategy::Q8Residual] {
             for dtype in DType::QUANTIZED {
                 let k = 10 * dtype.block().unwrap().elements;
                 let (m, n) = (17, 65);
@@ -174,7 +201,7 @@ fn simd_equals_scalar() {
 fn deterministic_across_threads_and_row_groups() {
     let pool = |t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap();
     for isa in isas() {
-        for strategy in [Strategy::F32, Strategy::Q8] {
+        for strategy in [Strategy::F32, Strategy::Q8, Strategy::Q8Residual] {
             for dtype in DType::QUANTIZED {
                 let k = 3 * dtype.block().unwrap().elements;
                 let (m, n) = (130, 37);
