@@ -50,17 +50,11 @@ pub fn debug_level() -> u32 {
 }
 
 /// `FUSE_CPU_QUANT`: how the CPU's quantized products meet the activations: `f32` (kept in f32), `q8` (each
-/// row rounded to 8 bits, llama.cpp's way) or `q8r` (two 8-bit terms, the second the first's rounding error);
-/// unset or another value: the library's choice.
-pub(crate) fn cpu_quant() -> Option<crate::cpu::quant::Strategy> {
-    use crate::cpu::quant::Strategy;
-    static CHOICE: OnceLock<Option<Strategy>> = OnceLock::new();
-    *CHOICE.get_or_init(|| match std::env::var("FUSE_CPU_QUANT").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
-        Ok("f32") => Some(Strategy::F32),
-        Ok("q8") => Some(Strategy::Q8),
-        Ok("q8r") => Some(Strategy::Q8Residual),
-        _ => None,
-    })
+/// row rounded to 8 bits, llama.cpp's way) or `q8r` (two 8-bit terms, the second the first's rounding error),
+/// lower-cased; unset: `None`, the library's choice.
+pub(crate) fn cpu_quant() -> Option<&'static str> {
+    static CHOICE: OnceLock<Option<String>> = OnceLock::new();
+    CHOICE.get_or_init(|| std::env::var("FUSE_CPU_QUANT").ok().map(|v| v.trim().to_ascii_lowercase())).as_deref()
 }
 
 /// `FUSE_FUSION`: `off`, `0` or `false` run every fused function unfused.

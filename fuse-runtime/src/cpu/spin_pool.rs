@@ -3,7 +3,7 @@
 //!
 //! rayon's workers fall asleep on a futex after a few dozen idle rounds, and waking one (and then the caller
 //! sleeping on its latch) costs tens of microseconds on a virtual machine: as much as a small product itself.
-//! Here the helpers spin on one atomic word for [`SPIN`] after their last task, so a loop that follows another
+//! Here the helpers spin on one atomic word for [`spin`] after their last task, so a loop that follows another
 //! within that time starts at once; then they park on a condition variable and the next loop wakes them.
 //!
 //! One word, `state`, holds the loop's epoch, its task count and the next task to claim: a task is claimed with
@@ -18,7 +18,15 @@ use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long a helper spins after its last task before it parks.
-const SPIN: Duration = Duration::from_micros(1500);
+/// How long a helper spins after its last task before it parks: 1.5 ms, or `FUSE_CPU_SPIN_US` microseconds
+/// (0: park at once; for measuring what spinning costs the threads that share a core with the helpers).
+fn spin() -> Duration {
+    static SPIN: OnceLock<Duration> = OnceLock::new();
+    *SPIN.get_or_init(|| {
+        let us = std::env::var("FUSE_CPU_SPIN_US").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1500);
+        Duration::from_micros(us)
+    })
+}
 const TASK_BITS: u32 = 20;
 const TASK_MASK: u64 = (1 << TASK_BITS) - 1;
 /// The most tasks one loop may have.
@@ -117,7 +125,7 @@ impl Pool {
                 }
                 std::hint::spin_loop();
                 spins = spins.wrapping_add(1);
-                if spins % 256 == 0 && idle.elapsed() > SPIN {
+                if spins % 256 == 0 && idle.elapsed() > spin() {
                     self.sleep();
                     break;
                 }

@@ -108,9 +108,11 @@ impl Strategy {
     /// (llama.cpp's choice, one 8-bit term) is 2.6e-2 off on SmolLM2's logits over its 30 layers.
     pub fn default_for(dtype: DType, _m: usize) -> Strategy {
         match crate::env::cpu_quant() {
-            Some(s) => s,
-            None if dtype.block().is_some_and(|b| b.elements == 256) => Strategy::Q8Residual,
-            None => Strategy::F32,
+            Some("f32") => Strategy::F32,
+            Some("q8") => Strategy::Q8,
+            Some("q8r") => Strategy::Q8Residual,
+            _ if dtype.block().is_some_and(|b| b.elements == 256) => Strategy::Q8Residual,
+            _ => Strategy::F32,
         }
     }
 }
