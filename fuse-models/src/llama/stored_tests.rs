@@ -74,15 +74,22 @@ fn image(seed: u64, type_of: impl Fn(&str) -> DType) -> Vec<u8> {
     llama_image(&c, &tensors)
 }
 
-/// The stored model's logits and greedy tokens against the dequantized one's.
+/// The stored model's logits and greedy tokens against the dequantized one's: within f32 rounding (1e-5) where
+/// the CPU's products keep the activations in f32, 1e-3 where any matrix is of a K type (whose products take
+/// the activations as two 8-bit terms: ~1e-5 a product, ~2e-4 on these random models' logits).
 pub(super) fn stored_agrees_with_f32(what: &str, file: &GgufFile) {
+    let k_types = file
+        .tensors()
+        .iter()
+        .any(|t| t.ggml_type.block_dtype().and_then(|d| d.block()).is_some_and(|b| b.elements == 256));
+    let bound = if k_types { 1e-3 } else { 1e-5 };
     let stored = Llama::load_stored(file, &Device::Cpu).expect("loads as stored");
     let dense = Llama::load(file, &Device::Cpu, DType::F32).expect("loads in f32");
     let prompt = [3, 17, 42, 5, 9];
     let a = generate(&stored, &prompt, 4, Sampling::Greedy, u32::MAX, |_| Ok(())).unwrap();
     let b = generate(&dense, &prompt, 4, Sampling::Greedy, u32::MAX, |_| Ok(())).unwrap();
     let err = fuse::rel_l2_error(&a.first_logits, &b.first_logits);
-    assert!(err < 1e-5, "{what}: logits as stored are {err:.2e} from the dequantized model's");
+    assert!(err < bound, "{what}: logits as stored are {err:.2e} from the dequantized model's (bound {bound:e})");
     assert!(a.first_logits.iter().any(|&v| v != 0.0) && a.first_logits.iter().all(|v| v.is_finite()), "{what}");
     assert_eq!(a.ids, b.ids, "{what}: greedy tokens");
 }
