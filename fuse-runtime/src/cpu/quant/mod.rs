@@ -24,6 +24,8 @@ mod x86_f32;
 mod x86_f32_512;
 #[cfg(target_arch = "x86_64")]
 mod x86_q8;
+#[cfg(target_arch = "x86_64")]
+mod x86_q8_512;
 
 #[cfg(test)]
 mod tests;
@@ -47,8 +49,8 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 + FMA + F16C.
     Avx2,
-    /// x86-64 AVX-512 (F, BW, VL) with AVX2 + FMA + F16C: the f32 strategy 16 lanes wide (the 8-bit strategy
-    /// runs its AVX2 kernels).
+    /// x86-64 AVX-512 (F, BW, VL) with AVX2 + FMA + F16C: the f32 strategy 16 lanes wide, the 8-bit strategy's
+    /// Q4_K and Q5_K kernels 64 bytes wide (its other types run their AVX2 kernels).
     Avx512,
 }
 
@@ -263,9 +265,10 @@ fn f32_kernel(dtype: DType, isa: Isa) -> F32Kernel {
 }
 
 fn q8_kernel(dtype: DType, isa: Isa) -> Q8Kernel {
-    let _ = dtype;
     match isa {
         Isa::Scalar => scalar::dot_rows_q8,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if x86_q8_512::covers(dtype) => x86_q8_512::dot_rows_avx512,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::Avx512 => x86_q8::dot_rows_avx2,
         #[cfg(not(target_arch = "x86_64"))]
