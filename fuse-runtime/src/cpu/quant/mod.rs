@@ -192,16 +192,12 @@ pub fn matmul_quantized_with(
             let kernel = q8_kernel(dtype, isa);
             drive(&xs, n, w, row_bytes, out, &|rows, pairs, out| {
                 // Two pairs (four quantized rows) a kernel call; each output the sum of its pair's two.
+                let flat = pairs.as_flattened();
                 let mut terms = [0.0f32; 4];
                 for (j, row) in rows.chunks_exact(row_bytes).enumerate() {
-                    for (c, chunk) in pairs.chunks(2).enumerate() {
-                        let mut flat = [chunk[0][0]; 4];
-                        for (q, pair) in chunk.iter().enumerate() {
-                            flat[2 * q..2 * q + 2].copy_from_slice(pair);
-                        }
-                        let r = 2 * chunk.len();
-                        kernel(dtype, row, &flat[..r], &mut terms[..r]);
-                        for (q, t) in terms[..r].chunks_exact(2).enumerate() {
+                    for (c, chunk) in flat.chunks(4).enumerate() {
+                        kernel(dtype, row, chunk, &mut terms[..chunk.len()]);
+                        for (q, t) in terms[..chunk.len()].chunks_exact(2).enumerate() {
                             out[j * pairs.len() + 2 * c + q] = t[0] + t[1];
                         }
                     }
