@@ -4,7 +4,7 @@
 //! a key/value tile is read once per block of queries, while it is in L1. Grouped-query heads index their
 //! shared key/value head; nothing is copied.
 
-use super::math;
+use super::math::{self, dot};
 use super::PARALLEL_MIN_ELEMENTS;
 use rayon::prelude::*;
 
@@ -138,21 +138,6 @@ impl Shape {
             out[r * d..(r + 1) * d].iter_mut().for_each(|a| *a *= inv);
         }
     }
-}
-
-/// Dot product over eight lanes (vectorisable; a single running sum is not).
-#[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    const LANES: usize = 8;
-    let mut acc = [0.0f32; LANES];
-    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in ca.zip(cb) {
-        for l in 0..LANES {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! result does not depend on the number of threads. The task body is compiled for AVX2 + FMA where the CPU has
 //! them (the crate's baseline is SSE2).
 
-use super::math;
+use super::math::{self, dot};
 
 /// Keys a task: long enough for the merge to be cheap, short enough to give 2-16 threads work at 1024 cached.
 const KEYS_A_TASK: usize = 256;
@@ -138,19 +138,4 @@ fn run(t: &Task, out: &mut [f32]) {
             head[0] = new_max;
         }
     }
-}
-
-/// Dot product over eight lanes (vectorisable; a single running sum is not).
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    const LANES: usize = 8;
-    let mut acc = [0.0f32; LANES];
-    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in ca.zip(cb) {
-        for l in 0..LANES {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }

@@ -97,6 +97,22 @@ pub(crate) fn gelu_tanh(x: f32) -> f32 {
     x / (1.0 + exp(-2.0 * y))
 }
 
+/// Dot product over eight lanes (vectorisable; a single running sum is not). Always inlined, so that a caller
+/// compiled for AVX2 (`attention_decode`) vectorises it with its features.
+#[inline(always)]
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 8;
+    let mut acc = [0.0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..LANES {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
