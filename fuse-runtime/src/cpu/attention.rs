@@ -256,6 +256,9 @@ mod tests {
             let k: Vec<f32> = (0..n(kv_shape)).map(|i| if past(i) { f32::NAN } else { next() * 4.0 }).collect();
             let v: Vec<f32> = (0..n(kv_shape)).map(|i| if past(i) { f32::NAN } else { next() }).collect();
             for causal in [false, true] {
+                if causal && counts.contains(&0) {
+                    continue; // causal attention needs a key for each query
+                }
                 let got = attention(&q, &k, &v, &q_shape, &kv_shape, &counts, 0.3, causal);
                 let want = plain(&q, &k, &v, q_shape, kv_shape, &counts, 0.3, causal);
                 assert!(got.iter().all(|x| x.is_finite()), "{kv_shape:?}: a key past its count was read");
