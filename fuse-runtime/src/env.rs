@@ -51,10 +51,19 @@ pub fn debug_level() -> u32 {
 
 /// `FUSE_CPU_QUANT`: how the CPU's quantized products meet the activations: `f32` (kept in f32), `q8` (each
 /// row rounded to 8 bits, llama.cpp's way) or `q8r` (two 8-bit terms, the second the first's rounding error),
-/// lower-cased; unset: `None`, the library's choice.
+/// lower-cased; unset: `None`, the library's choice. Another value is said once on stderr and the library chooses.
 pub(crate) fn cpu_quant() -> Option<&'static str> {
     static CHOICE: OnceLock<Option<String>> = OnceLock::new();
-    CHOICE.get_or_init(|| std::env::var("FUSE_CPU_QUANT").ok().map(|v| v.trim().to_ascii_lowercase())).as_deref()
+    CHOICE
+        .get_or_init(|| {
+            let v = std::env::var("FUSE_CPU_QUANT").ok()?.trim().to_ascii_lowercase();
+            if ["f32", "q8", "q8r"].contains(&v.as_str()) {
+                return Some(v);
+            }
+            eprintln!("fuse: FUSE_CPU_QUANT={v} is not f32, q8 or q8r; the library chooses per block type");
+            None
+        })
+        .as_deref()
 }
 
 /// `FUSE_FUSION`: `off`, `0` or `false` run every fused function unfused.
