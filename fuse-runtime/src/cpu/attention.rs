@@ -4,7 +4,7 @@
 //! a key/value tile is read once per block of queries, while it is in L1. Grouped-query heads index their
 //! shared key/value head; nothing is copied.
 
-use super::math::{self, dot};
+use super::math;
 use super::PARALLEL_MIN_ELEMENTS;
 use rayon::prelude::*;
 
@@ -105,31 +105,10 @@ impl Shape {
                 if end <= tile {
                     continue;
                 }
-                let query = &q[r * d..(r + 1) * d];
+                let (keys, values) = (&k[tile * d..end * d], &v[tile * d..end * d]);
+                let (query, acc) = (&q[r * d..(r + 1) * d], &mut out[r * d..(r + 1) * d]);
                 let tile_scores = &mut scores[..end - tile];
-                let mut tile_max = f32::NEG_INFINITY;
-                for (j, s) in tile_scores.iter_mut().enumerate() {
-                    let key = tile + j;
-                    *s = dot(query, &k[key * d..(key + 1) * d]) * self.scale;
-                    tile_max = tile_max.max(*s);
-                }
-                // Rescale what was summed under the old maximum, once per tile.
-                let new_max = max[r].max(tile_max);
-                let correction = math::exp(max[r] - new_max);
-                let acc = &mut out[r * d..(r + 1) * d];
-                if correction != 1.0 {
-                    acc.iter_mut().for_each(|a| *a *= correction);
-                    sum[r] *= correction;
-                }
-                for (j, &s) in tile_scores.iter().enumerate() {
-                    let p = math::exp(s - new_max);
-                    sum[r] += p;
-                    let key = tile + j;
-                    for (a, &x) in acc.iter_mut().zip(&v[key * d..(key + 1) * d]) {
-                        *a += p * x;
-                    }
-                }
-                max[r] = new_max;
+                math::softmax_tile(query, keys, values, self.scale, tile_scores, &mut max[r], &mut sum[r], acc);
             }
         }
         for r in 0..rows {

@@ -6,7 +6,7 @@
 //! result does not depend on the number of threads. The task body is compiled for AVX2 + FMA where the CPU has
 //! them (the crate's baseline is SSE2).
 
-use super::math::{self, dot};
+use super::math;
 
 /// Keys a task: long enough for the merge to be cheap, short enough to give 2-16 threads work at 1024 cached.
 const KEYS_A_TASK: usize = 256;
@@ -117,25 +117,10 @@ fn run(t: &Task, out: &mut [f32]) {
         let n = TILE.min(t.end - tile);
         let (keys, values) = (&t.k[tile * d..(tile + n) * d], &t.v[tile * d..(tile + n) * d]);
         for r in 0..rows {
-            let query = &t.q[r * d..(r + 1) * d];
-            let mut tile_max = f32::NEG_INFINITY;
-            for (s, key) in scores[..n].iter_mut().zip(keys.chunks_exact(d)) {
-                *s = dot(query, key) * t.scale;
-                tile_max = tile_max.max(*s);
-            }
             let (head, acc) = out[r * (d + 2)..(r + 1) * (d + 2)].split_at_mut(2);
-            let new_max = head[0].max(tile_max);
-            let correction = math::exp(head[0] - new_max);
-            if correction != 1.0 {
-                acc.iter_mut().for_each(|a| *a *= correction);
-                head[1] *= correction;
-            }
-            for (&s, value) in scores[..n].iter().zip(values.chunks_exact(d)) {
-                let p = math::exp(s - new_max);
-                head[1] += p;
-                acc.iter_mut().zip(value).for_each(|(a, &x)| *a += p * x);
-            }
-            head[0] = new_max;
+            let (max, sum) = head.split_at_mut(1);
+            let query = &t.q[r * d..(r + 1) * d];
+            math::softmax_tile(query, keys, values, t.scale, &mut scores[..n], &mut max[0], &mut sum[0], acc);
         }
     }
 }

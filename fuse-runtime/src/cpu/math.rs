@@ -113,6 +113,42 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
+/// One query's online-softmax step over a tile of keys (`keys` and `values`: the tile's rows of `query.len()`
+/// values; `scores` one slot a key): its scores `query . key * scale`, what was summed under the old maximum
+/// rescaled once, then the tile's weights added into `sum` and `acc`. `query` is not empty (the attention
+/// kernels return early on an empty output). Always inlined (see `dot`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn softmax_tile(
+    query: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    scale: f32,
+    scores: &mut [f32],
+    max: &mut f32,
+    sum: &mut f32,
+    acc: &mut [f32],
+) {
+    let d = query.len();
+    let mut tile_max = f32::NEG_INFINITY;
+    for (s, key) in scores.iter_mut().zip(keys.chunks_exact(d)) {
+        *s = dot(query, key) * scale;
+        tile_max = tile_max.max(*s);
+    }
+    let new_max = max.max(tile_max);
+    let correction = exp(*max - new_max);
+    if correction != 1.0 {
+        acc.iter_mut().for_each(|a| *a *= correction);
+        *sum *= correction;
+    }
+    for (&s, value) in scores.iter().zip(values.chunks_exact(d)) {
+        let p = exp(s - new_max);
+        *sum += p;
+        acc.iter_mut().zip(value).for_each(|(a, &x)| *a += p * x);
+    }
+    *max = new_max;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
