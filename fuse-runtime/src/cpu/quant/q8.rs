@@ -22,26 +22,22 @@ pub(crate) struct Q8Row<'a> {
     pub s: &'a [f32],
 }
 
+/// One row's slices of a [`Q8Acts`] being filled: values, block scales, sums of 16, block min factors.
+type RowMut<'r> = (&'r mut [i8], &'r mut [f32], &'r mut [i16], &'r mut [f32]);
+
+/// Rows in parallel from this many values on.
+const PARALLEL_VALUES: usize = 1 << 16;
+
 impl Q8Acts {
     /// Quantizes the m rows of `x` (m * k values, k a multiple of `block`, itself a multiple of 16); rows in
     /// parallel when there are many. Each row's result depends on that row alone.
     pub fn new(x: &[f32], m: usize, k: usize, block: usize) -> Q8Acts {
         use rayon::prelude::*;
         debug_assert!(block % 16 == 0 && k % block == 0 && x.len() == m * k);
-        let mut acts = Q8Acts {
-            block,
-            k,
-            qs: vec![0; m * k],
-            d: vec![0.0; m * k / block],
-            bsums: vec![0; m * k / 16],
-            s: vec![0.0; m * k / block],
-        };
-        let (blocks, groups) = ((k / block).max(1), (k / 16).max(1));
-        let rows = acts.qs.chunks_mut(k.max(1)).zip(acts.d.chunks_mut(blocks)).zip(acts.bsums.chunks_mut(groups));
-        let rows: Vec<_> = rows.zip(acts.s.chunks_mut(blocks)).zip(x.chunks(k.max(1))).collect();
-        type Row<'r> = ((((&'r mut [i8], &'r mut [f32]), &'r mut [i16]), &'r mut [f32]), &'r [f32]);
-        let one = |((((qs, d), bsums), s), x): Row| quantize_row(x, block, qs, d, bsums, s);
-        if m * k >= 1 << 16 {
+        let mut acts = Q8Acts::zeroed(m, k, block);
+        let rows: Vec<_> = acts.rows_mut().into_iter().zip(x.chunks(k.max(1))).collect();
+        let one = |((qs, d, bsums, s), x): (RowMut, &[f32])| quantize_row(x, block, qs, d, bsums, s);
+        if m * k >= PARALLEL_VALUES {
             rows.into_par_iter().for_each(one);
         } else {
             rows.into_iter().for_each(one);
@@ -53,14 +49,43 @@ impl Q8Acts {
     /// `x - d q` (at most half a step of the first scale in each block), quantized again: x = d1 q1 + d2 q2 up
     /// to half a step of the second scale, about 1e-5 of each block's largest value.
     pub fn with_residuals(x: &[f32], m: usize, k: usize, block: usize) -> Q8Acts {
-        let first = Q8Acts::new(x, m, k, block);
-        let mut both = Vec::with_capacity(2 * m * k);
-        for (i, row) in x.chunks(k.max(1)).enumerate().take(m) {
-            let q = first.row(i);
-            both.extend_from_slice(row);
-            both.extend(row.iter().enumerate().map(|(j, &v)| v - q.d[j / block] * q.qs[j] as f32));
+        use rayon::prelude::*;
+        debug_assert!(block % 16 == 0 && k % block == 0 && x.len() == m * k);
+        let mut acts = Q8Acts::zeroed(2 * m, k, block);
+        let mut rows = acts.rows_mut();
+        let pairs: Vec<_> = rows.chunks_exact_mut(2).zip(x.chunks(k.max(1))).collect();
+        let one = |(pair, x): (&mut [RowMut], &[f32])| {
+            let [(qs, d, bsums, s), (rqs, rd, rbsums, rs)] = pair else { unreachable!("rows in pairs") };
+            quantize_row(x, block, qs, d, bsums, s);
+            let residual: Vec<f32> = x.iter().enumerate().map(|(j, &v)| v - d[j / block] * qs[j] as f32).collect();
+            quantize_row(&residual, block, rqs, rd, rbsums, rs);
+        };
+        if m * k >= PARALLEL_VALUES {
+            pairs.into_par_iter().for_each(one);
+        } else {
+            pairs.into_iter().for_each(one);
         }
-        Q8Acts::new(&both, 2 * m, k, block)
+        acts
+    }
+
+    /// `rows` rows of zeros.
+    fn zeroed(rows: usize, k: usize, block: usize) -> Q8Acts {
+        Q8Acts {
+            block,
+            k,
+            qs: vec![0; rows * k],
+            d: vec![0.0; rows * k / block],
+            bsums: vec![0; rows * k / 16],
+            s: vec![0.0; rows * k / block],
+        }
+    }
+
+    /// Every row's slices, to fill.
+    fn rows_mut(&mut self) -> Vec<RowMut<'_>> {
+        let (k, block) = (self.k.max(1), self.block);
+        let (blocks, groups) = ((self.k / block).max(1), (self.k / 16).max(1));
+        let rows = self.qs.chunks_mut(k).zip(self.d.chunks_mut(blocks)).zip(self.bsums.chunks_mut(groups));
+        rows.zip(self.s.chunks_mut(blocks)).map(|(((qs, d), bsums), s)| (qs, d, bsums, s)).collect()
     }
 
     pub fn row(&self, i: usize) -> Q8Row<'_> {
