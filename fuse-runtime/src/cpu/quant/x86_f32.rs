@@ -265,18 +265,26 @@ pub(super) struct KScales {
     pub m: __m256,
 }
 
+/// A Q4_K / Q5_K block's 12 packed bytes at `s` unpacked by whole words into its 8 six-bit scales and 8 mins,
+/// a byte each (groups 0-7, low byte first).
+#[inline(always)]
+pub(super) unsafe fn k_scale_bytes(s: *const u8) -> (u64, u64) {
+    const M1: u32 = 0x3f3f_3f3f;
+    const M2: u32 = 0x0f0f_0f0f;
+    const M3: u32 = 0x0303_0303;
+    let u = |i: usize| (s.add(4 * i) as *const u32).read_unaligned();
+    let (u0, u1, u2) = (u(0), u(1), u(2));
+    let sc = (u0 & M1) as u64 | (((u2 & M2) | (((u0 >> 6) & M3) << 4)) as u64) << 32;
+    let mn = (u1 & M1) as u64 | ((((u2 >> 4) & M2) | (((u1 >> 6) & M3) << 4)) as u64) << 32;
+    (sc, mn)
+}
+
 /// The scales of a Q4_K / Q5_K block (llama.cpp's unpacking of the 12 bytes of 6-bit scales and mins into 8 + 8
 /// bytes; the values of `fuse_ir::quant::k4_scales`).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(super) unsafe fn k_scales(b: *const u8) -> KScales {
-    const M1: u32 = 0x3f3f_3f3f;
-    const M2: u32 = 0x0f0f_0f0f;
-    const M3: u32 = 0x0303_0303;
-    let u = |i: usize| (b.add(4 + 4 * i) as *const u32).read_unaligned();
-    let (u0, u1, u2) = (u(0), u(1), u(2));
-    let sc = (u0 & M1) as u64 | (((u2 & M2) | (((u0 >> 6) & M3) << 4)) as u64) << 32;
-    let mn = (u1 & M1) as u64 | ((((u2 >> 4) & M2) | (((u1 >> 6) & M3) << 4)) as u64) << 32;
+    let (sc, mn) = k_scale_bytes(b.add(4));
     let dm = f16x2(b);
     let f = |v: u64| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64)));
     let mut d = [0.0f32; 8];

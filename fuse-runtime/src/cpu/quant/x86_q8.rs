@@ -39,7 +39,7 @@ pub(super) fn dot_rows_avx2(dtype: DType, row: &[u8], xs: &[Q8Row], out: &mut [f
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn f16(p: *const u8) -> f32 {
+pub(super) unsafe fn f16(p: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([*p, *p.add(1)]) as i32)))
 }
 
@@ -146,16 +146,30 @@ unsafe fn qk45<const R: usize, const FIVE: bool>(row: &[u8], xs: &[Q8Row], out: 
             let x = &xs[r];
             let dx = *x.d.get_unchecked(blk);
             acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(sumi[r]), acc[r][t]);
-            let bs = _mm256_loadu_si256(x.bsums.as_ptr().add(16 * blk) as *const __m256i);
-            let gs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-            macc[r] = _mm_fmadd_ps(_mm_set1_ps(-dx * dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, gs)), macc[r]);
+            macc[r] = k_min_terms(mins, x, blk, -dx * dmin, macc[r]);
         }
     }
     for r in 0..R {
-        let m = macc[r];
-        let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-        out[r] = hsum(_mm256_add_ps(acc[r][0], acc[r][1])) + _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
+        out[r] = hsum(_mm256_add_ps(acc[r][0], acc[r][1])) + hsum4(macc[r]);
     }
+}
+
+/// A K block's min terms for one quantized row, added to `acc`: its 8 groups' `mins` (i16) times the row's sums
+/// over each group of 32 (from its sums of 16 in block `blk`), times `factor` (`-dx * dmin`).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn k_min_terms(mins: __m128i, x: &Q8Row, blk: usize, factor: f32, acc: __m128) -> __m128 {
+    let bs = _mm256_loadu_si256(x.bsums.as_ptr().add(16 * blk) as *const __m256i);
+    let gs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    _mm_fmadd_ps(_mm_set1_ps(factor), _mm_cvtepi32_ps(_mm_madd_epi16(mins, gs)), acc)
+}
+
+/// The sum of the four lanes of `m`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn hsum4(m: __m128) -> f32 {
+    let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)))
 }
 
 /// Q6_K group g's scales as 16 i16: scale 2g for its first 16 values (the low 128 bits), 2g + 1 for the rest.
@@ -169,7 +183,7 @@ unsafe fn q6_scale(scales: __m128i, g: i64) -> __m256i {
 /// Q5_K's fifth bits for the values at bit `s` of each of the 32 bytes `qh`: 0x10 or 0.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn q5_bits(qh: __m256i, s: i32) -> __m256i {
+pub(super) unsafe fn q5_bits(qh: __m256i, s: i32) -> __m256i {
     _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(s)), _mm256_set1_epi8(1)), 4)
 }
 

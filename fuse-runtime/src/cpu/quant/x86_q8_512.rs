@@ -1,10 +1,13 @@
 //! Strategy 2 (the 8-bit activations) on x86-64 AVX-512 (F, BW, VL) for the K types of 4 and 5 bits (Q4_K,
 //! Q5_K: most of a Q4_K_M file): a chunk of 64 values (two groups of 32) is one register of bytes, multiplied
 //! with the 64 activations by `vpmaddubsw` and its two groups' 6-bit scales folded in by `vpmaddwd`, half the
-//! instructions of the AVX2 kernel for the same bytes; the scales and mins are unpacked from three words. The
+//! instructions of the AVX2 kernel for the same bytes; the scales and mins are unpacked from three words
+//! (`x86_f32::k_scale_bytes`). The
 //! integer sums of a block are exact, so results equal the AVX2 and scalar kernels' up to f32 summation order.
 
 use super::q8::Q8Row;
+use super::x86_f32::k_scale_bytes;
+use super::x86_q8::{f16, hsum4, k_min_terms, q5_bits};
 use fuse_ir::DType;
 use std::arch::x86_64::*;
 
@@ -37,32 +40,6 @@ pub(super) fn dot_rows_avx512(dtype: DType, row: &[u8], xs: &[Q8Row], out: &mut 
     }
 }
 
-/// A K block's 6-bit scales and mins (groups 0-7, a byte each) from the 12 packed bytes at `s`, by whole words.
-#[inline(always)]
-unsafe fn scales_mins(s: *const u8) -> (u64, u64) {
-    const M1: u32 = 0x3f3f_3f3f;
-    const M2: u32 = 0x0f0f_0f0f;
-    const M3: u32 = 0x0303_0303;
-    let u = |i: usize| (s.add(4 * i) as *const u32).read_unaligned();
-    let (u0, u1, u2) = (u(0), u(1), u(2));
-    let sc = (u0 & M1) as u64 | (((u2 & M2) | (((u0 >> 6) & M3) << 4)) as u64) << 32;
-    let mn = (u1 & M1) as u64 | ((((u2 >> 4) & M2) | (((u1 >> 6) & M3) << 4)) as u64) << 32;
-    (sc, mn)
-}
-
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-#[inline]
-unsafe fn f16(p: *const u8) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([*p, *p.add(1)]) as i32)))
-}
-
-/// Q5_K's fifth bits for the values at bit `s` of each of the 32 bytes `qh`: 0x10 or 0.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-#[inline]
-unsafe fn q5_bits(qh: __m256i, s: i32) -> __m256i {
-    _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(s)), _mm256_set1_epi8(1)), 4)
-}
-
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 unsafe fn qk45<const R: usize, const FIVE: bool>(row: &[u8], xs: &[Q8Row], out: &mut [f32]) {
     let bytes = if FIVE { 176 } else { 144 };
@@ -79,7 +56,7 @@ unsafe fn qk45<const R: usize, const FIVE: bool>(row: &[u8], xs: &[Q8Row], out: 
     for blk in 0..nb {
         let b = row.as_ptr().add(blk * bytes);
         let (d, dmin) = (f16(b), f16(b.add(2)));
-        let (sc, mn) = scales_mins(b.add(4));
+        let (sc, mn) = k_scale_bytes(b.add(4));
         let scales = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(_mm_cvtsi64_si128(sc as i64)));
         let mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(mn as i64));
         let qs = b.add(if FIVE { 48 } else { 16 });
@@ -104,15 +81,10 @@ unsafe fn qk45<const R: usize, const FIVE: bool>(row: &[u8], xs: &[Q8Row], out: 
             let x = &xs[r];
             let dx = *x.d.get_unchecked(blk);
             acc[r][t] = _mm512_fmadd_ps(_mm512_set1_ps(dx * d), _mm512_cvtepi32_ps(sumi[r]), acc[r][t]);
-            let bs = _mm256_loadu_si256(x.bsums.as_ptr().add(16 * blk) as *const __m256i);
-            let gs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-            macc[r] = _mm_fmadd_ps(_mm_set1_ps(-dx * dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, gs)), macc[r]);
+            macc[r] = k_min_terms(mins, x, blk, -dx * dmin, macc[r]);
         }
     }
     for r in 0..R {
-        let m = macc[r];
-        let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-        out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]))
-            + _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
+        out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1])) + hsum4(macc[r]);
     }
 }
