@@ -20,7 +20,7 @@
 //! captured, each block of a layer alone in a CUDA graph of 30 chained calls (us a call: where a step's time
 //! goes, kernel by kernel, inside a graph), and decode attention alone (us and GB/s of keys and values at 1024
 //! and 8192 cached). Prints a
-//! table with the floor (the bf16 weights and the cache read once per step at 4.2 TB/s) and writes `--json`.
+//! table with the floor (the weights and the cache read once per step at `--bandwidth`) and writes `--json`.
 //! `--extras off` stops after the decode table (for a profiler: `scripts/gpu/gpu-profile-decode.sh`).
 
 use fuse::prelude::*;
@@ -439,7 +439,7 @@ fn run() -> Fallible<()> {
     for &b in &o.batches {
         for &cached in &o.cached {
             let mut cache = model.new_batch_cache(b, cached + o.steps + 4)?;
-            // The floor: every weight and the cache so far read once per step, at 4.2 TB/s.
+            // The floor: every weight and the cache so far read once per step, at the copy bandwidth.
             let cache_bytes = 2 * config.layers * b * config.kv_heads * config.head_dim * cached * o.dtype.size_bytes();
             let floor = (weight_bytes + cache_bytes) as f64 / o.bandwidth * 1e6;
             for mode in &o.modes {

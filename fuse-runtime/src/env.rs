@@ -66,6 +66,13 @@ pub(crate) fn cpu_quant() -> Option<&'static str> {
         .as_deref()
 }
 
+/// `FUSE_CPU_SPIN_US`: how long the CPU backend's spinning helpers wait for the next loop before they park, in
+/// microseconds (0: park at once; for measuring what spinning costs threads that share a core with them).
+pub(crate) fn cpu_spin_us() -> Option<u64> {
+    static US: OnceLock<Option<u64>> = OnceLock::new();
+    *US.get_or_init(|| std::env::var("FUSE_CPU_SPIN_US").ok().and_then(|v| v.trim().parse().ok()))
+}
+
 /// `FUSE_FUSION`: `off`, `0` or `false` run every fused function unfused.
 pub(crate) fn fusion_off() -> bool {
     static OFF: OnceLock<bool> = OnceLock::new();

@@ -17,15 +17,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// How long a helper spins after its last task before it parks.
-/// How long a helper spins after its last task before it parks: 1.5 ms, or `FUSE_CPU_SPIN_US` microseconds
-/// (0: park at once; for measuring what spinning costs the threads that share a core with the helpers).
+/// How long a helper spins after its last task before it parks: 1.5 ms, or `FUSE_CPU_SPIN_US`.
 fn spin() -> Duration {
-    static SPIN: OnceLock<Duration> = OnceLock::new();
-    *SPIN.get_or_init(|| {
-        let us = std::env::var("FUSE_CPU_SPIN_US").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1500);
-        Duration::from_micros(us)
-    })
+    Duration::from_micros(crate::env::cpu_spin_us().unwrap_or(1500))
 }
 const TASK_BITS: u32 = 20;
 const TASK_MASK: u64 = (1 << TASK_BITS) - 1;
