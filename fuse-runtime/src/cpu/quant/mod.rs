@@ -187,7 +187,7 @@ pub fn matmul_quantized_with(
             drive(&xs, n, w, row_bytes, out, &|rows, xs, out| kernel(dtype, rows, xs, out));
         }
         Strategy::Q8Residual => {
-            let acts = Q8Acts::with_residuals(x, m, k, if b.elements == 32 { 32 } else { 256 });
+            let acts = Q8Acts::with_residuals(x, m, k, activation_block(b.elements));
             let xs: Vec<[Q8Row; 2]> = (0..m).map(|i| [acts.row(2 * i), acts.row(2 * i + 1)]).collect();
             let kernel = q8_kernel(dtype, isa);
             drive(&xs, n, w, row_bytes, out, &|rows, pairs, out| {
@@ -205,7 +205,7 @@ pub fn matmul_quantized_with(
             });
         }
         Strategy::Q8 => {
-            let acts = Q8Acts::new(x, m, k, if b.elements == 32 { 32 } else { 256 });
+            let acts = Q8Acts::new(x, m, k, activation_block(b.elements));
             let xs: Vec<Q8Row> = (0..m).map(|i| acts.row(i)).collect();
             let kernel = q8_kernel(dtype, isa);
             drive(&xs, n, w, row_bytes, out, &|rows, xs, out| {
@@ -281,10 +281,20 @@ pub(crate) fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
     out[0]
 }
 
+/// The 8-bit activations' block for weights of `elements` values a block: 32 like Q8_0 for the 32-value types,
+/// 256 like Q8_K for the K types.
+fn activation_block(elements: usize) -> usize {
+    if elements == 32 {
+        32
+    } else {
+        256
+    }
+}
+
 /// The 8-bit activation quantizer of [`Strategy::Q8`]: the m rows of x for `dtype`'s block size.
 #[allow(dead_code)]
 pub(crate) fn quantize_activations(dtype: DType, x: &[f32], m: usize, k: usize) -> Q8Acts {
-    Q8Acts::new(x, m, k, if dtype.block().map_or(32, |b| b.elements) == 32 { 32 } else { 256 })
+    Q8Acts::new(x, m, k, activation_block(dtype.block().map_or(32, |b| b.elements)))
 }
 
 /// The output pointer shared by tasks that write disjoint elements.
