@@ -8,6 +8,7 @@
 //! values.
 //!
 //! Run: `cargo run --release --example bench_quant [-- --ms 1,4,16,64,512 --types Q4_K,Q6_K,Q4_0,Q8_0 --reps 20]`
+//! (`--acts f32` for the activations decode runs; `--paths qskinny:r1c8` for one path, as under a profiler).
 
 #[path = "common/llama.rs"]
 mod llama;
@@ -25,6 +26,10 @@ struct Options {
     ms: Vec<usize>,
     types: Vec<DType>,
     reps: usize,
+    /// The activations' dtype (decode runs f32 ones, prefill bf16).
+    acts: DType,
+    /// Only these paths (`tuned`, `qskinny:<config>`, `cublas`); all when empty. For a profiler's one kernel.
+    paths: Vec<String>,
 }
 
 fn parse_args() -> std::result::Result<Options, String> {
@@ -32,6 +37,8 @@ fn parse_args() -> std::result::Result<Options, String> {
         ms: vec![1, 4, 16, 64, 512],
         types: vec![DType::Q4_K, DType::Q6_K, DType::Q4_0, DType::Q8_0],
         reps: 20,
+        acts: DType::BF16,
+        paths: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -46,7 +53,15 @@ fn parse_args() -> std::result::Result<Options, String> {
                     .map(|t| DType::parse(t).filter(|d| d.is_quantized()).ok_or(format!("--types: `{t}`")))
                     .collect::<std::result::Result<_, _>>()?
             }
-            _ => return Err(format!("unknown flag {flag}; flags: --ms A,B --types Q4_K,Q8_0 --reps N")),
+            "--acts" => {
+                o.acts = DType::parse(&value).filter(|d| d.is_float()).ok_or(format!("--acts: `{value}` is not a float dtype"))?
+            }
+            "--paths" => o.paths = value.split(',').map(str::to_string).collect(),
+            _ => {
+                return Err(format!(
+                    "unknown flag {flag}; flags: --ms A,B --types Q4_K,Q8_0 --reps N --acts f32|bf16 --paths tuned,qskinny:r1c8,cublas"
+                ))
+            }
         }
     }
     Ok(o)
@@ -87,7 +102,12 @@ fn main() -> Result<()> {
     let dev = Device::cuda(0)?;
     let Device::Cuda(gpu) = &dev else { return Ok(()) };
     let bandwidth = copy_bandwidth(&dev, gpu)?;
-    println!("{dev} ({}): copy {:.2} TB/s; Llama-3-8B MLP, bf16 activations, L2 flushed", gpu.arch(), bandwidth / 1e12);
+    let acts = o.acts.name();
+    println!(
+        "{dev} ({}): copy {:.2} TB/s; Llama-3-8B MLP, {acts} activations, L2 flushed",
+        gpu.arch(),
+        bandwidth / 1e12
+    );
     println!("{:>5} {:>5} {:<16} {:>10} {:>10} {:>8}", "type", "M", "path", "us", "floor us", "floor/t");
     let f = llama_mlp_fused();
     let mut formats: Vec<Option<DType>> = vec![None];
@@ -104,7 +124,7 @@ fn main() -> Result<()> {
         let bytes: usize = weights.iter().map(|w| w.dtype().storage_bytes(w.numel()).unwrap_or(0)).sum();
         let name = format.map_or("bf16".to_string(), |q| q.name().to_string());
         for &m in &o.ms {
-            let x = bf16_tensor(&[m, HIDDEN], 7, 1.0, &dev)?;
+            let x = bf16_tensor(&[m, HIDDEN], 7, 1.0, &dev)?.to_dtype(o.acts)?;
             let args = [fuse::arg(&x), fuse::arg(&weights[0]), fuse::arg(&weights[1]), fuse::arg(&weights[2])];
             let floor_us = (bytes + 2 * m * (HIDDEN + INTER)) as f64 / bandwidth * 1e6;
             let mut paths: Vec<Option<String>> = vec![None];
@@ -114,7 +134,9 @@ fn main() -> Result<()> {
                 );
                 paths.push(Some("cublas".to_string()));
             }
-            for path in paths {
+            let wanted =
+                |p: &Option<String>| o.paths.is_empty() || o.paths.contains(p.as_ref().unwrap_or(&"tuned".into()));
+            for path in paths.into_iter().filter(wanted) {
                 let run = || f.call_with(&args, Fusion::On).map(drop);
                 let timed = match &path {
                     None => flushed_ms(gpu, o.reps, run),

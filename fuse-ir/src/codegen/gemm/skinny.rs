@@ -24,7 +24,8 @@ pub const SKINNY_TEMPLATE: &str =
     concat!(include_str!("templates/skinny.cuh"), include_str!("templates/skinny_kernel.cuh"));
 /// The skinny template for weights of quantized blocks (`templates/skinny_quant.cuh`), in the same kernel
 /// source behind `-DFUSE_SK_WQ` (see [`source`]).
-pub const QUANT_SKINNY_TEMPLATE: &str = include_str!("templates/skinny_quant.cuh");
+pub const QUANT_SKINNY_TEMPLATE: &str =
+    concat!(include_str!("templates/skinny_quant.cuh"), include_str!("templates/skinny_q8x.cuh"));
 /// The define that lets a skinny kernel copy its first weight chunks before it waits for the kernel before it
 /// (only where the host knows that kernel does not write them).
 pub const EARLY_WEIGHTS_DEFINE: &str = "-DFUSE_GEMM_EARLY_W=1";
@@ -131,26 +132,58 @@ impl GemmTiling for SkinnyConfig {
     }
 }
 
-/// One config of the quantized skinny template (`templates/skinny_quant.cuh`): weight rows per warp and rows
-/// of the left operand per block, for 256-thread blocks.
+/// One config of the quantized skinny template (`templates/skinny_quant.cuh`, f32 products of decoded values,
+/// or `templates/skinny_q8x.cuh`, 8-bit integer products against X quantized twice in shared memory): weight
+/// rows per warp (per lane group) and rows of the left operand per block, for 256-thread blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QuantSkinnyConfig {
-    /// The config's part of the path name (`qskinny:<name>`): rows x columns per block.
+    /// The config's part of the path name (`qskinny:<name>`).
     pub name: &'static str,
+    /// Weight rows per lane group (the f32 body: per warp).
     pub rows_per_warp: usize,
     pub rows: usize,
     /// The rows (inclusive) for which the fast tuning mode and the fixed rule try it.
     pub fast_rows: (usize, usize),
+    /// The 8-bit body's lanes per weight row (32, 16, 8 or 4); 0 for the f32 body.
+    pub x8_lanes: usize,
 }
 
-/// Every config of the quantized skinny template, in the order they are tried.
+const fn f32_body(
+    name: &'static str,
+    rows_per_warp: usize,
+    rows: usize,
+    fast_rows: (usize, usize),
+) -> QuantSkinnyConfig {
+    QuantSkinnyConfig { name, rows_per_warp, rows, fast_rows, x8_lanes: 0 }
+}
+
+const fn x8_body(
+    name: &'static str,
+    lanes: usize,
+    rows_per_group: usize,
+    rows: usize,
+    fast_rows: (usize, usize),
+) -> QuantSkinnyConfig {
+    QuantSkinnyConfig { name, rows_per_warp: rows_per_group, rows, fast_rows, x8_lanes: lanes }
+}
+
+/// Every config of the quantized skinny template, in the order they are tried (the first, the f32 body at
+/// one row, reads every operand the template takes: it is the probe of whether the template can run).
 pub const QUANT_SKINNY_CONFIGS: &[QuantSkinnyConfig] = &[
-    QuantSkinnyConfig { name: "r1c8", rows_per_warp: 1, rows: 1, fast_rows: (1, 1) },
-    QuantSkinnyConfig { name: "r1c16", rows_per_warp: 2, rows: 1, fast_rows: (1, 1) },
-    QuantSkinnyConfig { name: "r2c8", rows_per_warp: 1, rows: 2, fast_rows: (2, 2) },
-    QuantSkinnyConfig { name: "r4c8", rows_per_warp: 1, rows: 4, fast_rows: (3, 4) },
-    QuantSkinnyConfig { name: "r8c8", rows_per_warp: 1, rows: 8, fast_rows: (5, 16) },
-    QuantSkinnyConfig { name: "r4c16", rows_per_warp: 2, rows: 4, fast_rows: (3, 8) },
+    f32_body("r1c8", 1, 1, (1, 1)),
+    f32_body("r1c16", 2, 1, (1, 1)),
+    f32_body("r2c8", 1, 2, (2, 2)),
+    f32_body("r4c8", 1, 4, (3, 4)),
+    f32_body("r8c8", 1, 8, (5, 16)),
+    f32_body("r4c16", 2, 4, (3, 8)),
+    x8_body("x32r1", 32, 1, 1, (1, 1)),
+    x8_body("x16r1", 16, 1, 1, (1, 1)),
+    x8_body("x16r2", 16, 2, 1, (1, 1)),
+    x8_body("x32r2", 32, 2, 1, (1, 1)),
+    x8_body("x8r2", 8, 2, 1, (1, 1)),
+    x8_body("x16r4", 16, 4, 1, (1, 1)),
+    x8_body("x32r1m2", 32, 1, 2, (2, 2)),
+    x8_body("x32r1m4", 32, 1, 4, (3, 4)),
 ];
 
 impl QuantSkinnyConfig {
@@ -165,19 +198,57 @@ impl QuantSkinnyConfig {
         if !weights.is_quantized() {
             return None;
         }
-        Some(vec![
+        let mut defines = vec![
             format!("-DFUSE_SK_DT={dt}"),
             format!("-DFUSE_SK_WQ={}", crate::codegen::block_dtype_code(weights)),
             format!("-DFUSE_QG_R={}", self.rows_per_warp),
             format!("-DFUSE_QG_BM={}", self.rows),
-        ])
+        ];
+        if self.x8_lanes > 0 {
+            defines.push(format!("-DFUSE_QX_LANES={}", self.x8_lanes));
+        }
+        Some(defines)
+    }
+
+    /// Dynamic shared memory a launch over `k` columns takes (the 8-bit body's rows of X; the f32 body none).
+    pub fn shared_bytes(&self, k: usize) -> usize {
+        match self.x8_lanes {
+            0 => 0,
+            _ => self.rows * (2 * k + k / 2),
+        }
+    }
+
+    /// Why this config cannot read `k` columns of `weights` whose rows start at `row_starts` (bytes), or
+    /// `None`: the 8-bit body takes pieces of 64 values, each at its type's alignment (skinny_q8x.cuh).
+    pub fn rejects(&self, weights: DType, k: usize, row_starts: &[u64]) -> Option<String> {
+        if self.x8_lanes == 0 {
+            return None;
+        }
+        if k % 64 != 0 {
+            return Some(format!("the 8-bit body takes rows of a multiple of 64 values, not {k}"));
+        }
+        // Hopper's and Ampere's largest opt-in shared memory of a block (the in-kernel prologue's part too).
+        if self.shared_bytes(k) + self.rows * 1024 > 227 * 1024 {
+            return Some(format!("{} rows of X over {k} columns do not fit in shared memory", self.rows));
+        }
+        let align = match weights {
+            DType::Q6_K => 2,
+            DType::Q4_1 => 8,
+            DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => 4,
+            _ => 16,
+        };
+        row_starts
+            .iter()
+            .find(|&&a| a % align != 0)
+            .map(|a| format!("the 8-bit body reads {weights} pieces at {align}-byte alignment; a row starts at {a:#x}"))
     }
 }
 
 impl GemmTiling for QuantSkinnyConfig {
-    /// 8 warps of `rows_per_warp` weight rows.
+    /// 8 warps of `rows_per_warp` weight rows (the 8-bit body: per group of `x8_lanes` lanes).
     fn cols_per_block(&self) -> usize {
-        8 * self.rows_per_warp
+        let groups = if self.x8_lanes == 0 { 1 } else { 32 / self.x8_lanes };
+        8 * groups * self.rows_per_warp
     }
 
     fn rows_per_block(&self) -> usize {
@@ -322,8 +393,26 @@ mod tests {
         for (i, c) in QUANT_SKINNY_CONFIGS.iter().enumerate() {
             assert_eq!(QuantSkinnyConfig::by_name(c.name), Some(c));
             assert!(QUANT_SKINNY_CONFIGS[..i].iter().all(|o| o.name != c.name));
-            assert_eq!(c.name, format!("r{}c{}", c.rows, c.cols_per_block()));
-            assert!(c.rows * c.rows_per_warp <= 32, "a lane an output");
+            match c.x8_lanes {
+                // The f32 body: rows x columns of a block; a lane of the warp an output.
+                0 => {
+                    assert_eq!(c.name, format!("r{}c{}", c.rows, c.cols_per_block()));
+                    assert!(c.rows * c.rows_per_warp <= 32, "a lane an output");
+                }
+                // The 8-bit body: lanes a row, rows a group (and rows of X past one); a lane of the group an output.
+                lanes => {
+                    let m = if c.rows > 1 { format!("m{}", c.rows) } else { String::new() };
+                    assert_eq!(c.name, format!("x{lanes}r{}{m}", c.rows_per_warp));
+                    assert!([4, 8, 16, 32].contains(&lanes) && c.rows * c.rows_per_warp <= lanes, "{}", c.name);
+                    assert_eq!(c.cols_per_block(), 8 * (32 / lanes) * c.rows_per_warp);
+                    assert!(c.defines(DType::F32, DType::Q6_K).unwrap().contains(&format!("-DFUSE_QX_LANES={lanes}")));
+                    assert_eq!(c.shared_bytes(4096), c.rows * 10240);
+                    assert!(c.rejects(DType::Q4_K, 4096, &[0, 2304]).is_none());
+                    assert!(c.rejects(DType::Q4_0, 96, &[0]).unwrap().contains("multiple of 64"));
+                    assert!(c.rejects(DType::Q4_0, 128, &[0, 2]).unwrap().contains("alignment"));
+                    assert!(c.rejects(DType::Q6_K, 256, &[0, 210]).is_none());
+                }
+            }
             assert!(c.rows <= super::super::PROLOGUE_MAX_ROWS, "the prologue's rows");
             let d = c.defines(DType::BF16, DType::Q4_K).unwrap();
             assert_eq!(d[..2], ["-DFUSE_SK_DT=2".to_string(), "-DFUSE_SK_WQ=21".to_string()]);
@@ -334,6 +423,7 @@ mod tests {
             assert!(QUANT_SKINNY_CONFIGS.iter().any(|c| c.fast_rows.0 <= rows && rows <= c.fast_rows.1), "{rows}");
         }
         assert!(QUANT_SKINNY_TEMPLATE.contains("FUSE_SK_WQ") && QUANT_SKINNY_TEMPLATE.contains("FUSE_QG_BM"));
+        assert!(QUANT_SKINNY_TEMPLATE.contains("FUSE_QX_LANES") && QUANT_SKINNY_TEMPLATE.contains("__dp4a"));
     }
 
     #[test]

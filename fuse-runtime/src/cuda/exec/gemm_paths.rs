@@ -193,6 +193,13 @@ impl Executor<'_> {
                 None => skinny_gemm(dtype, &x, &weights),
             }
             .map_err(str::to_string)?;
+            if let (GemmPath::QuantSkinny(c), Some(blocks)) = (path, blocks) {
+                let stride = |j: usize| blocks.storage_bytes(gemm.ldw[j]).unwrap_or(0) as u64;
+                let starts: Vec<u64> = (0..weights.len()).flat_map(|j| [gemm.w[j], gemm.w[j] + stride(j)]).collect();
+                if let Some(why) = c.rejects(blocks, gemm.k, &starts) {
+                    return Err(why);
+                }
+            }
             if role == Role::Wgmma {
                 wgmma::check(&gemm)?;
             }
@@ -233,7 +240,7 @@ impl Executor<'_> {
         };
         let (tiling, config, defines, shared_bytes): (&dyn GemmTiling, _, _, _) = match path {
             GemmPath::Skinny(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),
-            GemmPath::QuantSkinny(c) => (*c, c.name, quant_defines(c)?, 0),
+            GemmPath::QuantSkinny(c) => (*c, c.name, quant_defines(c)?, c.shared_bytes(gemm.k)),
             GemmPath::Wgmma(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),
             GemmPath::Mma(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),
             _ => return Err(self.internal(format!("{} is not a template path", path.name()))),

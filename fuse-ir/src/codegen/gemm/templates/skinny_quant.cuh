@@ -177,8 +177,6 @@ __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
     if (r < R && i < rows && n0 + r < N) fuse_gemm_epilogue(p.epi, m0 + i, n0 + r, out0, out1);
 }
 
-extern "C" __global__ void __launch_bounds__(256) FUSE_SKINNY_NAME(const FuseSkinnyParams p) {
-    fuse_qg_body<FUSE_SK_WQ, FUSE_SK_DT, FUSE_QG_R, FUSE_QG_BM, FUSE_SKINNY_DUAL>(p);
-}
+// The kernel's entry is skinny_q8x.cuh's (after the 8-bit body, which it may call instead).
 
 #endif  // FUSE_QG_ONCE

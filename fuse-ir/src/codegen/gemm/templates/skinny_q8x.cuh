@@ -1,0 +1,370 @@
+// ---------------------------------------------------------------------------------------------------------
+// skinny_q8x.cuh: the quantized skinny GEMM on 8-bit integer products (dp4a), -DFUSE_QX_LANES=L picks it
+// over skinny_quant.cuh's f32 body. The same contract as there (MATH, hooks, epilogue once per output);
+// what differs is the arithmetic: the f32 body spends ~8 instructions a weight value (ncu, 8B MLP), this one
+// under 2, so that decode is bound by the weights' bytes, not by issue slots.
+//
+// X, 8 bits twice: each block first writes its BM rows of X (the prologue applied, rounded to DT as the
+// unfused graph stores them) into shared memory as two int8 terms per value, x ~ d1 q1 + d2 q2, with d1 =
+// max|x| / 127 over each 32 values and d2 the same over the residual x - d1 q1 (the CPU's Q8Residual: about
+// 14 bits, the error of a bf16 round), and the exact f32 sum of each 16 values (for the blocks' offsets:
+// sum (s q + o) x = s (q . x) + o sum x). Then a lane's 64 weight values (a piece: two runs of 32, each
+// two halves of 16 under one integer scale) give sum_h scale_h (d1 (q . q1) + d2 (q . q2)) + off_h sum x.
+//
+// Pieces: K-types 4 a block (Q4_K/Q5_K: chunk c's 64 values; Q6_K: quarters t and t + 2 of half n, which
+// share their bytes), 32-value types 2 blocks. Shared memory keeps each row of X in the pieces' order,
+// chunk-major ([chunk 0..3][piece] of 16 bytes, then the same for q2, then [run][piece] of {d1, d2, sum of
+// the first 16, sum of the second 16}), so a warp's lanes, on consecutive pieces, read consecutive 16 bytes.
+//
+// DEFINES: FUSE_QX_LANES L lanes a weight row (32, 16, 8, 4), FUSE_QG_R rows a lane group, FUSE_QG_BM rows
+//   of X a block. Requirements beyond skinny_quant.cuh's (the runtime checks them): K % 64 == 0; the
+//   weights' rows start at the piece alignment (fuse_qx_align); dynamic shared memory fuse_qx_row_bytes(K) *
+//   BM; R * BM <= L. LAUNCH: ceil(N / (8 (32 / L) R)) * ceil(M / BM) blocks of 256 threads.
+// ---------------------------------------------------------------------------------------------------------
+#ifndef FUSE_QX_ONCE
+#define FUSE_QX_ONCE
+#ifndef FUSE_QX_UNROLL
+#define FUSE_QX_UNROLL 1
+#endif
+
+// The types this body reads, and the alignment of each piece's first byte (whole-block rows of K % 64 == 0).
+template <int Q> __device__ __forceinline__ constexpr bool fuse_qx_reads() {
+  return Q == FUSE_Q4_0 || Q == FUSE_Q4_1 || Q == FUSE_Q5_0 || Q == FUSE_Q5_1 || Q == FUSE_Q8_0 || Q == FUSE_Q4_K ||
+         Q == FUSE_Q5_K || Q == FUSE_Q6_K;
+}
+template <int Q> __device__ __forceinline__ constexpr int fuse_qx_align() {
+  return Q == FUSE_Q6_K ? 2 : Q == FUSE_Q4_1 ? 8 : (Q == FUSE_Q4_0 || Q == FUSE_Q5_0 || Q == FUSE_Q8_0) ? 4 : 16;
+}
+// A piece's bytes as words: K-types the block's header (Q6_K: none) and the piece's parts; 32-value types
+// the two blocks whole.
+template <int Q> __device__ __forceinline__ constexpr int fuse_qx_words() {
+  return Q == FUSE_Q4_0 ? 9 : Q == FUSE_Q4_1 ? 10 : Q == FUSE_Q5_0 ? 11 : Q == FUSE_Q5_1 ? 12 : Q == FUSE_Q8_0 ? 17
+       : Q == FUSE_Q4_K ? 12 : Q == FUSE_Q5_K ? 20 : 19;
+}
+
+// N words of bytes from p (A-byte aligned): the widest loads A allows; at A == 2 the aligned words around p,
+// funnel-shifted (the word past the end is read only where p is not 4-byte aligned, so never past a tensor).
+template <int A, int N> __device__ __forceinline__ void fuse_qx_load(const unsigned char* p, unsigned* w) {
+  if constexpr (A >= 16 && N % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      const uint4 v = ((const uint4*)p)[i];
+      w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+    }
+  } else if constexpr (A >= 8 && N % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      const uint2 v = ((const uint2*)p)[i];
+      w[2 * i] = v.x, w[2 * i + 1] = v.y;
+    }
+  } else if constexpr (A >= 4) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) w[i] = ((const unsigned*)p)[i];
+  } else {
+    const unsigned* a = (const unsigned*)((unsigned long long)p & ~3ull);
+    const unsigned shift = ((unsigned)(unsigned long long)p & 2u) * 8u;
+    unsigned prev = a[0];
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const unsigned next = (i + 1 < N || shift) ? a[i + 1] : 0u;
+      w[i] = __funnelshift_r(prev, next, shift);
+      prev = next;
+    }
+  }
+}
+
+// Piece `piece` of the weight row at `row` (its first block): its words. `part` is the piece's place in its
+// block (K-types, 0..3; the same for every piece a lane visits when L % 4 == 0, but not assumed).
+template <int Q> __device__ __forceinline__ void fuse_qx_fetch(const unsigned char* row, int piece, unsigned* w) {
+  constexpr int A = fuse_qx_align<Q>();
+  if constexpr (Q >= FUSE_Q4_K) {
+    const unsigned char* b = row + (long long)(piece >> 2) * fuse_q_bytes<Q>();
+    const int part = piece & 3;
+    if constexpr (Q == FUSE_Q6_K) {
+      const int n = part >> 1, t = part & 1;
+      fuse_qx_load<2, 8>(b + 64 * n + 32 * t, w);       // ql: quarter t's low nibbles, t + 2's high
+      fuse_qx_load<2, 8>(b + 128 + 32 * n, w + 8);      // qh: 2 bits of each quarter
+      // Half n's 8 scales and d by halfwords: a funnel-shifted word could read past the tensor's last block.
+      const unsigned short* sc = (const unsigned short*)(b + 192 + 8 * n);
+      w[16] = sc[0] | ((unsigned)sc[1] << 16);
+      w[17] = sc[2] | ((unsigned)sc[3] << 16);
+      w[18] = *(const unsigned short*)(b + 208);
+    } else {
+      fuse_qx_load<16, 4>(b, w);  // d | dmin, 12 scale bytes
+      if constexpr (Q == FUSE_Q5_K) {
+        fuse_qx_load<16, 8>(b + 16, w + 4);              // qh: bits 2c, 2c + 1 of each byte
+        fuse_qx_load<16, 8>(b + 48 + 32 * part, w + 12);  // qs: chunk c
+      } else {
+        fuse_qx_load<16, 8>(b + 16 + 32 * part, w + 4);
+      }
+    }
+  } else {
+    fuse_qx_load<A, fuse_qx_words<Q>()>(row + (long long)piece * 2 * fuse_q_bytes<Q>(), w);
+  }
+}
+
+// A piece decoded: run h's half s codes (4 words of 4 byte codes, small non-negative ints or Q8_0's signed
+// bytes), the run's scale of the integer dot and offsets of the halves' sums of x; Q6_K's integer scale of
+// each half.
+struct FuseQxPiece {
+  unsigned code[2][2][4];
+  int mul[2][2];
+  float scale[2], off[2][2];
+};
+template <int Q> __device__ __forceinline__ FuseQxPiece fuse_qx_decode(const unsigned* w, int piece) {
+  FuseQxPiece o;
+  const unsigned M4 = 0x0f0f0f0fu;
+  if constexpr (Q == FUSE_Q4_K || Q == FUSE_Q5_K) {
+    const int c = piece & 3;
+    const float d = fuse_f16_to_f32((unsigned short)(w[0] & 0xffffu)), dmin = fuse_f16_to_f32((unsigned short)(w[0] >> 16));
+    constexpr int QS = Q == FUSE_Q5_K ? 12 : 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      unsigned sc, mn;
+      fuse_q_scale_min_k4w(w[1], w[2], w[3], 2 * c + h, sc, mn);
+      o.scale[h] = d * (float)sc;
+      o.off[h][0] = o.off[h][1] = -(dmin * (float)mn);
+#pragma unroll
+      for (int s = 0; s < 2; ++s)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          unsigned v = (w[QS + 4 * s + i] >> (4 * h)) & M4;
+          if constexpr (Q == FUSE_Q5_K) v |= ((w[4 + 4 * s + i] >> (2 * c + h)) & 0x01010101u) << 4;
+          o.code[h][s][i] = v;
+        }
+    }
+  } else if constexpr (Q == FUSE_Q6_K) {
+    const int t = piece & 1;
+    const float d = fuse_f16_to_f32((unsigned short)(w[18] & 0xffffu));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      o.scale[h] = d;
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        const int at = 2 * t + 4 * h + s;  // the half's scale byte of the 8
+        o.mul[h][s] = (int)(signed char)((w[16 + (at >> 2)] >> (8 * (at & 3))) & 0xffu);
+        o.off[h][s] = -32.0f * d * (float)o.mul[h][s];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          o.code[h][s][i] = ((w[4 * s + i] >> (4 * h)) & M4) | (((w[8 + 4 * s + i] >> (2 * t + 4 * h)) & 0x03030303u) << 4);
+      }
+    }
+  } else {
+    // Two blocks: d (and m), Q5's 32 fifth bits, 16 bytes whose low nibbles are values 0..15 (Q8_0: 32 bytes).
+    constexpr bool has_min = Q == FUSE_Q4_1 || Q == FUSE_Q5_1, five = Q == FUSE_Q5_0 || Q == FUSE_Q5_1;
+    constexpr int BW = fuse_q_bytes<Q>();  // a block's bytes; the second block starts at byte BW
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // Word i of the block's bytes from `from` on (2-byte aligned within the piece).
+      auto word = [&](int from) -> unsigned {
+        const int at = h * BW + from;
+        return (at & 3) ? __funnelshift_r(w[at >> 2], w[(at >> 2) + 1], 16) : w[at >> 2];
+      };
+      const unsigned head = word(0);
+      const float d = fuse_f16_to_f32((unsigned short)(head & 0xffffu));
+      o.scale[h] = d;
+      const float off = has_min ? fuse_f16_to_f32((unsigned short)(head >> 16)) : Q == FUSE_Q8_0 ? 0.0f : (five ? -16.0f : -8.0f) * d;
+      o.off[h][0] = o.off[h][1] = off;
+      constexpr int qs = (has_min ? 4 : 2) + (five ? 4 : 0);
+      const unsigned high = five ? word(has_min ? 4 : 2) : 0u;
+#pragma unroll
+      for (int s = 0; s < 2; ++s)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          if constexpr (Q == FUSE_Q8_0) {
+            o.code[h][s][i] = word(2 + 16 * s + 4 * i);
+          } else {
+            unsigned v = (word(qs + 4 * i) >> (4 * s)) & M4;
+            if constexpr (five) v |= fuse_q_spread4(high >> (16 * s + 4 * i));
+            o.code[h][s][i] = v;
+          }
+        }
+    }
+  }
+  return o;
+}
+
+// Bytes of shared memory one row of X takes.
+__host__ __device__ __forceinline__ constexpr long long fuse_qx_row_bytes(long long k) { return 2 * k + k / 2; }
+
+// Where X's 32-value block b of a row goes: its piece and its run in the piece.
+template <int Q> __device__ __forceinline__ void fuse_qx_place(int b, int& piece, int& h) {
+  if constexpr (Q == FUSE_Q6_K) {
+    piece = 2 * (b >> 2) + (b & 1);
+    h = (b >> 1) & 1;
+  } else {
+    piece = b >> 1;
+    h = b & 1;
+  }
+}
+
+// Four signed values (|v| <= 127) as the bytes of a word.
+__device__ __forceinline__ unsigned fuse_qx_pack4(int a, int b, int c, int e) {
+  return (unsigned)(a & 0xff) | ((unsigned)(b & 0xff) << 8) | ((unsigned)(c & 0xff) << 16) | ((unsigned)(e & 0xff) << 24);
+}
+
+// The block's rows of X into shared memory as above: 4 lanes a 32-value block, 8 values each.
+template <int Q, int DT, int BM>
+__device__ __forceinline__ void fuse_qx_write_x(const FuseSkinnyParams& p, long long m0, int rows, unsigned char* smem) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int K = (int)p.gemm.k, P = K / 64, per_row = K / 8;
+  const long long row_bytes = fuse_qx_row_bytes(K);
+  for (int base = warp * 32; base < BM * per_row; base += 256) {
+    const int idx = base + lane;
+    const bool on = idx < BM * per_row;  // BM * per_row % 4 == 0: a block's 4 lanes are all on or all off
+    const int i = on ? idx / per_row : 0, k8 = on ? (idx % per_row) * 8 : 0;
+    float x[8];
+    const int row = i < rows ? i : rows - 1;  // rows past M repeat the last: computed, never stored
+    fuse_qg_load_x<DT>(p.gemm.x, (m0 + row) * p.gemm.lda + k8, x);
+#if FUSE_GEMM_PRO
+    fuse_gemm_pro8(p.epi, fuse_pro_row[row], k8, x);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = fuse_qg_round<DT>(x[e]);
+#endif
+    float amax = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const float d1 = amax / 127.0f, inv1 = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int q1[8];
+    float r[8], rmax = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      q1[e] = __float2int_rn(x[e] * inv1);
+      r[e] = fmaf(-d1, (float)q1[e], x[e]);
+      rmax = fmaxf(rmax, fabsf(r[e]));
+    }
+    rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 1));
+    rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 2));
+    const float d2 = rmax / 127.0f, inv2 = rmax > 0.0f ? 127.0f / rmax : 0.0f;
+    int q2[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) q2[e] = __float2int_rn(r[e] * inv2);
+    const float s8 = ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]));
+    const float s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);
+    const float s16b = __shfl_xor_sync(0xffffffffu, s16, 2);
+    if (on) {
+      int piece, h;
+      fuse_qx_place<Q>(k8 >> 5, piece, h);
+      const int sub = (k8 >> 3) & 3, chunk = 2 * h + (sub >> 1);
+      unsigned char* q = smem + i * row_bytes + (long long)(chunk * P + piece) * 16 + 8 * (sub & 1);
+      *(uint2*)q = make_uint2(fuse_qx_pack4(q1[0], q1[1], q1[2], q1[3]), fuse_qx_pack4(q1[4], q1[5], q1[6], q1[7]));
+      *(uint2*)(q + K) = make_uint2(fuse_qx_pack4(q2[0], q2[1], q2[2], q2[3]), fuse_qx_pack4(q2[4], q2[5], q2[6], q2[7]));
+      if (sub == 0) ((float4*)(smem + i * row_bytes + 2 * K))[h * P + piece] = make_float4(d1, d2, s16, s16b);
+    }
+  }
+}
+
+// One piece against one row of X (at `x`, row_bytes apart from the next): acc += its dot.
+template <int Q>
+__device__ __forceinline__ void fuse_qx_dot(const FuseQxPiece& w, const unsigned char* x, int K, int P, int piece, float& acc) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float4 m = ((const float4*)(x + 2 * K))[h * P + piece];
+    int i1[2], i2[2];
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const uint4 a = ((const uint4*)x)[(2 * h + s) * P + piece], b = ((const uint4*)(x + K))[(2 * h + s) * P + piece];
+      const unsigned* c = w.code[h][s];
+      i1[s] = __dp4a((int)c[3], (int)a.w, __dp4a((int)c[2], (int)a.z, __dp4a((int)c[1], (int)a.y, __dp4a((int)c[0], (int)a.x, 0))));
+      i2[s] = __dp4a((int)c[3], (int)b.w, __dp4a((int)c[2], (int)b.z, __dp4a((int)c[1], (int)b.y, __dp4a((int)c[0], (int)b.x, 0))));
+    }
+    if constexpr (Q == FUSE_Q6_K) {
+      const int j1 = w.mul[h][0] * i1[0] + w.mul[h][1] * i1[1], j2 = w.mul[h][0] * i2[0] + w.mul[h][1] * i2[1];
+      acc = fmaf(w.scale[h], fmaf(m.y, (float)j2, m.x * (float)j1), acc);
+      acc = fmaf(w.off[h][0], m.z, acc);
+      acc = fmaf(w.off[h][1], m.w, acc);
+    } else {
+      acc = fmaf(w.scale[h], fmaf(m.y, (float)(i2[0] + i2[1]), m.x * (float)(i1[0] + i1[1])), acc);
+      if constexpr (Q != FUSE_Q8_0) acc = fmaf(w.off[h][0], m.z + m.w, acc);
+    }
+  }
+}
+
+template <int Q, int DT, int L, int R, int BM, int DUAL>
+__device__ __forceinline__ void fuse_qx_body(const FuseSkinnyParams& p) {
+  static_assert(fuse_qx_reads<Q>(), "a block type this body reads");
+  static_assert((L == 32 || L == 16 || L == 8 || L == 4) && R * BM <= L, "a lane of the group an output");
+  constexpr int D = DUAL ? 2 : 1, G = 32 / L, WORDS = fuse_qx_words<Q>();
+  extern __shared__ __align__(16) unsigned char fuse_qx_smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, li = lane % L, g = lane / L;
+  const long long M = p.gemm.m, N = p.gemm.n;
+  const int K = (int)p.gemm.k, P = K / 64;
+  const long long mblocks = (M + BM - 1) / BM;
+  const long long m0 = (blockIdx.x % mblocks) * BM;
+  const long long n0 = (blockIdx.x / mblocks) * (8 * G * R) + (long long)(warp * G + g) * R;
+  const int rows = (int)(M - m0 < BM ? M - m0 : BM);
+  const unsigned char* wrow[D][R];
+#pragma unroll
+  for (int d = 0; d < D; ++d)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const long long n = n0 + r < N ? n0 + r : N - 1;  // rows past N are computed, never stored
+      const long long ldw = d == 0 ? p.gemm.ldw0 : p.gemm.ldw1;
+      wrow[d][r] = (const unsigned char*)(d == 0 ? p.gemm.w0 : p.gemm.w1) + (n * ldw / fuse_q_values<Q>()) * fuse_q_bytes<Q>();
+      if (li < P) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow[d][r] + (Q >= FUSE_Q4_K ? (li >> 2) * fuse_q_bytes<Q>() : li * 2 * fuse_q_bytes<Q>())));
+    }
+  fuse_grid_wait();
+  fuse_grid_release();
+#if FUSE_GEMM_PRO
+  static_assert(BM <= FUSE_GEMM_PRO_ROWS, "the in-kernel prologue holds FUSE_GEMM_PRO_ROWS rows");
+  __shared__ float fuse_qx_part[BM * 256];
+  fuse_gemm_pro_rows(p.epi, m0, rows, K, fuse_qx_part, 256);
+  __syncthreads();
+#endif
+  fuse_qx_write_x<Q, DT, BM>(p, m0, rows, fuse_qx_smem);
+  __syncthreads();
+  const long long row_bytes = fuse_qx_row_bytes(K);
+  float acc[D][R][BM];
+#pragma unroll
+  for (int d = 0; d < D; ++d)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int i = 0; i < BM; ++i) acc[d][r][i] = 0.0f;
+#pragma unroll FUSE_QX_UNROLL
+  for (int piece = li; piece < P; piece += L) {
+    // Every row's bytes first (their loads in flight together), then each against X.
+    unsigned words[D][R][WORDS];
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+      for (int r = 0; r < R; ++r) fuse_qx_fetch<Q>(wrow[d][r], piece, words[d][r]);
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const FuseQxPiece w = fuse_qx_decode<Q>(words[d][r], piece);
+#pragma unroll
+        for (int i = 0; i < BM; ++i) fuse_qx_dot<Q>(w, fuse_qx_smem + i * row_bytes, K, P, piece, acc[d][r][i]);
+      }
+  }
+  // The group's L lanes' sums (a butterfly: every lane gets each, the same order of additions in all);
+  // lane r * BM + i of the group stores (row m0 + i, column n0 + r).
+  float out0 = 0.0f, out1 = 0.0f;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int i = 0; i < BM; ++i) {
+      float s0 = acc[0][r][i], s1 = acc[D - 1][r][i];
+#pragma unroll
+      for (int o = L / 2; o >= 1; o >>= 1) {
+        s0 += __shfl_xor_sync(0xffffffffu, s0, o);
+        if (DUAL) s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+      }
+      if (li == r * BM + i) out0 = s0, out1 = DUAL ? s1 : 0.0f;
+    }
+  const int r = li / BM, i = li % BM;
+  if (r < R && i < rows && n0 + r < N) fuse_gemm_epilogue(p.epi, m0 + i, n0 + r, out0, out1);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1) FUSE_SKINNY_NAME(const FuseSkinnyParams p) {
+#if defined(FUSE_QX_LANES)
+    fuse_qx_body<FUSE_SK_WQ, FUSE_SK_DT, FUSE_QX_LANES, FUSE_QG_R, FUSE_QG_BM, FUSE_SKINNY_DUAL>(p);
+#else
+    fuse_qg_body<FUSE_SK_WQ, FUSE_SK_DT, FUSE_QG_R, FUSE_QG_BM, FUSE_SKINNY_DUAL>(p);
+#endif
+}
+
+#endif  // FUSE_QX_ONCE
