@@ -54,7 +54,7 @@ for step in "${steps[@]}"; do
   case $step in
     model)
       mkdir -p /tmp/model
-      [ -f /tmp/model/partaa ] && cat /tmp/model/partaa .model-b/part* >/tmp/model/SmolLM2-135M-Instruct.Q4_1.gguf && rm /tmp/model/partaa
+      [ -f /tmp/model/partab ] && cat /tmp/model/partaa /tmp/model/partab .model-c/part* >/tmp/model/SmolLM2-135M-Instruct.Q4_1.gguf && rm /tmp/model/partaa /tmp/model/partab
       say "model: $(sha256sum /tmp/model/SmolLM2-135M-Instruct.Q4_1.gguf 2>&1 | cut -c1-16)"
       export FUSE_MODEL_DIR=/tmp/model FUSE_TEST_MODEL=1
       ;;
