@@ -231,12 +231,11 @@ impl QuantSkinnyConfig {
         if self.shared_bytes(k) + self.rows * 1024 > 227 * 1024 {
             return Some(format!("{} rows of X over {k} columns do not fit in shared memory", self.rows));
         }
-        let align = match weights {
-            DType::Q6_K => 2,
-            DType::Q4_1 => 8,
-            DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => 4,
-            _ => 16,
-        };
+        // A piece is a K block's part or two 32-value blocks; it starts at the largest power of two up to 16
+        // dividing those bytes (skinny_q8x.cuh's fuse_qx_align).
+        let block = weights.block()?;
+        let piece = if block.elements == 32 { 2 * block.bytes } else { block.bytes };
+        let align = 1u64 << piece.trailing_zeros().min(4);
         row_starts
             .iter()
             .find(|&&a| a % align != 0)

@@ -32,8 +32,12 @@ template <int Q> __device__ __forceinline__ constexpr bool fuse_qx_reads() {
   return Q == FUSE_Q4_0 || Q == FUSE_Q4_1 || Q == FUSE_Q5_0 || Q == FUSE_Q5_1 || Q == FUSE_Q8_0 || Q == FUSE_Q4_K ||
          Q == FUSE_Q5_K || Q == FUSE_Q6_K;
 }
+template <int Q> __device__ __forceinline__ constexpr int fuse_qx_piece_bytes() {
+  return fuse_q_values<Q>() == 32 ? 2 * fuse_q_bytes<Q>() : fuse_q_bytes<Q>();
+}
 template <int Q> __device__ __forceinline__ constexpr int fuse_qx_align() {
-  return Q == FUSE_Q6_K ? 2 : Q == FUSE_Q4_1 ? 8 : (Q == FUSE_Q4_0 || Q == FUSE_Q5_0 || Q == FUSE_Q8_0) ? 4 : 16;
+  constexpr int b = fuse_qx_piece_bytes<Q>();  // (a K block's pieces lie inside it: the block's alignment)
+  return (b & 15) == 0 ? 16 : (b & 7) == 0 ? 8 : (b & 3) == 0 ? 4 : 2;
 }
 // A piece's bytes as words: K-types the block's header (Q6_K: none) and the piece's parts; 32-value types
 // the two blocks whole.
@@ -99,7 +103,7 @@ template <int Q> __device__ __forceinline__ void fuse_qx_fetch(const unsigned ch
       }
     }
   } else {
-    fuse_qx_load<A, fuse_qx_words<Q>()>(row + (long long)piece * 2 * fuse_q_bytes<Q>(), w);
+    fuse_qx_load<A, fuse_qx_words<Q>()>(row + (long long)piece * fuse_qx_piece_bytes<Q>(), w);
   }
 }
 
@@ -300,9 +304,7 @@ __device__ __forceinline__ void fuse_qx_body(const FuseSkinnyParams& p) {
   for (int d = 0; d < D; ++d)
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const long long n = n0 + r < N ? n0 + r : N - 1;  // rows past N are computed, never stored
-      const long long ldw = d == 0 ? p.gemm.ldw0 : p.gemm.ldw1;
-      wrow[d][r] = (const unsigned char*)(d == 0 ? p.gemm.w0 : p.gemm.w1) + (n * ldw / fuse_q_values<Q>()) * fuse_q_bytes<Q>();
+      wrow[d][r] = fuse_qg_weight_row<Q>(p, d, n0 + r);
       if (li < P) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow[d][r] + (Q >= FUSE_Q4_K ? (li >> 2) * fuse_q_bytes<Q>() : li * 2 * fuse_q_bytes<Q>())));
     }
   fuse_grid_wait();

@@ -68,6 +68,14 @@ __device__ __forceinline__ float fuse_qg_round(float v) {
     else return fuse_round_bf16(v);
 }
 
+// The first block of weight d's row n (rows past N are the last row's: computed, never stored).
+template <int Q>
+__device__ __forceinline__ const unsigned char* fuse_qg_weight_row(const FuseSkinnyParams& p, int d, long long n) {
+    const long long row = n < p.gemm.n ? n : p.gemm.n - 1;
+    const long long ldw = d == 0 ? p.gemm.ldw0 : p.gemm.ldw1;
+    return (const unsigned char*)(d == 0 ? p.gemm.w0 : p.gemm.w1) + (row * ldw / fuse_q_values<Q>()) * fuse_q_bytes<Q>();
+}
+
 template <int Q, int DT, int R, int BM, int DUAL>
 __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
     constexpr int D = DUAL ? 2 : 1, B = fuse_q_values<Q>(), BYTES = fuse_q_bytes<Q>();
@@ -88,11 +96,7 @@ __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
 #pragma unroll
     for (int d = 0; d < D; ++d)
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const long long n = n0 + r < N ? n0 + r : N - 1;  // rows past N are computed, never stored
-            const long long ldw = d == 0 ? p.gemm.ldw0 : p.gemm.ldw1;
-            wp[d][r] = (const unsigned char*)(d == 0 ? p.gemm.w0 : p.gemm.w1) + (n * ldw / B + lane / U) * BYTES;
-        }
+        for (int r = 0; r < R; ++r) wp[d][r] = fuse_qg_weight_row<Q>(p, d, n0 + r) + (lane / U) * BYTES;
     // Each lane's first weight bytes toward L2 while the kernel before this one finishes (programmatic
     // dependent launch): a prefetch is a hint, coherent with whatever that kernel writes.
     if (first < K) {
