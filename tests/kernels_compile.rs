@@ -171,7 +171,8 @@ fn variants(g: &Graph, spec: &KernelSpec) -> Vec<Vec<String>> {
 
 /// The quantized skinny template (`-DFUSE_SK_WQ`) of a Skinny kernel: every config with Q4_K weights and bf16
 /// activations, the first with every other block type, f32 and f16 activations, the 8-bit body with every
-/// block type; with its prologue, the configs of one and of eight rows and the 8-bit body's of one and four.
+/// block type, the streaming 8-bit body likewise; with its prologue, the configs of one and of eight rows and the
+/// 8-bit bodies' of one and four.
 fn quant_variants(
     spec: &KernelSpec,
     slots: &dyn Fn(DType, bool) -> Vec<InputKind>,
@@ -187,12 +188,17 @@ fn quant_variants(
     // The 8-bit body (the first of its configs) with every block type, f32 activations as decode runs.
     let x8 = configs.iter().find(|c| c.x8_lanes > 0).expect("an 8-bit config");
     sets.extend(DType::QUANTIZED.iter().filter(|&&w| w != DType::Q4_K).map(|&w| set(x8, DType::F32, w)));
+    // The streaming 8-bit body (its first config) likewise, and with the weights copied before the wait.
+    let stream = configs.iter().find(|c| c.stages > 0).expect("a streaming config");
+    sets.extend(DType::QUANTIZED.iter().filter(|&&w| w != DType::Q4_K).map(|&w| set(stream, DType::F32, w)));
+    sets.push([set(stream, DType::F32, DType::Q6_K), vec![codegen::EARLY_WEIGHTS_DEFINE.to_string()]].concat());
     sets.push(set(&configs[0], DType::F32, DType::Q8_0));
     sets.push(set(&configs[0], DType::F16, DType::Q6_K));
     if spec.prologue.is_some() {
         let rows = |n: usize| configs.iter().find(|c| c.rows == n).expect("a config of that many rows");
         let x8_rows = |n: usize| configs.iter().find(|c| c.rows == n && c.x8_lanes > 0).expect("an 8-bit config");
-        for c in [rows(1), rows(8), x8_rows(1), x8_rows(4)] {
+        let stream_rows = |n: usize| configs.iter().find(|c| c.rows == n && c.stages > 0).expect("a streaming config");
+        for c in [rows(1), rows(8), x8_rows(1), x8_rows(4), stream_rows(1), stream_rows(4)] {
             sets.push([set(c, DType::BF16, DType::Q4_1), vec!["-DFUSE_GEMM_PRO=1".to_string()]].concat());
         }
     }

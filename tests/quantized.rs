@@ -189,6 +189,9 @@ fn on_a_gpu_every_block_type_multiplies_as_stored_on_every_path() {
             (1, 130, 4, DType::F32),
             (2, 67, 6, DType::F32),
             (4, 19, 2, DType::BF16),
+            // Enough rows that the streaming body's warps take several sets each (its grid is one wave), rows of
+            // 2304 values: its steps of 32 pieces end inside a row.
+            (1, 4099, 2304 / per, DType::F32),
         ] {
             let k = blocks * per;
             let (w, _) = weights(dtype, n, k, 200 + t as u64);
@@ -222,9 +225,9 @@ fn on_a_gpu_every_block_type_multiplies_as_stored_on_every_path() {
 fn on_a_gpu_the_prologue_and_the_dual_epilogue_fuse_around_quantized_gemms() {
     let Some(gpu) = fuse::testing::gpu_or_skip() else { return };
     let mut r = TestRng::new(32);
-    let (n, k) = (72, 768);
+    let shapes: [(usize, usize, &[usize]); 2] = [(72, 768, &[1, 3, 8]), (2999, 1024, &[1])];
     for (wg_type, wu_type) in [(DType::Q4_K, DType::Q4_K), (DType::Q6_K, DType::Q6_K), (DType::Q4_1, DType::Q4_1)] {
-        for m in [1, 3, 8] {
+        for (n, k, m) in shapes.iter().flat_map(|&(n, k, ms)| ms.iter().map(move |&m| (n, k, m))) {
             let x = random(&mut r, &[m, k], DType::BF16, -1.0, 1.0, &Device::Cpu);
             let norm = random(&mut r, &[k], DType::BF16, 0.5, 1.5, &Device::Cpu);
             let (wg, _) = weights(wg_type, n, k, 7);
@@ -249,6 +252,48 @@ fn on_a_gpu_the_prologue_and_the_dual_epilogue_fuse_around_quantized_gemms() {
                     &gpu,
                 );
             }
+        }
+    }
+}
+
+/// The streaming configs alone (what scripts/gpu/gpu-sanitize.sh runs under each compute-sanitizer tool with
+/// `SANITIZE_BIN=test-quantized SANITIZE_FILTER=streaming`): every block type with enough rows that warps take
+/// several sets and rows of two steps (the ring wraps), and the dual GEMM with its rms_norm prologue at 1 and 3
+/// rows of X.
+#[test]
+fn on_a_gpu_the_streaming_configs_read_every_block_type() {
+    let Some(gpu) = fuse::testing::gpu_or_skip() else { return };
+    let mut r = TestRng::new(34);
+    let streaming: Vec<String> = fuse::ir::codegen::QUANT_SKINNY_CONFIGS
+        .iter()
+        .filter(|c| c.stages > 0)
+        .map(|c| format!("qskinny:{}", c.name))
+        .collect();
+    assert!(!streaming.is_empty(), "a streaming config");
+    let (n, k) = (4099, 2304);
+    for (t, dtype) in DType::QUANTIZED.into_iter().enumerate() {
+        let (w, _) = weights(dtype, n, k, 300 + t as u64);
+        let x = random(&mut r, &[1, k], DType::F32, -1.0, 1.0, &Device::Cpu);
+        let want = fuse::reference(projection_fused(), &[fuse::arg(&x), fuse::arg(&w)]).unwrap();
+        let (x, w) = (x.to_device(&gpu).unwrap(), w.to_device(&gpu).unwrap());
+        for path in &streaming {
+            let got = on_path(path, || projection(&x, &w));
+            fuse::testing::assert_close(&format!("{path}: {dtype} [{n}, {k}]"), &got, &want[0], DType::F32, &gpu);
+        }
+    }
+    let (n, k) = (2999, 1024);
+    for m in [1, 3] {
+        let x = random(&mut r, &[m, k], DType::BF16, -1.0, 1.0, &Device::Cpu);
+        let norm = random(&mut r, &[k], DType::BF16, 0.5, 1.5, &Device::Cpu);
+        let (wg, _) = weights(DType::Q4_K, n, k, 9);
+        let (wu, _) = weights(DType::Q4_K, n, k, 10);
+        let want = fuse::reference(gated_fused(), &[fuse::arg(&x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu)]);
+        let g = |t: &Tensor| t.to_device(&gpu).unwrap();
+        let (x, norm, wg, wu) = (g(&x), g(&norm), g(&wg), g(&wu));
+        for path in &streaming {
+            let got = on_path(path, || gated(&x, &norm, &wg, &wu));
+            let what = format!("{path}: m={m} rms_norm + Q4_K dual + silu * up");
+            fuse::testing::assert_close(&what, &got, &want.as_ref().unwrap()[0], DType::BF16, &gpu);
         }
     }
 }

@@ -89,10 +89,13 @@ impl CudaStorage {
             message: format!("{len} elements of {dtype} overflow the address space or are not whole blocks"),
         })?;
         let _entered = device.enter();
+        // Whole 16-byte units: a kernel may copy a tensor's last bytes as one 16-byte unit (the streaming
+        // quantized GEMM's cp.async, which compute-sanitizer counts whole even where it reads fewer bytes).
+        let padded = bytes.max(1).next_multiple_of(16);
         let memory = match device.capture_arena() {
-            Some(arena) => Memory::Arena { address: arena.take(bytes.max(1))?, _arena: arena },
+            Some(arena) => Memory::Arena { address: arena.take(padded)?, _arena: arena },
             // Uninitialised (or a released tensor's): every caller writes it before reading it.
-            None => Memory::Pool(Some(device.pool_buffer(bytes.max(1))?)),
+            None => Memory::Pool(Some(device.pool_buffer(padded)?)),
         };
         let storage = CudaStorage {
             memory,

@@ -24,8 +24,11 @@ pub const SKINNY_TEMPLATE: &str =
     concat!(include_str!("templates/skinny.cuh"), include_str!("templates/skinny_kernel.cuh"));
 /// The skinny template for weights of quantized blocks (`templates/skinny_quant.cuh`), in the same kernel
 /// source behind `-DFUSE_SK_WQ` (see [`source`]).
-pub const QUANT_SKINNY_TEMPLATE: &str =
-    concat!(include_str!("templates/skinny_quant.cuh"), include_str!("templates/skinny_q8x.cuh"));
+pub const QUANT_SKINNY_TEMPLATE: &str = concat!(
+    include_str!("templates/skinny_quant.cuh"),
+    include_str!("templates/skinny_q8x.cuh"),
+    include_str!("templates/skinny_q8s.cuh")
+);
 /// The define that lets a skinny kernel copy its first weight chunks before it waits for the kernel before it
 /// (only where the host knows that kernel does not write them).
 pub const EARLY_WEIGHTS_DEFINE: &str = "-DFUSE_GEMM_EARLY_W=1";
@@ -133,8 +136,10 @@ impl GemmTiling for SkinnyConfig {
 }
 
 /// One config of the quantized skinny template (`templates/skinny_quant.cuh`, f32 products of decoded values,
-/// or `templates/skinny_q8x.cuh`, 8-bit integer products against X quantized twice in shared memory): weight
-/// rows per warp (per lane group) and rows of the left operand per block, for 256-thread blocks.
+/// or `templates/skinny_q8x.cuh`, 8-bit integer products against X quantized twice in shared memory, the
+/// weights loaded into registers or, `templates/skinny_q8s.cuh`, streamed through a shared-memory ring by a
+/// grid of one wave): weight rows per warp (per lane group) and rows of the left operand per block, for
+/// 256-thread blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QuantSkinnyConfig {
     /// The config's part of the path name (`qskinny:<name>`).
@@ -146,6 +151,8 @@ pub struct QuantSkinnyConfig {
     pub fast_rows: (usize, usize),
     /// The 8-bit body's lanes per weight row (32, 16, 8 or 4); 0 for the f32 body.
     pub x8_lanes: usize,
+    /// The streaming body's ring stages (`FUSE_QS_STAGES`); 0 for the bodies that load into registers.
+    pub stages: usize,
 }
 
 const fn f32_body(
@@ -154,7 +161,7 @@ const fn f32_body(
     rows: usize,
     fast_rows: (usize, usize),
 ) -> QuantSkinnyConfig {
-    QuantSkinnyConfig { name, rows_per_warp, rows, fast_rows, x8_lanes: 0 }
+    QuantSkinnyConfig { name, rows_per_warp, rows, fast_rows, x8_lanes: 0, stages: 0 }
 }
 
 const fn x8_body(
@@ -164,8 +171,26 @@ const fn x8_body(
     rows: usize,
     fast_rows: (usize, usize),
 ) -> QuantSkinnyConfig {
-    QuantSkinnyConfig { name, rows_per_warp: rows_per_group, rows, fast_rows, x8_lanes: lanes }
+    QuantSkinnyConfig { name, rows_per_warp: rows_per_group, rows, fast_rows, x8_lanes: lanes, stages: 0 }
 }
+
+/// The streaming body gives a weight row a whole warp (32 lanes).
+const fn x8_stream(
+    name: &'static str,
+    rows_per_warp: usize,
+    rows: usize,
+    stages: usize,
+    fast_rows: (usize, usize),
+) -> QuantSkinnyConfig {
+    QuantSkinnyConfig { name, rows_per_warp, rows, fast_rows, x8_lanes: 32, stages }
+}
+
+/// Shared memory an SM of the GPUs the templates target gives its blocks (Hopper's 228 KB), and what each
+/// block of those takes besides its own (1 KB): the streaming body's blocks an SM.
+const SM_SHARED_BYTES: usize = 228 * 1024;
+const BLOCK_RESERVED_BYTES: usize = 1024;
+/// The streaming body's blocks an SM at most (its 256 threads need up to 128 registers each at two).
+const STREAM_MAX_BLOCKS_PER_SM: usize = 2;
 
 /// Every config of the quantized skinny template, in the order they are tried (the first, the f32 body at
 /// one row, reads every operand the template takes: it is the probe of whether the template can run).
@@ -184,6 +209,9 @@ pub const QUANT_SKINNY_CONFIGS: &[QuantSkinnyConfig] = &[
     x8_body("x16r4", 16, 4, 1, (1, 1)),
     x8_body("x32r1m2", 32, 1, 2, (2, 2)),
     x8_body("x32r1m4", 32, 1, 4, (3, 4)),
+    x8_stream("x32r1s4", 1, 1, 4, (1, 1)),
+    x8_stream("x32r2s3", 2, 1, 3, (1, 1)),
+    x8_stream("x32r1s4m4", 1, 4, 4, (2, 4)),
 ];
 
 impl QuantSkinnyConfig {
@@ -207,20 +235,54 @@ impl QuantSkinnyConfig {
         if self.x8_lanes > 0 {
             defines.push(format!("-DFUSE_QX_LANES={}", self.x8_lanes));
         }
+        if self.stages > 0 {
+            defines.push(format!("-DFUSE_QS_STAGES={}", self.stages));
+            defines.push(format!("-DFUSE_QS_SLOT={}", self.slot_bytes(weights)?));
+        }
         Some(defines)
     }
 
-    /// Dynamic shared memory a launch over `k` columns takes (the 8-bit body's rows of X; the f32 body none).
-    pub fn shared_bytes(&self, k: usize) -> usize {
-        match self.x8_lanes {
-            0 => 0,
-            _ => self.rows * (2 * k + k / 2),
-        }
+    /// The streaming body's slot of one row's step (`FUSE_QS_SLOT`): `x8_lanes` pieces of 64 values (a K
+    /// type's quarter blocks, two 32-value blocks each) rounded up to 16 bytes, plus 32 (the stretch's offset
+    /// in its first 16-byte unit, and the word past its end that a 2-byte-aligned load reads).
+    pub fn slot_bytes(&self, weights: DType) -> Option<usize> {
+        let block = weights.block()?;
+        let step = match block.elements {
+            32 => 2 * self.x8_lanes * block.bytes,
+            _ => self.x8_lanes / 4 * block.bytes,
+        };
+        Some(step.div_ceil(16) * 16 + 32)
     }
 
-    /// Why this config cannot read `k` columns of `weights` whose rows start at `row_starts` (bytes), or
-    /// `None`: the 8-bit body takes pieces of 64 values, each at its type's alignment (skinny_q8x.cuh).
-    pub fn rejects(&self, weights: DType, k: usize, row_starts: &[u64]) -> Option<String> {
+    /// Dynamic shared memory a launch over `k` columns of `weights` takes: the 8-bit bodies' rows of X, and
+    /// the streaming body's rings (8 warps, its stages, 32 / lanes groups, each weight's rows); the f32 body none.
+    pub fn shared_bytes(&self, k: usize, weights: DType, dual: bool) -> usize {
+        if self.x8_lanes == 0 {
+            return 0;
+        }
+        let x = self.rows * (2 * k + k / 2);
+        let slots = 8 * self.stages * (32 / self.x8_lanes) * (1 + usize::from(dual)) * self.rows_per_warp;
+        x + slots * self.slot_bytes(weights).unwrap_or(0)
+    }
+
+    /// The streaming body's grid for an `m x n` product: one wave of blocks (as many an SM as its shared memory
+    /// allows, at most two) for each row block of X, fewer where `n` has fewer sets of rows than 8 warps'
+    /// groups would take; `None` for the other bodies (their grid is their tiles) or past the grid limit.
+    pub fn stream_grid(&self, m: usize, n: usize, shared_bytes: usize, sm_count: usize) -> Option<u32> {
+        if self.stages == 0 {
+            return None;
+        }
+        let per_sm = (SM_SHARED_BYTES / (shared_bytes + BLOCK_RESERVED_BYTES)).clamp(1, STREAM_MAX_BLOCKS_PER_SM);
+        let row_blocks = m.div_ceil(self.rows);
+        let wave = (sm_count.max(1) * per_sm).div_ceil(row_blocks);
+        let blocks = n.div_ceil(self.cols_per_block()).min(wave).max(1).checked_mul(row_blocks)?;
+        u32::try_from(blocks).ok().filter(|&b| b < (1 << 31))
+    }
+
+    /// Why this config cannot read `k` columns of `weights` (two of them where `dual`) whose first two rows start
+    /// at `row_starts` (bytes, each weight's two in turn), or `None`: the 8-bit bodies take pieces of 64 values,
+    /// each at its type's alignment (skinny_q8x.cuh), the streaming body 16-byte units from each weight's start.
+    pub fn rejects(&self, weights: DType, k: usize, dual: bool, row_starts: &[u64]) -> Option<String> {
         if self.x8_lanes == 0 {
             return None;
         }
@@ -228,8 +290,13 @@ impl QuantSkinnyConfig {
             return Some(format!("the 8-bit body takes rows of a multiple of 64 values, not {k}"));
         }
         // Hopper's and Ampere's largest opt-in shared memory of a block (the in-kernel prologue's part too).
-        if self.shared_bytes(k) + self.rows * 1024 > 227 * 1024 {
+        if self.shared_bytes(k, weights, dual) + self.rows * 1024 > 227 * 1024 {
             return Some(format!("{} rows of X over {k} columns do not fit in shared memory", self.rows));
+        }
+        if self.stages > 0 {
+            if let Some(a) = row_starts.iter().step_by(2).find(|&&a| a % 16 != 0) {
+                return Some(format!("the streaming body copies 16-byte units from a weight's start, not {a:#x}"));
+            }
         }
         // A piece is a K block's part or two 32-value blocks; it starts at the largest power of two up to 16
         // dividing those bytes (skinny_q8x.cuh's fuse_qx_align).
@@ -398,18 +465,27 @@ mod tests {
                     assert_eq!(c.name, format!("r{}c{}", c.rows, c.cols_per_block()));
                     assert!(c.rows * c.rows_per_warp <= 32, "a lane an output");
                 }
-                // The 8-bit body: lanes a row, rows a group (and rows of X past one); a lane of the group an output.
+                // The 8-bit bodies: lanes a row, rows a group, the ring's stages (and rows of X past one); a
+                // lane of the group an output.
                 lanes => {
                     let m = if c.rows > 1 { format!("m{}", c.rows) } else { String::new() };
-                    assert_eq!(c.name, format!("x{lanes}r{}{m}", c.rows_per_warp));
+                    let s = if c.stages > 0 { format!("s{}", c.stages) } else { String::new() };
+                    assert_eq!(c.name, format!("x{lanes}r{}{s}{m}", c.rows_per_warp));
                     assert!([4, 8, 16, 32].contains(&lanes) && c.rows * c.rows_per_warp <= lanes, "{}", c.name);
                     assert_eq!(c.cols_per_block(), 8 * (32 / lanes) * c.rows_per_warp);
                     assert!(c.defines(DType::F32, DType::Q6_K).unwrap().contains(&format!("-DFUSE_QX_LANES={lanes}")));
-                    assert_eq!(c.shared_bytes(4096), c.rows * 10240);
-                    assert!(c.rejects(DType::Q4_K, 4096, &[0, 2304]).is_none());
-                    assert!(c.rejects(DType::Q4_0, 96, &[0]).unwrap().contains("multiple of 64"));
-                    assert!(c.rejects(DType::Q4_0, 128, &[0, 2]).unwrap().contains("alignment"));
-                    assert!(c.rejects(DType::Q6_K, 256, &[0, 210]).is_none());
+                    let ring = |w: DType, dual: bool| {
+                        let slots = 8 * c.stages * (32 / lanes) * c.rows_per_warp * if dual { 2 } else { 1 };
+                        slots * c.slot_bytes(w).unwrap()
+                    };
+                    assert_eq!(c.shared_bytes(4096, DType::Q4_K, true), c.rows * 10240 + ring(DType::Q4_K, true));
+                    assert!(c.rejects(DType::Q4_K, 4096, false, &[0, 2304]).is_none());
+                    assert!(c.rejects(DType::Q4_0, 96, false, &[0]).unwrap().contains("multiple of 64"));
+                    assert!(c.rejects(DType::Q4_0, 128, false, &[0, 2]).unwrap().contains("alignment"));
+                    assert!(c.rejects(DType::Q6_K, 256, true, &[0, 210, 4096, 4306]).is_none());
+                    // The streaming body: a 16-byte-aligned start of each weight (the rows' own alignment does).
+                    let unaligned = c.rejects(DType::Q6_K, 256, true, &[0, 210, 4098, 4308]);
+                    assert_eq!(unaligned.is_some(), c.stages > 0, "{}: {unaligned:?}", c.name);
                 }
             }
             assert!(c.rows <= super::super::PROLOGUE_MAX_ROWS, "the prologue's rows");
@@ -423,6 +499,29 @@ mod tests {
         }
         assert!(QUANT_SKINNY_TEMPLATE.contains("FUSE_SK_WQ") && QUANT_SKINNY_TEMPLATE.contains("FUSE_QG_BM"));
         assert!(QUANT_SKINNY_TEMPLATE.contains("FUSE_QX_LANES") && QUANT_SKINNY_TEMPLATE.contains("__dp4a"));
+    }
+
+    #[test]
+    fn the_streaming_body_takes_one_wave_of_whole_steps() {
+        let c = QuantSkinnyConfig::by_name("x32r1s4").unwrap();
+        // 32 pieces a step: 8 Q4_K blocks (1,152 bytes), 64 Q4_0 blocks (1,152), 8 Q6_K blocks (1,680); + 32.
+        assert_eq!(c.slot_bytes(DType::Q4_K), Some(1184));
+        assert_eq!(c.slot_bytes(DType::Q4_0), Some(1184));
+        assert_eq!(c.slot_bytes(DType::Q6_K), Some(1712));
+        assert_eq!(c.slot_bytes(DType::F32), None);
+        let d = c.defines(DType::F32, DType::Q6_K).unwrap();
+        assert!(d.contains(&"-DFUSE_QS_STAGES=4".to_string()) && d.contains(&"-DFUSE_QS_SLOT=1712".to_string()));
+        // The 8B gate/up pair (14336 x 4096 Q4_K, dual): X 10 KB + 8 warps x 4 stages x 2 slots: two an SM.
+        let bytes = c.shared_bytes(4096, DType::Q4_K, true);
+        assert_eq!(bytes, 10240 + 64 * 1184);
+        assert_eq!(c.stream_grid(1, 14336, bytes, 132), Some(264));
+        // Few rows: a block for each 8 sets; rows of X past the config's: a wave for each row block.
+        assert_eq!(c.stream_grid(1, 20, bytes, 132), Some(3));
+        let m4 = QuantSkinnyConfig::by_name("x32r1s4m4").unwrap();
+        assert_eq!(m4.stream_grid(9, 100_000, m4.shared_bytes(4096, DType::Q4_K, false), 132), Some(264));
+        // More shared memory than half an SM's: one block an SM; the other bodies: no such grid.
+        assert_eq!(c.stream_grid(1, 14336, 150 * 1024, 132), Some(132));
+        assert_eq!(QuantSkinnyConfig::by_name("x32r1").unwrap().stream_grid(1, 14336, 0, 132), None);
     }
 
     #[test]

@@ -196,7 +196,8 @@ impl Executor<'_> {
             if let (GemmPath::QuantSkinny(c), Some(blocks)) = (path, blocks) {
                 let stride = |j: usize| blocks.storage_bytes(gemm.ldw[j]).unwrap_or(0) as u64;
                 let starts = [gemm.w[0], gemm.w[0] + stride(0), gemm.w[1], gemm.w[1] + stride(1)];
-                if let Some(why) = c.rejects(blocks, gemm.k, &starts[..2 * weights.len().min(2)]) {
+                let dual = weights.len() == 2;
+                if let Some(why) = c.rejects(blocks, gemm.k, dual, &starts[..2 * weights.len().min(2)]) {
                     return Err(why);
                 }
             }
@@ -240,7 +241,7 @@ impl Executor<'_> {
         };
         let (tiling, config, defines, shared_bytes): (&dyn GemmTiling, _, _, _) = match path {
             GemmPath::Skinny(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),
-            GemmPath::QuantSkinny(c) => (*c, c.name, quant_defines(c)?, c.shared_bytes(gemm.k)),
+            GemmPath::QuantSkinny(c) => (*c, c.name, quant_defines(c)?, c.shared_bytes(gemm.k, weights, dual)),
             GemmPath::Wgmma(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),
             GemmPath::Mma(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),
             _ => return Err(self.internal(format!("{} is not a template path", path.name()))),
@@ -257,7 +258,14 @@ impl Executor<'_> {
             config,
             defines,
             arch: arch.to_string(),
-            grid: tiling.grid(gemm.m, gemm.n).ok_or_else(|| self.internal("the template's grid is too large"))?,
+            grid: match path {
+                // The streaming body: one wave of blocks sharing the rows, however many tiles.
+                GemmPath::QuantSkinny(c) if c.stages > 0 => {
+                    c.stream_grid(gemm.m, gemm.n, shared_bytes, self.device.sm_count())
+                }
+                _ => tiling.grid(gemm.m, gemm.n),
+            }
+            .ok_or_else(|| self.internal("the template's grid is too large"))?,
             block,
             cluster,
             shared_bytes,
@@ -427,7 +435,12 @@ impl Executor<'_> {
         if primary.is_some() {
             defines.push("-DFUSE_GEMM_PRO=1".into());
         }
-        if matches!(path, GemmPath::Skinny(_)) && self.weights_unwritten_before(group) {
+        let early = match path {
+            GemmPath::Skinny(_) => true,
+            GemmPath::QuantSkinny(c) => c.stages > 0,
+            _ => false,
+        };
+        if early && self.weights_unwritten_before(group) {
             defines.push(codegen::EARLY_WEIGHTS_DEFINE.into());
         }
         let function =

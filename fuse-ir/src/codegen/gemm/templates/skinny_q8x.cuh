@@ -260,30 +260,70 @@ __device__ __forceinline__ void fuse_qx_write_x(const FuseSkinnyParams& p, long 
   }
 }
 
-// One piece against one row of X (at `x`, row_bytes apart from the next): acc += its dot.
+// X's half h of a piece (run h: its meta {d1, d2, sum of the first 16, of the second 16} and both terms' codes)
+// from one row of X at `x` (row_bytes apart from the next).
+struct FuseQxHalf {
+  float4 meta;
+  uint4 q1[2], q2[2];
+};
+__device__ __forceinline__ FuseQxHalf fuse_qx_x_half(const unsigned char* x, int K, int P, int piece, int h) {
+  FuseQxHalf o;
+  o.meta = ((const float4*)(x + 2 * K))[h * P + piece];
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    o.q1[s] = ((const uint4*)x)[(2 * h + s) * P + piece];
+    o.q2[s] = ((const uint4*)(x + K))[(2 * h + s) * P + piece];
+  }
+  return o;
+}
+
+// Run h of a decoded piece against X's half: acc += its dot.
+template <int Q>
+__device__ __forceinline__ void fuse_qx_dot_half(const FuseQxPiece& w, int h, const FuseQxHalf& x, float& acc) {
+  int i1[2], i2[2];
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    const uint4 a = x.q1[s], b = x.q2[s];
+    const unsigned* c = w.code[h][s];
+    i1[s] = __dp4a((int)c[3], (int)a.w, __dp4a((int)c[2], (int)a.z, __dp4a((int)c[1], (int)a.y, __dp4a((int)c[0], (int)a.x, 0))));
+    i2[s] = __dp4a((int)c[3], (int)b.w, __dp4a((int)c[2], (int)b.z, __dp4a((int)c[1], (int)b.y, __dp4a((int)c[0], (int)b.x, 0))));
+  }
+  const float4 m = x.meta;
+  if constexpr (Q == FUSE_Q6_K) {
+    const int j1 = w.mul[h][0] * i1[0] + w.mul[h][1] * i1[1], j2 = w.mul[h][0] * i2[0] + w.mul[h][1] * i2[1];
+    acc = fmaf(w.scale[h], fmaf(m.y, (float)j2, m.x * (float)j1), acc);
+    acc = fmaf(w.off[h][0], m.z, acc);
+    acc = fmaf(w.off[h][1], m.w, acc);
+  } else {
+    acc = fmaf(w.scale[h], fmaf(m.y, (float)(i2[0] + i2[1]), m.x * (float)(i1[0] + i1[1])), acc);
+    if constexpr (Q != FUSE_Q8_0) acc = fmaf(w.off[h][0], m.z + m.w, acc);
+  }
+}
+
+// One piece against one row of X: acc += its dot.
 template <int Q>
 __device__ __forceinline__ void fuse_qx_dot(const FuseQxPiece& w, const unsigned char* x, int K, int P, int piece, float& acc) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float4 m = ((const float4*)(x + 2 * K))[h * P + piece];
-    int i1[2], i2[2];
+  for (int h = 0; h < 2; ++h) fuse_qx_dot_half<Q>(w, h, fuse_qx_x_half(x, K, P, piece, h), acc);
+}
+
+// The group's L lanes' sums of acc[d][r][i] (a butterfly: every lane gets each, the same order of additions in
+// all); lane r * BM + i of the group gets (row i, column r) in out0 (weight 0) and out1 (weight 1).
+template <int L, int R, int BM, int D>
+__device__ __forceinline__ void fuse_qx_group_sums(const float (&acc)[D][R][BM], int li, float& out0, float& out1) {
+  out0 = 0.0f, out1 = 0.0f;
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      const uint4 a = ((const uint4*)x)[(2 * h + s) * P + piece], b = ((const uint4*)(x + K))[(2 * h + s) * P + piece];
-      const unsigned* c = w.code[h][s];
-      i1[s] = __dp4a((int)c[3], (int)a.w, __dp4a((int)c[2], (int)a.z, __dp4a((int)c[1], (int)a.y, __dp4a((int)c[0], (int)a.x, 0))));
-      i2[s] = __dp4a((int)c[3], (int)b.w, __dp4a((int)c[2], (int)b.z, __dp4a((int)c[1], (int)b.y, __dp4a((int)c[0], (int)b.x, 0))));
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int i = 0; i < BM; ++i) {
+      float s0 = acc[0][r][i], s1 = acc[D - 1][r][i];
+#pragma unroll
+      for (int o = L / 2; o >= 1; o >>= 1) {
+        s0 += __shfl_xor_sync(0xffffffffu, s0, o);
+        if (D == 2) s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+      }
+      if (li == r * BM + i) out0 = s0, out1 = D == 2 ? s1 : 0.0f;
     }
-    if constexpr (Q == FUSE_Q6_K) {
-      const int j1 = w.mul[h][0] * i1[0] + w.mul[h][1] * i1[1], j2 = w.mul[h][0] * i2[0] + w.mul[h][1] * i2[1];
-      acc = fmaf(w.scale[h], fmaf(m.y, (float)j2, m.x * (float)j1), acc);
-      acc = fmaf(w.off[h][0], m.z, acc);
-      acc = fmaf(w.off[h][1], m.w, acc);
-    } else {
-      acc = fmaf(w.scale[h], fmaf(m.y, (float)(i2[0] + i2[1]), m.x * (float)(i1[0] + i1[1])), acc);
-      if constexpr (Q != FUSE_Q8_0) acc = fmaf(w.off[h][0], m.z + m.w, acc);
-    }
-  }
 }
 
 template <int Q, int DT, int L, int R, int BM, int DUAL>
@@ -342,31 +382,13 @@ __device__ __forceinline__ void fuse_qx_body(const FuseSkinnyParams& p) {
         for (int i = 0; i < BM; ++i) fuse_qx_dot<Q>(w, fuse_qx_smem + i * row_bytes, K, P, piece, acc[d][r][i]);
       }
   }
-  // The group's L lanes' sums (a butterfly: every lane gets each, the same order of additions in all);
-  // lane r * BM + i of the group stores (row m0 + i, column n0 + r).
-  float out0 = 0.0f, out1 = 0.0f;
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int i = 0; i < BM; ++i) {
-      float s0 = acc[0][r][i], s1 = acc[D - 1][r][i];
-#pragma unroll
-      for (int o = L / 2; o >= 1; o >>= 1) {
-        s0 += __shfl_xor_sync(0xffffffffu, s0, o);
-        if (DUAL) s1 += __shfl_xor_sync(0xffffffffu, s1, o);
-      }
-      if (li == r * BM + i) out0 = s0, out1 = DUAL ? s1 : 0.0f;
-    }
+  // Lane r * BM + i of the group stores (row m0 + i, column n0 + r).
+  float out0, out1;
+  fuse_qx_group_sums<L, R, BM, D>(acc, li, out0, out1);
   const int r = li / BM, i = li % BM;
   if (r < R && i < rows && n0 + r < N) fuse_gemm_epilogue(p.epi, m0 + i, n0 + r, out0, out1);
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) FUSE_SKINNY_NAME(const FuseSkinnyParams p) {
-#if defined(FUSE_QX_LANES)
-    fuse_qx_body<FUSE_SK_WQ, FUSE_SK_DT, FUSE_QX_LANES, FUSE_QG_R, FUSE_QG_BM, FUSE_SKINNY_DUAL>(p);
-#else
-    fuse_qg_body<FUSE_SK_WQ, FUSE_SK_DT, FUSE_QG_R, FUSE_QG_BM, FUSE_SKINNY_DUAL>(p);
-#endif
-}
+// The kernel's entry is skinny_q8s.cuh's (after the streaming body, which it may call instead).
 
 #endif  // FUSE_QX_ONCE

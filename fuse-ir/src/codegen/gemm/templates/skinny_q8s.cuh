@@ -1,0 +1,193 @@
+// ---------------------------------------------------------------------------------------------------------
+// skinny_q8s.cuh: the 8-bit body with the weights streamed through a shared-memory ring (-DFUSE_QS_STAGES=S
+// beside skinny_q8x.cuh's FUSE_QX_LANES), for decode GEMMs whose weights are many megabytes. The same contract,
+// X in shared memory and arithmetic as skinny_q8x.cuh; what differs is how the weights' bytes arrive.
+//
+// Why: the register body keeps one piece a row in flight per lane and its blocks live a few steps (the 8B's
+// gate/up: 4 steps a lane, 896 blocks in 3.4 waves), so at a quarter occupancy it waits on DRAM latency (ncu:
+// DRAM 27-36% busy). Here each warp copies its rows' bytes with cp.async into a ring of S stages, S - 1 steps
+// ahead of the step it computes, and the grid is one wave of blocks that each take an even share of the rows,
+// so the copies of a warp's next rows overlap the arithmetic of its current ones and X is quantized once a
+// block, not once per 16 rows.
+//
+// Work: the rows are sets of R consecutive rows; block b of nb (gridDim.x / row blocks of X) takes the sets
+// [sets * b / nb, sets * (b + 1) / nb), its warp w the w-th eighth of those, one set after another, a whole warp
+// a row (the lanes on consecutive pieces of 64 values, skinny_q8x.cuh). A set's row takes ceil(P / 32) steps; a
+// step's bytes of a row are 32 pieces, one stretch of the row (K types 8 blocks, 32-value types 64 blocks),
+// copied whole as the aligned 16-byte units that cover it (zero-filled past the stretch, so never past the
+// tensor) into a slot of FUSE_QS_SLOT bytes; the lanes then read their piece from it at the stretch's offset
+// within its first unit (the same alignment as in memory: skinny_q8x.cuh's loads).
+//
+// DEFINES: skinny_q8x.cuh's (FUSE_QX_LANES 32), and FUSE_QS_STAGES S (>= 2), FUSE_QS_SLOT bytes of a slot
+//   (fuse-ir's QuantSkinnyConfig computes it: the step's bytes rounded up to 16, plus 32). Requirements beyond
+//   skinny_q8x.cuh's: each weight's first row 16-byte aligned and its allocation whole 16-byte units (fuse-runtime pads
+//   every allocation so; the last unit is then read whole). Dynamic shared memory: BM rows of X, then
+//   8 warps x S stages x (1 + DUAL) weights x R rows slots. LAUNCH: any number of blocks that is a multiple of
+//   ceil(M / BM) (the host: one wave), 256 threads.
+// ---------------------------------------------------------------------------------------------------------
+#ifndef FUSE_QS_ONCE
+#define FUSE_QS_ONCE
+
+// Bytes of one row's step: 32 pieces (K types 8 blocks, 32-value types 64 blocks).
+template <int Q> __device__ __forceinline__ constexpr int fuse_qs_step_bytes() {
+  return fuse_q_values<Q>() == 32 ? 64 * fuse_q_bytes<Q>() : 8 * fuse_q_bytes<Q>();
+}
+
+// Where a warp is in its sets: the step within the set's rows, the set (from 0), and each weight row's start.
+template <int D, int R> struct FuseQsCursor {
+  int step, set;
+  const unsigned char* row[D][R];
+};
+
+template <int Q, int DT, int R, int BM, int DUAL, int S, int SLOT>
+__device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
+  static_assert(fuse_qx_reads<Q>(), "a block type this body reads");
+  static_assert(R * BM <= 32, "a lane an output");
+  static_assert(S >= 2 && SLOT % 16 == 0 && SLOT >= fuse_qs_step_bytes<Q>() + 32, "the ring's slots");
+  constexpr int D = DUAL ? 2 : 1, WORDS = fuse_qx_words<Q>(), STEP = fuse_qs_step_bytes<Q>();
+  constexpr int STAGE = D * R * SLOT;  // one stage of a warp's ring
+  extern __shared__ __align__(16) unsigned char fuse_qx_smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const long long M = p.gemm.m, N = p.gemm.n;
+  const int K = (int)p.gemm.k, P = K / 64;
+  const long long mblocks = (M + BM - 1) / BM, nblocks = gridDim.x / mblocks;
+  const long long m0 = (blockIdx.x % mblocks) * BM, bn = blockIdx.x / mblocks;
+  const int rows = (int)(M - m0 < BM ? M - m0 : BM);
+  // This warp's sets [w0, w0 + T), spr steps each; a row's last step is `last` bytes.
+  const long long sets = (N + R - 1) / R;
+  const long long b0 = sets * bn / nblocks, b1 = sets * (bn + 1) / nblocks;
+  const long long w0 = b0 + (b1 - b0) * warp / 8;
+  const int T = (int)(b0 + (b1 - b0) * (warp + 1) / 8 - w0);
+  const int spr = (P + 31) / 32, total = T * spr;
+  const int row_bytes = (K / fuse_q_values<Q>()) * fuse_q_bytes<Q>(), last = row_bytes - (spr - 1) * STEP;
+  long long stride[D];  // bytes from one weight row to the next
+#pragma unroll
+  for (int d = 0; d < D; ++d) stride[d] = ((d == 0 ? p.gemm.ldw0 : p.gemm.ldw1) / fuse_q_values<Q>()) * fuse_q_bytes<Q>();
+  unsigned char* const ring = fuse_qx_smem + BM * fuse_qx_row_bytes(K) + warp * S * STAGE;
+  FuseQsCursor<D, R> in, out;  // the step being copied (S - 1 ahead) and the one being computed
+  in.step = 0, in.set = 0;
+#pragma unroll
+  for (int d = 0; d < D; ++d)
+#pragma unroll
+    for (int r = 0; r < R; ++r) in.row[d][r] = fuse_qg_weight_row<Q>(p, d, w0 * R + r);
+  out = in;
+  auto advance = [&](FuseQsCursor<D, R>& c) {
+    if (++c.step == spr) {
+      c.step = 0, ++c.set;
+#pragma unroll
+      for (int d = 0; d < D; ++d)
+#pragma unroll
+        for (int r = 0; r < R; ++r) c.row[d][r] += R * stride[d];
+    }
+  };
+  // Row r of a set exists (the last set of the weights may be short).
+  auto has_row = [&](const FuseQsCursor<D, R>& c, int r) { return (w0 + c.set) * R + r < N; };
+  // The next step's stretches into its stage as 16-byte units (zero-filled past the stretch), then commit.
+  auto issue = [&](int s) {
+    if (s < total) {
+      unsigned char* const stage = ring + (s % S) * STAGE;
+      const int len = in.step == spr - 1 ? last : STEP;
+#pragma unroll
+      for (int d = 0; d < D; ++d)
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (!has_row(in, r)) continue;
+          const unsigned char* src = in.row[d][r] + in.step * STEP;
+          const int head = (int)((unsigned long long)src & 15ull), end = head + len;
+          const unsigned char* a0 = src - head;
+          const unsigned dst = fuse_smem_addr(stage + (d * R + r) * SLOT);
+          for (int u = lane; 16 * u < end; u += 32) {
+            const int have = end - 16 * u;
+            fuse_cp_async16<1>(dst + 16u * u, a0 + 16 * u, have < 16 ? (unsigned)have : 16u);
+          }
+        }
+      advance(in);
+    }
+    fuse_cp_async_commit();  // (an empty group past the end: every lane keeps S - 1 groups ahead)
+  };
+  // Where the kernel before this one does not write the weights, the ring starts filling while it finishes.
+#if FUSE_GEMM_EARLY_W
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) issue(s);
+#endif
+  fuse_grid_wait();
+  fuse_grid_release();
+#if !FUSE_GEMM_EARLY_W
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) issue(s);
+#endif
+#if FUSE_GEMM_PRO
+  static_assert(BM <= FUSE_GEMM_PRO_ROWS, "the in-kernel prologue holds FUSE_GEMM_PRO_ROWS rows");
+  __shared__ float fuse_qs_part[BM * 256];
+  fuse_gemm_pro_rows(p.epi, m0, rows, K, fuse_qs_part, 256);
+  __syncthreads();
+#endif
+  fuse_qx_write_x<Q, DT, BM>(p, m0, rows, fuse_qx_smem);
+  __syncthreads();
+  const int xrow = (int)fuse_qx_row_bytes(K);
+  float acc[D][R][BM];
+#pragma unroll
+  for (int d = 0; d < D; ++d)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int i = 0; i < BM; ++i) acc[d][r][i] = 0.0f;
+#pragma unroll 1
+  for (int s = 0; s < total; ++s) {
+    issue(s + S - 1);
+    fuse_cp_async_wait<S - 1>();  // this lane's copies of step s have landed
+    __syncwarp();                 // and every lane's
+    const int piece = out.step * 32 + lane;
+    if (piece < P) {
+      const unsigned char* const stage = ring + (s % S) * STAGE;
+      unsigned words[D][R][WORDS];
+#pragma unroll
+      for (int d = 0; d < D; ++d)
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int head = (int)((unsigned long long)(out.row[d][r] + out.step * STEP) & 15ull);
+          if (has_row(out, r)) fuse_qx_fetch<Q>(stage + (d * R + r) * SLOT + head, lane, words[d][r]);
+        }
+#pragma unroll
+      for (int i = 0; i < BM; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const FuseQxHalf x = fuse_qx_x_half(fuse_qx_smem + i * xrow, K, P, piece, h);
+#pragma unroll
+          for (int d = 0; d < D; ++d)
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+              if (has_row(out, r)) fuse_qx_dot_half<Q>(fuse_qx_decode<Q>(words[d][r], piece), h, x, acc[d][r][i]);
+        }
+    }
+    if (out.step == spr - 1) {
+      // The set's last step: its sums, stored by lane r * BM + i, then a fresh set.
+      float out0, out1;
+      fuse_qx_group_sums<32, R, BM, D>(acc, lane, out0, out1);
+      const int r = lane / BM, i = lane % BM;
+      if (r < R && i < rows && has_row(out, r)) fuse_gemm_epilogue(p.epi, m0 + i, (w0 + out.set) * R + r, out0, out1);
+#pragma unroll
+      for (int d = 0; d < D; ++d)
+#pragma unroll
+        for (int r2 = 0; r2 < R; ++r2)
+#pragma unroll
+          for (int i2 = 0; i2 < BM; ++i2) acc[d][r2][i2] = 0.0f;
+    }
+    advance(out);
+    __syncwarp();  // every lane is done with step s's stage before step s + 1 refills it
+  }
+  fuse_cp_async_wait<0>();
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1) FUSE_SKINNY_NAME(const FuseSkinnyParams p) {
+#if defined(FUSE_QS_STAGES)
+  static_assert(FUSE_QX_LANES == 32, "the streaming body gives a weight row a whole warp");
+  fuse_qs_body<FUSE_SK_WQ, FUSE_SK_DT, FUSE_QG_R, FUSE_QG_BM, FUSE_SKINNY_DUAL, FUSE_QS_STAGES, FUSE_QS_SLOT>(p);
+#elif defined(FUSE_QX_LANES)
+  fuse_qx_body<FUSE_SK_WQ, FUSE_SK_DT, FUSE_QX_LANES, FUSE_QG_R, FUSE_QG_BM, FUSE_SKINNY_DUAL>(p);
+#else
+  fuse_qg_body<FUSE_SK_WQ, FUSE_SK_DT, FUSE_QG_R, FUSE_QG_BM, FUSE_SKINNY_DUAL>(p);
+#endif
+}
+
+#endif  // FUSE_QS_ONCE
