@@ -1,7 +1,7 @@
 //! The `qwen2` architecture (a q/k/v bias, rows not permuted, often a tied embedding) and untied LM heads, on
 //! small random GGUF images: the loaded model's logits against the plain f64 forward of `reference.rs`, the
-//! weights as stored against the f32 load, a Qwen2.5-0.5B-shaped decode step, and the bias add fused into the
-//! q/k/v GEMM.
+//! weights as stored against the f32 load, a Qwen2.5-0.5B-shaped decode step (on the CPU and a GPU), and the
+//! bias add fused into the q/k/v GEMM.
 
 use crate::gguf::GgufFile;
 use crate::llama::reference::{reference_logits, Variant};
@@ -265,4 +265,23 @@ fn the_plan_that_runs_a_stored_qwen2_layer_adds_the_bias_in_the_gemm() {
     let passes =
         |e: &str| e.lines().find(|l| l.starts_with("total:")).map(|l| l.split(" passes").next().unwrap().to_string());
     assert_eq!(passes(&biased), passes(&plain), "{biased}\n{plain}");
+}
+
+#[test]
+fn on_a_gpu_a_qwen2_5_0_5b_shaped_model_as_stored_gives_the_reference_logits() {
+    let Some(gpu) = fuse::testing::gpu_or_skip() else { return };
+    let c = Config { layers: 2, vocab: 1000, context: 16, ..Config::qwen2_5_0_5b() };
+    let (prompt, next) = ([1, 500, 999], [42, 7, 123]);
+    // q|k and the rest Q8_0 with v apart in Q4_0 (as Q4_K_M files give v another type), the head tied.
+    for (seed, store) in [(5, Store::Q8_0), (6, Store::MixedV)] {
+        let file = image(&c, seed, store, true, true);
+        let stored = Llama::load_stored(&file, &gpu).unwrap();
+        assert!(stored.layers[1].0.wqkv.dtype().is_quantized());
+        assert_eq!(stored.split_v[1].is_some(), matches!(store, Store::MixedV));
+        // The prefill, the first decode step, then replays of the recorded step (a CUDA graph).
+        let pairs = logits_and_reference(&stored, &file, &prompt, &next);
+        let err = worst_error(&pairs);
+        eprintln!("qwen2.5-0.5b-shaped {store:?} as stored on the GPU against the f64 reference: {err:.2e}");
+        assert!(err < 1e-3, "qwen2 {store:?} as stored on the GPU: {err:.2e} from the reference");
+    }
 }

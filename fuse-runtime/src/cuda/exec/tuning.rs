@@ -34,6 +34,10 @@ use std::sync::{Mutex, OnceLock};
 /// Rows up to which the fixed rule (`FUSE_AUTOTUNE=off`, no result) gives a DualGemm, then a Gemm, the
 /// skinny template (measured on an H200: it beats cuBLAS there, see the template's header).
 const SKINNY_RULE_MAX_ROWS: (usize, usize) = (8, 4);
+/// The fixed rule's quantized configs at one row, in order, where the operands allow them (8B MLP at M = 1,
+/// f32 activations, H100, 2026-12-05: x32r2s3 62.0 / 85.5 / 89.5 us on Q4_K / Q6_K / Q8_0 against the f32
+/// body's r1c8 84.6 / 87.0 / 125.4 on an H200 the session before; x16r1 where the streaming body cannot run).
+const QUANT_RULE_ONE_ROW: [&str; 2] = ["x32r2s3", "x16r1"];
 /// Rows past which even the full mode does not time the skinny template (measured 3-10x slower than cuBLAS
 /// from 128 rows on an H200; timing it at thousands of rows only makes start-up slow).
 const FULL_SKINNY_MAX_ROWS: usize = 128;
@@ -139,8 +143,8 @@ impl Executor<'_> {
         if self.library_only {
             // Eager ops and the unfused baseline take the library, but weights of quantized blocks few rows
             // read as stored: cuBLAS would first write the whole weight dequantized, every call.
-            let quant = self.quantized_rule(index).map(GemmPath::QuantSkinny);
-            return Ok(Some(quant.filter(|p| self.path_runs(index, specs, p).is_ok()).unwrap_or(GemmPath::Cublas)));
+            let quant = self.quantized_rule(index, specs).map(GemmPath::QuantSkinny);
+            return Ok(Some(quant.unwrap_or(GemmPath::Cublas)));
         }
         let skinny = self.template_operands(index, specs, &self.skinny_probe(index));
         if let Some(forced) = tune::forced_choice() {
@@ -177,7 +181,7 @@ impl Executor<'_> {
             let rule = match (self.quantized_weights(index), config) {
                 // Quantized weights: the template that reads them as stored for every row count it is
                 // meant for, else cuBLAS on a dequantized copy.
-                (true, _) => match self.quantized_rule(index) {
+                (true, _) => match self.quantized_rule(index, specs) {
                     Some(c) if skinny.is_ok() => GemmPath::QuantSkinny(c),
                     _ => GemmPath::Cublas,
                 },
@@ -243,14 +247,18 @@ impl Executor<'_> {
         self.weight_dtype(index).is_some_and(DType::is_quantized)
     }
 
-    /// The quantized skinny config the fixed rule gives this group: the one meant for its rows, where its
-    /// weights are quantized blocks (`None` otherwise, and past the configs' rows).
-    fn quantized_rule(&self, index: usize) -> Option<&'static QuantSkinnyConfig> {
+    /// The quantized skinny config the fixed rule gives this group, where its weights are quantized blocks and
+    /// the config can read them (`None` otherwise, and past the configs' rows): at one row the 8-bit bodies
+    /// measured fastest where they can read the operands (QUANT_RULE_ONE_ROW), else the first config meant
+    /// for its rows.
+    fn quantized_rule(&self, index: usize, specs: &[PreparedKernel]) -> Option<&'static QuantSkinnyConfig> {
         if !self.quantized_weights(index) {
             return None;
         }
         let rows = self.rows(index);
-        QUANT_CONFIGS.iter().find(|c| c.fast_rows.0 <= rows && rows <= c.fast_rows.1)
+        let preferred = QUANT_RULE_ONE_ROW.iter().filter(|_| rows == 1).filter_map(|n| QuantSkinnyConfig::by_name(n));
+        let meant = QUANT_CONFIGS.iter().filter(|c| c.fast_rows.0 <= rows && rows <= c.fast_rows.1);
+        preferred.chain(meant).find(|c| self.path_runs(index, specs, &GemmPath::QuantSkinny(c)).is_ok())
     }
 
     /// The rows of the group's product (its left operand's, batches folded).
