@@ -70,11 +70,11 @@ unsafe fn group<const G: usize>(t: &Task, out: &mut [f32]) {
             if correction != 1.0 {
                 head[1..].iter_mut().for_each(|a| *a *= correction);
             }
-            let mut sum = head[1];
+            // The weights first (a loop that vectorises), then their sum in key order.
             for p in &mut w[..n] {
                 *p = math::exp(*p - new_max);
-                sum += *p;
             }
+            let sum = w[..n].iter().fold(head[1], |s, &p| s + p);
             head[0] = new_max;
             head[1] = sum;
         }
