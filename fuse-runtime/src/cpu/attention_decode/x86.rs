@@ -12,8 +12,8 @@ use std::arch::x86_64::*;
 /// Safety: the CPU has AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn run_fma(t: &Task, out: &mut [f32]) {
-    let rows = if t.d == 0 { 0 } else { t.q.len() / t.d };
-    if t.d % 8 != 0 {
+    let rows = t.q.len().checked_div(t.d).unwrap_or(0);
+    if !t.d.is_multiple_of(8) {
         return run(t, out);
     }
     // A body for each group size up to 8 (query heads a key/value head); larger groups run the portable loops.
