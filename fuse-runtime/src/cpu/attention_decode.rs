@@ -8,6 +8,9 @@
 
 use super::math;
 
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
 /// Keys a task: long enough for the merge to be cheap, short enough to give 2-16 threads work at 1024 cached.
 const KEYS_A_TASK: usize = 256;
 
@@ -79,20 +82,16 @@ struct Task<'a> {
 
 type Body = fn(&Task, &mut [f32]);
 
-/// The task body for this CPU.
+/// The task body for this CPU: AVX2 + FMA with the group's accumulators in registers where the head size is a
+/// multiple of 8 and the group at most 8 queries, else the portable loops (with AVX2 + FMA
+/// where the CPU has them).
 fn task_body() -> Body {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         // Safety: the features were just detected.
-        return |t, out| unsafe { run_avx2(t, out) };
+        return |t, out| unsafe { x86::run_fma(t, out) };
     }
     run_portable
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn run_avx2(t: &Task, out: &mut [f32]) {
-    run(t, out)
 }
 
 fn run_portable(t: &Task, out: &mut [f32]) {

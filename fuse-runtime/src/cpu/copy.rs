@@ -92,10 +92,23 @@ fn write_rows<T: Element>(dest: &Tensor, src: &Tensor, axis: usize, offset: usiz
     let mut shape = dest.shape().to_vec();
     shape[axis] = src.shape()[axis];
     let start = dest.offset() + offset * dest.strides()[axis];
+    let strides = dest.strides();
     dest.cpu_storage().write(|data| {
         let all = data.typed_mut::<T>().expect("inference checked that source and destination dtypes agree");
-        let mut next = values.iter();
-        for_each_offset(&shape, dest.strides(), start, |i| all[i] = *next.next().expect("as many values as offsets"));
+        match (shape.split_last(), strides.split_last()) {
+            // Rows along a dense last axis are copied whole (a decode step's new keys: one row a head).
+            (Some((&run, outer)), Some((&1, outer_strides))) if run > 0 => {
+                let mut rows = values.chunks_exact(run);
+                for_each_offset(outer, outer_strides, start, |i| {
+                    let row = rows.next().expect("as many rows as offsets");
+                    all[i..i + row.len()].copy_from_slice(row);
+                });
+            }
+            _ => {
+                let mut next = values.iter();
+                for_each_offset(&shape, strides, start, |i| all[i] = *next.next().expect("as many values as offsets"));
+            }
+        }
     });
     Ok(())
 }

@@ -303,8 +303,14 @@ pub(crate) fn compile(
     }
     for &id in spec.nodes {
         let node = g.node(id);
-        let args: Vec<Val> = node.args.iter().map(|&a| operand(&mut b, &mut vals, a)).collect::<Result<_>>()?;
-        let v = match (node.op, args.as_slice()) {
+        // Row-program ops take one or two operands; a node with more is refused below, by its op.
+        let mut operands = [Val::Lit(0.0); 2];
+        let arity = node.args.len().min(operands.len() + 1);
+        for (slot, &a) in operands.iter_mut().zip(&node.args) {
+            *slot = operand(&mut b, &mut vals, a)?;
+        }
+        let args: &[Val] = if arity <= operands.len() { &operands[..arity] } else { &[] };
+        let v = match (node.op, args) {
             (Op::Unary(op), [Val::Lit(x)]) => Val::Lit(op.eval_f32(*x)),
             (Op::Unary(op), [Val::V { vreg, wide }]) => {
                 let dst = b.fresh(*wide);
@@ -357,20 +363,21 @@ pub(crate) fn compile(
 /// buffer with its own operands (kernels read and write different slices).
 fn assign_slots(b: &Builder) -> (Vec<Instr>, usize) {
     let mut last_use = vec![0usize; b.vregs];
-    let uses = |i: &VInstr| -> Vec<usize> {
+    // The virtual registers an instruction reads (at most two).
+    let uses = |i: &VInstr| -> [Option<usize>; 2] {
         let vs = |v: &Val| match v {
             Val::V { vreg, .. } => Some(*vreg),
             Val::Lit(_) => None,
         };
         match i {
-            VInstr::Load { .. } => vec![],
-            VInstr::Unary { src, .. } | VInstr::Reduce { src, .. } | VInstr::Round { src, .. } => vec![src.0],
-            VInstr::Binary { lhs, rhs, .. } => vs(lhs).into_iter().chain(vs(rhs)).collect(),
-            VInstr::Store { src, .. } => vs(src).into_iter().collect(),
+            VInstr::Load { .. } => [None, None],
+            VInstr::Unary { src, .. } | VInstr::Reduce { src, .. } | VInstr::Round { src, .. } => [Some(src.0), None],
+            VInstr::Binary { lhs, rhs, .. } => [vs(lhs), vs(rhs)],
+            VInstr::Store { src, .. } => [vs(src), None],
         }
     };
     for (at, i) in b.instrs.iter().enumerate() {
-        for v in uses(i) {
+        for v in uses(i).into_iter().flatten() {
             last_use[v] = at;
         }
     }
@@ -408,15 +415,11 @@ fn assign_slots(b: &Builder) -> (Vec<Instr>, usize) {
         });
         // Operands whose last use is here free their buffers for later instructions. A value defined
         // and never used is freed at once.
-        let mut dying: Vec<usize> = uses(i).into_iter().filter(|&v| last_use[v] == at).collect();
-        if let Some((v, _)) = dst {
-            if last_use[v] <= at {
-                dying.push(v);
-            }
-        }
+        let [first, second] = uses(i).map(|v| v.filter(|&v| last_use[v] == at));
+        let unused = dst.map(|(v, _)| v).filter(|&v| last_use[v] <= at);
+        let mut dying = [first, second.filter(|&v| Some(v) != first), unused];
         dying.sort_unstable();
-        dying.dedup();
-        for v in dying {
+        for v in dying.into_iter().flatten() {
             free.push(slot_of[v]);
         }
     }

@@ -59,6 +59,10 @@ impl RowProgram {
             })
             .collect();
         debug_assert!(sinks.iter().enumerate().all(|(i, s)| s.len() == rows.len() * self.sink_width(i)));
+        if let [task] = tasks.as_slice() {
+            // One task (every decode-sized group): the sinks are its own.
+            return self.run_task(task, &mut sinks, &data, blocks);
+        }
         let mut work: Vec<(Task, Vec<Sink<'_>>)> = Vec::with_capacity(tasks.len());
         for task in tasks {
             let mine = sinks
@@ -71,13 +75,7 @@ impl RowProgram {
                 .collect();
             work.push((task, mine));
         }
-        if work.len() == 1 {
-            for (task, mut sinks) in work {
-                self.run_task(&task, &mut sinks, &data, blocks);
-            }
-        } else {
-            work.into_par_iter().for_each(|(task, mut sinks)| self.run_task(&task, &mut sinks, &data, blocks));
-        }
+        work.into_par_iter().for_each(|(task, mut sinks)| self.run_task(&task, &mut sinks, &data, blocks));
     }
 
     /// Cuts the rows into tasks: chunks of rows, or column ranges of each row when rows are too few to

@@ -10,13 +10,14 @@ use super::rowrun::BlockInputs;
 use super::Outcome;
 use crate::call::operand_name;
 use crate::call::Value;
-use crate::host::CpuSlice;
 use crate::layout::{broadcast_strides, coalesce, row_offset};
 use crate::{Error, Result, Tensor};
 use fuse_ir::{DType, Group, NodeId};
 use gemm_common::Parallelism;
 use rayon::prelude::*;
 use std::ops::Range;
+
+mod blocks;
 
 /// Up to this many rows run as one block with a multi-threaded GEMM (decode-sized M).
 const SINGLE_BLOCK_ROWS: usize = 64;
@@ -365,6 +366,19 @@ impl GemmGroup {
             all.extend(prologue_sinks);
             p.run(rows.clone(), all, &BlockInputs { first_row: rows.start, buffers: &[] }, parallel);
         }
+        if self.epilogue_outputs.is_empty() {
+            // Nothing reads the products but their outputs (a plain matmul): f32 ones are written in place.
+            for (&(j, _), sink) in self.product_outputs.iter().zip(product_sinks.iter_mut()) {
+                if let Sink::F32(dst) = sink {
+                    self.multiply(function, &rows, &a_buffer, j, dst, parallel)?;
+                } else {
+                    let mut product = vec![0.0f32; count * self.n];
+                    self.multiply(function, &rows, &a_buffer, j, &mut product, parallel)?;
+                    sink.write(0, &product);
+                }
+            }
+            return Ok(());
+        }
         let mut products: Vec<Vec<f32>> = Vec::with_capacity(self.weights.len());
         for j in 0..self.weights.len() {
             let mut product = vec![0.0f32; count * self.n];
@@ -435,60 +449,6 @@ impl GemmGroup {
             r = end;
         }
         Ok(())
-    }
-}
-
-impl GemmGroup {
-    /// `product = A[rows] x weights[j]` for block-quantized weights read as stored: `w.t()` of a `[n, k]` matrix
-    /// of whole blocks (a file's layout), one matrix for every batch. Other layouts of blocks are refused (they
-    /// would need the weights decoded into memory).
-    fn multiply_blocks(
-        &self,
-        function: &str,
-        rows: &Range<usize>,
-        a_buffer: &[f32],
-        j: usize,
-        product: &mut [f32],
-    ) -> Result<()> {
-        let (k, n, w) = (self.k, self.n, &self.weights[j]);
-        let (dtype, ws, wr) = (w.dtype(), w.strides(), w.rank());
-        let block = dtype.block().expect("a block type");
-        let rows_of_blocks = ws[wr - 2] == 1 && (ws[wr - 1] == k || n == 1) && w.offset() % block.elements == 0;
-        if !rows_of_blocks || self.weight_batch_strides[j].iter().any(|&s| s != 0) {
-            return Err(Error::Unsupported {
-                function: function.into(),
-                op: "matmul",
-                reason: format!(
-                    "{dtype} weights are read as `x.matmul(&w.t())` of a [n, k] matrix of whole blocks, one for \
-                     every batch; this one has shape {:?} and strides {ws:?}: dequantize it first with .to_dtype(..)",
-                    w.shape()
-                ),
-            });
-        }
-        let count = rows.len();
-        let x: Vec<f32> = match &self.left {
-            LeftOperand::Program(_) => a_buffer.to_vec(),
-            LeftOperand::Direct(t) => {
-                let (data, s) = (t.cpu_storage().f32_data(), t.strides());
-                let (rs, cs) = (s[t.rank() - 2], s[t.rank() - 1]);
-                let mut x = vec![0.0f32; count * k];
-                for (i, r) in rows.clone().enumerate() {
-                    let b = r / self.m;
-                    let start =
-                        t.offset() + row_offset(b, &self.batch_dims, &self.left_batch_strides) + (r % self.m) * rs;
-                    for (kk, v) in x[i * k..(i + 1) * k].iter_mut().enumerate() {
-                        *v = data[start + kk * cs];
-                    }
-                }
-                x
-            }
-        };
-        let read = w.cpu_storage().read();
-        let CpuSlice::Blocks(_, bytes) = read.slice() else { unreachable!("a block dtype's storage holds blocks") };
-        let first = w.offset() / block.elements * block.bytes;
-        let len = dtype.storage_bytes(n * k).expect("whole blocks");
-        super::quant::matmul_quantized(dtype, &x, count, k, &bytes[first..first + len], n, product)
-            .map_err(|reason| Error::internal(function, reason))
     }
 }
 

@@ -1,0 +1,91 @@
+//! Products with block-quantized weights read as stored (a GGUF file's `[n, k]` rows of whole blocks): the
+//! left operand's rows handed to `cpu::quant` in place where they lie densely, else gathered once.
+
+use super::{GemmGroup, LeftOperand};
+use crate::host::CpuSlice;
+use crate::layout::row_offset;
+use crate::{Error, Result, Tensor};
+use std::ops::Range;
+
+impl GemmGroup {
+    /// `product = A[rows] x weights[j]` for block-quantized weights read as stored: `w.t()` of a `[n, k]` matrix
+    /// of whole blocks (a file's layout), one matrix for every batch. Other layouts of blocks are refused (they
+    /// would need the weights decoded into memory).
+    pub(super) fn multiply_blocks(
+        &self,
+        function: &str,
+        rows: &Range<usize>,
+        a_buffer: &[f32],
+        j: usize,
+        product: &mut [f32],
+    ) -> Result<()> {
+        let (k, n, w) = (self.k, self.n, &self.weights[j]);
+        let (dtype, ws, wr) = (w.dtype(), w.strides(), w.rank());
+        let block = dtype.block().expect("a block type");
+        let rows_of_blocks = ws[wr - 2] == 1 && (ws[wr - 1] == k || n == 1) && w.offset() % block.elements == 0;
+        if !rows_of_blocks || self.weight_batch_strides[j].iter().any(|&s| s != 0) {
+            return Err(Error::Unsupported {
+                function: function.into(),
+                op: "matmul",
+                reason: format!(
+                    "{dtype} weights are read as `x.matmul(&w.t())` of a [n, k] matrix of whole blocks, one for \
+                     every batch; this one has shape {:?} and strides {ws:?}: dequantize it first with .to_dtype(..)",
+                    w.shape()
+                ),
+            });
+        }
+        let count = rows.len();
+        let left = match &self.left {
+            LeftOperand::Direct(t) => Some(t.cpu_storage().f32_data()),
+            LeftOperand::Program(_) => None,
+        };
+        let gathered: Vec<f32>;
+        let x: &[f32] = match (&self.left, left.as_deref()) {
+            (LeftOperand::Direct(t), Some(data)) => match self.left_rows_in_place(t, data, rows) {
+                Some(x) => x,
+                None => {
+                    gathered = self.gather_left_rows(t, data, rows);
+                    &gathered
+                }
+            },
+            _ => a_buffer,
+        };
+        let read = w.cpu_storage().read();
+        let CpuSlice::Blocks(_, bytes) = read.slice() else { unreachable!("a block dtype's storage holds blocks") };
+        let first = w.offset() / block.elements * block.bytes;
+        let len = dtype.storage_bytes(n * k).expect("whole blocks");
+        crate::cpu::quant::matmul_quantized(dtype, x, count, k, &bytes[first..first + len], n, product)
+            .map_err(|reason| Error::internal(function, reason))
+    }
+
+    /// Where a direct left operand's rows of `rows` lie one after another, dense, in its storage (one row of
+    /// decode always does): that slice, read in place.
+    fn left_rows_in_place<'d>(&self, t: &Tensor, data: &'d [f32], rows: &Range<usize>) -> Option<&'d [f32]> {
+        let (k, s) = (self.k, t.strides());
+        if s[t.rank() - 1] != 1 && k > 1 {
+            return None;
+        }
+        let first = self.left_row_start(t, rows.start);
+        let dense = rows.clone().enumerate().all(|(i, r)| self.left_row_start(t, r) == first + i * k);
+        dense.then(|| data.get(first..first + rows.len() * k)).flatten()
+    }
+
+    /// A direct left operand's rows of `rows` copied into one dense buffer.
+    fn gather_left_rows(&self, t: &Tensor, data: &[f32], rows: &Range<usize>) -> Vec<f32> {
+        let (k, cs) = (self.k, t.strides()[t.rank() - 1]);
+        let mut x = vec![0.0f32; rows.len() * k];
+        for (row, r) in x.chunks_exact_mut(k.max(1)).zip(rows.clone()) {
+            let start = self.left_row_start(t, r);
+            for (kk, v) in row.iter_mut().enumerate() {
+                *v = data[start + kk * cs];
+            }
+        }
+        x
+    }
+
+    /// Where row `r` (of all batches' rows) of a direct left operand starts in its storage.
+    fn left_row_start(&self, t: &Tensor, r: usize) -> usize {
+        let rs = t.strides()[t.rank() - 2];
+        t.offset() + row_offset(r / self.m, &self.batch_dims, &self.left_batch_strides) + (r % self.m) * rs
+    }
+}
