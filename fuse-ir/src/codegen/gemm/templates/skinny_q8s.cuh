@@ -116,22 +116,10 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) issue(s);
 #endif
-#if FUSE_GEMM_PRO
-  static_assert(BM <= FUSE_GEMM_PRO_ROWS, "the in-kernel prologue holds FUSE_GEMM_PRO_ROWS rows");
-  __shared__ float fuse_qs_part[BM * 256];
-  fuse_gemm_pro_rows(p.epi, m0, rows, K, fuse_qs_part, 256);
-  __syncthreads();
-#endif
-  fuse_qx_write_x<Q, DT, BM>(p, m0, rows, fuse_qx_smem);
-  __syncthreads();
+  fuse_qx_stage_x<Q, DT, BM>(p, m0, rows, fuse_qx_smem);
   const int xrow = (int)fuse_qx_row_bytes(K);
   float acc[D][R][BM];
-#pragma unroll
-  for (int d = 0; d < D; ++d)
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int i = 0; i < BM; ++i) acc[d][r][i] = 0.0f;
+  fuse_qx_zero(acc);
 #pragma unroll 1
   for (int s = 0; s < total; ++s) {
     issue(s + S - 1);
@@ -166,12 +154,7 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
       fuse_qx_group_sums<32, R, BM, D>(acc, lane, out0, out1);
       const int r = lane / BM, i = lane % BM;
       if (r < R && i < rows && has_row(out, r)) fuse_gemm_epilogue(p.epi, m0 + i, (w0 + out.set) * R + r, out0, out1);
-#pragma unroll
-      for (int d = 0; d < D; ++d)
-#pragma unroll
-        for (int r2 = 0; r2 < R; ++r2)
-#pragma unroll
-          for (int i2 = 0; i2 < BM; ++i2) acc[d][r2][i2] = 0.0f;
+      fuse_qx_zero(acc);
     }
     advance(out);
     __syncwarp();  // every lane is done with step s's stage before step s + 1 refills it

@@ -260,6 +260,29 @@ __device__ __forceinline__ void fuse_qx_write_x(const FuseSkinnyParams& p, long 
   }
 }
 
+// The block's rows of X into shared memory (fuse_qx_write_x), after the in-kernel prologue's pass over them
+// where there is one, then a barrier: every warp reads every row.
+template <int Q, int DT, int BM>
+__device__ __forceinline__ void fuse_qx_stage_x(const FuseSkinnyParams& p, long long m0, int rows, unsigned char* smem) {
+#if FUSE_GEMM_PRO
+  static_assert(BM <= FUSE_GEMM_PRO_ROWS, "the in-kernel prologue holds FUSE_GEMM_PRO_ROWS rows");
+  __shared__ float fuse_qx_part[BM * 256];
+  fuse_gemm_pro_rows(p.epi, m0, rows, (int)p.gemm.k, fuse_qx_part, 256);
+  __syncthreads();
+#endif
+  fuse_qx_write_x<Q, DT, BM>(p, m0, rows, smem);
+  __syncthreads();
+}
+
+template <int D, int R, int BM> __device__ __forceinline__ void fuse_qx_zero(float (&acc)[D][R][BM]) {
+#pragma unroll
+  for (int d = 0; d < D; ++d)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int i = 0; i < BM; ++i) acc[d][r][i] = 0.0f;
+}
+
 // X's half h of a piece (run h: its meta {d1, d2, sum of the first 16, of the second 16} and both terms' codes)
 // from one row of X at `x` (row_bytes apart from the next).
 struct FuseQxHalf {
@@ -349,22 +372,10 @@ __device__ __forceinline__ void fuse_qx_body(const FuseSkinnyParams& p) {
     }
   fuse_grid_wait();
   fuse_grid_release();
-#if FUSE_GEMM_PRO
-  static_assert(BM <= FUSE_GEMM_PRO_ROWS, "the in-kernel prologue holds FUSE_GEMM_PRO_ROWS rows");
-  __shared__ float fuse_qx_part[BM * 256];
-  fuse_gemm_pro_rows(p.epi, m0, rows, K, fuse_qx_part, 256);
-  __syncthreads();
-#endif
-  fuse_qx_write_x<Q, DT, BM>(p, m0, rows, fuse_qx_smem);
-  __syncthreads();
+  fuse_qx_stage_x<Q, DT, BM>(p, m0, rows, fuse_qx_smem);
   const long long row_bytes = fuse_qx_row_bytes(K);
   float acc[D][R][BM];
-#pragma unroll
-  for (int d = 0; d < D; ++d)
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int i = 0; i < BM; ++i) acc[d][r][i] = 0.0f;
+  fuse_qx_zero(acc);
 #pragma unroll FUSE_QX_UNROLL
   for (int piece = li; piece < P; piece += L) {
     // Every row's bytes first (their loads in flight together), then each against X.
