@@ -6,7 +6,7 @@
 //!   i16), `vpackssdw` packs two such registers into one of i16 and `vpdpwssd` multiplies by the scales and
 //!   accumulates: 3 multiplying instructions for 128 values a row instead of 4, and no separate adds.
 //!
-//! Each kernel prefetches the weights [`PREFETCH`] bytes ahead: one thread's stream of blocks is otherwise bound
+//! Each kernel prefetches the weights 2 KB ahead (`x86_q8::prefetch`): one thread's stream of blocks is otherwise bound
 //! by memory latency, not arithmetic (llama-3.2-1b Q4_K_M at 1 thread: 156 -> 95 ms a token with VNNI).
 //!
 //! The scales and mins of Q4_K / Q5_K are unpacked from three words (`x86_f32::k_scale_bytes`). The integer sums
@@ -14,7 +14,7 @@
 
 use super::q8::Q8Row;
 use super::x86_f32::k_scale_bytes;
-use super::x86_q8::{f16, hsum4, k_min_terms, q5_bits};
+use super::x86_q8::{f16, hsum4, k_min_terms, prefetch, q5_bits};
 use fuse_ir::DType;
 use std::arch::x86_64::*;
 
@@ -303,21 +303,5 @@ unsafe fn qk45_vnni<const R: usize, const FIVE: bool>(row: &[u8], xs: &[Q8Row], 
     }
     for r in 0..R {
         out[r] = _mm512_reduce_add_ps(acc[r]) + hsum4(macc[r]);
-    }
-}
-
-/// How far ahead of the block being read its weights are prefetched (bytes).
-const PREFETCH: usize = 2048;
-
-/// Prefetches the lines of the `bytes`-byte block `PREFETCH` bytes after `b`: one thread's stream of weights
-/// otherwise waits on memory. Past the end of the weights the addresses are never read (a prefetch does not fault).
-#[inline(always)]
-fn prefetch(b: *const u8, bytes: usize) {
-    let p = b.wrapping_add(PREFETCH);
-    let mut o = 0;
-    while o < bytes {
-        // SAFETY: SSE prefetches are baseline on x86-64 and never fault, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o) as *const i8) };
-        o += 64;
     }
 }
