@@ -50,13 +50,15 @@ pub enum Isa {
     /// x86-64 AVX2 + FMA + F16C.
     Avx2,
     /// x86-64 AVX-512 (F, BW, VL) with AVX2 + FMA + F16C: the f32 strategy 16 lanes wide, the 8-bit strategy's
-    /// Q4_K and Q5_K kernels 64 bytes wide (its other types run their AVX2 kernels).
+    /// K-type kernels 64 bytes wide (its other types run their AVX2 kernels).
     Avx512,
+    /// [`Isa::Avx512`] with AVX-512 VNNI: the 8-bit strategy's K-type kernels by `vpdpbusd` / `vpdpwssd`.
+    Avx512Vnni,
 }
 
 impl Isa {
     #[cfg(test)]
-    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni];
 
     /// Whether this CPU runs `self`.
     pub fn available(self) -> bool {
@@ -73,14 +75,18 @@ impl Isa {
                     && is_x86_feature_detected!("avx512bw")
                     && is_x86_feature_detected!("avx512vl")
             }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni"),
             #[cfg(not(target_arch = "x86_64"))]
-            Isa::Avx2 | Isa::Avx512 => false,
+            Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni => false,
         }
     }
 
     /// The best instruction set this CPU runs.
     pub fn detect() -> Isa {
-        if Isa::Avx512.available() {
+        if Isa::Avx512Vnni.available() {
+            Isa::Avx512Vnni
+        } else if Isa::Avx512.available() {
             Isa::Avx512
         } else if Isa::Avx2.available() {
             Isa::Avx2
@@ -254,9 +260,9 @@ fn f32_kernel(dtype: DType, isa: Isa) -> F32Kernel {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => x86_f32::dot_rows_avx2,
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => x86_f32_512::dot_rows_avx512,
+        Isa::Avx512 | Isa::Avx512Vnni => x86_f32_512::dot_rows_avx512,
         #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx2 | Isa::Avx512 => unreachable!("not available"),
+        Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni => unreachable!("not available"),
     }
 }
 
@@ -266,9 +272,11 @@ fn q8_kernel(dtype: DType, isa: Isa) -> Q8Kernel {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 if x86_q8_512::covers(dtype) => x86_q8_512::dot_rows_avx512,
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx512 => x86_q8::dot_rows_avx2,
+        Isa::Avx512Vnni if x86_q8_512::covers(dtype) => x86_q8_512::dot_rows_vnni,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni => x86_q8::dot_rows_avx2,
         #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx2 | Isa::Avx512 => unreachable!("not available"),
+        Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni => unreachable!("not available"),
     }
 }
 

@@ -197,6 +197,29 @@ fn simd_equals_scalar() {
     }
 }
 
+/// The K types' 8-bit kernels with every count of rows a call (1-4, through both 8-bit strategies), odd n and
+/// one or several blocks, against the scalar kernel.
+#[test]
+fn k_kernels_equal_scalar_for_every_row_count() {
+    for isa in isas().into_iter().filter(|&i| i != Isa::Scalar) {
+        for strategy in [Strategy::Q8, Strategy::Q8Residual] {
+            for dtype in [DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+                for (blocks, n) in [(1, 5), (3, 19), (2, 33)] {
+                    let k = 256 * blocks;
+                    let w = weights(dtype, n, k, 11 + n as u64);
+                    for m in 1..=4 {
+                        let x = random_x(m * k, 12 + m as u64);
+                        let want: Vec<f64> =
+                            run(dtype, &x, m, k, &w, n, strategy, Isa::Scalar).iter().map(|&v| v as f64).collect();
+                        let err = rel_l2(&run(dtype, &x, m, k, &w, n, strategy, isa), &want);
+                        assert!(err < 1e-6, "{isa:?} {strategy:?} {} m {m} n {n} k {k}: {err:e}", dtype.name());
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn deterministic_across_threads_and_row_groups() {
     let pool = |t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap();

@@ -120,6 +120,7 @@ unsafe fn qk45<const R: usize, const FIVE: bool>(row: &[u8], xs: &[Q8Row], out: 
     let mut macc = [_mm_setzero_ps(); R];
     for blk in 0..nb {
         let b = row.as_ptr().add(blk * bytes);
+        prefetch(b, bytes);
         let (d, dmin) = (f16(b), f16(b.add(2)));
         let (sc, mn) = k4_scales(std::slice::from_raw_parts(b.add(4), 12));
         let mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
@@ -196,6 +197,7 @@ unsafe fn q6k<const R: usize>(row: &[u8], xs: &[Q8Row], out: &mut [f32]) {
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
     for blk in 0..nb {
         let b = row.as_ptr().add(blk * 210);
+        prefetch(b, 210);
         let d = f16(b.add(208));
         let scales = _mm_loadu_si128(b.add(192) as *const __m128i);
         let mut sumi = [_mm256_setzero_si256(); R];
@@ -246,5 +248,22 @@ unsafe fn q6k<const R: usize>(row: &[u8], xs: &[Q8Row], out: &mut [f32]) {
     }
     for r in 0..R {
         out[r] = hsum(_mm256_add_ps(acc[r][0], acc[r][1]));
+    }
+}
+
+/// How far ahead of the block being read its weights are prefetched (bytes).
+const PREFETCH: usize = 2048;
+
+/// Prefetches the lines of the `bytes`-byte block `PREFETCH` bytes after `b` (the K kernels, AVX2 and AVX-512):
+/// one thread's stream of weights otherwise waits on memory. Past the end of the weights nothing is read (a
+/// prefetch does not fault).
+#[inline(always)]
+pub(super) fn prefetch(b: *const u8, bytes: usize) {
+    let p = b.wrapping_add(PREFETCH);
+    let mut o = 0;
+    while o < bytes {
+        // SAFETY: SSE prefetches are baseline on x86-64 and never fault, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o) as *const i8) };
+        o += 64;
     }
 }
