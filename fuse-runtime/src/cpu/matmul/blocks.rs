@@ -35,10 +35,7 @@ impl GemmGroup {
             });
         }
         let count = rows.len();
-        let left = match &self.left {
-            LeftOperand::Direct(t) => Some(t.cpu_storage().f32_data()),
-            LeftOperand::Program(_) => None,
-        };
+        let left = self.direct_left_data();
         let gathered: Vec<f32>;
         let x: &[f32] = match (&self.left, left.as_deref()) {
             (LeftOperand::Direct(t), Some(data)) => match self.left_rows_in_place(t, data, rows) {

@@ -10,6 +10,7 @@ use super::rowrun::BlockInputs;
 use super::Outcome;
 use crate::call::operand_name;
 use crate::call::Value;
+use crate::host::F32Read;
 use crate::layout::{broadcast_strides, coalesce, row_offset};
 use crate::{Error, Result, Tensor};
 use fuse_ir::{DType, Group, NodeId};
@@ -394,6 +395,14 @@ impl GemmGroup {
         Ok(())
     }
 
+    /// A direct left operand's values as f32 (`None` where a row program computes the left operand).
+    fn direct_left_data(&self) -> Option<F32Read<'_>> {
+        match &self.left {
+            LeftOperand::Direct(t) => Some(t.cpu_storage().f32_data()),
+            LeftOperand::Program(_) => None,
+        }
+    }
+
     /// `product = A[rows] x weights[j]`: one GEMM call, or one per batch the rows touch when batches cannot
     /// fold.
     fn multiply(
@@ -411,10 +420,7 @@ impl GemmGroup {
             return self.multiply_blocks(function, rows, a_buffer, j, product);
         }
         let w_data = w.cpu_storage().f32_data();
-        let left_data = match &self.left {
-            LeftOperand::Direct(t) => Some(t.cpu_storage().f32_data()),
-            LeftOperand::Program(_) => None,
-        };
+        let left_data = self.direct_left_data();
         let ws = w.strides();
         let wr = w.rank();
         let mut r = rows.start;

@@ -171,6 +171,28 @@ unsafe fn q6_half(b: *const u8, h: usize) -> [__m512i; 2] {
     [lo, hi]
 }
 
+/// What both Q6_K kernels take from a block: d, its 16 scales as i16 (the low 256 bits), the multipliers
+/// `-32 * sc` of the sums of 16 (the offset term, low 256 bits; zeros above), and both halves' values
+/// ([`q6_half`]).
+struct Q6Block {
+    d: f32,
+    sc: __m512i,
+    off: __m512i,
+    w: [[__m512i; 2]; 2],
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn q6_block(b: *const u8) -> Q6Block {
+    let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192) as *const __m128i));
+    Q6Block {
+        d: f16(b.add(208)),
+        sc: _mm512_castsi256_si512(sc16),
+        off: _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5))),
+        w: [q6_half(b, 0), q6_half(b, 1)],
+    }
+}
+
 /// A row's 16 sums of 16 in block `blk` (the low 256 bits; zeros above): with `-32 * sc` they give the Q6_K
 /// offset term `-32 sum(sc * sums)` by one `vpmaddwd` / `vpdpwssd`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
@@ -194,11 +216,7 @@ unsafe fn q6k<const R: usize>(row: &[u8], xs: &[Q8Row], out: &mut [f32]) {
     for blk in 0..nb {
         let b = row.as_ptr().add(blk * 210);
         prefetch(b, 210);
-        let d = f16(b.add(208));
-        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192) as *const __m128i));
-        let sc = _mm512_castsi256_si512(sc16);
-        let off = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5)));
-        let w = [q6_half(b, 0), q6_half(b, 1)];
+        let Q6Block { d, sc, off, w } = q6_block(b);
         let s = ix.map(|i| _mm512_permutexvar_epi16(i, sc));
         for r in 0..R {
             let x = &xs[r];
@@ -229,11 +247,7 @@ unsafe fn q6k_vnni<const R: usize>(row: &[u8], xs: &[Q8Row], out: &mut [f32]) {
     for blk in 0..nb {
         let b = row.as_ptr().add(blk * 210);
         prefetch(b, 210);
-        let d = f16(b.add(208));
-        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192) as *const __m128i));
-        let sc = _mm512_castsi256_si512(sc16);
-        let off = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5)));
-        let w = [q6_half(b, 0), q6_half(b, 1)];
+        let Q6Block { d, sc, off, w } = q6_block(b);
         let s = ix.map(|i| _mm512_permutexvar_epi16(i, sc));
         for r in 0..R {
             let x = &xs[r];
