@@ -119,7 +119,7 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
   fuse_qx_stage_x<Q, DT, BM>(p, m0, rows, fuse_qx_smem);
   const int xrow = (int)fuse_qx_row_bytes(K);
   float acc[D][R][BM];
-  fuse_qx_zero(acc);
+  fuse_qg_zero(acc);
 #pragma unroll 1
   for (int s = 0; s < total; ++s) {
     issue(s + S - 1);
@@ -154,7 +154,7 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
       fuse_qx_group_sums<32, R, BM, D>(acc, lane, out0, out1);
       const int r = lane / BM, i = lane % BM;
       if (r < R && i < rows && has_row(out, r)) fuse_gemm_epilogue(p.epi, m0 + i, (w0 + out.set) * R + r, out0, out1);
-      fuse_qx_zero(acc);
+      fuse_qg_zero(acc);
     }
     advance(out);
     __syncwarp();  // every lane is done with step s's stage before step s + 1 refills it

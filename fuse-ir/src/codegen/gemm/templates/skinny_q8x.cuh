@@ -274,15 +274,6 @@ __device__ __forceinline__ void fuse_qx_stage_x(const FuseSkinnyParams& p, long 
   __syncthreads();
 }
 
-template <int D, int R, int BM> __device__ __forceinline__ void fuse_qx_zero(float (&acc)[D][R][BM]) {
-#pragma unroll
-  for (int d = 0; d < D; ++d)
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int i = 0; i < BM; ++i) acc[d][r][i] = 0.0f;
-}
-
 // X's half h of a piece (run h: its meta {d1, d2, sum of the first 16, of the second 16} and both terms' codes)
 // from one row of X at `x` (row_bytes apart from the next).
 struct FuseQxHalf {
@@ -375,7 +366,7 @@ __device__ __forceinline__ void fuse_qx_body(const FuseSkinnyParams& p) {
   fuse_qx_stage_x<Q, DT, BM>(p, m0, rows, fuse_qx_smem);
   const long long row_bytes = fuse_qx_row_bytes(K);
   float acc[D][R][BM];
-  fuse_qx_zero(acc);
+  fuse_qg_zero(acc);
 #pragma unroll FUSE_QX_UNROLL
   for (int piece = li; piece < P; piece += L) {
     // Every row's bytes first (their loads in flight together), then each against X.

@@ -76,6 +76,17 @@ __device__ __forceinline__ const unsigned char* fuse_qg_weight_row(const FuseSki
     return (const unsigned char*)(d == 0 ? p.gemm.w0 : p.gemm.w1) + (row * ldw / fuse_q_values<Q>()) * fuse_q_bytes<Q>();
 }
 
+// Every accumulator of every body (weights, weight rows, rows of X) to zero.
+template <int D, int R, int BM>
+__device__ __forceinline__ void fuse_qg_zero(float (&acc)[D][R][BM]) {
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int i = 0; i < BM; ++i) acc[d][r][i] = 0.0f;
+}
+
 template <int Q, int DT, int R, int BM, int DUAL>
 __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
     constexpr int D = DUAL ? 2 : 1, B = fuse_q_values<Q>(), BYTES = fuse_q_bytes<Q>();
@@ -114,12 +125,7 @@ __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
     __syncthreads();
 #endif
     float acc[D][R][BM];
-#pragma unroll
-    for (int d = 0; d < D; ++d)
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int i = 0; i < BM; ++i) acc[d][r][i] = 0.0f;
+    fuse_qg_zero(acc);
     const int k_end = (int)K;
 #pragma unroll 2
     for (int kb = first; kb < k_end; kb += 512) {
