@@ -174,7 +174,7 @@ const fn x8_body(
     QuantSkinnyConfig { name, rows_per_warp: rows_per_group, rows, fast_rows, x8_lanes: lanes, stages: 0 }
 }
 
-/// The streaming body gives a weight row a whole warp (32 lanes).
+/// The streaming body: the 8-bit body's config with a whole warp a weight row and a ring of `stages`.
 const fn x8_stream(
     name: &'static str,
     rows_per_warp: usize,
@@ -182,7 +182,7 @@ const fn x8_stream(
     stages: usize,
     fast_rows: (usize, usize),
 ) -> QuantSkinnyConfig {
-    QuantSkinnyConfig { name, rows_per_warp, rows, fast_rows, x8_lanes: 32, stages }
+    QuantSkinnyConfig { stages, ..x8_body(name, 32, rows_per_warp, rows, fast_rows) }
 }
 
 /// Shared memory an SM of the GPUs the templates target gives its blocks (Hopper's 228 KB), and what each

@@ -35,8 +35,9 @@ use std::sync::{Mutex, OnceLock};
 /// skinny template (measured on an H200: it beats cuBLAS there, see the template's header).
 const SKINNY_RULE_MAX_ROWS: (usize, usize) = (8, 4);
 /// The fixed rule's quantized configs at one row, in order, where the operands allow them (8B MLP at M = 1,
-/// f32 activations, H100, 2026-12-05: x32r2s3 62.0 / 85.5 / 89.5 us on Q4_K / Q6_K / Q8_0 against the f32
-/// body's r1c8 84.6 / 87.0 / 125.4 on an H200 the session before; x16r1 where the streaming body cannot run).
+/// f32 activations, 2026-12-05, BENCHMARKS.md: on an H100, x32r2s3 62.0 / 85.5 / 89.5 us on Q4_K / Q6_K / Q8_0
+/// against x16r1's 67.8 / 95.3 / 101.8 in the same command; on an H200 in an earlier command, x16r1 61.0 / 89.8
+/// against the f32 body's r1c8 84.6 / 87.0 on Q4_K / Q6_K. x32r2s3 has not been timed on an H200).
 const QUANT_RULE_ONE_ROW: [&str; 2] = ["x32r2s3", "x16r1"];
 /// Rows past which even the full mode does not time the skinny template (measured 3-10x slower than cuBLAS
 /// from 128 rows on an H200; timing it at thousands of rows only makes start-up slow).
@@ -180,11 +181,9 @@ impl Executor<'_> {
             let config = CONFIGS.iter().find(|c| c.fast_rows.0 <= rows && rows <= c.fast_rows.1);
             let rule = match (self.quantized_weights(index), config) {
                 // Quantized weights: the template that reads them as stored for every row count it is
-                // meant for, else cuBLAS on a dequantized copy.
-                (true, _) => match self.quantized_rule(index, specs) {
-                    Some(c) if skinny.is_ok() => GemmPath::QuantSkinny(c),
-                    _ => GemmPath::Cublas,
-                },
+                // meant for (quantized_rule checks that each config can read them), else cuBLAS on a
+                // dequantized copy.
+                (true, _) => self.quantized_rule(index, specs).map_or(GemmPath::Cublas, GemmPath::QuantSkinny),
                 (false, Some(c)) if skinny.is_ok() && rows <= limit => GemmPath::Skinny(c),
                 _ => GemmPath::Cublas,
             };
