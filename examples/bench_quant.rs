@@ -1,7 +1,8 @@
 //! The Llama-3-8B MLP (BENCHMARKS.md's shapes: hidden 4096, intermediate 14336, `[out, in]` weights read
 //! through `.t()`, bf16 activations) with its weights as GGUF stores them, on the GPU: for each block type and
 //! M, each path forced (every config of the quantized skinny template, which decodes the blocks as it
-//! streams them, and cuBLAS on a copy dequantized by the dequantize kernel) and the tuner's choice, beside the
+//! streams them, from 16 rows the mma template's, which decodes them into its tensor-core tiles, and cuBLAS
+//! on a copy dequantized by the dequantize kernel) and the tuner's choice, beside the
 //! same MLP on bf16 weights; L2 flushed before each timed run (as `triton.testing.do_bench` times the peers),
 //! events around it, the median. The floor is the weights' bytes over the copy bandwidth (a 1 GiB
 //! device-to-device copy). Random blocks (`fuse::ir::quant::random_blocks`): the time does not depend on the
@@ -13,7 +14,7 @@
 #[path = "common/llama.rs"]
 mod llama;
 
-use fuse::ir::codegen::QUANT_SKINNY_CONFIGS;
+use fuse::ir::codegen::{MMA_CONFIGS, QUANT_SKINNY_CONFIGS};
 use fuse::ir::quant::random_blocks;
 use fuse::prelude::*;
 use fuse::CudaDevice;
@@ -132,6 +133,8 @@ fn main() -> Result<()> {
                 paths.extend(
                     QUANT_SKINNY_CONFIGS.iter().filter(|_| m <= 64).map(|c| Some(format!("qskinny:{}", c.name))),
                 );
+                // The tensor-core template (blocks decoded into its tiles) for many rows.
+                paths.extend(MMA_CONFIGS.iter().filter(|_| m >= 16).map(|c| Some(format!("mma:{}", c.name))));
                 paths.push(Some("cublas".to_string()));
             }
             let wanted =

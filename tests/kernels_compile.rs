@@ -128,13 +128,24 @@ fn variants(g: &Graph, spec: &KernelSpec) -> Vec<Vec<String>> {
         let mut sets: Vec<Vec<String>> = fits
             .iter()
             .map(|c| {
-                [codegen::defines(spec, &slots(DType::BF16, true), &outs(DType::BF16)), c.defines(DType::BF16)].concat()
+                let mma = c.defines(DType::BF16, DType::BF16).expect("bf16 by bf16");
+                [codegen::defines(spec, &slots(DType::BF16, true), &outs(DType::BF16)), mma].concat()
             })
             .collect();
         if let Some(c) = fits.last() {
-            sets.push(
-                [codegen::defines(spec, &slots(DType::F16, false), &outs(DType::F32)), c.defines(DType::F16)].concat(),
-            );
+            let mma = c.defines(DType::F16, DType::F16).expect("f16 by f16");
+            sets.push([codegen::defines(spec, &slots(DType::F16, false), &outs(DType::F32)), mma].concat());
+        }
+        // Weights of quantized blocks decoded into the tiles: every type with f32 activations (the first config),
+        // bf16 and f16 activations with one type each (the last).
+        let quant = |c: &codegen::MmaConfig, x: DType, w: DType| {
+            [codegen::defines(spec, &slots(x, false), &outs(x)), c.defines(x, w).expect("float x, block weights")]
+                .concat()
+        };
+        if let (Some(first), Some(last)) = (fits.first(), fits.last()) {
+            sets.extend(DType::QUANTIZED.iter().map(|&w| quant(first, DType::F32, w)));
+            sets.push(quant(last, DType::BF16, DType::Q4_K));
+            sets.push(quant(last, DType::F16, DType::Q6_K));
         }
         return sets;
     }

@@ -160,11 +160,22 @@ fn gated(x: &Tensor, norm: &Tensor, wg: &Tensor, wu: &Tensor) -> Result<Tensor> 
 }
 
 /// Every way the GPU runs a GEMM of quantized weights, as the names `fuse::tune::with_gemm_choice` takes:
-/// each config of the quantized skinny template (blocks decoded as they stream) and cuBLAS on a dequantized
-/// copy.
+/// each config of the quantized skinny template (blocks decoded as they stream), the mma template's config
+/// that holds two products (blocks decoded into its tiles; every config in
+/// `on_a_gpu_the_tensor_core_template_reads_every_block_type`) and cuBLAS on a dequantized copy.
 fn gpu_paths() -> Vec<String> {
     let skinny = fuse::ir::codegen::QUANT_SKINNY_CONFIGS.iter().map(|c| format!("qskinny:{}", c.name));
-    skinny.chain(["cublas".to_string()]).collect()
+    skinny.chain(["mma:m64n64".to_string(), "cublas".to_string()]).collect()
+}
+
+/// The tolerance `path` is held to for activations of `dtype`: the mma template multiplies f32 activations
+/// and the decoded weights as bf16 on the tensor cores (its header says why), so bf16's there.
+fn tolerance_dtype(path: &str, dtype: DType) -> DType {
+    if path.starts_with("mma:") && dtype == DType::F32 {
+        DType::BF16
+    } else {
+        dtype
+    }
 }
 
 /// `f` on the GPU with `path` forced, its first output.
@@ -200,14 +211,22 @@ fn on_a_gpu_every_block_type_multiplies_as_stored_on_every_path() {
             let (x, w) = (x.to_device(&gpu).unwrap(), w.to_device(&gpu).unwrap());
             for path in gpu_paths() {
                 let what = format!("{path}: {x_dtype} [{m}, {k}] x {dtype} [{n}, {k}]^T");
-                if path.starts_with("qskinny:x") && k % 64 != 0 {
-                    // The 8-bit body reads pieces of 64 values: forced where K is not a multiple, an error.
+                // The 8-bit body reads pieces of 64 values, the mma template stretches of 256: forced where K is
+                // not a multiple, an error that says so.
+                let piece = if path.starts_with("qskinny:x") {
+                    64
+                } else if path.starts_with("mma:") {
+                    256
+                } else {
+                    1
+                };
+                if k % piece != 0 {
                     let e = fuse::tune::with_gemm_choice(&path, || projection(&x, &w)).unwrap_err().to_string();
-                    assert!(e.contains("multiple of 64"), "{what}: {e}");
+                    assert!(e.contains("multiple"), "{what}: {e}");
                     continue;
                 }
                 let got = on_path(&path, || projection(&x, &w));
-                fuse::testing::assert_close(&what, &got, &want[0], x_dtype, &gpu);
+                fuse::testing::assert_close(&what, &got, &want[0], tolerance_dtype(&path, x_dtype), &gpu);
             }
             // Tuned (or the fixed rule): whichever it picks gives the same.
             fuse::testing::assert_close(
@@ -353,5 +372,48 @@ fn on_a_gpu_blocks_are_stored_dequantized_and_looked_up() {
             DType::F32,
             &gpu,
         );
+    }
+}
+
+/// The tensor-core template with weights of quantized blocks decoded into its tiles (what
+/// scripts/gpu/gpu-sanitize.sh runs under each compute-sanitizer tool with `SANITIZE_BIN=test-quantized
+/// SANITIZE_FILTER=tensor_core`): every config and block type at 130 x 200 (a partial tile of each) with K
+/// of 3 K blocks, f32 activations rounded to bf16 (and bf16 ones on one type); the gate/up pair as one dual
+/// GEMM with its rms_norm prologue before it, on the configs that hold two products.
+#[test]
+fn on_a_gpu_the_tensor_core_template_reads_every_block_type() {
+    let Some(gpu) = fuse::testing::gpu_or_skip() else { return };
+    let mut r = TestRng::new(35);
+    let configs: Vec<&fuse::ir::codegen::MmaConfig> = fuse::ir::codegen::MMA_CONFIGS.iter().collect();
+    let (m, n, k) = (130, 200, 768);
+    for (t, dtype) in DType::QUANTIZED.into_iter().enumerate() {
+        let (w, _) = weights(dtype, n, k, 400 + t as u64);
+        let x_dtypes: &[DType] = if dtype == DType::Q4_K { &[DType::F32, DType::BF16] } else { &[DType::F32] };
+        for &x_dtype in x_dtypes {
+            let x = random(&mut r, &[m, k], x_dtype, -1.0, 1.0, &Device::Cpu);
+            let want = fuse::reference(projection_fused(), &[fuse::arg(&x), fuse::arg(&w)]).unwrap();
+            let (x, w) = (x.to_device(&gpu).unwrap(), w.to_device(&gpu).unwrap());
+            for c in &configs {
+                let path = format!("mma:{}", c.name);
+                let got = on_path(&path, || projection(&x, &w));
+                let what = format!("{path}: {x_dtype} [{m}, {k}] x {dtype} [{n}, {k}]^T");
+                fuse::testing::assert_close(&what, &got, &want[0], DType::BF16, &gpu);
+            }
+        }
+    }
+    for dtype in [DType::Q4_K, DType::Q6_K, DType::Q8_0] {
+        let x = random(&mut r, &[m, k], DType::F32, -1.0, 1.0, &Device::Cpu);
+        let norm = random(&mut r, &[k], DType::F32, 0.5, 1.5, &Device::Cpu);
+        let (wg, _) = weights(dtype, n, k, 11);
+        let (wu, _) = weights(dtype, n, k, 12);
+        let want = fuse::reference(gated_fused(), &[fuse::arg(&x), fuse::arg(&norm), fuse::arg(&wg), fuse::arg(&wu)]);
+        let g = |t: &Tensor| t.to_device(&gpu).unwrap();
+        let (x, norm, wg, wu) = (g(&x), g(&norm), g(&wg), g(&wu));
+        for c in configs.iter().filter(|c| c.supports(true)) {
+            let path = format!("mma:{}", c.name);
+            let got = on_path(&path, || gated(&x, &norm, &wg, &wu));
+            let what = format!("{path}: m={m} rms_norm + {dtype} dual + silu * up");
+            fuse::testing::assert_close(&what, &got, &want.as_ref().unwrap()[0], DType::BF16, &gpu);
+        }
     }
 }

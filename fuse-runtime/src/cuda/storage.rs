@@ -81,6 +81,11 @@ fn from_bytes<T: Copy + Default>(bytes: &[u8]) -> Vec<T> {
     out
 }
 
+/// The bytes `alloc` reserves for `bytes` of data: whole 16-byte units, at least one.
+fn padded_bytes(bytes: usize) -> usize {
+    bytes.max(1).next_multiple_of(16)
+}
+
 impl CudaStorage {
     /// Uninitialised memory for `len` elements of `dtype` (every kernel writes all of its outputs).
     pub(crate) fn alloc(device: &CudaDevice, dtype: DType, len: usize) -> Result<CudaStorage> {
@@ -91,7 +96,7 @@ impl CudaStorage {
         let _entered = device.enter();
         // Whole 16-byte units: a kernel may copy a tensor's last bytes as one 16-byte unit (the streaming
         // quantized GEMM's cp.async, which compute-sanitizer counts whole even where it reads fewer bytes).
-        let padded = bytes.max(1).next_multiple_of(16);
+        let padded = padded_bytes(bytes);
         let memory = match device.capture_arena() {
             Some(arena) => Memory::Arena { address: arena.take(padded)?, _arena: arena },
             // Uninitialised (or a released tensor's): every caller writes it before reading it.
@@ -130,6 +135,15 @@ impl CudaStorage {
                 cudarc::driver::result::memcpy_htod_async(storage.base_address(), bytes, device.stream().cu_stream())
             }
             .map_err(|e| driver_error("copy to the GPU", e))?;
+        }
+        // The padding past the data zeroed: a kernel copying the last 16-byte unit whole (see `alloc`) then
+        // reads initialised bytes (compute-sanitizer's initcheck), however it got its memory.
+        let tail = padded_bytes(storage.bytes) - bytes.len();
+        if tail > 0 {
+            let at = storage.base_address() + bytes.len() as u64;
+            // SAFETY: [at, at + tail) is the padding of this live allocation (`alloc` reserved it).
+            unsafe { cudarc::driver::result::memset_d8_async(at, 0, tail, device.stream().cu_stream()) }
+                .map_err(|e| driver_error("memset", e))?;
         }
         Ok(storage)
     }

@@ -17,7 +17,7 @@ pub(in crate::codegen) mod skinny;
 mod tiling;
 pub(in crate::codegen) mod wgmma;
 
-pub use mma::{MmaConfig, MMA_CONFIGS, MMA_TEMPLATE};
+pub use mma::{MmaConfig, MMA_CONFIGS, MMA_QUANT_COLUMN, MMA_QUANT_TEMPLATE, MMA_TEMPLATE};
 pub use prologue::PROLOGUE_MAX_ROWS;
 pub use skinny::{
     QuantSkinnyConfig, SkinnyConfig, EARLY_WEIGHTS_DEFINE, QUANT_SKINNY_CONFIGS, QUANT_SKINNY_TEMPLATE, SKINNY_CONFIGS,

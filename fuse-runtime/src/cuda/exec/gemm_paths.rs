@@ -159,9 +159,14 @@ impl Executor<'_> {
             _ => Err("a matmul operand is not a tensor".to_string()),
         };
         let dtype = self.dtype(group.matmuls[0]);
-        // The quantized template reads weights of one block type; every other, weights of the product's dtype.
-        let quantized = matches!(path, GemmPath::QuantSkinny(_));
+        // The quantized skinny template reads weights of one block type, the mma template those or weights of
+        // the product's dtype; every other, weights of the product's dtype.
         let blocks = self.weight_dtype(index);
+        let quantized = match path {
+            GemmPath::QuantSkinny(_) => true,
+            GemmPath::Mma(_) => blocks.is_some_and(DType::is_quantized),
+            _ => false,
+        };
         let mut weights = Vec::new();
         for &mm in &group.matmuls {
             let node = self.graph.node(mm);
@@ -174,7 +179,7 @@ impl Executor<'_> {
             }
             match (quantized, w.dtype()) {
                 (false, q) if q.is_quantized() => {
-                    return Err(format!("the weights are {q} blocks, which only the qskinny configs read"))
+                    return Err(format!("the weights are {q} blocks, which only the qskinny and mma configs read"))
                 }
                 (false, w) if w != dtype => return Err("mixed dtypes".into()),
                 (true, q) if !q.is_quantized() => return Err(format!("the weights are {q}, not quantized blocks")),
@@ -203,6 +208,14 @@ impl Executor<'_> {
             }
             if role == Role::Wgmma {
                 wgmma::check(&gemm)?;
+            }
+            if quantized && role == Role::Mma && gemm.k % codegen::MMA_QUANT_COLUMN != 0 {
+                return Err(format!(
+                    "{} reads quantized weights {} values at a time: K = {} is not a multiple",
+                    path.name(),
+                    codegen::MMA_QUANT_COLUMN,
+                    gemm.k
+                ));
             }
             Ok(gemm)
         };
@@ -243,7 +256,12 @@ impl Executor<'_> {
             GemmPath::Skinny(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),
             GemmPath::QuantSkinny(c) => (*c, c.name, quant_defines(c)?, c.shared_bytes(gemm.k, weights, dual)),
             GemmPath::Wgmma(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),
-            GemmPath::Mma(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),
+            GemmPath::Mma(c) => {
+                let defines = c.defines(dtype, weights);
+                let defines =
+                    defines.ok_or_else(|| self.internal(format!("{} of {dtype} by {weights}", path.name())))?;
+                (*c, c.name, defines, c.shared_bytes(dual, dtype, weights))
+            }
             _ => return Err(self.internal(format!("{} is not a template path", path.name()))),
         };
         // The wgmma template: its own arch target, block size, clusters and tensor maps.
@@ -509,7 +527,10 @@ impl Executor<'_> {
             self.values[id.index()] = Some(Value::Tensor(t));
         }
         if self.describe {
-            let read = if weights.is_quantized() { format!(" weights as {weights} blocks") } else { String::new() };
+            let mut read = if weights.is_quantized() { format!(" weights as {weights} blocks") } else { String::new() };
+            if matches!(path, GemmPath::Mma(_)) && dtype == DType::F32 {
+                read.push_str(", both operands rounded to bf16 for the tensor cores");
+            }
             let form = format!(
                 "m={} n={} k={} lda={} ldw={:?}{read}",
                 gemm.m,

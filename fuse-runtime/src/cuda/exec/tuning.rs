@@ -2,7 +2,7 @@
 //! from, in order: a path forced on this thread (`fuse::tune::with_gemm_choice`), the results table
 //! (`fuse::tune`), timing the candidates now (`FUSE_AUTOTUNE=fast|full`), or a fixed rule (`off`: the
 //! skinny template for a DualGemm of up to 8 rows or a Gemm of up to 4, the quantized skinny template for
-//! quantized weights up to 16 rows, else cuBLAS). The wgmma template is
+//! quantized weights up to 16 rows and the mma template past them, else cuBLAS). The wgmma template is
 //! a candidate on sm_90 GPUs only (its configs for many rows in the full mode only: see `WGMMA_CONFIGS`).
 //!
 //! Timing runs the group's matmul part as it will run, after a warm-up, between CUDA events, with the L2
@@ -25,7 +25,7 @@ use crate::cuda::gemm::wgmma::{self, CONFIGS as WGMMA_CONFIGS};
 use crate::cuda::storage::CudaStorage;
 use crate::tune::{self, AutotuneMode, TuneKey};
 use crate::{Error, Result};
-use fuse_ir::codegen::{QuantSkinnyConfig, MMA_CONFIGS, QUANT_SKINNY_CONFIGS as QUANT_CONFIGS};
+use fuse_ir::codegen::{MmaConfig, QuantSkinnyConfig, MMA_CONFIGS, QUANT_SKINNY_CONFIGS as QUANT_CONFIGS};
 use fuse_ir::view::dense_strides;
 use fuse_ir::DType;
 use std::collections::BTreeMap;
@@ -39,6 +39,9 @@ const SKINNY_RULE_MAX_ROWS: (usize, usize) = (8, 4);
 /// against x16r1's 67.8 / 95.3 / 101.8 in the same command; on an H200 in an earlier command, x16r1 61.0 / 89.8
 /// against the f32 body's r1c8 84.6 / 87.0 on Q4_K / Q6_K. x32r2s3 has not been timed on an H200).
 const QUANT_RULE_ONE_ROW: [&str; 2] = ["x32r2s3", "x16r1"];
+/// The fixed rule's mma configs for quantized weights past the quantized skinny configs' rows, in order
+/// (m128n128 holds one product's accumulators only; a DualGemm takes m128n64).
+const QUANT_MMA_RULE: [&str; 3] = ["m128n128", "m128n64", "m64n64"];
 /// Rows past which even the full mode does not time the skinny template (measured 3-10x slower than cuBLAS
 /// from 128 rows on an H200; timing it at thousands of rows only makes start-up slow).
 const FULL_SKINNY_MAX_ROWS: usize = 128;
@@ -103,6 +106,15 @@ fn agreement(dtype: DType) -> f64 {
         // No matmul takes ids (inference refuses them), nor writes blocks; ids would have to agree exactly.
         DType::U32 => 0.0,
         _ => 0.0,
+    }
+}
+
+/// The dtype `path` rounds the operands to for activations of `dtype` (the mma template multiplies f32
+/// activations and quantized weights as bf16), whose agreement it is held to.
+fn operand_dtype(path: &GemmPath, dtype: DType) -> DType {
+    match path {
+        GemmPath::Mma(_) => MmaConfig::operand_dtype(dtype),
+        _ => dtype,
     }
 }
 
@@ -183,7 +195,11 @@ impl Executor<'_> {
                 // Quantized weights: the template that reads them as stored for every row count it is
                 // meant for (quantized_rule checks that each config can read them), else cuBLAS on a
                 // dequantized copy.
-                (true, _) => self.quantized_rule(index, specs).map_or(GemmPath::Cublas, GemmPath::QuantSkinny),
+                (true, _) => self
+                    .quantized_rule(index, specs)
+                    .map(GemmPath::QuantSkinny)
+                    .or_else(|| self.quantized_mma_rule(index, specs))
+                    .unwrap_or(GemmPath::Cublas),
                 (false, Some(c)) if skinny.is_ok() && rows <= limit => GemmPath::Skinny(c),
                 _ => GemmPath::Cublas,
             };
@@ -260,6 +276,13 @@ impl Executor<'_> {
         preferred.chain(meant).find(|c| self.path_runs(index, specs, &GemmPath::QuantSkinny(c)).is_ok())
     }
 
+    /// The mma config the fixed rule gives quantized weights past the skinny configs' rows, where one can
+    /// read them: the first of QUANT_MMA_RULE that runs for the group (`None`: cuBLAS on a dequantized copy).
+    fn quantized_mma_rule(&self, index: usize, specs: &[PreparedKernel]) -> Option<GemmPath> {
+        let configs = QUANT_MMA_RULE.iter().filter_map(|n| MmaConfig::by_name(n)).map(GemmPath::Mma);
+        configs.into_iter().find(|p| self.path_runs(index, specs, p).is_ok())
+    }
+
     /// The rows of the group's product (its left operand's, batches folded).
     fn rows(&self, index: usize) -> usize {
         let shape = self.shape(self.plan.groups[index].matmuls[0]);
@@ -306,8 +329,10 @@ impl Executor<'_> {
             .filter(|p| self.path_runs(index, specs, p).is_ok());
         out.extend(wgmma);
         // The mma.sync template for many rows: in the fast mode on GPUs without the wgmma template (on an
-        // H200 it is the slower of fuse's two, BENCHMARKS.md), in the full mode everywhere.
-        let fast_mma = wgmma::compile_arch(self.device.arch()).is_none() && rows >= MMA_FAST_MIN_ROWS;
+        // H200 it is the slower of fuse's two, BENCHMARKS.md) and for quantized weights (which only it reads
+        // as stored at many rows), in the full mode everywhere.
+        let no_wgmma = wgmma::compile_arch(self.device.arch()).is_none() || self.quantized_weights(index);
+        let fast_mma = no_wgmma && rows >= MMA_FAST_MIN_ROWS;
         if mode == AutotuneMode::Full || fast_mma {
             let mma = MMA_CONFIGS.iter().map(GemmPath::Mma).filter(|p| self.path_runs(index, specs, p).is_ok());
             out.extend(mma);
@@ -360,7 +385,7 @@ impl Executor<'_> {
                 match &baseline {
                     None => baseline = Some(results),
                     Some(want) => {
-                        let tolerance = agreement(self.dtype(self.plan.groups[index].matmuls[0]));
+                        let tolerance = agreement(operand_dtype(path, self.dtype(self.plan.groups[index].matmuls[0])));
                         for (got, want) in results.iter().zip(want) {
                             let error = crate::rel_l2_error(got, want);
                             if !(error <= tolerance) {

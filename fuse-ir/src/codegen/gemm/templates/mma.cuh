@@ -6,7 +6,7 @@
 //   Y[m, n] = sum_k X[m, k] * W[n, k], f32 accumulate. X: [M, K] row-major, row stride lda elements, unit
 //   column stride. W: [N, K] row-major (checkpoint "[out, in]" layout), row stride ldw. Dual
 //   (FUSE_MMA_DUAL=1): two weights W0, W1 of the same shape, the same X; acc0 = X W0^T, acc1 = X W1^T.
-//   dtype: -DFUSE_MM_DT=2 bf16, =1 f16 (X, W0, W1 all the same).
+//   dtype: -DFUSE_MM_DT=2 bf16, =1 f16 (X, W0, W1 all the same). Weights of quantized blocks: mma_quant.cuh.
 //
 // CONTRACT WITH THE CODE GENERATOR
 //   Before this text the generated code defines struct FuseArgs, #define FUSE_MMA_NAME <symbol>,
@@ -27,6 +27,7 @@
 //   FUSE_MM_BM  rows of X per block, 64 or 128                                           (default 128)
 //   FUSE_MM_BN  weight rows (output columns) per block, 64 or 128                        (default 128)
 //   FUSE_MM_S   stages of the ring, >= 2                                                 (default 4)
+//   FUSE_MM_WQ  the weights' block type: the kernel is mma_quant.cuh's                   (default 0: dense)
 //
 // LAUNCH: 1-D grid of ceil(M / BM) * ceil(N / BN) blocks (block = nb * ceil(M / BM) + mb: the blocks that
 //   share a weight tile run together), 256 threads, dynamic shared memory FUSE_MM_SMEM_BYTES (below; set
@@ -52,6 +53,9 @@
 #ifndef FUSE_MM_S
 #define FUSE_MM_S 4
 #endif
+#ifndef FUSE_MM_WQ
+#define FUSE_MM_WQ 0
+#endif
 
 struct FuseMmaParams {
     FuseArgs epi;
@@ -74,6 +78,74 @@ __device__ __forceinline__ void fuse_mm_ldsm4(unsigned addr, unsigned (&r)[4]) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
 }
+// The two k16 steps of one 32-wide slice: A rows from the tile at `a_base` (BM rows of 64 bytes), B rows from
+// the D tiles at `b_base` (D * BN rows), into this warp's accumulators (warp (wm, wn) of 2 x 4).
+template <int BM, int BN, int D, int DT>
+__device__ __forceinline__ void fuse_mm_slice(float (&acc)[D][BM / 32][BN / 32][4], unsigned a_base, unsigned b_base,
+                                              int wm, int wn, int lane) {
+    constexpr int WM = BM / 2, WN = BN / 4, MI = WM / 16, NI = WN / 8;
+    // ldmatrix row addresses of this lane: A pieces (rows 0-15 x k 0-15 as four 8x8 matrices) and B pieces
+    // (two n8 pieces x k 0-15).
+    const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
+    const int b_row = (lane & 7) + (lane >> 4) * 8, b_chunk = (lane >> 3) & 1;
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks) {  // two k16 steps per slice
+        unsigned a[MI][4];
+#pragma unroll
+        for (int i = 0; i < MI; ++i) fuse_mm_ldsm4(a_base + fuse_mm_at(wm * WM + i * 16 + a_row, ks * 2 + a_chunk), a[i]);
+#pragma unroll
+        for (int d = 0; d < D; ++d) {
+#pragma unroll
+            for (int j = 0; j < NI; j += 2) {
+                unsigned b[4];
+                fuse_mm_ldsm4(b_base + fuse_mm_at(d * BN + wn * WN + j * 8 + b_row, ks * 2 + b_chunk), b);
+#pragma unroll
+                for (int i = 0; i < MI; ++i) {
+                    fuse_mma_m16n8k16<DT>(acc[d][i][j], a[i][0], a[i][1], a[i][2], a[i][3], b[0], b[1]);
+                    fuse_mma_m16n8k16<DT>(acc[d][i][j + 1], a[i][0], a[i][1], a[i][2], a[i][3], b[2], b[3]);
+                }
+            }
+        }
+    }
+}
+
+// After the main loop (every copy waited for, a barrier after the last read of the tiles): the accumulators
+// staged in shared memory at `smem`, then each warp writes whole rows through the hook.
+template <int BM, int BN, int D>
+__device__ __forceinline__ void fuse_mm_store(const FuseMmaParams& p, float (&acc)[D][BM / 32][BN / 32][4],
+                                              unsigned char* smem, long long m0, long long n0) {
+    constexpr int WM = BM / 2, WN = BN / 4, MI = WM / 16, NI = WN / 8;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp & 1, wn = warp >> 1;
+    // C piece layout (m16n8): regs 0,1 = row g, columns 2t, 2t+1; regs 2,3 = row g + 8.
+    float* stage = reinterpret_cast<float*>(smem);
+    constexpr int LD = BN + 4;
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < NI; ++j)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int row = wm * WM + i * 16 + g + (r >> 1) * 8, col = wn * WN + j * 8 + 2 * t + (r & 1);
+                    stage[(d * BM + row) * LD + col] = acc[d][i][j][r];
+                }
+    __syncthreads();
+    // One row per warp at a time, consecutive lanes on consecutive columns.
+    for (int row = warp; row < BM; row += 8) {
+        const long long m = m0 + row;
+        if (m >= p.gemm.m) break;
+        const FuseGemmRow r = fuse_gemm_row(p.epi, m);
+        for (int col = lane; col < BN; col += 32) {
+            const long long n = n0 + col;
+            if (n < p.gemm.n) fuse_gemm_store(p.epi, r, n, stage[row * LD + col], D == 2 ? stage[(BM + row) * LD + col] : 0.f);
+        }
+    }
+}
+
+#if !FUSE_MM_WQ
 extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMmaParams p) {
     constexpr int BM = FUSE_MM_BM, BN = FUSE_MM_BN, S = FUSE_MM_S, D = FUSE_MM_D, DT = FUSE_MM_DT;
     constexpr int WM = BM / 2, WN = BN / 4;  // warp sub-tile
@@ -138,10 +210,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMma
         if (s < slices) load(s, (long long)s * 32);
         fuse_cp_async_commit();
     }
-    // ldmatrix row addresses of this lane: A pieces (rows 0-15 x k 0-15 as four 8x8 matrices) and B pieces
-    // (two n8 pieces x k 0-15).
-    const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
-    const int b_row = (lane & 7) + (lane >> 4) * 8, b_chunk = (lane >> 3) & 1;
 #pragma unroll 1
     for (long long kt = 0; kt < slices; ++kt) {
         fuse_cp_async_wait<S - 2>();
@@ -149,54 +217,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMma
         if (kt + S - 1 < slices) load((int)((kt + S - 1) % S), (kt + S - 1) * 32);
         fuse_cp_async_commit();
         const unsigned base = ring + (unsigned)((kt % S) * TILE_ROWS * 64);
-#pragma unroll
-        for (int ks = 0; ks < 2; ++ks) {  // two k16 steps per slice
-            unsigned a[MI][4];
-#pragma unroll
-            for (int i = 0; i < MI; ++i)
-                fuse_mm_ldsm4(base + fuse_mm_at(wm * WM + i * 16 + a_row, ks * 2 + a_chunk), a[i]);
-#pragma unroll
-            for (int d = 0; d < D; ++d) {
-#pragma unroll
-                for (int j = 0; j < NI; j += 2) {
-                    unsigned b[4];
-                    fuse_mm_ldsm4(base + fuse_mm_at(BM + d * BN + wn * WN + j * 8 + b_row, ks * 2 + b_chunk), b);
-#pragma unroll
-                    for (int i = 0; i < MI; ++i) {
-                        fuse_mma_m16n8k16<DT>(acc[d][i][j], a[i][0], a[i][1], a[i][2], a[i][3], b[0], b[1]);
-                        fuse_mma_m16n8k16<DT>(acc[d][i][j + 1], a[i][0], a[i][1], a[i][2], a[i][3], b[2], b[3]);
-                    }
-                }
-            }
-        }
+        fuse_mm_slice<BM, BN, D, DT>(acc, base, base + BM * 64, wm, wn, lane);
     }
     fuse_cp_async_wait<0>();
     __syncthreads();  // the ring is free: stage the accumulators there
-
-    // C piece layout (m16n8): regs 0,1 = row g, columns 2t, 2t+1; regs 2,3 = row g + 8.
-    float* stage = reinterpret_cast<float*>(fuse_mm_smem);
-    constexpr int LD = BN + 4;
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int d = 0; d < D; ++d)
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-            for (int j = 0; j < NI; ++j)
-#pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    const int row = wm * WM + i * 16 + g + (r >> 1) * 8, col = wn * WN + j * 8 + 2 * t + (r & 1);
-                    stage[(d * BM + row) * LD + col] = acc[d][i][j][r];
-                }
-    __syncthreads();
-    // One row per warp at a time, consecutive lanes on consecutive columns.
-    for (int row = warp; row < BM; row += 8) {
-        const long long m = m0 + row;
-        if (m >= M) break;
-        const FuseGemmRow r = fuse_gemm_row(p.epi, m);
-        for (int col = lane; col < BN; col += 32) {
-            const long long n = n0 + col;
-            if (n < N) fuse_gemm_store(p.epi, r, n, stage[row * LD + col], D == 2 ? stage[(BM + row) * LD + col] : 0.f);
-        }
-    }
+    fuse_mm_store<BM, BN, D>(p, acc, fuse_mm_smem, m0, n0);
 }
+#endif  // !FUSE_MM_WQ
+
