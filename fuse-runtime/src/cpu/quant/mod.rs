@@ -37,10 +37,17 @@ use q8::{Q8Acts, Q8Row};
 const NR: usize = 16;
 /// Rows of x a kernel call (each block decoded once for these).
 const MR: usize = 4;
+/// Rows of x a call of the AVX-512 8-bit kernels of the K types under [`Strategy::Q8`] (prefill's): a block
+/// decoded once for 8 (llama-3.2-1b Q4_K_M, 128-token prefill, 2 threads: 91 -> 102 tokens/s against 4).
+const MR_WIDE: usize = 8;
 /// Tasks a thread (at least): enough to even out uneven threads, few enough for long runs of memory.
 const TASKS_PER_THREAD: usize = 2;
 /// Rows of x a task when m > 16.
 const MC: usize = 64;
+
+/// Rows of x from which the K types' products take one 8-bit term, not two (see [`Strategy::default_for`]):
+/// a prompt's prefill, not a decode step of up to 31 sequences.
+pub const Q8_MIN_ROWS: usize = 32;
 
 /// An instruction set to run the kernels with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,16 +116,20 @@ pub enum Strategy {
 
 impl Strategy {
     /// The strategy [`matmul_quantized`] uses (`FUSE_CPU_QUANT=f32|q8|q8r` chooses another): for the K types
-    /// [`Strategy::Q8Residual`], whose integer products are ~2x faster than decoding the blocks to f32 (the
-    /// K types' scales make the f32 path compute-bound: llama-3.2-1b Q4_K_M, 2 threads, 114 -> 54 ms a token)
-    /// and within ~1e-5 of exact (SmolLM2's logits 5e-5 .. 7e-4 from transformers'); for the 32-value types
-    /// [`Strategy::F32`], exact up to summation order and the faster one there (memory-bound). [`Strategy::Q8`]
-    /// (llama.cpp's choice, one 8-bit term) is 2.6e-2 off on SmolLM2's logits over its 30 layers.
-    pub fn default_for(dtype: DType, _m: usize) -> Strategy {
+    /// [`Strategy::Q8Residual`] up to [`Q8_MIN_ROWS`] rows (decode), whose integer products are ~2x faster than
+    /// decoding the blocks to f32 (the K types' scales make the f32 path compute-bound: llama-3.2-1b Q4_K_M, 2
+    /// threads, 114 -> 54 ms a token) and within ~1e-5 of exact (SmolLM2's logits 5e-5 .. 7e-4 from
+    /// transformers'); from [`Q8_MIN_ROWS`] rows (prefill) [`Strategy::Q8`], llama.cpp's choice (one 8-bit
+    /// term, ~4e-3 a product, 2.6e-2 off on SmolLM2's logits over its 30 layers where every product took it),
+    /// half the integer products (prefill of 128 tokens, llama-3.2-1b Q4_K_M, 2 threads: 49 -> 102 tokens/s
+    /// with [`MR_WIDE`]); for the 32-value types [`Strategy::F32`], exact up to summation order and the faster
+    /// one there (memory-bound).
+    pub fn default_for(dtype: DType, m: usize) -> Strategy {
         match crate::env::cpu_quant() {
             Some("f32") => Strategy::F32,
             Some("q8") => Strategy::Q8,
             Some("q8r") => Strategy::Q8Residual,
+            _ if dtype.block().is_some_and(|b| b.elements == 256) && m >= Q8_MIN_ROWS => Strategy::Q8,
             _ if dtype.block().is_some_and(|b| b.elements == 256) => Strategy::Q8Residual,
             _ => Strategy::F32,
         }
@@ -190,13 +201,13 @@ pub fn matmul_quantized_with(
             let sums = x_sums(dtype, x);
             let xs: Vec<F32Row> = (0..m).map(|i| F32Row::of(x, &sums, i, k)).collect();
             let kernel = f32_kernel(dtype, isa);
-            drive(&xs, n, w, row_bytes, out, &|rows, xs, out| kernel(dtype, rows, xs, out));
+            drive(&xs, n, w, row_bytes, out, MR, &|rows, xs, out| kernel(dtype, rows, xs, out));
         }
         Strategy::Q8Residual => {
             let acts = Q8Acts::with_residuals(x, m, k, activation_block(b.elements));
             let xs: Vec<[Q8Row; 2]> = (0..m).map(|i| [acts.row(2 * i), acts.row(2 * i + 1)]).collect();
             let kernel = q8_kernel(dtype, isa);
-            drive(&xs, n, w, row_bytes, out, &|rows, pairs, out| {
+            drive(&xs, n, w, row_bytes, out, MR, &|rows, pairs, out| {
                 // Two pairs (four quantized rows) a kernel call; each output the sum of its pair's two.
                 let flat = pairs.as_flattened();
                 let mut terms = [0.0f32; 4];
@@ -214,7 +225,7 @@ pub fn matmul_quantized_with(
             let acts = Q8Acts::new(x, m, k, activation_block(b.elements));
             let xs: Vec<Q8Row> = (0..m).map(|i| acts.row(i)).collect();
             let kernel = q8_kernel(dtype, isa);
-            drive(&xs, n, w, row_bytes, out, &|rows, xs, out| {
+            drive(&xs, n, w, row_bytes, out, q8_rows(dtype, isa), &|rows, xs, out| {
                 for (j, row) in rows.chunks_exact(row_bytes).enumerate() {
                     kernel(dtype, row, xs, &mut out[j * xs.len()..][..xs.len()]);
                 }
@@ -266,6 +277,17 @@ fn f32_kernel(dtype: DType, isa: Isa) -> F32Kernel {
     }
 }
 
+/// Rows of x a call of [`q8_kernel`]`(dtype, isa)` takes: [`MR_WIDE`] for the AVX-512 K-type kernels, else
+/// [`MR`].
+fn q8_rows(dtype: DType, isa: Isa) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx512 | Isa::Avx512Vnni) && x86_q8_512::covers(dtype) {
+        return MR_WIDE;
+    }
+    let _ = (dtype, isa);
+    MR
+}
+
 fn q8_kernel(dtype: DType, isa: Isa) -> Q8Kernel {
     match isa {
         Isa::Scalar => scalar::dot_rows_q8,
@@ -315,16 +337,18 @@ impl Out {
     }
 }
 
-/// Runs `kernel` over every (tile of up to NR rows of W, group of up to MR rows of x) in fixed tiles, in parallel;
-/// `kernel(rows, xs, out)` writes `out[j * xs.len() + i]`.
+/// Runs `kernel` over every (tile of up to NR rows of W, group of up to `mr` rows of x, at most [`MR_WIDE`]) in
+/// fixed tiles, in parallel; `kernel(rows, xs, out)` writes `out[j * xs.len() + i]`.
 fn drive<X: Sync>(
     xs: &[X],
     n: usize,
     w: &[u8],
     row_bytes: usize,
     out: &mut [f32],
+    mr: usize,
     kernel: &(dyn Fn(&[u8], &[X], &mut [f32]) + Sync),
 ) {
+    let mr = mr.clamp(1, MR_WIDE);
     let m = xs.len();
     let mc = if m <= 16 { m } else { MC };
     // Each task takes `span` consecutive rows of W (whole kernel tiles of NR): long runs of memory, which the
@@ -339,11 +363,11 @@ fn drive<X: Sync>(
     super::spin_pool::for_each_task(jt * it, &|t| {
         let (i0, s0) = (t / jt * mc, t % jt * span);
         let (i1, s1) = ((i0 + mc).min(m), (s0 + span).min(n));
-        let mut tmp = [0.0f32; NR * MR];
+        let mut tmp = [0.0f32; NR * MR_WIDE];
         for j0 in (s0..s1).step_by(NR) {
             let j1 = (j0 + NR).min(s1);
-            for g in (i0..i1).step_by(MR) {
-                let r = MR.min(i1 - g);
+            for g in (i0..i1).step_by(mr) {
+                let r = mr.min(i1 - g);
                 kernel(&w[j0 * row_bytes..j1 * row_bytes], &xs[g..g + r], &mut tmp[..(j1 - j0) * r]);
                 for (jj, vs) in tmp[..(j1 - j0) * r].chunks_exact(r).enumerate() {
                     for (q, &v) in vs.iter().enumerate() {

@@ -197,8 +197,9 @@ fn simd_equals_scalar() {
     }
 }
 
-/// The K types' 8-bit kernels with every count of rows a call (1-4, through both 8-bit strategies), odd n and
-/// one or several blocks, against the scalar kernel.
+/// The K types' 8-bit kernels with every count of rows a call (1-4, and 1-8 for the AVX-512 ones under
+/// `Strategy::Q8`: m up to 9 splits into 8 + 1), through both 8-bit strategies, odd n and one or several blocks,
+/// against the scalar kernel.
 #[test]
 fn k_kernels_equal_scalar_for_every_row_count() {
     for isa in isas().into_iter().filter(|&i| i != Isa::Scalar) {
@@ -207,7 +208,7 @@ fn k_kernels_equal_scalar_for_every_row_count() {
                 for (blocks, n) in [(1, 5), (3, 19), (2, 33)] {
                     let k = 256 * blocks;
                     let w = weights(dtype, n, k, 11 + n as u64);
-                    for m in 1..=4 {
+                    for m in 1..=9 {
                         let x = random_x(m * k, 12 + m as u64);
                         let want: Vec<f64> =
                             run(dtype, &x, m, k, &w, n, strategy, Isa::Scalar).iter().map(|&v| v as f64).collect();

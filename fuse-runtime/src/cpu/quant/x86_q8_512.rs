@@ -23,7 +23,7 @@ pub(super) fn covers(dtype: DType) -> bool {
     matches!(dtype, DType::Q4_K | DType::Q5_K | DType::Q6_K)
 }
 
-/// One row of W against `xs` (1 to 4 quantized rows). Only called where `Isa::Avx512.available()` and
+/// One row of W against `xs` (1 to 8 quantized rows). Only called where `Isa::Avx512.available()` and
 /// `covers(dtype)`.
 pub(super) fn dot_rows_avx512(dtype: DType, row: &[u8], xs: &[Q8Row], out: &mut [f32]) {
     dispatch::<false>(dtype, row, xs, out)
@@ -45,7 +45,11 @@ fn dispatch<const VNNI: bool>(dtype: DType, row: &[u8], xs: &[Q8Row], out: &mut 
                     2 => $f::<2 $(, $c)?>(row, xs, out),
                     3 => $f::<3 $(, $c)?>(row, xs, out),
                     4 => $f::<4 $(, $c)?>(row, xs, out),
-                    _ => unreachable!("1 to 4 rows"),
+                    5 => $f::<5 $(, $c)?>(row, xs, out),
+                    6 => $f::<6 $(, $c)?>(row, xs, out),
+                    7 => $f::<7 $(, $c)?>(row, xs, out),
+                    8 => $f::<8 $(, $c)?>(row, xs, out),
+                    _ => unreachable!("1 to 8 rows"),
                 }
             }
         };
