@@ -2,8 +2,9 @@
 //! from, in order: a path forced on this thread (`fuse::tune::with_gemm_choice`), the results table
 //! (`fuse::tune`), timing the candidates now (`FUSE_AUTOTUNE=fast|full`), or a fixed rule (`off`: the
 //! skinny template for a DualGemm of up to 8 rows or a Gemm of up to 4, the quantized skinny template for
-//! quantized weights up to 16 rows and the mma template past them, else cuBLAS). The wgmma template is
-//! a candidate on sm_90 GPUs only (its configs for many rows in the full mode only: see `WGMMA_CONFIGS`).
+//! quantized weights up to 16 rows and the mma template past them with 16-bit activations, else cuBLAS). The
+//! wgmma template is a candidate on sm_90 GPUs only (its configs for many rows in the full mode only: see
+//! `WGMMA_CONFIGS`).
 //!
 //! Timing runs the group's matmul part as it will run, after a warm-up, between CUDA events, with the L2
 //! cache flushed before each repetition, and keeps the fastest repetition (the stream is shared, so another
@@ -279,8 +280,21 @@ impl Executor<'_> {
     /// The mma config the fixed rule gives quantized weights past the skinny configs' rows, where one can
     /// read them: the first of QUANT_MMA_RULE that runs for the group (`None`: cuBLAS on a dequantized copy).
     fn quantized_mma_rule(&self, index: usize, specs: &[PreparedKernel]) -> Option<GemmPath> {
+        if !self.mma_keeps_precision(index) {
+            return None;
+        }
         let configs = QUANT_MMA_RULE.iter().filter_map(|n| MmaConfig::by_name(n)).map(GemmPath::Mma);
         configs.into_iter().find(|p| self.path_runs(index, specs, p).is_ok())
+    }
+
+    /// Whether the mma template multiplies this group's operands in the activations' own precision: not f32
+    /// activations by quantized weights, which it rounds to bf16 (`mma_quant.cuh`). Those take it only when
+    /// forced (`fuse::tune::with_gemm_choice`): a user who keeps f32 activations gets f32 products unasked
+    /// (the SmolLM2 test holds f32 runs to 1e-2 of transformers' logits; bf16 GEMM operands over 30 layers were
+    /// not measured against it).
+    fn mma_keeps_precision(&self, index: usize) -> bool {
+        let dtype = self.dtype(self.plan.groups[index].matmuls[0]);
+        MmaConfig::operand_dtype(dtype) == dtype || !self.quantized_weights(index)
     }
 
     /// The rows of the group's product (its left operand's, batches folded).
@@ -335,7 +349,7 @@ impl Executor<'_> {
         let fast_mma = no_wgmma && rows >= MMA_FAST_MIN_ROWS;
         if mode == AutotuneMode::Full || fast_mma {
             let mma = MMA_CONFIGS.iter().map(GemmPath::Mma).filter(|p| self.path_runs(index, specs, p).is_ok());
-            out.extend(mma);
+            out.extend(mma.filter(|_| self.mma_keeps_precision(index)));
         }
         let mm = self.plan.groups[index].matmuls[0];
         let args = &self.graph.node(mm).args;

@@ -31,7 +31,8 @@
 #define FUSE_MM_COL_SLOT ((FUSE_MM_COLB + 15 + 15) / 16 * 16)
 // Shared memory: the X ring (A tiles, or raw f32 rows and 2 converted A tiles), 2 columns of raw weight rows,
 // 2 decoded B tiles; or the accumulators staged for the epilogue.
-#define FUSE_MM_X_BYTES (FUSE_MM_XF32 ? FUSE_MM_S * FUSE_MM_BM * 128 + 2 * FUSE_MM_BM * 64 : FUSE_MM_S * FUSE_MM_BM * 64)
+#define FUSE_MM_X_BYTES \
+    (FUSE_MM_XF32 ? FUSE_MM_S * FUSE_MM_BM * 128 + 2 * FUSE_MM_BM * 64 : FUSE_MM_S * FUSE_MM_BM * 64)
 #define FUSE_MM_W_BYTES (2 * FUSE_MM_D * FUSE_MM_BN * (FUSE_MM_COL_SLOT + 64))
 #define FUSE_MM_Q_BYTES (FUSE_MM_X_BYTES + FUSE_MM_W_BYTES)
 #undef FUSE_MM_SMEM_BYTES
@@ -179,7 +180,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMma
         __syncthreads();
         issue(kt + S - 1);
         fuse_cp_async_commit();
-        const unsigned a_at = XF32 ? xconv_at + (unsigned)((kt & 1) * BM * 64) : xring_at + (unsigned)((kt % S) * BM * 64);
+        const unsigned a_at =
+            XF32 ? xconv_at + (unsigned)((kt & 1) * BM * 64) : xring_at + (unsigned)((kt % S) * BM * 64);
         fuse_mm_slice<BM, BN, D, DT>(acc, a_at, wdec_at + (unsigned)((kt & 1) * WROWS * 64), wm, wn, lane);
         if (kt + 1 < slices) decode(kt + 1);
     }
