@@ -14,9 +14,28 @@
 
 use super::q8::Q8Row;
 use super::x86_f32::k_scale_bytes;
-use super::x86_q8::{f16, hsum4, k_min_terms, prefetch, q5_bits};
+use super::x86_q8::{f16, prefetch, q5_bits};
 use fuse_ir::DType;
 use std::arch::x86_64::*;
+
+/// A Q4_K / Q5_K block's 8 mins (bytes of `mn`) times `-dmin`, as f32: with the activations' per-group factors
+/// (`Q8Row::gs`, the group's q summed times its block's d) one FMA a row and block gives the min terms, where
+/// summing the integer products of mins and sums of q first took seven instructions a row and block.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn min_factors(mn: u64, dmin: f32) -> __m256 {
+    let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mn as i64)));
+    _mm256_mul_ps(mins, _mm256_set1_ps(-dmin))
+}
+
+/// The sum of the eight lanes of `m`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn hsum8(m: __m256) -> f32 {
+    let m = _mm_add_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)))
+}
 
 /// Whether this file has a kernel for `dtype`.
 pub(super) fn covers(dtype: DType) -> bool {
@@ -77,14 +96,14 @@ unsafe fn qk45<const R: usize, const FIVE: bool>(row: &[u8], xs: &[Q8Row], out: 
     };
     let picks = [pick(0), pick(1), pick(2), pick(3)];
     let mut acc = [[_mm512_setzero_ps(); 2]; R];
-    let mut macc = [_mm_setzero_ps(); R];
+    let mut macc = [_mm256_setzero_ps(); R];
     for blk in 0..nb {
         let b = row.as_ptr().add(blk * bytes);
         prefetch(b, bytes);
         let (d, dmin) = (f16(b), f16(b.add(2)));
         let (sc, mn) = k_scale_bytes(b.add(4));
         let scales = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(_mm_cvtsi64_si128(sc as i64)));
-        let mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(mn as i64));
+        let mf = min_factors(mn, dmin);
         let qs = b.add(if FIVE { 48 } else { 16 });
         let qh = if FIVE { _mm256_loadu_si256(b.add(16) as *const __m256i) } else { _mm256_setzero_si256() };
         let mut sumi = [_mm512_setzero_si512(); R];
@@ -107,11 +126,11 @@ unsafe fn qk45<const R: usize, const FIVE: bool>(row: &[u8], xs: &[Q8Row], out: 
             let x = &xs[r];
             let dx = *x.d.get_unchecked(blk);
             acc[r][t] = _mm512_fmadd_ps(_mm512_set1_ps(dx * d), _mm512_cvtepi32_ps(sumi[r]), acc[r][t]);
-            macc[r] = k_min_terms(mins, x, blk, -dx * dmin, macc[r]);
+            macc[r] = _mm256_fmadd_ps(mf, _mm256_loadu_ps(x.gs.as_ptr().add(8 * blk)), macc[r]);
         }
     }
     for r in 0..R {
-        out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1])) + hsum4(macc[r]);
+        out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1])) + hsum8(macc[r]);
     }
 }
 
@@ -285,7 +304,7 @@ unsafe fn qk45_vnni<const R: usize, const FIVE: bool>(row: &[u8], xs: &[Q8Row], 
     let ix = [index(k4_pack_index(0)), index(k4_pack_index(1))];
     let zero = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); R];
-    let mut macc = [_mm_setzero_ps(); R];
+    let mut macc = [_mm256_setzero_ps(); R];
     for blk in 0..nb {
         let b = row.as_ptr().add(blk * bytes);
         prefetch(b, bytes);
@@ -293,7 +312,7 @@ unsafe fn qk45_vnni<const R: usize, const FIVE: bool>(row: &[u8], xs: &[Q8Row], 
         let (sc, mn) = k_scale_bytes(b.add(4));
         let scales = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
         let s = ix.map(|i| _mm512_permutexvar_epi16(i, scales));
-        let mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(mn as i64));
+        let mf = min_factors(mn, dmin);
         let qs = b.add(if FIVE { 48 } else { 16 });
         let qh = if FIVE { _mm512_broadcast_i64x4(_mm256_loadu_si256(b.add(16) as *const __m256i)) } else { zero };
         let w: [__m512i; 4] = std::array::from_fn(|c| {
@@ -316,10 +335,10 @@ unsafe fn qk45_vnni<const R: usize, const FIVE: bool>(row: &[u8], xs: &[Q8Row], 
             let sumi = _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(p(2), p(3)), s[1]);
             let dx = *x.d.get_unchecked(blk);
             acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(dx * d), _mm512_cvtepi32_ps(sumi), acc[r]);
-            macc[r] = k_min_terms(mins, x, blk, -dx * dmin, macc[r]);
+            macc[r] = _mm256_fmadd_ps(mf, _mm256_loadu_ps(x.gs.as_ptr().add(8 * blk)), macc[r]);
         }
     }
     for r in 0..R {
-        out[r] = _mm512_reduce_add_ps(acc[r]) + hsum4(macc[r]);
+        out[r] = _mm512_reduce_add_ps(acc[r]) + hsum8(macc[r]);
     }
 }
