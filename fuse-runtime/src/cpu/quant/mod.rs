@@ -10,8 +10,9 @@
 //!   blocks of 256 with per-16 sums like Q8_K for the K types), then integer dot products (`maddubs` / `madd`) with
 //!   the scales applied in f32 once a block, as llama.cpp does; about 4e-3 relative error from x's rounding.
 //!
-//! Kernels take the rows of W of a tile and up to [`MR`] rows of x: a block is decoded once and used for all of
-//! them (the f32 kernels at m = 1 take two rows of W at a time instead, sharing the loads of x). Work is split with
+//! Kernels take the rows of W of a tile and up to [`MR`] rows of x ([`MR_WIDE`] on AVX-512): a block is decoded
+//! once and used for all of them (the f32 kernels at m = 1 take two rows of W at a time instead, sharing the
+//! loads of x). Work is split with
 //! rayon over tiles of [`NR`] rows of W (and of [`MC`] rows of x when m is large); the tiles do not depend on the
 //! thread count and each output's arithmetic does not depend on its tile nor on the rows computed with it, so
 //! results are bit-identical whatever the number of threads.
@@ -37,8 +38,9 @@ use q8::{Q8Acts, Q8Row};
 const NR: usize = 16;
 /// Rows of x a kernel call (each block decoded once for these).
 const MR: usize = 4;
-/// Rows of x a call of the AVX-512 8-bit kernels of the K types under [`Strategy::Q8`] (prefill's): a block
-/// decoded once for 8 (llama-3.2-1b Q4_K_M, 128-token prefill, 2 threads: 91 -> 102 tokens/s against 4).
+/// Rows of x a call of the AVX-512 kernels takes (the f32 strategy's, and the K types' under [`Strategy::Q8`]):
+/// a block decoded once for 8 at prefill (128 tokens, 2 threads: llama-3.2-1b Q4_K_M 91 -> 102 tokens/s,
+/// SmolLM2 Q4_1 ~303 -> ~321 against 4, three runs each alternated).
 const MR_WIDE: usize = 8;
 /// Tasks a thread (at least): enough to even out uneven threads, few enough for long runs of memory.
 const TASKS_PER_THREAD: usize = 2;
@@ -201,7 +203,7 @@ pub fn matmul_quantized_with(
             let sums = x_sums(dtype, x);
             let xs: Vec<F32Row> = (0..m).map(|i| F32Row::of(x, &sums, i, k)).collect();
             let kernel = f32_kernel(dtype, isa);
-            drive(&xs, n, w, row_bytes, out, MR, &|rows, xs, out| kernel(dtype, rows, xs, out));
+            drive(&xs, n, w, row_bytes, out, f32_rows(isa), &|rows, xs, out| kernel(dtype, rows, xs, out));
         }
         Strategy::Q8Residual => {
             let acts = Q8Acts::with_residuals(x, m, k, activation_block(b.elements));
@@ -274,6 +276,14 @@ fn f32_kernel(dtype: DType, isa: Isa) -> F32Kernel {
         Isa::Avx512 | Isa::Avx512Vnni => x86_f32_512::dot_rows_avx512,
         #[cfg(not(target_arch = "x86_64"))]
         Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni => unreachable!("not available"),
+    }
+}
+
+/// Rows of x a call of [`f32_kernel`]`(_, isa)` takes: [`MR_WIDE`] for the AVX-512 kernels, else [`MR`].
+fn f32_rows(isa: Isa) -> usize {
+    match isa {
+        Isa::Avx512 | Isa::Avx512Vnni => MR_WIDE,
+        _ => MR,
     }
 }
 

@@ -184,13 +184,16 @@ fn simd_equals_scalar() {
         for strategy in [Strategy::F32, Strategy::Q8, Strategy::Q8Residual] {
             for dtype in DType::QUANTIZED {
                 let k = 10 * dtype.block().unwrap().elements;
-                let (m, n) = (17, 65);
+                let n = 65;
                 let w = weights(dtype, n, k, 3);
-                let x = random_x(m * k, 4);
-                let want: Vec<f64> =
-                    run(dtype, &x, m, k, &w, n, strategy, Isa::Scalar).iter().map(|&v| v as f64).collect();
-                let err = rel_l2(&run(dtype, &x, m, k, &w, n, strategy, isa), &want);
-                assert!(err < 1e-6, "{isa:?} {strategy:?} {}: {err:e} from scalar", dtype.name());
+                // Every count of rows a kernel call takes (up to 8 on AVX-512: 17 is 8 + 8 + 1).
+                for m in [5, 6, 7, 17] {
+                    let x = random_x(m * k, 4);
+                    let want: Vec<f64> =
+                        run(dtype, &x, m, k, &w, n, strategy, Isa::Scalar).iter().map(|&v| v as f64).collect();
+                    let err = rel_l2(&run(dtype, &x, m, k, &w, n, strategy, isa), &want);
+                    assert!(err < 1e-6, "{isa:?} {strategy:?} {} m {m}: {err:e} from scalar", dtype.name());
+                }
             }
         }
         eprintln!("{isa:?} equals scalar for both strategies and every type");

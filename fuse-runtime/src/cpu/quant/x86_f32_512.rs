@@ -53,7 +53,11 @@ unsafe fn run<B: Block>(rows: &[u8], xs: &[F32Row], out: &mut [f32]) {
             2 => dot::<B, 1, 2>(p, rb, nb, xs, o),
             3 => dot::<B, 1, 3>(p, rb, nb, xs, o),
             4 => dot::<B, 1, 4>(p, rb, nb, xs, o),
-            _ => unreachable!("1 to 4 rows"),
+            5 => dot::<B, 1, 5>(p, rb, nb, xs, o),
+            6 => dot::<B, 1, 6>(p, rb, nb, xs, o),
+            7 => dot::<B, 1, 7>(p, rb, nb, xs, o),
+            8 => dot::<B, 1, 8>(p, rb, nb, xs, o),
+            _ => unreachable!("1 to 8 rows"),
         }
     }
 }
