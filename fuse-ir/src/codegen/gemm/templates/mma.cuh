@@ -78,6 +78,34 @@ __device__ __forceinline__ void fuse_mm_ldsm4(unsigned addr, unsigned (&r)[4]) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
 }
+// The kernel's start: a launch with less dynamic shared memory than `bytes` would corrupt the tiles silently,
+// so it stops instead; then the grid dependency (nothing global is read or written before: see the prelude);
+// the block's first row of X (m0) and of the weights (n0).
+template <int BM, int BN>
+__device__ __forceinline__ void fuse_mm_begin(const FuseMmaParams& p, unsigned bytes, long long& m0, long long& n0) {
+    unsigned dsize;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dsize));
+    if (dsize < bytes) __trap();
+    fuse_grid_wait();
+    fuse_grid_release();
+    const long long mblocks = (p.gemm.m + BM - 1) / BM;
+    m0 = (long long)(blockIdx.x % mblocks) * BM;
+    n0 = (long long)(blockIdx.x / mblocks) * BN;
+}
+
+// Every accumulator to zero.
+template <int D, int MI, int NI>
+__device__ __forceinline__ void fuse_mm_zero(float (&acc)[D][MI][NI][4]) {
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < NI; ++j)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) acc[d][i][j][r] = 0.f;
+}
+
 // The two k16 steps of one 32-wide slice: A rows from the tile at `a_base` (BM rows of 64 bytes), B rows from
 // the D tiles at `b_base` (D * BN rows), into this warp's accumulators (warp (wm, wn) of 2 x 4).
 template <int BM, int BN, int D, int DT>
@@ -92,7 +120,8 @@ __device__ __forceinline__ void fuse_mm_slice(float (&acc)[D][BM / 32][BN / 32][
     for (int ks = 0; ks < 2; ++ks) {  // two k16 steps per slice
         unsigned a[MI][4];
 #pragma unroll
-        for (int i = 0; i < MI; ++i) fuse_mm_ldsm4(a_base + fuse_mm_at(wm * WM + i * 16 + a_row, ks * 2 + a_chunk), a[i]);
+        for (int i = 0; i < MI; ++i)
+            fuse_mm_ldsm4(a_base + fuse_mm_at(wm * WM + i * 16 + a_row, ks * 2 + a_chunk), a[i]);
 #pragma unroll
         for (int d = 0; d < D; ++d) {
 #pragma unroll
@@ -153,19 +182,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMma
     static_assert(BM % 32 == 0 && BN % 64 == 0 && NI % 2 == 0 && S >= 2, "FUSE_MM_BM/BN/S");
     constexpr int TILE_ROWS = BM + D * BN;  // 64-byte rows per stage
     extern __shared__ __align__(128) unsigned char fuse_mm_smem[];
-    // A launch with less dynamic shared memory than the tiles need would corrupt them silently: stop instead.
-    unsigned dsize;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dsize));
-    if (dsize < (unsigned)(FUSE_MM_SMEM_BYTES)) __trap();
-    fuse_grid_wait();  // nothing global is read or written before (see the prelude)
-    fuse_grid_release();
-
+    long long m0, n0;
+    fuse_mm_begin<BM, BN>(p, FUSE_MM_SMEM_BYTES, m0, n0);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp & 1, wn = warp >> 1;
     const long long M = p.gemm.m, N = p.gemm.n, K = p.gemm.k;
-    const long long mblocks = (M + BM - 1) / BM;
-    const long long m0 = (long long)(blockIdx.x % mblocks) * BM;
-    const long long n0 = (long long)(blockIdx.x / mblocks) * BN;
     const unsigned short* x = (const unsigned short*)p.gemm.x;
     const unsigned short* w[2] = {(const unsigned short*)p.gemm.w0, (const unsigned short*)p.gemm.w1};
     const long long ldw[2] = {p.gemm.ldw0, p.gemm.ldw1};
@@ -195,14 +216,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMma
     };
 
     float acc[D][MI][NI][4];
-#pragma unroll
-    for (int d = 0; d < D; ++d)
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-            for (int j = 0; j < NI; ++j)
-#pragma unroll
-                for (int r = 0; r < 4; ++r) acc[d][i][j][r] = 0.f;
+    fuse_mm_zero(acc);
 
     const long long slices = (K + 31) / 32;
 #pragma unroll

@@ -38,6 +38,14 @@
 #undef FUSE_MM_SMEM_BYTES
 #define FUSE_MM_SMEM_BYTES (FUSE_MM_Q_BYTES > FUSE_MM_STAGE_BYTES ? FUSE_MM_Q_BYTES : FUSE_MM_STAGE_BYTES)
 
+// Eight values rounded to DT (nearest even), as one 16-byte row chunk of a tile.
+template <int DT>
+__device__ __forceinline__ uint4 fuse_mm_pack8(float a, float b, float c, float d, float e, float f, float g,
+                                               float h) {
+    return make_uint4(fuse_pack2_cvt<DT>(a, b), fuse_pack2_cvt<DT>(c, d), fuse_pack2_cvt<DT>(e, f),
+                      fuse_pack2_cvt<DT>(g, h));
+}
+
 extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMmaParams p) {
     constexpr int BM = FUSE_MM_BM, BN = FUSE_MM_BN, S = FUSE_MM_S, D = FUSE_MM_D, DT = FUSE_MM_DT;
     constexpr int WQ = FUSE_MM_WQ, XF32 = FUSE_MM_XF32;
@@ -49,18 +57,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMma
     static_assert(BM % 32 == 0 && BN % 64 == 0 && NI % 2 == 0 && S >= 3 && S <= 6, "FUSE_MM_BM/BN/S");
     static_assert(WROWS * 4 % 256 == 0 && BM * 4 % 256 == 0, "whole chunks a thread");
     extern __shared__ __align__(128) unsigned char fuse_mm_smem[];
-    unsigned dsize;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dsize));
-    if (dsize < (unsigned)(FUSE_MM_SMEM_BYTES)) __trap();
-    fuse_grid_wait();
-    fuse_grid_release();
-
+    long long m0, n0;
+    fuse_mm_begin<BM, BN>(p, FUSE_MM_SMEM_BYTES, m0, n0);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp & 1, wn = warp >> 1;
     const long long M = p.gemm.m, N = p.gemm.n, K = p.gemm.k;
-    const long long mblocks = (M + BM - 1) / BM;
-    const long long m0 = (long long)(blockIdx.x % mblocks) * BM;
-    const long long n0 = (long long)(blockIdx.x / mblocks) * BN;
     const long long ldw[2] = {p.gemm.ldw0, p.gemm.ldw1};
     const unsigned char* wbase[2] = {(const unsigned char*)p.gemm.w0, (const unsigned char*)p.gemm.w1};
     // Regions: X ring (S slots), [converted A tiles (2 slots)], raw columns (2), decoded B tiles (2).
@@ -135,9 +136,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMma
                 const int shift = (int)((unsigned long long)(wrow[i] + c * COLB) & 15);
                 fuse_q_decode8<WQ>(wraw + (c & 1) * WROWS * SLOT + r * SLOT + shift, off, v);
             }
-            uint4 packed;
-            packed.x = fuse_pack2_cvt<DT>(v[0], v[1]), packed.y = fuse_pack2_cvt<DT>(v[2], v[3]);
-            packed.z = fuse_pack2_cvt<DT>(v[4], v[5]), packed.w = fuse_pack2_cvt<DT>(v[6], v[7]);
+            const uint4 packed = fuse_mm_pack8<DT>(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
             *(uint4*)(dec + fuse_mm_at(r, chunk)) = packed;
         }
         if constexpr (XF32) {
@@ -148,23 +147,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMma
                 const int row = (tid >> 2) + 64 * i;
                 const float4 a = *(const float4*)(raw + row * 128 + chunk * 32);
                 const float4 b = *(const float4*)(raw + row * 128 + chunk * 32 + 16);
-                uint4 packed;
-                packed.x = fuse_pack2_cvt<DT>(a.x, a.y), packed.y = fuse_pack2_cvt<DT>(a.z, a.w);
-                packed.z = fuse_pack2_cvt<DT>(b.x, b.y), packed.w = fuse_pack2_cvt<DT>(b.z, b.w);
-                *(uint4*)(conv + fuse_mm_at(row, chunk)) = packed;
+                *(uint4*)(conv + fuse_mm_at(row, chunk)) = fuse_mm_pack8<DT>(a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
             }
         }
     };
 
     float acc[D][MI][NI][4];
-#pragma unroll
-    for (int d = 0; d < D; ++d)
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-            for (int j = 0; j < NI; ++j)
-#pragma unroll
-                for (int r = 0; r < 4; ++r) acc[d][i][j][r] = 0.f;
+    fuse_mm_zero(acc);
 
 #pragma unroll
     for (int g = 0; g < S - 1; ++g) {
