@@ -2,9 +2,9 @@
 //! from, in order: a path forced on this thread (`fuse::tune::with_gemm_choice`), the results table
 //! (`fuse::tune`), timing the candidates now (`FUSE_AUTOTUNE=fast|full`), or a fixed rule (`off`: the
 //! skinny template for a DualGemm of up to 8 rows or a Gemm of up to 4, the quantized skinny template for
-//! quantized weights up to 16 rows and the mma template past them with 16-bit activations, else cuBLAS). The
-//! wgmma template is a candidate on sm_90 GPUs only (its configs for many rows in the full mode only: see
-//! `WGMMA_CONFIGS`).
+//! quantized weights up to 16 rows and, while a graph is captured, the mma template past them with 16-bit
+//! activations, else cuBLAS). The wgmma template is a candidate on sm_90 GPUs only (its configs for many rows
+//! in the full mode only: see `WGMMA_CONFIGS`).
 //!
 //! Timing runs the group's matmul part as it will run, after a warm-up, between CUDA events, with the L2
 //! cache flushed before each repetition, and keeps the fastest repetition (the stream is shared, so another
@@ -40,8 +40,10 @@ const SKINNY_RULE_MAX_ROWS: (usize, usize) = (8, 4);
 /// against x16r1's 67.8 / 95.3 / 101.8 in the same command; on an H200 in an earlier command, x16r1 61.0 / 89.8
 /// against the f32 body's r1c8 84.6 / 87.0 on Q4_K / Q6_K. x32r2s3 has not been timed on an H200).
 const QUANT_RULE_ONE_ROW: [&str; 2] = ["x32r2s3", "x16r1"];
-/// The fixed rule's mma configs for quantized weights past the quantized skinny configs' rows, in order
-/// (m128n128 holds one product's accumulators only; a DualGemm takes m128n64).
+/// The fixed rule's mma configs for quantized weights past the quantized skinny configs' rows while a graph is
+/// captured (cuBLAS's dequantized copy cannot be replayed; elsewhere cuBLAS, 3.5x faster than the template
+/// at 512 rows of bf16 activations on an H100), in order (m128n128 holds one product's accumulators only; a
+/// DualGemm takes m128n64).
 const QUANT_MMA_RULE: [&str; 3] = ["m128n128", "m128n64", "m64n64"];
 /// Rows past which even the full mode does not time the skinny template (measured 3-10x slower than cuBLAS
 /// from 128 rows on an H200; timing it at thousands of rows only makes start-up slow).
@@ -194,12 +196,12 @@ impl Executor<'_> {
             let config = CONFIGS.iter().find(|c| c.fast_rows.0 <= rows && rows <= c.fast_rows.1);
             let rule = match (self.quantized_weights(index), config) {
                 // Quantized weights: the template that reads them as stored for every row count it is
-                // meant for (quantized_rule checks that each config can read them), else cuBLAS on a
-                // dequantized copy.
+                // meant for (quantized_rule checks that each config can read them), past those rows the mma
+                // template while a graph is captured (QUANT_MMA_RULE), else cuBLAS on a dequantized copy.
                 (true, _) => self
                     .quantized_rule(index, specs)
                     .map(GemmPath::QuantSkinny)
-                    .or_else(|| self.quantized_mma_rule(index, specs))
+                    .or_else(|| self.device.is_capturing().then(|| self.quantized_mma_rule(index, specs)).flatten())
                     .unwrap_or(GemmPath::Cublas),
                 (false, Some(c)) if skinny.is_ok() && rows <= limit => GemmPath::Skinny(c),
                 _ => GemmPath::Cublas,
