@@ -9,25 +9,23 @@ pub(crate) struct Q8Acts {
     pub qs: Vec<i8>,
     pub d: Vec<f32>,
     pub bsums: Vec<i16>,
-    /// Per block, `d * sum(q)` (the Q4_1 / Q5_1 min term's factor).
-    pub s: Vec<f32>,
-    /// Per 32 values, their block's `d` times the sum of their q (the K types' min terms, group by group).
+    /// Per 32 values, their block's `d` times the sum of their q: the min terms' factor (a Q4_1 / Q5_1 block's
+    /// whole, a K block's group by group).
     pub gs: Vec<f32>,
 }
 
-/// One quantized row: `qs` k values, `d` one scale per block, `bsums` one sum per 16 values, `s` and `gs` as
+/// One quantized row: `qs` k values, `d` one scale per block, `bsums` one sum per 16 values, `gs` as
 /// [`Q8Acts`]'s.
 #[derive(Clone, Copy)]
 pub(crate) struct Q8Row<'a> {
     pub qs: &'a [i8],
     pub d: &'a [f32],
     pub bsums: &'a [i16],
-    pub s: &'a [f32],
     pub gs: &'a [f32],
 }
 
-/// One row's slices of a [`Q8Acts`] being filled: values, block scales, sums of 16, block and group min factors.
-type RowMut<'r> = (&'r mut [i8], &'r mut [f32], &'r mut [i16], &'r mut [f32], &'r mut [f32]);
+/// One row's slices of a [`Q8Acts`] being filled: values, block scales, sums of 16, min factors of 32.
+type RowMut<'r> = (&'r mut [i8], &'r mut [f32], &'r mut [i16], &'r mut [f32]);
 
 /// Rows in parallel from this many values on.
 const PARALLEL_VALUES: usize = 1 << 16;
@@ -40,7 +38,7 @@ impl Q8Acts {
         debug_assert!(block % 16 == 0 && k % block == 0 && x.len() == m * k);
         let mut acts = Q8Acts::zeroed(m, k, block);
         let rows: Vec<_> = acts.rows_mut().into_iter().zip(x.chunks(k.max(1))).collect();
-        let one = |((qs, d, bsums, s, gs), x): (RowMut, &[f32])| quantize_row(x, block, qs, d, bsums, s, gs);
+        let one = |((qs, d, bsums, gs), x): (RowMut, &[f32])| quantize_row(x, block, qs, d, bsums, gs);
         if m * k >= PARALLEL_VALUES {
             rows.into_par_iter().for_each(one);
         } else {
@@ -59,10 +57,10 @@ impl Q8Acts {
         let mut rows = acts.rows_mut();
         let pairs: Vec<_> = rows.chunks_exact_mut(2).zip(x.chunks(k.max(1))).collect();
         let one = |(pair, x): (&mut [RowMut], &[f32])| {
-            let [(qs, d, bsums, s, gs), (rqs, rd, rbsums, rs, rgs)] = pair else { unreachable!("rows in pairs") };
-            quantize_row(x, block, qs, d, bsums, s, gs);
+            let [(qs, d, bsums, gs), (rqs, rd, rbsums, rgs)] = pair else { unreachable!("rows in pairs") };
+            quantize_row(x, block, qs, d, bsums, gs);
             let residual: Vec<f32> = x.iter().enumerate().map(|(j, &v)| v - d[j / block] * qs[j] as f32).collect();
-            quantize_row(&residual, block, rqs, rd, rbsums, rs, rgs);
+            quantize_row(&residual, block, rqs, rd, rbsums, rgs);
         };
         if m * k >= PARALLEL_VALUES {
             pairs.into_par_iter().for_each(one);
@@ -80,7 +78,6 @@ impl Q8Acts {
             qs: vec![0; rows * k],
             d: vec![0.0; rows * k / block],
             bsums: vec![0; rows * k / 16],
-            s: vec![0.0; rows * k / block],
             gs: vec![0.0; rows * k / 32],
         }
     }
@@ -90,8 +87,8 @@ impl Q8Acts {
         let (k, block) = (self.k.max(1), self.block);
         let (blocks, groups) = ((self.k / block).max(1), (self.k / 16).max(1));
         let rows = self.qs.chunks_mut(k).zip(self.d.chunks_mut(blocks)).zip(self.bsums.chunks_mut(groups));
-        let rows = rows.zip(self.s.chunks_mut(blocks)).zip(self.gs.chunks_mut((self.k / 32).max(1)));
-        rows.map(|((((qs, d), bsums), s), gs)| (qs, d, bsums, s, gs)).collect()
+        let rows = rows.zip(self.gs.chunks_mut((self.k / 32).max(1)));
+        rows.map(|(((qs, d), bsums), gs)| (qs, d, bsums, gs)).collect()
     }
 
     pub fn row(&self, i: usize) -> Q8Row<'_> {
@@ -100,22 +97,13 @@ impl Q8Acts {
             qs: &self.qs[i * k..][..k],
             d: &self.d[i * k / b..][..k / b],
             bsums: &self.bsums[i * k / 16..][..k / 16],
-            s: &self.s[i * k / b..][..k / b],
             gs: &self.gs[i * k / 32..][..k / 32],
         }
     }
 }
 
 /// One row: per block, d = max|x| / 127 and q = round-half-even(x * 127 / max|x|) (all zeros for a zero block).
-pub(crate) fn quantize_row(
-    x: &[f32],
-    block: usize,
-    qs: &mut [i8],
-    d: &mut [f32],
-    bsums: &mut [i16],
-    s: &mut [f32],
-    gs: &mut [f32],
-) {
+pub(crate) fn quantize_row(x: &[f32], block: usize, qs: &mut [i8], d: &mut [f32], bsums: &mut [i16], gs: &mut [f32]) {
     for ((x, q), d) in x.chunks_exact(block).zip(qs.chunks_exact_mut(block)).zip(d.iter_mut()) {
         let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
         let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
@@ -129,9 +117,6 @@ pub(crate) fn quantize_row(
     }
     for (s, q) in bsums.iter_mut().zip(qs.chunks_exact(16)) {
         *s = q.iter().map(|&v| v as i16).sum();
-    }
-    for ((s, bs), d) in s.iter_mut().zip(bsums.chunks_exact(block / 16)).zip(d.iter()) {
-        *s = d * bs.iter().map(|&v| v as i32).sum::<i32>() as f32;
     }
     for (g, (gs, bs)) in gs.iter_mut().zip(bsums.chunks_exact(2)).enumerate() {
         *gs = d[g * 32 / block] * (bs[0] as i32 + bs[1] as i32) as f32;

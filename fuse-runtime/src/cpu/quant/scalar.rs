@@ -111,7 +111,7 @@ pub(crate) fn dot_rows_q8(dtype: DType, row: &[u8], xs: &[Q8Row], out: &mut [f32
                 DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => half_at(block, 0) * dx * idot(q, y) as f32,
                 DType::Q4_1 | DType::Q5_1 => {
                     let (d, m) = (half_at(block, 0), half_at(block, 2));
-                    d * dx * idot(q, y) as f32 + m * x.s[blk]
+                    d * dx * idot(q, y) as f32 + m * x.gs[blk]
                 }
                 DType::Q4_K | DType::Q5_K => {
                     let (d, dmin) = (half_at(block, 0), half_at(block, 2));

@@ -100,7 +100,7 @@ unsafe fn q32<const R: usize, const T: u8>(row: &[u8], xs: &[Q8Row], out: &mut [
             let dx = *x.d.get_unchecked(blk);
             acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(dot_us8(aw, y)), acc[r][t]);
             if !signed {
-                macc[r][t] += m * *x.s.get_unchecked(blk);
+                macc[r][t] += m * *x.gs.get_unchecked(blk);
             }
         }
     }

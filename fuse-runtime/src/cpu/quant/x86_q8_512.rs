@@ -13,7 +13,7 @@
 //! of a block are exact, so results equal the AVX2 and scalar kernels' up to f32 summation order.
 
 use super::q8::Q8Row;
-use super::x86_f32::k_scale_bytes;
+use super::x86_f32::{hsum, k_scale_bytes};
 use super::x86_q8::{f16, prefetch, q5_bits};
 use fuse_ir::DType;
 use std::arch::x86_64::*;
@@ -26,15 +26,6 @@ use std::arch::x86_64::*;
 unsafe fn min_factors(mn: u64, dmin: f32) -> __m256 {
     let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mn as i64)));
     _mm256_mul_ps(mins, _mm256_set1_ps(-dmin))
-}
-
-/// The sum of the eight lanes of `m`.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn hsum8(m: __m256) -> f32 {
-    let m = _mm_add_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-    _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)))
 }
 
 /// Whether this file has a kernel for `dtype`.
@@ -130,7 +121,7 @@ unsafe fn qk45<const R: usize, const FIVE: bool>(row: &[u8], xs: &[Q8Row], out: 
         }
     }
     for r in 0..R {
-        out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1])) + hsum8(macc[r]);
+        out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1])) + hsum(macc[r]);
     }
 }
 
@@ -339,6 +330,6 @@ unsafe fn qk45_vnni<const R: usize, const FIVE: bool>(row: &[u8], xs: &[Q8Row], 
         }
     }
     for r in 0..R {
-        out[r] = _mm512_reduce_add_ps(acc[r]) + hsum8(macc[r]);
+        out[r] = _mm512_reduce_add_ps(acc[r]) + hsum(macc[r]);
     }
 }

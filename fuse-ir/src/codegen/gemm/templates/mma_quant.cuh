@@ -51,7 +51,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMma
     constexpr int WQ = FUSE_MM_WQ, XF32 = FUSE_MM_XF32;
     constexpr int MI = BM / 32, NI = BN / 32;
     constexpr int QB = fuse_q_values<WQ>(), QBYTES = fuse_q_bytes<WQ>();
-    constexpr int COLB = 256 / QB * QBYTES, SLOT = FUSE_MM_COL_SLOT, UNITS = SLOT / 16;
+    constexpr int COLB = FUSE_MM_COLB, SLOT = FUSE_MM_COL_SLOT, UNITS = SLOT / 16;
     constexpr int WROWS = D * BN;  // weight rows of a tile
     // S <= 6: a column's copy (with the X slice 4 before its first) must not overwrite the column before it.
     static_assert(BM % 32 == 0 && BN % 64 == 0 && NI % 2 == 0 && S >= 3 && S <= 6, "FUSE_MM_BM/BN/S");
