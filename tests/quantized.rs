@@ -378,8 +378,8 @@ fn on_a_gpu_blocks_are_stored_dequantized_and_looked_up() {
 /// The tensor-core template with weights of quantized blocks decoded into its tiles (what
 /// scripts/gpu/gpu-sanitize.sh runs under each compute-sanitizer tool with `SANITIZE_BIN=test-quantized
 /// SANITIZE_FILTER=tensor_core`): every config and block type at 130 x 200 (a partial tile of each) with K
-/// of 3 K blocks, f32 activations rounded to bf16 (and bf16 ones on one type); the gate/up pair as one dual
-/// GEMM with its rms_norm prologue before it, on the configs that hold two products.
+/// of 3 K blocks, f32 activations rounded to bf16 (and bf16 ones on one type), and cuBLAS there on TF32; the
+/// gate/up pair as one dual GEMM with its rms_norm prologue before it, on the configs that hold two products.
 #[test]
 fn on_a_gpu_the_tensor_core_template_reads_every_block_type() {
     let Some(gpu) = fuse::testing::gpu_or_skip() else { return };
@@ -399,6 +399,12 @@ fn on_a_gpu_the_tensor_core_template_reads_every_block_type() {
                 let what = format!("{path}: {x_dtype} [{m}, {k}] x {dtype} [{n}, {k}]^T");
                 fuse::testing::assert_close(&what, &got, &want[0], DType::BF16, &gpu);
             }
+            // cuBLAS on the dequantized copy: at 130 rows of f32 activations on TF32 tensor cores (f16's 10
+            // bits of mantissa), so f16's tolerance there.
+            let got = on_path("cublas", || projection(&x, &w));
+            let tolerance = if x_dtype == DType::F32 { DType::F16 } else { x_dtype };
+            let what = format!("cublas: {x_dtype} [{m}, {k}] x {dtype} [{n}, {k}]^T");
+            fuse::testing::assert_close(&what, &got, &want[0], tolerance, &gpu);
         }
     }
     for dtype in [DType::Q4_K, DType::Q6_K, DType::Q8_0] {

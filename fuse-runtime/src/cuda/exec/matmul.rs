@@ -47,7 +47,8 @@ impl Executor<'_> {
                 Error::unsupported(self.function, "matmul", format!("{reason} (make the operand contiguous first)"))
             })?;
             match plan.call(a.dtype())? {
-                Some(call) => {
+                Some(mut call) => {
+                    call.tf32 = GemmCall::tf32_for(a.dtype(), quantized, ma.batch * ma.rows);
                     // A cuBLASLt algorithm this shape does not offer (a results file from elsewhere, say)
                     // falls back to cuBLAS: the product is the same, only the speed differs.
                     let lt = match self.path {

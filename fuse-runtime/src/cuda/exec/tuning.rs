@@ -19,7 +19,7 @@ use crate::call::Value;
 use crate::cuda::compile::cache::CacheKey;
 use crate::cuda::device::CudaDevice;
 use crate::cuda::driver::{driver_error, lock};
-use crate::cuda::gemm::cublas::plan_gemm;
+use crate::cuda::gemm::cublas::{plan_gemm, GemmCall};
 use crate::cuda::gemm::lt::lt_matmul;
 use crate::cuda::gemm::skinny::CONFIGS;
 use crate::cuda::gemm::wgmma::{self, CONFIGS as WGMMA_CONFIGS};
@@ -112,11 +112,13 @@ fn agreement(dtype: DType) -> f64 {
     }
 }
 
-/// The dtype `path` rounds the operands to for activations of `dtype` (the mma template multiplies f32
-/// activations and quantized weights as bf16), whose agreement it is held to.
-fn operand_dtype(path: &GemmPath, dtype: DType) -> DType {
+/// The dtype whose precision `path`'s products have for activations of `dtype`, whose agreement it is held
+/// to: the mma template multiplies f32 activations and quantized weights as bf16; cuBLAS as TF32 where `tf32`
+/// (10 bits of mantissa, as f16).
+fn operand_dtype(path: &GemmPath, dtype: DType, tf32: bool) -> DType {
     match path {
         GemmPath::Mma(_) => MmaConfig::operand_dtype(dtype),
+        GemmPath::Cublas | GemmPath::CublasSplit | GemmPath::Lt(_) if tf32 => DType::F16,
         _ => dtype,
     }
 }
@@ -358,7 +360,9 @@ impl Executor<'_> {
         if let (Value::Tensor(a), Value::Tensor(b)) = (self.resolve(args[0])?, self.resolve(args[1])?) {
             let call =
                 plan_gemm(&self.matrix(&a)?, &self.matrix(&b)?).ok().and_then(|p| p.call(a.dtype()).ok().flatten());
-            if let Some(call) = call {
+            if let Some(mut call) = call {
+                // The form run_matmul will ask cuBLASLt for (TF32 for dequantized weights at many rows).
+                call.tf32 = GemmCall::tf32_for(a.dtype(), b.dtype().is_quantized(), rows);
                 if let Ok(form) = lt_matmul(self.device, &call) {
                     let n = if mode == AutotuneMode::Full {
                         form.algorithms()
@@ -401,7 +405,15 @@ impl Executor<'_> {
                 match &baseline {
                     None => baseline = Some(results),
                     Some(want) => {
-                        let tolerance = agreement(operand_dtype(path, self.dtype(self.plan.groups[index].matmuls[0])));
+                        // Held to the coarser rounding of the two paths (TF32 or bf16 operands where they
+                        // round them).
+                        let dtype = self.dtype(self.plan.groups[index].matmuls[0]);
+                        let tf32 = GemmCall::tf32_for(dtype, self.quantized_weights(index), self.rows(index));
+                        let tolerance = agreement(operand_dtype(path, dtype, tf32)).max(agreement(operand_dtype(
+                            &candidates[0],
+                            dtype,
+                            tf32,
+                        )));
                         for (got, want) in results.iter().zip(want) {
                             let error = crate::rel_l2_error(got, want);
                             if !(error <= tolerance) {

@@ -144,6 +144,9 @@ pub(crate) struct GemmCall {
     pub(super) ty: cudaDataType_t,
     /// Bytes of one element, to turn address distances into element strides.
     pub(super) element_bytes: u64,
+    /// f32 operands multiplied on the tensor cores as TF32 (each rounded to 10 bits of mantissa, as f16
+    /// holds): set for weights dequantized into scratch at many rows (see [`GemmCall::tf32_for`]).
+    pub(crate) tf32: bool,
 }
 
 impl GemmPlan {
@@ -167,11 +170,31 @@ impl GemmPlan {
             batch: to_i32("batch", self.batch)?,
             ty: data_type(dtype),
             element_bytes: dtype.size_bytes() as u64,
+            tf32: false,
         }))
     }
 }
 
+/// Rows of the left operand from which an f32 product by weights of quantized blocks (dequantized into f32
+/// scratch) runs on the tensor cores as TF32: there the weights carry 4-8 bits, and the f32 CUDA-core GEMM
+/// took 4.1 ms for the 8B MLP at 512 rows on an H100 (BENCHMARKS.md). Fewer rows keep exact f32 products.
+pub(crate) const TF32_MIN_ROWS: usize = 64;
+
 impl GemmCall {
+    /// Whether a product of `dtype` activations, `rows` of them, by weights that were `quantized` runs as
+    /// TF32 (see [`TF32_MIN_ROWS`]).
+    pub(crate) fn tf32_for(dtype: DType, quantized: bool, rows: usize) -> bool {
+        dtype == DType::F32 && quantized && rows >= TF32_MIN_ROWS
+    }
+
+    /// cuBLAS's compute type for this call.
+    pub(super) fn compute_type(&self) -> sys::cublasComputeType_t {
+        match self.tf32 {
+            true => sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+            false => sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        }
+    }
+
     /// Elements of one (unbatched) product.
     pub(crate) fn product_len(&self) -> usize {
         self.m as usize * self.n as usize
@@ -247,7 +270,7 @@ impl GemmCall {
             )
         };
         format!(
-            "cublasGemmStridedBatchedEx x{calls}{note}, op(A)={} op(B)={}, m={} n={} k={}, lda={} ldb={} ldc={}{batch}, {}, compute f32",
+            "cublasGemmStridedBatchedEx x{calls}{note}, op(A)={} op(B)={}, m={} n={} k={}, lda={} ldb={} ldc={}{batch}, {}, compute {}",
             op_name(self.first_op),
             op_name(self.second_op),
             self.m,
@@ -257,6 +280,7 @@ impl GemmCall {
             self.ldb,
             self.ldc,
             type_name(self.ty),
+            if self.tf32 { "f32 (TF32 tensor cores)" } else { "f32" },
         )
     }
 
@@ -328,7 +352,7 @@ pub(crate) fn launch_gemm(device: &CudaDevice, call: &GemmCall, first: u64, seco
             call.ldc,
             call.c_batch_stride,
             call.batch,
-            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            call.compute_type(),
             sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )
     };

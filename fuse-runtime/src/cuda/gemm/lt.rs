@@ -152,11 +152,12 @@ impl LtMatmul {
     fn new(ordinal: usize, handle: sys::cublasLtHandle_t, call: &GemmCall) -> Result<LtMatmul> {
         use sys::cublasLtMatmulDescAttributes_t as Desc;
         let ty = lt_type(call.ty);
-        let desc = cudarc::cublaslt::result::create_matmul_desc(
-            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            sys::cudaDataType::CUDA_R_32F,
-        )
-        .map_err(|e| lt_error("matmul desc", e))?;
+        let compute = match call.tf32 {
+            true => sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+            false => sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        };
+        let desc = cudarc::cublaslt::result::create_matmul_desc(compute, sys::cudaDataType::CUDA_R_32F)
+            .map_err(|e| lt_error("matmul desc", e))?;
         let (ta, tb) = (lt_op(call.first_op), lt_op(call.second_op));
         let is_t = |op: i32| op == 1;
         // SAFETY: `desc` is live; each value is an i32 operation code as the attribute expects.
