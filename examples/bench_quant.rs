@@ -115,7 +115,11 @@ fn main() -> Result<()> {
     formats.extend(o.types.iter().copied().map(Some));
     for format in formats {
         let weights = match format {
-            None => llama::weights(&dev)?,
+            // Dense weights in the activations' dtype (a matmul takes one dtype): the baseline row.
+            None => {
+                let [gate, up, down] = llama::weights(&dev)?;
+                [gate.to_dtype(o.acts)?, up.to_dtype(o.acts)?, down.to_dtype(o.acts)?]
+            }
             Some(q) => [
                 blocks(q, INTER, HIDDEN, 11, &dev)?,
                 blocks(q, INTER, HIDDEN, 12, &dev)?,
@@ -123,7 +127,7 @@ fn main() -> Result<()> {
             ],
         };
         let bytes: usize = weights.iter().map(|w| w.dtype().storage_bytes(w.numel()).unwrap_or(0)).sum();
-        let name = format.map_or("bf16".to_string(), |q| q.name().to_string());
+        let name = format.map_or(acts.to_string(), |q| q.name().to_string());
         for &m in &o.ms {
             let x = bf16_tensor(&[m, HIDDEN], 7, 1.0, &dev)?.to_dtype(o.acts)?;
             let args = [fuse::arg(&x), fuse::arg(&weights[0]), fuse::arg(&weights[1]), fuse::arg(&weights[2])];
