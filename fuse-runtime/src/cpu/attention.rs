@@ -6,7 +6,6 @@
 
 use super::math;
 use super::PARALLEL_MIN_ELEMENTS;
-use rayon::prelude::*;
 
 /// Queries per task: enough to reuse each key/value tile from cache, few enough to give every thread work.
 const QUERY_BLOCK: usize = 16;
@@ -41,31 +40,30 @@ pub(super) fn attention(
     let head_len = queries * d;
     let most_keys = key_counts.iter().copied().max().unwrap_or(0);
     let parallel = out.len().saturating_mul(most_keys) >= PARALLEL_MIN_ELEMENTS;
-    let run_head = |(head, out_head): (usize, &mut [f32])| {
+    // One task: a (batch x query head, block of QUERY_BLOCK queries) and its rows of `out`.
+    let run_block = |head: usize, block: usize, out_block: &mut [f32]| {
         // head = b * hq + h; its key/value head is b * hkv + h / (hq / hkv).
         let (b, h) = (head / q_heads, head % q_heads);
         let kv = b * kv_heads + h / (q_heads / kv_heads);
         let shape = Shape { queries, keys: key_counts[b], d, scale, causal };
         let kv_len = capacity * d;
         let (k_head, v_head) = (&k[kv * kv_len..(kv + 1) * kv_len], &v[kv * kv_len..(kv + 1) * kv_len]);
-        let q_head = &q[head * head_len..(head + 1) * head_len];
-        let run_block = |(block, out_block): (usize, &mut [f32])| {
-            let first = block * QUERY_BLOCK;
-            shape.block(&q_head[first * d..first * d + out_block.len()], k_head, v_head, first, out_block);
-        };
-        if parallel {
-            out_head.par_chunks_mut(QUERY_BLOCK * d).enumerate().for_each(run_block);
-        } else {
-            out_head.chunks_mut(QUERY_BLOCK * d).enumerate().for_each(run_block);
-        }
+        let first = block * QUERY_BLOCK;
+        let q_block = &q[head * head_len + first * d..][..out_block.len()];
+        shape.block(q_block, k_head, v_head, first, out_block);
     };
-    if parallel && queries <= QUERY_BLOCK {
-        // A decode step: one small task a head, started by the spin pool.
-        super::spin_pool::for_each_chunk_mut(&mut out, head_len, &|head, out_head| run_head((head, out_head)));
-    } else if parallel {
-        out.par_chunks_mut(head_len).enumerate().for_each(run_head);
+    let blocks = out
+        .chunks_mut(head_len)
+        .enumerate()
+        .flat_map(|(head, out_head)| out_head.chunks_mut(QUERY_BLOCK * d).enumerate().map(move |(i, c)| (head, i, c)));
+    if parallel {
+        // On the spin pool, every (head, block) a task: the pool's threads are the ones a decode step's
+        // products run on, so rayon's are not woken beside them.
+        super::spin_pool::for_each_item(blocks.collect(), &|_, (head, block, out_block)| {
+            run_block(head, block, out_block)
+        });
     } else {
-        out.chunks_mut(head_len).enumerate().for_each(run_head);
+        blocks.for_each(|(head, block, out_block)| run_block(head, block, out_block));
     }
     out
 }

@@ -13,7 +13,6 @@ use crate::{Error, Result, Tensor};
 use fuse_ir::infer::{InferError, NodeError};
 use fuse_ir::model_op::check_key_count;
 use fuse_ir::{DType, ModelOp, NodeId, Op};
-use rayon::prelude::*;
 
 /// Computes model node `id` (the only node of its group), reading its operands through `resolve`.
 pub(super) fn run_model(info: &CallInfo<'_>, resolve: &dyn Fn(NodeId) -> Result<Value>, id: NodeId) -> Result<Tensor> {
@@ -144,7 +143,7 @@ fn gather_rows<T: Copy + Default + Send + Sync>(table: &[T], ids: &[u32], hidden
     }
     let copy = |(row, &id): (&mut [T], &u32)| row.copy_from_slice(&table[id as usize * hidden..][..hidden]);
     if out.len() >= PARALLEL_MIN_ELEMENTS {
-        out.par_chunks_mut(hidden).zip(ids).for_each(copy);
+        super::spin_pool::for_each_chunk_mut(&mut out, hidden, &|i, row| copy((row, &ids[i])));
     } else {
         out.chunks_mut(hidden).zip(ids).for_each(copy);
     }
@@ -165,7 +164,9 @@ fn argmax(x: &Tensor) -> Result<Vec<u32>> {
         best as u32
     };
     Ok(if data.len() >= PARALLEL_MIN_ELEMENTS {
-        data.par_chunks(n).map(row_argmax).collect()
+        let mut best = vec![0u32; data.len() / n.max(1)];
+        super::spin_pool::for_each_chunk_mut(&mut best, 1, &|i, b| b[0] = row_argmax(&data[i * n..(i + 1) * n]));
+        best
     } else {
         data.chunks(n).map(row_argmax).collect()
     })
@@ -191,7 +192,7 @@ fn rope(x: &[f32], cos: &[f32], sin: &[f32], shape: &[usize]) -> Vec<f32> {
         }
     };
     if out.len() >= PARALLEL_MIN_ELEMENTS {
-        out.par_chunks_mut(d).enumerate().for_each(rotate);
+        super::spin_pool::for_each_chunk_mut(&mut out, d, &|row, dst| rotate((row, dst)));
     } else {
         out.chunks_mut(d).enumerate().for_each(rotate);
     }

@@ -6,7 +6,6 @@ use super::rowprog::{Instr, Operand, RowProgram, Source};
 use crate::element::round_to;
 use crate::host::{CpuRead, CpuSlice};
 use crate::layout::row_offset;
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// Columns per tile when a row need not be seen whole: a few live buffers of this many f32 stay in L1/L2.
@@ -75,7 +74,7 @@ impl RowProgram {
                 .collect();
             work.push((task, mine));
         }
-        work.into_par_iter().for_each(|(task, mut sinks)| self.run_task(&task, &mut sinks, &data, blocks));
+        super::spin_pool::for_each_item(work, &|_, (task, mut sinks)| self.run_task(&task, &mut sinks, &data, blocks));
     }
 
     /// Cuts the rows into tasks: chunks of rows, or column ranges of each row when rows are too few to

@@ -15,7 +15,6 @@ use crate::layout::{broadcast_strides, coalesce, row_offset};
 use crate::{Error, Result, Tensor};
 use fuse_ir::{DType, Group, NodeId};
 use gemm_common::Parallelism;
-use rayon::prelude::*;
 use std::ops::Range;
 
 mod blocks;
@@ -105,7 +104,9 @@ pub(crate) fn run_gemm_group(
             gg.run_block(info.function, block, mine, true)?;
         }
     } else {
-        work.into_par_iter().try_for_each(|(block, mine)| gg.run_block(info.function, block, mine, false))?;
+        crate::cpu::spin_pool::try_for_each_item(work, &|(block, mine)| {
+            gg.run_block(info.function, block, mine, false)
+        })?;
     }
     drop(sinks);
     let tensors = order.iter().zip(buffers).map(|(&id, data)| (id, Tensor::from_cpu(data, shape(id)))).collect();
@@ -481,7 +482,12 @@ fn gemm_into(
     if dst.len() < m * n || !a.fits(m, k) || !b.fits(k, n) {
         return Err(Error::internal(function, format!("gemm operands out of bounds ({m}x{k} by {k}x{n})")));
     }
-    let parallelism = if parallel { Parallelism::Rayon(0) } else { Parallelism::None };
+    let parallelism = if parallel {
+        crate::cpu::spin_pool::park_helpers();
+        Parallelism::Rayon(0)
+    } else {
+        Parallelism::None
+    };
     // The microkernels prefer a column-major destination, so (as `gemm::gemm` does before it dispatches) a
     // row-major `dst` is computed as its transpose, dst^T = b^T a^T: swap m and n, the operands, and every
     // pair of strides. All strides here are non-negative, `gemm::gemm`'s other normalisation.

@@ -34,13 +34,12 @@ impl Q8Acts {
     /// Quantizes the m rows of `x` (m * k values, k a multiple of `block`, itself a multiple of 16); rows in
     /// parallel when there are many. Each row's result depends on that row alone.
     pub fn new(x: &[f32], m: usize, k: usize, block: usize) -> Q8Acts {
-        use rayon::prelude::*;
         debug_assert!(block % 16 == 0 && k % block == 0 && x.len() == m * k);
         let mut acts = Q8Acts::zeroed(m, k, block);
         let rows: Vec<_> = acts.rows_mut().into_iter().zip(x.chunks(k.max(1))).collect();
         let one = |((qs, d, bsums, gs), x): (RowMut, &[f32])| quantize_row(x, block, qs, d, bsums, gs);
         if m * k >= PARALLEL_VALUES {
-            rows.into_par_iter().for_each(one);
+            crate::cpu::spin_pool::for_each_item(rows, &|_, row| one(row));
         } else {
             rows.into_iter().for_each(one);
         }
@@ -51,7 +50,6 @@ impl Q8Acts {
     /// `x - d q` (at most half a step of the first scale in each block), quantized again: x = d1 q1 + d2 q2 up
     /// to half a step of the second scale, about 1e-5 of each block's largest value.
     pub fn with_residuals(x: &[f32], m: usize, k: usize, block: usize) -> Q8Acts {
-        use rayon::prelude::*;
         debug_assert!(block % 16 == 0 && k % block == 0 && x.len() == m * k);
         let mut acts = Q8Acts::zeroed(2 * m, k, block);
         let mut rows = acts.rows_mut();
@@ -63,7 +61,7 @@ impl Q8Acts {
             quantize_row(&residual, block, rqs, rd, rbsums, rgs);
         };
         if m * k >= PARALLEL_VALUES {
-            pairs.into_par_iter().for_each(one);
+            crate::cpu::spin_pool::for_each_item(pairs, &|_, pair| one(pair));
         } else {
             pairs.into_iter().for_each(one);
         }
