@@ -20,6 +20,8 @@
 mod q8;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
+mod x86_amx;
+#[cfg(target_arch = "x86_64")]
 mod x86_f32;
 #[cfg(target_arch = "x86_64")]
 mod x86_f32_512;
@@ -65,11 +67,16 @@ pub enum Isa {
     Avx512,
     /// [`Isa::Avx512`] with AVX-512 VNNI: the 8-bit strategy's K-type kernels by `vpdpbusd` / `vpdpwssd`.
     Avx512Vnni,
+    /// [`Isa::Avx512Vnni`] with AMX (tiles and 8-bit products, granted by the OS): the 8-bit strategy's Q4_K
+    /// products by `tdpbusd` (`x86_amx`) at any number of rows, so that a row's result does not depend on the
+    /// rows beside it (that strategy runs from [`Q8_MIN_ROWS`] rows unless forced); everything else as
+    /// [`Isa::Avx512Vnni`].
+    Amx,
 }
 
 impl Isa {
     #[cfg(test)]
-    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni];
+    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni, Isa::Amx];
 
     /// Whether this CPU runs `self`.
     pub fn available(self) -> bool {
@@ -88,14 +95,18 @@ impl Isa {
             }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Amx => Isa::Avx512Vnni.available() && x86_amx::available(),
             #[cfg(not(target_arch = "x86_64"))]
-            Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni => false,
+            Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni | Isa::Amx => false,
         }
     }
 
     /// The best instruction set this CPU runs.
     pub fn detect() -> Isa {
-        if Isa::Avx512Vnni.available() {
+        if Isa::Amx.available() {
+            Isa::Amx
+        } else if Isa::Avx512Vnni.available() {
             Isa::Avx512Vnni
         } else if Isa::Avx512.available() {
             Isa::Avx512
@@ -227,6 +238,11 @@ pub fn matmul_quantized_with(
         }
         Strategy::Q8 => {
             let acts = Q8Acts::new(x, m, k, activation_block(b.elements));
+            #[cfg(target_arch = "x86_64")]
+            if isa == Isa::Amx && dtype == DType::Q4_K {
+                x86_amx::matmul_q4k(&acts, m, k, w, n, out);
+                return Ok(());
+            }
             let xs: Vec<Q8Row> = (0..m).map(|i| acts.row(i)).collect();
             let kernel = q8_kernel(dtype, isa);
             let tile = q8_tile_kernel(dtype, isa, row_bytes);
@@ -292,16 +308,16 @@ fn f32_kernel(dtype: DType, isa: Isa) -> F32Kernel {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => x86_f32::dot_rows_avx2,
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx512Vnni => x86_f32_512::dot_rows_avx512,
+        Isa::Avx512 | Isa::Avx512Vnni | Isa::Amx => x86_f32_512::dot_rows_avx512,
         #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni => unreachable!("not available"),
+        Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni | Isa::Amx => unreachable!("not available"),
     }
 }
 
 /// Rows of x a call of [`f32_kernel`]`(_, isa)` takes: [`MR_WIDE`] for the AVX-512 kernels, else [`MR`].
 fn f32_rows(isa: Isa) -> usize {
     match isa {
-        Isa::Avx512 | Isa::Avx512Vnni => MR_WIDE,
+        Isa::Avx512 | Isa::Avx512Vnni | Isa::Amx => MR_WIDE,
         _ => MR,
     }
 }
@@ -310,7 +326,7 @@ fn f32_rows(isa: Isa) -> usize {
 /// [`MR`].
 fn q8_rows(dtype: DType, isa: Isa) -> usize {
     #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx512 | Isa::Avx512Vnni) && x86_q8_512::covers(dtype) {
+    if matches!(isa, Isa::Avx512 | Isa::Avx512Vnni | Isa::Amx) && x86_q8_512::covers(dtype) {
         return MR_WIDE;
     }
     let _ = (dtype, isa);
@@ -325,7 +341,7 @@ type Q8TileKernel = for<'a> fn(&[u8], usize, &[Q8Row<'a>], &mut [f32]);
 /// two-term strategy) it was slower than the one-row kernel (llama-3.2-1b Q4_K_M, 48 -> 55 ms a token).
 fn q8_tile_kernel(dtype: DType, isa: Isa, row_bytes: usize) -> Option<(Q8TileKernel, usize)> {
     #[cfg(target_arch = "x86_64")]
-    if dtype == DType::Q4_K && isa == Isa::Avx512Vnni && x86_q4k_tile::fits(row_bytes) {
+    if dtype == DType::Q4_K && matches!(isa, Isa::Avx512Vnni | Isa::Amx) && x86_q4k_tile::fits(row_bytes) {
         return Some((x86_q4k_tile::dot_tile, x86_q4k_tile::ROWS));
     }
     let _ = (dtype, isa, row_bytes);
@@ -338,11 +354,11 @@ fn q8_kernel(dtype: DType, isa: Isa) -> Q8Kernel {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 if x86_q8_512::covers(dtype) => x86_q8_512::dot_rows_avx512,
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni if x86_q8_512::covers(dtype) => x86_q8_512::dot_rows_vnni,
+        Isa::Avx512Vnni | Isa::Amx if x86_q8_512::covers(dtype) => x86_q8_512::dot_rows_vnni,
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni => x86_q8::dot_rows_avx2,
+        Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni | Isa::Amx => x86_q8::dot_rows_avx2,
         #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni => unreachable!("not available"),
+        Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni | Isa::Amx => unreachable!("not available"),
     }
 }
 
