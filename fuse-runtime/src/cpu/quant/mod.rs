@@ -22,6 +22,8 @@ mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86_amx;
 #[cfg(target_arch = "x86_64")]
+mod x86_amx_panel;
+#[cfg(target_arch = "x86_64")]
 mod x86_f32;
 #[cfg(target_arch = "x86_64")]
 mod x86_f32_512;
@@ -68,7 +70,7 @@ pub enum Isa {
     /// [`Isa::Avx512`] with AVX-512 VNNI: the 8-bit strategy's K-type kernels by `vpdpbusd` / `vpdpwssd`.
     Avx512Vnni,
     /// [`Isa::Avx512Vnni`] with AMX (tiles and 8-bit products, granted by the OS): the 8-bit strategy's Q4_K
-    /// products by `tdpbusd` (`x86_amx`) at any number of rows, so that a row's result does not depend on the
+    /// and Q6_K products by `tdpbusd` (`x86_amx`) at any number of rows, so that a row's result does not depend on the
     /// rows beside it (that strategy runs from [`Q8_MIN_ROWS`] rows unless forced); everything else as
     /// [`Isa::Avx512Vnni`].
     Amx,
@@ -239,9 +241,16 @@ pub fn matmul_quantized_with(
         Strategy::Q8 => {
             let acts = Q8Acts::new(x, m, k, activation_block(b.elements));
             #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Amx && dtype == DType::Q4_K {
-                x86_amx::matmul_q4k(&acts, m, k, w, n, out);
-                return Ok(());
+            if isa == Isa::Amx {
+                let format = match dtype {
+                    DType::Q4_K => Some(x86_amx_panel::Format::Q4K),
+                    DType::Q6_K => Some(x86_amx_panel::Format::Q6K),
+                    _ => None,
+                };
+                if let Some(format) = format {
+                    x86_amx::matmul(format, &acts, m, k, w, n, out);
+                    return Ok(());
+                }
             }
             let xs: Vec<Q8Row> = (0..m).map(|i| acts.row(i)).collect();
             let kernel = q8_kernel(dtype, isa);

@@ -1,17 +1,20 @@
-//! Q4_K against one 8-bit activation term (`Strategy::Q8`, prefill's) on Intel AMX (`amx-tile` + `amx-int8`,
-//! Sapphire Rapids and later): each `tdpbusd` multiplies a 16-row tile of weights (one 32-value group of each
-//! row, nibbles widened to bytes) by the same group of 16 activation rows, 8192 products in one instruction
-//! where `vpdpbusd` makes 64. llama.cpp's CPU backend uses AMX for prefill where the CPU has it.
+//! Q4_K and Q6_K against one 8-bit activation term (`Strategy::Q8`, prefill's) on Intel AMX (`amx-tile` +
+//! `amx-int8`, Sapphire Rapids and later): each `tdpbusd` multiplies a 16-row tile of weights (one group of
+//! each row, the values widened to bytes: 32 of Q4_K, 16 of Q6_K) by the same group of 16 activation rows,
+//! 8192 (4096) products in one instruction where `vpdpbusd` makes 64. llama.cpp's CPU backend uses AMX for
+//! prefill where the CPU has it.
 //!
-//! The group's 16 x 16 integer sums are stored and scaled on AVX-512: by the group's 6-bit scale of each weight
-//! row (integer products, summed over the block's 8 groups: the exact integers of the other kernels), then by
-//! the block's d and the activations' d in f32, and the min terms (`-dmin * m` of each row and group times the
-//! activations' group sums `gs`) added. So results equal `x86_q8_512`'s up to f32 summation order.
+//! The group's 16 x 16 integer sums are stored and scaled on AVX-512: by the group's scale of each weight row
+//! (integer products, summed over the block's groups: the exact integers of the other kernels; Q6_K's values
+//! are 0..63 and its `-32` is taken off as 32 times the activations' sums of 16), then by the block's d and
+//! the activations' d in f32, and Q4_K's min terms (`-dmin * m` of each row and group times the activations'
+//! group sums `gs`) added. So results equal `x86_q8_512`'s up to f32 summation order.
 //!
 //! Layouts: the activations are packed once a call, 16 rows a tile, in the layout `tdpbusd` reads its second
-//! operand in (4 consecutive values of each of the 16 rows per 64-byte row of the tile); each task widens the
-//! nibbles of its 16 weight rows at a time into a panel (per block and group, 16 rows of 32 bytes), then runs
-//! every activation tile against it. Rows past n or m are zeros, computed and not stored.
+//! operand in (4 consecutive values of each of the 16 rows per 64-byte row of the tile); each task widens its
+//! weight rows 16 at a time into a panel (`x86_amx_panel`), two panels at once, and runs every pair of
+//! activation tiles against them: four products (2 x 2 tiles) for each two weight and two activation tiles
+//! loaded. Rows past n or m are zeros, computed and not stored.
 //!
 //! Linux grants a process the AMX state on request (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`):
 //! [`available`] asks once, and a refusal, a CPU without AMX or `FUSE_CPU_AMX=off` leaves the AVX-512 kernels.
@@ -19,17 +22,10 @@
 //! configuration on its own thread and releases the tiles when done.
 
 use super::q8::Q8Acts;
-use super::x86_f32::k_scale_bytes;
-use super::x86_q8::f16;
+use super::x86_amx_panel::{Format, Panel, T};
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
-
-/// Bytes of a Q4_K block, and where its nibbles start.
-const BYTES: usize = 144;
-const QS: usize = 16;
-/// Rows of a tile (weights and activations alike).
-const T: usize = 16;
 
 /// Whether the AMX kernel runs here: the CPU has AMX-TILE and AMX-INT8, Linux granted the tile state, and
 /// `FUSE_CPU_AMX` is not `off`. Decided once.
@@ -44,10 +40,22 @@ pub(super) fn available() -> bool {
         if edx & (1 << 24) == 0 || edx & (1 << 25) == 0 {
             return false;
         }
+        // The OS must have turned the tile state on (XCR0 bits 17 and 18); a CPU that lists AMX under a
+        // hypervisor that does not enable it would fault on the first tile instruction.
+        // Safety: XGETBV exists where CPUID leaf 1 says OSXSAVE (checked first).
+        if __cpuid(1).ecx & (1 << 27) == 0 || unsafe { xcr0() } & (0b11 << 17) != 0b11 << 17 {
+            return false;
+        }
         const ARCH_REQ_XCOMP_PERM: usize = 0x1023;
         const XFEATURE_XTILEDATA: usize = 18;
         request_tile_state(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)
     })
+}
+
+/// The OS's XCR0 (which register states it saves and restores).
+#[target_feature(enable = "xsave")]
+unsafe fn xcr0() -> u64 {
+    _xgetbv(0)
 }
 
 /// `arch_prctl(code, feature) == 0`, by the raw system call (no libc dependency for one call).
@@ -63,17 +71,23 @@ fn request_tile_state(code: usize, feature: usize) -> bool {
 }
 
 /// The activations of one call, 16 rows a tile: `b` in `tdpbusd`'s second-operand layout ([tile][k / 4][16
-/// rows][4 values]), `dx` the rows' block scales ([tile][block][16]), `gs` their group sums ([tile][group][16]).
+/// rows][4 values]), `dx` the rows' block scales ([tile][block][16]), `gs` their group sums ([tile][group of
+/// 32][16]), `bs` 32 times their integer sums of 16 ([tile][k / 16][16]: Q6_K's offset).
 struct Packed {
     b: Vec<i8>,
     dx: Vec<f32>,
     gs: Vec<f32>,
+    bs: Vec<i32>,
 }
 
 fn pack(acts: &Q8Acts, m: usize, k: usize) -> Packed {
     let (tiles, blocks, groups) = (m.div_ceil(T), k / 256, k / 32);
-    let mut p =
-        Packed { b: vec![0; tiles * k * T], dx: vec![0.0; tiles * blocks * T], gs: vec![0.0; tiles * groups * T] };
+    let mut p = Packed {
+        b: vec![0; tiles * k * T],
+        dx: vec![0.0; tiles * blocks * T],
+        gs: vec![0.0; tiles * groups * T],
+        bs: vec![0; tiles * (k / 16) * T],
+    };
     for r in 0..m {
         let (tile, lane) = (r / T, r % T);
         let row = acts.row(r);
@@ -87,79 +101,17 @@ fn pack(acts: &Q8Acts, m: usize, k: usize) -> Packed {
         for (g, &s) in row.gs.iter().enumerate() {
             p.gs[(tile * groups + g) * T + lane] = s;
         }
+        for (g, &s) in row.bsums.iter().enumerate() {
+            p.bs[(tile * (k / 16) + g) * T + lane] = 32 * s as i32;
+        }
     }
     p
 }
 
-/// One task's 16 weight rows, widened: per block and group, 16 rows of 32 nibble values as bytes (`a`); per
-/// block and row, its 8 group scales (`sc`, i32), its d (`d`) and its 8 min factors `-dmin * m` (`mins`).
-struct Panel {
-    a: Vec<u8>,
-    sc: Vec<i32>,
-    d: Vec<f32>,
-    mins: Vec<f32>,
-}
-
-impl Panel {
-    fn new(blocks: usize) -> Panel {
-        Panel {
-            a: vec![0; blocks * 8 * T * 32],
-            sc: vec![0; blocks * 8 * T],
-            d: vec![0.0; blocks * T],
-            mins: vec![0.0; blocks * 8 * T],
-        }
-    }
-
-    /// Rows `rows` of `w` (at most 16; the rest of the panel zeros).
-    fn fill(&mut self, w: &[u8], row_bytes: usize, rows: std::ops::Range<usize>) {
-        let blocks = row_bytes / BYTES;
-        let live = rows.len();
-        for lane in 0..T {
-            for blk in 0..blocks {
-                let at = |g: usize| ((blk * 8 + g) * T + lane) * 32;
-                let scales = (blk * T + lane) * 8;
-                if lane >= live {
-                    for g in 0..8 {
-                        self.a[at(g)..at(g) + 32].fill(0);
-                    }
-                    self.sc[scales..scales + 8].fill(0);
-                    self.mins[scales..scales + 8].fill(0.0);
-                    self.d[blk * T + lane] = 0.0;
-                    continue;
-                }
-                let b = &w[(rows.start + lane) * row_bytes + blk * BYTES..][..BYTES];
-                // Safety: `b` holds a whole block (the slice above), the panel this row's 8 scales and mins;
-                // AVX2 and F16C are available (the caller's AVX-512 check).
-                unsafe {
-                    let (sc, mn) = k_scale_bytes(b.as_ptr().add(4));
-                    self.d[blk * T + lane] = f16(b.as_ptr());
-                    let bytes = |v: u64| _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64));
-                    _mm256_storeu_si256(self.sc.as_mut_ptr().add(scales) as *mut __m256i, bytes(sc));
-                    let mins = _mm256_mul_ps(_mm256_cvtepi32_ps(bytes(mn)), _mm256_set1_ps(-f16(b.as_ptr().add(2))));
-                    _mm256_storeu_ps(self.mins.as_mut_ptr().add(scales), mins);
-                }
-                // Chunk c's 32 bytes: low nibbles are group 2c, high nibbles group 2c + 1.
-                // Safety: AVX2 is available (the caller's AVX-512 check); `b` holds the block, `a` both groups.
-                unsafe { widen(b.as_ptr().add(QS), self.a.as_mut_ptr(), at) };
-            }
-        }
-    }
-}
-
-/// A block's 4 chunks of 32 bytes of nibbles into bytes: chunk c's low nibbles to `a + at(2c)`, its high ones
-/// to `a + at(2c + 1)`.
-#[target_feature(enable = "avx2")]
-unsafe fn widen(qs: *const u8, a: *mut u8, at: impl Fn(usize) -> usize) {
-    let m4 = _mm256_set1_epi8(0x0f);
-    for c in 0..4 {
-        let q = _mm256_loadu_si256(qs.add(32 * c) as *const __m256i);
-        _mm256_storeu_si256(a.add(at(2 * c)) as *mut __m256i, _mm256_and_si256(q, m4));
-        _mm256_storeu_si256(a.add(at(2 * c + 1)) as *mut __m256i, _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4));
-    }
-}
-
-/// The tile configuration: tmm0 the 16 x 16 i32 sums, tmm1 the weights (16 rows of 32 bytes), tmm2 the
-/// activations (8 rows of 64 bytes: 32 values of 16 rows); tmm3-5 the same again.
+/// The tile configuration for groups of `group` values: tmm0-3 the 16 x 16 i32 sums of (weight tile,
+/// activation tile) (0, 0), (0, 1), (1, 0), (1, 1); tmm4-5 the two weight tiles (16 rows of `group` bytes),
+/// tmm6-7 the two activation tiles (`group / 4` rows of 64 bytes: the group's values of 16 rows). Each tile
+/// loaded serves two products.
 #[repr(C, align(64))]
 struct TileConfig {
     palette: u8,
@@ -169,51 +121,70 @@ struct TileConfig {
     rows: [u8; 16],
 }
 
-const CONFIG: TileConfig = {
+const fn config(group: usize) -> TileConfig {
     let mut c = TileConfig { palette: 1, start_row: 0, reserved: [0; 14], colsb: [0; 16], rows: [0; 16] };
-    c.colsb[0] = 64;
-    c.rows[0] = 16;
-    c.colsb[1] = 32;
-    c.rows[1] = 16;
-    c.colsb[2] = 64;
-    c.rows[2] = 8;
-    // tmm3-5: a second set, for the next group.
-    c.colsb[3] = 64;
-    c.rows[3] = 16;
-    c.colsb[4] = 32;
-    c.rows[4] = 16;
-    c.colsb[5] = 64;
-    c.rows[5] = 8;
+    let mut t = 0;
+    while t < 8 {
+        (c.colsb[t], c.rows[t]) = match t {
+            0..=3 => (64, 16),
+            4 | 5 => (group as u16, 16),
+            _ => (64, (group / 4) as u8),
+        };
+        t += 1;
+    }
     c
-};
+}
 
-/// `out[i * n + j] = sum_k x[i, k] w[j, k]` for the m rows of `acts` (Q4_K's activations: blocks of 256) and
-/// the n rows of `w` (Q4_K, `k / 256` blocks a row). Only called where [`available`]; k a multiple of 256.
-pub(super) fn matmul_q4k(acts: &Q8Acts, m: usize, k: usize, w: &[u8], n: usize, out: &mut [f32]) {
-    let row_bytes = k / 256 * BYTES;
-    debug_assert!(available() && k % 256 == 0 && w.len() == n * row_bytes && out.len() == m * n);
+const CONFIGS: [TileConfig; 2] = [config(Format::Q4K.group()), config(Format::Q6K.group())];
+
+/// `out[i * n + j] = sum_k x[i, k] w[j, k]` for the m rows of `acts` (the K types' activations: blocks of 256)
+/// and the n rows of `w` (`format`'s blocks, `k / 256` a row). Only called where [`available`].
+pub(super) fn matmul(format: Format, acts: &Q8Acts, m: usize, k: usize, w: &[u8], n: usize, out: &mut [f32]) {
+    let row_bytes = k / 256 * format.block_bytes();
+    debug_assert!(available() && k.is_multiple_of(256) && w.len() == n * row_bytes && out.len() == m * n);
     let packed = pack(acts, m, k);
-    let tiles = n.div_ceil(T);
+    // Pairs of weight tiles (16 rows each) a unit of work; a task takes `span` pairs.
+    let pairs = n.div_ceil(2 * T);
     let threads = rayon::current_num_threads().max(1);
-    let span = tiles.div_ceil(threads * 2).max(1);
+    let span = pairs.div_ceil(threads * 2).max(1);
     let out = super::Out(out.as_mut_ptr());
     let (out, packed) = (&out, &packed);
-    crate::cpu::spin_pool::for_each_task(tiles.div_ceil(span), &|t| {
-        let mut panel = Panel::new(k / 256);
+    let m_tiles = m.div_ceil(T);
+    let config: &TileConfig = &CONFIGS[(format == Format::Q6K) as usize];
+    crate::cpu::spin_pool::for_each_task(pairs.div_ceil(span), &|t| {
+        let mut panels = [Panel::new(format, k / 256), Panel::new(format, k / 256)];
         // Safety: AMX is available (the caller checked); the configuration is this thread's, released below.
-        unsafe { asm!("ldtilecfg [{0}]", in(reg) &CONFIG as *const TileConfig, options(nostack)) };
-        for tile in t * span..((t + 1) * span).min(tiles) {
-            let rows = tile * T..(tile * T + T).min(n);
-            panel.fill(w, row_bytes, rows.clone());
-            for mt in 0..m.div_ceil(T) {
-                let mut sums = [0.0f32; T * T];
-                // Safety: AMX and AVX-512 are available; the panel and the packed tile hold k values.
-                unsafe { tile_product(&panel, packed, mt, k, &mut sums) };
-                // Row by row of the output (its 16 columns of this tile side by side in memory).
-                for i in mt * T..(mt * T + T).min(m) {
-                    for (lane, r) in rows.clone().enumerate() {
-                        // Safety: (i, r) < (m, n), written by this task alone (its tiles of rows).
-                        unsafe { out.set(i * n + r, sums[lane * T + i - mt * T]) };
+        unsafe { asm!("ldtilecfg [{0}]", in(reg) config as *const TileConfig, options(nostack)) };
+        for pair in t * span..((t + 1) * span).min(pairs) {
+            // The pair's weight rows (the second tile empty past n: zeros, not stored).
+            let rows: [std::ops::Range<usize>; 2] =
+                std::array::from_fn(|h| ((2 * pair + h) * T).min(n)..((2 * pair + h) * T + T).min(n));
+            for (panel, rows) in panels.iter_mut().zip(&rows) {
+                // Safety: AVX-512, AVX2, FMA and F16C come with AMX here (checked by the caller).
+                unsafe { panel.fill(w, row_bytes, rows.clone()) };
+            }
+            // Activation tiles two at a time (an odd last one twice, stored once).
+            for mp in 0..m_tiles.div_ceil(2) {
+                let mts = [2 * mp, (2 * mp + 1).min(m_tiles - 1)];
+                let mut sums = [[0.0f32; T * T]; 4];
+                // Safety: AMX and AVX-512 are available; the panels and the packed tiles hold k values.
+                unsafe {
+                    match format {
+                        Format::Q4K => quad_product::<32>(&panels, packed, mts, k, &mut sums),
+                        Format::Q6K => quad_product::<16>(&panels, packed, mts, k, &mut sums),
+                    }
+                }
+                for (q, sums) in sums.iter().enumerate() {
+                    let (rows, mt) = (&rows[q / 2], mts[q % 2]);
+                    if q % 2 == 1 && mts[1] == mts[0] {
+                        continue;
+                    }
+                    // Row by row of the output (this tile's columns side by side in memory).
+                    for i in mt * T..(mt * T + T).min(m) {
+                        for (lane, r) in rows.clone().enumerate() {
+                            // Safety: (i, r) < (m, n), written by this task alone (its pairs of row tiles).
+                            unsafe { out.set(i * n + r, sums[lane * T + i - mt * T]) };
+                        }
                     }
                 }
             }
@@ -223,59 +194,86 @@ pub(super) fn matmul_q4k(acts: &Q8Acts, m: usize, k: usize, w: &[u8], n: usize, 
     });
 }
 
-/// The panel's 16 weight rows against activation tile `mt`: `sums[row * 16 + lane]`.
+/// The two panels' weight rows against activation tiles `mts`, groups of `G` values (32: Q4_K with its min
+/// terms; 16: Q6_K with its offset): `sums[2 * panel + tile][row * 16 + lane]`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn tile_product(panel: &Panel, packed: &Packed, mt: usize, k: usize, sums: &mut [f32; T * T]) {
-    let (blocks, groups) = (k / 256, k / 32);
-    let b = packed.b.as_ptr().add(mt * k * T);
+unsafe fn quad_product<const G: usize>(
+    panels: &[Panel; 2],
+    packed: &Packed,
+    mts: [usize; 2],
+    k: usize,
+    sums: &mut [[f32; T * T]; 4],
+) {
+    let (blocks, groups) = (k / 256, 256 / G);
     #[repr(C, align(64))]
-    struct Sums([i32; 2 * T * T]);
-    let mut c = Sums([0; 2 * T * T]);
-    let mut acc = [_mm512_setzero_ps(); T];
+    struct Sums([i32; 4 * T * T]);
+    let mut c = Sums([0; 4 * T * T]);
+    let mut acc = [[_mm512_setzero_ps(); T]; 4];
     for blk in 0..blocks {
-        let mut iacc = [_mm512_setzero_si512(); T];
-        // Two groups at a time in two sets of tiles (tmm0-2, tmm3-5): the second product runs while the
-        // first one's sums are scaled.
-        for pair in 0..4 {
-            let g = 2 * pair;
-            let a = panel.a.as_ptr().add((blk * 8 + g) * T * 32);
-            let bg = b.add((blk * 64 + g * 8) * 64);
+        let mut iacc = [[_mm512_setzero_si512(); T]; 4];
+        for g in 0..groups {
+            let a = |h: usize| panels[h].a.as_ptr().add((blk * groups + g) * T * G);
+            let b = |h: usize| packed.b.as_ptr().add(mts[h] * k * T + (blk * 256 + g * G) / 4 * 64);
             asm!(
                 "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
                 "tilezero tmm3",
-                "tileloadd tmm1, [{a} + {sa}]",
-                "tileloadd tmm2, [{b} + {sb}]",
-                "tdpbusd tmm0, tmm1, tmm2",
-                "tileloadd tmm4, [{a2} + {sa}]",
-                "tileloadd tmm5, [{b2} + {sb}]",
-                "tdpbusd tmm3, tmm4, tmm5",
+                "tileloadd tmm4, [{a0} + {sa}]",
+                "tileloadd tmm6, [{b0} + {sb}]",
+                "tdpbusd tmm0, tmm4, tmm6",
+                "tileloadd tmm7, [{b1} + {sb}]",
+                "tdpbusd tmm1, tmm4, tmm7",
+                "tileloadd tmm5, [{a1} + {sa}]",
+                "tdpbusd tmm2, tmm5, tmm6",
+                "tdpbusd tmm3, tmm5, tmm7",
                 "tilestored [{c} + {sc}], tmm0",
-                "tilestored [{c2} + {sc}], tmm3",
-                a = in(reg) a, a2 = in(reg) a.add(T * 32), sa = in(reg) 32usize,
-                b = in(reg) bg, b2 = in(reg) bg.add(8 * 64), sb = in(reg) 64usize,
-                c = in(reg) c.0.as_mut_ptr(), c2 = in(reg) c.0.as_mut_ptr().add(T * T), sc = in(reg) 64usize,
+                "tilestored [{c} + {sc} + 1024], tmm1",
+                "tilestored [{c} + {sc} + 2048], tmm2",
+                "tilestored [{c} + {sc} + 3072], tmm3",
+                a0 = in(reg) a(0), a1 = in(reg) a(1), sa = in(reg) G,
+                b0 = in(reg) b(0), b1 = in(reg) b(1), sb = in(reg) 64usize,
+                c = in(reg) c.0.as_mut_ptr(), sc = in(reg) 64usize,
                 options(nostack)
             );
-            for h in 0..2 {
-                let sc = panel.sc.as_ptr().add(blk * T * 8 + g + h);
+            for (q, iacc) in iacc.iter_mut().enumerate() {
+                let sc = panels[q / 2].sc.as_ptr().add(blk * T * groups + g);
+                // Q6_K: its values less 32, by 32 times the activations' sum over the group.
+                let offset = match G {
+                    16 => _mm512_loadu_si512(
+                        packed.bs.as_ptr().add((mts[q % 2] * (k / 16) + blk * 16 + g) * T) as *const _
+                    ),
+                    _ => _mm512_setzero_si512(),
+                };
                 for (row, v) in iacc.iter_mut().enumerate() {
-                    let s = _mm512_loadu_si512(c.0.as_ptr().add((h * T + row) * T) as *const _);
-                    *v = _mm512_add_epi32(*v, _mm512_mullo_epi32(s, _mm512_set1_epi32(*sc.add(row * 8))));
+                    let s = _mm512_loadu_si512(c.0.as_ptr().add((q * T + row) * T) as *const _);
+                    let s = _mm512_sub_epi32(s, offset);
+                    *v = _mm512_add_epi32(*v, _mm512_mullo_epi32(s, _mm512_set1_epi32(*sc.add(row * groups))));
                 }
             }
         }
-        let dx = _mm512_loadu_ps(packed.dx.as_ptr().add((mt * blocks + blk) * T));
-        let gs: [__m512; 8] =
-            std::array::from_fn(|g| _mm512_loadu_ps(packed.gs.as_ptr().add((mt * groups + blk * 8 + g) * T)));
-        for (row, a) in acc.iter_mut().enumerate() {
-            let scale = _mm512_mul_ps(dx, _mm512_set1_ps(*panel.d.get_unchecked(blk * T + row)));
-            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[row]), scale, *a);
-            for (g, gs) in gs.iter().enumerate() {
-                *a = _mm512_fmadd_ps(_mm512_set1_ps(*panel.mins.get_unchecked((blk * T + row) * 8 + g)), *gs, *a);
+        for (q, acc) in acc.iter_mut().enumerate() {
+            let (panel, mt) = (&panels[q / 2], mts[q % 2]);
+            let dx = _mm512_loadu_ps(packed.dx.as_ptr().add((mt * blocks + blk) * T));
+            for (row, a) in acc.iter_mut().enumerate() {
+                let scale = _mm512_mul_ps(dx, _mm512_set1_ps(*panel.d.get_unchecked(blk * T + row)));
+                *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[q][row]), scale, *a);
+            }
+            if G == 32 {
+                let gs: [__m512; 8] =
+                    std::array::from_fn(|g| _mm512_loadu_ps(packed.gs.as_ptr().add((mt * (k / 32) + blk * 8 + g) * T)));
+                for (row, a) in acc.iter_mut().enumerate() {
+                    for (g, gs) in gs.iter().enumerate() {
+                        let min = _mm512_set1_ps(*panel.mins.get_unchecked((blk * T + row) * 8 + g));
+                        *a = _mm512_fmadd_ps(min, *gs, *a);
+                    }
+                }
             }
         }
     }
-    for (row, a) in acc.iter().enumerate() {
-        _mm512_storeu_ps(sums.as_mut_ptr().add(row * T), *a);
+    for (q, acc) in acc.iter().enumerate() {
+        for (row, a) in acc.iter().enumerate() {
+            _mm512_storeu_ps(sums[q].as_mut_ptr().add(row * T), *a);
+        }
     }
 }

@@ -172,7 +172,7 @@ unsafe fn index(ix: [i16; 32]) -> __m512i {
 /// bits 4-5 | 6-7.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
-unsafe fn q6_half(b: *const u8, h: usize) -> [__m512i; 2] {
+pub(super) unsafe fn q6_half(b: *const u8, h: usize) -> [__m512i; 2] {
     let m4 = _mm512_set1_epi8(0x0f);
     let ql = _mm512_loadu_si512(b.add(64 * h) as *const _);
     let qh = _mm256_loadu_si256(b.add(128 + 32 * h) as *const __m256i);

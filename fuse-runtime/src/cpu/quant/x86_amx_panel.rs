@@ -1,0 +1,132 @@
+//! The weight side of the AMX kernels (`x86_amx`): 16 rows of Q4_K or Q6_K blocks widened into a panel that
+//! `tileloadd` reads as is, group by group (16 rows of the group's values as bytes), with each row's scales.
+
+use super::x86_f32::k_scale_bytes;
+use super::x86_q8::{f16, prefetch};
+use super::x86_q8_512::q6_half;
+use std::arch::x86_64::*;
+
+/// Rows of a tile.
+pub(super) const T: usize = 16;
+
+/// The block types the AMX kernels read, and the shape of their groups (values that share one scale).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Format {
+    /// 8 groups of 32 a block, 6-bit scales and mins.
+    Q4K,
+    /// 16 groups of 16 a block, 8-bit signed scales, values 0..63 less 32.
+    Q6K,
+}
+
+impl Format {
+    pub(super) const fn block_bytes(self) -> usize {
+        match self {
+            Format::Q4K => 144,
+            Format::Q6K => 210,
+        }
+    }
+    /// Values of a group (the `tdpbusd` depth: one scale a row).
+    pub(super) const fn group(self) -> usize {
+        match self {
+            Format::Q4K => 32,
+            Format::Q6K => 16,
+        }
+    }
+    pub(super) const fn groups(self) -> usize {
+        256 / self.group()
+    }
+}
+
+/// One task's 16 weight rows, widened: per block and group, 16 rows of the group's values as bytes (`a`); per
+/// block and row, its group scales (`sc`, i32), its d (`d`) and, for Q4_K, its min factors `-dmin * m`
+/// (`mins`, per group).
+pub(super) struct Panel {
+    pub format: Format,
+    pub a: Vec<u8>,
+    pub sc: Vec<i32>,
+    pub d: Vec<f32>,
+    pub mins: Vec<f32>,
+}
+
+impl Panel {
+    pub(super) fn new(format: Format, blocks: usize) -> Panel {
+        let groups = format.groups();
+        Panel {
+            format,
+            a: vec![0; blocks * 256 * T],
+            sc: vec![0; blocks * groups * T],
+            d: vec![0.0; blocks * T],
+            mins: vec![0.0; if format == Format::Q4K { blocks * groups * T } else { 0 }],
+        }
+    }
+
+    /// Where group `g` of block `blk` starts in `a` for row `lane`.
+    fn at(&self, blk: usize, g: usize, lane: usize) -> usize {
+        ((blk * self.format.groups() + g) * T + lane) * self.format.group()
+    }
+
+    /// Rows `rows` of `w` (at most 16; the rest of the panel zeros). Only called where AVX-512 (F, BW, VL),
+    /// AVX2, FMA and F16C are available (with AMX, always).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub(super) unsafe fn fill(&mut self, w: &[u8], row_bytes: usize, rows: std::ops::Range<usize>) {
+        let (bytes, groups, group) = (self.format.block_bytes(), self.format.groups(), self.format.group());
+        let blocks = row_bytes / bytes;
+        for lane in 0..T {
+            for blk in 0..blocks {
+                let scales = (blk * T + lane) * groups;
+                if lane >= rows.len() {
+                    for g in 0..groups {
+                        let at = self.at(blk, g, lane);
+                        self.a[at..at + group].fill(0);
+                    }
+                    self.sc[scales..scales + groups].fill(0);
+                    if self.format == Format::Q4K {
+                        self.mins[scales..scales + groups].fill(0.0);
+                    }
+                    self.d[blk * T + lane] = 0.0;
+                    continue;
+                }
+                // Safety (below): `b` holds a whole block (the slice), the panel this row's groups and scales.
+                let b = w[(rows.start + lane) * row_bytes + blk * bytes..][..bytes].as_ptr();
+                // This row's stream of blocks, 2 KB ahead (16 rows' streams wait on memory otherwise).
+                prefetch(b, bytes);
+                match self.format {
+                    Format::Q4K => {
+                        let (sc, mn) = k_scale_bytes(b.add(4));
+                        self.d[blk * T + lane] = f16(b);
+                        let widen = |v: u64| _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64));
+                        _mm256_storeu_si256(self.sc.as_mut_ptr().add(scales) as *mut __m256i, widen(sc));
+                        let mins = _mm256_mul_ps(_mm256_cvtepi32_ps(widen(mn)), _mm256_set1_ps(-f16(b.add(2))));
+                        _mm256_storeu_ps(self.mins.as_mut_ptr().add(scales), mins);
+                        // Chunk c's 32 bytes: low nibbles are group 2c, high nibbles group 2c + 1.
+                        let m4 = _mm256_set1_epi8(0x0f);
+                        for c in 0..4 {
+                            let q = _mm256_loadu_si256(b.add(16 + 32 * c) as *const __m256i);
+                            let (lo, hi) = (self.at(blk, 2 * c, lane), self.at(blk, 2 * c + 1, lane));
+                            _mm256_storeu_si256(self.a.as_mut_ptr().add(lo) as *mut __m256i, _mm256_and_si256(q, m4));
+                            let q = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                            _mm256_storeu_si256(self.a.as_mut_ptr().add(hi) as *mut __m256i, q);
+                        }
+                    }
+                    Format::Q6K => {
+                        self.d[blk * T + lane] = f16(b.add(208));
+                        let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(b.add(192) as *const __m128i));
+                        _mm512_storeu_si512(self.sc.as_mut_ptr().add(scales) as *mut _, sc);
+                        // Each half's 128 values in order (0..63 unsigned), 16 to a group.
+                        for h in 0..2 {
+                            for (i, v) in q6_half(b, h).into_iter().enumerate() {
+                                let first = 8 * h + 4 * i;
+                                let base = self.a.as_mut_ptr();
+                                let to = |j: usize| base.add(self.at(blk, first + j, lane)) as *mut __m128i;
+                                _mm_storeu_si128(to(0), _mm512_extracti32x4_epi32::<0>(v));
+                                _mm_storeu_si128(to(1), _mm512_extracti32x4_epi32::<1>(v));
+                                _mm_storeu_si128(to(2), _mm512_extracti32x4_epi32::<2>(v));
+                                _mm_storeu_si128(to(3), _mm512_extracti32x4_epi32::<3>(v));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
