@@ -22,6 +22,8 @@ mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86_amx;
 #[cfg(target_arch = "x86_64")]
+mod x86_amx32;
+#[cfg(target_arch = "x86_64")]
 mod x86_amx_panel;
 #[cfg(target_arch = "x86_64")]
 mod x86_f32;
@@ -148,6 +150,9 @@ impl Strategy {
             Some("q8r") => Strategy::Q8Residual,
             _ if dtype.block().is_some_and(|b| b.elements == 256) && m >= Q8_MIN_ROWS => Strategy::Q8,
             _ if dtype.block().is_some_and(|b| b.elements == 256) => Strategy::Q8Residual,
+            // On AMX the 32-value types' prefill takes the tiles with two 8-bit terms (`x86_amx32`).
+            #[cfg(target_arch = "x86_64")]
+            _ if m >= Q8_MIN_ROWS && x86_amx::reads(dtype) && Isa::Amx.available() => Strategy::Q8Residual,
             _ => Strategy::F32,
         }
     }
@@ -222,6 +227,11 @@ pub fn matmul_quantized_with(
         }
         Strategy::Q8Residual => {
             let acts = Q8Acts::with_residuals(x, m, k, activation_block(b.elements));
+            #[cfg(target_arch = "x86_64")]
+            if isa == Isa::Amx && b.elements == 32 && x86_amx::reads(dtype) {
+                x86_amx::matmul(x86_amx::format(dtype), &acts, m, k, w, n, out);
+                return Ok(());
+            }
             let xs: Vec<[Q8Row; 2]> = (0..m).map(|i| [acts.row(2 * i), acts.row(2 * i + 1)]).collect();
             let kernel = q8_kernel(dtype, isa);
             drive(&xs, n, w, row_bytes, out, MR, &|rows, pairs, out| {
@@ -241,16 +251,9 @@ pub fn matmul_quantized_with(
         Strategy::Q8 => {
             let acts = Q8Acts::new(x, m, k, activation_block(b.elements));
             #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Amx {
-                let format = match dtype {
-                    DType::Q4_K => Some(x86_amx_panel::Format::Q4K),
-                    DType::Q6_K => Some(x86_amx_panel::Format::Q6K),
-                    _ => None,
-                };
-                if let Some(format) = format {
-                    x86_amx::matmul(format, &acts, m, k, w, n, out);
-                    return Ok(());
-                }
+            if isa == Isa::Amx && b.elements == 256 && x86_amx::reads(dtype) {
+                x86_amx::matmul(x86_amx::format(dtype), &acts, m, k, w, n, out);
+                return Ok(());
             }
             let xs: Vec<Q8Row> = (0..m).map(|i| acts.row(i)).collect();
             let kernel = q8_kernel(dtype, isa);

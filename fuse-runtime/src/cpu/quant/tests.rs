@@ -279,8 +279,8 @@ fn bad_input_is_an_error() {
     assert_eq!(dot_row(DType::Q4_0, &w[..36], &x[..k]), out[0]);
 }
 
-/// The AMX tiles' Q4_K and Q6_K products (2 x 2 tiles of 16 weight rows and 16 activation rows, rows past n or
-/// m padded) against the AVX-512 VNNI kernels on the same 8-bit activations, at shapes that leave partial tiles
+/// The AMX tiles' products (2 x 2 tiles of 16 weight rows and 16 activation rows, rows past n or m padded)
+/// against the AVX-512 and AVX2 kernels on the same 8-bit activations, at shapes that leave partial tiles
 /// of both and span several tasks: equal up to f32 summation order.
 #[test]
 fn amx_tiles_match_the_vnni_kernels() {
@@ -288,14 +288,21 @@ fn amx_tiles_match_the_vnni_kernels() {
         eprintln!("AMX not on this CPU (or not granted): skipped");
         return;
     }
-    for dtype in [DType::Q4_K, DType::Q6_K] {
+    // The K types under one 8-bit term, the 32-value types under two (their strategies on AMX).
+    for (dtype, strategy) in [
+        (DType::Q4_K, Strategy::Q8),
+        (DType::Q6_K, Strategy::Q8),
+        (DType::Q4_0, Strategy::Q8Residual),
+        (DType::Q4_1, Strategy::Q8Residual),
+        (DType::Q8_0, Strategy::Q8Residual),
+    ] {
         for (m, n, blocks) in [(16, 16, 1), (40, 33, 9), (130, 100, 2), (5, 250, 8), (33, 47, 3)] {
-            let k = 256 * blocks;
+            let k = dtype.block().unwrap().elements * blocks;
             let w = weights(dtype, n, k, 70 + m as u64);
             let x = random_x(m * k, 71 + n as u64);
             let want: Vec<f64> =
-                run(dtype, &x, m, k, &w, n, Strategy::Q8, Isa::Avx512Vnni).iter().map(|&v| v as f64).collect();
-            let got = run(dtype, &x, m, k, &w, n, Strategy::Q8, Isa::Amx);
+                run(dtype, &x, m, k, &w, n, strategy, Isa::Avx512Vnni).iter().map(|&v| v as f64).collect();
+            let got = run(dtype, &x, m, k, &w, n, strategy, Isa::Amx);
             let err = rel_l2(&got, &want);
             assert!(err < 1e-6, "AMX {} m {m} n {n} k {k}: {err:e} from the VNNI kernels", dtype.name());
         }

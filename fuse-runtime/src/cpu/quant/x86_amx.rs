@@ -22,7 +22,7 @@
 //! configuration on its own thread and releases the tiles when done.
 
 use super::q8::Q8Acts;
-use super::x86_amx_panel::{Format, Panel, T};
+use super::x86_amx_panel::{pack, Format, Packed, Panel, T};
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
@@ -70,42 +70,23 @@ fn request_tile_state(code: usize, feature: usize) -> bool {
     ret == 0
 }
 
-/// The activations of one call, 16 rows a tile: `b` in `tdpbusd`'s second-operand layout ([tile][k / 4][16
-/// rows][4 values]), `dx` the rows' block scales ([tile][block][16]), `gs` their group sums ([tile][group of
-/// 32][16]), `bs` 32 times their integer sums of 16 ([tile][k / 16][16]: Q6_K's offset).
-struct Packed {
-    b: Vec<i8>,
-    dx: Vec<f32>,
-    gs: Vec<f32>,
-    bs: Vec<i32>,
+/// Whether the AMX kernels read blocks of `dtype` (Q4_K and Q6_K under one 8-bit term; Q4_0, Q4_1 and Q8_0
+/// under two).
+pub(super) fn reads(dtype: fuse_ir::DType) -> bool {
+    use fuse_ir::DType::*;
+    matches!(dtype, Q4_K | Q6_K | Q4_0 | Q4_1 | Q8_0)
 }
 
-fn pack(acts: &Q8Acts, m: usize, k: usize) -> Packed {
-    let (tiles, blocks, groups) = (m.div_ceil(T), k / 256, k / 32);
-    let mut p = Packed {
-        b: vec![0; tiles * k * T],
-        dx: vec![0.0; tiles * blocks * T],
-        gs: vec![0.0; tiles * groups * T],
-        bs: vec![0; tiles * (k / 16) * T],
-    };
-    for r in 0..m {
-        let (tile, lane) = (r / T, r % T);
-        let row = acts.row(r);
-        let b = &mut p.b[tile * k * T..][..k * T];
-        for (q, four) in row.qs.chunks_exact(4).enumerate() {
-            b[q * 4 * T + 4 * lane..][..4].copy_from_slice(four);
-        }
-        for (i, &d) in row.d.iter().enumerate() {
-            p.dx[(tile * blocks + i) * T + lane] = d;
-        }
-        for (g, &s) in row.gs.iter().enumerate() {
-            p.gs[(tile * groups + g) * T + lane] = s;
-        }
-        for (g, &s) in row.bsums.iter().enumerate() {
-            p.bs[(tile * (k / 16) + g) * T + lane] = 32 * s as i32;
-        }
+/// The panel format of `dtype` (one [`reads`] accepts).
+pub(super) fn format(dtype: fuse_ir::DType) -> Format {
+    use fuse_ir::DType::*;
+    match dtype {
+        Q4_K => Format::Q4K,
+        Q6_K => Format::Q6K,
+        Q4_0 => Format::Q4_0,
+        Q4_1 => Format::Q4_1,
+        _ => Format::Q8_0,
     }
-    p
 }
 
 /// The tile configuration for groups of `group` values: tmm0-3 the 16 x 16 i32 sums of (weight tile,
@@ -137,22 +118,26 @@ const fn config(group: usize) -> TileConfig {
 
 const CONFIGS: [TileConfig; 2] = [config(Format::Q4K.group()), config(Format::Q6K.group())];
 
-/// `out[i * n + j] = sum_k x[i, k] w[j, k]` for the m rows of `acts` (the K types' activations: blocks of 256)
-/// and the n rows of `w` (`format`'s blocks, `k / 256` a row). Only called where [`available`].
+/// `out[i * n + j] = sum_k x[i, k] w[j, k]` for the m rows of x in `acts` and the n rows of `w` (`format`'s
+/// blocks): for the K types one 8-bit term a row (blocks of 256), for the 32-value types two (rows 2i and
+/// 2i + 1, `Q8Acts::with_residuals`, blocks of 32). Only called where [`available`].
 pub(super) fn matmul(format: Format, acts: &Q8Acts, m: usize, k: usize, w: &[u8], n: usize, out: &mut [f32]) {
-    let row_bytes = k / 256 * format.block_bytes();
-    debug_assert!(available() && k.is_multiple_of(256) && w.len() == n * row_bytes && out.len() == m * n);
-    let packed = pack(acts, m, k);
+    let blocks = k / format.block_values();
+    let row_bytes = blocks * format.block_bytes();
+    let terms = if format.k_type() { 1 } else { 2 };
+    debug_assert!(available() && k.is_multiple_of(format.block_values()) && w.len() == n * row_bytes);
+    debug_assert!(out.len() == m * n && acts.qs.len() == terms * m * k);
+    let packed: Vec<Packed> = (0..terms).map(|t| pack(acts, m, k, t, terms)).collect();
     // Pairs of weight tiles (16 rows each) a unit of work; a task takes `span` pairs.
     let pairs = n.div_ceil(2 * T);
     let threads = rayon::current_num_threads().max(1);
     let span = pairs.div_ceil(threads * 2).max(1);
     let out = super::Out(out.as_mut_ptr());
-    let (out, packed) = (&out, &packed);
+    let (out, packed) = (&out, packed.as_slice());
     let m_tiles = m.div_ceil(T);
-    let config: &TileConfig = &CONFIGS[(format == Format::Q6K) as usize];
+    let config: &TileConfig = &CONFIGS[(format.group() == 16) as usize];
     crate::cpu::spin_pool::for_each_task(pairs.div_ceil(span), &|t| {
-        let mut panels = [Panel::new(format, k / 256), Panel::new(format, k / 256)];
+        let mut panels = [Panel::new(format, blocks), Panel::new(format, blocks)];
         // Safety: AMX is available (the caller checked); the configuration is this thread's, released below.
         unsafe { asm!("ldtilecfg [{0}]", in(reg) config as *const TileConfig, options(nostack)) };
         for pair in t * span..((t + 1) * span).min(pairs) {
@@ -170,8 +155,9 @@ pub(super) fn matmul(format: Format, acts: &Q8Acts, m: usize, k: usize, w: &[u8]
                 // Safety: AMX and AVX-512 are available; the panels and the packed tiles hold k values.
                 unsafe {
                     match format {
-                        Format::Q4K => quad_product::<32>(&panels, packed, mts, k, &mut sums),
-                        Format::Q6K => quad_product::<16>(&panels, packed, mts, k, &mut sums),
+                        Format::Q4K => quad_product::<32>(&panels, &packed[0], mts, k, &mut sums),
+                        Format::Q6K => quad_product::<16>(&panels, &packed[0], mts, k, &mut sums),
+                        _ => super::x86_amx32::quad_product(&panels, packed, mts, k, &mut sums),
                     }
                 }
                 for (q, sums) in sums.iter().enumerate() {

@@ -1,6 +1,8 @@
-//! The weight side of the AMX kernels (`x86_amx`): 16 rows of Q4_K or Q6_K blocks widened into a panel that
-//! `tileloadd` reads as is, group by group (16 rows of the group's values as bytes), with each row's scales.
+//! The operands of the AMX kernels (`x86_amx`, `x86_amx32`) in the layouts `tileloadd` reads as they are: the
+//! activations packed 16 rows a tile, and 16 weight rows of blocks widened into a panel, group by group (16
+//! rows of the group's values as bytes), with each row's scales.
 
+use super::q8::Q8Acts;
 use super::x86_f32::k_scale_bytes;
 use super::x86_q8::{f16, prefetch};
 use super::x86_q8_512::q6_half;
@@ -16,6 +18,11 @@ pub(super) enum Format {
     Q4K,
     /// 16 groups of 16 a block, 8-bit signed scales, values 0..63 less 32.
     Q6K,
+    /// Blocks of 32 values (one group a block, its f16 scale): 4-bit less 8 (Q4_0), 4-bit with a min (Q4_1),
+    /// 8-bit (Q8_0); the panel holds them signed.
+    Q4_0,
+    Q4_1,
+    Q8_0,
 }
 
 impl Format {
@@ -23,18 +30,72 @@ impl Format {
         match self {
             Format::Q4K => 144,
             Format::Q6K => 210,
+            Format::Q4_0 => 18,
+            Format::Q4_1 => 20,
+            Format::Q8_0 => 34,
+        }
+    }
+    /// Values of a block.
+    pub(super) const fn block_values(self) -> usize {
+        match self {
+            Format::Q4K | Format::Q6K => 256,
+            _ => 32,
         }
     }
     /// Values of a group (the `tdpbusd` depth: one scale a row).
     pub(super) const fn group(self) -> usize {
         match self {
-            Format::Q4K => 32,
             Format::Q6K => 16,
+            _ => 32,
         }
     }
     pub(super) const fn groups(self) -> usize {
-        256 / self.group()
+        self.block_values() / self.group()
     }
+    /// The K types (one 8-bit activation term, integer sums over a block's groups); else the 32-value types
+    /// (two terms, each block scaled in f32).
+    pub(super) const fn k_type(self) -> bool {
+        matches!(self, Format::Q4K | Format::Q6K)
+    }
+}
+
+/// The activations of one call, 16 rows a tile: `b` in `tdpbusd`'s second-operand layout ([tile][k / 4][16
+/// rows][4 values]), `dx` the rows' block scales ([tile][block][16]), `gs` their group sums ([tile][group of
+/// 32][16]), `bs` 32 times their integer sums of 16 ([tile][k / 16][16]: Q6_K's offset).
+pub(super) struct Packed {
+    pub b: Vec<i8>,
+    pub dx: Vec<f32>,
+    pub gs: Vec<f32>,
+    pub bs: Vec<i32>,
+}
+
+/// Rows `term`, `term + terms`, .. of `acts` (the first or second 8-bit term of each row of x) as m rows.
+pub(super) fn pack(acts: &Q8Acts, m: usize, k: usize, term: usize, terms: usize) -> Packed {
+    let (tiles, blocks, groups) = (m.div_ceil(T), k / acts.block, k / 32);
+    let mut p = Packed {
+        b: vec![0; tiles * k * T],
+        dx: vec![0.0; tiles * blocks * T],
+        gs: vec![0.0; tiles * groups * T],
+        bs: vec![0; tiles * (k / 16) * T],
+    };
+    for r in 0..m {
+        let (tile, lane) = (r / T, r % T);
+        let row = acts.row(r * terms + term);
+        let b = &mut p.b[tile * k * T..][..k * T];
+        for (q, four) in row.qs.chunks_exact(4).enumerate() {
+            b[q * 4 * T + 4 * lane..][..4].copy_from_slice(four);
+        }
+        for (i, &d) in row.d.iter().enumerate() {
+            p.dx[(tile * blocks + i) * T + lane] = d;
+        }
+        for (g, &s) in row.gs.iter().enumerate() {
+            p.gs[(tile * groups + g) * T + lane] = s;
+        }
+        for (g, &s) in row.bsums.iter().enumerate() {
+            p.bs[(tile * (k / 16) + g) * T + lane] = 32 * s as i32;
+        }
+    }
+    p
 }
 
 /// One task's 16 weight rows, widened: per block and group, 16 rows of the group's values as bytes (`a`); per
@@ -53,10 +114,10 @@ impl Panel {
         let groups = format.groups();
         Panel {
             format,
-            a: vec![0; blocks * 256 * T],
+            a: vec![0; blocks * format.block_values() * T],
             sc: vec![0; blocks * groups * T],
             d: vec![0.0; blocks * T],
-            mins: vec![0.0; if format == Format::Q4K { blocks * groups * T } else { 0 }],
+            mins: vec![0.0; if matches!(format, Format::Q4K | Format::Q4_1) { blocks * groups * T } else { 0 }],
         }
     }
 
@@ -80,7 +141,7 @@ impl Panel {
                         self.a[at..at + group].fill(0);
                     }
                     self.sc[scales..scales + groups].fill(0);
-                    if self.format == Format::Q4K {
+                    if !self.mins.is_empty() {
                         self.mins[scales..scales + groups].fill(0.0);
                     }
                     self.d[blk * T + lane] = 0.0;
@@ -107,6 +168,25 @@ impl Panel {
                             let q = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
                             _mm256_storeu_si256(self.a.as_mut_ptr().add(hi) as *mut __m256i, q);
                         }
+                    }
+                    Format::Q4_0 | Format::Q4_1 | Format::Q8_0 => {
+                        self.d[blk * T + lane] = f16(b);
+                        let to = self.a.as_mut_ptr().add(self.at(blk, 0, lane));
+                        if self.format == Format::Q8_0 {
+                            _mm256_storeu_si256(to as *mut __m256i, _mm256_loadu_si256(b.add(2) as *const __m256i));
+                            continue;
+                        }
+                        let qs =
+                            _mm_loadu_si128(b.add(if self.format == Format::Q4_1 { 4 } else { 2 }) as *const __m128i);
+                        let m4 = _mm_set1_epi8(0x0f);
+                        let (mut lo, mut hi) = (_mm_and_si128(qs, m4), _mm_and_si128(_mm_srli_epi16::<4>(qs), m4));
+                        if self.format == Format::Q4_1 {
+                            self.mins[blk * T + lane] = f16(b.add(2));
+                        } else {
+                            (lo, hi) = (_mm_sub_epi8(lo, _mm_set1_epi8(8)), _mm_sub_epi8(hi, _mm_set1_epi8(8)));
+                        }
+                        _mm_storeu_si128(to as *mut __m128i, lo);
+                        _mm_storeu_si128(to.add(16) as *mut __m128i, hi);
                     }
                     Format::Q6K => {
                         self.d[blk * T + lane] = f16(b.add(208));
