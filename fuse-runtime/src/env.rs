@@ -13,7 +13,7 @@
 //! | `FUSE_CACHE_DIR` | a directory (empty: unset)          | `$XDG_CACHE_HOME/fuse`, else `$HOME/.cache/fuse`, else none | where compiled CUDA kernels (and the default results file) are kept between processes |
 //! | `FUSE_DUAL_GEMM` | `split`; anything else              | batched            | `split` makes a DualGemm's two products two cuBLAS calls instead of one batched call |
 //! | `FUSE_HOST_PROFILE` | `1`; anything else               | unset              | `1` sums each fused call's host time by phase for `fuse::host_profile::take` (bench_decode prints it); unset, each hook is one cached load |
-//! | `FUSE_CPU_AMX`   | `off`, `0`, `false`; anything else  | on                 | `off` keeps the CPU's 8-bit Q4_K products (prefill) off Intel AMX tiles on CPUs that have them (AVX-512 VNNI instead) |
+//! | `FUSE_CPU_AMX`   | `off`, `0`, `false`; anything else  | on                 | `off` keeps the CPU's 8-bit products at prefill (Q4_K, Q6_K, Q4_0, Q4_1, Q8_0) off Intel AMX tiles on CPUs that have them (AVX-512 instead; the 32-value types then keep f32 activations) |
 //! | `FUSE_CPU_QUANT` | `q8`; anything else                 | `f32`              | how the CPU multiplies by block-quantized weights: `f32` decodes the blocks to f32 in registers (exact up to summation order: SmolLM2's logits within 2e-6 of transformers'), `q8` quantizes each activation row to 8 bits and uses integer dot products as llama.cpp does (~4e-3 relative error a product, 2.6e-2 on SmolLM2's logits; up to 3x faster for the K types on one core) |
 //! | `FUSE_TEST_GPU`  | `1`; anything else                  | unset              | `fuse::testing::gpu_or_skip` panics instead of skipping when there is no GPU (read on each call) |
 //!
