@@ -71,8 +71,8 @@ pub enum Isa {
     Avx512,
     /// [`Isa::Avx512`] with AVX-512 VNNI: the 8-bit strategy's K-type kernels by `vpdpbusd` / `vpdpwssd`.
     Avx512Vnni,
-    /// [`Isa::Avx512Vnni`] with AMX (tiles and 8-bit products, granted by the OS): the one-term strategy's Q4_K
-    /// and Q6_K products and the two-term strategy's Q4_0, Q4_1 and Q8_0 products on tiles (`x86_amx`) at any
+    /// [`Isa::Avx512Vnni`] with AMX (tiles and 8-bit products, granted by the OS): the one-term strategy's Q4_K,
+    /// Q5_K and Q6_K products and the two-term strategy's Q4_0, Q4_1 and Q8_0 products on tiles (`x86_amx`) at any
     /// number of rows, so that a row's result does not depend on the rows beside it (the library picks those
     /// strategies from [`Q8_MIN_ROWS`] rows); everything else as [`Isa::Avx512Vnni`].
     Amx,

@@ -291,6 +291,7 @@ fn amx_tiles_match_the_vnni_kernels() {
     // The K types under one 8-bit term, the 32-value types under two (their strategies on AMX).
     for (dtype, strategy) in [
         (DType::Q4_K, Strategy::Q8),
+        (DType::Q5_K, Strategy::Q8),
         (DType::Q6_K, Strategy::Q8),
         (DType::Q4_0, Strategy::Q8Residual),
         (DType::Q4_1, Strategy::Q8Residual),

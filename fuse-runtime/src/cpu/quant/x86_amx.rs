@@ -1,4 +1,4 @@
-//! Q4_K and Q6_K against one 8-bit activation term (`Strategy::Q8`, prefill's) on Intel AMX (`amx-tile` +
+//! Q4_K, Q5_K and Q6_K against one 8-bit activation term (`Strategy::Q8`, prefill's) on Intel AMX (`amx-tile` +
 //! `amx-int8`, Sapphire Rapids and later): each `tdpbusd` multiplies a 16-row tile of weights (one group of
 //! each row, the values widened to bytes: 32 of Q4_K, 16 of Q6_K) by the same group of 16 activation rows,
 //! 8192 (4096) products in one instruction where `vpdpbusd` makes 64. llama.cpp's CPU backend uses AMX for
@@ -70,11 +70,11 @@ fn request_tile_state(code: usize, feature: usize) -> bool {
     ret == 0
 }
 
-/// Whether the AMX kernels read blocks of `dtype` (Q4_K and Q6_K under one 8-bit term; Q4_0, Q4_1 and Q8_0
+/// Whether the AMX kernels read blocks of `dtype` (Q4_K, Q5_K and Q6_K under one 8-bit term; Q4_0, Q4_1 and Q8_0
 /// under two).
 pub(super) fn reads(dtype: fuse_ir::DType) -> bool {
     use fuse_ir::DType::*;
-    matches!(dtype, Q4_K | Q6_K | Q4_0 | Q4_1 | Q8_0)
+    matches!(dtype, Q4_K | Q5_K | Q6_K | Q4_0 | Q4_1 | Q8_0)
 }
 
 /// The panel format of `dtype` (one [`reads`] accepts).
@@ -82,6 +82,7 @@ pub(super) fn format(dtype: fuse_ir::DType) -> Format {
     use fuse_ir::DType::*;
     match dtype {
         Q4_K => Format::Q4K,
+        Q5_K => Format::Q5K,
         Q6_K => Format::Q6K,
         Q4_0 => Format::Q4_0,
         Q4_1 => Format::Q4_1,
@@ -155,7 +156,7 @@ pub(super) fn matmul(format: Format, acts: &Q8Acts, m: usize, k: usize, w: &[u8]
                 // Safety: AMX and AVX-512 are available; the panels and the packed tiles hold k values.
                 unsafe {
                     match format {
-                        Format::Q4K => quad_product::<32>(&panels, &packed[0], mts, k, &mut sums),
+                        Format::Q4K | Format::Q5K => quad_product::<32>(&panels, &packed[0], mts, k, &mut sums),
                         Format::Q6K => quad_product::<16>(&panels, &packed[0], mts, k, &mut sums),
                         _ => super::x86_amx32::quad_product(&panels, packed, mts, k, &mut sums),
                     }

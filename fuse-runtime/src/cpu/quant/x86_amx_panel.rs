@@ -14,8 +14,9 @@ pub(super) const T: usize = 16;
 /// The block types the AMX kernels read, and the shape of their groups (values that share one scale).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum Format {
-    /// 8 groups of 32 a block, 6-bit scales and mins.
+    /// 8 groups of 32 a block, 6-bit scales and mins (Q5_K: a fifth bit from its `qh`).
     Q4K,
+    Q5K,
     /// 16 groups of 16 a block, 8-bit signed scales, values 0..63 less 32.
     Q6K,
     /// Blocks of 32 values (one group a block, its f16 scale): 4-bit less 8 (Q4_0), 4-bit with a min (Q4_1),
@@ -29,6 +30,7 @@ impl Format {
     pub(super) const fn block_bytes(self) -> usize {
         match self {
             Format::Q4K => 144,
+            Format::Q5K => 176,
             Format::Q6K => 210,
             Format::Q4_0 => 18,
             Format::Q4_1 => 20,
@@ -38,7 +40,7 @@ impl Format {
     /// Values of a block.
     pub(super) const fn block_values(self) -> usize {
         match self {
-            Format::Q4K | Format::Q6K => 256,
+            Format::Q4K | Format::Q5K | Format::Q6K => 256,
             _ => 32,
         }
     }
@@ -55,7 +57,7 @@ impl Format {
     /// The K types (one 8-bit activation term, integer sums over a block's groups); else the 32-value types
     /// (two terms, each block scaled in f32).
     pub(super) const fn k_type(self) -> bool {
-        matches!(self, Format::Q4K | Format::Q6K)
+        matches!(self, Format::Q4K | Format::Q5K | Format::Q6K)
     }
 }
 
@@ -117,7 +119,10 @@ impl Panel {
             a: vec![0; blocks * format.block_values() * T],
             sc: vec![0; blocks * groups * T],
             d: vec![0.0; blocks * T],
-            mins: vec![0.0; if matches!(format, Format::Q4K | Format::Q4_1) { blocks * groups * T } else { 0 }],
+            mins: vec![
+                0.0;
+                if matches!(format, Format::Q4K | Format::Q5K | Format::Q4_1) { blocks * groups * T } else { 0 }
+            ],
         }
     }
 
@@ -152,21 +157,34 @@ impl Panel {
                 // This row's stream of blocks, 2 KB ahead (16 rows' streams wait on memory otherwise).
                 prefetch(b, bytes);
                 match self.format {
-                    Format::Q4K => {
+                    Format::Q4K | Format::Q5K => {
                         let (sc, mn) = k_scale_bytes(b.add(4));
                         self.d[blk * T + lane] = f16(b);
                         let widen = |v: u64| _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64));
                         _mm256_storeu_si256(self.sc.as_mut_ptr().add(scales) as *mut __m256i, widen(sc));
                         let mins = _mm256_mul_ps(_mm256_cvtepi32_ps(widen(mn)), _mm256_set1_ps(-f16(b.add(2))));
                         _mm256_storeu_ps(self.mins.as_mut_ptr().add(scales), mins);
-                        // Chunk c's 32 bytes: low nibbles are group 2c, high nibbles group 2c + 1.
-                        let m4 = _mm256_set1_epi8(0x0f);
+                        // Chunk c's 32 bytes: low nibbles are group 2c, high nibbles group 2c + 1; Q5_K's fifth
+                        // bits are bits 2c and 2c + 1 of each of its 32 `qh` bytes.
+                        let five = self.format == Format::Q5K;
+                        let (qs, qh) =
+                            (b.add(if five { 48 } else { 16 }), _mm256_loadu_si256(b.add(16) as *const __m256i));
+                        let (m4, one) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
+                        let bit = |i: i32| {
+                            let v = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(i)), one);
+                            _mm256_slli_epi16::<4>(v)
+                        };
                         for c in 0..4 {
-                            let q = _mm256_loadu_si256(b.add(16 + 32 * c) as *const __m256i);
-                            let (lo, hi) = (self.at(blk, 2 * c, lane), self.at(blk, 2 * c + 1, lane));
-                            _mm256_storeu_si256(self.a.as_mut_ptr().add(lo) as *mut __m256i, _mm256_and_si256(q, m4));
-                            let q = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-                            _mm256_storeu_si256(self.a.as_mut_ptr().add(hi) as *mut __m256i, q);
+                            let q = _mm256_loadu_si256(qs.add(32 * c) as *const __m256i);
+                            let (mut lo, mut hi) =
+                                (_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4));
+                            if five {
+                                lo = _mm256_or_si256(lo, bit(2 * c as i32));
+                                hi = _mm256_or_si256(hi, bit(2 * c as i32 + 1));
+                            }
+                            let (at_lo, at_hi) = (self.at(blk, 2 * c, lane), self.at(blk, 2 * c + 1, lane));
+                            _mm256_storeu_si256(self.a.as_mut_ptr().add(at_lo) as *mut __m256i, lo);
+                            _mm256_storeu_si256(self.a.as_mut_ptr().add(at_hi) as *mut __m256i, hi);
                         }
                     }
                     Format::Q4_0 | Format::Q4_1 | Format::Q8_0 => {
