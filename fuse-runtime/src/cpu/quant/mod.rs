@@ -35,6 +35,8 @@ mod x86_q4k_tile;
 mod x86_q8;
 #[cfg(target_arch = "x86_64")]
 mod x86_q8_512;
+#[cfg(target_arch = "x86_64")]
+mod x86_quantize;
 
 #[cfg(test)]
 mod tests;

@@ -57,7 +57,17 @@ impl Q8Acts {
         let one = |(pair, x): (&mut [RowMut], &[f32])| {
             let [(qs, d, bsums, gs), (rqs, rd, rbsums, rgs)] = pair else { unreachable!("rows in pairs") };
             quantize_row(x, block, qs, d, bsums, gs);
-            let residual: Vec<f32> = x.iter().enumerate().map(|(j, &v)| v - d[j / block] * qs[j] as f32).collect();
+            let mut residual = vec![0.0f32; x.len()];
+            #[cfg(target_arch = "x86_64")]
+            if super::Isa::Avx512.available() {
+                // Safety: AVX-512 is available; the slices are one row's.
+                unsafe { super::x86_quantize::residual(x, block, qs, d, &mut residual) };
+                quantize_row(&residual, block, rqs, rd, rbsums, rgs);
+                return;
+            }
+            for (j, (r, &v)) in residual.iter_mut().zip(x.iter()).enumerate() {
+                *r = v - d[j / block] * qs[j] as f32;
+            }
             quantize_row(&residual, block, rqs, rd, rbsums, rgs);
         };
         if m * k >= PARALLEL_VALUES {
@@ -100,8 +110,26 @@ impl Q8Acts {
     }
 }
 
-/// One row: per block, d = max|x| / 127 and q = round-half-even(x * 127 / max|x|) (all zeros for a zero block).
+/// One row: per block, d = max|x| / 127 and q = round-half-even(x * 127 / max|x|) (all zeros for a zero block),
+/// with AVX-512 where the CPU has it (`x86_quantize`, the same values).
 pub(crate) fn quantize_row(x: &[f32], block: usize, qs: &mut [i8], d: &mut [f32], bsums: &mut [i16], gs: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::Isa::Avx512.available() {
+        // Safety: AVX-512 is available; `block` is a multiple of 16 (Q8Acts' blocks are 32 or 256).
+        return unsafe { super::x86_quantize::quantize_row(x, block, qs, d, bsums, gs) };
+    }
+    quantize_row_portable(x, block, qs, d, bsums, gs)
+}
+
+/// [`quantize_row`] in portable Rust (the reference the AVX-512 version is tested against).
+pub(crate) fn quantize_row_portable(
+    x: &[f32],
+    block: usize,
+    qs: &mut [i8],
+    d: &mut [f32],
+    bsums: &mut [i16],
+    gs: &mut [f32],
+) {
     for ((x, q), d) in x.chunks_exact(block).zip(qs.chunks_exact_mut(block)).zip(d.iter_mut()) {
         let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
         let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };

@@ -309,3 +309,33 @@ fn amx_tiles_match_the_vnni_kernels() {
         }
     }
 }
+
+/// The activations' 8-bit rows with AVX-512 equal the portable code's value for value (a zero block, values
+/// that scale to halves of a step, both block sizes), and so do the two-term rows built from them.
+#[test]
+fn activation_rows_quantize_alike_with_and_without_simd() {
+    use super::q8::{quantize_row, quantize_row_portable};
+    for block in [32, 256] {
+        for seed in 0..4u64 {
+            let k = block * 5;
+            let mut x = random_x(k, 90 + seed);
+            x[block..2 * block].fill(0.0);
+            // A block whose largest value is 127: its others are exact halves (0.5, 1.5, ..) after scaling.
+            for (j, v) in x[2 * block..3 * block].iter_mut().enumerate() {
+                *v = if j == 0 { 127.0 } else { (j % 40) as f32 - 19.5 };
+            }
+            let run = |f: fn(&[f32], usize, &mut [i8], &mut [f32], &mut [i16], &mut [f32])| {
+                let (mut q, mut d, mut b, mut g) =
+                    (vec![0i8; k], vec![0f32; k / block], vec![0i16; k / 16], vec![0f32; k / 32]);
+                f(&x, block, &mut q, &mut d, &mut b, &mut g);
+                (
+                    q,
+                    d.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    b,
+                    g.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                )
+            };
+            assert_eq!(run(quantize_row), run(quantize_row_portable), "block {block}, seed {seed}");
+        }
+    }
+}
