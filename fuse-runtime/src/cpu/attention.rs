@@ -89,8 +89,25 @@ impl Shape {
     }
 
     /// One block of queries (`q` and `out`: its rows; `first`: the index of its first query) against one
-    /// key/value head.
+    /// key/value head: compiled for AVX2 where the CPU has it (the same operations, 8 lanes wide: `math`'s
+    /// helpers are always inlined), else for the baseline.
     fn block(&self, q: &[f32], k: &[f32], v: &[f32], first: usize, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") {
+            // Safety: AVX2 is available (checked above).
+            return unsafe { self.block_avx2(q, k, v, first, out) };
+        }
+        self.block_any(q, k, v, first, out)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn block_avx2(&self, q: &[f32], k: &[f32], v: &[f32], first: usize, out: &mut [f32]) {
+        self.block_any(q, k, v, first, out)
+    }
+
+    #[inline(always)]
+    fn block_any(&self, q: &[f32], k: &[f32], v: &[f32], first: usize, out: &mut [f32]) {
         let d = self.d;
         let rows = out.len().checked_div(d).unwrap_or(0);
         let mut max = [f32::NEG_INFINITY; QUERY_BLOCK];
