@@ -154,7 +154,7 @@ impl Strategy {
             _ if dtype.block().is_some_and(|b| b.elements == 256) => Strategy::Q8Residual,
             // On AMX the 32-value types' prefill takes the tiles with two 8-bit terms (`x86_amx32`).
             #[cfg(target_arch = "x86_64")]
-            _ if m >= Q8_MIN_ROWS && x86_amx::reads(dtype) && Isa::Amx.available() => Strategy::Q8Residual,
+            _ if m >= Q8_MIN_ROWS && x86_amx::format(dtype).is_some() && Isa::Amx.available() => Strategy::Q8Residual,
             _ => Strategy::F32,
         }
     }
@@ -230,8 +230,8 @@ pub fn matmul_quantized_with(
         Strategy::Q8Residual => {
             let acts = Q8Acts::with_residuals(x, m, k, activation_block(b.elements));
             #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Amx && b.elements == 32 && x86_amx::reads(dtype) {
-                x86_amx::matmul(x86_amx::format(dtype), &acts, m, k, w, n, out);
+            if let Some(format) = x86_amx::format(dtype).filter(|f| isa == Isa::Amx && !f.k_type()) {
+                x86_amx::matmul(format, &acts, m, k, w, n, out);
                 return Ok(());
             }
             let xs: Vec<[Q8Row; 2]> = (0..m).map(|i| [acts.row(2 * i), acts.row(2 * i + 1)]).collect();
@@ -253,8 +253,8 @@ pub fn matmul_quantized_with(
         Strategy::Q8 => {
             let acts = Q8Acts::new(x, m, k, activation_block(b.elements));
             #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Amx && b.elements == 256 && x86_amx::reads(dtype) {
-                x86_amx::matmul(x86_amx::format(dtype), &acts, m, k, w, n, out);
+            if let Some(format) = x86_amx::format(dtype).filter(|f| isa == Isa::Amx && f.k_type()) {
+                x86_amx::matmul(format, &acts, m, k, w, n, out);
                 return Ok(());
             }
             let xs: Vec<Q8Row> = (0..m).map(|i| acts.row(i)).collect();

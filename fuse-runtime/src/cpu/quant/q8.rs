@@ -58,16 +58,7 @@ impl Q8Acts {
             let [(qs, d, bsums, gs), (rqs, rd, rbsums, rgs)] = pair else { unreachable!("rows in pairs") };
             quantize_row(x, block, qs, d, bsums, gs);
             let mut residual = vec![0.0f32; x.len()];
-            #[cfg(target_arch = "x86_64")]
-            if super::Isa::Avx512.available() {
-                // Safety: AVX-512 is available; the slices are one row's.
-                unsafe { super::x86_quantize::residual(x, block, qs, d, &mut residual) };
-                quantize_row(&residual, block, rqs, rd, rbsums, rgs);
-                return;
-            }
-            for (j, (r, &v)) in residual.iter_mut().zip(x.iter()).enumerate() {
-                *r = v - d[j / block] * qs[j] as f32;
-            }
+            residual_row(x, block, qs, d, &mut residual);
             quantize_row(&residual, block, rqs, rd, rbsums, rgs);
         };
         if m * k >= PARALLEL_VALUES {
@@ -116,7 +107,8 @@ pub(crate) fn quantize_row(x: &[f32], block: usize, qs: &mut [i8], d: &mut [f32]
     #[cfg(target_arch = "x86_64")]
     if super::Isa::Avx512.available() {
         // Safety: AVX-512 is available; `block` is a multiple of 16 (Q8Acts' blocks are 32 or 256).
-        return unsafe { super::x86_quantize::quantize_row(x, block, qs, d, bsums, gs) };
+        unsafe { super::x86_quantize::quantize_row(x, block, qs, d, bsums) };
+        return group_sums(block, d, bsums, gs);
     }
     quantize_row_portable(x, block, qs, d, bsums, gs)
 }
@@ -144,7 +136,25 @@ pub(crate) fn quantize_row_portable(
     for (s, q) in bsums.iter_mut().zip(qs.chunks_exact(16)) {
         *s = q.iter().map(|&v| v as i16).sum();
     }
+    group_sums(block, d, bsums, gs);
+}
+
+/// Each 32 values' `gs`: their block's d times their two sums of 16 (both quantizing paths end with it).
+fn group_sums(block: usize, d: &[f32], bsums: &[i16], gs: &mut [f32]) {
     for (g, (gs, bs)) in gs.iter_mut().zip(bsums.chunks_exact(2)).enumerate() {
         *gs = d[g * 32 / block] * (bs[0] as i32 + bs[1] as i32) as f32;
+    }
+}
+
+/// `out[j] = x[j] - d[j / block] * q[j]`, what a row's rounding to `qs` left (AVX-512 where the CPU has it,
+/// the same values).
+fn residual_row(x: &[f32], block: usize, qs: &[i8], d: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::Isa::Avx512.available() {
+        // Safety: AVX-512 is available; the slices are one row's, `block` a multiple of 16.
+        return unsafe { super::x86_quantize::residual(x, block, qs, d, out) };
+    }
+    for (j, (r, &v)) in out.iter_mut().zip(x).enumerate() {
+        *r = v - d[j / block] * qs[j] as f32;
     }
 }

@@ -70,24 +70,19 @@ fn request_tile_state(code: usize, feature: usize) -> bool {
     ret == 0
 }
 
-/// Whether the AMX kernels read blocks of `dtype` (Q4_K, Q5_K and Q6_K under one 8-bit term; Q4_0, Q4_1 and Q8_0
-/// under two).
-pub(super) fn reads(dtype: fuse_ir::DType) -> bool {
+/// The panel format of `dtype` where the AMX kernels read its blocks: Q4_K, Q5_K and Q6_K under one 8-bit
+/// term, Q4_0, Q4_1 and Q8_0 under two (`Format::k_type`); `None` for the others.
+pub(super) fn format(dtype: fuse_ir::DType) -> Option<Format> {
     use fuse_ir::DType::*;
-    matches!(dtype, Q4_K | Q5_K | Q6_K | Q4_0 | Q4_1 | Q8_0)
-}
-
-/// The panel format of `dtype` (one [`reads`] accepts).
-pub(super) fn format(dtype: fuse_ir::DType) -> Format {
-    use fuse_ir::DType::*;
-    match dtype {
+    Some(match dtype {
         Q4_K => Format::Q4K,
         Q5_K => Format::Q5K,
         Q6_K => Format::Q6K,
         Q4_0 => Format::Q4_0,
         Q4_1 => Format::Q4_1,
-        _ => Format::Q8_0,
-    }
+        Q8_0 => Format::Q8_0,
+        _ => return None,
+    })
 }
 
 /// The tile configuration for groups of `group` values: tmm0-3 the 16 x 16 i32 sums of (weight tile,

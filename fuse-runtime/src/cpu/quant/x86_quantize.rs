@@ -5,16 +5,10 @@
 
 use std::arch::x86_64::*;
 
-/// [`super::q8::quantize_row`]. Only called where AVX-512 (F, BW) is available; `block` a multiple of 16.
+/// [`super::q8::quantize_row`]'s values, scales and sums of 16 (its caller adds the group sums). Only called
+/// where AVX-512 (F, BW) is available; `block` a multiple of 16.
 #[target_feature(enable = "avx512f,avx512bw")]
-pub(super) unsafe fn quantize_row(
-    x: &[f32],
-    block: usize,
-    qs: &mut [i8],
-    d: &mut [f32],
-    bsums: &mut [i16],
-    gs: &mut [f32],
-) {
+pub(super) unsafe fn quantize_row(x: &[f32], block: usize, qs: &mut [i8], d: &mut [f32], bsums: &mut [i16]) {
     let (lo, hi) = (_mm512_set1_ps(-127.0), _mm512_set1_ps(127.0));
     for (b, (x, q)) in x.chunks_exact(block).zip(qs.chunks_exact_mut(block)).enumerate() {
         let mut most = _mm512_setzero_ps();
@@ -32,9 +26,6 @@ pub(super) unsafe fn quantize_row(
             _mm_storeu_si128(q.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(ints));
             bsums[b * block / 16 + i] = _mm512_reduce_add_epi32(ints) as i16;
         }
-    }
-    for (g, (gs, bs)) in gs.iter_mut().zip(bsums.chunks_exact(2)).enumerate() {
-        *gs = d[g * 32 / block] * (bs[0] as i32 + bs[1] as i32) as f32;
     }
 }
 
