@@ -408,7 +408,7 @@ fn run() -> Fallible<()> {
             (model, bytes)
         }
         Some(path) => {
-            let file = fuse_models::gguf::GgufFile::open(path)?;
+            let file = fuse_models::gguf::GgufFile::open_for(path, &device)?;
             let model = Llama::load_stored_as(&file, &device, o.dtype)?;
             let (in_place, held) = model.weight_bytes();
             let c = &model.config;

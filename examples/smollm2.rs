@@ -117,7 +117,7 @@ fn run() -> std::result::Result<(), Box<dyn std::error::Error>> {
         "cuda" => Device::cuda(0)?,
         other => return Err(format!("--device: `{other}` is not cpu or cuda").into()),
     };
-    let file = GgufFile::open(&path)?;
+    let file = GgufFile::open_for(&path, &device)?;
     let tokenizer = Tokenizer::from_gguf(&file)?;
     if o.one_launch {
         return one_launch(&o, &file, &tokenizer, &device);

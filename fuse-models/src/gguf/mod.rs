@@ -1,5 +1,6 @@
 //! Reading GGUF files (versions 2 and 3): header, metadata of every value type, tensor infos, and each tensor's
-//! bytes by name, with typed metadata getters. The file is memory-mapped: tensors are borrowed, not copied.
+//! bytes by name, with typed metadata getters. The file is memory-mapped ([`GgufFile::open`]) or read into
+//! huge pages ([`GgufFile::read`], faster for the CPU's products): tensors are borrowed, not copied.
 //!
 //! No crate fitted: the GGUF parsers on crates.io are small single-author crates without structured errors or
 //! bounds checks, and candle-core's reader comes with the whole framework. The format is simple enough that
@@ -88,6 +89,43 @@ impl GgufFile {
         Self::from_storage(Storage::Mapped(map), path)
     }
 
+    /// Reads the whole file at `path` into memory of this process, on 2 MiB pages where the OS gives them
+    /// (Linux's transparent huge pages, asked for with `madvise`), and parses it. Tensors then read that memory
+    /// in place, as they read the mapping after [`GgufFile::open`]; resident bytes are the same.
+    ///
+    /// Why: the CPU's products stream every weight each token, and a mapped file is on 4 KiB pages, a TLB miss
+    /// every 4 KiB, a slow one in a virtual machine (a two-level page walk): llama-3.2-1b Q4_K_M decodes in
+    /// 48 ms a token from the mapping and 34 ms from huge pages (2 threads, a KVM guest). The cost is the read
+    /// at load (the whole file, at disk or page-cache speed) and memory that is the process's own, not the page
+    /// cache's to share. [`GgufFile::open_for`] picks this for the CPU and the mapping for a GPU (which reads
+    /// the host copy once, at upload).
+    pub fn read(path: impl AsRef<Path>) -> Result<GgufFile> {
+        use std::io::Read;
+        let path = path.as_ref().to_path_buf();
+        let io_error = |source| Error::Io { path: path.clone(), source };
+        let mut file = std::fs::File::open(&path).map_err(io_error)?;
+        let len = file.metadata().map_err(io_error)?.len();
+        let len = usize::try_from(len).map_err(|_| io_error(std::io::Error::other("larger than the address space")))?;
+        if len == 0 {
+            return Self::from_storage(Storage::Owned(Vec::new()), path);
+        }
+        let mut memory = memmap2::MmapMut::map_anon(len).map_err(io_error)?;
+        // A hint: where the OS has no huge pages (or refuses), the memory is on small pages and works the same.
+        #[cfg(target_os = "linux")]
+        let _ = memory.advise(memmap2::Advice::HugePage);
+        file.read_exact(&mut memory).map_err(io_error)?;
+        Self::from_storage(Storage::Mapped(memory.make_read_only().map_err(io_error)?), path)
+    }
+
+    /// [`GgufFile::read`] where `device` is the CPU (whose products stream the weights from this memory every
+    /// token), [`GgufFile::open`] otherwise (a GPU reads the host copy once, when its tensors are uploaded).
+    pub fn open_for(path: impl AsRef<Path>, device: &fuse::Device) -> Result<GgufFile> {
+        match device {
+            fuse::Device::Cpu => Self::read(path),
+            _ => Self::open(path),
+        }
+    }
+
     /// Parses a GGUF image held in memory; `name` stands for the file in error messages.
     pub fn from_bytes(bytes: Vec<u8>, name: impl Into<PathBuf>) -> Result<GgufFile> {
         Self::from_storage(Storage::Owned(bytes), name.into())
@@ -159,8 +197,8 @@ impl GgufFile {
     }
 
     /// The tensor called `name` as the file stores it, of [`TensorInfo::shape`], on `device`: block types as
-    /// fuse's block-quantized dtype of the same name, read in place from the mapped file on the CPU (no copy;
-    /// the tensor keeps the mapping alive) and uploaded once to a GPU; F32, F16 and BF16 as themselves.
+    /// fuse's block-quantized dtype of the same name, read in place on the CPU from the mapping or the memory
+    /// [`GgufFile::read`] filled (no copy; the tensor keeps it alive) and uploaded once to a GPU; F32, F16 and BF16 as themselves.
     pub fn tensor(&self, name: &str, device: &fuse::Device) -> Result<fuse::Tensor> {
         let info = self.tensor_info(name)?;
         let shape = info.shape();

@@ -213,3 +213,27 @@ fn unknown_tensor_type_opens_but_its_bytes_are_refused() {
     let message = file.tensor_bytes("iq").unwrap_err().to_string();
     assert!(message.contains("ggml type id 16"), "{message}");
 }
+
+#[test]
+fn read_and_open_see_the_same_file_and_name_it_in_errors() {
+    let dir = std::env::temp_dir().join(format!("fuse-gguf-read-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("sample.gguf");
+    std::fs::write(&path, sample_file()).unwrap();
+    let (mapped, read) = (GgufFile::open(&path).unwrap(), GgufFile::read(&path).unwrap());
+    let cpu = GgufFile::open_for(&path, &fuse::Device::Cpu).unwrap();
+    for file in [&read, &cpu] {
+        assert_eq!(file.tensors(), mapped.tensors());
+        assert_eq!(file.metadata().count(), mapped.metadata().count());
+        assert_eq!(file.tensor_bytes("b").unwrap(), mapped.tensor_bytes("b").unwrap());
+        assert_eq!(file.tensor_f32("a").unwrap(), vec![1.0, 2.0, 3.0]);
+    }
+    let empty = dir.join("empty.gguf");
+    std::fs::write(&empty, []).unwrap();
+    let message = GgufFile::read(&empty).err().unwrap().to_string();
+    assert!(message.contains("empty.gguf"), "{message}");
+    let missing = dir.join("missing.gguf");
+    let message = GgufFile::read(&missing).err().unwrap().to_string();
+    assert!(message.contains("missing.gguf"), "{message}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
