@@ -30,6 +30,8 @@ mod x86_f32;
 #[cfg(target_arch = "x86_64")]
 mod x86_f32_512;
 #[cfg(target_arch = "x86_64")]
+mod x86_q32_vnni;
+#[cfg(target_arch = "x86_64")]
 mod x86_q4k_tile;
 #[cfg(target_arch = "x86_64")]
 mod x86_q8;
@@ -71,12 +73,14 @@ pub enum Isa {
     /// x86-64 AVX-512 (F, BW, VL) with AVX2 + FMA + F16C: the f32 strategy 16 lanes wide, the 8-bit strategy's
     /// K-type kernels 64 bytes wide (its other types run their AVX2 kernels).
     Avx512,
-    /// [`Isa::Avx512`] with AVX-512 VNNI: the 8-bit strategy's K-type kernels by `vpdpbusd` / `vpdpwssd`.
+    /// [`Isa::Avx512`] with AVX-512 VNNI: the 8-bit strategy's K-type kernels by `vpdpbusd` / `vpdpwssd`, and the
+    /// two-term strategy's 32-value types on 16-bit integers (`x86_q32_vnni`).
     Avx512Vnni,
     /// [`Isa::Avx512Vnni`] with AMX (tiles and 8-bit products, granted by the OS): the one-term strategy's Q4_K,
-    /// Q5_K and Q6_K products and the two-term strategy's Q4_0, Q4_1 and Q8_0 products on tiles (`x86_amx`) at any
-    /// number of rows, so that a row's result does not depend on the rows beside it (the library picks those
-    /// strategies from [`Q8_MIN_ROWS`] rows); everything else as [`Isa::Avx512Vnni`].
+    /// Q5_K and Q6_K products at any number of rows, and the two-term strategy's Q4_0, Q4_1 and Q8_0 products
+    /// from [`Q8_MIN_ROWS`] rows (below, a tile of 16 rows would be mostly empty: `x86_q32_vnni` takes them), on
+    /// tiles (`x86_amx`); everything else as [`Isa::Avx512Vnni`]. A row's result does not depend on the rows
+    /// beside it among fewer than [`Q8_MIN_ROWS`] nor among more.
     Amx,
 }
 
@@ -143,8 +147,9 @@ impl Strategy {
     /// transformers'); from [`Q8_MIN_ROWS`] rows (prefill) [`Strategy::Q8`], llama.cpp's choice (one 8-bit
     /// term, ~4e-3 a product, 2.6e-2 off on SmolLM2's logits over its 30 layers where every product took it),
     /// half the integer products (prefill of 128 tokens, llama-3.2-1b Q4_K_M, 2 threads: 49 -> 102 tokens/s
-    /// with [`MR_WIDE`]); for the 32-value types [`Strategy::F32`], exact up to summation order and the faster
-    /// one there (memory-bound).
+    /// with [`MR_WIDE`]); for the 32-value types [`Strategy::Q8Residual`] where AVX-512 VNNI or AMX runs it
+    /// (`x86_q32_vnni` below [`Q8_MIN_ROWS`] rows: Q4_1 at 1 row, 2 threads, 31 -> 44 GMAC/s, at 16 rows 44 ->
+    /// 57; AMX from there), else [`Strategy::F32`], exact up to summation order.
     pub fn default_for(dtype: DType, m: usize) -> Strategy {
         match crate::env::cpu_quant() {
             Some("f32") => Strategy::F32,
@@ -155,6 +160,9 @@ impl Strategy {
             // On AMX the 32-value types' prefill takes the tiles with two 8-bit terms (`x86_amx32`).
             #[cfg(target_arch = "x86_64")]
             _ if m >= Q8_MIN_ROWS && x86_amx::format(dtype).is_some() && Isa::Amx.available() => Strategy::Q8Residual,
+            // Below, with VNNI, two 8-bit terms as one 16-bit integer (`x86_q32_vnni`).
+            #[cfg(target_arch = "x86_64")]
+            _ if m < Q8_MIN_ROWS && x86_q32_vnni::covers(dtype) && Isa::Avx512Vnni.available() => Strategy::Q8Residual,
             _ => Strategy::F32,
         }
     }
@@ -230,8 +238,16 @@ pub fn matmul_quantized_with(
         Strategy::Q8Residual => {
             let acts = Q8Acts::with_residuals(x, m, k, activation_block(b.elements));
             #[cfg(target_arch = "x86_64")]
-            if let Some(format) = x86_amx::format(dtype).filter(|f| isa == Isa::Amx && !f.k_type()) {
+            if let Some(format) = x86_amx::format(dtype).filter(|f| isa == Isa::Amx && !f.k_type() && m >= Q8_MIN_ROWS)
+            {
                 x86_amx::matmul(format, &acts, m, k, w, n, out);
+                return Ok(());
+            }
+            #[cfg(target_arch = "x86_64")]
+            if matches!(isa, Isa::Avx512Vnni | Isa::Amx) && x86_q32_vnni::covers(dtype) {
+                let q16 = x86_q32_vnni::Q16Acts::new(dtype, &acts, m);
+                let xs = q16.rows(m);
+                drive(&xs, n, w, row_bytes, out, MR, &|rows, xs, out| x86_q32_vnni::dot_rows(dtype, rows, xs, out));
                 return Ok(());
             }
             let xs: Vec<[Q8Row; 2]> = (0..m).map(|i| [acts.row(2 * i), acts.row(2 * i + 1)]).collect();

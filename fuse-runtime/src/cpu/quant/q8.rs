@@ -47,8 +47,10 @@ impl Q8Acts {
     }
 
     /// Each row of `x` as two quantized rows (rows 2i and 2i + 1): x itself, then what its rounding left,
-    /// `x - d q` (at most half a step of the first scale in each block), quantized again: x = d1 q1 + d2 q2 up
-    /// to half a step of the second scale, about 1e-5 of each block's largest value.
+    /// `x - d q` (at most half a step of the first scale in each block), quantized again with `d2 = d1 / 256`
+    /// exactly: x = d1 q1 + d2 q2 up to half a step of the second scale, about 1e-5 of each block's largest
+    /// value. The fixed ratio makes `256 q1 + q2` a 16-bit integer with the one scale `d2` (what
+    /// `x86_q32_vnni` multiplies by); kernels that scale each term by its own d get the same values.
     pub fn with_residuals(x: &[f32], m: usize, k: usize, block: usize) -> Q8Acts {
         debug_assert!(block % 16 == 0 && k % block == 0 && x.len() == m * k);
         let mut acts = Q8Acts::zeroed(2 * m, k, block);
@@ -59,7 +61,7 @@ impl Q8Acts {
             quantize_row(x, block, qs, d, bsums, gs);
             let mut residual = vec![0.0f32; x.len()];
             residual_row(x, block, qs, d, &mut residual);
-            quantize_row(&residual, block, rqs, rd, rbsums, rgs);
+            quantize_residual_row(&residual, block, d, rqs, rd, rbsums, rgs);
         };
         if m * k >= PARALLEL_VALUES {
             crate::cpu::spin_pool::for_each_item(pairs, &|_, pair| one(pair));
@@ -130,6 +132,32 @@ pub(crate) fn quantize_row_portable(
         // loop vectorises where `round_ties_even` is a call to rintf on baseline x86-64).
         const ROUND: f32 = 12_582_912.0;
         for (q, v) in q.iter_mut().zip(x) {
+            *q = (((v * id).clamp(-127.0, 127.0) + ROUND) - ROUND) as i8;
+        }
+    }
+    for (s, q) in bsums.iter_mut().zip(qs.chunks_exact(16)) {
+        *s = q.iter().map(|&v| v as i16).sum();
+    }
+    group_sums(block, d, bsums, gs);
+}
+
+/// The residual `r` of a row quantized by [`quantize_row`] to scales `d1`: per block `d = d1 / 256` and
+/// q = round-half-even(r / d) clamped to -127..=127 (|r| <= d1 / 2 gives at most 128; the clamp takes off one step
+/// of d2 where a residual sits on the first rounding's boundary).
+fn quantize_residual_row(
+    r: &[f32],
+    block: usize,
+    d1: &[f32],
+    qs: &mut [i8],
+    d: &mut [f32],
+    bsums: &mut [i16],
+    gs: &mut [f32],
+) {
+    for (((r, q), d), &d1) in r.chunks_exact(block).zip(qs.chunks_exact_mut(block)).zip(d.iter_mut()).zip(d1) {
+        *d = d1 / 256.0;
+        let id = if d1 > 0.0 { 256.0 / d1 } else { 0.0 };
+        const ROUND: f32 = 12_582_912.0; // as in quantize_row_portable
+        for (q, v) in q.iter_mut().zip(r) {
             *q = (((v * id).clamp(-127.0, 127.0) + ROUND) - ROUND) as i8;
         }
     }

@@ -240,10 +240,19 @@ fn deterministic_across_threads_and_row_groups() {
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&one), bits(&two), "{isa:?} {strategy:?} {}", dtype.name());
                 assert_eq!(bits(&one), bits(&three), "{isa:?} {strategy:?} {}", dtype.name());
-                // A row's result does not depend on the rows computed with it.
-                for i in [0, 5, 129] {
+                // A row's result does not depend on the rows computed with it: among a decode step's few rows
+                // (alone or with 16 others) and among a prefill's (from Q8_MIN_ROWS rows, where AMX takes the
+                // two-term products of the 32-value types), wherever the row sits.
+                let few = run(dtype, &x[..17 * k], 17, k, &w, n, strategy, isa);
+                for i in [0, 5, 16] {
                     let alone = run(dtype, &x[i * k..][..k], 1, k, &w, n, strategy, isa);
-                    assert_eq!(bits(&alone), bits(&one[i * n..][..n]), "{isa:?} {strategy:?} {} row {i}", dtype.name());
+                    assert_eq!(bits(&alone), bits(&few[i * n..][..n]), "{isa:?} {strategy:?} {} row {i}", dtype.name());
+                }
+                let rows = Q8_MIN_ROWS + 3;
+                let window = run(dtype, &x[90 * k..][..rows * k], rows, k, &w, n, strategy, isa);
+                for i in [90, 100, 90 + rows - 1] {
+                    let (a, b) = (&window[(i - 90) * n..][..n], &one[i * n..][..n]);
+                    assert_eq!(bits(a), bits(b), "{isa:?} {strategy:?} {} row {i} of {rows}", dtype.name());
                 }
             }
         }
