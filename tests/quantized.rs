@@ -423,3 +423,46 @@ fn on_a_gpu_the_tensor_core_template_reads_every_block_type() {
         }
     }
 }
+
+#[fuse]
+fn plain_projection(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    x.matmul(w)
+}
+
+/// The shapes of `x.matmul(&w)` with `w` a `[k, n]` matrix whose rows are blocks along n (the product's columns):
+/// (m, k, blocks of n); odd k, 1 to 11 blocks.
+const COLUMN_BLOCK_SHAPES: [(usize, usize, usize); 4] = [(1, 7, 1), (3, 65, 3), (17, 1, 2), (2, 300, 11)];
+
+/// Such a product against the reference, eager and fused, on `dev`, within `dtype`'s tolerance of f32
+/// activations (exact on the CPU up to summation order: it decodes column panels of the blocks as it
+/// multiplies).
+fn check_column_blocks(dev: &Device, tolerance: impl Fn(DType) -> DType) {
+    let mut r = TestRng::new(21);
+    for (t, dtype) in DType::QUANTIZED.into_iter().enumerate() {
+        let per = dtype.block().unwrap().elements;
+        for (m, k, blocks) in COLUMN_BLOCK_SHAPES {
+            let n = blocks * per;
+            let (w, _) = weights(dtype, k, n, 200 + t as u64);
+            let x = random(&mut r, &[m, k], DType::F32, -1.0, 1.0, &Device::Cpu);
+            let want = fuse::reference(plain_projection_fused(), &[fuse::arg(&x), fuse::arg(&w)]).unwrap();
+            let (x, w) = (x.to_device(dev).unwrap(), w.to_device(dev).unwrap());
+            let what = format!("{dtype} [{m}, {k}] x [{k}, {n}] on {dev}");
+            let fused = plain_projection(&x, &w).unwrap_or_else(|e| panic!("#[fuse] {what}: {e}"));
+            assert_close(&format!("#[fuse] {what}"), &fused, &want[0], tolerance(dtype), dev);
+            let eager = x.matmul(&w).unwrap_or_else(|e| panic!("eager {what}: {e}"));
+            assert_close(&format!("eager {what}"), &eager, &want[0], tolerance(dtype), dev);
+        }
+    }
+}
+
+#[test]
+fn a_matrix_of_blocks_along_its_columns_is_a_right_operand_too() {
+    check_column_blocks(&Device::Cpu, |_| DType::F32);
+}
+
+#[test]
+fn on_a_gpu_a_matrix_of_blocks_along_its_columns_is_a_right_operand_too() {
+    let Some(gpu) = fuse::testing::gpu_or_skip() else { return };
+    // Whichever path the GPU takes (cuBLAS on a dequantized copy where the streaming kernels need rows of blocks).
+    check_column_blocks(&gpu, |_| DType::F32);
+}

@@ -277,7 +277,7 @@ fn program(
 
 /// A strided f32 matrix inside a slice.
 #[derive(Clone, Copy)]
-struct MatRef<'a> {
+pub(super) struct MatRef<'a> {
     data: &'a [f32],
     offset: usize,
     row_stride: usize,
@@ -452,19 +452,20 @@ impl GemmGroup {
                 col_stride: ws[wr - 1],
             };
             let dst = &mut product[(r - rows.start) * n..(end - rows.start) * n];
-            gemm_into(function, dst, end - r, n, k, a, wm, parallel)?;
+            gemm_into(function, dst, false, end - r, n, k, a, wm, parallel)?;
             r = end;
         }
         Ok(())
     }
 }
 
-/// `dst (m x n, dense) = a (m x k) x b (k x n)` with `gemm-f32` (the `gemm` crate's f32 kernels alone), after checking every index the
-/// call will touch lies inside its slice.
+/// `dst (m x n, dense) = a (m x k) x b (k x n)` (`+=` where `accumulate`) with `gemm-f32` (the `gemm` crate's f32
+/// kernels alone), after checking every index the call will touch lies inside its slice.
 #[allow(clippy::too_many_arguments)]
-fn gemm_into(
+pub(super) fn gemm_into(
     function: &str,
     dst: &mut [f32],
+    accumulate: bool,
     m: usize,
     n: usize,
     k: usize,
@@ -476,7 +477,9 @@ fn gemm_into(
         return Ok(());
     }
     if k == 0 {
-        dst.fill(0.0);
+        if !accumulate {
+            dst.fill(0.0);
+        }
         return Ok(());
     }
     if dst.len() < m * n || !a.fits(m, k) || !b.fits(k, n) {
@@ -502,8 +505,8 @@ fn gemm_into(
         (m, n, dst_cs, dst_rs, a_ptr, a_cs, a_rs, b_ptr, b_cs, b_rs)
     };
     // SAFETY: the three matrices were checked to lie inside their slices above; `dst` is borrowed
-    // mutably and so cannot alias `a` or `b`. Arguments: dst = 0 * dst (not read) + 1 * lhs * rhs, no
-    // conjugation.
+    // mutably and so cannot alias `a` or `b`. Arguments: dst = alpha * dst (read where `accumulate`) + 1 * lhs *
+    // rhs, no conjugation.
     unsafe {
         gemm_f32::gemm::f32::get_gemm_fn()(
             m,
@@ -512,14 +515,14 @@ fn gemm_into(
             dst.as_mut_ptr(),
             dst_cs,
             dst_rs,
-            false,
+            accumulate,
             lhs,
             lhs_cs,
             lhs_rs,
             rhs,
             rhs_cs,
             rhs_rs,
-            0.0f32,
+            if accumulate { 1.0f32 } else { 0.0 },
             1.0f32,
             false,
             false,

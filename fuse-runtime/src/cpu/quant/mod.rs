@@ -418,11 +418,15 @@ pub(crate) fn quantize_activations(dtype: DType, x: &[f32], m: usize, k: usize) 
 }
 
 /// The output pointer shared by tasks that write disjoint elements.
-struct Out(*mut f32);
+/// An output written by tasks, each element by one task only.
+pub(crate) struct Out(*mut f32);
 unsafe impl Sync for Out {}
 impl Out {
+    pub(crate) fn new(out: &mut [f32]) -> Out {
+        Out(out.as_mut_ptr())
+    }
     /// Writes element `at`. Safety: in bounds, and no other task writes it.
-    unsafe fn set(&self, at: usize, v: f32) {
+    pub(crate) unsafe fn set(&self, at: usize, v: f32) {
         *self.0.add(at) = v;
     }
 }
