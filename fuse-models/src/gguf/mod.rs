@@ -118,10 +118,17 @@ impl GgufFile {
     }
 
     /// [`GgufFile::read`] where `device` is the CPU (whose products stream the weights from this memory every
-    /// token), [`GgufFile::open`] otherwise (a GPU reads the host copy once, when its tensors are uploaded).
+    /// token) on Linux and the file fits in the memory the OS reports available (`MemAvailable`, less a tenth),
+    /// [`GgufFile::open`] otherwise: a GPU reads the host copy once, when its tensors are uploaded; a file that
+    /// does not fit would push other memory out (or the process, the OOM killer) where a mapping pages.
     pub fn open_for(path: impl AsRef<Path>, device: &fuse::Device) -> Result<GgufFile> {
+        let path = path.as_ref();
+        let fits = || {
+            let len = std::fs::metadata(path).map(|m| m.len()).ok()?;
+            Some(len <= available_memory()? / 10 * 9)
+        };
         match device {
-            fuse::Device::Cpu => Self::read(path),
+            fuse::Device::Cpu if cfg!(target_os = "linux") && fits() == Some(true) => Self::read(path),
             _ => Self::open(path),
         }
     }
@@ -247,6 +254,14 @@ impl GgufFile {
         let info = self.tensor_info(name)?;
         crate::quant::dequantize_bf16(info.ggml_type, self.tensor_bytes(name)?, info.n_elements as usize)
     }
+}
+
+/// The bytes of memory Linux reports available for new allocations (`MemAvailable` of /proc/meminfo).
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 #[cfg(test)]

@@ -237,3 +237,11 @@ fn read_and_open_see_the_same_file_and_name_it_in_errors() {
     assert!(message.contains("missing.gguf"), "{message}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn available_memory_is_read_where_linux_reports_it() {
+    if cfg!(target_os = "linux") {
+        let bytes = super::available_memory().expect("MemAvailable in /proc/meminfo");
+        assert!(bytes > 1 << 20, "{bytes} bytes available");
+    }
+}
