@@ -1,9 +1,9 @@
 //! Decode attention on the CPU (one query a sequence): each task takes one key/value head of one sequence, all
 //! the query heads that share it (grouped-query attention: the keys and values are read once for the group,
-//! not once a head) and one stretch of [`KEYS_A_TASK`] keys, keeping per query a running maximum, sum and
+//! not once a head) and one stretch of keys ([`keys_a_task`]), keeping per query a running maximum, sum and
 //! unnormalised output (the online softmax); the stretches of a head are then merged. Long caches give many
-//! tasks, so the threads share one head's keys. The stretch is fixed (not derived from the thread count), so the
-//! result does not depend on the number of threads. The task body is compiled for AVX2 + FMA where the CPU has
+//! tasks, so the threads share one head's keys. The stretch follows from the key count alone (not the thread
+//! count), so the result does not depend on the number of threads. The task body is compiled for AVX2 + FMA where the CPU has
 //! them (the crate's baseline is SSE2).
 
 use super::math;
@@ -11,8 +11,16 @@ use super::math;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-/// Keys a task: long enough for the merge to be cheap, short enough to give 2-16 threads work at 1024 cached.
-const KEYS_A_TASK: usize = 256;
+/// Keys a task, from the longest sequence's count: up to [`STRETCHES`] stretches a head of at least
+/// [`MIN_KEYS`] and at most [`MAX_KEYS`] keys (a multiple of [`MIN_KEYS`]). Short caches still give a head two or
+/// more tasks (SmolLM2's 3 key/value heads at 128 cached: 6 tasks, where stretches of 256 gave 3 for 16 threads);
+/// long ones keep the merge cheap (256-key stretches ran ~5% faster than 64-key ones at 1024 cached, 2 threads).
+fn keys_a_task(keys: usize) -> usize {
+    keys.div_ceil(STRETCHES).next_multiple_of(MIN_KEYS).clamp(MIN_KEYS, MAX_KEYS)
+}
+const STRETCHES: usize = 8;
+const MIN_KEYS: usize = 64;
+const MAX_KEYS: usize = 256;
 
 /// `softmax(q k^T * scale) v` for one query a sequence: q `[b, hq, 1, d]`, k and v `[b, hkv, capacity, d]`,
 /// sequence `i` over its first `key_counts[i]` keys (zeros where none); hq a multiple of hkv (checked by
@@ -28,7 +36,9 @@ pub(super) fn decode_attention(
 ) -> Vec<f32> {
     let [batch, kv_heads, capacity, d] = [kv_shape[0], kv_shape[1], kv_shape[2], kv_shape[3]];
     let group = q_heads / kv_heads;
-    let stretches = key_counts.iter().copied().max().unwrap_or(0).div_ceil(KEYS_A_TASK).max(1);
+    let longest = key_counts.iter().copied().max().unwrap_or(0).min(capacity);
+    let keys_a_task = keys_a_task(longest);
+    let stretches = longest.div_ceil(keys_a_task).max(1);
     // Per task and query of its group: the running maximum, the sum, then d unnormalised outputs.
     let part = group * (d + 2);
     let mut parts = vec![0.0f32; batch * kv_heads * stretches * part];
@@ -37,7 +47,7 @@ pub(super) fn decode_attention(
         let (head, stretch) = (t / stretches, t % stretches);
         let (b, kv) = (head / kv_heads, head % kv_heads);
         let keys = key_counts[b].min(capacity);
-        let (first, end) = ((stretch * KEYS_A_TASK).min(keys), ((stretch + 1) * KEYS_A_TASK).min(keys));
+        let (first, end) = ((stretch * keys_a_task).min(keys), ((stretch + 1) * keys_a_task).min(keys));
         let kv_at = head * capacity * d;
         let q_at = (b * q_heads + kv * group) * d;
         let task = Task { q: &q[q_at..q_at + group * d], k: &k[kv_at..], v: &v[kv_at..], first, end, d, scale };
