@@ -113,7 +113,7 @@ impl GgufFile {
         // A hint: where the OS has no huge pages (or refuses), the memory is on small pages and works the same.
         #[cfg(target_os = "linux")]
         let _ = memory.advise(memmap2::Advice::HugePage);
-        read_into(&mut file, &mut memory).map_err(io_error)?;
+        read_into(&mut file, &mut memory, READ_STRETCH).map_err(io_error)?;
         Self::from_storage(Storage::Mapped(memory.make_read_only().map_err(io_error)?), path)
     }
 
@@ -256,17 +256,20 @@ impl GgufFile {
     }
 }
 
-/// Fills `memory` with the file's bytes from its start: on Unix in stretches of at least 64 MiB read by up to 8
-/// threads at their offsets, as each thread's first touches of fresh memory are what such a read waits on (the
+/// The least a thread of [`read_into`] reads.
+const READ_STRETCH: usize = 64 << 20;
+
+/// Fills `memory` with the file's bytes from its start: on Unix in stretches of at least `least` bytes (whole
+/// 2 MiB pages where `least` is that large) read by up to 8 threads at their offsets, as each thread's first touches of fresh memory are what such a read waits on (the
 /// OS zeroing, and in a virtual machine the host backing, each new page: 800 MB on 2 MiB pages took 5.9 s from
 /// one thread and 3.0 s from two on this project's 2-vCPU VM, 0.1 s once the memory was backed).
-fn read_into(file: &mut std::fs::File, memory: &mut [u8]) -> std::io::Result<()> {
+fn read_into(file: &mut std::fs::File, memory: &mut [u8], least: usize) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileExt;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let threads = (memory.len() >> 26).clamp(1, cores.min(8));
-        let stretch = memory.len().div_ceil(threads).next_multiple_of(2 << 20);
+        let threads = (memory.len() / least.max(1)).clamp(1, cores.min(8));
+        let stretch = memory.len().div_ceil(threads).next_multiple_of(least.clamp(1, 2 << 20));
         let file = &*file;
         return std::thread::scope(|s| {
             let reads: Vec<_> = memory
@@ -282,6 +285,7 @@ fn read_into(file: &mut std::fs::File, memory: &mut [u8]) -> std::io::Result<()>
     #[cfg(not(unix))]
     {
         use std::io::Read;
+        let _ = least;
         file.read_exact(memory)
     }
 }

@@ -245,3 +245,19 @@ fn available_memory_is_read_where_linux_reports_it() {
         assert!(bytes > 1 << 20, "{bytes} bytes available");
     }
 }
+
+#[test]
+fn a_read_in_stretches_from_several_threads_gives_the_files_bytes() {
+    let path = std::env::temp_dir().join(format!("fuse-gguf-stretches-{}", std::process::id()));
+    let bytes: Vec<u8> = (0..1_000_003u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(&path, &bytes).unwrap();
+    for least in [4096, 100_000, 1 << 30] {
+        let mut memory = vec![0u8; bytes.len()];
+        super::read_into(&mut std::fs::File::open(&path).unwrap(), &mut memory, least).unwrap();
+        assert!(memory == bytes, "stretches of at least {least} bytes");
+    }
+    // A file shorter than the memory is an error, not a partly filled copy.
+    let mut memory = vec![0u8; bytes.len() + 1];
+    assert!(super::read_into(&mut std::fs::File::open(&path).unwrap(), &mut memory, 4096).is_err());
+    std::fs::remove_file(&path).unwrap();
+}
