@@ -144,7 +144,28 @@ pub(crate) fn quantize_row_portable(
 /// The residual `r` of a row quantized by [`quantize_row`] to scales `d1`: per block `d = d1 / 256` and
 /// q = round-half-even(r / d) clamped to -127..=127 (|r| <= d1 / 2 gives at most 128; the clamp takes off one step
 /// of d2 where a residual sits on the first rounding's boundary).
-fn quantize_residual_row(
+/// With AVX-512 where the CPU has it (the same values).
+pub(crate) fn quantize_residual_row(
+    r: &[f32],
+    block: usize,
+    d1: &[f32],
+    qs: &mut [i8],
+    d: &mut [f32],
+    bsums: &mut [i16],
+    gs: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if super::Isa::Avx512.available() {
+        // Safety: AVX-512 is available; `block` is a multiple of 16 (Q8Acts' blocks are 32 or 256).
+        unsafe { super::x86_quantize::quantize_scaled(r, block, d1, qs, bsums) };
+        d.iter_mut().zip(d1).for_each(|(d, &d1)| *d = d1 / 256.0);
+        return group_sums(block, d, bsums, gs);
+    }
+    quantize_residual_row_portable(r, block, d1, qs, d, bsums, gs)
+}
+
+/// [`quantize_residual_row`] in portable Rust (the reference the AVX-512 version is tested against).
+pub(crate) fn quantize_residual_row_portable(
     r: &[f32],
     block: usize,
     d1: &[f32],

@@ -323,7 +323,8 @@ fn amx_tiles_match_the_vnni_kernels() {
 /// that scale to halves of a step, both block sizes), and so do the two-term rows built from them.
 #[test]
 fn activation_rows_quantize_alike_with_and_without_simd() {
-    use super::q8::{quantize_row, quantize_row_portable};
+    use super::q8::{quantize_residual_row, quantize_residual_row_portable, quantize_row, quantize_row_portable};
+    type Residual = fn(&[f32], usize, &[f32], &mut [i8], &mut [f32], &mut [i16], &mut [f32]);
     for block in [32, 256] {
         for seed in 0..4u64 {
             let k = block * 5;
@@ -345,6 +346,31 @@ fn activation_rows_quantize_alike_with_and_without_simd() {
                 )
             };
             assert_eq!(run(quantize_row), run(quantize_row_portable), "block {block}, seed {seed}");
+            // The second term: the residual at 1/256 of the first scale, some residuals at exact halves.
+            let (mut q, mut d, mut b, mut g) =
+                (vec![0i8; k], vec![0f32; k / block], vec![0i16; k / 16], vec![0f32; k / 32]);
+            quantize_row(&x, block, &mut q, &mut d, &mut b, &mut g);
+            let mut r: Vec<f32> = x.iter().enumerate().map(|(j, &v)| v - d[j / block] * q[j] as f32).collect();
+            r[3 * block..3 * block + 40]
+                .iter_mut()
+                .enumerate()
+                .for_each(|(j, v)| *v = (j as f32 - 20.5) * d[3] / 256.0);
+            let second = |f: Residual| {
+                let (mut q2, mut d2, mut b2, mut g2) =
+                    (vec![0i8; k], vec![0f32; k / block], vec![0i16; k / 16], vec![0f32; k / 32]);
+                f(&r, block, &d, &mut q2, &mut d2, &mut b2, &mut g2);
+                (
+                    q2,
+                    d2.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    b2,
+                    g2.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                )
+            };
+            assert_eq!(
+                second(quantize_residual_row),
+                second(quantize_residual_row_portable),
+                "residual, block {block}"
+            );
         }
     }
 }

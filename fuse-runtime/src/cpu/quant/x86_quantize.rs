@@ -29,6 +29,23 @@ pub(super) unsafe fn quantize_row(x: &[f32], block: usize, qs: &mut [i8], d: &mu
     }
 }
 
+/// [`super::q8::quantize_residual_row`]'s values and sums of 16: each block at the fixed scale `d1 / 256` (its
+/// caller writes the scales and group sums). Only called where AVX-512 (F, BW) is available; `block` a multiple
+/// of 16.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn quantize_scaled(r: &[f32], block: usize, d1: &[f32], qs: &mut [i8], bsums: &mut [i16]) {
+    let (lo, hi) = (_mm512_set1_ps(-127.0), _mm512_set1_ps(127.0));
+    for (b, (r, q)) in r.chunks_exact(block).zip(qs.chunks_exact_mut(block)).enumerate() {
+        let idv = _mm512_set1_ps(if d1[b] > 0.0 { 256.0 / d1[b] } else { 0.0 });
+        for (i, (v, q)) in r.chunks_exact(16).zip(q.chunks_exact_mut(16)).enumerate() {
+            let scaled = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(v.as_ptr()), idv), lo), hi);
+            let ints = _mm512_cvtps_epi32(scaled);
+            _mm_storeu_si128(q.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(ints));
+            bsums[b * block / 16 + i] = _mm512_reduce_add_epi32(ints) as i16;
+        }
+    }
+}
+
 /// `out[j] = x[j] - d[j / block] * q[j]` (a product, then a difference: no fused multiply-add, as the portable
 /// code). Only called where AVX-512 F is available; `block` a multiple of 16.
 #[target_feature(enable = "avx512f,avx512bw")]
