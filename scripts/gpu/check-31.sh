@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One device command for issue 31 (session 28 wrote it; no device could be started then): test-quantized on the GPU (the new column-blocks test among them), then the GPU machine's
+# Run from the repository root on the device with .gpu carried: scripts/gpu/gpu-bundle.sh (GPU_BUNDLE_KEEP='^(example-bench_decode|test-quantized-[0-9a-f]+)$'), then .gpu/llamaq.tar.xz (llama-quantize and its libraries), then `bash scripts/gpu/check-31.sh`; writes $OUT/cmd7.log, test-quantized.log, gguf-cpu.log, table-cpu.md.
+# CPU beside llama.cpp at 2 and 16 threads (huge pages, the 16-bit decode kernel, the attention stretch).
+set -uo pipefail
+t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
+log=$OUT/cmd7.log; say() { echo "[$(el) s] $*" | tee -a $log; }
+tar -C .gpu -xJf .gpu/bins.tar.xz && tar -C .gpu -xJf .gpu/llamaq.tar.xz
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64 CUDA_HOME=/usr/local/cuda
+nvidia-smi --query-gpu=name --format=csv,noheader >>$log; lscpu | grep -E "^(Model name|Core|Thread|Flags)" | cut -c1-200 >>$log
+cat /sys/kernel/mm/transparent_hugepage/enabled >>$log
+(setsid nohup bash .gpu/peers/llama.cpp/build.sh /tmp/llama cpu >/tmp/llama-build.log 2>&1 &)
+cat > /tmp/files.sh <<'EOS'
+pip install --no-index --no-deps --target /tmp/site scripts/wheels/gguf-*.whl >/dev/null 2>&1
+export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=.gpu/llamaq
+python3 .gpu/peers/llama.cpp/make_gguf.py /tmp/s-f16.gguf --config smollm2-135m --type f16 >/dev/null && .gpu/llamaq/llama-quantize /tmp/s-f16.gguf /tmp/smollm2-135m-q4_1.gguf Q4_1 8 >/dev/null 2>&1
+python3 .gpu/peers/llama.cpp/make_gguf.py /tmp/1b-f16.gguf --config llama-3.2-1b --type f16 >/dev/null && .gpu/llamaq/llama-quantize /tmp/1b-f16.gguf /tmp/llama-3.2-1b-q4_k_m.gguf Q4_K_M 8 >/dev/null 2>&1
+rm -f /tmp/*-f16.gguf; echo files done
+EOS
+(setsid nohup bash /tmp/files.sh >/tmp/files.log 2>&1 &)
+q=$(ls .gpu/bin/test-quantized-*)
+FUSE_TEST_GPU=1 FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 200 $q >$OUT/test-quantized.log 2>&1; say "test-quantized (all) exit $?"
+grep -E "^test |^test result" $OUT/test-quantized.log >>$log
+while { [ ! -x /tmp/llama/llama.cpp/build/bin/llama-bench ] || ! grep -q "files done" /tmp/files.log; } && [ $(el) -lt 300 ]; do sleep 3; done
+say "llama.cpp built, files: $(ls /tmp/*.gguf | tr '\n' ' ')"
+B=.gpu/bin/example-bench_decode
+STEPS=32 BENCH_DECODE=$B LLAMA_BIN=/tmp/llama/llama.cpp/build/bin timeout $((560 - $(el))) scripts/bench-gguf.sh /tmp/gc cpu 2,16 /tmp/smollm2-135m-q4_1.gguf /tmp/llama-3.2-1b-q4_k_m.gguf >$OUT/gguf-cpu.log 2>&1
+say "cpu bench exit $?"
+cp /tmp/gc/table.md $OUT/table-cpu.md 2>/dev/null
+say done
