@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device command for issue 31 (session 28 wrote it; no device could be started then): test-quantized on the GPU (the new column-blocks test among them), then the GPU machine's
-# Run from the repository root on the device with .gpu carried: scripts/gpu/gpu-bundle.sh (GPU_BUNDLE_KEEP='^(example-bench_decode|test-quantized-[0-9a-f]+)$'), then .gpu/llamaq.tar.xz (llama-quantize and its libraries), then `bash scripts/gpu/check-31.sh`; writes $OUT/cmd7.log, test-quantized.log, gguf-cpu.log, table-cpu.md.
 # CPU beside llama.cpp at 2 and 16 threads (huge pages, the 16-bit decode kernel, the attention stretch).
+# Run from the repository root on the device with .gpu carried: scripts/gpu/gpu-bundle.sh (GPU_BUNDLE_KEEP='^(example-bench_decode|test-quantized-[0-9a-f]+)$'), then .gpu/llamaq.tar.xz (llama-quantize and its libraries), then `bash scripts/gpu/check-31.sh`; writes $OUT/cmd7.log, test-quantized.log, gguf-cpu.log, table-cpu.md.
 set -uo pipefail
 t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
 log=$OUT/cmd7.log; say() { echo "[$(el) s] $*" | tee -a $log; }
