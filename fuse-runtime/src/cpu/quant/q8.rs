@@ -106,16 +106,11 @@ impl Q8Acts {
 /// One row: per block, d = max|x| / 127 and q = round-half-even(x * 127 / max|x|) (all zeros for a zero block),
 /// with AVX-512 where the CPU has it (`x86_quantize`, the same values).
 pub(crate) fn quantize_row(x: &[f32], block: usize, qs: &mut [i8], d: &mut [f32], bsums: &mut [i16], gs: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if super::Isa::Avx512.available() {
-        // Safety: AVX-512 is available; `block` is a multiple of 16 (Q8Acts' blocks are 32 or 256).
-        unsafe { super::x86_quantize::quantize_row(x, block, qs, d, bsums) };
-        return group_sums(block, d, bsums, gs);
-    }
-    quantize_row_portable(x, block, qs, d, bsums, gs)
+    quantize_row_with(simd(), x, block, qs, d, bsums, gs)
 }
 
 /// [`quantize_row`] in portable Rust (the reference the AVX-512 version is tested against).
+#[cfg(test)]
 pub(crate) fn quantize_row_portable(
     x: &[f32],
     block: usize,
@@ -124,10 +119,102 @@ pub(crate) fn quantize_row_portable(
     bsums: &mut [i16],
     gs: &mut [f32],
 ) {
-    for ((x, q), d) in x.chunks_exact(block).zip(qs.chunks_exact_mut(block)).zip(d.iter_mut()) {
-        let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-        let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
-        *d = amax / 127.0;
+    quantize_row_with(false, x, block, qs, d, bsums, gs)
+}
+
+fn quantize_row_with(
+    simd: bool,
+    x: &[f32],
+    block: usize,
+    qs: &mut [i8],
+    d: &mut [f32],
+    bsums: &mut [i16],
+    gs: &mut [f32],
+) {
+    // The blocks' largest magnitudes first, then the values at 127 / that, then d from it.
+    for (x, d) in x.chunks_exact(block).zip(d.iter_mut()) {
+        *d = abs_max(simd, x);
+    }
+    round_blocks(simd, x, block, &|b| if d[b] > 0.0 { 127.0 / d[b] } else { 0.0 }, qs, bsums);
+    d.iter_mut().for_each(|d| *d /= 127.0);
+    group_sums(block, d, bsums, gs);
+}
+
+/// The residual `r` of a row quantized by [`quantize_row`] to scales `d1`: per block `d = d1 / 256` and
+/// q = round-half-even(r / d) clamped to -127..=127 (|r| <= d1 / 2 gives at most 128; the clamp takes off one step
+/// of d2 where a residual sits on the first rounding's boundary). With AVX-512 where the CPU has it (the same
+/// values).
+pub(crate) fn quantize_residual_row(
+    r: &[f32],
+    block: usize,
+    d1: &[f32],
+    qs: &mut [i8],
+    d: &mut [f32],
+    bsums: &mut [i16],
+    gs: &mut [f32],
+) {
+    quantize_residual_row_with(simd(), r, block, d1, qs, d, bsums, gs)
+}
+
+/// [`quantize_residual_row`] in portable Rust (the reference the AVX-512 version is tested against).
+#[cfg(test)]
+pub(crate) fn quantize_residual_row_portable(
+    r: &[f32],
+    block: usize,
+    d1: &[f32],
+    qs: &mut [i8],
+    d: &mut [f32],
+    bsums: &mut [i16],
+    gs: &mut [f32],
+) {
+    quantize_residual_row_with(false, r, block, d1, qs, d, bsums, gs)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn quantize_residual_row_with(
+    simd: bool,
+    r: &[f32],
+    block: usize,
+    d1: &[f32],
+    qs: &mut [i8],
+    d: &mut [f32],
+    bsums: &mut [i16],
+    gs: &mut [f32],
+) {
+    round_blocks(simd, r, block, &|b| if d1[b] > 0.0 { 256.0 / d1[b] } else { 0.0 }, qs, bsums);
+    d.iter_mut().zip(d1).for_each(|(d, &d1)| *d = d1 / 256.0);
+    group_sums(block, d, bsums, gs);
+}
+
+/// Whether the AVX-512 versions of the row loops run here.
+fn simd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return super::Isa::Avx512.available();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// The largest magnitude of `x` (0 for an empty or zero block).
+fn abs_max(simd: bool, x: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        // Safety: `simd` is only true where AVX-512 is available; Q8Acts' blocks are multiples of 16 values.
+        return unsafe { super::x86_quantize::abs_max(x) };
+    }
+    let _ = simd;
+    x.iter().fold(0.0f32, |a, v| a.max(v.abs()))
+}
+
+/// Each block b of `x`: q = round-half-even(x * id(b)) clamped to -127..=127, and the sums of every 16 q.
+fn round_blocks(simd: bool, x: &[f32], block: usize, id: &dyn Fn(usize) -> f32, qs: &mut [i8], bsums: &mut [i16]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        // Safety: `simd` is only true where AVX-512 is available; `block` is a multiple of 16.
+        return unsafe { super::x86_quantize::round_blocks(x, block, id, qs, bsums) };
+    }
+    let _ = simd;
+    for (b, (x, q)) in x.chunks_exact(block).zip(qs.chunks_exact_mut(block)).enumerate() {
+        let id = id(b);
         // Round half to even by adding and taking off 1.5 * 2^23 (exact for |v| <= 127: no libm call, and the
         // loop vectorises where `round_ties_even` is a call to rintf on baseline x86-64).
         const ROUND: f32 = 12_582_912.0;
@@ -138,54 +225,6 @@ pub(crate) fn quantize_row_portable(
     for (s, q) in bsums.iter_mut().zip(qs.chunks_exact(16)) {
         *s = q.iter().map(|&v| v as i16).sum();
     }
-    group_sums(block, d, bsums, gs);
-}
-
-/// The residual `r` of a row quantized by [`quantize_row`] to scales `d1`: per block `d = d1 / 256` and
-/// q = round-half-even(r / d) clamped to -127..=127 (|r| <= d1 / 2 gives at most 128; the clamp takes off one step
-/// of d2 where a residual sits on the first rounding's boundary).
-/// With AVX-512 where the CPU has it (the same values).
-pub(crate) fn quantize_residual_row(
-    r: &[f32],
-    block: usize,
-    d1: &[f32],
-    qs: &mut [i8],
-    d: &mut [f32],
-    bsums: &mut [i16],
-    gs: &mut [f32],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if super::Isa::Avx512.available() {
-        // Safety: AVX-512 is available; `block` is a multiple of 16 (Q8Acts' blocks are 32 or 256).
-        unsafe { super::x86_quantize::quantize_scaled(r, block, d1, qs, bsums) };
-        d.iter_mut().zip(d1).for_each(|(d, &d1)| *d = d1 / 256.0);
-        return group_sums(block, d, bsums, gs);
-    }
-    quantize_residual_row_portable(r, block, d1, qs, d, bsums, gs)
-}
-
-/// [`quantize_residual_row`] in portable Rust (the reference the AVX-512 version is tested against).
-pub(crate) fn quantize_residual_row_portable(
-    r: &[f32],
-    block: usize,
-    d1: &[f32],
-    qs: &mut [i8],
-    d: &mut [f32],
-    bsums: &mut [i16],
-    gs: &mut [f32],
-) {
-    for (((r, q), d), &d1) in r.chunks_exact(block).zip(qs.chunks_exact_mut(block)).zip(d.iter_mut()).zip(d1) {
-        *d = d1 / 256.0;
-        let id = if d1 > 0.0 { 256.0 / d1 } else { 0.0 };
-        const ROUND: f32 = 12_582_912.0; // as in quantize_row_portable
-        for (q, v) in q.iter_mut().zip(r) {
-            *q = (((v * id).clamp(-127.0, 127.0) + ROUND) - ROUND) as i8;
-        }
-    }
-    for (s, q) in bsums.iter_mut().zip(qs.chunks_exact(16)) {
-        *s = q.iter().map(|&v| v as i16).sum();
-    }
-    group_sums(block, d, bsums, gs);
 }
 
 /// Each 32 values' `gs`: their block's d times their two sums of 16 (both quantizing paths end with it).
@@ -199,7 +238,7 @@ fn group_sums(block: usize, d: &[f32], bsums: &[i16], gs: &mut [f32]) {
 /// the same values).
 fn residual_row(x: &[f32], block: usize, qs: &[i8], d: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if super::Isa::Avx512.available() {
+    if simd() {
         // Safety: AVX-512 is available; the slices are one row's, `block` a multiple of 16.
         return unsafe { super::x86_quantize::residual(x, block, qs, d, out) };
     }

@@ -5,40 +5,32 @@
 
 use std::arch::x86_64::*;
 
-/// [`super::q8::quantize_row`]'s values, scales and sums of 16 (its caller adds the group sums). Only called
+/// The largest magnitude of `x` (a multiple of 16 values). Only called where AVX-512 (F, BW) is available.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn abs_max(x: &[f32]) -> f32 {
+    let mut most = _mm512_setzero_ps();
+    for v in x.chunks_exact(16) {
+        most = _mm512_max_ps(most, _mm512_abs_ps(_mm512_loadu_ps(v.as_ptr())));
+    }
+    _mm512_reduce_max_ps(most)
+}
+
+/// `super::q8::round_blocks`' values and sums of 16: block b of `x` times `id(b)`, clamped, rounded. Only called
 /// where AVX-512 (F, BW) is available; `block` a multiple of 16.
 #[target_feature(enable = "avx512f,avx512bw")]
-pub(super) unsafe fn quantize_row(x: &[f32], block: usize, qs: &mut [i8], d: &mut [f32], bsums: &mut [i16]) {
+pub(super) unsafe fn round_blocks(
+    x: &[f32],
+    block: usize,
+    id: &dyn Fn(usize) -> f32,
+    qs: &mut [i8],
+    bsums: &mut [i16],
+) {
     let (lo, hi) = (_mm512_set1_ps(-127.0), _mm512_set1_ps(127.0));
     for (b, (x, q)) in x.chunks_exact(block).zip(qs.chunks_exact_mut(block)).enumerate() {
-        let mut most = _mm512_setzero_ps();
-        for v in x.chunks_exact(16) {
-            most = _mm512_max_ps(most, _mm512_abs_ps(_mm512_loadu_ps(v.as_ptr())));
-        }
-        let amax = _mm512_reduce_max_ps(most);
-        let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
-        d[b] = amax / 127.0;
-        let idv = _mm512_set1_ps(id);
+        let idv = _mm512_set1_ps(id(b));
         for (i, (v, q)) in x.chunks_exact(16).zip(q.chunks_exact_mut(16)).enumerate() {
             let scaled = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(v.as_ptr()), idv), lo), hi);
             // The current rounding mode (round half to even, Rust's default) as the portable code's.
-            let ints = _mm512_cvtps_epi32(scaled);
-            _mm_storeu_si128(q.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(ints));
-            bsums[b * block / 16 + i] = _mm512_reduce_add_epi32(ints) as i16;
-        }
-    }
-}
-
-/// [`super::q8::quantize_residual_row`]'s values and sums of 16: each block at the fixed scale `d1 / 256` (its
-/// caller writes the scales and group sums). Only called where AVX-512 (F, BW) is available; `block` a multiple
-/// of 16.
-#[target_feature(enable = "avx512f,avx512bw")]
-pub(super) unsafe fn quantize_scaled(r: &[f32], block: usize, d1: &[f32], qs: &mut [i8], bsums: &mut [i16]) {
-    let (lo, hi) = (_mm512_set1_ps(-127.0), _mm512_set1_ps(127.0));
-    for (b, (r, q)) in r.chunks_exact(block).zip(qs.chunks_exact_mut(block)).enumerate() {
-        let idv = _mm512_set1_ps(if d1[b] > 0.0 { 256.0 / d1[b] } else { 0.0 });
-        for (i, (v, q)) in r.chunks_exact(16).zip(q.chunks_exact_mut(16)).enumerate() {
-            let scaled = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(v.as_ptr()), idv), lo), hi);
             let ints = _mm512_cvtps_epi32(scaled);
             _mm_storeu_si128(q.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(ints));
             bsums[b * block / 16 + i] = _mm512_reduce_add_epi32(ints) as i16;
