@@ -61,7 +61,7 @@ impl Q8Acts {
             quantize_row(x, block, qs, d, bsums, gs);
             let mut residual = vec![0.0f32; x.len()];
             residual_row(x, block, qs, d, &mut residual);
-            quantize_residual_row(&residual, block, d, rqs, rd, rbsums, rgs);
+            quantize_residual_row_with(simd(), &residual, block, d, rqs, rd, rbsums, rgs);
         };
         if m * k >= PARALLEL_VALUES {
             crate::cpu::spin_pool::for_each_item(pairs, &|_, pair| one(pair));
@@ -109,20 +109,8 @@ pub(crate) fn quantize_row(x: &[f32], block: usize, qs: &mut [i8], d: &mut [f32]
     quantize_row_with(simd(), x, block, qs, d, bsums, gs)
 }
 
-/// [`quantize_row`] in portable Rust (the reference the AVX-512 version is tested against).
-#[cfg(test)]
-pub(crate) fn quantize_row_portable(
-    x: &[f32],
-    block: usize,
-    qs: &mut [i8],
-    d: &mut [f32],
-    bsums: &mut [i16],
-    gs: &mut [f32],
-) {
-    quantize_row_with(false, x, block, qs, d, bsums, gs)
-}
-
-fn quantize_row_with(
+/// [`quantize_row`] with AVX-512 or (`simd` false) in portable Rust, the reference the other is tested against.
+pub(crate) fn quantize_row_with(
     simd: bool,
     x: &[f32],
     block: usize,
@@ -144,34 +132,9 @@ fn quantize_row_with(
 /// q = round-half-even(r / d) clamped to -127..=127 (|r| <= d1 / 2 gives at most 128; the clamp takes off one step
 /// of d2 where a residual sits on the first rounding's boundary). With AVX-512 where the CPU has it (the same
 /// values).
-pub(crate) fn quantize_residual_row(
-    r: &[f32],
-    block: usize,
-    d1: &[f32],
-    qs: &mut [i8],
-    d: &mut [f32],
-    bsums: &mut [i16],
-    gs: &mut [f32],
-) {
-    quantize_residual_row_with(simd(), r, block, d1, qs, d, bsums, gs)
-}
-
-/// [`quantize_residual_row`] in portable Rust (the reference the AVX-512 version is tested against).
-#[cfg(test)]
-pub(crate) fn quantize_residual_row_portable(
-    r: &[f32],
-    block: usize,
-    d1: &[f32],
-    qs: &mut [i8],
-    d: &mut [f32],
-    bsums: &mut [i16],
-    gs: &mut [f32],
-) {
-    quantize_residual_row_with(false, r, block, d1, qs, d, bsums, gs)
-}
-
+/// `simd` false: in portable Rust, the reference the AVX-512 version is tested against.
 #[allow(clippy::too_many_arguments)]
-fn quantize_residual_row_with(
+pub(crate) fn quantize_residual_row_with(
     simd: bool,
     r: &[f32],
     block: usize,
@@ -187,7 +150,7 @@ fn quantize_residual_row_with(
 }
 
 /// Whether the AVX-512 versions of the row loops run here.
-fn simd() -> bool {
+pub(crate) fn simd() -> bool {
     #[cfg(target_arch = "x86_64")]
     return super::Isa::Avx512.available();
     #[cfg(not(target_arch = "x86_64"))]

@@ -323,8 +323,8 @@ fn amx_tiles_match_the_vnni_kernels() {
 /// that scale to halves of a step, both block sizes), and so do the two-term rows built from them.
 #[test]
 fn activation_rows_quantize_alike_with_and_without_simd() {
-    use super::q8::{quantize_residual_row, quantize_residual_row_portable, quantize_row, quantize_row_portable};
-    type Residual = fn(&[f32], usize, &[f32], &mut [i8], &mut [f32], &mut [i16], &mut [f32]);
+    use super::q8::{quantize_residual_row_with, quantize_row_with, simd};
+    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     for block in [32, 256] {
         for seed in 0..4u64 {
             let k = block * 5;
@@ -334,43 +334,21 @@ fn activation_rows_quantize_alike_with_and_without_simd() {
             for (j, v) in x[2 * block..3 * block].iter_mut().enumerate() {
                 *v = if j == 0 { 127.0 } else { (j % 40) as f32 - 19.5 };
             }
-            let run = |f: fn(&[f32], usize, &mut [i8], &mut [f32], &mut [i16], &mut [f32])| {
-                let (mut q, mut d, mut b, mut g) =
-                    (vec![0i8; k], vec![0f32; k / block], vec![0i16; k / 16], vec![0f32; k / 32]);
-                f(&x, block, &mut q, &mut d, &mut b, &mut g);
-                (
-                    q,
-                    d.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    b,
-                    g.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                )
+            // Both terms: the row, then its residual at 1/256 of the first scale (some residuals at exact halves).
+            let terms = |simd: bool| {
+                let zeros = || (vec![0i8; k], vec![0f32; k / block], vec![0i16; k / 16], vec![0f32; k / 32]);
+                let (mut q, mut d, mut b, mut g) = zeros();
+                quantize_row_with(simd, &x, block, &mut q, &mut d, &mut b, &mut g);
+                let mut r: Vec<f32> = x.iter().enumerate().map(|(j, &v)| v - d[j / block] * q[j] as f32).collect();
+                r[3 * block..3 * block + 40]
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(j, v)| *v = (j as f32 - 20.5) * d[3] / 256.0);
+                let (mut q2, mut d2, mut b2, mut g2) = zeros();
+                quantize_residual_row_with(simd, &r, block, &d, &mut q2, &mut d2, &mut b2, &mut g2);
+                (q, bits(&d), b, bits(&g), q2, bits(&d2), b2, bits(&g2))
             };
-            assert_eq!(run(quantize_row), run(quantize_row_portable), "block {block}, seed {seed}");
-            // The second term: the residual at 1/256 of the first scale, some residuals at exact halves.
-            let (mut q, mut d, mut b, mut g) =
-                (vec![0i8; k], vec![0f32; k / block], vec![0i16; k / 16], vec![0f32; k / 32]);
-            quantize_row(&x, block, &mut q, &mut d, &mut b, &mut g);
-            let mut r: Vec<f32> = x.iter().enumerate().map(|(j, &v)| v - d[j / block] * q[j] as f32).collect();
-            r[3 * block..3 * block + 40]
-                .iter_mut()
-                .enumerate()
-                .for_each(|(j, v)| *v = (j as f32 - 20.5) * d[3] / 256.0);
-            let second = |f: Residual| {
-                let (mut q2, mut d2, mut b2, mut g2) =
-                    (vec![0i8; k], vec![0f32; k / block], vec![0i16; k / 16], vec![0f32; k / 32]);
-                f(&r, block, &d, &mut q2, &mut d2, &mut b2, &mut g2);
-                (
-                    q2,
-                    d2.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    b2,
-                    g2.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                )
-            };
-            assert_eq!(
-                second(quantize_residual_row),
-                second(quantize_residual_row_portable),
-                "residual, block {block}"
-            );
+            assert_eq!(terms(simd()), terms(false), "block {block}, seed {seed}");
         }
     }
 }
