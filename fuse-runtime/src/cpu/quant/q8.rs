@@ -130,9 +130,8 @@ pub(crate) fn quantize_row_with(
 
 /// The residual `r` of a row quantized by [`quantize_row`] to scales `d1`: per block `d = d1 / 256` and
 /// q = round-half-even(r / d) clamped to -127..=127 (|r| <= d1 / 2 gives at most 128; the clamp takes off one step
-/// of d2 where a residual sits on the first rounding's boundary). With AVX-512 where the CPU has it (the same
-/// values).
-/// `simd` false: in portable Rust, the reference the AVX-512 version is tested against.
+/// of d2 where a residual sits on the first rounding's boundary). With AVX-512 where `simd` ([`simd`]: the CPU has
+/// it), else in portable Rust, the reference the AVX-512 version is tested against (the same values).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn quantize_residual_row_with(
     simd: bool,
