@@ -205,7 +205,8 @@ impl GgufFile {
 
     /// The tensor called `name` as the file stores it, of [`TensorInfo::shape`], on `device`: block types as
     /// fuse's block-quantized dtype of the same name, read in place on the CPU from the mapping or the memory
-    /// [`GgufFile::read`] filled (no copy; the tensor keeps it alive) and uploaded once to a GPU; F32, F16 and BF16 as themselves.
+    /// [`GgufFile::read`] filled (no copy; the tensor keeps it alive) and uploaded once to a GPU; F32, F16 and
+    /// BF16 as themselves.
     pub fn tensor(&self, name: &str, device: &fuse::Device) -> Result<fuse::Tensor> {
         let info = self.tensor_info(name)?;
         let shape = info.shape();
@@ -260,9 +261,10 @@ impl GgufFile {
 const READ_STRETCH: usize = 64 << 20;
 
 /// Fills `memory` with the file's bytes from its start: on Unix in stretches of at least `least` bytes (whole
-/// 2 MiB pages where `least` is that large) read by up to 8 threads at their offsets, as each thread's first touches of fresh memory are what such a read waits on (the
-/// OS zeroing, and in a virtual machine the host backing, each new page: 800 MB on 2 MiB pages took 5.9 s from
-/// one thread and 3.0 s from two on this project's 2-vCPU VM, 0.1 s once the memory was backed).
+/// 2 MiB pages where `least` is that large) read by up to 8 threads at their offsets, as each thread's first
+/// touches of fresh memory are what such a read waits on (the OS zeroing, and in a virtual machine the host
+/// backing, each new page: 800 MB on 2 MiB pages took 5.9 s from one thread and 3.0 s from two on this
+/// project's 2-vCPU VM, 0.1 s once the memory was backed).
 fn read_into(file: &mut std::fs::File, memory: &mut [u8], least: usize) -> std::io::Result<()> {
     #[cfg(unix)]
     {

@@ -418,7 +418,6 @@ pub(crate) fn quantize_activations(dtype: DType, x: &[f32], m: usize, k: usize) 
 }
 
 /// The output pointer shared by tasks that write disjoint elements.
-/// An output written by tasks, each element by one task only.
 pub(crate) struct Out(*mut f32);
 unsafe impl Sync for Out {}
 impl Out {
