@@ -246,7 +246,7 @@ pub fn matmul_quantized_with(
             #[cfg(target_arch = "x86_64")]
             if matches!(isa, Isa::Avx512Vnni | Isa::Amx) && x86_q32_vnni::covers(dtype) {
                 let q16 = x86_q32_vnni::Q16Acts::new(dtype, &acts, m);
-                let xs = q16.rows(m);
+                let xs = q16.rows();
                 drive(&xs, n, w, row_bytes, out, MR, &|rows, xs, out| x86_q32_vnni::dot_rows(dtype, rows, xs, out));
                 return Ok(());
             }

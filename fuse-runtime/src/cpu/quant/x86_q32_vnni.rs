@@ -25,7 +25,6 @@ use std::arch::x86_64::*;
 pub(crate) struct Q16Acts {
     q: Vec<i8>,
     lanes: Vec<f32>,
-    pairs: usize,
     blocks: usize,
 }
 
@@ -67,17 +66,14 @@ impl Q16Acts {
                 }
             }
         }
-        Q16Acts { q, lanes, pairs, blocks: nb }
+        Q16Acts { q, lanes, blocks: nb }
     }
 
-    pub fn rows(&self, m: usize) -> Vec<Q16Row<'_>> {
-        let p = self.pairs;
-        let row = |i: usize| Q16Row {
-            q: &self.q[i * p * 128..][..p * 128],
-            lanes: &self.lanes[i * p * 32..][..p * 32],
-            blocks: self.blocks,
-        };
-        (0..m).map(row).collect()
+    /// Its rows (k is at least one block).
+    pub fn rows(&self) -> Vec<Q16Row<'_>> {
+        let p = self.blocks.div_ceil(2);
+        let row = |(q, lanes)| Q16Row { q, lanes, blocks: self.blocks };
+        self.q.chunks_exact(p * 128).zip(self.lanes.chunks_exact(p * 32)).map(row).collect()
     }
 }
 
