@@ -24,6 +24,8 @@ mod x86_amx;
 #[cfg(target_arch = "x86_64")]
 mod x86_amx32;
 #[cfg(target_arch = "x86_64")]
+mod x86_amx_k;
+#[cfg(target_arch = "x86_64")]
 mod x86_amx_panel;
 #[cfg(target_arch = "x86_64")]
 mod x86_f32;

@@ -22,6 +22,7 @@
 //! configuration on its own thread and releases the tiles when done.
 
 use super::q8::Q8Acts;
+use super::x86_amx_k::split_product;
 use super::x86_amx_panel::{pack, Format, Packed, Panel, T};
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -112,7 +113,10 @@ const fn config(group: usize) -> TileConfig {
     c
 }
 
-const CONFIGS: [TileConfig; 2] = [config(Format::Q4K.group()), config(Format::Q6K.group())];
+/// The 32-value types' (`x86_amx32`): a weight tile is a block of 16 rows.
+const GROUPS_OF_32: TileConfig = config(32);
+/// The K types' (`x86_amx_k`): every tile 16 rows of 64 bytes, a weight tile 64 values of 16 rows.
+const FULL_DEPTH: TileConfig = config(64);
 
 /// `out[i * n + j] = sum_k x[i, k] w[j, k]` for the m rows of x in `acts` and the n rows of `w` (`format`'s
 /// blocks): for the K types one 8-bit term a row (blocks of 256), for the 32-value types two (rows 2i and
@@ -131,7 +135,7 @@ pub(super) fn matmul(format: Format, acts: &Q8Acts, m: usize, k: usize, w: &[u8]
     let out = super::Out(out.as_mut_ptr());
     let (out, packed) = (&out, packed.as_slice());
     let m_tiles = m.div_ceil(T);
-    let config: &TileConfig = &CONFIGS[(format.group() == 16) as usize];
+    let config: &TileConfig = if format.k_type() { &FULL_DEPTH } else { &GROUPS_OF_32 };
     crate::cpu::spin_pool::for_each_task(pairs.div_ceil(span), &|t| {
         let mut panels = [Panel::new(format, blocks), Panel::new(format, blocks)];
         // Safety: AMX is available (the caller checked); the configuration is this thread's, released below.
@@ -151,8 +155,14 @@ pub(super) fn matmul(format: Format, acts: &Q8Acts, m: usize, k: usize, w: &[u8]
                 // Safety: AMX and AVX-512 are available; the panels and the packed tiles hold k values.
                 unsafe {
                     match format {
-                        Format::Q4K | Format::Q5K => quad_product::<32>(&panels, &packed[0], mts, k, &mut sums),
-                        Format::Q6K => quad_product::<16>(&panels, &packed[0], mts, k, &mut sums),
+                        Format::Q4K | Format::Q5K => {
+                            split_product::<false>(&panels[0], &packed[0], mts, k, &mut sums, 0);
+                            split_product::<false>(&panels[1], &packed[0], mts, k, &mut sums, 2);
+                        }
+                        Format::Q6K => {
+                            split_product::<true>(&panels[0], &packed[0], mts, k, &mut sums, 0);
+                            split_product::<true>(&panels[1], &packed[0], mts, k, &mut sums, 2);
+                        }
                         _ => super::x86_amx32::quad_product(&panels, packed, mts, k, &mut sums),
                     }
                 }
@@ -174,88 +184,4 @@ pub(super) fn matmul(format: Format, acts: &Q8Acts, m: usize, k: usize, w: &[u8]
         // Safety: the tiles were configured above.
         unsafe { asm!("tilerelease", options(nostack)) };
     });
-}
-
-/// The two panels' weight rows against activation tiles `mts`, groups of `G` values (32: Q4_K with its min
-/// terms; 16: Q6_K with its offset): `sums[2 * panel + tile][row * 16 + lane]`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn quad_product<const G: usize>(
-    panels: &[Panel; 2],
-    packed: &Packed,
-    mts: [usize; 2],
-    k: usize,
-    sums: &mut [[f32; T * T]; 4],
-) {
-    let (blocks, groups) = (k / 256, 256 / G);
-    #[repr(C, align(64))]
-    struct Sums([i32; 4 * T * T]);
-    let mut c = Sums([0; 4 * T * T]);
-    let mut acc = [[_mm512_setzero_ps(); T]; 4];
-    for blk in 0..blocks {
-        let mut iacc = [[_mm512_setzero_si512(); T]; 4];
-        for g in 0..groups {
-            let a = |h: usize| panels[h].a.as_ptr().add((blk * groups + g) * T * G);
-            let b = |h: usize| packed.b.as_ptr().add(mts[h] * k * T + (blk * 256 + g * G) / 4 * 64);
-            asm!(
-                "tilezero tmm0",
-                "tilezero tmm1",
-                "tilezero tmm2",
-                "tilezero tmm3",
-                "tileloadd tmm4, [{a0} + {sa}]",
-                "tileloadd tmm6, [{b0} + {sb}]",
-                "tdpbusd tmm0, tmm4, tmm6",
-                "tileloadd tmm7, [{b1} + {sb}]",
-                "tdpbusd tmm1, tmm4, tmm7",
-                "tileloadd tmm5, [{a1} + {sa}]",
-                "tdpbusd tmm2, tmm5, tmm6",
-                "tdpbusd tmm3, tmm5, tmm7",
-                "tilestored [{c} + {sc}], tmm0",
-                "tilestored [{c} + {sc} + 1024], tmm1",
-                "tilestored [{c} + {sc} + 2048], tmm2",
-                "tilestored [{c} + {sc} + 3072], tmm3",
-                a0 = in(reg) a(0), a1 = in(reg) a(1), sa = in(reg) G,
-                b0 = in(reg) b(0), b1 = in(reg) b(1), sb = in(reg) 64usize,
-                c = in(reg) c.0.as_mut_ptr(), sc = in(reg) 64usize,
-                options(nostack)
-            );
-            for (q, iacc) in iacc.iter_mut().enumerate() {
-                let sc = panels[q / 2].sc.as_ptr().add(blk * T * groups + g);
-                // Q6_K: its values less 32, by 32 times the activations' sum over the group.
-                let offset = match G {
-                    16 => _mm512_loadu_si512(
-                        packed.bs.as_ptr().add((mts[q % 2] * (k / 16) + blk * 16 + g) * T) as *const _
-                    ),
-                    _ => _mm512_setzero_si512(),
-                };
-                for (row, v) in iacc.iter_mut().enumerate() {
-                    let s = _mm512_loadu_si512(c.0.as_ptr().add((q * T + row) * T) as *const _);
-                    let s = _mm512_sub_epi32(s, offset);
-                    *v = _mm512_add_epi32(*v, _mm512_mullo_epi32(s, _mm512_set1_epi32(*sc.add(row * groups))));
-                }
-            }
-        }
-        for (q, acc) in acc.iter_mut().enumerate() {
-            let (panel, mt) = (&panels[q / 2], mts[q % 2]);
-            let dx = _mm512_loadu_ps(packed.dx.as_ptr().add((mt * blocks + blk) * T));
-            for (row, a) in acc.iter_mut().enumerate() {
-                let scale = _mm512_mul_ps(dx, _mm512_set1_ps(*panel.d.get_unchecked(blk * T + row)));
-                *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[q][row]), scale, *a);
-            }
-            if G == 32 {
-                let gs: [__m512; 8] =
-                    std::array::from_fn(|g| _mm512_loadu_ps(packed.gs.as_ptr().add((mt * (k / 32) + blk * 8 + g) * T)));
-                for (row, a) in acc.iter_mut().enumerate() {
-                    for (g, gs) in gs.iter().enumerate() {
-                        let min = _mm512_set1_ps(*panel.mins.get_unchecked((blk * T + row) * 8 + g));
-                        *a = _mm512_fmadd_ps(min, *gs, *a);
-                    }
-                }
-            }
-        }
-    }
-    for (q, acc) in acc.iter().enumerate() {
-        for (row, a) in acc.iter().enumerate() {
-            _mm512_storeu_ps(sums[q].as_mut_ptr().add(row * T), *a);
-        }
-    }
 }

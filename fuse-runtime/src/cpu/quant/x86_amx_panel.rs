@@ -54,32 +54,28 @@ impl Format {
     pub(super) const fn groups(self) -> usize {
         self.block_values() / self.group()
     }
-    /// The K types (one 8-bit activation term, integer sums over a block's groups); else the 32-value types
-    /// (two terms, each block scaled in f32).
+    /// The K types (one 8-bit activation term, integer sums over a block's groups, panels of scaled values in
+    /// two byte planes: `x86_amx_k`); else the 32-value types (two terms, each block scaled in f32, a block's
+    /// values a panel row).
     pub(super) const fn k_type(self) -> bool {
         matches!(self, Format::Q4K | Format::Q5K | Format::Q6K)
     }
 }
 
 /// The activations of one call, 16 rows a tile: `b` in `tdpbusd`'s second-operand layout ([tile][k / 4][16
-/// rows][4 values]), `dx` the rows' block scales ([tile][block][16]), `gs` their group sums ([tile][group of
-/// 32][16]), `bs` 32 times their integer sums of 16 ([tile][k / 16][16]: Q6_K's offset).
+/// rows][4 values]), `dx` the rows' block scales ([tile][block][16]), and `gs` their group sums ([tile][group of
+/// 32][16]).
 pub(super) struct Packed {
     pub b: Vec<i8>,
     pub dx: Vec<f32>,
     pub gs: Vec<f32>,
-    pub bs: Vec<i32>,
 }
 
 /// Rows `term`, `term + terms`, .. of `acts` (the first or second 8-bit term of each row of x) as m rows.
 pub(super) fn pack(acts: &Q8Acts, m: usize, k: usize, term: usize, terms: usize) -> Packed {
     let (tiles, blocks, groups) = (m.div_ceil(T), k / acts.block, k / 32);
-    let mut p = Packed {
-        b: vec![0; tiles * k * T],
-        dx: vec![0.0; tiles * blocks * T],
-        gs: vec![0.0; tiles * groups * T],
-        bs: vec![0; tiles * (k / 16) * T],
-    };
+    let mut p =
+        Packed { b: vec![0; tiles * k * T], dx: vec![0.0; tiles * blocks * T], gs: vec![0.0; tiles * groups * T] };
     for r in 0..m {
         let (tile, lane) = (r / T, r % T);
         let row = acts.row(r * terms + term);
@@ -93,20 +89,45 @@ pub(super) fn pack(acts: &Q8Acts, m: usize, k: usize, term: usize, terms: usize)
         for (g, &s) in row.gs.iter().enumerate() {
             p.gs[(tile * groups + g) * T + lane] = s;
         }
-        for (g, &s) in row.bsums.iter().enumerate() {
-            p.bs[(tile * (k / 16) + g) * T + lane] = 32 * s as i32;
-        }
     }
     p
 }
 
-/// One task's 16 weight rows, widened: per block and group, 16 rows of the group's values as bytes (`a`); per
-/// block and row, its group scales (`sc`, i32), its d (`d`) and, for Q4_K, its min factors `-dmin * m`
-/// (`mins`, per group).
+/// Bytes on whole cache lines (a panel's tiles: unaligned, each 64-byte row of a tile would straddle two
+/// lines, and filling the panel cost 1.4x).
+pub(super) struct Lines(Vec<Line>, usize);
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub(super) struct Line([u8; 64]);
+
+impl Lines {
+    fn zeroed(len: usize) -> Lines {
+        Lines(vec![Line([0; 64]); len.div_ceil(64)], len)
+    }
+}
+
+impl std::ops::Deref for Lines {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // Safety: the lines hold at least `self.1` initialised bytes, contiguous.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr() as *const u8, self.1) }
+    }
+}
+
+impl std::ops::DerefMut for Lines {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // Safety: as above, borrowed mutably.
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr() as *mut u8, self.1) }
+    }
+}
+
+/// One task's 16 weight rows, widened (`a`): the K types' two planes of scaled values (`x86_amx_k::at`), the
+/// 32-value types' blocks as 16 rows of 32 signed bytes each; per block and row its d (`d`) and, for Q4_K, Q5_K
+/// and Q4_1, its min factors (`-dmin * m` per group; Q4_1's m).
 pub(super) struct Panel {
     pub format: Format,
-    pub a: Vec<u8>,
-    pub sc: Vec<i32>,
+    pub a: Lines,
     pub d: Vec<f32>,
     pub mins: Vec<f32>,
 }
@@ -114,10 +135,10 @@ pub(super) struct Panel {
 impl Panel {
     pub(super) fn new(format: Format, blocks: usize) -> Panel {
         let groups = format.groups();
+        let split = format.k_type();
         Panel {
             format,
-            a: vec![0; blocks * format.block_values() * T],
-            sc: vec![0; blocks * groups * T],
+            a: Lines::zeroed(if split { panel_bytes(blocks) } else { blocks * format.block_values() * T }),
             d: vec![0.0; blocks * T],
             mins: vec![
                 0.0;
@@ -126,26 +147,30 @@ impl Panel {
         }
     }
 
-    /// Where group `g` of block `blk` starts in `a` for row `lane`.
-    fn at(&self, blk: usize, g: usize, lane: usize) -> usize {
-        ((blk * self.format.groups() + g) * T + lane) * self.format.group()
+    /// Where a 32-value type's block `blk` starts in `a` for row `lane`.
+    fn at(&self, blk: usize, lane: usize) -> usize {
+        (blk * T + lane) * 32
     }
 
     /// Rows `rows` of `w` (at most 16; the rest of the panel zeros). Only called where AVX-512 (F, BW, VL),
     /// AVX2, FMA and F16C are available (with AMX, always).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     pub(super) unsafe fn fill(&mut self, w: &[u8], row_bytes: usize, rows: std::ops::Range<usize>) {
-        let (bytes, groups, group) = (self.format.block_bytes(), self.format.groups(), self.format.group());
+        let (bytes, groups) = (self.format.block_bytes(), self.format.groups());
         let blocks = row_bytes / bytes;
         for lane in 0..T {
             for blk in 0..blocks {
                 let scales = (blk * T + lane) * groups;
                 if lane >= rows.len() {
-                    for g in 0..groups {
-                        let at = self.at(blk, g, lane);
-                        self.a[at..at + group].fill(0);
+                    if self.format.k_type() {
+                        for (plane, c) in (0..2).flat_map(|p| (0..4).map(move |c| (p, c))) {
+                            let at = at(blk, plane, c, lane);
+                            self.a[at..at + 64].fill(0);
+                        }
+                    } else {
+                        let at = self.at(blk, lane);
+                        self.a[at..at + 32].fill(0);
                     }
-                    self.sc[scales..scales + groups].fill(0);
                     if !self.mins.is_empty() {
                         self.mins[scales..scales + groups].fill(0.0);
                     }
@@ -157,39 +182,10 @@ impl Panel {
                 // This row's stream of blocks, 2 KB ahead (16 rows' streams wait on memory otherwise).
                 prefetch(b, bytes);
                 match self.format {
-                    Format::Q4K | Format::Q5K => {
-                        let (sc, mn) = k_scale_bytes(b.add(4));
-                        self.d[blk * T + lane] = f16(b);
-                        let widen = |v: u64| _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64));
-                        _mm256_storeu_si256(self.sc.as_mut_ptr().add(scales) as *mut __m256i, widen(sc));
-                        let mins = _mm256_mul_ps(_mm256_cvtepi32_ps(widen(mn)), _mm256_set1_ps(-f16(b.add(2))));
-                        _mm256_storeu_ps(self.mins.as_mut_ptr().add(scales), mins);
-                        // Chunk c's 32 bytes: low nibbles are group 2c, high nibbles group 2c + 1; Q5_K's fifth
-                        // bits are bits 2c and 2c + 1 of each of its 32 `qh` bytes.
-                        let five = self.format == Format::Q5K;
-                        let (qs, qh) =
-                            (b.add(if five { 48 } else { 16 }), _mm256_loadu_si256(b.add(16) as *const __m256i));
-                        let (m4, one) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
-                        let bit = |i: i32| {
-                            let v = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(i)), one);
-                            _mm256_slli_epi16::<4>(v)
-                        };
-                        for c in 0..4 {
-                            let q = _mm256_loadu_si256(qs.add(32 * c) as *const __m256i);
-                            let (mut lo, mut hi) =
-                                (_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4));
-                            if five {
-                                lo = _mm256_or_si256(lo, bit(2 * c as i32));
-                                hi = _mm256_or_si256(hi, bit(2 * c as i32 + 1));
-                            }
-                            let (at_lo, at_hi) = (self.at(blk, 2 * c, lane), self.at(blk, 2 * c + 1, lane));
-                            _mm256_storeu_si256(self.a.as_mut_ptr().add(at_lo) as *mut __m256i, lo);
-                            _mm256_storeu_si256(self.a.as_mut_ptr().add(at_hi) as *mut __m256i, hi);
-                        }
-                    }
+                    Format::Q4K | Format::Q5K => fill_block(self, b, self.format == Format::Q5K, blk, lane),
                     Format::Q4_0 | Format::Q4_1 | Format::Q8_0 => {
                         self.d[blk * T + lane] = f16(b);
-                        let to = self.a.as_mut_ptr().add(self.at(blk, 0, lane));
+                        let to = self.a.as_mut_ptr().add(self.at(blk, lane));
                         if self.format == Format::Q8_0 {
                             _mm256_storeu_si256(to as *mut __m256i, _mm256_loadu_si256(b.add(2) as *const __m256i));
                             continue;
@@ -206,25 +202,88 @@ impl Panel {
                         _mm_storeu_si128(to as *mut __m128i, lo);
                         _mm_storeu_si128(to.add(16) as *mut __m128i, hi);
                     }
-                    Format::Q6K => {
-                        self.d[blk * T + lane] = f16(b.add(208));
-                        let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(b.add(192) as *const __m128i));
-                        _mm512_storeu_si512(self.sc.as_mut_ptr().add(scales) as *mut _, sc);
-                        // Each half's 128 values in order (0..63 unsigned), 16 to a group.
-                        for h in 0..2 {
-                            for (i, v) in q6_half(b, h).into_iter().enumerate() {
-                                let first = 8 * h + 4 * i;
-                                let base = self.a.as_mut_ptr();
-                                let to = |j: usize| base.add(self.at(blk, first + j, lane)) as *mut __m128i;
-                                _mm_storeu_si128(to(0), _mm512_extracti32x4_epi32::<0>(v));
-                                _mm_storeu_si128(to(1), _mm512_extracti32x4_epi32::<1>(v));
-                                _mm_storeu_si128(to(2), _mm512_extracti32x4_epi32::<2>(v));
-                                _mm_storeu_si128(to(3), _mm512_extracti32x4_epi32::<3>(v));
-                            }
-                        }
-                    }
+                    Format::Q6K => fill_q6_block(self, b, blk, lane),
                 }
             }
+        }
+    }
+}
+
+/// Where chunk `c` (values 64c..64c + 64) of plane `plane` (0: the low bytes, 1: the high) of block `blk`
+/// starts in a split panel's bytes for row `lane`: 16 rows of 64 bytes a tile.
+pub(super) fn at(blk: usize, plane: usize, c: usize, lane: usize) -> usize {
+    (((blk * 2 + plane) * 4 + c) * T + lane) * 64
+}
+
+/// Bytes of a split panel of `blocks` blocks.
+pub(super) fn panel_bytes(blocks: usize) -> usize {
+    blocks * 2 * 256 * T
+}
+
+/// The K types' planes (`x86_amx_k` multiplies them): row `lane`'s block `blk` of a Q4_K (`five` false) or Q5_K block at `b` into `panel`'s planes, d and mins.
+/// Only called where AVX-512 (F, BW) and F16C are available (with AMX, always).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
+pub(super) unsafe fn fill_block(panel: &mut Panel, b: *const u8, five: bool, blk: usize, lane: usize) {
+    let (sc, mn) = k_scale_bytes(b.add(4));
+    panel.d[blk * T + lane] = f16(b);
+    let widen = |v: u64| _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64));
+    let mins = _mm256_mul_ps(_mm256_cvtepi32_ps(widen(mn)), _mm256_set1_ps(-f16(b.add(2))));
+    _mm256_storeu_ps(panel.mins.as_mut_ptr().add((blk * T + lane) * 8), mins);
+    // Chunk c's 32 bytes: low nibbles are group 2c, high nibbles group 2c + 1; Q5_K's fifth bits are bits 2c
+    // and 2c + 1 of each of its 32 `qh` bytes.
+    let (qs, qh) = (b.add(if five { 48 } else { 16 }), _mm256_loadu_si256(b.add(16) as *const __m256i));
+    let (m4, one) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
+    let bit = |i: i32| _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(i)), one));
+    let base = panel.a.as_mut_ptr();
+    for c in 0..4 {
+        let q = _mm256_loadu_si256(qs.add(32 * c) as *const __m256i);
+        let (mut lo, mut hi) = (_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4));
+        if five {
+            lo = _mm256_or_si256(lo, bit(2 * c as i32));
+            hi = _mm256_or_si256(hi, bit(2 * c as i32 + 1));
+        }
+        // The chunk's 64 values times their group's scale, in 16 bits (at most 63 * 31): each 16-bit lane's
+        // two bytes multiplied apart (even and odd values), so both planes come out in place, byte for byte.
+        let q = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+        let scale = |g: usize| _mm256_set1_epi16(((sc >> (8 * g)) & 0xff) as i16);
+        let scale = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(scale(2 * c)), scale(2 * c + 1));
+        let even = _mm512_mullo_epi16(_mm512_and_si512(q, _mm512_set1_epi16(0xff)), scale);
+        let odd = _mm512_mullo_epi16(_mm512_srli_epi16::<8>(q), scale);
+        // low: even's low byte, odd's low byte above it; high: even's high byte, odd's in place (0xCA: a ? b : c).
+        let byte = _mm512_set1_epi16(0xff);
+        let low = _mm512_ternarylogic_epi32::<0xCA>(byte, even, _mm512_slli_epi16::<8>(odd));
+        let high = _mm512_ternarylogic_epi32::<0xCA>(byte, _mm512_srli_epi16::<8>(even), odd);
+        _mm512_storeu_si512(base.add(at(blk, 0, c, lane)) as *mut _, low);
+        _mm512_storeu_si512(base.add(at(blk, 1, c, lane)) as *mut _, high);
+    }
+}
+
+/// Row `lane`'s block `blk` of a Q6_K block at `b` into `panel`'s signed planes and d.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(super) unsafe fn fill_q6_block(panel: &mut Panel, b: *const u8, blk: usize, lane: usize) {
+    panel.d[blk * T + lane] = f16(b.add(208));
+    let sc = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192) as *const __m128i)));
+    let base = panel.a.as_mut_ptr();
+    let (byte, seven) = (_mm512_set1_epi16(0xff), _mm512_set1_epi8(0x7f));
+    for h in 0..2 {
+        for (i, v) in q6_half(b, h).into_iter().enumerate() {
+            let c = 2 * h + i;
+            // Chunk c's groups of 16 are 4c .. 4c + 4: each 16-bit lane (two values) takes its group's scale.
+            let groups: [i16; 32] = std::array::from_fn(|l| (4 * c + l / 8) as i16);
+            let scale = _mm512_permutexvar_epi16(_mm512_loadu_si512(groups.as_ptr() as *const _), sc);
+            let v = _mm512_sub_epi8(v, _mm512_set1_epi8(32));
+            let even = _mm512_mullo_epi16(_mm512_srai_epi16::<8>(_mm512_slli_epi16::<8>(v)), scale);
+            let odd = _mm512_mullo_epi16(_mm512_srai_epi16::<8>(v), scale);
+            // Each product's low 7 bits, and the rest shifted down (-32..32), as bytes in the values' places.
+            let low =
+                _mm512_and_si512(_mm512_ternarylogic_epi32::<0xCA>(byte, even, _mm512_slli_epi16::<8>(odd)), seven);
+            let high = _mm512_ternarylogic_epi32::<0xCA>(
+                byte,
+                _mm512_srai_epi16::<7>(even),
+                _mm512_slli_epi16::<8>(_mm512_srai_epi16::<7>(odd)),
+            );
+            _mm512_storeu_si512(base.add(at(blk, 0, c, lane)) as *mut _, low);
+            _mm512_storeu_si512(base.add(at(blk, 1, c, lane)) as *mut _, high);
         }
     }
 }
