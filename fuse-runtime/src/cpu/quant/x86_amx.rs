@@ -26,6 +26,7 @@ use super::x86_amx_k::split_product;
 use super::x86_amx_panel::{pack, Format, Packed, Panel, T};
 use std::arch::asm;
 use std::arch::x86_64::*;
+use std::cell::RefCell;
 use std::sync::OnceLock;
 
 /// Whether the AMX kernel runs here: the CPU has AMX-TILE and AMX-INT8, Linux granted the tile state, and
@@ -113,6 +114,13 @@ const fn config(group: usize) -> TileConfig {
     c
 }
 
+thread_local! {
+    /// This thread's two panels, kept from call to call while the family of formats and k stay (each is 64-512 KB at
+    /// the models' shapes: allocated and freed every task, they cost the system calls that return memory to
+    /// the kernel, whose TLB shootdowns stop every thread of the process).
+    static PANELS: RefCell<Option<[Panel; 2]>> = const { RefCell::new(None) };
+}
+
 /// The 32-value types' (`x86_amx32`): a weight tile is a block of 16 rows.
 const GROUPS_OF_32: TileConfig = config(32);
 /// The K types' (`x86_amx_k`): every tile 16 rows of 64 bytes, a weight tile 64 values of 16 rows.
@@ -136,8 +144,8 @@ pub(super) fn matmul(format: Format, acts: &Q8Acts, m: usize, k: usize, w: &[u8]
     let (out, packed) = (&out, packed.as_slice());
     let m_tiles = m.div_ceil(T);
     let config: &TileConfig = if format.k_type() { &FULL_DEPTH } else { &GROUPS_OF_32 };
-    crate::cpu::spin_pool::for_each_task(pairs.div_ceil(span), &|t| {
-        let mut panels = [Panel::new(format, blocks), Panel::new(format, blocks)];
+    // Each task's pairs of rows: filled into this thread's panels, multiplied by every pair of activation tiles.
+    let task = |panels: &mut [Panel; 2], t: usize| {
         // Safety: AMX is available (the caller checked); the configuration is this thread's, released below.
         unsafe { asm!("ldtilecfg [{0}]", in(reg) config as *const TileConfig, options(nostack)) };
         for pair in t * span..((t + 1) * span).min(pairs) {
@@ -183,5 +191,14 @@ pub(super) fn matmul(format: Format, acts: &Q8Acts, m: usize, k: usize, w: &[u8]
         }
         // Safety: the tiles were configured above.
         unsafe { asm!("tilerelease", options(nostack)) };
+    };
+    crate::cpu::spin_pool::for_each_task(pairs.div_ceil(span), &|t| {
+        PANELS.with_borrow_mut(|kept| {
+            if !kept.as_mut().is_some_and(|p| p.iter_mut().all(|p| p.serves(format, blocks))) {
+                *kept = Some([Panel::new(format, blocks), Panel::new(format, blocks)]);
+            }
+            let panels = kept.as_mut().expect("kept above");
+            task(panels, t);
+        })
     });
 }

@@ -133,18 +133,26 @@ pub(super) struct Panel {
 }
 
 impl Panel {
+    /// A panel for `format` and `blocks` blocks a row; it serves every format of the same family (K types or
+    /// 32-value types) and block count, see [`Panel::serves`].
     pub(super) fn new(format: Format, blocks: usize) -> Panel {
-        let groups = format.groups();
-        let split = format.k_type();
+        let k_type = format.k_type();
         Panel {
             format,
-            a: Lines::zeroed(if split { panel_bytes(blocks) } else { blocks * format.block_values() * T }),
+            a: Lines::zeroed(if k_type { panel_bytes(blocks) } else { blocks * 32 * T }),
             d: vec![0.0; blocks * T],
-            mins: vec![
-                0.0;
-                if matches!(format, Format::Q4K | Format::Q5K | Format::Q4_1) { blocks * groups * T } else { 0 }
-            ],
+            // Q4_K's and Q5_K's 8 groups, Q4_1's one (unused by the others).
+            mins: vec![0.0; if k_type { blocks * 8 * T } else { blocks * T }],
         }
+    }
+
+    /// Whether this panel can hold `format`'s rows of `blocks` blocks (then taking that format).
+    pub(super) fn serves(&mut self, format: Format, blocks: usize) -> bool {
+        let fits = self.format.k_type() == format.k_type() && self.d.len() == blocks * T;
+        if fits {
+            self.format = format;
+        }
+        fits
     }
 
     /// Where a 32-value type's block `blk` starts in `a` for row `lane`.
@@ -171,7 +179,7 @@ impl Panel {
                         let at = self.at(blk, lane);
                         self.a[at..at + 32].fill(0);
                     }
-                    if !self.mins.is_empty() {
+                    if self.format != Format::Q6K {
                         self.mins[scales..scales + groups].fill(0.0);
                     }
                     self.d[blk * T + lane] = 0.0;
