@@ -63,26 +63,42 @@ impl Format {
 }
 
 /// The activations of one call, 16 rows a tile: `b` in `tdpbusd`'s second-operand layout ([tile][k / 4][16
-/// rows][4 values]), `dx` the rows' block scales ([tile][block][16]), and `gs` their group sums ([tile][group of
-/// 32][16]).
+/// rows][4 values], on whole cache lines like the panels), `dx` the rows' block scales ([tile][block][16]), and
+/// `gs` their group sums ([tile][group of 32][16]).
 pub(super) struct Packed {
-    pub b: Vec<i8>,
+    pub b: Lines,
     pub dx: Vec<f32>,
     pub gs: Vec<f32>,
 }
 
+/// Values of x from which tiles are packed in parallel.
+const PARALLEL_VALUES: usize = 1 << 16;
+
 /// Rows `term`, `term + terms`, .. of `acts` (the first or second 8-bit term of each row of x) as m rows.
 pub(super) fn pack(acts: &Q8Acts, m: usize, k: usize, term: usize, terms: usize) -> Packed {
     let (tiles, blocks, groups) = (m.div_ceil(T), k / acts.block, k / 32);
-    let mut p =
-        Packed { b: vec![0; tiles * k * T], dx: vec![0.0; tiles * blocks * T], gs: vec![0.0; tiles * groups * T] };
+    let mut p = Packed {
+        b: Lines::zeroed(tiles * k * T),
+        dx: vec![0.0; tiles * blocks * T],
+        gs: vec![0.0; tiles * groups * T],
+    };
+    // A tile's values: each row's 4-value words side by side, 16 rows a 64-byte line.
+    let tile_values = |tile: usize, b: &mut [u8]| {
+        for lane in 0..T.min(m - tile * T) {
+            let row = acts.row((tile * T + lane) * terms + term);
+            for (q, four) in row.qs.as_chunks::<4>().0.iter().enumerate() {
+                b[q * 4 * T + 4 * lane..][..4].copy_from_slice(&four.map(|v| v as u8));
+            }
+        }
+    };
+    if m * k >= PARALLEL_VALUES {
+        crate::cpu::spin_pool::for_each_chunk_mut(&mut p.b, k * T, &tile_values);
+    } else {
+        p.b.chunks_mut(k * T).enumerate().for_each(|(tile, b)| tile_values(tile, b));
+    }
     for r in 0..m {
         let (tile, lane) = (r / T, r % T);
         let row = acts.row(r * terms + term);
-        let b = &mut p.b[tile * k * T..][..k * T];
-        for (q, four) in row.qs.chunks_exact(4).enumerate() {
-            b[q * 4 * T + 4 * lane..][..4].copy_from_slice(four);
-        }
         for (i, &d) in row.d.iter().enumerate() {
             p.dx[(tile * blocks + i) * T + lane] = d;
         }
