@@ -430,6 +430,10 @@ impl Out {
     pub(crate) unsafe fn set(&self, at: usize, v: f32) {
         *self.0.add(at) = v;
     }
+    /// Where element `at` is. Safety: in bounds; the caller writes only elements no other task writes.
+    pub(crate) unsafe fn at(&self, at: usize) -> *mut f32 {
+        self.0.add(at)
+    }
 }
 
 /// Runs `kernel` over every (tile of up to NR rows of W, group of up to `mr` rows of x, at most [`MR_WIDE`]) in

@@ -181,10 +181,9 @@ pub(super) fn matmul(format: Format, acts: &Q8Acts, m: usize, k: usize, w: &[u8]
                     }
                     // Row by row of the output (this tile's columns side by side in memory).
                     for i in mt * T..(mt * T + T).min(m) {
-                        for (lane, r) in rows.clone().enumerate() {
-                            // Safety: (i, r) < (m, n), written by this task alone (its pairs of row tiles).
-                            unsafe { out.set(i * n + r, sums[lane * T + i - mt * T]) };
-                        }
+                        // Safety: (i, rows) < (m, n), written by this task alone (its pairs of row tiles);
+                        // AVX-512 comes with AMX.
+                        unsafe { store_row(out.at(i * n + rows.start), rows.len(), sums, i - mt * T) };
                     }
                 }
             }
@@ -201,4 +200,12 @@ pub(super) fn matmul(format: Format, acts: &Q8Acts, m: usize, k: usize, w: &[u8]
             task(panels, t);
         })
     });
+}
+
+/// The first `count` of `sums`' column `col` (one activation row's results for 16 weight rows) to `to`.
+#[target_feature(enable = "avx512f")]
+unsafe fn store_row(to: *mut f32, count: usize, sums: &[f32; T * T], col: usize) {
+    let rows = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+    let v = _mm512_i32gather_ps::<4>(_mm512_add_epi32(rows, _mm512_set1_epi32(col as i32)), sums.as_ptr());
+    _mm512_mask_storeu_ps(to, ((1u32 << count) - 1) as u16, v);
 }
