@@ -213,9 +213,18 @@ impl Graph {
 
     /// For each node, the nodes that use it (in order, without repeats).
     pub fn users(&self) -> Vec<Vec<NodeId>> {
+        self.users_where(|_| true)
+    }
+
+    /// [`Graph::users`] of the nodes `wanted` keeps; the others' lists empty (no allocation for them: a
+    /// call's executor asks this for a few nodes every call).
+    pub fn users_where(&self, wanted: impl Fn(NodeId) -> bool) -> Vec<Vec<NodeId>> {
         let mut users = vec![Vec::new(); self.nodes.len()];
         for id in self.ids() {
             for &a in &self.node(id).args {
+                if !wanted(a) {
+                    continue;
+                }
                 let u: &mut Vec<NodeId> = &mut users[a.index()];
                 if u.last() != Some(&id) {
                     u.push(id);

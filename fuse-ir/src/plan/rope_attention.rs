@@ -84,7 +84,8 @@ impl RopeAppendAttention {
     /// The block a group's `nodes` are, when they are exactly one block's members.
     pub fn of_group(g: &Graph, nodes: &[NodeId]) -> Option<Self> {
         let &rope = nodes.iter().find(|&&n| g.op(n) == Op::Model(ModelOp::Rope))?;
-        let block = Self::find(g, &g.users(), rope)?;
+        // `find` reads the users of rope and of the views of it.
+        let block = Self::find(g, &g.users_where(|id| id == rope || g.node(id).args.first() == Some(&rope)), rope)?;
         let mut members = block.members();
         members.sort();
         (members.as_slice() == nodes).then_some(block)
