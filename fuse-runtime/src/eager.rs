@@ -48,7 +48,7 @@ pub(crate) fn run(
     let on_gpu = args.iter().filter_map(Arg::tensor).any(|t| matches!(t.device(), Device::Cuda(_)));
     let (mut outputs, _) = if on_gpu {
         let op = lock(gpu_ops()).get_or_insert(g, MAX_GPU_OPS)?;
-        execute_cached(EAGER, &op.graph, &op.plan, &args, false, true, Some(&op.kernels))?
+        execute_cached(EAGER, &op.graph, &op.plan, &args, false, true, Some(&op.kernels), None)?
     } else {
         let plan = verified_plan(&g)?;
         execute(EAGER, &g, &plan, &args, false)?

@@ -1,7 +1,7 @@
 //! The dispatcher: runs a plan on the backend its arguments live on, the CPU (`cpu::exec`) or a GPU
 //! (`cuda::exec`). Neither backend knows of the other.
 
-use crate::call::{values, GroupRun};
+use crate::call::{values, GroupRun, InferMemo};
 use crate::cuda::KernelCache;
 use crate::{Arg, Device, Error, Result, Tensor};
 use fuse_ir::{Graph, Plan};
@@ -16,7 +16,7 @@ pub(crate) fn execute(
     args: &[Arg<'_>],
     timed: bool,
 ) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
-    execute_cached(function, g, plan, args, timed, true, None)
+    execute_cached(function, g, plan, args, timed, true, None, None)
 }
 
 /// [`execute`], keeping the plan's GPU kernels in `kernels` across calls. `library_only` keeps the GPU's
@@ -31,11 +31,12 @@ pub(crate) fn execute_cached(
     timed: bool,
     library_only: bool,
     kernels: Option<&KernelCache>,
+    memo: Option<&InferMemo>,
 ) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
     if let Some(Device::Cuda(gpu)) = check_devices(function, args)? {
         return crate::cuda::exec::execute(function, g, plan, args, gpu, timed, library_only, kernels);
     }
-    crate::cpu::exec::execute(function, g, plan, values(args), timed)
+    crate::cpu::exec::execute(function, g, plan, values(args), timed, memo)
 }
 
 /// The one device every tensor argument is on (`None` when there are no tensors).

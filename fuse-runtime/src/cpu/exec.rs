@@ -7,7 +7,7 @@ use super::model::run_model;
 use super::rowprog::{compile, CallInfo, Compiled, RowSpec};
 use super::rowrun::BlockInputs;
 use super::Outcome;
-use crate::call::{infer, input_values, GroupRun, Value};
+use crate::call::{infer_memo, input_values, GroupRun, InferMemo, Value};
 use crate::host::CpuData;
 use crate::views::resolve_view;
 use crate::{Error, Result, Tensor};
@@ -39,8 +39,9 @@ pub(crate) fn execute(
     plan: &Plan,
     args: Vec<Value>,
     timed: bool,
+    memo: Option<&InferMemo>,
 ) -> Result<(Vec<Tensor>, Vec<GroupRun>)> {
-    let inferred = infer(function, g, &args)?;
+    let inferred = infer_memo(function, g, &args, memo)?;
     let values = input_values(g, args);
     let info = CallInfo { function, graph: g, shapes: &inferred.shapes, dtypes: &inferred.dtypes };
     let mut ex = Executor { info, values, describe: timed };

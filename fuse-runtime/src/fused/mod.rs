@@ -8,7 +8,7 @@ mod static_kernels;
 pub use args::{arg, field_is_tensor, prepare, Arg, FromOutput, FromOutputs, Fusion, IntoArg, PrepareArg, Prepared};
 pub use static_kernels::StaticKernel;
 
-use crate::call::{infer, values, GroupRun};
+use crate::call::{infer, values, GroupRun, InferMemo};
 use crate::cuda::{KernelCache, PlanKernels};
 use crate::env;
 use crate::exec::execute_cached;
@@ -34,6 +34,8 @@ pub struct FusedFn {
     /// The GPU kernels of each plan, generated on the first GPU call.
     fused_kernels: KernelCache,
     unfused_kernels: KernelCache,
+    /// The shapes the CPU inferred for recent calls (both plans share the graph).
+    inferred: InferMemo,
     /// Set by the first call, which prints the FUSE_DEBUG summary.
     called: AtomicBool,
     /// For a method: whether each field input (in graph order) is a tensor, as the field's Rust type says
@@ -82,6 +84,7 @@ impl FusedFn {
             unfused: OnceLock::new(),
             fused_kernels: OnceLock::new(),
             unfused_kernels: OnceLock::new(),
+            inferred: InferMemo::new(),
             called: AtomicBool::new(false),
             field_kinds: OnceLock::new(),
             qualified: OnceLock::new(),
@@ -101,6 +104,7 @@ impl FusedFn {
             unfused: OnceLock::new(),
             fused_kernels: OnceLock::new(),
             unfused_kernels: OnceLock::new(),
+            inferred: InferMemo::new(),
             called: AtomicBool::new(false),
             field_kinds: OnceLock::new(),
             qualified: OnceLock::new(),
@@ -256,8 +260,16 @@ impl FusedFn {
             let _ = kernels.set(PlanKernels::from_specs(self.plan_kernel_specs(fusion)?));
         }
         host_profile::lap(Phase::Args);
-        let (outputs, runs) =
-            execute_cached(self.name(), g, plan, args, level >= 2, fusion == Fusion::Off, Some(kernels))?;
+        let (outputs, runs) = execute_cached(
+            self.name(),
+            g,
+            plan,
+            args,
+            level >= 2,
+            fusion == Fusion::Off,
+            Some(kernels),
+            Some(&self.inferred),
+        )?;
         if (first && level >= 1) || level >= 2 {
             self.report_runs(&runs, level);
         }
@@ -273,7 +285,7 @@ impl FusedFn {
         plan.verify(g).map_err(|e| Error::internal(self.name(), format!("the plan does not verify: {e}")))?;
         self.check_args(g, args)?;
         let level = env::debug_level();
-        let (outputs, runs) = execute_cached(self.name(), g, plan, args, level >= 2, false, None)?;
+        let (outputs, runs) = execute_cached(self.name(), g, plan, args, level >= 2, false, None, None)?;
         if level >= 1 {
             self.report_runs(&runs, level);
         }
