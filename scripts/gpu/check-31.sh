@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device command for issue 31 (session 28 wrote it; no device could be started then): test-quantized on the GPU (the new column-blocks test among them), then the GPU machine's
-# CPU beside llama.cpp at 2 and 16 threads (huge pages, the 16-bit decode kernel, the attention stretch).
+# CPU beside llama.cpp at 2 and 16 threads (huge pages, the 16-bit decode kernel, the attention stretch), then
+# prefill and decode at 4 and 8 threads and llama.cpp's weight buffer type.
 # Run from the repository root on the device with .gpu carried: scripts/gpu/gpu-bundle.sh (GPU_BUNDLE_KEEP='^(example-bench_decode|test-quantized-[0-9a-f]+)$'), then .gpu/llamaq.tar.xz (llama-quantize and its libraries), then `bash scripts/gpu/check-31.sh`; writes $OUT/cmd7.log, test-quantized.log, gguf-cpu.log, table-cpu.md.
 set -uo pipefail
 t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
@@ -19,7 +20,7 @@ rm -f /tmp/*-f16.gguf; echo files done
 EOS
 (setsid nohup bash /tmp/files.sh >/tmp/files.log 2>&1 &)
 q=$(ls .gpu/bin/test-quantized-*)
-FUSE_TEST_GPU=1 FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 200 $q >$OUT/test-quantized.log 2>&1; say "test-quantized (all) exit $?"
+FUSE_TEST_GPU=1 FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 300 $q --test-threads 4 >$OUT/test-quantized.log 2>&1; say "test-quantized (all) exit $?"
 grep -E "^test |^test result" $OUT/test-quantized.log >>$log
 while { [ ! -x /tmp/llama/llama.cpp/build/bin/llama-bench ] || ! grep -q "files done" /tmp/files.log; } && [ $(el) -lt 300 ]; do sleep 3; done
 say "llama.cpp built, files: $(ls /tmp/*.gguf | tr '\n' ' ')"
@@ -27,4 +28,13 @@ B=.gpu/bin/example-bench_decode
 STEPS=32 BENCH_DECODE=$B LLAMA_BIN=/tmp/llama/llama.cpp/build/bin timeout $((560 - $(el))) scripts/bench-gguf.sh /tmp/gc cpu 2,16 /tmp/smollm2-135m-q4_1.gguf /tmp/llama-3.2-1b-q4_k_m.gguf >$OUT/gguf-cpu.log 2>&1
 say "cpu bench exit $?"
 cp /tmp/gc/table.md $OUT/table-cpu.md 2>/dev/null
+# Prefill and decode at 4 and 8 threads too (whether prefill scales: 2 -> 16 did not at 584860f), and which
+# buffer type llama.cpp's CPU build gives the weights there (its AMX repacking, or none).
+for t in 4 8; do for f in /tmp/llama-3.2-1b-q4_k_m.gguf /tmp/smollm2-135m-q4_1.gguf; do
+    [ $(el) -lt 540 ] && say "$(basename $f) t$t: $(RAYON_NUM_THREADS=$t timeout 30 $B --model $f --device cpu --dtype f32 \
+        --modes calls --batches 1 --cached 128 --steps 16 --prompt 128 2>&1 | grep -E '^calls|prefill' | tr -s ' ' | tr '\n' ' ')"
+done; done
+L=/tmp/llama/llama.cpp/build/bin
+LD_LIBRARY_PATH=$L timeout 20 env CUDA_VISIBLE_DEVICES= $L/llama-bench -m /tmp/smollm2-135m-q4_1.gguf -ngl 0 -t 2 -p 0 -n 2 -r 1 -v 2>&1 \
+    | grep -i -E "amx|repack|buffer size" | head -4 >>$log
 say done
