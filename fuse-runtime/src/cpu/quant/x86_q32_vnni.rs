@@ -133,7 +133,28 @@ unsafe fn run<const R: usize, const T: u8>(rows: &[u8], xs: &[Q16Row], out: &mut
     let rb = nb * bytes;
     // One reduction a row (rows are short: SmolLM2's 576 values are 9 pairs).
     let c = _mm512_set1_ps(if has_min { 1.0 } else { -offset });
-    for (j, row) in rows.chunks_exact(rb).enumerate() {
+    // Two rows of W at a time: each row's blocks are one chain of dependent FMAs (a short row is only a few
+    // pairs), so two independent chains keep the core busy while the loads of both are in flight.
+    let pairs_of_rows = rows.len() / rb / 2;
+    for jj in 0..pairs_of_rows {
+        let (b0, b1) = (rows.as_ptr().add(2 * jj * rb), rows.as_ptr().add((2 * jj + 1) * rb));
+        let (mut acc0, mut off0) = ([_mm512_setzero_ps(); R], [_mm512_setzero_ps(); R]);
+        let (mut acc1, mut off1) = ([_mm512_setzero_ps(); R], [_mm512_setzero_ps(); R]);
+        for p in 0..nb / 2 {
+            pair::<R, T>(b0.add(2 * p * bytes), b0.add((2 * p + 1) * bytes), xs, p, &mut acc0, &mut off0);
+            pair::<R, T>(b1.add(2 * p * bytes), b1.add((2 * p + 1) * bytes), xs, p, &mut acc1, &mut off1);
+        }
+        if nb % 2 == 1 {
+            let (last0, last1) = (b0.add((nb - 1) * bytes), b1.add((nb - 1) * bytes));
+            pair::<R, T>(last0, last0, xs, nb / 2, &mut acc0, &mut off0);
+            pair::<R, T>(last1, last1, xs, nb / 2, &mut acc1, &mut off1);
+        }
+        for r in 0..R {
+            out[2 * jj * R + r] = _mm512_reduce_add_ps(_mm512_fmadd_ps(off0[r], c, acc0[r]));
+            out[(2 * jj + 1) * R + r] = _mm512_reduce_add_ps(_mm512_fmadd_ps(off1[r], c, acc1[r]));
+        }
+    }
+    for (j, row) in rows.chunks_exact(rb).enumerate().skip(2 * pairs_of_rows) {
         let mut acc = [_mm512_setzero_ps(); R];
         let mut off = [_mm512_setzero_ps(); R];
         let b = row.as_ptr();
