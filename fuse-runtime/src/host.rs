@@ -392,6 +392,19 @@ fn gather<T: Copy>(v: &[T], start: usize, stride: usize, out: &mut [f32], conv: 
 }
 
 /// Calls `f` with the storage offset of every element of a strided view, in row-major order.
+/// [`for_each_offset`] by runs: `f(start, len)` for each run of `len` consecutive elements (the last axis where
+/// its stride is 1 and the tensor has more than one axis, else single elements), in the same order.
+pub(crate) fn for_each_run(shape: &[usize], strides: &[usize], offset: usize, mut f: impl FnMut(usize, usize)) {
+    match (shape.split_last(), strides.split_last()) {
+        (Some((&len, outer)), Some((1, outer_strides))) if !outer.is_empty() => {
+            if len > 0 {
+                for_each_offset(outer, outer_strides, offset, |at| f(at, len));
+            }
+        }
+        _ => for_each_offset(shape, strides, offset, |at| f(at, 1)),
+    }
+}
+
 pub(crate) fn for_each_offset(shape: &[usize], strides: &[usize], offset: usize, mut f: impl FnMut(usize)) {
     if shape.contains(&0) {
         return;
@@ -415,6 +428,33 @@ pub(crate) fn for_each_offset(shape: &[usize], strides: &[usize], offset: usize,
             }
             at -= strides[axis] * shape[axis];
             index[axis] = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs expand to exactly the offsets, in their order: contiguous and transposed layouts, broadcast axes,
+    /// one axis, empty extents.
+    #[test]
+    fn runs_cover_the_offsets_in_order() {
+        let cases: [(&[usize], &[usize], usize); 7] = [
+            (&[2, 3, 4], &[12, 4, 1], 0),
+            (&[1, 9, 5, 4], &[180, 4, 36, 1], 3),
+            (&[3, 4], &[1, 3], 0),
+            (&[2, 3], &[0, 1], 5),
+            (&[6], &[1], 2),
+            (&[2, 0, 4], &[0, 4, 1], 0),
+            (&[3, 1], &[1, 1], 0),
+        ];
+        for (shape, strides, offset) in cases {
+            let mut want = Vec::new();
+            for_each_offset(shape, strides, offset, |at| want.push(at));
+            let mut got = Vec::new();
+            for_each_run(shape, strides, offset, |at, len| got.extend(at..at + len));
+            assert_eq!(got, want, "shape {shape:?} strides {strides:?}");
         }
     }
 }

@@ -4,7 +4,7 @@
 use crate::cuda::storage::CudaStorage;
 use crate::element::Element;
 use crate::error::EAGER;
-use crate::host::{for_each_offset, BlockBytes, Blocks, CpuData, CpuSlice, CpuStorage};
+use crate::host::{for_each_offset, for_each_run, BlockBytes, Blocks, CpuData, CpuSlice, CpuStorage};
 use crate::layout::row_offset;
 use crate::{Device, Error, Result};
 use fuse_ir::infer::InferError;
@@ -182,7 +182,7 @@ impl Tensor {
                 return Ok(all[self.offset..self.offset + self.numel()].to_vec());
             }
             let mut out = Vec::with_capacity(self.numel());
-            for_each_offset(&self.shape, &self.strides, self.offset, |i| out.push(all[i]));
+            for_each_run(&self.shape, &self.strides, self.offset, |at, len| out.extend_from_slice(&all[at..at + len]));
             return Ok(out);
         }
         let data = cpu.slice();
