@@ -81,6 +81,14 @@ pub(crate) fn cpu_spin_us() -> Option<u64> {
     *US.get_or_init(|| std::env::var("FUSE_CPU_SPIN_US").ok().and_then(|v| v.trim().parse().ok()))
 }
 
+/// `FUSE_CPU_TASK_KB`: the least weight bytes (KiB) a task of a CPU quantized product takes (default 0: the
+/// rows split over twice the threads). For measuring, on many cores, whether small products (a few hundred KB)
+/// lose more to sixteen threads' start and join than they gain in bandwidth.
+pub(crate) fn cpu_task_kb() -> usize {
+    static KB: OnceLock<usize> = OnceLock::new();
+    *KB.get_or_init(|| std::env::var("FUSE_CPU_TASK_KB").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0))
+}
+
 /// `FUSE_FUSION`: `off`, `0` or `false` run every fused function unfused.
 pub(crate) fn fusion_off() -> bool {
     static OFF: OnceLock<bool> = OnceLock::new();

@@ -34,6 +34,12 @@ for t in 4 8; do for f in /tmp/llama-3.2-1b-q4_k_m.gguf /tmp/smollm2-135m-q4_1.g
     [ $(el) -lt 540 ] && say "$(basename $f) t$t: $(RAYON_NUM_THREADS=$t timeout 30 $B --model $f --device cpu --dtype f32 \
         --modes calls --batches 1 --cached 128 --steps 16 --prompt 128 2>&1 | grep -E '^calls|prefill' | tr -s ' ' | tr '\n' ' ')"
 done; done
+# Small products at 16 threads: the least weight bytes a task (FUSE_CPU_TASK_KB, default 0).
+for kb in 16 64 256; do
+    [ $(el) -lt 550 ] && say "smollm2 t16 task ${kb} KB: $(FUSE_CPU_TASK_KB=$kb RAYON_NUM_THREADS=16 timeout 20 $B \
+        --model /tmp/smollm2-135m-q4_1.gguf --device cpu --dtype f32 --modes calls --batches 1 --cached 128 --steps 32 \
+        --prompt 1 2>&1 | grep -E '^calls' | tr -s ' ')"
+done
 L=/tmp/llama/llama.cpp/build/bin
 LD_LIBRARY_PATH=$L timeout 20 env CUDA_VISIBLE_DEVICES= $L/llama-bench -m /tmp/smollm2-135m-q4_1.gguf -ngl 0 -t 2 -p 0 -n 2 -r 1 -v 2>&1 \
     | grep -i -E "amx|repack|buffer size" | head -4 >>$log

@@ -454,7 +454,8 @@ fn drive<X: Sync>(
     // hardware prefetchers follow (interleaved 16-row tiles ran at 12.7 GB/s, runs of a few per thread at 16+),
     // and a few tasks a thread to even out. Results do not depend on the span (each output is one dot).
     let (threads, it) = (rayon::current_num_threads().max(1), m.div_ceil(mc));
-    let span = n.div_ceil(threads * TASKS_PER_THREAD * it).next_multiple_of(NR).max(NR);
+    let least = (crate::env::cpu_task_kb() * 1024).div_ceil(row_bytes.max(1)).next_multiple_of(NR);
+    let span = n.div_ceil(threads * TASKS_PER_THREAD * it).next_multiple_of(NR).max(NR).max(least);
     let jt = n.div_ceil(span);
     let ptr = Out(out.as_mut_ptr());
     let ptr = &ptr;
