@@ -391,12 +391,11 @@ fn gather<T: Copy>(v: &[T], start: usize, stride: usize, out: &mut [f32], conv: 
     }
 }
 
-/// Calls `f` with the storage offset of every element of a strided view, in row-major order.
 /// [`for_each_offset`] by runs: `f(start, len)` for each run of `len` consecutive elements (the last axis where
-/// its stride is 1 and the tensor has more than one axis, else single elements), in the same order.
+/// its stride is 1, else single elements), in the same order.
 pub(crate) fn for_each_run(shape: &[usize], strides: &[usize], offset: usize, mut f: impl FnMut(usize, usize)) {
     match (shape.split_last(), strides.split_last()) {
-        (Some((&len, outer)), Some((1, outer_strides))) if !outer.is_empty() => {
+        (Some((&len, outer)), Some((1, outer_strides))) => {
             if len > 0 {
                 for_each_offset(outer, outer_strides, offset, |at| f(at, len));
             }
@@ -405,6 +404,7 @@ pub(crate) fn for_each_run(shape: &[usize], strides: &[usize], offset: usize, mu
     }
 }
 
+/// Calls `f` with the storage offset of every element of a strided view, in row-major order.
 pub(crate) fn for_each_offset(shape: &[usize], strides: &[usize], offset: usize, mut f: impl FnMut(usize)) {
     if shape.contains(&0) {
         return;

@@ -7,7 +7,7 @@ use super::rowprog::CallInfo;
 use crate::call::node_error;
 use crate::call::Value;
 use crate::element::Element;
-use crate::host::{for_each_offset, CpuData};
+use crate::host::{for_each_run, CpuData};
 use crate::{Error, Result, Tensor};
 use fuse_ir::infer::NodeError;
 use fuse_ir::view::{check_slice_set_offset, normalize_axis, ViewOp};
@@ -95,20 +95,12 @@ fn write_rows<T: Element>(dest: &Tensor, src: &Tensor, axis: usize, offset: usiz
     let strides = dest.strides();
     dest.cpu_storage().write(|data| {
         let all = data.typed_mut::<T>().expect("inference checked that source and destination dtypes agree");
-        match (shape.split_last(), strides.split_last()) {
-            // Rows along a dense last axis are copied whole (a decode step's new keys: one row a head).
-            (Some((&run, outer)), Some((&1, outer_strides))) if run > 0 => {
-                let mut rows = values.chunks_exact(run);
-                for_each_offset(outer, outer_strides, start, |i| {
-                    let row = rows.next().expect("as many rows as offsets");
-                    all[i..i + row.len()].copy_from_slice(row);
-                });
-            }
-            _ => {
-                let mut next = values.iter();
-                for_each_offset(&shape, strides, start, |i| all[i] = *next.next().expect("as many values as offsets"));
-            }
-        }
+        // Rows along a dense last axis are copied whole (a decode step's new keys: one row a head).
+        let mut next = 0;
+        for_each_run(&shape, strides, start, |i, len| {
+            all[i..i + len].copy_from_slice(&values[next..next + len]);
+            next += len;
+        });
     });
     Ok(())
 }
