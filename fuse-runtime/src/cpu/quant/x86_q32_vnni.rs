@@ -128,46 +128,46 @@ const fn layout(t: u8) -> (usize, usize, bool, f32) {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn run<const R: usize, const T: u8>(rows: &[u8], xs: &[Q16Row], out: &mut [f32]) {
-    let (bytes, _, has_min, offset) = layout(T);
-    let nb = xs[0].blocks;
-    let rb = nb * bytes;
-    // One reduction a row (rows are short: SmolLM2's 576 values are 9 pairs).
-    let c = _mm512_set1_ps(if has_min { 1.0 } else { -offset });
+    let rb = xs[0].blocks * layout(T).0;
+    let count = rows.len() / rb;
     // Two rows of W at a time: each row's blocks are one chain of dependent FMAs (a short row is only a few
     // pairs), so two independent chains keep the core busy while the loads of both are in flight.
-    let pairs_of_rows = rows.len() / rb / 2;
-    for jj in 0..pairs_of_rows {
-        let (b0, b1) = (rows.as_ptr().add(2 * jj * rb), rows.as_ptr().add((2 * jj + 1) * rb));
-        let (mut acc0, mut off0) = ([_mm512_setzero_ps(); R], [_mm512_setzero_ps(); R]);
-        let (mut acc1, mut off1) = ([_mm512_setzero_ps(); R], [_mm512_setzero_ps(); R]);
-        for p in 0..nb / 2 {
-            pair::<R, T>(b0.add(2 * p * bytes), b0.add((2 * p + 1) * bytes), xs, p, &mut acc0, &mut off0);
-            pair::<R, T>(b1.add(2 * p * bytes), b1.add((2 * p + 1) * bytes), xs, p, &mut acc1, &mut off1);
-        }
-        if nb % 2 == 1 {
-            let (last0, last1) = (b0.add((nb - 1) * bytes), b1.add((nb - 1) * bytes));
-            pair::<R, T>(last0, last0, xs, nb / 2, &mut acc0, &mut off0);
-            pair::<R, T>(last1, last1, xs, nb / 2, &mut acc1, &mut off1);
-        }
-        for r in 0..R {
-            out[2 * jj * R + r] = _mm512_reduce_add_ps(_mm512_fmadd_ps(off0[r], c, acc0[r]));
-            out[(2 * jj + 1) * R + r] = _mm512_reduce_add_ps(_mm512_fmadd_ps(off1[r], c, acc1[r]));
+    for j in (0..count - count % 2).step_by(2) {
+        let b = rows.as_ptr().add(j * rb);
+        rows_dot::<R, T, 2>([b, b.add(rb)], xs, &mut out[j * R..(j + 2) * R]);
+    }
+    if count % 2 == 1 {
+        let j = count - 1;
+        rows_dot::<R, T, 1>([rows.as_ptr().add(j * rb)], xs, &mut out[j * R..(j + 1) * R]);
+    }
+}
+
+/// The `W` rows of W at `b` against `xs`, their chains interleaved: `out[w * R + r]`. Each row's arithmetic is
+/// the same whatever `W`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn rows_dot<const R: usize, const T: u8, const W: usize>(b: [*const u8; W], xs: &[Q16Row], out: &mut [f32]) {
+    let (bytes, _, has_min, offset) = layout(T);
+    let nb = xs[0].blocks;
+    let mut acc = [[_mm512_setzero_ps(); R]; W];
+    let mut off = [[_mm512_setzero_ps(); R]; W];
+    for p in 0..nb / 2 {
+        for w in 0..W {
+            pair::<R, T>(b[w].add(2 * p * bytes), b[w].add((2 * p + 1) * bytes), xs, p, &mut acc[w], &mut off[w]);
         }
     }
-    for (j, row) in rows.chunks_exact(rb).enumerate().skip(2 * pairs_of_rows) {
-        let mut acc = [_mm512_setzero_ps(); R];
-        let mut off = [_mm512_setzero_ps(); R];
-        let b = row.as_ptr();
-        for p in 0..nb / 2 {
-            pair::<R, T>(b.add(2 * p * bytes), b.add((2 * p + 1) * bytes), xs, p, &mut acc, &mut off);
+    if nb % 2 == 1 {
+        // The last block twice: the second's activations and lanes are zeros.
+        for w in 0..W {
+            let last = b[w].add((nb - 1) * bytes);
+            pair::<R, T>(last, last, xs, nb / 2, &mut acc[w], &mut off[w]);
         }
-        if nb % 2 == 1 {
-            // The last block twice: the second's activations and lanes are zeros.
-            let last = b.add((nb - 1) * bytes);
-            pair::<R, T>(last, last, xs, nb / 2, &mut acc, &mut off);
-        }
+    }
+    // One reduction a row (rows are short: SmolLM2's 576 values are 9 pairs).
+    let c = _mm512_set1_ps(if has_min { 1.0 } else { -offset });
+    for w in 0..W {
         for r in 0..R {
-            out[j * R + r] = _mm512_reduce_add_ps(_mm512_fmadd_ps(off[r], c, acc[r]));
+            out[w * R + r] = _mm512_reduce_add_ps(_mm512_fmadd_ps(off[w][r], c, acc[w][r]));
         }
     }
 }
