@@ -1,20 +1,15 @@
-//! Q4_K, Q5_K and Q6_K against one 8-bit activation term (`Strategy::Q8`, prefill's) on Intel AMX (`amx-tile` +
-//! `amx-int8`, Sapphire Rapids and later): each `tdpbusd` multiplies a 16-row tile of weights (one group of
-//! each row, the values widened to bytes: 32 of Q4_K, 16 of Q6_K) by the same group of 16 activation rows,
-//! 8192 (4096) products in one instruction where `vpdpbusd` makes 64. llama.cpp's CPU backend uses AMX for
-//! prefill where the CPU has it.
+//! Prefill's block-quantized products on Intel AMX (`amx-tile` + `amx-int8`, Sapphire Rapids and later): each
+//! `tdpbusd` / `tdpbssd` multiplies a 16-row tile of weights by a tile of 16 activation rows, 16 x 16 x 64
+//! products in one instruction where `vpdpbusd` makes 64. llama.cpp's CPU backend uses AMX for prefill where the
+//! CPU has it. Q4_K, Q5_K and Q6_K against one 8-bit activation term (`Strategy::Q8`): `x86_amx_k`, the weights
+//! times their group's scale in two byte planes, one store a block. Q4_0, Q4_1 and Q8_0 against two terms
+//! (`Strategy::Q8Residual`): `x86_amx32`, a block a product. Both end in the f32 arithmetic of the AVX-512
+//! kernels (block scales, min terms), so results equal `x86_q8_512`'s up to f32 summation order.
 //!
-//! The group's 16 x 16 integer sums are stored and scaled on AVX-512: by the group's scale of each weight row
-//! (integer products, summed over the block's groups: the exact integers of the other kernels; Q6_K's values
-//! are 0..63 and its `-32` is taken off as 32 times the activations' sums of 16), then by the block's d and
-//! the activations' d in f32, and Q4_K's min terms (`-dmin * m` of each row and group times the activations'
-//! group sums `gs`) added. So results equal `x86_q8_512`'s up to f32 summation order.
-//!
-//! Layouts: the activations are packed once a call, 16 rows a tile, in the layout `tdpbusd` reads its second
-//! operand in (4 consecutive values of each of the 16 rows per 64-byte row of the tile); each task widens its
-//! weight rows 16 at a time into a panel (`x86_amx_panel`), two panels at once, and runs every pair of
-//! activation tiles against them: four products (2 x 2 tiles) for each two weight and two activation tiles
-//! loaded. Rows past n or m are zeros, computed and not stored.
+//! Layouts (`x86_amx_panel`): the activations are packed once a call, 16 rows a tile, in the layout the second
+//! operand is read in (4 consecutive values of each of the 16 rows per 64-byte row of the tile); each task
+//! widens its weight rows 16 at a time into a panel, two panels at once (kept by the thread from call to call),
+//! and runs every pair of activation tiles against them. Rows past n or m are zeros, computed and not stored.
 //!
 //! Linux grants a process the AMX state on request (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`):
 //! [`available`] asks once, and a refusal, a CPU without AMX or `FUSE_CPU_AMX=off` leaves the AVX-512 kernels.
@@ -163,15 +158,15 @@ pub(super) fn matmul(format: Format, acts: &Q8Acts, m: usize, k: usize, w: &[u8]
                 // Safety: AMX and AVX-512 are available; the panels and the packed tiles hold k values.
                 unsafe {
                     match format {
-                        Format::Q4K | Format::Q5K => {
-                            split_product::<false>(&panels[0], &packed[0], mts, k, &mut sums, 0);
-                            split_product::<false>(&panels[1], &packed[0], mts, k, &mut sums, 2);
+                        Format::Q4K | Format::Q5K | Format::Q6K => {
+                            for (h, panel) in panels.iter().enumerate() {
+                                match format {
+                                    Format::Q6K => split_product::<true>(panel, &packed[0], mts, k, &mut sums, 2 * h),
+                                    _ => split_product::<false>(panel, &packed[0], mts, k, &mut sums, 2 * h),
+                                }
+                            }
                         }
-                        Format::Q6K => {
-                            split_product::<true>(&panels[0], &packed[0], mts, k, &mut sums, 0);
-                            split_product::<true>(&panels[1], &packed[0], mts, k, &mut sums, 2);
-                        }
-                        _ => super::x86_amx32::quad_product(&panels, packed, mts, k, &mut sums),
+                        _ => super::x86_amx32::quad_product(panels, packed, mts, k, &mut sums),
                     }
                 }
                 for (q, sums) in sums.iter().enumerate() {

@@ -8,7 +8,7 @@
 //! * m` by the activations' group sums), in the same order: results equal the grouped kernel's bit for bit.
 //! The 1b's prefill (Q4_K_M, 2 threads) 182 -> 211 tokens/s with the Q4_K planes and aligned panels.
 
-use super::x86_amx_panel::{at, Packed, Panel, T};
+use super::x86_amx_panel::{plane_at, Packed, Panel, T};
 use std::arch::asm;
 use std::arch::x86_64::*;
 
@@ -32,8 +32,8 @@ macro_rules! chunk {
 }
 
 /// The panel's 16 weight rows against activation tiles `mts`: `sums[first + tile][row * 16 + lane]`; `Q6`: the
-/// signed planes of Q6_K (no min terms). The tile
-/// configuration is `x86_amx`'s full-depth one (every tile 16 rows of 64 bytes).
+/// signed planes of Q6_K (no min terms). The tile configuration is `x86_amx`'s full-depth one (every tile 16
+/// rows of 64 bytes).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 pub(super) unsafe fn split_product<const Q6: bool>(
     panel: &Panel,
@@ -51,7 +51,7 @@ pub(super) unsafe fn split_product<const Q6: bool>(
     for blk in 0..blocks {
         asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack));
         for ch in 0..4 {
-            let w = |plane: usize| panel.a.as_ptr().add(at(blk, plane, ch, 0));
+            let w = |plane: usize| panel.a.as_ptr().add(plane_at(blk, plane, ch, 0));
             let b = |t: usize| packed.b.as_ptr().add(mts[t] * k * T + (blk * 256 + ch * 64) / 4 * 64);
             if Q6 {
                 chunk!("tdpbssd", w(0), w(1), b(0), b(1));

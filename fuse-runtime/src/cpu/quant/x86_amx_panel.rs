@@ -44,15 +44,14 @@ impl Format {
             _ => 32,
         }
     }
-    /// Values of a group (the `tdpbusd` depth: one scale a row).
-    pub(super) const fn group(self) -> usize {
-        match self {
-            Format::Q6K => 16,
-            _ => 32,
+    /// A panel row's min factors a block: Q4_K's and Q5_K's 8 groups (kept for every K type, unused by
+    /// Q6_K), Q4_1's one (kept for every 32-value type, unused by Q4_0 and Q8_0).
+    const fn mins(self) -> usize {
+        if self.k_type() {
+            8
+        } else {
+            1
         }
-    }
-    pub(super) const fn groups(self) -> usize {
-        self.block_values() / self.group()
     }
     /// The K types (one 8-bit activation term, integer sums over a block's groups, panels of scaled values in
     /// two byte planes: `x86_amx_k`); else the 32-value types (two terms, each block scaled in f32, a block's
@@ -138,7 +137,7 @@ impl std::ops::DerefMut for Lines {
     }
 }
 
-/// One task's 16 weight rows, widened (`a`): the K types' two planes of scaled values (`x86_amx_k::at`), the
+/// One task's 16 weight rows, widened (`a`): the K types' two planes of scaled values (`plane_at`), the
 /// 32-value types' blocks as 16 rows of 32 signed bytes each; per block and row its d (`d`) and, for Q4_K, Q5_K
 /// and Q4_1, its min factors (`-dmin * m` per group; Q4_1's m).
 pub(super) struct Panel {
@@ -157,8 +156,7 @@ impl Panel {
             format,
             a: Lines::zeroed(if k_type { panel_bytes(blocks) } else { blocks * 32 * T }),
             d: vec![0.0; blocks * T],
-            // Q4_K's and Q5_K's 8 groups, Q4_1's one (unused by the others).
-            mins: vec![0.0; if k_type { blocks * 8 * T } else { blocks * T }],
+            mins: vec![0.0; blocks * format.mins() * T],
         }
     }
 
@@ -172,7 +170,7 @@ impl Panel {
     }
 
     /// Where a 32-value type's block `blk` starts in `a` for row `lane`.
-    fn at(&self, blk: usize, lane: usize) -> usize {
+    fn block_at(&self, blk: usize, lane: usize) -> usize {
         (blk * T + lane) * 32
     }
 
@@ -180,24 +178,22 @@ impl Panel {
     /// AVX2, FMA and F16C are available (with AMX, always).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     pub(super) unsafe fn fill(&mut self, w: &[u8], row_bytes: usize, rows: std::ops::Range<usize>) {
-        let (bytes, groups) = (self.format.block_bytes(), self.format.groups());
+        let (bytes, mins) = (self.format.block_bytes(), self.format.mins());
         let blocks = row_bytes / bytes;
         for lane in 0..T {
             for blk in 0..blocks {
-                let scales = (blk * T + lane) * groups;
                 if lane >= rows.len() {
                     if self.format.k_type() {
                         for (plane, c) in (0..2).flat_map(|p| (0..4).map(move |c| (p, c))) {
-                            let at = at(blk, plane, c, lane);
+                            let at = plane_at(blk, plane, c, lane);
                             self.a[at..at + 64].fill(0);
                         }
                     } else {
-                        let at = self.at(blk, lane);
+                        let at = self.block_at(blk, lane);
                         self.a[at..at + 32].fill(0);
                     }
-                    if self.format != Format::Q6K {
-                        self.mins[scales..scales + groups].fill(0.0);
-                    }
+                    let at = (blk * T + lane) * mins;
+                    self.mins[at..at + mins].fill(0.0);
                     self.d[blk * T + lane] = 0.0;
                     continue;
                 }
@@ -209,7 +205,7 @@ impl Panel {
                     Format::Q4K | Format::Q5K => fill_block(self, b, self.format == Format::Q5K, blk, lane),
                     Format::Q4_0 | Format::Q4_1 | Format::Q8_0 => {
                         self.d[blk * T + lane] = f16(b);
-                        let to = self.a.as_mut_ptr().add(self.at(blk, lane));
+                        let to = self.a.as_mut_ptr().add(self.block_at(blk, lane));
                         if self.format == Format::Q8_0 {
                             _mm256_storeu_si256(to as *mut __m256i, _mm256_loadu_si256(b.add(2) as *const __m256i));
                             continue;
@@ -235,7 +231,7 @@ impl Panel {
 
 /// Where chunk `c` (values 64c..64c + 64) of plane `plane` (0: the low bytes, 1: the high) of block `blk`
 /// starts in a split panel's bytes for row `lane`: 16 rows of 64 bytes a tile.
-pub(super) fn at(blk: usize, plane: usize, c: usize, lane: usize) -> usize {
+pub(super) fn plane_at(blk: usize, plane: usize, c: usize, lane: usize) -> usize {
     (((blk * 2 + plane) * 4 + c) * T + lane) * 64
 }
 
@@ -244,8 +240,9 @@ pub(super) fn panel_bytes(blocks: usize) -> usize {
     blocks * 2 * 256 * T
 }
 
-/// The K types' planes (`x86_amx_k` multiplies them): row `lane`'s block `blk` of a Q4_K (`five` false) or Q5_K block at `b` into `panel`'s planes, d and mins.
-/// Only called where AVX-512 (F, BW) and F16C are available (with AMX, always).
+/// The K types' planes (`x86_amx_k` multiplies them): row `lane`'s block `blk` of a Q4_K (`five` false) or Q5_K
+/// block at `b` into `panel`'s planes, d and mins. Only called where AVX-512 (F, BW) and F16C are available
+/// (with AMX, always).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
 pub(super) unsafe fn fill_block(panel: &mut Panel, b: *const u8, five: bool, blk: usize, lane: usize) {
     let (sc, mn) = k_scale_bytes(b.add(4));
@@ -277,8 +274,8 @@ pub(super) unsafe fn fill_block(panel: &mut Panel, b: *const u8, five: bool, blk
         let byte = _mm512_set1_epi16(0xff);
         let low = _mm512_ternarylogic_epi32::<0xCA>(byte, even, _mm512_slli_epi16::<8>(odd));
         let high = _mm512_ternarylogic_epi32::<0xCA>(byte, _mm512_srli_epi16::<8>(even), odd);
-        _mm512_storeu_si512(base.add(at(blk, 0, c, lane)) as *mut _, low);
-        _mm512_storeu_si512(base.add(at(blk, 1, c, lane)) as *mut _, high);
+        _mm512_storeu_si512(base.add(plane_at(blk, 0, c, lane)) as *mut _, low);
+        _mm512_storeu_si512(base.add(plane_at(blk, 1, c, lane)) as *mut _, high);
     }
 }
 
@@ -306,8 +303,8 @@ pub(super) unsafe fn fill_q6_block(panel: &mut Panel, b: *const u8, blk: usize, 
                 _mm512_srai_epi16::<7>(even),
                 _mm512_slli_epi16::<8>(_mm512_srai_epi16::<7>(odd)),
             );
-            _mm512_storeu_si512(base.add(at(blk, 0, c, lane)) as *mut _, low);
-            _mm512_storeu_si512(base.add(at(blk, 1, c, lane)) as *mut _, high);
+            _mm512_storeu_si512(base.add(plane_at(blk, 0, c, lane)) as *mut _, low);
+            _mm512_storeu_si512(base.add(plane_at(blk, 1, c, lane)) as *mut _, high);
         }
     }
 }
