@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Where a CPU decode step's and prefill's time goes on the GPU machine's CPU, at 2 and 16 threads: perf's
+# samples by symbol (self time) and by thread, for SmolLM2 Q4_1 decode at 128 cached and the 1b Q4_K_M's prefill.
+# That machine has no perf: this machine's perf with its libraries, packed by
+#   mkdir -p P/perf; cp -L /usr/bin/perf P/perf; ldd /usr/bin/perf | awk '/=>/{print $3} /ld-linux/{print $1}' \
+#       | xargs -I{} cp -L {} P/perf; tar -C P -cJf .gpu/perf.tar.xz perf
+# runs through its own loader. Run from the repository root with .gpu carried (bins.tar.xz, llamaq.tar.xz,
+# perf.tar.xz, with bench_decode's unstripped binary as perf/bench_decode): `bash scripts/gpu/cpu-profile.sh`; writes $OUT/profile.log. Makes the two random files in /tmp
+# where they are missing (make_gguf.py + llama-quantize), as check-31.sh does.
+set -uo pipefail
+t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
+log=$OUT/profile.log; say() { echo "[$(el) s] $*" | tee -a "$log"; }
+[ -x .gpu/bin/example-bench_decode ] || tar -C .gpu -xJf .gpu/bins.tar.xz
+[ -x .gpu/llamaq/llama-quantize ] || tar -C .gpu -xJf .gpu/llamaq.tar.xz
+[ -x .gpu/perf/perf ] || tar -C .gpu -xJf .gpu/perf.tar.xz
+P=(.gpu/perf/ld-linux-x86-64.so.2 --library-path .gpu/perf .gpu/perf/perf)
+perf() { "${P[@]}" "$@"; }
+say "perf: $(perf --version 2>&1); paranoid $(cat /proc/sys/kernel/perf_event_paranoid)"
+smol=/tmp/smollm2-135m-q4_1.gguf; big=/tmp/llama-3.2-1b-q4_k_m.gguf
+if [ ! -s $smol ] || [ ! -s $big ]; then
+  pip install --no-index --no-deps --target /tmp/site scripts/wheels/gguf-*.whl >/dev/null 2>&1
+  export PYTHONPATH=/tmp/site
+  python3 .gpu/peers/llama.cpp/make_gguf.py /tmp/s-f16.gguf --config smollm2-135m --type f16 >/dev/null
+  LD_LIBRARY_PATH=.gpu/llamaq .gpu/llamaq/llama-quantize /tmp/s-f16.gguf $smol Q4_1 8 >/dev/null 2>&1
+  python3 .gpu/peers/llama.cpp/make_gguf.py /tmp/1b-f16.gguf --config llama-3.2-1b --type f16 >/dev/null
+  LD_LIBRARY_PATH=.gpu/llamaq .gpu/llamaq/llama-quantize /tmp/1b-f16.gguf $big Q4_K_M 8 >/dev/null 2>&1
+  rm -f /tmp/*-f16.gguf
+fi
+say "files: $(ls -la /tmp/*.gguf | awk '{print $5, $9}' | tr '\n' ' ')"
+# bench_decode with its symbols (the bundle's binaries have none), packed beside perf.
+B=.gpu/perf/bench_decode
+# profile NAME THREADS DELAY_MS FILE ARGS...: a perf record of bench_decode from DELAY_MS on (past the load),
+# the threads' shares and the top symbols by self time.
+profile() {
+  local name=$1 t=$2 delay=$3 file=$4; shift 4
+  RAYON_NUM_THREADS=$t timeout 120 "${P[@]}" record -q -e cpu-clock -F 4000 -D $delay -o /tmp/$name.data -- \
+    $B --model $file --device cpu --dtype f32 --modes calls --batches 1 "$@" >/tmp/$name.out 2>&1
+  say "$name: exit $? $(grep -E '^calls|prefill' /tmp/$name.out | tr -s ' ' | tr '\n' ' ')"
+  perf report -i /tmp/$name.data --no-children --sort comm --stdio 2>/dev/null | grep -E '%' | head -20 >>"$log"
+  perf report -i /tmp/$name.data --no-children --sort symbol --stdio 2>/dev/null | grep -E '%' | head -40 \
+    | cut -c1-140 >>"$log"
+  echo >>"$log"
+}
+for t in 2 16; do
+  # Decode only (a 1-token prompt: the prefill is a few ms of the run).
+  profile smol-decode-t$t $t 3000 $smol --cached 128 --steps 512 --prompt 1
+  profile big-decode-t$t $t 8000 $big --cached 128 --steps $((t == 2 ? 200 : 600)) --prompt 1
+  [ $(el) -lt 420 ] && profile big-prefill-t$t $t 5000 $big --cached 16 --steps 2 --prompt 128
+done
+say done
