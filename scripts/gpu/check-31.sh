@@ -3,6 +3,7 @@
 # CPU beside llama.cpp at 2 and 16 threads (huge pages, the 16-bit decode kernel, the attention stretch), then
 # prefill and decode at 4 and 8 threads and llama.cpp's weight buffer type.
 # Run from the repository root on the device with .gpu carried: scripts/gpu/gpu-bundle.sh (GPU_BUNDLE_KEEP='^(example-bench_decode|test-quantized-[0-9a-f]+)$'), then .gpu/llamaq.tar.xz (llama-quantize and its libraries), then `bash scripts/gpu/check-31.sh`; writes $OUT/cmd7.log, test-quantized.log, gguf-cpu.log, table-cpu.md.
+# SKIP_TESTS=1 leaves out test-quantized; PROFILE=1 runs scripts/gpu/cpu-profile.sh first ($OUT/profile.log).
 set -uo pipefail
 t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
 log=$OUT/cmd7.log; say() { echo "[$(el) s] $*" | tee -a $log; }
@@ -19,14 +20,22 @@ python3 .gpu/peers/llama.cpp/make_gguf.py /tmp/1b-f16.gguf --config llama-3.2-1b
 rm -f /tmp/*-f16.gguf; echo files done
 EOS
 (setsid nohup bash /tmp/files.sh >/tmp/files.log 2>&1 &)
-q=$(ls .gpu/bin/test-quantized-*)
-FUSE_TEST_GPU=1 FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 300 $q --test-threads 4 >$OUT/test-quantized.log 2>&1; say "test-quantized (all) exit $?"
-grep -E "^test |^test result" $OUT/test-quantized.log >>$log
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  q=$(ls .gpu/bin/test-quantized-*)
+  FUSE_TEST_GPU=1 FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 300 $q --test-threads 4 >$OUT/test-quantized.log 2>&1; say "test-quantized (all) exit $?"
+  grep -E "^test |^test result" $OUT/test-quantized.log >>$log
+fi
+# PROFILE=1 (with .gpu/perf.tar.xz carried): perf's profiles first (scripts/gpu/cpu-profile.sh), while llama.cpp builds.
+if [ "${PROFILE:-0}" = 1 ]; then
+  while ! grep -q "files done" /tmp/files.log && [ $(el) -lt 200 ]; do sleep 3; done
+  bash scripts/gpu/cpu-profile.sh >/dev/null 2>&1; say "profiles done"
+fi
 while { [ ! -x /tmp/llama/llama.cpp/build/bin/llama-bench ] || ! grep -q "files done" /tmp/files.log; } && [ $(el) -lt 300 ]; do sleep 3; done
 say "llama.cpp built, files: $(ls /tmp/*.gguf | tr '\n' ' ')"
 B=.gpu/bin/example-bench_decode
 STEPS=32 BENCH_DECODE=$B LLAMA_BIN=/tmp/llama/llama.cpp/build/bin timeout $((560 - $(el))) scripts/bench-gguf.sh /tmp/gc cpu 2,16 /tmp/smollm2-135m-q4_1.gguf /tmp/llama-3.2-1b-q4_k_m.gguf >$OUT/gguf-cpu.log 2>&1
 say "cpu bench exit $?"
+[ -s /tmp/gc/table.md ] || python3 scripts/bench_gguf_table.py /tmp/gc >/tmp/gc/table.md 2>&1  # the rows done before a timeout
 cp /tmp/gc/table.md $OUT/table-cpu.md 2>/dev/null
 # Prefill and decode at 4 and 8 threads too (whether prefill scales: 2 -> 16 did not at 584860f), and which
 # buffer type llama.cpp's CPU build gives the weights there (its AMX repacking, or none).
