@@ -28,13 +28,25 @@ pub(crate) const MAX_TASKS: usize = TASK_MASK as usize;
 
 type Task = dyn Fn(usize) + Sync;
 
+/// A value on cache lines of its own: the word every thread claims tasks from and the count every finished
+/// task bumps would otherwise share a line, and each finish would take it from the claimers and the spinners.
+#[repr(align(128))]
+struct OwnLines<T>(T);
+
+impl<T> std::ops::Deref for OwnLines<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 struct Pool {
     /// epoch (24 bits) | tasks (20) | next task (20).
-    state: AtomicU64,
+    state: OwnLines<AtomicU64>,
     /// The current loop's closure: written by the caller before `state` publishes the loop, read by helpers
     /// only after claiming one of its tasks.
     task: UnsafeCell<Option<*const Task>>,
-    done: AtomicUsize,
+    done: OwnLines<AtomicUsize>,
     /// A panic of a helper's task, re-raised in the caller.
     panic: Mutex<Option<Box<dyn std::any::Any + Send>>>,
     /// One caller at a time; a second one (another thread, or a task's own loop) runs its loop inline.
@@ -68,9 +80,9 @@ impl Pool {
         POOL.get_or_init(|| {
             let helpers = rayon::current_num_threads().saturating_sub(1);
             let pool: &'static Pool = Box::leak(Box::new(Pool {
-                state: AtomicU64::new(0),
+                state: OwnLines(AtomicU64::new(0)),
                 task: UnsafeCell::new(None),
-                done: AtomicUsize::new(0),
+                done: OwnLines(AtomicUsize::new(0)),
                 panic: Mutex::new(None),
                 caller: Mutex::new(()),
                 sleepers: AtomicUsize::new(0),
