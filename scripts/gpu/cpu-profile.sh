@@ -29,22 +29,27 @@ fi
 say "files: $(ls -la /tmp/*.gguf | awk '{print $5, $9}' | tr '\n' ' ')"
 # bench_decode with its symbols (the bundle's binaries have none), packed beside perf.
 B=.gpu/perf/bench_decode
-# profile NAME THREADS DELAY_MS FILE ARGS...: a perf record of bench_decode from DELAY_MS on (past the load),
-# the threads' shares and the top symbols by self time.
+# profile NAME THREADS FILE ARGS...: a perf record of bench_decode from the end of its load on (the time a run
+# of 2 steps after a 1-token prompt takes), the threads' shares and the top symbols by self time.
 profile() {
-  local name=$1 t=$2 delay=$3 file=$4; shift 4
+  local name=$1 t=$2 file=$3; shift 3
+  local s0=$(date +%s%N)
+  RAYON_NUM_THREADS=$t timeout 60 $B --model $file --device cpu --dtype f32 --modes calls --batches 1 --cached 16 \
+    --steps 2 --prompt 1 >/dev/null 2>&1
+  local delay=$(( ($(date +%s%N) - s0) / 1000000 ))
   RAYON_NUM_THREADS=$t timeout 120 "${P[@]}" record -q -e cpu-clock -F 4000 -D $delay -o /tmp/$name.data -- \
     $B --model $file --device cpu --dtype f32 --modes calls --batches 1 "$@" >/tmp/$name.out 2>&1
-  say "$name: exit $? $(grep -E '^calls|prefill' /tmp/$name.out | tr -s ' ' | tr '\n' ' ')"
+  say "$name: exit $?, from $delay ms on: $(grep -E '^calls|prefill' /tmp/$name.out | tr -s ' ' | tr '\n' ' ')"
   perf report -i /tmp/$name.data --no-children --sort comm --stdio 2>/dev/null | grep -E '%' | head -20 >>"$log"
   perf report -i /tmp/$name.data --no-children --sort symbol --stdio 2>/dev/null | grep -E '%' | head -40 \
     | cut -c1-140 >>"$log"
   echo >>"$log"
 }
-for t in 2 16; do
-  # Decode only (a 1-token prompt: the prefill is a few ms of the run).
-  profile smol-decode-t$t $t 3000 $smol --cached 128 --steps 512 --prompt 1
-  profile big-decode-t$t $t 8000 $big --cached 128 --steps $((t == 2 ? 200 : 600)) --prompt 1
-  [ $(el) -lt 420 ] && profile big-prefill-t$t $t 5000 $big --cached 16 --steps 2 --prompt 128
+for t in 16 2; do
+  # Decode (a 1-token prompt: the prefill is a few ms of the run), for a few seconds.
+  profile smol-decode-t$t $t $smol --cached 128 --steps $((t == 2 ? 512 : 1024)) --prompt 1
+  profile big-decode-t$t $t $big --cached 128 --steps $((t == 2 ? 100 : 300)) --prompt 1
+  [ $(el) -lt 420 ] && profile big-prefill-t$t $t $big --cached 16 --steps 2 --prompt 128
+  [ $(el) -lt 420 ] && profile smol-prefill-t$t $t $smol --cached 16 --steps 2 --prompt 128
 done
 say done
