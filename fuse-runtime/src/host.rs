@@ -186,10 +186,19 @@ impl CpuData {
         self
     }
 
+    /// A vector of `len` elements of `dtype` for a caller that writes every element before any is read: f32
+    /// from the kept vectors (`recycle.rs`) as they were left, other dtypes zeros.
+    pub(crate) fn for_overwrite(dtype: DType, len: usize) -> CpuData {
+        match dtype {
+            DType::F32 => CpuData::F32(crate::recycle::for_overwrite_f32(len)),
+            _ => CpuData::zeros(dtype, len),
+        }
+    }
+
     /// A zero-filled vector of `len` elements of `dtype`.
     pub(crate) fn zeros(dtype: DType, len: usize) -> CpuData {
         match dtype {
-            DType::F32 => CpuData::F32(vec![0.0; len]),
+            DType::F32 => CpuData::F32(crate::recycle::zeros_f32(len)),
             DType::F16 => CpuData::F16(vec![f16::ZERO; len]),
             DType::BF16 => CpuData::BF16(vec![bf16::ZERO; len]),
             DType::U32 => CpuData::U32(vec![0; len]),
@@ -275,6 +284,15 @@ impl Borrowed {
     }
 }
 
+impl Drop for CpuStorage {
+    /// A large f32 vector is kept for the next one of its length (`recycle.rs`).
+    fn drop(&mut self) {
+        if let CpuData::F32(v) = self.data.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()) {
+            crate::recycle::give_f32(std::mem::take(v));
+        }
+    }
+}
+
 impl CpuStorage {
     pub(crate) fn new(data: CpuData) -> CpuStorage {
         CpuStorage { data: RwLock::new(data), f32_shadow: Mutex::new(None) }
@@ -292,8 +310,11 @@ impl CpuStorage {
 
     /// The vector itself, when this was its last handle.
     #[cfg_attr(not(feature = "candle"), allow(dead_code))]
-    pub(crate) fn into_data(self) -> CpuData {
-        self.data.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner())
+    pub(crate) fn into_data(mut self) -> CpuData {
+        std::mem::replace(
+            self.data.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()),
+            CpuData::F32(Vec::new()),
+        )
     }
 
     /// The storage as f32, same layout: the data itself for f32, else a converted copy made once (until the

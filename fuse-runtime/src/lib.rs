@@ -44,6 +44,7 @@ pub mod host_profile;
 mod layout;
 mod operators;
 mod quantized;
+mod recycle;
 mod reference;
 mod tensor;
 #[doc(hidden)]

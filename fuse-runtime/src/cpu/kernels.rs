@@ -162,6 +162,12 @@ pub(crate) fn allocate(dtype: DType, shape: &[usize]) -> CpuData {
     CpuData::zeros(dtype, shape.iter().product())
 }
 
+/// [`allocate`] for a caller that writes every element before any is read (a GEMM group's outputs): no
+/// zeros, and a large f32 vector is one kept from an earlier call (`recycle.rs`: no page faults).
+pub(crate) fn allocate_for_overwrite(dtype: DType, shape: &[usize]) -> CpuData {
+    CpuData::for_overwrite(dtype, shape.iter().product())
+}
+
 pub(crate) fn sink_of(data: &mut CpuData) -> Sink<'_> {
     match data.owned_mut() {
         CpuData::F32(v) => Sink::F32(v),

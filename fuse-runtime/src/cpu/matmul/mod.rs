@@ -4,7 +4,7 @@
 //! Blocks of rows run in parallel for large M; for small M one block runs and the GEMM itself is parallel.
 
 use super::kernels::Sink;
-use super::kernels::{allocate, sink_of};
+use super::kernels::{allocate_for_overwrite, sink_of};
 use super::rowprog::{compile, CallInfo, Compiled, RowProgram, RowSpec};
 use super::rowrun::BlockInputs;
 use super::Outcome;
@@ -81,7 +81,8 @@ pub(crate) fn run_gemm_group(
         .chain(&gg.epilogue_outputs)
         .copied()
         .collect();
-    let mut buffers: Vec<_> = order.iter().map(|&id| allocate(dtype(id), &shape(id))).collect();
+    // Every row of every output is written below (its block's sinks).
+    let mut buffers: Vec<_> = order.iter().map(|&id| allocate_for_overwrite(dtype(id), &shape(id))).collect();
     let rows = gg.batch * gg.m;
     let widths: Vec<usize> = gg
         .prologue_outputs
@@ -379,9 +380,11 @@ impl GemmGroup {
         let mut epilogue_sinks = sinks.split_off(self.prologue_outputs.len() + self.product_outputs.len());
         let mut product_sinks = sinks.split_off(self.prologue_outputs.len());
         let prologue_sinks = sinks;
+        // The products and the left operand's rows are written whole before they are read, and kept for the
+        // next call's (`recycle.rs`).
         let mut a_buffer: Vec<f32> = Vec::new();
         if let LeftOperand::Program(p) = &self.left {
-            a_buffer = vec![0.0; count * self.k];
+            a_buffer = crate::recycle::for_overwrite_f32(count * self.k);
             let mut all = vec![Sink::F32(&mut a_buffer)];
             all.extend(prologue_sinks);
             p.run(rows.clone(), all, &BlockInputs { first_row: rows.start, buffers: &[] }, parallel);
@@ -392,16 +395,18 @@ impl GemmGroup {
                 if let Sink::F32(dst) = sink {
                     self.multiply(function, &rows, &a_buffer, j, dst, parallel)?;
                 } else {
-                    let mut product = vec![0.0f32; count * self.n];
+                    let mut product = crate::recycle::for_overwrite_f32(count * self.n);
                     self.multiply(function, &rows, &a_buffer, j, &mut product, parallel)?;
                     sink.write(0, &product);
+                    crate::recycle::give_f32(product);
                 }
             }
+            crate::recycle::give_f32(a_buffer);
             return Ok(());
         }
         let mut products: Vec<Vec<f32>> = Vec::with_capacity(self.weights.len());
         for j in 0..self.weights.len() {
-            let mut product = vec![0.0f32; count * self.n];
+            let mut product = crate::recycle::for_overwrite_f32(count * self.n);
             self.multiply(function, &rows, &a_buffer, j, &mut product, parallel)?;
             products.push(product);
         }
@@ -411,6 +416,7 @@ impl GemmGroup {
         let buffers: Vec<&[f32]> = products.iter().map(|p| p.as_slice()).collect();
         let blocks = BlockInputs { first_row: rows.start, buffers: &buffers };
         self.epilogue.run(rows, std::mem::take(&mut epilogue_sinks), &blocks, parallel);
+        products.into_iter().chain([a_buffer]).for_each(crate::recycle::give_f32);
         Ok(())
     }
 
