@@ -7,19 +7,12 @@
 set -uo pipefail
 t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
 log=$OUT/cmd7.log; say() { echo "[$(el) s] $*" | tee -a $log; }
-tar -C .gpu -xJf .gpu/bins.tar.xz && tar -C .gpu -xJf .gpu/llamaq.tar.xz
+tar -C .gpu -xJf .gpu/bins.tar.xz
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64 CUDA_HOME=/usr/local/cuda
 nvidia-smi --query-gpu=name --format=csv,noheader >>$log; lscpu | grep -E "^(Model name|Core|Thread|Flags)" | cut -c1-200 >>$log
 cat /sys/kernel/mm/transparent_hugepage/enabled >>$log
 (setsid nohup bash .gpu/peers/llama.cpp/build.sh /tmp/llama cpu >/tmp/llama-build.log 2>&1 &)
-cat > /tmp/files.sh <<'EOS'
-pip install --no-index --no-deps --target /tmp/site scripts/wheels/gguf-*.whl >/dev/null 2>&1
-export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=.gpu/llamaq
-python3 .gpu/peers/llama.cpp/make_gguf.py /tmp/s-f16.gguf --config smollm2-135m --type f16 >/dev/null && .gpu/llamaq/llama-quantize /tmp/s-f16.gguf /tmp/smollm2-135m-q4_1.gguf Q4_1 8 >/dev/null 2>&1
-python3 .gpu/peers/llama.cpp/make_gguf.py /tmp/1b-f16.gguf --config llama-3.2-1b --type f16 >/dev/null && .gpu/llamaq/llama-quantize /tmp/1b-f16.gguf /tmp/llama-3.2-1b-q4_k_m.gguf Q4_K_M 8 >/dev/null 2>&1
-rm -f /tmp/*-f16.gguf; echo files done
-EOS
-(setsid nohup bash /tmp/files.sh >/tmp/files.log 2>&1 &)
+(setsid nohup bash -c 'bash scripts/gpu/random-files.sh; echo files done' >/tmp/files.log 2>&1 &)
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   q=$(ls .gpu/bin/test-quantized-*)
   FUSE_TEST_GPU=1 FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 300 $q --test-threads 4 >$OUT/test-quantized.log 2>&1; say "test-quantized (all) exit $?"

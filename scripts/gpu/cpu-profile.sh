@@ -13,21 +13,12 @@ set -uo pipefail
 t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
 log=$OUT/profile.log; say() { echo "[$(el) s] $*" | tee -a "$log"; }
 [ -x .gpu/bin/example-bench_decode ] || tar -C .gpu -xJf .gpu/bins.tar.xz
-[ -x .gpu/llamaq/llama-quantize ] || tar -C .gpu -xJf .gpu/llamaq.tar.xz
 [ -x .gpu/perf/perf ] || tar -C .gpu -xJf .gpu/perf.tar.xz
 P=(.gpu/perf/ld-linux-x86-64.so.2 --library-path .gpu/perf .gpu/perf/perf)
 perf() { "${P[@]}" "$@"; }
 say "perf: $(perf --version 2>&1); paranoid $(cat /proc/sys/kernel/perf_event_paranoid)"
 smol=/tmp/smollm2-135m-q4_1.gguf; big=/tmp/llama-3.2-1b-q4_k_m.gguf
-if [ ! -s $smol ] || [ ! -s $big ]; then
-  pip install --no-index --no-deps --target /tmp/site scripts/wheels/gguf-*.whl >/dev/null 2>&1
-  export PYTHONPATH=/tmp/site
-  python3 .gpu/peers/llama.cpp/make_gguf.py /tmp/s-f16.gguf --config smollm2-135m --type f16 >/dev/null
-  LD_LIBRARY_PATH=.gpu/llamaq .gpu/llamaq/llama-quantize /tmp/s-f16.gguf $smol Q4_1 8 >/dev/null 2>&1
-  python3 .gpu/peers/llama.cpp/make_gguf.py /tmp/1b-f16.gguf --config llama-3.2-1b --type f16 >/dev/null
-  LD_LIBRARY_PATH=.gpu/llamaq .gpu/llamaq/llama-quantize /tmp/1b-f16.gguf $big Q4_K_M 8 >/dev/null 2>&1
-  rm -f /tmp/*-f16.gguf
-fi
+bash scripts/gpu/random-files.sh
 say "files: $(ls -la /tmp/*.gguf | awk '{print $5, $9}' | tr '\n' ' ')"
 # bench_decode with its symbols (the bundle's binaries have none), packed beside perf.
 B=.gpu/perf/bench_decode
