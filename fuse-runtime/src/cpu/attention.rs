@@ -29,7 +29,7 @@ pub(super) fn attention(
 ) -> Vec<f32> {
     let [_, q_heads, queries, d] = [q_shape[0], q_shape[1], q_shape[2], q_shape[3]];
     let [kv_heads, capacity] = [kv_shape[1], kv_shape[2]];
-    let mut out = vec![0.0f32; q.len()];
+    let mut out = crate::recycle::zeros_f32(q.len());
     if out.is_empty() {
         return out;
     }
