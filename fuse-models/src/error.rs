@@ -61,6 +61,10 @@ pub enum Error {
     /// The chat template could not be rendered.
     #[error("chat template: {what}")]
     ChatTemplate { what: String },
+
+    /// An argument out of its range (a sampling temperature of NaN, a top-p above 1, ..).
+    #[error("{what}")]
+    InvalidArgument { what: String },
 }
 
 /// `Result` with this crate's [`Error`].

@@ -173,7 +173,32 @@ fn an_unknown_token_or_a_full_cache_is_an_error(dev: &Device) {
     assert!(matches!(too_long, fuse_models::Error::CacheFull { asked, .. } if asked == c.context + 1), "{too_long}");
 }
 
+/// `generate` with every token it may make (`usize::MAX`) runs until the cache is full and says so (it panicked
+/// on an overflowing add); a NaN temperature or a top-p past 1 is an error before any work.
+fn generate_refuses_bad_sampling_and_stops_at_a_full_cache(dev: &Device) {
+    let mut config = Config::smollm2_135m();
+    (config.layers, config.context) = (1, 6);
+    let model = Llama::random(&config, dev, DType::F32, 5).expect("the model builds");
+    let never = u32::MAX; // an end token no step makes
+    let mut seen = 0;
+    let err = generate(&model, &[1, 2, 3], usize::MAX, Sampling::Greedy, never, |_| {
+        seen += 1;
+        Ok(())
+    })
+    .unwrap_err();
+    assert!(matches!(err, fuse_models::Error::CacheFull { capacity: 6, .. }), "{err}");
+    assert_eq!(seen, 4, "tokens until the six positions are used (the fourth is never fed back)");
+    for (temperature, top_p, what) in
+        [(f32::NAN, 0.9, "temperature NaN"), (0.7, 1.5, "top_p 1.5"), (-1.0, 0.9, "temperature -1")]
+    {
+        let sampling = Sampling::TopP { temperature, top_p, seed: 1 };
+        let err = generate(&model, &[1], 4, sampling, never, |_| Ok(())).unwrap_err();
+        assert!(matches!(err, fuse_models::Error::InvalidArgument { .. }) && err.to_string().contains(what), "{err}");
+    }
+}
+
 fuse::device_tests!(
+    generate_refuses_bad_sampling_and_stops_at_a_full_cache,
     logits_and_greedy_tokens_match_transformers_in_f32,
     bf16_logits_stay_close_to_the_f32_reference,
     an_unknown_token_or_a_full_cache_is_an_error,

@@ -4,6 +4,7 @@
 
 use crate::{DType, Device, Error, Result, Tensor};
 use fuse_ir::SplitMix64;
+use half::{bf16, f16};
 
 impl Tensor {
     /// A tensor of `shape` filled with `value`, in `dtype` (rounded to it), on `device`.
@@ -14,9 +15,14 @@ impl Tensor {
             if !(value >= 0.0 && value.fract() == 0.0 && value <= u32::MAX as f32) {
                 return Err(Error::InvalidArgument { op: "full", reason: format!("{value} is not a u32 id") });
             }
-            return Tensor::from_vec(vec![value as u32; n], shape, device);
+            return Tensor::from_vec(filled(value as u32, n, "full")?, shape, device);
         }
-        Tensor::from_vec(vec![value; n], shape, &Device::Cpu)?.to_dtype(dtype)?.to_device(device)
+        // F16 and BF16 are made in their own width (not through an f32 buffer twice their size).
+        match dtype {
+            DType::F16 => Tensor::from_vec(filled(f16::from_f32(value), n, "full")?, shape, device),
+            DType::BF16 => Tensor::from_vec(filled(bf16::from_f32(value), n, "full")?, shape, device),
+            _ => Tensor::from_vec(filled(value, n, "full")?, shape, &Device::Cpu)?.to_dtype(dtype)?.to_device(device),
+        }
     }
 
     /// `Tensor::zeros(&[2, 3], DType::F32, &dev)`.
@@ -41,7 +47,8 @@ impl Tensor {
             return Err(Error::InvalidArgument { op: "arange_step", reason });
         }
         let n = ((end - start) / step).ceil().max(0.0) as usize;
-        let data: Vec<f32> = (0..n).map(|i| start + step * i as f32).collect();
+        let mut data = filled(0.0f32, n, "arange_step")?;
+        data.iter_mut().enumerate().for_each(|(i, x)| *x = start + step * i as f32);
         Tensor::from_vec(data, &[n], device)
     }
 
@@ -71,8 +78,22 @@ impl Tensor {
 
     fn random_with(shape: &[usize], device: &Device, mut draw: impl FnMut() -> f32) -> Result<Tensor> {
         let n = numel(shape, "rand")?;
-        Tensor::from_vec((0..n).map(|_| draw()).collect::<Vec<f32>>(), shape, device)
+        let mut data = filled(0.0f32, n, "rand")?;
+        data.iter_mut().for_each(|x| *x = draw());
+        Tensor::from_vec(data, shape, device)
     }
+}
+
+/// `n` copies of `value`, or [`Error::OutOfMemory`] (not an abort) where the host has no memory for them.
+fn filled<T: Clone>(value: T, n: usize, op: &'static str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+        op,
+        bytes: n as u128 * std::mem::size_of::<T>() as u128,
+        device: "the host".to_string(),
+    })?;
+    v.resize(n, value);
+    Ok(v)
 }
 
 fn numel(shape: &[usize], op: &'static str) -> Result<usize> {

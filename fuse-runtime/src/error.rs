@@ -60,6 +60,11 @@ pub enum Error {
     #[error("{op}: {reason}")]
     InvalidArgument { op: &'static str, reason: String },
 
+    /// Memory the system would not give for a tensor (a size that fits the address space but not the
+    /// machine).
+    #[error("{op}: {bytes} bytes cannot be allocated on {device}")]
+    OutOfMemory { op: &'static str, bytes: u128, device: String },
+
     /// A function returned a different number of tensors than its Rust signature expects.
     #[error("in `{function}`: the graph returns {got} tensors, the caller expects {expected}")]
     OutputCount { function: String, expected: usize, got: usize },

@@ -54,8 +54,25 @@ fn random_tensors_follow_their_seed_and_distribution(dev: &Device) {
     assert!(matches!(Tensor::zeros(&[usize::MAX, 2], DType::F32, dev), Err(Error::InvalidArgument { op: "full", .. })));
 }
 
+/// Sizes the address space holds but no machine does are errors, not a panic ("capacity overflow": a bf16
+/// tensor was built through an f32 vector twice its size) or an abort (memory the system refuses).
+fn sizes_past_the_memory_are_errors(dev: &Device) {
+    let out_of_memory = |r: fuse_runtime::Result<Tensor>, op: &str| match r {
+        Err(Error::OutOfMemory { op: o, bytes, .. }) => assert!(o == op && bytes > 1 << 40, "{op}: {o}, {bytes}"),
+        other => panic!("{op}: expected OutOfMemory, got {:?}", other.map(|t| t.shape().to_vec())),
+    };
+    out_of_memory(Tensor::zeros(&[usize::MAX], DType::BF16, dev), "full");
+    out_of_memory(Tensor::ones(&[1 << 50], DType::F32, dev), "full"); // 4 PiB
+    out_of_memory(Tensor::full(2.0, &[1 << 20, 1 << 30], DType::F16, dev), "full");
+    out_of_memory(Tensor::arange(0.0, 1e13, dev), "arange_step"); // 40 TB
+    out_of_memory(Tensor::rand(0.0, 1.0, &[1 << 48], 3, dev), "rand");
+    let err = Tensor::zeros(&[1 << 50], DType::F32, dev).unwrap_err().to_string();
+    assert!(err.contains("full: 4503599627370496 bytes cannot be allocated on the host"), "{err}");
+}
+
 fuse_runtime::device_tests!(
     filled_tensors_hold_their_value_in_their_dtype,
     ranges_count_up_and_down,
     random_tensors_follow_their_seed_and_distribution,
+    sizes_past_the_memory_are_errors,
 );

@@ -2,7 +2,7 @@
 //! sampled, stopping at eos or after `max_tokens`, with the time of each phase.
 
 use super::Llama;
-use crate::Result;
+use crate::{Error, Result};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
@@ -27,7 +27,24 @@ pub struct Generated {
     pub decode: Duration,
 }
 
-/// Generates up to `max_tokens` tokens after `prompt`, calling `on_token` with each as it comes.
+impl Sampling {
+    /// `Err` for a temperature that is NaN, infinite or negative, or a top-p outside (0, 1].
+    pub fn check(&self) -> Result<()> {
+        let Sampling::TopP { temperature, top_p, .. } = *self else { return Ok(()) };
+        if !(temperature.is_finite() && temperature >= 0.0) {
+            let what = format!("sampling: temperature {temperature} (a finite number, 0 or more: 0 is greedy)");
+            return Err(Error::InvalidArgument { what });
+        }
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(Error::InvalidArgument { what: format!("sampling: top_p {top_p} (above 0, at most 1)") });
+        }
+        Ok(())
+    }
+}
+
+/// Generates up to `max_tokens` tokens after `prompt`, calling `on_token` with each as it comes. A sampling
+/// temperature or top-p out of range is an error ([`Sampling::check`]); `max_tokens` past the model's context
+/// generates until the cache is full (then the error says so).
 pub fn generate(
     model: &Llama,
     prompt: &[u32],
@@ -36,8 +53,9 @@ pub fn generate(
     eos: u32,
     mut on_token: impl FnMut(u32) -> Result<()>,
 ) -> Result<Generated> {
+    sampling.check()?;
     // Room for the prompt and every token but the last (which is never fed back).
-    let capacity = (prompt.len() + max_tokens.saturating_sub(1)).clamp(1, model.config.context);
+    let capacity = prompt.len().saturating_add(max_tokens.saturating_sub(1)).clamp(1, model.config.context);
     let mut cache = model.new_cache(capacity)?;
     let mut rng = SmallRng::seed_from_u64(match sampling {
         Sampling::TopP { seed, .. } => seed,
