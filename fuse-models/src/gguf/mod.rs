@@ -76,12 +76,21 @@ pub struct GgufFile {
     data_offset: u64,
 }
 
+/// The file at `path`; a directory is an error that says so (mapping one failed with "No such device").
+fn open_file(path: &Path) -> std::io::Result<std::fs::File> {
+    let file = std::fs::File::open(path)?;
+    if file.metadata()?.is_dir() {
+        return Err(std::io::Error::other("a directory, not a GGUF file"));
+    }
+    Ok(file)
+}
+
 impl GgufFile {
     /// Opens and parses the file at `path` (memory-mapped).
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         let path = path.as_ref().to_path_buf();
         let io_error = |source| Error::Io { path: path.clone(), source };
-        let file = std::fs::File::open(&path).map_err(io_error)?;
+        let file = open_file(&path).map_err(io_error)?;
         // SAFETY: the map is read-only and private to this value. As with any memory-mapped file, another
         // process truncating the file while it is mapped is outside what Rust can guard against; model files
         // are not rewritten in place.
@@ -103,7 +112,7 @@ impl GgufFile {
     pub fn read(path: impl AsRef<Path>) -> Result<GgufFile> {
         let path = path.as_ref().to_path_buf();
         let io_error = |source| Error::Io { path: path.clone(), source };
-        let mut file = std::fs::File::open(&path).map_err(io_error)?;
+        let mut file = open_file(&path).map_err(io_error)?;
         let len = file.metadata().map_err(io_error)?.len();
         let len = usize::try_from(len).map_err(|_| io_error(std::io::Error::other("larger than the address space")))?;
         if len == 0 {

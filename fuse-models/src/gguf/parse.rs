@@ -73,6 +73,7 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Parsed> {
     for (info, &at) in tensors.iter().zip(&info_offsets) {
         check_tensor_bounds(info, data_offset, alignment, bytes.len() as u64, &cur, at)?;
     }
+    check_no_overlaps(&tensors, &info_offsets, &cur)?;
     Ok(Parsed { version, metadata, metadata_index, tensors, tensor_index, alignment, data_offset })
 }
 
@@ -161,6 +162,33 @@ fn check_tensor_bounds(
             info.offset
         ))),
     }
+}
+
+/// No two tensors share a byte of the data section: an offset moved into another tensor's bytes, or a type id
+/// changed to a larger type, would otherwise read another tensor's data as this one's without a word.
+fn check_no_overlaps(tensors: &[TensorInfo], info_offsets: &[usize], cur: &Cursor<'_>) -> Result<()> {
+    // (start, end, index) of every tensor of a known layout (bounds-checked above, so the ends do not overflow).
+    let mut extents: Vec<(u64, u64, usize)> = tensors
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| Some((t.offset, t.offset + t.ggml_type.bytes_for(t.n_elements)?, i)))
+        .filter(|&(start, end, _)| end > start)
+        .collect();
+    extents.sort_unstable();
+    for pair in extents.windows(2) {
+        let ((_, end, a), (start, _, b)) = (pair[0], pair[1]);
+        if start < end {
+            let (first, second) = (&tensors[a], &tensors[b]);
+            return Err(cur.error_at(
+                info_offsets[b],
+                format!(
+                "tensor `{}` (data offset {}) starts inside tensor `{}` (data offsets {} to {end}, {} of {} elements)",
+                second.name, second.offset, first.name, first.offset, first.ggml_type, first.n_elements
+            ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn align_up(value: u64, alignment: u64) -> u64 {

@@ -181,6 +181,37 @@ fn tensor_past_the_end_is_an_error() {
 }
 
 #[test]
+fn tensors_sharing_bytes_are_an_error() {
+    // Two f32 tensors of 16 values (64 bytes each) at 0 and 64 are fine; the second moved to 32 (still
+    // aligned) starts inside the first; the first's type changed to F64 (id 28: 128 bytes) runs into the second.
+    let file = |a_type: u32, b_offset: u64| {
+        let mut image = Image::header(3, 2, 0);
+        image.tensor("a", &[16], a_type, 0).tensor("b", &[16], 0, b_offset).pad_to(32).raw(&[0; 160]);
+        image.finish()
+    };
+    assert!(GgufFile::from_bytes(file(0, 64), "good.gguf").is_ok());
+    let message = error_of(file(0, 32));
+    assert!(
+        message.contains("tensor `b` (data offset 32) starts inside tensor `a` (data offsets 0 to 64"),
+        "{message}"
+    );
+    let message = error_of(file(28, 64));
+    assert!(
+        message.contains("tensor `b` (data offset 64) starts inside tensor `a` (data offsets 0 to 128, F64"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_directory_is_an_error_that_says_so() {
+    let dir = std::env::temp_dir();
+    for err in [GgufFile::open(&dir).err(), GgufFile::read(&dir).err()] {
+        let message = err.expect("a directory is refused").to_string();
+        assert!(message.ends_with(": a directory, not a GGUF file"), "{message}");
+    }
+}
+
+#[test]
 fn misaligned_offset_and_partial_block_are_errors() {
     let mut image = Image::header(3, 1, 0);
     image.tensor("w", &[4], 0, 4).pad_to(32).raw(&[0; 64]);

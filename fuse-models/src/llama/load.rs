@@ -110,7 +110,7 @@ impl Config {
                 what: format!("{heads} query heads do not share {kv_heads} key/value heads evenly"),
             });
         }
-        Ok(Config {
+        let config = Config {
             architecture,
             hidden,
             intermediate: u("feed_forward_length")?,
@@ -122,7 +122,47 @@ impl Config {
             context: u("context_length")?,
             rope_theta: file.f32(&key("rope.freq_base"))? as f64,
             eps: file.f32(&key("attention.layer_norm_rms_epsilon"))?,
-        })
+        };
+        config.check(file, &key)?;
+        Ok(config)
+    }
+
+    /// What the file's numbers must be for the model to be the one it describes: positive sizes, a positive
+    /// finite epsilon and rope base, and exactly `block_count` layers of tensors (`blk.0.` to `blk.{n-1}.`).
+    fn check(&self, file: &GgufFile, key: &dyn Fn(&str) -> String) -> Result<()> {
+        let bad = |k: &str, what: String| {
+            Err(Error::BadShape { what: format!("{}: `{}` {what}", file.path().display(), key(k)) })
+        };
+        for (k, v) in
+            [("feed_forward_length", self.intermediate), ("block_count", self.layers), ("context_length", self.context)]
+        {
+            if v == 0 {
+                return bad(k, "is 0".into());
+            }
+        }
+        if !(self.eps.is_finite() && self.eps > 0.0) {
+            return bad("attention.layer_norm_rms_epsilon", format!("is {} (a positive number)", self.eps));
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+            return bad("rope.freq_base", format!("is {} (a positive number)", self.rope_theta));
+        }
+        if self.vocab == 0 {
+            return Err(Error::BadShape { what: format!("{}: the tokenizer has no tokens", file.path().display()) });
+        }
+        // The layers the tensors have: one past the highest `blk.N.` index.
+        let tensor_layers = file
+            .tensors()
+            .iter()
+            .filter_map(|t| t.name.strip_prefix("blk.")?.split('.').next()?.parse::<usize>().ok())
+            .max()
+            .map_or(0, |n| n + 1);
+        if tensor_layers != self.layers {
+            return bad(
+                "block_count",
+                format!("is {}, but the file has tensors of {tensor_layers} layers", self.layers),
+            );
+        }
+        Ok(())
     }
 }
 

@@ -285,3 +285,25 @@ fn on_a_gpu_a_qwen2_5_0_5b_shaped_model_as_stored_gives_the_reference_logits() {
         assert!(err < 1e-3, "qwen2 {store:?} as stored on the GPU: {err:.2e} from the reference");
     }
 }
+
+/// A file whose numbers contradict each other or its tensors is refused, naming the key: an epsilon of -1, a rope
+/// base of 0, a block count of 0 (or 3) beside 2 layers of tensors all loaded before and ran a wrong model.
+#[test]
+fn a_config_its_numbers_or_tensors_contradict_is_an_error() {
+    let c = odd_config(Architecture::Llama);
+    let norm = |l: usize| (format!("blk.{l}.attn_norm.weight"), vec![4u64], 0u32, vec![0u8; 16]);
+    let tensors = [norm(0), norm(1)];
+    let config_of = |m: &Config| Config::from_gguf(&GgufFile::from_bytes(llama_image(m, &tensors), "m.gguf").unwrap());
+    assert_eq!(config_of(&c).expect("a consistent file").layers, 2);
+    for (metadata, says) in [
+        (Config { eps: -1.0, ..c.clone() }, "`llama.attention.layer_norm_rms_epsilon` is -1"),
+        (Config { eps: f32::NAN, ..c.clone() }, "`llama.attention.layer_norm_rms_epsilon` is NaN"),
+        (Config { rope_theta: 0.0, ..c.clone() }, "`llama.rope.freq_base` is 0"),
+        (Config { layers: 0, ..c.clone() }, "`llama.block_count` is 0"),
+        (Config { layers: 3, ..c.clone() }, "`llama.block_count` is 3, but the file has tensors of 2 layers"),
+        (Config { context: 0, ..c.clone() }, "`llama.context_length` is 0"),
+    ] {
+        let err = config_of(&metadata).expect_err(says).to_string();
+        assert!(err.contains(says) && err.starts_with("m.gguf: "), "{err}");
+    }
+}
