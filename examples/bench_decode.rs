@@ -208,7 +208,7 @@ fn prefill(model: &Llama, prompt: usize) -> Fallible<f64> {
 
 /// Normal values of standard deviation `std` (seeded, made on the host), as `dtype` on `device`.
 fn random(shape: &[usize], std: f32, seed: u64, dtype: DType, device: &Device) -> Fallible<Tensor> {
-    Ok(Tensor::randn(0.0, std, shape, seed, &Device::Cpu)?.to_dtype(dtype)?.to_device(device)?)
+    Ok(Tensor::randn_seeded(0.0, std, shape, seed, &Device::Cpu)?.to_dtype(dtype)?.to_device(device)?)
 }
 
 /// Host time of one fused call that is not captured, in us: the FFN block of a decoder layer (rms_norm,

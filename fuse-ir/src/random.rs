@@ -1,5 +1,5 @@
 //! One small deterministic generator (SplitMix64) for everything in fuse that draws numbers: the runtime's
-//! seeded constructors (`Tensor::rand`, `Tensor::randn`) and test helpers, and `quant::random_blocks`. Same
+//! seeded constructors (`Tensor::rand_seeded`, `Tensor::randn_seeded`) and test helpers, and `quant::random_blocks`. Same
 //! seed, same values, on every machine and for every device.
 
 #[derive(Clone, Debug)]

@@ -1,6 +1,7 @@
 //! Tensors made from nothing, with candle's names and argument order: `zeros`, `ones`, `full`, `arange`,
-//! `arange_step`, and seeded random tensors `rand` (uniform) and `randn` (normal). The random ones draw on
-//! the CPU from a seed the caller gives, so a model's initial weights are the same on every device.
+//! `arange_step`, and random tensors `rand` (uniform) and `randn` (normal), with candle's signatures (new values
+//! each call), and `rand_seeded` / `randn_seeded`, which draw on the CPU from a seed the caller gives, so that a
+//! model's initial weights are the same on every device and every run.
 
 use crate::{DType, Device, Error, Result, Tensor};
 use fuse_ir::SplitMix64;
@@ -52,8 +53,20 @@ impl Tensor {
         Tensor::from_vec(data, &[n], device)
     }
 
+    /// Uniform in `[lo, up)`, f32 of `shape` (candle's `rand`): other values at every call. For the same values
+    /// every time, [`Tensor::rand_seeded`].
+    pub fn rand(lo: f32, up: f32, shape: &[usize], device: &Device) -> Result<Tensor> {
+        Tensor::rand_seeded(lo, up, shape, fresh_seed(), device)
+    }
+
+    /// Normal with `mean` and `std`, f32 of `shape` (candle's `randn`): other values at every call. For the same
+    /// values every time, [`Tensor::randn_seeded`].
+    pub fn randn(mean: f32, std: f32, shape: &[usize], device: &Device) -> Result<Tensor> {
+        Tensor::randn_seeded(mean, std, shape, fresh_seed(), device)
+    }
+
     /// Uniform in `[lo, up)`, f32 of `shape`, from `seed`: the same seed gives the same tensor everywhere.
-    pub fn rand(lo: f32, up: f32, shape: &[usize], seed: u64, device: &Device) -> Result<Tensor> {
+    pub fn rand_seeded(lo: f32, up: f32, shape: &[usize], seed: u64, device: &Device) -> Result<Tensor> {
         if !(lo < up) || !lo.is_finite() || !up.is_finite() {
             return Err(Error::InvalidArgument {
                 op: "rand",
@@ -64,8 +77,8 @@ impl Tensor {
         Tensor::random_with(shape, device, || lo + (up - lo) * rng.unit())
     }
 
-    /// Normal with `mean` and `std`, f32 of `shape`, from `seed`.
-    pub fn randn(mean: f32, std: f32, shape: &[usize], seed: u64, device: &Device) -> Result<Tensor> {
+    /// Normal with `mean` and `std`, f32 of `shape`, from `seed`: the same seed gives the same tensor everywhere.
+    pub fn randn_seeded(mean: f32, std: f32, shape: &[usize], seed: u64, device: &Device) -> Result<Tensor> {
         if !(std >= 0.0) || !mean.is_finite() || !std.is_finite() {
             return Err(Error::InvalidArgument {
                 op: "randn",
@@ -82,6 +95,14 @@ impl Tensor {
         data.iter_mut().for_each(|x| *x = draw());
         Tensor::from_vec(data, shape, device)
     }
+}
+
+/// A seed no other call of this process got: the clock's nanoseconds and a count, mixed.
+fn fresh_seed() -> u64 {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let count = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    SplitMix64::new(nanos ^ count.rotate_left(32)).next_u64()
 }
 
 /// `n` copies of `value`, or [`Error::OutOfMemory`] (not an abort) where the host has no memory for them.

@@ -6,7 +6,7 @@
 //! use fuse_runtime::{exp, CudaGraph, DType, Device, Tensor};
 //! # fn main() -> fuse_runtime::Result<()> {
 //! let dev = Device::cuda_if_available(0);
-//! let x = Tensor::randn(0.0, 1.0, &[4, 64], 1, &dev)?;
+//! let x = Tensor::randn_seeded(0.0, 1.0, &[4, 64], 1, &dev)?;
 //! let out = Tensor::zeros(&[4, 64], DType::F32, &dev)?;
 //! // Run the step once first: kernels compile and GEMM paths are tuned on first use, outside the capture.
 //! out.slice_set(&exp(&x)?, 0, 0)?;

@@ -36,21 +36,29 @@ fn ranges_count_up_and_down(dev: &Device) {
 }
 
 fn random_tensors_follow_their_seed_and_distribution(dev: &Device) {
-    let a = Tensor::rand(-1.0, 3.0, &[64, 65], 7, dev).unwrap().to_vec::<f32>().unwrap();
-    let b = Tensor::rand(-1.0, 3.0, &[64, 65], 7, &Device::Cpu).unwrap().to_vec::<f32>().unwrap();
-    let c = Tensor::rand(-1.0, 3.0, &[64, 65], 8, dev).unwrap().to_vec::<f32>().unwrap();
+    let a = Tensor::rand_seeded(-1.0, 3.0, &[64, 65], 7, dev).unwrap().to_vec::<f32>().unwrap();
+    let b = Tensor::rand_seeded(-1.0, 3.0, &[64, 65], 7, &Device::Cpu).unwrap().to_vec::<f32>().unwrap();
+    let c = Tensor::rand_seeded(-1.0, 3.0, &[64, 65], 8, dev).unwrap().to_vec::<f32>().unwrap();
     assert_eq!(a, b, "the same seed gives the same values on every device");
     assert_ne!(a, c, "another seed, other values");
     assert!(a.iter().all(|&v| (-1.0..3.0).contains(&v)));
     let mean = a.iter().sum::<f32>() / a.len() as f32;
     assert!((mean - 1.0).abs() < 0.05, "uniform mean {mean}");
-    let n = Tensor::randn(2.0, 0.5, &[100, 101], 1, dev).unwrap().to_vec::<f32>().unwrap();
+    let n = Tensor::randn_seeded(2.0, 0.5, &[100, 101], 1, dev).unwrap().to_vec::<f32>().unwrap();
     let mean = n.iter().sum::<f32>() / n.len() as f32;
     let var = n.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / n.len() as f32;
     assert!((mean - 2.0).abs() < 0.02 && (var.sqrt() - 0.5).abs() < 0.02, "normal mean {mean} std {}", var.sqrt());
     assert!(n.iter().all(|v| v.is_finite()));
-    assert!(matches!(Tensor::rand(1.0, 1.0, &[2], 0, dev), Err(Error::InvalidArgument { op: "rand", .. })));
-    assert!(matches!(Tensor::randn(0.0, -1.0, &[2], 0, dev), Err(Error::InvalidArgument { op: "randn", .. })));
+    // candle's signatures: new values at every call, from the same distributions.
+    let fresh = |lo| Tensor::rand(lo, lo + 4.0, &[64, 65], dev).unwrap().to_vec::<f32>().unwrap();
+    let (u, w) = (fresh(-1.0), fresh(-1.0));
+    assert_ne!(u, w, "two unseeded calls differ");
+    assert!(u.iter().all(|&v| (-1.0..3.0).contains(&v)));
+    let z = Tensor::randn(2.0, 0.5, &[100, 101], dev).unwrap().to_vec::<f32>().unwrap();
+    let mean = z.iter().sum::<f32>() / z.len() as f32;
+    assert!((mean - 2.0).abs() < 0.02 && z != n, "unseeded normal mean {mean}");
+    assert!(matches!(Tensor::rand(1.0, 1.0, &[2], dev), Err(Error::InvalidArgument { op: "rand", .. })));
+    assert!(matches!(Tensor::randn(0.0, -1.0, &[2], dev), Err(Error::InvalidArgument { op: "randn", .. })));
     assert!(matches!(Tensor::zeros(&[usize::MAX, 2], DType::F32, dev), Err(Error::InvalidArgument { op: "full", .. })));
 }
 
@@ -65,7 +73,7 @@ fn sizes_past_the_memory_are_errors(dev: &Device) {
     out_of_memory(Tensor::ones(&[1 << 50], DType::F32, dev), "full"); // 4 PiB
     out_of_memory(Tensor::full(2.0, &[1 << 20, 1 << 30], DType::F16, dev), "full");
     out_of_memory(Tensor::arange(0.0, 1e13, dev), "arange_step"); // 40 TB
-    out_of_memory(Tensor::rand(0.0, 1.0, &[1 << 48], 3, dev), "rand");
+    out_of_memory(Tensor::rand(0.0, 1.0, &[1 << 48], dev), "rand");
     let err = Tensor::zeros(&[1 << 50], DType::F32, dev).unwrap_err().to_string();
     assert!(err.contains("full: 4503599627370496 bytes cannot be allocated on the host"), "{err}");
 }

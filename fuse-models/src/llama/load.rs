@@ -237,7 +237,7 @@ impl Llama {
         let mut seed = seed;
         let mut weight = |shape: &[usize], mean: f32, std: f32| -> Result<Tensor> {
             seed = seed.wrapping_add(1);
-            Ok(Tensor::randn(mean, std, shape, seed, &Device::Cpu)?.to_dtype(dtype)?.to_device(device)?)
+            Ok(Tensor::randn_seeded(mean, std, shape, seed, &Device::Cpu)?.to_dtype(dtype)?.to_device(device)?)
         };
         let (h, kv) = (c.hidden, c.kv_heads * c.head_dim);
         let (mut layers, mut biases) = (Vec::with_capacity(c.layers), Vec::with_capacity(c.layers));
