@@ -34,4 +34,18 @@ fn both_forms_agree_with_the_reference(dev: &Device) {
     }
 }
 
-fuse::device_tests!(both_forms_agree_with_the_reference);
+/// candle's names for two ops (`sqr` for `square`, `gelu_erf` for `gelu`), eager and under `#[fuse]`.
+#[fuse]
+fn candle_names(x: &Tensor) -> Result<Tensor> {
+    Ok(((x.sqr()? + gelu_erf(x)?)? * x.gelu_erf()?)?)
+}
+
+fn candle_names_are_fuses_ops(dev: &Device) {
+    let x = random(&mut TestRng::new(5), &[7, 33], DType::F32, -2.0, 2.0, dev);
+    let want = ((x.square().unwrap() + gelu(&x).unwrap()).unwrap() * x.gelu().unwrap()).unwrap();
+    let eager = ((x.sqr().unwrap() + gelu_erf(&x).unwrap()).unwrap() * x.gelu_erf().unwrap()).unwrap();
+    assert_close("eager", &eager, &want, DType::F32, dev);
+    assert_close("#[fuse]", &candle_names(&x).expect("fused"), &want, DType::F32, dev);
+}
+
+fuse::device_tests!(both_forms_agree_with_the_reference, candle_names_are_fuses_ops);

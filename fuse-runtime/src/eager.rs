@@ -158,6 +158,8 @@ unary_fns! {
     silu => Silu;
     /// The exact (erf) GELU.
     gelu => Gelu;
+    /// The exact (erf) GELU under candle's name: [`gelu`].
+    gelu_erf => Gelu;
     /// The tanh approximation of GELU.
     gelu_tanh => GeluTanh;
     /// `max(x, 0)`.
@@ -165,6 +167,8 @@ unary_fns! {
     abs => Abs;
     /// `x * x`.
     square => Square;
+    /// `x * x` under candle's name: [`square`].
+    sqr => Square;
     /// `1 / x`.
     recip => Recip;
 }

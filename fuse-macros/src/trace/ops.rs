@@ -8,8 +8,11 @@ fn callable_unary() -> impl Iterator<Item = UnaryOp> {
     UnaryOp::ALL.into_iter().filter(|&u| u != UnaryOp::Neg)
 }
 
+/// candle's names for ops fuse names otherwise: `sqr` is `square`, `gelu_erf` is `gelu` (the erf GELU).
+const UNARY_ALIASES: [(&str, UnaryOp); 2] = [("sqr", UnaryOp::Square), ("gelu_erf", UnaryOp::Gelu)];
+
 fn unary(name: &str) -> Option<UnaryOp> {
-    callable_unary().find(|u| u.name() == name)
+    callable_unary().find(|u| u.name() == name).or_else(|| UNARY_ALIASES.iter().find(|a| a.0 == name).map(|a| a.1))
 }
 
 fn elementwise_binary(name: &str) -> Option<BinaryOp> {
@@ -248,6 +251,10 @@ mod tests {
         for u in callable_unary() {
             assert_eq!(Method::from_name(u.name()), Some(Method::Unary(u)));
             assert_eq!(Function::from_name(u.name()), Some(Function::Unary(u)));
+        }
+        for (alias, u) in UNARY_ALIASES {
+            assert_eq!(Method::from_name(alias), Some(Method::Unary(u)));
+            assert_eq!(Function::from_name(alias), Some(Function::Unary(u)));
         }
         for name in [
             "matmul",
