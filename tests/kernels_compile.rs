@@ -39,6 +39,7 @@ fn corpus() -> Vec<&'static FusedFn> {
     vec![
         unary_a_fused(),
         unary_b_fused(),
+        unary_c_fused(),
         binary_fused(),
         reductions_fused(),
         norm_and_cast_fused(),

@@ -37,6 +37,7 @@ fn unary_ops_match_reference(dev: &Device) {
                 let args = [fuse::arg(&x)];
                 check(&format!("unary_a [{rows}, {inner}]"), unary_a_fused(), &args, dtype, dev);
                 check(&format!("unary_b [{rows}, {inner}]"), unary_b_fused(), &args, dtype, dev);
+                check(&format!("unary_c [{rows}, {inner}]"), unary_c_fused(), &args, dtype, dev);
             }
         }
     }

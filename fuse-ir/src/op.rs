@@ -25,6 +25,8 @@ pub enum UnaryOp {
     Abs,
     Square,
     Recip,
+    Sin,
+    Cos,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -114,7 +116,7 @@ impl Op {
 }
 
 impl UnaryOp {
-    pub const ALL: [UnaryOp; 14] = [
+    pub const ALL: [UnaryOp; 16] = [
         UnaryOp::Neg,
         UnaryOp::Exp,
         UnaryOp::Log,
@@ -129,6 +131,8 @@ impl UnaryOp {
         UnaryOp::Abs,
         UnaryOp::Square,
         UnaryOp::Recip,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
     ];
 
     pub fn name(self) -> &'static str {
@@ -147,6 +151,8 @@ impl UnaryOp {
             UnaryOp::Abs => "abs",
             UnaryOp::Square => "square",
             UnaryOp::Recip => "recip",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
         }
     }
 
@@ -174,6 +180,8 @@ impl UnaryOp {
             UnaryOp::Abs => x.abs(),
             UnaryOp::Square => x * x,
             UnaryOp::Recip => 1.0 / x,
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
         }
     }
 
@@ -198,6 +206,8 @@ impl UnaryOp {
             UnaryOp::Abs => x.abs(),
             UnaryOp::Square => x * x,
             UnaryOp::Recip => 1.0 / x,
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
         }
     }
 
@@ -221,6 +231,8 @@ impl UnaryOp {
             UnaryOp::Abs => format!("fabsf({x})"),
             UnaryOp::Square => format!("({x} * {x})"),
             UnaryOp::Recip => format!("(1.0f / {x})"),
+            UnaryOp::Sin => format!("sinf({x})"),
+            UnaryOp::Cos => format!("cosf({x})"),
         }
     }
 
@@ -229,6 +241,7 @@ impl UnaryOp {
         match self {
             UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Abs | UnaryOp::Square | UnaryOp::Recip => 1,
             UnaryOp::Exp | UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Tanh => 4,
+            UnaryOp::Sin | UnaryOp::Cos => 8,
             UnaryOp::Sigmoid | UnaryOp::Silu => 6,
             UnaryOp::Gelu | UnaryOp::GeluTanh => 10,
         }

@@ -40,7 +40,7 @@ fn unary_ops_match_hand_values() {
     let xs = arr(&[3], &[-1.5, 0.25, 2.0]);
     let positive = arr(&[3], &[0.5, 1.25, 4.0]);
     #[rustfmt::skip]
-    let cases: [(UnaryOp, &Array, [f64; 3]); 14] = [
+    let cases: [(UnaryOp, &Array, [f64; 3]); 16] = [
         (UnaryOp::Neg, &xs, [1.5, -0.25, -2.0]),
         (UnaryOp::Exp, &xs, [0.22313016014842982, 1.2840254166877414, 7.38905609893065]),
         (UnaryOp::Tanh, &xs, [-0.9051482536448664, 0.24491866240370913, 0.9640275800758169]),
@@ -52,6 +52,8 @@ fn unary_ops_match_hand_values() {
         (UnaryOp::Abs, &xs, [1.5, 0.25, 2.0]),
         (UnaryOp::Square, &xs, [2.25, 0.0625, 4.0]),
         (UnaryOp::Recip, &xs, [-0.6666666666666666, 4.0, 0.5]),
+        (UnaryOp::Sin, &xs, [-0.9974949866040544, 0.24740395925452294, 0.9092974268256817]),
+        (UnaryOp::Cos, &xs, [0.0707372016677029, 0.9689124217106447, -0.4161468365471424]),
         (UnaryOp::Log, &positive, [-LN_2, 0.22314355131420976, 1.3862943611198906]),
         (UnaryOp::Sqrt, &positive, [FRAC_1_SQRT_2, 1.118033988749895, 2.0]),
         (UnaryOp::Rsqrt, &positive, [SQRT_2, 0.8944271909999159, 0.5]),

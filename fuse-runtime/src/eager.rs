@@ -171,6 +171,10 @@ unary_fns! {
     sqr => Square;
     /// `1 / x`.
     recip => Recip;
+    /// Sine (radians).
+    sin => Sin;
+    /// Cosine (radians).
+    cos => Cos;
 }
 
 /// Softmax over the last axis.

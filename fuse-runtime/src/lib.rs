@@ -66,8 +66,8 @@ pub use cuda::CudaDevice;
 pub use cudarc;
 pub use device::Device;
 pub use eager::{
-    abs, exp, gelu, gelu_erf, gelu_tanh, log, maximum, minimum, recip, relu, rms_norm, rsqrt, sigmoid, silu, softmax,
-    sqr, sqrt, square, tanh,
+    abs, cos, exp, gelu, gelu_erf, gelu_tanh, log, maximum, minimum, recip, relu, rms_norm, rsqrt, sigmoid, silu, sin,
+    softmax, sqr, sqrt, square, tanh,
 };
 pub use eager_model::{attention, attention_len, embedding, rope};
 pub use eager_views::{cat, Axis, SliceOffset};

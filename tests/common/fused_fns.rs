@@ -17,6 +17,11 @@ pub fn unary_b(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Te
 }
 
 #[fuse]
+pub fn unary_c(x: &Tensor) -> Result<(Tensor, Tensor)> {
+    (sin(x * 3.0), x.cos())
+}
+
+#[fuse]
 pub fn binary(
     a: &Tensor,
     b: &Tensor,

@@ -145,7 +145,7 @@ fn every_op_once() {
     let g = graph(
         "fn every(x: &Tensor, w: &Tensor, s: f32) -> Result<Tensor> {
             let a = exp(x) + log(x) + sqrt(x) + rsqrt(x) + tanh(x) + sigmoid(x) + silu(x);
-            let b = fuse::gelu(x) + gelu_tanh(x) + relu(x) + abs(x) + square(x) + recip(x);
+            let b = fuse::gelu(x) + gelu_tanh(x) + relu(x) + abs(x) + square(x) + recip(x) + sin(x) + x.cos();
             let c = x.exp() - x.log() - x.sqrt() - x.rsqrt() - x.tanh() - x.sigmoid() - x.silu() - x.gelu();
             let d = x.gelu_tanh() * x.relu() * x.abs() * x.square() * x.recip() / -x;
             let e = maximum(a, b) + minimum(c, d) + a.maximum(d) + b.minimum(c) + x.powf(s) + x.powf(3);

@@ -36,6 +36,8 @@ pub(crate) fn unary(op: UnaryOp, src: &[f32], out: &mut [f32]) {
         UnaryOp::Abs => map1(src, out, f32::abs),
         UnaryOp::Square => map1(src, out, |x| x * x),
         UnaryOp::Recip => map1(src, out, |x| 1.0 / x),
+        UnaryOp::Sin => map1(src, out, f32::sin),
+        UnaryOp::Cos => map1(src, out, f32::cos),
         UnaryOp::Gelu => map1(src, out, math::gelu),
         UnaryOp::GeluTanh => map1(src, out, math::gelu_tanh),
     }
