@@ -48,4 +48,22 @@ fn candle_names_are_fuses_ops(dev: &Device) {
     assert_close("#[fuse]", &candle_names(&x).expect("fused"), &want, DType::F32, dev);
 }
 
-fuse::device_tests!(both_forms_agree_with_the_reference, candle_names_are_fuses_ops);
+/// `x.clamp(min, max)` (candle's), a literal and a scalar parameter as the bounds.
+#[fuse]
+fn clamped(x: &Tensor, max: f32) -> Result<Tensor> {
+    x.clamp(-0.5, max)
+}
+
+fn clamp_keeps_values_within_the_bounds(dev: &Device) {
+    let x = random(&mut TestRng::new(6), &[5, 19], DType::F32, -2.0, 2.0, dev);
+    let want: Vec<f32> = x.to_vec::<f32>().unwrap().iter().map(|v| v.clamp(-0.5, 1.25)).collect();
+    let want = Tensor::from_vec(want, &[5, 19], dev).unwrap();
+    assert_close("eager", &x.clamp(-0.5, 1.25).unwrap(), &want, DType::F32, dev);
+    assert_close("#[fuse]", &clamped(&x, 1.25).expect("fused"), &want, DType::F32, dev);
+}
+
+fuse::device_tests!(
+    both_forms_agree_with_the_reference,
+    candle_names_are_fuses_ops,
+    clamp_keeps_values_within_the_bounds
+);

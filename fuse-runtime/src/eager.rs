@@ -199,6 +199,13 @@ pub fn rms_norm(x: &Tensor, w: &Tensor, eps: impl Into<f64>) -> Result<Tensor> {
 }
 
 impl Tensor {
+    /// `min` where the value is below it, `max` where above, else the value (candle's `clamp`): written
+    /// `minimum(maximum(x, min), max)`, and traced so under `#[fuse]`.
+    pub fn clamp(&self, min: impl Into<f64>, max: impl Into<f64>) -> Result<Tensor> {
+        let low = binary(BinaryOp::Maximum, Operand::Tensor(self), Operand::Scalar(min.into()))?;
+        binary(BinaryOp::Minimum, Operand::Tensor(&low), Operand::Scalar(max.into()))
+    }
+
     /// Elementwise maximum with `other`, with broadcasting: `a.maximum(&b)`.
     pub fn maximum(&self, other: &Tensor) -> Result<Tensor> {
         maximum(self, other)

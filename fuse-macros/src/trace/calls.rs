@@ -128,6 +128,14 @@ impl Tracer<'_> {
                 let kind = self.pointwise_kind(&[a, exponent]);
                 Some(self.push(Op::Binary(fuse_ir::BinaryOp::Pow), &[a, exponent], call, kind))
             }
+            Method::Clamp => {
+                let (lo, hi) = (self.expr(&call.args[0]), self.expr(&call.args[1]));
+                let (x, lo, hi) = (receiver?, lo?, hi?);
+                let kind = self.pointwise_kind(&[x, lo]);
+                let low = self.push(Op::Binary(fuse_ir::BinaryOp::Maximum), &[x, lo], call, kind);
+                let kind = self.pointwise_kind(&[low, hi]);
+                Some(self.push(Op::Binary(fuse_ir::BinaryOp::Minimum), &[low, hi], call, kind))
+            }
             Method::Binary(op) => {
                 let rhs = self.expr(arg?);
                 let (a, b) = (receiver?, rhs?);

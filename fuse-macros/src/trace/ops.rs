@@ -58,6 +58,8 @@ pub enum Method {
     View(ViewMethod),
     Reduce(ReduceOp),
     Powf,
+    /// `x.clamp(min, max)`: `minimum(maximum(x, min), max)` (candle's name).
+    Clamp,
     ToDType,
     Argmax,
     Unary(UnaryOp),
@@ -70,6 +72,7 @@ impl Method {
             "matmul" => Some(Method::MatMul),
             "t" => Some(Method::Transpose),
             "powf" => Some(Method::Powf),
+            "clamp" => Some(Method::Clamp),
             "to_dtype" => Some(Method::ToDType),
             "argmax" => Some(Method::Argmax),
             _ if ViewMethod::ALL.iter().any(|e| e.0 == name) => {
@@ -86,6 +89,7 @@ impl Method {
     pub fn arity(self) -> usize {
         match self {
             Method::Transpose | Method::Unary(_) => 0,
+            Method::Clamp => 2,
             Method::View(v) => v.entry().2,
             Method::MatMul
             | Method::Reduce(_)
@@ -104,6 +108,7 @@ impl Method {
             Method::View(v) => v.entry().3.into(),
             Method::Reduce(r) => format!("`x.{}(-1)`", r.name()),
             Method::Powf => "`x.powf(2.0)`".into(),
+            Method::Clamp => "`x.clamp(min, max)`".into(),
             Method::ToDType => "`x.to_dtype(DType::F32)`".into(),
             Method::Argmax => "`x.argmax(-1)`".into(),
             Method::Unary(u) => format!("`x.{}()`", u.name()),
@@ -187,7 +192,7 @@ pub fn supported_methods() -> String {
             .map(|s| format!("`{s}`"))
             .collect();
     names.extend(callable_unary().map(|u| format!("`{}()`", u.name())));
-    names.extend(["`maximum(b)`".to_string(), "`minimum(b)`".to_string()]);
+    names.extend(["`maximum(b)`".to_string(), "`minimum(b)`".to_string(), "`clamp(min, max)`".to_string()]);
     names.join(", ")
 }
 
@@ -264,6 +269,7 @@ mod tests {
             "max",
             "argmax",
             "powf",
+            "clamp",
             "to_dtype",
             "maximum",
             "minimum",
