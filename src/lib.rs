@@ -37,7 +37,8 @@
 //! `let` bindings, `+ - * /` and unary `-` with numpy broadcasting on tensors, scalar parameters (`f32`, `f64`,
 //! `usize`, `i64`) and number literals, integer or float (`2`, `0.5`, `1e-5`); `a.matmul(b)` (2-D, or 3-D batched by a 2-D weight); `w.t()` (a view:
 //! checkpoint weights in `[out, in]` layout need no copy); `exp log sqrt rsqrt tanh sigmoid silu gelu
-//! gelu_tanh relu abs square recip sin cos` (and candle's `sqr` and `gelu_erf` for `square` and `gelu`); `maximum(a, b)`, `minimum(a, b)`, `a.powf(s)`; last-axis reductions that
+//! gelu_tanh relu abs square recip sin cos` (and candle's `sqr` and `gelu_erf` for `square` and `gelu`);
+//! `x.clamp(min, max)`; the comparisons `a.ge(b) gt le lt eq ne` (1 or 0 in the operands' dtype); `maximum(a, b)`, `minimum(a, b)`, `a.powf(s)`; last-axis reductions that
 //! keep the axis as size 1: `x.sum(-1)`, `x.mean(-1)`, `x.max(-1)`; `softmax(x)`, `rms_norm(x, w, eps)`;
 //! `x.to_dtype(DType::F32)`. Return `Result<Tensor>` or `Result<(Tensor, Tensor, ...)>`; the tail is the
 //! result, with or without `Ok(..)`. On a method taking `&self`, fields (`self.norm`, `self.eps`) may be

@@ -41,6 +41,7 @@ fn corpus() -> Vec<&'static FusedFn> {
         unary_b_fused(),
         unary_c_fused(),
         binary_fused(),
+        compare_fused(),
         reductions_fused(),
         norm_and_cast_fused(),
         casts_fused(),

@@ -54,6 +54,7 @@ fn binary_ops_broadcast_and_match_reference(dev: &Device) {
                 let b = random(&mut r, &bshape, dtype, -2.0, 2.0, dev);
                 let args = [fuse::arg(&a), fuse::arg(&b), fuse::arg(&1.25f32)];
                 check(&format!("binary {shape:?} {bshape:?}"), binary_fused(), &args, dtype, dev);
+                check(&format!("compare {shape:?} {bshape:?}"), compare_fused(), &args[..2], dtype, dev);
             }
             let bt = random(&mut r, &[shape[1], shape[0]], dtype, -2.0, 2.0, dev).t().expect("t");
             let args = [fuse::arg(&a), fuse::arg(&bt), fuse::arg(&0.5f32)];

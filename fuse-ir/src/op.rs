@@ -39,6 +39,14 @@ pub enum BinaryOp {
     Minimum,
     /// `a.powf(b)`
     Pow,
+    /// Comparisons: 1 where true, 0 where false, in the operands' dtype (candle's `ge gt le lt eq ne`, whose
+    /// results are u8).
+    Ge,
+    Gt,
+    Le,
+    Lt,
+    Eq,
+    Ne,
 }
 
 /// Reductions over the last axis; the axis is kept with size 1.
@@ -249,7 +257,7 @@ impl UnaryOp {
 }
 
 impl BinaryOp {
-    pub const ALL: [BinaryOp; 7] = [
+    pub const ALL: [BinaryOp; 13] = [
         BinaryOp::Add,
         BinaryOp::Sub,
         BinaryOp::Mul,
@@ -257,6 +265,12 @@ impl BinaryOp {
         BinaryOp::Maximum,
         BinaryOp::Minimum,
         BinaryOp::Pow,
+        BinaryOp::Ge,
+        BinaryOp::Gt,
+        BinaryOp::Le,
+        BinaryOp::Lt,
+        BinaryOp::Eq,
+        BinaryOp::Ne,
     ];
 
     pub fn name(self) -> &'static str {
@@ -268,6 +282,12 @@ impl BinaryOp {
             BinaryOp::Maximum => "maximum",
             BinaryOp::Minimum => "minimum",
             BinaryOp::Pow => "powf",
+            BinaryOp::Ge => "ge",
+            BinaryOp::Gt => "gt",
+            BinaryOp::Le => "le",
+            BinaryOp::Lt => "lt",
+            BinaryOp::Eq => "eq",
+            BinaryOp::Ne => "ne",
         }
     }
 
@@ -284,6 +304,26 @@ impl BinaryOp {
             BinaryOp::Maximum => a.max(b),
             BinaryOp::Minimum => a.min(b),
             BinaryOp::Pow => a.powf(b),
+            c => c.holds(a, b) as u8 as f64,
+        }
+    }
+
+    /// Whether the op compares (its result is 1 or 0).
+    pub fn is_comparison(self) -> bool {
+        matches!(self, BinaryOp::Ge | BinaryOp::Gt | BinaryOp::Le | BinaryOp::Lt | BinaryOp::Eq | BinaryOp::Ne)
+    }
+
+    /// For a comparison, whether it holds of `(a, b)` (false for the other ops).
+    #[inline]
+    pub fn holds<T: PartialOrd>(self, a: T, b: T) -> bool {
+        match self {
+            BinaryOp::Ge => a >= b,
+            BinaryOp::Gt => a > b,
+            BinaryOp::Le => a <= b,
+            BinaryOp::Lt => a < b,
+            BinaryOp::Eq => a == b,
+            BinaryOp::Ne => a != b,
+            _ => false,
         }
     }
 
@@ -297,6 +337,7 @@ impl BinaryOp {
             BinaryOp::Maximum => a.max(b),
             BinaryOp::Minimum => a.min(b),
             BinaryOp::Pow => a.powf(b),
+            c => c.holds(a, b) as u8 as f32,
         }
     }
 
@@ -310,6 +351,12 @@ impl BinaryOp {
             BinaryOp::Maximum => format!("fmaxf({a}, {b})"),
             BinaryOp::Minimum => format!("fminf({a}, {b})"),
             BinaryOp::Pow => format!("powf({a}, {b})"),
+            BinaryOp::Ge => format!("(({a}) >= ({b}) ? 1.0f : 0.0f)"),
+            BinaryOp::Gt => format!("(({a}) > ({b}) ? 1.0f : 0.0f)"),
+            BinaryOp::Le => format!("(({a}) <= ({b}) ? 1.0f : 0.0f)"),
+            BinaryOp::Lt => format!("(({a}) < ({b}) ? 1.0f : 0.0f)"),
+            BinaryOp::Eq => format!("(({a}) == ({b}) ? 1.0f : 0.0f)"),
+            BinaryOp::Ne => format!("(({a}) != ({b}) ? 1.0f : 0.0f)"),
         }
     }
 

@@ -82,6 +82,21 @@ fn binary_ops_match_hand_values() {
         let g = single(|g, x| g.binary(op, x[0], x[1], op.name()), 2);
         assert_close(&eval_one(&g, &[a.clone(), b.clone()]), &arr(&[3], &want), 1e-12);
     }
+    // Comparisons: 1 or 0, with equal pairs among them.
+    let (p, q) = (arr(&[4], &[1.0, 2.0, 3.0, -0.5]), arr(&[4], &[1.0, 0.0, 3.5, -0.5]));
+    #[rustfmt::skip]
+    let comparisons: [(BinaryOp, [f64; 4]); 6] = [
+        (BinaryOp::Ge, [1.0, 1.0, 0.0, 1.0]),
+        (BinaryOp::Gt, [0.0, 1.0, 0.0, 0.0]),
+        (BinaryOp::Le, [1.0, 0.0, 1.0, 1.0]),
+        (BinaryOp::Lt, [0.0, 0.0, 1.0, 0.0]),
+        (BinaryOp::Eq, [1.0, 0.0, 0.0, 1.0]),
+        (BinaryOp::Ne, [0.0, 1.0, 1.0, 0.0]),
+    ];
+    for (op, want) in comparisons {
+        let g = single(|g, x| g.binary(op, x[0], x[1], op.name()), 2);
+        assert_close(&eval_one(&g, &[p.clone(), q.clone()]), &arr(&[4], &want), 0.0);
+    }
     let g = single(|g, x| g.binary(BinaryOp::Pow, x[0], x[1], "powf"), 2);
     let base = arr(&[3], &[0.5, 1.25, 4.0]);
     assert_close(&eval_one(&g, &[base, b]), &arr(&[3], &[FRAC_1_SQRT_2, 0.64, 64.0]), 1e-12);

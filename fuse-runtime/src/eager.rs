@@ -118,6 +118,7 @@ pub(crate) fn binary(op: BinaryOp, a: Operand<'_>, b: Operand<'_>) -> Result<Ten
         BinaryOp::Mul => "a * b".to_string(),
         BinaryOp::Div => "a / b".to_string(),
         BinaryOp::Pow => "a.powf(b)".to_string(),
+        c if c.is_comparison() => format!("a.{}(b)", c.name()),
         other => format!("{}(a, b)", other.name()),
     };
     run(&[("a", a), ("b", b)], |g, i| g.binary(op, i[0], i[1], &label))
@@ -175,6 +176,30 @@ unary_fns! {
     sin => Sin;
     /// Cosine (radians).
     cos => Cos;
+}
+
+/// The comparisons as methods, `a.ge(&b)` (candle's names): 1 where true, 0 where false, in the operands'
+/// dtype (candle's results are u8), with broadcasting; they trace under `#[fuse]` too.
+macro_rules! comparison_methods {
+    ($($name:ident => $op:ident, $what:literal;)*) => {
+        impl Tensor {
+            $(
+                #[doc = concat!("`", $what, "` elementwise: 1 where true, 0 where false, in the operands' dtype.")]
+                pub fn $name(&self, other: &Tensor) -> Result<Tensor> {
+                    binary(BinaryOp::$op, Operand::Tensor(self), Operand::Tensor(other))
+                }
+            )*
+        }
+    };
+}
+
+comparison_methods! {
+    ge => Ge, "self >= other";
+    gt => Gt, "self > other";
+    le => Le, "self <= other";
+    lt => Lt, "self < other";
+    eq => Eq, "self == other";
+    ne => Ne, "self != other";
 }
 
 /// Softmax over the last axis.

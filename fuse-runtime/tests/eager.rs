@@ -73,13 +73,19 @@ fn binary_ops_broadcast_like_numpy() {
         for (sa, sb) in pairs {
             let a = tensor(&mut r, sa, dtype);
             let b = tensor(&mut r, sb, dtype);
-            let cases: [(BinaryOp, Result<Tensor>); 6] = [
+            let cases: [(BinaryOp, Result<Tensor>); 12] = [
                 (BinaryOp::Add, &a + &b),
                 (BinaryOp::Sub, &a - &b),
                 (BinaryOp::Mul, &a * &b),
                 (BinaryOp::Div, &a / &b),
                 (BinaryOp::Maximum, maximum(&a, &b)),
                 (BinaryOp::Minimum, minimum(&a, &b)),
+                (BinaryOp::Ge, a.ge(&b)),
+                (BinaryOp::Gt, a.gt(&b)),
+                (BinaryOp::Le, a.le(&b)),
+                (BinaryOp::Lt, a.lt(&b)),
+                (BinaryOp::Eq, a.eq(&b)),
+                (BinaryOp::Ne, a.ne(&b)),
             ];
             for (op, got) in cases {
                 let want = reference(&[&a, &b], |g, i| g.binary(op, i[0], i[1], ""));

@@ -31,6 +31,12 @@ pub fn binary(
     (a + b, a - b, a * b, a / (abs(b) + 0.5), maximum(a, b), minimum(a, b), pos.powf(s), b * s - 1.5)
 }
 
+/// The comparisons on the inputs themselves (1 or 0: an intermediate rounded differently could flip one).
+#[fuse]
+pub fn compare(a: &Tensor, b: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
+    (a.ge(b), a.gt(b), a.le(b), a.lt(b), a.eq(a), a.ne(b))
+}
+
 #[fuse]
 pub fn reductions(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor)> {
     (x.sum(-1), x.mean(-1), x.max(-1), softmax(x), x - x.mean(-1))

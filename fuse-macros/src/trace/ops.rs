@@ -23,6 +23,11 @@ fn elementwise_binary(name: &str) -> Option<BinaryOp> {
     }
 }
 
+/// The comparisons, methods only as in candle (`a.ge(b)`): 1 where true, 0 where false.
+fn comparison(name: &str) -> Option<BinaryOp> {
+    BinaryOp::ALL.into_iter().filter(|b| b.is_comparison()).find(|b| b.name() == name)
+}
+
 /// The view and layout methods (`views.rs` traces them).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ViewMethod {
@@ -81,7 +86,7 @@ impl Method {
             _ => ReduceOp::from_name(name)
                 .map(Method::Reduce)
                 .or_else(|| unary(name).map(Method::Unary))
-                .or_else(|| elementwise_binary(name).map(Method::Binary)),
+                .or_else(|| elementwise_binary(name).or_else(|| comparison(name)).map(Method::Binary)),
         }
     }
 
@@ -193,6 +198,7 @@ pub fn supported_methods() -> String {
             .collect();
     names.extend(callable_unary().map(|u| format!("`{}()`", u.name())));
     names.extend(["`maximum(b)`".to_string(), "`minimum(b)`".to_string(), "`clamp(min, max)`".to_string()]);
+    names.extend(BinaryOp::ALL.into_iter().filter(|b| b.is_comparison()).map(|b| format!("`{}(b)`", b.name())));
     names.join(", ")
 }
 
@@ -270,6 +276,12 @@ mod tests {
             "argmax",
             "powf",
             "clamp",
+            "ge",
+            "gt",
+            "le",
+            "lt",
+            "eq",
+            "ne",
             "to_dtype",
             "maximum",
             "minimum",

@@ -75,6 +75,7 @@ pub(crate) fn binary(op: BinaryOp, a: Lane<'_>, b: Lane<'_>, out: &mut [f32]) {
         BinaryOp::Maximum => map2(a, b, out, f32::max),
         BinaryOp::Minimum => map2(a, b, out, f32::min),
         BinaryOp::Pow => map2(a, b, out, f32::powf),
+        c => map2(a, b, out, |x, y| c.holds(x, y) as u8 as f32),
     }
 }
 
