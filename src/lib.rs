@@ -39,7 +39,7 @@
 //! checkpoint weights in `[out, in]` layout need no copy); `exp log sqrt rsqrt tanh sigmoid silu gelu
 //! gelu_tanh relu abs square recip sin cos` (and candle's `sqr` and `gelu_erf` for `square` and `gelu`);
 //! `x.clamp(min, max)`; the comparisons `a.ge(b) gt le lt eq ne` (1 or 0 in the operands' dtype); `maximum(a, b)`, `minimum(a, b)`, `a.powf(s)`; last-axis reductions that
-//! keep the axis as size 1: `x.sum(-1)`, `x.mean(-1)`, `x.max(-1)`; `softmax(x)`, `rms_norm(x, w, eps)`;
+//! keep the axis as size 1: `x.sum(-1)`, `x.mean(-1)`, `x.max(-1)`, `x.min(-1)`; `softmax(x)`, `rms_norm(x, w, eps)`;
 //! `x.to_dtype(DType::F32)`. Return `Result<Tensor>` or `Result<(Tensor, Tensor, ...)>`; the tail is the
 //! result, with or without `Ok(..)`. On a method taking `&self`, fields (`self.norm`, `self.eps`) may be
 //! tensors or scalars.

@@ -55,6 +55,7 @@ pub enum ReduceOp {
     Sum,
     Mean,
     Max,
+    Min,
 }
 
 /// What a node computes.
@@ -369,13 +370,14 @@ impl BinaryOp {
 }
 
 impl ReduceOp {
-    pub const ALL: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max];
+    pub const ALL: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min];
 
     pub fn name(self) -> &'static str {
         match self {
             ReduceOp::Sum => "sum",
             ReduceOp::Mean => "mean",
             ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
         }
     }
 
@@ -389,6 +391,7 @@ impl ReduceOp {
             ReduceOp::Sum => row.iter().sum(),
             ReduceOp::Mean => row.iter().sum::<f64>() / row.len() as f64,
             ReduceOp::Max => row.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            ReduceOp::Min => row.iter().copied().fold(f64::INFINITY, f64::min),
         }
     }
 }

@@ -135,7 +135,12 @@ fn scalars_and_literals_broadcast() {
 #[test]
 fn reductions_keep_the_last_axis() {
     let x = arr(&[2, 3], &[1., -2., 4., 0.5, 3., -1.]);
-    let cases = [(ReduceOp::Sum, [3.0, 2.5]), (ReduceOp::Mean, [1.0, 0.8333333333333334]), (ReduceOp::Max, [4.0, 3.0])];
+    let cases = [
+        (ReduceOp::Sum, [3.0, 2.5]),
+        (ReduceOp::Mean, [1.0, 0.8333333333333334]),
+        (ReduceOp::Max, [4.0, 3.0]),
+        (ReduceOp::Min, [-2.0, -1.0]),
+    ];
     for (op, want) in cases {
         let g = single(|g, a| g.reduce(op, a[0], op.name()), 1);
         assert_close(&eval_one(&g, std::slice::from_ref(&x)), &arr(&[2, 1], &want), 1e-15);

@@ -261,6 +261,11 @@ impl Tensor {
         self.reduce(ReduceOp::Max, axis)
     }
 
+    /// Minimum over the last axis, keeping it with size 1.
+    pub fn min(&self, axis: i64) -> Result<Tensor> {
+        self.reduce(ReduceOp::Min, axis)
+    }
+
     fn reduce(&self, op: ReduceOp, axis: i64) -> Result<Tensor> {
         let last = self.rank() as i64 - 1;
         if axis != -1 && axis != last {

@@ -138,7 +138,13 @@ fn reductions_keep_the_last_axis() {
     for dtype in DType::ALL {
         for shape in SHAPES {
             let x = tensor(&mut r, shape, dtype);
-            for (op, got) in [(ReduceOp::Sum, x.sum(-1)), (ReduceOp::Mean, x.mean(-1)), (ReduceOp::Max, x.max(-1))] {
+            let all = [
+                (ReduceOp::Sum, x.sum(-1)),
+                (ReduceOp::Mean, x.mean(-1)),
+                (ReduceOp::Max, x.max(-1)),
+                (ReduceOp::Min, x.min(-1)),
+            ];
+            for (op, got) in all {
                 let want = reference(&[&x], |g, i| g.reduce(op, i[0], ""));
                 let got = got.unwrap();
                 let mut want_shape = shape.to_vec();

@@ -38,8 +38,8 @@ pub fn compare(a: &Tensor, b: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor
 }
 
 #[fuse]
-pub fn reductions(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor)> {
-    (x.sum(-1), x.mean(-1), x.max(-1), softmax(x), x - x.mean(-1))
+pub fn reductions(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
+    (x.sum(-1), x.mean(-1), x.max(-1), softmax(x), x - x.mean(-1), x.min(-1))
 }
 
 #[fuse]

@@ -163,6 +163,7 @@ impl<'a, 'p> RowKernel<'a, 'p> {
         let (identity, combine, block) = match op {
             ReduceOp::Sum | ReduceOp::Mean => ("0.0f", "+=", "fuse_block_sum"),
             ReduceOp::Max => ("-__int_as_float(0x7f800000)", "max", "fuse_block_max"),
+            ReduceOp::Min => ("__int_as_float(0x7f800000)", "min", "fuse_block_min"),
         };
         let id = r.0;
         self.line(2, &format!("// %{id} = {}(%{}) over the row", op.name(), operand.0));
@@ -171,6 +172,8 @@ impl<'a, 'p> RowKernel<'a, 'p> {
         let value = emit::value(g, operand);
         let fold = if combine == "max" {
             format!("acc{id} = fmaxf(acc{id}, {value});")
+        } else if combine == "min" {
+            format!("acc{id} = fminf(acc{id}, {value});")
         } else {
             format!("acc{id} += {value};")
         };

@@ -253,6 +253,7 @@ fn every_op_appears_with_its_cuda_expression() {
             Op::Cast(DType::F32) => format!("const float v{} = v{};", id.0, x.0),
             Op::Cast(d) => format!("const float v{} = fuse_round_{}(v{});", id.0, d.name(), x.0),
             Op::Reduce(ReduceOp::Max) => format!("acc{0} = fmaxf(acc{0}, v{1});", id.0, x.0),
+            Op::Reduce(ReduceOp::Min) => format!("acc{0} = fminf(acc{0}, v{1});", id.0, x.0),
             Op::Reduce(_) => format!("acc{} += v{};", id.0, x.0),
             op => panic!("unexpected {}", op.name()),
         };

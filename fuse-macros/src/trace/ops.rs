@@ -183,19 +183,28 @@ impl Function {
 
 /// For messages: every supported method.
 pub fn supported_methods() -> String {
-    let mut names: Vec<String> =
-        ["matmul(b)", "t()", "sum(-1)", "mean(-1)", "max(-1)", "argmax(-1)", "powf(s)", "to_dtype(DType::..)"]
-            .iter()
-            .chain(&[
-                "reshape(&[..])",
-                "transpose(a, b)",
-                "permute(&[..])",
-                "narrow(axis, start, len)",
-                "contiguous()",
-                "dim(i)",
-            ])
-            .map(|s| format!("`{s}`"))
-            .collect();
+    let mut names: Vec<String> = [
+        "matmul(b)",
+        "t()",
+        "sum(-1)",
+        "mean(-1)",
+        "max(-1)",
+        "min(-1)",
+        "argmax(-1)",
+        "powf(s)",
+        "to_dtype(DType::..)",
+    ]
+    .iter()
+    .chain(&[
+        "reshape(&[..])",
+        "transpose(a, b)",
+        "permute(&[..])",
+        "narrow(axis, start, len)",
+        "contiguous()",
+        "dim(i)",
+    ])
+    .map(|s| format!("`{s}`"))
+    .collect();
     names.extend(callable_unary().map(|u| format!("`{}()`", u.name())));
     names.extend(["`maximum(b)`".to_string(), "`minimum(b)`".to_string(), "`clamp(min, max)`".to_string()]);
     names.extend(BinaryOp::ALL.into_iter().filter(|b| b.is_comparison()).map(|b| format!("`{}(b)`", b.name())));
@@ -273,6 +282,7 @@ mod tests {
             "sum",
             "mean",
             "max",
+            "min",
             "argmax",
             "powf",
             "clamp",

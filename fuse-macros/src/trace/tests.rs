@@ -150,7 +150,7 @@ fn every_op_once() {
             let d = x.gelu_tanh() * x.relu() * x.abs() * x.square() * x.recip() / -x;
             let e = maximum(a, b) + minimum(c, d) + a.maximum(d) + b.minimum(c) + x.powf(s) + x.powf(3);
             let e = e + a.ge(b) + a.gt(b) + a.le(b) + a.lt(b) + a.eq(b) + a.ne(b);
-            let f = e.sum(-1) + e.mean(-1) + e.max(-1) + softmax(e) + rms_norm(e, w, 1e-5);
+            let f = e.sum(-1) + e.mean(-1) + e.max(-1) + e.min(-1) + softmax(e) + rms_norm(e, w, 1e-5);
             let g = f.matmul(&w.t()).to_dtype(DType::F32);
             Ok(g)
         }",

@@ -86,6 +86,7 @@ pub(crate) fn reduce(op: ReduceOp, row: &[f32]) -> f32 {
         ReduceOp::Sum => sum(row),
         ReduceOp::Mean => sum(row) / row.len() as f32,
         ReduceOp::Max => row.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+        ReduceOp::Min => row.iter().copied().fold(f32::INFINITY, f32::min),
     }
 }
 
@@ -216,6 +217,7 @@ mod tests {
         assert_eq!(reduce(ReduceOp::Sum, &row), 153.0);
         assert_eq!(reduce(ReduceOp::Mean, &row), 9.0);
         assert_eq!(reduce(ReduceOp::Max, &row), 17.0);
+        assert_eq!(reduce(ReduceOp::Min, &row), 1.0);
         assert_eq!(reduce(ReduceOp::Sum, &[]), 0.0);
     }
 }

@@ -87,9 +87,15 @@ __device__ __forceinline__ float fuse_warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-// Block-wide sum and max in a fixed tree order (deterministic), `smem` holding a float per warp; every thread
-// gets the result. The leading barrier keeps `smem` from being overwritten while an earlier reduction's warps
-// still read it.
+__device__ __forceinline__ float fuse_warp_min(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fminf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Block-wide sum, max and min in a fixed tree order (deterministic), `smem` holding a float per warp; every
+// thread gets the result. The leading barrier keeps `smem` from being overwritten while an earlier reduction's
+// warps still read it. (Three copies of one shape rather than a template over the warp reduction: the sum's and
+// the max's code stays what every kernel was measured and sanitized with.)
 __device__ __forceinline__ float fuse_block_sum(float v, float* smem) {
   v = fuse_warp_sum(v);
   __syncthreads();
@@ -105,6 +111,14 @@ __device__ __forceinline__ float fuse_block_max(float v, float* smem) {
   __syncthreads();
   const unsigned int lane = threadIdx.x & 31;
   return fuse_warp_max(lane < ((blockDim.x + 31) >> 5) ? smem[lane] : -__int_as_float(0x7f800000));
+}
+__device__ __forceinline__ float fuse_block_min(float v, float* smem) {
+  v = fuse_warp_min(v);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = v;
+  __syncthreads();
+  const unsigned int lane = threadIdx.x & 31;
+  return fuse_warp_min(lane < ((blockDim.x + 31) >> 5) ? smem[lane] : __int_as_float(0x7f800000));
 }
 
 // ---- grid dependency ----------------------------------------------------------------------------------------

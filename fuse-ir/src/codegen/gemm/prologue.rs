@@ -133,6 +133,7 @@ pub(in crate::codegen) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) ->
         let (identity, combine, warp_reduce) = match op {
             ReduceOp::Sum | ReduceOp::Mean => ("0.0f", "{a} + {b}", "fuse_warp_sum"),
             ReduceOp::Max => ("-__int_as_float(0x7f800000)", "fmaxf({a}, {b})", "fuse_warp_max"),
+            ReduceOp::Min => ("__int_as_float(0x7f800000)", "fminf({a}, {b})", "fuse_warp_min"),
         };
         let fold = |a: &str, b: &str| combine.replace("{a}", a).replace("{b}", b);
         k.line(1, &format!("{{  // %{} = {}(%{}) over each row", r.0, op.name(), operand.0));
@@ -329,10 +330,12 @@ fn scaled(g: &Graph, pro: &Prologue, first_slot: usize) -> Option<String> {
     let fold = |op: ReduceOp, a: &str, b: &str| match op {
         ReduceOp::Sum | ReduceOp::Mean => format!("{a} + {b}"),
         ReduceOp::Max => format!("fmaxf({a}, {b})"),
+        ReduceOp::Min => format!("fminf({a}, {b})"),
     };
     let identity = |op: ReduceOp| match op {
         ReduceOp::Sum | ReduceOp::Mean => "0.0f",
         ReduceOp::Max => "-__int_as_float(0x7f800000)",
+        ReduceOp::Min => "__int_as_float(0x7f800000)",
     };
     let slots = pro.inputs.len();
     let offsets_from_row = |k: &mut RowKernel<'_, '_>| {
