@@ -311,7 +311,20 @@ impl BinaryOp {
 
     /// Whether the op compares (its result is 1 or 0).
     pub fn is_comparison(self) -> bool {
-        matches!(self, BinaryOp::Ge | BinaryOp::Gt | BinaryOp::Le | BinaryOp::Lt | BinaryOp::Eq | BinaryOp::Ne)
+        self.comparison_operator().is_some()
+    }
+
+    /// A comparison's operator in C and Rust (`>=`, ..); `None` for the other ops.
+    pub fn comparison_operator(self) -> Option<&'static str> {
+        match self {
+            BinaryOp::Ge => Some(">="),
+            BinaryOp::Gt => Some(">"),
+            BinaryOp::Le => Some("<="),
+            BinaryOp::Lt => Some("<"),
+            BinaryOp::Eq => Some("=="),
+            BinaryOp::Ne => Some("!="),
+            _ => None,
+        }
     }
 
     /// For a comparison, whether it holds of `(a, b)` (false for the other ops).
@@ -352,12 +365,10 @@ impl BinaryOp {
             BinaryOp::Maximum => format!("fmaxf({a}, {b})"),
             BinaryOp::Minimum => format!("fminf({a}, {b})"),
             BinaryOp::Pow => format!("powf({a}, {b})"),
-            BinaryOp::Ge => format!("(({a}) >= ({b}) ? 1.0f : 0.0f)"),
-            BinaryOp::Gt => format!("(({a}) > ({b}) ? 1.0f : 0.0f)"),
-            BinaryOp::Le => format!("(({a}) <= ({b}) ? 1.0f : 0.0f)"),
-            BinaryOp::Lt => format!("(({a}) < ({b}) ? 1.0f : 0.0f)"),
-            BinaryOp::Eq => format!("(({a}) == ({b}) ? 1.0f : 0.0f)"),
-            BinaryOp::Ne => format!("(({a}) != ({b}) ? 1.0f : 0.0f)"),
+            c => {
+                let op = c.comparison_operator().expect("the ops above are every one but the comparisons");
+                format!("(({a}) {op} ({b}) ? 1.0f : 0.0f)")
+            }
         }
     }
 

@@ -9,7 +9,7 @@
 //! storage is dropped (of the lengths asked for before), at most [`MAX_BYTES`] in all, and a request for the
 //! same length takes one back.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 /// Smaller vectors come from the allocator's own free lists (below its threshold for mapping pages).
@@ -18,12 +18,13 @@ const MIN_BYTES: usize = 256 << 10;
 /// model's gate and up products: 59 MB); past it the oldest go back.
 const MAX_BYTES: usize = 256 << 20;
 
+#[derive(Default)]
 struct Kept {
     /// By length: the vectors of that length, the last given first taken.
     by_len: HashMap<usize, Vec<(u64, Vec<f32>)>>,
     /// The lengths asked for: only vectors of those are kept (a dropped tensor of another length would
     /// only hold memory).
-    wanted: std::collections::HashSet<usize>,
+    wanted: HashSet<usize>,
     bytes: usize,
     /// Stamps the vectors in the order they were given, for dropping the oldest.
     clock: u64,
@@ -64,7 +65,7 @@ fn take_kept(len: usize) -> Option<Vec<f32>> {
     Some(v)
 }
 
-/// Keeps `v` for a later [`zeros_f32`] of its length (or drops it: too small, or the oldest past the bound).
+/// Keeps `v` for a later [`zeros_f32`] or [`for_overwrite_f32`] of its length (or drops it: too small, or the oldest past the bound).
 pub(crate) fn give_f32(v: Vec<f32>) {
     if !worth_keeping(v.len()) || v.len() != v.capacity() {
         return;
@@ -82,10 +83,6 @@ pub(crate) fn give_f32(v: Vec<f32>) {
 }
 
 impl Kept {
-    fn default() -> Kept {
-        Kept { by_len: HashMap::new(), wanted: Default::default(), bytes: 0, clock: 0 }
-    }
-
     /// Adds `v`; returns the oldest vectors that no longer fit in `max_bytes`.
     fn give(&mut self, v: Vec<f32>, max_bytes: usize) -> Vec<Vec<f32>> {
         self.clock += 1;

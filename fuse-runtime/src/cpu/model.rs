@@ -177,8 +177,8 @@ fn rope(x: &[f32], cos: &[f32], sin: &[f32], shape: &[usize]) -> Vec<f32> {
     let r = shape.len();
     let (seq, d) = (shape[r - 2], shape[r - 1]);
     let half = d / 2;
-    // Every element is written below where d is even (kept vectors: `recycle.rs`).
-    let mut out = if d % 2 == 0 { crate::recycle::for_overwrite_f32(x.len()) } else { vec![0.0f32; x.len()] };
+    // Every element is written below (inference requires d even); a kept vector (`recycle.rs`).
+    let mut out = crate::recycle::for_overwrite_f32(x.len());
     if d == 0 {
         return out;
     }

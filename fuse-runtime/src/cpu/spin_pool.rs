@@ -208,10 +208,19 @@ pub(crate) fn park_helpers() {
 
 /// Runs `f(i, item i)` for each of `items`, moved into its task, as [`for_each_task`] does.
 pub(crate) fn for_each_item<T: Send>(items: Vec<T>, f: &(dyn Fn(usize, T) + Sync)) {
+    for_each_item_grouped(items, 1, f)
+}
+
+/// [`for_each_item`] with `per_task` consecutive items a task (in order within it): for items too small to be
+/// worth a claim each.
+pub(crate) fn for_each_item_grouped<T: Send>(items: Vec<T>, per_task: usize, f: &(dyn Fn(usize, T) + Sync)) {
+    let per_task = per_task.max(1);
     let mut slots: Vec<Option<T>> = items.into_iter().map(Some).collect();
-    for_each_chunk_mut(&mut slots, 1, &|i, slot| {
-        if let Some(item) = slot[0].take() {
-            f(i, item)
+    for_each_chunk_mut(&mut slots, per_task, &|t, chunk| {
+        for (j, slot) in chunk.iter_mut().enumerate() {
+            if let Some(item) = slot.take() {
+                f(t * per_task + j, item)
+            }
         }
     });
 }

@@ -33,17 +33,10 @@ const PARALLEL_VALUES: usize = 1 << 16;
 /// microsecond, and 16 threads claiming 128 of them spent more on the claims than on the rows.
 const TASK_VALUES: usize = 1 << 13;
 
-/// `items` in groups of whole rows of at least [`TASK_VALUES`] values (rows of `k`), one group a task.
+/// `items` (rows of `k` values) in tasks of whole rows of at least [`TASK_VALUES`] values.
 fn in_tasks<T: Send>(items: Vec<T>, k: usize, one: &(dyn Fn(T) + Sync)) {
-    let per_task = TASK_VALUES.div_ceil(k.max(1)).max(1);
-    let mut groups: Vec<Vec<T>> = Vec::with_capacity(items.len().div_ceil(per_task));
-    for item in items {
-        match groups.last_mut() {
-            Some(g) if g.len() < per_task => g.push(item),
-            _ => groups.push(vec![item]),
-        }
-    }
-    crate::cpu::spin_pool::for_each_item(groups, &|_, group| group.into_iter().for_each(one));
+    let per_task = TASK_VALUES.div_ceil(k.max(1));
+    crate::cpu::spin_pool::for_each_item_grouped(items, per_task, &|_, item| one(item));
 }
 
 impl Q8Acts {
