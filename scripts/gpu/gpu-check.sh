@@ -62,10 +62,10 @@ for step in "${steps[@]}"; do
       fits ab 60 && ab_round 1
       ;;
     tests)
-      fits tests 200 || continue
+      fits tests 300 || continue
       for t in .gpu/bin/test-*; do
         echo "== ${t##*/}" >>"$out/tests.log"
-        FUSE_TEST_GPU=1 FUSE_TUNE_FILE=$(mktemp -d)/tune.tsv timeout 170 "$t" >>"$out/tests.log" 2>&1 || say "FAILED ${t##*/}: exit $?"
+        FUSE_TEST_GPU=1 FUSE_TUNE_FILE=$(mktemp -d)/tune.tsv timeout 300 "$t" >>"$out/tests.log" 2>&1 || say "FAILED ${t##*/}: exit $?"
       done
       grep -E "^test result" "$out/tests.log" | sed 's/^/  /' >>"$log"
       ;;

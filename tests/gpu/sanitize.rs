@@ -15,7 +15,8 @@
 
 use crate::decode_step::{decode_step_after_kernel_fused, decode_step_attention_fused};
 use crate::fused_fns::{
-    chain10_fused, ffn_block_fused, llama_mlp_fused, norm_and_cast_fused, reductions_fused, scaled_projection_fused,
+    chain10_fused, compare_fused, ffn_block_fused, llama_mlp_fused, norm_and_cast_fused, reductions_fused,
+    scaled_projection_fused, unary_c_fused,
 };
 use crate::{assert_close, check, gpu, random, rng};
 use fuse::ir::codegen::{attention_launch, AttentionShape, MMA_CONFIGS, SKINNY_CONFIGS, WGMMA_CONFIGS};
@@ -92,6 +93,9 @@ fn pointwise_and_row_kernels_once() {
                 dtype,
             );
             check(&format!("reductions {rows}x{cols}"), reductions_fused(), &[fuse::arg(&x)], dtype);
+            check(&format!("unary_c {rows}x{cols}"), unary_c_fused(), &[fuse::arg(&x)], dtype);
+            let y = random(&mut r, &[rows, cols], dtype, -1.0, 1.0, &dev);
+            check(&format!("compare {rows}x{cols}"), compare_fused(), &[fuse::arg(&x), fuse::arg(&y)], dtype);
             check(
                 &format!("norm_and_cast {rows}x{cols}"),
                 norm_and_cast_fused(),
