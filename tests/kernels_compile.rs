@@ -42,6 +42,7 @@ fn corpus() -> Vec<&'static FusedFn> {
         unary_c_fused(),
         binary_fused(),
         compare_fused(),
+        masked_fused(),
         reductions_fused(),
         norm_and_cast_fused(),
         casts_fused(),

@@ -63,6 +63,26 @@ fn binary_ops_broadcast_and_match_reference(dev: &Device) {
     }
 }
 
+fn where_cond_masks_broadcast_and_match_reference(dev: &Device) {
+    let mut r = TestRng::new(19);
+    for dtype in DTYPES {
+        for (queries, keys) in [(1, 1), (3, 17), (17, 130), (127, 33)] {
+            let scores = random(&mut r, &[2, queries, keys], dtype, -3.0, 3.0, dev);
+            // Positions as [queries, 1] and [keys] (they broadcast to the scores' last two axes), the queries
+            // at the end of the keys as in a decode step; a window of 5 keys.
+            let q: Vec<f32> = (0..queries).map(|i| (keys - queries.min(keys) + i.min(keys - 1)) as f32).collect();
+            let k: Vec<f32> = (0..keys).map(|j| j as f32).collect();
+            let q_pos = Tensor::from_vec(q, &[queries, 1], dev).expect("q_pos").to_dtype(dtype).expect("cast");
+            let k_pos = Tensor::from_vec(k, &[keys], dev).expect("k_pos").to_dtype(dtype).expect("cast");
+            let mask = random(&mut r, &[queries, 1], dtype, -1.0, 1.0, dev)
+                .gt(&Tensor::zeros(&[1], dtype, dev).expect("zeros"))
+                .expect("gt");
+            let args = [fuse::arg(&scores), fuse::arg(&q_pos), fuse::arg(&k_pos), fuse::arg(&5.0f32), fuse::arg(&mask)];
+            check(&format!("masked [2, {queries}, {keys}]"), masked_fused(), &args, dtype, dev);
+        }
+    }
+}
+
 fn reductions_softmax_rms_norm_match_reference(dev: &Device) {
     let mut r = TestRng::new(13);
     for dtype in DTYPES {
@@ -242,6 +262,7 @@ fn empty_tensors(dev: &Device) {
 fuse::device_tests!(
     unary_ops_match_reference,
     binary_ops_broadcast_and_match_reference,
+    where_cond_masks_broadcast_and_match_reference,
     reductions_softmax_rms_norm_match_reference,
     rank_three_inputs_reduce_over_the_last_axis,
     gemm_with_epilogue_matches_reference,

@@ -76,6 +76,7 @@ enum OpKey {
     MatMul,
     Transpose,
     Cast(DType),
+    Where,
     Model(ModelOp),
     View(ViewOp),
 }
@@ -91,6 +92,7 @@ impl From<Op> for OpKey {
             Op::MatMul => OpKey::MatMul,
             Op::Transpose => OpKey::Transpose,
             Op::Cast(d) => OpKey::Cast(d),
+            Op::Where => OpKey::Where,
             Op::Model(m) => OpKey::Model(m),
             Op::View(v) => OpKey::View(v),
         }
@@ -164,6 +166,11 @@ impl Graph {
 
     pub fn binary(&mut self, op: BinaryOp, a: NodeId, b: NodeId, label: &str) -> NodeId {
         self.push(Op::Binary(op), &[a, b], label)
+    }
+
+    /// `cond.where_cond(on_true, on_false)`.
+    pub fn where_cond(&mut self, cond: NodeId, on_true: NodeId, on_false: NodeId, label: &str) -> NodeId {
+        self.push(Op::Where, &[cond, on_true, on_false], label)
     }
 
     pub fn reduce(&mut self, op: ReduceOp, a: NodeId, label: &str) -> NodeId {

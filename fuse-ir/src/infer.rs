@@ -69,6 +69,12 @@ pub fn infer_shapes_with(
             Op::Unary(_) | Op::Cast(_) => arg(0).clone(),
             Op::Binary(_) => broadcast(arg(0), arg(1))
                 .ok_or_else(|| err(InferError::Broadcast { lhs: arg(0).clone(), rhs: arg(1).clone() }))?,
+            Op::Where => {
+                let values = broadcast(arg(1), arg(2))
+                    .ok_or_else(|| err(InferError::Broadcast { lhs: arg(1).clone(), rhs: arg(2).clone() }))?;
+                broadcast(arg(0), &values)
+                    .ok_or_else(|| err(InferError::Broadcast { lhs: arg(0).clone(), rhs: values.clone() }))?
+            }
             Op::Reduce(_) => {
                 let mut s = arg(0).clone();
                 match s.last_mut() {
@@ -179,6 +185,11 @@ pub fn infer_dtypes(g: &Graph, inputs: &[Option<DType>]) -> Result<Vec<Option<DT
             // The right operand in blocks: the product is in the left operand's dtype.
             Op::MatMul if arg(1).is_some_and(DType::is_quantized) => arg(0),
             Op::Binary(_) | Op::MatMul => match (arg(0), arg(1)) {
+                (Some(a), Some(b)) if a != b => return Err(err(InferError::DType { lhs: a, rhs: b })),
+                (a, b) => a.or(b),
+            },
+            // The condition is read as a number of any dtype; the values must agree.
+            Op::Where => match (arg(1), arg(2)) {
                 (Some(a), Some(b)) if a != b => return Err(err(InferError::DType { lhs: a, rhs: b })),
                 (a, b) => a.or(b),
             },

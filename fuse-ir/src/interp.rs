@@ -57,6 +57,13 @@ fn run<'a>(g: &Graph, inputs: &'a [Array], keep_all: bool) -> Result<Vec<Option<
                 Some(Cow::Owned(Array { shape, data: a.data.iter().map(|&x| u.eval(x)).collect() }))
             }
             Op::Binary(b) => Some(Cow::Owned(broadcast_map(arg(0), arg(1), shape, |x, y| b.eval(x, y)))),
+            Op::Where => {
+                // Each operand spread to the result's shape, then chosen element by element.
+                let spread = |a: &Array| broadcast_map(a, a, shape.clone(), |x, _| x).data;
+                let (c, t, f) = (spread(arg(0)), spread(arg(1)), spread(arg(2)));
+                let data = c.iter().zip(t.iter().zip(&f)).map(|(&c, (&t, &f))| Op::select(c, t, f)).collect();
+                Some(Cow::Owned(Array { shape, data }))
+            }
             Op::Reduce(r) => {
                 let a = arg(0);
                 let row = a.shape.last().copied().unwrap_or(1);

@@ -74,6 +74,9 @@ pub enum Op {
     Transpose,
     /// `a.to_dtype(d)`.
     Cast(DType),
+    /// `c.where_cond(t, f)` (candle's name and order): `t` where `c` is not 0 (a comparison's 1, or any
+    /// non-zero number, NaN included), else `f`; the three broadcast, the result takes `t`'s dtype.
+    Where,
     /// An op of a whole model (`embedding`, `argmax`, `rope`, `attention`): a group of its own.
     Model(ModelOp),
     /// Views and layout (`reshape`, `transpose(a, b)`, `permute`, `narrow`, `cat`, `contiguous`, `dim`): see
@@ -87,6 +90,7 @@ impl Op {
             Op::Input(_) | Op::Const(_) => 0,
             Op::Unary(_) | Op::Reduce(_) | Op::Transpose | Op::Cast(_) => 1,
             Op::Binary(_) | Op::MatMul => 2,
+            Op::Where => 3,
             Op::Model(m) => m.arity(),
             Op::View(v) => v.arity(),
         }
@@ -103,6 +107,7 @@ impl Op {
             Op::MatMul => "matmul",
             Op::Transpose => "t",
             Op::Cast(_) => "to_dtype",
+            Op::Where => "where_cond",
             Op::Model(m) => m.name(),
             Op::View(v) => v.name(),
         }
@@ -110,7 +115,16 @@ impl Op {
 
     /// Elementwise ops: computed per element with broadcasting; fusable into any group.
     pub fn is_pointwise(&self) -> bool {
-        matches!(self, Op::Unary(_) | Op::Binary(_) | Op::Cast(_))
+        matches!(self, Op::Unary(_) | Op::Binary(_) | Op::Cast(_) | Op::Where)
+    }
+
+    /// `where_cond`'s definition: `t` where `c` is not 0, else `f`.
+    pub fn select(c: f64, t: f64, f: f64) -> f64 {
+        if c != 0.0 {
+            t
+        } else {
+            f
+        }
     }
 
     /// Leaves: values nobody computes (arguments and literals).

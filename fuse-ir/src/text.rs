@@ -114,6 +114,7 @@ impl Graph {
                 "to_dtype" => Op::Cast(words.next().and_then(DType::parse).ok_or_else(|| err("bad dtype"))?),
                 "matmul" => Op::MatMul,
                 "t" => Op::Transpose,
+                "where_cond" => Op::Where,
                 _ if ViewOp::parse(name, params, refs.len()).is_some() => {
                     Op::View(ViewOp::parse(name, params, refs.len()).ok_or_else(|| err("bad view"))?)
                 }

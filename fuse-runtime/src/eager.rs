@@ -202,6 +202,27 @@ comparison_methods! {
     ne => Ne, "self != other";
 }
 
+impl Tensor {
+    /// `on_true` where `self` is not 0, else `on_false` (candle's `where_cond`), the three broadcast; the
+    /// condition may be of any dtype (a comparison's 1/0, a mask of 0/1), the values share theirs. Traces
+    /// under `#[fuse]` too, where either value may also be a number such as `f32::NEG_INFINITY`.
+    ///
+    /// ```
+    /// use fuse::prelude::*;
+    /// let dev = Device::Cpu;
+    /// let scores = Tensor::from_vec(vec![0.5f32, 2.0, -1.0, 3.0], &[2, 2], &dev)?;
+    /// let keep = Tensor::from_vec(vec![1.0f32, 0.0, 1.0, 1.0], &[2, 2], &dev)?;
+    /// let masked = keep.where_cond(&scores, &Tensor::full(f32::NEG_INFINITY, &[2, 2], DType::F32, &dev)?)?;
+    /// assert_eq!(masked.to_vec::<f32>()?, [0.5, f32::NEG_INFINITY, -1.0, 3.0]);
+    /// # Ok::<(), fuse::Error>(())
+    /// ```
+    pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
+        let operands =
+            [("c", Operand::Tensor(self)), ("t", Operand::Tensor(on_true)), ("f", Operand::Tensor(on_false))];
+        run(&operands, |g, i| g.where_cond(i[0], i[1], i[2], "c.where_cond(t, f)"))
+    }
+}
+
 /// Softmax over the last axis.
 pub fn softmax(x: &Tensor) -> Result<Tensor> {
     run(&[("x", Operand::Tensor(x))], |g, i| g.softmax(i[0], "softmax(x)"))

@@ -96,6 +96,36 @@ fn binary_ops_broadcast_like_numpy() {
 }
 
 #[test]
+fn where_cond_selects_with_broadcasting() {
+    let triples: [(&[usize], &[usize], &[usize]); 4] = [
+        (&[3, 17], &[3, 17], &[3, 17]),
+        (&[3, 1], &[17], &[3, 17]),
+        (&[2, 1, 17], &[3, 1], &[1]),
+        (&[127], &[1], &[127]),
+    ];
+    let mut r = rng(21);
+    for dtype in DType::ALL {
+        for (sc, st, sf) in triples {
+            // A 0/1 condition in f32 (a condition's dtype is free), the values in `dtype`.
+            let c = tensor(&mut r, sc, DType::F32).gt(&Tensor::zeros(&[1], DType::F32, &Device::Cpu).unwrap()).unwrap();
+            let (t, f) = (tensor(&mut r, st, dtype), tensor(&mut r, sf, dtype));
+            let want = reference(&[&c, &t, &f], |g, i| g.where_cond(i[0], i[1], i[2], ""));
+            assert_close(&c.where_cond(&t, &f).unwrap(), &want, dtype, "where_cond");
+        }
+    }
+    // -inf where masked, NaN and any non-zero number count as true.
+    let dev = Device::Cpu;
+    let c = Tensor::from_vec(vec![1.0f32, 0.0, f32::NAN, -2.0], &[4], &dev).unwrap();
+    let t = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[4], &dev).unwrap();
+    let f = Tensor::full(f32::NEG_INFINITY, &[1], DType::F32, &dev).unwrap();
+    assert_eq!(c.where_cond(&t, &f).unwrap().to_vec::<f32>().unwrap(), [1.0, f32::NEG_INFINITY, 3.0, 4.0]);
+    let e = c.where_cond(&t, &f.to_dtype(DType::BF16).unwrap()).unwrap_err().to_string();
+    assert!(e.contains("f32") && e.contains("bf16"), "values of two dtypes: {e}");
+    let e = c.where_cond(&Tensor::zeros(&[3], DType::F32, &dev).unwrap(), &f).unwrap_err().to_string();
+    assert!(e.contains("[4]") && e.contains("[3]"), "shapes that do not broadcast: {e}");
+}
+
+#[test]
 fn operators_take_every_operand_form() {
     let mut r = rng(3);
     let a = tensor(&mut r, &[3, 17], DType::F32);

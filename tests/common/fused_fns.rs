@@ -37,6 +37,15 @@ pub fn compare(a: &Tensor, b: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor
     (a.ge(b), a.gt(b), a.le(b), a.lt(b), a.eq(a), a.ne(b))
 }
 
+/// A sliding-window causal mask written by hand (query and key positions as tensors): scores outside the
+/// window become -inf before the softmax; and a select between two tensors by a 0/1 mask.
+#[fuse]
+pub fn masked(scores: &Tensor, q_pos: &Tensor, k_pos: &Tensor, window: f32, mask: &Tensor) -> Result<(Tensor, Tensor)> {
+    let behind = q_pos - k_pos;
+    let keep = behind.ge(0.0) * behind.lt(window);
+    (softmax(keep.where_cond(scores, f32::NEG_INFINITY)), mask.where_cond(scores, scores * 0.5 - 1.0))
+}
+
 #[fuse]
 pub fn reductions(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
     (x.sum(-1), x.mean(-1), x.max(-1), softmax(x), x - x.mean(-1), x.min(-1))

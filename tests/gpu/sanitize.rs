@@ -15,8 +15,8 @@
 
 use crate::decode_step::{decode_step_after_kernel_fused, decode_step_attention_fused};
 use crate::fused_fns::{
-    chain10_fused, compare_fused, ffn_block_fused, llama_mlp_fused, norm_and_cast_fused, reductions_fused,
-    scaled_projection_fused, unary_c_fused,
+    chain10_fused, compare_fused, ffn_block_fused, llama_mlp_fused, masked_fused, norm_and_cast_fused,
+    reductions_fused, scaled_projection_fused, unary_c_fused,
 };
 use crate::{assert_close, check, gpu, random, rng};
 use fuse::ir::codegen::{attention_launch, AttentionShape, MMA_CONFIGS, SKINNY_CONFIGS, WGMMA_CONFIGS};
@@ -96,6 +96,14 @@ fn pointwise_and_row_kernels_once() {
             check(&format!("unary_c {rows}x{cols}"), unary_c_fused(), &[fuse::arg(&x)], dtype);
             let y = random(&mut r, &[rows, cols], dtype, -1.0, 1.0, &dev);
             check(&format!("compare {rows}x{cols}"), compare_fused(), &[fuse::arg(&x), fuse::arg(&y)], dtype);
+            // Every key at or before its query kept (a window as wide as the row), a 0/1 mask per row.
+            let q_pos = Tensor::full(cols as f32, &[rows, 1], dtype, &dev).expect("q_pos");
+            let k_pos = random(&mut r, &[cols], dtype, 0.0, cols as f32, &dev);
+            let zero = Tensor::zeros(&[1], dtype, &dev).expect("zero");
+            let mask = x.narrow(1, 0, 1).expect("narrow").gt(&zero).expect("gt");
+            let window = cols as f32 + 1.0;
+            let args = [fuse::arg(&y), fuse::arg(&q_pos), fuse::arg(&k_pos), fuse::arg(&window), fuse::arg(&mask)];
+            check(&format!("masked {rows}x{cols}"), masked_fused(), &args, dtype);
             check(
                 &format!("norm_and_cast {rows}x{cols}"),
                 norm_and_cast_fused(),

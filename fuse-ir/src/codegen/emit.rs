@@ -92,6 +92,7 @@ pub(super) fn compute(g: &Graph, id: NodeId) -> String {
     let expr = match n.op {
         Op::Unary(u) => u.cuda(&arg(0)),
         Op::Binary(b) => b.cuda(&arg(0), &arg(1)),
+        Op::Where => format!("({} != 0.0f ? {} : {})", arg(0), arg(1), arg(2)),
         Op::Cast(DType::F32) => arg(0),
         Op::Cast(DType::F16) => format!("fuse_round_f16({})", arg(0)),
         Op::Cast(DType::BF16) => format!("fuse_round_bf16({})", arg(0)),

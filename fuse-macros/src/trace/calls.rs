@@ -136,6 +136,12 @@ impl Tracer<'_> {
                 let kind = self.pointwise_kind(&[low, hi]);
                 Some(self.push(Op::Binary(fuse_ir::BinaryOp::Minimum), &[low, hi], call, kind))
             }
+            Method::WhereCond => {
+                let (on_true, on_false) = (self.expr(&call.args[0]), self.expr(&call.args[1]));
+                let args = [receiver?, on_true?, on_false?];
+                let kind = self.pointwise_kind(&args);
+                Some(self.push(Op::Where, &args, call, kind))
+            }
             Method::Binary(op) => {
                 let rhs = self.expr(arg?);
                 let (a, b) = (receiver?, rhs?);

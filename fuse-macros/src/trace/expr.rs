@@ -186,6 +186,9 @@ impl Tracer<'_> {
     }
 
     fn path_value(&mut self, p: &ExprPath) -> Value {
+        if let Some(value) = float_constant(p) {
+            return Some(self.constant(value));
+        }
         let Some(ident) = p.path.get_ident().filter(|_| p.qself.is_none()) else {
             self.diag.error_at(
                 p,
@@ -321,5 +324,43 @@ impl Tracer<'_> {
         let (l, r) = (lhs?, rhs?);
         let kind = self.pointwise_kind(&[l, r]);
         Some(self.push(Op::Binary(op), &[l, r], b, kind))
+    }
+}
+
+/// The value of a float type's named constant: `f32::NEG_INFINITY`, `f64::NAN`, `f32::MAX`,
+/// `std::f32::consts::PI` (the last segments decide), as a graph literal like `0.5`.
+fn float_constant(p: &ExprPath) -> Option<f64> {
+    if p.qself.is_some() {
+        return None;
+    }
+    let names: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
+    let [.., ty, name] = names.as_slice() else { return None };
+    let (ty, in_consts) = match (ty.as_str(), names.len()) {
+        ("f32" | "f64", _) => (ty.as_str(), false),
+        ("consts", n) if n >= 3 && matches!(names[n - 3].as_str(), "f32" | "f64") => (names[n - 3].as_str(), true),
+        _ => return None,
+    };
+    let wide = ty == "f64";
+    let pick = |narrow: f32, w: f64| Some(if wide { w } else { f64::from(narrow) });
+    use std::f32::consts as c32;
+    use std::f64::consts as c64;
+    match (in_consts, name.as_str()) {
+        (false, "INFINITY") => Some(f64::INFINITY),
+        (false, "NEG_INFINITY") => Some(f64::NEG_INFINITY),
+        (false, "NAN") => Some(f64::NAN),
+        (false, "MAX") => pick(f32::MAX, f64::MAX),
+        (false, "MIN") => pick(f32::MIN, f64::MIN),
+        (false, "MIN_POSITIVE") => pick(f32::MIN_POSITIVE, f64::MIN_POSITIVE),
+        (false, "EPSILON") => pick(f32::EPSILON, f64::EPSILON),
+        (true, "PI") => pick(c32::PI, c64::PI),
+        (true, "TAU") => pick(c32::TAU, c64::TAU),
+        (true, "E") => pick(c32::E, c64::E),
+        (true, "SQRT_2") => pick(c32::SQRT_2, c64::SQRT_2),
+        (true, "FRAC_1_SQRT_2") => pick(c32::FRAC_1_SQRT_2, c64::FRAC_1_SQRT_2),
+        (true, "FRAC_2_SQRT_PI") => pick(c32::FRAC_2_SQRT_PI, c64::FRAC_2_SQRT_PI),
+        (true, "FRAC_PI_2") => pick(c32::FRAC_PI_2, c64::FRAC_PI_2),
+        (true, "LN_2") => pick(c32::LN_2, c64::LN_2),
+        (true, "LN_10") => pick(c32::LN_10, c64::LN_10),
+        _ => None,
     }
 }

@@ -65,6 +65,8 @@ pub enum Method {
     Powf,
     /// `x.clamp(min, max)`: `minimum(maximum(x, min), max)` (candle's name).
     Clamp,
+    /// `mask.where_cond(on_true, on_false)` (candle's name and order).
+    WhereCond,
     ToDType,
     Argmax,
     Unary(UnaryOp),
@@ -78,6 +80,7 @@ impl Method {
             "t" => Some(Method::Transpose),
             "powf" => Some(Method::Powf),
             "clamp" => Some(Method::Clamp),
+            "where_cond" => Some(Method::WhereCond),
             "to_dtype" => Some(Method::ToDType),
             "argmax" => Some(Method::Argmax),
             _ if ViewMethod::ALL.iter().any(|e| e.0 == name) => {
@@ -94,7 +97,7 @@ impl Method {
     pub fn arity(self) -> usize {
         match self {
             Method::Transpose | Method::Unary(_) => 0,
-            Method::Clamp => 2,
+            Method::Clamp | Method::WhereCond => 2,
             Method::View(v) => v.entry().2,
             Method::MatMul
             | Method::Reduce(_)
@@ -114,6 +117,7 @@ impl Method {
             Method::Reduce(r) => format!("`x.{}(-1)`", r.name()),
             Method::Powf => "`x.powf(2.0)`".into(),
             Method::Clamp => "`x.clamp(min, max)`".into(),
+            Method::WhereCond => "`mask.where_cond(on_true, on_false)`".into(),
             Method::ToDType => "`x.to_dtype(DType::F32)`".into(),
             Method::Argmax => "`x.argmax(-1)`".into(),
             Method::Unary(u) => format!("`x.{}()`", u.name()),
@@ -206,7 +210,9 @@ pub fn supported_methods() -> String {
     .map(|s| format!("`{s}`"))
     .collect();
     names.extend(callable_unary().map(|u| format!("`{}()`", u.name())));
-    names.extend(["`maximum(b)`".to_string(), "`minimum(b)`".to_string(), "`clamp(min, max)`".to_string()]);
+    names.extend(
+        ["maximum(b)", "minimum(b)", "clamp(min, max)", "where_cond(on_true, on_false)"].map(|s| format!("`{s}`")),
+    );
     names.extend(BinaryOp::ALL.into_iter().filter(|b| b.is_comparison()).map(|b| format!("`{}(b)`", b.name())));
     names.join(", ")
 }

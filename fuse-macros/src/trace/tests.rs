@@ -150,6 +150,7 @@ fn every_op_once() {
             let d = x.gelu_tanh() * x.relu() * x.abs() * x.square() * x.recip() / -x;
             let e = maximum(a, b) + minimum(c, d) + a.maximum(d) + b.minimum(c) + x.powf(s) + x.powf(3);
             let e = e + a.ge(b) + a.gt(b) + a.le(b) + a.lt(b) + a.eq(b) + a.ne(b);
+            let e = a.ge(b).where_cond(e, f32::NEG_INFINITY) * std::f64::consts::PI;
             let f = e.sum(-1) + e.mean(-1) + e.max(-1) + e.min(-1) + softmax(e) + rms_norm(e, w, 1e-5);
             let g = f.matmul(&w.t()).to_dtype(DType::F32);
             Ok(g)
@@ -165,7 +166,9 @@ fn every_op_once() {
     for r in ReduceOp::ALL {
         assert!(ops.contains(&Op::Reduce(r)), "{} missing", r.name());
     }
-    for op in [Op::MatMul, Op::Transpose, Op::Cast(fuse_ir::DType::F32)] {
+    assert!(ops.contains(&Op::Const(f64::NEG_INFINITY)), "f32::NEG_INFINITY is a literal");
+    assert!(ops.contains(&Op::Const(std::f64::consts::PI)), "std::f64::consts::PI is a literal");
+    for op in [Op::MatMul, Op::Transpose, Op::Cast(fuse_ir::DType::F32), Op::Where] {
         assert!(ops.contains(&op), "{op:?} missing");
     }
 }
@@ -285,7 +288,7 @@ fn each_mistake_gives_one_error() {
         ("fn f(x: &Tensor) -> Result<Tensor> { let h: f32 = x.exp(); Ok(h) }", "`h` is a tensor here"),
         ("fn f(x: &Tensor) -> Result<Tensor> { let h: String = x.exp(); Ok(h) }", "unsupported type `String`"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(Tensor::zeros(x)) }", "unknown function `Tensor::zeros`"),
-        ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x * std::f32::consts::PI) }", "write a constant as a literal"),
+        ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x * std::f32::consts::GOLDEN) }", "write a constant as a literal"),
         ("fn f(x: &Tensor) -> Result<Tensor> { let y = Ok(x); y }", "`Ok(..)` wraps the function's result"),
         ("fn f(x: &Tensor) -> Result<Tensor> { fn g() {} Ok(x.exp()) }", "items (fn, struct, use, ...)"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(!x) }", "`!` cannot be traced"),

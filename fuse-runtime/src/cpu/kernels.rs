@@ -79,6 +79,17 @@ pub(crate) fn binary(op: BinaryOp, a: Lane<'_>, b: Lane<'_>, out: &mut [f32]) {
     }
 }
 
+/// `where_cond`: the second lane where the first is not 0, else the third.
+pub(crate) fn select([cond, on_true, on_false]: [Lane<'_>; 3], out: &mut [f32]) {
+    let at = |l: &Lane<'_>, i: usize| match l {
+        Lane::Row(r) => r[i],
+        Lane::Splat(v) => *v,
+    };
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = if at(&cond, i) != 0.0 { at(&on_true, i) } else { at(&on_false, i) };
+    }
+}
+
 /// Reduces a whole row; sums accumulate in f32 over eight lanes (vectorisable, and more accurate than
 /// one running sum on long rows).
 pub(crate) fn reduce(op: ReduceOp, row: &[f32]) -> f32 {

@@ -78,6 +78,13 @@ pub(crate) enum Instr {
         rhs: Operand,
         dst: Reg,
     },
+    /// `where_cond`: `on_true` where `cond` is not 0, else `on_false`.
+    Select {
+        cond: Operand,
+        on_true: Operand,
+        on_false: Operand,
+        dst: Reg,
+    },
     /// Reduces a wide register (a whole row) to one value.
     Reduce {
         op: ReduceOp,
@@ -144,6 +151,7 @@ enum VInstr {
     Load { source: usize, dst: (usize, bool) },
     Unary { op: UnaryOp, src: (usize, bool), dst: (usize, bool) },
     Binary { op: BinaryOp, lhs: Val, rhs: Val, dst: (usize, bool) },
+    Select { cond: Val, on_true: Val, on_false: Val, dst: (usize, bool) },
     Reduce { op: ReduceOp, src: (usize, bool), dst: (usize, bool) },
     Round { dtype: DType, src: (usize, bool), dst: (usize, bool) },
     Store { sink: usize, src: Val },
@@ -303,8 +311,8 @@ pub(crate) fn compile(
     }
     for &id in spec.nodes {
         let node = g.node(id);
-        // Row-program ops take one or two operands; a node with more is refused below, by its op.
-        let mut operands = [Val::Lit(0.0); 2];
+        // Row-program ops take one to three operands; a node with more is refused below, by its op.
+        let mut operands = [Val::Lit(0.0); 3];
         let arity = node.args.len().min(operands.len() + 1);
         for (slot, &a) in operands.iter_mut().zip(&node.args) {
             *slot = operand(&mut b, &mut vals, a)?;
@@ -322,6 +330,19 @@ pub(crate) fn compile(
                 let wide = [lhs, rhs].iter().any(|v| matches!(v, Val::V { wide: true, .. }));
                 let dst = b.fresh(wide);
                 b.instrs.push(VInstr::Binary { op, lhs: *lhs, rhs: *rhs, dst });
+                val_of(dst)
+            }
+            (Op::Where, [Val::Lit(c), on_true, on_false]) => {
+                if *c != 0.0 {
+                    *on_true
+                } else {
+                    *on_false
+                }
+            }
+            (Op::Where, [cond, on_true, on_false]) => {
+                let wide = [cond, on_true, on_false].iter().any(|v| matches!(v, Val::V { wide: true, .. }));
+                let dst = b.fresh(wide);
+                b.instrs.push(VInstr::Select { cond: *cond, on_true: *on_true, on_false: *on_false, dst });
                 val_of(dst)
             }
             (Op::Cast(dtype), [Val::Lit(x)]) => Val::Lit(round_to(dtype, *x)),
@@ -363,17 +384,20 @@ pub(crate) fn compile(
 /// buffer with its own operands (kernels read and write different slices).
 fn assign_slots(b: &Builder) -> (Vec<Instr>, usize) {
     let mut last_use = vec![0usize; b.vregs];
-    // The virtual registers an instruction reads (at most two).
-    let uses = |i: &VInstr| -> [Option<usize>; 2] {
+    // The virtual registers an instruction reads (at most three).
+    let uses = |i: &VInstr| -> [Option<usize>; 3] {
         let vs = |v: &Val| match v {
             Val::V { vreg, .. } => Some(*vreg),
             Val::Lit(_) => None,
         };
         match i {
-            VInstr::Load { .. } => [None, None],
-            VInstr::Unary { src, .. } | VInstr::Reduce { src, .. } | VInstr::Round { src, .. } => [Some(src.0), None],
-            VInstr::Binary { lhs, rhs, .. } => [vs(lhs), vs(rhs)],
-            VInstr::Store { src, .. } => [vs(src), None],
+            VInstr::Load { .. } => [None; 3],
+            VInstr::Unary { src, .. } | VInstr::Reduce { src, .. } | VInstr::Round { src, .. } => {
+                [Some(src.0), None, None]
+            }
+            VInstr::Binary { lhs, rhs, .. } => [vs(lhs), vs(rhs), None],
+            VInstr::Select { cond, on_true, on_false, .. } => [vs(cond), vs(on_true), vs(on_false)],
+            VInstr::Store { src, .. } => [vs(src), None, None],
         }
     };
     for (at, i) in b.instrs.iter().enumerate() {
@@ -390,6 +414,7 @@ fn assign_slots(b: &Builder) -> (Vec<Instr>, usize) {
             VInstr::Load { dst, .. }
             | VInstr::Unary { dst, .. }
             | VInstr::Binary { dst, .. }
+            | VInstr::Select { dst, .. }
             | VInstr::Reduce { dst, .. }
             | VInstr::Round { dst, .. } => Some(*dst),
             VInstr::Store { .. } => None,
@@ -409,15 +434,20 @@ fn assign_slots(b: &Builder) -> (Vec<Instr>, usize) {
             VInstr::Load { source, dst } => Instr::Load { source, dst: reg(dst) },
             VInstr::Unary { op, src, dst } => Instr::Unary { op, src: reg(src), dst: reg(dst) },
             VInstr::Binary { op, lhs, rhs, dst } => Instr::Binary { op, lhs: opnd(lhs), rhs: opnd(rhs), dst: reg(dst) },
+            VInstr::Select { cond, on_true, on_false, dst } => {
+                Instr::Select { cond: opnd(cond), on_true: opnd(on_true), on_false: opnd(on_false), dst: reg(dst) }
+            }
             VInstr::Reduce { op, src, dst } => Instr::Reduce { op, src: reg(src), dst: reg(dst) },
             VInstr::Round { dtype, src, dst } => Instr::Round { dtype, src: reg(src), dst: reg(dst) },
             VInstr::Store { sink, src } => Instr::Store { sink, src: opnd(src) },
         });
         // Operands whose last use is here free their buffers for later instructions. A value defined
         // and never used is freed at once.
-        let [first, second] = uses(i).map(|v| v.filter(|&v| last_use[v] == at));
+        let [first, second, third] = uses(i).map(|v| v.filter(|&v| last_use[v] == at));
         let unused = dst.map(|(v, _)| v).filter(|&v| last_use[v] <= at);
-        let mut dying = [first, second.filter(|&v| Some(v) != first), unused];
+        let second = second.filter(|&v| Some(v) != first);
+        let third = third.filter(|&v| Some(v) != first && Some(v) != second);
+        let mut dying = [first, second, third, unused];
         dying.sort_unstable();
         for v in dying.into_iter().flatten() {
             free.push(slot_of[v]);

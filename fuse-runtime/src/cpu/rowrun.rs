@@ -169,6 +169,13 @@ impl RowProgram {
                     kernels::binary(op, lane(regs, lhs, n), lane(regs, rhs, n), &mut out[..n]);
                     regs[dst.slot] = out;
                 }
+                Instr::Select { cond, on_true, on_false, dst } => {
+                    let mut out = std::mem::take(&mut regs[dst.slot]);
+                    let n = span(dst.wide);
+                    let lanes = [cond, on_true, on_false].map(|o| lane(regs, o, n));
+                    kernels::select(lanes, &mut out[..n]);
+                    regs[dst.slot] = out;
+                }
                 Instr::Reduce { op, src, dst } => {
                     let v = kernels::reduce(op, &regs[src.slot][..at.len]);
                     regs[dst.slot][0] = v;
