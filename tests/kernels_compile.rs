@@ -557,7 +557,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_headers_check(float* out,
   fuse_mma_m16n8k16<FUSE_BF16>(c, w, bits, w, bits, w, bits);
   fuse_mma_m16n8k16<FUSE_F16>(c, w, bits, w, bits, w, bits);
   v = fuse_warp_sum(c[0]) + fuse_warp_max(c[1]) + fuse_block_sum(c[2], red) + fuse_block_max(c[3], red);
-  v += fuse_warp_min(c[0]) + fuse_block_min(c[1], red);
+  v += fuse_warp_min(c[0]) + fuse_block_min(c[1], red) + fuse_max(c[2], c[3]) + fuse_min(c[0], c[1]);
   // blocks.cuh: every block type decoded, eight values and one.
   const unsigned char* qb = (const unsigned char*)half;
   float q8[8];

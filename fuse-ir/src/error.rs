@@ -14,6 +14,8 @@ pub enum InferError {
     MatMul { lhs: Vec<usize>, rhs: Vec<usize> },
     /// The op needs more axes than the operand has.
     Rank { needs: &'static str, shape: Vec<usize> },
+    /// `max` or `min` over an axis of no elements, which has no value (torch refuses it too; `sum` gives 0).
+    EmptyReduce { op: &'static str, shape: Vec<usize> },
     /// Two tensors of different dtypes meet (cast one with `.to_dtype(..)`).
     DType { lhs: DType, rhs: DType },
     /// The graph read an argument that was not passed.
@@ -51,6 +53,9 @@ impl fmt::Display for InferError {
                  leading batch axes broadcast)"
             ),
             InferError::Rank { needs, shape } => write!(f, "needs {needs}, got shape {shape:?}"),
+            InferError::EmptyReduce { op, shape } => {
+                write!(f, "`{op}` over the last axis of {shape:?}, which holds no elements: there is no {op} to take")
+            }
             InferError::DType { lhs, rhs } => {
                 write!(f, "dtypes {lhs} and {rhs} differ (convert one with `.to_dtype(DType::..)`)")
             }

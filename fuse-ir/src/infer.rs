@@ -3,7 +3,7 @@
 // The error type lives in `error.rs` (views and model ops return it too); users find it here.
 pub use crate::error::InferError;
 use crate::graph::{Graph, NodeId};
-use crate::op::Op;
+use crate::op::{Op, ReduceOp};
 use crate::view::ViewOp;
 use crate::DType;
 
@@ -75,8 +75,11 @@ pub fn infer_shapes_with(
                 broadcast(arg(0), &values)
                     .ok_or_else(|| err(InferError::Broadcast { lhs: arg(0).clone(), rhs: values.clone() }))?
             }
-            Op::Reduce(_) => {
+            Op::Reduce(r) => {
                 let mut s = arg(0).clone();
+                if matches!(r, ReduceOp::Max | ReduceOp::Min) && s.last() == Some(&0) {
+                    return Err(err(InferError::EmptyReduce { op: r.name(), shape: s }));
+                }
                 match s.last_mut() {
                     Some(last) => *last = 1,
                     None => return Err(err(InferError::Rank { needs: "at least one axis to reduce", shape: s })),

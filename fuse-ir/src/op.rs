@@ -199,7 +199,7 @@ impl UnaryOp {
                 let c = (2.0 / std::f64::consts::PI).sqrt();
                 0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
             }
-            UnaryOp::Relu => x.max(0.0),
+            UnaryOp::Relu => nan_max(x, 0.0),
             UnaryOp::Abs => x.abs(),
             UnaryOp::Square => x * x,
             UnaryOp::Recip => 1.0 / x,
@@ -225,7 +225,7 @@ impl UnaryOp {
                 let c = 0.797_884_6_f32;
                 0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
             }
-            UnaryOp::Relu => x.max(0.0),
+            UnaryOp::Relu => nan_max(x, 0.0),
             UnaryOp::Abs => x.abs(),
             UnaryOp::Square => x * x,
             UnaryOp::Recip => 1.0 / x,
@@ -250,7 +250,7 @@ impl UnaryOp {
             UnaryOp::GeluTanh => {
                 format!("(0.5f * {x} * (1.0f + tanhf(0.7978846f * ({x} + 0.044715f * {x} * {x} * {x}))))")
             }
-            UnaryOp::Relu => format!("fmaxf({x}, 0.0f)"),
+            UnaryOp::Relu => format!("fuse_max({x}, 0.0f)"),
             UnaryOp::Abs => format!("fabsf({x})"),
             UnaryOp::Square => format!("({x} * {x})"),
             UnaryOp::Recip => format!("(1.0f / {x})"),
@@ -316,8 +316,8 @@ impl BinaryOp {
             BinaryOp::Sub => a - b,
             BinaryOp::Mul => a * b,
             BinaryOp::Div => a / b,
-            BinaryOp::Maximum => a.max(b),
-            BinaryOp::Minimum => a.min(b),
+            BinaryOp::Maximum => nan_max(a, b),
+            BinaryOp::Minimum => nan_min(a, b),
             BinaryOp::Pow => a.powf(b),
             c => c.holds(a, b) as u8 as f64,
         }
@@ -362,8 +362,8 @@ impl BinaryOp {
             BinaryOp::Sub => a - b,
             BinaryOp::Mul => a * b,
             BinaryOp::Div => a / b,
-            BinaryOp::Maximum => a.max(b),
-            BinaryOp::Minimum => a.min(b),
+            BinaryOp::Maximum => nan_max(a, b),
+            BinaryOp::Minimum => nan_min(a, b),
             BinaryOp::Pow => a.powf(b),
             c => c.holds(a, b) as u8 as f32,
         }
@@ -376,8 +376,8 @@ impl BinaryOp {
             BinaryOp::Sub => format!("({a} - {b})"),
             BinaryOp::Mul => format!("({a} * {b})"),
             BinaryOp::Div => format!("({a} / {b})"),
-            BinaryOp::Maximum => format!("fmaxf({a}, {b})"),
-            BinaryOp::Minimum => format!("fminf({a}, {b})"),
+            BinaryOp::Maximum => format!("fuse_max({a}, {b})"),
+            BinaryOp::Minimum => format!("fuse_min({a}, {b})"),
             BinaryOp::Pow => format!("powf({a}, {b})"),
             c => {
                 let op = c.comparison_operator().expect("the ops above are every one but the comparisons");
@@ -415,9 +415,31 @@ impl ReduceOp {
         match self {
             ReduceOp::Sum => row.iter().sum(),
             ReduceOp::Mean => row.iter().sum::<f64>() / row.len() as f64,
-            ReduceOp::Max => row.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-            ReduceOp::Min => row.iter().copied().fold(f64::INFINITY, f64::min),
+            ReduceOp::Max => row.iter().copied().fold(f64::NEG_INFINITY, nan_max),
+            ReduceOp::Min => row.iter().copied().fold(f64::INFINITY, nan_min),
         }
+    }
+}
+
+/// torch's maximum: NaN when either operand is NaN (`f32::max` and C's `fmaxf` return the other one).
+#[inline]
+#[allow(clippy::eq_op)] // `a != a`: whether `a` is NaN, for any float type
+pub fn nan_max<T: PartialOrd + Copy>(a: T, b: T) -> T {
+    if a != a || a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// torch's minimum: NaN when either operand is NaN.
+#[inline]
+#[allow(clippy::eq_op)]
+pub fn nan_min<T: PartialOrd + Copy>(a: T, b: T) -> T {
+    if a != a || a < b {
+        a
+    } else {
+        b
     }
 }
 

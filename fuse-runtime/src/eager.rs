@@ -208,13 +208,13 @@ impl Tensor {
     /// under `#[fuse]` too, where either value may also be a number such as `f32::NEG_INFINITY`.
     ///
     /// ```
-    /// use fuse::prelude::*;
+    /// use fuse_runtime::{DType, Device, Tensor};
     /// let dev = Device::Cpu;
     /// let scores = Tensor::from_vec(vec![0.5f32, 2.0, -1.0, 3.0], &[2, 2], &dev)?;
     /// let keep = Tensor::from_vec(vec![1.0f32, 0.0, 1.0, 1.0], &[2, 2], &dev)?;
     /// let masked = keep.where_cond(&scores, &Tensor::full(f32::NEG_INFINITY, &[2, 2], DType::F32, &dev)?)?;
     /// assert_eq!(masked.to_vec::<f32>()?, [0.5, f32::NEG_INFINITY, -1.0, 3.0]);
-    /// # Ok::<(), fuse::Error>(())
+    /// # Ok::<(), fuse_runtime::Error>(())
     /// ```
     pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
         let operands =

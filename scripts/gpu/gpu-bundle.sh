@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=scripts/cuda-tools.sh
 source scripts/cuda-tools.sh >/dev/null
-keep=${GPU_BUNDLE_KEEP:-'^(example-bench_decode|example-bench_mlp|example-bench_quant|example-smollm2|example-step_header|test-(gpu|model_ops|graphs|views|device_checks|fused|eager_and_fused|numerics|fuse_runtime|fuse_models|smollm2_generate|smollm2_decode_step|smollm2_stored|quantized)-[0-9a-f]+)$'}
+keep=${GPU_BUNDLE_KEEP:-'^(example-bench_decode|example-bench_mlp|example-bench_quant|example-smollm2|example-step_header|test-(gpu|model_ops|graphs|views|device_checks|fused|eager_and_fused|numerics|nan|eager|fuse_runtime|fuse_models|smollm2_generate|smollm2_decode_step|smollm2_stored|quantized)-[0-9a-f]+)$'}
 ../shared/device/gpu-pack bench_decode bench_mlp bench_quant smollm2 step_header >/tmp/gpu-bundle-pack.log 2>&1 || { tail -20 /tmp/gpu-bundle-pack.log; exit 1; }
 for f in .gpu/bin/*; do
     [[ ${f##*/} =~ $keep ]] || rm -f "$f"

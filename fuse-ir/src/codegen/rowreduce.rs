@@ -171,9 +171,9 @@ impl<'a, 'p> RowKernel<'a, 'p> {
         self.line(2, &format!("float acc{id} = {identity};"));
         let value = emit::value(g, operand);
         let fold = if combine == "max" {
-            format!("acc{id} = fmaxf(acc{id}, {value});")
+            format!("acc{id} = fuse_max(acc{id}, {value});")
         } else if combine == "min" {
-            format!("acc{id} = fminf(acc{id}, {value});")
+            format!("acc{id} = fuse_min(acc{id}, {value});")
         } else {
             format!("acc{id} += {value};")
         };

@@ -252,8 +252,8 @@ fn every_op_appears_with_its_cuda_expression() {
             Op::Binary(b) => format!("const float v{} = {};", id.0, b.cuda(&v(x), &v(y))),
             Op::Cast(DType::F32) => format!("const float v{} = v{};", id.0, x.0),
             Op::Cast(d) => format!("const float v{} = fuse_round_{}(v{});", id.0, d.name(), x.0),
-            Op::Reduce(ReduceOp::Max) => format!("acc{0} = fmaxf(acc{0}, v{1});", id.0, x.0),
-            Op::Reduce(ReduceOp::Min) => format!("acc{0} = fminf(acc{0}, v{1});", id.0, x.0),
+            Op::Reduce(ReduceOp::Max) => format!("acc{0} = fuse_max(acc{0}, v{1});", id.0, x.0),
+            Op::Reduce(ReduceOp::Min) => format!("acc{0} = fuse_min(acc{0}, v{1});", id.0, x.0),
             Op::Reduce(_) => format!("acc{} += v{};", id.0, x.0),
             op => panic!("unexpected {}", op.name()),
         };

@@ -3,6 +3,7 @@
 
 use super::math;
 use crate::host::CpuData;
+use fuse_ir::op::{nan_max, nan_min};
 use fuse_ir::DType;
 use fuse_ir::{BinaryOp, ReduceOp, UnaryOp};
 use half::slice::HalfFloatSliceExt;
@@ -32,7 +33,7 @@ pub(crate) fn unary(op: UnaryOp, src: &[f32], out: &mut [f32]) {
         UnaryOp::Tanh => map1(src, out, math::tanh),
         UnaryOp::Sigmoid => map1(src, out, |x| 1.0 / (1.0 + math::exp(-x))),
         UnaryOp::Silu => map1(src, out, |x| x / (1.0 + math::exp(-x))),
-        UnaryOp::Relu => map1(src, out, |x| x.max(0.0)),
+        UnaryOp::Relu => map1(src, out, |x| nan_max(x, 0.0)),
         UnaryOp::Abs => map1(src, out, f32::abs),
         UnaryOp::Square => map1(src, out, |x| x * x),
         UnaryOp::Recip => map1(src, out, |x| 1.0 / x),
@@ -72,8 +73,8 @@ pub(crate) fn binary(op: BinaryOp, a: Lane<'_>, b: Lane<'_>, out: &mut [f32]) {
         BinaryOp::Sub => map2(a, b, out, |x, y| x - y),
         BinaryOp::Mul => map2(a, b, out, |x, y| x * y),
         BinaryOp::Div => map2(a, b, out, |x, y| x / y),
-        BinaryOp::Maximum => map2(a, b, out, f32::max),
-        BinaryOp::Minimum => map2(a, b, out, f32::min),
+        BinaryOp::Maximum => map2(a, b, out, nan_max),
+        BinaryOp::Minimum => map2(a, b, out, nan_min),
         BinaryOp::Pow => map2(a, b, out, f32::powf),
         c => map2(a, b, out, |x, y| c.holds(x, y) as u8 as f32),
     }
@@ -96,8 +97,8 @@ pub(crate) fn reduce(op: ReduceOp, row: &[f32]) -> f32 {
     match op {
         ReduceOp::Sum => sum(row),
         ReduceOp::Mean => sum(row) / row.len() as f32,
-        ReduceOp::Max => row.iter().copied().fold(f32::NEG_INFINITY, f32::max),
-        ReduceOp::Min => row.iter().copied().fold(f32::INFINITY, f32::min),
+        ReduceOp::Max => row.iter().copied().fold(f32::NEG_INFINITY, nan_max),
+        ReduceOp::Min => row.iter().copied().fold(f32::INFINITY, nan_min),
     }
 }
 

@@ -76,7 +76,29 @@ __device__ __forceinline__ float fuse_bf16x2_hi(unsigned int w) { return __uint_
 
 // ---- reductions ---------------------------------------------------------------------------------------------
 
-// Warp-wide sum and max in a fixed butterfly order: every lane gets the same result.
+// torch's maximum and minimum: NaN when either operand is NaN (fmaxf and fminf return the other one); one
+// instruction on sm_80 and later.
+__device__ __forceinline__ float fuse_max(float a, float b) {
+#if __CUDA_ARCH__ >= 800
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+#else
+  return (a != a || b != b) ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+#endif
+}
+__device__ __forceinline__ float fuse_min(float a, float b) {
+#if __CUDA_ARCH__ >= 800
+  float d;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+#else
+  return (a != a || b != b) ? __int_as_float(0x7fffffff) : fminf(a, b);
+#endif
+}
+
+// Warp-wide sum, max and min in a fixed butterfly order: every lane gets the same result; max and min keep a
+// NaN as torch does.
 __device__ __forceinline__ float fuse_warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -84,12 +106,12 @@ __device__ __forceinline__ float fuse_warp_sum(float v) {
 }
 __device__ __forceinline__ float fuse_warp_max(float v) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = 16; o > 0; o >>= 1) v = fuse_max(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 __device__ __forceinline__ float fuse_warp_min(float v) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fminf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = 16; o > 0; o >>= 1) v = fuse_min(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 // Block-wide sum, max and min in a fixed tree order (deterministic), `smem` holding a float per warp; every

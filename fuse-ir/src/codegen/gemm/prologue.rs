@@ -132,8 +132,8 @@ pub(in crate::codegen) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) ->
         let operand = g.node(r).args[0];
         let (identity, combine, warp_reduce) = match op {
             ReduceOp::Sum | ReduceOp::Mean => ("0.0f", "{a} + {b}", "fuse_warp_sum"),
-            ReduceOp::Max => ("-__int_as_float(0x7f800000)", "fmaxf({a}, {b})", "fuse_warp_max"),
-            ReduceOp::Min => ("__int_as_float(0x7f800000)", "fminf({a}, {b})", "fuse_warp_min"),
+            ReduceOp::Max => ("-__int_as_float(0x7f800000)", "fuse_max({a}, {b})", "fuse_warp_max"),
+            ReduceOp::Min => ("__int_as_float(0x7f800000)", "fuse_min({a}, {b})", "fuse_warp_min"),
         };
         let fold = |a: &str, b: &str| combine.replace("{a}", a).replace("{b}", b);
         k.line(1, &format!("{{  // %{} = {}(%{}) over each row", r.0, op.name(), operand.0));
@@ -329,8 +329,8 @@ fn scaled(g: &Graph, pro: &Prologue, first_slot: usize) -> Option<String> {
         .collect();
     let fold = |op: ReduceOp, a: &str, b: &str| match op {
         ReduceOp::Sum | ReduceOp::Mean => format!("{a} + {b}"),
-        ReduceOp::Max => format!("fmaxf({a}, {b})"),
-        ReduceOp::Min => format!("fminf({a}, {b})"),
+        ReduceOp::Max => format!("fuse_max({a}, {b})"),
+        ReduceOp::Min => format!("fuse_min({a}, {b})"),
     };
     let identity = |op: ReduceOp| match op {
         ReduceOp::Sum | ReduceOp::Mean => "0.0f",
