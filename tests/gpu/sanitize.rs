@@ -96,12 +96,13 @@ fn pointwise_and_row_kernels_once() {
             check(&format!("unary_c {rows}x{cols}"), unary_c_fused(), &[fuse::arg(&x)], dtype);
             let y = random(&mut r, &[rows, cols], dtype, -1.0, 1.0, &dev);
             check(&format!("compare {rows}x{cols}"), compare_fused(), &[fuse::arg(&x), fuse::arg(&y)], dtype);
-            // Every key at or before its query kept (a window as wide as the row), a 0/1 mask per row.
-            let q_pos = Tensor::full(cols as f32, &[rows, 1], dtype, &dev).expect("q_pos");
-            let k_pos = random(&mut r, &[cols], dtype, 0.0, cols as f32, &dev);
+            // Every key kept (keys 0..8 behind a query at 8, a window of 9: no comparison near its bound), a
+            // 0/1 mask per row.
+            let q_pos = Tensor::full(8.0, &[rows, 1], dtype, &dev).expect("q_pos");
+            let k_pos = random(&mut r, &[cols], dtype, 0.0, 8.0, &dev);
             let zero = Tensor::zeros(&[1], dtype, &dev).expect("zero");
             let mask = x.narrow(1, 0, 1).expect("narrow").gt(&zero).expect("gt");
-            let window = cols as f32 + 1.0;
+            let window = 9.0f32;
             let args = [fuse::arg(&y), fuse::arg(&q_pos), fuse::arg(&k_pos), fuse::arg(&window), fuse::arg(&mask)];
             check(&format!("masked {rows}x{cols}"), masked_fused(), &args, dtype);
             check(
