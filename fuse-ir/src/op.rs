@@ -27,6 +27,8 @@ pub enum UnaryOp {
     Recip,
     Sin,
     Cos,
+    /// Rounds toward zero (torch's `trunc`); what `a / b` of two integer sizes is in a `#[fuse]` body.
+    Trunc,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -139,7 +141,7 @@ impl Op {
 }
 
 impl UnaryOp {
-    pub const ALL: [UnaryOp; 16] = [
+    pub const ALL: [UnaryOp; 17] = [
         UnaryOp::Neg,
         UnaryOp::Exp,
         UnaryOp::Log,
@@ -156,6 +158,7 @@ impl UnaryOp {
         UnaryOp::Recip,
         UnaryOp::Sin,
         UnaryOp::Cos,
+        UnaryOp::Trunc,
     ];
 
     pub fn name(self) -> &'static str {
@@ -176,6 +179,7 @@ impl UnaryOp {
             UnaryOp::Recip => "recip",
             UnaryOp::Sin => "sin",
             UnaryOp::Cos => "cos",
+            UnaryOp::Trunc => "trunc",
         }
     }
 
@@ -205,6 +209,7 @@ impl UnaryOp {
             UnaryOp::Recip => 1.0 / x,
             UnaryOp::Sin => x.sin(),
             UnaryOp::Cos => x.cos(),
+            UnaryOp::Trunc => x.trunc(),
         }
     }
 
@@ -231,6 +236,7 @@ impl UnaryOp {
             UnaryOp::Recip => 1.0 / x,
             UnaryOp::Sin => x.sin(),
             UnaryOp::Cos => x.cos(),
+            UnaryOp::Trunc => x.trunc(),
         }
     }
 
@@ -256,13 +262,14 @@ impl UnaryOp {
             UnaryOp::Recip => format!("(1.0f / {x})"),
             UnaryOp::Sin => format!("sinf({x})"),
             UnaryOp::Cos => format!("cosf({x})"),
+            UnaryOp::Trunc => format!("truncf({x})"),
         }
     }
 
     /// Rough floating-point operations per element (for reports).
     pub fn flops(self) -> u64 {
         match self {
-            UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Abs | UnaryOp::Square | UnaryOp::Recip => 1,
+            UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Abs | UnaryOp::Square | UnaryOp::Recip | UnaryOp::Trunc => 1,
             UnaryOp::Exp | UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Tanh => 4,
             UnaryOp::Sin | UnaryOp::Cos => 8,
             UnaryOp::Sigmoid | UnaryOp::Silu => 6,

@@ -14,6 +14,8 @@ pub struct Param {
     /// `None` when the parameter's type or pattern is wrong (already reported): the body may still use the
     /// name without causing a second error.
     pub kind: Option<InputKind>,
+    /// A `usize` or `i64` scalar: an integer, so `a / b` of two of them divides as Rust's integers do.
+    pub integer: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,7 +49,7 @@ pub fn check_signature(sig: &Signature, diag: &mut Diagnostics) -> FnSpec {
                     // Already reported as a generic parameter: say nothing more about this one.
                     let mut names = Vec::new();
                     bound_names(&typed.pat, &mut names);
-                    params.extend(names.into_iter().map(|ident| Param { ident, kind: None }));
+                    params.extend(names.into_iter().map(|ident| Param { ident, kind: None, integer: false }));
                 } else {
                     param(&typed.pat, &typed.ty, diag, &mut params);
                 }
@@ -129,7 +131,7 @@ fn param(pat: &Pat, ty: &Type, diag: &mut Diagnostics, params: &mut Vec<Param>) 
                 pat,
                 format!("patterns are not supported in #[fuse] parameters: write a plain name, `{}`", p.ident),
             );
-            params.push(Param { ident: p.ident.clone(), kind: None });
+            params.push(Param { ident: p.ident.clone(), kind: None, integer: false });
             return;
         }
         _ => {
@@ -139,12 +141,13 @@ fn param(pat: &Pat, ty: &Type, diag: &mut Diagnostics, params: &mut Vec<Param>) 
             );
             let mut names = Vec::new();
             bound_names(pat, &mut names);
-            params.extend(names.into_iter().map(|ident| Param { ident, kind: None }));
+            params.extend(names.into_iter().map(|ident| Param { ident, kind: None, integer: false }));
             return;
         }
     };
     let kind = param_kind(&ident, ty, diag);
-    params.push(Param { ident, kind });
+    let integer = is_integer_type(ty);
+    params.push(Param { ident, kind, integer });
 }
 
 fn param_kind(ident: &syn::Ident, ty: &Type, diag: &mut Diagnostics) -> Option<InputKind> {
@@ -193,6 +196,11 @@ pub(crate) fn bound_names(pat: &Pat, out: &mut Vec<syn::Ident>) {
         Pat::Slice(s) => s.elems.iter().for_each(|p| bound_names(p, out)),
         _ => {}
     }
+}
+
+/// `usize` or `i64`.
+pub fn is_integer_type(ty: &Type) -> bool {
+    matches!(ty, Type::Path(p) if p.qself.is_none() && (p.path.is_ident("usize") || p.path.is_ident("i64")))
 }
 
 /// `f32`, `f64`, `usize` or `i64`.

@@ -8,6 +8,7 @@
 mod calls;
 mod expr;
 mod ops;
+mod scalars;
 mod unsupported;
 mod views;
 
@@ -60,6 +61,9 @@ struct Tracer<'d> {
     needless_mut: Vec<(syn::token::Mut, syn::Ident)>,
     /// Each `slice_set` node and where it was written: its destination may have no other reader.
     writes: Vec<(NodeId, proc_macro2::Span)>,
+    /// Scalar nodes that hold integers (`usize`/`i64` parameters, `x.dim(i)` and their `+ - * /`): `/` of two
+    /// of them truncates, as Rust's integer division does. Literals are told apart by how they are written.
+    integers: std::collections::HashSet<NodeId>,
     diag: &'d mut Diagnostics,
 }
 
@@ -74,6 +78,7 @@ pub fn trace_fn(spec: &FnSpec, name: &str, body: &Block, diag: &mut Diagnostics)
         is_method: spec.is_method,
         needless_mut: Vec::new(),
         writes: Vec::new(),
+        integers: Default::default(),
         diag,
     };
     for param in &spec.params {
@@ -81,6 +86,9 @@ pub fn trace_fn(spec: &FnSpec, name: &str, body: &Block, diag: &mut Diagnostics)
             Some(kind) => {
                 let id = tracer.graph.input(&param.ident.to_string(), kind);
                 tracer.record_kind(if kind == InputKind::Tensor { Kind::Tensor } else { Kind::Scalar });
+                if param.integer && kind == InputKind::Scalar {
+                    tracer.integers.insert(id);
+                }
                 Binding::Value(id)
             }
             None => Binding::Poisoned,

@@ -176,6 +176,8 @@ unary_fns! {
     sin => Sin;
     /// Cosine (radians).
     cos => Cos;
+    /// Rounds toward zero.
+    trunc => Trunc;
 }
 
 /// The comparisons as methods, `a.ge(&b)` (candle's names): 1 where true, 0 where false, in the operands'

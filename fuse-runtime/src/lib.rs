@@ -67,7 +67,7 @@ pub use cudarc;
 pub use device::Device;
 pub use eager::{
     abs, cos, exp, gelu, gelu_erf, gelu_tanh, log, maximum, minimum, recip, relu, rms_norm, rsqrt, sigmoid, silu, sin,
-    softmax, sqr, sqrt, square, tanh,
+    softmax, sqr, sqrt, square, tanh, trunc,
 };
 pub use eager_model::{attention, attention_len, embedding, rope};
 pub use eager_views::{cat, Axis, SliceOffset};

@@ -54,3 +54,23 @@ pub(crate) fn resolve_view(
         .map(|layout| Value::Tensor(dense.with_layout(layout)))
         .ok_or_else(|| Error::internal(function, format!("%{} ({}) has no layout over a dense copy", id.0, op.name())))
 }
+
+/// The value of host scalar `id` (`fuse_ir::plan::host_scalars`): literals, scalar arguments and sizes come
+/// from `resolve`, their arithmetic is computed here (in f64, as the reference computes it).
+pub(crate) fn host_scalar(
+    function: &str,
+    g: &Graph,
+    id: NodeId,
+    resolve: &dyn Fn(NodeId) -> Result<Value>,
+) -> Result<f64> {
+    let arg = |i: usize| host_scalar(function, g, g.node(id).args[i], resolve);
+    match g.op(id) {
+        Op::Unary(u) => Ok(u.eval(arg(0)?)),
+        Op::Binary(b) => Ok(b.eval(arg(0)?, arg(1)?)),
+        Op::Where => Ok(Op::select(arg(0)?, arg(1)?, arg(2)?)),
+        _ => match resolve(id)? {
+            Value::Scalar(v) => Ok(v),
+            Value::Tensor(_) => Err(Error::internal(function, format!("%{} is read as a scalar", id.0))),
+        },
+    }
+}

@@ -30,7 +30,7 @@ fn assert_close(got: &Tensor, want: &fuse_ir::interp::Array, dtype: DType, what:
 #[test]
 fn unary_ops_match_the_reference() {
     type EagerOp = fn(&Tensor) -> Result<Tensor>;
-    let ops: [(UnaryOp, EagerOp); 15] = [
+    let ops: [(UnaryOp, EagerOp); 16] = [
         (UnaryOp::Exp, exp),
         (UnaryOp::Log, log),
         (UnaryOp::Sqrt, sqrt),
@@ -46,6 +46,7 @@ fn unary_ops_match_the_reference() {
         (UnaryOp::Recip, recip),
         (UnaryOp::Sin, sin),
         (UnaryOp::Cos, cos),
+        (UnaryOp::Trunc, trunc),
     ];
     let mut r = rng(1);
     for dtype in DType::ALL {

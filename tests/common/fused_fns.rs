@@ -17,8 +17,8 @@ pub fn unary_b(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Te
 }
 
 #[fuse]
-pub fn unary_c(x: &Tensor) -> Result<(Tensor, Tensor)> {
-    (sin(x * 3.0), x.cos())
+pub fn unary_c(x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+    (sin(x * 3.0), x.cos(), trunc(x * 4.0))
 }
 
 #[fuse]

@@ -12,7 +12,7 @@ mod text;
 pub use report::*;
 pub use rope_attention::RopeAppendAttention;
 
-use crate::graph::{Graph, NodeId};
+use crate::graph::{Graph, InputKind, NodeId};
 use crate::op::Op;
 use crate::view::ViewOp;
 
@@ -124,6 +124,29 @@ pub fn is_free(op: Op) -> bool {
     op.is_leaf() || op == Op::Transpose || matches!(op, Op::View(v) if !v.is_copy())
 }
 
+/// Values known on the host before anything runs: literals, scalar arguments, sizes (`x.dim(i)`) and the
+/// pointwise arithmetic of those alone (`x.dim(0) * x.dim(1)`, `n / 2`, `(d as f32).sqrt()`). Views read them
+/// as sizes and kernels as scalar arguments; no group computes them.
+pub fn host_scalars(g: &Graph) -> Vec<bool> {
+    let mut host = vec![false; g.nodes.len()];
+    for id in g.ids() {
+        host[id.index()] = match g.op(id) {
+            Op::Const(_) | Op::View(ViewOp::Dim { .. }) => true,
+            Op::Input(k) => g.inputs.get(k as usize).is_some_and(|i| i.kind == InputKind::Scalar),
+            Op::Unary(_) | Op::Binary(_) | Op::Where => g.node(id).args.iter().all(|a| host[a.index()]),
+            _ => false,
+        };
+    }
+    host
+}
+
+/// The nodes no group computes: those of free ops (`is_free`) and the host scalars ([`host_scalars`]) that
+/// are not returned.
+pub fn free_nodes(g: &Graph) -> Vec<bool> {
+    let host = host_scalars(g);
+    g.ids().map(|id| is_free(g.op(id)) || (host[id.index()] && !g.outputs.contains(&id))).collect()
+}
+
 /// For a view (`.t()` or a free view op), the value whose memory it reads; `None` for anything else,
 /// `x.dim(i)` included (a size, not a view).
 pub fn view_source(g: &Graph, id: NodeId) -> Option<NodeId> {
@@ -152,7 +175,8 @@ fn kind_of_single(op: Op) -> GroupKind {
 impl Plan {
     /// One group per computed node: the in-house baseline (one kernel or library call per op).
     pub fn unfused(g: &Graph) -> Plan {
-        Plan { groups: g.ids().filter(|&id| !is_free(g.op(id))).map(|id| Group::single(g, id)).collect() }
+        let free = free_nodes(g);
+        Plan { groups: g.ids().filter(|&id| !free[id.index()]).map(|id| Group::single(g, id)).collect() }
     }
 
     /// The fused plan: see `plan/fuse.rs` for the rules.
@@ -177,11 +201,13 @@ impl Plan {
     /// its reader, views taken of values in memory.
     pub fn verify(&self, g: &Graph) -> Result<(), String> {
         let mut owner: Vec<Option<usize>> = vec![None; g.nodes.len()];
+        let free = free_nodes(g);
+        let host = host_scalars(g);
         // Views a group reads of its own values (a rope_append_attention group's), with that group.
         let mut inner_views: Vec<(NodeId, usize)> = Vec::new();
         for (i, grp) in self.groups.iter().enumerate() {
             for &n in &grp.nodes {
-                if is_free(g.op(n)) {
+                if free[n.index()] {
                     return Err(format!("group {i} computes free node %{}", n.0));
                 }
                 if let Some(j) = owner[n.index()] {
@@ -221,17 +247,20 @@ impl Plan {
                 return Err(format!("group {i}: prologue must be pointwise or reduction nodes of the group"));
             }
         }
-        if let Some(id) = g.ids().find(|&id| !is_free(g.op(id)) && owner[id.index()].is_none()) {
+        if let Some(id) = g.ids().find(|&id| !free[id.index()] && owner[id.index()].is_none()) {
             return Err(format!("%{} ({}) is computed by no group", id.0, g.op(id).name()));
         }
         // A value is in memory if it is an argument, a view of a value in memory, or a group output; a size
-        // (`x.dim(i)`) is known from shapes alone.
+        // (`x.dim(i)`) and the arithmetic of host scalars are known on the host.
         let in_memory = |id: NodeId, upto: usize| -> bool {
             let mut id = id;
             loop {
                 if let Some(source) = view_source(g, id) {
                     id = source;
                     continue;
+                }
+                if host[id.index()] && free[id.index()] && !matches!(g.op(id), Op::Const(_)) {
+                    return true;
                 }
                 match g.op(id) {
                     Op::Input(_) | Op::View(ViewOp::Dim { .. }) => return true,

@@ -112,6 +112,7 @@ impl Tracer<'_> {
             }
             Expr::Unary(u) => self.unary(u),
             Expr::Binary(b) => self.binary(b),
+            Expr::Cast(c) => self.cast(c),
             Expr::MethodCall(m) => self.method_call(m),
             Expr::Call(c) => self.call(c),
             Expr::Block(b) => {
@@ -285,7 +286,11 @@ impl Tracer<'_> {
                 }
                 let a = self.expr(&u.expr)?;
                 let kind = self.kind(a);
-                Some(self.push(Op::Unary(UnaryOp::Neg), &[a], u, kind))
+                let id = self.push(Op::Unary(UnaryOp::Neg), &[a], u, kind);
+                if kind == Kind::Scalar && self.is_integer(&u.expr, a) {
+                    self.integers.insert(id);
+                }
+                Some(id)
             }
             UnOp::Not(t) => {
                 self.diag.error_at(
@@ -323,7 +328,11 @@ impl Tracer<'_> {
         };
         let (l, r) = (lhs?, rhs?);
         let kind = self.pointwise_kind(&[l, r]);
-        Some(self.push(Op::Binary(op), &[l, r], b, kind))
+        let id = self.push(Op::Binary(op), &[l, r], b, kind);
+        if kind == Kind::Scalar && self.is_integer(&b.left, l) && self.is_integer(&b.right, r) {
+            return Some(self.integer_result(op, id, b));
+        }
+        Some(id)
     }
 }
 

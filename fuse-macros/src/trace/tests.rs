@@ -150,7 +150,7 @@ fn every_op_once() {
             let d = x.gelu_tanh() * x.relu() * x.abs() * x.square() * x.recip() / -x;
             let e = maximum(a, b) + minimum(c, d) + a.maximum(d) + b.minimum(c) + x.powf(s) + x.powf(3);
             let e = e + a.ge(b) + a.gt(b) + a.le(b) + a.lt(b) + a.eq(b) + a.ne(b);
-            let e = a.ge(b).where_cond(e, f32::NEG_INFINITY) * std::f64::consts::PI;
+            let e = a.ge(b).where_cond(e, f32::NEG_INFINITY) * std::f64::consts::PI + e.trunc();
             let f = e.sum(-1) + e.mean(-1) + e.max(-1) + e.min(-1) + softmax(e) + rms_norm(e, w, 1e-5);
             let g = f.matmul(&w.t()).to_dtype(DType::F32);
             Ok(g)
@@ -249,7 +249,11 @@ fn each_mistake_gives_one_error() {
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x * \"two\") }", "strings cannot be traced"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x * true) }", "booleans cannot be traced"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x * 'c') }", "characters cannot be traced"),
-        ("fn f(x: &Tensor, n: usize) -> Result<Tensor> { Ok(x * (n as f32)) }", "`as` casts cannot be traced"),
+        (
+            "fn f(x: &Tensor, n: usize) -> Result<Tensor> { Ok(x as f32 * n) }",
+            "`x` is a tensor: to change a tensor's dtype",
+        ),
+        ("fn f(x: &Tensor, n: usize) -> Result<Tensor> { Ok(x * (n as u8)) }", "`as u8` cannot be traced"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x % 2.0) }", "`%` cannot be traced"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x < 2.0) }", "comparisons give booleans"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x == x) }", "`==` cannot be traced"),

@@ -36,8 +36,8 @@ fn view_calls_trace_to_view_nodes_with_sizes_as_arguments() {
 fn each_view_misuse_gives_one_error() {
     let cases: &[(&str, &str)] = &[
         ("fn f(x: &Tensor, s: &Tensor) -> Result<Tensor> { Ok(x.reshape(s)) }", "written out as an array, `x.reshape(&[d0, d1, ..])`"),
-        ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.reshape(&[x, 2])) }", "a size in `reshape` is an integer literal (or `-1` for the rest), a `usize` parameter or `x.dim(i)`, not `x`"),
-        ("fn f(x: &Tensor, n: usize) -> Result<Tensor> { Ok(x.reshape(&[n * 2, 3])) }", "not `n * 2`"),
+        ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.reshape(&[x, 2])) }", "a size in `reshape` is an integer literal (or `-1` for the rest), a `usize` parameter, `x.dim(i)` or arithmetic of those (`n * 2`, `x.dim(0) * x.dim(1)`), not `x`"),
+        ("fn f(x: &Tensor, n: usize) -> Result<Tensor> { Ok(x.reshape(&[x.sum(-1) * n, 3])) }", "not `x.sum(-1) * n`"),
         ("fn f(x: &Tensor, a: usize) -> Result<Tensor> { Ok(x.transpose(a, 1)) }", "the axis of `transpose` must be an integer literal"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.transpose(0)) }", "`transpose` takes 2 arguments, found 1"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.permute(&[0, 0, 1])) }", "is not a permutation"),

@@ -54,23 +54,23 @@ impl Tracer<'_> {
     /// A size: a non-negative integer literal (or `-1` where `allow_inferred`), a scalar parameter or
     /// `x.dim(i)`, possibly through a `let` name.
     fn size(&mut self, e: &Expr, name: &str, allow_inferred: bool) -> Value {
-        if let Some(v) = integer(e) {
+        let literal = integer(e);
+        if let Some(v) = literal {
             if v >= 0 || (allow_inferred && v == -1) {
                 return Some(self.constant(v as f64));
             }
         }
         let id = self.expr(e)?;
-        let is_size = match self.graph.op(id) {
-            Op::Input(_) => self.kind(id) == Kind::Scalar,
-            Op::View(ViewOp::Dim { .. }) => true,
-            _ => false,
-        };
+        // Sizes and scalar parameters, and arithmetic of them alone: computed on the host for each call.
+        let is_size =
+            literal.is_none() && self.kind(id) == Kind::Scalar && fuse_ir::plan::host_scalars(&self.graph)[id.index()];
         if !is_size {
             let inferred = if allow_inferred { " (or `-1` for the rest)" } else { "" };
             self.diag.error_at(
                 e,
                 format!(
-                    "a size in `{name}` is an integer literal{inferred}, a `usize` parameter or `x.dim(i)`, not `{}`",
+                    "a size in `{name}` is an integer literal{inferred}, a `usize` parameter, `x.dim(i)` or \
+                     arithmetic of those (`n * 2`, `x.dim(0) * x.dim(1)`), not `{}`",
                     source_text(e)
                 ),
             );
@@ -124,7 +124,11 @@ impl Tracer<'_> {
             operands.push(s?);
         }
         let kind = if method == ViewMethod::Dim { Kind::Scalar } else { Kind::Tensor };
-        Some(self.push(Op::View(op?), &operands, call, kind))
+        let id = self.push(Op::View(op?), &operands, call, kind);
+        if method == ViewMethod::Dim {
+            self.integers.insert(id);
+        }
+        Some(id)
     }
 
     /// `dest.slice_set(&src, axis, offset)`: writes into `dest` in place, so `dest` must be an argument (or a

@@ -9,7 +9,7 @@ use super::rowrun::BlockInputs;
 use super::Outcome;
 use crate::call::{infer_memo, input_values, GroupRun, InferMemo, Value};
 use crate::host::CpuData;
-use crate::views::resolve_view;
+use crate::views::{host_scalar, resolve_view};
 use crate::{Error, Result, Tensor};
 use fuse_ir::plan::RopeAppendAttention;
 use fuse_ir::view::ViewOp;
@@ -70,6 +70,9 @@ impl Executor<'_> {
                 Value::Tensor(t) => Ok(Value::Tensor(t.t()?)),
                 Value::Scalar(_) => Err(Error::internal(self.info.function, "a transposed scalar")),
             },
+            Op::Unary(_) | Op::Binary(_) | Op::Where if self.values[id.index()].is_none() => {
+                Ok(Value::Scalar(host_scalar(self.info.function, g, id, &|a| self.resolve(a))?))
+            }
             // A reshape that strides cannot express reads a dense copy of its source.
             Op::View(v) if !v.is_copy() => {
                 let dense = |t: &Tensor| Ok(Tensor::from_cpu(t.dense_cpu_data()?, t.shape().to_vec()));

@@ -39,6 +39,7 @@ pub(crate) fn unary(op: UnaryOp, src: &[f32], out: &mut [f32]) {
         UnaryOp::Recip => map1(src, out, |x| 1.0 / x),
         UnaryOp::Sin => map1(src, out, f32::sin),
         UnaryOp::Cos => map1(src, out, f32::cos),
+        UnaryOp::Trunc => map1(src, out, f32::trunc),
         UnaryOp::Gelu => map1(src, out, math::gelu),
         UnaryOp::GeluTanh => map1(src, out, math::gelu_tanh),
     }

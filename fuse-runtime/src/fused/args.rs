@@ -17,6 +17,14 @@ impl<'a> Arg<'a> {
             Arg::Scalar(_) => None,
         }
     }
+
+    /// The number, if this is a scalar.
+    pub(crate) fn scalar(&self) -> Option<f64> {
+        match *self {
+            Arg::Scalar(v) => Some(v),
+            Arg::Tensor(_) => None,
+        }
+    }
 }
 
 /// What may be passed to a fused function: tensors and the scalar types `f32`, `f64`, `usize`, `i64`.

@@ -2,7 +2,7 @@ use fuse::prelude::*;
 
 #[fuse]
 fn scale(x: &Tensor, n: usize) -> Result<Tensor> {
-    Ok(x / (n as f32))
+    Ok(x as f32 / n)
 }
 
 fn main() {}

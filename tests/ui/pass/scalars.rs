@@ -7,6 +7,15 @@ fn affine(x: &Tensor, a: f32, b: f64, n: usize, k: i64) -> Result<Tensor> {
     Ok(z.powf(a) + z.powf(2.0) + z.powf(3))
 }
 
+/// Sizes and scalars computed from others: `as` between integers and floats, integer division.
+#[fuse]
+fn derived(x: &Tensor, heads: usize) -> Result<Tensor> {
+    let head = x.dim(1) / heads;
+    let rows = x.reshape(&[x.dim(0) * heads, head]);
+    Ok(rows / (head as f32).sqrt() + (heads as f64 / 2.0) as i64)
+}
+
 fn main() {
     let _ = affine;
+    let _ = derived;
 }

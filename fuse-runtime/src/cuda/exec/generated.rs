@@ -115,7 +115,8 @@ impl Executor<'_> {
                 (Value::Tensor(_), _) => {
                     patches.push(Patch { word: layout.input_address(i), node: base_of(self.graph, id).index() })
                 }
-                (Value::Scalar(_), Op::Input(_)) => {
+                // A scalar argument, or arithmetic of them (a host scalar): from the table on each call.
+                (Value::Scalar(_), op) if matches!(op, Op::Input(_)) || op.is_pointwise() => {
                     patches.push(Patch { word: layout.input_scalar(i), node: id.index() })
                 }
                 // A literal stays as packed.

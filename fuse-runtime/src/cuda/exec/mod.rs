@@ -44,7 +44,7 @@ use crate::cuda::device::CudaDevice;
 use crate::cuda::driver::{driver_error, lock};
 use crate::cuda::storage::CudaStorage;
 use crate::host_profile::{self, Phase};
-use crate::views::resolve_view;
+use crate::views::{host_scalar, resolve_view};
 use crate::{Arg, Error, Result, Tensor};
 use describe::DescribedGemm;
 use fuse_ir::codegen::Role;
@@ -171,8 +171,17 @@ pub(crate) fn execute(
             addresses[node] = table_entry(function, device, value)?;
         }
     }
+    // Host scalars kernels read (`(d as f32).sqrt()`): their f64 bits in the table, as a scalar argument's.
+    let host = fuse_ir::plan::host_scalars(g);
+    let scalars: Vec<Option<f64>> = args.iter().map(Arg::scalar).collect();
+    for id in g.ids().filter(|&id| host[id.index()] && g.op(id).is_pointwise()) {
+        if let Some(v) = fuse_ir::infer::size_of(g, id, &inferred.shapes, &scalars) {
+            addresses[id.index()] = v.to_bits();
+        }
+    }
     let values = input_values(g, args_owned);
-    let recording = record.then(Recording::default);
+    let recording =
+        record.then(|| Recording { host_scalars: launch_plan::host_scalar_program(g), ..Default::default() });
     let mut ex = Executor {
         function,
         graph: g,
@@ -250,6 +259,9 @@ impl Executor<'_> {
                 Value::Tensor(t) => Ok(Value::Tensor(t.t()?)),
                 Value::Scalar(_) => Err(self.internal("a transposed scalar")),
             },
+            Op::Unary(_) | Op::Binary(_) | Op::Where if self.values[id.index()].is_none() => {
+                Ok(Value::Scalar(host_scalar(self.function, self.graph, id, &|a| self.resolve(a))?))
+            }
             Op::View(v) if !v.is_copy() => {
                 // Resolved once per call (`place_views` keeps it): a reshape its strides cannot view reads a
                 // dense copy, as on the CPU (the decoder's heads merged back after attention), and that copy

@@ -12,6 +12,9 @@
 //! `FUSE_DUAL_GEMM=split` (read once, `crate::env`) makes a DualGemm's two products two cuBLAS calls instead of one
 //! batched call, to compare the two.
 
+mod host_scalars;
+pub(crate) use host_scalars::{compute as compute_host_scalars, program as host_scalar_program, HostScalar};
+
 use super::launch::{checked_address, launch_kernel, KernelDims};
 use crate::cuda::device::CudaDevice;
 use crate::cuda::driver::driver_error;
@@ -126,6 +129,8 @@ pub(crate) struct Recording {
     /// Arguments a step reads before its grid wait because only the host has written them
     /// (`Executor::unwritten_before`): the plan is replayed only while that holds.
     pub host_written: Vec<usize>,
+    /// The host scalars the steps read, recomputed from the scalar arguments on each replay.
+    pub host_scalars: Vec<HostScalar>,
 }
 
 pub(crate) struct LaunchPlan {
@@ -133,6 +138,8 @@ pub(crate) struct LaunchPlan {
     signature: Vec<ArgSignature>,
     /// See `Recording::host_written`.
     host_written: Vec<usize>,
+    /// See `Recording::host_scalars`.
+    host_scalars: Vec<HostScalar>,
     /// (input node, argument index).
     inputs: Vec<(usize, usize)>,
     /// Allocated fresh on every call (the caller keeps them): node, dtype, shape.
@@ -242,7 +249,7 @@ impl LaunchPlan {
         if recording.unreplayable {
             return None;
         }
-        let Recording { steps, computed, scratch, host_written, .. } = recording;
+        let Recording { steps, computed, scratch, host_written, host_scalars, .. } = recording;
         let escapes = |node: usize| outputs.contains(&node);
         let fresh: Vec<_> = computed.iter().filter(|(node, ..)| escapes(*node)).cloned().collect();
         let results =
@@ -293,6 +300,7 @@ impl LaunchPlan {
             ordinal: device.ordinal(),
             signature,
             host_written,
+            host_scalars,
             inputs,
             fresh,
             results,
@@ -316,6 +324,7 @@ impl LaunchPlan {
                 None => return Err(crate::Error::internal(function, "a launch plan names a missing argument")),
             };
         }
+        compute_host_scalars(&self.host_scalars, addresses);
         host_profile::lap(Phase::Inputs);
         let mut fresh = Vec::with_capacity(self.fresh.len());
         for (node, dtype, shape) in &self.fresh {

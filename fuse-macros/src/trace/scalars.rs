@@ -1,0 +1,84 @@
+//! Arithmetic on scalars and sizes: integers (`usize`/`i64` parameters, `x.dim(i)`, integer literals) divide
+//! as Rust's integers do, and `as` converts between integers and floats (`(hidden as f32).sqrt()`,
+//! `(x.dim(1) / 2) as f32`). The graph computes in real numbers; integer division is a division then `trunc`.
+
+use super::expr::strip_parens;
+use super::{Kind, Tracer, Value};
+use crate::label::source_text;
+use fuse_ir::{BinaryOp, NodeId, Op, UnaryOp};
+use syn::{Expr, ExprCast, Lit, Type, UnOp};
+
+const FLOAT_TYPES: [&str; 2] = ["f32", "f64"];
+const INTEGER_TYPES: [&str; 8] = ["usize", "isize", "u64", "i64", "u32", "i32", "u16", "i16"];
+
+fn type_name(ty: &Type) -> Option<String> {
+    match ty {
+        Type::Path(p) if p.qself.is_none() => p.path.get_ident().map(|i| i.to_string()),
+        Type::Paren(p) => type_name(&p.elem),
+        _ => None,
+    }
+}
+
+impl Tracer<'_> {
+    /// Whether `e` (traced as `id`) is an integer: an integer literal (a float literal is not, whatever its
+    /// value), or a node recorded as one.
+    pub(super) fn is_integer(&self, e: &Expr, id: NodeId) -> bool {
+        match strip_parens(e) {
+            Expr::Lit(l) => matches!(l.lit, Lit::Int(_)),
+            Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) && matches!(strip_parens(&u.expr), Expr::Lit(_)) => {
+                self.is_integer(&u.expr, id)
+            }
+            _ => self.integers.contains(&id),
+        }
+    }
+
+    /// `id = a op b` of two integer scalars: an integer, truncated after a division.
+    pub(super) fn integer_result(&mut self, op: BinaryOp, id: NodeId, node: &impl quote::ToTokens) -> NodeId {
+        let id = if op == BinaryOp::Div { self.push(Op::Unary(UnaryOp::Trunc), &[id], node, Kind::Scalar) } else { id };
+        self.integers.insert(id);
+        id
+    }
+
+    /// `x as T` for a scalar `x`: to a float type, the same number read as a real (a node of its own, so that
+    /// a later `/` does not truncate); to an integer type, truncated unless it is one already.
+    pub(super) fn cast(&mut self, c: &ExprCast) -> Value {
+        let x = self.expr(&c.expr)?;
+        let target = type_name(&c.ty).unwrap_or_default();
+        if self.kind(x) != Kind::Scalar {
+            self.diag.error_at(
+                c.as_token,
+                format!(
+                    "`as` converts numbers (sizes and scalar parameters), and `{}` is a tensor: to change a tensor's \
+                     dtype write `x.to_dtype(DType::F32)`",
+                    source_text(&c.expr)
+                ),
+            );
+            return None;
+        }
+        let integer = self.is_integer(&c.expr, x);
+        if FLOAT_TYPES.contains(&target.as_str()) {
+            if !integer {
+                return Some(x);
+            }
+            // x + (-0.0) is x for every number, and a node no integer arithmetic made.
+            let zero = self.constant(-0.0);
+            return Some(self.push(Op::Binary(BinaryOp::Add), &[x, zero], c, Kind::Scalar));
+        }
+        if INTEGER_TYPES.contains(&target.as_str()) {
+            if integer {
+                return Some(x);
+            }
+            let t = self.push(Op::Unary(UnaryOp::Trunc), &[x], c, Kind::Scalar);
+            self.integers.insert(t);
+            return Some(t);
+        }
+        self.diag.error_at(
+            &c.ty,
+            format!(
+                "`as {}` cannot be traced: a #[fuse] body converts numbers to `f32`, `f64`, `usize` or `i64`",
+                source_text(&c.ty)
+            ),
+        );
+        None
+    }
+}
