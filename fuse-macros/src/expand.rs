@@ -18,11 +18,27 @@ use syn::{Attribute, ItemFn, Visibility};
 /// companion is emitted next to it, so the block must be inherent).
 pub fn fuse_fn(attr: TokenStream, func: &ItemFn) -> TokenStream {
     let mut diag = Diagnostics::new();
-    check_no_arguments(&attr, &mut diag);
-    let place = Place { in_impl: func.sig.receiver().is_some(), owner: None, companion_vis: func.vis.clone() };
+    let alone = trait_impl_argument(&attr, func, &mut diag);
+    let place = Place { in_impl: func.sig.receiver().is_some(), owner: None, companion_vis: func.vis.clone(), alone };
     let Expansion { item, companion } = expand_fn(func, &place, &mut diag);
     let errors = diag.combined().map(|e| e.to_compile_error());
     quote!(#errors #item #companion)
+}
+
+/// `#[fuse(trait_impl)]` on one method of a trait impl, which can hold no companion: whether it was given
+/// (on a method taking `&self`); any other argument is an error.
+fn trait_impl_argument(attr: &TokenStream, func: &ItemFn, diag: &mut Diagnostics) -> bool {
+    let given = syn::parse2::<syn::Ident>(attr.clone()).is_ok_and(|i| i == "trait_impl");
+    if given && func.sig.receiver().is_none() {
+        diag.error_at(attr, "`#[fuse(trait_impl)]` is for a method taking `&self` inside a trait impl");
+    } else if !given && !attr.is_empty() {
+        diag.error_at(
+            attr,
+            "#[fuse] takes no arguments (write `#[fuse]`), or `trait_impl` on one method of a trait impl \
+             (`#[fuse(trait_impl)]`: fused without the `*_fused()` companion a trait impl cannot hold)",
+        );
+    }
+    given
 }
 
 pub fn check_no_arguments(attr: &TokenStream, diag: &mut Diagnostics) {
@@ -38,6 +54,8 @@ pub struct Place {
     /// The type whose impl block holds the function, when known: the graph is named `Type::name`.
     pub owner: Option<String>,
     pub companion_vis: Visibility,
+    /// `#[fuse(trait_impl)]`: no companion; the plan is kept in the method's body.
+    pub alone: bool,
 }
 
 /// A fused function's generated code: the function itself and its companion `<name>_fused()`.
@@ -119,8 +137,23 @@ fn generate(func: &ItemFn, place: &Place, name: &str, spec: &FnSpec, traced: &Tr
     let owner =
         (place.in_impl && place.owner.is_none()).then(|| quote!(.declare_owner(::core::any::type_name::<Self>())));
     let declared = declare_fields(traced);
-    let typed = typed_companions(func, place, &get_fused, &args);
     let args_ref = args.reference();
+    if place.alone {
+        // The plan in the method's body: a static there cannot name `Self`, the declarations after it can.
+        return Expansion {
+            item: quote! {
+                #(#attrs)*
+                #vis #sig {
+                    #args
+                    static FUSED: #fused_fn = #fused_fn::emitted(#name, #text, #plan_text, &[#(#kernels,)*]);
+                    let #outputs = (&FUSED #owner #declared).call(#args_ref)?;
+                    #ok(#from_outputs(#outputs)?)
+                }
+            },
+            companion: TokenStream::new(),
+        };
+    }
+    let typed = typed_companions(func, place, &get_fused, &args);
     Expansion {
         item: quote! {
             #(#attrs)*
@@ -261,12 +294,16 @@ fn stubs(func: &ItemFn, place: &Place) -> Expansion {
     let unimplemented = paths::unimplemented();
     let cfgs = cfg_attrs(attrs);
     let companion_vis = &place.companion_vis;
+    let item = quote! {
+        #(#attrs)*
+        #[allow(unused_variables)]
+        #vis #sig { #unimplemented }
+    };
+    if place.alone {
+        return Expansion { item, companion: TokenStream::new() };
+    }
     Expansion {
-        item: quote! {
-            #(#attrs)*
-            #[allow(unused_variables)]
-            #vis #sig { #unimplemented }
-        },
+        item,
         companion: quote! {
             #(#cfgs)*
             #[allow(dead_code)]

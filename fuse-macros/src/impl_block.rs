@@ -27,7 +27,7 @@ pub fn fuse_impl(attr: TokenStream, block: &ItemImpl) -> TokenStream {
             continue;
         }
         let companion_vis = if is_trait_impl { syn::parse_quote!(pub) } else { method.vis.clone() };
-        let place = Place { in_impl: true, owner: Some(owner.clone()), companion_vis };
+        let place = Place { in_impl: true, owner: Some(owner.clone()), companion_vis, alone: false };
         let expansion = expand_fn(&as_item_fn(method), &place, &mut diag);
         *item = ImplItem::Verbatim(expansion.item);
         companions.push(expansion.companion);

@@ -56,7 +56,27 @@ impl Lin {
     }
 }
 
+// One method of a trait impl, the others left as they are: `#[fuse(trait_impl)]` keeps the plan in its body
+// (a trait impl can hold no `forward_fused()` companion).
+trait Act {
+    fn act(&self, xs: &Tensor) -> Result<Tensor>;
+    fn label(&self) -> &'static str;
+}
+
+impl Act for Lin {
+    #[fuse(trait_impl)]
+    fn act(&self, xs: &Tensor) -> Result<Tensor> {
+        Ok(silu(xs) + &self.b)
+    }
+
+    fn label(&self) -> &'static str {
+        "act"
+    }
+}
+
 fn main() {
+    let _ = <Lin as Act>::act;
+    let _ = <Lin as Act>::label;
     let _: &'static FusedFn = Lin::forward_fused();
     let _: &'static FusedFn = Gated::<u8>::forward_fused();
     let _: &'static FusedFn = Lin::scale_fused();
