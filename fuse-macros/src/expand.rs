@@ -19,7 +19,13 @@ use syn::{Attribute, ItemFn, Visibility};
 pub fn fuse_fn(attr: TokenStream, func: &ItemFn) -> TokenStream {
     let mut diag = Diagnostics::new();
     let alone = trait_impl_argument(&attr, func, &mut diag);
-    let place = Place { in_impl: func.sig.receiver().is_some(), owner: None, companion_vis: func.vis.clone(), alone };
+    let place = Place {
+        in_impl: func.sig.receiver().is_some(),
+        owner: None,
+        companion_vis: func.vis.clone(),
+        alone,
+        callees: Default::default(),
+    };
     let Expansion { item, companion } = expand_fn(func, &place, &mut diag);
     let errors = diag.combined().map(|e| e.to_compile_error());
     quote!(#errors #item #companion)
@@ -56,6 +62,8 @@ pub struct Place {
     pub companion_vis: Visibility,
     /// `#[fuse(trait_impl)]`: no companion; the plan is kept in the method's body.
     pub alone: bool,
+    /// The functions of the impl block the body may call (`self.f(..)`, `Self::f(..)`), inlined.
+    pub callees: std::rc::Rc<Vec<crate::trace::Callee>>,
 }
 
 /// A fused function's generated code: the function itself and its companion `<name>_fused()`.
@@ -73,7 +81,7 @@ pub fn expand_fn(func: &ItemFn, place: &Place, diag: &mut Diagnostics) -> Expans
         Some(owner) => format!("{owner}::{}", func.sig.ident),
         None => func.sig.ident.to_string(),
     };
-    let traced = trace_fn(&spec, &name, &func.block, diag);
+    let traced = trace_fn(&spec, &name, &func.block, diag, &place.callees[..]);
     if diag.len() > errors_before {
         stubs(func, place)
     } else {

@@ -20,6 +20,16 @@ pub fn fuse_impl(attr: TokenStream, block: &ItemImpl) -> TokenStream {
     let is_trait_impl = block.trait_.is_some();
     let mut rewritten = block.clone();
     let mut companions = Vec::new();
+    // Every function of the block, as written: the fused ones may call each other (inlined).
+    let functions: Vec<ItemFn> = block
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            ImplItem::Fn(f) => Some(as_item_fn(f)),
+            _ => None,
+        })
+        .collect();
+    let callees = std::rc::Rc::new(crate::trace::Callee::of_block(&functions));
     for item in &mut rewritten.items {
         let ImplItem::Fn(method) = item else { continue };
         let marked = take_fuse_attributes(method, &mut diag);
@@ -27,7 +37,8 @@ pub fn fuse_impl(attr: TokenStream, block: &ItemImpl) -> TokenStream {
             continue;
         }
         let companion_vis = if is_trait_impl { syn::parse_quote!(pub) } else { method.vis.clone() };
-        let place = Place { in_impl: true, owner: Some(owner.clone()), companion_vis, alone: false };
+        let place =
+            Place { in_impl: true, owner: Some(owner.clone()), companion_vis, alone: false, callees: callees.clone() };
         let expansion = expand_fn(&as_item_fn(method), &place, &mut diag);
         *item = ImplItem::Verbatim(expansion.item);
         companions.push(expansion.companion);

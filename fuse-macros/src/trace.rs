@@ -7,6 +7,7 @@
 
 mod calls;
 mod expr;
+mod inline;
 mod ops;
 mod scalars;
 mod unsupported;
@@ -15,6 +16,7 @@ mod views;
 use crate::diag::Diagnostics;
 use crate::signature::{FnSpec, Returns};
 use fuse_ir::{Graph, InputKind, NodeId, Op};
+pub use inline::Callee;
 use syn::{Block, Expr, Local, Pat, Stmt, Type};
 
 /// The traced function: its graph (inputs: the parameters in order, then each field of `self` in order of
@@ -64,12 +66,21 @@ struct Tracer<'d> {
     /// Scalar nodes that hold integers (`usize`/`i64` parameters, `x.dim(i)` and their `+ - * /`): `/` of two
     /// of them truncates, as Rust's integer division does. Literals are told apart by how they are written.
     integers: std::collections::HashSet<NodeId>,
+    /// The functions of the `#[fuse]` impl block this one may call (inlined), and how deep such calls are.
+    callees: &'d [Callee],
+    depth: usize,
     diag: &'d mut Diagnostics,
 }
 
 /// Traces `body` of the function described by `spec` into a graph called `name` (`mlp`, `Block::forward`);
 /// errors go to `diag`.
-pub fn trace_fn(spec: &FnSpec, name: &str, body: &Block, diag: &mut Diagnostics) -> Traced {
+pub fn trace_fn<'d>(
+    spec: &FnSpec,
+    name: &str,
+    body: &Block,
+    diag: &'d mut Diagnostics,
+    callees: &'d [Callee],
+) -> Traced {
     let mut tracer = Tracer {
         graph: Graph::new(name),
         kinds: Vec::new(),
@@ -79,6 +90,8 @@ pub fn trace_fn(spec: &FnSpec, name: &str, body: &Block, diag: &mut Diagnostics)
         needless_mut: Vec::new(),
         writes: Vec::new(),
         integers: Default::default(),
+        callees,
+        depth: 0,
         diag,
     };
     for param in &spec.params {

@@ -11,13 +11,18 @@ use syn::{Expr, ExprCall, ExprMethodCall, Lit};
 impl Tracer<'_> {
     pub(super) fn method_call(&mut self, call: &ExprMethodCall) -> Value {
         let name = call.method.to_string();
+        if is_self(&call.receiver) && self.callee(&name, true).is_some() {
+            let args: Vec<&Expr> = call.args.iter().collect();
+            return self.inline(&name, true, &args, call);
+        }
         if is_self(&call.receiver) {
             let (receiver, dot, method) = (&call.receiver, &call.dot_token, &call.method);
             self.diag.error_at(
                 quote::quote!(#receiver #dot #method),
                 format!(
-                    "methods of `self` cannot be traced (`self.{name}(..)`): #[fuse] sees only this body; inline \
-                     what `{name}` computes, or call it outside the fused function and pass its result in"
+                    "methods of `self` cannot be traced (`self.{name}(..)`) unless they are in the same `#[fuse]` \
+                     impl block (then they are inlined); inline what `{name}` computes, or call it outside the fused \
+                     function and pass its result in"
                 ),
             );
             self.trace_all(call.args.iter());
@@ -190,6 +195,11 @@ impl Tracer<'_> {
             return None;
         };
         let name = last.ident.to_string();
+        let via_self = path.path.segments.len() == 2 && path.path.segments[0].ident == "Self";
+        if via_self && self.callee(&name, false).is_some() {
+            let args: Vec<&Expr> = call.args.iter().collect();
+            return self.inline(&name, false, &args, call);
+        }
         if name == "Ok" {
             self.diag.error_at(
                 call,
@@ -219,7 +229,7 @@ impl Tracer<'_> {
                 (None, Some(m)) => format!("`{name}` is a method here: write {}; ", m.usage()),
                 (None, None) => format!(
                     "#[fuse] sees only this body, not the functions it calls: inline what `{name}` computes here, \
-                     or put #[fuse] on `{name}` too and call both from ordinary code; "
+                     or make both functions of one `#[fuse]` impl block and call it as `Self::{name}(..)` (inlined); "
                 ),
             };
             self.diag.error_at(

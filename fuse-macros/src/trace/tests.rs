@@ -9,7 +9,7 @@ fn trace(src: &str) -> Result<Graph, Vec<String>> {
     let func: syn::ItemFn = syn::parse_str(src).unwrap_or_else(|e| panic!("test source does not parse: {e}"));
     let mut diag = Diagnostics::new();
     let spec = check_signature(&func.sig, &mut diag);
-    let traced = trace_fn(&spec, &func.sig.ident.to_string(), &func.block, &mut diag);
+    let traced = trace_fn(&spec, &func.sig.ident.to_string(), &func.block, &mut diag, &[]);
     if diag.has_errors() {
         Err(diag.messages())
     } else {

@@ -1,0 +1,78 @@
+//! Functions of one `#[fuse]` impl block call each other (`Self::layer_norm(..)`, `self.mlp(..)`): the callee's
+//! body is inlined into the caller's graph, so the plan is the one the pasted body would get, and the result
+//! is the same as the eager computation.
+
+use fuse::prelude::*;
+use fuse::testing::{assert_close, random, TestRng};
+
+struct Block {
+    ln_w: Tensor,
+    ln_b: Tensor,
+    w1: Tensor,
+    w2: Tensor,
+    eps: f32,
+}
+
+#[fuse]
+impl Block {
+    /// A helper written once: an associated function (no `self`), fused on its own too.
+    #[fuse]
+    fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f32) -> Result<Tensor> {
+        let d = x - x.mean(-1);
+        Ok(d * rsqrt((d * d).mean(-1) + eps) * w + b)
+    }
+
+    fn mlp(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(gelu(x.matmul(&self.w1.t())).matmul(&self.w2.t()))
+    }
+
+    /// Calls both helpers.
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = Self::layer_norm(x, &self.ln_w, &self.ln_b, self.eps);
+        Ok(x + self.mlp(&h))
+    }
+
+    /// The same with the helpers pasted in: the plan to match.
+    fn forward_pasted(&self, x: &Tensor) -> Result<Tensor> {
+        let d = x - x.mean(-1);
+        let h = d * rsqrt((d * d).mean(-1) + self.eps) * &self.ln_w + &self.ln_b;
+        Ok(x + gelu(h.matmul(&self.w1.t())).matmul(&self.w2.t()))
+    }
+}
+
+fn eager_forward(b: &Block, x: &Tensor) -> Result<Tensor> {
+    let d = (x - &x.mean(-1)?)?;
+    let var = (&d * &d)?.mean(-1)?;
+    let h = (((&d * &(var + f64::from(b.eps))?.rsqrt()?)? * &b.ln_w)? + &b.ln_b)?;
+    let m = h.matmul(&b.w1.t()?)?.gelu()?.matmul(&b.w2.t()?)?;
+    x + &m
+}
+
+fn calls_inside_a_block_are_inlined(dev: &Device) {
+    let mut r = TestRng::new(71);
+    let (hidden, inter) = (48, 80);
+    let b = Block {
+        ln_w: random(&mut r, &[hidden], DType::F32, 0.5, 1.5, dev),
+        ln_b: random(&mut r, &[hidden], DType::F32, -0.1, 0.1, dev),
+        w1: random(&mut r, &[inter, hidden], DType::F32, -0.2, 0.2, dev),
+        w2: random(&mut r, &[hidden, inter], DType::F32, -0.2, 0.2, dev),
+        eps: 1e-5,
+    };
+    for rows in [1, 7] {
+        let x = random(&mut r, &[rows, hidden], DType::F32, -1.0, 1.0, dev);
+        let want = eager_forward(&b, &x).expect("eager");
+        assert_close(&format!("forward, {rows} rows"), &b.forward(&x).expect("forward"), &want, DType::F32, dev);
+        let pasted = b.forward_pasted(&x).expect("pasted");
+        assert_close(&format!("pasted, {rows} rows"), &pasted, &want, DType::F32, dev);
+    }
+    let called = Block::forward_fused().plan(Fusion::On).expect("plan");
+    let pasted = Block::forward_pasted_fused().plan(Fusion::On).expect("plan");
+    let kinds = |p: &fuse::ir::plan::Plan| p.groups.iter().map(|g| (g.kind, g.nodes.len())).collect::<Vec<_>>();
+    assert_eq!(kinds(called), kinds(pasted), "the call inlined plans as the pasted body");
+    // The helper is a fused function of its own as well.
+    let x = random(&mut r, &[3, hidden], DType::F32, -1.0, 1.0, dev);
+    let ln = Block::layer_norm(&x, &b.ln_w, &b.ln_b, b.eps).expect("layer_norm");
+    assert_eq!(ln.shape(), &[3, hidden]);
+}
+
+fuse::device_tests!(calls_inside_a_block_are_inlined);
