@@ -10,6 +10,7 @@ use crate::eager::{run, Operand};
 use crate::error::EAGER;
 use crate::{Error, Result, Tensor};
 use fuse_ir::view::{Axes, ViewOp, MAX_AXES};
+use fuse_ir::ReduceOp;
 
 /// An axis index: `usize`, or a signed integer counting from the end when negative (`-1` is the last axis).
 pub trait Axis: Copy {
@@ -168,4 +169,43 @@ pub fn cat(tensors: &[&Tensor], axis: impl Axis) -> Result<Tensor> {
         names.iter().zip(tensors).map(|(n, &t)| (n.as_str(), Operand::Tensor(t))).collect();
     let label = format!("cat(&[{}], {})", names.join(", "), axis.index());
     run(&operands, |g, inputs| g.view(op, inputs, &label))
+}
+
+/// Reductions over any axis, built from the views above and the last-axis reductions.
+impl Tensor {
+    /// Sum over any axis (negative counts from the end), keeping it with size 1 (candle's `sum_keepdim`).
+    pub fn sum_keepdim(&self, axis: impl Axis) -> Result<Tensor> {
+        self.reduce_keepdim(ReduceOp::Sum, axis.index())
+    }
+
+    /// Mean over any axis, keeping it with size 1.
+    pub fn mean_keepdim(&self, axis: impl Axis) -> Result<Tensor> {
+        self.reduce_keepdim(ReduceOp::Mean, axis.index())
+    }
+
+    /// Maximum over any axis, keeping it with size 1 (NaN if the axis holds one).
+    pub fn max_keepdim(&self, axis: impl Axis) -> Result<Tensor> {
+        self.reduce_keepdim(ReduceOp::Max, axis.index())
+    }
+
+    /// Minimum over any axis, keeping it with size 1.
+    pub fn min_keepdim(&self, axis: impl Axis) -> Result<Tensor> {
+        self.reduce_keepdim(ReduceOp::Min, axis.index())
+    }
+
+    /// Another axis than the last: swapped with the last (a view), reduced there, swapped back, so the
+    /// size-1 axis lands where `axis` was; as `#[fuse]` traces it.
+    fn reduce_keepdim(&self, op: ReduceOp, axis: i64) -> Result<Tensor> {
+        let last = self.rank() as i64 - 1;
+        let last_axis = |t: &Tensor| match op {
+            ReduceOp::Sum => t.sum(-1),
+            ReduceOp::Mean => t.mean(-1),
+            ReduceOp::Max => t.max(-1),
+            ReduceOp::Min => t.min(-1),
+        };
+        if axis == -1 || axis == last {
+            return last_axis(self);
+        }
+        last_axis(&self.transpose(axis, -1)?)?.transpose(axis, -1)
+    }
 }

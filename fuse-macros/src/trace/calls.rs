@@ -72,13 +72,27 @@ impl Tracer<'_> {
                         axis,
                         format!(
                             "`{name}` reduces the last axis only (and keeps it, with size 1): write `x.{name}(-1)`; \
-                             to reduce the other axis of a matrix, transpose it first: `x.t().{name}(-1)`"
+                             for another axis write `x.{name}_keepdim(axis)`"
                         ),
                     );
                     return None;
                 }
                 let a = self.tensor_operand(receiver?, &call.receiver, &name)?;
                 Some(self.push(Op::Reduce(r), &[a], call, Kind::Tensor))
+            }
+            Method::ReduceKeepdim(r) => {
+                let axis = self.axis_literal(arg?, &name);
+                let a = self.tensor_operand(receiver?, &call.receiver, &name)?;
+                let axis = axis?;
+                if axis == -1 {
+                    return Some(self.push(Op::Reduce(r), &[a], call, Kind::Tensor));
+                }
+                // Swapped with the last axis (a view), reduced there, swapped back: the kept axis of size 1
+                // lands where `axis` was.
+                let swap = Op::View(fuse_ir::view::ViewOp::Transpose { a: axis, b: -1 });
+                let t = self.push(swap, &[a], call, Kind::Tensor);
+                let reduced = self.push(Op::Reduce(r), &[t], call, Kind::Tensor);
+                Some(self.push(swap, &[reduced], call, Kind::Tensor))
             }
             Method::Argmax => {
                 let axis = arg?;

@@ -62,6 +62,8 @@ pub enum Method {
     Transpose,
     View(ViewMethod),
     Reduce(ReduceOp),
+    /// `x.sum_keepdim(axis)` and the others over any axis (candle's names).
+    ReduceKeepdim(ReduceOp),
     Powf,
     /// `x.clamp(min, max)`: `minimum(maximum(x, min), max)` (candle's name).
     Clamp,
@@ -86,6 +88,9 @@ impl Method {
             _ if ViewMethod::ALL.iter().any(|e| e.0 == name) => {
                 ViewMethod::ALL.into_iter().find(|e| e.0 == name).map(|e| Method::View(e.1))
             }
+            _ if name.ends_with("_keepdim") => {
+                ReduceOp::from_name(name.trim_end_matches("_keepdim")).map(Method::ReduceKeepdim)
+            }
             _ => ReduceOp::from_name(name)
                 .map(Method::Reduce)
                 .or_else(|| unary(name).map(Method::Unary))
@@ -101,6 +106,7 @@ impl Method {
             Method::View(v) => v.entry().2,
             Method::MatMul
             | Method::Reduce(_)
+            | Method::ReduceKeepdim(_)
             | Method::Powf
             | Method::ToDType
             | Method::Argmax
@@ -115,6 +121,7 @@ impl Method {
             Method::Transpose => "`w.t()`".into(),
             Method::View(v) => v.entry().3.into(),
             Method::Reduce(r) => format!("`x.{}(-1)`", r.name()),
+            Method::ReduceKeepdim(r) => format!("`x.{}_keepdim(0)`", r.name()),
             Method::Powf => "`x.powf(2.0)`".into(),
             Method::Clamp => "`x.clamp(min, max)`".into(),
             Method::WhereCond => "`mask.where_cond(on_true, on_false)`".into(),

@@ -36,7 +36,7 @@ fn array_entries(e: &Expr) -> Option<&Punctuated<Expr, Comma>> {
 
 impl Tracer<'_> {
     /// `name`'s axis argument: an integer literal that fits the op (`i8`).
-    fn axis_literal(&mut self, e: &Expr, name: &str) -> Option<i8> {
+    pub(super) fn axis_literal(&mut self, e: &Expr, name: &str) -> Option<i8> {
         let axis = integer(e).and_then(|v| i8::try_from(v).ok());
         if axis.is_none() {
             self.diag.error_at(

@@ -1,0 +1,63 @@
+//! Reductions over any axis, keeping it with size 1 (candle's `sum_keepdim`, `mean_keepdim`, `max_keepdim`,
+//! `min_keepdim`), fused and eager, against sums written out in plain Rust; the results broadcast back
+//! against their input (`x - x.mean_keepdim(0)`).
+
+use fuse::prelude::*;
+use fuse::testing::{assert_close, random, TestRng};
+
+#[fuse]
+fn keepdims(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor)> {
+    (x.sum_keepdim(0), x.max_keepdim(1), x.mean_keepdim(-2), x.min_keepdim(-1), x - x.mean_keepdim(0))
+}
+
+/// Reduces axis `axis` of a row-major `shape` with `fold`, keeping it with size 1.
+fn reduce(data: &[f32], shape: &[usize], axis: usize, fold: impl Fn(&[f32]) -> f32) -> (Vec<f32>, Vec<usize>) {
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let n = shape[axis];
+    let mut out = Vec::with_capacity(outer * inner);
+    for o in 0..outer {
+        for i in 0..inner {
+            let line: Vec<f32> = (0..n).map(|k| data[(o * n + k) * inner + i]).collect();
+            out.push(fold(&line));
+        }
+    }
+    let mut kept = shape.to_vec();
+    kept[axis] = 1;
+    (out, kept)
+}
+
+fn any_axis_reductions_keep_it(dev: &Device) {
+    let mut r = TestRng::new(81);
+    let sum = |l: &[f32]| l.iter().sum::<f32>();
+    let mean = |l: &[f32]| l.iter().sum::<f32>() / l.len() as f32;
+    let max = |l: &[f32]| l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let min = |l: &[f32]| l.iter().copied().fold(f32::INFINITY, f32::min);
+    for shape in [[2usize, 3, 5], [1, 7, 1], [4, 1, 33]] {
+        let x = random(&mut r, &shape, DType::F32, -1.0, 1.0, dev);
+        let data = x.to_vec::<f32>().expect("data");
+        let tensor = |(v, s): (Vec<f32>, Vec<usize>)| Tensor::from_vec(v, &s, dev).expect("want");
+        let want = [
+            tensor(reduce(&data, &shape, 0, sum)),
+            tensor(reduce(&data, &shape, 1, max)),
+            tensor(reduce(&data, &shape, 1, mean)),
+            tensor(reduce(&data, &shape, 2, min)),
+        ];
+        let mean0: Tensor = (&want[0] / shape[0] as f64).expect("mean over axis 0");
+        let centred = (&x - &mean0).expect("centred reference");
+        let (s0, m1, a1, n2, c) = keepdims(&x).expect("keepdims");
+        let eager = [x.sum_keepdim(0), x.max_keepdim(1), x.mean_keepdim(-2), x.min_keepdim(-1)];
+        for (k, ((fused, eager), want)) in [s0, m1, a1, n2].iter().zip(eager).zip(&want).enumerate() {
+            assert_eq!(fused.shape(), want.shape(), "output {k} of {shape:?}");
+            assert_close(&format!("fused {k} {shape:?}"), fused, want, DType::F32, dev);
+            assert_close(&format!("eager {k} {shape:?}"), &eager.expect("eager"), want, DType::F32, dev);
+        }
+        assert_close(&format!("centred {shape:?}"), &c, &centred, DType::F32, dev);
+    }
+    // An axis out of range is an error naming it.
+    let x = random(&mut r, &[2, 3], DType::F32, -1.0, 1.0, dev);
+    let e = x.sum_keepdim(2).expect_err("axis 2 of a matrix").to_string();
+    assert!(e.contains('2') && e.contains("[2, 3]"), "{e}");
+}
+
+fuse::device_tests!(any_axis_reductions_keep_it);
