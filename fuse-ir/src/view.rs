@@ -50,6 +50,10 @@ pub enum ViewOp {
     Permute(Axes),
     /// `x.narrow(axis, start, len)`: arguments `[x, start, len]`.
     Narrow { axis: i8 },
+    /// `x.unsqueeze(axis)`: a new axis of size 1 at `axis` of the result (negative counts from its end).
+    Unsqueeze { axis: i8 },
+    /// `x.squeeze(axis)`: removes `axis`, which must have size 1.
+    Squeeze { axis: i8 },
     /// `cat(&[a, b, ..], axis)`: `parts` tensors joined along `axis` (a copy).
     Cat { axis: i8, parts: u8 },
     /// `x.contiguous()`: the same values, dense row-major (a copy).
@@ -111,7 +115,12 @@ impl ViewOp {
             ViewOp::Reshape { rank } => 1 + *rank as usize,
             ViewOp::Narrow { .. } | ViewOp::SliceSet { .. } => 3,
             ViewOp::Cat { parts, .. } => *parts as usize,
-            ViewOp::Transpose { .. } | ViewOp::Permute(_) | ViewOp::Contiguous | ViewOp::Dim { .. } => 1,
+            ViewOp::Transpose { .. }
+            | ViewOp::Permute(_)
+            | ViewOp::Contiguous
+            | ViewOp::Dim { .. }
+            | ViewOp::Unsqueeze { .. }
+            | ViewOp::Squeeze { .. } => 1,
         }
     }
 
@@ -121,6 +130,8 @@ impl ViewOp {
             ViewOp::Transpose { .. } => "transpose",
             ViewOp::Permute(_) => "permute",
             ViewOp::Narrow { .. } => "narrow",
+            ViewOp::Unsqueeze { .. } => "unsqueeze",
+            ViewOp::Squeeze { .. } => "squeeze",
             ViewOp::Cat { .. } => "cat",
             ViewOp::Contiguous => "contiguous",
             ViewOp::Dim { .. } => "dim",
@@ -148,6 +159,8 @@ impl ViewOp {
             ViewOp::Transpose { a, b } => vec![a.to_string(), b.to_string()],
             ViewOp::Permute(axes) => axes.to_vec().iter().map(|a| a.to_string()).collect(),
             ViewOp::Narrow { axis }
+            | ViewOp::Unsqueeze { axis }
+            | ViewOp::Squeeze { axis }
             | ViewOp::Cat { axis, .. }
             | ViewOp::Dim { axis }
             | ViewOp::SliceSet { axis, at_tensor: false } => {
@@ -171,6 +184,8 @@ impl ViewOp {
                 ViewOp::Permute(Axes::new(&axes)?)
             }
             ("narrow", &[axis]) => ViewOp::Narrow { axis: small(axis)? },
+            ("unsqueeze", &[axis]) => ViewOp::Unsqueeze { axis: small(axis)? },
+            ("squeeze", &[axis]) => ViewOp::Squeeze { axis: small(axis)? },
             ("cat", &[axis]) => ViewOp::Cat { axis: small(axis)?, parts: u8::try_from(args).ok().filter(|&p| p > 0)? },
             ("contiguous", []) => ViewOp::Contiguous,
             ("dim", &[axis]) => ViewOp::Dim { axis: small(axis)? },
@@ -236,6 +251,23 @@ impl ViewOp {
                 Ok(s)
             }
             ViewOp::Contiguous => Ok(x.to_vec()),
+            ViewOp::Unsqueeze { axis } => {
+                let i = normalize_axis(axis as i64, x.len() + 1)
+                    .ok_or_else(|| axis_error("unsqueeze: axis", axis as i64, x))?;
+                let mut s = x.to_vec();
+                s.insert(i, 1);
+                Ok(s)
+            }
+            ViewOp::Squeeze { axis } => {
+                let i =
+                    normalize_axis(axis as i64, x.len()).ok_or_else(|| axis_error("squeeze: axis", axis as i64, x))?;
+                if x[i] != 1 {
+                    return Err(error(format!("squeeze: axis {axis} of shape {x:?} has size {}, not 1", x[i])));
+                }
+                let mut s = x.to_vec();
+                s.remove(i);
+                Ok(s)
+            }
             ViewOp::SliceSet { axis, at_tensor } => {
                 let (src, i) = (
                     shapes[1],
@@ -275,7 +307,8 @@ impl ViewOp {
     /// cannot be expressed as strides of this source (the runtime then makes a contiguous copy first).
     pub fn layout(&self, src: &Layout, out_shape: &[usize], sizes: &[Option<f64>]) -> Option<Layout> {
         match *self {
-            ViewOp::Reshape { .. } => {
+            // A size-1 axis added or removed: always a reshape that strides express.
+            ViewOp::Reshape { .. } | ViewOp::Unsqueeze { .. } | ViewOp::Squeeze { .. } => {
                 let strides = reshape_strides(&src.shape, &src.strides, out_shape)?;
                 Some(Layout { shape: out_shape.to_vec(), strides, offset: src.offset })
             }

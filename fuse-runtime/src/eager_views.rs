@@ -82,6 +82,18 @@ impl Tensor {
         run_view(&size_operands(self, &[start, len]), op, &label)
     }
 
+    /// A new axis of size 1 at `axis` of the result (negative counts from its end: `-1` appends one). A view.
+    pub fn unsqueeze(&self, axis: impl Axis) -> Result<Tensor> {
+        let op = ViewOp::Unsqueeze { axis: stored_axis("unsqueeze", axis, self.shape())? };
+        run_view(&size_operands(self, &[]), op, &format!("x.unsqueeze({})", axis.index()))
+    }
+
+    /// `axis` removed; it must have size 1. A view.
+    pub fn squeeze(&self, axis: impl Axis) -> Result<Tensor> {
+        let op = ViewOp::Squeeze { axis: stored_axis("squeeze", axis, self.shape())? };
+        run_view(&size_operands(self, &[]), op, &format!("x.squeeze({})", axis.index()))
+    }
+
     /// The same values, dense in row-major order: a cheap clone when they already are, else a copy.
     pub fn contiguous(&self) -> Result<Tensor> {
         if self.is_contiguous() {

@@ -35,17 +35,21 @@ pub enum ViewMethod {
     Transpose,
     Permute,
     Narrow,
+    Unsqueeze,
+    Squeeze,
     Contiguous,
     Dim,
     SliceSet,
 }
 
 impl ViewMethod {
-    const ALL: [(&'static str, ViewMethod, usize, &'static str); 7] = [
+    const ALL: [(&'static str, ViewMethod, usize, &'static str); 9] = [
         ("reshape", ViewMethod::Reshape, 1, "`x.reshape(&[d0, d1, ..])`"),
         ("transpose", ViewMethod::Transpose, 2, "`x.transpose(1, 2)`"),
         ("permute", ViewMethod::Permute, 1, "`x.permute(&[0, 2, 1, 3])`"),
         ("narrow", ViewMethod::Narrow, 3, "`x.narrow(axis, start, len)`"),
+        ("unsqueeze", ViewMethod::Unsqueeze, 1, "`x.unsqueeze(1)`"),
+        ("squeeze", ViewMethod::Squeeze, 1, "`x.squeeze(1)`"),
         ("contiguous", ViewMethod::Contiguous, 0, "`x.contiguous()`"),
         ("dim", ViewMethod::Dim, 1, "`x.dim(0)`"),
         ("slice_set", ViewMethod::SliceSet, 3, "`let cache = cache.slice_set(&rows, axis, offset)`"),
@@ -204,6 +208,10 @@ pub fn supported_methods() -> String {
         "argmax(-1)",
         "powf(s)",
         "to_dtype(DType::..)",
+        "sum_keepdim(axis)",
+        "mean_keepdim(axis)",
+        "max_keepdim(axis)",
+        "min_keepdim(axis)",
     ]
     .iter()
     .chain(&[
@@ -211,6 +219,8 @@ pub fn supported_methods() -> String {
         "transpose(a, b)",
         "permute(&[..])",
         "narrow(axis, start, len)",
+        "unsqueeze(axis)",
+        "squeeze(axis)",
         "contiguous()",
         "dim(i)",
     ])

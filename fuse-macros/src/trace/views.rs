@@ -114,6 +114,8 @@ impl Tracer<'_> {
                 let sizes = vec![self.size(args[1], "narrow", false), self.size(args[2], "narrow", false)];
                 (axis.map(|axis| ViewOp::Narrow { axis }), sizes)
             }
+            ViewMethod::Unsqueeze => (self.axis_literal(args[0], &name).map(|axis| ViewOp::Unsqueeze { axis }), vec![]),
+            ViewMethod::Squeeze => (self.axis_literal(args[0], &name).map(|axis| ViewOp::Squeeze { axis }), vec![]),
             ViewMethod::Contiguous => (Some(ViewOp::Contiguous), vec![]),
             ViewMethod::Dim => (self.axis_literal(args[0], &name).map(|axis| ViewOp::Dim { axis }), vec![]),
             ViewMethod::SliceSet => return self.slice_set(call, receiver),

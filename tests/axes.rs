@@ -1,6 +1,7 @@
 //! Reductions over any axis, keeping it with size 1 (candle's `sum_keepdim`, `mean_keepdim`, `max_keepdim`,
 //! `min_keepdim`), fused and eager, against sums written out in plain Rust; the results broadcast back
-//! against their input (`x - x.mean_keepdim(0)`).
+//! against their input (`x - x.mean_keepdim(0)`). And axes of size 1 added and removed (`unsqueeze`,
+//! `squeeze`), views both.
 
 use fuse::prelude::*;
 use fuse::testing::{assert_close, random, TestRng};
@@ -60,4 +61,34 @@ fn any_axis_reductions_keep_it(dev: &Device) {
     assert!(e.contains('2') && e.contains("[2, 3]"), "{e}");
 }
 
-fuse::device_tests!(any_axis_reductions_keep_it);
+/// A per-row scale [rows] made a column with `unsqueeze`, a [rows, 1] sum made a vector with `squeeze`.
+#[fuse]
+fn size_one_axes(x: &Tensor, scale: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+    (x * scale.unsqueeze(1), x.sum(-1).squeeze(-1), x.unsqueeze(0).unsqueeze(-1))
+}
+
+fn size_one_axes_come_and_go(dev: &Device) {
+    let mut r = TestRng::new(82);
+    let x = random(&mut r, &[5, 7], DType::F32, -1.0, 1.0, dev);
+    let scale = random(&mut r, &[5], DType::F32, 0.5, 1.5, dev);
+    let (scaled, sums, lifted) = size_one_axes(&x, &scale).expect("size_one_axes");
+    let want = (&x * &scale.reshape(&[5, 1]).expect("column")).expect("scaled");
+    assert_close("x * scale.unsqueeze(1)", &scaled, &want, DType::F32, dev);
+    assert_eq!(sums.shape(), &[5]);
+    assert_close(
+        "x.sum(-1).squeeze(-1)",
+        &sums,
+        &x.sum(-1).and_then(|s| s.reshape(&[5])).expect("sum"),
+        DType::F32,
+        dev,
+    );
+    assert_eq!(lifted.shape(), &[1, 5, 7, 1]);
+    assert_eq!(x.unsqueeze(2).expect("eager unsqueeze").shape(), &[5, 7, 1]);
+    assert_eq!(x.unsqueeze(-1).and_then(|u| u.squeeze(2)).expect("eager round trip").shape(), &[5, 7]);
+    let e = x.squeeze(0).expect_err("axis 0 has size 5").to_string();
+    assert!(e.contains("squeeze") && e.contains("size 5"), "{e}");
+    let e = x.unsqueeze(3).expect_err("axis 3 of a result of 3 axes").to_string();
+    assert!(e.contains("unsqueeze") && e.contains('3'), "{e}");
+}
+
+fuse::device_tests!(any_axis_reductions_keep_it, size_one_axes_come_and_go);
