@@ -141,6 +141,8 @@ pub struct ReadmeDoctests;
 /// dependency must be this version (0.11) for its tensors to be these.
 #[cfg(feature = "candle")]
 pub use candle_core;
+pub mod examples;
+
 /// The graph, planner and reference interpreter, for tools and tests.
 pub use fuse_ir as ir;
 
@@ -149,8 +151,8 @@ pub mod prelude {
     pub use fuse_macros::fuse;
     pub use fuse_runtime::{
         abs, attention, attention_len, cat, cos, embedding, exp, gelu, gelu_erf, gelu_tanh, log, maximum, minimum,
-        recip, relu, rms_norm, rope, rsqrt, sigmoid, silu, sin, softmax, sqr, sqrt, square, tanh, Axis, CudaGraph,
-        DType, Device, Error, FusedFn, Fusion, Result, SliceOffset, Tensor,
+        recip, relu, rms_norm, rope, rsqrt, sigmoid, silu, sin, softmax, sqr, sqrt, square, tanh, trunc, Axis,
+        CudaGraph, DType, Device, Error, FusedFn, Fusion, Result, SliceOffset, Tensor,
     };
 }
 

@@ -255,6 +255,9 @@ impl Tracer<'_> {
     }
 
     fn local(&mut self, local: &Local) {
+        if self.tuple_local(local) {
+            return;
+        }
         let value = match &local.init {
             Some(init) => {
                 if let Some((else_token, _)) = &init.diverge {
@@ -294,6 +297,35 @@ impl Tracer<'_> {
             self.check_annotation(&name, ty, id);
         }
         self.bind(name, value.map_or(Binding::Poisoned, Binding::Value));
+    }
+
+    /// `let (a, b) = (x, y);`: each name bound to its value, all values traced first (as Rust evaluates the
+    /// tuple before binding). Returns whether `local` had that form.
+    fn tuple_local(&mut self, local: &Local) -> bool {
+        let (Pat::Tuple(names), Some(init)) = (&local.pat, &local.init) else { return false };
+        let Expr::Tuple(values) = expr::strip_parens(&init.expr) else { return false };
+        if init.diverge.is_some() || names.elems.len() != values.elems.len() {
+            return false;
+        }
+        let traced: Vec<Value> = values.elems.iter().map(|e| self.expr(e)).collect();
+        for (pat, value) in names.elems.iter().zip(traced) {
+            match pat {
+                Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
+                    if let Some(m) = p.mutability {
+                        self.needless_mut.push((m, p.ident.clone()));
+                    }
+                    self.bind(p.ident.to_string(), value.map_or(Binding::Poisoned, Binding::Value));
+                }
+                other => {
+                    self.diag
+                        .error_at(other, "in a tuple `let`, bind each value to a plain name: `let (a, b) = (x, y);`");
+                    let mut bound = Vec::new();
+                    crate::signature::bound_names(other, &mut bound);
+                    bound.into_iter().for_each(|n| self.bind(n.to_string(), Binding::Poisoned));
+                }
+            }
+        }
+        true
     }
 
     /// `let h: Tensor = ...` / `let s: f32 = ...`: the annotation must fit what the macro knows.

@@ -93,6 +93,14 @@ fn scalars_literals_and_negation() {
 }
 
 #[test]
+fn a_tuple_let_binds_each_name() {
+    // The values are traced before any name is bound: `b` is the old `a`, not `x.exp()`.
+    let g = graph("fn f(x: &Tensor, a: &Tensor) -> Result<Tensor> { let (a, b) = (x.exp(), a); Ok(a - b) }");
+    let text = g.to_text();
+    assert!(text.contains("= exp %0") && text.contains("= sub %2 %1"), "{text}");
+}
+
+#[test]
 fn let_shadowing_and_block_scopes() {
     let g = graph(
         "fn f(x: &Tensor) -> Result<Tensor> {
@@ -294,6 +302,7 @@ fn each_mistake_gives_one_error() {
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(Tensor::zeros(x)) }", "unknown function `Tensor::zeros`"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x * std::f32::consts::GOLDEN) }", "write a constant as a literal"),
         ("fn f(x: &Tensor) -> Result<Tensor> { let y = Ok(x); y }", "`Ok(..)` wraps the function's result"),
+        ("fn f(x: &Tensor) -> Result<Tensor> { let (a, ref b) = (x, x); Ok(a) }", "bind each value to a plain name"),
         ("fn f(x: &Tensor) -> Result<Tensor> { fn g() {} Ok(x.exp()) }", "items (fn, struct, use, ...)"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(!x) }", "`!` cannot be traced"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.matmul(x).softmax()) }", "write `softmax(x)`"),
