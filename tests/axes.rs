@@ -1,7 +1,7 @@
 //! Reductions over any axis, keeping it with size 1 (candle's `sum_keepdim`, `mean_keepdim`, `max_keepdim`,
 //! `min_keepdim`), fused and eager, against sums written out in plain Rust; the results broadcast back
 //! against their input (`x - x.mean_keepdim(0)`). And axes of size 1 added and removed (`unsqueeze`,
-//! `squeeze`), views both.
+//! `squeeze`, views) and values repeated to a shape (`broadcast_as`, a copy).
 
 use fuse::prelude::*;
 use fuse::testing::{assert_close, random, TestRng};
@@ -91,4 +91,52 @@ fn size_one_axes_come_and_go(dev: &Device) {
     assert!(e.contains("unsqueeze") && e.contains('3'), "{e}");
 }
 
-fuse::device_tests!(any_axis_reductions_keep_it, size_one_axes_come_and_go);
+/// A bias [n] repeated over rows, then a column [rows, 1] repeated over columns; the shape from sizes.
+#[fuse]
+fn broadcasts(x: &Tensor, bias: &Tensor, col: &Tensor) -> Result<(Tensor, Tensor)> {
+    let b = bias.broadcast_as(&[x.dim(0), x.dim(1)]);
+    (b.sum_keepdim(0), x + col.broadcast_as(&[2, x.dim(0), x.dim(1)]))
+}
+
+fn broadcast_as_repeats(dev: &Device) {
+    let mut r = TestRng::new(83);
+    let (rows, cols) = (6, 9);
+    let x = random(&mut r, &[rows, cols], DType::F32, -1.0, 1.0, dev);
+    let bias = random(&mut r, &[cols], DType::F32, -1.0, 1.0, dev);
+    let col = random(&mut r, &[rows, 1], DType::F32, -1.0, 1.0, dev);
+    let (sums, stacked) = broadcasts(&x, &bias, &col).expect("broadcasts");
+    let want = (&bias.reshape(&[1, cols]).expect("row") * rows as f64).expect("sum of repeats");
+    assert_close("bias repeated, summed over rows", &sums, &want, DType::F32, dev);
+    assert_eq!(stacked.shape(), &[2, rows, cols]);
+    let once = (&x + &col).expect("x + col");
+    assert_close(
+        "first copy",
+        &stacked.narrow(0, 0, 1).and_then(|t| t.reshape(&[rows, cols])).expect("0"),
+        &once,
+        DType::F32,
+        dev,
+    );
+    assert_close(
+        "second copy",
+        &stacked.narrow(0, 1, 1).and_then(|t| t.reshape(&[rows, cols])).expect("1"),
+        &once,
+        DType::F32,
+        dev,
+    );
+    // Eager: each row the bias.
+    let b = bias.broadcast_as(&[rows, cols]).expect("eager broadcast_as");
+    assert_eq!(b.shape(), &[rows, cols]);
+    for row in 0..rows {
+        assert_close(
+            &format!("row {row}"),
+            &b.narrow(0, row, 1).and_then(|t| t.reshape(&[cols])).expect("row"),
+            &bias,
+            DType::F32,
+            dev,
+        );
+    }
+    let e = x.broadcast_as(&[rows, cols + 1]).expect_err("9 does not stretch to 10").to_string();
+    assert!(e.contains("broadcast_as") && e.contains("[6, 10]"), "{e}");
+}
+
+fuse::device_tests!(any_axis_reductions_keep_it, size_one_axes_come_and_go, broadcast_as_repeats);

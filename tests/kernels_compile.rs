@@ -43,6 +43,7 @@ fn corpus() -> Vec<&'static FusedFn> {
         binary_fused(),
         compare_fused(),
         masked_fused(),
+        repeated_fused(),
         reductions_fused(),
         norm_and_cast_fused(),
         casts_fused(),

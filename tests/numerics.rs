@@ -83,6 +83,19 @@ fn where_cond_masks_broadcast_and_match_reference(dev: &Device) {
     }
 }
 
+fn broadcast_as_copies_match_reference(dev: &Device) {
+    let mut r = TestRng::new(20);
+    for dtype in DTYPES {
+        for (rows, cols) in [(1, 1), (3, 17), (127, 65)] {
+            let x = random(&mut r, &[rows, cols], dtype, -2.0, 2.0, dev);
+            let row = random(&mut r, &[cols], dtype, -2.0, 2.0, dev);
+            let col = random(&mut r, &[rows, 1], dtype, -2.0, 2.0, dev);
+            let args = [fuse::arg(&x), fuse::arg(&row), fuse::arg(&col)];
+            check(&format!("repeated [{rows}, {cols}]"), repeated_fused(), &args, dtype, dev);
+        }
+    }
+}
+
 fn reductions_softmax_rms_norm_match_reference(dev: &Device) {
     let mut r = TestRng::new(13);
     for dtype in DTYPES {
@@ -264,6 +277,7 @@ fuse::device_tests!(
     unary_ops_match_reference,
     binary_ops_broadcast_and_match_reference,
     where_cond_masks_broadcast_and_match_reference,
+    broadcast_as_copies_match_reference,
     reductions_softmax_rms_norm_match_reference,
     rank_three_inputs_reduce_over_the_last_axis,
     gemm_with_epilogue_matches_reference,

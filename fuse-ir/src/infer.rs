@@ -143,7 +143,7 @@ pub fn infer_dtypes(g: &Graph, inputs: &[Option<DType>]) -> Result<Vec<Option<DT
         let reads_blocks = |i: usize| match n.op {
             Op::MatMul => i == 1,
             Op::Cast(_) | Op::Transpose | Op::Model(_) => true,
-            Op::View(v) => !matches!(v, ViewOp::Cat { .. } | ViewOp::Contiguous | ViewOp::SliceSet { .. }),
+            Op::View(v) => !v.is_copy(),
             _ => false,
         };
         for (i, a) in n.args.iter().enumerate() {

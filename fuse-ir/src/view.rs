@@ -54,6 +54,10 @@ pub enum ViewOp {
     Unsqueeze { axis: i8 },
     /// `x.squeeze(axis)`: removes `axis`, which must have size 1.
     Squeeze { axis: i8 },
+    /// `x.broadcast_as(&[d0, ..])`: arguments `[x, d0, ..]`; `x` repeated along new leading axes and along its
+    /// axes of size 1 (numpy's rule). A copy, as `contiguous` is (a view with stride 0 would give a row
+    /// reduction over the repeated axis one element where it has many).
+    BroadcastAs { rank: u8 },
     /// `cat(&[a, b, ..], axis)`: `parts` tensors joined along `axis` (a copy).
     Cat { axis: i8, parts: u8 },
     /// `x.contiguous()`: the same values, dense row-major (a copy).
@@ -112,7 +116,7 @@ fn axis_error(what: &str, axis: i64, shape: &[usize]) -> InferError {
 impl ViewOp {
     pub fn arity(&self) -> usize {
         match self {
-            ViewOp::Reshape { rank } => 1 + *rank as usize,
+            ViewOp::Reshape { rank } | ViewOp::BroadcastAs { rank } => 1 + *rank as usize,
             ViewOp::Narrow { .. } | ViewOp::SliceSet { .. } => 3,
             ViewOp::Cat { parts, .. } => *parts as usize,
             ViewOp::Transpose { .. }
@@ -132,6 +136,7 @@ impl ViewOp {
             ViewOp::Narrow { .. } => "narrow",
             ViewOp::Unsqueeze { .. } => "unsqueeze",
             ViewOp::Squeeze { .. } => "squeeze",
+            ViewOp::BroadcastAs { .. } => "broadcast_as",
             ViewOp::Cat { .. } => "cat",
             ViewOp::Contiguous => "contiguous",
             ViewOp::Dim { .. } => "dim",
@@ -139,15 +144,16 @@ impl ViewOp {
         }
     }
 
-    /// `cat`, `contiguous` and `slice_set` write memory (a group of their own); the others cost no copy.
+    /// `cat`, `contiguous`, `broadcast_as` and `slice_set` write memory (a group of their own); the others
+    /// cost no copy.
     pub fn is_copy(&self) -> bool {
-        matches!(self, ViewOp::Cat { .. } | ViewOp::Contiguous | ViewOp::SliceSet { .. })
+        matches!(self, ViewOp::Cat { .. } | ViewOp::Contiguous | ViewOp::BroadcastAs { .. } | ViewOp::SliceSet { .. })
     }
 
     /// Which arguments are sizes (0-d values read at run time), not tensors.
     pub fn is_size_argument(&self, index: usize) -> bool {
         match self {
-            ViewOp::Reshape { .. } | ViewOp::Narrow { .. } => index > 0,
+            ViewOp::Reshape { .. } | ViewOp::BroadcastAs { .. } | ViewOp::Narrow { .. } => index > 0,
             ViewOp::SliceSet { at_tensor, .. } => index == 2 && !at_tensor,
             _ => false,
         }
@@ -168,7 +174,7 @@ impl ViewOp {
             }
             // The second word marks the offset as a tensor.
             ViewOp::SliceSet { axis, at_tensor: true } => vec![axis.to_string(), "1".into()],
-            ViewOp::Reshape { .. } | ViewOp::Contiguous => vec![],
+            ViewOp::Reshape { .. } | ViewOp::BroadcastAs { .. } | ViewOp::Contiguous => vec![],
         }
     }
 
@@ -178,6 +184,7 @@ impl ViewOp {
         let small = |v: i64| i8::try_from(v).ok();
         let op = match (name, ints.as_slice()) {
             ("reshape", []) => ViewOp::Reshape { rank: u8::try_from(args.checked_sub(1)?).ok()? },
+            ("broadcast_as", []) => ViewOp::BroadcastAs { rank: u8::try_from(args.checked_sub(1)?).ok()? },
             ("transpose", &[a, b]) => ViewOp::Transpose { a: small(a)?, b: small(b)? },
             ("permute", axes) => {
                 let axes: Vec<usize> = axes.iter().map(|&a| usize::try_from(a).ok()).collect::<Option<_>>()?;
@@ -201,6 +208,21 @@ impl ViewOp {
         let x = shapes[0];
         match *self {
             ViewOp::Reshape { .. } => reshape_shape(x, &sizes[1..]),
+            ViewOp::BroadcastAs { .. } => {
+                let target = sizes[1..]
+                    .iter()
+                    .map(|&d| size_value("broadcast_as: an entry", d))
+                    .collect::<Result<Vec<usize>, _>>()?;
+                let fits = x.len() <= target.len()
+                    && x.iter().rev().zip(target.iter().rev()).all(|(&from, &to)| from == to || from == 1);
+                if !fits {
+                    return Err(error(format!(
+                        "broadcast_as: {x:?} does not broadcast to {target:?} (each axis, aligned from the last, \
+                         must be equal or 1)"
+                    )));
+                }
+                Ok(target)
+            }
             ViewOp::Transpose { a, b } => {
                 let ia = normalize_axis(a as i64, x.len()).ok_or_else(|| axis_error("transpose: axis", a as i64, x))?;
                 let ib = normalize_axis(b as i64, x.len()).ok_or_else(|| axis_error("transpose: axis", b as i64, x))?;
@@ -310,6 +332,16 @@ impl ViewOp {
             // A size-1 axis added or removed: always a reshape that strides express.
             ViewOp::Reshape { .. } | ViewOp::Unsqueeze { .. } | ViewOp::Squeeze { .. } => {
                 let strides = reshape_strides(&src.shape, &src.strides, out_shape)?;
+                Some(Layout { shape: out_shape.to_vec(), strides, offset: src.offset })
+            }
+            ViewOp::BroadcastAs { .. } => {
+                let lead = out_shape.len().checked_sub(src.shape.len())?;
+                let strides = (0..out_shape.len())
+                    .map(|i| match i.checked_sub(lead) {
+                        Some(j) if src.shape[j] == out_shape[i] => src.strides[j],
+                        _ => 0,
+                    })
+                    .collect();
                 Some(Layout { shape: out_shape.to_vec(), strides, offset: src.offset })
             }
             ViewOp::Transpose { a, b } => {

@@ -82,6 +82,16 @@ impl Tensor {
         run_view(&size_operands(self, &[start, len]), op, &label)
     }
 
+    /// The values repeated to `shape` (numpy's rule: new leading axes, and axes of size 1 stretched), as a new
+    /// dense tensor (candle's `broadcast_as`, which candle makes a view; inside `#[fuse]` the copy is a kernel of
+    /// its own).
+    pub fn broadcast_as(&self, shape: &[usize]) -> Result<Tensor> {
+        let rank = u8::try_from(shape.len())
+            .map_err(|_| Error::unsupported(EAGER, "broadcast_as", format!("{} axes are too many", shape.len())))?;
+        let label = format!("x.broadcast_as(&{shape:?})");
+        run_view(&size_operands(self, shape), ViewOp::BroadcastAs { rank }, &label)
+    }
+
     /// A new axis of size 1 at `axis` of the result (negative counts from its end: `-1` appends one). A view.
     pub fn unsqueeze(&self, axis: impl Axis) -> Result<Tensor> {
         let op = ViewOp::Unsqueeze { axis: stored_axis("unsqueeze", axis, self.shape())? };

@@ -46,6 +46,12 @@ pub fn masked(scores: &Tensor, q_pos: &Tensor, k_pos: &Tensor, window: f32, mask
     (softmax(keep.where_cond(scores, f32::NEG_INFINITY)), mask.where_cond(scores, scores * 0.5 - 1.0))
 }
 
+/// A row repeated over the rows of `x` (broadcast_as, a copy kernel), and a column stretched over a new axis.
+#[fuse]
+pub fn repeated(x: &Tensor, row: &Tensor, col: &Tensor) -> Result<(Tensor, Tensor)> {
+    (row.broadcast_as(&[x.dim(0), x.dim(1)]) * x, col.broadcast_as(&[2, x.dim(0), x.dim(1)]))
+}
+
 #[fuse]
 pub fn reductions(x: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)> {
     (x.sum(-1), x.mean(-1), x.max(-1), softmax(x), x - x.mean(-1), x.min(-1))

@@ -97,7 +97,7 @@ pub(super) fn compute(g: &Graph, id: NodeId) -> String {
         Op::Cast(DType::F16) => format!("fuse_round_f16({})", arg(0)),
         Op::Cast(DType::BF16) => format!("fuse_round_bf16({})", arg(0)),
         // `contiguous` is a copy: the kernel reads its operand through strides and writes it dense.
-        Op::View(ViewOp::Contiguous) => arg(0),
+        Op::View(ViewOp::Contiguous | ViewOp::BroadcastAs { .. }) => arg(0),
         // Only pointwise nodes are computed this way; the kernel shapes handle the rest.
         op => format!("0.0f /* {} is not pointwise */", op.name()),
     };

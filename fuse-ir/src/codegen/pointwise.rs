@@ -79,8 +79,11 @@ pub(super) fn body_function(parts: &KernelParts<'_>) -> String {
         let _ = writeln!(s, "  const float v{} = x[{k}];", id.0);
     }
     for &id in parts.nodes {
-        // `contiguous` is a copy: read through the operand's strides, written dense (emit::compute).
-        if g.op(id).is_pointwise() || g.op(id) == Op::View(crate::view::ViewOp::Contiguous) {
+        // `contiguous` and `broadcast_as` are copies: the operand read through its strides (broadcast to the
+        // result's shape), written dense (emit::compute).
+        if g.op(id).is_pointwise()
+            || matches!(g.op(id), Op::View(crate::view::ViewOp::Contiguous | crate::view::ViewOp::BroadcastAs { .. }))
+        {
             let _ = writeln!(s, "  {}", emit::compute(g, id));
         } else if !matches!(g.op(id), Op::Const(_)) {
             // A verified plan puts only pointwise nodes in a pointwise kernel.

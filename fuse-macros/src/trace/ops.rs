@@ -37,19 +37,21 @@ pub enum ViewMethod {
     Narrow,
     Unsqueeze,
     Squeeze,
+    BroadcastAs,
     Contiguous,
     Dim,
     SliceSet,
 }
 
 impl ViewMethod {
-    const ALL: [(&'static str, ViewMethod, usize, &'static str); 9] = [
+    const ALL: [(&'static str, ViewMethod, usize, &'static str); 10] = [
         ("reshape", ViewMethod::Reshape, 1, "`x.reshape(&[d0, d1, ..])`"),
         ("transpose", ViewMethod::Transpose, 2, "`x.transpose(1, 2)`"),
         ("permute", ViewMethod::Permute, 1, "`x.permute(&[0, 2, 1, 3])`"),
         ("narrow", ViewMethod::Narrow, 3, "`x.narrow(axis, start, len)`"),
         ("unsqueeze", ViewMethod::Unsqueeze, 1, "`x.unsqueeze(1)`"),
         ("squeeze", ViewMethod::Squeeze, 1, "`x.squeeze(1)`"),
+        ("broadcast_as", ViewMethod::BroadcastAs, 1, "`x.broadcast_as(&[d0, d1, ..])`"),
         ("contiguous", ViewMethod::Contiguous, 0, "`x.contiguous()`"),
         ("dim", ViewMethod::Dim, 1, "`x.dim(0)`"),
         ("slice_set", ViewMethod::SliceSet, 3, "`let cache = cache.slice_set(&rows, axis, offset)`"),
@@ -221,6 +223,7 @@ pub fn supported_methods() -> String {
         "narrow(axis, start, len)",
         "unsqueeze(axis)",
         "squeeze(axis)",
+        "broadcast_as(&[..])",
         "contiguous()",
         "dim(i)",
     ])

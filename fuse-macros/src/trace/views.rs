@@ -84,6 +84,25 @@ impl Tracer<'_> {
         let name = call.method.to_string();
         let args: Vec<&Expr> = call.args.iter().collect();
         let (op, sizes): (Option<ViewOp>, Vec<Value>) = match method {
+            ViewMethod::BroadcastAs => {
+                let Some(entries) = array_entries(args[0]) else {
+                    self.diag.error_at(
+                        args[0],
+                        format!(
+                            "`broadcast_as` takes the shape written out as an array, `x.broadcast_as(&[d0, d1, ..])`, \
+                             not `{}`",
+                            source_text(args[0])
+                        ),
+                    );
+                    return None;
+                };
+                if entries.len() > MAX_AXES {
+                    self.diag.error_at(args[0], format!("at most {MAX_AXES} axes, found {}", entries.len()));
+                    return None;
+                }
+                let sizes = entries.iter().map(|e| self.size(e, "broadcast_as", false)).collect();
+                (Some(ViewOp::BroadcastAs { rank: entries.len() as u8 }), sizes)
+            }
             ViewMethod::Reshape => {
                 let Some(entries) = array_entries(args[0]) else {
                     self.diag.error_at(

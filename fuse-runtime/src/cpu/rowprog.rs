@@ -311,6 +311,13 @@ pub(crate) fn compile(
     }
     for &id in spec.nodes {
         let node = g.node(id);
+        // `broadcast_as` is its operand, read broadcast over the result's shape (its sizes are that shape's).
+        if let Op::View(ViewOp::BroadcastAs { .. }) = node.op {
+            let v = operand(&mut b, &mut vals, node.args[0])?;
+            vals[id.index()] = Some(v);
+            store(&mut b, id, v);
+            continue;
+        }
         // Row-program ops take one to three operands; a node with more is refused below, by its op.
         let mut operands = [Val::Lit(0.0); 3];
         let arity = node.args.len().min(operands.len() + 1);
