@@ -81,13 +81,46 @@ pub fn expand_fn(func: &ItemFn, place: &Place, diag: &mut Diagnostics) -> Expans
         Some(owner) => format!("{owner}::{}", func.sig.ident),
         None => func.sig.ident.to_string(),
     };
-    let traced = trace_fn(&spec, &name, &func.block, diag, &place.callees[..]);
-    if diag.len() > errors_before {
-        stubs(func, place)
-    } else {
-        generate(func, place, &name, &spec, &traced)
+    let flags: Vec<syn::Ident> = spec.params.iter().filter(|p| p.flag).map(|p| p.ident.clone()).collect();
+    if flags.len() > MAX_FLAGS || (!flags.is_empty() && place.alone) {
+        let why = if place.alone { "with `#[fuse(trait_impl)]`, which keeps one plan" } else { "more than 3" };
+        diag.error_at(
+            &func.sig,
+            format!("`bool` parameters choose between graphs, one per combination of their values: not {why}"),
+        );
+        return stubs(func, place, &flags);
     }
+    // One graph per combination of the `bool` parameters' values (one graph when there are none).
+    let mut variants: Vec<(String, Traced)> = Vec::new();
+    for bits in 0..1usize << flags.len() {
+        let values: Vec<bool> = (0..flags.len()).map(|i| bits >> i & 1 == 1).collect();
+        let variant = if flags.is_empty() {
+            name.clone()
+        } else {
+            let pairs: Vec<String> = flags.iter().zip(&values).map(|(f, v)| format!("{f}={v}")).collect();
+            // `act[gated=true,tanh=false]`: no `(` or `, `, which the graph's text form uses.
+            format!("{name}[{}]", pairs.join(","))
+        };
+        let traced = trace_fn(&spec, &variant, &func.block, diag, &place.callees[..], &values);
+        if diag.len() > errors_before {
+            return stubs(func, place, &flags);
+        }
+        variants.push((variant, traced));
+    }
+    let field_names = |t: &Traced| t.fields.iter().map(|f| f.expr.to_token_stream().to_string()).collect::<Vec<_>>();
+    if variants.iter().any(|(_, t)| field_names(t) != field_names(&variants[0].1)) {
+        diag.error_at(
+            &func.sig,
+            "each value of the `bool` parameters must read the same fields of `self`, in the same order: read them \
+             before the `if`",
+        );
+        return stubs(func, place, &flags);
+    }
+    generate(func, place, &spec, &variants, &flags)
 }
+
+/// At most this many `bool` parameters: each doubles the graphs a function is built into.
+const MAX_FLAGS: usize = 3;
 
 /// `mlp` -> `mlp_fused`, pointing at the user's name (so "go to definition" lands there).
 fn fused_name(func: &ItemFn) -> syn::Ident {
@@ -99,15 +132,24 @@ pub fn cfg_attrs(attrs: &[Attribute]) -> Vec<&Attribute> {
     attrs.iter().filter(|a| a.path().is_ident("cfg")).collect()
 }
 
-fn generate(func: &ItemFn, place: &Place, name: &str, spec: &FnSpec, traced: &Traced) -> Expansion {
+fn generate(
+    func: &ItemFn,
+    place: &Place,
+    spec: &FnSpec,
+    variants: &[(String, Traced)],
+    flags: &[syn::Ident],
+) -> Expansion {
     let ItemFn { attrs, vis, sig, .. } = func;
     let fused_name = fused_name(func);
     let fused_fn = paths::fused_fn();
     let prepare = paths::prepare();
-    let get_fused = if place.in_impl { quote!(Self::#fused_name()) } else { quote!(#fused_name()) };
+    let get_fused =
+        if place.in_impl { quote!(Self::#fused_name(#(#flags),*)) } else { quote!(#fused_name(#(#flags),*)) };
+    let traced = &variants[0].1;
     let params: Vec<TokenStream> = spec
         .params
         .iter()
+        .filter(|p| !p.flag)
         .map(|p| {
             let ident = &p.ident;
             // Spanned at the parameter, so a type that is not an argument type is reported there.
@@ -129,11 +171,29 @@ fn generate(func: &ItemFn, place: &Place, name: &str, spec: &FnSpec, traced: &Tr
     let outputs = format_ident!("__fuse_outputs", span = Span::mixed_site());
     let ok = paths::ok();
     let from_outputs = paths::from_outputs();
-    let name = Literal::string(name);
-    let text = Literal::string(&traced.graph.to_text());
-    let plan = Plan::fused(&traced.graph);
-    let plan_text = Literal::string(&plan.to_text());
-    let kernels = static_kernels(&traced.graph, &plan);
+    let emitted: Vec<TokenStream> = variants
+        .iter()
+        .map(|(name, traced)| {
+            let name = Literal::string(name);
+            let text = Literal::string(&traced.graph.to_text());
+            let plan = Plan::fused(&traced.graph);
+            let plan_text = Literal::string(&plan.to_text());
+            let kernels = static_kernels(&traced.graph, &plan);
+            quote!(#fused_fn::emitted(#name, #text, #plan_text, &[#(#kernels,)*]))
+        })
+        .collect();
+    // One plan, or one per combination of the `bool` parameters, picked by their values as bits.
+    let (fused_static, fused_ref) = match &emitted[..] {
+        [one] => (quote!(static FUSED: #fused_fn = #one;), quote!(&FUSED)),
+        many => {
+            let n = Literal::usize_unsuffixed(many.len());
+            let bits = flags.iter().enumerate().map(|(i, f)| {
+                let i = Literal::usize_unsuffixed(i);
+                quote!(((#f as usize) << #i))
+            });
+            (quote!(static FUSED: [#fused_fn; #n] = [#(#many,)*];), quote!(&FUSED[0 #(| #bits)*]))
+        }
+    };
     let doc = format!(
         "The fused plan behind [`{}{}`]: its graph, plan and a way to run it unfused.",
         if place.in_impl { "Self::" } else { "" },
@@ -153,8 +213,8 @@ fn generate(func: &ItemFn, place: &Place, name: &str, spec: &FnSpec, traced: &Tr
                 #(#attrs)*
                 #vis #sig {
                     #args
-                    static FUSED: #fused_fn = #fused_fn::emitted(#name, #text, #plan_text, &[#(#kernels,)*]);
-                    let #outputs = (&FUSED #owner #declared).call(#args_ref)?;
+                    #fused_static
+                    let #outputs = (#fused_ref #owner #declared).call(#args_ref)?;
                     #ok(#from_outputs(#outputs)?)
                 }
             },
@@ -174,9 +234,9 @@ fn generate(func: &ItemFn, place: &Place, name: &str, spec: &FnSpec, traced: &Tr
         companion: quote! {
             #(#cfgs)*
             #[doc = #doc]
-            #companion_vis fn #fused_name() -> &'static #fused_fn {
-                static FUSED: #fused_fn = #fused_fn::emitted(#name, #text, #plan_text, &[#(#kernels,)*]);
-                &FUSED #owner #declared
+            #companion_vis fn #fused_name(#(#flags: bool),*) -> &'static #fused_fn {
+                #fused_static
+                #fused_ref #owner #declared
             }
             #typed
         },
@@ -295,7 +355,7 @@ fn static_kernels(graph: &Graph, plan: &Plan) -> Vec<TokenStream> {
 
 /// The user's items with bodies that type-check whatever the signature, so rustc adds no errors of its own to
 /// the macro's and rust-analyzer still knows the function.
-fn stubs(func: &ItemFn, place: &Place) -> Expansion {
+fn stubs(func: &ItemFn, place: &Place, flags: &[syn::Ident]) -> Expansion {
     let ItemFn { attrs, vis, sig, .. } = func;
     let fused_name = fused_name(func);
     let fused_fn = paths::fused_fn();
@@ -314,8 +374,8 @@ fn stubs(func: &ItemFn, place: &Place) -> Expansion {
         item,
         companion: quote! {
             #(#cfgs)*
-            #[allow(dead_code)]
-            #companion_vis fn #fused_name() -> &'static #fused_fn { #unimplemented }
+            #[allow(dead_code, unused_variables)]
+            #companion_vis fn #fused_name(#(#flags: bool),*) -> &'static #fused_fn { #unimplemented }
         },
     }
 }

@@ -16,6 +16,8 @@ pub struct Param {
     pub kind: Option<InputKind>,
     /// A `usize` or `i64` scalar: an integer, so `a / b` of two of them divides as Rust's integers do.
     pub integer: bool,
+    /// A `bool`: not a graph input; it chooses between graphs (one per value, see `expand.rs`).
+    pub flag: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +51,12 @@ pub fn check_signature(sig: &Signature, diag: &mut Diagnostics) -> FnSpec {
                     // Already reported as a generic parameter: say nothing more about this one.
                     let mut names = Vec::new();
                     bound_names(&typed.pat, &mut names);
-                    params.extend(names.into_iter().map(|ident| Param { ident, kind: None, integer: false }));
+                    params.extend(names.into_iter().map(|ident| Param {
+                        ident,
+                        kind: None,
+                        integer: false,
+                        flag: false,
+                    }));
                 } else {
                     param(&typed.pat, &typed.ty, diag, &mut params);
                 }
@@ -131,7 +138,7 @@ fn param(pat: &Pat, ty: &Type, diag: &mut Diagnostics, params: &mut Vec<Param>) 
                 pat,
                 format!("patterns are not supported in #[fuse] parameters: write a plain name, `{}`", p.ident),
             );
-            params.push(Param { ident: p.ident.clone(), kind: None, integer: false });
+            params.push(Param { ident: p.ident.clone(), kind: None, integer: false, flag: false });
             return;
         }
         _ => {
@@ -141,13 +148,14 @@ fn param(pat: &Pat, ty: &Type, diag: &mut Diagnostics, params: &mut Vec<Param>) 
             );
             let mut names = Vec::new();
             bound_names(pat, &mut names);
-            params.extend(names.into_iter().map(|ident| Param { ident, kind: None, integer: false }));
+            params.extend(names.into_iter().map(|ident| Param { ident, kind: None, integer: false, flag: false }));
             return;
         }
     };
-    let kind = param_kind(&ident, ty, diag);
+    let flag = matches!(ty, Type::Path(p) if p.qself.is_none() && p.path.is_ident("bool"));
+    let kind = if flag { None } else { param_kind(&ident, ty, diag) };
     let integer = is_integer_type(ty);
-    params.push(Param { ident, kind, integer });
+    params.push(Param { ident, kind, integer, flag });
 }
 
 fn param_kind(ident: &syn::Ident, ty: &Type, diag: &mut Diagnostics) -> Option<InputKind> {
@@ -174,7 +182,7 @@ fn param_kind(ident: &syn::Ident, ty: &Type, diag: &mut Diagnostics) -> Option<I
             diag.error_at(
                 ty,
                 format!(
-                    "unsupported parameter type `{}`: a #[fuse] parameter is `&Tensor` or a scalar (`f32`, `f64`, `usize`, `i64`)",
+                    "unsupported parameter type `{}`: a #[fuse] parameter is `&Tensor`, a scalar (`f32`, `f64`, `usize`, `i64`) or a `bool`",
                     crate::label::source_text(ty)
                 ),
             );

@@ -46,6 +46,8 @@ enum Kind {
 #[derive(Clone, Copy)]
 enum Binding {
     Value(NodeId),
+    /// A `bool` parameter, with the value of the graph being traced.
+    Flag(bool),
     /// A name whose definition failed: using it reports nothing more.
     Poisoned,
 }
@@ -80,6 +82,7 @@ pub fn trace_fn<'d>(
     body: &Block,
     diag: &'d mut Diagnostics,
     callees: &'d [Callee],
+    flags: &[bool],
 ) -> Traced {
     let mut tracer = Tracer {
         graph: Graph::new(name),
@@ -94,7 +97,13 @@ pub fn trace_fn<'d>(
         depth: 0,
         diag,
     };
+    let mut flags = flags.iter();
     for param in &spec.params {
+        if param.flag {
+            let value = flags.next().copied().unwrap_or(false);
+            tracer.bind(param.ident.to_string(), Binding::Flag(value));
+            continue;
+        }
         let binding = match param.kind {
             Some(kind) => {
                 let id = tracer.graph.input(&param.ident.to_string(), kind);

@@ -6,7 +6,7 @@ use super::ops::{self, Function, Method};
 use super::{Binding, Kind, Tracer, Value};
 use crate::label::{node_label, source_text};
 use fuse_ir::{DType, ModelOp, Op};
-use syn::{Expr, ExprCall, ExprMethodCall, Lit};
+use syn::{Expr, ExprCall, ExprMethodCall};
 
 impl Tracer<'_> {
     pub(super) fn method_call(&mut self, call: &ExprMethodCall) -> Value {
@@ -327,19 +327,13 @@ impl Tracer<'_> {
         let tensors = if with_lens { 4 } else { 3 };
         let args: Vec<Value> = call.args.iter().take(tensors + 1).map(|a| self.expr(a)).collect();
         let causal_expr = &call.args[tensors + 1];
-        let causal = match strip_parens(causal_expr) {
-            Expr::Lit(l) => match &l.lit {
-                Lit::Bool(b) => Some(b.value),
-                _ => None,
-            },
-            _ => None,
-        };
+        let causal = self.flag_value(causal_expr);
         if causal.is_none() {
             self.diag.error_at(
                 causal_expr,
                 format!(
-                    "`causal` is written `true` or `false` here, not `{}`: the mask is part of the fused graph; for \
-                     both cases write one #[fuse] function per case and choose between them in ordinary code",
+                    "`causal` is `true`, `false` or a `bool` parameter here, not `{}`: the mask is part of the fused \
+                     graph (a `bool` parameter gives one graph per value)",
                     source_text(causal_expr)
                 ),
             );

@@ -112,6 +112,7 @@ impl Tracer<'_> {
             }
             Expr::Unary(u) => self.unary(u),
             Expr::Binary(b) => self.binary(b),
+            Expr::If(i) => self.if_flag(i),
             Expr::Cast(c) => self.cast(c),
             Expr::MethodCall(m) => self.method_call(m),
             Expr::Call(c) => self.call(c),
@@ -207,6 +208,16 @@ impl Tracer<'_> {
         }
         match self.lookup(&ident.to_string()) {
             Some(Binding::Value(id)) => Some(id),
+            Some(Binding::Flag(_)) => {
+                self.diag.error_at(
+                    p,
+                    format!(
+                        "`{ident}` is a `bool`: it chooses between graphs, in `if {ident} {{ .. }} else {{ .. }}` or as \
+                         attention's `causal`; it is not a value"
+                    ),
+                );
+                None
+            }
             Some(Binding::Poisoned) => None,
             None if is_constant_name(&ident.to_string()) => {
                 self.diag.error_at(

@@ -48,9 +48,12 @@ impl Tracer<'_> {
         args: &[&Expr],
         at: &impl quote::ToTokens,
     ) -> Value {
-        let values: Vec<Value> = args.iter().map(|a| self.expr(a)).collect();
         let callees = self.callees;
         let callee = callees.iter().find(|c| c.name == callee_name && c.spec.is_method == method)?;
+        // A `bool` parameter takes a `bool` known while tracing; the others are traced values.
+        let is_flag = |i: usize| callee.spec.params.get(i).is_some_and(|p| p.flag);
+        let values: Vec<Value> =
+            args.iter().enumerate().map(|(i, a)| if is_flag(i) { None } else { self.expr(a) }).collect();
         if self.depth >= MAX_DEPTH {
             self.diag.error_at(
                 at,
@@ -82,6 +85,20 @@ impl Tracer<'_> {
         };
         let mut scope = Vec::new();
         for ((param, value), arg) in callee.spec.params.iter().zip(&values).zip(args) {
+            if param.flag {
+                let flag = self.flag_value(arg);
+                if flag.is_none() {
+                    self.diag.error_at(
+                        arg,
+                        format!(
+                            "`{}` of `{callee_name}` is a `bool`: pass `true`, `false` or a `bool` parameter",
+                            param.ident
+                        ),
+                    );
+                }
+                scope.push((param.ident.to_string(), flag.map_or(Binding::Poisoned, Binding::Flag)));
+                continue;
+            }
             let binding = match (*value, param.kind) {
                 (Some(id), Some(kind)) => {
                     let want = if kind == InputKind::Tensor { Kind::Tensor } else { Kind::Scalar };

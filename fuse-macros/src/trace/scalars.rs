@@ -3,10 +3,10 @@
 //! `(x.dim(1) / 2) as f32`). The graph computes in real numbers; integer division is a division then `trunc`.
 
 use super::expr::strip_parens;
-use super::{Kind, Tracer, Value};
+use super::{Binding, Kind, Tracer, Value};
 use crate::label::source_text;
 use fuse_ir::{BinaryOp, NodeId, Op, UnaryOp};
-use syn::{Expr, ExprCast, Lit, Type, UnOp};
+use syn::{Expr, ExprCast, ExprIf, Lit, Type, UnOp};
 
 const FLOAT_TYPES: [&str; 2] = ["f32", "f64"];
 const INTEGER_TYPES: [&str; 8] = ["usize", "isize", "u64", "i64", "u32", "i32", "u16", "i16"];
@@ -80,5 +80,45 @@ impl Tracer<'_> {
             ),
         );
         None
+    }
+
+    /// The value of a `bool` known while tracing: `true`, `false`, a `bool` parameter, or `!` of one.
+    pub(super) fn flag_value(&self, e: &Expr) -> Option<bool> {
+        match strip_parens(e) {
+            Expr::Lit(l) => match &l.lit {
+                Lit::Bool(b) => Some(b.value),
+                _ => None,
+            },
+            Expr::Path(p) => match p.path.get_ident().and_then(|i| self.lookup(&i.to_string())) {
+                Some(Binding::Flag(v)) => Some(v),
+                _ => None,
+            },
+            Expr::Unary(u) if matches!(u.op, UnOp::Not(_)) => self.flag_value(&u.expr).map(|v| !v),
+            _ => None,
+        }
+    }
+
+    /// `if flag { a } else { b }` on a `bool` parameter: the branch of the graph being traced, alone.
+    pub(super) fn if_flag(&mut self, i: &ExprIf) -> Value {
+        let Some(value) = self.flag_value(&i.cond) else {
+            self.diag.error_at(
+                &i.cond,
+                format!(
+                    "`if` is traced only on a `bool` parameter (each value gives a graph of its own), not on `{}`: \
+                     for elementwise choices write `mask.where_cond(a, b)`",
+                    source_text(&i.cond)
+                ),
+            );
+            return None;
+        };
+        let Some((_, otherwise)) = &i.else_branch else {
+            self.diag.error_at(i, "an `if` in a #[fuse] body needs an `else`: both branches give the value");
+            return None;
+        };
+        if value {
+            self.scoped_block(&i.then_branch)
+        } else {
+            self.expr(otherwise)
+        }
     }
 }

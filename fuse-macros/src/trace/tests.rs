@@ -9,7 +9,7 @@ fn trace(src: &str) -> Result<Graph, Vec<String>> {
     let func: syn::ItemFn = syn::parse_str(src).unwrap_or_else(|e| panic!("test source does not parse: {e}"));
     let mut diag = Diagnostics::new();
     let spec = check_signature(&func.sig, &mut diag);
-    let traced = trace_fn(&spec, &func.sig.ident.to_string(), &func.block, &mut diag, &[]);
+    let traced = trace_fn(&spec, &func.sig.ident.to_string(), &func.block, &mut diag, &[], &[]);
     if diag.has_errors() {
         Err(diag.messages())
     } else {
@@ -215,7 +215,10 @@ fn each_mistake_gives_one_error() {
         ("fn f(x: &Tensor) -> Result<Tensor> { for i in 0..3 {} Ok(x.exp()) }", "`for` loops cannot be traced"),
         ("fn f(x: &Tensor) -> Result<Tensor> { while true {} Ok(x.exp()) }", "`while` loops"),
         ("fn f(x: &Tensor) -> Result<Tensor> { loop {} }", "`loop` cannot be traced"),
-        ("fn f(x: &Tensor) -> Result<Tensor> { let y = if a { x } else { x }; Ok(y) }", "`if` cannot be traced"),
+        (
+            "fn f(x: &Tensor) -> Result<Tensor> { let y = if a { x } else { x }; Ok(y) }",
+            "`if` is traced only on a `bool` parameter",
+        ),
         ("fn f(x: &Tensor) -> Result<Tensor> { let y = match x { _ => x }; Ok(y) }", "`match` cannot be traced"),
         ("fn f(x: &Tensor) -> Result<Tensor> { let g = |t| t; Ok(x.exp()) }", "closures cannot be traced"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(frobnicate(x)) }", "unknown function `frobnicate`"),
@@ -414,7 +417,7 @@ fn attention_len_takes_lens_after_the_scale() {
 fn model_op_mistakes_say_what_to_write() {
     let cases = [
         ("attention(q, k, v, 0.5)", "`attention` takes 5 arguments, found 4"),
-        ("attention(q, k, v, 0.5, c)", "`causal` is written `true` or `false` here, not `c`"),
+        ("attention(q, k, v, 0.5, c)", "`causal` is `true`, `false` or a `bool` parameter here, not `c`"),
         (
             "attention(q, k, v, k, true)",
             "the scale of `attention` is a literal, a scalar parameter or a field of `self`, but `k` is a tensor",
@@ -429,7 +432,7 @@ fn model_op_mistakes_say_what_to_write() {
             "attention_len(q, k, v, k, v, true)",
             "the scale of `attention_len` is a literal, a scalar parameter or a field of `self`, but `v` is a tensor",
         ),
-        ("attention_len(q, k, v, k, 0.5, c)", "`causal` is written `true` or `false` here, not `c`"),
+        ("attention_len(q, k, v, k, 0.5, c)", "`causal` is `true`, `false` or a `bool` parameter here, not `c`"),
         ("rope(q, k)", "`rope` takes 3 arguments, found 2: write `rope(x, cos, sin)`"),
         ("embedding(c, k)", "`embedding` needs a tensor, but `c` is a scalar"),
         ("q.argmax(0)", "`argmax` runs along the last axis only"),

@@ -19,3 +19,15 @@ fn main() {
     let _ = affine;
     let _ = derived;
 }
+
+/// A `bool` parameter: one graph per value.
+#[fuse]
+fn maybe_causal(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool) -> Result<Tensor> {
+    let o = attention(q, k, v, 0.125, causal);
+    Ok(if causal { o * 2.0 } else { o })
+}
+
+fn _uses() {
+    let _ = maybe_causal;
+    let _: &'static FusedFn = maybe_causal_fused(true);
+}
