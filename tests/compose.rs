@@ -1,6 +1,7 @@
-//! Functions of one `#[fuse]` impl block call each other (`Self::layer_norm(..)`, `self.mlp(..)`): the callee's
-//! body is inlined into the caller's graph, so the plan is the one the pasted body would get, and the result
-//! is the same as the eager computation.
+//! Functions of one `#[fuse]` impl block call each other (`Self::layer_norm(..)`, `self.mlp(..)`), and so do
+//! the functions of a `#[fuse]` module (`layer_norm(..)`): the callee's body is inlined into the caller's
+//! graph, so the plan is the one the pasted body would get, and the result is the same as the eager
+//! computation.
 
 use fuse::prelude::*;
 use fuse::testing::{assert_close, random, TestRng};
@@ -75,4 +76,43 @@ fn calls_inside_a_block_are_inlined(dev: &Device) {
     assert_eq!(ln.shape(), &[3, hidden]);
 }
 
-fuse::device_tests!(calls_inside_a_block_are_inlined);
+/// The same helpers as free functions of a module.
+#[fuse]
+mod layers {
+    use fuse::prelude::*;
+
+    pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f32) -> Result<Tensor> {
+        let d = x - x.mean(-1);
+        Ok(d * rsqrt((d * d).mean(-1) + eps) * w + b)
+    }
+
+    pub fn block(x: &Tensor, ln_w: &Tensor, ln_b: &Tensor, w1: &Tensor, w2: &Tensor, eps: f32) -> Result<Tensor> {
+        let h = layer_norm(x, ln_w, ln_b, eps);
+        Ok(x + gelu(h.matmul(&w1.t())).matmul(&w2.t()))
+    }
+
+    /// Not fused (returns no tensor): left as it is.
+    pub fn width() -> usize {
+        48
+    }
+}
+
+fn calls_inside_a_module_are_inlined(dev: &Device) {
+    let mut r = TestRng::new(72);
+    let (hidden, inter) = (layers::width(), 80);
+    let b = Block {
+        ln_w: random(&mut r, &[hidden], DType::F32, 0.5, 1.5, dev),
+        ln_b: random(&mut r, &[hidden], DType::F32, -0.1, 0.1, dev),
+        w1: random(&mut r, &[inter, hidden], DType::F32, -0.2, 0.2, dev),
+        w2: random(&mut r, &[hidden, inter], DType::F32, -0.2, 0.2, dev),
+        eps: 1e-5,
+    };
+    let x = random(&mut r, &[5, hidden], DType::F32, -1.0, 1.0, dev);
+    let got = layers::block(&x, &b.ln_w, &b.ln_b, &b.w1, &b.w2, b.eps).expect("block");
+    assert_close("module block", &got, &eager_forward(&b, &x).expect("eager"), DType::F32, dev);
+    let plan = layers::block_fused().plan(Fusion::On).expect("plan");
+    let pasted = Block::forward_pasted_fused().plan(Fusion::On).expect("plan");
+    assert_eq!(plan.groups.len(), pasted.groups.len(), "the module's call inlined");
+}
+
+fuse::device_tests!(calls_inside_a_block_are_inlined, calls_inside_a_module_are_inlined);

@@ -11,6 +11,7 @@ mod diag;
 mod expand;
 mod impl_block;
 mod label;
+mod module_block;
 mod paths;
 mod signature;
 mod trace;
@@ -32,7 +33,9 @@ use proc_macro::TokenStream;
 ///
 /// On an `impl` block (the only place it works for a trait impl such as `impl Module for Lin`), it fuses
 /// every method marked `#[fuse]` and every method taking `&self` that returns `Result<Tensor>` or a tuple of
-/// tensors, and puts their `*_fused()` companions in an inherent `impl` of the type.
+/// tensors, and puts their `*_fused()` companions in an inherent `impl` of the type. On an inline module it
+/// fuses every function returning tensors. In a block or a module the fused functions may call each other
+/// (`self.f(..)`, `Self::f(..)`, or `f(..)` in a module): the callee's body is inlined.
 #[proc_macro_attribute]
 pub fn fuse(attr: TokenStream, item: TokenStream) -> TokenStream {
     let item = proc_macro2::TokenStream::from(item);
@@ -42,6 +45,9 @@ pub fn fuse(attr: TokenStream, item: TokenStream) -> TokenStream {
     };
     if let Ok(block) = syn::parse2::<syn::ItemImpl>(item.clone()) {
         return impl_block::fuse_impl(attr.into(), &block).into();
+    }
+    if let Ok(module) = syn::parse2::<syn::ItemMod>(item.clone()) {
+        return module_block::fuse_mod(attr.into(), &module).into();
     }
     let error = syn::Error::new(
         fn_error.span(),

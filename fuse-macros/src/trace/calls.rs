@@ -209,8 +209,10 @@ impl Tracer<'_> {
             return None;
         };
         let name = last.ident.to_string();
+        // `Self::f(..)` in an impl block, `f(..)` in a module (unless a local name shadows it).
         let via_self = path.path.segments.len() == 2 && path.path.segments[0].ident == "Self";
-        if via_self && self.callee(&name, false).is_some() {
+        let bare = path.path.segments.len() == 1 && self.lookup(&name).is_none();
+        if (via_self || bare) && self.callee(&name, false).is_some() {
             let args: Vec<&Expr> = call.args.iter().collect();
             return self.inline(&name, false, &args, call);
         }

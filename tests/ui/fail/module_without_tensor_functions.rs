@@ -1,0 +1,10 @@
+use fuse::prelude::*;
+
+#[fuse]
+mod sizes {
+    pub fn width() -> usize {
+        64
+    }
+}
+
+fn main() {}
