@@ -32,6 +32,15 @@ fn reshape_of_transposed(x: &Tensor) -> Result<Tensor> {
     Ok(tanh(x.transpose(0, 1).reshape(&[-1])).contiguous())
 }
 
+/// ViT's patch embedding input: [b, c, h, w] cut into p x p patches, [b, patches, c * p * p]; the reshape of
+/// the permuted six axes needs a copy on every device (issue 32 point 10), the sizes come from arithmetic.
+#[fuse]
+fn patchify(x: &Tensor, p: usize) -> Result<Tensor> {
+    let (b, c, h, w) = (x.dim(0), x.dim(1), x.dim(2) / p, x.dim(3) / p);
+    let tiles = x.reshape(&[b, c, h, p, w, p]).permute(&[0, 2, 4, 1, 3, 5]);
+    Ok(tiles.reshape(&[b, h * w, c * p * p]) * 2.0)
+}
+
 #[fuse]
 fn joined(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let c = cat(&[&exp(a), b, &a.contiguous()], 1);
@@ -238,6 +247,16 @@ fn reshape_needing_a_copy_matches_reference(dev: &Device) {
     }
 }
 
+fn patchify_matches_reference(dev: &Device) {
+    let mut r = TestRng::new(35);
+    for dtype in DTYPES {
+        for (shape, p) in [([1, 3, 8, 8], 4usize), ([2, 2, 6, 9], 3)] {
+            let x = random(&mut r, &shape, dtype, -2.0, 2.0, dev);
+            check(&format!("patchify {shape:?} by {p}"), patchify_fused(), &[fuse::arg(&x), fuse::arg(&p)], dtype, dev);
+        }
+    }
+}
+
 fn cat_matches_reference(dev: &Device) {
     let mut r = TestRng::new(34);
     for dtype in DTYPES {
@@ -343,6 +362,7 @@ fuse::device_tests!(
     heads_match_reference,
     views_read_by_groups_match_reference,
     reshape_needing_a_copy_matches_reference,
+    patchify_matches_reference,
     cat_matches_reference,
     matmul_broadcasts_batch_axes,
     eager_views_match,
