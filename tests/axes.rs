@@ -139,4 +139,34 @@ fn broadcast_as_repeats(dev: &Device) {
     assert!(e.contains("broadcast_as") && e.contains("[6, 10]"), "{e}");
 }
 
-fuse::device_tests!(any_axis_reductions_keep_it, size_one_axes_come_and_go, broadcast_as_repeats);
+/// candle's `chunk`: SwiGLU over one projection split in two, and three uneven parts (10 = 4 + 3 + 3).
+#[fuse]
+fn chunks(x: &Tensor, y: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+    let (gate, up) = x.chunk(2, -1)?;
+    let (a, b, c) = y.chunk(3, 1);
+    (silu(gate) * up, a, b, c * 2.0)
+}
+
+fn chunks_split_as_candle_does(dev: &Device) {
+    let mut r = TestRng::new(84);
+    let x = random(&mut r, &[3, 16], DType::F32, -1.0, 1.0, dev);
+    let y = random(&mut r, &[2, 10, 3], DType::F32, -1.0, 1.0, dev);
+    let (swiglu, a, b, c) = chunks(&x, &y).expect("chunks");
+    let halves = x.chunk(2, -1).expect("eager chunk");
+    let want = (halves[0].silu().expect("silu") * &halves[1]).expect("mul");
+    assert_close("silu(gate) * up", &swiglu, &want, DType::F32, dev);
+    let parts = y.chunk(3, 1).expect("eager chunk");
+    assert_eq!(parts.iter().map(|p| p.shape()[1]).collect::<Vec<_>>(), [4, 3, 3]);
+    assert_close("first of three", &a, &parts[0], DType::F32, dev);
+    assert_close("second of three", &b, &parts[1], DType::F32, dev);
+    let doubled = (&parts[2] * 2.0f64).expect("c");
+    assert_close("third of three", &c, &doubled, DType::F32, dev);
+    assert_eq!(y.narrow(1, 0, 2).and_then(|t| t.chunk(3, 1)).expect("fewer entries than chunks").len(), 2);
+}
+
+fuse::device_tests!(
+    any_axis_reductions_keep_it,
+    size_one_axes_come_and_go,
+    broadcast_as_repeats,
+    chunks_split_as_candle_does
+);

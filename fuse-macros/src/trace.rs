@@ -312,11 +312,21 @@ impl Tracer<'_> {
     /// tuple before binding). Returns whether `local` had that form.
     fn tuple_local(&mut self, local: &Local) -> bool {
         let (Pat::Tuple(names), Some(init)) = (&local.pat, &local.init) else { return false };
-        let Expr::Tuple(values) = expr::strip_parens(&init.expr) else { return false };
-        if init.diverge.is_some() || names.elems.len() != values.elems.len() {
+        if init.diverge.is_some() {
             return false;
         }
-        let traced: Vec<Value> = values.elems.iter().map(|e| self.expr(e)).collect();
+        let mut value = expr::strip_parens(&init.expr);
+        if let Expr::Try(t) = value {
+            value = expr::strip_parens(&t.expr);
+        }
+        let traced: Vec<Value> = match value {
+            Expr::Tuple(values) if values.elems.len() == names.elems.len() => {
+                values.elems.iter().map(|e| self.expr(e)).collect()
+            }
+            // `let (a, b) = x.chunk(2, -1);`: candle's chunks, as views.
+            Expr::MethodCall(call) if call.method == "chunk" => self.chunk_parts(call, names.elems.len()),
+            _ => return false,
+        };
         for (pat, value) in names.elems.iter().zip(traced) {
             match pat {
                 Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {

@@ -92,6 +92,28 @@ impl Tensor {
         run_view(&size_operands(self, shape), ViewOp::BroadcastAs { rank }, &label)
     }
 
+    /// `chunks` views along `axis`, as candle splits: `dim / chunks` entries each, the first `dim % chunks` one
+    /// more (`dim` views of one entry when `dim < chunks`). Under `#[fuse]`: `let (a, b) = x.chunk(2, -1);`, which
+    /// always binds every name (the last ones empty when `dim < chunks`).
+    pub fn chunk(&self, chunks: usize, axis: impl Axis) -> Result<Vec<Tensor>> {
+        let i = fuse_ir::view::normalize_axis(axis.index(), self.rank()).ok_or_else(|| {
+            Error::unsupported(EAGER, "chunk", format!("axis {} of shape {:?}", axis.index(), self.shape()))
+        })?;
+        if chunks == 0 {
+            return Err(Error::unsupported(EAGER, "chunk", "0 chunks"));
+        }
+        let dim = self.shape()[i];
+        let (base, extra) = (dim / chunks, dim % chunks);
+        let mut start = 0;
+        let mut parts = Vec::with_capacity(chunks.min(dim));
+        for k in 0..chunks.min(dim) {
+            let len = if dim < chunks { 1 } else { base + usize::from(k < extra) };
+            parts.push(self.narrow(axis, start, len)?);
+            start += len;
+        }
+        Ok(parts)
+    }
+
     /// A new axis of size 1 at `axis` of the result (negative counts from its end: `-1` appends one). A view.
     pub fn unsqueeze(&self, axis: impl Axis) -> Result<Tensor> {
         let op = ViewOp::Unsqueeze { axis: stored_axis("unsqueeze", axis, self.shape())? };

@@ -256,15 +256,12 @@ pub fn is_size_method(name: &str) -> bool {
 pub fn suggestion(name: &str) -> Option<&'static str> {
     Some(match name {
         "swapaxes" | "swap_dims" => "write `x.transpose(a, b)`",
-        "view" | "flatten" | "unsqueeze" | "squeeze" => {
-            "write `x.reshape(&[d0, d1, ..])` (a view when the strides allow)"
-        }
+        "view" | "flatten" => "write `x.reshape(&[d0, d1, ..])` (a view when the strides allow)",
+        "chunk" => "bind the parts by name: `let (a, b) = x.chunk(2, axis);`",
+        "expand" => "write `x.broadcast_as(&[d0, d1, ..])`",
         "concat" | "concatenate" | "stack" => "write `cat(&[&a, &b], axis)`",
         "slice" | "i" => "write `x.narrow(axis, start, len)`",
         "mm" | "dot" | "bmm" | "broadcast_matmul" => "write `a.matmul(b)`",
-        "sum_keepdim" => "write `x.sum(-1)` (it keeps the axis)",
-        "mean_keepdim" => "write `x.mean(-1)` (it keeps the axis)",
-        "max_keepdim" => "write `x.max(-1)` (it keeps the axis)",
         "pow" | "powi" | "powf_scalar" => "write `x.powf(s)`",
         "broadcast_add" | "add" => "write `a + b` (it broadcasts)",
         "broadcast_sub" | "sub" => "write `a - b` (it broadcasts)",

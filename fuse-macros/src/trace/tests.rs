@@ -306,6 +306,11 @@ fn each_mistake_gives_one_error() {
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x * std::f32::consts::GOLDEN) }", "write a constant as a literal"),
         ("fn f(x: &Tensor) -> Result<Tensor> { let y = Ok(x); y }", "`Ok(..)` wraps the function's result"),
         ("fn f(x: &Tensor) -> Result<Tensor> { let (a, ref b) = (x, x); Ok(a) }", "bind each value to a plain name"),
+        (
+            "fn f(x: &Tensor) -> Result<Tensor> { let (a, b) = x.chunk(3, -1); Ok(a) }",
+            "bind `x.chunk(2, axis)` to 2 names",
+        ),
+        ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.chunk(2, -1)) }", "`let (a, b) = x.chunk(2, axis);`"),
         ("fn f(x: &Tensor) -> Result<Tensor> { fn g() {} Ok(x.exp()) }", "items (fn, struct, use, ...)"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(!x) }", "`!` cannot be traced"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.matmul(x).softmax()) }", "write `softmax(x)`"),

@@ -8,7 +8,7 @@ use super::ops::ViewMethod;
 use super::{Kind, Tracer, Value};
 use crate::label::source_text;
 use fuse_ir::view::{Axes, ViewOp, MAX_AXES};
-use fuse_ir::{NodeId, Op};
+use fuse_ir::{BinaryOp, NodeId, Op, UnaryOp};
 use syn::punctuated::Punctuated;
 use syn::token::Comma;
 use syn::{Expr, ExprCall, ExprMethodCall, Lit, UnOp};
@@ -150,6 +150,44 @@ impl Tracer<'_> {
             self.integers.insert(id);
         }
         Some(id)
+    }
+
+    /// `let (a, b, ..) = x.chunk(n, axis);` with `n` the names bound: candle's chunks, each a `narrow` of
+    /// `x.dim(axis) / n` entries (the first `x.dim(axis) % n` one more), their sizes computed on the host.
+    pub(super) fn chunk_parts(&mut self, call: &ExprMethodCall, n: usize) -> Vec<Value> {
+        let args: Vec<&Expr> = call.args.iter().collect();
+        let x = self.expr(&call.receiver);
+        if args.len() != 2 || integer(args[0]) != Some(n as i64) {
+            self.diag.error_at(
+                call,
+                format!(
+                    "bind `x.chunk({n}, axis)` to {n} names, `let (a, b) = x.chunk(2, -1);`: the count is written out"
+                ),
+            );
+            return vec![None; n];
+        }
+        let axis = self.axis_literal(args[1], "chunk");
+        let (Some(x), Some(axis)) = (x.and_then(|x| self.tensor_operand(x, &call.receiver, "chunk")), axis) else {
+            return vec![None; n];
+        };
+        let scalar = |t: &mut Self, op: Op, args: &[NodeId]| t.push(op, args, call, Kind::Scalar);
+        let dim = scalar(self, Op::View(ViewOp::Dim { axis }), &[x]);
+        let count = self.constant(n as f64);
+        let quotient = scalar(self, Op::Binary(BinaryOp::Div), &[dim, count]);
+        let base = scalar(self, Op::Unary(UnaryOp::Trunc), &[quotient]);
+        let whole = scalar(self, Op::Binary(BinaryOp::Mul), &[base, count]);
+        let extra = scalar(self, Op::Binary(BinaryOp::Sub), &[dim, whole]);
+        (0..n)
+            .map(|i| {
+                let i = self.constant(i as f64);
+                let longer = scalar(self, Op::Binary(BinaryOp::Gt), &[extra, i]);
+                let len = scalar(self, Op::Binary(BinaryOp::Add), &[base, longer]);
+                let before = scalar(self, Op::Binary(BinaryOp::Mul), &[base, i]);
+                let shift = scalar(self, Op::Binary(BinaryOp::Minimum), &[extra, i]);
+                let start = scalar(self, Op::Binary(BinaryOp::Add), &[before, shift]);
+                Some(self.push(Op::View(ViewOp::Narrow { axis }), &[x, start, len], call, Kind::Tensor))
+            })
+            .collect()
     }
 
     /// `dest.slice_set(&src, axis, offset)`: writes into `dest` in place, so `dest` must be an argument (or a
