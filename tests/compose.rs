@@ -49,16 +49,22 @@ fn eager_forward(b: &Block, x: &Tensor) -> Result<Tensor> {
     x + &m
 }
 
+/// Random weights for a block of `hidden` features and 80 inner ones.
+fn random_block(r: &mut TestRng, hidden: usize, dev: &Device) -> Block {
+    let inter = 80;
+    Block {
+        ln_w: random(r, &[hidden], DType::F32, 0.5, 1.5, dev),
+        ln_b: random(r, &[hidden], DType::F32, -0.1, 0.1, dev),
+        w1: random(r, &[inter, hidden], DType::F32, -0.2, 0.2, dev),
+        w2: random(r, &[hidden, inter], DType::F32, -0.2, 0.2, dev),
+        eps: 1e-5,
+    }
+}
+
 fn calls_inside_a_block_are_inlined(dev: &Device) {
     let mut r = TestRng::new(71);
-    let (hidden, inter) = (48, 80);
-    let b = Block {
-        ln_w: random(&mut r, &[hidden], DType::F32, 0.5, 1.5, dev),
-        ln_b: random(&mut r, &[hidden], DType::F32, -0.1, 0.1, dev),
-        w1: random(&mut r, &[inter, hidden], DType::F32, -0.2, 0.2, dev),
-        w2: random(&mut r, &[hidden, inter], DType::F32, -0.2, 0.2, dev),
-        eps: 1e-5,
-    };
+    let hidden = 48;
+    let b = random_block(&mut r, hidden, dev);
     for rows in [1, 7] {
         let x = random(&mut r, &[rows, hidden], DType::F32, -1.0, 1.0, dev);
         let want = eager_forward(&b, &x).expect("eager");
@@ -99,14 +105,8 @@ mod layers {
 
 fn calls_inside_a_module_are_inlined(dev: &Device) {
     let mut r = TestRng::new(72);
-    let (hidden, inter) = (layers::width(), 80);
-    let b = Block {
-        ln_w: random(&mut r, &[hidden], DType::F32, 0.5, 1.5, dev),
-        ln_b: random(&mut r, &[hidden], DType::F32, -0.1, 0.1, dev),
-        w1: random(&mut r, &[inter, hidden], DType::F32, -0.2, 0.2, dev),
-        w2: random(&mut r, &[hidden, inter], DType::F32, -0.2, 0.2, dev),
-        eps: 1e-5,
-    };
+    let hidden = layers::width();
+    let b = random_block(&mut r, hidden, dev);
     let x = random(&mut r, &[5, hidden], DType::F32, -1.0, 1.0, dev);
     let got = layers::block(&x, &b.ln_w, &b.ln_b, &b.w1, &b.w2, b.eps).expect("block");
     assert_close("module block", &got, &eager_forward(&b, &x).expect("eager"), DType::F32, dev);
