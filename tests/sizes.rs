@@ -71,7 +71,37 @@ fn host_scalars_are_recomputed_on_every_call(dev: &Device) {
     }
 }
 
+/// Heads from a field of `self`: `self.heads` in a size is a number, checked against the field's type.
+struct Attention {
+    heads: usize,
+    scale: f32,
+}
+
+#[fuse]
+impl Attention {
+    fn split(&self, x: &Tensor) -> Result<Tensor> {
+        let head = x.dim(2) / self.heads;
+        Ok(x.reshape(&[x.dim(0), x.dim(1), self.heads, head]).transpose(1, 2) * self.scale)
+    }
+}
+
+fn fields_of_self_are_sizes_too(dev: &Device) {
+    let x = random(&mut TestRng::new(54), &[2, 3, 12], DType::F32, -1.0, 1.0, dev);
+    for heads in [1, 3, 4] {
+        let a = Attention { heads, scale: 0.5 };
+        let got = a.split(&x).expect("split");
+        let split = x.reshape(&[2, 3, heads, 12 / heads]).and_then(|t| t.transpose(1, 2)).expect("eager");
+        let want = (split * 0.5f64).expect("scale");
+        assert_eq!(got.shape(), &[2, heads, 3, 12 / heads]);
+        assert_close(&format!("{heads} heads"), &got, &want, DType::F32, dev);
+    }
+    // 12 features do not split into 5 heads: the reshape says so.
+    let e = Attention { heads: 5, scale: 1.0 }.split(&x).expect_err("5 heads").to_string();
+    assert!(e.contains("reshape"), "{e}");
+}
+
 fuse::device_tests!(
+    fields_of_self_are_sizes_too,
     sizes_derived_from_sizes_drive_views,
     integers_divide_as_rust_does,
     host_scalars_are_recomputed_on_every_call,

@@ -25,6 +25,9 @@ pub enum InputKind {
     Scalar,
     /// A field of `self`: a tensor or a scalar, known only at run time.
     Field,
+    /// A field of `self` the body uses as a number (a size, `x.dim(2) / self.heads`): a scalar, checked at run
+    /// time against the field's type.
+    ScalarField,
 }
 
 impl InputKind {
@@ -33,6 +36,7 @@ impl InputKind {
             InputKind::Tensor => "tensor",
             InputKind::Scalar => "scalar",
             InputKind::Field => "field",
+            InputKind::ScalarField => "scalar_field",
         }
     }
 }

@@ -74,6 +74,7 @@ impl Graph {
                     "tensor" => InputKind::Tensor,
                     "scalar" => InputKind::Scalar,
                     "field" => InputKind::Field,
+                    "scalar_field" => InputKind::ScalarField,
                     _ => return Err(format!("bad parameter kind `{kind}`")),
                 };
                 declared.push((name.to_string(), kind));

@@ -132,7 +132,9 @@ pub fn host_scalars(g: &Graph) -> Vec<bool> {
     for id in g.ids() {
         host[id.index()] = match g.op(id) {
             Op::Const(_) | Op::View(ViewOp::Dim { .. }) => true,
-            Op::Input(k) => g.inputs.get(k as usize).is_some_and(|i| i.kind == InputKind::Scalar),
+            Op::Input(k) => {
+                g.inputs.get(k as usize).is_some_and(|i| matches!(i.kind, InputKind::Scalar | InputKind::ScalarField))
+            }
             Op::Unary(_) | Op::Binary(_) | Op::Where => g.node(id).args.iter().all(|a| host[a.index()]),
             _ => false,
         };

@@ -276,7 +276,10 @@ impl Tracer<'_> {
         }
         parts.reverse();
         let name = format!("self.{}", parts.join("."));
-        let existing = self.graph.inputs.iter().position(|input| input.kind == InputKind::Field && input.name == name);
+        let existing =
+            self.graph.inputs.iter().position(|input| {
+                matches!(input.kind, InputKind::Field | InputKind::ScalarField) && input.name == name
+            });
         let id = match existing {
             // Hash-consing returns the input's node.
             Some(k) => self.graph.push(Op::Input(k as u32), &[], &name),

@@ -5,7 +5,8 @@
 use super::expr::strip_parens;
 use super::{Binding, Kind, Tracer, Value};
 use crate::label::source_text;
-use fuse_ir::{BinaryOp, NodeId, Op, UnaryOp};
+use fuse_ir::view::ViewOp;
+use fuse_ir::{BinaryOp, Graph, InputKind, NodeId, Op, UnaryOp};
 use syn::{Expr, ExprCast, ExprIf, Lit, Type, UnOp};
 
 const FLOAT_TYPES: [&str; 2] = ["f32", "f64"];
@@ -120,5 +121,37 @@ impl Tracer<'_> {
         } else {
             self.expr(otherwise)
         }
+    }
+
+    /// A size written with fields of `self` (`x.dim(2) / self.heads`): when `id` is arithmetic of sizes,
+    /// scalar parameters, literals and fields, the fields in it become numbers (`InputKind::ScalarField`,
+    /// checked at run time against their Rust type) and the arithmetic scalar. Returns whether it was.
+    pub(super) fn promote_fields(&mut self, id: NodeId) -> bool {
+        fn qualifies(g: &Graph, id: NodeId) -> bool {
+            match g.op(id) {
+                Op::Const(_) | Op::View(ViewOp::Dim { .. }) => true,
+                Op::Input(k) => g.inputs.get(k as usize).is_some_and(|i| i.kind != InputKind::Tensor),
+                Op::Unary(_) | Op::Binary(_) | Op::Where => g.node(id).args.iter().all(|&a| qualifies(g, a)),
+                _ => false,
+            }
+        }
+        if !qualifies(&self.graph, id) {
+            return false;
+        }
+        let mut stack = vec![id];
+        while let Some(n) = stack.pop() {
+            match self.graph.op(n) {
+                Op::Input(k) => {
+                    let input = &mut self.graph.inputs[k as usize];
+                    if input.kind == InputKind::Field {
+                        input.kind = InputKind::ScalarField;
+                    }
+                }
+                Op::Unary(_) | Op::Binary(_) | Op::Where => stack.extend(self.graph.node(n).args.iter().copied()),
+                _ => {}
+            }
+            self.kinds[n.index()] = Kind::Scalar;
+        }
+        true
     }
 }

@@ -14,7 +14,8 @@ fn trace(src: &str) -> Result<Graph, Vec<String>> {
         Err(diag.messages())
     } else {
         traced.graph.verify().unwrap();
-        assert_eq!(traced.fields.len(), traced.graph.inputs.iter().filter(|i| i.kind == InputKind::Field).count());
+        let fields = traced.graph.inputs.iter().filter(|i| matches!(i.kind, InputKind::Field | InputKind::ScalarField));
+        assert_eq!(traced.fields.len(), fields.count());
         Ok(traced.graph)
     }
 }

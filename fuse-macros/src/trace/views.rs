@@ -61,9 +61,12 @@ impl Tracer<'_> {
             }
         }
         let id = self.expr(e)?;
-        // Sizes and scalar parameters, and arithmetic of them alone: computed on the host for each call.
-        let is_size =
-            literal.is_none() && self.kind(id) == Kind::Scalar && fuse_ir::plan::host_scalars(&self.graph)[id.index()];
+        // Sizes and scalar parameters (fields of `self` among them), and arithmetic of them alone: computed on the
+        // host for each call.
+        let is_size = literal.is_none()
+            && self.promote_fields(id)
+            && self.kind(id) == Kind::Scalar
+            && fuse_ir::plan::host_scalars(&self.graph)[id.index()];
         if !is_size {
             let inferred = if allow_inferred { " (or `-1` for the rest)" } else { "" };
             self.diag.error_at(

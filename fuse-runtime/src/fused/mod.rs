@@ -315,12 +315,12 @@ impl FusedFn {
         for (input, a) in g.inputs.iter().zip(args) {
             // A field is what its Rust type says where the companion declared it; otherwise either.
             let declared = match input.kind {
-                InputKind::Field => field_kinds.as_mut().and_then(Iterator::next),
+                InputKind::Field | InputKind::ScalarField => field_kinds.as_mut().and_then(Iterator::next),
                 _ => None,
             };
             let expected = match (input.kind, declared) {
                 (InputKind::Field, Some(true)) => InputKind::Tensor,
-                (InputKind::Field, Some(false)) => InputKind::Scalar,
+                (InputKind::Field, Some(false)) | (InputKind::ScalarField, _) => InputKind::Scalar,
                 (kind, _) => kind,
             };
             match (expected, a) {
