@@ -115,14 +115,14 @@ pub fn infer_shapes_with(
 /// The value of a size argument known before anything runs: a literal, a scalar argument's value,
 /// `x.dim(i)` (from the shapes inferred so far), or pointwise arithmetic of those (`x.dim(0) * x.dim(1)`).
 pub fn size_of(g: &Graph, id: NodeId, shapes: &[Vec<usize>], scalars: &[Option<f64>]) -> Option<f64> {
-    let arg = |i: usize| size_of(g, g.node(id).args[i], shapes, scalars);
     match g.op(id) {
         Op::Const(c) => Some(c),
         Op::Input(k) => scalars.get(k as usize).copied().flatten(),
         Op::View(ViewOp::Dim { axis }) => ViewOp::dim_value(axis, shapes.get(g.node(id).args[0].index())?),
-        Op::Unary(u) => Some(u.eval(arg(0)?)),
-        Op::Binary(b) => Some(b.eval(arg(0)?, arg(1)?)),
-        Op::Where => Some(Op::select(arg(0)?, arg(1)?, arg(2)?)),
+        op @ (Op::Unary(_) | Op::Binary(_) | Op::Where) => {
+            let args = g.node(id).args.iter().map(|&a| size_of(g, a, shapes, scalars)).collect::<Option<Vec<f64>>>()?;
+            op.eval_number(&args)
+        }
         _ => None,
     }
 }

@@ -129,6 +129,17 @@ impl Op {
         }
     }
 
+    /// A unary, binary or `where_cond` op's value on numbers, in f64 as the reference computes it: how sizes
+    /// and the other host scalars are computed. `None` for other ops or a wrong count of operands.
+    pub fn eval_number(&self, args: &[f64]) -> Option<f64> {
+        match (*self, args) {
+            (Op::Unary(u), &[x]) => Some(u.eval(x)),
+            (Op::Binary(b), &[x, y]) => Some(b.eval(x, y)),
+            (Op::Where, &[c, t, f]) => Some(Op::select(c, t, f)),
+            _ => None,
+        }
+    }
+
     /// Leaves: values nobody computes (arguments and literals).
     pub fn is_leaf(&self) -> bool {
         matches!(self, Op::Input(_) | Op::Const(_))

@@ -81,7 +81,8 @@ fn take_fuse_attributes(method: &mut ImplItemFn, diag: &mut Diagnostics) -> bool
     !fuse.is_empty()
 }
 
-fn is_fuse_attribute(attr: &Attribute) -> bool {
+/// `#[fuse]` or `#[fuse::fuse]`.
+pub(crate) fn is_fuse_attribute(attr: &Attribute) -> bool {
     attr.path().segments.last().is_some_and(|s| s.ident == "fuse")
 }
 

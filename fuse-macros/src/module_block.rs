@@ -71,6 +71,6 @@ fn returns_tensors(f: &ItemFn) -> bool {
 /// `#[fuse]` written on a function of the module as well: the module's macro expands it once.
 fn without_fuse_attributes(f: &ItemFn) -> ItemFn {
     let mut f = f.clone();
-    f.attrs.retain(|a| !a.path().segments.last().is_some_and(|s| s.ident == "fuse"));
+    f.attrs.retain(|a| !crate::impl_block::is_fuse_attribute(a));
     f
 }

@@ -26,6 +26,13 @@ pub enum Returns {
     Tuple(usize),
 }
 
+impl Param {
+    /// A parameter whose type or pattern was wrong (already reported): a name the body may still use.
+    fn unusable(ident: syn::Ident) -> Param {
+        Param { ident, kind: None, integer: false, flag: false }
+    }
+}
+
 pub struct FnSpec {
     /// Takes `&self`: fields of `self` may be read, and the generated code lives in an impl block.
     pub is_method: bool,
@@ -51,12 +58,7 @@ pub fn check_signature(sig: &Signature, diag: &mut Diagnostics) -> FnSpec {
                     // Already reported as a generic parameter: say nothing more about this one.
                     let mut names = Vec::new();
                     bound_names(&typed.pat, &mut names);
-                    params.extend(names.into_iter().map(|ident| Param {
-                        ident,
-                        kind: None,
-                        integer: false,
-                        flag: false,
-                    }));
+                    params.extend(names.into_iter().map(Param::unusable));
                 } else {
                     param(&typed.pat, &typed.ty, diag, &mut params);
                 }
@@ -138,7 +140,7 @@ fn param(pat: &Pat, ty: &Type, diag: &mut Diagnostics, params: &mut Vec<Param>) 
                 pat,
                 format!("patterns are not supported in #[fuse] parameters: write a plain name, `{}`", p.ident),
             );
-            params.push(Param { ident: p.ident.clone(), kind: None, integer: false, flag: false });
+            params.push(Param::unusable(p.ident.clone()));
             return;
         }
         _ => {
@@ -148,7 +150,7 @@ fn param(pat: &Pat, ty: &Type, diag: &mut Diagnostics, params: &mut Vec<Param>) 
             );
             let mut names = Vec::new();
             bound_names(pat, &mut names);
-            params.extend(names.into_iter().map(|ident| Param { ident, kind: None, integer: false, flag: false }));
+            params.extend(names.into_iter().map(Param::unusable));
             return;
         }
     };

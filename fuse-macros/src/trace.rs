@@ -284,23 +284,10 @@ impl Tracer<'_> {
             Pat::Type(typed) => (&*typed.pat, Some(&*typed.ty)),
             pat => (pat, None),
         };
-        let name = match pat {
-            Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
-                if let Some(m) = p.mutability {
-                    self.needless_mut.push((m, p.ident.clone()));
-                }
-                p.ident.to_string()
-            }
-            other => {
-                self.diag.error_at(
-                    other,
-                    "patterns are not supported in #[fuse] `let`: bind one value to one name, `let h = ...;`",
-                );
-                let mut names = Vec::new();
-                crate::signature::bound_names(other, &mut names);
-                names.into_iter().for_each(|n| self.bind(n.to_string(), Binding::Poisoned));
-                return;
-            }
+        let Some(name) = self
+            .plain_name(pat, "patterns are not supported in #[fuse] `let`: bind one value to one name, `let h = ...;`")
+        else {
+            return;
         };
         if let (Some(ty), Some(id)) = (annotation, value) {
             self.check_annotation(&name, ty, id);
@@ -328,23 +315,32 @@ impl Tracer<'_> {
             _ => return false,
         };
         for (pat, value) in names.elems.iter().zip(traced) {
-            match pat {
-                Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
-                    if let Some(m) = p.mutability {
-                        self.needless_mut.push((m, p.ident.clone()));
-                    }
-                    self.bind(p.ident.to_string(), value.map_or(Binding::Poisoned, Binding::Value));
-                }
-                other => {
-                    self.diag
-                        .error_at(other, "in a tuple `let`, bind each value to a plain name: `let (a, b) = (x, y);`");
-                    let mut bound = Vec::new();
-                    crate::signature::bound_names(other, &mut bound);
-                    bound.into_iter().for_each(|n| self.bind(n.to_string(), Binding::Poisoned));
-                }
+            let message = "in a tuple `let`, bind each value to a plain name: `let (a, b) = (x, y);`";
+            if let Some(name) = self.plain_name(pat, message) {
+                self.bind(name, value.map_or(Binding::Poisoned, Binding::Value));
             }
         }
         true
+    }
+
+    /// The name a `let` pattern binds, when it is a plain name (a needless `mut` is noted); otherwise reports
+    /// `message` and binds the pattern's names as failed.
+    fn plain_name(&mut self, pat: &Pat, message: &str) -> Option<String> {
+        match pat {
+            Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
+                if let Some(m) = p.mutability {
+                    self.needless_mut.push((m, p.ident.clone()));
+                }
+                Some(p.ident.to_string())
+            }
+            other => {
+                self.diag.error_at(other, message);
+                let mut names = Vec::new();
+                crate::signature::bound_names(other, &mut names);
+                names.into_iter().for_each(|n| self.bind(n.to_string(), Binding::Poisoned));
+                None
+            }
+        }
     }
 
     /// `let h: Tensor = ...` / `let s: f32 = ...`: the annotation must fit what the macro knows.

@@ -289,7 +289,7 @@ impl Tensor {
         self.reduce(ReduceOp::Min, axis)
     }
 
-    fn reduce(&self, op: ReduceOp, axis: i64) -> Result<Tensor> {
+    pub(crate) fn reduce(&self, op: ReduceOp, axis: i64) -> Result<Tensor> {
         let last = self.rank() as i64 - 1;
         if axis != -1 && axis != last {
             return Err(Error::unsupported(

@@ -241,15 +241,9 @@ impl Tensor {
     /// size-1 axis lands where `axis` was; as `#[fuse]` traces it.
     fn reduce_keepdim(&self, op: ReduceOp, axis: i64) -> Result<Tensor> {
         let last = self.rank() as i64 - 1;
-        let last_axis = |t: &Tensor| match op {
-            ReduceOp::Sum => t.sum(-1),
-            ReduceOp::Mean => t.mean(-1),
-            ReduceOp::Max => t.max(-1),
-            ReduceOp::Min => t.min(-1),
-        };
         if axis == -1 || axis == last {
-            return last_axis(self);
+            return self.reduce(op, -1);
         }
-        last_axis(&self.transpose(axis, -1)?)?.transpose(axis, -1)
+        self.transpose(axis, -1)?.reduce(op, -1)?.transpose(axis, -1)
     }
 }

@@ -63,11 +63,12 @@ pub(crate) fn host_scalar(
     id: NodeId,
     resolve: &dyn Fn(NodeId) -> Result<Value>,
 ) -> Result<f64> {
-    let arg = |i: usize| host_scalar(function, g, g.node(id).args[i], resolve);
     match g.op(id) {
-        Op::Unary(u) => Ok(u.eval(arg(0)?)),
-        Op::Binary(b) => Ok(b.eval(arg(0)?, arg(1)?)),
-        Op::Where => Ok(Op::select(arg(0)?, arg(1)?, arg(2)?)),
+        op @ (Op::Unary(_) | Op::Binary(_) | Op::Where) => {
+            let args =
+                g.node(id).args.iter().map(|&a| host_scalar(function, g, a, resolve)).collect::<Result<Vec<_>>>()?;
+            op.eval_number(&args).ok_or_else(|| Error::internal(function, format!("%{} has no value", id.0)))
+        }
         _ => match resolve(id)? {
             Value::Scalar(v) => Ok(v),
             Value::Tensor(_) => Err(Error::internal(function, format!("%{} is read as a scalar", id.0))),

@@ -22,14 +22,14 @@
 //! Every join or merge is refused if the group would read a value that depends on the group itself (a
 //! cycle between kernels). Values cross groups through memory; free nodes (leaves, views) are in no group.
 
-use super::{free_nodes, is_copy, view_source, Group, GroupKind, Plan, RopeAppendAttention};
+use super::{free_nodes, host_scalars, is_copy, view_source, Group, GroupKind, Plan, RopeAppendAttention};
 use crate::graph::{Graph, NodeId};
 use crate::op::Op;
 use crate::ModelOp;
 
 pub(super) fn plan(g: &Graph) -> Plan {
     let mut planner = Planner::new(g);
-    let free = free_nodes(g);
+    let free = free_nodes(g, &host_scalars(g));
     for id in g.ids() {
         match g.op(id) {
             _ if free[id.index()] => {}

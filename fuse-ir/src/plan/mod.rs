@@ -142,10 +142,9 @@ pub fn host_scalars(g: &Graph) -> Vec<bool> {
     host
 }
 
-/// The nodes no group computes: those of free ops (`is_free`) and the host scalars ([`host_scalars`]) that
-/// are not returned.
-pub fn free_nodes(g: &Graph) -> Vec<bool> {
-    let host = host_scalars(g);
+/// The nodes no group computes: those of free ops (`is_free`) and the host scalars (`host`, from
+/// [`host_scalars`]) that are not returned.
+pub fn free_nodes(g: &Graph, host: &[bool]) -> Vec<bool> {
     g.ids().map(|id| is_free(g.op(id)) || (host[id.index()] && !g.outputs.contains(&id))).collect()
 }
 
@@ -177,7 +176,7 @@ fn kind_of_single(op: Op) -> GroupKind {
 impl Plan {
     /// One group per computed node: the in-house baseline (one kernel or library call per op).
     pub fn unfused(g: &Graph) -> Plan {
-        let free = free_nodes(g);
+        let free = free_nodes(g, &host_scalars(g));
         Plan { groups: g.ids().filter(|&id| !free[id.index()]).map(|id| Group::single(g, id)).collect() }
     }
 
@@ -203,8 +202,8 @@ impl Plan {
     /// its reader, views taken of values in memory.
     pub fn verify(&self, g: &Graph) -> Result<(), String> {
         let mut owner: Vec<Option<usize>> = vec![None; g.nodes.len()];
-        let free = free_nodes(g);
         let host = host_scalars(g);
+        let free = free_nodes(g, &host);
         // Views a group reads of its own values (a rope_append_attention group's), with that group.
         let mut inner_views: Vec<(NodeId, usize)> = Vec::new();
         for (i, grp) in self.groups.iter().enumerate() {

@@ -33,9 +33,10 @@ impl Callee {
     }
 }
 
-impl Tracer<'_> {
-    /// The block's function `name`, called as a method of `self` (`method`) or as `Self::name(..)`.
-    pub(super) fn callee(&self, name: &str, method: bool) -> Option<&Callee> {
+impl<'d> Tracer<'d> {
+    /// The block's function `name`, called as a method of `self` (`method`) or as `Self::name(..)`; borrowed
+    /// from the block, not from the tracer, so tracing it may go on changing the tracer.
+    pub(super) fn callee(&self, name: &str, method: bool) -> Option<&'d Callee> {
         self.callees.iter().find(|c| c.name == name && c.spec.is_method == method)
     }
 
@@ -48,8 +49,7 @@ impl Tracer<'_> {
         args: &[&Expr],
         at: &impl quote::ToTokens,
     ) -> Value {
-        let callees = self.callees;
-        let callee = callees.iter().find(|c| c.name == callee_name && c.spec.is_method == method)?;
+        let callee = self.callee(callee_name, method)?;
         // A `bool` parameter takes a `bool` known while tracing; the others are traced values.
         let is_flag = |i: usize| callee.spec.params.get(i).is_some_and(|p| p.flag);
         let values: Vec<Value> =

@@ -181,7 +181,7 @@ pub(crate) fn execute(
     }
     let values = input_values(g, args_owned);
     let recording =
-        record.then(|| Recording { host_scalars: launch_plan::host_scalar_program(g), ..Default::default() });
+        record.then(|| Recording { host_scalars: launch_plan::host_scalar_program(g, &host), ..Default::default() });
     let mut ex = Executor {
         function,
         graph: g,

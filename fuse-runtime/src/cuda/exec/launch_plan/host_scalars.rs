@@ -18,9 +18,9 @@ enum Operand {
     Literal(f64),
 }
 
-/// The host scalars of `g` that no group computes, in node order.
-pub(crate) fn program(g: &Graph) -> Vec<HostScalar> {
-    let (host, free) = (fuse_ir::plan::host_scalars(g), fuse_ir::plan::free_nodes(g));
+/// The host scalars of `g` (`host`, from `fuse_ir::plan::host_scalars`) that no group computes, in node order.
+pub(crate) fn program(g: &Graph, host: &[bool]) -> Vec<HostScalar> {
+    let free = fuse_ir::plan::free_nodes(g, host);
     g.ids()
         .filter(|&id| host[id.index()] && free[id.index()] && g.op(id).is_pointwise())
         .map(|id| HostScalar {
@@ -42,17 +42,14 @@ pub(crate) fn program(g: &Graph) -> Vec<HostScalar> {
 /// Writes each host scalar's f64 bits into `addresses`, from the scalar arguments' entries already there.
 pub(crate) fn compute(program: &[HostScalar], addresses: &mut [u64]) {
     for h in program {
-        let value = |i: usize| match h.operands.get(i) {
-            Some(Operand::Entry(e)) => f64::from_bits(addresses[*e]),
-            Some(Operand::Literal(v)) => *v,
-            None => f64::NAN,
-        };
-        let v = match h.op {
-            Op::Unary(u) => u.eval(value(0)),
-            Op::Binary(b) => b.eval(value(0), value(1)),
-            Op::Where => Op::select(value(0), value(1), value(2)),
-            _ => f64::NAN,
-        };
-        addresses[h.node] = v.to_bits();
+        let args: Vec<f64> = h
+            .operands
+            .iter()
+            .map(|o| match o {
+                Operand::Entry(e) => f64::from_bits(addresses[*e]),
+                Operand::Literal(v) => *v,
+            })
+            .collect();
+        addresses[h.node] = h.op.eval_number(&args).unwrap_or(f64::NAN).to_bits();
     }
 }
