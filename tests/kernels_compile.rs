@@ -55,6 +55,7 @@ fn corpus() -> Vec<&'static FusedFn> {
         attention_fused(),
         scaled_projection_fused(),
         chain10_fused(),
+        qkv_projections_fused(),
     ]
 }
 

@@ -34,7 +34,7 @@ fn check_structure(g: &Graph, plan: &Plan) {
         let prologue_reductions = grp.prologue.iter().filter(|&&n| matches!(g.op(n), Op::Reduce(_))).count();
         match grp.kind {
             GroupKind::RowReduce => assert!(reductions > 0, "group {i}: rowreduce without a reduction"),
-            GroupKind::Gemm | GroupKind::DualGemm => {
+            GroupKind::Gemm | GroupKind::DualGemm | GroupKind::MultiGemm => {
                 assert_eq!(reductions, prologue_reductions, "group {i}: a reduction after the matmuls")
             }
             _ => assert_eq!(reductions, 0, "group {i} ({}) holds a reduction", grp.kind.name()),

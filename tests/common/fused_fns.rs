@@ -146,3 +146,19 @@ pub fn projection(x: &Tensor, w: &Tensor) -> Result<Tensor> {
 pub fn overwrite_rows(w: &Tensor, rows: &Tensor, at: &Tensor) -> Result<Tensor> {
     Ok(w.slice_set(rows, 0, at))
 }
+
+/// q, k and v from one normalised input by separate weights: one MultiGemm group (the rms_norm its
+/// prologue, the biases the epilogues of q and k).
+#[fuse]
+pub fn qkv_projections(
+    x: &Tensor,
+    norm: &Tensor,
+    wq: &Tensor,
+    bq: &Tensor,
+    wk: &Tensor,
+    bk: &Tensor,
+    wv: &Tensor,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let h = rms_norm(x, norm, 1e-5);
+    (h.matmul(&wq.t()) + bq, h.matmul(&wk.t()) + bk, h.matmul(&wv.t()))
+}

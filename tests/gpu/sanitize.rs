@@ -16,7 +16,7 @@
 use crate::decode_step::{decode_step_after_kernel_fused, decode_step_attention_fused};
 use crate::fused_fns::{
     chain10_fused, compare_fused, ffn_block_fused, llama_mlp_fused, masked_fused, norm_and_cast_fused,
-    reductions_fused, scaled_projection_fused, unary_c_fused,
+    qkv_projections_fused, reductions_fused, scaled_projection_fused, unary_c_fused,
 };
 use crate::{assert_close, check, gpu, random, rng};
 use fuse::ir::codegen::{attention_launch, AttentionShape, MMA_CONFIGS, SKINNY_CONFIGS, WGMMA_CONFIGS};
@@ -73,6 +73,48 @@ fn every_gemm_template_config_once() {
         for path in single {
             let got = forced("scaled_projection", &path, scaled_projection_fused(), &args);
             assert_close(&format!("scaled_projection {path} m={rows}"), &got[0], &want[0], DType::BF16);
+        }
+    }
+}
+
+/// A MultiGemm group (q, k and v of one normalised input, each block one product's tile) on every skinny
+/// config that does not split K and every mma config; then with quantized weights of two block types (two
+/// launches of the quantized skinny kernel, each leaving the other's products no blocks).
+#[test]
+fn horizontal_gemm_products_once() {
+    let Some((dev, _gpu)) = gpu() else { return };
+    let mut r = rng(113);
+    let mma = MMA_CONFIGS.iter().map(|c| format!("mma:{}", c.name));
+    let paths: Vec<String> =
+        SKINNY_CONFIGS.iter().filter(|c| c.splits == 1).map(|c| format!("skinny:{}", c.name)).chain(mma).collect();
+    for rows in ROWS {
+        let x = random(&mut r, &[rows, HIDDEN], DType::BF16, -1.0, 1.0, &dev);
+        let norm = random(&mut r, &[HIDDEN], DType::BF16, 0.5, 1.5, &dev);
+        let w: Vec<Tensor> =
+            [72, 24, 40].iter().map(|&n| random(&mut r, &[n, HIDDEN], DType::BF16, -0.3, 0.3, &dev)).collect();
+        let b: Vec<Tensor> = [72, 24].iter().map(|&n| random(&mut r, &[n], DType::BF16, -0.5, 0.5, &dev)).collect();
+        let args = [&x, &norm, &w[0], &b[0], &w[1], &b[1], &w[2]].map(fuse::arg);
+        let want = fuse::reference(qkv_projections_fused(), &args).expect("reference");
+        for path in &paths {
+            let got = forced("qkv_projections", path, qkv_projections_fused(), &args);
+            for (j, (got, want)) in got.iter().zip(&want).enumerate() {
+                assert_close(&format!("qkv_projections {path} m={rows} product {j}"), got, want, DType::BF16);
+            }
+        }
+        let hidden = 256;
+        let x = random(&mut r, &[rows, hidden], DType::BF16, -1.0, 1.0, &dev);
+        let norm = random(&mut r, &[hidden], DType::BF16, 0.5, 1.5, &dev);
+        let blocks = |dtype: DType, n: usize, seed: u64| {
+            let bytes = fuse::ir::quant::random_blocks(dtype, n * hidden / dtype.block().unwrap().elements, seed);
+            Tensor::from_blocks(dtype, &[n, hidden], bytes, &Device::Cpu).unwrap().to_device(&dev).unwrap()
+        };
+        let w = [blocks(DType::Q4_K, 72, 1), blocks(DType::Q4_K, 24, 2), blocks(DType::Q6_K, 40, 3)];
+        let args = [&x, &norm, &w[0], &b[0], &w[1], &b[1], &w[2]].map(fuse::arg);
+        let want = fuse::reference(qkv_projections_fused(), &args).expect("reference");
+        let path = format!("qskinny:{}", fuse::ir::codegen::QUANT_SKINNY_CONFIGS[0].name);
+        let got = forced("qkv_projections", &path, qkv_projections_fused(), &args);
+        for (j, (got, want)) in got.iter().zip(&want).enumerate() {
+            assert_close(&format!("qkv_projections {path} Q4_K/Q6_K m={rows} product {j}"), got, want, DType::BF16);
         }
     }
 }

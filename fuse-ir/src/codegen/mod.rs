@@ -51,7 +51,8 @@ use crate::graph::{Graph, NodeId};
 use crate::op::Op;
 use crate::plan::{GroupKind, Plan};
 use crate::DType;
-use gemm::{mma, prologue, skinny, wgmma};
+use gemm::{hook, mma, prologue, skinny, wgmma};
+use std::fmt::Write;
 
 /// Most axes a kernel's domain may have (`FuseArgs::sizes` has this many entries).
 pub const MAX_RANK: usize = 6;
@@ -156,7 +157,7 @@ pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
     let base = plan.kernel_name(g, group);
     let parts: Vec<(Role, Vec<NodeId>, Vec<NodeId>)> = match grp.kind {
         GroupKind::Pointwise | GroupKind::RowReduce => vec![(Role::Whole, grp.nodes.clone(), grp.outputs.clone())],
-        GroupKind::Gemm | GroupKind::DualGemm => {
+        GroupKind::Gemm | GroupKind::DualGemm | GroupKind::MultiGemm => {
             let mut parts = Vec::new();
             if let Some(&first) = grp.matmuls.first() {
                 if !grp.prologue.is_empty() {
@@ -164,8 +165,12 @@ pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
                     parts.push((Role::Prologue, grp.prologue.clone(), vec![lhs]));
                 }
             }
-            let epilogue: Vec<NodeId> = grp.epilogue().collect();
-            if !epilogue.is_empty() {
+            // A MultiGemm group's products have an epilogue kernel each (their domains differ).
+            let epilogues: Vec<Vec<NodeId>> = match grp.kind {
+                GroupKind::MultiGemm => grp.products(g).into_iter().map(|p| p.epilogue).collect(),
+                _ => vec![grp.epilogue().collect()],
+            };
+            for epilogue in epilogues.into_iter().filter(|e| !e.is_empty()) {
                 let written = grp.outputs.iter().copied().filter(|o| epilogue.contains(o)).collect();
                 parts.push((Role::Epilogue, epilogue, written));
             }
@@ -174,20 +179,37 @@ pub fn group_kernels(g: &Graph, plan: &Plan, group: usize) -> Vec<KernelSpec> {
         // Model ops have no generated kernels: the GPU executor runs the hand-written ones (`codegen/model/`).
         GroupKind::Model | GroupKind::RopeAppendAttention => Vec::new(),
     };
+    let epilogue_kernels = parts.iter().filter(|p| p.0 == Role::Epilogue).count();
+    let mut epilogue_index = 0;
     let mut specs: Vec<KernelSpec> = parts
         .into_iter()
-        .map(|(role, nodes, outputs)| kernel(g, group, format!("{base}{}", role.suffix()), role, nodes, outputs))
+        .map(|(role, nodes, outputs)| {
+            // Several epilogue kernels (a MultiGemm group's) are numbered.
+            let mut name = format!("{base}{}", role.suffix());
+            if role == Role::Epilogue && epilogue_kernels > 1 {
+                let _ = write!(name, "{epilogue_index}");
+                epilogue_index += 1;
+            }
+            kernel(g, group, name, role, nodes, outputs)
+        })
         .collect();
-    if let Some(epilogue) = skinny::epilogue(g, grp) {
-        let skinny::SkinnyEpilogue { inputs, outputs, nodes } = epilogue;
+    let (epilogue, products) = match grp.kind {
+        GroupKind::MultiGemm => hook::multi_epilogue(g, grp).map_or((None, Vec::new()), |(e, p)| (Some(e), p)),
+        _ => (skinny::epilogue(g, grp), Vec::new()),
+    };
+    if let Some(epilogue) = epilogue {
+        let hook::SkinnyEpilogue { inputs, outputs, nodes } = epilogue;
         let pro = prologue::of(g, grp);
-        for (role, pro) in [(Role::Skinny, pro.as_ref()), (Role::Wgmma, None), (Role::Mma, None)] {
+        // The wgmma template reads its operands through tensor maps in its parameter, which a block cannot
+        // swap for its product's: a MultiGemm group has no wgmma kernel.
+        let roles = [(Role::Skinny, pro.as_ref()), (Role::Wgmma, None), (Role::Mma, None)];
+        for (role, pro) in roles.into_iter().filter(|(r, _)| !(products.len() > 1 && *r == Role::Wgmma)) {
             let name = format!("{base}{}", role.suffix());
             let parts = emit::KernelParts { g, name: &name, inputs: &inputs, outputs: &outputs, nodes: &nodes };
             let source = match role {
-                Role::Skinny => skinny::source(&parts, &grp.matmuls, pro),
+                Role::Skinny => skinny::source(&parts, &grp.matmuls, &products, pro),
                 Role::Wgmma => wgmma::source(&parts, &grp.matmuls),
-                _ => mma::source(&parts, &grp.matmuls),
+                _ => mma::source(&parts, &grp.matmuls, &products),
             };
             let mut all_inputs = inputs.clone();
             all_inputs.extend(pro.iter().flat_map(|p| p.inputs.iter().copied()));
@@ -241,7 +263,7 @@ fn kernel(g: &Graph, group: usize, name: String, role: Role, nodes: Vec<NodeId>,
 
 /// Values `nodes` read from memory, in order of first use: arguments of theirs computed elsewhere (literals
 /// are inlined, so they are not read).
-fn reads(g: &Graph, nodes: &[NodeId]) -> Vec<NodeId> {
+pub(in crate::codegen) fn reads(g: &Graph, nodes: &[NodeId]) -> Vec<NodeId> {
     let mut inputs: Vec<NodeId> = Vec::new();
     for &n in nodes {
         for &a in &g.node(n).args {

@@ -34,6 +34,9 @@ struct FuseArgs {
   long long rank;
   FuseIn in[FUSE_NIN];
   FuseOut out[FUSE_NOUT];
+#if defined(FUSE_GEMM_PRODUCTS)
+  long long product;  // a horizontal GEMM group's: the product whose epilogue this block runs
+#endif
 };
 struct alignas(16) FuseVec16 { unsigned int w[4]; };
 

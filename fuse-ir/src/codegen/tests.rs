@@ -422,7 +422,7 @@ fn the_skinny_kernel_can_run_an_rms_norm_prologue() {
     // The wgmma kernel does not run the prologue: the runtime writes h first on that path.
     assert_eq!(specs[3].prologue, None);
     assert_eq!(specs[3].inputs, grp.matmuls);
-    assert!(!specs[3].source.contains("FUSE_GEMM_PRO"));
+    assert!(!specs[3].source.contains("fuse_gemm_pro8"));
 }
 
 /// A layer norm in front of the matmul: its operand is (x - mean) times one value a row, and x - mean reads x,

@@ -6,6 +6,9 @@
 //!   node are inlined into a Pointwise/RowReduce group rather than written.
 //! - A node reading the products of two single-matmul groups with the same left operand merges them into a
 //!   DualGemm and joins it (`silu(x Wg) * (x Wu)`).
+//! - After that pass, single-matmul Gemm groups with the same left operand that do not read each other
+//!   (separate q, k and v weights) merge into one MultiGemm group, up to [`MAX_PRODUCTS`]; the work on the
+//!   shared left operand then becomes its prologue.
 //! - A reduction joins a Pointwise/RowReduce producer (which becomes RowReduce); never a gemm epilogue.
 //! - A model op (embedding, argmax, rope, attention) is a Model group of its own: nothing joins it, and it
 //!   joins nothing (its kernels are whole loops of their own, not pointwise expressions). The one exception
@@ -44,11 +47,15 @@ pub(super) fn plan(g: &Graph) -> Plan {
             _ => planner.place_pointwise(id),
         }
     }
+    planner.merge_horizontal();
     for rope in g.ids().filter(|&id| g.op(id) == Op::Model(ModelOp::Rope)) {
         planner.try_rope_append_attention(rope);
     }
     planner.finish()
 }
+
+/// The most matmuls one MultiGemm group computes (the GEMM templates' product table).
+pub const MAX_PRODUCTS: usize = 8;
 
 /// A group under construction. Groups merged into another are left empty.
 struct Draft {
@@ -142,7 +149,7 @@ impl<'g> Planner<'g> {
             return;
         }
         let rank = |kind: GroupKind| match kind {
-            GroupKind::Gemm | GroupKind::DualGemm => 0,
+            GroupKind::Gemm | GroupKind::DualGemm | GroupKind::MultiGemm => 0,
             GroupKind::RowReduce => 1,
             GroupKind::Pointwise | GroupKind::Model | GroupKind::RopeAppendAttention => 2,
         };
@@ -199,6 +206,33 @@ impl<'g> Planner<'g> {
             }
         }
         false
+    }
+
+    /// Merges single-matmul Gemm groups of one left operand into MultiGemm groups (in draft order, each
+    /// with the later ones that neither read it nor are read by it, nor would close a cycle), then gives
+    /// each merged group the prologue it can now own.
+    fn merge_horizontal(&mut self) {
+        let single = |drafts: &[Draft], d: usize| {
+            (drafts[d].kind == GroupKind::Gemm && drafts[d].matmuls.len() == 1).then(|| drafts[d].matmuls[0])
+        };
+        for d in 0..self.drafts.len() {
+            let Some(first) = single(&self.drafts, d) else { continue };
+            let lhs = self.args(first)[0];
+            for other in d + 1..self.drafts.len() {
+                if self.drafts[d].matmuls.len() >= MAX_PRODUCTS {
+                    break;
+                }
+                let Some(mm) = single(&self.drafts, other) else { continue };
+                let independent = !self.group_depends_on(d, other) && !self.group_depends_on(other, d);
+                if self.args(mm)[0] == lhs && independent && self.acyclic(&[d, other], None) {
+                    self.merge(d, other);
+                    self.drafts[d].kind = GroupKind::MultiGemm;
+                }
+            }
+            if self.drafts[d].kind == GroupKind::MultiGemm {
+                self.try_absorb_prologue(d);
+            }
+        }
     }
 
     /// Inlines into `group` the Pointwise producer groups of `id` whose values nobody else reads, so they

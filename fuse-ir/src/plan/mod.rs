@@ -6,9 +6,12 @@
 //! group also reads two views of its own rope's result: see `rope_attention.rs`.)
 
 mod fuse;
+mod products;
 mod report;
 mod rope_attention;
 mod text;
+pub use fuse::MAX_PRODUCTS;
+pub use products::Product;
 pub use report::*;
 pub use rope_attention::RopeAppendAttention;
 
@@ -27,6 +30,10 @@ pub enum GroupKind {
     Gemm,
     /// Two matmuls with the same left operand, their products meeting in one pointwise epilogue.
     DualGemm,
+    /// Two or more matmuls with the same left operand (separate q, k and v weights), each product with a
+    /// pointwise epilogue of its own and the prologue shared: one kernel computes them all, its blocks
+    /// taking one product each ("horizontal" fusion). [`Group::products`] splits it.
+    MultiGemm,
     /// One model op (`embedding`, `argmax`, `rope`, `attention`) alone.
     Model,
     /// A decode step's attention block: `rope`, the two cache appends of its new key and value rows and
@@ -42,16 +49,18 @@ impl GroupKind {
             GroupKind::RowReduce => "rowreduce",
             GroupKind::Gemm => "gemm",
             GroupKind::DualGemm => "dualgemm",
+            GroupKind::MultiGemm => "multigemm",
             GroupKind::Model => "model",
             GroupKind::RopeAppendAttention => "rope_append_attention",
         }
     }
 
-    pub const ALL: [GroupKind; 6] = [
+    pub const ALL: [GroupKind; 7] = [
         GroupKind::Pointwise,
         GroupKind::RowReduce,
         GroupKind::Gemm,
         GroupKind::DualGemm,
+        GroupKind::MultiGemm,
         GroupKind::Model,
         GroupKind::RopeAppendAttention,
     ];
@@ -62,7 +71,8 @@ pub struct Group {
     pub kind: GroupKind,
     /// Every node this group computes, in topological order.
     pub nodes: Vec<NodeId>,
-    /// The matmuls (one for Gemm, two for DualGemm, none otherwise), in graph order.
+    /// The matmuls (one for Gemm, two for DualGemm, two or more for MultiGemm, none otherwise), in graph
+    /// order.
     pub matmuls: Vec<NodeId>,
     /// The nodes that compute the matmuls' shared left operand (a subset of `nodes`): pointwise work, and
     /// last-axis reductions over the operand's rows (rms_norm's mean of squares).
@@ -222,13 +232,17 @@ impl Plan {
                 }
             }
             let want = match grp.kind {
-                GroupKind::Gemm => 1,
-                GroupKind::DualGemm => 2,
-                _ => 0,
+                GroupKind::Gemm => 1..=1,
+                GroupKind::DualGemm => 2..=2,
+                GroupKind::MultiGemm => 2..=usize::MAX,
+                _ => 0..=0,
             };
             let mm: Vec<NodeId> = grp.nodes.iter().copied().filter(|&n| g.op(n) == Op::MatMul).collect();
-            if mm.len() != want || mm != grp.matmuls {
+            if !want.contains(&mm.len()) || mm != grp.matmuls {
                 return Err(format!("group {i} ({}) has matmuls {:?}", grp.kind.name(), mm));
+            }
+            if grp.kind == GroupKind::MultiGemm {
+                grp.check_products(g).map_err(|e| format!("group {i} (multigemm): {e}"))?;
             }
             if grp.kind == GroupKind::Model && !(grp.nodes.len() == 1 && matches!(g.op(grp.nodes[0]), Op::Model(_))) {
                 return Err(format!("group {i} (model) must compute one model op alone"));

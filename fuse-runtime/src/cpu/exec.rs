@@ -98,6 +98,15 @@ impl Executor<'_> {
             }
             return Ok(None);
         }
+        if group.kind == GroupKind::MultiGemm {
+            // The CPU's GEMM runs one product at a time: the shared prologue once, then each product with
+            // its epilogue.
+            let mut reason = None;
+            for part in group.split_products(self.info.graph) {
+                reason = reason.or(self.run_group(&part, paths)?);
+            }
+            return Ok(reason);
+        }
         match self.run_fused(group, paths)? {
             Outcome::Done(outputs) => {
                 self.store(outputs);
@@ -154,6 +163,8 @@ impl Executor<'_> {
                 let outputs = group.nodes.iter().map(|&id| Ok((id, run_model(&self.info, &resolve, id)?)));
                 Ok(Outcome::Done(outputs.collect::<Result<Vec<_>>>()?))
             }
+            // `run_group` runs it as the groups it stands for.
+            GroupKind::MultiGemm => Ok(Outcome::DoesNotFit("a multigemm group runs product by product".to_string())),
             // Its members run one by one (`run_group`), each a group of one.
             GroupKind::RopeAppendAttention => {
                 Ok(Outcome::DoesNotFit("a rope_append_attention group runs member by member".to_string()))

@@ -2,10 +2,11 @@
 //! (`templates/mma.cuh`: mma.sync, a cp.async ring, ldmatrix), the many-rows counterpart of the skinny
 //! template for GPUs without wgmma, with the same epilogue hook.
 
-use super::skinny::epilogue_hook;
+use super::hook::epilogue_hook;
 use super::tiling::GemmTiling;
 use crate::codegen::emit::KernelParts;
 use crate::graph::NodeId;
+use crate::plan::Product;
 use crate::DType;
 use std::fmt::Write;
 
@@ -110,10 +111,10 @@ impl GemmTiling for MmaConfig {
 }
 
 /// The kernel's source: the epilogue hook, the defines, then the template.
-pub(in crate::codegen) fn source(parts: &KernelParts<'_>, matmuls: &[NodeId]) -> String {
-    let mut s = epilogue_hook(parts, matmuls, "mma gemm");
+pub(in crate::codegen) fn source(parts: &KernelParts<'_>, matmuls: &[NodeId], products: &[Product]) -> String {
+    let mut s = epilogue_hook(parts, matmuls, products, "mma gemm");
     let _ = writeln!(s, "#define FUSE_MMA_NAME {}", parts.name);
-    let _ = writeln!(s, "#define FUSE_MMA_DUAL {}", u8::from(matmuls.len() == 2));
+    let _ = writeln!(s, "#define FUSE_MMA_DUAL {}", u8::from(matmuls.len() == 2 && products.is_empty()));
     s.push_str(MMA_TEMPLATE);
     s.push_str(MMA_QUANT_TEMPLATE);
     s

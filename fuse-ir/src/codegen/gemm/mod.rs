@@ -3,14 +3,17 @@
 //! split-K) and the generated hooks that splice a group's epilogue, and for the skinny template its
 //! prologue, into it.
 //!
+//! - `hook`: the epilogue hook all the templates share, and horizontal fusion (several products of one
+//!   left operand in one kernel);
 //! - `skinny`: the skinny template for few rows (streams the weights once), its twin for weights of
-//!   quantized blocks, and the epilogue hook all the templates share;
+//!   quantized blocks;
 //! - `prologue`: the skinny template's in-kernel prologue (pointwise work and row reductions on the left
 //!   operand as it is loaded);
 //! - `wgmma`: the tensor-core template for many rows on sm_90a (TMA, wgmma);
 //! - `mma`: the tiled mma.sync template for many rows on sm_80 and later;
 //! - `tiling`: what the runtime asks of every config (grid, tiles, split-K workspace).
 
+pub(in crate::codegen) mod hook;
 pub(in crate::codegen) mod mma;
 pub(in crate::codegen) mod prologue;
 pub(in crate::codegen) mod skinny;

@@ -8,13 +8,13 @@
 //! apart (as a row kernel's), so `row` is the product's row with any batch axes folded in. The products'
 //! own input slots carry no pointer: their values come from the accumulators.
 
+use super::hook::{epilogue_hook, SkinnyEpilogue};
 use super::prologue::Prologue;
 use super::tiling::GemmTiling;
-use crate::codegen::emit::{self, KernelParts};
-use crate::codegen::pointwise;
+use crate::codegen::emit::KernelParts;
 use crate::graph::{Graph, NodeId};
 use crate::op::Op;
-use crate::plan::{Group, GroupKind};
+use crate::plan::{Group, GroupKind, Product};
 use crate::DType;
 use std::fmt::Write;
 
@@ -326,15 +326,6 @@ impl GemmTiling for QuantSkinnyConfig {
     }
 }
 
-/// The epilogue a skinny kernel runs: input slots (`products[j]` is the slot of matmul j's product) and
-/// the nodes and outputs. `None` when the group cannot take one: a product that is itself written to
-/// memory, or reductions after the matmuls.
-pub(in crate::codegen) struct SkinnyEpilogue {
-    pub inputs: Vec<NodeId>,
-    pub outputs: Vec<NodeId>,
-    pub nodes: Vec<NodeId>,
-}
-
 pub(in crate::codegen) fn epilogue(g: &Graph, grp: &Group) -> Option<SkinnyEpilogue> {
     if !matches!(grp.kind, GroupKind::Gemm | GroupKind::DualGemm) || grp.matmuls.is_empty() || grp.matmuls.len() > 2 {
         return None;
@@ -361,8 +352,13 @@ pub(in crate::codegen) fn epilogue(g: &Graph, grp: &Group) -> Option<SkinnyEpilo
 
 /// The kernel's source: the prelude, the epilogue's body, `fuse_gemm_epilogue`, the in-kernel prologue's
 /// functions (when the group has a prologue the template can run), then the template.
-pub(in crate::codegen) fn source(parts: &KernelParts<'_>, matmuls: &[NodeId], pro: Option<&Prologue>) -> String {
-    let mut s = epilogue_hook(parts, matmuls, "skinny gemm");
+pub(in crate::codegen) fn source(
+    parts: &KernelParts<'_>,
+    matmuls: &[NodeId],
+    products: &[Product],
+    pro: Option<&Prologue>,
+) -> String {
+    let mut s = epilogue_hook(parts, matmuls, products, "skinny gemm");
     if let Some(pro) = pro {
         let names: Vec<String> = pro.inputs.iter().map(|id| format!("%{}", id.0)).collect();
         let first = parts.inputs.len();
@@ -371,62 +367,13 @@ pub(in crate::codegen) fn source(parts: &KernelParts<'_>, matmuls: &[NodeId], pr
         s.push_str(&super::prologue::hooks(parts.g, pro, first));
     }
     let _ = writeln!(s, "#define FUSE_SKINNY_NAME {}", parts.name);
-    let _ = writeln!(s, "#define FUSE_SKINNY_DUAL {}", u8::from(matmuls.len() == 2));
+    let _ = writeln!(s, "#define FUSE_SKINNY_DUAL {}", u8::from(matmuls.len() == 2 && products.is_empty()));
     // Weights of quantized blocks (`-DFUSE_SK_WQ=<type code>`, a runtime choice) or of the activations' dtype.
     s.push_str("#if defined(FUSE_SK_WQ)\n");
     s.push_str(QUANT_SKINNY_TEMPLATE);
     s.push_str("#else\n");
     s.push_str(SKINNY_TEMPLATE);
     s.push_str("#endif  // FUSE_SK_WQ\n");
-    s
-}
-
-/// The operands every GEMM template reads after `FuseArgs`, as fuse-runtime packs them (`SkinnyGemm::words`).
-/// (The helpers the templates share, from shared-memory addresses to mma.sync, are the CUDA prelude's.)
-const GEMM_COMMON: &str = "\
-struct FuseGemmArgs {
-  const void* x;
-  const void* w0;
-  const void* w1;
-  long long m, n, k, lda, ldw0, ldw1;
-  float* ws;
-  unsigned* counters;
-};
-";
-
-/// What every GEMM template is spliced after: the prelude, the epilogue's body, the hook in two parts:
-/// `fuse_gemm_row(args, row)` (the slots' offsets for one product row, computed once per row) and
-/// `fuse_gemm_store(args, r, col, acc0, acc1)` (one element: accumulator j feeds the slot of matmul j),
-/// with `fuse_gemm_epilogue(args, row, col, acc0, acc1)` doing both, then [`GEMM_COMMON`].
-pub(in crate::codegen) fn epilogue_hook(parts: &KernelParts<'_>, matmuls: &[NodeId], kind: &str) -> String {
-    let mut s = parts.preamble(kind);
-    s.push_str(&pointwise::body_function(parts));
-    s.push_str("struct FuseGemmRow { long long bi[FUSE_NIN], si[FUSE_NIN], bo[FUSE_NOUT], so[FUSE_NOUT]; };\n");
-    s.push_str("__device__ __forceinline__ FuseGemmRow fuse_gemm_row(const FuseArgs& args, long long row) {\n");
-    s.push_str("  FuseGemmRow r;\n  fuse_row_offsets(args, row, r.bi, r.si, r.bo, r.so);\n  return r;\n}\n");
-    s.push_str(
-        "__device__ __forceinline__ void fuse_gemm_store(const FuseArgs& args, const FuseGemmRow& r, long long col,\n\
-         \x20                                               float acc0, float acc1) {\n",
-    );
-    s.push_str("  float x[FUSE_NIN];\n  float y[FUSE_NOUT];\n");
-    for (k, id) in parts.inputs.iter().enumerate() {
-        let line = match matmuls.iter().position(|m| m == id) {
-            Some(j) => format!("  x[{k}] = acc{j};"),
-            None => format!("  x[{k}] = {};", emit::read(k, &format!("r.bi[{k}] + col * r.si[{k}]"))),
-        };
-        let _ = writeln!(s, "{line}");
-    }
-    s.push_str("  fuse_body(x, y);\n");
-    for k in 0..parts.outputs.len() {
-        let _ = writeln!(s, "  {}", emit::write(k, &format!("r.bo[{k}] + col * r.so[{k}]"), &format!("y[{k}]")));
-    }
-    s.push_str("}\n");
-    s.push_str(
-        "__device__ __forceinline__ void fuse_gemm_epilogue(const FuseArgs& args, long long row, long long col,\n\
-         \x20                                                  float acc0, float acc1) {\n\
-         \x20 fuse_gemm_store(args, fuse_gemm_row(args, row), col, acc0, acc1);\n}\n\n",
-    );
-    s.push_str(GEMM_COMMON);
     s
 }
 

@@ -5,7 +5,7 @@
 //! The template names one `wgmma.mma_async` per accumulator width; this file writes those wrappers (one
 //! per row count `BM` of the config set, bf16 and f16), so the kernel is still one static string.
 
-use super::skinny::epilogue_hook;
+use super::hook::epilogue_hook;
 use super::tiling::GemmTiling;
 use crate::codegen::emit::KernelParts;
 use crate::graph::NodeId;
@@ -140,7 +140,7 @@ impl GemmTiling for WgmmaConfig {
 /// The kernel's source: the epilogue hook (after the CUDA prelude), the sm_90 header, the wgmma wrappers, the
 /// defines, then the template.
 pub(in crate::codegen) fn source(parts: &KernelParts<'_>, matmuls: &[NodeId]) -> String {
-    let mut s = epilogue_hook(parts, matmuls, "wgmma gemm");
+    let mut s = epilogue_hook(parts, matmuls, &[], "wgmma gemm");
     s.push_str(crate::codegen::SM90_HEADER);
     s.push_str(&mma_wrappers());
     let _ = writeln!(s, "#define FUSE_WGMMA_NAME {}", parts.name);

@@ -14,7 +14,7 @@
 use crate::cuda::gemm::skinny::SkinnyConfig;
 use crate::cuda::gemm::wgmma::WgmmaConfig;
 use fuse_ir::codegen::QuantSkinnyConfig;
-use fuse_ir::codegen::{MmaConfig, Role};
+use fuse_ir::codegen::{GemmTiling, MmaConfig, Role};
 
 /// One way to run a Gemm/DualGemm group.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,6 +67,16 @@ impl GemmPath {
     }
 
     /// The generated kernel a template path launches (`None`: library calls plus the epilogue kernel).
+    pub(crate) fn splits(&self) -> usize {
+        match self {
+            GemmPath::Skinny(c) => GemmTiling::splits(*c),
+            GemmPath::QuantSkinny(c) => c.splits(),
+            GemmPath::Wgmma(c) => GemmTiling::splits(*c),
+            GemmPath::Mma(c) => c.splits(),
+            _ => 1,
+        }
+    }
+
     pub(crate) fn template_role(&self) -> Option<Role> {
         match self {
             GemmPath::Skinny(_) | GemmPath::QuantSkinny(_) => Some(Role::Skinny),

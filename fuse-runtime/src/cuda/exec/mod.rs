@@ -26,6 +26,7 @@
 
 mod attention;
 mod describe;
+mod dual_pair;
 mod fuse_args;
 mod gemm_path;
 mod gemm_paths;
@@ -36,7 +37,9 @@ mod launch_plan;
 mod matmul;
 mod model;
 mod model_args;
+mod products;
 mod rope_append;
+mod template;
 mod tuning;
 
 use crate::call::{infer, input_values, values, GroupRun, Inferred, Value};
@@ -392,7 +395,7 @@ impl Executor<'_> {
             self.run_node_by_node(group)?;
             return Ok(Some(reason));
         }
-        let is_gemm = matches!(group.kind, GroupKind::Gemm | GroupKind::DualGemm);
+        let is_gemm = matches!(group.kind, GroupKind::Gemm | GroupKind::DualGemm | GroupKind::MultiGemm);
         // Where the Skinny kernel can run the prologue itself, the prologue kernel is deferred: it runs here,
         // unrecorded, only when the path is to be timed (timing reads the left operand), and `run_gemm` runs
         // it again, recorded, on the paths that do not stream it. A path known without timing (the results

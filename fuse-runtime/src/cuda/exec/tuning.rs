@@ -28,7 +28,7 @@ use crate::tune::{self, AutotuneMode, TuneKey};
 use crate::{Error, Result};
 use fuse_ir::codegen::{MmaConfig, QuantSkinnyConfig, MMA_CONFIGS, QUANT_SKINNY_CONFIGS as QUANT_CONFIGS};
 use fuse_ir::view::dense_strides;
-use fuse_ir::DType;
+use fuse_ir::{DType, GroupKind};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -193,7 +193,7 @@ impl Executor<'_> {
         // Timing waits for the GPU, which a graph capture cannot: the fixed rule then (tune before capturing).
         let mode = if self.device.is_capturing() { AutotuneMode::Off } else { tune::mode() };
         if mode == AutotuneMode::Off {
-            let dual = self.plan.groups[index].matmuls.len() == 2;
+            let dual = self.plan.groups[index].kind == GroupKind::DualGemm;
             let limit = if dual { SKINNY_RULE_MAX_ROWS.0 } else { SKINNY_RULE_MAX_ROWS.1 };
             let config = CONFIGS.iter().find(|c| c.fast_rows.0 <= rows && rows <= c.fast_rows.1);
             let rule = match (self.quantized_weights(index), config) {
@@ -314,7 +314,7 @@ impl Executor<'_> {
             return Ok(());
         }
         self.template_operands(index, specs, path)?;
-        path.lacks_room(self.plan.groups[index].matmuls.len() == 2).map_or(Ok(()), Err)
+        path.lacks_room(self.plan.groups[index].kind == GroupKind::DualGemm).map_or(Ok(()), Err)
     }
 
     /// Everything worth timing for this group: cuBLAS, the skinny and wgmma configs (the fast mode: those
@@ -328,7 +328,8 @@ impl Executor<'_> {
         skinny: bool,
     ) -> Result<Vec<GemmPath>> {
         let mut out = vec![GemmPath::Cublas];
-        if self.plan.groups[index].matmuls.len() == 2 {
+        let kind = self.plan.groups[index].kind;
+        if kind == GroupKind::DualGemm {
             out.push(GemmPath::CublasSplit);
         }
         let fits = |fast_rows: (usize, usize)| match mode {
@@ -357,7 +358,9 @@ impl Executor<'_> {
         }
         let mm = self.plan.groups[index].matmuls[0];
         let args = &self.graph.node(mm).args;
-        if let (Value::Tensor(a), Value::Tensor(b)) = (self.resolve(args[0])?, self.resolve(args[1])?) {
+        // cuBLASLt's algorithms are found for the first product's shape: not for a MultiGemm group's others.
+        let (a, b) = (self.resolve(args[0])?, self.resolve(args[1])?);
+        if let (Value::Tensor(a), Value::Tensor(b), false) = (a, b, kind == GroupKind::MultiGemm) {
             let call =
                 plan_gemm(&self.matrix(&a)?, &self.matrix(&b)?).ok().and_then(|p| p.call(a.dtype()).ok().flatten());
             if let Some(mut call) = call {

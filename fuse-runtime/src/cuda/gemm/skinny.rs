@@ -91,6 +91,8 @@ pub(crate) fn quant_skinny_gemm(
 impl SkinnyGemm {
     /// The word of [`SkinnyGemm::words`] holding the left operand's address.
     pub(crate) const X_WORD: usize = 0;
+    /// Words of [`SkinnyGemm::words`].
+    pub(crate) const WORDS: usize = 11;
 
     /// The word of [`SkinnyGemm::words`] holding weight `j`'s address.
     pub(crate) fn weight_word(j: usize) -> usize {
@@ -99,7 +101,7 @@ impl SkinnyGemm {
 
     /// `FuseGemmArgs { x, w0, w1, m, n, k, lda, ldw0, ldw1, ws, counters }`, every field 8 bytes; the
     /// split-K workspace and counters are 0 for a config without splits.
-    pub(crate) fn words(&self, workspace: u64, counters: u64) -> [u64; 11] {
+    pub(crate) fn words(&self, workspace: u64, counters: u64) -> [u64; Self::WORDS] {
         let [w0, w1] = self.w;
         let [l0, l1] = self.ldw;
         let (m, n, k, lda) = (self.m as u64, self.n as u64, self.k as u64, self.lda as u64);

@@ -89,8 +89,8 @@ __device__ __forceinline__ void fuse_mm_begin(const FuseMmaParams& p, unsigned b
     fuse_grid_wait();
     fuse_grid_release();
     const long long mblocks = (p.gemm.m + BM - 1) / BM;
-    m0 = (long long)(blockIdx.x % mblocks) * BM;
-    n0 = (long long)(blockIdx.x / mblocks) * BN;
+    m0 = (long long)(FUSE_GEMM_BLOCK(p.gemm) % mblocks) * BM;
+    n0 = (long long)(FUSE_GEMM_BLOCK(p.gemm) / mblocks) * BN;
 }
 
 // Every accumulator to zero.
@@ -175,7 +175,8 @@ __device__ __forceinline__ void fuse_mm_store(const FuseMmaParams& p, float (&ac
 }
 
 #if !FUSE_MM_WQ
-extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMmaParams p) {
+extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMmaParams fuse_params) {
+    FUSE_GEMM_PARAMS(FuseMmaParams, p, fuse_params);
     constexpr int BM = FUSE_MM_BM, BN = FUSE_MM_BN, S = FUSE_MM_S, D = FUSE_MM_D, DT = FUSE_MM_DT;
     constexpr int WM = BM / 2, WN = BN / 4;  // warp sub-tile
     constexpr int MI = WM / 16, NI = WN / 8;  // m16 and n8 pieces per warp

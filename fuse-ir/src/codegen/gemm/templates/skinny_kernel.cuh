@@ -28,7 +28,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
 
     const long long M = p.gemm.m, N = p.gemm.n, K = p.gemm.k;
     const unsigned mblocks = (unsigned)((M + BM - 1) / BM);
-    const unsigned tile = blockIdx.x / SP, split = blockIdx.x % SP;
+    const unsigned tile = FUSE_GEMM_BLOCK(p.gemm) / SP, split = FUSE_GEMM_BLOCK(p.gemm) % SP;
     const unsigned mb = tile % mblocks, nb = tile / mblocks;
     const long long m0 = (long long)mb * BM;
     const long long nblk = (long long)nb * BN;
@@ -405,7 +405,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                 if (SP == 1) {
                     fuse_gemm_epilogue(p.epi, m, n, s0, DUAL ? s1 : 0.f);
                 } else {
-                    float* w = p.gemm.ws + ((long long)blockIdx.x * (BM * BN) + (8 * j + rr) * BN + c) * D;
+                    float* w = p.gemm.ws + ((long long)FUSE_GEMM_BLOCK(p.gemm) * (BM * BN) + (8 * j + rr) * BN + c) * D;
                     w[0] = s0;
                     if (DUAL) w[1] = s1;
                 }
@@ -476,7 +476,8 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
 #define FUSE_SK_SMEM_BYTES \
     (512 * FUSE_SK_S * FUSE_SK_U * (16 * (1 + FUSE_SKINNY_DUAL) * FUSE_SK_MT + (FUSE_SK_XS ? FUSE_SK_KW * FUSE_SK_NT : 0)))
 
-extern "C" __global__ void __launch_bounds__(256, FUSE_SK_MINB) FUSE_SKINNY_NAME(const FuseSkinnyParams p) {
+extern "C" __global__ void __launch_bounds__(256, FUSE_SK_MINB) FUSE_SKINNY_NAME(const FuseSkinnyParams fuse_params) {
+    FUSE_GEMM_PARAMS(FuseSkinnyParams, p, fuse_params);
     extern __shared__ FuseSkV4 fuse_sk_dsmem[];
     // A launch with less dynamic shared memory than the ring needs would corrupt it silently: stop instead.
     unsigned fuse_sk_dsize;

@@ -10,7 +10,7 @@
 // so the copies of a warp's next rows overlap the arithmetic of its current ones and X is quantized once a
 // block, not once per 16 rows.
 //
-// Work: the rows are sets of R consecutive rows; block b of nb (gridDim.x / row blocks of X) takes the sets
+// Work: the rows are sets of R consecutive rows; block b of nb (the blocks of this product / row blocks of X) takes the sets
 // [sets * b / nb, sets * (b + 1) / nb), its warp w the w-th eighth of those, one set after another, a whole warp
 // a row (the lanes on consecutive pieces of 64 values, skinny_q8x.cuh). A set's row takes ceil(P / 32) steps; a
 // step's bytes of a row are 32 pieces, one stretch of the row (K types 8 blocks, 32-value types 64 blocks),
@@ -50,8 +50,8 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const long long M = p.gemm.m, N = p.gemm.n;
   const int K = (int)p.gemm.k, P = K / 64;
-  const long long mblocks = (M + BM - 1) / BM, nblocks = gridDim.x / mblocks;
-  const long long m0 = (blockIdx.x % mblocks) * BM, bn = blockIdx.x / mblocks;
+  const long long mblocks = (M + BM - 1) / BM, nblocks = FUSE_GEMM_BLOCKS(p.gemm) / mblocks;
+  const long long m0 = (FUSE_GEMM_BLOCK(p.gemm) % mblocks) * BM, bn = FUSE_GEMM_BLOCK(p.gemm) / mblocks;
   const int rows = (int)(M - m0 < BM ? M - m0 : BM);
   // This warp's sets [w0, w0 + T), spr steps each; a row's last step is `last` bytes.
   const long long sets = (N + R - 1) / R;
@@ -162,7 +162,8 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
   fuse_cp_async_wait<0>();
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) FUSE_SKINNY_NAME(const FuseSkinnyParams p) {
+extern "C" __global__ void __launch_bounds__(256, 1) FUSE_SKINNY_NAME(const FuseSkinnyParams fuse_params) {
+  FUSE_GEMM_PARAMS(FuseSkinnyParams, p, fuse_params);
 #if defined(FUSE_QS_STAGES)
   static_assert(FUSE_QX_LANES == 32, "the streaming body gives a weight row a whole warp");
   fuse_qs_body<FUSE_SK_WQ, FUSE_SK_DT, FUSE_QG_R, FUSE_QG_BM, FUSE_SKINNY_DUAL, FUSE_QS_STAGES, FUSE_QS_SLOT>(p);

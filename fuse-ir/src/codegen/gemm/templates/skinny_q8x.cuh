@@ -350,8 +350,8 @@ __device__ __forceinline__ void fuse_qx_body(const FuseSkinnyParams& p) {
   const long long M = p.gemm.m, N = p.gemm.n;
   const int K = (int)p.gemm.k, P = K / 64;
   const long long mblocks = (M + BM - 1) / BM;
-  const long long m0 = (blockIdx.x % mblocks) * BM;
-  const long long n0 = (blockIdx.x / mblocks) * (8 * G * R) + (long long)(warp * G + g) * R;
+  const long long m0 = (FUSE_GEMM_BLOCK(p.gemm) % mblocks) * BM;
+  const long long n0 = (FUSE_GEMM_BLOCK(p.gemm) / mblocks) * (8 * G * R) + (long long)(warp * G + g) * R;
   const int rows = (int)(M - m0 < BM ? M - m0 : BM);
   const unsigned char* wrow[D][R];
 #pragma unroll

@@ -94,7 +94,7 @@ __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const long long M = p.gemm.m, N = p.gemm.n, K = p.gemm.k;
     const long long mblocks = (M + BM - 1) / BM;
-    const long long m0 = (blockIdx.x % mblocks) * BM, n0 = (blockIdx.x / mblocks) * (8 * R) + warp * R;
+    const long long m0 = (FUSE_GEMM_BLOCK(p.gemm) % mblocks) * BM, n0 = (FUSE_GEMM_BLOCK(p.gemm) / mblocks) * (8 * R) + warp * R;
     const int rows = (int)(M - m0 < BM ? M - m0 : BM);
     // Each lane takes one unit (blocks.cuh: 16 values from 8 whole bytes, two runs of 8) of a block, the same
     // unit of every block it visits, so its weight pointers step by whole blocks and its scales are at the
