@@ -191,7 +191,7 @@ fn rope_matches_reference(dev: &Device) {
     let x = Tensor::from_vec(vec![1.0f32; 10], &[2, 5], dev).expect("x");
     let cs = Tensor::from_vec(vec![1.0f32; 4], &[2, 2], dev).expect("cos");
     let err = rope(&x, &cs, &cs).expect_err("odd d");
-    assert!(err.to_string().contains("rope `rope(x, cos, sin)`: takes x [.., seq, d] with d even"), "{err}");
+    assert!(err.to_string().contains("rope `rope(x, cos, sin)`: takes x [b, .., seq, d] with d even"), "{err}");
 }
 
 /// Grouped heads of 3, 1, 1 and 4 query heads a kv head: at one query the GPU's decode kernel runs 3, 1, 1 and

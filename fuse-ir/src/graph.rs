@@ -277,27 +277,58 @@ impl Graph {
         g
     }
 
+    /// The argument a `slice_set` destination `dest` writes into: `dest` itself, or the argument under a chain
+    /// of views that are always strides over it (`narrow`, `transpose`, `permute`, `unsqueeze`, `squeeze`;
+    /// not `reshape`, which may copy), with the chain from `dest` down. `None` for a computed value.
+    pub fn written_argument(&self, dest: NodeId) -> Option<(NodeId, Vec<NodeId>)> {
+        let mut chain = Vec::new();
+        let mut id = dest;
+        loop {
+            match self.op(id) {
+                Op::Input(_) => return Some((id, chain)),
+                Op::Transpose
+                | Op::View(
+                    ViewOp::Narrow { .. }
+                    | ViewOp::Transpose { .. }
+                    | ViewOp::Permute(_)
+                    | ViewOp::Unsqueeze { .. }
+                    | ViewOp::Squeeze { .. },
+                ) => {
+                    chain.push(id);
+                    id = self.node(id).args[0];
+                }
+                _ => return None,
+            }
+        }
+    }
+
     /// `slice_set` writes into its destination in place, so the destination must be an argument (memory the
-    /// caller owns, not a value of this graph) that no other node reads: then no order of the ops can observe
-    /// the write, and the graph still means one thing.
+    /// caller owns, not a value of this graph), or a view of one ([`Graph::written_argument`]), that no other
+    /// node reads (nor any other view of it): then no order of the ops can observe the write, and the graph
+    /// still means one thing.
     pub fn verify_writes(&self) -> Result<(), String> {
         let users = self.users();
         for id in self.ids().filter(|&id| self.op(id).writes_in_place()) {
             let dest = self.node(id).args[0];
             let label = self.label_of(id);
-            if !matches!(self.op(dest), Op::Input(_)) {
+            let Some((argument, chain)) = self.written_argument(dest) else {
                 return Err(format!(
                     "`{label}` writes in place into a computed value; the destination of slice_set must be an argument of the function"
                 ));
-            }
-            if self.node(id).args[1] == dest {
+            };
+            let src = self.node(id).args[1];
+            if src == dest || chain.contains(&src) || src == argument {
                 return Err(format!("`{label}` writes an argument into itself"));
             }
-            if let Some(&other) = users[dest.index()].iter().find(|&&u| u != id) {
-                return Err(format!(
-                    "`{label}` writes into an argument that `{}` also reads; read the result of slice_set instead (the write is in place)",
-                    self.label_of(other)
-                ));
+            // Each link of the chain, the argument last, is read by the one above it only.
+            let readers = std::iter::once(id).chain(chain.iter().copied());
+            for (node, reader) in chain.iter().copied().chain([argument]).zip(readers) {
+                if let Some(&other) = users[node.index()].iter().find(|&&u| u != reader) {
+                    return Err(format!(
+                        "`{label}` writes into an argument that `{}` also reads; read the result of slice_set instead (the write is in place)",
+                        self.label_of(other)
+                    ));
+                }
             }
         }
         Ok(())

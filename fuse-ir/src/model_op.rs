@@ -113,10 +113,17 @@ impl ModelOp {
                 _ => Err(InferError::Rank { needs: "a last axis of at least one element", shape: args[0].to_vec() }),
             },
             ModelOp::Rope => {
-                const EXPECTED: &str = "x [.., seq, d] with d even, and cos and sin [seq, d/2]";
+                const EXPECTED: &str =
+                    "x [b, .., seq, d] with d even, and cos and sin [seq, d/2] (the same positions for \
+                     every batch) or [b, seq, d/2] (each batch its own)";
                 let (x, cos, sin) = (args[0], args[1], args[2]);
                 let r = x.len();
-                if r < 2 || x[r - 1] % 2 != 0 || cos != [x[r - 2], x[r - 1] / 2] || sin != cos {
+                let table = |c: &[usize]| match c {
+                    [seq, half] => r >= 2 && [*seq, *half] == [x[r - 2], x[r - 1] / 2],
+                    [b, seq, half] => r >= 3 && [*b, *seq, *half] == [x[0], x[r - 2], x[r - 1] / 2],
+                    _ => false,
+                };
+                if r < 2 || x[r - 1] % 2 != 0 || !table(cos) || sin != cos {
                     return Err(mismatch(EXPECTED));
                 }
                 Ok(x.to_vec())
@@ -188,6 +195,32 @@ impl ModelOp {
                 same(q, &[("k", args[1]), ("v", args[2])]).map(Some)
             }
         }
+    }
+}
+
+/// Which row of rope's cos and sin tables a row of x (`[b, .., seq, d]`, rows in order) reads: the row's
+/// position (its index mod seq), in its batch's block of the tables where they are `[b, seq, d/2]` (each
+/// sequence at its own positions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RopeTable {
+    /// Rows of x a batch holds; all of them for `[seq, d/2]` tables (one block).
+    pub rows_per_batch: usize,
+}
+
+impl RopeTable {
+    /// The tables' rows for x of shape `x` and tables of shape `table` (as `infer_shape` accepts them).
+    pub fn of(x: &[usize], table: &[usize]) -> RopeTable {
+        let rows: usize = x[..x.len().saturating_sub(1)].iter().product();
+        let per_batch = match (table.len(), x.first()) {
+            (3, Some(&b)) if b > 0 => rows / b,
+            _ => rows,
+        };
+        RopeTable { rows_per_batch: per_batch.max(1) }
+    }
+
+    /// The table row of x's row `row` (x's positions axis holds `seq`).
+    pub fn row(self, row: usize, seq: usize) -> usize {
+        (row / self.rows_per_batch) * seq + row % seq.max(1)
     }
 }
 

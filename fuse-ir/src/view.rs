@@ -296,9 +296,14 @@ impl ViewOp {
                     normalize_axis(axis as i64, x.len())
                         .ok_or_else(|| axis_error("slice_set: axis", axis as i64, x))?,
                 );
-                if at_tensor && shapes[2].iter().product::<usize>() != 1 {
+                // A tensor offset holds one position for the whole destination, or one for each index of its
+                // first axis (a batch of sequences at their own positions) when the slice is along another.
+                let per_batch = i > 0 && shapes[2] == [x[0]];
+                if at_tensor && shapes[2].iter().product::<usize>() != 1 && !per_batch {
                     return Err(error(format!(
-                        "slice_set: a tensor offset holds one position, not shape {:?}",
+                        "slice_set: a tensor offset holds one position, or one for each of the {} indices of the \
+                         destination's first axis when the slice is along another, not shape {:?}",
+                        x.first().copied().unwrap_or(0),
                         shapes[2]
                     )));
                 }
@@ -378,10 +383,21 @@ impl ViewOp {
             ViewOp::Contiguous => x.clone(),
             ViewOp::SliceSet { axis, .. } => {
                 let (src, i) = (args[1], normalize_axis(axis as i64, x.shape.len()).unwrap_or(0));
-                let offset = check_slice_set_offset(args[2].data.first().copied(), i, &src.shape, &x.shape)?;
+                // One offset, or one for each index of the first axis (`infer_shape` allowed it).
+                let offsets = match args[2].data.len() {
+                    1 => vec![check_slice_set_offset(args[2].data.first().copied(), i, &src.shape, &x.shape)?],
+                    _ => args[2]
+                        .data
+                        .iter()
+                        .map(|&o| check_slice_set_offset(Some(o), i, &src.shape, &x.shape))
+                        .collect::<Result<Vec<usize>, InferError>>()?,
+                };
                 let (inner, rows): (usize, usize) = (x.shape[i + 1..].iter().product(), x.shape[i]);
+                // Chunks (one a slice written) per index of the first axis.
+                let per_first: usize = x.shape[1..i.max(1)].iter().product();
                 let mut data = x.data.clone();
                 for (o, chunk) in src.data.chunks(src.shape[i] * inner).enumerate().filter(|_| !src.data.is_empty()) {
+                    let offset = offsets[if offsets.len() == 1 { 0 } else { o / per_first.max(1) }];
                     let at = (o * rows + offset) * inner;
                     data[at..at + chunk.len()].copy_from_slice(chunk);
                 }

@@ -138,11 +138,17 @@ impl Tracer<'_> {
         for (id, span) in std::mem::take(&mut self.writes) {
             let node = self.graph.node(id);
             let dest = node.args[0];
-            let name = match self.graph.op(dest) {
+            let Some((argument, chain)) = self.graph.written_argument(dest) else { continue };
+            let name = match self.graph.op(argument) {
                 Op::Input(k) => self.graph.inputs[k as usize].name.clone(),
                 _ => continue,
             };
-            if node.args[1] == dest || users[dest.index()].iter().any(|&u| u != id) {
+            // The argument and every view between it and the destination are read by the next link only.
+            let readers: Vec<NodeId> = std::iter::once(id).chain(chain.iter().copied()).collect();
+            let links: Vec<NodeId> = chain.iter().copied().chain([argument]).collect();
+            let src = node.args[1];
+            let read_elsewhere = links.iter().zip(&readers).any(|(l, r)| users[l.index()].iter().any(|u| u != r));
+            if src == dest || links.contains(&src) || read_elsewhere {
                 self.diag.error_span(
                     span,
                     format!(

@@ -160,8 +160,8 @@ pub(crate) fn infer_memo(function: &str, g: &Graph, args: &[Value], memo: Option
 /// see old or new rows depending on the order the groups run in, so the call is refused.
 fn check_write_aliases(function: &str, g: &Graph, args: &[Value]) -> Result<()> {
     for id in g.ids().filter(|&id| g.op(id).writes_in_place()) {
-        let dest = g.node(id).args[0];
-        let fuse_ir::Op::Input(k) = g.op(dest) else { continue };
+        let Some((argument, _)) = g.written_argument(g.node(id).args[0]) else { continue };
+        let fuse_ir::Op::Input(k) = g.op(argument) else { continue };
         let Some(Value::Tensor(written)) = args.get(k as usize) else { continue };
         for (i, arg) in args.iter().enumerate() {
             if let Value::Tensor(other) = arg {

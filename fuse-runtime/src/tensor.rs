@@ -102,6 +102,21 @@ impl Tensor {
         Tensor { storage: self.storage.clone(), shape, strides, offset, device: self.device.clone() }
     }
 
+    /// The view of index `i` of the first axis, that axis kept with size 1 (the caller guarantees `i` is in
+    /// range).
+    pub(crate) fn first_axis_index(&self, i: usize) -> Tensor {
+        let mut shape = self.shape.clone();
+        shape[0] = 1;
+        let offset = self.offset + i * self.strides[0];
+        Tensor {
+            storage: self.storage.clone(),
+            shape,
+            strides: self.strides.clone(),
+            offset,
+            device: self.device.clone(),
+        }
+    }
+
     /// A view of `shape` with `strides` from `offset` over CPU data (which the caller guarantees holds it).
     #[cfg_attr(not(feature = "candle"), allow(dead_code))]
     pub(crate) fn cpu_view(data: CpuData, shape: Vec<usize>, strides: Vec<usize>, offset: usize) -> Tensor {

@@ -157,6 +157,43 @@ fn pointwise_and_row_kernels_once() {
     }
 }
 
+/// A ragged decode step: rope with one table row per sequence, the cache appends at per-sequence offsets.
+#[fuse]
+fn ragged_append(
+    k: &Tensor,
+    v: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    at: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    let k_cache = k_cache.slice_set(&rope(&k.transpose(1, 2), cos, sin), 2, at);
+    (k_cache, v_cache.slice_set(&v.transpose(1, 2), 2, at))
+}
+
+/// Each sequence of a batch at its own position: rope's [b, 1, d/2] tables and the copy kernel's
+/// per-sequence offsets (three sequences, two heads, d = 40, a capacity of 7), in f32 and bf16.
+#[test]
+fn ragged_append_once() {
+    let Some((dev, _gpu)) = gpu() else { return };
+    let mut r = rng(114);
+    for dtype in [DType::F32, DType::BF16] {
+        let (b, h, d, capacity) = (3, 2, 40, 7);
+        let [k, v] = [0; 2].map(|_| random(&mut r, &[b, 1, h, d], dtype, -1.0, 1.0, &dev));
+        let [cos, sin] = [0; 2].map(|_| random(&mut r, &[b, 1, d / 2], dtype, -1.0, 1.0, &dev));
+        let caches = || [0; 2].map(|_| Tensor::zeros(&[b, h, capacity, d], dtype, &dev).unwrap());
+        let (mine, theirs) = (caches(), caches());
+        let at = Tensor::from_vec(vec![0u32, 6, 3], &[b], &dev).unwrap();
+        let args = [&k, &v, &cos, &sin, &mine[0], &mine[1], &at].map(fuse::arg);
+        let got = ragged_append_fused().call(&args).expect("ragged append");
+        let args = [&k, &v, &cos, &sin, &theirs[0], &theirs[1], &at].map(fuse::arg);
+        let want = fuse::reference(ragged_append_fused(), &args).expect("reference");
+        assert_close(&format!("ragged keys {dtype}"), &got[0], &want[0], dtype);
+        assert_close(&format!("ragged values {dtype}"), &got[1], &want[1], dtype);
+    }
+}
+
 #[fuse]
 fn lookup(ids: &Tensor, table: &Tensor) -> Result<Tensor> {
     Ok(embedding(ids, table))

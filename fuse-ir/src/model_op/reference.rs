@@ -1,7 +1,7 @@
 //! The model ops in f64, written plainly: the definition the CPU and GPU kernels are compared against.
 //! Shapes were checked by `ModelOp::infer_shape`; only values (token ids, key counts) can still be wrong here.
 
-use super::{check_key_count, ModelOp};
+use super::{check_key_count, ModelOp, RopeTable};
 use crate::array::Array;
 use crate::error::InferError;
 
@@ -57,10 +57,11 @@ fn rope(x: &Array, cos: &Array, sin: &Array) -> Vec<f64> {
     if d == 0 {
         return data;
     }
+    let table = RopeTable::of(&x.shape, &cos.shape);
     for (row, (src, out)) in x.data.chunks(d).zip(data.chunks_mut(d)).enumerate() {
-        let position = row % seq;
-        let c = &cos.data[position * half..(position + 1) * half];
-        let s = &sin.data[position * half..(position + 1) * half];
+        let t = table.row(row, seq);
+        let c = &cos.data[t * half..(t + 1) * half];
+        let s = &sin.data[t * half..(t + 1) * half];
         for i in 0..half {
             out[i] = src[i] * c[i] - src[i + half] * s[i];
             out[i + half] = src[i + half] * c[i] + src[i] * s[i];

@@ -194,7 +194,8 @@ impl Tracer<'_> {
     }
 
     /// `dest.slice_set(&src, axis, offset)`: writes into `dest` in place, so `dest` must be an argument (or a
-    /// field) of the function; that nothing else reads it is checked once the body is traced.
+    /// field) of the function, or a view of one that is always strides over it (`cache.narrow(0, b, 1)`:
+    /// `Graph::written_argument`); that nothing else reads it is checked once the body is traced.
     fn slice_set(&mut self, call: &ExprMethodCall, receiver: Value) -> Value {
         let args: Vec<&Expr> = call.args.iter().collect();
         let axis = self.axis_literal(args[1], "slice_set");
@@ -205,12 +206,12 @@ impl Tracer<'_> {
         };
         let src = self.expr(args[0]).and_then(|id| self.tensor_operand(id, args[0], "slice_set"));
         let dest = self.tensor_operand(receiver?, &call.receiver, "slice_set")?;
-        if !matches!(self.graph.op(dest), Op::Input(_)) {
+        if self.graph.written_argument(dest).is_none() {
             self.diag.error_at(
                 &call.receiver,
                 format!(
                     "`slice_set` writes into `{}` in place, so it must be an argument or a field of the function (memory \
-                     the caller owns), not a value computed here",
+                     the caller owns), or a narrow, transpose, permute, unsqueeze or squeeze of one, not a value computed here",
                     source_text(&call.receiver)
                 ),
             );

@@ -66,23 +66,34 @@ pub(crate) fn slice_set(info: &CallInfo<'_>, id: NodeId, resolve: &dyn Fn(NodeId
     };
     let axis = normalize_axis(axis as i64, dest.shape().len())
         .ok_or_else(|| Error::internal(info.function, format!("%{}: axis {axis} unchecked", id.0)))?;
-    let offset = match resolve(args[2])? {
-        Value::Scalar(v) => v as usize,
-        // A position held in a tensor: inference could not check it against the room left.
-        Value::Tensor(t) => {
-            let value = t.to_vec::<u32>()?.first().copied().unwrap_or(0);
-            check_slice_set_offset(Some(value as f64), axis, src.shape(), dest.shape())
-                .map_err(|error| node_error(info.function, g, NodeError { node: id, error }))?
-        }
+    let offsets = match resolve(args[2])? {
+        Value::Scalar(v) => vec![v as usize],
+        // Positions held in a tensor (one, or one for each index of the first axis): inference could not
+        // check them against the room left.
+        Value::Tensor(t) => t
+            .to_vec::<u32>()?
+            .into_iter()
+            .map(|value| check_slice_set_offset(Some(value as f64), axis, src.shape(), dest.shape()))
+            .collect::<std::result::Result<Vec<usize>, _>>()
+            .map_err(|error| node_error(info.function, g, NodeError { node: id, error }))?,
     };
     // The source is read out first (it may share the destination's storage), then written under the lock.
-    match dest.dtype() {
-        DType::F32 => write_rows::<f32>(&dest, &src, axis, offset),
-        DType::F16 => write_rows::<f16>(&dest, &src, axis, offset),
-        DType::BF16 => write_rows::<bf16>(&dest, &src, axis, offset),
-        DType::U32 => write_rows::<u32>(&dest, &src, axis, offset),
-        q => return Err(Error::internal(info.function, format!("slice_set of {q} blocks (inference refuses it)"))),
-    }?;
+    let write = |dest: &Tensor, src: &Tensor, offset: usize| match dest.dtype() {
+        DType::F32 => write_rows::<f32>(dest, src, axis, offset),
+        DType::F16 => write_rows::<f16>(dest, src, axis, offset),
+        DType::BF16 => write_rows::<bf16>(dest, src, axis, offset),
+        DType::U32 => write_rows::<u32>(dest, src, axis, offset),
+        q => Err(Error::internal(info.function, format!("slice_set of {q} blocks (inference refuses it)"))),
+    };
+    match offsets[..] {
+        [offset] => write(&dest, &src, offset)?,
+        // One position for each index of the first axis (inference checked there are as many).
+        _ => {
+            for (b, &offset) in offsets.iter().enumerate() {
+                write(&dest.first_axis_index(b), &src.first_axis_index(b), offset)?;
+            }
+        }
+    }
     Ok(dest)
 }
 

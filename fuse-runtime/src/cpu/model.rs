@@ -11,7 +11,7 @@ use crate::call::{node_error, Value};
 use crate::host::{CpuData, CpuSlice};
 use crate::{Error, Result, Tensor};
 use fuse_ir::infer::{InferError, NodeError};
-use fuse_ir::model_op::check_key_count;
+use fuse_ir::model_op::{check_key_count, RopeTable};
 use fuse_ir::{DType, ModelOp, NodeId, Op};
 
 /// Computes model node `id` (the only node of its group), reading its operands through `resolve`.
@@ -36,7 +36,8 @@ pub(super) fn run_model(info: &CallInfo<'_>, resolve: &dyn Fn(NodeId) -> Result<
         ModelOp::Argmax => CpuData::U32(argmax(&tensor(0)?)?),
         ModelOp::Rope => {
             let (x, cos, sin) = (tensor(0)?, tensor(1)?, tensor(2)?);
-            from_f32(dtype, rope(&dense_f32(&x)?, &dense_f32(&cos)?, &dense_f32(&sin)?, x.shape()))
+            let table = RopeTable::of(x.shape(), cos.shape());
+            from_f32(dtype, rope(&dense_f32(&x)?, &dense_f32(&cos)?, &dense_f32(&sin)?, x.shape(), table))
         }
         ModelOp::Attention { causal, with_lens } => {
             let scale = match resolve(args[3])? {
@@ -172,8 +173,9 @@ fn argmax(x: &Tensor) -> Result<Vec<u32>> {
     })
 }
 
-/// Rotary embedding in the half-split layout, rows of `x` [.., seq, d] against cos/sin [seq, d/2].
-fn rope(x: &[f32], cos: &[f32], sin: &[f32], shape: &[usize]) -> Vec<f32> {
+/// Rotary embedding in the half-split layout, rows of `x` [.., seq, d] against cos/sin [seq, d/2] (or
+/// [b, seq, d/2]: `table` says which row a row of x reads).
+fn rope(x: &[f32], cos: &[f32], sin: &[f32], shape: &[usize], table: RopeTable) -> Vec<f32> {
     let r = shape.len();
     let (seq, d) = (shape[r - 2], shape[r - 1]);
     let half = d / 2;
@@ -184,8 +186,8 @@ fn rope(x: &[f32], cos: &[f32], sin: &[f32], shape: &[usize]) -> Vec<f32> {
     }
     let rotate = |(row, dst): (usize, &mut [f32])| {
         let src = &x[row * d..(row + 1) * d];
-        let position = row % seq;
-        let (c, s) = (&cos[position * half..(position + 1) * half], &sin[position * half..(position + 1) * half]);
+        let t = table.row(row, seq);
+        let (c, s) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
         let (lo, hi) = dst.split_at_mut(half);
         for i in 0..half {
             lo[i] = src[i] * c[i] - src[i + half] * s[i];

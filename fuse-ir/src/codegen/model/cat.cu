@@ -5,7 +5,10 @@
 // output (`out` points at the slice's first element, and `out_strides` are the whole output's). Elements are
 // copied bit for bit, so any dtype (u32 too) works. slice_set with its offset in device memory (`offset` not
 // null) moves `out` by `*offset * offset_stride` elements on the device, after checking that the rows fit
-// (`*offset <= room`); otherwise that copy writes nothing and records the fault. The host only batches
+// (`*offset <= room`); otherwise that copy writes nothing and records the fault. With `per_batch` (elements of
+// the part for each index of its first axis; 0: one offset for all) each index of the first axis has its own
+// offset, `offset[e / per_batch]` for element e (a batch of sequences appending at their own positions),
+// checked element by element: an index whose rows do not fit writes nothing. The host only batches
 // copies none of which reads what another writes.
 #define FUSE_CAT_COPIES 4
 
@@ -19,6 +22,7 @@ struct FuseCatArgs {
   long long offset_stride;
   long long room;
   unsigned long long* fault;
+  long long per_batch;
 };
 
 struct FuseCopiesArgs {
@@ -29,7 +33,7 @@ struct FuseCopiesArgs {
 
 __device__ __forceinline__ void fuse_cat_copy(const FuseCatArgs& a, long long block, long long blocks) {
   fuse_elem* out = a.out;
-  if (a.offset != 0) {
+  if (a.offset != 0 && a.per_batch == 0) {
     const unsigned int offset = *a.offset;
     if ((long long)offset > a.room) {
       if (block == 0 && threadIdx.x == 0) fuse_model_fault(a.fault, 2, offset, a.room);
@@ -38,15 +42,26 @@ __device__ __forceinline__ void fuse_cat_copy(const FuseCatArgs& a, long long bl
     out += (long long)offset * a.offset_stride;
   }
   const long long step = blocks * blockDim.x;
+  unsigned int unfit = 0;  // an offset past the room (per_batch), recorded once after the loop
   for (long long e = block * blockDim.x + threadIdx.x; e < a.count; e += step) {
+    fuse_elem* to = out;
+    if (a.per_batch != 0) {
+      const unsigned int offset = a.offset[e / a.per_batch];
+      if ((long long)offset > a.room) {
+        unfit = offset;
+        continue;
+      }
+      to += (long long)offset * a.offset_stride;
+    }
     long long linear = e, out_offset = 0;
 #pragma unroll
     for (int axis = FUSE_MODEL_RANK - 1; axis >= 0; --axis) {
       out_offset += (linear % a.part_layout.sizes[axis]) * a.out_strides[axis];
       linear /= a.part_layout.sizes[axis];
     }
-    out[out_offset] = a.part[fuse_layout_offset(a.part_layout, e)];
+    to[out_offset] = a.part[fuse_layout_offset(a.part_layout, e)];
   }
+  if (unfit != 0) fuse_model_fault(a.fault, 2, unfit, a.room);
 }
 
 extern "C" __global__ void __launch_bounds__(256) fuse_model_cat(const FuseCopiesArgs a) {

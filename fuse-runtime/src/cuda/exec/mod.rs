@@ -130,7 +130,7 @@ pub(crate) fn execute(
     }
     // An argument this call writes in place is no longer only host-written (before anything is launched).
     for id in g.ids().filter(|&id| g.op(id).writes_in_place()) {
-        if let Op::Input(k) = g.op(g.node(id).args[0]) {
+        if let Some(Op::Input(k)) = g.written_argument(g.node(id).args[0]).map(|(a, _)| g.op(a)) {
             if let Some(storage) = args.get(k as usize).and_then(Arg::tensor).and_then(Tensor::cuda_storage) {
                 storage.mark_kernel_written();
             }

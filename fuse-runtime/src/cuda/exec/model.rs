@@ -216,8 +216,14 @@ impl Executor<'_> {
                         .address(self.address(&cos)?)
                         .address(self.address(&sin)?)
                         .address(out_address);
-                    words.counts(&[pairs, half, seq, x.strides()[r - 1]]).counts(cos.strides()).counts(sin.strides());
+                    // [b, seq, d/2] tables: each batch's block of rows apart (RopeTable says which row).
+                    let (cs, ss) = (cos.strides(), sin.strides());
+                    let (cos_batch, cos_rows) = if cs.len() == 3 { (cs[0], &cs[1..]) } else { (0, cs) };
+                    let (sin_batch, sin_rows) = if ss.len() == 3 { (ss[0], &ss[1..]) } else { (0, ss) };
+                    words.counts(&[pairs, half, seq, x.strides()[r - 1]]).counts(cos_rows).counts(sin_rows);
                     words.layout(&x.shape()[..r - 1], &x.strides()[..r - 1]);
+                    let table = fuse_ir::model_op::RopeTable::of(x.shape(), cos.shape());
+                    words.counts(&[cos_batch, sin_batch, table.rows_per_batch]);
                 }
                 (ModelKernel::Rope, x.dtype(), blocks(pairs, ModelKernel::Rope.block_threads()), pairs)
             }
@@ -305,7 +311,7 @@ impl Executor<'_> {
                 words.address(self.address(&part)?).address(slice).count(count).layout(part.shape(), part.strides());
                 let pad = MODEL_RANK - rank;
                 words.counts(&[vec![0; pad], out_strides.clone()].concat());
-                words.address(0).counts(&[0, 0]).address(0); // no device offset, no fault record
+                words.address(0).counts(&[0, 0]).address(0).count(0); // no device offset, no fault record
                 self.queue_copy(out.dtype(), count, words, vec![part, out.clone()])?;
             }
             start += along;
@@ -350,13 +356,16 @@ impl Executor<'_> {
             match &device_offset {
                 Some(offset) => {
                     let room = dest.shape()[axis] - src.shape()[axis];
+                    // One offset for each index of the first axis (inference checked their number).
+                    let per_batch = if offset.numel() > 1 { count / src.shape()[0] } else { 0 };
                     words
                         .address(self.address(offset)?)
                         .counts(&[dest.strides()[axis], room])
-                        .address(self.device.fault_address()?);
+                        .address(self.device.fault_address()?)
+                        .count(per_batch);
                 }
                 None => {
-                    words.address(0).counts(&[0, 0]).address(0);
+                    words.address(0).counts(&[0, 0]).address(0).count(0);
                 }
             }
             let keep = vec![src, dest.clone()].into_iter().chain(device_offset.clone()).collect();
