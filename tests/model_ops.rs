@@ -535,9 +535,8 @@ fn attention_len_reads_only_the_counted_keys(dev: &Device) {
     }
 }
 
-/// Counts that do not fit: on the CPU an error naming the count, the same eager and fused; on the GPU the counts
-/// stay on the device unchecked (clamped to the capacity; a causal row that sees no key is zeros). A lens of
-/// the wrong dtype or shape is an error on each device.
+/// Counts that do not fit: on the CPU an error naming the count, the same eager and fused (the GPU's report:
+/// tests/device_checks.rs). A lens of the wrong dtype or shape is an error on each device.
 fn attention_len_counts_that_do_not_fit(dev: &Device) {
     let mut r = TestRng::new(49);
     let (capacity, d) = (33, 64);
@@ -549,6 +548,8 @@ fn attention_len_counts_that_do_not_fit(dev: &Device) {
             if causal { attend_len_causal(&q, &k, &v, lens, 0.125) } else { attend_len(&q, &k, &v, lens, 0.125) };
         [eager, fused]
     };
+    // On the GPU the kernels find them, reported at the next synchronisation: tests/device_checks.rs (one test
+    // at a time there, so that no other test's synchronisation takes the report).
     if !dev.is_cuda() {
         let cases = [
             (false, [33, 34], "key count lens[1] = 34 is outside 0..=33 (at most the 33 keys k and v hold)"),
@@ -563,35 +564,6 @@ fn attention_len_counts_that_do_not_fit(dev: &Device) {
                 let err = result.expect_err("a count out of range");
                 assert!(err.to_string().contains(says), "{err}");
             }
-        }
-    } else {
-        // 40 is clamped to 33; of batch 1's 4 queries over 2 keys, the first two see none and the last two are
-        // causal attention of 2 queries over those 2 keys.
-        let got = run(&key_counts(&[40, 2], dev), true).map(|r| r.expect("unchecked on the GPU"));
-        let cpu = |t: &Tensor, batch: usize, axis: usize, start: usize, len: usize| {
-            t.narrow(0, batch, 1)
-                .and_then(|t| t.narrow(axis, start, len))
-                .and_then(|t| t.to_device(&Device::Cpu))
-                .expect("slice")
-        };
-        let want_0 =
-            attention(&cpu(&q, 0, 2, 0, 4), &cpu(&k, 0, 2, 0, capacity), &cpu(&v, 0, 2, 0, capacity), 0.125, true)
-                .expect("batch 0");
-        let want_1 =
-            attention(&cpu(&q, 1, 2, 2, 2), &cpu(&k, 1, 2, 0, 2), &cpu(&v, 1, 2, 0, 2), 0.125, true).expect("batch 1");
-        for out in &got {
-            fuse::testing::assert_close(
-                "lens 40 clamped to 33",
-                &out.narrow(0, 0, 1).expect("batch 0"),
-                &want_0,
-                DType::F32,
-                dev,
-            );
-            let first: Vec<f32> =
-                out.narrow(0, 1, 1).and_then(|t| t.narrow(2, 0, 2)).and_then(|t| t.to_vec()).expect("rows");
-            assert!(first.iter().all(|&x| x == 0.0), "rows that see no key are zeros");
-            let last = out.narrow(0, 1, 1).and_then(|t| t.narrow(2, 2, 2)).expect("rows");
-            fuse::testing::assert_close("causal rows of lens 2 < sq 4", &last, &want_1, DType::F32, dev);
         }
     }
     let floats = Tensor::from_vec(vec![3.0f32, 3.0], &[2], dev).expect("float lens");

@@ -179,6 +179,7 @@ struct FuseAttentionDecodeArgs {
   const unsigned int* at;  // the caches' position of the new rows
   long long room;          // the last position the caches have
   unsigned long long* fault;
+  unsigned long long* lens_fault;  // where a key count of lens that does not fit is recorded
 };
 
 // The lane's 8 channels of a row as f32 (element order: the low half of a 32-bit word first).

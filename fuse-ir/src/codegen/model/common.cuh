@@ -81,6 +81,25 @@ __device__ __forceinline__ void fuse_model_fault(unsigned long long* fault, unsi
   }
 }
 
+// attention_len's key counts checked as the CPU checks them (fuse-ir's check_key_count), by the first block
+// once the kernel before has written them: a count above the `keys` k and v hold (code 3), or under causal
+// below the `queries` (code 4), is recorded (the kernels then clamp it, and the host reports the fault).
+// The decode attention kernel uses every register it has: it calls this not inlined, before its work. (The
+// prefill kernel, at its register limit in every build, spills with it even inlined after its work: it
+// clamps its counts unchecked.)
+__device__ __noinline__ void fuse_model_check_lens(const unsigned int* lens, long long stride, long long batch,
+                                                      unsigned int keys, unsigned int queries, bool causal,
+                                                      unsigned long long* fault) {
+  for (long long b = threadIdx.x; b < batch; b += blockDim.x) {
+    const unsigned int n = __ldg(lens + b * stride);
+    if (n > keys) {
+      fuse_model_fault(fault, 3, n, keys);
+    } else if (causal && n < queries) {
+      fuse_model_fault(fault, 4, n, queries);
+    }
+  }
+}
+
 // Every model kernel's first statement: wait for the kernel before it (the host may launch a model kernel while
 // that one still runs; see the prelude's fuse_grid_wait), then let the next kernel launch early, so that its
 // set-up overlaps this one's work.

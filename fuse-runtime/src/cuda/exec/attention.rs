@@ -156,6 +156,8 @@ impl Executor<'_> {
                 }
                 None => words.0.resize(words.0.len() + ROPE_APPEND_WORDS, 0),
             }
+            // Where a key count of lens that does not fit is recorded.
+            words.address(if with_lens { self.device.fault_address()? } else { 0 });
             // Vector-loadable caches (a decoder's) get a build without the element-by-element loads.
             if vector {
                 defines.push(ATTENTION_DECODE_VECTOR_DEFINE.to_string());
