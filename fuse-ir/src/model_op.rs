@@ -30,12 +30,16 @@ pub enum ModelOp {
     /// keys `0 .. lens[b]` only, as if skv were `lens[b]`; keys past it are never read. `lens[b] > skv`, or
     /// `lens[b] < sq` under `causal`, is an error ([`InferError::KeyCount`]).
     Attention { causal: bool, with_lens: bool },
+    /// `x.cumsum(-1)` (candle's name): running sums along the last axis, `out[.., i] = x[.., 0] + .. + x[.., i]`,
+    /// the shape and dtype of x (summed in f32 on the devices, in order; a NaN carries on from where it is).
+    Cumsum,
 }
 
 impl ModelOp {
-    pub const ALL: [ModelOp; 7] = [
+    pub const ALL: [ModelOp; 8] = [
         ModelOp::Embedding,
         ModelOp::Argmax,
+        ModelOp::Cumsum,
         ModelOp::Rope,
         ModelOp::Attention { causal: false, with_lens: false },
         ModelOp::Attention { causal: true, with_lens: false },
@@ -45,7 +49,7 @@ impl ModelOp {
 
     pub fn arity(self) -> usize {
         match self {
-            ModelOp::Argmax => 1,
+            ModelOp::Argmax | ModelOp::Cumsum => 1,
             ModelOp::Embedding => 2,
             ModelOp::Rope => 3,
             ModelOp::Attention { with_lens, .. } => 4 + with_lens as usize,
@@ -58,6 +62,7 @@ impl ModelOp {
         match self {
             ModelOp::Embedding => "embedding",
             ModelOp::Argmax => "argmax",
+            ModelOp::Cumsum => "cumsum",
             ModelOp::Rope => "rope",
             ModelOp::Attention { .. } => "attention",
         }
@@ -79,6 +84,7 @@ impl ModelOp {
         match name {
             "embedding" => Some(ModelOp::Embedding),
             "argmax" => Some(ModelOp::Argmax),
+            "cumsum" => Some(ModelOp::Cumsum),
             "rope" => Some(ModelOp::Rope),
             "attention" => {
                 let causal = match words.next()? {
@@ -111,6 +117,10 @@ impl ModelOp {
             ModelOp::Argmax => match args[0].split_last() {
                 Some((&n, rest)) if n > 0 => Ok(rest.iter().copied().chain([1]).collect()),
                 _ => Err(InferError::Rank { needs: "a last axis of at least one element", shape: args[0].to_vec() }),
+            },
+            ModelOp::Cumsum => match args[0].last() {
+                Some(_) => Ok(args[0].to_vec()),
+                None => Err(InferError::Rank { needs: "a tensor of at least one axis", shape: args[0].to_vec() }),
             },
             ModelOp::Rope => {
                 const EXPECTED: &str =
@@ -180,6 +190,7 @@ impl ModelOp {
                 got => Err(InferError::OperandDType { operand: "ids", expected: "u32", got }),
             },
             ModelOp::Argmax => float("x", args[0]).map(|_| Some(DType::U32)),
+            ModelOp::Cumsum => float("x", args[0]).map(Some),
             ModelOp::Rope => {
                 let x = float("x", args[0])?;
                 same(x, &[("cos", args[1]), ("sin", args[2])]).map(Some)

@@ -82,4 +82,24 @@ impl Tensor {
         }
         run(&[("x", Operand::Tensor(self))], |g, i| g.model(ModelOp::Argmax, &[i[0]], "x.argmax(-1)"))
     }
+
+    /// Running sums along `axis` (candle's `cumsum`): `out[.., i, ..] = x[.., 0, ..] + .. + x[.., i, ..]`, the
+    /// shape and dtype of `x`, summed in f32 in order.
+    pub fn cumsum(&self, axis: impl crate::Axis) -> Result<Tensor> {
+        let (rank, asked) = (self.rank(), axis.index());
+        let axis = fuse_ir::view::normalize_axis(asked, rank).ok_or_else(|| {
+            let why = format!("axis {asked} is out of range for a tensor of shape {:?}", self.shape());
+            Error::unsupported(EAGER, "cumsum", why)
+        })?;
+        let last = rank - 1;
+        run(&[("x", Operand::Tensor(self))], |g, i| {
+            if axis == last {
+                return g.model(ModelOp::Cumsum, &[i[0]], "x.cumsum(-1)");
+            }
+            let swap = fuse_ir::view::ViewOp::Transpose { a: axis as i8, b: -1 };
+            let t = g.view(swap, &[i[0]], "x.cumsum(axis)");
+            let sums = g.model(ModelOp::Cumsum, &[t], "x.cumsum(axis)");
+            g.view(swap, &[sums], "x.cumsum(axis)")
+        })
+    }
 }

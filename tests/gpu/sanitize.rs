@@ -195,6 +195,11 @@ fn ragged_append_once() {
 }
 
 #[fuse]
+fn running_sum(y: &Tensor) -> Result<Tensor> {
+    Ok(y.t().cumsum(-1))
+}
+
+#[fuse]
 fn lookup(ids: &Tensor, table: &Tensor) -> Result<Tensor> {
     Ok(embedding(ids, table))
 }
@@ -233,6 +238,11 @@ fn model_kernels_once() {
         assert_close(&format!("argmax {dtype}"), &got[0], &want[0], DType::U32);
         assert_close(&format!("rope {dtype}"), &got[1], &want[1], dtype);
         assert_close(&format!("cat {dtype}"), &got[2], &want[2], dtype);
+        // cumsum: rows of 300 (two chunks of a block's 256 columns), read through a transpose.
+        let y = random(&mut r, &[300, 3], dtype, -1.0, 1.0, &dev);
+        let sums = y.t().and_then(|t| t.cumsum(-1)).expect("cumsum");
+        let want = fuse::reference(running_sum_fused(), &[fuse::arg(&y)]).expect("reference");
+        assert_close(&format!("cumsum {dtype}"), &sums, &want[0], dtype);
         // q [b, sq, hq, d] transposed to heads; GQA 6 over 2 (3 rows a query in a tile of 16 rows). Whether each
         // case splits its keys and has several query tiles (on this GPU): 5 queries over 131 keys, decode
         // kernel (15 rows), 2 splits merged by the last; 40 queries over 70 keys (prefill kernel, keys in

@@ -11,6 +11,7 @@ pub fn eval(op: ModelOp, args: &[&Array], shape: Vec<usize>) -> Result<Array, In
         ModelOp::Embedding => embedding(args[0], args[1])?,
         ModelOp::Argmax => argmax(args[0]),
         ModelOp::Rope => rope(args[0], args[1], args[2]),
+        ModelOp::Cumsum => cumsum(args[0]),
         ModelOp::Attention { causal, with_lens } => {
             let key_counts = key_counts(args[0], args[1], with_lens.then(|| args[4]), causal)?;
             attention(args[0], args[1], args[2], args[3].data[0], causal, &key_counts)
@@ -47,6 +48,17 @@ fn argmax(x: &Array) -> Vec<f64> {
             best as f64
         })
         .collect()
+}
+
+fn cumsum(x: &Array) -> Vec<f64> {
+    let n = x.shape.last().copied().unwrap_or(1).max(1);
+    let mut data = x.data.clone();
+    for row in data.chunks_mut(n) {
+        for i in 1..row.len() {
+            row[i] += row[i - 1];
+        }
+    }
+    data
 }
 
 fn rope(x: &Array, cos: &Array, sin: &Array) -> Vec<f64> {

@@ -94,6 +94,20 @@ impl Tracer<'_> {
                 let reduced = self.push(Op::Reduce(r), &[t], call, Kind::Tensor);
                 Some(self.push(swap, &[reduced], call, Kind::Tensor))
             }
+            Method::Cumsum => {
+                let axis = self.axis_literal(arg?, &name);
+                let a = self.tensor_operand(receiver?, &call.receiver, &name)?;
+                let axis = axis?;
+                let cumsum = Op::Model(ModelOp::Cumsum);
+                if axis == -1 {
+                    return Some(self.push(cumsum, &[a], call, Kind::Tensor));
+                }
+                // Swapped with the last axis (a view), summed along it, swapped back.
+                let swap = Op::View(fuse_ir::view::ViewOp::Transpose { a: axis, b: -1 });
+                let t = self.push(swap, &[a], call, Kind::Tensor);
+                let sums = self.push(cumsum, &[t], call, Kind::Tensor);
+                Some(self.push(swap, &[sums], call, Kind::Tensor))
+            }
             Method::Argmax => {
                 let axis = arg?;
                 if !is_last_axis(axis) {

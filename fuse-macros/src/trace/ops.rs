@@ -77,6 +77,9 @@ pub enum Method {
     WhereCond,
     ToDType,
     Argmax,
+    /// `x.cumsum(axis)` (candle's name): running sums along any axis (the last one as is, another swapped
+    /// there and back).
+    Cumsum,
     Unary(UnaryOp),
     Binary(BinaryOp),
 }
@@ -91,6 +94,7 @@ impl Method {
             "where_cond" => Some(Method::WhereCond),
             "to_dtype" => Some(Method::ToDType),
             "argmax" => Some(Method::Argmax),
+            "cumsum" => Some(Method::Cumsum),
             _ if ViewMethod::ALL.iter().any(|e| e.0 == name) => {
                 ViewMethod::ALL.into_iter().find(|e| e.0 == name).map(|e| Method::View(e.1))
             }
@@ -116,6 +120,7 @@ impl Method {
             | Method::Powf
             | Method::ToDType
             | Method::Argmax
+            | Method::Cumsum
             | Method::Binary(_) => 1,
         }
     }
@@ -133,6 +138,7 @@ impl Method {
             Method::WhereCond => "`mask.where_cond(on_true, on_false)`".into(),
             Method::ToDType => "`x.to_dtype(DType::F32)`".into(),
             Method::Argmax => "`x.argmax(-1)`".into(),
+            Method::Cumsum => "`x.cumsum(-1)`".into(),
             Method::Unary(u) => format!("`x.{}()`", u.name()),
             Method::Binary(b) => format!("`a.{}(b)`", b.name()),
         }
@@ -208,6 +214,7 @@ pub fn supported_methods() -> String {
         "max(-1)",
         "min(-1)",
         "argmax(-1)",
+        "cumsum(axis)",
         "powf(s)",
         "to_dtype(DType::..)",
         "sum_keepdim(axis)",

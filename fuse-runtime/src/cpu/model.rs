@@ -34,6 +34,10 @@ pub(super) fn run_model(info: &CallInfo<'_>, resolve: &dyn Fn(NodeId) -> Result<
             embedding(&ids, &table).map_err(|error| node_error(function, g, NodeError { node: id, error }))?
         }
         ModelOp::Argmax => CpuData::U32(argmax(&tensor(0)?)?),
+        ModelOp::Cumsum => {
+            let x = tensor(0)?;
+            from_f32(dtype, cumsum(&dense_f32(&x)?, x.shape().last().copied().unwrap_or(1)))
+        }
         ModelOp::Rope => {
             let (x, cos, sin) = (tensor(0)?, tensor(1)?, tensor(2)?);
             let table = RopeTable::of(x.shape(), cos.shape());
@@ -147,6 +151,17 @@ fn gather_rows<T: Copy + Default + Send + Sync>(table: &[T], ids: &[u32], hidden
         super::spin_pool::for_each_chunk_mut(&mut out, hidden, &|i, row| copy((row, &ids[i])));
     } else {
         out.chunks_mut(hidden).zip(ids).for_each(copy);
+    }
+    out
+}
+
+/// Running sums along rows of `n`, in f32 in order (as the GPU sums them).
+fn cumsum(x: &[f32], n: usize) -> Vec<f32> {
+    let mut out = x.to_vec();
+    for row in out.chunks_mut(n.max(1)) {
+        for i in 1..row.len() {
+            row[i] += row[i - 1];
+        }
     }
     out
 }

@@ -33,6 +33,8 @@ pub const MODEL_CAT_COPIES: usize = 4;
 pub enum ModelKernel {
     Embedding,
     Argmax,
+    /// Running sums along the last axis (one block a row).
+    Cumsum,
     Rope,
     /// Attention of many queries (prefill).
     Attention,
@@ -47,9 +49,10 @@ pub enum ModelKernel {
 }
 
 impl ModelKernel {
-    pub const ALL: [ModelKernel; 8] = [
+    pub const ALL: [ModelKernel; 9] = [
         ModelKernel::Embedding,
         ModelKernel::Argmax,
+        ModelKernel::Cumsum,
         ModelKernel::Rope,
         ModelKernel::Attention,
         ModelKernel::AttentionCombine,
@@ -63,6 +66,7 @@ impl ModelKernel {
         match self {
             ModelKernel::Embedding => "fuse_model_embedding",
             ModelKernel::Argmax => "fuse_model_argmax",
+            ModelKernel::Cumsum => "fuse_model_cumsum",
             ModelKernel::Rope => "fuse_model_rope",
             ModelKernel::Attention => "fuse_model_attention",
             ModelKernel::AttentionCombine => "fuse_model_attention_combine",
@@ -87,6 +91,7 @@ impl ModelKernel {
         match self {
             ModelKernel::Embedding => with_helpers!("embedding.cu"),
             ModelKernel::Argmax => with_helpers!("argmax.cu"),
+            ModelKernel::Cumsum => with_helpers!("cumsum.cu"),
             ModelKernel::Rope => with_helpers!("rope.cu"),
             ModelKernel::Attention => with_helpers!("attention.cu"),
             ModelKernel::AttentionCombine => with_helpers!("attention_combine.cu"),

@@ -200,6 +200,18 @@ impl Executor<'_> {
                 }
                 (ModelKernel::Argmax, x.dtype(), rows.clamp(1, 1 << 20) as u32, rows)
             }
+            ModelOp::Cumsum => {
+                let x = self.tensor_arg(args[0], "x")?;
+                self.fits_layout("cumsum", &x)?;
+                let r = x.shape().len();
+                let columns = x.shape()[r - 1];
+                let rows = if columns == 0 { 0 } else { out.numel() / columns };
+                if rows > 0 {
+                    words.address(self.address(&x)?).address(out_address).counts(&[rows, columns, x.strides()[r - 1]]);
+                    words.layout(&x.shape()[..r - 1], &x.strides()[..r - 1]);
+                }
+                (ModelKernel::Cumsum, x.dtype(), rows.clamp(1, 1 << 20) as u32, rows)
+            }
             ModelOp::Rope => {
                 let (x, cos, sin) = (
                     self.tensor_arg(args[0], "x")?,
