@@ -212,3 +212,26 @@ fn model_ops_are_groups_of_their_own() {
     let shapes = infer_shapes(&g, &[vec![2, 3, 4], vec![3, 2], vec![3, 2]]).unwrap();
     assert_eq!(shapes[m.index()], vec![2, 3, 1]);
 }
+
+#[test]
+fn rope_tables_are_one_block_or_one_a_batch() {
+    let rope = |x: &[usize], table: &[usize]| ModelOp::Rope.infer_shape(&[x, table, table]);
+    // [seq, d/2] for every batch, or [b, seq, d/2] for each.
+    assert_eq!(rope(&[2, 3, 5, 8], &[5, 4]).unwrap(), [2, 3, 5, 8]);
+    assert_eq!(rope(&[2, 3, 5, 8], &[2, 5, 4]).unwrap(), [2, 3, 5, 8]);
+    assert!(rope(&[2, 3, 5, 8], &[3, 5, 4]).is_err(), "a table for another number of batches");
+    assert!(rope(&[5, 8], &[1, 5, 4]).is_err(), "a batched table needs a batch axis");
+    // Rows of x [2, 3, 5, d] read rows 0..5 of batch 0's block, then batch 1's.
+    let one = RopeTable::of(&[2, 3, 5, 8], &[5, 4]);
+    let each = RopeTable::of(&[2, 3, 5, 8], &[2, 5, 4]);
+    assert_eq!([one.row(7, 5), one.row(16, 5), one.row(29, 5)], [2, 1, 4]);
+    assert_eq!([each.row(7, 5), each.row(16, 5), each.row(29, 5)], [2, 6, 9]);
+    // The reference: a batch's rows turned by its own table.
+    let mut g = Graph::new("rope");
+    let [x, cos, sin] = ["x", "cos", "sin"].map(|n| g.input(n, InputKind::Tensor));
+    g.outputs = vec![g.model(ModelOp::Rope, &[x, cos, sin], "rope(x, cos, sin)")];
+    let x = Array::new(vec![2, 1, 1, 2], vec![1.0, 0.0, 1.0, 0.0]);
+    let (cos, sin) = (Array::new(vec![2, 1, 1], vec![1.0, 0.0]), Array::new(vec![2, 1, 1], vec![0.0, 1.0]));
+    let out = eval(&g, &[x, cos, sin]).unwrap();
+    assert_eq!(out[0].data, [1.0, 0.0, 0.0, 1.0], "batch 0 unturned, batch 1 by a quarter turn");
+}
