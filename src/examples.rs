@@ -107,3 +107,53 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Qwen2-style projections from a checkpoint's separate weights, a ragged batch
+//!
+//! q, k and v keep the checkpoint's own weights and biases: the planner makes the three products one group
+//! (`multigemm`) with the rms_norm as its prologue, so nothing needs stacking. The rotary tables hold one row
+//! per sequence (`[b, 1, d/2]`), each sequence of the batch at its own position, and the new keys go into
+//! the cache at each sequence's own offset (a u32 tensor of `[b]` positions).
+//!
+//! ```
+//! use fuse::prelude::*;
+//! use fuse::testing::{random, TestRng};
+//!
+//! struct Projections { norm: Tensor, wq: Tensor, bq: Tensor, wk: Tensor, bk: Tensor, wv: Tensor, bv: Tensor }
+//!
+//! #[fuse]
+//! impl Projections {
+//!     /// x [b, 1, hidden]; cos/sin [b, 1, d/2]; the key cache [b, kv_heads, capacity, d]; `at` [b] positions.
+//!     fn step(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, k_cache: &Tensor, at: &Tensor, d: usize) -> Result<(Tensor, Tensor, Tensor)> {
+//!         let h = rms_norm(x, &self.norm, 1e-6);
+//!         let (b, s) = (x.dim(0), x.dim(1));
+//!         let q = (h.matmul(&self.wq.t()) + &self.bq).reshape(&[b, s, -1, d]).transpose(1, 2);
+//!         let k = (h.matmul(&self.wk.t()) + &self.bk).reshape(&[b, s, -1, d]).transpose(1, 2);
+//!         let v = h.matmul(&self.wv.t()) + &self.bv;
+//!         let k_cache = k_cache.slice_set(&rope(&k, cos, sin), 2, at);
+//!         (rope(&q, cos, sin), k_cache, v)
+//!     }
+//! }
+//!
+//! # fn main() -> fuse::Result<()> {
+//! let (dev, mut r) = (Device::Cpu, TestRng::new(3));
+//! let (hidden, d, heads, kv_heads, capacity, b) = (64, 16, 4, 2, 8, 3);
+//! let mut w = |shape: &[usize]| random(&mut r, shape, DType::F32, -0.3, 0.3, &dev);
+//! let p = Projections {
+//!     norm: w(&[hidden]), wq: w(&[heads * d, hidden]), bq: w(&[heads * d]),
+//!     wk: w(&[kv_heads * d, hidden]), bk: w(&[kv_heads * d]), wv: w(&[kv_heads * d, hidden]), bv: w(&[kv_heads * d]),
+//! };
+//! let plan = Projections::step_fused().plan(Fusion::On)?;
+//! let projections = plan.groups.iter().find(|g| !g.matmuls.is_empty()).expect("the projections' group");
+//! assert_eq!((projections.kind.name(), projections.matmuls.len()), ("multigemm", 3));
+//! let (x, cos, sin) = (w(&[b, 1, hidden]), w(&[b, 1, d / 2]), w(&[b, 1, d / 2]));
+//! let k_cache = Tensor::zeros(&[b, kv_heads, capacity, d], DType::F32, &dev)?;
+//! let at = Tensor::from_vec(vec![0u32, 5, 2], &[b], &dev)?;
+//! let (q, k_cache, v) = p.step(&x, &cos, &sin, &k_cache, &at, d)?;
+//! assert_eq!((q.shape(), v.shape()), (&[b, heads, 1, d][..], &[b, 1, kv_heads * d][..]));
+//! // Sequence 1's new keys went to position 5 of its cache, and nowhere else in its rows.
+//! let row = |pos: usize| k_cache.narrow(0, 1, 1).and_then(|t| t.narrow(2, pos, 1)).and_then(|t| t.to_vec::<f32>());
+//! assert!(row(5)?.iter().any(|&v| v != 0.0) && row(0)?.iter().all(|&v| v == 0.0));
+//! # Ok(())
+//! # }
+//! ```
