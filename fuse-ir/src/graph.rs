@@ -103,6 +103,17 @@ impl From<Op> for OpKey {
     }
 }
 
+/// Why a `slice_set` may not write where it does ([`Graph::write_conflict`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteConflict {
+    /// The destination is a value the graph computes, not an argument or a view of one.
+    Computed,
+    /// The source is the memory written (the destination, its argument or a view between them).
+    IntoItself,
+    /// This node reads the argument, or a view between it and the destination, besides the write.
+    ReadBy(NodeId),
+}
+
 impl Graph {
     pub fn new(name: impl Into<String>) -> Self {
         let mut g = Graph { name: name.into(), ..Default::default() };
@@ -302,6 +313,25 @@ impl Graph {
         }
     }
 
+    /// What keeps `slice_set` node `id` from writing where it does, given every node's readers (`users`):
+    /// a destination that is no argument (nor a view of one), a source that is the written memory, or another
+    /// reader of the argument or of a view between it and the destination (each link may be read by the
+    /// one above it only). `None` when the write is safe.
+    pub fn write_conflict(&self, id: NodeId, users: &[Vec<NodeId>]) -> Option<WriteConflict> {
+        let (dest, src) = (self.node(id).args[0], self.node(id).args[1]);
+        let Some((argument, chain)) = self.written_argument(dest) else { return Some(WriteConflict::Computed) };
+        if src == dest || chain.contains(&src) || src == argument {
+            return Some(WriteConflict::IntoItself);
+        }
+        let readers = std::iter::once(id).chain(chain.iter().copied());
+        for (node, reader) in chain.iter().copied().chain([argument]).zip(readers) {
+            if let Some(&other) = users[node.index()].iter().find(|&&u| u != reader) {
+                return Some(WriteConflict::ReadBy(other));
+            }
+        }
+        None
+    }
+
     /// `slice_set` writes into its destination in place, so the destination must be an argument (memory the
     /// caller owns, not a value of this graph), or a view of one ([`Graph::written_argument`]), that no other
     /// node reads (nor any other view of it): then no order of the ops can observe the write, and the graph
@@ -309,26 +339,17 @@ impl Graph {
     pub fn verify_writes(&self) -> Result<(), String> {
         let users = self.users();
         for id in self.ids().filter(|&id| self.op(id).writes_in_place()) {
-            let dest = self.node(id).args[0];
             let label = self.label_of(id);
-            let Some((argument, chain)) = self.written_argument(dest) else {
-                return Err(format!(
+            match self.write_conflict(id, &users) {
+                None => {}
+                Some(WriteConflict::Computed) => return Err(format!(
                     "`{label}` writes in place into a computed value; the destination of slice_set must be an argument of the function"
-                ));
-            };
-            let src = self.node(id).args[1];
-            if src == dest || chain.contains(&src) || src == argument {
-                return Err(format!("`{label}` writes an argument into itself"));
-            }
-            // Each link of the chain, the argument last, is read by the one above it only.
-            let readers = std::iter::once(id).chain(chain.iter().copied());
-            for (node, reader) in chain.iter().copied().chain([argument]).zip(readers) {
-                if let Some(&other) = users[node.index()].iter().find(|&&u| u != reader) {
-                    return Err(format!(
-                        "`{label}` writes into an argument that `{}` also reads; read the result of slice_set instead (the write is in place)",
-                        self.label_of(other)
-                    ));
-                }
+                )),
+                Some(WriteConflict::IntoItself) => return Err(format!("`{label}` writes an argument into itself")),
+                Some(WriteConflict::ReadBy(other)) => return Err(format!(
+                    "`{label}` writes into an argument that `{}` also reads; read the result of slice_set instead (the write is in place)",
+                    self.label_of(other)
+                )),
             }
         }
         Ok(())

@@ -15,6 +15,7 @@ mod views;
 
 use crate::diag::Diagnostics;
 use crate::signature::{FnSpec, Returns};
+use fuse_ir::graph::WriteConflict;
 use fuse_ir::{Graph, InputKind, NodeId, Op};
 pub use inline::Callee;
 use syn::{Block, Expr, Local, Pat, Stmt, Type};
@@ -136,19 +137,14 @@ impl Tracer<'_> {
     fn check_writes(&mut self) {
         let users = self.graph.users();
         for (id, span) in std::mem::take(&mut self.writes) {
-            let node = self.graph.node(id);
-            let dest = node.args[0];
-            let Some((argument, chain)) = self.graph.written_argument(dest) else { continue };
+            let Some((argument, _)) = self.graph.written_argument(self.graph.node(id).args[0]) else { continue };
             let name = match self.graph.op(argument) {
                 Op::Input(k) => self.graph.inputs[k as usize].name.clone(),
                 _ => continue,
             };
-            // The argument and every view between it and the destination are read by the next link only.
-            let readers: Vec<NodeId> = std::iter::once(id).chain(chain.iter().copied()).collect();
-            let links: Vec<NodeId> = chain.iter().copied().chain([argument]).collect();
-            let src = node.args[1];
-            let read_elsewhere = links.iter().zip(&readers).any(|(l, r)| users[l.index()].iter().any(|u| u != r));
-            if src == dest || links.contains(&src) || read_elsewhere {
+            // A computed destination was reported where it was traced.
+            let conflict = self.graph.write_conflict(id, &users);
+            if matches!(conflict, Some(WriteConflict::IntoItself | WriteConflict::ReadBy(_))) {
                 self.diag.error_span(
                     span,
                     format!(

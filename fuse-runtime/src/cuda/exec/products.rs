@@ -6,7 +6,7 @@
 use super::fuse_args::Operand;
 use super::Executor;
 use crate::cuda::gemm::skinny::SkinnyGemm;
-use fuse_ir::{DType, Group, GroupKind};
+use fuse_ir::{DType, Group, GroupKind, NodeId};
 
 /// The product table of one launch: its words, the grid they cover, where the weights' addresses lie.
 pub(super) struct ProductTable {
@@ -90,21 +90,22 @@ impl Executor<'_> {
         shape
     }
 
+    /// The dtype of each of `group`'s weights, in matmul order (the product's where one is no tensor).
+    pub(super) fn weight_types(&self, group: &Group) -> Vec<DType> {
+        let weight = |m: NodeId| match self.resolve(self.graph.node(m).args[1]) {
+            Ok(crate::call::Value::Tensor(w)) => w.dtype(),
+            _ => self.dtype(m),
+        };
+        group.matmuls.iter().map(|&m| weight(m)).collect()
+    }
+
     /// Launches of group `index`'s template kernel: one a block type of a MultiGemm group's weights.
     pub(super) fn template_launches(&self, index: usize) -> usize {
         let group = &self.plan.groups[index];
         if group.kind != GroupKind::MultiGemm {
             return 1;
         }
-        let types: Vec<DType> = group
-            .matmuls
-            .iter()
-            .map(|&m| match self.resolve(self.graph.node(m).args[1]) {
-                Ok(crate::call::Value::Tensor(w)) => w.dtype(),
-                _ => self.dtype(m),
-            })
-            .collect();
-        launches(&types).len()
+        launches(&self.weight_types(group)).len()
     }
 }
 

@@ -184,8 +184,7 @@ impl Executor<'_> {
         let weight = |j: usize| {
             base_of(self.graph, self.graph.node(group.matmuls[j.min(group.matmuls.len() - 1)]).args[1]).index()
         };
-        let weight_types: Vec<DType> =
-            (0..group.matmuls.len()).map(|j| self.matmul_weight_dtype(group, j, dtype)).collect();
+        let weight_types = self.weight_types(group);
         // A MultiGemm group: one launch per block type of its weights; the others: one launch.
         let launches = if multi { super::products::launches(&weight_types) } else { vec![vec![0]] };
         let mut notes = Vec::new();
@@ -296,14 +295,6 @@ impl Executor<'_> {
             self.path_note = Some(format!("{note}{}", notes.join("; then ")));
         }
         Ok(())
-    }
-
-    /// The dtype of matmul `j`'s weight in `group` (`dtype` where it is no tensor).
-    fn matmul_weight_dtype(&self, group: &fuse_ir::Group, j: usize, dtype: DType) -> DType {
-        match self.resolve(self.graph.node(group.matmuls[j]).args[1]) {
-            Ok(Value::Tensor(w)) => w.dtype(),
-            _ => dtype,
-        }
     }
 
     /// Whether a skinny kernel may copy its weights before it waits for the kernel before it (programmatic
