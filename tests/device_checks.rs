@@ -60,15 +60,17 @@ fn bad_ids_and_positions_are_reported(dev: &Device) {
 }
 
 /// attention_len's key counts that do not fit (more than the cache holds; under causal fewer than the
-/// queries): the CPU refuses them at the call (4 queries and 1); on a GPU the decode kernel (1 query) records
-/// them (and clamps), reported at the next synchronisation, once. (The prefill kernel clamps them unchecked.)
+/// queries): the CPU refuses them at the call; on a GPU the decode kernel (1 query) records them (and clamps),
+/// and a one-block check before the prefill kernel (40 queries of a head: more than a decode block holds),
+/// reported at the next synchronisation, once.
 fn key_counts_that_do_not_fit_are_reported(dev: &Device) {
-    let (capacity, d) = (33, 64);
+    let (capacity, d) = (48, 64);
     let cache = Tensor::from_vec(vec![0.25f32; 2 * 3 * capacity * d], &[2, 3, capacity, d], dev).unwrap();
-    let queries_cases: &[usize] = if dev.is_cuda() { &[1] } else { &[4, 1] };
+    let queries_cases: &[usize] = &[4, 1, 40];
     for &queries in queries_cases {
         let q = Tensor::from_vec(vec![0.5f32; 2 * 9 * queries * d], &[2, 9, queries, d], dev).unwrap();
-        let cases = [(false, [33u32, 34], ["34", "33"]), (true, [33, 0], ["0", if queries == 4 { "4" } else { "1" }])];
+        let least = queries.to_string();
+        let cases = [(false, [48u32, 49], ["49", "48"]), (true, [48, 0], ["0", least.as_str()])];
         for (causal, counts, says) in cases {
             let lens = Tensor::from_vec(counts.to_vec(), &[2], dev).unwrap();
             let err = attention_len(&q, &cache, &cache, &lens, 0.125, causal)
@@ -80,7 +82,7 @@ fn key_counts_that_do_not_fit_are_reported(dev: &Device) {
                 assert!(matches!(err, Error::DeviceCheck { op: "attention_len", .. }), "{err}");
             }
             // Reported once: a call with counts that fit reads clean.
-            let fits = Tensor::from_vec(vec![33u32, queries as u32], &[2], dev).unwrap();
+            let fits = Tensor::from_vec(vec![48u32, queries as u32], &[2], dev).unwrap();
             let out = attention_len(&q, &cache, &cache, &fits, 0.125, causal).and_then(|t| t.to_vec::<f32>());
             assert!(out.is_ok(), "{:?}", out.err());
         }

@@ -35,6 +35,8 @@ pub enum InferError {
     Operands { expected: &'static str, shapes: Vec<Vec<usize>> },
     /// A token id outside the embedding table.
     IdOutOfRange { id: u64, vocab: usize },
+    /// A `gather` index past the axis it picks from (`size` entries).
+    IndexOutOfRange { index: u64, size: usize },
     /// `attention_len`'s key count of batch `batch` outside `least ..= keys`: more keys than k and v hold,
     /// or (causal, `least` = sq) fewer than the queries.
     KeyCount { batch: usize, len: u64, least: usize, keys: usize },
@@ -89,6 +91,9 @@ impl fmt::Display for InferError {
             }
             InferError::IdOutOfRange { id, vocab } => {
                 write!(f, "token id {id} is out of range for a vocabulary of {vocab} (ids are 0..{vocab})")
+            }
+            InferError::IndexOutOfRange { index, size } => {
+                write!(f, "gather index {index} is out of range for an axis of {size} (indexes are 0..{size})")
             }
             InferError::KeyCount { batch, len, least, keys } => {
                 let causal =

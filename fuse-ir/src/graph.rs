@@ -2,7 +2,7 @@
 
 use crate::model_op::ModelOp;
 use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
-use crate::view::ViewOp;
+use crate::view::{Axes, ViewOp};
 use crate::DType;
 use std::collections::HashMap;
 
@@ -231,6 +231,37 @@ impl Graph {
         let r = self.unary(UnaryOp::Rsqrt, var, label);
         let xn = self.binary(BinaryOp::Mul, x, r, label);
         self.binary(BinaryOp::Mul, xn, w, label)
+    }
+
+    /// `x.conv1d(w, padding, stride, dilation, groups)` (`spatial` 1: x [b, c, l], w [co, c / groups, k]) or
+    /// `conv2d` (2: x [b, c, h, w], w [co, c / groups, kh, kw]), candle's, with `sizes` = [padding, stride,
+    /// dilation, groups]: the columns of `unfold` [groups, b, out.., kc], one matmul per group against the
+    /// weights as [groups, kc, co / groups] (a view), and views back to [b, co, out..] (a copy only with
+    /// several groups). The matmul is an ordinary GEMM group: a bias or an activation after the
+    /// convolution can be its epilogue.
+    pub fn conv(&mut self, x: NodeId, w: NodeId, sizes: [NodeId; 4], spatial: usize, label: &str) -> NodeId {
+        let groups = sizes[3];
+        let cols = self.model(
+            ModelOp::Unfold { spatial: spatial as u8 },
+            &[x, w, sizes[0], sizes[1], sizes[2], groups],
+            label,
+        );
+        let rest = self.constant(-1.0);
+        let dims: Vec<NodeId> =
+            (1..2 + spatial as i8).map(|axis| self.view(ViewOp::Dim { axis }, &[cols], label)).collect();
+        let kc = self.view(ViewOp::Dim { axis: -1 }, &[cols], label);
+        let flat = self.view(ViewOp::Reshape { rank: 3 }, &[cols, groups, rest, kc], label);
+        let weights = self.view(ViewOp::Reshape { rank: 3 }, &[w, groups, rest, kc], label);
+        let weights = self.view(ViewOp::Transpose { a: 1, b: 2 }, &[weights], label);
+        let y = self.matmul(flat, weights, label);
+        // [groups, b, out.., co / groups], then [b, groups, co / groups, out..], then [b, co, out..].
+        let split: Vec<NodeId> = [&[y, groups][..], &dims, &[rest]].concat();
+        let y = self.view(ViewOp::Reshape { rank: 3 + spatial as u8 }, &split, label);
+        let order: Vec<usize> = [&[1, 0, 2 + spatial][..], &(2..2 + spatial).collect::<Vec<_>>()].concat();
+        let axes = Axes::new(&order).expect("at most 5 axes");
+        let y = self.view(ViewOp::Permute(axes), &[y], label);
+        let joined: Vec<NodeId> = [&[y, dims[0], rest][..], &dims[1..]].concat();
+        self.view(ViewOp::Reshape { rank: 2 + spatial as u8 }, &joined, label)
     }
 
     /// For each node, the nodes that use it (in order, without repeats).

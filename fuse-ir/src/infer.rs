@@ -99,7 +99,8 @@ pub fn infer_shapes_with(
             }
             Op::Model(m) => {
                 let args: Vec<&[usize]> = n.args.iter().map(|a| shapes[a.index()].as_slice()).collect();
-                m.infer_shape(&args).map_err(err)?
+                let sizes: Vec<Option<f64>> = n.args.iter().map(|&a| size_of(g, a, &shapes, scalars)).collect();
+                m.infer_shape(&args, &sizes).map_err(err)?
             }
             Op::View(v) => {
                 let arg_shapes: Vec<&[usize]> = n.args.iter().map(|a| shapes[a.index()].as_slice()).collect();

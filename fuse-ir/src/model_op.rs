@@ -1,9 +1,11 @@
-//! The ops a whole model needs beyond pointwise work, reductions and matmul: `embedding`, `argmax`, `rope`
-//! and `attention` (with `attention_len`). Each is one node (`Op::Model`), planned as a group of its own;
+//! The ops a whole model needs beyond pointwise work, reductions and matmul: `embedding`, `argmax`,
+//! `cumsum`, `arg_sort_last_dim`, `gather`, `unfold` (convolutions), `rope` and `attention` (with
+//! `attention_len`). Each is one node (`Op::Model`), planned as a group of its own;
 //! this file defines each once: its name and text form, its shapes and dtypes, and (in
 //! `model_op/reference.rs`) its f64 meaning.
 
 mod reference;
+pub mod unfold;
 
 use crate::error::InferError;
 use crate::DType;
@@ -33,13 +35,32 @@ pub enum ModelOp {
     /// `x.cumsum(-1)` (candle's name): running sums along the last axis, `out[.., i] = x[.., 0] + .. + x[.., i]`,
     /// the shape and dtype of x (summed in f32 on the devices, in order; a NaN carries on from where it is).
     Cumsum,
+    /// `x.arg_sort_last_dim(ascending)` (candle's name): each row's column indices (u32, the shape of x)
+    /// ordered by value, smallest first when `ascending`, largest first otherwise. As torch's stable sort:
+    /// equal values keep the order of their indices, and a NaN counts as larger than every number (last
+    /// ascending, first descending).
+    ArgSort { ascending: bool },
+    /// `x.gather(&indexes, -1)` (candle's name): `out[.., j] = x[.., indexes[.., j]]` with x [.., n] and the
+    /// u32 indexes [.., m] (the same leading axes), giving [.., m] in x's dtype. An index >= n is an error
+    /// naming it ([`InferError::IndexOutOfRange`]).
+    Gather,
+    /// `unfold(x, w, padding, stride, dilation, groups)`: a convolution's columns (im2col), what `conv1d` and
+    /// `conv2d` are made of (`Graph::conv`): x [b, c, l] or [b, c, h, w] and the weights [co, c / groups, k]
+    /// or [co, c / groups, kh, kw] (read for their shape only) give [groups, b, ol, kc] or [groups, b, oh, ow,
+    /// kc]; the four sizes are arguments (see [`unfold::Unfold`]). `spatial`: 1 or 2, which of the two.
+    Unfold { spatial: u8 },
 }
 
 impl ModelOp {
-    pub const ALL: [ModelOp; 8] = [
+    pub const ALL: [ModelOp; 13] = [
         ModelOp::Embedding,
         ModelOp::Argmax,
         ModelOp::Cumsum,
+        ModelOp::ArgSort { ascending: true },
+        ModelOp::ArgSort { ascending: false },
+        ModelOp::Gather,
+        ModelOp::Unfold { spatial: 1 },
+        ModelOp::Unfold { spatial: 2 },
         ModelOp::Rope,
         ModelOp::Attention { causal: false, with_lens: false },
         ModelOp::Attention { causal: true, with_lens: false },
@@ -49,10 +70,11 @@ impl ModelOp {
 
     pub fn arity(self) -> usize {
         match self {
-            ModelOp::Argmax | ModelOp::Cumsum => 1,
-            ModelOp::Embedding => 2,
+            ModelOp::Argmax | ModelOp::Cumsum | ModelOp::ArgSort { .. } => 1,
+            ModelOp::Embedding | ModelOp::Gather => 2,
             ModelOp::Rope => 3,
             ModelOp::Attention { with_lens, .. } => 4 + with_lens as usize,
+            ModelOp::Unfold { .. } => 6,
         }
     }
 
@@ -63,15 +85,20 @@ impl ModelOp {
             ModelOp::Embedding => "embedding",
             ModelOp::Argmax => "argmax",
             ModelOp::Cumsum => "cumsum",
+            ModelOp::ArgSort { .. } => "arg_sort_last_dim",
+            ModelOp::Gather => "gather",
+            ModelOp::Unfold { .. } => "unfold",
             ModelOp::Rope => "rope",
             ModelOp::Attention { .. } => "attention",
         }
     }
 
     /// The op in a graph's text form: its name, then `causal=true|false` for attention and `lens` when it
-    /// takes them.
+    /// takes them, `ascending=true|false` for a sort, `spatial=1|2` for unfold.
     pub fn to_text(self) -> String {
         match self {
+            ModelOp::ArgSort { ascending } => format!("arg_sort_last_dim ascending={ascending}"),
+            ModelOp::Unfold { spatial } => format!("unfold spatial={spatial}"),
             ModelOp::Attention { causal, with_lens: false } => format!("attention causal={causal}"),
             ModelOp::Attention { causal, with_lens: true } => format!("attention causal={causal} lens"),
             op => op.name().to_string(),
@@ -85,6 +112,17 @@ impl ModelOp {
             "embedding" => Some(ModelOp::Embedding),
             "argmax" => Some(ModelOp::Argmax),
             "cumsum" => Some(ModelOp::Cumsum),
+            "gather" => Some(ModelOp::Gather),
+            "unfold" => match words.next()? {
+                "spatial=1" => Some(ModelOp::Unfold { spatial: 1 }),
+                "spatial=2" => Some(ModelOp::Unfold { spatial: 2 }),
+                _ => None,
+            },
+            "arg_sort_last_dim" => match words.next()? {
+                "ascending=true" => Some(ModelOp::ArgSort { ascending: true }),
+                "ascending=false" => Some(ModelOp::ArgSort { ascending: false }),
+                _ => None,
+            },
             "rope" => Some(ModelOp::Rope),
             "attention" => {
                 let causal = match words.next()? {
@@ -103,8 +141,9 @@ impl ModelOp {
         }
     }
 
-    /// The result's shape from the arguments' shapes (a scalar has shape `[]`).
-    pub fn infer_shape(self, args: &[&[usize]]) -> Result<Vec<usize>, InferError> {
+    /// The result's shape from the arguments' shapes (a scalar has shape `[]`) and the values of those that
+    /// are sizes (`None` where unknown or a tensor; only `unfold` reads them).
+    pub fn infer_shape(self, args: &[&[usize]], sizes: &[Option<f64>]) -> Result<Vec<usize>, InferError> {
         let mismatch = |expected| InferError::Operands { expected, shapes: args.iter().map(|s| s.to_vec()).collect() };
         match self {
             ModelOp::Embedding => {
@@ -122,6 +161,24 @@ impl ModelOp {
                 Some(_) => Ok(args[0].to_vec()),
                 None => Err(InferError::Rank { needs: "a tensor of at least one axis", shape: args[0].to_vec() }),
             },
+            ModelOp::ArgSort { .. } => match args[0].last() {
+                Some(&n) if u32::try_from(n).is_ok() => Ok(args[0].to_vec()),
+                _ => Err(InferError::Rank {
+                    needs: "a tensor of at least one axis, the last at most 2^32 - 1 long (u32 indices)",
+                    shape: args[0].to_vec(),
+                }),
+            },
+            ModelOp::Unfold { spatial } => Ok(unfold::Unfold::of(spatial, args[0], args[1], sizes)?.shape()),
+            ModelOp::Gather => {
+                let (x, indexes) = (args[0], args[1]);
+                let fits = !x.is_empty() && x.len() == indexes.len() && x[..x.len() - 1] == indexes[..x.len() - 1];
+                if !fits {
+                    return Err(mismatch(
+                        "x [.., n] and u32 indexes [.., m] of the same rank and the same sizes but the last",
+                    ));
+                }
+                Ok(indexes.to_vec())
+            }
             ModelOp::Rope => {
                 const EXPECTED: &str =
                     "x [b, .., seq, d] with d even, and cos and sin [seq, d/2] (the same positions for \
@@ -190,7 +247,17 @@ impl ModelOp {
                 got => Err(InferError::OperandDType { operand: "ids", expected: "u32", got }),
             },
             ModelOp::Argmax => float("x", args[0]).map(|_| Some(DType::U32)),
-            ModelOp::Cumsum => float("x", args[0]).map(Some),
+            ModelOp::Cumsum | ModelOp::Unfold { .. } => float("x", args[0]).map(Some),
+            ModelOp::ArgSort { .. } => float("x", args[0]).map(|_| Some(DType::U32)),
+            ModelOp::Gather => {
+                if args[1] != Some(DType::U32) {
+                    return Err(InferError::OperandDType { operand: "indexes", expected: "u32", got: args[1] });
+                }
+                match args[0] {
+                    Some(d) if d == DType::U32 || d.is_float() => Ok(Some(d)),
+                    got => Err(InferError::OperandDType { operand: "x", expected: "a float or u32 tensor", got }),
+                }
+            }
             ModelOp::Rope => {
                 let x = float("x", args[0])?;
                 same(x, &[("cos", args[1]), ("sin", args[2])]).map(Some)
@@ -237,7 +304,7 @@ impl RopeTable {
 
 /// `attention_len`'s key count `len` of batch `batch`, checked against the `keys` (skv) k and v hold and, under
 /// `causal`, the `queries` (sq) that must fit among them. The reference interpreter and the CPU share this
-/// rule; the GPU, whose counts stay on the device, clamps instead.
+/// rule; the GPU's kernels check the same (`fuse_model_check_lens`) and record a failure in its fault record.
 pub fn check_key_count(batch: usize, len: u64, queries: usize, keys: usize, causal: bool) -> Result<usize, InferError> {
     let least = if causal { queries } else { 0 };
     match usize::try_from(len) {

@@ -10,6 +10,7 @@ mod expr;
 mod inline;
 mod ops;
 mod scalars;
+mod sorts;
 mod unsupported;
 mod views;
 
@@ -314,6 +315,10 @@ impl Tracer<'_> {
             }
             // `let (a, b) = x.chunk(2, -1);`: candle's chunks, as views.
             Expr::MethodCall(call) if call.method == "chunk" => self.chunk_parts(call, names.elems.len()),
+            // `let (values, indices) = x.sort_last_dim(true);` and `= x.topk(k);`.
+            Expr::MethodCall(call) if call.method == "sort_last_dim" || call.method == "topk" => {
+                self.sorted_parts(call, names.elems.len())
+            }
             _ => return false,
         };
         for (pat, value) in names.elems.iter().zip(traced) {

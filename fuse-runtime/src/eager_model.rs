@@ -1,4 +1,5 @@
-//! The model ops as eager functions: `embedding(&ids, &table)`, `x.argmax(-1)`, `rope(&x, &cos, &sin)`,
+//! The model ops as eager functions: `embedding(&ids, &table)`, `x.argmax(-1)`, `x.cumsum(axis)`, the sorts
+//! (`x.arg_sort_last_dim(asc)`, `sort_last_dim`, `topk`), `x.gather(&indexes, axis)`, `rope(&x, &cos, &sin)`,
 //! `attention(&q, &k, &v, scale, causal)` and `attention_len(&q, &k, &v, &lens, scale, causal)`. Like every eager op, each builds a one-op graph and runs it through
 //! the executor, so `#[fuse]` and eager code share one implementation (and one definition: `fuse_ir::ModelOp`).
 
@@ -43,9 +44,9 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: impl Into<f64>, caus
 /// (they may hold anything, NaN included). With `causal`, the queries are the last sq of the `lens[b]` keys:
 /// query i sees keys `0 ..= lens[b] - sq + i`.
 ///
-/// On the CPU a count above the capacity, or below sq under `causal`, is an error naming it. On the GPU the
-/// counts stay on the device and are not checked: the kernel clamps each to the capacity, and a row that sees
-/// no key is zeros.
+/// A count above the capacity, or below sq under `causal`, is an error naming it: on the CPU at the call; on
+/// the GPU, where the counts stay on the device, the kernels check them and the error
+/// (`Error::DeviceCheck`) comes at the next synchronisation.
 pub fn attention_len(
     q: &Tensor,
     k: &Tensor,
@@ -102,4 +103,112 @@ impl Tensor {
             g.view(swap, &[sums], "x.cumsum(axis)")
         })
     }
+}
+
+impl Tensor {
+    /// Each row's indices (u32, the shape of `self`) ordered by value along the last axis (candle's name):
+    /// smallest first when `ascending`, else largest first. As torch's stable sort: equal values keep the
+    /// order of their indices, and a NaN counts as larger than every number.
+    ///
+    /// ```
+    /// # use fuse::prelude::*;
+    /// let x = Tensor::from_vec(vec![3.0f32, 1.0, 2.0], &[1, 3], &Device::Cpu)?;
+    /// assert_eq!(x.arg_sort_last_dim(true)?.to_vec::<u32>()?, [1, 2, 0]);
+    /// # Ok::<(), fuse::Error>(())
+    /// ```
+    pub fn arg_sort_last_dim(&self, ascending: bool) -> Result<Tensor> {
+        let label = format!("x.arg_sort_last_dim({ascending})");
+        run(&[("x", Operand::Tensor(self))], |g, i| g.model(ModelOp::ArgSort { ascending }, &[i[0]], &label))
+    }
+
+    /// The values sorted along the last axis and their indices (candle's `sort_last_dim`):
+    /// `(self.gather(&indices, -1), indices)` with the indices of [`Tensor::arg_sort_last_dim`].
+    pub fn sort_last_dim(&self, ascending: bool) -> Result<(Tensor, Tensor)> {
+        let indices = self.arg_sort_last_dim(ascending)?;
+        Ok((self.gather(&indices, -1)?, indices))
+    }
+
+    /// The `k` largest values along the last axis, largest first, and their indices (torch's `topk` with
+    /// its defaults), for sampling on the device: the first `k` of [`Tensor::sort_last_dim`] descending.
+    /// `k` past the axis is an error.
+    pub fn topk(&self, k: usize) -> Result<(Tensor, Tensor)> {
+        let indices = self.arg_sort_last_dim(false)?.narrow(-1, 0, k)?;
+        Ok((self.gather(&indices, -1)?, indices))
+    }
+
+    /// `out[.., j, ..] = self[.., indexes[.., j, ..], ..]` along `axis` (candle's `gather`): `indexes` is u32,
+    /// of `self`'s rank and sizes except along `axis`, and gives the result its shape; floats and u32 are
+    /// copied as they are. An index past the axis is an error naming it (on the GPU, found by the kernel and
+    /// reported at the next synchronisation).
+    pub fn gather(&self, indexes: &Tensor, axis: impl crate::Axis) -> Result<Tensor> {
+        let (rank, asked) = (self.rank(), axis.index());
+        let axis = fuse_ir::view::normalize_axis(asked, rank).ok_or_else(|| {
+            let why = format!("axis {asked} is out of range for a tensor of shape {:?}", self.shape());
+            Error::unsupported(EAGER, "gather", why)
+        })?;
+        let operands = [("x", Operand::Tensor(self)), ("indexes", Operand::Tensor(indexes))];
+        run(&operands, |g, i| {
+            if axis + 1 == rank {
+                return g.model(ModelOp::Gather, &[i[0], i[1]], "x.gather(indexes, -1)");
+            }
+            // Along another axis: both swapped with the last (views), gathered, swapped back.
+            let swap = fuse_ir::view::ViewOp::Transpose { a: axis as i8, b: -1 };
+            let (x, picks) =
+                (g.view(swap, &[i[0]], "x.gather(indexes, axis)"), g.view(swap, &[i[1]], "x.gather(indexes, axis)"));
+            let out = g.model(ModelOp::Gather, &[x, picks], "x.gather(indexes, axis)");
+            g.view(swap, &[out], "x.gather(indexes, axis)")
+        })
+    }
+}
+
+impl Tensor {
+    /// A 1-D convolution (candle's `conv1d`, no bias): `self` [b, c, l], `kernel` [co, c / groups, k] give
+    /// [b, co, (l + 2 padding - dilation (k - 1) - 1) / stride + 1]. Computed as the columns of `unfold`
+    /// (im2col) and a matmul per group, so the matmul is an ordinary GEMM (inside `#[fuse]`, a bias or an
+    /// activation after it is its epilogue).
+    ///
+    /// ```
+    /// # use fuse::prelude::*;
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[1, 1, 4], &Device::Cpu)?;
+    /// let kernel = Tensor::from_vec(vec![1.0f32, 1.0], &[1, 1, 2], &Device::Cpu)?;
+    /// assert_eq!(x.conv1d(&kernel, 0, 1, 1, 1)?.to_vec::<f32>()?, [3.0, 5.0, 7.0]);
+    /// # Ok::<(), fuse::Error>(())
+    /// ```
+    pub fn conv1d(
+        &self,
+        kernel: &Tensor,
+        padding: usize,
+        stride: usize,
+        dilation: usize,
+        groups: usize,
+    ) -> Result<Tensor> {
+        conv(self, kernel, [padding, stride, dilation, groups], 1)
+    }
+
+    /// A 2-D convolution (candle's `conv2d`, no bias): `self` [b, c, h, w], `kernel` [co, c / groups, kh, kw]
+    /// give [b, co, oh, ow], the same padding, stride and dilation along both axes; as [`Tensor::conv1d`].
+    pub fn conv2d(
+        &self,
+        kernel: &Tensor,
+        padding: usize,
+        stride: usize,
+        dilation: usize,
+        groups: usize,
+    ) -> Result<Tensor> {
+        conv(self, kernel, [padding, stride, dilation, groups], 2)
+    }
+}
+
+fn conv(x: &Tensor, kernel: &Tensor, sizes: [usize; 4], spatial: usize) -> Result<Tensor> {
+    let [padding, stride, dilation, groups] = sizes.map(|s| Operand::Scalar(s as f64));
+    let operands = [
+        ("x", Operand::Tensor(x)),
+        ("kernel", Operand::Tensor(kernel)),
+        ("padding", padding),
+        ("stride", stride),
+        ("dilation", dilation),
+        ("groups", groups),
+    ];
+    let label = format!("x.conv{spatial}d(kernel, padding, stride, dilation, groups)");
+    run(&operands, |g, i| g.conv(i[0], i[1], [i[2], i[3], i[4], i[5]], spatial, &label))
 }

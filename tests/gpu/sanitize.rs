@@ -200,6 +200,17 @@ fn running_sum(y: &Tensor) -> Result<Tensor> {
 }
 
 #[fuse]
+fn sort_and_pick(y: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+    let (top, top_indices) = y.t().topk(40);
+    Ok((y.t().arg_sort_last_dim(false), top, top_indices))
+}
+
+#[fuse]
+fn grouped_conv(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    Ok(silu(x.conv2d(w, 1, 2, 1, 2) + b.reshape(&[1, 6, 1, 1])))
+}
+
+#[fuse]
 fn lookup(ids: &Tensor, table: &Tensor) -> Result<Tensor> {
     Ok(embedding(ids, table))
 }
@@ -243,6 +254,19 @@ fn model_kernels_once() {
         let sums = y.t().and_then(|t| t.cumsum(-1)).expect("cumsum");
         let want = fuse::reference(running_sum_fused(), &[fuse::arg(&y)]).expect("reference");
         assert_close(&format!("cumsum {dtype}"), &sums, &want[0], dtype);
+        // Sorts through a transpose: rows of 9,000 (chunks of 4,096 in shared memory and the wider steps
+        // on the output), and topk's gather.
+        let y = random(&mut r, &[9000, 2], dtype, -1.0, 1.0, &dev);
+        let got = sort_and_pick_fused().call(&[fuse::arg(&y)]).expect("sort, topk");
+        let want = fuse::reference(sort_and_pick_fused(), &[fuse::arg(&y)]).expect("reference");
+        assert_close(&format!("arg_sort_last_dim {dtype}"), &got[0], &want[0], DType::U32);
+        assert_close(&format!("topk {dtype}"), &got[1], &want[1], dtype);
+        assert_close(&format!("topk indices {dtype}"), &got[2], &want[2], DType::U32);
+        // A padded, strided, grouped convolution (unfold, a batched GEMM, a copy back) with a bias and silu.
+        let x = random(&mut r, &[2, 4, 9, 7], dtype, -1.0, 1.0, &dev);
+        let (w, b) =
+            (random(&mut r, &[6, 2, 3, 3], dtype, -0.5, 0.5, &dev), random(&mut r, &[6], dtype, -0.5, 0.5, &dev));
+        check(&format!("conv2d {dtype}"), grouped_conv_fused(), &[fuse::arg(&x), fuse::arg(&w), fuse::arg(&b)], dtype);
         // q [b, sq, hq, d] transposed to heads; GQA 6 over 2 (3 rows a query in a tile of 16 rows). Whether each
         // case splits its keys and has several query tiles (on this GPU): 5 queries over 131 keys, decode
         // kernel (15 rows), 2 splits merged by the last; 40 queries over 70 keys (prefill kernel, keys in

@@ -12,6 +12,14 @@ pub fn eval(op: ModelOp, args: &[&Array], shape: Vec<usize>) -> Result<Array, In
         ModelOp::Argmax => argmax(args[0]),
         ModelOp::Rope => rope(args[0], args[1], args[2]),
         ModelOp::Cumsum => cumsum(args[0]),
+        ModelOp::ArgSort { ascending } => arg_sort(args[0], ascending),
+        ModelOp::Gather => gather(args[0], args[1])?,
+        ModelOp::Unfold { spatial } => {
+            let sizes: Vec<Option<f64>> = args.iter().map(|a| a.data.first().copied()).collect();
+            let geometry = super::unfold::Unfold::of(spatial, &args[0].shape, &args[1].shape, &sizes)?;
+            let count: usize = shape.iter().product();
+            (0..count).map(|i| geometry.source(i).map_or(0.0, |j| args[0].data[j])).collect()
+        }
         ModelOp::Attention { causal, with_lens } => {
             let key_counts = key_counts(args[0], args[1], with_lens.then(|| args[4]), causal)?;
             attention(args[0], args[1], args[2], args[3].data[0], causal, &key_counts)
@@ -59,6 +67,48 @@ fn cumsum(x: &Array) -> Vec<f64> {
         }
     }
     data
+}
+
+/// Each row's indices in torch's stable order: equal values by index, NaN above every number.
+fn arg_sort(x: &Array, ascending: bool) -> Vec<f64> {
+    let n = x.shape.last().copied().unwrap_or(1).max(1);
+    let mut data = Vec::with_capacity(x.data.len());
+    for row in x.data.chunks(n) {
+        let mut order: Vec<usize> = (0..row.len()).collect();
+        order.sort_by(|&i, &j| {
+            let by_value = row[i].total_cmp(&row[j]);
+            // total_cmp puts -NaN first; every NaN is the largest here, and -0 equals 0.
+            let by_value = match (row[i].is_nan(), row[j].is_nan()) {
+                (true, true) => std::cmp::Ordering::Equal,
+                (true, false) => std::cmp::Ordering::Greater,
+                (false, true) => std::cmp::Ordering::Less,
+                _ if row[i] == row[j] => std::cmp::Ordering::Equal,
+                _ => by_value,
+            };
+            if ascending {
+                by_value
+            } else {
+                by_value.reverse()
+            }
+        });
+        data.extend(order.into_iter().map(|i| i as f64));
+    }
+    data
+}
+
+fn gather(x: &Array, indexes: &Array) -> Result<Vec<f64>, InferError> {
+    let n = x.shape.last().copied().unwrap_or(0);
+    let m = indexes.shape.last().copied().unwrap_or(1).max(1);
+    let mut data = Vec::with_capacity(indexes.data.len());
+    for (row, picks) in indexes.data.chunks(m).enumerate() {
+        for &index in picks {
+            if !(index >= 0.0 && index < n as f64) {
+                return Err(InferError::IndexOutOfRange { index: index as u64, size: n });
+            }
+            data.push(x.data[row * n + index as usize]);
+        }
+    }
+    Ok(data)
 }
 
 fn rope(x: &Array, cos: &Array, sin: &Array) -> Vec<f64> {

@@ -6,9 +6,17 @@ use crate::{BinaryOp, Graph, InputKind, UnaryOp};
 
 fn model_graph(op: ModelOp) -> Graph {
     let mut g = Graph::new("f");
-    let names = ["a", "b", "c", "scale", "lens"];
+    let names = ["a", "b", "c", "scale", "lens", "f"];
+    // Scalars: attention's scale; unfold's four sizes.
+    let scalar = |i: usize| {
+        if op == (ModelOp::Unfold { spatial: 1 }) || op == (ModelOp::Unfold { spatial: 2 }) {
+            i >= 2
+        } else {
+            i == 3
+        }
+    };
     let args: Vec<_> = (0..op.arity())
-        .map(|i| g.input(names[i], if i == 3 { InputKind::Scalar } else { InputKind::Tensor }))
+        .map(|i| g.input(names[i], if scalar(i) { InputKind::Scalar } else { InputKind::Tensor }))
         .collect();
     let out = g.model(op, &args, op.name());
     g.outputs = vec![out];
@@ -36,7 +44,7 @@ fn every_model_op_round_trips_through_text() {
 
 #[test]
 fn shapes_follow_each_op() {
-    let shape = |op: ModelOp, args: &[&[usize]]| op.infer_shape(args);
+    let shape = |op: ModelOp, args: &[&[usize]]| op.infer_shape(args, &[]);
     assert_eq!(shape(ModelOp::Embedding, &[&[2, 3], &[10, 4]]), Ok(vec![2, 3, 4]));
     assert_eq!(shape(ModelOp::Embedding, &[&[], &[10, 4]]), Ok(vec![4]));
     assert!(shape(ModelOp::Embedding, &[&[2], &[10, 4, 1]]).is_err());
@@ -130,6 +138,32 @@ fn reference_embedding_argmax_and_rope() {
 }
 
 #[test]
+fn reference_sort_orders_as_torch_and_gather_checks_its_indexes() {
+    let x = Array::new(vec![2, 4], vec![3.0, f64::NAN, -1.0, 3.0, 0.0, -0.0, 2.0, 1.0]);
+    let asc = eval(&model_graph(ModelOp::ArgSort { ascending: true }), &[x.clone()]).unwrap();
+    assert_eq!(asc[0].data, vec![2.0, 0.0, 3.0, 1.0, 0.0, 1.0, 3.0, 2.0], "ties by index, NaN last, -0 = 0");
+    let desc = eval(&model_graph(ModelOp::ArgSort { ascending: false }), &[x.clone()]).unwrap();
+    assert_eq!(desc[0].data, vec![1.0, 0.0, 3.0, 2.0, 2.0, 3.0, 0.0, 1.0], "NaN first, ties by index");
+    let picks = Array::new(vec![2, 3], vec![3.0, 3.0, 2.0, 0.0, 2.0, 1.0]);
+    let out = eval(&model_graph(ModelOp::Gather), &[x.clone(), picks]).unwrap();
+    assert_eq!((out[0].shape.clone(), out[0].data[..3].to_vec()), (vec![2, 3], vec![3.0, 3.0, -1.0]));
+    assert_eq!(out[0].data[3..], [0.0, 2.0, -0.0]);
+    let err = eval(&model_graph(ModelOp::Gather), &[x, Array::new(vec![2, 1], vec![0.0, 4.0])]).unwrap_err();
+    assert_eq!(err.error.to_string(), "gather index 4 is out of range for an axis of 4 (indexes are 0..4)");
+    let shape = |op: ModelOp, args: &[&[usize]]| op.infer_shape(args, &[]);
+    assert_eq!(shape(ModelOp::ArgSort { ascending: true }, &[&[2, 0]]), Ok(vec![2, 0]));
+    assert!(shape(ModelOp::ArgSort { ascending: true }, &[&[]]).is_err());
+    assert_eq!(shape(ModelOp::Gather, &[&[2, 5], &[2, 9]]), Ok(vec![2, 9]));
+    assert!(shape(ModelOp::Gather, &[&[2, 5], &[3, 1]]).is_err(), "leading sizes differ");
+    assert!(shape(ModelOp::Gather, &[&[2, 5], &[2, 5, 1]]).is_err(), "ranks differ");
+    use DType::*;
+    assert_eq!(ModelOp::ArgSort { ascending: false }.infer_dtype(&[Some(BF16)]), Ok(Some(U32)));
+    assert!(ModelOp::ArgSort { ascending: false }.infer_dtype(&[Some(U32)]).is_err());
+    assert_eq!(ModelOp::Gather.infer_dtype(&[Some(U32), Some(U32)]), Ok(Some(U32)));
+    assert!(ModelOp::Gather.infer_dtype(&[Some(F16), Some(F32)]).is_err(), "float indexes");
+}
+
+#[test]
 fn reference_attention_masks_and_shares_kv_heads() {
     // One kv head serving two query heads, two keys, one query each; d = 1.
     let q = Array::new(vec![1, 2, 1, 1], vec![0.0, 1.0]);
@@ -215,7 +249,7 @@ fn model_ops_are_groups_of_their_own() {
 
 #[test]
 fn rope_tables_are_one_block_or_one_a_batch() {
-    let rope = |x: &[usize], table: &[usize]| ModelOp::Rope.infer_shape(&[x, table, table]);
+    let rope = |x: &[usize], table: &[usize]| ModelOp::Rope.infer_shape(&[x, table, table], &[]);
     // [seq, d/2] for every batch, or [b, seq, d/2] for each.
     assert_eq!(rope(&[2, 3, 5, 8], &[5, 4]).unwrap(), [2, 3, 5, 8]);
     assert_eq!(rope(&[2, 3, 5, 8], &[2, 5, 4]).unwrap(), [2, 3, 5, 8]);

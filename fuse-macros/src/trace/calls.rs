@@ -108,6 +108,9 @@ impl Tracer<'_> {
                 let sums = self.push(cumsum, &[t], call, Kind::Tensor);
                 Some(self.push(swap, &[sums], call, Kind::Tensor))
             }
+            Method::ArgSort => self.arg_sort(call, receiver),
+            Method::Gather => self.gather(call, receiver),
+            Method::Conv(spatial) => self.conv(call, receiver, spatial),
             Method::Argmax => {
                 let axis = arg?;
                 if !is_last_axis(axis) {

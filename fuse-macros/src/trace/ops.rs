@@ -80,6 +80,12 @@ pub enum Method {
     /// `x.cumsum(axis)` (candle's name): running sums along any axis (the last one as is, another swapped
     /// there and back).
     Cumsum,
+    /// `x.arg_sort_last_dim(ascending)` (candle's name).
+    ArgSort,
+    /// `x.gather(&indexes, axis)` (candle's name).
+    Gather,
+    /// `x.conv1d(&kernel, padding, stride, dilation, groups)` and `conv2d` (candle's), by spatial axes.
+    Conv(usize),
     Unary(UnaryOp),
     Binary(BinaryOp),
 }
@@ -95,6 +101,10 @@ impl Method {
             "to_dtype" => Some(Method::ToDType),
             "argmax" => Some(Method::Argmax),
             "cumsum" => Some(Method::Cumsum),
+            "arg_sort_last_dim" => Some(Method::ArgSort),
+            "gather" => Some(Method::Gather),
+            "conv1d" => Some(Method::Conv(1)),
+            "conv2d" => Some(Method::Conv(2)),
             _ if ViewMethod::ALL.iter().any(|e| e.0 == name) => {
                 ViewMethod::ALL.into_iter().find(|e| e.0 == name).map(|e| Method::View(e.1))
             }
@@ -112,7 +122,8 @@ impl Method {
     pub fn arity(self) -> usize {
         match self {
             Method::Transpose | Method::Unary(_) => 0,
-            Method::Clamp | Method::WhereCond => 2,
+            Method::Clamp | Method::WhereCond | Method::Gather => 2,
+            Method::Conv(_) => 5,
             Method::View(v) => v.entry().2,
             Method::MatMul
             | Method::Reduce(_)
@@ -121,6 +132,7 @@ impl Method {
             | Method::ToDType
             | Method::Argmax
             | Method::Cumsum
+            | Method::ArgSort
             | Method::Binary(_) => 1,
         }
     }
@@ -139,6 +151,9 @@ impl Method {
             Method::ToDType => "`x.to_dtype(DType::F32)`".into(),
             Method::Argmax => "`x.argmax(-1)`".into(),
             Method::Cumsum => "`x.cumsum(-1)`".into(),
+            Method::ArgSort => "`x.arg_sort_last_dim(true)`".into(),
+            Method::Gather => "`x.gather(&indexes, -1)`".into(),
+            Method::Conv(d) => format!("`x.conv{d}d(&kernel, padding, stride, dilation, groups)`"),
             Method::Unary(u) => format!("`x.{}()`", u.name()),
             Method::Binary(b) => format!("`a.{}(b)`", b.name()),
         }
@@ -215,6 +230,10 @@ pub fn supported_methods() -> String {
         "min(-1)",
         "argmax(-1)",
         "cumsum(axis)",
+        "arg_sort_last_dim(ascending)",
+        "gather(&indexes, axis)",
+        "conv1d(&kernel, padding, stride, dilation, groups)",
+        "conv2d(&kernel, padding, stride, dilation, groups)",
         "powf(s)",
         "to_dtype(DType::..)",
         "sum_keepdim(axis)",
@@ -265,6 +284,12 @@ pub fn suggestion(name: &str) -> Option<&'static str> {
         "swapaxes" | "swap_dims" => "write `x.transpose(a, b)`",
         "view" | "flatten" => "write `x.reshape(&[d0, d1, ..])` (a view when the strides allow)",
         "chunk" => "bind the parts by name: `let (a, b) = x.chunk(2, axis);`",
+        "sort_last_dim" => "bind both by name: `let (values, indices) = x.sort_last_dim(ascending);`",
+        "topk" => "bind both by name: `let (values, indices) = x.topk(k);`",
+        "sort" | "argsort" | "arg_sort" => {
+            "write `x.arg_sort_last_dim(ascending)`, or bind both of \
+                                          `let (values, indices) = x.sort_last_dim(ascending);`"
+        }
         "expand" => "write `x.broadcast_as(&[d0, d1, ..])`",
         "concat" | "concatenate" | "stack" => "write `cat(&[&a, &b], axis)`",
         "slice" | "i" => "write `x.narrow(axis, start, len)`",

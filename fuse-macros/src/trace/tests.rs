@@ -312,6 +312,17 @@ fn each_mistake_gives_one_error() {
             "bind `x.chunk(2, axis)` to 2 names",
         ),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.chunk(2, -1)) }", "`let (a, b) = x.chunk(2, axis);`"),
+        ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.topk(3)) }", "`let (values, indices) = x.topk(k);`"),
+        (
+            "fn f(x: &Tensor) -> Result<Tensor> { let (a, b, c) = x.sort_last_dim(true); Ok(a) }",
+            "bind `x.sort_last_dim(ascending)` to two names",
+        ),
+        (
+            "fn f(x: &Tensor, up: f32) -> Result<Tensor> { Ok(x.arg_sort_last_dim(up)) }",
+            "`arg_sort_last_dim`'s direction is `true` (ascending), `false` or a `bool` parameter here, not `up`",
+        ),
+        ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.argsort(-1)) }", "write `x.arg_sort_last_dim(ascending)`"),
+        ("fn f(x: &Tensor, i: &Tensor) -> Result<Tensor> { Ok(x.gather(i, k)) }", "the axis of `gather` must be"),
         ("fn f(x: &Tensor) -> Result<Tensor> { fn g() {} Ok(x.exp()) }", "items (fn, struct, use, ...)"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(!x) }", "`!` cannot be traced"),
         ("fn f(x: &Tensor) -> Result<Tensor> { Ok(x.matmul(x).softmax()) }", "write `softmax(x)`"),

@@ -53,7 +53,7 @@ impl Tracer<'_> {
 
     /// A size: a non-negative integer literal (or `-1` where `allow_inferred`), a scalar parameter or
     /// `x.dim(i)`, possibly through a `let` name.
-    fn size(&mut self, e: &Expr, name: &str, allow_inferred: bool) -> Value {
+    pub(super) fn size(&mut self, e: &Expr, name: &str, allow_inferred: bool) -> Value {
         let literal = integer(e);
         if let Some(v) = literal {
             if v >= 0 || (allow_inferred && v == -1) {

@@ -16,6 +16,7 @@
 mod attention;
 mod attention_decode;
 mod copy;
+mod dense;
 pub(crate) mod exec;
 mod kernels;
 mod math;
@@ -24,7 +25,9 @@ mod model;
 pub(crate) mod quant;
 mod rowprog;
 mod rowrun;
+mod sort;
 mod spin_pool;
+mod unfold;
 
 use crate::Tensor;
 use fuse_ir::NodeId;

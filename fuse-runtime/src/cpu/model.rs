@@ -1,10 +1,11 @@
-//! Model groups on the CPU: `embedding`, `argmax` and `rope` here, `attention` in `attention.rs` (the key
+//! Model groups on the CPU: `embedding`, `argmax`, `cumsum` and `rope` here, `arg_sort_last_dim` and
+//! `gather` in `sort.rs`, `unfold` in `unfold.rs`, `attention` in `attention.rs` (the key
 //! counts of `attention_len` are read and checked here). Each group is one model op; it reads its operands
 //! densely in f32 (ids and key counts as u32, embedding rows in their own dtype), computes with rayon when
 //! the work is large enough to pay for it, and writes one output.
 
 use super::attention::attention;
-use super::kernels::sink_of;
+use super::dense::{dense_f32, from_f32};
 use super::rowprog::CallInfo;
 use super::PARALLEL_MIN_ELEMENTS;
 use crate::call::{node_error, Value};
@@ -34,6 +35,22 @@ pub(super) fn run_model(info: &CallInfo<'_>, resolve: &dyn Fn(NodeId) -> Result<
             embedding(&ids, &table).map_err(|error| node_error(function, g, NodeError { node: id, error }))?
         }
         ModelOp::Argmax => CpuData::U32(argmax(&tensor(0)?)?),
+        ModelOp::ArgSort { ascending } => CpuData::U32(super::sort::arg_sort(&tensor(0)?, ascending)?),
+        ModelOp::Unfold { spatial } => {
+            let sizes = (0..args.len())
+                .map(|i| match resolve(args[i])? {
+                    Value::Scalar(v) => Ok(Some(v)),
+                    Value::Tensor(_) => Ok(None),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let x = tensor(0)?;
+            let geometry = fuse_ir::model_op::unfold::Unfold::of(spatial, x.shape(), tensor(1)?.shape(), &sizes)
+                .map_err(|error| node_error(function, g, NodeError { node: id, error }))?;
+            super::unfold::unfold(&x, &geometry, dtype)?
+        }
+        ModelOp::Gather => super::sort::gather(&tensor(0)?, &tensor(1)?, dtype, |error| {
+            node_error(function, g, NodeError { node: id, error })
+        })?,
         ModelOp::Cumsum => {
             let x = tensor(0)?;
             from_f32(dtype, cumsum(&dense_f32(&x)?, x.shape().last().copied().unwrap_or(1)))
@@ -84,12 +101,6 @@ pub(super) fn run_model(info: &CallInfo<'_>, resolve: &dyn Fn(NodeId) -> Result<
     Ok(Tensor::from_cpu(data, info.shapes[id.index()].clone()))
 }
 
-/// The tensor's elements in row-major order as f32 (a copy: the ops here read every element more than
-/// once, and a copy frees the storage's lock for a write that may follow).
-pub(super) fn dense_f32(t: &Tensor) -> Result<Vec<f32>> {
-    t.to_vec::<f32>()
-}
-
 /// The elements of a contiguous f32 tensor that starts its storage, borrowed in place (a read lock on the
 /// storage while it lives); `None` for any other tensor.
 fn dense_f32_in_place(t: &Tensor) -> Option<crate::host::F32Read<'_>> {
@@ -105,16 +116,6 @@ fn first_keys(t: &Tensor, n: usize) -> Tensor {
     let mut layout = t.layout();
     layout.shape[2] = n;
     t.with_layout(layout)
-}
-
-/// f32 results stored in `dtype` (rounded for the half types).
-fn from_f32(dtype: DType, values: Vec<f32>) -> CpuData {
-    if dtype == DType::F32 {
-        return CpuData::F32(values);
-    }
-    let mut data = CpuData::zeros(dtype, values.len());
-    sink_of(&mut data).write(0, &values);
-    data
 }
 
 /// The rows of a dense `table` picked by `ids`, copied in the table's own dtype (no rounding). An id out of

@@ -66,6 +66,7 @@ fn fault_error(code: u64, value: u64, limit: u64) -> Error {
         2 => ("slice_set", format!("offset {value} leaves no room for the rows written (at most {limit} here)")),
         3 => ("attention_len", format!("a key count of lens is {value}, more than the {limit} keys k and v hold")),
         4 => ("attention_len", format!("a key count of lens is {value}, under causal fewer than the {limit} queries")),
+        5 => ("gather", format!("gather index {value} is out of range for an axis of {limit}")),
         _ => ("kernel", format!("fault code {code} (value {value}, limit {limit})")),
     };
     Error::DeviceCheck { op, message }

@@ -3,8 +3,8 @@
 // as they are: q a transpose, k and v a narrow of a longer cache). Query head h reads key/value head
 // h / (hq / hkv); causal query i sees keys 0 ..= skv - sq + i. attention_len passes `lens` ([b] u32, a device
 // value so that a captured step replays as the cache grows): batch b then has min(lens[b], skv) keys in
-// place of skv, and keys past them are never loaded. The GPU does not check lens: a row that sees no key
-// (lens[b] = 0, or < sq under causal) writes zeros.
+// place of skv, and keys past them are never loaded. This kernel does not check lens (check_lens.cu, launched
+// before it, does): a row that sees no key (lens[b] = 0, or < sq under causal) writes zeros.
 //
 // Work item = (batch b, kv head g, query tile, key split); blocks take items grid-stride, last query tiles
 // first (under causal they see the most keys). The rows of (b, g) are u = i * group + (h - g * group): the

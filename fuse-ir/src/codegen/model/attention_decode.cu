@@ -30,7 +30,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, FUSE_DECODE_MI
 #endif
   fuse_model_grid_sync();
   if (a.lens && blockIdx.x == 0) {
-    fuse_model_check_lens(a.lens, a.lens_stride, a.batch, (unsigned int)a.keys, (unsigned int)a.queries, a.causal != 0, a.lens_fault);
+    fuse_model_check_lens(a.lens, a.lens_stride, a.batch, (unsigned int)a.keys, (unsigned int)a.queries, a.causal != 0, a.fault);
   }
   // Each warp's merged state of the pass's rows, then the merge weights of the last split block.
   __shared__ __align__(16) float warp_acc[FUSE_DECODE_WARPS][FUSE_DECODE_PASS_ROWS][FUSE_ATTENTION_D];

@@ -178,8 +178,9 @@ struct FuseAttentionDecodeArgs {
   long long v_new_strides[4];
   const unsigned int* at;  // the caches' position of the new rows
   long long room;          // the last position the caches have
+  // The device's fault record: where an append past `room` and a key count of lens that does not fit are
+  // recorded.
   unsigned long long* fault;
-  unsigned long long* lens_fault;  // where a key count of lens that does not fit is recorded
 };
 
 // The lane's 8 channels of a row as f32 (element order: the low half of a 32-bit word first).

@@ -84,9 +84,9 @@ __device__ __forceinline__ void fuse_model_fault(unsigned long long* fault, unsi
 // attention_len's key counts checked as the CPU checks them (fuse-ir's check_key_count), by the first block
 // once the kernel before has written them: a count above the `keys` k and v hold (code 3), or under causal
 // below the `queries` (code 4), is recorded (the kernels then clamp it, and the host reports the fault).
-// The decode attention kernel uses every register it has: it calls this not inlined, before its work. (The
-// prefill kernel, at its register limit in every build, spills with it even inlined after its work: it
-// clamps its counts unchecked.)
+// The decode attention kernel uses every register it has: it calls this not inlined, before its work. The
+// prefill kernel, at its register limit in every build (it spills with this even inlined after its work),
+// clamps its counts: check_lens.cu runs this in a launch of its own before it.
 __device__ __noinline__ void fuse_model_check_lens(const unsigned int* lens, long long stride, long long batch,
                                                       unsigned int keys, unsigned int queries, bool causal,
                                                       unsigned long long* fault) {

@@ -1,4 +1,5 @@
-//! Hand-written CUDA C for the model ops (`embedding`, `argmax`, `rope`, `attention`), `cat` and the
+//! Hand-written CUDA C for the model ops (`embedding`, `argmax`, `cumsum`, `arg_sort_last_dim`, `gather`,
+//! `unfold`, `rope`, `attention`), `cat` and the
 //! decoding of quantized blocks (`dequantize`): one kernel
 //! per op (attention: a decode kernel that merges its own key splits, and a prefill kernel with a second
 //! kernel merging its key splits), the same text for every shape; the element type
@@ -26,6 +27,8 @@ pub const MODEL_BLOCK_THREADS: u32 = 256;
 pub const MODEL_RANK: usize = 6;
 /// Threads of the argmax kernel's block (one block a row: a decoder's logits at batch 1 are one long row).
 pub const ARGMAX_THREADS: u32 = 1024;
+/// Threads of the sort kernel's block (one block a row, a bitonic network in chunks of 4,096 columns).
+pub const SORT_THREADS: u32 = 1024;
 /// Copies one launch of the cat kernel makes (`FUSE_CAT_COPIES`): cat's parts and consecutive slice_sets.
 pub const MODEL_CAT_COPIES: usize = 4;
 
@@ -35,9 +38,17 @@ pub enum ModelKernel {
     Argmax,
     /// Running sums along the last axis (one block a row).
     Cumsum,
+    /// Each row's indices in sorted order (one block a row, a bitonic network).
+    Sort,
+    /// Elements picked along the last axis by u32 indexes.
+    Gather,
+    /// A convolution's columns (im2col).
+    Unfold,
     Rope,
     /// Attention of many queries (prefill).
     Attention,
+    /// attention_len's key counts checked before the prefill kernel (which clamps them).
+    LensCheck,
     /// Merges the prefill kernel's per-split partials (when the keys were split across blocks).
     AttentionCombine,
     /// Attention whose rows of a kv head fit one block (decode), key splits merged in the same launch.
@@ -49,12 +60,16 @@ pub enum ModelKernel {
 }
 
 impl ModelKernel {
-    pub const ALL: [ModelKernel; 9] = [
+    pub const ALL: [ModelKernel; 13] = [
         ModelKernel::Embedding,
         ModelKernel::Argmax,
         ModelKernel::Cumsum,
+        ModelKernel::Sort,
+        ModelKernel::Gather,
+        ModelKernel::Unfold,
         ModelKernel::Rope,
         ModelKernel::Attention,
+        ModelKernel::LensCheck,
         ModelKernel::AttentionCombine,
         ModelKernel::AttentionDecode,
         ModelKernel::Cat,
@@ -67,8 +82,12 @@ impl ModelKernel {
             ModelKernel::Embedding => "fuse_model_embedding",
             ModelKernel::Argmax => "fuse_model_argmax",
             ModelKernel::Cumsum => "fuse_model_cumsum",
+            ModelKernel::Sort => "fuse_model_sort",
+            ModelKernel::Gather => "fuse_model_gather",
+            ModelKernel::Unfold => "fuse_model_unfold",
             ModelKernel::Rope => "fuse_model_rope",
             ModelKernel::Attention => "fuse_model_attention",
+            ModelKernel::LensCheck => "fuse_model_lens_check",
             ModelKernel::AttentionCombine => "fuse_model_attention_combine",
             ModelKernel::AttentionDecode => "fuse_model_attention_decode",
             ModelKernel::Cat => "fuse_model_cat",
@@ -92,8 +111,12 @@ impl ModelKernel {
             ModelKernel::Embedding => with_helpers!("embedding.cu"),
             ModelKernel::Argmax => with_helpers!("argmax.cu"),
             ModelKernel::Cumsum => with_helpers!("cumsum.cu"),
+            ModelKernel::Sort => with_helpers!("sort.cu"),
+            ModelKernel::Gather => with_helpers!("gather.cu"),
+            ModelKernel::Unfold => with_helpers!("unfold.cu"),
             ModelKernel::Rope => with_helpers!("rope.cu"),
             ModelKernel::Attention => with_helpers!("attention.cu"),
+            ModelKernel::LensCheck => with_helpers!("check_lens.cu"),
             ModelKernel::AttentionCombine => with_helpers!("attention_combine.cu"),
             ModelKernel::AttentionDecode => {
                 with_helpers!("../cuda/sm90.cuh", "attention_decode.cuh", "attention_decode.cu")
@@ -110,6 +133,7 @@ impl ModelKernel {
             ModelKernel::AttentionCombine => ATTENTION_COMBINE_THREADS,
             ModelKernel::AttentionDecode => ATTENTION_DECODE_THREADS,
             ModelKernel::Argmax => ARGMAX_THREADS,
+            ModelKernel::Sort => SORT_THREADS,
             _ => MODEL_BLOCK_THREADS,
         }
     }
@@ -158,6 +182,7 @@ mod tests {
         assert_eq!(ATTENTION_DECODE_MAX_SPLITS % 32, 0);
         assert_eq!(ATTENTION_DECODE_ROWS, ATTENTION_ROW_TILE, "prefill takes what decode does not hold");
         assert!(ModelKernel::Argmax.source().contains(&format!("#define FUSE_ARGMAX_THREADS {ARGMAX_THREADS}")));
+        assert!(ModelKernel::Sort.source().contains(&format!("#define FUSE_SORT_THREADS {SORT_THREADS}")));
         for kernel in ModelKernel::ALL {
             let source = kernel.source();
             assert!(source.contains("__global__ void __launch_bounds__("), "{kernel:?}");

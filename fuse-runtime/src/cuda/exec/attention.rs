@@ -10,7 +10,10 @@
 //!   per-split f32 partials.
 //! `attention_len` is the same launch with the address of its `lens` (u32 [b]): the key counts stay on the
 //! device (nothing is read back, so a captured step can replay with new counts), the geometry comes from
-//! skv, the capacity, and the kernel clamps each count to skv without checking it (see `attention.cu`).
+//! skv, the capacity. The decode kernel checks each count (`fuse_model_check_lens`: one that does not fit is
+//! recorded in the device's fault record and reported at the next synchronisation); before the prefill
+//! kernel, which clamps each count to skv (no register is left there for the check), one small launch makes
+//! the same check.
 //!
 //! The partials live in the device's one growable workspace (`CudaDevice::workspace`), held from before the
 //! first launch until after the last, so that repeated calls allocate nothing and no other call on another
@@ -156,8 +159,8 @@ impl Executor<'_> {
                 }
                 None => words.0.resize(words.0.len() + ROPE_APPEND_WORDS, 0),
             }
-            // Where a key count of lens that does not fit is recorded.
-            words.address(if with_lens { self.device.fault_address()? } else { 0 });
+            // Where an append past the caches or a key count of lens that does not fit is recorded.
+            words.address(self.device.fault_address()?);
             // Vector-loadable caches (a decoder's) get a build without the element-by-element loads.
             if vector {
                 defines.push(ATTENTION_DECODE_VECTOR_DEFINE.to_string());
@@ -181,6 +184,15 @@ impl Executor<'_> {
             self.launch_model_kernel_block(ModelKernel::AttentionDecode, &defines, dims, words)?;
             drop(workspace);
             return Ok(());
+        }
+        if with_lens {
+            // The prefill kernel clamps the counts unchecked (no register is left for the check): one block
+            // checks them first, as the decode kernel does, into the fault record.
+            let mut words = Words::default();
+            words.address(lens).counts(&[lens_stride, batch, keys, queries, causal as usize]);
+            words.address(self.device.fault_address()?);
+            let defines = ModelKernel::defines(q.dtype());
+            self.launch_model_kernel_with(ModelKernel::LensCheck, &defines, 1, 0, words)?;
         }
         let mut words = Words::default();
         for t in [&q, &k, &v] {

@@ -212,6 +212,60 @@ impl Executor<'_> {
                 }
                 (ModelKernel::Cumsum, x.dtype(), rows.clamp(1, 1 << 20) as u32, rows)
             }
+            ModelOp::ArgSort { ascending } => {
+                let x = self.tensor_arg(args[0], "x")?;
+                self.fits_layout("arg_sort_last_dim", &x)?;
+                let r = x.shape().len();
+                let columns = x.shape()[r - 1];
+                if columns > 1 << 31 {
+                    let why = format!("rows of more than 2^31 elements on the GPU (the last axis holds {columns})");
+                    return Err(Error::unsupported(self.function, "arg_sort_last_dim", why));
+                }
+                let rows = if columns == 0 { 0 } else { out.numel() / columns };
+                if rows > 0 {
+                    words.address(self.address(&x)?).address(out_address);
+                    words.counts(&[rows, columns, x.strides()[r - 1], ascending as usize]);
+                    words.layout(&x.shape()[..r - 1], &x.strides()[..r - 1]);
+                }
+                (ModelKernel::Sort, x.dtype(), rows.clamp(1, 1 << 20) as u32, rows)
+            }
+            ModelOp::Gather => {
+                let (x, indexes) = (self.tensor_arg(args[0], "x")?, self.tensor_arg(args[1], "indexes")?);
+                self.fits_layout("gather", &x)?;
+                self.fits_layout("gather", &indexes)?;
+                let r = x.shape().len();
+                let count = out.numel();
+                if count > 0 {
+                    // The indexes live on the device: the kernel checks them (the fault record).
+                    words.address(self.address(&x)?).address(self.address(&indexes)?).address(out_address);
+                    words.counts(&[count, indexes.shape()[r - 1], x.shape()[r - 1], x.strides()[r - 1]]);
+                    words.address(self.device.fault_address()?);
+                    words.layout(&x.shape()[..r - 1], &x.strides()[..r - 1]).layout(indexes.shape(), indexes.strides());
+                }
+                (ModelKernel::Gather, x.dtype(), blocks(count, ModelKernel::Gather.block_threads()), count)
+            }
+            ModelOp::Unfold { spatial } => {
+                let x = self.tensor_arg(args[0], "x")?;
+                let sizes = (0..args.len())
+                    .map(|i| match self.resolve(args[i])? {
+                        Value::Scalar(v) => Ok(Some(v)),
+                        Value::Tensor(_) => Ok(None),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let w = self.tensor_arg(args[1], "weights")?;
+                let u = fuse_ir::model_op::unfold::Unfold::of(spatial, x.shape(), w.shape(), &sizes)
+                    .map_err(|e| self.internal(format!("unfold: {e}")))?;
+                let count = out.numel();
+                if count > 0 {
+                    // x's strides as [b, c, h, w]: a 1-D x has one row (stride 0).
+                    let st = x.strides();
+                    let strides = if u.spatial == 1 { [st[0], st[1], 0, st[2]] } else { [st[0], st[1], st[2], st[3]] };
+                    words.address(self.address(&x)?).address(out_address);
+                    words.counts(&[count, u.batch, u.channels, u.groups]).counts(&u.input).counts(&u.kernel);
+                    words.counts(&u.output).counts(&u.padding).counts(&u.stride).count(u.dilation).counts(&strides);
+                }
+                (ModelKernel::Unfold, x.dtype(), blocks(count, ModelKernel::Unfold.block_threads()), count)
+            }
             ModelOp::Rope => {
                 let (x, cos, sin) = (
                     self.tensor_arg(args[0], "x")?,

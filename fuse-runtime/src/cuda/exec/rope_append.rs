@@ -97,7 +97,7 @@ impl Executor<'_> {
         words.address(self.address(&cos)?).address(self.address(&sin)?).counts(&[cos.strides()[1], sin.strides()[1]]);
         words.address(self.address(&v_new)?).counts(v_new.strides());
         let room = capacity - 1;
-        words.address(self.address(&at)?).count(room).address(self.device.fault_address()?);
+        words.address(self.address(&at)?).count(room);
         debug_assert_eq!(words.0.len(), ROPE_APPEND_WORDS);
         // Vector rows: x's heads and v_new's rows as attention reads its caches' (vector_rows: 4-D, unit
         // stride, aligned rows), the tables' row unit-stride and aligned (a lane reads 8 channels of it from

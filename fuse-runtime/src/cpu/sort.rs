@@ -1,0 +1,62 @@
+//! `arg_sort_last_dim` and `gather` on the CPU: rows sorted with the standard library's stable sort under
+//! torch's order (the GPU's bitonic network gives the same indices: ties by index), and elements picked by
+//! u32 indexes, checked before anything is copied.
+
+use super::dense::{dense_f32, from_f32};
+use crate::host::CpuData;
+use crate::{Error, Result, Tensor};
+use fuse_ir::infer::InferError;
+use fuse_ir::DType;
+use std::cmp::Ordering;
+
+/// Each row's indices ordered by value: ascending or not, equal values by index, a NaN above every number.
+pub(super) fn arg_sort(x: &Tensor, ascending: bool) -> Result<Vec<u32>> {
+    let n = x.shape().last().copied().unwrap_or(1).max(1);
+    let data = dense_f32(x)?;
+    let by_value = |a: f32, b: f32| match (a.is_nan(), b.is_nan()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Greater,
+        (false, true) => Ordering::Less,
+        _ => a.partial_cmp(&b).unwrap_or(Ordering::Equal),
+    };
+    let mut out = Vec::with_capacity(data.len());
+    for row in data.chunks(n) {
+        let mut order: Vec<u32> = (0..row.len() as u32).collect();
+        // Stable: equal values keep the order of their indices in both directions.
+        order.sort_by(|&i, &j| {
+            let o = by_value(row[i as usize], row[j as usize]);
+            if ascending {
+                o
+            } else {
+                o.reverse()
+            }
+        });
+        out.extend(order);
+    }
+    Ok(out)
+}
+
+/// `out[.., j] = x[.., indexes[.., j]]` in x's dtype (`dtype`); an index past x's last axis is the error
+/// `fail` makes, found before anything is copied.
+pub(super) fn gather(
+    x: &Tensor,
+    indexes: &Tensor,
+    dtype: DType,
+    fail: impl Fn(InferError) -> Error,
+) -> Result<CpuData> {
+    let n = x.shape().last().copied().unwrap_or(0);
+    let m = indexes.shape().last().copied().unwrap_or(1);
+    let indexes = indexes.to_vec::<u32>()?;
+    if let Some(&index) = indexes.iter().find(|&&i| i as usize >= n) {
+        return Err(fail(InferError::IndexOutOfRange { index: index as u64, size: n }));
+    }
+    // Element k of the output: row k / m of x, at the column its index names.
+    let source = |k: usize| (k / m) * n + indexes[k] as usize;
+    Ok(if dtype == DType::U32 {
+        let v = x.to_vec::<u32>()?;
+        CpuData::U32((0..indexes.len()).map(|k| v[source(k)]).collect())
+    } else {
+        let v = dense_f32(x)?;
+        from_f32(dtype, (0..indexes.len()).map(|k| v[source(k)]).collect())
+    })
+}
