@@ -32,8 +32,17 @@ fn assert_same(what: &str, got: &Tensor, want: &Tensor) {
 
 fn sorts_match_reference(dev: &Device) {
     let mut r = TestRng::new(71);
-    let cases: [(&[usize], usize); 6] =
-        [(&[1, 1], 1), (&[3, 7], 3), (&[2, 300], 40), (&[2, 4097], 50), (&[1, 20001], 64), (&[2, 3, 33], 33)];
+    // (shape, k): k = n, k past what the GPU selects without sorting (4,096), ties (the rows of 300).
+    let cases: [(&[usize], usize); 8] = [
+        (&[1, 1], 1),
+        (&[3, 7], 3),
+        (&[2, 300], 40),
+        (&[2, 4097], 50),
+        (&[1, 20001], 64),
+        (&[2, 3, 33], 33),
+        (&[2, 9000], 5000),
+        (&[3, 5000], 4096),
+    ];
     for dtype in [DType::F32, DType::BF16, DType::F16] {
         for &(shape, k) in &cases {
             let mut x = random(&mut r, shape, dtype, -1.0, 1.0, dev);
@@ -65,6 +74,9 @@ fn sorts_match_reference(dev: &Device) {
     assert_eq!(up, [2, 5, 0, 3, 1, 4]);
     let down: Vec<u32> = x.arg_sort_last_dim(false).unwrap().to_vec().unwrap();
     assert_eq!(down, [1, 4, 0, 3, 5, 2]);
+    let (top, indices) = x.topk(3).unwrap();
+    assert_eq!(indices.to_vec::<u32>().unwrap(), [1, 4, 0]);
+    assert!(top.to_vec::<f32>().unwrap()[..2].iter().all(|v| v.is_nan()));
     // k past the axis, ids (u32) to sort: errors.
     assert!(x.topk(7).is_err());
     let ids = Tensor::from_vec(vec![1u32, 0], &[1, 2], dev).unwrap();

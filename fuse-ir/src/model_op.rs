@@ -40,6 +40,10 @@ pub enum ModelOp {
     /// equal values keep the order of their indices, and a NaN counts as larger than every number (last
     /// ascending, first descending).
     ArgSort { ascending: bool },
+    /// `arg_topk(x, k)`, what `x.topk(k)` (torch's) is made of with a `gather`: the first k indices of
+    /// `arg_sort_last_dim(false)` along the last axis (the k largest, largest first), [.., k]; `k` a size
+    /// argument of at most the axis' length.
+    ArgTopK,
     /// `x.gather(&indexes, -1)` (candle's name): `out[.., j] = x[.., indexes[.., j]]` with x [.., n] and the
     /// u32 indexes [.., m] (the same leading axes), giving [.., m] in x's dtype. An index >= n is an error
     /// naming it ([`InferError::IndexOutOfRange`]).
@@ -52,12 +56,13 @@ pub enum ModelOp {
 }
 
 impl ModelOp {
-    pub const ALL: [ModelOp; 13] = [
+    pub const ALL: [ModelOp; 14] = [
         ModelOp::Embedding,
         ModelOp::Argmax,
         ModelOp::Cumsum,
         ModelOp::ArgSort { ascending: true },
         ModelOp::ArgSort { ascending: false },
+        ModelOp::ArgTopK,
         ModelOp::Gather,
         ModelOp::Unfold { spatial: 1 },
         ModelOp::Unfold { spatial: 2 },
@@ -71,7 +76,7 @@ impl ModelOp {
     pub fn arity(self) -> usize {
         match self {
             ModelOp::Argmax | ModelOp::Cumsum | ModelOp::ArgSort { .. } => 1,
-            ModelOp::Embedding | ModelOp::Gather => 2,
+            ModelOp::Embedding | ModelOp::Gather | ModelOp::ArgTopK => 2,
             ModelOp::Rope => 3,
             ModelOp::Attention { with_lens, .. } => 4 + with_lens as usize,
             ModelOp::Unfold { .. } => 6,
@@ -86,6 +91,7 @@ impl ModelOp {
             ModelOp::Argmax => "argmax",
             ModelOp::Cumsum => "cumsum",
             ModelOp::ArgSort { .. } => "arg_sort_last_dim",
+            ModelOp::ArgTopK => "arg_topk",
             ModelOp::Gather => "gather",
             ModelOp::Unfold { .. } => "unfold",
             ModelOp::Rope => "rope",
@@ -113,6 +119,7 @@ impl ModelOp {
             "argmax" => Some(ModelOp::Argmax),
             "cumsum" => Some(ModelOp::Cumsum),
             "gather" => Some(ModelOp::Gather),
+            "arg_topk" => Some(ModelOp::ArgTopK),
             "unfold" => match words.next()? {
                 "spatial=1" => Some(ModelOp::Unfold { spatial: 1 }),
                 "spatial=2" => Some(ModelOp::Unfold { spatial: 2 }),
@@ -168,6 +175,18 @@ impl ModelOp {
                     shape: args[0].to_vec(),
                 }),
             },
+            ModelOp::ArgTopK => {
+                let (x, k) = (args[0], sizes.get(1).copied().flatten());
+                match (x.split_last(), k) {
+                    (Some((&n, rest)), Some(k)) if k >= 0.0 && k.fract() == 0.0 && k <= n as f64 => {
+                        Ok(rest.iter().copied().chain([k as usize]).collect())
+                    }
+                    _ => Err(InferError::View(format!(
+                        "topk: k must be a whole number of at most the last axis' length, got {k:?} for a tensor of \
+                         shape {x:?}"
+                    ))),
+                }
+            }
             ModelOp::Unfold { spatial } => Ok(unfold::Unfold::of(spatial, args[0], args[1], sizes)?.shape()),
             ModelOp::Gather => {
                 let (x, indexes) = (args[0], args[1]);
@@ -248,7 +267,7 @@ impl ModelOp {
             },
             ModelOp::Argmax => float("x", args[0]).map(|_| Some(DType::U32)),
             ModelOp::Cumsum | ModelOp::Unfold { .. } => float("x", args[0]).map(Some),
-            ModelOp::ArgSort { .. } => float("x", args[0]).map(|_| Some(DType::U32)),
+            ModelOp::ArgSort { .. } | ModelOp::ArgTopK => float("x", args[0]).map(|_| Some(DType::U32)),
             ModelOp::Gather => {
                 if args[1] != Some(DType::U32) {
                     return Err(InferError::OperandDType { operand: "indexes", expected: "u32", got: args[1] });

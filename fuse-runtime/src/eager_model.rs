@@ -111,10 +111,11 @@ impl Tensor {
     /// order of their indices, and a NaN counts as larger than every number.
     ///
     /// ```
-    /// # use fuse::prelude::*;
+    /// // In a user's crate these are `fuse::...`: the facade re-exports this crate.
+    /// use fuse_runtime::{Device, Tensor};
     /// let x = Tensor::from_vec(vec![3.0f32, 1.0, 2.0], &[1, 3], &Device::Cpu)?;
     /// assert_eq!(x.arg_sort_last_dim(true)?.to_vec::<u32>()?, [1, 2, 0]);
-    /// # Ok::<(), fuse::Error>(())
+    /// # Ok::<(), fuse_runtime::Error>(())
     /// ```
     pub fn arg_sort_last_dim(&self, ascending: bool) -> Result<Tensor> {
         let label = format!("x.arg_sort_last_dim({ascending})");
@@ -129,10 +130,11 @@ impl Tensor {
     }
 
     /// The `k` largest values along the last axis, largest first, and their indices (torch's `topk` with
-    /// its defaults), for sampling on the device: the first `k` of [`Tensor::sort_last_dim`] descending.
-    /// `k` past the axis is an error.
+    /// its defaults), for sampling on the device: the first `k` of [`Tensor::sort_last_dim`] descending,
+    /// selected without sorting the row where k is at most 4,096 on the GPU. `k` past the axis is an error.
     pub fn topk(&self, k: usize) -> Result<(Tensor, Tensor)> {
-        let indices = self.arg_sort_last_dim(false)?.narrow(-1, 0, k)?;
+        let operands = [("x", Operand::Tensor(self)), ("k", Operand::Scalar(k as f64))];
+        let indices = run(&operands, |g, i| g.model(ModelOp::ArgTopK, &[i[0], i[1]], "x.topk(k)"))?;
         Ok((self.gather(&indices, -1)?, indices))
     }
 
@@ -168,11 +170,12 @@ impl Tensor {
     /// activation after it is its epilogue).
     ///
     /// ```
-    /// # use fuse::prelude::*;
+    /// // In a user's crate these are `fuse::...`: the facade re-exports this crate.
+    /// use fuse_runtime::{Device, Tensor};
     /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[1, 1, 4], &Device::Cpu)?;
     /// let kernel = Tensor::from_vec(vec![1.0f32, 1.0], &[1, 1, 2], &Device::Cpu)?;
     /// assert_eq!(x.conv1d(&kernel, 0, 1, 1, 1)?.to_vec::<f32>()?, [3.0, 5.0, 7.0]);
-    /// # Ok::<(), fuse::Error>(())
+    /// # Ok::<(), fuse_runtime::Error>(())
     /// ```
     pub fn conv1d(
         &self,

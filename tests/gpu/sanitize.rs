@@ -200,9 +200,10 @@ fn running_sum(y: &Tensor) -> Result<Tensor> {
 }
 
 #[fuse]
-fn sort_and_pick(y: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+fn sort_and_pick(y: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
     let (top, top_indices) = y.t().topk(40);
-    Ok((y.t().arg_sort_last_dim(false), top, top_indices))
+    let (_wide, wide_indices) = y.t().topk(4500);
+    Ok((y.t().arg_sort_last_dim(false), top, top_indices, wide_indices))
 }
 
 #[fuse]
@@ -255,13 +256,14 @@ fn model_kernels_once() {
         let want = fuse::reference(running_sum_fused(), &[fuse::arg(&y)]).expect("reference");
         assert_close(&format!("cumsum {dtype}"), &sums, &want[0], dtype);
         // Sorts through a transpose: rows of 9,000 (chunks of 4,096 in shared memory and the wider steps
-        // on the output), and topk's gather.
+        // on the output), a top-k selected (40) and one sorted in the workspace (4,500), and their gathers.
         let y = random(&mut r, &[9000, 2], dtype, -1.0, 1.0, &dev);
         let got = sort_and_pick_fused().call(&[fuse::arg(&y)]).expect("sort, topk");
         let want = fuse::reference(sort_and_pick_fused(), &[fuse::arg(&y)]).expect("reference");
         assert_close(&format!("arg_sort_last_dim {dtype}"), &got[0], &want[0], DType::U32);
         assert_close(&format!("topk {dtype}"), &got[1], &want[1], dtype);
         assert_close(&format!("topk indices {dtype}"), &got[2], &want[2], DType::U32);
+        assert_close(&format!("wide topk indices {dtype}"), &got[3], &want[3], DType::U32);
         // A padded, strided, grouped convolution (unfold, a batched GEMM, a copy back) with a bias and silu.
         let x = random(&mut r, &[2, 4, 9, 7], dtype, -1.0, 1.0, &dev);
         let (w, b) =

@@ -13,6 +13,10 @@ pub fn eval(op: ModelOp, args: &[&Array], shape: Vec<usize>) -> Result<Array, In
         ModelOp::Rope => rope(args[0], args[1], args[2]),
         ModelOp::Cumsum => cumsum(args[0]),
         ModelOp::ArgSort { ascending } => arg_sort(args[0], ascending),
+        ModelOp::ArgTopK => {
+            let (n, k) = (args[0].shape.last().copied().unwrap_or(1).max(1), *shape.last().unwrap_or(&0));
+            arg_sort(args[0], false).chunks(n).flat_map(|row| row[..k].to_vec()).collect()
+        }
         ModelOp::Gather => gather(args[0], args[1])?,
         ModelOp::Unfold { spatial } => {
             let sizes: Vec<Option<f64>> = args.iter().map(|a| a.data.first().copied()).collect();

@@ -144,6 +144,12 @@ fn reference_sort_orders_as_torch_and_gather_checks_its_indexes() {
     assert_eq!(asc[0].data, vec![2.0, 0.0, 3.0, 1.0, 0.0, 1.0, 3.0, 2.0], "ties by index, NaN last, -0 = 0");
     let desc = eval(&model_graph(ModelOp::ArgSort { ascending: false }), &[x.clone()]).unwrap();
     assert_eq!(desc[0].data, vec![1.0, 0.0, 3.0, 2.0, 2.0, 3.0, 0.0, 1.0], "NaN first, ties by index");
+    let mut g = Graph::new("f");
+    let (input, k) = (g.input("x", InputKind::Tensor), g.input("k", InputKind::Scalar));
+    g.outputs = vec![g.model(ModelOp::ArgTopK, &[input, k], "topk")];
+    let top = eval(&g, &[x.clone(), Array::new(vec![], vec![2.0])]).unwrap();
+    assert_eq!((top[0].shape.clone(), top[0].data.clone()), (vec![2, 2], vec![1.0, 0.0, 2.0, 3.0]));
+    assert!(eval(&g, &[x.clone(), Array::new(vec![], vec![5.0])]).is_err(), "k past the axis");
     let picks = Array::new(vec![2, 3], vec![3.0, 3.0, 2.0, 0.0, 2.0, 1.0]);
     let out = eval(&model_graph(ModelOp::Gather), &[x.clone(), picks]).unwrap();
     assert_eq!((out[0].shape.clone(), out[0].data[..3].to_vec()), (vec![2, 3], vec![3.0, 3.0, -1.0]));

@@ -1,14 +1,14 @@
 //! Sorting and picking by index: `x.arg_sort_last_dim(asc)`, `x.gather(&indexes, axis)` (candle's names),
 //! and the two that give values and indices together, bound by name: `let (values, indices) =
 //! x.sort_last_dim(asc);` (candle's) and `let (values, indices) = x.topk(k);` (torch's, the k largest,
-//! largest first). Each is the model ops `arg_sort_last_dim` and `gather` (and a `narrow` for topk's k).
+//! largest first). Each is the model ops `arg_sort_last_dim` (`arg_topk` for topk) and `gather`.
 //! Also the convolutions, `x.conv1d(&kernel, padding, stride, dilation, groups)` and `conv2d` (candle's):
 //! `unfold` and a matmul (`Graph::conv`).
 
 use super::{Kind, Tracer, Value};
 use crate::label::source_text;
 use fuse_ir::view::ViewOp;
-use fuse_ir::{ModelOp, NodeId, Op};
+use fuse_ir::{ModelOp, Op};
 use syn::{Expr, ExprMethodCall};
 
 impl Tracer<'_> {
@@ -86,12 +86,11 @@ impl Tracer<'_> {
             (self.ascending(&call.args[0], &name), None)
         };
         let (Some(x), Some(ascending)) = (x, ascending) else { return vec![None, None] };
-        let mut indices = self.push(Op::Model(ModelOp::ArgSort { ascending }), &[x], call, Kind::Tensor);
-        if let Some(k) = k {
-            let Some(k) = k else { return vec![None, None] };
-            let start: NodeId = self.constant(0.0);
-            indices = self.push(Op::View(ViewOp::Narrow { axis: -1 }), &[indices, start, k], call, Kind::Tensor);
-        }
+        let indices = match k {
+            Some(Some(k)) => self.push(Op::Model(ModelOp::ArgTopK), &[x, k], call, Kind::Tensor),
+            Some(None) => return vec![None, None],
+            None => self.push(Op::Model(ModelOp::ArgSort { ascending }), &[x], call, Kind::Tensor),
+        };
         let values = self.push(Op::Model(ModelOp::Gather), &[x, indices], call, Kind::Tensor);
         vec![Some(values), Some(indices)]
     }

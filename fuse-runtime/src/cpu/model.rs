@@ -36,6 +36,12 @@ pub(super) fn run_model(info: &CallInfo<'_>, resolve: &dyn Fn(NodeId) -> Result<
         }
         ModelOp::Argmax => CpuData::U32(argmax(&tensor(0)?)?),
         ModelOp::ArgSort { ascending } => CpuData::U32(super::sort::arg_sort(&tensor(0)?, ascending)?),
+        ModelOp::ArgTopK => {
+            let x = tensor(0)?;
+            let (n, k) = (x.shape().last().copied().unwrap_or(1).max(1), *info.shapes[id.index()].last().unwrap_or(&0));
+            let sorted = super::sort::arg_sort(&x, false)?;
+            CpuData::U32(sorted.chunks(n).flat_map(|row| row[..k].iter().copied()).collect())
+        }
         ModelOp::Unfold { spatial } => {
             let sizes = (0..args.len())
                 .map(|i| match resolve(args[i])? {

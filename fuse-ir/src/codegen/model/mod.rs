@@ -27,8 +27,10 @@ pub const MODEL_BLOCK_THREADS: u32 = 256;
 pub const MODEL_RANK: usize = 6;
 /// Threads of the argmax kernel's block (one block a row: a decoder's logits at batch 1 are one long row).
 pub const ARGMAX_THREADS: u32 = 1024;
-/// Threads of the sort kernel's block (one block a row, a bitonic network in chunks of 4,096 columns).
+/// Threads of the sort and top-k kernels' blocks.
 pub const SORT_THREADS: u32 = 1024;
+/// Positions a sort kernel's block sorts in shared memory, and the largest k the top-k kernel selects.
+pub const SORT_CHUNK: usize = 4096;
 /// Copies one launch of the cat kernel makes (`FUSE_CAT_COPIES`): cat's parts and consecutive slice_sets.
 pub const MODEL_CAT_COPIES: usize = 4;
 
@@ -38,8 +40,10 @@ pub enum ModelKernel {
     Argmax,
     /// Running sums along the last axis (one block a row).
     Cumsum,
-    /// Each row's indices in sorted order (one block a row, a bitonic network).
+    /// Each row's indices in sorted order (a bitonic network, in launches).
     Sort,
+    /// A row's k largest, largest first, selected by radix passes (a block a row).
+    TopK,
     /// Elements picked along the last axis by u32 indexes.
     Gather,
     /// A convolution's columns (im2col).
@@ -60,11 +64,12 @@ pub enum ModelKernel {
 }
 
 impl ModelKernel {
-    pub const ALL: [ModelKernel; 13] = [
+    pub const ALL: [ModelKernel; 14] = [
         ModelKernel::Embedding,
         ModelKernel::Argmax,
         ModelKernel::Cumsum,
         ModelKernel::Sort,
+        ModelKernel::TopK,
         ModelKernel::Gather,
         ModelKernel::Unfold,
         ModelKernel::Rope,
@@ -83,6 +88,7 @@ impl ModelKernel {
             ModelKernel::Argmax => "fuse_model_argmax",
             ModelKernel::Cumsum => "fuse_model_cumsum",
             ModelKernel::Sort => "fuse_model_sort",
+            ModelKernel::TopK => "fuse_model_topk",
             ModelKernel::Gather => "fuse_model_gather",
             ModelKernel::Unfold => "fuse_model_unfold",
             ModelKernel::Rope => "fuse_model_rope",
@@ -111,7 +117,7 @@ impl ModelKernel {
             ModelKernel::Embedding => with_helpers!("embedding.cu"),
             ModelKernel::Argmax => with_helpers!("argmax.cu"),
             ModelKernel::Cumsum => with_helpers!("cumsum.cu"),
-            ModelKernel::Sort => with_helpers!("sort.cu"),
+            ModelKernel::Sort | ModelKernel::TopK => with_helpers!("sort.cu"),
             ModelKernel::Gather => with_helpers!("gather.cu"),
             ModelKernel::Unfold => with_helpers!("unfold.cu"),
             ModelKernel::Rope => with_helpers!("rope.cu"),
@@ -133,7 +139,7 @@ impl ModelKernel {
             ModelKernel::AttentionCombine => ATTENTION_COMBINE_THREADS,
             ModelKernel::AttentionDecode => ATTENTION_DECODE_THREADS,
             ModelKernel::Argmax => ARGMAX_THREADS,
-            ModelKernel::Sort => SORT_THREADS,
+            ModelKernel::Sort | ModelKernel::TopK => SORT_THREADS,
             _ => MODEL_BLOCK_THREADS,
         }
     }
@@ -183,6 +189,7 @@ mod tests {
         assert_eq!(ATTENTION_DECODE_ROWS, ATTENTION_ROW_TILE, "prefill takes what decode does not hold");
         assert!(ModelKernel::Argmax.source().contains(&format!("#define FUSE_ARGMAX_THREADS {ARGMAX_THREADS}")));
         assert!(ModelKernel::Sort.source().contains(&format!("#define FUSE_SORT_THREADS {SORT_THREADS}")));
+        assert!(ModelKernel::Sort.source().contains(&format!("#define FUSE_SORT_CHUNK {SORT_CHUNK}")));
         for kernel in ModelKernel::ALL {
             let source = kernel.source();
             assert!(source.contains("__global__ void __launch_bounds__("), "{kernel:?}");

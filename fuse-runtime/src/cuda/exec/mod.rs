@@ -39,6 +39,7 @@ mod model;
 mod model_args;
 mod products;
 mod rope_append;
+mod sort;
 mod template;
 mod tuning;
 

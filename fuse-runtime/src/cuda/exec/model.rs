@@ -46,7 +46,7 @@ impl Executor<'_> {
     }
 
     /// Rank checks the kernels' fixed layouts need (inference allows any rank).
-    fn fits_layout(&self, op: &'static str, t: &Tensor) -> Result<()> {
+    pub(super) fn fits_layout(&self, op: &'static str, t: &Tensor) -> Result<()> {
         if t.shape().len() > MODEL_RANK {
             return Err(Error::unsupported(
                 self.function,
@@ -159,6 +159,10 @@ impl Executor<'_> {
             // Two launches and scratch memory of its own (`attention.rs`).
             return self.run_attention_node(id, None);
         }
+        if let ModelOp::ArgSort { .. } | ModelOp::ArgTopK = op {
+            // Launches of their own (`sort.rs`).
+            return self.run_sort(id);
+        }
         let args = self.graph.node(id).args.clone();
         let out = self.allocate(id)?;
         let out_address = if out.numel() == 0 { 0 } else { self.address(&out)? };
@@ -211,23 +215,6 @@ impl Executor<'_> {
                     words.layout(&x.shape()[..r - 1], &x.strides()[..r - 1]);
                 }
                 (ModelKernel::Cumsum, x.dtype(), rows.clamp(1, 1 << 20) as u32, rows)
-            }
-            ModelOp::ArgSort { ascending } => {
-                let x = self.tensor_arg(args[0], "x")?;
-                self.fits_layout("arg_sort_last_dim", &x)?;
-                let r = x.shape().len();
-                let columns = x.shape()[r - 1];
-                if columns > 1 << 31 {
-                    let why = format!("rows of more than 2^31 elements on the GPU (the last axis holds {columns})");
-                    return Err(Error::unsupported(self.function, "arg_sort_last_dim", why));
-                }
-                let rows = if columns == 0 { 0 } else { out.numel() / columns };
-                if rows > 0 {
-                    words.address(self.address(&x)?).address(out_address);
-                    words.counts(&[rows, columns, x.strides()[r - 1], ascending as usize]);
-                    words.layout(&x.shape()[..r - 1], &x.strides()[..r - 1]);
-                }
-                (ModelKernel::Sort, x.dtype(), rows.clamp(1, 1 << 20) as u32, rows)
             }
             ModelOp::Gather => {
                 let (x, indexes) = (self.tensor_arg(args[0], "x")?, self.tensor_arg(args[1], "indexes")?);
@@ -293,7 +280,9 @@ impl Executor<'_> {
                 }
                 (ModelKernel::Rope, x.dtype(), blocks(pairs, ModelKernel::Rope.block_threads()), pairs)
             }
-            ModelOp::Attention { .. } => return Err(self.internal("attention runs by run_attention_node")),
+            ModelOp::Attention { .. } | ModelOp::ArgSort { .. } | ModelOp::ArgTopK => {
+                return Err(self.internal("attention and the sorts have launches of their own"))
+            }
         };
         if items > 0 {
             self.launch_model_kernel(kernel, dtype, grid, words)?;
