@@ -11,6 +11,10 @@
 
 use fuse::prelude::*;
 
+#[path = "common/timing.rs"]
+mod timing;
+use timing::copy_bandwidth;
+
 #[fuse]
 #[allow(clippy::too_many_arguments)]
 fn separate(
@@ -43,29 +47,6 @@ fn concatenated(
 const ROUNDS: usize = 5;
 const CALLS: usize = 50;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Microseconds a call, back to back.
-fn time(gpu: &fuse::CudaDevice, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
-    for _ in 0..3 {
-        f()?;
-    }
-    let mut rounds = Vec::with_capacity(ROUNDS);
-    for _ in 0..ROUNDS {
-        let ms = gpu.time_ms(|| {
-            for _ in 0..CALLS {
-                f()?;
-            }
-            Ok(())
-        })?;
-        rounds.push(ms * 1e3 / CALLS as f64);
-    }
-    Ok(median(rounds))
-}
-
 fn weight(rows: usize, cols: usize, seed: usize, dev: &Device) -> Result<Tensor> {
     let data: Vec<f32> = (0..rows * cols).map(|i| (((i * 37 + seed * 11) % 101) as f32 - 50.0) / 500.0).collect();
     Tensor::from_vec(data, &[rows, cols], dev)?.to_dtype(DType::BF16)
@@ -81,11 +62,7 @@ fn main() -> Result<()> {
     }
     let dev = Device::cuda(0)?;
     let Device::Cuda(gpu) = &dev else { unreachable!("Device::cuda gives a GPU") };
-    // Copy bandwidth: a 1 GiB device-to-device copy.
-    let elements = (1usize << 30) / 4;
-    let big = Tensor::from_vec(vec![1.0f32; elements], &[elements], &dev)?;
-    let copy = (0..5).map(|_| gpu.time_ms(|| big.to_cuda_slice().map(drop))).collect::<Result<Vec<f64>>>()?;
-    let bandwidth = 2.0 * (elements * 4) as f64 / (median(copy) * 1e-3);
+    let bandwidth = copy_bandwidth(&dev, gpu)?;
     println!("# {} | copy bandwidth {:.0} GB/s", gpu.arch(), bandwidth / 1e9);
     println!("| model | M | separate, fused (us) | concatenated, fused (us) | separate, unfused (us) | floor (us) | fused / concatenated |");
     println!("|---|---|---|---|---|---|---|");
@@ -103,11 +80,13 @@ fn main() -> Result<()> {
         for &m in &ms {
             let x = weight(m, hidden, 8, &dev)?;
             let sep = [&x, &norm, &w[0], &b[0], &w[1], &b[1], &w[2], &b[2]];
-            let fused =
-                time(gpu, || separate(sep[0], sep[1], sep[2], sep[3], sep[4], sep[5], sep[6], sep[7]).map(|_| ()))?;
-            let cat = time(gpu, || concatenated(&x, &norm, &wqkv, &bqkv, nq, nk).map(|_| ()))?;
+            let fused = timing::time(gpu, ROUNDS, CALLS, || {
+                separate(sep[0], sep[1], sep[2], sep[3], sep[4], sep[5], sep[6], sep[7]).map(|_| ())
+            })?;
+            let cat = timing::time(gpu, ROUNDS, CALLS, || concatenated(&x, &norm, &wqkv, &bqkv, nq, nk).map(|_| ()))?;
             let args: Vec<fuse::Arg<'_>> = sep.iter().map(|t| fuse::arg(*t)).collect();
-            let unfused = time(gpu, || separate_fused().call_with(&args, Fusion::Off).map(|_| ()))?;
+            let unfused =
+                timing::time(gpu, ROUNDS, CALLS, || separate_fused().call_with(&args, Fusion::Off).map(|_| ()))?;
             println!("| {model} | {m} | {fused:.1} | {cat:.1} | {unfused:.1} | {floor:.1} | {:.2} |", fused / cat);
         }
     }

@@ -9,6 +9,10 @@
 
 use fuse::prelude::*;
 
+#[path = "common/timing.rs"]
+mod timing;
+use timing::copy_bandwidth;
+
 #[fuse]
 fn top_k(logits: &Tensor, k: usize) -> Result<(Tensor, Tensor)> {
     let (top, indices) = logits.topk(k);
@@ -24,36 +28,10 @@ fn sorted(logits: &Tensor) -> Result<(Tensor, Tensor)> {
 const ROUNDS: usize = 5;
 const CALLS: usize = 20;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Microseconds a call, back to back.
-fn time(gpu: &fuse::CudaDevice, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
-    for _ in 0..3 {
-        f()?;
-    }
-    let mut rounds = Vec::with_capacity(ROUNDS);
-    for _ in 0..ROUNDS {
-        let ms = gpu.time_ms(|| {
-            for _ in 0..CALLS {
-                f()?;
-            }
-            Ok(())
-        })?;
-        rounds.push(ms * 1e3 / CALLS as f64);
-    }
-    Ok(median(rounds))
-}
-
 fn main() -> Result<()> {
     let dev = Device::cuda(0)?;
     let Device::Cuda(gpu) = &dev else { unreachable!("Device::cuda gives a GPU") };
-    let elements = (1usize << 30) / 4;
-    let big = Tensor::from_vec(vec![1.0f32; elements], &[elements], &dev)?;
-    let copy = (0..5).map(|_| gpu.time_ms(|| big.to_cuda_slice().map(drop))).collect::<Result<Vec<f64>>>()?;
-    let bandwidth = 2.0 * (elements * 4) as f64 / (median(copy) * 1e-3);
+    let bandwidth = copy_bandwidth(&dev, gpu)?;
     println!("# {} | copy bandwidth {:.0} GB/s", gpu.arch(), bandwidth / 1e9);
     println!("| vocab | rows | topk(50) + softmax (us) | sort, values and indices (us) | floor (us) |");
     println!("|---|---|---|---|---|");
@@ -62,8 +40,8 @@ fn main() -> Result<()> {
             let data: Vec<f32> =
                 (0..rows * vocab).map(|i| ((i * 7919 % 100_003) as f32 / 100_003.0 - 0.5) * 20.0).collect();
             let logits = Tensor::from_vec(data, &[rows, vocab], &dev)?.to_dtype(DType::BF16)?;
-            let topk = time(gpu, || top_k(&logits, 50).map(|_| ()))?;
-            let sort = time(gpu, || sorted(&logits).map(|_| ()))?;
+            let topk = timing::time(gpu, ROUNDS, CALLS, || top_k(&logits, 50).map(|_| ()))?;
+            let sort = timing::time(gpu, ROUNDS, CALLS, || sorted(&logits).map(|_| ()))?;
             let floor = (rows * vocab * 2) as f64 / bandwidth * 1e6;
             println!("| {vocab} | {rows} | {topk:.1} | {sort:.1} | {floor:.2} |");
         }

@@ -157,3 +157,48 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Whisper's audio front end, and top-k on the device
+//!
+//! Two 1-D convolutions (candle's `conv1d(&kernel, padding, stride, dilation, groups)`) with a bias and GELU
+//! after each, the second strided, as Whisper's encoder begins; each convolution is an `unfold` (im2col) and
+//! a matmul. Then sampling's first step on the logits: the k largest, largest first, and their
+//! probabilities, without a copy to the host.
+//!
+//! ```
+//! use fuse::prelude::*;
+//! use fuse::testing::{random, TestRng};
+//!
+//! #[fuse]
+//! fn front(mel: &Tensor, w1: &Tensor, b1: &Tensor, w2: &Tensor, b2: &Tensor) -> Result<Tensor> {
+//!     let h = gelu(mel.conv1d(w1, 1, 1, 1, 1) + b1.reshape(&[1, b1.dim(0), 1]));
+//!     gelu(h.conv1d(w2, 1, 2, 1, 1) + b2.reshape(&[1, b2.dim(0), 1]))
+//! }
+//!
+//! #[fuse]
+//! fn top_k(logits: &Tensor, k: usize) -> Result<(Tensor, Tensor)> {
+//!     let (top, indices) = logits.topk(k);
+//!     (softmax(top), indices)
+//! }
+//!
+//! # fn main() -> fuse::Result<()> {
+//! let (dev, mut r) = (Device::Cpu, TestRng::new(5));
+//! let (mels, frames, hidden) = (80, 30, 32);
+//! let mut w = |shape: &[usize]| random(&mut r, shape, DType::F32, -0.2, 0.2, &dev);
+//! let (mel, w1, b1, w2, b2) = (w(&[1, mels, frames]), w(&[hidden, mels, 3]), w(&[hidden]), w(&[hidden, hidden, 3]), w(&[hidden]));
+//! let h = front(&mel, &w1, &b1, &w2, &b2)?;
+//! assert_eq!(h.shape(), &[1, hidden, frames / 2]);
+//! // The same convolution written out for one output: channel 0 at frame 0 of the first conv (padding 1).
+//! let (x, k) = (mel.to_vec::<f32>()?, w1.to_vec::<f32>()?);
+//! let direct: f32 = (0..mels).map(|c| (0..2).map(|t| x[c * frames + t] * k[c * 3 + t + 1]).sum::<f32>()).sum();
+//! let first = (mel.conv1d(&w1, 1, 1, 1, 1)?.to_vec::<f32>()?)[0];
+//! assert!((first - direct).abs() < 1e-5);
+//!
+//! let logits = Tensor::from_vec(vec![0.5f32, 3.0, -1.0, 3.0, 2.0], &[1, 5], &dev)?;
+//! let (probabilities, indices) = top_k(&logits, 3)?;
+//! assert_eq!(indices.to_vec::<u32>()?, [1, 3, 4], "ties keep the order of their indices");
+//! let p = probabilities.to_vec::<f32>()?;
+//! assert!(p[0] == p[1] && p[1] > p[2] && (p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+//! # Ok(())
+//! # }
+//! ```

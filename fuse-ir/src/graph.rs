@@ -237,8 +237,9 @@ impl Graph {
     /// `conv2d` (2: x [b, c, h, w], w [co, c / groups, kh, kw]), candle's, with `sizes` = [padding, stride,
     /// dilation, groups]: the columns of `unfold` [groups, b, out.., kc], one matmul per group against the
     /// weights as [groups, kc, co / groups] (a view), and views back to [b, co, out..] (a copy only with
-    /// several groups). The matmul is an ordinary GEMM group: a bias or an activation after the
-    /// convolution can be its epilogue.
+    /// several groups). The matmul is an ordinary GEMM group; a bias or an activation after the convolution
+    /// reads it through those views and so is not its epilogue (the planner does not move pointwise work
+    /// across views yet).
     pub fn conv(&mut self, x: NodeId, w: NodeId, sizes: [NodeId; 4], spatial: usize, label: &str) -> NodeId {
         let groups = sizes[3];
         let cols = self.model(

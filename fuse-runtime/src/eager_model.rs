@@ -166,8 +166,7 @@ impl Tensor {
 impl Tensor {
     /// A 1-D convolution (candle's `conv1d`, no bias): `self` [b, c, l], `kernel` [co, c / groups, k] give
     /// [b, co, (l + 2 padding - dilation (k - 1) - 1) / stride + 1]. Computed as the columns of `unfold`
-    /// (im2col) and a matmul per group, so the matmul is an ordinary GEMM (inside `#[fuse]`, a bias or an
-    /// activation after it is its epilogue).
+    /// (im2col) and a matmul per group (an ordinary GEMM: cuBLAS or a template on the GPU).
     ///
     /// ```
     /// // In a user's crate these are `fuse::...`: the facade re-exports this crate.

@@ -37,10 +37,8 @@ pub(super) fn run_model(info: &CallInfo<'_>, resolve: &dyn Fn(NodeId) -> Result<
         ModelOp::Argmax => CpuData::U32(argmax(&tensor(0)?)?),
         ModelOp::ArgSort { ascending } => CpuData::U32(super::sort::arg_sort(&tensor(0)?, ascending)?),
         ModelOp::ArgTopK => {
-            let x = tensor(0)?;
-            let (n, k) = (x.shape().last().copied().unwrap_or(1).max(1), *info.shapes[id.index()].last().unwrap_or(&0));
-            let sorted = super::sort::arg_sort(&x, false)?;
-            CpuData::U32(sorted.chunks(n).flat_map(|row| row[..k].iter().copied()).collect())
+            let k = info.shapes[id.index()].last().copied().unwrap_or(0);
+            CpuData::U32(super::sort::arg_topk(&tensor(0)?, k)?)
         }
         ModelOp::Unfold { spatial } => {
             let sizes = (0..args.len())

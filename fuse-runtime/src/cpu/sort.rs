@@ -1,5 +1,5 @@
-//! `arg_sort_last_dim` and `gather` on the CPU: rows sorted with the standard library's stable sort under
-//! torch's order (the GPU's bitonic network gives the same indices: ties by index), and elements picked by
+//! `arg_sort_last_dim`, `arg_topk` and `gather` on the CPU: rows sorted (a top-k selected first) under
+//! torch's order with ties by index, a total order, so that the result is the GPU's, and elements picked by
 //! u32 indexes, checked before anything is copied.
 
 use super::dense::{dense_f32, from_f32};
@@ -9,28 +9,47 @@ use fuse_ir::infer::InferError;
 use fuse_ir::DType;
 use std::cmp::Ordering;
 
+/// torch's order of two columns of `row`: by value (ascending or not), a NaN above every number, equal
+/// values by index (so the order is total: an unstable sort or a selection gives the stable sort's result).
+fn column_order(row: &[f32], ascending: bool) -> impl Fn(&u32, &u32) -> Ordering + '_ {
+    move |&i, &j| {
+        let (a, b) = (row[i as usize], row[j as usize]);
+        let by_value = match (a.is_nan(), b.is_nan()) {
+            (true, true) => Ordering::Equal,
+            (true, false) => Ordering::Greater,
+            (false, true) => Ordering::Less,
+            _ => a.partial_cmp(&b).unwrap_or(Ordering::Equal),
+        };
+        (if ascending { by_value } else { by_value.reverse() }).then(i.cmp(&j))
+    }
+}
+
 /// Each row's indices ordered by value: ascending or not, equal values by index, a NaN above every number.
 pub(super) fn arg_sort(x: &Tensor, ascending: bool) -> Result<Vec<u32>> {
     let n = x.shape().last().copied().unwrap_or(1).max(1);
     let data = dense_f32(x)?;
-    let by_value = |a: f32, b: f32| match (a.is_nan(), b.is_nan()) {
-        (true, true) => Ordering::Equal,
-        (true, false) => Ordering::Greater,
-        (false, true) => Ordering::Less,
-        _ => a.partial_cmp(&b).unwrap_or(Ordering::Equal),
-    };
     let mut out = Vec::with_capacity(data.len());
     for row in data.chunks(n) {
         let mut order: Vec<u32> = (0..row.len() as u32).collect();
-        // Stable: equal values keep the order of their indices in both directions.
-        order.sort_by(|&i, &j| {
-            let o = by_value(row[i as usize], row[j as usize]);
-            if ascending {
-                o
-            } else {
-                o.reverse()
-            }
-        });
+        order.sort_unstable_by(column_order(row, ascending));
+        out.extend(order);
+    }
+    Ok(out)
+}
+
+/// The first `k` of each row's descending order: selected, then only those k sorted.
+pub(super) fn arg_topk(x: &Tensor, k: usize) -> Result<Vec<u32>> {
+    let n = x.shape().last().copied().unwrap_or(1).max(1);
+    let data = dense_f32(x)?;
+    let mut out = Vec::with_capacity(data.len() / n * k);
+    for row in data.chunks(n) {
+        let mut order: Vec<u32> = (0..row.len() as u32).collect();
+        let before = column_order(row, false);
+        if k > 0 && k < order.len() {
+            order.select_nth_unstable_by(k - 1, &before);
+        }
+        order.truncate(k);
+        order.sort_unstable_by(&before);
         out.extend(order);
     }
     Ok(out)
