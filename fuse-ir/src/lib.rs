@@ -21,6 +21,7 @@ pub mod quant;
 mod random;
 #[cfg(test)]
 mod samples;
+pub mod schedule;
 mod text;
 pub mod view;
 

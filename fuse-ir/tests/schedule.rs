@@ -1,0 +1,149 @@
+//! The schedule checker (issue 33) on a small persistent layer: two stages over four blocks in clusters of
+//! two (each block a tile of the first stage's output, then each a tile of the second's from all of it), a
+//! shared-memory hand-off inside a cluster, and a buffer reused by a third stage. The schedule as written
+//! passes; each way of breaking it is refused with the edge named.
+
+use fuse_ir::schedule::{Access, DeviceLimits, HandoffKind, Schedule, ScheduleError, Task};
+
+const LIMITS: DeviceLimits = DeviceLimits { resident_blocks: 132, shared_bytes: 227 * 1024, max_cluster: 16 };
+const TILE: usize = 256;
+
+fn range(buffer: usize, tile: usize) -> Access {
+    Access { buffer, start: tile * TILE, end: (tile + 1) * TILE }
+}
+
+/// Stage 1: block b writes tile b of y from x and signals `y ready`; stage 2: block b waits for all four,
+/// reads y, writes tile b of z. With `reuse`, stage 3 writes y again (tile b on block b), after `y read`,
+/// which each stage-2 task signals.
+fn layer(reuse: bool) -> Schedule {
+    let mut s = Schedule { blocks: 4, cluster: 2, shared_bytes: 64 * 1024, ..Schedule::default() };
+    let (x, y, z) = (s.buffer("x", 4 * TILE), s.buffer("y", 4 * TILE), s.buffer("z", 4 * TILE));
+    let ready = s.handoff("y ready", HandoffKind::Global);
+    let read = s.handoff("y read", HandoffKind::Global);
+    for b in 0..4 {
+        s.task(Task {
+            name: format!("stage1[{b}]"),
+            block: b,
+            signals: vec![(ready, 1)],
+            reads: vec![Access { buffer: x, start: 0, end: 4 * TILE }],
+            writes: vec![range(y, b)],
+            ..Task::default()
+        });
+    }
+    for b in 0..4 {
+        s.task(Task {
+            name: format!("stage2[{b}]"),
+            block: b,
+            waits: vec![(ready, 4)],
+            signals: vec![(read, 1)],
+            reads: vec![Access { buffer: y, start: 0, end: 4 * TILE }],
+            writes: vec![range(z, b)],
+            ..Task::default()
+        });
+    }
+    if reuse {
+        for b in 0..4 {
+            s.task(Task {
+                name: format!("stage3[{b}]"),
+                block: b,
+                waits: vec![(read, 4)],
+                reads: vec![range(z, b)],
+                writes: vec![range(y, b)],
+                ..Task::default()
+            });
+        }
+    }
+    s
+}
+
+fn task_named<'a>(s: &'a mut Schedule, name: &str) -> &'a mut Task {
+    s.tasks.iter_mut().find(|t| t.name == name).expect("a task of that name")
+}
+
+#[test]
+fn a_sound_schedule_passes() {
+    assert_eq!(layer(false).check(&LIMITS), Ok(()));
+    assert_eq!(layer(true).check(&LIMITS), Ok(()), "y overwritten only once every reader is done");
+}
+
+#[test]
+fn a_wait_nobody_can_meet_is_named() {
+    let mut s = layer(false);
+    task_named(&mut s, "stage2[1]").waits = vec![(0, 5)];
+    let err = s.check(&LIMITS).unwrap_err();
+    assert_eq!(err, ScheduleError::Unmet { task: "stage2[1]".into(), handoff: "y ready".into(), waits: 5, given: 4 });
+    assert!(err
+        .to_string()
+        .contains("task `stage2[1]` waits for 5 of hand-off `y ready`, but all its signallers give 4"));
+}
+
+#[test]
+fn a_block_waiting_for_its_own_later_signal_deadlocks() {
+    let mut s = layer(false);
+    // Block 2 runs its stage-2 task first: it waits for stage1[2], which comes after it on the same block.
+    let i = s.tasks.iter().position(|t| t.name == "stage2[2]").unwrap();
+    let t = s.tasks.remove(i);
+    s.tasks.insert(0, t);
+    let err = s.check(&LIMITS).unwrap_err();
+    assert_eq!(
+        err,
+        ScheduleError::Deadlock { task: "stage2[2]".into(), handoff: "y ready".into(), waits: 4, given: 3 }
+    );
+}
+
+#[test]
+fn a_read_that_does_not_wait_for_its_writer_is_a_race() {
+    let mut s = layer(false);
+    // Waiting for 3 of the 4 tiles: no particular producer is waited for.
+    task_named(&mut s, "stage2[0]").waits = vec![(0, 3)];
+    let err = s.check(&LIMITS).unwrap_err();
+    let ScheduleError::Race { first, second, buffer, second_writes, .. } = &err else { panic!("{err}") };
+    assert!(first.starts_with("stage1[") && first != "stage1[0]", "{err}");
+    assert_eq!((second.as_str(), buffer.as_str(), *second_writes), ("stage2[0]", "y", false));
+}
+
+#[test]
+fn an_overwrite_before_every_reader_is_done_is_a_race() {
+    let mut s = layer(true);
+    // stage3[3] rewrites tile 3 of y once stage2[3] (its own block) has read it, not the other readers.
+    task_named(&mut s, "stage3[3]").waits = vec![];
+    let err = s.check(&LIMITS).unwrap_err();
+    let ScheduleError::Race { first, second, buffer, start, end, .. } = &err else { panic!("{err}") };
+    assert_eq!((first.as_str(), buffer.as_str(), *start, *end), ("stage3[3]", "y", 3 * TILE, 4 * TILE));
+    assert!(second.starts_with("stage2[") && second != "stage2[3]", "{err}");
+    assert!(err.to_string().contains("neither waits for the other"));
+}
+
+#[test]
+fn what_does_not_fit_the_device_is_refused() {
+    let mut s = layer(false);
+    s.blocks = 200;
+    assert!(matches!(s.check(&LIMITS), Err(ScheduleError::Fit(m)) if m.contains("holds 132 at once")));
+    let mut s = layer(false);
+    s.shared_bytes = 300 * 1024;
+    assert!(matches!(s.check(&LIMITS), Err(ScheduleError::Fit(m)) if m.contains("shared memory")));
+    let mut s = layer(false);
+    s.cluster = 3;
+    assert!(matches!(s.check(&LIMITS), Err(ScheduleError::Fit(m)) if m.contains("divide")));
+    let mut s = layer(false);
+    task_named(&mut s, "stage1[0]").writes = vec![Access { buffer: 1, start: 0, end: 5 * TILE }];
+    assert!(matches!(s.check(&LIMITS), Err(ScheduleError::Malformed(m)) if m.contains("which holds 1024")));
+}
+
+#[test]
+fn shared_memory_handoffs_stay_in_their_cluster() {
+    // Block 1 hands its tile to block 0 through block 0's shared memory (an mbarrier of 256 bytes): both in
+    // cluster 0. From block 2 (cluster 1) the same hand-off is refused.
+    let mut s = layer(false);
+    let handoff = s.handoff("tile to block 0", HandoffKind::Shared { owner: 0 });
+    task_named(&mut s, "stage1[1]").signals.push((handoff, TILE as u64));
+    task_named(&mut s, "stage2[0]").waits.push((handoff, TILE as u64));
+    assert_eq!(s.check(&LIMITS), Ok(()));
+    let mut far = s.clone();
+    task_named(&mut far, "stage1[2]").signals.push((handoff, TILE as u64));
+    let err = far.check(&LIMITS).unwrap_err();
+    assert!(matches!(&err, ScheduleError::Placement(m) if m.contains("`stage1[2]` (block 2, cluster 1)")), "{err}");
+    let mut waiter = s.clone();
+    task_named(&mut waiter, "stage2[1]").waits.push((handoff, TILE as u64));
+    assert!(matches!(waiter.check(&LIMITS), Err(ScheduleError::Placement(m)) if m.contains("only its owner")));
+}
