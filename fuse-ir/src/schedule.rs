@@ -15,13 +15,16 @@
 //! - it fits: at most the device's blocks, clusters that divide them, each block's shared memory within the
 //!   limit, and hand-offs through shared memory only between blocks of one cluster.
 //!
-//! What builds a schedule from a model's plans (tiles of each group, their dependencies, their placement)
-//! comes next; the hand-written one-launch step (`docs/persistent-step.md`) is the shape it must take:
+//! [`build`] makes a schedule and the memory layout it runs in from one description of a step's stages
+//! (`build.rs`: tiles, tile-granular waits through L2 counters, the arena's reuse); stages from a model's
+//! plans come next. The hand-written one-launch step (`docs/persistent-step.md`) is the shape it must reach:
 //! layers on clusters, hand-offs through distributed shared memory inside a cluster and through tagged words
 //! in L2 between clusters.
 
+mod build;
 mod check;
 
+pub use build::{build, layout, Layout, Reads, Stage, Step};
 pub use check::ScheduleError;
 
 /// How a hand-off's signal travels, which decides where its signallers and waiters may be.

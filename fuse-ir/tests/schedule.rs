@@ -147,3 +147,90 @@ fn shared_memory_handoffs_stay_in_their_cluster() {
     task_named(&mut waiter, "stage2[1]").waits.push((handoff, TILE as u64));
     assert!(matches!(waiter.check(&LIMITS), Err(ScheduleError::Placement(m)) if m.contains("only its owner")));
 }
+
+mod built {
+    use super::LIMITS;
+    use fuse_ir::schedule::{build, Reads, Stage, Step};
+
+    /// Two Llama-shaped layers: norm + QKV (reads all of x), attention (a tile a head, all of qkv), the output
+    /// projection + residual (all of attention's output, x's same tile), norm + gate/up, down + residual.
+    fn two_layers(hidden: usize) -> Step {
+        let mut step = Step::default();
+        let value = |step: &mut Step, name: String, bytes: usize| {
+            step.values.push((name, bytes));
+            step.values.len() - 1
+        };
+        let mut x = value(&mut step, "x0".into(), hidden);
+        step.given.push(x);
+        for l in 0..2 {
+            let qkv = value(&mut step, format!("qkv{l}"), 3 * hidden);
+            let attn = value(&mut step, format!("attn{l}"), hidden);
+            let h = value(&mut step, format!("h{l}"), hidden);
+            let gu = value(&mut step, format!("gu{l}"), 4 * hidden);
+            let next = value(&mut step, format!("x{}", l + 1), hidden);
+            let stage = |name: &str, output, inputs: Vec<(usize, Reads)>, tiles| Stage {
+                name: format!("{name}{l}"),
+                output,
+                inputs,
+                tiles,
+            };
+            step.stages.extend([
+                stage("qkv", qkv, vec![(x, Reads::Whole)], 6),
+                stage("attention", attn, vec![(qkv, Reads::Whole)], 4),
+                stage("o_proj", h, vec![(attn, Reads::Whole), (x, Reads::SameTile)], 4),
+                stage("gate_up", gu, vec![(h, Reads::Whole)], 8),
+                stage("down", next, vec![(gu, Reads::Whole), (h, Reads::SameTile)], 4),
+            ]);
+            x = next;
+        }
+        step
+    }
+
+    #[test]
+    fn a_built_step_passes_the_checker_and_reuses_its_memory() {
+        let step = two_layers(1024);
+        for (blocks, cluster) in [(8, 2), (3, 1), (132, 4)] {
+            let (schedule, layout) = build(&step, blocks, cluster, 64 * 1024);
+            assert_eq!(schedule.check(&LIMITS), Ok(()), "{blocks} blocks");
+            assert_eq!(schedule.tasks.len(), 2 * (6 + 4 + 4 + 8 + 4));
+            let total: usize = step.values.iter().map(|v| v.1).sum();
+            assert!(layout.arena_bytes < total, "layer 1 reuses layer 0's bytes: {} of {total}", layout.arena_bytes);
+        }
+    }
+
+    #[test]
+    fn the_built_waits_are_the_ones_that_keep_it_sound() {
+        let step = two_layers(1024);
+        let (schedule, _) = build(&step, 8, 2, 64 * 1024);
+        // Without its waits, the first tile of layer 0's down projection reads gate/up values before they
+        // are written.
+        let mut broken = schedule.clone();
+        let down = broken.tasks.iter_mut().find(|t| t.name == "down0[0]").unwrap();
+        down.waits.clear();
+        let err = broken.check(&LIMITS).unwrap_err().to_string();
+        assert!(err.contains("race") && err.contains("down0[0]"), "{err}");
+    }
+
+    #[test]
+    fn an_output_in_reused_bytes_waits_for_every_reader_of_what_was_there() {
+        // x -> a (stage A), a -> b (stage B), x -> c (stage C): c may take a's bytes once B has read them, and
+        // nothing but that wait orders C after B.
+        let values = ["x", "a", "b", "c"].iter().map(|n| (n.to_string(), 4096)).collect();
+        let stage = |name: &str, output, input| Stage {
+            name: name.into(),
+            output,
+            inputs: vec![(input, Reads::Whole)],
+            tiles: 4,
+        };
+        let step = Step { values, given: vec![0], stages: vec![stage("A", 1, 0), stage("B", 2, 1), stage("C", 3, 0)] };
+        let (schedule, layout) = build(&step, 4, 1, 0);
+        assert_eq!(layout.offsets[3], layout.offsets[1], "c takes a's bytes");
+        assert_eq!(schedule.check(&LIMITS), Ok(()));
+        let mut broken = schedule.clone();
+        for t in broken.tasks.iter_mut().filter(|t| t.name.starts_with("C[")) {
+            t.waits.retain(|&(h, _)| schedule.handoffs[h].name != "a read");
+        }
+        let err = broken.check(&LIMITS).unwrap_err().to_string();
+        assert!(err.contains("race") && err.contains("`C[") && err.contains("`B["), "{err}");
+    }
+}

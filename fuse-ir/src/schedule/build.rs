@@ -1,0 +1,179 @@
+//! From a step's stages to a [`Schedule`] and the memory it runs in, from one description (issue 33, point
+//! 2, first slice): each stage's output cut into equal tiles, a task a tile, placed round the blocks; a
+//! task waits for exactly the producer tiles its reads overlap (one L2 counter a producer tile, or one for a
+//! whole stage when it reads all of it); the values live in one arena, a value's bytes reused once its
+//! last reader is done, and the first writes into reused bytes wait for every reader of what was there.
+//! The accesses in the schedule are the arena's offsets, so the checker sees the layout the kernel would.
+//! Still to come: stages from a model's plans, shared-memory hand-offs inside a cluster, and where weights
+//! live (resident in shared memory or streamed).
+
+use super::{Access, HandoffKind, Schedule, Task};
+
+/// How a stage reads one of its inputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reads {
+    /// All of it, whichever tile (a GEMV's input vector, a norm's row).
+    Whole,
+    /// The tile of the same index, the input cut as the output is (pointwise work, a residual).
+    SameTile,
+}
+
+/// A group's work in the step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stage {
+    pub name: String,
+    /// The value it writes (an index into [`Step::values`]).
+    pub output: usize,
+    pub inputs: Vec<(usize, Reads)>,
+    /// Equal tiles its output is cut into (each a task).
+    pub tiles: usize,
+}
+
+/// A step: its values (name, bytes), those given before it starts (the step's inputs), and the stages in an
+/// order where each reads only what is given or written before it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Step {
+    pub values: Vec<(String, usize)>,
+    pub given: Vec<usize>,
+    pub stages: Vec<Stage>,
+}
+
+/// Where each value lies in the one arena of the step's activations, in bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub offsets: Vec<usize>,
+    pub arena_bytes: usize,
+}
+
+/// The first stage that writes each value, and the last that reads it (`None`: given, or never read).
+fn lifetimes(step: &Step) -> Vec<(Option<usize>, Option<usize>)> {
+    let mut life = vec![(None, None); step.values.len()];
+    for (s, stage) in step.stages.iter().enumerate() {
+        life[stage.output].0.get_or_insert(s);
+        for &(v, _) in &stage.inputs {
+            life[v].1 = Some(s);
+        }
+    }
+    life
+}
+
+/// Offsets in the arena: values given to the step keep their bytes for the whole step; the others take the
+/// lowest bytes free from their first writer to their last reader (first fit, in stage order).
+pub fn layout(step: &Step) -> Layout {
+    let life = lifetimes(step);
+    let span = |v: usize| -> (usize, usize) {
+        if step.given.contains(&v) {
+            return (0, usize::MAX);
+        }
+        let first = life[v].0.unwrap_or(0);
+        (first, life[v].1.unwrap_or(first).max(first))
+    };
+    let mut placed: Vec<(usize, usize, usize, usize)> = Vec::new(); // offset, end, first, last
+    let mut offsets = vec![0; step.values.len()];
+    let mut order: Vec<usize> = (0..step.values.len()).collect();
+    order.sort_by_key(|&v| (span(v).0, v));
+    for v in order {
+        let (first, last) = span(v);
+        let bytes = step.values[v].1;
+        let mut busy: Vec<(usize, usize)> =
+            placed.iter().filter(|p| p.2 <= last && first <= p.3).map(|p| (p.0, p.1)).collect();
+        busy.sort_unstable();
+        let mut offset = 0;
+        for (start, end) in busy {
+            if offset + bytes <= start {
+                break;
+            }
+            offset = offset.max(end);
+        }
+        offsets[v] = offset;
+        placed.push((offset, offset + bytes, first, last));
+    }
+    let arena_bytes = placed.iter().map(|p| p.1).max().unwrap_or(0);
+    Layout { offsets, arena_bytes }
+}
+
+/// Tile `t` of `tiles` of a value at `offset` of `bytes`: its byte range in the arena.
+fn tile_range(offset: usize, bytes: usize, tiles: usize, t: usize) -> (usize, usize) {
+    (offset + bytes * t / tiles, offset + bytes * (t + 1) / tiles)
+}
+
+/// The schedule of `step` on `blocks` blocks (clusters of `cluster`, `shared_bytes` each) and its layout.
+/// Stage s's tile t runs on block (first_s + t) % blocks, first_s where stage s - 1's tiles ended, so the
+/// tiles of consecutive stages spread over the blocks; a block runs its tasks in stage order.
+pub fn build(step: &Step, blocks: usize, cluster: usize, shared_bytes: usize) -> (Schedule, Layout) {
+    let layout = layout(step);
+    let mut s = Schedule { blocks, cluster, shared_bytes, ..Schedule::default() };
+    let arena = s.buffer("arena", layout.arena_bytes);
+    // Each task's arena range per value: the values given to the step and every stage's tiles.
+    let range = |v: usize, tiles: usize, t: usize| tile_range(layout.offsets[v], step.values[v].1, tiles, t);
+    // Per value: its writer's tile hand-offs, and the hand-off its readers signal when done.
+    let mut tile_ready: Vec<Vec<usize>> = vec![Vec::new(); step.values.len()];
+    let mut readers_done: Vec<Option<(usize, u64)>> = vec![None; step.values.len()];
+    let life = lifetimes(step);
+    let mut first_block = 0;
+    for (index, stage) in step.stages.iter().enumerate() {
+        let out = stage.output;
+        tile_ready[out] = (0..stage.tiles)
+            .map(|t| s.handoff(&format!("{} tile {t} ready", stage.name), HandoffKind::Global))
+            .collect();
+        // The values whose bytes this output reuses (their last use before this stage): every reader of each
+        // must be done first, or its writers where nothing read it.
+        let (out_start, out_end) = range(out, 1, 0);
+        let mut reused: Vec<(usize, u64)> = Vec::new();
+        for (v, &(first, last)) in life.iter().enumerate() {
+            let (v_start, v_end) = range(v, 1, 0);
+            let dead = first.is_some_and(|f| last.unwrap_or(f) < index);
+            if v != out && dead && v_start < out_end && out_start < v_end {
+                match readers_done[v] {
+                    Some(done) => reused.push(done),
+                    None => reused.extend(tile_ready[v].iter().map(|&h| (h, 1))),
+                }
+            }
+        }
+        for t in 0..stage.tiles {
+            let mut task =
+                Task { name: format!("{}[{t}]", stage.name), block: (first_block + t) % blocks, ..Task::default() };
+            for &(v, reads) in &stage.inputs {
+                let producer = &tile_ready[v];
+                let (start, end) = match reads {
+                    Reads::Whole => range(v, 1, 0),
+                    Reads::SameTile => range(v, stage.tiles, t),
+                };
+                task.reads.push(Access { buffer: arena, start, end });
+                // The producer tiles these bytes overlap (none for a value given to the step).
+                for (p, &handoff) in producer.iter().enumerate() {
+                    let (p_start, p_end) = range(v, producer.len(), p);
+                    if p_start < end && start < p_end {
+                        task.waits.push((handoff, 1));
+                    }
+                }
+            }
+            let (start, end) = range(out, stage.tiles, t);
+            task.writes.push(Access { buffer: arena, start, end });
+            task.waits.extend(reused.iter().copied());
+            task.signals.push((tile_ready[out][t], 1));
+            s.task(task);
+        }
+        first_block = (first_block + stage.tiles) % blocks;
+        // Each task of this stage signals, for each value it reads, that it is done with it.
+        let readers = stage.tiles as u64;
+        for &(v, _) in &stage.inputs {
+            let handoff = match readers_done[v] {
+                Some((h, count)) => {
+                    readers_done[v] = Some((h, count + readers));
+                    h
+                }
+                None => {
+                    let h = s.handoff(&format!("{} read", step.values[v].0), HandoffKind::Global);
+                    readers_done[v] = Some((h, readers));
+                    h
+                }
+            };
+            let tasks = s.tasks.len();
+            for task in &mut s.tasks[tasks - stage.tiles..] {
+                task.signals.push((handoff, 1));
+            }
+        }
+    }
+    (s, layout)
+}
