@@ -23,9 +23,11 @@
 
 mod build;
 mod check;
+mod from_plan;
 
 pub use build::{build, layout, Layout, Reads, Stage, Step};
 pub use check::ScheduleError;
+pub use from_plan::step_from_plan;
 
 /// How a hand-off's signal travels, which decides where its signallers and waiters may be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -234,3 +234,60 @@ mod built {
         assert!(err.contains("race") && err.contains("`C[") && err.contains("`B["), "{err}");
     }
 }
+
+mod from_a_plan {
+    use super::LIMITS;
+    use fuse_ir::graph::InputKind;
+    use fuse_ir::infer::{infer_dtypes, infer_shapes};
+    use fuse_ir::plan::Plan;
+    use fuse_ir::schedule::{build, step_from_plan, Reads};
+    use fuse_ir::{BinaryOp, DType, Graph, UnaryOp};
+
+    /// `layers` Llama MLP blocks in a row, each `x + down(silu(gate(h)) * up(h))` with `h = rms_norm(x)`
+    /// (checkpoint [out, in] weights read through `.t()`), at batch 1: x [1, hidden].
+    fn mlp_stack(layers: usize, hidden: usize, inter: usize) -> (Graph, Vec<Vec<usize>>, Vec<Option<DType>>) {
+        let mut g = Graph::new("mlp_stack");
+        let mut x = g.input("x", InputKind::Tensor);
+        let (mut shapes, mut dtypes) = (vec![vec![1, hidden]], vec![Some(DType::BF16)]);
+        let eps = g.constant(1e-5);
+        for l in 0..layers {
+            let weight = |g: &mut Graph, name: &str| g.input(&format!("{name}{l}"), InputKind::Tensor);
+            let (norm, gate, up, down) =
+                (weight(&mut g, "norm"), weight(&mut g, "gate"), weight(&mut g, "up"), weight(&mut g, "down"));
+            shapes.extend([vec![hidden], vec![inter, hidden], vec![inter, hidden], vec![hidden, inter]]);
+            dtypes.extend([Some(DType::BF16); 4]);
+            let h = g.rms_norm(x, norm, eps, "h");
+            let (wg, wu, wd) =
+                (g.transpose(gate, "gate.t()"), g.transpose(up, "up.t()"), g.transpose(down, "down.t()"));
+            let (a, b) = (g.matmul(h, wg, "gate"), g.matmul(h, wu, "up"));
+            let act = g.unary(UnaryOp::Silu, a, "silu");
+            let m = g.binary(BinaryOp::Mul, act, b, "silu * up");
+            let d = g.matmul(m, wd, "down");
+            x = g.binary(BinaryOp::Add, x, d, "residual");
+        }
+        g.outputs = vec![x];
+        let shapes = infer_shapes(&g, &shapes).expect("shapes");
+        let dtypes = infer_dtypes(&g, &dtypes).expect("dtypes");
+        (g, shapes, dtypes)
+    }
+
+    #[test]
+    fn a_plans_groups_become_a_sound_schedule() {
+        let (hidden, inter) = (576, 1536);
+        let (g, shapes, dtypes) = mlp_stack(3, hidden, inter);
+        let plan = Plan::fused(&g);
+        // Each group cut into 16 tiles (one a block of a cluster of 16, say).
+        let step = step_from_plan(&g, &plan, &shapes, &dtypes, |_, _| 16);
+        assert_eq!(step.stages.len(), plan.groups.len());
+        // The weights and x are given (13 arguments); each stage reads all of its input vector.
+        assert_eq!(step.given.len(), 13);
+        assert!(step.stages.iter().all(|s| s.inputs.iter().all(|&(_, reads)| reads == Reads::Whole)));
+        let (schedule, layout) = build(&step, 32, 16, 0);
+        assert_eq!(schedule.check(&LIMITS), Ok(()));
+        // The activations of three layers in about half their bytes: layers 1 and 2 reuse layer 0's (each
+        // layer's residual input lives until its down projection, beside the next one's).
+        let computed: usize =
+            (0..step.values.len()).filter(|v| !step.given.contains(v)).map(|v| step.values[v].1).sum();
+        assert!(layout.arena_bytes * 3 < computed * 2, "{} of {computed}", layout.arena_bytes);
+    }
+}

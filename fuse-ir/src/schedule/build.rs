@@ -57,20 +57,18 @@ fn lifetimes(step: &Step) -> Vec<(Option<usize>, Option<usize>)> {
     life
 }
 
-/// Offsets in the arena: values given to the step keep their bytes for the whole step; the others take the
-/// lowest bytes free from their first writer to their last reader (first fit, in stage order).
+/// Offsets in the arena of the values the step computes (a value given to it lies in a buffer of its own, at
+/// 0): each takes the lowest bytes free from its first writer to its last reader (first fit, in stage
+/// order).
 pub fn layout(step: &Step) -> Layout {
     let life = lifetimes(step);
     let span = |v: usize| -> (usize, usize) {
-        if step.given.contains(&v) {
-            return (0, usize::MAX);
-        }
         let first = life[v].0.unwrap_or(0);
         (first, life[v].1.unwrap_or(first).max(first))
     };
     let mut placed: Vec<(usize, usize, usize, usize)> = Vec::new(); // offset, end, first, last
     let mut offsets = vec![0; step.values.len()];
-    let mut order: Vec<usize> = (0..step.values.len()).collect();
+    let mut order: Vec<usize> = (0..step.values.len()).filter(|v| !step.given.contains(v)).collect();
     order.sort_by_key(|&v| (span(v).0, v));
     for v in order {
         let (first, last) = span(v);
@@ -104,7 +102,11 @@ pub fn build(step: &Step, blocks: usize, cluster: usize, shared_bytes: usize) ->
     let layout = layout(step);
     let mut s = Schedule { blocks, cluster, shared_bytes, ..Schedule::default() };
     let arena = s.buffer("arena", layout.arena_bytes);
-    // Each task's arena range per value: the values given to the step and every stage's tiles.
+    // The buffer of each value: its own for one given to the step, else the arena.
+    let buffer_of: Vec<usize> = (0..step.values.len())
+        .map(|v| if step.given.contains(&v) { s.buffer(&step.values[v].0, step.values[v].1) } else { arena })
+        .collect();
+    // A value's tile `t` of `tiles`: its byte range in its buffer.
     let range = |v: usize, tiles: usize, t: usize| tile_range(layout.offsets[v], step.values[v].1, tiles, t);
     // Per value: its writer's tile hand-offs, and the hand-off its readers signal when done.
     let mut tile_ready: Vec<Vec<usize>> = vec![Vec::new(); step.values.len()];
@@ -123,7 +125,7 @@ pub fn build(step: &Step, blocks: usize, cluster: usize, shared_bytes: usize) ->
         for (v, &(first, last)) in life.iter().enumerate() {
             let (v_start, v_end) = range(v, 1, 0);
             let dead = first.is_some_and(|f| last.unwrap_or(f) < index);
-            if v != out && dead && v_start < out_end && out_start < v_end {
+            if v != out && dead && buffer_of[v] == arena && v_start < out_end && out_start < v_end {
                 match readers_done[v] {
                     Some(done) => reused.push(done),
                     None => reused.extend(tile_ready[v].iter().map(|&h| (h, 1))),
@@ -139,7 +141,7 @@ pub fn build(step: &Step, blocks: usize, cluster: usize, shared_bytes: usize) ->
                     Reads::Whole => range(v, 1, 0),
                     Reads::SameTile => range(v, stage.tiles, t),
                 };
-                task.reads.push(Access { buffer: arena, start, end });
+                task.reads.push(Access { buffer: buffer_of[v], start, end });
                 // The producer tiles these bytes overlap (none for a value given to the step).
                 for (p, &handoff) in producer.iter().enumerate() {
                     let (p_start, p_end) = range(v, producer.len(), p);
@@ -149,7 +151,7 @@ pub fn build(step: &Step, blocks: usize, cluster: usize, shared_bytes: usize) ->
                 }
             }
             let (start, end) = range(out, stage.tiles, t);
-            task.writes.push(Access { buffer: arena, start, end });
+            task.writes.push(Access { buffer: buffer_of[out], start, end });
             task.waits.extend(reused.iter().copied());
             task.signals.push((tile_ready[out][t], 1));
             s.task(task);
