@@ -25,7 +25,7 @@ mod build;
 mod check;
 mod from_plan;
 
-pub use build::{build, layout, Layout, Reads, Stage, Step};
+pub use build::{build, build_placed, layout, Layout, Placement, Reads, Stage, Step};
 pub use check::ScheduleError;
 pub use from_plan::step_from_plan;
 

@@ -150,7 +150,7 @@ fn shared_memory_handoffs_stay_in_their_cluster() {
 
 mod built {
     use super::LIMITS;
-    use fuse_ir::schedule::{build, Reads, Stage, Step};
+    use fuse_ir::schedule::{build, build_placed, HandoffKind, Placement, Reads, Stage, Step};
 
     /// Two Llama-shaped layers: norm + QKV (reads all of x), attention (a tile a head, all of qkv), the output
     /// projection + residual (all of attention's output, x's same tile), norm + gate/up, down + residual.
@@ -209,6 +209,42 @@ mod built {
         down.waits.clear();
         let err = broken.check(&LIMITS).unwrap_err().to_string();
         assert!(err.contains("race") && err.contains("down0[0]"), "{err}");
+    }
+
+    #[test]
+    fn a_layer_a_cluster_hands_off_through_shared_memory_inside_it() {
+        let step = two_layers(1024);
+        let placement = Placement::LayerPerCluster { stages_per_layer: 5 };
+        let (schedule, _) = build_placed(&step, 8, 4, 64 * 1024, placement);
+        assert_eq!(schedule.check(&LIMITS), Ok(()));
+        // Layer 0 on blocks 0..4, layer 1 on 4..8.
+        for t in &schedule.tasks {
+            let layer = if t.name.contains("1[") { 1 } else { 0 };
+            assert_eq!(t.block / 4, layer, "{} on block {}", t.name, t.block);
+        }
+        // Inside a layer the waits are on the consumer's own mbarrier (bytes); layer 1 reads layer 0's output
+        // (its input x1, and x1 again for the residual) through L2.
+        let kind_of = |h: usize| schedule.handoffs[h].kind;
+        let down1 = schedule.tasks.iter().find(|t| t.name == "down1[0]").unwrap();
+        assert!(down1
+            .waits
+            .iter()
+            .any(|&(h, bytes)| kind_of(h) == HandoffKind::Shared { owner: 4 } && bytes == 4 * 1024));
+        let qkv1 = schedule.tasks.iter().find(|t| t.name == "qkv1[2]").unwrap();
+        assert!(qkv1.waits.iter().all(|&(h, _)| kind_of(h) == HandoffKind::Global), "x1 comes from the other cluster");
+        let shared = schedule.handoffs.iter().filter(|h| matches!(h.kind, HandoffKind::Shared { .. })).count();
+        // A layer: attention's 4 tiles (qkv), o_proj's 4 (attention's output; x is given or from the other
+        // cluster), gate/up's 8 (h), down's 4 twice (gate/up's output, and h for the residual).
+        assert_eq!(shared, 2 * (4 + 4 + 8 + 2 * 4));
+        // Waiting for one tile's bytes (512) fewer than the 8 producers store: no producer is needed for the
+        // wait to be met, so each read of their bytes is unordered.
+        let mut broken = schedule.clone();
+        let down = broken.tasks.iter_mut().find(|t| t.name == "down1[0]").unwrap();
+        for wait in down.waits.iter_mut().filter(|w| w.1 == 4 * 1024) {
+            wait.1 -= 512;
+        }
+        let err = broken.check(&LIMITS).unwrap_err().to_string();
+        assert!(err.contains("race") && err.contains("down1[0]") && err.contains("gate_up1["), "{err}");
     }
 
     #[test]

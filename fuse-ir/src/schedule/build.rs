@@ -4,8 +4,9 @@
 //! whole stage when it reads all of it); the values live in one arena, a value's bytes reused once its
 //! last reader is done, and the first writes into reused bytes wait for every reader of what was there.
 //! The accesses in the schedule are the arena's offsets, so the checker sees the layout the kernel would.
-//! Still to come: stages from a model's plans, shared-memory hand-offs inside a cluster, and where weights
-//! live (resident in shared memory or streamed).
+//! [`Placement::LayerPerCluster`] puts each layer on one cluster, its hand-offs through the consumers'
+//! shared memory. Still to come: where weights live (resident in shared memory or streamed), decided from
+//! the shapes and the device's limits.
 
 use super::{Access, HandoffKind, Schedule, Task};
 
@@ -95,10 +96,33 @@ fn tile_range(offset: usize, bytes: usize, tiles: usize, t: usize) -> (usize, us
     (offset + bytes * t / tiles, offset + bytes * (t + 1) / tiles)
 }
 
-/// The schedule of `step` on `blocks` blocks (clusters of `cluster`, `shared_bytes` each) and its layout.
-/// Stage s's tile t runs on block (first_s + t) % blocks, first_s where stage s - 1's tiles ended, so the
-/// tiles of consecutive stages spread over the blocks; a block runs its tasks in stage order.
+/// Where a stage's tiles run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Stage s's tile t on block (first_s + t) % blocks, first_s where stage s - 1's tiles ended: the tiles
+    /// of consecutive stages spread over every block; hand-offs through L2.
+    RoundRobin,
+    /// Each run of `stages_per_layer` stages (a layer) on one cluster, layer l on cluster l % clusters, tile
+    /// t on its block t % cluster (the hand-written step's shape): a hand-off whose producer tiles all ran in
+    /// the consumer's cluster goes through the consumer block's shared memory (an mbarrier counting the
+    /// bytes), the others through L2.
+    LayerPerCluster { stages_per_layer: usize },
+}
+
+/// [`build_placed`] with [`Placement::RoundRobin`].
 pub fn build(step: &Step, blocks: usize, cluster: usize, shared_bytes: usize) -> (Schedule, Layout) {
+    build_placed(step, blocks, cluster, shared_bytes, Placement::RoundRobin)
+}
+
+/// The schedule of `step` on `blocks` blocks (clusters of `cluster`, `shared_bytes` each), its tiles placed
+/// by `placement`, and its layout; a block runs its tasks in stage order.
+pub fn build_placed(
+    step: &Step,
+    blocks: usize,
+    cluster: usize,
+    shared_bytes: usize,
+    placement: Placement,
+) -> (Schedule, Layout) {
     let layout = layout(step);
     let mut s = Schedule { blocks, cluster, shared_bytes, ..Schedule::default() };
     let arena = s.buffer("arena", layout.arena_bytes);
@@ -110,6 +134,9 @@ pub fn build(step: &Step, blocks: usize, cluster: usize, shared_bytes: usize) ->
     let range = |v: usize, tiles: usize, t: usize| tile_range(layout.offsets[v], step.values[v].1, tiles, t);
     // Per value: its writer's tile hand-offs, and the hand-off its readers signal when done.
     let mut tile_ready: Vec<Vec<usize>> = vec![Vec::new(); step.values.len()];
+    // Per value: the task that wrote each of its tiles.
+    let mut tile_task: Vec<Vec<usize>> = vec![Vec::new(); step.values.len()];
+    let cluster_of = |block: usize| block / cluster.max(1);
     let mut readers_done: Vec<Option<(usize, u64)>> = vec![None; step.values.len()];
     let life = lifetimes(step);
     let mut first_block = 0;
@@ -132,22 +159,46 @@ pub fn build(step: &Step, blocks: usize, cluster: usize, shared_bytes: usize) ->
                 }
             }
         }
+        let first_task = s.tasks.len();
         for t in 0..stage.tiles {
-            let mut task =
-                Task { name: format!("{}[{t}]", stage.name), block: (first_block + t) % blocks, ..Task::default() };
+            let block = match placement {
+                Placement::RoundRobin => (first_block + t) % blocks,
+                Placement::LayerPerCluster { stages_per_layer } => {
+                    let clusters = (blocks / cluster.max(1)).max(1);
+                    (index / stages_per_layer.max(1)) % clusters * cluster + t % cluster.max(1)
+                }
+            };
+            let name = format!("{}[{t}]", stage.name);
+            let mut task = Task { name: name.clone(), block, ..Task::default() };
             for &(v, reads) in &stage.inputs {
-                let producer = &tile_ready[v];
                 let (start, end) = match reads {
                     Reads::Whole => range(v, 1, 0),
                     Reads::SameTile => range(v, stage.tiles, t),
                 };
                 task.reads.push(Access { buffer: buffer_of[v], start, end });
-                // The producer tiles these bytes overlap (none for a value given to the step).
-                for (p, &handoff) in producer.iter().enumerate() {
-                    let (p_start, p_end) = range(v, producer.len(), p);
-                    if p_start < end && start < p_end {
-                        task.waits.push((handoff, 1));
+                // The producer tiles these bytes overlap (none for a value given to the step), and how many
+                // of their bytes.
+                let tiles = tile_ready[v].len();
+                let overlap: Vec<(usize, u64)> = (0..tiles)
+                    .filter_map(|p| {
+                        let (p_start, p_end) = range(v, tiles, p);
+                        (p_start < end && start < p_end).then(|| (p, (p_end.min(end) - p_start.max(start)) as u64))
+                    })
+                    .collect();
+                let near = |&(p, _): &(usize, u64)| cluster_of(s.tasks[tile_task[v][p]].block) == cluster_of(block);
+                let through_shared =
+                    placement != Placement::RoundRobin && !overlap.is_empty() && overlap.iter().all(near);
+                if through_shared {
+                    // The producers store into this block's shared memory; its mbarrier counts their bytes.
+                    let kind = HandoffKind::Shared { owner: block };
+                    let handoff = s.handoff(&format!("{} to {name}", step.values[v].0), kind);
+                    for &(p, bytes) in &overlap {
+                        let producer = tile_task[v][p];
+                        s.tasks[producer].signals.push((handoff, bytes));
                     }
+                    task.waits.push((handoff, overlap.iter().map(|&(_, bytes)| bytes).sum()));
+                } else {
+                    task.waits.extend(overlap.iter().map(|&(p, _)| (tile_ready[v][p], 1)));
                 }
             }
             let (start, end) = range(out, stage.tiles, t);
@@ -156,6 +207,7 @@ pub fn build(step: &Step, blocks: usize, cluster: usize, shared_bytes: usize) ->
             task.signals.push((tile_ready[out][t], 1));
             s.task(task);
         }
+        tile_task[out] = (first_task..s.tasks.len()).collect();
         first_block = (first_block + stage.tiles) % blocks;
         // Each task of this stage signals, for each value it reads, that it is done with it.
         let readers = stage.tiles as u64;
