@@ -16,18 +16,21 @@
 //!   limit, and hand-offs through shared memory only between blocks of one cluster.
 //!
 //! [`build`] makes a schedule and the memory layout it runs in from one description of a step's stages
-//! (`build.rs`: tiles, tile-granular waits through L2 counters, the arena's reuse); stages from a model's
-//! plans come next. The hand-written one-launch step (`docs/persistent-step.md`) is the shape it must reach:
+//! (`build.rs`: tiles, tile-granular waits through L2 counters or a cluster's shared memory, the arena's
+//! reuse), [`step_from_plan`] that description from a function's plan, and [`residency`] decides where the
+//! weights live (all held, a layer at a time, or streamed through a ring) from the shapes and the device. The hand-written one-launch step (`docs/persistent-step.md`) is the shape it must reach:
 //! layers on clusters, hand-offs through distributed shared memory inside a cluster and through tagged words
 //! in L2 between clusters.
 
 mod build;
 mod check;
 mod from_plan;
+mod residency;
 
 pub use build::{build, build_placed, layout, Layout, Placement, Reads, Stage, Step};
 pub use check::ScheduleError;
 pub use from_plan::step_from_plan;
+pub use residency::{residency, Residency};
 
 /// How a hand-off's signal travels, which decides where its signallers and waiters may be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +70,9 @@ pub struct Task {
     pub signals: Vec<(usize, u64)>,
     pub reads: Vec<Access>,
     pub writes: Vec<Access>,
+    /// Bytes of weights (read-only, the same every step) this task reads: where they live is
+    /// [`residency`]'s decision.
+    pub weight_bytes: usize,
 }
 
 /// What the device offers a persistent kernel.

@@ -173,6 +173,7 @@ mod built {
                 output,
                 inputs,
                 tiles,
+                weight_bytes: 0,
             };
             step.stages.extend([
                 stage("qkv", qkv, vec![(x, Reads::Whole)], 6),
@@ -257,6 +258,7 @@ mod built {
             output,
             inputs: vec![(input, Reads::Whole)],
             tiles: 4,
+            weight_bytes: 0,
         };
         let step = Step { values, given: vec![0], stages: vec![stage("A", 1, 0), stage("B", 2, 1), stage("C", 3, 0)] };
         let (schedule, layout) = build(&step, 4, 1, 0);
@@ -317,6 +319,10 @@ mod from_a_plan {
         assert_eq!(step.stages.len(), plan.groups.len());
         // The weights and x are given (13 arguments); each stage reads all of its input vector.
         assert_eq!(step.given.len(), 13);
+        // The weights each stage reads: gate and up for the dual GEMMs, down for the others.
+        let weights: usize = step.stages.iter().map(|s| s.weight_bytes).sum();
+        assert_eq!(weights, 3 * 3 * hidden * inter * 2);
+        assert!(step.stages.iter().all(|s| s.weight_bytes > 0), "every group here is a GEMM");
         assert!(step.stages.iter().all(|s| s.inputs.iter().all(|&(_, reads)| reads == Reads::Whole)));
         let (schedule, layout) = build(&step, 32, 16, 0);
         assert_eq!(schedule.check(&LIMITS), Ok(()));
@@ -325,5 +331,63 @@ mod from_a_plan {
         let computed: usize =
             (0..step.values.len()).filter(|v| !step.given.contains(v)).map(|v| step.values[v].1).sum();
         assert!(layout.arena_bytes * 3 < computed * 2, "{} of {computed}", layout.arena_bytes);
+    }
+}
+
+mod weights {
+    use super::LIMITS;
+    use fuse_ir::schedule::{build_placed, residency, Placement, Reads, Residency, Stage, Step};
+
+    /// `layers` decoder layers of four GEMM stages (QKV, output projection, gate/up, down), each cut into 16
+    /// tiles and reading the weights given (bytes a stage).
+    fn layers(layers: usize, hidden: usize, weights: [usize; 4]) -> Step {
+        let mut step = Step { values: vec![("x0".into(), hidden)], given: vec![0], ..Step::default() };
+        let mut x = 0;
+        for l in 0..layers {
+            for (k, &weight_bytes) in weights.iter().enumerate() {
+                step.values.push((format!("v{l}.{k}"), hidden));
+                let output = step.values.len() - 1;
+                let inputs = vec![(x, Reads::Whole)];
+                step.stages.push(Stage { name: format!("s{l}.{k}"), output, inputs, tiles: 16, weight_bytes });
+                x = output;
+            }
+        }
+        step
+    }
+
+    /// Bytes of a [rows, cols] weight at `per_weight` bytes a weight (Q4_1: 0.5625; bf16: 2).
+    fn bytes(rows: usize, cols: usize, per_weight: f64) -> usize {
+        (rows as f64 * cols as f64 * per_weight) as usize
+    }
+
+    fn decide(step: &Step, clusters: usize, other: usize) -> Option<(Residency, usize)> {
+        let placement = Placement::LayerPerCluster { stages_per_layer: 4 };
+        let (schedule, _) = build_placed(step, clusters * 16, 16, other, placement);
+        assert_eq!(schedule.check(&LIMITS), Ok(()));
+        residency(&schedule, &LIMITS, other, |task| task / (4 * 16))
+    }
+
+    #[test]
+    fn the_weights_live_where_the_shapes_and_the_device_allow() {
+        // SmolLM2-135M's layers in Q4_1 (~2 MB each) on 7 clusters of 16: a block's share of a layer (~122
+        // KB) fits beside 40 KB of activations, its 5 layers do not: one layer at a time, as the hand-written
+        // step holds them.
+        let (h, i) = (576, 1536);
+        let q4 = [bytes(960, h, 0.5625), bytes(h, h, 0.5625), bytes(2 * i, h, 0.5625), bytes(h, i, 0.5625)];
+        let (decision, shared) = decide(&layers(30, h, q4), 7, 40 * 1024).expect("fits");
+        let share: usize = q4.iter().map(|w| w / 16).sum();
+        assert_eq!(decision, Residency::OnePhase { bytes: share });
+        assert_eq!(shared, 40 * 1024 + share);
+        // Two layers of a tiny model: all resident.
+        let tiny = [bytes(96, 64, 2.0), bytes(64, 64, 2.0), bytes(256, 64, 2.0), bytes(64, 128, 2.0)];
+        assert_eq!(decide(&layers(2, 64, tiny), 2, 40 * 1024).map(|d| d.0), Some(Residency::AllResident));
+        // Llama-3-8B's layers in bf16 (~436 MB each): streamed through a ring filling what is left.
+        let (h, i) = (4096, 14336);
+        let bf16 = [bytes(6144, h, 2.0), bytes(h, h, 2.0), bytes(2 * i, h, 2.0), bytes(h, i, 2.0)];
+        let (decision, shared) = decide(&layers(2, h, bf16), 2, 40 * 1024).expect("a ring fits");
+        assert_eq!(decision, Residency::Streamed { chunk_bytes: (227 - 40) * 1024 / 4 / 16 * 16 });
+        assert!(shared <= LIMITS.shared_bytes);
+        // No room at all beside the rest: refused.
+        assert_eq!(decide(&layers(2, h, bf16), 2, 226 * 1024), None);
     }
 }

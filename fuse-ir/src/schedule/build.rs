@@ -5,8 +5,7 @@
 //! last reader is done, and the first writes into reused bytes wait for every reader of what was there.
 //! The accesses in the schedule are the arena's offsets, so the checker sees the layout the kernel would.
 //! [`Placement::LayerPerCluster`] puts each layer on one cluster, its hand-offs through the consumers'
-//! shared memory. Still to come: where weights live (resident in shared memory or streamed), decided from
-//! the shapes and the device's limits.
+//! shared memory; each task carries its share of its stage's weights, which `residency.rs` places.
 
 use super::{Access, HandoffKind, Schedule, Task};
 
@@ -28,6 +27,8 @@ pub struct Stage {
     pub inputs: Vec<(usize, Reads)>,
     /// Equal tiles its output is cut into (each a task).
     pub tiles: usize,
+    /// Bytes of weights it reads (a matmul's right operands), each tile an equal share.
+    pub weight_bytes: usize,
 }
 
 /// A step: its values (name, bytes), those given before it starts (the step's inputs), and the stages in an
@@ -169,7 +170,8 @@ pub fn build_placed(
                 }
             };
             let name = format!("{}[{t}]", stage.name);
-            let mut task = Task { name: name.clone(), block, ..Task::default() };
+            let weight_bytes = stage.weight_bytes / stage.tiles.max(1);
+            let mut task = Task { name: name.clone(), block, weight_bytes, ..Task::default() };
             for &(v, reads) in &stage.inputs {
                 let (start, end) = match reads {
                     Reads::Whole => range(v, 1, 0),

@@ -64,8 +64,17 @@ pub fn step_from_plan(
                 inputs.push((value, reads));
             }
         }
+        // The weights: what its matmuls read as their right operand from the arguments (through views).
+        let weight_bytes = group
+            .matmuls
+            .iter()
+            .map(|&m| base(g.node(m).args[1]))
+            .filter(|&w| matches!(g.op(w), Op::Input(_)))
+            .map(bytes)
+            .sum();
         let out_bytes = step.values[output].1;
-        step.stages.push(Stage { name: format!("group{k}"), output, inputs, tiles: tiles(k, out_bytes).max(1) });
+        let tiles = tiles(k, out_bytes).max(1);
+        step.stages.push(Stage { name: format!("group{k}"), output, inputs, tiles, weight_bytes });
     }
     step
 }
