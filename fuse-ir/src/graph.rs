@@ -233,6 +233,18 @@ impl Graph {
         self.binary(BinaryOp::Mul, xn, w, label)
     }
 
+    /// `x.gather(&indexes, axis)` (candle's): along the last axis (`axis` -1) the model op itself, along
+    /// another with x and the indexes swapped there and the result swapped back (views).
+    pub fn gather(&mut self, x: NodeId, indexes: NodeId, axis: i8, label: &str) -> NodeId {
+        if axis == -1 {
+            return self.model(ModelOp::Gather, &[x, indexes], label);
+        }
+        let swap = ViewOp::Transpose { a: axis, b: -1 };
+        let (x, indexes) = (self.view(swap, &[x], label), self.view(swap, &[indexes], label));
+        let picked = self.model(ModelOp::Gather, &[x, indexes], label);
+        self.view(swap, &[picked], label)
+    }
+
     /// `x.conv1d(w, padding, stride, dilation, groups)` (`spatial` 1: x [b, c, l], w [co, c / groups, k]) or
     /// `conv2d` (2: x [b, c, h, w], w [co, c / groups, kh, kw]), candle's, with `sizes` = [padding, stride,
     /// dilation, groups]: the columns of `unfold` [groups, b, out.., kc], one matmul per group against the

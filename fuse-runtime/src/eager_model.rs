@@ -149,17 +149,9 @@ impl Tensor {
             Error::unsupported(EAGER, "gather", why)
         })?;
         let operands = [("x", Operand::Tensor(self)), ("indexes", Operand::Tensor(indexes))];
-        run(&operands, |g, i| {
-            if axis + 1 == rank {
-                return g.model(ModelOp::Gather, &[i[0], i[1]], "x.gather(indexes, -1)");
-            }
-            // Along another axis: both swapped with the last (views), gathered, swapped back.
-            let swap = fuse_ir::view::ViewOp::Transpose { a: axis as i8, b: -1 };
-            let (x, picks) =
-                (g.view(swap, &[i[0]], "x.gather(indexes, axis)"), g.view(swap, &[i[1]], "x.gather(indexes, axis)"));
-            let out = g.model(ModelOp::Gather, &[x, picks], "x.gather(indexes, axis)");
-            g.view(swap, &[out], "x.gather(indexes, axis)")
-        })
+        // The last axis as -1 (the op itself), another by its index (swapped there and back).
+        let axis = if axis + 1 == rank { -1 } else { axis as i8 };
+        run(&operands, |g, i| g.gather(i[0], i[1], axis, "x.gather(indexes, axis)"))
     }
 }
 

@@ -63,7 +63,11 @@ fn lifetimes(step: &Step) -> Vec<(Option<usize>, Option<usize>)> {
 /// 0): each takes the lowest bytes free from its first writer to its last reader (first fit, in stage
 /// order).
 pub fn layout(step: &Step) -> Layout {
-    let life = lifetimes(step);
+    layout_for(step, &lifetimes(step))
+}
+
+/// [`layout`] given the values' [`lifetimes`].
+fn layout_for(step: &Step, life: &[(Option<usize>, Option<usize>)]) -> Layout {
     let span = |v: usize| -> (usize, usize) {
         let first = life[v].0.unwrap_or(0);
         (first, life[v].1.unwrap_or(first).max(first))
@@ -124,7 +128,8 @@ pub fn build_placed(
     shared_bytes: usize,
     placement: Placement,
 ) -> (Schedule, Layout) {
-    let layout = layout(step);
+    let life = lifetimes(step);
+    let layout = layout_for(step, &life);
     let mut s = Schedule { blocks, cluster, shared_bytes, ..Schedule::default() };
     let arena = s.buffer("arena", layout.arena_bytes);
     // The buffer of each value: its own for one given to the step, else the arena.
@@ -139,7 +144,6 @@ pub fn build_placed(
     let mut tile_task: Vec<Vec<usize>> = vec![Vec::new(); step.values.len()];
     let cluster_of = |block: usize| block / cluster.max(1);
     let mut readers_done: Vec<Option<(usize, u64)>> = vec![None; step.values.len()];
-    let life = lifetimes(step);
     let mut first_block = 0;
     for (index, stage) in step.stages.iter().enumerate() {
         let out = stage.output;

@@ -7,7 +7,6 @@
 
 use super::{Kind, Tracer, Value};
 use crate::label::source_text;
-use fuse_ir::view::ViewOp;
 use fuse_ir::{ModelOp, Op};
 use syn::{Expr, ExprMethodCall};
 
@@ -40,15 +39,9 @@ impl Tracer<'_> {
         let axis = self.axis_literal(&call.args[1], "gather");
         let indexes = self.expr(&call.args[0]).and_then(|id| self.tensor_operand(id, &call.args[0], "gather"));
         let x = self.tensor_operand(receiver?, &call.receiver, "gather")?;
-        let (axis, indexes) = (axis?, indexes?);
-        let gather = Op::Model(ModelOp::Gather);
-        if axis == -1 {
-            return Some(self.push(gather, &[x, indexes], call, Kind::Tensor));
-        }
-        let swap = Op::View(ViewOp::Transpose { a: axis, b: -1 });
-        let (x, indexes) = (self.push(swap, &[x], call, Kind::Tensor), self.push(swap, &[indexes], call, Kind::Tensor));
-        let picked = self.push(gather, &[x, indexes], call, Kind::Tensor);
-        Some(self.push(swap, &[picked], call, Kind::Tensor))
+        let id = self.graph.gather(x, indexes?, axis?, &crate::label::node_label(call));
+        self.record_kind(Kind::Tensor);
+        Some(id)
     }
 
     /// `x.conv1d(&kernel, padding, stride, dilation, groups)` (`spatial` 1) or `conv2d` (2): the sizes may be

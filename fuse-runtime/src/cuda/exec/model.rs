@@ -33,7 +33,7 @@ pub(super) struct PendingCopy {
 }
 
 /// Blocks for a grid-stride loop over `count` items, `per_block` a block (the loop covers any excess).
-fn blocks(count: usize, per_block: u32) -> u32 {
+pub(super) fn blocks(count: usize, per_block: u32) -> u32 {
     count.div_ceil(per_block as usize).clamp(1, 1 << 20) as u32
 }
 

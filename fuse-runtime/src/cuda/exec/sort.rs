@@ -5,6 +5,7 @@
 //! indices in the device's workspace, and a top-k that sorts keeps its indices there too and writes the first
 //! k of each row.
 
+use super::model::blocks;
 use super::model_args::Words;
 use super::Executor;
 use crate::call::Value;
@@ -34,13 +35,12 @@ impl Executor<'_> {
             let layout = |words: &mut Words| {
                 words.layout(&x.shape()[..r - 1], &x.strides()[..r - 1]);
             };
-            let grid = |items: usize| items.clamp(1, 1 << 20) as u32;
             let dtype_defines = ModelKernel::defines(x.dtype());
             if op == ModelOp::ArgTopK && kept <= SORT_CHUNK {
                 let mut words = Words::default();
                 words.address(x_address).address(out_address).counts(&[rows, columns, x.strides()[r - 1], kept]);
                 layout(&mut words);
-                self.launch_model_kernel_with(ModelKernel::TopK, &dtype_defines, grid(rows), 0, words)?;
+                self.launch_model_kernel_with(ModelKernel::TopK, &dtype_defines, blocks(rows, 1), 0, words)?;
             } else {
                 let ascending = op == (ModelOp::ArgSort { ascending: true });
                 // The keys beside the indices (f32, n a row) in the workspace, and a top-k's indices after
@@ -60,9 +60,10 @@ impl Executor<'_> {
                     words.counts(&[rows, columns, x.strides()[r - 1], ascending as usize, kept]);
                     words.counts(&[mode, width, distance, last as usize]);
                     layout(&mut words);
-                    let blocks =
-                        if mode == 1 { (rows * padded / 2).div_ceil(SORT_THREADS as usize) } else { rows * chunks };
-                    me.launch_model_kernel_with(ModelKernel::Sort, &dtype_defines, grid(blocks), 0, words)
+                    // Mode 1: a thread a pair; modes 0 and 2: a block a (row, chunk).
+                    let grid =
+                        if mode == 1 { blocks(rows * padded / 2, SORT_THREADS) } else { blocks(rows * chunks, 1) };
+                    me.launch_model_kernel_with(ModelKernel::Sort, &dtype_defines, grid, 0, words)
                 };
                 launch(self, 0, 0, 0, padded <= chunk)?;
                 let mut width = 2 * chunk;
