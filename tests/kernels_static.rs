@@ -65,7 +65,10 @@ fn emitted_sources_are_what_the_runtime_generates() {
                     e.name
                 );
             }
-            let entry = e.source.lines().find(|l| l.starts_with("extern \"C\" __global__ void"));
+            let entry = e
+                .source
+                .lines()
+                .find(|l| l.starts_with("FUSE_KERNEL(") || l.starts_with("extern \"C\" __global__ void"));
             // A template's entry point is named through the define the generated part sets before it.
             let named = |define: &str| {
                 e.source.contains(&format!("\n#define {define} {}\n", e.name))
@@ -173,10 +176,7 @@ fn debug_levels_add_up() {
             );
         }
         // Introspection knows its device: no CUDA source on a CPU call, and the plan in the CPU's words.
-        assert!(
-            !stderr.contains("extern \"C\" __global__") && !stderr.contains("on chip"),
-            "FUSE_DEBUG={level}:\n{stderr}"
-        );
+        assert!(!stderr.contains("FUSE_KERNEL(") && !stderr.contains("on chip"), "FUSE_DEBUG={level}:\n{stderr}");
     }
 }
 

@@ -37,10 +37,11 @@ impl KernelParts<'_> {
     }
 
     /// The kernel's signature (the ABI: one `FuseArgs` by value) and its first statements: wait for the
-    /// kernel before it (a launch may overlap it, see the prelude), then let the next one launch.
+    /// kernel before it (a launch may overlap it, see the prelude), then let the next one launch. (`FUSE_KERNEL`:
+    /// the prelude's entry macro, a device function in a one-launch step.)
     pub fn signature(&self) -> String {
         format!(
-            "extern \"C\" __global__ void __launch_bounds__({BLOCK_THREADS}) {}(const FuseArgs args) {{\n  fuse_grid_wait();\n  fuse_grid_release();\n",
+            "FUSE_KERNEL({BLOCK_THREADS}) {}(FUSE_KERNEL_PARAM(FuseArgs) args) {{\n  fuse_grid_wait();\n  fuse_grid_release();\n",
             self.name
         )
     }

@@ -24,6 +24,7 @@ mod emit;
 mod gemm;
 mod meta;
 mod model;
+mod one_launch;
 mod pointwise;
 mod prelude;
 mod rowreduce;
@@ -45,6 +46,7 @@ pub use model::{
     ATTENTION_KEY_TILE, ATTENTION_MAX_HEAD_DIM, ATTENTION_ROW_TILE, ATTENTION_THREADS, MODEL_BLOCK_THREADS,
     MODEL_CAT_COPIES, MODEL_RANK, SORT_CHUNK, SORT_THREADS,
 };
+pub use one_launch::{one_launch_source, task_refusal, TaskKernel, ONE_LAUNCH_ENTRY, ONE_LAUNCH_MACHINERY};
 pub use prelude::{BLOCK_THREADS, VECTOR_ELEMENTS};
 
 use crate::graph::{Graph, NodeId};

@@ -56,10 +56,7 @@ fn the_mlp_is_one_epilogue_kernel() {
     assert_eq!(epilogue.inputs, plan.groups[0].matmuls, "the products are read from memory");
     assert_eq!(epilogue.outputs, plan.groups[0].outputs);
     assert_eq!(epilogue.nodes.len(), 2);
-    assert!(epilogue.source.contains(&format!(
-        "extern \"C\" __global__ void __launch_bounds__(256) {}(const FuseArgs args)",
-        epilogue.name
-    )));
+    assert!(epilogue.source.contains(&format!("FUSE_KERNEL(256) {}(FUSE_KERNEL_PARAM(FuseArgs) args)", epilogue.name)));
 }
 
 #[test]

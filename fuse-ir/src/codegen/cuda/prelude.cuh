@@ -18,6 +18,20 @@
 #ifndef FUSE_PRELUDE_ONCE
 #define FUSE_PRELUDE_ONCE
 
+// ---- kernel entries -----------------------------------------------------------------------------------------
+
+// Every kernel's entry is written `FUSE_KERNEL(threads[, min blocks]) name(FUSE_KERNEL_PARAM(Args) a)`: an
+// extern "C" kernel taking its arguments by value; or, where the source is compiled as a task of a one-launch
+// step (`FUSE_TASK` defined: fuse-ir's codegen/persistent.rs), a device function the step's tasks call with
+// the arguments in global memory.
+#if defined(FUSE_TASK)
+#define FUSE_KERNEL(...) static __device__ __forceinline__ void
+#define FUSE_KERNEL_PARAM(T) const T&
+#else
+#define FUSE_KERNEL(...) extern "C" __global__ void __launch_bounds__(__VA_ARGS__)
+#define FUSE_KERNEL_PARAM(T) const T
+#endif
+
 // ---- element types ------------------------------------------------------------------------------------------
 
 // The codes of the float element types in every kernel's defines (FUSE_IN<k>, FUSE_MODEL_DTYPE, FUSE_SK_DT ...).
@@ -150,13 +164,16 @@ __device__ __forceinline__ float fuse_block_min(float v, float* smem) {
 // visible (at once when the launch did not overlap); every kernel calls it before it reads a tensor or writes
 // anything, so only L2 prefetches may come before it. fuse_grid_release() lets the next kernel launch as this
 // one's blocks finish. Both are no-ops below sm_90.
+// As a task of a one-launch step (FUSE_TASK), the step's own wait for the kernel before, and no release.
 __device__ __forceinline__ void fuse_grid_wait() {
-#if __CUDA_ARCH__ >= 900
+#if defined(FUSE_TASK)
+  fuse_task_wait();
+#elif __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 __device__ __forceinline__ void fuse_grid_release() {
-#if __CUDA_ARCH__ >= 900
+#if !defined(FUSE_TASK) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }

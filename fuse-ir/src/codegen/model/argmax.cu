@@ -30,7 +30,7 @@ __device__ __forceinline__ bool fuse_argmax_better(float v, unsigned int i, floa
   return v > w || (v == w && i < j);
 }
 
-extern "C" __global__ void __launch_bounds__(FUSE_ARGMAX_THREADS) fuse_model_argmax(const FuseArgmaxArgs a) {
+FUSE_KERNEL(FUSE_ARGMAX_THREADS) fuse_model_argmax(FUSE_KERNEL_PARAM(FuseArgmaxArgs) a) {
   fuse_model_grid_sync();
   __shared__ float warp_value[FUSE_ARGMAX_WARPS];
   __shared__ unsigned int warp_index[FUSE_ARGMAX_WARPS];

@@ -155,7 +155,7 @@ __device__ __forceinline__ void fuse_attention_tile(const float* query, const fl
 
 // At least 4 blocks a multiprocessor: a register cap of 128 that ptxas meets without spills for every D (left
 // to itself it picks a lower cap for some and spills).
-extern "C" __global__ void __launch_bounds__(FUSE_ATTENTION_THREADS, 4) fuse_model_attention(const FuseAttentionArgs a) {
+FUSE_KERNEL(FUSE_ATTENTION_THREADS, 4) fuse_model_attention(FUSE_KERNEL_PARAM(FuseAttentionArgs) a) {
   fuse_model_grid_sync();
   extern __shared__ float4 fuse_attention_shared[];
   // 32-bit index arithmetic (the host checks that rows, keys and work items fit): 64-bit divisions cost a

@@ -14,7 +14,7 @@ struct FuseAttentionCombineArgs {
   long long d;
 };
 
-extern "C" __global__ void __launch_bounds__(FUSE_ATTENTION_COMBINE_THREADS) fuse_model_attention_combine(const FuseAttentionCombineArgs a) {
+FUSE_KERNEL(FUSE_ATTENTION_COMBINE_THREADS) fuse_model_attention_combine(FUSE_KERNEL_PARAM(FuseAttentionCombineArgs) a) {
   fuse_model_grid_sync();
   const unsigned int c = threadIdx.x, splits = (unsigned int)a.splits, d = (unsigned int)a.d;
   const float* sums = a.partials;

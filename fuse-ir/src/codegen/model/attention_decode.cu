@@ -4,7 +4,7 @@
 // Up to 2 blocks a multiprocessor of 4 warps (the grid is about one a multiprocessor): a register cap of 255;
 // larger blocks one.
 #define FUSE_DECODE_MIN_BLOCKS (FUSE_DECODE_ROW_GROUPS == 1 ? 2 : 1)
-extern "C" __global__ void __launch_bounds__(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_decode(const FuseAttentionDecodeArgs a) {
+FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_decode(FUSE_KERNEL_PARAM(FuseAttentionDecodeArgs) a) {
 #if FUSE_DECODE_EARLY
   // The first item's first chunk of keys and values, loaded before the grid wait (see the header).
   uint4 early_key[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS], early_value[FUSE_DECODE_UNROLL][FUSE_DECODE_VECTORS];

@@ -64,7 +64,7 @@ __device__ __forceinline__ void fuse_cat_copy(const FuseCatArgs& a, long long bl
   if (unfit != 0) fuse_model_fault(a.fault, 2, unfit, a.room);
 }
 
-extern "C" __global__ void __launch_bounds__(256) fuse_model_cat(const FuseCopiesArgs a) {
+FUSE_KERNEL(256) fuse_model_cat(FUSE_KERNEL_PARAM(FuseCopiesArgs) a) {
   fuse_model_grid_sync();
   const long long block = blockIdx.x;
   // Unrolled so that each copy's fields are read at constant offsets of the parameter.

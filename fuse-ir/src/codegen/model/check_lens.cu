@@ -11,7 +11,7 @@ struct FuseCheckLensArgs {
   unsigned long long* fault;
 };
 
-extern "C" __global__ void __launch_bounds__(256) fuse_model_lens_check(const FuseCheckLensArgs a) {
+FUSE_KERNEL(256) fuse_model_lens_check(FUSE_KERNEL_PARAM(FuseCheckLensArgs) a) {
   fuse_model_grid_sync();
   fuse_model_check_lens(a.lens, a.stride, a.batch, (unsigned int)a.keys, (unsigned int)a.queries, a.causal != 0,
                         a.fault);

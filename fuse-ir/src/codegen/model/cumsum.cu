@@ -15,7 +15,7 @@ struct FuseCumsumArgs {
   FuseLayout row_layout;  // the axes before the last: where each row starts
 };
 
-extern "C" __global__ void __launch_bounds__(FUSE_CUMSUM_THREADS) fuse_model_cumsum(const FuseCumsumArgs a) {
+FUSE_KERNEL(FUSE_CUMSUM_THREADS) fuse_model_cumsum(FUSE_KERNEL_PARAM(FuseCumsumArgs) a) {
   fuse_model_grid_sync();
   __shared__ float warp_total[FUSE_CUMSUM_WARPS];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

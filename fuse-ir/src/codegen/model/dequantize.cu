@@ -11,7 +11,7 @@ struct FuseDequantizeArgs {
   long long count;
 };
 
-extern "C" __global__ void __launch_bounds__(256) fuse_model_dequantize(const FuseDequantizeArgs a) {
+FUSE_KERNEL(256) fuse_model_dequantize(FUSE_KERNEL_PARAM(FuseDequantizeArgs) a) {
   fuse_model_grid_sync();
   const long long step = 8ll * gridDim.x * blockDim.x;
   for (long long i = 8ll * ((long long)blockIdx.x * blockDim.x + threadIdx.x); i < a.count; i += step) {

@@ -22,7 +22,7 @@ struct FuseEmbeddingArgs {
   unsigned long long* fault;
 };
 
-extern "C" __global__ void __launch_bounds__(256) fuse_model_embedding(const FuseEmbeddingArgs a) {
+FUSE_KERNEL(256) fuse_model_embedding(FUSE_KERNEL_PARAM(FuseEmbeddingArgs) a) {
   fuse_model_grid_sync();
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.count; i += step) {

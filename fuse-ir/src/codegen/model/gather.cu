@@ -15,7 +15,7 @@ struct FuseGatherArgs {
   FuseLayout index_layout;  // every axis of indexes
 };
 
-extern "C" __global__ void __launch_bounds__(256) fuse_model_gather(const FuseGatherArgs a) {
+FUSE_KERNEL(256) fuse_model_gather(FUSE_KERNEL_PARAM(FuseGatherArgs) a) {
   fuse_model_grid_sync();
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.count; i += step) {

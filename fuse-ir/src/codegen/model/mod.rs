@@ -192,16 +192,16 @@ mod tests {
         assert!(ModelKernel::Sort.source().contains(&format!("#define FUSE_SORT_CHUNK {SORT_CHUNK}")));
         for kernel in ModelKernel::ALL {
             let source = kernel.source();
-            assert!(source.contains("__global__ void __launch_bounds__("), "{kernel:?}");
+            assert!(source.contains("\nFUSE_KERNEL("), "{kernel:?}");
             assert!(
-                source.contains(&format!(" {}(const Fuse", kernel.name())),
+                source.contains(&format!(" {}(FUSE_KERNEL_PARAM(Fuse", kernel.name())),
                 "{kernel:?}: no entry {}",
                 kernel.name()
             );
             assert!(!source.contains("#include"), "{kernel:?} must be self-contained");
             // Launched overlapping the kernel before (programmatic dependent launch): every entry waits for
             // it before touching memory, as its first statement.
-            for entry in source.split("__global__").skip(1) {
+            for entry in source.split("\nFUSE_KERNEL(").skip(1) {
                 let body = &entry[entry.find('{').expect("a kernel body") + 1..];
                 // The decode kernel's FUSE_DECODE_EARLY build loads keys and values first, where the host
                 // knows that kernel does not write them.

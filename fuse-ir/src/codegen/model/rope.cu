@@ -21,7 +21,7 @@ struct FuseRopeArgs {
   long long rows_per_batch;
 };
 
-extern "C" __global__ void __launch_bounds__(256) fuse_model_rope(const FuseRopeArgs a) {
+FUSE_KERNEL(256) fuse_model_rope(FUSE_KERNEL_PARAM(FuseRopeArgs) a) {
   fuse_model_grid_sync();
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < a.pairs; p += step) {

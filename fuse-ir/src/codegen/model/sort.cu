@@ -115,7 +115,7 @@ __device__ __forceinline__ void fuse_sort_store(unsigned int* scratch, float* ke
   __syncthreads();
 }
 
-extern "C" __global__ void __launch_bounds__(FUSE_SORT_THREADS, 1) fuse_model_sort(const FuseSortArgs a) {
+FUSE_KERNEL(FUSE_SORT_THREADS, 1) fuse_model_sort(FUSE_KERNEL_PARAM(FuseSortArgs) a) {
   fuse_model_grid_sync();
   const bool ascending = a.ascending != 0;
   const unsigned int n = (unsigned int)a.columns;
@@ -204,7 +204,7 @@ __device__ __forceinline__ void fuse_topk_loads(const fuse_elem* x, long long co
   }
 }
 
-extern "C" __global__ void __launch_bounds__(FUSE_SORT_THREADS, 1) fuse_model_topk(const FuseTopkArgs a) {
+FUSE_KERNEL(FUSE_SORT_THREADS, 1) fuse_model_topk(FUSE_KERNEL_PARAM(FuseTopkArgs) a) {
   fuse_model_grid_sync();
   __shared__ unsigned int histogram[256];
   __shared__ unsigned int chosen_digit, still_needed, done, gathered;

@@ -17,7 +17,7 @@ struct FuseUnfoldArgs {
   long long x_strides[4];  // b, c, h, w (h: 0 for a 1-D x)
 };
 
-extern "C" __global__ void __launch_bounds__(256) fuse_model_unfold(const FuseUnfoldArgs a) {
+FUSE_KERNEL(256) fuse_model_unfold(FUSE_KERNEL_PARAM(FuseUnfoldArgs) a) {
   fuse_model_grid_sync();
   const long long step = (long long)gridDim.x * blockDim.x;
   const long long per_group = a.channels / a.groups;

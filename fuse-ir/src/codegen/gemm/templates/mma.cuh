@@ -18,7 +18,7 @@
 //   overlap the kernel before it), fuse_smem_addr, cp.async and fuse_mma_m16n8k16; and struct FuseGemmArgs as
 //   skinny.cuh's contract describes it (ws and counters unused).
 //   This file defines FuseMmaParams { FuseArgs epi; FuseGemmArgs gemm; } and
-//     extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMmaParams p);
+//     FUSE_KERNEL(256, 1) FUSE_MMA_NAME(FUSE_KERNEL_PARAM(FuseMmaParams) p);
 //   Requirements (the runtime guarantees them): M, N >= 1; K >= 8, K % 8 == 0; lda, ldw0, ldw1 % 8 == 0;
 //   x, w0, w1 16-byte aligned. Deterministic (each output is one thread's sum in a fixed order).
 //
@@ -175,7 +175,7 @@ __device__ __forceinline__ void fuse_mm_store(const FuseMmaParams& p, float (&ac
 }
 
 #if !FUSE_MM_WQ
-extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMmaParams fuse_params) {
+FUSE_KERNEL(256, 1) FUSE_MMA_NAME(FUSE_KERNEL_PARAM(FuseMmaParams) fuse_params) {
     FUSE_GEMM_PARAMS(FuseMmaParams, p, fuse_params);
     constexpr int BM = FUSE_MM_BM, BN = FUSE_MM_BN, S = FUSE_MM_S, D = FUSE_MM_D, DT = FUSE_MM_DT;
     constexpr int WM = BM / 2, WN = BN / 4;  // warp sub-tile

@@ -46,7 +46,7 @@ __device__ __forceinline__ uint4 fuse_mm_pack8(float a, float b, float c, float 
                       fuse_pack2_cvt<DT>(g, h));
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) FUSE_MMA_NAME(const FuseMmaParams fuse_params) {
+FUSE_KERNEL(256, 1) FUSE_MMA_NAME(FUSE_KERNEL_PARAM(FuseMmaParams) fuse_params) {
     FUSE_GEMM_PARAMS(FuseMmaParams, p, fuse_params);
     constexpr int BM = FUSE_MM_BM, BN = FUSE_MM_BN, S = FUSE_MM_S, D = FUSE_MM_D, DT = FUSE_MM_DT;
     constexpr int WQ = FUSE_MM_WQ, XF32 = FUSE_MM_XF32;

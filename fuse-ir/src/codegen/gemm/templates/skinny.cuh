@@ -38,7 +38,8 @@
 //   elements the block reads (kk % 8 == 0; elements past M or K stay 0).
 //   This file defines (guarded so that it may be included several times with different configs):
 //     struct FuseSkinnyParams { FuseArgs epi; FuseGemmArgs gemm; };
-//     extern "C" __global__ void __launch_bounds__(256, FUSE_SK_MINB) FUSE_SKINNY_NAME(const FuseSkinnyParams p);
+//     FUSE_KERNEL(256, FUSE_SK_MINB) FUSE_SKINNY_NAME(FUSE_KERNEL_PARAM(FuseSkinnyParams) p);  (the prelude's
+//     entry macros: an extern "C" kernel, or a device function in a one-launch step)
 //   w1 / ldw1 are ignored when FUSE_SKINNY_DUAL == 0.
 //   Requirements (the runtime guarantees them): M, N >= 1; K >= 8, K % 8 == 0; lda, ldw0, ldw1 % 8 == 0;
 //   x, w0, w1 16-byte aligned. N, K otherwise arbitrary (N edge and K tail are handled), M arbitrary.
@@ -134,10 +135,15 @@ struct alignas(16) FuseSkV4 {
     unsigned x, y, z, w;
 };
 
-// X: small and re-read by every block: keep it in L1 / L2.
+// X: small and re-read by every block: keep it in L1 / L2. (Through the read-only path only in a kernel of
+// its own: in a one-launch step (FUSE_TASK) another task of the same launch wrote X.)
 __device__ __forceinline__ FuseSkV4 fuse_sk_ldx(const unsigned short* p) {
     FuseSkV4 v;
+#if defined(FUSE_TASK)
+    asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+#else
     asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+#endif
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
     return v;

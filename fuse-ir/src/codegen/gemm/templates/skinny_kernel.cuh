@@ -476,7 +476,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
 #define FUSE_SK_SMEM_BYTES \
     (512 * FUSE_SK_S * FUSE_SK_U * (16 * (1 + FUSE_SKINNY_DUAL) * FUSE_SK_MT + (FUSE_SK_XS ? FUSE_SK_KW * FUSE_SK_NT : 0)))
 
-extern "C" __global__ void __launch_bounds__(256, FUSE_SK_MINB) FUSE_SKINNY_NAME(const FuseSkinnyParams fuse_params) {
+FUSE_KERNEL(256, FUSE_SK_MINB) FUSE_SKINNY_NAME(FUSE_KERNEL_PARAM(FuseSkinnyParams) fuse_params) {
     FUSE_GEMM_PARAMS(FuseSkinnyParams, p, fuse_params);
     extern __shared__ FuseSkV4 fuse_sk_dsmem[];
     // A launch with less dynamic shared memory than the ring needs would corrupt it silently: stop instead.

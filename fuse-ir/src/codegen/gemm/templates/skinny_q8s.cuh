@@ -162,7 +162,7 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
   fuse_cp_async_wait<0>();
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) FUSE_SKINNY_NAME(const FuseSkinnyParams fuse_params) {
+FUSE_KERNEL(256, 1) FUSE_SKINNY_NAME(FUSE_KERNEL_PARAM(FuseSkinnyParams) fuse_params) {
   FUSE_GEMM_PARAMS(FuseSkinnyParams, p, fuse_params);
 #if defined(FUSE_QS_STAGES)
   static_assert(FUSE_QX_LANES == 32, "the streaming body gives a weight row a whole warp");

@@ -1,0 +1,161 @@
+// ---------------------------------------------------------------------------------------------------------
+// one_launch.cuh: the machinery of a one-launch step (fuse-ir's codegen/one_launch.rs puts the step's kernels
+// between its two parts). A recorded step of kernel launches runs as one persistent kernel: each launch's
+// blocks become tasks, each resident block runs its list of tasks in the step's order, and a task calls its
+// kernel's entry (compiled with FUSE_TASK: a device function, see the prelude's FUSE_KERNEL) under the block
+// index, grid and block size of the launch it came from.
+//
+// DEPENDENCIES (those of the stream the launches were recorded on, with programmatic dependent launch):
+//   every launch j counts its finished tasks in counters[j] (64-bit, never reset: a launch of this kernel
+//   waits for (epoch + 1) * grid, epoch = the steps run before it, counters[launch_count] / gridDim.x);
+//   - before a task of launch j starts: launch j - 2 is done (what the code before a kernel's
+//     fuse_grid_wait may rely on under programmatic launch: every kernel releases the next one only after
+//     its own wait), and launch j - 1 too where launch j was not launched overlapping;
+//   - fuse_grid_wait() in the task (the prelude's, under FUSE_TASK): launch j - 1 is done;
+//   - a task signals only after launch j - 1 is done (waited for again after the body, whether or not the
+//     body waited), so "launch j done" implies every launch before it is: the stream's order.
+// No deadlock: every block's list is in the step's order and every block is resident (the runtime checks),
+// so the first unfinished task of the step always has its dependencies done and runs.
+//
+// MEMORY ORDER: a task's writes are released by its block's thread 0 (__threadfence, then the atomic add)
+// after a block barrier; waits are acquire loads. Loads through the read-only path (__ldg, ld.global.nc)
+// would not see what an earlier task of the same launch wrote: under FUSE_TASK they are plain loads.
+//
+// BARRIERS: a task of fewer threads than the step's block runs on the first threads; its __syncthreads()
+// are bar.sync 15 with its thread count (whole warps), the others wait at the step's barrier (bar 0).
+// ---------------------------------------------------------------------------------------------------------
+
+#ifndef FUSE_ONE_LAUNCH_HEAD
+#define FUSE_ONE_LAUNCH_HEAD
+#define FUSE_TASK 1
+
+// The current task's view of the launch it came from, and the counter its fuse_grid_wait waits on.
+__shared__ uint3 fuse_task_block_idx, fuse_task_grid_dim, fuse_task_block_dim;
+__shared__ unsigned fuse_task_threads;
+__shared__ const unsigned long long* fuse_task_wait_word;
+__shared__ unsigned long long fuse_task_wait_target;
+
+__device__ __forceinline__ unsigned long long fuse_step_load_acquire(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+// Polls a counter until it reaches `target`, backing off after the first rounds.
+__device__ __forceinline__ void fuse_step_wait(const unsigned long long* word, unsigned long long target) {
+  unsigned rounds = 0;
+  while (fuse_step_load_acquire(word) < target) {
+    if (++rounds > 8) __nanosleep(64);
+  }
+}
+// fuse_grid_wait() of a task: every thread that calls it waits itself (an acquire of its own).
+__device__ __forceinline__ void fuse_task_wait() {
+  const unsigned long long* word = fuse_task_wait_word;
+  if (word != nullptr) fuse_step_wait(word, fuse_task_wait_target);
+}
+__device__ __forceinline__ void fuse_task_sync() { asm volatile("bar.sync 15, %0;" ::"r"(fuse_task_threads) : "memory"); }
+__device__ __forceinline__ int fuse_task_sync_and(int pred) {
+  int r;
+  asm volatile("{\n .reg .pred p, q;\n setp.ne.s32 p, %1, 0;\n bar.red.and.pred q, 15, %2, p;\n selp.s32 %0, 1, 0, q;\n}"
+               : "=r"(r) : "r"(pred), "r"(fuse_task_threads) : "memory");
+  return r;
+}
+__device__ __forceinline__ int fuse_task_sync_or(int pred) {
+  int r;
+  asm volatile("{\n .reg .pred p, q;\n setp.ne.s32 p, %1, 0;\n bar.red.or.pred q, 15, %2, p;\n selp.s32 %0, 1, 0, q;\n}"
+               : "=r"(r) : "r"(pred), "r"(fuse_task_threads) : "memory");
+  return r;
+}
+__device__ __forceinline__ int fuse_task_sync_count(int pred) {
+  unsigned r;
+  asm volatile("{\n .reg .pred p;\n setp.ne.s32 p, %1, 0;\n bar.red.popc.u32 %0, 15, %2, p;\n}"
+               : "=r"(r) : "r"(pred), "r"(fuse_task_threads) : "memory");
+  return (int)r;
+}
+
+// Inside the kernels: the launch's geometry, the task's barriers, plain loads.
+#define blockIdx fuse_task_block_idx
+#define gridDim fuse_task_grid_dim
+#define blockDim fuse_task_block_dim
+#define __syncthreads() fuse_task_sync()
+#define __syncthreads_and(p) fuse_task_sync_and(p)
+#define __syncthreads_or(p) fuse_task_sync_or(p)
+#define __syncthreads_count(p) fuse_task_sync_count(p)
+#define __ldg(p) (*(p))
+
+#else  // the second part, after the kernels
+
+#undef blockIdx
+#undef gridDim
+#undef blockDim
+#undef __syncthreads
+#undef __syncthreads_and
+#undef __syncthreads_or
+#undef __syncthreads_count
+#undef __ldg
+
+// One recorded launch.
+struct FuseStepLaunch {
+  unsigned long long params;  // the address of its argument words
+  unsigned kernel;            // its kernel (fuse_step_run's case)
+  unsigned grid;              // its blocks
+  unsigned threads;           // threads a block (whole warps, at most the step's)
+  unsigned overlap;           // 1: it waits for the launch before in its fuse_grid_wait; 0: before it starts
+};
+struct FuseStepArgs {
+  const FuseStepLaunch* launches;
+  const unsigned long long* tasks;  // launch << 32 | block, each block's list after the one before
+  const unsigned* first;            // block b's tasks: first[b] .. first[b + 1]
+  unsigned long long* counters;     // [launch_count + 1]: finished tasks of each launch, then finished blocks
+  unsigned long long launch_count;
+};
+
+// A kernel entry's argument type (FUSE_KERNEL_PARAM(T): const T&).
+template <typename F>
+struct fuse_task_param;
+template <typename T>
+struct fuse_task_param<void(const T&)> {
+  typedef T type;
+};
+#define FUSE_TASK_CALL(ns, fn, params) ns::fn(*reinterpret_cast<const fuse_task_param<decltype(ns::fn)>::type*>(params))
+
+__device__ __forceinline__ void fuse_step_run(unsigned kernel, const void* params);
+
+extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, 1) FUSE_STEP_NAME(const FuseStepArgs a) {
+  __shared__ unsigned long long fuse_step_epoch;
+  if (threadIdx.x == 0) fuse_step_epoch = fuse_step_load_acquire(a.counters + a.launch_count) / gridDim.x;
+  __syncthreads();
+  const unsigned long long epoch = fuse_step_epoch;
+  const unsigned end = a.first[blockIdx.x + 1];
+  for (unsigned i = a.first[blockIdx.x]; i < end; ++i) {
+    const unsigned long long task = a.tasks[i];
+    const unsigned j = (unsigned)(task >> 32);
+    const FuseStepLaunch& l = a.launches[j];
+    if (threadIdx.x == 0) {
+      if (j >= 2) fuse_step_wait(a.counters + (j - 2), (epoch + 1) * a.launches[j - 2].grid);
+      const bool before = j >= 1 && !l.overlap;
+      if (before) fuse_step_wait(a.counters + (j - 1), (epoch + 1) * a.launches[j - 1].grid);
+      fuse_task_block_idx = make_uint3((unsigned)task, 0u, 0u);
+      fuse_task_grid_dim = make_uint3(l.grid, 1u, 1u);
+      fuse_task_block_dim = make_uint3(l.threads, 1u, 1u);
+      fuse_task_threads = l.threads;
+      fuse_task_wait_word = j >= 1 && !before ? a.counters + (j - 1) : nullptr;
+      fuse_task_wait_target = j >= 1 ? (epoch + 1) * a.launches[j - 1].grid : 0ull;
+      __threadfence_block();
+    }
+    __syncthreads();
+    if (threadIdx.x < l.threads) fuse_step_run(l.kernel, (const void*)l.params);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      if (j >= 1) fuse_step_wait(a.counters + (j - 1), (epoch + 1) * a.launches[j - 1].grid);
+      __threadfence();
+      atomicAdd(a.counters + j, 1ull);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(a.counters + a.launch_count, 1ull);
+  }
+}
+
+#endif

@@ -1,0 +1,141 @@
+//! The source of a one-launch step (issue 33): the kernels a recorded step launches, each compiled as a
+//! device function (`FUSE_TASK`, see the prelude's `FUSE_KERNEL`), in one persistent kernel whose blocks run
+//! the launches' blocks as tasks (`cuda/one_launch.cuh`: the machinery, its dependency and memory rules).
+//!
+//! Each kernel's source is self-contained and defines its own helpers and macros, so each goes into a
+//! namespace of its own with its `-D` defines as `#define`s before it, and every macro it defines is undefined
+//! after it: the next kernel starts from the same state, its guards (`FUSE_PRELUDE_ONCE` ...) included. The
+//! text depends only on the kernels in order and the block size: the same step gives the same source.
+
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+/// The machinery around the kernels (included twice: before them, its head; after them, the entry).
+pub const ONE_LAUNCH_MACHINERY: &str = include_str!("cuda/one_launch.cuh");
+
+/// The entry symbol of every one-launch step kernel.
+pub const ONE_LAUNCH_ENTRY: &str = "fuse_one_launch_step";
+
+/// One kernel the step runs tasks of: its `extern "C"` name, its source and its `-D` defines.
+#[derive(Clone, Copy, Debug)]
+pub struct TaskKernel<'a> {
+    pub name: &'a str,
+    pub source: &'a str,
+    pub defines: &'a [String],
+}
+
+/// Why a kernel cannot be a task (checked on its source): `None` when it can.
+pub fn task_refusal(kernel: &TaskKernel<'_>) -> Option<String> {
+    if !kernel.source.contains("\nFUSE_KERNEL(") {
+        return Some(format!("kernel {} does not declare its entry with FUSE_KERNEL", kernel.name));
+    }
+    let mut code = kernel.source.lines().map(str::trim_start).filter(|l| !l.starts_with("//"));
+    if code.any(|l| l.starts_with("extern \"C\"") || l.contains("__grid_constant__")) {
+        return Some(format!("kernel {} has an entry of its own (extern \"C\", tensor maps)", kernel.name));
+    }
+    if kernel.defines.iter().any(|d| define_parts(d).is_none()) {
+        return Some(format!("kernel {} has a define that is not -DNAME or -DNAME=VALUE", kernel.name));
+    }
+    None
+}
+
+/// `-DNAME=VALUE` as (NAME, VALUE); `-DNAME` as (NAME, "1").
+fn define_parts(define: &str) -> Option<(&str, &str)> {
+    let body = define.strip_prefix("-D")?;
+    let (name, value) = body.split_once('=').unwrap_or((body, "1"));
+    let ok = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    ok.then_some((name, value))
+}
+
+/// The names a source `#define`s (whatever branch of its `#if`s they sit in).
+fn defined_macros(source: &str) -> BTreeSet<&str> {
+    source
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix('#'))
+        .filter_map(|l| l.trim_start().strip_prefix("define"))
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let end = l.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(l.len());
+            (end > 0).then(|| &l[..end])
+        })
+        .collect()
+}
+
+/// The step kernel ([`ONE_LAUNCH_ENTRY`], `threads` a block) over `kernels` (task kernel k is case k of its
+/// dispatch); an error names a kernel that cannot be a task ([`task_refusal`]).
+pub fn one_launch_source(kernels: &[TaskKernel<'_>], threads: u32) -> Result<String, String> {
+    if let Some(why) = kernels.iter().find_map(task_refusal) {
+        return Err(why);
+    }
+    let mut s = String::new();
+    let _ = writeln!(s, "// fuse one-launch step: {} kernels as tasks, {threads} threads a block", kernels.len());
+    let _ = writeln!(s, "#define FUSE_STEP_THREADS {threads}");
+    let _ = writeln!(s, "#define FUSE_STEP_NAME {ONE_LAUNCH_ENTRY}");
+    s.push_str(ONE_LAUNCH_MACHINERY);
+    for (k, kernel) in kernels.iter().enumerate() {
+        let _ = writeln!(s, "\n// ---- task kernel {k}: {}", kernel.name);
+        let mut undefine: BTreeSet<&str> = defined_macros(kernel.source);
+        for define in kernel.defines {
+            let (name, value) = define_parts(define).expect("checked by task_refusal");
+            let _ = writeln!(s, "#define {name} {value}");
+            undefine.insert(name);
+        }
+        let _ = writeln!(s, "namespace fuse_task_k{k} {{");
+        s.push_str(kernel.source);
+        let _ = writeln!(s, "\n}}  // namespace fuse_task_k{k}");
+        for name in undefine {
+            let _ = writeln!(s, "#undef {name}");
+        }
+    }
+    s.push('\n');
+    s.push_str(ONE_LAUNCH_MACHINERY);
+    s.push_str(
+        "\n__device__ __forceinline__ void fuse_step_run(unsigned kernel, const void* params) {\n  switch (kernel) {\n",
+    );
+    for (k, kernel) in kernels.iter().enumerate() {
+        let _ = writeln!(s, "    case {k}: FUSE_TASK_CALL(fuse_task_k{k}, {}, params); break;", kernel.name);
+    }
+    s.push_str("    default: __trap();\n  }\n}\n");
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kernel_sits_in_its_namespace_and_leaves_no_macro_behind() {
+        let a = "// a\n#define FUSE_PRELUDE_ONCE\nFUSE_KERNEL(256) ka(FUSE_KERNEL_PARAM(FuseArgs) args) {}\n";
+        let b = "  #  define FUSE_X(y) y\nFUSE_KERNEL(128) kb(FUSE_KERNEL_PARAM(FuseArgs) args) {}\n";
+        let defines = vec!["-DFUSE_IN0=2".to_string(), "-DFUSE_VEC".to_string()];
+        let kernels = [
+            TaskKernel { name: "ka", source: a, defines: &defines },
+            TaskKernel { name: "kb", source: b, defines: &[] },
+        ];
+        let s = one_launch_source(&kernels, 256).unwrap();
+        assert_eq!(s, one_launch_source(&kernels, 256).unwrap(), "deterministic");
+        let k0 = s.find("namespace fuse_task_k0 {").unwrap();
+        assert!(s[..k0].ends_with("#define FUSE_IN0 2\n#define FUSE_VEC 1\n"), "{}", &s[..k0]);
+        let after0 = &s[s.find("}  // namespace fuse_task_k0").unwrap()..];
+        for name in ["FUSE_IN0", "FUSE_VEC", "FUSE_PRELUDE_ONCE"] {
+            assert!(after0.contains(&format!("#undef {name}\n")), "{name}");
+        }
+        assert!(s[s.find("}  // namespace fuse_task_k1").unwrap()..].contains("#undef FUSE_X\n"));
+        assert!(s.contains("case 1: FUSE_TASK_CALL(fuse_task_k1, kb, params); break;"));
+        assert_eq!(s.matches(ONE_LAUNCH_MACHINERY).count(), 2);
+    }
+
+    #[test]
+    fn a_kernel_with_an_entry_of_its_own_is_refused_by_name() {
+        let own = "extern \"C\" __global__ void k() {}\nFUSE_KERNEL(256) k2(FUSE_KERNEL_PARAM(A) a) {}\n";
+        let err = one_launch_source(&[TaskKernel { name: "k", source: own, defines: &[] }], 256).unwrap_err();
+        assert!(err.contains("kernel k has an entry of its own"), "{err}");
+        let plain = "__global__ void k() {}";
+        let err = one_launch_source(&[TaskKernel { name: "k", source: plain, defines: &[] }], 256).unwrap_err();
+        assert!(err.contains("FUSE_KERNEL"), "{err}");
+        let bad = ["-DA B".to_string()];
+        let ok = "\nFUSE_KERNEL(256) k(FUSE_KERNEL_PARAM(A) a) {}";
+        let err = one_launch_source(&[TaskKernel { name: "k", source: ok, defines: &bad }], 256).unwrap_err();
+        assert!(err.contains("define"), "{err}");
+    }
+}

@@ -1,0 +1,83 @@
+//! A one-launch step made of real kernels (issue 33: `fuse::ir::codegen::one_launch_source`) compiles with
+//! NVRTC for sm_90 and assembles with ptxas: the kernels of a `#[fuse]` decoder block (rms_norm, the skinny
+//! GEMMs with their prologue and epilogues, bf16 and Q4_1 weights), the embedding, the decode attention with
+//! rope and the cache append, its split combine and the argmax, each in its namespace with its defines. No GPU
+//! needed; skipped visibly without NVRTC (`FUSE_TEST_NVRTC=1` makes that a failure).
+
+use std::io::Write as _;
+
+#[path = "common/fused_fns.rs"]
+mod fused_fns;
+use fused_fns::*;
+
+use fuse::ir::codegen::{self, InputKind, ModelKernel, Role, TaskKernel};
+use fuse::ir::DType;
+use fuse_runtime::{compile_ptx, nvrtc_available, ptxas_check};
+use std::path::PathBuf;
+
+fn ptxas() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FUSE_PTXAS").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join("ptxas")).find(|p| p.is_file())
+}
+
+#[test]
+fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
+    let required = std::env::var("FUSE_TEST_NVRTC").is_ok_and(|v| v == "1");
+    let (true, Some(ptxas)) = (nvrtc_available(), ptxas()) else {
+        assert!(!required, "FUSE_TEST_NVRTC=1 but NVRTC or ptxas is missing");
+        let _ = writeln!(std::io::stderr(), "one_launch_compile: SKIPPED, no NVRTC or ptxas");
+        return;
+    };
+    let f = ffn_block_fused();
+    let g = f.graph().expect("traces");
+    let plan = f.plan(fuse::Fusion::On).expect("plans");
+    let specs = codegen::plan_kernels(g, plan);
+    let mut kernels: Vec<(String, String, Vec<String>)> = Vec::new();
+    for spec in &specs {
+        let slots = vec![InputKind::Tensor(DType::BF16); spec.inputs.len()];
+        let base = codegen::defines(spec, &slots, &vec![DType::BF16; spec.outputs.len()]);
+        let sets: Vec<Vec<String>> = match spec.role {
+            Role::Skinny => {
+                let pro: Vec<String> = spec.prologue.iter().map(|_| "-DFUSE_GEMM_PRO=1".to_string()).collect();
+                let quant = codegen::QUANT_SKINNY_CONFIGS[0].defines(DType::BF16, DType::Q4_1).expect("Q4_1 blocks");
+                vec![
+                    [base.clone(), codegen::SKINNY_CONFIGS[0].defines(DType::BF16), pro.clone()].concat(),
+                    [base, quant, pro].concat(),
+                ]
+            }
+            Role::Wgmma | Role::Mma => continue,
+            _ => vec![base],
+        };
+        for defines in sets {
+            kernels.push((spec.name.clone(), spec.source.to_string(), defines));
+        }
+    }
+    let model = |k: ModelKernel, extra: &[&str]| {
+        let defines = [ModelKernel::defines(DType::BF16), extra.iter().map(|d| d.to_string()).collect()].concat();
+        (k.name().to_string(), k.source().to_string(), defines)
+    };
+    kernels.push(model(ModelKernel::Embedding, &[]));
+    kernels.push(model(
+        ModelKernel::AttentionDecode,
+        &["-DFUSE_ATTENTION_D=64", codegen::ATTENTION_DECODE_ROPE_DEFINE, codegen::ATTENTION_DECODE_VECTOR_DEFINE],
+    ));
+    kernels.push(model(ModelKernel::AttentionCombine, &["-DFUSE_ATTENTION_D=64"]));
+    kernels.push(model(ModelKernel::Argmax, &[]));
+    let tasks: Vec<TaskKernel<'_>> =
+        kernels.iter().map(|(name, source, defines)| TaskKernel { name, source, defines }).collect();
+    let source = codegen::one_launch_source(&tasks, 256).expect("every kernel can be a task");
+    let ptx = compile_ptx(codegen::ONE_LAUNCH_ENTRY, &source, &[], "sm_90").expect("the step compiles");
+    assert!(ptx.contains(&format!(".entry {}(", codegen::ONE_LAUNCH_ENTRY)), "no entry");
+    let report = ptxas_check(&ptxas, codegen::ONE_LAUNCH_ENTRY, &ptx, "sm_90").expect("the step assembles");
+    eprintln!(
+        "one_launch_compile: {} task kernels, {} registers, {} bytes of stack, spills {}/{}",
+        tasks.len(),
+        report.registers,
+        report.stack_frame_bytes,
+        report.spill_stores,
+        report.spill_loads
+    );
+}
