@@ -121,6 +121,48 @@ fn a_capture_refuses_host_round_trips(dev: &Device) {
     dev.synchronize().expect("the replay finishes");
 }
 
+/// The same step captured for one launch (`capture_one_launch`: its launches as tasks of one persistent
+/// kernel), three times over with eager ops between, writes what the recorded graph writes, bit for bit, replay
+/// after replay; a launch that cannot be a task (the 1,024-thread argmax) stays its own, named in the report.
+fn a_step_captured_for_one_launch_writes_what_the_graph_writes(dev: &Device) {
+    for dtype in [DType::F32, DType::BF16] {
+        let (graphed, one) = (Case::new(dev, dtype), Case::new(dev, dtype));
+        let picked = |c: &Case| Tensor::zeros(&[1], DType::U32, &c.cache.device()).unwrap();
+        let (picked_graph, picked_one) = (picked(&graphed), picked(&one));
+        let steps = |c: &Case, picked: &Tensor| -> Result<()> {
+            c.run()?;
+            let h = exp(&c.cache.narrow(1, 0, 2)?.to_dtype(DType::F32)?)?;
+            step(&c.ids, &c.table, &c.w, &c.norm, &c.cache, &c.pos)?;
+            picked.slice_set(&h.sum_keepdim(1)?.reshape(&[1, 64])?.argmax(-1)?.reshape(&[1])?, 0, 0)?;
+            step(&c.ids, &c.table, &c.w, &c.norm, &c.cache, &c.pos).map(|_| ())
+        };
+        steps(&graphed, &picked_graph).expect("the steps run once before the captures");
+        steps(&one, &picked_one).expect("the steps run once before the captures");
+        let mut graph = CudaGraph::capture(dev, || steps(&graphed, &picked_graph)).expect("capture");
+        let mut tasks = CudaGraph::capture_one_launch(dev, || steps(&one, &picked_one)).expect("one-launch capture");
+        match tasks.one_launch_report() {
+            // Eager copies and memsets are not kernels: such a step stays the recorded graph, and says so.
+            Some(report) => {
+                eprintln!("one-launch step on {dev} ({dtype}): {report:?}");
+                let stays = report.kept.first().is_some_and(|k| k.contains("stays the recorded graph"));
+                assert!(stays || report.kept.iter().any(|k| k.contains("argmax")), "{report:?}");
+            }
+            None => assert!(!dev.is_cuda() || std::env::var("FUSE_GRAPHS").is_ok(), "a GPU capture reports"),
+        }
+        for (id, at) in [(5u32, 0u32), (36, 1), (0, 2), (17, 8), (5, 3)] {
+            graphed.set(id, at, dev).expect("inputs");
+            graph.replay().expect("replay");
+            one.set(id, at, dev).expect("inputs");
+            tasks.replay().expect("one-launch replay");
+        }
+        let bits = |t: &Tensor| {
+            t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        assert_eq!(bits(&one.cache), bits(&graphed.cache), "{dtype} on {dev}: the caches");
+        assert_eq!(picked_one.to_vec::<u32>().unwrap(), picked_graph.to_vec::<u32>().unwrap(), "{dtype} on {dev}");
+    }
+}
+
 fn copy_from_host_writes_in_place(dev: &Device) {
     let x = Tensor::zeros(&[2, 3], DType::BF16, dev).unwrap();
     let view = x.clone();
@@ -135,5 +177,6 @@ fn copy_from_host_writes_in_place(dev: &Device) {
 fuse::device_tests!(
     a_captured_step_replays_with_new_inputs,
     a_capture_refuses_host_round_trips,
+    a_step_captured_for_one_launch_writes_what_the_graph_writes,
     copy_from_host_writes_in_place
 );

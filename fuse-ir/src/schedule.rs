@@ -18,18 +18,22 @@
 //! [`build`] makes a schedule and the memory layout it runs in from one description of a step's stages
 //! (`build.rs`: tiles, tile-granular waits through L2 counters or a cluster's shared memory, the arena's
 //! reuse), [`step_from_plan`] that description from a function's plan, and [`residency`] decides where the
-//! weights live (all held, a layer at a time, or streamed through a ring) from the shapes and the device. The hand-written one-launch step (`docs/persistent-step.md`) is the shape it must reach:
+//! weights live (all held, a layer at a time, or streamed through a ring) from the shapes and the device.
+//! [`launch_chain`] is the schedule of a recorded chain of launches run as one persistent kernel (the
+//! one-launch step that runs today; `launches.rs`). The hand-written one-launch step (`docs/persistent-step.md`) is the shape it must reach:
 //! layers on clusters, hand-offs through distributed shared memory inside a cluster and through tagged words
 //! in L2 between clusters.
 
 mod build;
 mod check;
 mod from_plan;
+mod launches;
 mod residency;
 
 pub use build::{build, build_placed, layout, Layout, Placement, Reads, Stage, Step};
 pub use check::ScheduleError;
 pub use from_plan::step_from_plan;
+pub use launches::{launch_chain, ChainLaunch};
 pub use residency::{residency, Residency};
 
 /// How a hand-off's signal travels, which decides where its signallers and waiters may be.

@@ -40,6 +40,13 @@ impl CudaDevice {
     pub(crate) fn capture_graph(&self, _step: &mut dyn FnMut() -> Result<()>) -> Result<capture::CapturedGraph> {
         match *self {}
     }
+
+    pub(crate) fn capture_one_launch(
+        &self,
+        _step: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<(capture::CapturedGraph, crate::graph::OneLaunchReport)> {
+        match *self {}
+    }
 }
 
 pub(crate) mod capture {

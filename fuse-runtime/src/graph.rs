@@ -37,6 +37,37 @@ use crate::{Device, Result};
 /// call it: on the CPU and with `FUSE_GRAPHS=off`).
 pub struct CudaGraph<'a> {
     kind: Kind<'a>,
+    /// How a step captured for one launch runs ([`CudaGraph::capture_one_launch`]).
+    one_launch: Option<OneLaunchReport>,
+}
+
+/// How a step captured by [`CudaGraph::capture_one_launch`] runs: which of its recorded launches became the
+/// tasks of persistent kernels, and why the others stay launches of their own.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OneLaunchReport {
+    /// Kernel launches the step made when it was recorded.
+    pub launches: usize,
+    /// Of those, the ones that now run as tasks of a persistent kernel.
+    pub as_tasks: usize,
+    /// Persistent kernels the step launches (one when every launch could be a task).
+    pub step_kernels: usize,
+    /// Blocks of each persistent kernel (as many as the GPU holds at once, at most its tasks).
+    pub blocks: Vec<usize>,
+    /// Distinct kernels each persistent kernel runs tasks of.
+    pub task_kernels: Vec<usize>,
+    /// Each launch that stays its own, with why (`"name: reason"`), or why the whole step stays the
+    /// recorded graph.
+    pub kept: Vec<String>,
+}
+
+impl OneLaunchReport {
+    /// Launches of one replay: the persistent kernels and the launches kept.
+    pub fn launches_per_step(&self) -> usize {
+        if self.as_tasks == 0 {
+            return self.launches;
+        }
+        self.step_kernels + self.kept.len()
+    }
 }
 
 enum Kind<'a> {
@@ -52,10 +83,34 @@ impl<'a> CudaGraph<'a> {
         match device {
             Device::Cuda(gpu) if crate::env::graphs_on() => {
                 let graph = gpu.capture_graph(&mut step)?;
-                Ok(CudaGraph { kind: Kind::Captured(graph) })
+                Ok(CudaGraph { kind: Kind::Captured(graph), one_launch: None })
             }
-            _ => Ok(CudaGraph { kind: Kind::Plain(Box::new(step)) }),
+            _ => Ok(CudaGraph { kind: Kind::Plain(Box::new(step)), one_launch: None }),
         }
+    }
+
+    /// Records `step` as [`CudaGraph::capture`] does, then runs its kernel launches as one persistent kernel
+    /// generated from their sources: each launch's blocks become tasks of resident blocks that wait for each
+    /// other through counters in memory, in the order the stream gave them (checked before anything
+    /// launches). A launch that cannot be a task (a cluster launch, more than 256 threads a block, a kernel
+    /// fuse did not generate) stays a launch of its own in its place; a step with work that was not a fuse
+    /// kernel (a copy, a library matmul) stays the recorded graph. [`CudaGraph::one_launch_report`] says which.
+    /// Replays compute what the recorded graph would, bit for bit (the same kernels in the same order).
+    /// On the CPU or with `FUSE_GRAPHS=off`, keeps `step` as `capture` does.
+    pub fn capture_one_launch(device: &Device, mut step: impl FnMut() -> Result<()> + 'a) -> Result<CudaGraph<'a>> {
+        match device {
+            Device::Cuda(gpu) if crate::env::graphs_on() => {
+                let (graph, report) = gpu.capture_one_launch(&mut step)?;
+                Ok(CudaGraph { kind: Kind::Captured(graph), one_launch: Some(report) })
+            }
+            _ => Ok(CudaGraph { kind: Kind::Plain(Box::new(step)), one_launch: None }),
+        }
+    }
+
+    /// How the step runs when it was captured by [`CudaGraph::capture_one_launch`] on a GPU (`None`
+    /// otherwise).
+    pub fn one_launch_report(&self) -> Option<&OneLaunchReport> {
+        self.one_launch.as_ref()
     }
 
     /// Runs the step once more: one graph launch queued on the GPU (returns before it finishes; reading a

@@ -78,6 +78,6 @@ pub use fused::{
     arg, field_is_tensor, prepare, Arg, FromOutput, FromOutputs, FusedFn, Fusion, IntoArg, PrepareArg, Prepared,
     StaticKernel,
 };
-pub use graph::CudaGraph;
+pub use graph::{CudaGraph, OneLaunchReport};
 pub use reference::{reference, rel_l2_error};
 pub use tensor::Tensor;

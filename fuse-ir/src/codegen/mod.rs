@@ -46,7 +46,10 @@ pub use model::{
     ATTENTION_KEY_TILE, ATTENTION_MAX_HEAD_DIM, ATTENTION_ROW_TILE, ATTENTION_THREADS, MODEL_BLOCK_THREADS,
     MODEL_CAT_COPIES, MODEL_RANK, SORT_CHUNK, SORT_THREADS,
 };
-pub use one_launch::{one_launch_source, task_refusal, TaskKernel, ONE_LAUNCH_ENTRY, ONE_LAUNCH_MACHINERY};
+pub use one_launch::{
+    one_launch_source, task_refusal, TaskKernel, ONE_LAUNCH_COPY, ONE_LAUNCH_ENTRY, ONE_LAUNCH_FILL,
+    ONE_LAUNCH_MACHINERY,
+};
 pub use prelude::{BLOCK_THREADS, VECTOR_ELEMENTS};
 
 use crate::graph::{Graph, NodeId};

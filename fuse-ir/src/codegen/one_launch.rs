@@ -16,6 +16,11 @@ pub const ONE_LAUNCH_MACHINERY: &str = include_str!("cuda/one_launch.cuh");
 /// The entry symbol of every one-launch step kernel.
 pub const ONE_LAUNCH_ENTRY: &str = "fuse_one_launch_step";
 
+/// The dispatch's kernel id of a recorded memset (words: address, bytes, value) run as tasks.
+pub const ONE_LAUNCH_FILL: u32 = 0xffff_fff0;
+/// The dispatch's kernel id of a recorded device copy (words: from, to, bytes) run as tasks.
+pub const ONE_LAUNCH_COPY: u32 = 0xffff_fff1;
+
 /// One kernel the step runs tasks of: its `extern "C"` name, its source and its `-D` defines.
 #[derive(Clone, Copy, Debug)]
 pub struct TaskKernel<'a> {
@@ -62,7 +67,7 @@ fn defined_macros(source: &str) -> BTreeSet<&str> {
 }
 
 /// The step kernel ([`ONE_LAUNCH_ENTRY`], `threads` a block) over `kernels` (task kernel k is case k of its
-/// dispatch); an error names a kernel that cannot be a task ([`task_refusal`]).
+/// dispatch, [`ONE_LAUNCH_FILL`] and [`ONE_LAUNCH_COPY`] the recorded memsets and copies); an error names a kernel that cannot be a task ([`task_refusal`]).
 pub fn one_launch_source(kernels: &[TaskKernel<'_>], threads: u32) -> Result<String, String> {
     if let Some(why) = kernels.iter().find_map(task_refusal) {
         return Err(why);
@@ -95,6 +100,8 @@ pub fn one_launch_source(kernels: &[TaskKernel<'_>], threads: u32) -> Result<Str
     for (k, kernel) in kernels.iter().enumerate() {
         let _ = writeln!(s, "    case {k}: FUSE_TASK_CALL(fuse_task_k{k}, {}, params); break;", kernel.name);
     }
+    s.push_str("    case FUSE_STEP_FILL: fuse_step_fill((const unsigned long long*)params); break;\n");
+    s.push_str("    case FUSE_STEP_COPY: fuse_step_copy((const unsigned long long*)params); break;\n");
     s.push_str("    default: __trap();\n  }\n}\n");
     Ok(s)
 }
@@ -122,6 +129,12 @@ mod tests {
         }
         assert!(s[s.find("}  // namespace fuse_task_k1").unwrap()..].contains("#undef FUSE_X\n"));
         assert!(s.contains("case 1: FUSE_TASK_CALL(fuse_task_k1, kb, params); break;"));
+        // The recorded memsets and copies, by the ids the runtime gives them.
+        assert!(
+            s.contains("case FUSE_STEP_FILL: fuse_step_fill(") && s.contains("case FUSE_STEP_COPY: fuse_step_copy(")
+        );
+        assert!(ONE_LAUNCH_MACHINERY.contains(&format!("#define FUSE_STEP_FILL {ONE_LAUNCH_FILL:#x}u")));
+        assert!(ONE_LAUNCH_MACHINERY.contains(&format!("#define FUSE_STEP_COPY {ONE_LAUNCH_COPY:#x}u")));
         assert_eq!(s.matches(ONE_LAUNCH_MACHINERY).count(), 2);
     }
 

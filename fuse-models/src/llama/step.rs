@@ -147,22 +147,37 @@ impl Llama {
         self.decoder_with(cache, fusion, true)
     }
 
+    /// [`Llama::decoder`] (or, `greedy`, [`Llama::greedy_decoder`]) whose step runs as one persistent
+    /// kernel generated from the step's own kernels (`fuse::CudaGraph::capture_one_launch`): the same
+    /// logits, bit for bit; [`Decoder::one_launch_report`] says what became tasks and what stayed a launch.
+    pub fn one_launch_decoder<'m>(&'m self, cache: &KvCache, fusion: Fusion, greedy: bool) -> Result<Decoder<'m>> {
+        self.record(cache, fusion, greedy, true)
+    }
+
     fn decoder_with<'m>(&'m self, cache: &KvCache, fusion: Fusion, greedy: bool) -> Result<Decoder<'m>> {
+        self.record(cache, fusion, greedy, false)
+    }
+
+    fn record<'m>(&'m self, cache: &KvCache, fusion: Fusion, greedy: bool, one_launch: bool) -> Result<Decoder<'m>> {
         let inputs = StepInputs::new(cache.batch(), 1, &self.device)?;
         let logits: Rc<RefCell<Option<Tensor>>> = Rc::new(RefCell::new(None));
         let (step_inputs, out, layers) = (inputs.clone(), logits.clone(), cache.clone_handles());
-        let graph = CudaGraph::capture(&self.device, move || {
-            let logits = self.step(&step_inputs, &layers, fusion).map_err(|e| match e {
-                Error::Fuse(e) => e,
-                other => fuse::Error::Capture { what: other.to_string() },
-            })?;
-            if greedy {
-                let next = logits.argmax(-1)?.reshape(&[step_inputs.batch, 1])?;
-                step_inputs.ids.slice_set(&next, 0, 0)?;
-            }
-            *out.borrow_mut() = Some(logits);
-            Ok(())
-        })?;
+        let capture = if one_launch { CudaGraph::capture_one_launch } else { CudaGraph::capture };
+        let graph = capture(
+            &self.device,
+            Box::new(move || {
+                let logits = self.step(&step_inputs, &layers, fusion).map_err(|e| match e {
+                    Error::Fuse(e) => e,
+                    other => fuse::Error::Capture { what: other.to_string() },
+                })?;
+                if greedy {
+                    let next = logits.argmax(-1)?.reshape(&[step_inputs.batch, 1])?;
+                    step_inputs.ids.slice_set(&next, 0, 0)?;
+                }
+                *out.borrow_mut() = Some(logits);
+                Ok(())
+            }),
+        )?;
         let decoder = Decoder { graph, inputs, logits, cache_id: cache.id(), vocab: self.config.vocab };
         if let (true, Some(names)) = (fuse::debug_level() >= 1, decoder.graph.kernel_names()?) {
             let layers = self.layers.len().max(1);
@@ -244,5 +259,10 @@ impl Decoder<'_> {
     /// Whether the step is a recorded CUDA graph (false on the CPU and with `FUSE_GRAPHS=off`).
     pub fn is_recorded(&self) -> bool {
         self.graph.is_recorded()
+    }
+
+    /// How a [`Llama::one_launch_decoder`]'s step runs on the GPU (`None` for other decoders, and off the GPU).
+    pub fn one_launch_report(&self) -> Option<&fuse::OneLaunchReport> {
+        self.graph.one_launch_report()
     }
 }

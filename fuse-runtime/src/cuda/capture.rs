@@ -23,6 +23,8 @@ pub(crate) struct CapturedGraph {
     graph: cudarc::driver::CudaGraph,
     arena: Arc<Arena>,
     device: CudaDevice,
+    /// What the nodes point into beyond the arena (a one-launch step's tables, the graph it was made from).
+    kept: Vec<Box<dyn std::any::Any>>,
 }
 
 impl CapturedGraph {
@@ -40,6 +42,16 @@ impl CapturedGraph {
     /// The kernels among the graph's nodes, by function name ("?" where the driver gives none), in the
     /// driver's node order: a step's kernel count; copies and memsets are not counted.
     pub(crate) fn kernel_names(&self) -> Result<Vec<String>> {
+        Ok(self.nodes()?.into_iter().filter_map(|(kind, name)| kind.then_some(name)).collect())
+    }
+
+    /// Nodes of the graph that are not kernels (copies, memsets, ...).
+    pub(crate) fn other_nodes(&self) -> Result<usize> {
+        Ok(self.nodes()?.iter().filter(|(kernel, _)| !kernel).count())
+    }
+
+    /// Every node in the driver's order: whether it is a kernel, and a kernel's function name.
+    fn nodes(&self) -> Result<Vec<(bool, String)>> {
         let graph = self.graph.cu_graph();
         let mut count = 0usize;
         // SAFETY: a null node array asks for the count only; the second call fills `count` nodes.
@@ -50,18 +62,28 @@ impl CapturedGraph {
         unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut count) }
             .result()
             .map_err(|e| driver_error("list graph nodes", e))?;
-        let mut names = Vec::new();
+        let mut out = Vec::with_capacity(count);
         for &node in &nodes[..count] {
             let mut kind = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
             // SAFETY: `node` is one of the graph's nodes, listed above.
             unsafe { sys::cuGraphNodeGetType(node, &mut kind) }
                 .result()
                 .map_err(|e| driver_error("graph node type", e))?;
-            if kind == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
-                names.push(kernel_node_name(node).unwrap_or_else(|| "?".into()));
+            match kind {
+                sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => {
+                    out.push((true, kernel_node_name(node).unwrap_or_else(|| "?".into())))
+                }
+                sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY => {}
+                _ => out.push((false, String::new())),
             }
         }
-        Ok(names)
+        Ok(out)
+    }
+
+    /// The same graph, also keeping `value` alive as long as it is (what its nodes' arguments point to).
+    pub(crate) fn keeping(mut self, value: Box<dyn std::any::Any>) -> CapturedGraph {
+        self.kept.push(value);
+        self
     }
 }
 
@@ -110,6 +132,6 @@ impl CudaDevice {
             None => return Err(Error::Capture { what: "the capture was lost".into() }),
         };
         graph.upload().map_err(|e| driver_error("graph upload", e))?;
-        Ok(CapturedGraph { graph, arena, device: self.clone() })
+        Ok(CapturedGraph { graph, arena, device: self.clone(), kept: Vec::new() })
     }
 }

@@ -8,9 +8,10 @@
 
 use super::arena::{check_capture, Arena};
 use super::buffers::BufferCache;
-use super::compile::ModuleCache;
+use super::compile::{KernelOrigin, ModuleCache};
 use super::driver::{driver_error, lock};
 use super::queueing::{Entered, Queueing};
+use super::recorder::Recorder;
 use crate::{Error, Result};
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError};
@@ -57,6 +58,8 @@ pub(crate) struct DeviceState {
     /// Who is queueing work on the stream, and the capture, if any.
     queueing: Queueing,
     modules: ModuleCache,
+    /// The launches queued while a step is captured for one launch.
+    recorder: Recorder,
 }
 
 /// What a kernel found wrong, by the code it records (`fuse_model_fault` in the model kernels' common.cuh).
@@ -422,6 +425,16 @@ impl CudaDevice {
         self.state.modules.kernel(&self.state.ctx, function, name, source, source_hash, defines, arch)
     }
 
+    /// What a kernel this device loaded was compiled from (`None`: not loaded through its module cache).
+    pub(crate) fn kernel_origin(&self, function: &CudaFunction) -> Option<KernelOrigin> {
+        self.state.modules.origin(function)
+    }
+
+    /// The launches recorded while a step is captured for one launch (see `recorder.rs`).
+    pub(crate) fn recorder(&self) -> &Recorder {
+        &self.state.recorder
+    }
+
     /// The cuBLAS handle (created on first use), locked: cuBLAS handles are not thread-safe.
     pub(crate) fn blas(&self) -> Result<MutexGuard<'_, Option<CudaBlas>>> {
         let mut guard = lock(&self.state.blas);
@@ -480,6 +493,7 @@ impl DeviceState {
             counters: Mutex::new(None),
             queueing: Queueing::default(),
             modules: ModuleCache::default(),
+            recorder: Recorder::default(),
         })
     }
 }

@@ -27,7 +27,9 @@ pub(crate) mod driver;
 pub(crate) mod exec;
 mod gemm;
 mod interop;
+mod one_launch;
 mod queueing;
+pub(crate) mod recorder;
 pub(crate) mod storage;
 
 pub use device::CudaDevice;

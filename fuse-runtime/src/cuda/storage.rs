@@ -9,6 +9,7 @@
 use super::arena::Arena;
 use super::device::CudaDevice;
 use super::driver::driver_error;
+use super::recorder::RecordedOp;
 use crate::host::{BlockBytes, Blocks, CpuData, CpuSlice};
 use crate::{Error, Result};
 use cudarc::driver::{CudaSlice, DevicePtr};
@@ -223,6 +224,9 @@ impl CudaStorage {
         if self.device.is_capturing() {
             self.device.check_capture(&|| "an op before this memset".to_string())?;
         }
+        if self.device.recorder().is_on() {
+            self.device.recorder().record(RecordedOp::Fill { address: self.base_address(), bytes: self.bytes, value });
+        }
         let stream = self.device.stream();
         // SAFETY: the address and byte count are this live allocation's; the memset is queued on the stream
         // every use of the allocation is ordered on.
@@ -279,6 +283,9 @@ impl CudaStorage {
         // SAFETY: uninitialised, then every byte written by the copy below, in stream order.
         let copy = unsafe { stream.alloc::<u8>(self.bytes) }.map_err(|e| driver_error("alloc", e))?;
         let to = copy.device_ptr(stream).0;
+        if self.device.recorder().is_on() {
+            self.device.recorder().record(RecordedOp::Copy { from: self.base_address(), to, bytes: self.bytes });
+        }
         // SAFETY: both ranges are `bytes` long inside live allocations, ordered on the one stream.
         unsafe { cudarc::driver::result::memcpy_dtod_async(to, self.base_address(), self.bytes, stream.cu_stream()) }
             .map_err(|e| driver_error("device copy", e))?;

@@ -72,6 +72,27 @@ __device__ __forceinline__ int fuse_task_sync_count(int pred) {
   return (int)r;
 }
 
+// Recorded memsets and device copies run as tasks too (kernel ids FUSE_STEP_FILL and FUSE_STEP_COPY of the
+// dispatch): their bytes spread over the launch's blocks. Words: address, bytes, value; from, to, bytes.
+#define FUSE_STEP_FILL 0xfffffff0u
+#define FUSE_STEP_COPY 0xfffffff1u
+__device__ __forceinline__ void fuse_step_fill(const unsigned long long* w) {
+  fuse_task_wait();
+  unsigned char* const p = (unsigned char*)w[0];
+  const unsigned long long n = w[1], step = (unsigned long long)fuse_task_grid_dim.x * fuse_task_block_dim.x;
+  const unsigned char v = (unsigned char)w[2];
+  for (unsigned long long i = (unsigned long long)fuse_task_block_idx.x * fuse_task_block_dim.x + threadIdx.x; i < n; i += step)
+    p[i] = v;
+}
+__device__ __forceinline__ void fuse_step_copy(const unsigned long long* w) {
+  fuse_task_wait();
+  const unsigned char* const from = (const unsigned char*)w[0];
+  unsigned char* const to = (unsigned char*)w[1];
+  const unsigned long long n = w[2], step = (unsigned long long)fuse_task_grid_dim.x * fuse_task_block_dim.x;
+  for (unsigned long long i = (unsigned long long)fuse_task_block_idx.x * fuse_task_block_dim.x + threadIdx.x; i < n; i += step)
+    to[i] = from[i];
+}
+
 // Inside the kernels: the launch's geometry, the task's barriers, plain loads.
 #define blockIdx fuse_task_block_idx
 #define gridDim fuse_task_grid_dim

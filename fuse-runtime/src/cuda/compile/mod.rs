@@ -7,4 +7,4 @@ pub(crate) mod cache; // the on-disk cubin cache behind nvrtc::compile_cubin
 mod modules;
 pub(crate) mod nvrtc; // pub(crate): lib.rs re-exports its kernel-check helpers for tests/kernels_compile.rs
 
-pub(crate) use modules::ModuleCache;
+pub(crate) use modules::{KernelOrigin, ModuleCache};

@@ -23,6 +23,16 @@ struct ModuleKey {
 #[derive(Default)]
 pub(crate) struct ModuleCache {
     functions: Mutex<HashMap<ModuleKey, (String, CudaFunction)>>,
+    /// Each loaded function's key, by its driver handle: what a recorded launch ran (`source_of`).
+    by_function: Mutex<HashMap<usize, ModuleKey>>,
+}
+
+/// What a loaded kernel was compiled from.
+pub(crate) struct KernelOrigin {
+    pub name: String,
+    pub source: String,
+    pub defines: Vec<String>,
+    pub arch: String,
 }
 
 impl ModuleCache {
@@ -58,7 +68,16 @@ impl ModuleCache {
         })?;
         let module = ctx.load_module(Ptx::from_binary(cubin)).map_err(|e| driver_error("load module", e))?;
         let f = module.load_function(name).map_err(|e| driver_error("load function", e))?;
+        lock(&self.by_function).insert(f.cu_function() as usize, key.clone());
         functions.insert(key, (source.to_string(), f.clone()));
         Ok(f)
+    }
+
+    /// The name, source, defines and arch `function` was compiled from, if this cache loaded it.
+    pub(crate) fn origin(&self, function: &CudaFunction) -> Option<KernelOrigin> {
+        let key = lock(&self.by_function).get(&(function.cu_function() as usize)).cloned()?;
+        let functions = lock(&self.functions);
+        let (source, _) = functions.get(&key)?;
+        Some(KernelOrigin { name: key.name, source: source.clone(), defines: key.defines, arch: key.arch })
     }
 }

@@ -115,7 +115,9 @@ impl Executor<'_> {
             && launch.splits > 1
             && launch.splits <= ATTENTION_DECODE_CLUSTER_MAX
             && launch.items <= MAX_GRID
-            && device.arch_major() >= 9;
+            && device.arch_major() >= 9
+            // A step captured for one launch runs its kernels' blocks as tasks, which have no clusters.
+            && !device.recorder().is_on();
         // Held until both launches are queued (see the module's comment).
         let workspace = match launch.partial_floats {
             _ if cluster => None,

@@ -3,6 +3,7 @@
 
 use crate::cuda::device::CudaDevice;
 use crate::cuda::exec::fuse_args::BLOCK_THREADS;
+use crate::cuda::recorder::{RecordedLaunch, RecordedOp};
 use crate::{Error, Result, Tensor};
 use cudarc::driver::CudaFunction;
 
@@ -29,7 +30,8 @@ impl KernelDims {
 /// templates, their `FuseGemmArgs` after them and the wgmma template's tensor maps before them). Where the
 /// device allows it ([`CudaDevice::overlaps_launches`]), the launch may overlap the kernel before it in the
 /// stream (programmatic dependent launch): every generated kernel waits for that kernel before it touches
-/// memory, so its set-up and first L2 prefetches run during the other's last blocks.
+/// memory, so its set-up and first L2 prefetches run during the other's last blocks. While a step is
+/// captured for one launch, the launch is also recorded (`recorder.rs`).
 pub(crate) fn launch_kernel(
     device: &CudaDevice,
     name: &str,
@@ -38,6 +40,18 @@ pub(crate) fn launch_kernel(
     words: &mut [u64],
 ) -> Result<()> {
     use cudarc::driver::sys;
+    if device.recorder().is_on() {
+        device.recorder().record(RecordedOp::Kernel(RecordedLaunch {
+            name: name.to_string(),
+            function: function.clone(),
+            grid: dims.grid,
+            block: dims.block,
+            cluster: dims.cluster,
+            shared_bytes: dims.shared_bytes,
+            overlap: dims.overlap && device.overlaps_launches(),
+            words: words.to_vec(),
+        }));
+    }
     let mut params = [words.as_mut_ptr().cast::<std::ffi::c_void>()];
     // SAFETY (zeroed): plain data; `launch_config` writes the members its attribute ids name.
     let mut attributes: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };

@@ -1,0 +1,278 @@
+//! A recorded step's launches as one persistent kernel (issue 33, `CudaGraph::capture_one_launch`): the
+//! launches of fuse's own kernels that can be tasks (no clusters, whole warps up to 256 threads, a source
+//! from the module cache written with `FUSE_KERNEL`) run, in runs of consecutive ones, as the tasks of a
+//! kernel generated from their sources (`fuse_ir::codegen::one_launch_source`), on as many blocks as the GPU
+//! holds at once, in the order the checker passed (`fuse_ir::schedule::launch_chain`); any other launch
+//! stays a launch of its own, in its place, and the report says why.
+//!
+//! The tasks read each launch's argument words from a table on the device, so the step touches the same
+//! memory the recorded launches did: like a CUDA graph, it is replayed, not called with new arguments.
+
+mod tables;
+
+use super::compile::KernelOrigin;
+use super::custom_kernel::{CustomKernel, KernelSource, LaunchDims};
+use super::device::CudaDevice;
+use super::exec::launch::{launch_kernel, KernelDims};
+use super::recorder::RecordedOp;
+use crate::graph::OneLaunchReport;
+use crate::{Device, Result};
+use fuse_ir::codegen::{
+    one_launch_source, task_refusal, TaskKernel, ONE_LAUNCH_COPY, ONE_LAUNCH_ENTRY, ONE_LAUNCH_FILL,
+};
+use tables::StepTables;
+
+/// Threads a block of a persistent step at most (a task of more stays a launch of its own).
+const MAX_TASK_THREADS: u32 = 256;
+/// Blocks a recorded memset or copy is spread over as tasks, at most.
+const MAX_COPY_BLOCKS: usize = 64;
+
+/// One launch of the rebuilt step, in order.
+pub(crate) enum Item {
+    /// A persistent kernel running a run of recorded work as tasks, with the tables its argument points to.
+    Step { kernel: CustomKernel, tables: StepTables },
+    /// A recorded launch, memset or copy that could not be a task, queued as it was.
+    Plain(RecordedOp),
+}
+
+impl Item {
+    /// Queues it on the device's stream.
+    pub(crate) fn launch(&self, device: &CudaDevice) -> Result<()> {
+        use cudarc::driver::result::{memcpy_dtod_async, memset_d8_async};
+        let stream = device.stream().cu_stream();
+        let driver = |what: &'static str| move |e| super::driver::driver_error(what, e);
+        match self {
+            Item::Step { kernel, tables } => {
+                let mut words = tables.argument_words();
+                // SAFETY: the words are `FuseStepArgs` over tables this item owns; the tasks' own words are the
+                // recorded work's, whose memory the caller keeps (the recorded graph and its arena).
+                unsafe { kernel.launch(&mut words) }
+            }
+            Item::Plain(RecordedOp::Kernel(l)) => {
+                let dims = KernelDims {
+                    grid: l.grid,
+                    block: l.block,
+                    cluster: l.cluster,
+                    shared_bytes: l.shared_bytes,
+                    overlap: l.overlap,
+                };
+                launch_kernel(device, &l.name, &l.function, dims, &mut l.words.clone())
+            }
+            // SAFETY: the ranges were live allocations when recorded and stay so (the recorded graph keeps them).
+            Item::Plain(RecordedOp::Fill { address, bytes, value }) => {
+                unsafe { memset_d8_async(*address, *value, *bytes, stream) }.map_err(driver("memset"))
+            }
+            Item::Plain(RecordedOp::Copy { from, to, bytes }) => {
+                unsafe { memcpy_dtod_async(*to, *from, *bytes, stream) }.map_err(driver("device copy"))
+            }
+        }
+    }
+}
+
+/// A piece of recorded work as the tasks of a persistent kernel: its dispatch case, blocks, threads a block,
+/// whether it waits for the work before inside (`fuse_grid_wait`), and its argument words.
+pub(crate) struct TaskOp {
+    pub name: String,
+    pub kernel: u32,
+    pub grid: u32,
+    pub threads: u32,
+    pub overlap: bool,
+    pub words: Vec<u64>,
+}
+
+/// Why a recorded op cannot be a task (`Err`), or the origin of its kernel (`Ok(None)` for memsets and copies).
+fn can_be_task(device: &CudaDevice, op: &RecordedOp) -> std::result::Result<Option<KernelOrigin>, String> {
+    let RecordedOp::Kernel(l) = op else { return Ok(None) };
+    if l.cluster > 1 {
+        return Err(format!("{}: runs in clusters of {}", l.name, l.cluster));
+    }
+    if l.block > MAX_TASK_THREADS || l.block % 32 != 0 {
+        return Err(format!(
+            "{}: {} threads a block (tasks take whole warps, at most {MAX_TASK_THREADS})",
+            l.name, l.block
+        ));
+    }
+    let origin = device.kernel_origin(&l.function).ok_or_else(|| format!("{}: not a kernel fuse compiled", l.name))?;
+    let task = TaskKernel { name: &origin.name, source: &origin.source, defines: &origin.defines };
+    match task_refusal(&task) {
+        Some(why) => Err(why),
+        None => Ok(Some(origin)),
+    }
+}
+
+/// The recorded work as the items of a rebuilt step, and its report.
+pub(crate) fn build(device: &CudaDevice, ops: Vec<RecordedOp>) -> Result<(Vec<Item>, OneLaunchReport)> {
+    let kernels = ops.iter().filter(|op| matches!(op, RecordedOp::Kernel(_))).count();
+    let mut report = OneLaunchReport { launches: kernels, ..OneLaunchReport::default() };
+    let mut items = Vec::new();
+    let mut run: Vec<(RecordedOp, Option<KernelOrigin>)> = Vec::new();
+    for op in ops {
+        match can_be_task(device, &op) {
+            Ok(origin) => run.push((op, origin)),
+            Err(why) => {
+                flush(device, &mut run, &mut items, &mut report)?;
+                report.kept.push(why);
+                items.push(Item::Plain(op));
+            }
+        }
+    }
+    flush(device, &mut run, &mut items, &mut report)?;
+    Ok((items, report))
+}
+
+/// Ends a run of work that can be tasks: one persistent kernel for two or more, the work itself for one.
+fn flush(
+    device: &CudaDevice,
+    run: &mut Vec<(RecordedOp, Option<KernelOrigin>)>,
+    items: &mut Vec<Item>,
+    report: &mut OneLaunchReport,
+) -> Result<()> {
+    match run.len() {
+        0 => {}
+        1 => {
+            let (op, _) = run.pop().expect("one");
+            if let RecordedOp::Kernel(l) = &op {
+                report.kept.push(format!("{}: alone between launches that cannot be tasks", l.name));
+            }
+            items.push(Item::Plain(op));
+        }
+        _ => {
+            let (kernel, tables) = persistent_kernel(device, run)?;
+            report.as_tasks += run.iter().filter(|(op, _)| matches!(op, RecordedOp::Kernel(_))).count();
+            report.step_kernels += 1;
+            report.blocks.push(tables.blocks());
+            report.task_kernels.push(tables.task_kernels());
+            items.push(Item::Step { kernel, tables });
+            run.clear();
+        }
+    }
+    Ok(())
+}
+
+/// The persistent kernel of a run of recorded work, compiled, sized to the blocks the GPU holds at once, and
+/// its tables after the checker passed the schedule.
+fn persistent_kernel(
+    device: &CudaDevice,
+    run: &[(RecordedOp, Option<KernelOrigin>)],
+) -> Result<(CustomKernel, StepTables)> {
+    let threads = run
+        .iter()
+        .filter_map(|(op, _)| match op {
+            RecordedOp::Kernel(l) => Some(l.block),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(MAX_TASK_THREADS);
+    // The distinct kernels in order of first use: task kernel k is case k of the dispatch.
+    let mut distinct: Vec<&KernelOrigin> = Vec::new();
+    let mut ops = Vec::with_capacity(run.len());
+    let mut shared_bytes = 0;
+    for (op, origin) in run {
+        let spread = |bytes: usize| bytes.div_ceil(threads as usize * 16).clamp(1, MAX_COPY_BLOCKS) as u32;
+        ops.push(match (op, origin) {
+            (RecordedOp::Kernel(l), Some(origin)) => {
+                let same = |o: &&KernelOrigin| {
+                    o.name == origin.name && o.defines == origin.defines && o.source == origin.source
+                };
+                let k = distinct.iter().position(|o| same(o)).unwrap_or_else(|| {
+                    distinct.push(origin);
+                    distinct.len() - 1
+                });
+                shared_bytes = shared_bytes.max(l.shared_bytes);
+                TaskOp {
+                    name: l.name.clone(),
+                    kernel: k as u32,
+                    grid: l.grid,
+                    threads: l.block,
+                    overlap: l.overlap,
+                    words: l.words.clone(),
+                }
+            }
+            (RecordedOp::Fill { address, bytes, value }, _) => TaskOp {
+                name: format!("fill {bytes} bytes"),
+                kernel: ONE_LAUNCH_FILL,
+                grid: spread(*bytes),
+                threads,
+                overlap: false,
+                words: vec![*address, *bytes as u64, u64::from(*value)],
+            },
+            (RecordedOp::Copy { from, to, bytes }, _) => TaskOp {
+                name: format!("copy {bytes} bytes"),
+                kernel: ONE_LAUNCH_COPY,
+                grid: spread(*bytes),
+                threads,
+                overlap: false,
+                words: vec![*from, *to, *bytes as u64],
+            },
+            (RecordedOp::Kernel(l), None) => {
+                return Err(crate::Error::internal("one-launch step", format!("{}: no origin", l.name)))
+            }
+        });
+    }
+    let tasks: Vec<TaskKernel<'_>> =
+        distinct.iter().map(|o| TaskKernel { name: &o.name, source: &o.source, defines: &o.defines }).collect();
+    let source = one_launch_source(&tasks, threads)
+        .map_err(|why| crate::Error::internal("one-launch step", format!("a checked kernel was refused: {why}")))?;
+    // The most specific arch any task was built for (sm_90a over sm_90); the device's with none.
+    let arch = distinct
+        .iter()
+        .map(|o| o.arch.clone())
+        .max_by_key(|a| (a.ends_with('a'), a.clone()))
+        .unwrap_or_else(|| device.arch().to_string());
+    let kernel_source = KernelSource {
+        entry: ONE_LAUNCH_ENTRY.to_string(),
+        source,
+        defines: Vec::new(),
+        arch,
+        argument_words: tables::ARGUMENT_WORDS,
+    };
+    let gpu = Device::Cuda(device.clone());
+    let probe =
+        CustomKernel::new(&gpu, &kernel_source, LaunchDims { grid: 1, block: threads, cluster: 1, shared_bytes })?;
+    let total: usize = ops.iter().map(|op| op.grid as usize).sum();
+    let resident = probe.max_resident_clusters()? as usize;
+    let blocks = resident.min(total).max(1);
+    let grid = u32::try_from(blocks).map_err(|_| crate::Error::internal("one-launch step", "grid size"))?;
+    let kernel =
+        CustomKernel::new(&gpu, &kernel_source, LaunchDims { grid, block: threads, cluster: 1, shared_bytes })?;
+    kernel.require_co_resident()?;
+    let tables = StepTables::build(device, &ops, distinct.len(), blocks, resident, shared_bytes)?;
+    Ok((kernel, tables))
+}
+
+impl CudaDevice {
+    /// Captures `step` as `capture_graph` does, recording its launches, then rebuilds it as one persistent
+    /// kernel a run of launches that can be tasks (`build`). The recorded graph stays (unchanged, with the
+    /// report's reason) where the step holds work that was not recorded (copies, memsets, library calls)
+    /// or the persistent kernel cannot be built.
+    pub(crate) fn capture_one_launch(
+        &self,
+        step: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<(super::capture::CapturedGraph, OneLaunchReport)> {
+        // Made before the capture: the decode attention's splits merge through these counters when the
+        // step is recorded without clusters (the warm-up may have used clusters, which need none).
+        self.zeroed_counters(0)?;
+        self.recorder().start();
+        let recorded = self.capture_graph(step);
+        let ops = self.recorder().finish();
+        let recorded = recorded?;
+        let kernels = recorded.kernel_names()?.len();
+        let others = recorded.other_nodes()?;
+        let recorded_kernels = ops.iter().filter(|op| matches!(op, RecordedOp::Kernel(_))).count();
+        let stays = |why: String| OneLaunchReport { launches: kernels, kept: vec![why], ..OneLaunchReport::default() };
+        if others != ops.len() - recorded_kernels || kernels != recorded_kernels {
+            let why = format!(
+                "the step stays the recorded graph: it holds {} kernels fuse did not generate (library calls) and {} other nodes than its memsets and copies",
+                kernels.saturating_sub(recorded_kernels),
+                others.saturating_sub(ops.len() - recorded_kernels)
+            );
+            return Ok((recorded, stays(why)));
+        }
+        let (items, report) = match build(self, ops) {
+            Ok(built) => built,
+            Err(e) => return Ok((recorded, stays(format!("the step stays the recorded graph: {e}")))),
+        };
+        let rebuilt = self.capture_graph(&mut || items.iter().try_for_each(|item| item.launch(self)))?;
+        Ok((rebuilt.keeping(Box::new((recorded, items))), report))
+    }
+}

@@ -1,0 +1,96 @@
+//! The tables a persistent step kernel reads (`FuseStepArgs` in fuse-ir's `cuda/one_launch.cuh`): each
+//! recorded launch's argument words, one record a launch (`FuseStepLaunch`), every block's task list, and the
+//! launches' counters, laid out here and nowhere else.
+
+use super::super::custom_kernel::DeviceBuffer;
+use super::super::device::CudaDevice;
+use super::TaskOp;
+use crate::{Error, Result};
+use fuse_ir::schedule::{launch_chain, ChainLaunch, DeviceLimits};
+
+/// Words of `FuseStepArgs`: launches, tasks, first, counters, launch_count.
+pub(super) const ARGUMENT_WORDS: usize = 5;
+/// Words of one `FuseStepLaunch`: params; kernel | grid << 32; threads | overlap << 32.
+const LAUNCH_WORDS: usize = 3;
+
+pub(crate) struct StepTables {
+    /// Every launch's argument words, each at a 16-byte boundary.
+    _params: DeviceBuffer<u64>,
+    launches: DeviceBuffer<u64>,
+    tasks: DeviceBuffer<u64>,
+    first: DeviceBuffer<u32>,
+    counters: DeviceBuffer<u64>,
+    launch_count: usize,
+    blocks: usize,
+    task_kernels: usize,
+}
+
+impl StepTables {
+    /// The tables of `run` (of `task_kernels` distinct kernels) on `blocks` blocks, after `fuse_ir`'s checker
+    /// passed their schedule for `resident` blocks of `shared_bytes`.
+    pub(super) fn build(
+        device: &CudaDevice,
+        run: &[TaskOp],
+        task_kernels: usize,
+        blocks: usize,
+        resident: usize,
+        shared_bytes: u32,
+    ) -> Result<StepTables> {
+        let chain: Vec<ChainLaunch> =
+            run.iter().map(|op| ChainLaunch { name: op.name.clone(), grid: op.grid }).collect();
+        let (lists, schedule) = launch_chain(&chain, blocks, shared_bytes as usize);
+        let limits = DeviceLimits { resident_blocks: resident, shared_bytes: shared_bytes as usize, max_cluster: 1 };
+        schedule
+            .check(&limits)
+            .map_err(|e| Error::internal("one-launch step", format!("the checker refused the schedule: {e}")))?;
+        let mut words: Vec<u64> = Vec::new();
+        let mut offsets = Vec::with_capacity(run.len());
+        for op in run {
+            words.resize(words.len().next_multiple_of(2), 0);
+            offsets.push(words.len());
+            words.extend_from_slice(&op.words);
+        }
+        let params = DeviceBuffer::upload(device, &words)?;
+        let mut records = Vec::with_capacity(run.len() * LAUNCH_WORDS);
+        for (op, offset) in run.iter().zip(&offsets) {
+            records.push(params.address() + 8 * *offset as u64);
+            records.push(u64::from(op.kernel) | u64::from(op.grid) << 32);
+            records.push(u64::from(op.threads) | u64::from(op.overlap) << 32);
+        }
+        let tasks: Vec<u64> = lists.iter().flatten().map(|&(j, b)| u64::from(j) << 32 | u64::from(b)).collect();
+        let mut first = vec![0u32];
+        for list in &lists {
+            let next = first.last().copied().unwrap_or(0) as usize + list.len();
+            first.push(u32::try_from(next).map_err(|_| Error::internal("one-launch step", "task count"))?);
+        }
+        Ok(StepTables {
+            launches: DeviceBuffer::upload(device, &records)?,
+            tasks: DeviceBuffer::upload(device, &tasks)?,
+            first: DeviceBuffer::upload(device, &first)?,
+            counters: DeviceBuffer::zeros(device, run.len() + 1)?,
+            _params: params,
+            launch_count: run.len(),
+            blocks,
+            task_kernels,
+        })
+    }
+
+    /// The kernel's argument, `FuseStepArgs`.
+    pub(super) fn argument_words(&self) -> [u64; ARGUMENT_WORDS] {
+        [
+            self.launches.address(),
+            self.tasks.address(),
+            self.first.address(),
+            self.counters.address(),
+            self.launch_count as u64,
+        ]
+    }
+
+    pub(super) fn blocks(&self) -> usize {
+        self.blocks
+    }
+
+    pub(super) fn task_kernels(&self) -> usize {
+        self.task_kernels
+    }
+}
