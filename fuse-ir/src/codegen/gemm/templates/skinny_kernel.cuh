@@ -98,9 +98,10 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
         // towards L2 before waiting for the kernel before this one (programmatic dependent launch, see the
         // prelude's fuse_grid_wait): a launch that overlaps it streams them while that kernel's last blocks
         // leave DRAM idle. (Measured on an H200: 8 chunks from every block made the dual kernel 18% slower.)
-        // With the in-kernel prologue every block does it: the row pass holds up the main loop.
+        // With the in-kernel prologue every block does it: the row pass holds up the main loop. So does every
+        // task of a one-launch step (FUSE_TASK): each starts, and prefetches, as its block comes free.
         constexpr int PD = S - 1;
-#if FUSE_GEMM_PRO
+#if FUSE_GEMM_PRO || defined(FUSE_TASK)
         constexpr bool every_block = true;
 #else
         constexpr bool every_block = false;
