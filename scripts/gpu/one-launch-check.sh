@@ -2,7 +2,8 @@
 # The generated one-launch step on the GPU machine (issue 33), after
 # `GPU_BUNDLE_KEEP='^(example-bench_decode|test-(graphs|one_launch_step)-[0-9a-f]+)$' scripts/gpu/gpu-bundle.sh` here:
 #   scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench]
-# tests: the one-launch tests (graphs' and fuse-models' one_launch_step) with FUSE_TEST_GPU=1 -> OUTDIR/tests.log;
+# tests: the one-launch tests (graphs' and fuse-models' one_launch_step, GPU cases) with FUSE_TEST_GPU=1 ->
+# OUTDIR/tests.log;
 # sanitize: the four compute-sanitizer tools over the two-layer model's test -> OUTDIR/sanitize.txt;
 # bench: bench_decode's graph and generated modes (BENCH_BATCHES, BENCH_CACHED) -> OUTDIR/bench.log.
 set -uo pipefail
@@ -19,19 +20,19 @@ for step in "$@"; do
   case $step in
     tests)
       timeout 60 "$graphs" one_launch --test-threads=1 --nocapture 2>&1 | quiet >>"$out/tests.log"
-      timeout 360 "$model" --test-threads=1 --nocapture 2>&1 | quiet >>"$out/tests.log"
+      timeout 240 "$model" cuda --test-threads=1 --nocapture 2>&1 | quiet >>"$out/tests.log"
       ;;
     sanitize)
       for tool in memcheck racecheck synccheck initcheck; do
         extra=()
         [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
         echo "== $tool" >>"$out/sanitize.txt"
-        FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 150 /usr/local/cuda/bin/compute-sanitizer --tool "$tool" "${extra[@]}" \
+        FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout "${SANITIZE_TIMEOUT:-80}" /usr/local/cuda/bin/compute-sanitizer --tool "$tool" "${extra[@]}" \
           "$model" small_smollm2_bf16::cuda --test-threads=1 2>&1 | grep -E "SUMMARY|test result|Error|error|Hazard" | head -8 >>"$out/sanitize.txt"
       done
       ;;
     bench)
-      FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 240 .gpu/bin/example-bench_decode --batches "${BENCH_BATCHES:-1,16}" \
+      FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 150 .gpu/bin/example-bench_decode --batches "${BENCH_BATCHES:-1,16}" \
         --cached "${BENCH_CACHED:-128}" --modes graph,generated --extras off --steps 48 >"$out/bench.log" 2>&1
       ;;
   esac
