@@ -48,7 +48,7 @@ pub use model::{
 };
 pub use one_launch::{
     one_launch_source, task_refusal, TaskKernel, ONE_LAUNCH_COPY, ONE_LAUNCH_ENTRY, ONE_LAUNCH_FILL,
-    ONE_LAUNCH_MACHINERY,
+    ONE_LAUNCH_MACHINERY, ONE_LAUNCH_SHARED_LAUNCHES,
 };
 pub use prelude::{BLOCK_THREADS, VECTOR_ELEMENTS};
 

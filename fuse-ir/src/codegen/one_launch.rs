@@ -13,6 +13,11 @@ use std::fmt::Write;
 /// The machinery around the kernels (included twice: before them, its head; after them, the entry).
 pub const ONE_LAUNCH_MACHINERY: &str = include_str!("cuda/one_launch.cuh");
 
+/// Launch records a step kernel copies into shared memory at most (`-DFUSE_STEP_LAUNCHES`, 24 bytes each: 12 KB
+/// beside the task kernels' own static shared memory, under the 48 KB a kernel may have); a step of more reads
+/// them from global memory.
+pub const ONE_LAUNCH_SHARED_LAUNCHES: usize = 512;
+
 /// The entry symbol of every one-launch step kernel.
 pub const ONE_LAUNCH_ENTRY: &str = "fuse_one_launch_step";
 

@@ -141,36 +141,52 @@ struct fuse_task_param<void(const T&)> {
 
 __device__ __forceinline__ void fuse_step_run(unsigned kernel, const void* params);
 
+// -DFUSE_STEP_LAUNCHES=n (the runtime's, at most FUSE_STEP_SHARED_LAUNCHES): the launch records are copied into
+// shared memory first, so that a task's set-up reads them there rather than from L2.
+#ifndef FUSE_STEP_LAUNCHES
+#define FUSE_STEP_LAUNCHES 0
+#endif
+
 extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, 1) FUSE_STEP_NAME(const FuseStepArgs a) {
   __shared__ unsigned long long fuse_step_epoch;
+#if FUSE_STEP_LAUNCHES > 0
+  __shared__ FuseStepLaunch fuse_step_table[FUSE_STEP_LAUNCHES];
+  for (unsigned i = threadIdx.x; i < FUSE_STEP_LAUNCHES; i += blockDim.x) fuse_step_table[i] = a.launches[i];
+  const FuseStepLaunch* const table = fuse_step_table;
+#else
+  const FuseStepLaunch* const table = a.launches;
+#endif
   if (threadIdx.x == 0) fuse_step_epoch = fuse_step_load_acquire(a.counters + a.launch_count) / gridDim.x;
   __syncthreads();
   const unsigned long long epoch = fuse_step_epoch;
-  const unsigned end = a.first[blockIdx.x + 1];
-  for (unsigned i = a.first[blockIdx.x]; i < end; ++i) {
-    const unsigned long long task = a.tasks[i];
+  const unsigned begin = a.first[blockIdx.x], end = a.first[blockIdx.x + 1];
+  unsigned long long task = begin < end ? a.tasks[begin] : 0ull;
+  for (unsigned i = begin; i < end; ++i) {
+    // The next task's entry, loaded while this one runs.
+    const unsigned long long next = i + 1 < end ? a.tasks[i + 1] : 0ull;
     const unsigned j = (unsigned)(task >> 32);
-    const FuseStepLaunch& l = a.launches[j];
+    const FuseStepLaunch& l = table[j];
     if (threadIdx.x == 0) {
-      if (j >= 2) fuse_step_wait(a.counters + (j - 2), (epoch + 1) * a.launches[j - 2].grid);
+      if (j >= 2) fuse_step_wait(a.counters + (j - 2), (epoch + 1) * table[j - 2].grid);
       const bool before = j >= 1 && !l.overlap;
-      if (before) fuse_step_wait(a.counters + (j - 1), (epoch + 1) * a.launches[j - 1].grid);
+      if (before) fuse_step_wait(a.counters + (j - 1), (epoch + 1) * table[j - 1].grid);
       fuse_task_block_idx = make_uint3((unsigned)task, 0u, 0u);
       fuse_task_grid_dim = make_uint3(l.grid, 1u, 1u);
       fuse_task_block_dim = make_uint3(l.threads, 1u, 1u);
       fuse_task_threads = l.threads;
       fuse_task_wait_word = j >= 1 && !before ? a.counters + (j - 1) : nullptr;
-      fuse_task_wait_target = j >= 1 ? (epoch + 1) * a.launches[j - 1].grid : 0ull;
+      fuse_task_wait_target = j >= 1 ? (epoch + 1) * table[j - 1].grid : 0ull;
       __threadfence_block();
     }
     __syncthreads();
     if (threadIdx.x < l.threads) fuse_step_run(l.kernel, (const void*)l.params);
     __syncthreads();
     if (threadIdx.x == 0) {
-      if (j >= 1) fuse_step_wait(a.counters + (j - 1), (epoch + 1) * a.launches[j - 1].grid);
+      if (j >= 1) fuse_step_wait(a.counters + (j - 1), (epoch + 1) * table[j - 1].grid);
       __threadfence();
       atomicAdd(a.counters + j, 1ull);
     }
+    task = next;
   }
   __syncthreads();
   if (threadIdx.x == 0) {

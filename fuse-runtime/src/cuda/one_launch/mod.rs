@@ -19,6 +19,7 @@ use crate::graph::OneLaunchReport;
 use crate::{Device, Result};
 use fuse_ir::codegen::{
     one_launch_source, task_refusal, TaskKernel, ONE_LAUNCH_COPY, ONE_LAUNCH_ENTRY, ONE_LAUNCH_FILL,
+    ONE_LAUNCH_SHARED_LAUNCHES,
 };
 use tables::StepTables;
 
@@ -219,16 +220,28 @@ fn persistent_kernel(
         .map(|o| o.arch.clone())
         .max_by_key(|a| (a.ends_with('a'), a.clone()))
         .unwrap_or_else(|| device.arch().to_string());
-    let kernel_source = KernelSource {
+    let mut kernel_source = KernelSource {
         entry: ONE_LAUNCH_ENTRY.to_string(),
         source,
-        defines: Vec::new(),
+        defines: match ops.len() {
+            n if n <= ONE_LAUNCH_SHARED_LAUNCHES => vec![format!("-DFUSE_STEP_LAUNCHES={n}")],
+            _ => Vec::new(),
+        },
         arch,
         argument_words: tables::ARGUMENT_WORDS,
     };
     let gpu = Device::Cuda(device.clone());
+    let one_block = LaunchDims { grid: 1, block: threads, cluster: 1, shared_bytes };
+    // The launch table in shared memory sits beside every task kernel's own static shared memory, which may
+    // leave it no room: then the tasks read the table from global memory.
     let probe =
-        CustomKernel::new(&gpu, &kernel_source, LaunchDims { grid: 1, block: threads, cluster: 1, shared_bytes })?;
+        CustomKernel::new(&gpu, &kernel_source, one_block).or_else(|e| match kernel_source.defines.is_empty() {
+            true => Err(e),
+            false => {
+                kernel_source.defines.clear();
+                CustomKernel::new(&gpu, &kernel_source, one_block)
+            }
+        })?;
     let total: usize = ops.iter().map(|op| op.grid as usize).sum();
     let resident = probe.max_resident_clusters()? as usize;
     let blocks = resident.min(total).max(1);
