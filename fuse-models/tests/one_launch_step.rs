@@ -2,7 +2,8 @@
 //! `Llama::one_launch_decoder`, `fuse::CudaGraph::capture_one_launch`) against the same step as a CUDA graph
 //! of those kernels (the graph path, itself checked against calls and transformers elsewhere): the same
 //! logits bit for bit, step after step, and the same greedy tokens over 64 steps, for SmolLM2's shape in bf16
-//! and f32 and a Qwen2.5-0.5B-shaped model (biases on q, k, v; 4 of its layers) in bf16. On the CPU both
+//! and a Qwen2.5-0.5B-shaped model (biases on q, k, v; 4 of its layers) in bf16; in f32 (cuBLAS's matmuls,
+//! which cannot be tasks) the step stays the recorded graph and says why. On the CPU both
 //! decoders call the step and agree trivially; the GPU case also checks what became tasks.
 
 use fuse::prelude::*;
@@ -20,8 +21,14 @@ fn same_logits_and_tokens(dev: &Device, config: &Config, dtype: DType) {
     let mut one = model.one_launch_decoder(&stepped, Fusion::On, false).expect("the one-launch step builds");
     if let Some(report) = one.one_launch_report() {
         eprintln!("{dev} {dtype:?} {} layers: {report:?}", config.layers);
-        assert!(report.as_tasks * 10 >= report.launches * 9, "most launches become tasks: {report:?}");
-        assert!(report.launches_per_step() < report.launches, "{report:?}");
+        if dtype == DType::F32 {
+            // No template multiplies f32 by f32: cuBLAS's calls cannot be tasks, and the step says so.
+            assert_eq!(report.as_tasks, 0, "{report:?}");
+            assert!(report.kept.iter().any(|k| k.contains("library calls")), "{report:?}");
+        } else {
+            assert!(report.as_tasks * 10 >= report.launches * 9, "most launches become tasks: {report:?}");
+            assert!(report.launches_per_step() < report.launches, "{report:?}");
+        }
     } else {
         assert!(!dev.is_cuda() || std::env::var("FUSE_GRAPHS").is_ok(), "a GPU capture reports");
     }

@@ -4,7 +4,8 @@
 #   scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench]
 # tests: the one-launch tests (graphs' and fuse-models' one_launch_step, GPU cases) with FUSE_TEST_GPU=1 ->
 # OUTDIR/tests.log;
-# sanitize: the four compute-sanitizer tools over the two-layer model's test -> OUTDIR/sanitize.txt;
+# sanitize: the four compute-sanitizer tools over the two-layer model's test (fixed GEMM rule: fuse's own
+# kernels, no cuBLAS) -> OUTDIR/sanitize.txt;
 # bench: bench_decode's graph and generated modes (BENCH_BATCHES, BENCH_CACHED) -> OUTDIR/bench.log.
 set -uo pipefail
 out=${1:?usage: scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench]}
@@ -27,7 +28,7 @@ for step in "$@"; do
         extra=()
         [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
         echo "== $tool" >>"$out/sanitize.txt"
-        FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout "${SANITIZE_TIMEOUT:-80}" /usr/local/cuda/bin/compute-sanitizer --tool "$tool" "${extra[@]}" \
+        FUSE_AUTOTUNE=off FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout "${SANITIZE_TIMEOUT:-80}" /usr/local/cuda/bin/compute-sanitizer --tool "$tool" "${extra[@]}" \
           "$model" small_smollm2_bf16::cuda --test-threads=1 2>&1 | grep -E "SUMMARY|test result|Error|error|Hazard" | head -8 >>"$out/sanitize.txt"
       done
       ;;

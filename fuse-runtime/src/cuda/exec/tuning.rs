@@ -21,7 +21,7 @@ use crate::cuda::device::CudaDevice;
 use crate::cuda::driver::{driver_error, lock};
 use crate::cuda::gemm::cublas::{plan_gemm, GemmCall};
 use crate::cuda::gemm::lt::lt_matmul;
-use crate::cuda::gemm::skinny::CONFIGS;
+use crate::cuda::gemm::skinny::{SkinnyConfig, CONFIGS};
 use crate::cuda::gemm::wgmma::{self, CONFIGS as WGMMA_CONFIGS};
 use crate::cuda::storage::CudaStorage;
 use crate::tune::{self, AutotuneMode, TuneKey};
@@ -184,6 +184,12 @@ impl Executor<'_> {
             self.note(format!("path {} (forced)", path.name()));
             return Ok(Some(path));
         }
+        if self.device.recorder().is_on() {
+            if let Some(path) = self.task_path(index, specs) {
+                self.note(format!("path {} (recorded for one launch: a template, not a library call)", path.name()));
+                return Ok(Some(path));
+            }
+        }
         let (rows, key) = self.tune_key(index, specs)?;
         let known = lock(tune::table()).lookup(&key).and_then(GemmPath::parse);
         if let Some(path) = known.filter(|p| self.path_runs(index, specs, p).is_ok()) {
@@ -279,6 +285,21 @@ impl Executor<'_> {
         let preferred = QUANT_RULE_ONE_ROW.iter().filter(|_| rows == 1).filter_map(|n| QuantSkinnyConfig::by_name(n));
         let meant = QUANT_CONFIGS.iter().filter(|c| c.fast_rows.0 <= rows && rows <= c.fast_rows.1);
         preferred.chain(meant).find(|c| self.path_runs(index, specs, &GemmPath::QuantSkinny(c)).is_ok())
+    }
+
+    /// While a step is recorded for one launch (its kernels become tasks, which a library call cannot be): a
+    /// template for the group where one runs: the quantized rules, a skinny config meant for its rows (past
+    /// the fixed rule's row limits; no split K), else an mma config. `None`: the library, and the step stays a
+    /// graph (its report says why).
+    fn task_path(&self, index: usize, specs: &[PreparedKernel]) -> Option<GemmPath> {
+        if self.quantized_weights(index) {
+            let quant = self.quantized_rule(index, specs).map(GemmPath::QuantSkinny);
+            return quant.or_else(|| self.quantized_mma_rule(index, specs));
+        }
+        let rows = self.rows(index);
+        let meant = |c: &&SkinnyConfig| c.fast_rows.0 <= rows && rows <= c.fast_rows.1 && c.splits == 1;
+        let skinny = CONFIGS.iter().filter(meant).map(GemmPath::Skinny);
+        skinny.chain(MMA_CONFIGS.iter().map(GemmPath::Mma)).find(|p| self.path_runs(index, specs, p).is_ok())
     }
 
     /// The mma config the fixed rule gives quantized weights past the skinny configs' rows, where one can
