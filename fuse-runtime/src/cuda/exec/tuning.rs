@@ -158,6 +158,13 @@ impl Executor<'_> {
     /// when the skinny kernel can run the group's prologue itself: a deferred prologue kernel then runs only
     /// when the path does not stream it (`run_gemm`) or when the candidates are timed.
     pub(super) fn decided_path(&mut self, index: usize, specs: &[PreparedKernel]) -> Result<Option<GemmPath>> {
+        // Recorded for one launch (eager matmuls too: a decoder's LM head), unless a path is forced.
+        if self.device.recorder().is_on() && tune::forced_choice().is_none() {
+            if let Some(path) = self.task_path(index, specs) {
+                self.note(format!("path {} (recorded for one launch: a template, not a library call)", path.name()));
+                return Ok(Some(path));
+            }
+        }
         if self.library_only {
             // Eager ops and the unfused baseline take the library, but weights of quantized blocks few rows
             // read as stored: cuBLAS would first write the whole weight dequantized, every call.
@@ -183,12 +190,6 @@ impl Executor<'_> {
             }
             self.note(format!("path {} (forced)", path.name()));
             return Ok(Some(path));
-        }
-        if self.device.recorder().is_on() {
-            if let Some(path) = self.task_path(index, specs) {
-                self.note(format!("path {} (recorded for one launch: a template, not a library call)", path.name()));
-                return Ok(Some(path));
-            }
         }
         let (rows, key) = self.tune_key(index, specs)?;
         let known = lock(tune::table()).lookup(&key).and_then(GemmPath::parse);
