@@ -26,6 +26,36 @@ pub const ONE_LAUNCH_FILL: u32 = 0xffff_fff0;
 /// The dispatch's kernel id of a recorded device copy (words: from, to, bytes) run as tasks.
 pub const ONE_LAUNCH_COPY: u32 = 0xffff_fff1;
 
+/// One recorded launch as the step kernel reads it (`FuseStepLaunch` in `cuda/one_launch.cuh`): the address of
+/// its argument words, its dispatch case, blocks, threads a block, and whether it waits for the launch before
+/// inside (`fuse_grid_wait`) rather than before it starts. Packed here only, for the runtime's tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepLaunchRecord {
+    pub params: u64,
+    pub kernel: u32,
+    pub grid: u32,
+    pub threads: u32,
+    pub overlap: bool,
+}
+
+impl StepLaunchRecord {
+    /// Its three 64-bit words, as the struct lies in memory (little-endian).
+    pub fn words(&self) -> [u64; 3] {
+        [
+            self.params,
+            u64::from(self.kernel) | u64::from(self.grid) << 32,
+            u64::from(self.threads) | u64::from(self.overlap) << 32,
+        ]
+    }
+}
+
+/// The step kernel's argument (`FuseStepArgs`): the launch records, every block's tasks (`launch << 32 |
+/// block`), where each block's tasks start (`first[b] .. first[b + 1]`, u32), the counters (`launch_count +
+/// 1` u64, zero at first), and the launch count.
+pub fn step_argument_words(launches: u64, tasks: u64, first: u64, counters: u64, launch_count: usize) -> [u64; 5] {
+    [launches, tasks, first, counters, launch_count as u64]
+}
+
 /// One kernel the step runs tasks of: its `extern "C"` name, its source and its `-D` defines.
 #[derive(Clone, Copy, Debug)]
 pub struct TaskKernel<'a> {
@@ -141,6 +171,35 @@ mod tests {
         assert!(ONE_LAUNCH_MACHINERY.contains(&format!("#define FUSE_STEP_FILL {ONE_LAUNCH_FILL:#x}u")));
         assert!(ONE_LAUNCH_MACHINERY.contains(&format!("#define FUSE_STEP_COPY {ONE_LAUNCH_COPY:#x}u")));
         assert_eq!(s.matches(ONE_LAUNCH_MACHINERY).count(), 2);
+    }
+
+    #[test]
+    fn the_packed_records_are_the_structs_the_kernel_declares() {
+        // The field order the words assume, as the machinery declares it.
+        let declared = |fields: &[&str]| {
+            let at: Vec<usize> = fields.iter().map(|f| ONE_LAUNCH_MACHINERY.find(f).expect(f)).collect();
+            assert!(at.windows(2).all(|w| w[0] < w[1]), "{fields:?} out of order");
+        };
+        declared(&[
+            "struct FuseStepLaunch {",
+            "unsigned long long params;",
+            "unsigned kernel;",
+            "unsigned grid;",
+            "unsigned threads;",
+            "unsigned overlap;",
+            "struct FuseStepArgs {",
+        ]);
+        declared(&[
+            "struct FuseStepArgs {",
+            "const FuseStepLaunch* launches;",
+            "const unsigned long long* tasks;",
+            "const unsigned* first;",
+            "unsigned long long* counters;",
+            "unsigned long long launch_count;",
+        ]);
+        let r = StepLaunchRecord { params: 0x1000, kernel: 3, grid: 7, threads: 128, overlap: true };
+        assert_eq!(r.words(), [0x1000, 3 | 7 << 32, 128 | 1 << 32]);
+        assert_eq!(step_argument_words(1, 2, 3, 4, 5), [1, 2, 3, 4, 5]);
     }
 
     #[test]

@@ -1,17 +1,16 @@
 //! The tables a persistent step kernel reads (`FuseStepArgs` in fuse-ir's `cuda/one_launch.cuh`): each
-//! recorded launch's argument words, one record a launch (`FuseStepLaunch`), every block's task list, and the
-//! launches' counters, laid out here and nowhere else.
+//! recorded launch's argument words, one record a launch (`FuseStepLaunch`, packed by fuse-ir beside the
+//! struct it declares), every block's task list, and the launches' counters.
 
 use super::super::custom_kernel::DeviceBuffer;
 use super::super::device::CudaDevice;
 use super::TaskOp;
 use crate::{Error, Result};
+use fuse_ir::codegen::{step_argument_words, StepLaunchRecord};
 use fuse_ir::schedule::{launch_chain, ChainLaunch, DeviceLimits};
 
-/// Words of `FuseStepArgs`: launches, tasks, first, counters, launch_count.
+/// Words of `FuseStepArgs` (`fuse_ir::codegen::step_argument_words`).
 pub(super) const ARGUMENT_WORDS: usize = 5;
-/// Words of one `FuseStepLaunch`: params; kernel | grid << 32; threads | overlap << 32.
-const LAUNCH_WORDS: usize = 3;
 
 pub(crate) struct StepTables {
     /// Every launch's argument words, each at a 16-byte boundary.
@@ -51,12 +50,15 @@ impl StepTables {
             words.extend_from_slice(&op.words);
         }
         let params = DeviceBuffer::upload(device, &words)?;
-        let mut records = Vec::with_capacity(run.len() * LAUNCH_WORDS);
-        for (op, offset) in run.iter().zip(&offsets) {
-            records.push(params.address() + 8 * *offset as u64);
-            records.push(u64::from(op.kernel) | u64::from(op.grid) << 32);
-            records.push(u64::from(op.threads) | u64::from(op.overlap) << 32);
-        }
+        let records: Vec<u64> = run
+            .iter()
+            .zip(&offsets)
+            .flat_map(|(op, offset)| {
+                let params = params.address() + 8 * *offset as u64;
+                StepLaunchRecord { params, kernel: op.kernel, grid: op.grid, threads: op.threads, overlap: op.overlap }
+                    .words()
+            })
+            .collect();
         let tasks: Vec<u64> = lists.iter().flatten().map(|&(j, b)| u64::from(j) << 32 | u64::from(b)).collect();
         let mut first = vec![0u32];
         for list in &lists {
@@ -77,13 +79,13 @@ impl StepTables {
 
     /// The kernel's argument, `FuseStepArgs`.
     pub(super) fn argument_words(&self) -> [u64; ARGUMENT_WORDS] {
-        [
+        step_argument_words(
             self.launches.address(),
             self.tasks.address(),
             self.first.address(),
             self.counters.address(),
-            self.launch_count as u64,
-        ]
+            self.launch_count,
+        )
     }
 
     pub(super) fn blocks(&self) -> usize {
