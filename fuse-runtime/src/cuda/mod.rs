@@ -12,7 +12,10 @@
 //!   libraries' warm-up;
 //! - `exec/`: the plan executor (kernels, the `FuseArgs` ABI, launches, launch plans, GEMM paths, tuning);
 //! - `custom_kernel`: a user's own CUDA kernel on the same compile path and launches (public as
-//!   `fuse::custom_kernel`).
+//!   `fuse::custom_kernel`);
+//! - `recorder` (below `device`, which holds one): the work queued while a step is captured for one launch;
+//!   `one_launch/`: that work rebuilt as persistent kernels generated from the kernels' sources
+//!   (`CudaGraph::capture_one_launch`), built on `custom_kernel`.
 //!
 //! Nothing here imports the CPU backend: values and call types come from `crate::call`, and the
 //! dispatcher (`crate::exec`) decides which backend runs a call.
