@@ -96,11 +96,15 @@ impl<'a> CudaGraph<'a> {
     /// fuse did not generate) stays a launch of its own in its place; a step with work that was not a fuse
     /// kernel (a copy, a library matmul) stays the recorded graph. [`CudaGraph::one_launch_report`] says which.
     /// Replays compute what the recorded graph would, bit for bit (the same kernels in the same order).
+    /// `FUSE_DEBUG=1` prints the report, `4` the generated kernel's source.
     /// On the CPU or with `FUSE_GRAPHS=off`, keeps `step` as `capture` does.
     pub fn capture_one_launch(device: &Device, mut step: impl FnMut() -> Result<()> + 'a) -> Result<CudaGraph<'a>> {
         match device {
             Device::Cuda(gpu) if crate::env::graphs_on() => {
                 let (graph, report) = gpu.capture_one_launch(&mut step)?;
+                if crate::env::debug_level() >= 1 {
+                    eprintln!("fuse: one-launch step: {report:?}");
+                }
                 Ok(CudaGraph { kind: Kind::Captured(graph), one_launch: Some(report) })
             }
             _ => Ok(CudaGraph { kind: Kind::Plain(Box::new(step)), one_launch: None }),

@@ -230,6 +230,9 @@ fn persistent_kernel(
         arch,
         argument_words: tables::ARGUMENT_WORDS,
     };
+    if crate::env::debug_level() >= 4 {
+        eprintln!("fuse: one-launch step kernel ({} launches as tasks):\n{}", ops.len(), kernel_source.source);
+    }
     let gpu = Device::Cuda(device.clone());
     let one_block = LaunchDims { grid: 1, block: threads, cluster: 1, shared_bytes };
     // The launch table in shared memory sits beside every task kernel's own static shared memory, which may
