@@ -1,8 +1,10 @@
 //! A one-launch step made of real kernels (issue 33: `fuse::ir::codegen::one_launch_source`) compiles with
 //! NVRTC for sm_90 and assembles with ptxas: the kernels of a `#[fuse]` decoder block (rms_norm, the skinny
-//! GEMMs with their prologue and epilogues, bf16 and Q4_1 weights), the embedding, the decode attention with
-//! rope and the cache append, its split combine and the argmax, each in its namespace with its defines. No GPU
-//! needed; skipped visibly without NVRTC (`FUSE_TEST_NVRTC=1` makes that a failure).
+//! GEMMs with their prologue and epilogues; bf16, Q4_1, Q4_K and Q8_0 weights), the embedding, the decode
+//! attention with rope and the cache append, its split combine and the argmax, each in its namespace with its
+//! defines. Registers and spills are printed, not bounded: with the 8-bit quantized bodies among the tasks the
+//! one kernel spills (372 bytes stored on 2026-12-06), where each kernel alone does not. No GPU needed; skipped
+//! visibly without NVRTC (`FUSE_TEST_NVRTC=1` makes that a failure).
 
 use std::io::Write as _;
 
@@ -42,10 +44,17 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
         let sets: Vec<Vec<String>> = match spec.role {
             Role::Skinny => {
                 let pro: Vec<String> = spec.prologue.iter().map(|_| "-DFUSE_GEMM_PRO=1".to_string()).collect();
-                let quant = codegen::QUANT_SKINNY_CONFIGS[0].defines(DType::BF16, DType::Q4_1).expect("Q4_1 blocks");
+                // The fixed rule's quantized bodies at one row: f32 products of Q4_1 blocks, 8-bit products of
+                // Q4_K blocks in registers, and streamed through shared memory for Q8_0 (GGUF's K-quant files).
+                let quant = |name: &str, w: DType| {
+                    let config = codegen::QuantSkinnyConfig::by_name(name).expect("a config");
+                    [base.clone(), config.defines(DType::BF16, w).expect("quantized blocks"), pro.clone()].concat()
+                };
                 vec![
                     [base.clone(), codegen::SKINNY_CONFIGS[0].defines(DType::BF16), pro.clone()].concat(),
-                    [base, quant, pro].concat(),
+                    quant(codegen::QUANT_SKINNY_CONFIGS[0].name, DType::Q4_1),
+                    quant("x16r1", DType::Q4_K),
+                    quant("x32r2s3", DType::Q8_0),
                 ]
             }
             Role::Wgmma | Role::Mma => continue,
