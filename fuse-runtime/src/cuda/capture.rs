@@ -45,9 +45,11 @@ impl CapturedGraph {
         Ok(self.nodes()?.into_iter().filter_map(|(kind, name)| kind.then_some(name)).collect())
     }
 
-    /// Nodes of the graph that are not kernels (copies, memsets, ...).
-    pub(crate) fn other_nodes(&self) -> Result<usize> {
-        Ok(self.nodes()?.iter().filter(|(kernel, _)| !kernel).count())
+    /// The graph's kernel nodes and its other nodes (copies, memsets, ...), from one listing.
+    pub(crate) fn node_counts(&self) -> Result<(usize, usize)> {
+        let nodes = self.nodes()?;
+        let kernels = nodes.iter().filter(|(kernel, _)| *kernel).count();
+        Ok((kernels, nodes.len() - kernels))
     }
 
     /// Every node in the driver's order: whether it is a kernel, and a kernel's function name.

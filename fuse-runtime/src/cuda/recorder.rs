@@ -1,24 +1,33 @@
 //! The work queued while a step is captured for one launch (`CudaGraph::capture_one_launch`): each launch of
 //! fuse's own kernels (function, geometry, argument words) and each memset and device copy, in stream order,
 //! so that `one_launch/` can run them again as the tasks of one persistent kernel. One `Recorder` per
-//! device; off (and free) unless such a capture runs.
+//! device; off (and free) unless such a capture runs. A launch's geometry (`KernelDims`) is defined here, below
+//! the device that holds the recorder, and used by every launcher (`exec/launch.rs` re-exports it).
 
 use super::driver::lock;
 use cudarc::driver::CudaFunction;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-/// One launch as it was queued.
-#[derive(Clone)]
-pub(crate) struct RecordedLaunch {
-    pub name: String,
-    pub function: CudaFunction,
+/// How a kernel launches: blocks, threads per block, blocks per cluster (1: no cluster), dynamic shared
+/// memory in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KernelDims {
     pub grid: u32,
     pub block: u32,
     pub cluster: u32,
     pub shared_bytes: u32,
-    /// Launched overlapping the kernel before (programmatic dependent launch): it waits in `fuse_grid_wait`.
+    /// The launch may overlap the kernel before it where the device allows (see `launch_kernel`).
     pub overlap: bool,
+}
+
+/// One launch as it was queued (`dims.overlap`: it did overlap the kernel before, programmatic dependent
+/// launch being on: it waits in `fuse_grid_wait`).
+#[derive(Clone)]
+pub(crate) struct RecordedLaunch {
+    pub name: String,
+    pub function: CudaFunction,
+    pub dims: KernelDims,
     pub words: Vec<u64>,
 }
 
@@ -38,6 +47,12 @@ pub(crate) enum RecordedOp {
         to: u64,
         bytes: usize,
     },
+}
+
+impl RecordedOp {
+    pub(crate) fn is_kernel(&self) -> bool {
+        matches!(self, RecordedOp::Kernel(_))
+    }
 }
 
 #[derive(Default)]

@@ -3,21 +3,10 @@
 
 use crate::cuda::device::CudaDevice;
 use crate::cuda::exec::fuse_args::BLOCK_THREADS;
+pub(crate) use crate::cuda::recorder::KernelDims;
 use crate::cuda::recorder::{RecordedLaunch, RecordedOp};
 use crate::{Error, Result, Tensor};
 use cudarc::driver::CudaFunction;
-
-/// How a kernel launches: blocks, threads per block, blocks per cluster (1: no cluster), dynamic shared
-/// memory in bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct KernelDims {
-    pub grid: u32,
-    pub block: u32,
-    pub cluster: u32,
-    pub shared_bytes: u32,
-    /// The launch may overlap the kernel before it where the device allows (see `launch_kernel`).
-    pub overlap: bool,
-}
 
 impl KernelDims {
     /// A generated kernel's: `grid` blocks of [`BLOCK_THREADS`], no cluster, no dynamic shared memory.
@@ -44,11 +33,7 @@ pub(crate) fn launch_kernel(
         device.recorder().record(RecordedOp::Kernel(RecordedLaunch {
             name: name.to_string(),
             function: function.clone(),
-            grid: dims.grid,
-            block: dims.block,
-            cluster: dims.cluster,
-            shared_bytes: dims.shared_bytes,
-            overlap: dims.overlap && device.overlaps_launches(),
+            dims: KernelDims { overlap: dims.overlap && device.overlaps_launches(), ..dims },
             words: words.to_vec(),
         }));
     }

@@ -13,7 +13,7 @@ mod tables;
 use super::compile::KernelOrigin;
 use super::custom_kernel::{CustomKernel, KernelSource, LaunchDims};
 use super::device::CudaDevice;
-use super::exec::launch::{launch_kernel, KernelDims};
+use super::exec::launch::launch_kernel;
 use super::recorder::RecordedOp;
 use crate::graph::OneLaunchReport;
 use crate::{Device, Result};
@@ -50,14 +50,7 @@ impl Item {
                 unsafe { kernel.launch(&mut words) }
             }
             Item::Plain(RecordedOp::Kernel(l)) => {
-                let dims = KernelDims {
-                    grid: l.grid,
-                    block: l.block,
-                    cluster: l.cluster,
-                    shared_bytes: l.shared_bytes,
-                    overlap: l.overlap,
-                };
-                launch_kernel(device, &l.name, &l.function, dims, &mut l.words.clone())
+                launch_kernel(device, &l.name, &l.function, l.dims, &mut l.words.clone())
             }
             // SAFETY: the ranges were live allocations when recorded and stay so (the recorded graph keeps them).
             Item::Plain(RecordedOp::Fill { address, bytes, value }) => {
@@ -84,13 +77,13 @@ pub(crate) struct TaskOp {
 /// Why a recorded op cannot be a task (`Err`), or the origin of its kernel (`Ok(None)` for memsets and copies).
 fn can_be_task(device: &CudaDevice, op: &RecordedOp) -> std::result::Result<Option<KernelOrigin>, String> {
     let RecordedOp::Kernel(l) = op else { return Ok(None) };
-    if l.cluster > 1 {
-        return Err(format!("{}: runs in clusters of {}", l.name, l.cluster));
+    if l.dims.cluster > 1 {
+        return Err(format!("{}: runs in clusters of {}", l.name, l.dims.cluster));
     }
-    if l.block > MAX_TASK_THREADS || l.block % 32 != 0 {
+    if l.dims.block > MAX_TASK_THREADS || l.dims.block % 32 != 0 {
         return Err(format!(
             "{}: {} threads a block (tasks take whole warps, at most {MAX_TASK_THREADS})",
-            l.name, l.block
+            l.name, l.dims.block
         ));
     }
     let origin = device.kernel_origin(&l.function).ok_or_else(|| format!("{}: not a kernel fuse compiled", l.name))?;
@@ -103,7 +96,7 @@ fn can_be_task(device: &CudaDevice, op: &RecordedOp) -> std::result::Result<Opti
 
 /// The recorded work as the items of a rebuilt step, and its report.
 pub(crate) fn build(device: &CudaDevice, ops: Vec<RecordedOp>) -> Result<(Vec<Item>, OneLaunchReport)> {
-    let kernels = ops.iter().filter(|op| matches!(op, RecordedOp::Kernel(_))).count();
+    let kernels = ops.iter().filter(|op| op.is_kernel()).count();
     let mut report = OneLaunchReport { launches: kernels, ..OneLaunchReport::default() };
     let mut items = Vec::new();
     let mut run: Vec<(RecordedOp, Option<KernelOrigin>)> = Vec::new();
@@ -139,7 +132,7 @@ fn flush(
         }
         _ => {
             let (kernel, tables) = persistent_kernel(device, run)?;
-            report.as_tasks += run.iter().filter(|(op, _)| matches!(op, RecordedOp::Kernel(_))).count();
+            report.as_tasks += run.iter().filter(|(op, _)| op.is_kernel()).count();
             report.step_kernels += 1;
             report.blocks.push(tables.blocks());
             report.task_kernels.push(tables.task_kernels());
@@ -159,7 +152,7 @@ fn persistent_kernel(
     let threads = run
         .iter()
         .filter_map(|(op, _)| match op {
-            RecordedOp::Kernel(l) => Some(l.block),
+            RecordedOp::Kernel(l) => Some(l.dims.block),
             _ => None,
         })
         .max()
@@ -168,24 +161,24 @@ fn persistent_kernel(
     let mut distinct: Vec<&KernelOrigin> = Vec::new();
     let mut ops = Vec::with_capacity(run.len());
     let mut shared_bytes = 0;
+    let spread = |bytes: usize| bytes.div_ceil(threads as usize * 16).clamp(1, MAX_COPY_BLOCKS) as u32;
     for (op, origin) in run {
-        let spread = |bytes: usize| bytes.div_ceil(threads as usize * 16).clamp(1, MAX_COPY_BLOCKS) as u32;
         ops.push(match (op, origin) {
             (RecordedOp::Kernel(l), Some(origin)) => {
                 let same = |o: &&KernelOrigin| {
                     o.name == origin.name && o.defines == origin.defines && o.source == origin.source
                 };
-                let k = distinct.iter().position(|o| same(o)).unwrap_or_else(|| {
+                let k = distinct.iter().position(same).unwrap_or_else(|| {
                     distinct.push(origin);
                     distinct.len() - 1
                 });
-                shared_bytes = shared_bytes.max(l.shared_bytes);
+                shared_bytes = shared_bytes.max(l.dims.shared_bytes);
                 TaskOp {
                     name: l.name.clone(),
                     kernel: k as u32,
-                    grid: l.grid,
-                    threads: l.block,
-                    overlap: l.overlap,
+                    grid: l.dims.grid,
+                    threads: l.dims.block,
+                    overlap: l.dims.overlap,
                     words: l.words.clone(),
                 }
             }
@@ -272,9 +265,8 @@ impl CudaDevice {
         let recorded = self.capture_graph(step);
         let ops = self.recorder().finish();
         let recorded = recorded?;
-        let kernels = recorded.kernel_names()?.len();
-        let others = recorded.other_nodes()?;
-        let recorded_kernels = ops.iter().filter(|op| matches!(op, RecordedOp::Kernel(_))).count();
+        let (kernels, others) = recorded.node_counts()?;
+        let recorded_kernels = ops.iter().filter(|op| op.is_kernel()).count();
         let stays = |why: String| OneLaunchReport { launches: kernels, kept: vec![why], ..OneLaunchReport::default() };
         if others != ops.len() - recorded_kernels || kernels != recorded_kernels {
             let why = format!(
