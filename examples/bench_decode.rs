@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example bench_decode -- [--batches 1,4,16] [--cached 128,1024] [--steps 64]
-//!       [--prompt 512] [--dtype bf16|f32] [--device cpu|cuda] [--modes graph,generated,calls,unfused,one-launch] [--json FILE]
+//!       [--prompt 512] [--dtype bf16|f32] [--device cpu|cuda] [--modes graph,task-graph,generated,calls,unfused,one-launch] [--json FILE]
 //!       [--extras on|off] [--model FILE.gguf] [--bandwidth GB/s]
 //! ```
 //! `--bandwidth GB/s` is the copy bandwidth of the floor (4,200, the H200's, by default).
@@ -12,8 +12,9 @@
 //! floor from the resident weight bytes (printed: the file's tensor bytes where every matrix stays blocks).
 //! For each batch and cache fill, decode us per token (one token per sequence per step) in each mode:
 //! `graph` (the step recorded once as a CUDA graph, each replay picking the next tokens on the device:
-//! `Llama::greedy_decoder`), `generated` (the same step's kernels run as the tasks of one persistent kernel
-//! generated from them: `Llama::one_launch_decoder`, its report printed), `calls` (the fused step call by call, no graph), `unfused` (one op at a time)
+//! `Llama::greedy_decoder`), `task-graph` (the kernels a step recorded for one launch takes, as a CUDA graph:
+//! `Llama::one_launch_graph_decoder`, the generated step's baseline), `generated` (those kernels run as the
+//! tasks of one persistent kernel generated from them: `Llama::one_launch_decoder`, its report printed), `calls` (the fused step call by call, no graph), `unfused` (one op at a time)
 //! and `one-launch` (batch 1 on an sm_90 GPU: the whole step as one launch of fuse-models' `DecodeStep`, a
 //! custom kernel, with its own random Q4_1 weights, the cache filled by the library; launches queued back to
 //! back, not in a graph, and the host time of one queued step printed);
@@ -128,8 +129,8 @@ fn tuned_paths(rows: usize) -> String {
 
 /// Decode us per token in `mode`, from `cached` positions on.
 fn decode(model: &Llama, cache: &mut KvCache, cached: usize, steps: usize, mode: &str) -> Fallible<f64> {
-    if !["graph", "generated", "calls", "unfused", "one-launch"].contains(&mode) {
-        return Err(format!("unknown mode `{mode}` (graph, generated, calls, unfused, one-launch)").into());
+    if !["graph", "task-graph", "generated", "calls", "unfused", "one-launch"].contains(&mode) {
+        return Err(format!("unknown mode `{mode}` (graph, task-graph, generated, calls, unfused, one-launch)").into());
     }
     let b = cache.batch();
     fill(model, cache, cached)?;
@@ -158,12 +159,13 @@ fn decode(model: &Llama, cache: &mut KvCache, cached: usize, steps: usize, mode:
     let fusion = if mode == "unfused" { Fusion::Off } else { Fusion::On };
     inputs.set(&first, cached)?;
     model.step(&inputs, cache, fusion)?;
-    let seconds = if mode == "graph" || mode == "generated" {
+    let seconds = if ["graph", "task-graph", "generated"].contains(&mode) {
         let mut decoder = match mode {
             "graph" => model.greedy_decoder(cache, fusion)?,
+            "task-graph" => model.one_launch_graph_decoder(cache, fusion, true)?,
             _ => model.one_launch_decoder(cache, fusion, true)?,
         };
-        if let Some(report) = decoder.one_launch_report() {
+        if let (Some(report), "generated") = (decoder.one_launch_report(), mode) {
             eprintln!(
                 "generated step, batch {b}, {cached} cached: {} of {} launches as tasks of {} persistent kernel(s) on {:?} blocks ({:?} task kernels), {} launches a step; kept: {:?}",
                 report.as_tasks,

@@ -44,6 +44,7 @@ impl CudaDevice {
     pub(crate) fn capture_one_launch(
         &self,
         _step: &mut dyn FnMut() -> Result<()>,
+        _persistent: bool,
     ) -> Result<(capture::CapturedGraph, crate::graph::OneLaunchReport)> {
         match *self {}
     }

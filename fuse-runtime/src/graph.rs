@@ -98,10 +98,30 @@ impl<'a> CudaGraph<'a> {
     /// Replays compute what the recorded graph would, bit for bit (the same kernels in the same order).
     /// `FUSE_DEBUG=1` prints the report, `4` the generated kernel's source.
     /// On the CPU or with `FUSE_GRAPHS=off`, keeps `step` as `capture` does.
-    pub fn capture_one_launch(device: &Device, mut step: impl FnMut() -> Result<()> + 'a) -> Result<CudaGraph<'a>> {
+    pub fn capture_one_launch(device: &Device, step: impl FnMut() -> Result<()> + 'a) -> Result<CudaGraph<'a>> {
+        Self::capture_for_one_launch(device, step, true)
+    }
+
+    /// Records `step` exactly as [`CudaGraph::capture_one_launch`] does (the same kernels: the forms a task
+    /// takes, such as the decode attention without clusters and a template for every matmul that has one)
+    /// and keeps it as that recorded graph: what the one-launch step computes, bit for bit, launch by
+    /// launch, so it is the one-launch step's oracle and its baseline. On the CPU or with
+    /// `FUSE_GRAPHS=off`, keeps `step` as `capture` does.
+    pub fn capture_one_launch_as_graph(
+        device: &Device,
+        step: impl FnMut() -> Result<()> + 'a,
+    ) -> Result<CudaGraph<'a>> {
+        Self::capture_for_one_launch(device, step, false)
+    }
+
+    fn capture_for_one_launch(
+        device: &Device,
+        mut step: impl FnMut() -> Result<()> + 'a,
+        persistent: bool,
+    ) -> Result<CudaGraph<'a>> {
         match device {
             Device::Cuda(gpu) if crate::env::graphs_on() => {
-                let (graph, report) = gpu.capture_one_launch(&mut step)?;
+                let (graph, report) = gpu.capture_one_launch(&mut step, persistent)?;
                 if crate::env::debug_level() >= 1 {
                     eprintln!("fuse: one-launch step: {report:?}");
                 }

@@ -6,7 +6,7 @@
 # OUTDIR/tests.log;
 # sanitize: the four compute-sanitizer tools over the two-layer model's test (fixed GEMM rule: fuse's own
 # kernels, no cuBLAS) -> OUTDIR/sanitize.txt;
-# bench: bench_decode's graph and generated modes (BENCH_BATCHES, BENCH_CACHED) -> OUTDIR/bench.log.
+# bench: bench_decode's graph, task-graph and generated modes (BENCH_MODES, BENCH_BATCHES, BENCH_CACHED) -> OUTDIR/bench.log.
 set -uo pipefail
 out=${1:?usage: scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench]}
 shift
@@ -28,13 +28,13 @@ for step in "$@"; do
         extra=()
         [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
         echo "== $tool" >>"$out/sanitize.txt"
-        FUSE_AUTOTUNE=off FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout "${SANITIZE_TIMEOUT:-80}" /usr/local/cuda/bin/compute-sanitizer --tool "$tool" "${extra[@]}" \
+        FUSE_AUTOTUNE=off FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout "${SANITIZE_TIMEOUT:-150}" /usr/local/cuda/bin/compute-sanitizer --tool "$tool" "${extra[@]}" \
           "$model" small_smollm2_bf16::cuda --test-threads=1 2>&1 | grep -E "SUMMARY|test result|Error|error|Hazard" | head -8 >>"$out/sanitize.txt"
       done
       ;;
     bench)
       FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 150 .gpu/bin/example-bench_decode --batches "${BENCH_BATCHES:-1,16}" \
-        --cached "${BENCH_CACHED:-128}" --modes graph,generated --extras off --steps 48 >"$out/bench.log" 2>&1
+        --cached "${BENCH_CACHED:-128}" --modes "${BENCH_MODES:-graph,task-graph,generated}" --extras off --steps 48 >"$out/bench.log" 2>&1
       ;;
   esac
 done

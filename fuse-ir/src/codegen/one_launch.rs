@@ -18,6 +18,10 @@ pub const ONE_LAUNCH_MACHINERY: &str = include_str!("cuda/one_launch.cuh");
 /// them from global memory.
 pub const ONE_LAUNCH_SHARED_LAUNCHES: usize = 512;
 
+/// Threads a block of a persistent step at most: a launch of larger blocks stays a launch of its own, so
+/// kernels recorded for one launch take a form within it where they have one.
+pub const ONE_LAUNCH_MAX_TASK_THREADS: u32 = 256;
+
 /// The entry symbol of every one-launch step kernel.
 pub const ONE_LAUNCH_ENTRY: &str = "fuse_one_launch_step";
 

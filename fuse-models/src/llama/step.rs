@@ -11,6 +11,9 @@ use fuse::prelude::*;
 use std::cell::RefCell;
 use std::rc::Rc;
 
+/// How a decoder records its step: `CudaGraph::capture` or one of its one-launch forms.
+type Capture<'m> = fn(&Device, Box<dyn FnMut() -> fuse::Result<()> + 'm>) -> fuse::Result<CudaGraph<'m>>;
+
 /// The inputs of a step of `batch` sequences with `len` new positions each, on the model's device.
 #[derive(Clone)]
 pub struct StepInputs {
@@ -151,21 +154,38 @@ impl Llama {
     /// kernel generated from the step's own kernels (`fuse::CudaGraph::capture_one_launch`): the same
     /// logits, bit for bit; [`Decoder::one_launch_report`] says what became tasks and what stayed a launch.
     pub fn one_launch_decoder<'m>(&'m self, cache: &KvCache, fusion: Fusion, greedy: bool) -> Result<Decoder<'m>> {
-        self.record(cache, fusion, greedy, true)
+        self.record(cache, fusion, greedy, CudaGraph::capture_one_launch)
+    }
+
+    /// [`Llama::one_launch_decoder`]'s step kept as the CUDA graph of its recorded kernels
+    /// (`fuse::CudaGraph::capture_one_launch_as_graph`): what the one-launch step computes, bit for bit, so
+    /// its oracle, and its baseline in benchmarks.
+    pub fn one_launch_graph_decoder<'m>(
+        &'m self,
+        cache: &KvCache,
+        fusion: Fusion,
+        greedy: bool,
+    ) -> Result<Decoder<'m>> {
+        self.record(cache, fusion, greedy, CudaGraph::capture_one_launch_as_graph)
     }
 
     fn decoder_with<'m>(&'m self, cache: &KvCache, fusion: Fusion, greedy: bool) -> Result<Decoder<'m>> {
-        self.record(cache, fusion, greedy, false)
+        self.record(cache, fusion, greedy, CudaGraph::capture)
     }
 
-    fn record<'m>(&'m self, cache: &KvCache, fusion: Fusion, greedy: bool, one_launch: bool) -> Result<Decoder<'m>> {
+    fn record<'m>(
+        &'m self,
+        cache: &KvCache,
+        fusion: Fusion,
+        greedy: bool,
+        capture: Capture<'m>,
+    ) -> Result<Decoder<'m>> {
         let inputs = StepInputs::new(cache.batch(), 1, &self.device)?;
         let logits: Rc<RefCell<Option<Tensor>>> = Rc::new(RefCell::new(None));
         let (step_inputs, out, layers) = (inputs.clone(), logits.clone(), cache.clone_handles());
-        let capture = if one_launch { CudaGraph::capture_one_launch } else { CudaGraph::capture };
         let graph = capture(
             &self.device,
-            Box::new(move || {
+            Box::new(move || -> fuse::Result<()> {
                 let logits = self.step(&step_inputs, &layers, fusion).map_err(|e| match e {
                     Error::Fuse(e) => e,
                     other => fuse::Error::Capture { what: other.to_string() },

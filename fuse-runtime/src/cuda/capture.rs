@@ -45,11 +45,12 @@ impl CapturedGraph {
         Ok(self.nodes()?.into_iter().filter_map(|(kind, name)| kind.then_some(name)).collect())
     }
 
-    /// The graph's kernel nodes and its other nodes (copies, memsets, ...), from one listing.
-    pub(crate) fn node_counts(&self) -> Result<(usize, usize)> {
+    /// The graph's kernel nodes by function name and the count of its other nodes (copies, memsets, ...),
+    /// from one listing.
+    pub(crate) fn kernels_and_others(&self) -> Result<(Vec<String>, usize)> {
         let nodes = self.nodes()?;
-        let kernels = nodes.iter().filter(|(kernel, _)| *kernel).count();
-        Ok((kernels, nodes.len() - kernels))
+        let others = nodes.iter().filter(|(kernel, _)| !*kernel).count();
+        Ok((nodes.into_iter().filter_map(|(kind, name)| kind.then_some(name)).collect(), others))
     }
 
     /// Every node in the driver's order: whether it is a kernel, and a kernel's function name.
@@ -91,15 +92,24 @@ impl CapturedGraph {
 
 /// The function name of a kernel node, when the driver gives one.
 fn kernel_node_name(node: sys::CUgraphNode) -> Option<String> {
-    // SAFETY: plain-old-data parameters the driver fills; the name it returns is a C string it owns.
-    unsafe {
+    // SAFETY: plain-old-data parameters the driver fills.
+    let function = unsafe {
         let mut params: sys::CUDA_KERNEL_NODE_PARAMS = std::mem::zeroed();
         sys::cuGraphKernelNodeGetParams_v2(node, &mut params).result().ok()?;
-        if params.func.is_null() {
-            return None;
-        }
+        params.func
+    };
+    function_name(function)
+}
+
+/// A kernel function's name as the driver gives it (`None` for a null function or where it gives none).
+pub(crate) fn function_name(function: sys::CUfunction) -> Option<String> {
+    if function.is_null() {
+        return None;
+    }
+    // SAFETY: `function` is a loaded kernel; the name the driver returns is a C string it owns.
+    unsafe {
         let mut name: *const std::ffi::c_char = std::ptr::null();
-        sys::cuFuncGetName(&mut name, params.func).result().ok()?;
+        sys::cuFuncGetName(&mut name, function).result().ok()?;
         (!name.is_null()).then(|| std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned())
     }
 }

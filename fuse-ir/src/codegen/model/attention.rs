@@ -133,6 +133,16 @@ impl AttentionLaunch {
     pub fn decode_threads(&self) -> u32 {
         ATTENTION_DECODE_THREADS * self.row_groups as u32
     }
+
+    /// The same launch with blocks of at most `max_threads` (at least one row group's): decode row groups
+    /// are given up for one group taking the rows in passes, the form used past the short splits.
+    pub fn within_threads(self, max_threads: u32) -> AttentionLaunch {
+        if !self.decode || self.decode_threads() <= max_threads.max(ATTENTION_DECODE_THREADS) {
+            return self;
+        }
+        let rows_a_head = self.row_groups * self.pass_rows;
+        AttentionLaunch { row_groups: 1, pass_rows: rows_a_head.clamp(1, ATTENTION_DECODE_PASS_ROWS), ..self }
+    }
 }
 
 /// Floats a row of the kernel's shared tiles: d rounded up to 4, then to an odd number of 4-float chunks
@@ -375,5 +385,12 @@ mod tests {
         assert_eq!((long.row_groups, long.pass_rows), (1, 3), "{long:?}");
         assert_eq!(launch(3, 5).decode_threads(), 128);
         assert_eq!(pass(1, 17).len(), 2);
+        // Within 256 threads (a one-launch step's tasks): 3 rows in one group's passes of 3, 4 rows as they were.
+        let within = launch(3, 1).within_threads(256);
+        assert_eq!((within.row_groups, within.pass_rows, within.decode_threads()), (1, 3, 128), "{within:?}");
+        assert_eq!(within.defines(DType::BF16)[2..], ["-DFUSE_DECODE_PASS_ROWS=3", "-DFUSE_DECODE_EXACT_D=1"]);
+        assert_eq!(launch(4, 1).within_threads(256), launch(4, 1));
+        assert_eq!(launch(4, 1).within_threads(128).decode_threads(), 128);
+        assert_eq!(launch(4, 1).within_threads(128).pass_rows, 4);
     }
 }

@@ -27,7 +27,7 @@ use crate::{Error, Result, Tensor};
 use fuse_ir::codegen::{
     attention_launch, AttentionShape, ModelKernel, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_CLUSTER_MAX,
     ATTENTION_DECODE_EARLY_DEFINE, ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_ROPE_VECTOR_DEFINE,
-    ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_MAX_HEAD_DIM,
+    ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_MAX_HEAD_DIM, ONE_LAUNCH_MAX_TASK_THREADS,
 };
 use fuse_ir::view::ViewOp;
 use fuse_ir::{ModelOp, NodeId, Op};
@@ -101,6 +101,11 @@ impl Executor<'_> {
         }
         let shape = AttentionShape { batch, q_heads, queries, kv_heads, keys, d };
         let launch = attention_launch(shape, self.device.sm_count());
+        // A step recorded for one launch runs its kernels' blocks as tasks of at most so many threads.
+        let launch = match self.device.recorder().is_on() {
+            true => launch.within_threads(ONE_LAUNCH_MAX_TASK_THREADS),
+            false => launch,
+        };
         if rope_append.is_some() && !launch.decode {
             return Err(self.internal("a fused rope and cache append without the decode attention kernel"));
         }

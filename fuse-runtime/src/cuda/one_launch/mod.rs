@@ -10,6 +10,7 @@
 
 mod tables;
 
+use super::capture::function_name;
 use super::compile::KernelOrigin;
 use super::custom_kernel::{CustomKernel, KernelSource, LaunchDims};
 use super::device::CudaDevice;
@@ -19,12 +20,11 @@ use crate::graph::OneLaunchReport;
 use crate::{Device, Result};
 use fuse_ir::codegen::{
     one_launch_source, task_refusal, TaskKernel, ONE_LAUNCH_COPY, ONE_LAUNCH_ENTRY, ONE_LAUNCH_FILL,
-    ONE_LAUNCH_SHARED_LAUNCHES,
+    ONE_LAUNCH_MAX_TASK_THREADS, ONE_LAUNCH_SHARED_LAUNCHES,
 };
+use std::collections::HashMap;
 use tables::StepTables;
 
-/// Threads a block of a persistent step at most (a task of more stays a launch of its own).
-const MAX_TASK_THREADS: u32 = 256;
 /// Blocks a recorded memset or copy is spread over as tasks, at most.
 const MAX_COPY_BLOCKS: usize = 64;
 
@@ -80,9 +80,9 @@ fn can_be_task(device: &CudaDevice, op: &RecordedOp) -> std::result::Result<Opti
     if l.dims.cluster > 1 {
         return Err(format!("{}: runs in clusters of {}", l.name, l.dims.cluster));
     }
-    if l.dims.block > MAX_TASK_THREADS || l.dims.block % 32 != 0 {
+    if l.dims.block > ONE_LAUNCH_MAX_TASK_THREADS || l.dims.block % 32 != 0 {
         return Err(format!(
-            "{}: {} threads a block (tasks take whole warps, at most {MAX_TASK_THREADS})",
+            "{}: {} threads a block (tasks take whole warps, at most {ONE_LAUNCH_MAX_TASK_THREADS})",
             l.name, l.dims.block
         ));
     }
@@ -156,7 +156,7 @@ fn persistent_kernel(
             _ => None,
         })
         .max()
-        .unwrap_or(MAX_TASK_THREADS);
+        .unwrap_or(ONE_LAUNCH_MAX_TASK_THREADS);
     // The distinct kernels in order of first use: task kernel k is case k of the dispatch.
     let mut distinct: Vec<&KernelOrigin> = Vec::new();
     let mut ops = Vec::with_capacity(run.len());
@@ -254,9 +254,11 @@ impl CudaDevice {
     /// kernel a run of launches that can be tasks (`build`). The recorded graph stays (unchanged, with the
     /// report's reason) where the step holds work that was not recorded (copies, memsets, library calls)
     /// or the persistent kernel cannot be built.
+    /// `persistent` false keeps the recorded graph in every case (its report says so).
     pub(crate) fn capture_one_launch(
         &self,
         step: &mut dyn FnMut() -> Result<()>,
+        persistent: bool,
     ) -> Result<(super::capture::CapturedGraph, OneLaunchReport)> {
         // Made before the capture: the decode attention's splits merge through these counters when the
         // step is recorded without clusters (the warm-up may have used clusters, which need none).
@@ -265,16 +267,22 @@ impl CudaDevice {
         let recorded = self.capture_graph(step);
         let ops = self.recorder().finish();
         let recorded = recorded?;
-        let (kernels, others) = recorded.node_counts()?;
+        let (kernels, others) = recorded.kernels_and_others()?;
         let recorded_kernels = ops.iter().filter(|op| op.is_kernel()).count();
-        let stays = |why: String| OneLaunchReport { launches: kernels, kept: vec![why], ..OneLaunchReport::default() };
-        if others != ops.len() - recorded_kernels || kernels != recorded_kernels {
+        let stays =
+            |why: String| OneLaunchReport { launches: kernels.len(), kept: vec![why], ..OneLaunchReport::default() };
+        let unrecorded = unrecorded_kernels(&kernels, &ops);
+        if others != ops.len() - recorded_kernels || !unrecorded.is_empty() {
             let why = format!(
-                "the step stays the recorded graph: it holds {} kernels fuse did not generate (library calls) and {} other nodes than its memsets and copies",
-                kernels.saturating_sub(recorded_kernels),
+                "the step stays the recorded graph: it holds {} kernels fuse did not generate (library calls: {}) and {} other nodes than its memsets and copies",
+                kernels.len().saturating_sub(recorded_kernels),
+                unrecorded.join(", "),
                 others.saturating_sub(ops.len() - recorded_kernels)
             );
             return Ok((recorded, stays(why)));
+        }
+        if !persistent {
+            return Ok((recorded, stays("the step stays the recorded graph, as asked".to_string())));
         }
         let (items, report) = match build(self, ops) {
             Ok(built) => built,
@@ -283,4 +291,27 @@ impl CudaDevice {
         let rebuilt = self.capture_graph(&mut || items.iter().try_for_each(|item| item.launch(self)))?;
         Ok((rebuilt.keeping(Box::new((recorded, items))), report))
     }
+}
+
+/// The graph's kernels that were not recorded (library calls), each distinct name once with its count, in
+/// the order they first come.
+fn unrecorded_kernels(graph_kernels: &[String], ops: &[RecordedOp]) -> Vec<String> {
+    let mut recorded: HashMap<String, usize> = HashMap::new();
+    for op in ops {
+        if let RecordedOp::Kernel(launch) = op {
+            let name = function_name(launch.function.cu_function()).unwrap_or_else(|| "?".into());
+            *recorded.entry(name).or_default() += 1;
+        }
+    }
+    let mut unrecorded: Vec<(&str, usize)> = Vec::new();
+    for name in graph_kernels {
+        match recorded.get_mut(name.as_str()) {
+            Some(left) if *left > 0 => *left -= 1,
+            _ => match unrecorded.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, count)) => *count += 1,
+                None => unrecorded.push((name, 1)),
+            },
+        }
+    }
+    unrecorded.into_iter().map(|(name, count)| format!("{count} x {name}")).collect()
 }
