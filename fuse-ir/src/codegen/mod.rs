@@ -47,8 +47,9 @@ pub use model::{
     MODEL_CAT_COPIES, MODEL_RANK, SORT_CHUNK, SORT_THREADS,
 };
 pub use one_launch::{
-    one_launch_source, step_argument_words, task_refusal, StepLaunchRecord, TaskKernel, ONE_LAUNCH_COPY,
-    ONE_LAUNCH_ENTRY, ONE_LAUNCH_FILL, ONE_LAUNCH_MACHINERY, ONE_LAUNCH_MAX_TASK_THREADS, ONE_LAUNCH_SHARED_LAUNCHES,
+    define_parts, is_c_identifier, one_launch_source, step_argument_words, task_refusal, StepLaunchRecord, TaskKernel,
+    ONE_LAUNCH_COPY, ONE_LAUNCH_ENTRY, ONE_LAUNCH_FILL, ONE_LAUNCH_MACHINERY, ONE_LAUNCH_MAX_TASK_THREADS,
+    ONE_LAUNCH_SHARED_LAUNCHES,
 };
 pub use prelude::{BLOCK_THREADS, VECTOR_ELEMENTS};
 

@@ -83,12 +83,18 @@ pub fn task_refusal(kernel: &TaskKernel<'_>) -> Option<String> {
     None
 }
 
-/// `-DNAME=VALUE` as (NAME, VALUE); `-DNAME` as (NAME, "1").
-fn define_parts(define: &str) -> Option<(&str, &str)> {
+/// `-DNAME=VALUE` as (NAME, VALUE); `-DNAME` as (NAME, "1"); `None` for anything else (NAME a C identifier).
+pub fn define_parts(define: &str) -> Option<(&str, &str)> {
     let body = define.strip_prefix("-D")?;
     let (name, value) = body.split_once('=').unwrap_or((body, "1"));
-    let ok = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    ok.then_some((name, value))
+    is_c_identifier(name).then_some((name, value))
+}
+
+/// Whether `s` is a C identifier (a letter or `_`, then letters, digits and `_`).
+pub fn is_c_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
 
 /// The names a source `#define`s (whatever branch of its `#if`s they sit in).

@@ -48,6 +48,7 @@ use super::exec::launch::{checked_address, launch_kernel, max_active_clusters, K
 use crate::{Device, Error, Result, Tensor};
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, DeviceRepr, ValidAsZeroBits};
+use fuse_ir::codegen::{define_parts, is_c_identifier};
 
 const OP: &str = "custom kernel";
 /// The largest cluster a launch may ask for (sm_90's non-portable limit); past 8 needs the attribute.
@@ -72,17 +73,14 @@ impl KernelSource {
     /// in the source, a define that is not `-DNAME[=VALUE]`, an architecture that is not `sm_NN` / `sm_NNa`.
     pub fn check(&self) -> Result<()> {
         let invalid = |reason: String| Err(Error::InvalidArgument { op: OP, reason });
-        if !is_identifier(&self.entry) {
+        if !is_c_identifier(&self.entry) {
             return invalid(format!("entry `{}` is not a C identifier", self.entry));
         }
         if !self.source.contains(&self.entry) {
             return invalid(format!("the source has no `{}` (the entry to launch)", self.entry));
         }
-        for define in &self.defines {
-            let name = define.strip_prefix("-D").map(|d| d.split('=').next().unwrap_or(""));
-            if !name.is_some_and(is_identifier) {
-                return invalid(format!("{}: define `{define}` is not -DNAME or -DNAME=VALUE", self.entry));
-            }
+        if let Some(define) = self.defines.iter().find(|d| define_parts(d).is_none()) {
+            return invalid(format!("{}: define `{define}` is not -DNAME or -DNAME=VALUE", self.entry));
         }
         if parse_arch(&self.arch).is_none() {
             return invalid(format!(
@@ -297,12 +295,6 @@ impl<T: DeviceRepr + ValidAsZeroBits> DeviceBuffer<T> {
     pub fn read(&self) -> Result<Vec<T>> {
         self.device.stream().clone_dtoh(&self.slice).map_err(|e| driver_error(&format!("{OP}: read"), e))
     }
-}
-
-fn is_identifier(s: &str) -> bool {
-    let mut chars = s.chars();
-    chars.next().is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
-        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
 
 /// `sm_90a` -> (9, 0, true): the compute capability and whether the code is architecture-specific.
