@@ -76,21 +76,19 @@ __device__ __forceinline__ int fuse_task_sync_count(int pred) {
 // dispatch): their bytes spread over the launch's blocks. Words: address, bytes, value; from, to, bytes.
 #define FUSE_STEP_FILL 0xfffffff0u
 #define FUSE_STEP_COPY 0xfffffff1u
-__device__ __forceinline__ void fuse_step_fill(const unsigned long long* w) {
+// `n` bytes at `to` from `from`, or every one `value` where `from` is null, spread over the launch's blocks.
+__device__ __forceinline__ void fuse_step_bytes(unsigned char* to, const unsigned char* from, unsigned long long n,
+                                                unsigned char value) {
   fuse_task_wait();
-  unsigned char* const p = (unsigned char*)w[0];
-  const unsigned long long n = w[1], step = (unsigned long long)fuse_task_grid_dim.x * fuse_task_block_dim.x;
-  const unsigned char v = (unsigned char)w[2];
+  const unsigned long long step = (unsigned long long)fuse_task_grid_dim.x * fuse_task_block_dim.x;
   for (unsigned long long i = (unsigned long long)fuse_task_block_idx.x * fuse_task_block_dim.x + threadIdx.x; i < n; i += step)
-    p[i] = v;
+    to[i] = from ? from[i] : value;
+}
+__device__ __forceinline__ void fuse_step_fill(const unsigned long long* w) {
+  fuse_step_bytes((unsigned char*)w[0], nullptr, w[1], (unsigned char)w[2]);
 }
 __device__ __forceinline__ void fuse_step_copy(const unsigned long long* w) {
-  fuse_task_wait();
-  const unsigned char* const from = (const unsigned char*)w[0];
-  unsigned char* const to = (unsigned char*)w[1];
-  const unsigned long long n = w[2], step = (unsigned long long)fuse_task_grid_dim.x * fuse_task_block_dim.x;
-  for (unsigned long long i = (unsigned long long)fuse_task_block_idx.x * fuse_task_block_dim.x + threadIdx.x; i < n; i += step)
-    to[i] = from[i];
+  fuse_step_bytes((unsigned char*)w[1], (const unsigned char*)w[0], w[2], 0);
 }
 
 // Inside the kernels: the launch's geometry, the task's barriers, plain loads.
