@@ -78,8 +78,10 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
     let tasks: Vec<TaskKernel<'_>> =
         kernels.iter().map(|(name, source, defines)| TaskKernel { name, source, defines }).collect();
     let source = codegen::one_launch_source(&tasks, 256).expect("every kernel can be a task");
-    // The launch records read from global memory, and copied into shared memory first (the runtime's define).
-    for defines in [vec![], vec![format!("-DFUSE_STEP_LAUNCHES={}", codegen::ONE_LAUNCH_SHARED_LAUNCHES)]] {
+    // The launch records read from global memory, and copied into shared memory first (the runtime's define);
+    // the build that times its tasks (FUSE_STEP_TRACE).
+    let shared_table = format!("-DFUSE_STEP_LAUNCHES={}", codegen::ONE_LAUNCH_SHARED_LAUNCHES);
+    for defines in [vec![], vec![shared_table.clone()], vec![shared_table, "-DFUSE_STEP_TRACE".to_string()]] {
         let ptx = compile_ptx(codegen::ONE_LAUNCH_ENTRY, &source, &defines, "sm_90").expect("the step compiles");
         assert!(ptx.contains(&format!(".entry {}(", codegen::ONE_LAUNCH_ENTRY)), "no entry");
         let report = ptxas_check(&ptxas, codegen::ONE_LAUNCH_ENTRY, &ptx, "sm_90").expect("the step assembles");

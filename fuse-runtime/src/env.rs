@@ -50,6 +50,14 @@ pub fn debug_level() -> u32 {
     *LEVEL.get_or_init(|| std::env::var("FUSE_DEBUG").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0))
 }
 
+/// `FUSE_STEP_TRACE=FILE`: one-launch step kernels are built to time each task (`ONE_LAUNCH_TRACE_STAMPS`
+/// global-timer stamps), and each writes its last replay's times to FILE (tab-separated, one task a line,
+/// appended) when it is dropped. For looking, not benchmarking.
+pub(crate) fn step_trace_file() -> Option<&'static str> {
+    static FILE: OnceLock<Option<String>> = OnceLock::new();
+    FILE.get_or_init(|| std::env::var("FUSE_STEP_TRACE").ok().filter(|v| !v.trim().is_empty())).as_deref()
+}
+
 /// `FUSE_CPU_AMX`: `off` (or `0`, `false`) keeps the CPU's quantized products off Intel AMX tiles where the CPU
 /// has them (for comparison); anything else or unset lets the library use them.
 pub(crate) fn cpu_amx() -> bool {

@@ -4,8 +4,9 @@
 #   scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench]
 # tests: the one-launch tests (graphs' and fuse-models' one_launch_step, GPU cases) with FUSE_TEST_GPU=1 ->
 # OUTDIR/tests.log;
-# sanitize: the four compute-sanitizer tools over the two-layer model's test (fixed GEMM rule: fuse's own
-# kernels, no cuBLAS) -> OUTDIR/sanitize.txt;
+# sanitize: the four compute-sanitizer tools over the two-layer model's test (SANITIZE_TEST; fixed GEMM rule;
+# the graph path beside the one-launch step calls cuBLAS) -> OUTDIR/sanitize.txt, with the kernels each
+# finding is in;
 # bench: bench_decode's graph, task-graph and generated modes (BENCH_MODES, BENCH_BATCHES, BENCH_CACHED) -> OUTDIR/bench.log.
 set -uo pipefail
 out=${1:?usage: scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench]}
@@ -29,7 +30,10 @@ for step in "$@"; do
         [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
         echo "== $tool" >>"$out/sanitize.txt"
         FUSE_AUTOTUNE=off FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout "${SANITIZE_TIMEOUT:-150}" /usr/local/cuda/bin/compute-sanitizer --tool "$tool" "${extra[@]}" \
-          "$model" small_smollm2_bf16::cuda --test-threads=1 2>&1 | grep -E "SUMMARY|test result|Error|error|Hazard" | head -8 >>"$out/sanitize.txt"
+          "$model" "${SANITIZE_TEST:-small_smollm2_bf16::cuda}" --test-threads=1 >/tmp/sanitize-$tool.txt 2>&1
+        grep -E "SUMMARY|test result" /tmp/sanitize-$tool.txt >>"$out/sanitize.txt"
+        # Each hazard's kernels (the graph path's cuBLAS calls are not fuse's), counted.
+        grep -E "^=+ +(Read|Write) Thread|^=+ +Invalid|^=+ +Uninitialized" -A1 /tmp/sanitize-$tool.txt | grep -oE " at [A-Za-z_][A-Za-z0-9_]*" | sort | uniq -c | head -8 >>"$out/sanitize.txt"
       done
       ;;
     bench)

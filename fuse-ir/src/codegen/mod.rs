@@ -49,7 +49,7 @@ pub use model::{
 pub use one_launch::{
     define_parts, is_c_identifier, one_launch_source, step_argument_words, task_refusal, StepLaunchRecord, TaskKernel,
     ONE_LAUNCH_COPY, ONE_LAUNCH_ENTRY, ONE_LAUNCH_FILL, ONE_LAUNCH_MACHINERY, ONE_LAUNCH_MAX_TASK_THREADS,
-    ONE_LAUNCH_SHARED_LAUNCHES,
+    ONE_LAUNCH_SHARED_LAUNCHES, ONE_LAUNCH_TRACE_STAMPS,
 };
 pub use prelude::{BLOCK_THREADS, VECTOR_ELEMENTS};
 

@@ -55,10 +55,23 @@ impl StepLaunchRecord {
 
 /// The step kernel's argument (`FuseStepArgs`): the launch records, every block's tasks (`launch << 32 |
 /// block`), where each block's tasks start (`first[b] .. first[b + 1]`, u32), the counters (`launch_count +
-/// 1` u64, zero at first), and the launch count.
-pub fn step_argument_words(launches: u64, tasks: u64, first: u64, counters: u64, launch_count: usize) -> [u64; 5] {
-    [launches, tasks, first, counters, launch_count as u64]
+/// 1` u64, zero at first), the launch count, and where a `-DFUSE_STEP_TRACE` build writes
+/// [`ONE_LAUNCH_TRACE_STAMPS`] times a task (0 otherwise).
+pub fn step_argument_words(
+    launches: u64,
+    tasks: u64,
+    first: u64,
+    counters: u64,
+    launch_count: usize,
+    trace: u64,
+) -> [u64; 6] {
+    [launches, tasks, first, counters, launch_count as u64, trace]
 }
+
+/// Times a `-DFUSE_STEP_TRACE` build writes for each task, in ns of the GPU's global timer, at its index in the
+/// task lists: its set-up begins (before its waits for the launches before), its body begins, its
+/// `fuse_grid_wait` returns (0 where the body calls none), its body ends, its launch's counter is signalled.
+pub const ONE_LAUNCH_TRACE_STAMPS: usize = 5;
 
 /// One kernel the step runs tasks of: its `extern "C"` name, its source and its `-D` defines.
 #[derive(Clone, Copy, Debug)]
@@ -206,10 +219,12 @@ mod tests {
             "const unsigned* first;",
             "unsigned long long* counters;",
             "unsigned long long launch_count;",
+            "unsigned long long* trace;",
         ]);
         let r = StepLaunchRecord { params: 0x1000, kernel: 3, grid: 7, threads: 128, overlap: true };
         assert_eq!(r.words(), [0x1000, 3 | 7 << 32, 128 | 1 << 32]);
-        assert_eq!(step_argument_words(1, 2, 3, 4, 5), [1, 2, 3, 4, 5]);
+        assert_eq!(step_argument_words(1, 2, 3, 4, 5, 6), [1, 2, 3, 4, 5, 6]);
+        assert!(ONE_LAUNCH_MACHINERY.contains(&format!("#define FUSE_STEP_TRACE_STAMPS {ONE_LAUNCH_TRACE_STAMPS}")));
     }
 
     #[test]

@@ -35,6 +35,21 @@ __shared__ unsigned fuse_task_threads;
 __shared__ const unsigned long long* fuse_task_wait_word;
 __shared__ unsigned long long fuse_task_wait_target;
 
+// -DFUSE_STEP_TRACE: thread 0 writes FUSE_STEP_TRACE_STAMPS global-timer times a task (see the entry).
+#define FUSE_STEP_TRACE_STAMPS 5
+#ifdef FUSE_STEP_TRACE
+__shared__ unsigned long long* fuse_task_trace;
+__device__ __forceinline__ unsigned long long fuse_step_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+#define FUSE_STEP_STAMP(slot, k) \
+  if (threadIdx.x == 0) (slot)[k] = fuse_step_now()
+#else
+#define FUSE_STEP_STAMP(slot, k)
+#endif
+
 __device__ __forceinline__ unsigned long long fuse_step_load_acquire(const unsigned long long* p) {
   unsigned long long v;
   asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
@@ -47,10 +62,17 @@ __device__ __forceinline__ void fuse_step_wait(const unsigned long long* word, u
     if (++rounds > 8) __nanosleep(64);
   }
 }
-// fuse_grid_wait() of a task: every thread that calls it waits itself (an acquire of its own).
+// fuse_grid_wait() of a task: one thread of each warp polls (an acquire), the warp's barrier orders the
+// others' later accesses after it; the 32-fold fewer polls leave L2 to the producers' signals.
 __device__ __forceinline__ void fuse_task_wait() {
   const unsigned long long* word = fuse_task_wait_word;
-  if (word != nullptr) fuse_step_wait(word, fuse_task_wait_target);
+  if (word == nullptr) return;
+  const unsigned mask = __activemask();
+  if ((threadIdx.x & 31) == (unsigned)(__ffs(mask) - 1)) fuse_step_wait(word, fuse_task_wait_target);
+  __syncwarp(mask);
+#ifdef FUSE_STEP_TRACE
+  FUSE_STEP_STAMP(fuse_task_trace, 2);
+#endif
 }
 __device__ __forceinline__ void fuse_task_sync() { asm volatile("bar.sync 15, %0;" ::"r"(fuse_task_threads) : "memory"); }
 __device__ __forceinline__ int fuse_task_sync_and(int pred) {
@@ -126,6 +148,7 @@ struct FuseStepArgs {
   const unsigned* first;            // block b's tasks: first[b] .. first[b + 1]
   unsigned long long* counters;     // [launch_count + 1]: finished tasks of each launch, then finished blocks
   unsigned long long launch_count;
+  unsigned long long* trace;        // -DFUSE_STEP_TRACE: FUSE_STEP_TRACE_STAMPS a task, at its list index
 };
 
 // A kernel entry's argument type (FUSE_KERNEL_PARAM(T): const T&).
@@ -164,6 +187,11 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, 1) FUSE_STEP_NAM
     const unsigned long long next = i + 1 < end ? a.tasks[i + 1] : 0ull;
     const unsigned j = (unsigned)(task >> 32);
     const FuseStepLaunch& l = table[j];
+#ifdef FUSE_STEP_TRACE
+    unsigned long long* const slot = a.trace + (unsigned long long)FUSE_STEP_TRACE_STAMPS * i;
+    FUSE_STEP_STAMP(slot, 0);
+    if (threadIdx.x == 0) fuse_task_trace = slot;
+#endif
     if (threadIdx.x == 0) {
       if (j >= 2) fuse_step_wait(a.counters + (j - 2), (epoch + 1) * table[j - 2].grid);
       const bool before = j >= 1 && !l.overlap;
@@ -177,13 +205,22 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, 1) FUSE_STEP_NAM
       __threadfence_block();
     }
     __syncthreads();
+#ifdef FUSE_STEP_TRACE
+    FUSE_STEP_STAMP(slot, 1);
+#endif
     if (threadIdx.x < l.threads) fuse_step_run(l.kernel, (const void*)l.params);
     __syncthreads();
+#ifdef FUSE_STEP_TRACE
+    FUSE_STEP_STAMP(slot, 3);
+#endif
     if (threadIdx.x == 0) {
       if (j >= 1) fuse_step_wait(a.counters + (j - 1), (epoch + 1) * table[j - 1].grid);
       __threadfence();
       atomicAdd(a.counters + j, 1ull);
     }
+#ifdef FUSE_STEP_TRACE
+    FUSE_STEP_STAMP(slot, 4);
+#endif
     task = next;
   }
   __syncthreads();

@@ -6,6 +6,7 @@ use super::gemm_path::GemmPath;
 use super::kernels::PreparedKernel;
 use super::Executor;
 use crate::call::Value;
+use crate::cuda::gemm::cublas::Matrix;
 use crate::cuda::gemm::skinny::{quant_skinny_gemm, skinny_gemm, SkinnyGemm};
 use crate::cuda::gemm::wgmma;
 use crate::{Result, Tensor};
@@ -17,6 +18,15 @@ use fuse_ir::{DType, GroupKind, NodeId};
 /// Whether `path`'s kernel can run a group's prologue itself (a skinny config of few enough rows a block).
 pub(super) fn streams_prologue(path: &GemmPath) -> bool {
     skinny_rows(path).is_some_and(|rows| rows <= PROLOGUE_MAX_ROWS)
+}
+
+/// A dense operand of `shape` not written yet (a deferred prologue's output), as the checks of a path read
+/// it: at an address any allocation's alignment keeps.
+fn pending_dense(shape: &[usize]) -> std::result::Result<Matrix, String> {
+    let [batch @ .., rows, cols] = shape else { return Err(format!("an operand of shape {shape:?} (at least 2-D)")) };
+    let batch: usize = batch.iter().product();
+    let batch_stride = if batch == 1 { 0 } else { rows * cols }; // as `matrix` merges a dense tensor's
+    Ok(Matrix { address: 256, batch, rows: *rows, cols: *cols, batch_stride, row_stride: *cols, col_stride: 1 })
 }
 
 /// The rows a block of a skinny config (dense or quantized) holds; `None` for other paths.
@@ -172,11 +182,10 @@ impl Executor<'_> {
             types.push(w.dtype());
             weights.push(self.matrix(&w).map_err(|e| e.to_string())?);
         }
-        let read = |a: &Tensor| -> std::result::Result<Vec<SkinnyGemm>, String> {
-            if a.dtype() != dtype {
+        let read = |a_dtype: DType, x: Matrix| -> std::result::Result<Vec<SkinnyGemm>, String> {
+            if a_dtype != dtype {
                 return Err("mixed dtypes".into());
             }
-            let x = self.matrix(a).map_err(|e| e.to_string())?;
             // A MultiGemm group: each product alone; the others: the one or two weights together.
             let sets: Vec<(DType, &[_])> = match multi {
                 true => types.iter().zip(weights.chunks(1)).map(|(&t, w)| (t, w)).collect(),
@@ -212,13 +221,21 @@ impl Executor<'_> {
             }
             Ok(gemms)
         };
+        let read_tensor = |a: &Tensor| read(a.dtype(), self.matrix(a).map_err(|e| e.to_string())?);
         // The prologue's tensor when the template can stream it; otherwise the left operand, in memory.
         if let Ok(primary) = self.in_kernel_prologue(index, specs, path) {
-            if let Ok(gemms) = read(&tensor(primary)?) {
+            if let Ok(gemms) = read_tensor(&tensor(primary)?) {
                 return Ok((gemms, Some(primary)));
             }
         }
-        Ok((read(&tensor(left)?)?, None))
+        match tensor(left) {
+            Ok(left) => Ok((read_tensor(&left)?, None)),
+            // A deferred prologue has not written the left operand yet: for a path that does not stream it,
+            // `run_gemm` runs the prologue kernel first, which writes it fresh and dense. Checked as that
+            // (a path is chosen before it runs; the launch reads the operand once written).
+            Err(_) if self.prologue_deferred => Ok((read(self.dtype(left), pending_dense(self.shape(left))?)?, None)),
+            Err(e) => Err(e),
+        }
     }
 
     /// The dtype of the weight of group `index`'s first matmul (`None` where it is no tensor).

@@ -213,6 +213,7 @@ fn persistent_kernel(
         .map(|o| o.arch.clone())
         .max_by_key(|a| (a.ends_with('a'), a.clone()))
         .unwrap_or_else(|| device.arch().to_string());
+    let trace = crate::env::step_trace_file();
     let mut kernel_source = KernelSource {
         entry: ONE_LAUNCH_ENTRY.to_string(),
         source,
@@ -223,6 +224,9 @@ fn persistent_kernel(
         arch,
         argument_words: tables::ARGUMENT_WORDS,
     };
+    if trace.is_some() {
+        kernel_source.defines.push("-DFUSE_STEP_TRACE".to_string());
+    }
     if crate::env::debug_level() >= 4 {
         eprintln!("fuse: one-launch step kernel ({} launches as tasks):\n{}", ops.len(), kernel_source.source);
     }
@@ -230,14 +234,14 @@ fn persistent_kernel(
     let one_block = LaunchDims { grid: 1, block: threads, cluster: 1, shared_bytes };
     // The launch table in shared memory sits beside every task kernel's own static shared memory, which may
     // leave it no room: then the tasks read the table from global memory.
-    let probe =
-        CustomKernel::new(&gpu, &kernel_source, one_block).or_else(|e| match kernel_source.defines.is_empty() {
-            true => Err(e),
-            false => {
-                kernel_source.defines.clear();
-                CustomKernel::new(&gpu, &kernel_source, one_block)
-            }
-        })?;
+    let shared_table = |d: &String| d.starts_with("-DFUSE_STEP_LAUNCHES=");
+    let probe = CustomKernel::new(&gpu, &kernel_source, one_block).or_else(|e| {
+        if !kernel_source.defines.iter().any(shared_table) {
+            return Err(e);
+        }
+        kernel_source.defines.retain(|d| !shared_table(d));
+        CustomKernel::new(&gpu, &kernel_source, one_block)
+    })?;
     let total: usize = ops.iter().map(|op| op.grid as usize).sum();
     let resident = probe.max_resident_clusters()? as usize;
     let blocks = resident.min(total).max(1);
@@ -245,7 +249,7 @@ fn persistent_kernel(
     let kernel =
         CustomKernel::new(&gpu, &kernel_source, LaunchDims { grid, block: threads, cluster: 1, shared_bytes })?;
     kernel.require_co_resident()?;
-    let tables = StepTables::build(device, &ops, distinct.len(), blocks, resident, shared_bytes)?;
+    let tables = StepTables::build(device, &ops, distinct.len(), blocks, resident, shared_bytes, trace)?;
     Ok((kernel, tables))
 }
 

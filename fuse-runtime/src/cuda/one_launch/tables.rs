@@ -6,11 +6,11 @@ use super::super::custom_kernel::DeviceBuffer;
 use super::super::device::CudaDevice;
 use super::TaskOp;
 use crate::{Error, Result};
-use fuse_ir::codegen::{step_argument_words, StepLaunchRecord};
+use fuse_ir::codegen::{step_argument_words, StepLaunchRecord, ONE_LAUNCH_TRACE_STAMPS};
 use fuse_ir::schedule::{launch_chain, ChainLaunch, DeviceLimits};
 
 /// Words of `FuseStepArgs` (`fuse_ir::codegen::step_argument_words`).
-pub(super) const ARGUMENT_WORDS: usize = 5;
+pub(super) const ARGUMENT_WORDS: usize = 6;
 
 pub(crate) struct StepTables {
     /// Every launch's argument words, each at a 16-byte boundary.
@@ -22,6 +22,14 @@ pub(crate) struct StepTables {
     launch_count: usize,
     blocks: usize,
     task_kernels: usize,
+    /// `FUSE_STEP_TRACE`: the tasks' times, the file they go to, and each task's launch, block and name.
+    trace: Option<StepTrace>,
+}
+
+struct StepTrace {
+    stamps: DeviceBuffer<u64>,
+    file: String,
+    tasks: Vec<(u32, u32, String)>,
 }
 
 impl StepTables {
@@ -34,6 +42,7 @@ impl StepTables {
         blocks: usize,
         resident: usize,
         shared_bytes: u32,
+        trace_file: Option<&str>,
     ) -> Result<StepTables> {
         let chain: Vec<ChainLaunch> =
             run.iter().map(|op| ChainLaunch { name: op.name.clone(), grid: op.grid }).collect();
@@ -65,7 +74,16 @@ impl StepTables {
             let next = first.last().copied().unwrap_or(0) as usize + list.len();
             first.push(u32::try_from(next).map_err(|_| Error::internal("one-launch step", "task count"))?);
         }
+        let trace = match trace_file {
+            Some(file) => Some(StepTrace {
+                stamps: DeviceBuffer::zeros(device, tasks.len() * ONE_LAUNCH_TRACE_STAMPS)?,
+                file: file.to_string(),
+                tasks: lists.iter().flatten().map(|&(j, b)| (j, b, run[j as usize].name.clone())).collect(),
+            }),
+            None => None,
+        };
         Ok(StepTables {
+            trace,
             launches: DeviceBuffer::upload(device, &records)?,
             tasks: DeviceBuffer::upload(device, &tasks)?,
             first: DeviceBuffer::upload(device, &first)?,
@@ -85,6 +103,7 @@ impl StepTables {
             self.first.address(),
             self.counters.address(),
             self.launch_count,
+            self.trace.as_ref().map_or(0, |t| t.stamps.address()),
         )
     }
 
@@ -94,5 +113,28 @@ impl StepTables {
 
     pub(super) fn task_kernels(&self) -> usize {
         self.task_kernels
+    }
+}
+
+impl Drop for StepTables {
+    /// `FUSE_STEP_TRACE`: the last replay's task times, appended to the file (a failure is said on stderr: a
+    /// look at timing must not fail the program).
+    fn drop(&mut self) {
+        let Some(trace) = &self.trace else { return };
+        let written = trace.stamps.read().map_err(|e| e.to_string()).and_then(|stamps| {
+            use std::io::Write;
+            let origin = stamps.iter().copied().filter(|&t| t != 0).min().unwrap_or(0);
+            let mut text = String::from("launch\tblock\tname\tsetup\tbody\tgrid_wait\tbody_end\tsignalled\n");
+            for ((j, b, name), times) in trace.tasks.iter().zip(stamps.chunks(ONE_LAUNCH_TRACE_STAMPS)) {
+                let times: Vec<String> =
+                    times.iter().map(|&t| if t == 0 { "-".into() } else { (t - origin).to_string() }).collect();
+                text.push_str(&format!("{j}\t{b}\t{name}\t{}\n", times.join("\t")));
+            }
+            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&trace.file);
+            file.as_mut().map_err(|e| e.to_string())?.write_all(text.as_bytes()).map_err(|e| e.to_string())
+        });
+        if let Err(e) = written {
+            eprintln!("fuse: FUSE_STEP_TRACE={}: {e}", trace.file);
+        }
     }
 }
