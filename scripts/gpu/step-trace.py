@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Where a one-launch step's time goes, from a FUSE_STEP_TRACE file (fuse-runtime's one_launch/tables.rs):
+
+    scripts/gpu/step-trace.py TRACE.tsv[.xz] [--launches N]
+
+The file holds one table per persistent kernel dropped (the last replay's tasks): launch, block, name, then
+the stamps in ns (setup, body, grid_wait, body_end, signalled; '-' where not written). Printed for the last
+table: the step's span; per kernel name, the tasks' body times (median) and the wait inside them; per launch
+(the first N), when its first task started, when its last grid wait returned, when its last task ended and
+signalled, and the gap from the launch before's last signal to its own last grid-wait return (the hand-off).
+"""
+import lzma
+import statistics
+import sys
+
+
+def tables(path):
+    opener = lzma.open if path.endswith(".xz") else open
+    with opener(path, "rt") as f:
+        table = None
+        for line in f:
+            cells = line.rstrip("\n").split("\t")
+            if cells[0] == "launch":
+                table = []
+                yield table
+                continue
+            stamps = [None if c == "-" else int(c) for c in cells[3:8]]
+            table.append((int(cells[0]), int(cells[1]), cells[2], *stamps))
+
+
+def main():
+    args = sys.argv[1:]
+    if not args:
+        sys.exit(__doc__)
+    shown = int(args[args.index("--launches") + 1]) if "--launches" in args else 12
+    last = None
+    for last in tables(args[0]):
+        pass
+    if not last:
+        sys.exit("no tasks in the trace")
+    start = min(t[3] for t in last)
+    end = max(t[7] for t in last)
+    print(f"{len(last)} tasks over {max(t[1] for t in last) + 1} blocks: {(end - start) / 1000:.1f} us")
+    by_name = {}
+    for t in last:
+        by_name.setdefault(t[2], []).append(t)
+    print(f"{'kernel':60} {'tasks':>6} {'body us':>8} {'wait us':>8} {'setup us':>9}")
+    for name, ts in sorted(by_name.items(), key=lambda kv: -len(kv[1])):
+        body = statistics.median((t[6] - t[4]) / 1000 for t in ts)
+        wait = [(t[5] - t[4]) / 1000 for t in ts if t[5] is not None]
+        setup = statistics.median((t[4] - t[3]) / 1000 for t in ts)
+        print(f"{name[:60]:60} {len(ts):6} {body:8.2f} {statistics.median(wait) if wait else 0:8.2f} {setup:9.2f}")
+    launches = {}
+    for t in last:
+        launches.setdefault(t[0], []).append(t)
+    print(f"\n{'launch':>6} {'name':44} {'tasks':>5} {'first':>8} {'waited':>8} {'ended':>8} {'signal':>8} {'handoff':>8}")
+    previous_signal = None
+    handoffs = []
+    for j in sorted(launches):
+        ts = launches[j]
+        first = min(t[4] for t in ts) - start
+        waited = max((t[5] for t in ts if t[5] is not None), default=None)
+        ended = max(t[6] for t in ts) - start
+        signal = max(t[7] for t in ts) - start
+        waited = None if waited is None else waited - start
+        handoff = None if waited is None or previous_signal is None else waited - previous_signal
+        if handoff is not None:
+            handoffs.append(handoff)
+        if j < shown:
+            fmt = lambda v: "-" if v is None else f"{v / 1000:.2f}"
+            print(f"{j:6} {ts[0][2][:44]:44} {len(ts):5} {fmt(first):>8} {fmt(waited):>8} {fmt(ended):>8} {fmt(signal):>8} {fmt(handoff):>8}")
+        previous_signal = signal
+    if handoffs:
+        print(f"\nhand-off (launch before's last signal -> this launch's last grid wait returns): median "
+              f"{statistics.median(handoffs) / 1000:.2f} us, sum {sum(handoffs) / 1000:.1f} us over {len(handoffs)} launches")
+
+
+if __name__ == "__main__":
+    main()
