@@ -27,7 +27,12 @@ for step in "$@"; do
     sanitize)
       for tool in memcheck racecheck synccheck initcheck; do
         extra=()
-        [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
+        # racecheck is slow: only the persistent step kernels (their tasks are the step's kernels), unless
+        # RACECHECK_KERNELS says otherwise (all: every kernel).
+        if [ "$tool" = racecheck ]; then
+          extra=(--racecheck-report hazard)
+          [ "${RACECHECK_KERNELS:-kns=fuse_one_launch_step}" = all ] || extra+=(--kernel-name "${RACECHECK_KERNELS:-kns=fuse_one_launch_step}")
+        fi
         echo "== $tool" >>"$out/sanitize.txt"
         FUSE_AUTOTUNE=off FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout "${SANITIZE_TIMEOUT:-150}" /usr/local/cuda/bin/compute-sanitizer --tool "$tool" "${extra[@]}" \
           "$model" "${SANITIZE_TEST:-small_smollm2_bf16::cuda}" --test-threads=1 >/tmp/sanitize-$tool.txt 2>&1
