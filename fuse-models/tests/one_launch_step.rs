@@ -76,7 +76,10 @@ fn check_report(dev: &Device, config: &Config, dtype: DType, batch: usize, one: 
         assert_eq!(report.as_tasks, 0, "{report:?}");
         assert!(report.kept.iter().any(|k| k.contains("library calls")), "{report:?}");
     } else {
-        assert!(report.as_tasks * 10 >= report.launches * 9, "most launches become tasks: {report:?}");
+        // Every launch is a task or kept with its reason (the LM head's many waves, the argmax's 1,024
+        // threads, a launch left alone between them).
+        assert_eq!(report.as_tasks + report.kept.len(), report.launches, "{report:?}");
+        assert!(report.as_tasks * 4 >= report.launches * 3, "most launches become tasks: {report:?}");
         assert!(report.launches_per_step() < report.launches, "{report:?}");
     }
 }

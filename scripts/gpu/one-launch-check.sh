@@ -37,6 +37,8 @@ for step in "$@"; do
         FUSE_AUTOTUNE=off FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout "${SANITIZE_TIMEOUT:-150}" /usr/local/cuda/bin/compute-sanitizer --tool "$tool" "${extra[@]}" \
           "$model" "${SANITIZE_TEST:-small_smollm2_bf16::cuda}" --test-threads=1 >/tmp/sanitize-$tool.txt 2>&1
         grep -E "SUMMARY|test result" /tmp/sanitize-$tool.txt >>"$out/sanitize.txt"
+        # The first findings in full (less the host frames) and why the test failed, if it did.
+        grep -v "Host Frame" /tmp/sanitize-$tool.txt | grep -E "^=+ |panicked|differ" | grep -v "SUMMARY" | head -40 >>"$out/sanitize.txt"
         # Each hazard's kernels (the graph path's cuBLAS calls are not fuse's), counted.
         grep -E "^=+ +(Read|Write) Thread|^=+ +Invalid|^=+ +Uninitialized" -A1 /tmp/sanitize-$tool.txt | grep -oE " at [A-Za-z_][A-Za-z0-9_]*" | sort | uniq -c | head -8 >>"$out/sanitize.txt"
       done

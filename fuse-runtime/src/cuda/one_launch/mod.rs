@@ -25,6 +25,8 @@ use fuse_ir::codegen::{
 use std::collections::HashMap;
 use tables::StepTables;
 
+/// Waves (blocks over the GPU's multiprocessors) of a launch run as tasks, at most.
+const ONE_LAUNCH_MAX_WAVES: usize = 4;
 /// Blocks a recorded memset or copy is spread over as tasks, at most.
 const MAX_COPY_BLOCKS: usize = 64;
 
@@ -84,6 +86,16 @@ fn can_be_task(device: &CudaDevice, op: &RecordedOp) -> std::result::Result<Opti
         return Err(format!(
             "{}: {} threads a block (tasks take whole warps, at most {ONE_LAUNCH_MAX_TASK_THREADS})",
             l.name, l.dims.block
+        ));
+    }
+    // A step kernel holds about a block a multiprocessor, running its tasks one after another; a launch of
+    // many waves (an LM head's thousands of column tiles) runs them several a multiprocessor at once as a
+    // launch of its own (measured on an H100: SmolLM2's 3,072 tiles took 117 us as tasks).
+    let waves = (l.dims.grid as usize).div_ceil(device.sm_count().max(1));
+    if waves > ONE_LAUNCH_MAX_WAVES {
+        return Err(format!(
+            "{}: {} blocks, {waves} waves of the GPU's multiprocessors (tasks: at most {ONE_LAUNCH_MAX_WAVES})",
+            l.name, l.dims.grid
         ));
     }
     let origin = device.kernel_origin(&l.function).ok_or_else(|| format!("{}: not a kernel fuse compiled", l.name))?;
