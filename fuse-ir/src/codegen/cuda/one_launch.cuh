@@ -208,7 +208,14 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, 1) FUSE_STEP_NAM
 #ifdef FUSE_STEP_TRACE
     FUSE_STEP_STAMP(slot, 1);
 #endif
-    if (threadIdx.x < l.threads) fuse_step_run(l.kernel, (const void*)l.params);
+    if (threadIdx.x < l.threads) {
+      fuse_step_run(l.kernel, (const void*)l.params);
+#if __CUDA_ARCH__ >= 800
+      // A kernel's exit drains its copies in flight; a task's return does not, and the next task of the
+      // same kernel on this block reuses its shared memory.
+      asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+    }
     __syncthreads();
 #ifdef FUSE_STEP_TRACE
     FUSE_STEP_STAMP(slot, 3);
