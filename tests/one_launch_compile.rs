@@ -79,11 +79,16 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
         kernels.iter().map(|(name, source, defines)| TaskKernel { name, source, defines }).collect();
     let source = codegen::one_launch_source(&tasks, 256).expect("every kernel can be a task");
     // The launch records read from global memory, and copied into shared memory first (the runtime's define);
-    // the build that times its tasks (FUSE_STEP_TRACE).
+    // the builds that time its tasks (FUSE_STEP_TRACE) and fetch each block's next task's weights into L2
+    // (FUSE_STEP_PREFETCH).
     let shared_table = format!("-DFUSE_STEP_LAUNCHES={}", codegen::ONE_LAUNCH_SHARED_LAUNCHES);
-    for defines in [vec![], vec![shared_table.clone()], vec![shared_table, "-DFUSE_STEP_TRACE".to_string()]] {
+    let traced = vec![shared_table.clone(), "-DFUSE_STEP_TRACE".to_string()];
+    let prefetched = vec![shared_table.clone(), "-DFUSE_STEP_PREFETCH".to_string()];
+    let mut prefetches = Vec::new();
+    for defines in [vec![], vec![shared_table], traced, prefetched] {
         let ptx = compile_ptx(codegen::ONE_LAUNCH_ENTRY, &source, &defines, "sm_90").expect("the step compiles");
         assert!(ptx.contains(&format!(".entry {}(", codegen::ONE_LAUNCH_ENTRY)), "no entry");
+        prefetches.push(ptx.matches("prefetch.global.L2").count());
         let report = ptxas_check(&ptxas, codegen::ONE_LAUNCH_ENTRY, &ptx, "sm_90").expect("the step assembles");
         eprintln!(
             "one_launch_compile {defines:?}: {} task kernels, {} registers, {} bytes of stack, spills {}/{}",
@@ -94,4 +99,6 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
             report.spill_loads
         );
     }
+    // The skinny kernels' own fuse_task_prefetch is found (by argument-dependent lookup), not the no-op.
+    assert!(prefetches[3] > prefetches[1], "L2 prefetches without and with FUSE_STEP_PREFETCH: {prefetches:?}");
 }

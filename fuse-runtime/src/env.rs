@@ -58,6 +58,14 @@ pub(crate) fn step_trace_file() -> Option<&'static str> {
     FILE.get_or_init(|| std::env::var("FUSE_STEP_TRACE").ok().filter(|v| !v.trim().is_empty())).as_deref()
 }
 
+/// `FUSE_STEP_PREFETCH=on` (or `1`): one-launch step kernels fetch into L2 what each block's next task will read
+/// (the skinny template's weights) while the block sets up its current task. Off by default until measured
+/// (docs/persistent-step.md); for the A/B.
+pub(crate) fn step_prefetch() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FUSE_STEP_PREFETCH").is_ok_and(|v| ["on", "1", "true"].contains(&v.trim())))
+}
+
 /// `FUSE_CPU_AMX`: `off` (or `0`, `false`) keeps the CPU's quantized products off Intel AMX tiles where the CPU
 /// has them (for comparison); anything else or unset lets the library use them.
 pub(crate) fn cpu_amx() -> bool {

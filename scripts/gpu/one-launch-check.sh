@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # The generated one-launch step on the GPU machine (issue 33), after
 # `GPU_BUNDLE_KEEP='^(example-bench_decode|test-(graphs|one_launch_step)-[0-9a-f]+)$' scripts/gpu/gpu-bundle.sh` here:
-#   scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench]
+#   scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [trace]
 # tests: the one-launch tests (graphs' and fuse-models' one_launch_step, GPU cases) with FUSE_TEST_GPU=1 ->
 # OUTDIR/tests.log;
 # sanitize: the four compute-sanitizer tools over the two-layer model's test (SANITIZE_TEST; fixed GEMM rule;
 # the graph path beside the one-launch step calls cuBLAS) -> OUTDIR/sanitize.txt, with the kernels each
 # finding is in;
-# bench: bench_decode's graph, task-graph and generated modes (BENCH_MODES, BENCH_BATCHES, BENCH_CACHED) -> OUTDIR/bench.log.
+# bench: bench_decode's graph, task-graph and generated modes (BENCH_MODES, BENCH_BATCHES, BENCH_CACHED) -> OUTDIR/bench.log;
+# prefetch: the generated step with FUSE_STEP_PREFETCH off and on, alternated -> OUTDIR/prefetch.log;
+# trace: FUSE_STEP_TRACE over the generated step at batch 1 -> OUTDIR/trace.tsv.xz (scripts/gpu/step-trace.py).
 set -uo pipefail
-out=${1:?usage: scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench]}
+out=${1:?usage: scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [trace]}
 shift
 mkdir -p "$out"
 if [ -f .gpu/bins.tar.xz ]; then tar -C .gpu -xJf .gpu/bins.tar.xz && rm .gpu/bins.tar.xz; fi
@@ -46,6 +48,22 @@ for step in "$@"; do
     bench)
       FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 150 .gpu/bin/example-bench_decode --batches "${BENCH_BATCHES:-1,16}" \
         --cached "${BENCH_CACHED:-128}" --modes "${BENCH_MODES:-graph,task-graph,generated}" --extras off --steps 48 >"$out/bench.log" 2>&1
+      ;;
+    prefetch)
+      # The same generated step with and without FUSE_STEP_PREFETCH, alternated, twice.
+      for round in 1 2; do
+        for on in off on; do
+          echo "== FUSE_STEP_PREFETCH=$on, round $round" >>"$out/prefetch.log"
+          FUSE_STEP_PREFETCH=$on FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 100 .gpu/bin/example-bench_decode --batches "${BENCH_BATCHES:-1,16}" \
+            --cached "${BENCH_CACHED:-128}" --modes generated --extras off --steps 48 2>&1 | grep -E "^generated " >>"$out/prefetch.log"
+        done
+      done
+      ;;
+    trace)
+      # Where the generated step's time goes (batch 1): scripts/gpu/step-trace.py here reads the file.
+      FUSE_STEP_TRACE="$out/trace.tsv" FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 90 .gpu/bin/example-bench_decode --batches 1 \
+        --cached "${BENCH_CACHED:-128}" --modes generated --extras off --steps 8 >"$out/trace-bench.log" 2>&1
+      xz -9 "$out/trace.tsv"
       ;;
   esac
 done

@@ -35,6 +35,12 @@ __shared__ unsigned fuse_task_threads;
 __shared__ const unsigned long long* fuse_task_wait_word;
 __shared__ unsigned long long fuse_task_wait_target;
 
+// -DFUSE_STEP_PREFETCH: as a block sets up a task, it fetches into L2 what its next task will read, where that
+// task's kernel says (a fuse_task_prefetch(const Args&, unsigned block) of its own, found by argument-dependent
+// lookup; this one otherwise, which fetches nothing).
+template <typename T>
+__device__ __forceinline__ void fuse_task_prefetch(const T&, unsigned) {}
+
 // -DFUSE_STEP_TRACE: thread 0 writes FUSE_STEP_TRACE_STAMPS global-timer times a task (see the entry).
 #define FUSE_STEP_TRACE_STAMPS 5
 #ifdef FUSE_STEP_TRACE
@@ -159,8 +165,11 @@ struct fuse_task_param<void(const T&)> {
   typedef T type;
 };
 #define FUSE_TASK_CALL(ns, fn, params) ns::fn(*reinterpret_cast<const fuse_task_param<decltype(ns::fn)>::type*>(params))
+#define FUSE_TASK_PREFETCH(ns, fn, params, block) \
+  fuse_task_prefetch(*reinterpret_cast<const fuse_task_param<decltype(ns::fn)>::type*>(params), block)
 
 __device__ __forceinline__ void fuse_step_run(unsigned kernel, const void* params);
+__device__ __forceinline__ void fuse_step_prefetch(unsigned kernel, const void* params, unsigned block);
 
 // -DFUSE_STEP_LAUNCHES=n (the runtime's, at most FUSE_STEP_SHARED_LAUNCHES): the launch records are copied into
 // shared memory first, so that a task's set-up reads them there rather than from L2.
@@ -187,6 +196,12 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, 1) FUSE_STEP_NAM
     const unsigned long long next = i + 1 < end ? a.tasks[i + 1] : 0ull;
     const unsigned j = (unsigned)(task >> 32);
     const FuseStepLaunch& l = table[j];
+#ifdef FUSE_STEP_PREFETCH
+    if (i + 1 < end) {
+      const FuseStepLaunch& n = table[(unsigned)(next >> 32)];
+      fuse_step_prefetch(n.kernel, (const void*)n.params, (unsigned)next);
+    }
+#endif
 #ifdef FUSE_STEP_TRACE
     unsigned long long* const slot = a.trace + (unsigned long long)FUSE_STEP_TRACE_STAMPS * i;
     FUSE_STEP_STAMP(slot, 0);

@@ -239,6 +239,9 @@ fn persistent_kernel(
     if trace.is_some() {
         kernel_source.defines.push("-DFUSE_STEP_TRACE".to_string());
     }
+    if crate::env::step_prefetch() {
+        kernel_source.defines.push("-DFUSE_STEP_PREFETCH".to_string());
+    }
     if crate::env::debug_level() >= 4 {
         eprintln!("fuse: one-launch step kernel ({} launches as tasks):\n{}", ops.len(), kernel_source.source);
     }

@@ -489,3 +489,28 @@ FUSE_KERNEL(256, FUSE_SK_MINB) FUSE_SKINNY_NAME(FUSE_KERNEL_PARAM(FuseSkinnyPara
     fuse_sk_body<FUSE_SK_MT, FUSE_SK_NT, FUSE_SK_KW, FUSE_SK_S, FUSE_SKINNY_DUAL, FUSE_SK_DT, FUSE_SK_PF,
                  FUSE_SK_XS, FUSE_SK_U, FUSE_SK_SP>(p, fuse_sk_dsmem, blockIdx.x < fuse_sk_nsm * FUSE_SK_MINB);
 }
+
+#if defined(FUSE_TASK) && !defined(FUSE_GEMM_PRODUCTS)
+// As a task of a one-launch step built with FUSE_STEP_PREFETCH: the weight bytes block `block` of this launch
+// reads (its columns' rows over its split of K), fetched into L2 by the step while this step block runs the
+// task before it. Found by argument-dependent lookup (one_launch.cuh's fuse_task_prefetch).
+__device__ __forceinline__ void fuse_task_prefetch(const FuseSkinnyParams& p, unsigned block) {
+    constexpr long long BN = 16 * FUSE_SK_MT * (8 / FUSE_SK_KW), BM = 8 * FUSE_SK_NT, CW = 32 * FUSE_SK_U;
+    const long long N = p.gemm.n, K = p.gemm.k;
+    const long long mblocks = (p.gemm.m + BM - 1) / BM;
+    const long long tile = block / FUSE_SK_SP, split = block % FUSE_SK_SP;
+    if (tile % mblocks != 0) return;  // the blocks of one column tile read the same weights: the first fetches
+    const long long n0 = tile / mblocks * BN, rows = (N - n0 < BN ? N - n0 : BN) * (1 + FUSE_SKINNY_DUAL);
+    const long long chunks = (K + CW - 1) / CW, q0 = chunks * split / FUSE_SK_SP;
+    const long long k0 = q0 * CW, k1 = chunks * (split + 1) / FUSE_SK_SP * CW < K ? chunks * (split + 1) / FUSE_SK_SP * CW : K;
+    if (rows <= 0 || k1 <= k0) return;
+    const long long lines = ((k1 - k0) * 2 + 127) / 128 + 1;  // + 1: a row need not start at a line
+    for (long long i = threadIdx.x; i < rows * lines; i += blockDim.x) {
+        const long long r = i / lines, line = i % lines, d = r / (rows / (1 + FUSE_SKINNY_DUAL));
+        const long long n = n0 + r % (rows / (1 + FUSE_SKINNY_DUAL));
+        const unsigned short* w = (const unsigned short*)(d == 0 ? p.gemm.w0 : p.gemm.w1) + n * (d == 0 ? p.gemm.ldw0 : p.gemm.ldw1);
+        const long long k = k0 + line * 64 < k1 ? k0 + line * 64 : k1 - 1;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(w + k));
+    }
+}
+#endif
