@@ -17,8 +17,8 @@
 // No deadlock: every block's list is in the step's order and every block is resident (the runtime checks),
 // so the first unfinished task of the step always has its dependencies done and runs.
 //
-// MEMORY ORDER: a task's writes are released by its block's thread 0 (__threadfence, then the atomic add)
-// after a block barrier; waits are acquire loads. Loads through the read-only path (__ldg, ld.global.nc)
+// MEMORY ORDER: a task's writes are released by its block's thread 0 (a release add) after a block barrier;
+// waits are acquire loads. Loads through the read-only path (__ldg, ld.global.nc)
 // would not see what an earlier task of the same launch wrote: under FUSE_TASK they are plain loads.
 //
 // BARRIERS: a task of fewer threads than the step's block runs on the first threads; its __syncthreads()
@@ -60,6 +60,12 @@ __device__ __forceinline__ unsigned long long fuse_step_load_acquire(const unsig
   unsigned long long v;
   asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
+}
+// Counts one more finished task (or block): a release add at GPU scope, after the block's barrier, so every
+// write of the block's threads is visible to whoever acquires the count (cumulativity: thread 0 observed them
+// through the barrier). No full fence: the release orders only what it must.
+__device__ __forceinline__ void fuse_step_signal(unsigned long long* counter) {
+  asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(counter) : "memory");
 }
 // Polls a counter until it reaches `target`, backing off after the first rounds.
 __device__ __forceinline__ void fuse_step_wait(const unsigned long long* word, unsigned long long target) {
@@ -237,8 +243,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, 1) FUSE_STEP_NAM
 #endif
     if (threadIdx.x == 0) {
       if (j >= 1) fuse_step_wait(a.counters + (j - 1), (epoch + 1) * table[j - 1].grid);
-      __threadfence();
-      atomicAdd(a.counters + j, 1ull);
+      fuse_step_signal(a.counters + j);
     }
 #ifdef FUSE_STEP_TRACE
     FUSE_STEP_STAMP(slot, 4);
@@ -247,8 +252,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, 1) FUSE_STEP_NAM
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(a.counters + a.launch_count, 1ull);
+    fuse_step_signal(a.counters + a.launch_count);
   }
 }
 
