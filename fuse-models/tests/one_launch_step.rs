@@ -2,17 +2,35 @@
 //! `Llama::one_launch_decoder`, `fuse::CudaGraph::capture_one_launch`) against the same kernels as a CUDA graph
 //! (`Llama::one_launch_graph_decoder`: the same logits bit for bit, step after step, and the same greedy
 //! tokens over 64 steps) and against the graph path (itself checked against calls and transformers
-//! elsewhere: logits within the dtype's relative L2, the same greedy tokens), for SmolLM2's shape in bf16
-//! (batch 1; 2 layers at batch 16) and a Qwen2.5-0.5B-shaped model (biases on q, k, v; 4 of its layers, batch 4)
-//! in bf16; in f32 (cuBLAS's matmuls,
-//! which cannot be tasks) the step stays the recorded graph and says why. On the CPU both
-//! decoders call the step and agree trivially; the GPU case also checks what became tasks.
+//! elsewhere: logits within the dtype's relative L2, the same greedy tokens). Cases: SmolLM2's shape in bf16
+//! (batch 1; 2 layers at batch 16), a Qwen2.5-0.5B-shaped model (biases on q, k, v; 4 of its layers, batch
+//! 4), weights as GGUF files store them (Q4_K_M-like and Q8_0, `Llama::random_stored`); in f32 (cuBLAS's
+//! matmuls, which cannot be tasks) the step stays the recorded graph and says why. On the CPU the decoders
+//! call the step and agree trivially; the GPU case also checks what became tasks.
 
 use fuse::prelude::*;
 use fuse_models::llama::{Config, Llama, StepInputs};
 
+/// How a case's step runs: all tasks but a few kept launches, or (f32 by f32 matmuls, which only cuBLAS
+/// multiplies) the recorded graph.
+#[derive(Clone, Copy, PartialEq)]
+enum Expect {
+    Tasks,
+    Graph,
+}
+
 fn same_logits_and_tokens(dev: &Device, config: &Config, dtype: DType, batch: usize) {
     let model = Llama::random(config, dev, dtype, 23).expect("the model builds");
+    let expect = if dtype == DType::F32 { Expect::Graph } else { Expect::Tasks };
+    // bf16 logits of 30 layers: the kernels' forms sum in other orders than the graph path's.
+    let tolerance = if dtype == DType::F32 { 1e-4 } else { 3e-2 };
+    same_as_graphs(dev, &model, batch, expect, tolerance);
+}
+
+/// The one-launch step of `model` against its kernels as a graph (bit for bit) and the graph path (relative
+/// L2 within `tolerance`; the same greedy tokens).
+fn same_as_graphs(dev: &Device, model: &Llama, batch: usize, expect: Expect, tolerance: f64) {
+    let config = &model.config;
     let prompt: Vec<u32> = (0..batch as u32 * 5).map(|i| (i * 7919 + 1) % config.vocab as u32).collect();
     let mut caches: Vec<_> = (0..3).map(|_| model.new_batch_cache(batch, 160).unwrap()).collect();
     for cache in &mut caches {
@@ -30,9 +48,7 @@ fn same_logits_and_tokens(dev: &Device, config: &Config, dtype: DType, batch: us
     let mut graph = model.decoder(graphed, Fusion::On).expect("the graph records");
     let mut same = model.one_launch_graph_decoder(kernels, Fusion::On, false).expect("the kernels record");
     let mut one = model.one_launch_decoder(stepped, Fusion::On, false).expect("the one-launch step builds");
-    check_report(dev, config, dtype, batch, &one);
-    // bf16 logits of 30 layers: the kernels' forms sum in other orders than the graph path's.
-    let tolerance = if dtype == DType::F32 { 1e-4 } else { 3e-2 };
+    check_report(dev, config, expect, batch, &one);
     for (i, token) in [411u32, 5, 9999, 7, 7, 300, 12, 9000].into_iter().enumerate() {
         let tokens: Vec<u32> = (0..batch as u32).map(|b| (token + 31 * b) % config.vocab as u32).collect();
         let want = graph.step(&tokens, graphed).unwrap();
@@ -65,13 +81,13 @@ fn same_logits_and_tokens(dev: &Device, config: &Config, dtype: DType, batch: us
 }
 
 /// What became tasks: in f32 nothing (cuBLAS's matmuls), in bf16 most launches.
-fn check_report(dev: &Device, config: &Config, dtype: DType, batch: usize, one: &fuse_models::llama::Decoder) {
+fn check_report(dev: &Device, config: &Config, expect: Expect, batch: usize, one: &fuse_models::llama::Decoder) {
     let Some(report) = one.one_launch_report() else {
         assert!(!dev.is_cuda() || std::env::var("FUSE_GRAPHS").is_ok(), "a GPU capture reports");
         return;
     };
-    eprintln!("{dev} {dtype:?} {} layers, batch {batch}: {report:?}", config.layers);
-    if dtype == DType::F32 {
+    eprintln!("{dev} {} layers, batch {batch}: {report:?}", config.layers);
+    if expect == Expect::Graph {
         // No template multiplies f32 by f32: cuBLAS's calls cannot be tasks, and the step says so.
         assert_eq!(report.as_tasks, 0, "{report:?}");
         assert!(report.kept.iter().any(|k| k.contains("library calls")), "{report:?}");
@@ -114,4 +130,32 @@ fn qwen2_bf16(dev: &Device) {
     same_logits_and_tokens(dev, &config, DType::BF16, 4);
 }
 
-fuse::device_tests!(small_smollm2_bf16, small_smollm2_bf16_batch16, smollm2_bf16, smollm2_f32, qwen2_bf16);
+/// A Llama-3.2-1B-like shape, small: K-quant rows of whole 256-value blocks.
+fn small_llama() -> Config {
+    let mut config = Config::smollm2_135m();
+    (config.hidden, config.intermediate, config.heads, config.kv_heads) = (512, 1536, 8, 2);
+    (config.layers, config.vocab) = (2, 4096);
+    config
+}
+
+/// Weights as GGUF files store them (random blocks, `Llama::random_stored`): a Q4_K_M-like mix (Q4_K, with v,
+/// down and the tied embedding in Q6_K, so v is a product apart) and Q8_0, bf16 and f32 activations: the
+/// quantized skinny bodies as tasks. The graph path's tuned configs may take the activations to 8 bits where
+/// the recorded rule does not: its logits within 3e-2.
+fn quantized(dev: &Device) {
+    let q4_k_m = |part: &str| match part {
+        "attn_v" | "ffn_down" | "token_embd" => DType::Q6_K,
+        _ => DType::Q4_K,
+    };
+    let q8_0 = |_: &str| DType::Q8_0;
+    let mixes: [(&str, &dyn Fn(&str) -> DType); 2] = [("Q4_K_M-like", &q4_k_m), ("Q8_0", &q8_0)];
+    for (name, mix) in mixes {
+        for dtype in [DType::BF16, DType::F32] {
+            eprintln!("{name}, {dtype} activations:");
+            let model = Llama::random_stored(&small_llama(), mix, dev, dtype, 29).expect("the model loads");
+            same_as_graphs(dev, &model, 1, Expect::Tasks, 3e-2);
+        }
+    }
+}
+
+fuse::device_tests!(small_smollm2_bf16, small_smollm2_bf16_batch16, smollm2_bf16, smollm2_f32, qwen2_bf16, quantized);

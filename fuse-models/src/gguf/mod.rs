@@ -8,6 +8,7 @@
 
 mod cursor;
 mod getters;
+pub(crate) mod image;
 mod parse;
 mod value;
 

@@ -16,6 +16,7 @@
 mod block;
 mod cache;
 mod generate;
+mod image;
 mod load;
 mod one_launch;
 #[cfg(test)]
@@ -27,8 +28,6 @@ pub mod step_kernel;
 mod stored;
 #[cfg(test)]
 mod stored_tests;
-#[cfg(test)]
-mod test_image;
 
 pub use block::{AttentionBlock, FfnBlock};
 pub use cache::KvCache;

@@ -4,9 +4,9 @@
 //! bias add fused into the q/k/v GEMM.
 
 use crate::gguf::GgufFile;
+use crate::llama::image::{llama_image, TestTensor};
 use crate::llama::reference::{reference_logits, Variant};
 use crate::llama::stored_tests::{stored_agrees_with_f32, TWO_TERM_BOUND};
-use crate::llama::test_image::{llama_image, TestTensor};
 use crate::llama::{Architecture, AttentionBlock, Config, Llama};
 use fuse::ir::{GroupKind, NodeId, Op, SplitMix64};
 use fuse::prelude::*;

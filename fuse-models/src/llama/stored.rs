@@ -91,6 +91,38 @@ impl Llama {
 }
 
 impl Llama {
+    /// A model of `config`'s shape whose matrices are random blocks of the type `type_of` gives each part
+    /// (`attn_q`, `attn_k`, `attn_v`, `attn_output`, `ffn_gate`, `ffn_up`, `ffn_down`, `token_embd`: a
+    /// Q4_K_M file, say, is mostly Q4_K with `attn_v`, `ffn_down` and `token_embd` in Q6_K), loaded as stored
+    /// ([`Llama::load_stored_as`], activations in `dtype`) from a GGUF image made in memory; seeded. For
+    /// timing and testing quantized models of real shapes without their files. `Err` names a part whose type
+    /// is not a block type or whose rows do not hold whole blocks.
+    ///
+    /// ```
+    /// use fuse::prelude::*;
+    /// use fuse_models::llama::{Config, Llama};
+    /// let mut config = Config::smollm2_135m();
+    /// (config.layers, config.vocab) = (1, 256);
+    /// let model = Llama::random_stored(&config, &|_| DType::Q8_0, &Device::Cpu, DType::F32, 7)?;
+    /// // Read in place as stored: all but the q|k|v stack (the one copy) and the norms.
+    /// let (in_place, held) = model.weight_bytes();
+    /// assert!(in_place > held && held > 0);
+    /// // SmolLM2's 576 values a row do not hold whole 256-value K blocks:
+    /// assert!(Llama::random_stored(&config, &|_| DType::Q4_K, &Device::Cpu, DType::F32, 7).is_err());
+    /// # Ok::<(), fuse_models::Error>(())
+    /// ```
+    pub fn random_stored(
+        config: &Config,
+        type_of: &dyn Fn(&str) -> DType,
+        device: &Device,
+        dtype: DType,
+        seed: u64,
+    ) -> Result<Llama> {
+        let image = super::image::random_image(config, type_of, seed).map_err(|what| Error::BadShape { what })?;
+        let file = GgufFile::from_bytes(image, "random.gguf")?;
+        Llama::load_stored_as(&file, device, dtype)
+    }
+
     /// The weights' bytes: (read in place from the file, held in memory of fuse's own), a tied embedding
     /// once. Dequantized weights count at their dtype's size.
     pub fn weight_bytes(&self) -> (u64, u64) {

@@ -3,24 +3,9 @@
 //! blocks: the logits of a prompt and a few greedy steps agree to f32 rounding.
 
 use crate::gguf::GgufFile;
-use crate::llama::test_image::{llama_image, TestTensor};
+use crate::llama::image::random_image;
 use crate::llama::{generate, Config, Llama, Sampling};
 use fuse::prelude::*;
-
-/// ggml's type ids of fuse's block types.
-fn ggml_id(dtype: DType) -> u32 {
-    match dtype {
-        DType::Q4_0 => 2,
-        DType::Q4_1 => 3,
-        DType::Q5_0 => 6,
-        DType::Q5_1 => 7,
-        DType::Q8_0 => 8,
-        DType::Q4_K => 12,
-        DType::Q5_K => 13,
-        DType::Q6_K => 14,
-        other => panic!("{other} is not a block type"),
-    }
-}
 
 fn config() -> Config {
     Config {
@@ -40,38 +25,7 @@ fn config() -> Config {
 
 /// A GGUF image of `config()` with each matrix in `type_of(part)` (random blocks), f32 norms.
 fn image(seed: u64, type_of: impl Fn(&str) -> DType) -> Vec<u8> {
-    let c = config();
-    let mut tensors: Vec<TestTensor> = Vec::new();
-    let mut seed = seed;
-    let mut matrix = |name: String, part: &str, rows: usize, cols: usize| {
-        let dtype = type_of(part);
-        seed += 1;
-        let bytes = fuse::ir::quant::random_blocks(dtype, rows * cols / dtype.block().unwrap().elements, seed);
-        tensors.push((name, vec![cols as u64, rows as u64], ggml_id(dtype), bytes));
-    };
-    let kv = c.kv_heads * c.head_dim;
-    for l in 0..c.layers {
-        for (part, rows, cols) in [
-            ("attn_q", c.hidden, c.hidden),
-            ("attn_k", kv, c.hidden),
-            ("attn_v", kv, c.hidden),
-            ("attn_output", c.hidden, c.hidden),
-            ("ffn_gate", c.intermediate, c.hidden),
-            ("ffn_up", c.intermediate, c.hidden),
-            ("ffn_down", c.hidden, c.intermediate),
-        ] {
-            matrix(format!("blk.{l}.{part}.weight"), part, rows, cols);
-        }
-    }
-    matrix("token_embd.weight".into(), "token_embd", c.vocab, c.hidden);
-    let norm = |l: usize| (0..c.hidden).flat_map(|i| (0.9 + 0.001 * (i + l) as f32).to_le_bytes()).collect();
-    for l in 0..c.layers {
-        for part in ["attn_norm", "ffn_norm"] {
-            tensors.push((format!("blk.{l}.{part}.weight"), vec![c.hidden as u64], 0, norm(l)));
-        }
-    }
-    tensors.push(("output_norm.weight".into(), vec![c.hidden as u64], 0, norm(7)));
-    llama_image(&c, &tensors)
+    random_image(&config(), &type_of, seed).expect("whole blocks")
 }
 
 /// How far a stored model's logits may be from the dequantized model's (relative L2) where its matrices are

@@ -40,23 +40,20 @@ fn small_model_of(config: Config, seed: u64, v_in_q8_0: bool) -> (Vec<u8>, Confi
         (state >> 33) as u8
     };
     let f16_bits = |x: f32| half::f16::from_f32(x).to_bits().to_le_bytes();
-    let mut tensors: Vec<crate::llama::test_image::TestTensor> = Vec::new();
-    let mut matrix = |name: String,
-                      rows: usize,
-                      cols: usize,
-                      q8_0: bool,
-                      tensors: &mut Vec<crate::llama::test_image::TestTensor>| {
-        let mut data = Vec::new();
-        for _ in 0..rows * cols / 32 {
-            let d = 0.001 + byte() as f32 * 1e-4;
-            data.extend(f16_bits(d));
-            if !q8_0 {
-                data.extend(f16_bits(-8.0 * d + byte() as f32 * 1e-5));
+    let mut tensors: Vec<crate::llama::image::TestTensor> = Vec::new();
+    let mut matrix =
+        |name: String, rows: usize, cols: usize, q8_0: bool, tensors: &mut Vec<crate::llama::image::TestTensor>| {
+            let mut data = Vec::new();
+            for _ in 0..rows * cols / 32 {
+                let d = 0.001 + byte() as f32 * 1e-4;
+                data.extend(f16_bits(d));
+                if !q8_0 {
+                    data.extend(f16_bits(-8.0 * d + byte() as f32 * 1e-5));
+                }
+                data.extend((0..if q8_0 { 32 } else { 16 }).map(|_| byte()));
             }
-            data.extend((0..if q8_0 { 32 } else { 16 }).map(|_| byte()));
-        }
-        tensors.push((name, vec![cols as u64, rows as u64], if q8_0 { 8 } else { 3 }, data));
-    };
+            tensors.push((name, vec![cols as u64, rows as u64], if q8_0 { 8 } else { 3 }, data));
+        };
     let kv = c.kv_heads * c.head_dim;
     for l in 0..c.layers {
         for (part, rows, cols) in [
@@ -88,7 +85,7 @@ fn small_model_of(config: Config, seed: u64, v_in_q8_0: bool) -> (Vec<u8>, Confi
         (0..c.hidden).flat_map(|i| (1.0 + 0.01 * i as f32).to_le_bytes()).collect(),
     ));
 
-    (crate::llama::test_image::llama_image(c, &tensors), config)
+    (crate::llama::image::llama_image(c, &tensors), config)
 }
 
 /// A share's row dequantised: d * q + m for its kbs blocks, as ggml (and fuse-models' loader) computes it.
