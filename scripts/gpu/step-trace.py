@@ -4,10 +4,12 @@
     scripts/gpu/step-trace.py TRACE.tsv[.xz] [--launches N]
 
 The file holds one table per persistent kernel dropped (the last replay's tasks): launch, block, name, then
-the stamps in ns (setup, body, grid_wait, body_end, signalled; '-' where not written). Printed for the last
-table: the step's span; per kernel name, the tasks' body times (median) and the wait inside them; per launch
+the stamps in ns (setup, body, grid_wait, body_end, signalled, mark0 .. mark2; '-' where not written). Printed for the last
+table: the step's span; per kernel name, the tasks' body times (median), the wait inside them and the kernel's
+own marks (FUSE_TASK_MARK 0 .. 2, after the wait); per launch
 (the first N), when its first task started, when its last grid wait returned, when its last task ended and
-signalled, and the gap from the launch before's last signal to its own last grid-wait return (the hand-off).
+signalled, and the gap from the launch before's last signal to its own last grid-wait return (the hand-off);
+then the span split by kernel: hand-offs, critical bodies (last wait returning -> last task ending), signals.
 """
 import lzma
 import statistics
@@ -24,7 +26,8 @@ def tables(path):
                 table = []
                 yield table
                 continue
-            stamps = [None if c == "-" else int(c) for c in cells[3:8]]
+            stamps = [None if c == "-" else int(c) for c in cells[3:11]]
+            stamps += [None] * (8 - len(stamps))  # traces from before the kernels' marks have 5 stamps
             table.append((int(cells[0]), int(cells[1]), cells[2], *stamps))
 
 
@@ -40,16 +43,21 @@ def main():
         sys.exit("no tasks in the trace")
     start = min(t[3] for t in last)
     end = max(t[7] for t in last)
-    print(f"{len(last)} tasks over {max(t[1] for t in last) + 1} blocks: {(end - start) / 1000:.1f} us")
+    launch_count = len({t[0] for t in last})
+    print(f"{len(last)} tasks of {launch_count} launches: {(end - start) / 1000:.1f} us from the first set-up to the last signal")
     by_name = {}
     for t in last:
         by_name.setdefault(t[2], []).append(t)
-    print(f"{'kernel':60} {'tasks':>6} {'body us':>8} {'wait us':>8} {'setup us':>9}")
+    print(f"{'kernel':60} {'tasks':>6} {'body us':>8} {'wait us':>8} {'setup us':>9}  marks (us after the wait)")
     for name, ts in sorted(by_name.items(), key=lambda kv: -len(kv[1])):
         body = statistics.median((t[6] - t[4]) / 1000 for t in ts)
         wait = [(t[5] - t[4]) / 1000 for t in ts if t[5] is not None]
         setup = statistics.median((t[4] - t[3]) / 1000 for t in ts)
-        print(f"{name[:60]:60} {len(ts):6} {body:8.2f} {statistics.median(wait) if wait else 0:8.2f} {setup:9.2f}")
+        marks = []
+        for k in (8, 9, 10):
+            after = [(t[k] - (t[5] if t[5] is not None else t[4])) / 1000 for t in ts if t[k] is not None]
+            marks.append(f"{statistics.median(after):.2f}" if after else "-")
+        print(f"{name[:60]:60} {len(ts):6} {body:8.2f} {statistics.median(wait) if wait else 0:8.2f} {setup:9.2f}  {' '.join(marks)}")
     launches = {}
     for t in last:
         launches.setdefault(t[0], []).append(t)
@@ -73,6 +81,28 @@ def main():
     if handoffs:
         print(f"\nhand-off (launch before's last signal -> this launch's last grid wait returns): median "
               f"{statistics.median(handoffs) / 1000:.2f} us, sum {sum(handoffs) / 1000:.1f} us over {len(handoffs)} launches")
+    # The step's span split along its launches: each launch from the one before's last signal to its own
+    # (its hand-off, its critical body: last wait returning -> last task ending, and ending -> signal),
+    # summed by kernel.
+    parts = {}
+    previous_signal = None
+    for j in sorted(launches):
+        ts = launches[j]
+        waited = max((t[5] for t in ts if t[5] is not None), default=None)
+        body_from = waited if waited is not None else min(t[4] for t in ts)
+        ended, signal = max(t[6] for t in ts), max(t[7] for t in ts)
+        span = signal - (previous_signal if previous_signal is not None else start)
+        handoff = body_from - (previous_signal if previous_signal is not None else start)
+        p = parts.setdefault(ts[0][2], [0, 0.0, 0.0, 0.0, 0.0])
+        p[0] += 1
+        p[1] += span / 1000
+        p[2] += max(handoff, 0) / 1000
+        p[3] += max(ended - body_from, 0) / 1000
+        p[4] += (signal - ended) / 1000
+        previous_signal = signal
+    print(f"\n{'kernel':60} {'launches':>8} {'span us':>8} {'handoff':>8} {'body':>8} {'signal':>8}")
+    for name, (n, span, handoff, body, signal) in sorted(parts.items(), key=lambda kv: -kv[1][1]):
+        print(f"{name[:60]:60} {n:8} {span:8.1f} {handoff:8.1f} {body:8.1f} {signal:8.1f}")
 
 
 if __name__ == "__main__":

@@ -70,8 +70,9 @@ pub fn step_argument_words(
 
 /// Times a `-DFUSE_STEP_TRACE` build writes for each task, in ns of the GPU's global timer, at its index in the
 /// task lists: its set-up begins (before its waits for the launches before), its body begins, its
-/// `fuse_grid_wait` returns (0 where the body calls none), its body ends, its launch's counter is signalled.
-pub const ONE_LAUNCH_TRACE_STAMPS: usize = 5;
+/// `fuse_grid_wait` returns, its body ends, its launch's counter is signalled, then the kernel's own marks 0
+/// .. 2 (the prelude's `FUSE_TASK_MARK`); 0 where a task passed none.
+pub const ONE_LAUNCH_TRACE_STAMPS: usize = 8;
 
 /// One kernel the step runs tasks of: its `extern "C"` name, its source and its `-D` defines.
 #[derive(Clone, Copy, Debug)]

@@ -42,7 +42,7 @@ template <typename T>
 __device__ __forceinline__ void fuse_task_prefetch(const T&, unsigned) {}
 
 // -DFUSE_STEP_TRACE: thread 0 writes FUSE_STEP_TRACE_STAMPS global-timer times a task (see the entry).
-#define FUSE_STEP_TRACE_STAMPS 5
+#define FUSE_STEP_TRACE_STAMPS 8
 #ifdef FUSE_STEP_TRACE
 __shared__ unsigned long long* fuse_task_trace;
 __device__ __forceinline__ unsigned long long fuse_step_now() {
@@ -52,6 +52,8 @@ __device__ __forceinline__ unsigned long long fuse_step_now() {
 }
 #define FUSE_STEP_STAMP(slot, k) \
   if (threadIdx.x == 0) (slot)[k] = fuse_step_now()
+// A kernel's own marks (the prelude's FUSE_TASK_MARK), stamps 5 .. 7.
+__device__ __forceinline__ void fuse_task_mark(int n) { FUSE_STEP_STAMP(fuse_task_trace, 5 + n); }
 #else
 #define FUSE_STEP_STAMP(slot, k)
 #endif

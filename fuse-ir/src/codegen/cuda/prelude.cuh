@@ -178,6 +178,15 @@ __device__ __forceinline__ void fuse_grid_release() {
 #endif
 }
 
+// FUSE_TASK_MARK(n), n in 0..2: as a task of a one-launch step built with FUSE_STEP_TRACE, thread 0 stamps the
+// time it passes there (one_launch.cuh's fuse_task_mark: where a task's time goes inside its kernel); nothing
+// otherwise.
+#if defined(FUSE_TASK) && defined(FUSE_STEP_TRACE)
+#define FUSE_TASK_MARK(n) fuse_task_mark(n)
+#else
+#define FUSE_TASK_MARK(n) ((void)0)
+#endif
+
 // ---- math ---------------------------------------------------------------------------------------------------
 
 // 1 / (1 + exp(-x)) from the hardware's exp2 and reciprocal approximations (relative error ~1e-7 but for

@@ -183,6 +183,7 @@ FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_de
       fuse_decode_pack(value_bits, new_value);
     }
 #endif
+    FUSE_TASK_MARK(0);  // rope and the appends are done
     const FuseDecodeRange range = fuse_decode_range(lens_b, keys, queries, a.causal != 0, split, splits, warp % FUSE_DECODE_KEY_WARPS);
     const int causal_keys = range.causal_keys;
     const unsigned int used = range.used, warp_begin = range.warp_begin, warp_end = range.warp_end;
@@ -417,6 +418,7 @@ FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_de
       }
       __syncthreads();  // the next pass rewrites warp_acc
     }
+    FUSE_TASK_MARK(1);  // the passes are done
 #if FUSE_DECODE_CLUSTER
     fuse_decode_cluster_sync();  // every split's rows are in its shared memory
     if (active && used > 1) {
@@ -461,6 +463,7 @@ FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_de
       if (arrived == used) atomicExch(a.counters + tile, 0u);  // zero for the next launch
     }
     __syncthreads();
+    FUSE_TASK_MARK(2);  // the split is counted in
     if (!last_block) continue;
     __threadfence();  // every other split's partials are visible before they are read (through L2)
     // Each row's maximum over the splits, the splits' weights exp2(max_s - max) and 1 / sum of the weighted

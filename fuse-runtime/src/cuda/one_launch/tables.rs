@@ -124,7 +124,8 @@ impl Drop for StepTables {
         let written = trace.stamps.read().map_err(|e| e.to_string()).and_then(|stamps| {
             use std::io::Write;
             let origin = stamps.iter().copied().filter(|&t| t != 0).min().unwrap_or(0);
-            let mut text = String::from("launch\tblock\tname\tsetup\tbody\tgrid_wait\tbody_end\tsignalled\n");
+            let mut text =
+                String::from("launch\tblock\tname\tsetup\tbody\tgrid_wait\tbody_end\tsignalled\tmark0\tmark1\tmark2\n");
             for ((j, b, name), times) in trace.tasks.iter().zip(stamps.chunks(ONE_LAUNCH_TRACE_STAMPS)) {
                 let times: Vec<String> =
                     times.iter().map(|&t| if t == 0 { "-".into() } else { (t - origin).to_string() }).collect();

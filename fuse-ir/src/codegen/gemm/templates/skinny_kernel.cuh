@@ -369,6 +369,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
         fuse_sk_pro_scale[tid] = fuse_gemm_pro_scale(p.epi, row, K, total);
     }
 #endif
+    FUSE_TASK_MARK(0);  // the main loop is done
 
     // Reduce the KW partial sums of each n-group through shared memory (fixed order: deterministic), one 8-row
     // X tile at a time, and call the epilogue with consecutive threads on consecutive columns.
