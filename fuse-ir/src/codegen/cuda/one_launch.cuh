@@ -13,7 +13,9 @@
 //     its own wait), and launch j - 1 too where launch j was not launched overlapping;
 //   - fuse_grid_wait() in the task (the prelude's, under FUSE_TASK): launch j - 1 is done;
 //   - a task signals only after launch j - 1 is done (waited for again after the body, whether or not the
-//     body waited), so "launch j done" implies every launch before it is: the stream's order.
+//     body waited), so "launch j done" implies every launch before it is: the stream's order. So thread 0
+//     keeps the last launch it has seen done and skips the polls that one answers (the block's barriers
+//     order its acquire before the other threads' accesses, and its release after them).
 // No deadlock: every block's list is in the step's order and every block is resident (the runtime checks),
 // so the first unfinished task of the step always has its dependencies done and runs.
 //
@@ -34,6 +36,8 @@ __shared__ uint3 fuse_task_block_idx, fuse_task_grid_dim, fuse_task_block_dim;
 __shared__ unsigned fuse_task_threads;
 __shared__ const unsigned long long* fuse_task_wait_word;
 __shared__ unsigned long long fuse_task_wait_target;
+// Whether thread 0 waited in the task's fuse_grid_wait (only thread 0 writes and reads it).
+__shared__ unsigned fuse_task_thread0_waited;
 
 // -DFUSE_STEP_PREFETCH: as a block sets up a task, it fetches into L2 what its next task will read, where that
 // task's kernel says (a fuse_task_prefetch(const Args&, unsigned block) of its own, found by argument-dependent
@@ -83,6 +87,7 @@ __device__ __forceinline__ void fuse_task_wait() {
   if (word == nullptr) return;
   const unsigned mask = __activemask();
   if ((threadIdx.x & 31) == (unsigned)(__ffs(mask) - 1)) fuse_step_wait(word, fuse_task_wait_target);
+  if (threadIdx.x == 0) fuse_task_thread0_waited = 1;  // lane 0 is its warp's poller whenever it is here
   __syncwarp(mask);
 #ifdef FUSE_STEP_TRACE
   FUSE_STEP_STAMP(fuse_task_trace, 2);
@@ -197,6 +202,10 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, 1) FUSE_STEP_NAM
   if (threadIdx.x == 0) fuse_step_epoch = fuse_step_load_acquire(a.counters + a.launch_count) / gridDim.x;
   __syncthreads();
   const unsigned long long epoch = fuse_step_epoch;
+  // Thread 0's alone: the last launch it has seen done (this launch of the step). In shared memory, not a
+  // register live across every task body.
+  __shared__ long long seen;
+  if (threadIdx.x == 0) seen = -1;
   const unsigned begin = a.first[blockIdx.x], end = a.first[blockIdx.x + 1];
   unsigned long long task = begin < end ? a.tasks[begin] : 0ull;
   for (unsigned i = begin; i < end; ++i) {
@@ -216,15 +225,24 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, 1) FUSE_STEP_NAM
     if (threadIdx.x == 0) fuse_task_trace = slot;
 #endif
     if (threadIdx.x == 0) {
-      if (j >= 2) fuse_step_wait(a.counters + (j - 2), (epoch + 1) * table[j - 2].grid);
-      const bool before = j >= 1 && !l.overlap;
-      if (before) fuse_step_wait(a.counters + (j - 1), (epoch + 1) * table[j - 1].grid);
+      // Thread 0 skips the polls of launches it has already seen done (`seen`: "k done" means every launch
+      // before k is, so one index says it all).
+      if (j >= 2 && (long long)j - 2 > seen) {
+        fuse_step_wait(a.counters + (j - 2), (epoch + 1) * table[j - 2].grid);
+        seen = (long long)j - 2;
+      }
+      const bool before = j >= 1 && !l.overlap && (long long)j - 1 > seen;
+      if (before) {
+        fuse_step_wait(a.counters + (j - 1), (epoch + 1) * table[j - 1].grid);
+        seen = (long long)j - 1;
+      }
       fuse_task_block_idx = make_uint3((unsigned)task, 0u, 0u);
       fuse_task_grid_dim = make_uint3(l.grid, 1u, 1u);
       fuse_task_block_dim = make_uint3(l.threads, 1u, 1u);
       fuse_task_threads = l.threads;
-      fuse_task_wait_word = j >= 1 && !before ? a.counters + (j - 1) : nullptr;
+      fuse_task_wait_word = j >= 1 && (long long)j - 1 > seen ? a.counters + (j - 1) : nullptr;
       fuse_task_wait_target = j >= 1 ? (epoch + 1) * table[j - 1].grid : 0ull;
+      fuse_task_thread0_waited = 0;
       __threadfence_block();
     }
     __syncthreads();
@@ -244,7 +262,11 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, 1) FUSE_STEP_NAM
     FUSE_STEP_STAMP(slot, 3);
 #endif
     if (threadIdx.x == 0) {
-      if (j >= 1) fuse_step_wait(a.counters + (j - 1), (epoch + 1) * table[j - 1].grid);
+      if (fuse_task_thread0_waited && (long long)j - 1 > seen) seen = (long long)j - 1;  // in the body
+      if (j >= 1 && (long long)j - 1 > seen) {
+        fuse_step_wait(a.counters + (j - 1), (epoch + 1) * table[j - 1].grid);
+        seen = (long long)j - 1;
+      }
       fuse_step_signal(a.counters + j);
     }
 #ifdef FUSE_STEP_TRACE
