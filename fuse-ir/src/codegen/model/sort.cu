@@ -192,15 +192,25 @@ __device__ __forceinline__ unsigned long long fuse_topk_key(float value, unsigne
   return ((unsigned long long)fuse_topk_order(value) << 32) | (unsigned long long)(0xffffffffu - c);
 }
 
-// Columns c0, c0 + a block, .. (FUSE_TOPK_UNROLL of them) loaded before any is used: a pass over a long row
-// is bound by the latency of its loads.
+// body(c, key) for every column c < n of this thread's share of the row, in key form: FUSE_TOPK_UNROLL
+// columns (c0, c0 + a block, ..) loaded before any is used, since a pass over a long row is bound by the
+// latency of its loads. The selection's passes and its gathering pass both go over the row this way.
 #define FUSE_TOPK_UNROLL 8
-__device__ __forceinline__ void fuse_topk_loads(const fuse_elem* x, long long column_stride, unsigned int c0,
-                                                unsigned int n, float (&v)[FUSE_TOPK_UNROLL]) {
+template <typename Body>
+__device__ __forceinline__ void fuse_topk_for_each_key(const fuse_elem* x, long long column_stride, unsigned int n,
+                                                       Body body) {
+  for (unsigned int c0 = threadIdx.x; c0 < n; c0 += FUSE_TOPK_UNROLL * FUSE_SORT_THREADS) {
+    float v[FUSE_TOPK_UNROLL];
 #pragma unroll
-  for (int u = 0; u < FUSE_TOPK_UNROLL; ++u) {
-    const unsigned int c = c0 + u * FUSE_SORT_THREADS;
-    v[u] = c < n ? fuse_model_load(x, (long long)c * column_stride) : 0.0f;
+    for (int u = 0; u < FUSE_TOPK_UNROLL; ++u) {
+      const unsigned int c = c0 + u * FUSE_SORT_THREADS;
+      v[u] = c < n ? fuse_model_load(x, (long long)c * column_stride) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < FUSE_TOPK_UNROLL; ++u) {
+      const unsigned int c = c0 + u * FUSE_SORT_THREADS;
+      if (c < n) body(c, fuse_topk_key(v[u], c));
+    }
   }
 }
 
@@ -223,16 +233,9 @@ FUSE_KERNEL(FUSE_SORT_THREADS, 1) fuse_model_topk(FUSE_KERNEL_PARAM(FuseTopkArgs
     for (int shift = 56; shift >= 0 && !done; shift -= 8) {
       for (int b = threadIdx.x; b < 256; b += FUSE_SORT_THREADS) histogram[b] = 0;
       __syncthreads();
-      for (unsigned int c0 = threadIdx.x; c0 < n; c0 += FUSE_TOPK_UNROLL * FUSE_SORT_THREADS) {
-        float v[FUSE_TOPK_UNROLL];
-        fuse_topk_loads(x, a.column_stride, c0, n, v);
-#pragma unroll
-        for (int u = 0; u < FUSE_TOPK_UNROLL; ++u) {
-          const unsigned int c = c0 + u * FUSE_SORT_THREADS;
-          const unsigned long long key = fuse_topk_key(v[u], c);
-          if (c < n && (key & mask) == prefix) atomicAdd(&histogram[(key >> shift) & 255], 1u);
-        }
-      }
+      fuse_topk_for_each_key(x, a.column_stride, n, [&](unsigned int, unsigned long long key) {
+        if ((key & mask) == prefix) atomicAdd(&histogram[(key >> shift) & 255], 1u);
+      });
       __syncthreads();
       if (warp == 0) {
         // Lane l holds digits 255 - 8l down to 248 - 8l: their count, the counts of the lanes above it. Every
@@ -271,22 +274,15 @@ FUSE_KERNEL(FUSE_SORT_THREADS, 1) fuse_model_topk(FUSE_KERNEL_PARAM(FuseTopkArgs
     // The k keys at or above the selected prefix, gathered (in no order), then sorted largest first: the order
     // bits in the chunk's key array (read as integers), the columns in its index array.
     unsigned int* order = reinterpret_cast<unsigned int*>(fuse_sort_key);
-    for (unsigned int c0 = threadIdx.x; c0 < n; c0 += FUSE_TOPK_UNROLL * FUSE_SORT_THREADS) {
-      float v[FUSE_TOPK_UNROLL];
-      fuse_topk_loads(x, a.column_stride, c0, n, v);
-#pragma unroll
-      for (int u = 0; u < FUSE_TOPK_UNROLL; ++u) {
-        const unsigned int c = c0 + u * FUSE_SORT_THREADS;
-        const unsigned long long key = fuse_topk_key(v[u], c);
-        if (c < n && (key & mask) >= prefix) {
-          const unsigned int slot = atomicAdd(&gathered, 1u);
-          if (slot < k) {
-            order[slot] = (unsigned int)(key >> 32);
-            fuse_sort_index[slot] = c;
-          }
+    fuse_topk_for_each_key(x, a.column_stride, n, [&](unsigned int c, unsigned long long key) {
+      if ((key & mask) >= prefix) {
+        const unsigned int slot = atomicAdd(&gathered, 1u);
+        if (slot < k) {
+          order[slot] = (unsigned int)(key >> 32);
+          fuse_sort_index[slot] = c;
         }
       }
-    }
+    });
     __syncthreads();
     unsigned int padded = 1;
     while (padded < k) padded <<= 1;
