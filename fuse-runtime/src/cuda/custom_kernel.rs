@@ -209,6 +209,14 @@ impl CustomKernel {
         &self.device
     }
 
+    /// The same compiled kernel launched over `grid` blocks (or clusters' blocks) instead: a persistent kernel
+    /// sized to what [`CustomKernel::max_resident_clusters`] says the GPU holds, without compiling it again.
+    pub fn with_grid(self, grid: u32) -> Result<CustomKernel> {
+        let dims = LaunchDims { grid, ..self.dims };
+        dims.check()?;
+        Ok(CustomKernel { dims, ..self })
+    }
+
     pub fn dims(&self) -> LaunchDims {
         self.dims
     }

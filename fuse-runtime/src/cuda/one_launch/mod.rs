@@ -250,6 +250,7 @@ fn persistent_kernel(
     // The launch table in shared memory sits beside every task kernel's own static shared memory, which may
     // leave it no room: then the tasks read the table from global memory.
     let shared_table = |d: &String| d.starts_with("-DFUSE_STEP_LAUNCHES=");
+    // Compiled once: sized to one block to ask how many the GPU holds at once, then to those.
     let probe = CustomKernel::new(&gpu, &kernel_source, one_block).or_else(|e| {
         if !kernel_source.defines.iter().any(shared_table) {
             return Err(e);
@@ -261,8 +262,7 @@ fn persistent_kernel(
     let resident = probe.max_resident_clusters()? as usize;
     let blocks = resident.min(total).max(1);
     let grid = u32::try_from(blocks).map_err(|_| crate::Error::internal("one-launch step", "grid size"))?;
-    let kernel =
-        CustomKernel::new(&gpu, &kernel_source, LaunchDims { grid, block: threads, cluster: 1, shared_bytes })?;
+    let kernel = probe.with_grid(grid)?;
     kernel.require_co_resident()?;
     let tables = StepTables::build(device, &ops, distinct.len(), blocks, resident, shared_bytes, trace)?;
     Ok((kernel, tables))
