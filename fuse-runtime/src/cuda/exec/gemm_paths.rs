@@ -247,3 +247,19 @@ impl Executor<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::pending_dense;
+
+    #[test]
+    fn a_pending_operand_is_checked_as_the_dense_tensor_its_prologue_writes() {
+        // [b, s, k] with b > 1: batches one after the other, as `matrix` merges a dense tensor's.
+        let m = pending_dense(&[16, 1, 576]).unwrap();
+        assert_eq!((m.batch, m.rows, m.cols, m.batch_stride, m.row_stride, m.col_stride), (16, 1, 576, 576, 576, 1));
+        let m = pending_dense(&[3, 5]).unwrap();
+        assert_eq!((m.batch, m.rows, m.cols, m.batch_stride, m.row_stride), (1, 3, 5, 0, 5));
+        assert_eq!(m.address % 256, 0, "aligned as any allocation");
+        assert!(pending_dense(&[7]).unwrap_err().contains("at least 2-D"));
+    }
+}

@@ -290,7 +290,14 @@ impl CudaDevice {
         let recorded_kernels = ops.iter().filter(|op| op.is_kernel()).count();
         let stays =
             |why: String| OneLaunchReport { launches: kernels.len(), kept: vec![why], ..OneLaunchReport::default() };
-        let unrecorded = unrecorded_kernels(&kernels, &ops);
+        let recorded_names: Vec<String> = ops
+            .iter()
+            .filter_map(|op| match op {
+                RecordedOp::Kernel(l) => Some(function_name(l.function.cu_function()).unwrap_or_else(|| "?".into())),
+                _ => None,
+            })
+            .collect();
+        let unrecorded = unrecorded_kernels(&kernels, &recorded_names);
         if others != ops.len() - recorded_kernels || !unrecorded.is_empty() {
             let why = format!(
                 "the step stays the recorded graph: it holds {} kernels fuse did not generate (library calls: {}) and {} other nodes than its memsets and copies",
@@ -314,13 +321,10 @@ impl CudaDevice {
 
 /// The graph's kernels that were not recorded (library calls), each distinct name once with its count, in
 /// the order they first come.
-fn unrecorded_kernels(graph_kernels: &[String], ops: &[RecordedOp]) -> Vec<String> {
-    let mut recorded: HashMap<String, usize> = HashMap::new();
-    for op in ops {
-        if let RecordedOp::Kernel(launch) = op {
-            let name = function_name(launch.function.cu_function()).unwrap_or_else(|| "?".into());
-            *recorded.entry(name).or_default() += 1;
-        }
+fn unrecorded_kernels(graph_kernels: &[String], recorded_kernels: &[String]) -> Vec<String> {
+    let mut recorded: HashMap<&str, usize> = HashMap::new();
+    for name in recorded_kernels {
+        *recorded.entry(name).or_default() += 1;
     }
     let mut unrecorded: Vec<(&str, usize)> = Vec::new();
     for name in graph_kernels {
@@ -333,4 +337,21 @@ fn unrecorded_kernels(graph_kernels: &[String], ops: &[RecordedOp]) -> Vec<Strin
         }
     }
     unrecorded.into_iter().map(|(name, count)| format!("{count} x {name}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unrecorded_kernels;
+
+    #[test]
+    fn a_graphs_library_kernels_are_named_with_their_counts() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let graph = names(&["k_norm", "gemv_lib", "k_attn", "gemv_lib", "k_norm", "nvjet"]);
+        // Every recorded kernel accounts for one node of its name; what is left is the library's.
+        let recorded = names(&["k_norm", "k_attn", "k_norm"]);
+        assert_eq!(unrecorded_kernels(&graph, &recorded), ["2 x gemv_lib", "1 x nvjet"]);
+        assert!(unrecorded_kernels(&names(&["a", "b", "a"]), &names(&["a", "a", "b"])).is_empty());
+        // A third node of a kernel recorded twice is not one of fuse's launches.
+        assert_eq!(unrecorded_kernels(&names(&["a", "a", "a"]), &names(&["a", "a"])), ["1 x a"]);
+    }
 }
