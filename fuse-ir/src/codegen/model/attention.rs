@@ -134,14 +134,17 @@ impl AttentionLaunch {
         ATTENTION_DECODE_THREADS * self.row_groups as u32
     }
 
-    /// The same launch with blocks of at most `max_threads` (at least one row group's): decode row groups
-    /// are given up for one group taking the rows in passes, the form used past the short splits.
+    /// The same launch with blocks of at most `max_threads` (at least one row group's): as many decode row
+    /// groups as fit, each taking more of the key/value head's rows a pass (SmolLM2's 3 rows: 2 groups of up
+    /// to 2, the second holding one); one group takes them all where only one fits.
     pub fn within_threads(self, max_threads: u32) -> AttentionLaunch {
         if !self.decode || self.decode_threads() <= max_threads.max(ATTENTION_DECODE_THREADS) {
             return self;
         }
+        let groups = (max_threads / ATTENTION_DECODE_THREADS).max(1) as usize;
         let rows_a_head = self.row_groups * self.pass_rows;
-        AttentionLaunch { row_groups: 1, pass_rows: rows_a_head.clamp(1, ATTENTION_DECODE_PASS_ROWS), ..self }
+        let pass_rows = rows_a_head.div_ceil(groups).clamp(1, ATTENTION_DECODE_PASS_ROWS);
+        AttentionLaunch { row_groups: rows_a_head.div_ceil(pass_rows).min(groups), pass_rows, ..self }
     }
 }
 
@@ -385,11 +388,17 @@ mod tests {
         assert_eq!((long.row_groups, long.pass_rows), (1, 3), "{long:?}");
         assert_eq!(launch(3, 5).decode_threads(), 128);
         assert_eq!(pass(1, 17).len(), 2);
-        // Within 256 threads (a one-launch step's tasks): 3 rows in one group's passes of 3, 4 rows as they were.
+        // Within 256 threads (a one-launch step's tasks): 3 rows in 2 groups of passes of 2 (the second holds
+        // one row), 4 rows as they were; within 128, one group's passes of all of them.
         let within = launch(3, 1).within_threads(256);
-        assert_eq!((within.row_groups, within.pass_rows, within.decode_threads()), (1, 3, 128), "{within:?}");
-        assert_eq!(within.defines(DType::BF16)[2..], ["-DFUSE_DECODE_PASS_ROWS=3", "-DFUSE_DECODE_EXACT_D=1"]);
+        assert_eq!((within.row_groups, within.pass_rows, within.decode_threads()), (2, 2, 256), "{within:?}");
+        assert_eq!(
+            within.defines(DType::BF16)[2..],
+            ["-DFUSE_DECODE_PASS_ROWS=2", "-DFUSE_DECODE_EXACT_D=1", "-DFUSE_DECODE_ROW_GROUPS=2"]
+        );
         assert_eq!(launch(4, 1).within_threads(256), launch(4, 1));
+        let one = launch(3, 1).within_threads(128);
+        assert_eq!((one.row_groups, one.pass_rows, one.decode_threads()), (1, 3, 128), "{one:?}");
         assert_eq!(launch(4, 1).within_threads(128).decode_threads(), 128);
         assert_eq!(launch(4, 1).within_threads(128).pass_rows, 4);
     }
