@@ -1,9 +1,10 @@
 //! A one-launch step made of real kernels (issue 33: `fuse::ir::codegen::one_launch_source`) compiles with
 //! NVRTC for sm_90 and assembles with ptxas: the kernels of a `#[fuse]` decoder block (rms_norm, the skinny
 //! GEMMs with their prologue and epilogues; bf16, Q4_1, Q4_K and Q8_0 weights), the embedding, the decode
-//! attention with rope and the cache append, its split combine and the argmax, each in its namespace with its
-//! defines. Registers and spills are printed, not bounded: with the 8-bit quantized bodies among the tasks the
-//! one kernel spills (372 bytes stored on 2026-12-06), where each kernel alone does not. No GPU needed; skipped
+//! attention with rope and the cache append (in the form a recorded step takes), its split combine and the
+//! argmax, each in its namespace with its defines. Registers and spills are printed, not bounded: with the
+//! 8-bit quantized bodies among the tasks the one kernel spills (188 bytes stored at 4daf334), where each
+//! kernel alone does not. No GPU needed; skipped
 //! visibly without NVRTC (`FUSE_TEST_NVRTC=1` makes that a failure).
 
 use std::io::Write as _;
@@ -69,9 +70,16 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
         (k.name().to_string(), k.source().to_string(), defines)
     };
     kernels.push(model(ModelKernel::Embedding, &[]));
-    kernels.push(model(
-        ModelKernel::AttentionDecode,
-        &["-DFUSE_ATTENTION_D=64", codegen::ATTENTION_DECODE_ROPE_DEFINE, codegen::ATTENTION_DECODE_VECTOR_DEFINE],
+    // The decode attention as a recorded step takes it: SmolLM2's 9 query heads over 3 key/value heads, 128
+    // keys, in the form within a task's threads (2 row groups), rope and the appends fused, vector loads.
+    let shape = codegen::AttentionShape { batch: 1, q_heads: 9, queries: 1, kv_heads: 3, keys: 128, d: 64 };
+    let attention = codegen::attention_launch(shape, 132).within_threads(codegen::ONE_LAUNCH_MAX_TASK_THREADS);
+    let mut defines = attention.defines(DType::BF16);
+    defines.extend([codegen::ATTENTION_DECODE_ROPE_DEFINE, codegen::ATTENTION_DECODE_VECTOR_DEFINE].map(String::from));
+    kernels.push((
+        ModelKernel::AttentionDecode.name().to_string(),
+        ModelKernel::AttentionDecode.source().to_string(),
+        defines,
     ));
     kernels.push(model(ModelKernel::AttentionCombine, &["-DFUSE_ATTENTION_D=64"]));
     kernels.push(model(ModelKernel::Argmax, &[]));
