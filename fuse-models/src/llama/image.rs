@@ -2,6 +2,7 @@
 //! under its architecture's prefix (`general.architecture` = `llama` or `qwen2`), a placeholder vocabulary
 //! (`t0`, `t1`, ..) and the given tensors, each at a 32-byte aligned offset.
 
+use crate::ggml_type::GgmlType;
 use crate::gguf::image::Image;
 use crate::llama::{Architecture, Config};
 use fuse::DType;
@@ -9,19 +10,9 @@ use fuse::DType;
 /// A tensor of an image: its name, ggml dimensions (fastest first), ggml type id and bytes.
 pub(crate) type TestTensor = (String, Vec<u64>, u32, Vec<u8>);
 
-/// ggml's type ids of fuse's block types (`None` for other dtypes).
+/// ggml's type id of a fuse block type (`None` for other dtypes): the one `GgmlType::from_id` maps to it.
 pub(crate) fn ggml_id(dtype: DType) -> Option<u32> {
-    Some(match dtype {
-        DType::Q4_0 => 2,
-        DType::Q4_1 => 3,
-        DType::Q5_0 => 6,
-        DType::Q5_1 => 7,
-        DType::Q8_0 => 8,
-        DType::Q4_K => 12,
-        DType::Q5_K => 13,
-        DType::Q6_K => 14,
-        _ => return None,
-    })
+    (0..=30).find(|&id| GgmlType::from_id(id).block_dtype() == Some(dtype))
 }
 
 /// The image of a model of `c`'s shape whose matrices are random blocks of the type `type_of` gives each
@@ -65,7 +56,7 @@ pub(crate) fn random_image(c: &Config, type_of: &dyn Fn(&str) -> DType, seed: u6
     let f32s = |n: usize, f: &dyn Fn(usize) -> f32| (0..n).flat_map(|i| f(i).to_le_bytes()).collect::<Vec<u8>>();
     for l in 0..c.layers {
         for part in ["attn_norm", "ffn_norm"] {
-            let norm = f32s(c.hidden, &|i| 0.9 + 0.001 * ((i + l) % 200) as f32);
+            let norm = f32s(c.hidden, &|i| 0.9 + 0.001 * (i + l) as f32);
             tensors.push((format!("blk.{l}.{part}.weight"), vec![c.hidden as u64], 0, norm));
         }
         if c.architecture == Architecture::Qwen2 {
@@ -79,7 +70,7 @@ pub(crate) fn random_image(c: &Config, type_of: &dyn Fn(&str) -> DType, seed: u6
         "output_norm.weight".into(),
         vec![c.hidden as u64],
         0,
-        f32s(c.hidden, &|i| 0.9 + 0.001 * (i % 200) as f32),
+        f32s(c.hidden, &|i| 0.9 + 0.001 * (i + 7) as f32),
     ));
     Ok(llama_image(c, &tensors))
 }

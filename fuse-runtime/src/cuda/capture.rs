@@ -42,7 +42,7 @@ impl CapturedGraph {
     /// The kernels among the graph's nodes, by function name ("?" where the driver gives none), in the
     /// driver's node order: a step's kernel count; copies and memsets are not counted.
     pub(crate) fn kernel_names(&self) -> Result<Vec<String>> {
-        Ok(self.nodes()?.into_iter().filter_map(|(kind, name)| kind.then_some(name)).collect())
+        Ok(self.kernels_and_others()?.0)
     }
 
     /// The graph's kernel nodes by function name and the count of its other nodes (copies, memsets, ...),

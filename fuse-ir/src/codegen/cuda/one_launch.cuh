@@ -59,7 +59,7 @@ __device__ __forceinline__ unsigned long long fuse_step_now() {
 // A kernel's own marks (the prelude's FUSE_TASK_MARK), stamps 5 .. 7.
 __device__ __forceinline__ void fuse_task_mark(int n) { FUSE_STEP_STAMP(fuse_task_trace, 5 + n); }
 #else
-#define FUSE_STEP_STAMP(slot, k)
+#define FUSE_STEP_STAMP(slot, k)  // nothing (its arguments need not exist)
 #endif
 
 __device__ __forceinline__ unsigned long long fuse_step_load_acquire(const unsigned long long* p) {
@@ -89,9 +89,7 @@ __device__ __forceinline__ void fuse_task_wait() {
   if ((threadIdx.x & 31) == (unsigned)(__ffs(mask) - 1)) fuse_step_wait(word, fuse_task_wait_target);
   if (threadIdx.x == 0) fuse_task_thread0_waited = 1;  // lane 0 is its warp's poller whenever it is here
   __syncwarp(mask);
-#ifdef FUSE_STEP_TRACE
   FUSE_STEP_STAMP(fuse_task_trace, 2);
-#endif
 }
 __device__ __forceinline__ void fuse_task_sync() { asm volatile("bar.sync 15, %0;" ::"r"(fuse_task_threads) : "memory"); }
 __device__ __forceinline__ int fuse_task_sync_and(int pred) {
@@ -206,6 +204,14 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, 1) FUSE_STEP_NAM
   // register live across every task body.
   __shared__ long long seen;
   if (threadIdx.x == 0) seen = -1;
+  // Thread 0: launch k done, polled unless already seen ("k done" means every launch before k is, so one
+  // index says it all).
+  const auto await_launch = [&](unsigned k) {
+    if ((long long)k > seen) {
+      fuse_step_wait(a.counters + k, (epoch + 1) * table[k].grid);
+      seen = (long long)k;
+    }
+  };
   const unsigned begin = a.first[blockIdx.x], end = a.first[blockIdx.x + 1];
   unsigned long long task = begin < end ? a.tasks[begin] : 0ull;
   for (unsigned i = begin; i < end; ++i) {
@@ -225,17 +231,8 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, 1) FUSE_STEP_NAM
     if (threadIdx.x == 0) fuse_task_trace = slot;
 #endif
     if (threadIdx.x == 0) {
-      // Thread 0 skips the polls of launches it has already seen done (`seen`: "k done" means every launch
-      // before k is, so one index says it all).
-      if (j >= 2 && (long long)j - 2 > seen) {
-        fuse_step_wait(a.counters + (j - 2), (epoch + 1) * table[j - 2].grid);
-        seen = (long long)j - 2;
-      }
-      const bool before = j >= 1 && !l.overlap && (long long)j - 1 > seen;
-      if (before) {
-        fuse_step_wait(a.counters + (j - 1), (epoch + 1) * table[j - 1].grid);
-        seen = (long long)j - 1;
-      }
+      if (j >= 2) await_launch(j - 2);
+      if (j >= 1 && !l.overlap) await_launch(j - 1);
       fuse_task_block_idx = make_uint3((unsigned)task, 0u, 0u);
       fuse_task_grid_dim = make_uint3(l.grid, 1u, 1u);
       fuse_task_block_dim = make_uint3(l.threads, 1u, 1u);
@@ -246,9 +243,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, 1) FUSE_STEP_NAM
       __threadfence_block();
     }
     __syncthreads();
-#ifdef FUSE_STEP_TRACE
     FUSE_STEP_STAMP(slot, 1);
-#endif
     if (threadIdx.x < l.threads) {
       fuse_step_run(l.kernel, (const void*)l.params);
 #if __CUDA_ARCH__ >= 800
@@ -258,20 +253,13 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, 1) FUSE_STEP_NAM
 #endif
     }
     __syncthreads();
-#ifdef FUSE_STEP_TRACE
     FUSE_STEP_STAMP(slot, 3);
-#endif
     if (threadIdx.x == 0) {
       if (fuse_task_thread0_waited && (long long)j - 1 > seen) seen = (long long)j - 1;  // in the body
-      if (j >= 1 && (long long)j - 1 > seen) {
-        fuse_step_wait(a.counters + (j - 1), (epoch + 1) * table[j - 1].grid);
-        seen = (long long)j - 1;
-      }
+      if (j >= 1) await_launch(j - 1);
       fuse_step_signal(a.counters + j);
     }
-#ifdef FUSE_STEP_TRACE
     FUSE_STEP_STAMP(slot, 4);
-#endif
     task = next;
   }
   __syncthreads();

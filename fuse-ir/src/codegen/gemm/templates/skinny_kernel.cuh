@@ -501,14 +501,13 @@ __device__ __forceinline__ void fuse_task_prefetch(const FuseSkinnyParams& p, un
     const long long mblocks = (p.gemm.m + BM - 1) / BM;
     const long long tile = block / FUSE_SK_SP, split = block % FUSE_SK_SP;
     if (tile % mblocks != 0) return;  // the blocks of one column tile read the same weights: the first fetches
-    const long long n0 = tile / mblocks * BN, rows = (N - n0 < BN ? N - n0 : BN) * (1 + FUSE_SKINNY_DUAL);
-    const long long chunks = (K + CW - 1) / CW, q0 = chunks * split / FUSE_SK_SP;
-    const long long k0 = q0 * CW, k1 = chunks * (split + 1) / FUSE_SK_SP * CW < K ? chunks * (split + 1) / FUSE_SK_SP * CW : K;
-    if (rows <= 0 || k1 <= k0) return;
+    const long long n0 = tile / mblocks * BN, cols = N - n0 < BN ? N - n0 : BN;  // weight rows of each weight
+    const long long chunks = (K + CW - 1) / CW, k0 = chunks * split / FUSE_SK_SP * CW;
+    const long long k_end = chunks * (split + 1) / FUSE_SK_SP * CW, k1 = k_end < K ? k_end : K;
+    if (cols <= 0 || k1 <= k0) return;
     const long long lines = ((k1 - k0) * 2 + 127) / 128 + 1;  // + 1: a row need not start at a line
-    for (long long i = threadIdx.x; i < rows * lines; i += blockDim.x) {
-        const long long r = i / lines, line = i % lines, d = r / (rows / (1 + FUSE_SKINNY_DUAL));
-        const long long n = n0 + r % (rows / (1 + FUSE_SKINNY_DUAL));
+    for (long long i = threadIdx.x; i < (1 + FUSE_SKINNY_DUAL) * cols * lines; i += blockDim.x) {
+        const long long r = i / lines, line = i % lines, d = r / cols, n = n0 + r % cols;
         const unsigned short* w = (const unsigned short*)(d == 0 ? p.gemm.w0 : p.gemm.w1) + n * (d == 0 ? p.gemm.ldw0 : p.gemm.ldw1);
         const long long k = k0 + line * 64 < k1 ? k0 + line * 64 : k1 - 1;
         asm volatile("prefetch.global.L2 [%0];" ::"l"(w + k));
