@@ -135,7 +135,7 @@ impl AttentionLaunch {
     }
 
     /// The same launch with blocks of at most `max_threads` (at least one row group's): as many decode row
-    /// groups as fit, each taking more of the key/value head's rows a pass (SmolLM2's 3 rows: 2 groups of up
+    /// groups as fit, each taking more of the key/value head's rows a pass (3 rows: 2 groups of up
     /// to 2, the second holding one); one group takes them all where only one fits.
     pub fn within_threads(self, max_threads: u32) -> AttentionLaunch {
         if !self.decode || self.decode_threads() <= max_threads.max(ATTENTION_DECODE_THREADS) {

@@ -89,8 +89,8 @@ fn can_be_task(device: &CudaDevice, op: &RecordedOp) -> std::result::Result<Opti
         ));
     }
     // A step kernel holds about a block a multiprocessor, running its tasks one after another; a launch of
-    // many waves (an LM head's thousands of column tiles) runs them several a multiprocessor at once as a
-    // launch of its own (measured on an H100: SmolLM2's 3,072 tiles took 117 us as tasks).
+    // many waves (a wide product's thousands of column tiles) runs them several a multiprocessor at once as a
+    // launch of its own (measured on an H100: 3,072 tiles took 117 us as tasks, 23 deep a block).
     let waves = (l.dims.grid as usize).div_ceil(device.sm_count().max(1));
     if waves > ONE_LAUNCH_MAX_WAVES {
         return Err(format!(
