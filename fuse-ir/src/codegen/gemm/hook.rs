@@ -69,7 +69,8 @@ __device__ __forceinline__ void fuse_gemm_select(FuseArgs& epi, FuseGemmArgs& ge
 ";
 
 /// The line of one element of an input slot towards L1 (nothing for scalars and quantized blocks).
-const PREFETCH_L1: &str = "template <int D> __device__ __forceinline__ void fuse_gemm_prefetch_l1(const FuseIn& in, long long off) {\n\
+const PREFETCH_L1: &str =
+    "template <int D> __device__ __forceinline__ void fuse_gemm_prefetch_l1(const FuseIn& in, long long off) {\n\
   if constexpr (D != FUSE_SCALAR && D < FUSE_Q4_0) {\n\
     const char* at = (const char*)in.ptr + off * (D == FUSE_F32 ? 4 : 2);\n\
     asm volatile(\"prefetch.global.L1 [%0];\" ::\"l\"(at));\n\
