@@ -27,11 +27,13 @@ for step in "$@"; do
     tests)
       timeout 60 "$graphs" one_launch --test-threads=1 --nocapture 2>&1 | quiet >>"$out/tests.log"
       timeout 240 "$model" cuda --test-threads=1 --nocapture 2>&1 | quiet >>"$out/tests.log"
-      # Other GPU tests the bundle kept (GPU_BUNDLE_KEEP), e.g. test-sort for the model kernels' sort.cu.
+      # Other GPU tests the bundle kept (GPU_BUNDLE_KEEP), e.g. test-sort for the model kernels' sort.cu, with
+      # OTHER_TEST_ARGS (test name filters, say) and OTHER_TEST_TIMEOUT seconds each.
       for t in .gpu/bin/test-*; do
         case ${t##*/} in test-graphs-* | test-one_launch_step-*) continue ;; esac
         echo "== ${t##*/}" >>"$out/tests.log"
-        timeout 120 "$t" --test-threads=1 2>&1 | quiet | grep -E "^test |test result|panicked" >>"$out/tests.log"
+        # shellcheck disable=SC2086 # the filters are words
+        timeout "${OTHER_TEST_TIMEOUT:-120}" "$t" ${OTHER_TEST_ARGS:-} --test-threads=1 2>&1 | quiet | grep -E "^test |test result|panicked" >>"$out/tests.log"
       done
       ;;
     sanitize)
