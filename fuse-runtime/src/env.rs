@@ -59,11 +59,25 @@ pub(crate) fn step_trace_file() -> Option<&'static str> {
 }
 
 /// `FUSE_STEP_PREFETCH=on` (or `1`): one-launch step kernels fetch into L2 what each block's next task will read
-/// (the skinny template's weights) while the block sets up its current task. Off by default until measured
-/// (docs/persistent-step.md); for the A/B.
+/// (the skinny template's weights) while the block sets up its current task. Off by default: measured slower
+/// (an H100, 2026-12-06: 976 against 941 us a token at batch 1, the same at 16; BENCHMARKS.md); for the A/B.
 pub(crate) fn step_prefetch() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("FUSE_STEP_PREFETCH").is_ok_and(|v| ["on", "1", "true"].contains(&v.trim())))
+}
+
+/// `FUSE_STEP_SPLIT_KEYS=N`: the fewest keys a decode attention split covers (but the last) in a step recorded
+/// for one launch, whose splits merge through global memory and a last block (no clusters there); the
+/// library's default otherwise (`fuse_ir::codegen::ATTENTION_DECODE_SPLIT_KEYS`). For the A/B.
+pub(crate) fn step_split_keys() -> usize {
+    static KEYS: OnceLock<usize> = OnceLock::new();
+    *KEYS.get_or_init(|| {
+        std::env::var("FUSE_STEP_SPLIT_KEYS")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(fuse_ir::codegen::ATTENTION_DECODE_SPLIT_KEYS)
+    })
 }
 
 /// `FUSE_CPU_AMX`: `off` (or `0`, `false`) keeps the CPU's quantized products off Intel AMX tiles where the CPU

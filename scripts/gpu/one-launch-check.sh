@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The generated one-launch step on the GPU machine (issue 33), after
 # `GPU_BUNDLE_KEEP='^(example-bench_decode|test-(graphs|one_launch_step)-[0-9a-f]+)$' scripts/gpu/gpu-bundle.sh` here:
-#   scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [ab] [trace]
+#   scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [splits] [ab] [trace]
 # (with `scripts/gpu/gpu-bundle.sh REV ...` after GPU_BUNDLE_KEEP, bench_decode built at each REV rides along)
 # tests: the one-launch tests (graphs' and fuse-models' one_launch_step, GPU cases) with FUSE_TEST_GPU=1 ->
 # OUTDIR/tests.log;
@@ -10,10 +10,11 @@
 # finding is in;
 # bench: bench_decode's graph, task-graph and generated modes (BENCH_MODES, BENCH_BATCHES, BENCH_CACHED) -> OUTDIR/bench.log;
 # prefetch: the generated step with FUSE_STEP_PREFETCH off and on, alternated -> OUTDIR/prefetch.log;
+# splits: the generated step with each FUSE_STEP_SPLIT_KEYS of SPLIT_FLOORS, alternated -> OUTDIR/splits.log;
 # ab: graph and generated from this tree's bench_decode and each REV's, alternated -> OUTDIR/ab.log;
 # trace: FUSE_STEP_TRACE over the generated step at batch 1 -> OUTDIR/trace.tsv.xz (scripts/gpu/step-trace.py).
 set -uo pipefail
-out=${1:?usage: scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [ab] [trace]}
+out=${1:?usage: scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [splits] [ab] [trace]}
 shift
 mkdir -p "$out"
 if [ -f .gpu/bins.tar.xz ]; then tar -C .gpu -xJf .gpu/bins.tar.xz && rm .gpu/bins.tar.xz; fi
@@ -72,6 +73,17 @@ for step in "$@"; do
           echo "== FUSE_STEP_PREFETCH=$on, round $round" >>"$out/prefetch.log"
           FUSE_STEP_PREFETCH=$on FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 100 .gpu/bin/example-bench_decode --batches "${BENCH_BATCHES:-1,16}" \
             --cached "${BENCH_CACHED:-128}" --modes generated --extras off --steps 48 2>&1 | grep -E "^generated " >>"$out/prefetch.log"
+        done
+      done
+      ;;
+    splits)
+      # The generated step with each decode attention split floor (FUSE_STEP_SPLIT_KEYS, SPLIT_FLOORS), at
+      # 128 and 1024 cached keys, alternated, twice.
+      for round in 1 2; do
+        for keys in ${SPLIT_FLOORS:-64 128 256 1024}; do
+          echo "== FUSE_STEP_SPLIT_KEYS=$keys, round $round" >>"$out/splits.log"
+          FUSE_STEP_SPLIT_KEYS=$keys FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 100 .gpu/bin/example-bench_decode --batches "${BENCH_BATCHES:-1,16}" \
+            --cached 128,1024 --modes generated --extras off --steps 48 2>&1 | grep -E "^generated " >>"$out/splits.log"
         done
       done
       ;;

@@ -109,6 +109,9 @@ pub struct AttentionLaunch {
     /// pass at the same time (a kv head's 2 or 3 rows one a group, 4 two a group; more rows one group).
     /// The block has `row_groups * ATTENTION_DECODE_THREADS` threads. 1 for prefill.
     pub row_groups: usize,
+    /// Decode: the fewest keys a split covers but the last (the kernel evens a sequence's keys out over as
+    /// many splits as that leaves, `FUSE_DECODE_SPLIT_KEYS`): [`ATTENTION_DECODE_SPLIT_KEYS`] unless asked.
+    pub split_floor: usize,
 }
 
 impl AttentionLaunch {
@@ -125,6 +128,9 @@ impl AttentionLaunch {
         }
         if self.decode && self.row_groups > 1 {
             defines.push(format!("-DFUSE_DECODE_ROW_GROUPS={}", self.row_groups));
+        }
+        if self.decode && self.split_floor != ATTENTION_DECODE_SPLIT_KEYS {
+            defines.push(format!("-DFUSE_DECODE_SPLIT_KEYS={}", self.split_floor));
         }
         defines
     }
@@ -162,6 +168,17 @@ fn shared_stride(d: usize) -> usize {
 /// have no more than [`ATTENTION_DECODE_ROW_GROUP_KEYS`] keys each. Prefill: splits are added while there are fewer than
 /// `BLOCKS_PER_SM` (2) blocks a multiprocessor, up to one per key tile. Either way evened out so that none is empty.
 pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaunch {
+    launch_with_split_floor(shape, sm_count, ATTENTION_DECODE_SPLIT_KEYS)
+}
+
+/// [`attention_launch`] with decode splits of at least `split_keys` keys (but the last) rather than
+/// [`ATTENTION_DECODE_SPLIT_KEYS`]: where merging splits costs more than it saves, as in the tasks of a
+/// one-launch step, whose splits merge through global memory and a last block, never a cluster.
+pub fn attention_launch_with_split_floor(shape: AttentionShape, sm_count: usize, split_keys: usize) -> AttentionLaunch {
+    launch_with_split_floor(shape, sm_count, split_keys.max(1))
+}
+
+fn launch_with_split_floor(shape: AttentionShape, sm_count: usize, split_floor: usize) -> AttentionLaunch {
     let group = shape.q_heads / shape.kv_heads.max(1);
     let held_d = ATTENTION_HEAD_DIMS.into_iter().find(|&h| h >= shape.d).unwrap_or(ATTENTION_MAX_HEAD_DIM);
     if shape.queries * group <= ATTENTION_DECODE_ROWS {
@@ -173,7 +190,7 @@ pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaun
         // merges them in the cluster's shared memory, with no partials, counters or last-block merge.
         let in_cluster = shape.keys.div_ceil(ATTENTION_DECODE_CLUSTER_MAX) <= ATTENTION_DECODE_ROW_GROUP_KEYS;
         let wanted = if in_cluster { wanted.min(ATTENTION_DECODE_CLUSTER_MAX) } else { wanted };
-        let most = (shape.keys / ATTENTION_DECODE_SPLIT_KEYS).clamp(1, ATTENTION_DECODE_MAX_SPLITS);
+        let most = (shape.keys / split_floor).clamp(1, ATTENTION_DECODE_MAX_SPLITS);
         let split_keys = shape.keys.div_ceil(wanted.min(most)).max(1);
         let splits = shape.keys.div_ceil(split_keys).max(1);
         let rows = shape.batch * shape.q_heads * shape.queries;
@@ -200,6 +217,7 @@ pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaun
             pass_rows,
             exact_d: shape.d == held_d,
             row_groups,
+            split_floor,
         };
     }
     let q_tiles = (shape.queries * group).div_ceil(ATTENTION_ROW_TILE).max(1);
@@ -225,6 +243,7 @@ pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaun
         pass_rows: 0,
         exact_d: shape.d == held_d,
         row_groups: 1,
+        split_floor: ATTENTION_DECODE_SPLIT_KEYS,
     }
 }
 
@@ -309,6 +328,26 @@ mod tests {
         let l = attention_launch(shape(1, 1, 1, 1, 1 << 20, 128), 1000);
         assert_eq!(l.splits, ATTENTION_DECODE_MAX_SPLITS, "{l:?}");
         check_decode_splits(shape(1, 1, 1, 1, 1 << 20, 128), &l);
+    }
+
+    #[test]
+    fn a_split_floor_keeps_splits_long_and_tells_the_kernel() {
+        for keys in [1, 100, 255, 256, 511, 1072, 8192] {
+            let s = shape(1, 9, 3, 1, keys, 64);
+            let l = attention_launch_with_split_floor(s, H200_SMS, 256);
+            assert!(l.splits * l.split_keys >= keys && (l.splits - 1) * l.split_keys < keys, "{s:?}: {l:?}");
+            assert!(l.splits == 1 || l.split_keys >= 256, "{s:?}: short splits {l:?}");
+            assert_eq!(l.items, 3 * l.splits);
+            assert!(l.defines(DType::BF16).contains(&"-DFUSE_DECODE_SPLIT_KEYS=256".to_string()), "{l:?}");
+        }
+        // 1072 keys: 4 splits of 268 (8 of 134 with the default floor).
+        let l = attention_launch_with_split_floor(shape(1, 9, 3, 1, 1072, 64), H200_SMS, 256);
+        assert_eq!((l.splits, l.split_keys, l.items), (4, 268, 12), "{l:?}");
+        // The default floor is the plain launch, with no define.
+        let s = shape(2, 9, 3, 1, 1000, 64);
+        let l = attention_launch_with_split_floor(s, H200_SMS, ATTENTION_DECODE_SPLIT_KEYS);
+        assert_eq!(l, attention_launch(s, H200_SMS));
+        assert!(!l.defines(DType::BF16).iter().any(|d| d.starts_with("-DFUSE_DECODE_SPLIT_KEYS")));
     }
 
     #[test]

@@ -84,7 +84,10 @@
 #define FUSE_DECODE_PASS_ROWS 4
 #endif
 #define FUSE_DECODE_MAX_SPLITS 128
+// The fewest keys a split covers but the last (the host's split_floor; a build may ask for more).
+#ifndef FUSE_DECODE_SPLIT_KEYS
 #define FUSE_DECODE_SPLIT_KEYS 64
+#endif
 // 1: the variant with rope and the cache appends fused in (rope_x set); 0: plain attention (rope_x null).
 #ifndef FUSE_DECODE_ROPE
 #define FUSE_DECODE_ROPE 0

@@ -25,9 +25,10 @@ use super::Executor;
 use crate::call::Value;
 use crate::{Error, Result, Tensor};
 use fuse_ir::codegen::{
-    attention_launch, AttentionShape, ModelKernel, ATTENTION_DECODE_CLUSTER_DEFINE, ATTENTION_DECODE_CLUSTER_MAX,
-    ATTENTION_DECODE_EARLY_DEFINE, ATTENTION_DECODE_ROPE_DEFINE, ATTENTION_DECODE_ROPE_VECTOR_DEFINE,
-    ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_MAX_HEAD_DIM, ONE_LAUNCH_MAX_TASK_THREADS,
+    attention_launch, attention_launch_with_split_floor, AttentionShape, ModelKernel, ATTENTION_DECODE_CLUSTER_DEFINE,
+    ATTENTION_DECODE_CLUSTER_MAX, ATTENTION_DECODE_EARLY_DEFINE, ATTENTION_DECODE_ROPE_DEFINE,
+    ATTENTION_DECODE_ROPE_VECTOR_DEFINE, ATTENTION_DECODE_VECTOR_DEFINE, ATTENTION_MAX_HEAD_DIM,
+    ONE_LAUNCH_MAX_TASK_THREADS,
 };
 use fuse_ir::view::ViewOp;
 use fuse_ir::{ModelOp, NodeId, Op};
@@ -100,11 +101,12 @@ impl Executor<'_> {
             )));
         }
         let shape = AttentionShape { batch, q_heads, queries, kv_heads, keys, d };
-        let launch = attention_launch(shape, self.device.sm_count());
-        // A step recorded for one launch runs its kernels' blocks as tasks of at most so many threads.
+        // A step recorded for one launch runs its kernels' blocks as tasks of at most so many threads, whose
+        // splits merge without clusters.
         let launch = match self.device.recorder().is_on() {
-            true => launch.within_threads(ONE_LAUNCH_MAX_TASK_THREADS),
-            false => launch,
+            true => attention_launch_with_split_floor(shape, self.device.sm_count(), crate::env::step_split_keys())
+                .within_threads(ONE_LAUNCH_MAX_TASK_THREADS),
+            false => attention_launch(shape, self.device.sm_count()),
         };
         if rope_append.is_some() && !launch.decode {
             return Err(self.internal("a fused rope and cache append without the decode attention kernel"));
