@@ -92,12 +92,16 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
     let shared_table = format!("-DFUSE_STEP_LAUNCHES={}", codegen::ONE_LAUNCH_SHARED_LAUNCHES);
     let traced = vec![shared_table.clone(), "-DFUSE_STEP_TRACE".to_string()];
     let prefetched = vec![shared_table.clone(), "-DFUSE_STEP_PREFETCH".to_string()];
+    // Two step blocks a multiprocessor (FUSE_STEP_BLOCKS_PER_SM): registers capped at 128.
+    let two_blocks = vec![shared_table.clone(), "-DFUSE_STEP_MIN_BLOCKS=2".to_string()];
     let mut prefetches = Vec::new();
-    for defines in [vec![], vec![shared_table], traced, prefetched] {
+    let mut registers = Vec::new();
+    for defines in [vec![], vec![shared_table], traced, prefetched, two_blocks] {
         let ptx = compile_ptx(codegen::ONE_LAUNCH_ENTRY, &source, &defines, "sm_90").expect("the step compiles");
         assert!(ptx.contains(&format!(".entry {}(", codegen::ONE_LAUNCH_ENTRY)), "no entry");
         prefetches.push(ptx.matches("prefetch.global.L2").count());
         let report = ptxas_check(&ptxas, codegen::ONE_LAUNCH_ENTRY, &ptx, "sm_90").expect("the step assembles");
+        registers.push(report.registers);
         eprintln!(
             "one_launch_compile {defines:?}: {} task kernels, {} registers, {} bytes of stack, spills {}/{}",
             tasks.len(),
@@ -109,4 +113,5 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
     }
     // The skinny kernels' own fuse_task_prefetch is found (by argument-dependent lookup), not the no-op.
     assert!(prefetches[3] > prefetches[1], "L2 prefetches without and with FUSE_STEP_PREFETCH: {prefetches:?}");
+    assert!(registers[4] <= 128, "two blocks of 256 threads a multiprocessor: {registers:?}");
 }

@@ -80,6 +80,19 @@ pub(crate) fn step_split_keys() -> usize {
     })
 }
 
+/// `FUSE_STEP_BLOCKS_PER_SM=N`: one-launch step kernels are built for N resident blocks a multiprocessor (their
+/// registers capped to fit), each running a task list of its own; 1 by default. For the A/B.
+pub(crate) fn step_blocks_per_sm() -> u32 {
+    static BLOCKS: OnceLock<u32> = OnceLock::new();
+    *BLOCKS.get_or_init(|| {
+        std::env::var("FUSE_STEP_BLOCKS_PER_SM")
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .filter(|&n| (1..=8).contains(&n))
+            .unwrap_or(1)
+    })
+}
+
 /// `FUSE_CPU_AMX`: `off` (or `0`, `false`) keeps the CPU's quantized products off Intel AMX tiles where the CPU
 /// has them (for comparison); anything else or unset lets the library use them.
 pub(crate) fn cpu_amx() -> bool {

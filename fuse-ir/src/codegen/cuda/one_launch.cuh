@@ -188,7 +188,13 @@ __device__ __forceinline__ void fuse_step_prefetch(unsigned kernel, const void* 
 #define FUSE_STEP_LAUNCHES 0
 #endif
 
-extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, 1) FUSE_STEP_NAME(const FuseStepArgs a) {
+// -DFUSE_STEP_MIN_BLOCKS=n (the runtime's): n step blocks a multiprocessor, each running its own task list
+// (the registers capped to fit them): while one waits for memory, another computes.
+#ifndef FUSE_STEP_MIN_BLOCKS
+#define FUSE_STEP_MIN_BLOCKS 1
+#endif
+
+extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, FUSE_STEP_MIN_BLOCKS) FUSE_STEP_NAME(const FuseStepArgs a) {
   __shared__ unsigned long long fuse_step_epoch;
 #if FUSE_STEP_LAUNCHES > 0
   __shared__ FuseStepLaunch fuse_step_table[FUSE_STEP_LAUNCHES];

@@ -242,6 +242,10 @@ fn persistent_kernel(
     if crate::env::step_prefetch() {
         kernel_source.defines.push("-DFUSE_STEP_PREFETCH".to_string());
     }
+    match crate::env::step_blocks_per_sm() {
+        1 => {}
+        n => kernel_source.defines.push(format!("-DFUSE_STEP_MIN_BLOCKS={n}")),
+    }
     if crate::env::debug_level() >= 4 {
         eprintln!("fuse: one-launch step kernel ({} launches as tasks):\n{}", ops.len(), kernel_source.source);
     }
