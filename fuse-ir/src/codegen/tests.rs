@@ -95,38 +95,6 @@ fn the_skinny_kernel_feeds_the_accumulators_to_the_epilogue() {
     assert!(down.source.contains("#define FUSE_SKINNY_DUAL 0") && down.source.contains("y[0] = v"));
 }
 
-/// A residual added to the product: the skinny kernel fetches the residual's element ahead (once the kernel
-/// before is done), not the product's slot, which is never in memory.
-#[test]
-fn the_epilogue_fetches_its_inputs_ahead() {
-    let mut g = Graph::new("residual");
-    let x = g.input("x", ArgKind::Tensor);
-    let w = g.input("w", ArgKind::Tensor);
-    let h = g.input("h", ArgKind::Tensor);
-    let wt = g.transpose(w, "w.t()");
-    let y = g.matmul(x, wt, "x.matmul(w.t())");
-    g.outputs = vec![g.binary(BinaryOp::Add, h, y, "h + ..")];
-    let (_, specs) = kernels(&g);
-    let skinny = specs.iter().find(|s| s.role == Role::Skinny).expect("a skinny kernel");
-    let k = skinny.inputs.iter().position(|&i| i == h).expect("h has a slot");
-    let product = skinny.inputs.iter().position(|&i| i == y).expect("the product has a slot");
-    let src = &skinny.source;
-    let (_, prefetch) = src.split_once("void fuse_gemm_epilogue_prefetch(").expect("the prefetch hook");
-    let prefetch = &prefetch[..prefetch.find("\n}\n").unwrap()];
-    assert!(
-        prefetch.contains(&format!("fuse_gemm_prefetch_l1<FUSE_IN{k}>(args.in[{k}], r.bi[{k}] + col * r.si[{k}]);")),
-        "{prefetch}"
-    );
-    assert!(!prefetch.contains(&format!("FUSE_IN{product}>")), "the product is not in memory: {prefetch}");
-    assert!(src.contains("fuse_gemm_epilogue_prefetch(p.epi, m, n)"), "the template calls it");
-    // The MLP's dual kernel reads nothing but its products: an empty hook.
-    let (_, specs) = kernels(&llama_mlp());
-    let dual = specs.iter().find(|s| s.role == Role::Skinny && s.group == 0).expect("a dual skinny kernel");
-    assert!(dual.source.contains(
-        "fuse_gemm_epilogue_prefetch(const FuseArgs& args, long long row, long long col) {\n  (void)args; (void)row; (void)col;\n}"
-    ));
-}
-
 #[test]
 fn the_wgmma_kernel_shares_the_skinny_kernels_epilogue() {
     let g = llama_mlp();
@@ -423,7 +391,9 @@ fn the_skinny_kernel_can_run_an_rms_norm_prologue() {
     assert!(src.contains(
         "fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long n, float* part, int stride)"
     ));
-    let (rows, element) = src.split_once("struct FuseProCols {").unwrap();
+    let (rows, element) = src
+        .split_once("void fuse_gemm_pro8(const FuseArgs& args, const FuseProRow& p, long long j8, float (&a)[8])")
+        .unwrap();
     assert!(
         rows.contains("fuse_read8<FUSE_IN2>(args.in[2], bi[2] + j8, xv)"),
         "the row pass reads x 16 bytes at a time"
@@ -432,11 +402,7 @@ fn the_skinny_kernel_can_run_an_rms_norm_prologue() {
         rows.contains("fuse_warp_sum(s)") && rows.contains("const float v8 = rsqrtf(v7);"),
         "one warp per row ends it"
     );
-    // w: 8 columns at a time, loaded apart from the work on them (the template loads them a chunk ahead).
-    assert!(element.starts_with(" float in4[8]; };"), "{element}");
-    assert!(element.contains("fuse_pro_read8<FUSE_IN4>(args.in[4], p.bi[2], p.si[2], j8, c.in4);"));
-    assert!(element.contains(&format!("const float v{} = c.in4[e];", w.0)), "the work reads the loaded columns");
-    assert!(element.contains("fuse_gemm_pro_cols(args, p, j8, c);\n  fuse_gemm_pro8_cols(args, p, j8, a, c);"));
+    assert!(element.contains("fuse_pro_read8<FUSE_IN4>(args.in[4], bi[4], si[4], j8, in4);"), "w: 8 columns at a time");
     assert!(!element.contains("args.in[2]"), "x is not read again per element");
     assert!(element.contains(&format!("const float v{} = a[e];", x.0)), "x comes from the template's load");
     // rms_norm's operand is x * w per element times one value a row (from the mean of squares and eps): the

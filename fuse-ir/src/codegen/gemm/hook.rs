@@ -68,15 +68,6 @@ __device__ __forceinline__ void fuse_gemm_select(FuseArgs& epi, FuseGemmArgs& ge
 #endif
 ";
 
-/// The line of one element of an input slot towards L1 (nothing for scalars and quantized blocks).
-const PREFETCH_L1: &str =
-    "template <int D> __device__ __forceinline__ void fuse_gemm_prefetch_l1(const FuseIn& in, long long off) {\n\
-  if constexpr (D != FUSE_SCALAR && D < FUSE_Q4_0) {\n\
-    const char* at = (const char*)in.ptr + off * (D == FUSE_F32 ? 4 : 2);\n\
-    asm volatile(\"prefetch.global.L1 [%0];\" ::\"l\"(at));\n\
-  }\n\
-}\n";
-
 /// What every GEMM template is spliced after: the prelude, the epilogue's body, the hook in two parts:
 /// `fuse_gemm_row(args, row)` (the slots' offsets for one product row, computed once per row) and
 /// `fuse_gemm_store(args, r, col, acc0, acc1)` (one element: accumulator j feeds the slot of matmul j),
@@ -98,7 +89,6 @@ pub(in crate::codegen) fn epilogue_hook(
         s.push_str(&pointwise::body_function(parts));
     }
     s.push_str("struct FuseGemmRow { long long bi[FUSE_NIN], si[FUSE_NIN], bo[FUSE_NOUT], so[FUSE_NOUT]; };\n");
-    s.push_str(PREFETCH_L1);
     s.push_str("__device__ __forceinline__ FuseGemmRow fuse_gemm_row(const FuseArgs& args, long long row) {\n");
     s.push_str("  FuseGemmRow r;\n  fuse_row_offsets(args, row, r.bi, r.si, r.bo, r.so);\n  return r;\n}\n");
     s.push_str(
@@ -125,32 +115,10 @@ pub(in crate::codegen) fn epilogue_hook(
     s.push_str(
         "__device__ __forceinline__ void fuse_gemm_epilogue(const FuseArgs& args, long long row, long long col,\n\
          \x20                                                  float acc0, float acc1) {\n\
-         \x20 fuse_gemm_store(args, fuse_gemm_row(args, row), col, acc0, acc1);\n}\n",
+         \x20 fuse_gemm_store(args, fuse_gemm_row(args, row), col, acc0, acc1);\n}\n\n",
     );
-    epilogue_prefetch(&mut s, parts, matmuls, products);
     s.push_str(GEMM_COMMON);
     s
-}
-
-/// `fuse_gemm_epilogue_prefetch(args, row, col)`: the lines of the epilogue's tensor inputs at one element
-/// (a residual, say) fetched towards L1, so that a template that calls it once the kernel before is done
-/// (its fuse_grid_wait) finds them there when its main loop ends: not one more round trip to L2 after it.
-/// Empty for a horizontal group (each product reads its own slots).
-fn epilogue_prefetch(s: &mut String, parts: &KernelParts<'_>, matmuls: &[NodeId], products: &[Product]) {
-    s.push_str("__device__ __forceinline__ void fuse_gemm_epilogue_prefetch(const FuseArgs& args, long long row, long long col) {\n");
-    let tensors: Vec<usize> = match products.is_empty() {
-        true => (0..parts.inputs.len()).filter(|&k| !matmuls.contains(&parts.inputs[k])).collect(),
-        false => Vec::new(),
-    };
-    if tensors.is_empty() {
-        s.push_str("  (void)args; (void)row; (void)col;\n}\n\n");
-        return;
-    }
-    s.push_str("  const FuseGemmRow r = fuse_gemm_row(args, row);\n");
-    for k in tensors {
-        let _ = writeln!(s, "  fuse_gemm_prefetch_l1<FUSE_IN{k}>(args.in[{k}], r.bi[{k}] + col * r.si[{k}]);");
-    }
-    s.push_str("}\n\n");
 }
 
 /// The store of a horizontal group: one case per product, reading that product's slots, computing its

@@ -16,9 +16,7 @@
 //!   (deterministic);
 //! - `fuse_gemm_pro8(args, fuse_pro_row[r], j8, a)`: the left operand at block row `r`, columns
 //!   `j8 .. j8 + 8`, given the primary's values `a` there (replaced by the result). The template keeps its
-//!   row's `FuseProRow` in registers across the main loop. It is `fuse_gemm_pro_cols` (the other inputs'
-//!   8 values into a `FuseProCols`) then `fuse_gemm_pro8_cols`, which a template calls apart to load a
-//!   chunk's columns ahead, as it loads the primary's (the scaled form likewise).
+//!   row's `FuseProRow` in registers across the main loop.
 //!
 //! The prologue's input slots follow the epilogue's in the same `FuseArgs`; the runtime gives them strides
 //! over the left operand's domain, whose rows are the product's rows.
@@ -28,8 +26,6 @@ use crate::codegen::rowreduce::RowKernel;
 use crate::graph::{Graph, InputKind, NodeId};
 use crate::op::{BinaryOp, Op, ReduceOp};
 use crate::plan::Group;
-use std::collections::BTreeSet;
-use std::fmt::Write;
 
 /// Rows of the left operand one block may hold: one warp of the 256-thread block finishes each row's
 /// reductions (the skinny configs of 8 rows per block; the template refuses more at compile time).
@@ -207,58 +203,29 @@ pub(in crate::codegen) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) ->
 
     // Eight consecutive columns: the narrow values back from shared memory, each other input's eight
     // values (one 16-byte load where it is dense along k), then the wide work the operand needs.
-    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro8_cols(const FuseArgs& args, const FuseProRow& p, long long j8, float (&a)[8], const FuseProCols& c) {");
+    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro8(const FuseArgs& args, const FuseProRow& p, long long j8, float (&a)[8]) {");
+    k.line(1, "long long bi[FUSE_NIN], si[FUSE_NIN];");
+    for i in 0..slots {
+        let s = k.slot(i);
+        k.line(1, &format!("bi[{s}] = p.bi[{i}]; si[{s}] = p.si[{i}];"));
+    }
     k.emit_scalar_reads(1);
     for (q, id) in kept.iter().enumerate() {
         k.line(1, &format!("const float v{} = p.v[{q}];", id.0));
     }
-    let mut column_slots: BTreeSet<usize> = open_columns(&mut k, g, pro, &[pro.lhs]).into_iter().collect();
+    open_columns(&mut k, g, pro, &[pro.lhs]);
     k.line(2, &format!("a[e] = {};", emit::value(g, pro.lhs)));
     k.line(1, "}");
-    k.line(0, "}");
-    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro8(const FuseArgs& args, const FuseProRow& p, long long j8, float (&a)[8]) {");
-    k.line(1, "FuseProCols c;");
-    k.line(1, "fuse_gemm_pro_cols(args, p, j8, c);");
-    k.line(1, "fuse_gemm_pro8_cols(args, p, j8, a, c);");
     k.line(0, "}");
     let apply_fn = std::mem::take(&mut k.text);
 
     let kept_len = kept.len().max(1);
-    let scaled_fns = match scaled(g, pro, first_slot) {
-        Some((text, scaled_slots)) => {
-            column_slots.extend(scaled_slots);
-            text
-        }
-        None => String::new(),
-    };
-    let columns_fn = columns(&k, &column_slots);
+    let scaled_fns = scaled(g, pro, first_slot).unwrap_or_default();
     format!(
         "#if FUSE_GEMM_PRO\n#define FUSE_GEMM_PRO_ROWS {PROLOGUE_MAX_ROWS}\n\
          struct FuseProRow {{ long long bi[{slots}], si[{slots}]; float v[{kept_len}]; }};\n\
-         __shared__ FuseProRow fuse_pro_row[FUSE_GEMM_PRO_ROWS];\n{READ8}{rows_fn}{columns_fn}{apply_fn}{scaled_fns}#endif  // FUSE_GEMM_PRO\n"
+         __shared__ FuseProRow fuse_pro_row[FUSE_GEMM_PRO_ROWS];\n{READ8}{rows_fn}{apply_fn}{scaled_fns}#endif  // FUSE_GEMM_PRO\n"
     )
-}
-
-/// `FuseProCols` (8 columns of each of the prologue's inputs `slots`, indices into its inputs, that both forms
-/// read per column) and `fuse_gemm_pro_cols(args, p, j8, c)`, which loads them: apart from the work on them,
-/// so that a template can load a chunk's ahead of it, beside the primary's values (no load of its own per
-/// chunk on the main loop's path).
-fn columns(k: &RowKernel<'_, '_>, slots: &BTreeSet<usize>) -> String {
-    let mut text = String::from("struct FuseProCols {");
-    for &i in slots {
-        let _ = write!(text, " float in{}[8];", k.slot(i));
-    }
-    if slots.is_empty() {
-        text.push_str(" float none;");
-    }
-    text.push_str(" };\n");
-    text.push_str("__device__ __forceinline__ void fuse_gemm_pro_cols(const FuseArgs& args, const FuseProRow& p, long long j8, FuseProCols& c) {\n");
-    for &i in slots {
-        let s = k.slot(i);
-        let _ = writeln!(text, "  fuse_pro_read8<FUSE_IN{s}>(args.in[{s}], p.bi[{i}], p.si[{i}], j8, c.in{s});");
-    }
-    text.push_str("}\n");
-    text
 }
 
 /// The left operand as a product of factors, split into those that need a reduction (`row`: one value a
@@ -274,25 +241,29 @@ struct Factors {
     row_slots: Vec<usize>,
 }
 
-/// The 8-column loop's head, inside `fuse_gemm_pro8_cols` and its scaled form: per element the primary
-/// operand's value (the template's load, so available from here on), each wide input's value from the
-/// caller's `FuseProCols c` (loaded by `fuse_gemm_pro_cols`), and the wide nodes `targets` need. The caller
-/// writes the loop's last lines and closes it. Returns the wide inputs read (indices into `pro.inputs`).
-fn open_columns(k: &mut RowKernel<'_, '_>, g: &Graph, pro: &Prologue, targets: &[NodeId]) -> Vec<usize> {
+/// The 8-column loop's head, inside `fuse_gemm_pro8` and its scaled form: each wide input's 8 values (one
+/// 16-byte load where dense along k), then per element the primary operand's value (the template's load, so
+/// available from here on), the inputs' and the wide nodes `targets` need. The caller writes the loop's last
+/// lines and closes it.
+fn open_columns(k: &mut RowKernel<'_, '_>, g: &Graph, pro: &Prologue, targets: &[NodeId]) {
     let primary = pro.inputs[pro.primary];
     k.available[primary.index()] = true;
     let (wide_slots, wide_nodes) = k.wide_work(targets);
+    for &i in &wide_slots {
+        let s = k.slot(i);
+        k.line(1, &format!("float in{s}[8];"));
+        k.line(1, &format!("fuse_pro_read8<FUSE_IN{s}>(args.in[{s}], bi[{s}], si[{s}], j8, in{s});"));
+    }
     k.line(1, "#pragma unroll");
     k.line(1, "for (int e = 0; e < 8; ++e) {");
     k.line(2, &format!("const float v{} = a[e];", primary.0));
     for &i in &wide_slots {
         let s = k.slot(i);
-        k.line(2, &format!("const float v{} = c.in{s}[e];", pro.inputs[i].0));
+        k.line(2, &format!("const float v{} = in{s}[e];", pro.inputs[i].0));
     }
     for &n in &wide_nodes {
         k.line(2, &emit::compute(g, n));
     }
-    wide_slots
 }
 
 fn factors(g: &Graph, pro: &Prologue) -> Option<Factors> {
@@ -344,7 +315,7 @@ fn factors(g: &Graph, pro: &Prologue) -> Option<Factors> {
 /// - `fuse_gemm_pro8_scaled(args, p, j8, a, red)`: `h` at 8 columns in place of the primary's values `a`,
 ///   each reduction's operand folded into `red`;
 /// - `fuse_gemm_pro_scale(args, p, n, red)`: `s` from the reductions over all `n` columns.
-fn scaled(g: &Graph, pro: &Prologue, first_slot: usize) -> Option<(String, Vec<usize>)> {
+fn scaled(g: &Graph, pro: &Prologue, first_slot: usize) -> Option<String> {
     let f = factors(g, pro)?;
     let parts = KernelParts { g, name: "", inputs: &pro.inputs, outputs: &[], nodes: &pro.nodes };
     let mut k = RowKernel::new(&parts, first_slot);
@@ -402,14 +373,15 @@ fn scaled(g: &Graph, pro: &Prologue, first_slot: usize) -> Option<(String, Vec<u
         k.line(1, &format!("a[{q}] = {};", fold(op, &format!("a[{q}]"), &format!("b[{q}]"))));
     }
     k.line(0, "}");
-    // h and the reductions' operands at 8 columns: scalars first, then per element the other inputs' values
-    // (from `c`) and the work on them.
-    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro8_scaled_cols(const FuseArgs& args, const FuseProRow& p, long long j8, float (&a)[8], float (&red)[FUSE_GEMM_PRO_REDUCTIONS], const FuseProCols& c) {");
+    // h and the reductions' operands at 8 columns: scalars first, then the other inputs' 8 values, then per
+    // element the work on them.
+    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro8_scaled(const FuseArgs& args, const FuseProRow& p, long long j8, float (&a)[8], float (&red)[FUSE_GEMM_PRO_REDUCTIONS]) {");
+    offsets_from_row(&mut k);
     k.emit_scalar_reads(1);
     k.emit_ready_narrow();
     let targets: Vec<NodeId> =
         f.element.iter().copied().chain(reductions.iter().map(|&(r, _)| g.node(r).args[0])).collect();
-    let column_slots = open_columns(&mut k, g, pro, &targets);
+    open_columns(&mut k, g, pro, &targets);
     for (q, &(r, op)) in reductions.iter().enumerate() {
         let operand = emit::value(g, g.node(r).args[0]);
         k.line(2, &format!("red[{q}] = {};", fold(op, &format!("red[{q}]"), &operand)));
@@ -417,11 +389,6 @@ fn scaled(g: &Graph, pro: &Prologue, first_slot: usize) -> Option<(String, Vec<u
     let h: Vec<String> = f.element.iter().map(|&w| emit::value(g, w)).collect();
     k.line(2, &format!("a[e] = {};", h.join(" * ")));
     k.line(1, "}");
-    k.line(0, "}");
-    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro8_scaled(const FuseArgs& args, const FuseProRow& p, long long j8, float (&a)[8], float (&red)[FUSE_GEMM_PRO_REDUCTIONS]) {");
-    k.line(1, "FuseProCols c;");
-    k.line(1, "fuse_gemm_pro_cols(args, p, j8, c);");
-    k.line(1, "fuse_gemm_pro8_scaled_cols(args, p, j8, a, red, c);");
     k.line(0, "}");
     // s: the reductions' results, the row factors' other inputs at column 0, the work on them.
     k.line(0, "__device__ __forceinline__ float fuse_gemm_pro_scale(const FuseArgs& args, const FuseProRow& p, long long n, const float (&red)[FUSE_GEMM_PRO_REDUCTIONS]) {");
@@ -440,5 +407,5 @@ fn scaled(g: &Graph, pro: &Prologue, first_slot: usize) -> Option<(String, Vec<u
     let scale: Vec<String> = f.row.iter().map(|&n| emit::value(g, n)).collect();
     k.line(1, &format!("return {};", scale.join(" * ")));
     k.line(0, "}");
-    Some((k.text, column_slots))
+    Some(k.text)
 }

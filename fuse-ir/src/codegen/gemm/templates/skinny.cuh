@@ -18,8 +18,6 @@
 //     #define FUSE_SKINNY_DUAL 0|1
 //     __device__ __forceinline__ void fuse_gemm_epilogue(const FuseArgs& args, long long row, long long col,
 //                                                        float acc0, float acc1);
-//     __device__ __forceinline__ void fuse_gemm_epilogue_prefetch(const FuseArgs& args, long long row, long long col);
-//                                                 (the epilogue's inputs at one element towards L1)
 //     the CUDA prelude (fuse-ir's codegen/cuda/prelude.cuh): fuse_grid_wait / fuse_grid_release (the kernel
 //                                                 may be launched overlapping the one before it; see there),
 //                                                 fuse_smem_addr, cp.async (fuse_cp_async16/_commit/_wait),
@@ -33,9 +31,6 @@
 //     __device__ void fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long k, float* part, int stride);
 //     struct FuseProRow;  __shared__ FuseProRow fuse_pro_row[FUSE_GEMM_PRO_ROWS];
 //     __device__ void fuse_gemm_pro8(const FuseArgs& args, const FuseProRow& row, long long kk, float (&a)[8]);
-//     struct FuseProCols;  fuse_gemm_pro_cols(args, row, kk, cols);  fuse_gemm_pro8_cols(args, row, kk, a, cols);
-//     (fuse_gemm_pro8 in two halves: the other inputs' columns loaded, then the work; the main loop loads
-//     them a chunk ahead)
 //   fuse_gemm_pro_rows is called once by the whole block (rows = the block's rows < M, k = K, part = 8
 //   arrays of 256 floats `stride` floats apart in the weight ring, where the main loop writes only after it)
 //   before the main loop; X[m0 + r, kk .. kk + 8] is then what
@@ -186,8 +181,7 @@ __device__ __forceinline__ FuseSkV4 fuse_sk_pack8(const float (&a)[8]) {
     for (int i = 0; i < 4; ++i) w[i] = fuse_pack2_cvt<DT>(a[2 * i], a[2 * i + 1]);
     return FuseSkV4{w[0], w[1], w[2], w[3]};
 }
-// The in-kernel prologue on 8 consecutive k of one X row, whose FuseProRow the caller holds (with the other
-// inputs' columns there, loaded ahead: the _cols form).
+// The in-kernel prologue on 8 consecutive k of one X row, whose FuseProRow the caller holds.
 template <int DT>
 __device__ __forceinline__ FuseSkV4 fuse_sk_pro8(const FuseArgs& args, const FuseProRow& row, long long k, FuseSkV4 v) {
     float a[8];
@@ -195,23 +189,15 @@ __device__ __forceinline__ FuseSkV4 fuse_sk_pro8(const FuseArgs& args, const Fus
     fuse_gemm_pro8(args, row, k, a);
     return fuse_sk_pack8<DT>(a);
 }
-template <int DT>
-__device__ __forceinline__ FuseSkV4 fuse_sk_pro8_cols(const FuseArgs& args, const FuseProRow& row, long long k, FuseSkV4 v,
-                                                      const FuseProCols& cols) {
-    float a[8];
-    fuse_sk_unpack8<DT>(v, a);
-    fuse_gemm_pro8_cols(args, row, k, a, cols);
-    return fuse_sk_pack8<DT>(a);
-}
 #if defined(FUSE_GEMM_PRO_CAN_SCALE)
 // The same in the scaled form: h in place of X, each reduction's operand folded into `red` (see the
-// generated fuse_gemm_pro8_scaled_cols).
+// generated fuse_gemm_pro8_scaled).
 template <int DT>
-__device__ __forceinline__ FuseSkV4 fuse_sk_pro8_scaled_cols(const FuseArgs& args, const FuseProRow& row, long long k, FuseSkV4 v,
-                                                             float (&red)[FUSE_GEMM_PRO_REDUCTIONS], const FuseProCols& cols) {
+__device__ __forceinline__ FuseSkV4 fuse_sk_pro8_scaled(const FuseArgs& args, const FuseProRow& row, long long k, FuseSkV4 v,
+                                                        float (&red)[FUSE_GEMM_PRO_REDUCTIONS]) {
     float a[8];
     fuse_sk_unpack8<DT>(v, a);
-    fuse_gemm_pro8_scaled_cols(args, row, k, a, red, cols);
+    fuse_gemm_pro8_scaled(args, row, k, a, red);
     return fuse_sk_pack8<DT>(a);
 }
 #endif

@@ -127,16 +127,6 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
     }
     fuse_grid_wait();
     fuse_grid_release();
-    if (SP == 1) {
-        // The epilogue's inputs (a residual, say) at the elements this thread will store, towards L1 now
-        // that they are written: the epilogue then finds them there (its loop below, the same elements).
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-            for (int e = tid; e < 8 * BN; e += 256) {
-                const long long m = m0 + 8 * j + e / BN, n = nblk + e % BN;
-                if (m < M && n < N) fuse_gemm_epilogue_prefetch(p.epi, m, n);
-            }
-    }
 #if FUSE_GEMM_PRO
     static_assert(BM <= FUSE_GEMM_PRO_ROWS, "the in-kernel prologue holds FUSE_GEMM_PRO_ROWS rows");
     // The weight ring holds the row pass's partial sums (8 x 256 floats) before the main loop: from its start,
@@ -298,20 +288,6 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
             }
             FuseSkV4 xq[U][NT];
             loadx(0, xq);
-#if FUSE_GEMM_PRO
-            // The prologue's other inputs (rms_norm's weight, say) at the chunk's columns, loaded a chunk ahead
-            // beside X: a load of their own at each chunk would put its latency on the loop's path.
-            static_assert(NT == 1, "the in-kernel prologue holds one X tile");
-            FuseProCols colq[U];
-            auto load_cols = [&](int c, FuseProCols (&cols)[U]) {
-#pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const long long kk = (long long)c * (CW * KW) + koff + 8 * u;
-                    if (kk < K && xok[0]) fuse_gemm_pro_cols(p.epi, pro_row, kk, cols[u]);
-                }
-            };
-            load_cols(0, colq);
-#endif
 #pragma unroll 1
             for (int c = 0; c < nch; ++c) {
                 if (c + S - 1 < nch) issue_w(c + S - 1);  // into the slot of chunk c-1, which this thread has read
@@ -323,20 +299,18 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                     for (int j = 0; j < NT; ++j) xc[u][j] = xq[u][j];
                 loadx(c + 1, xq);
 #if FUSE_GEMM_PRO
-                FuseProCols colc[U];
-#pragma unroll
-                for (int u = 0; u < U; ++u) colc[u] = colq[u];
-                load_cols(c + 1, colq);
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
                     const long long kk = (long long)c * (CW * KW) + koff + 8 * u;
-                    if (kk < K && xok[0]) {
+#pragma unroll
+                    for (int j = 0; j < NT; ++j)
+                        if (kk < K && xok[j]) {
 #if defined(FUSE_GEMM_PRO_CAN_SCALE)
-                        if (pro_scaled) xc[u][0] = fuse_sk_pro8_scaled_cols<DT>(p.epi, pro_row, kk, xc[u][0], pro_red, colc[u]);
-                        else
+                            if (pro_scaled) xc[u][j] = fuse_sk_pro8_scaled<DT>(p.epi, pro_row, kk, xc[u][j], pro_red);
+                            else
 #endif
-                        xc[u][0] = fuse_sk_pro8_cols<DT>(p.epi, pro_row, kk, xc[u][0], colc[u]);
-                    }
+                            xc[u][j] = fuse_sk_pro8<DT>(p.epi, pro_row, kk, xc[u][j]);
+                        }
                 }
 #endif
                 fuse_cp_async_wait<S - 1>();  // chunk c has landed (each thread reads only what it copied itself)
