@@ -89,14 +89,17 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
     // The launch records read from global memory, and copied into shared memory first (the runtime's define);
     // the builds that time its tasks (FUSE_STEP_TRACE) and fetch each block's next task's weights into L2
     // (FUSE_STEP_PREFETCH).
+    // With the tasks' arguments copied into shared memory (the runtime's define, the largest it gives).
     let shared_table = format!("-DFUSE_STEP_LAUNCHES={}", codegen::ONE_LAUNCH_SHARED_LAUNCHES);
-    let traced = vec![shared_table.clone(), "-DFUSE_STEP_TRACE".to_string()];
-    let prefetched = vec![shared_table.clone(), "-DFUSE_STEP_PREFETCH".to_string()];
+    let params = format!("-DFUSE_STEP_PARAM_WORDS={}", codegen::ONE_LAUNCH_MAX_PARAM_WORDS);
+    let shared = vec![shared_table, params];
+    let with = |define: &str| [shared.clone(), vec![define.to_string()]].concat();
+    let (traced, prefetched) = (with("-DFUSE_STEP_TRACE"), with("-DFUSE_STEP_PREFETCH"));
     // Two step blocks a multiprocessor (FUSE_STEP_BLOCKS_PER_SM): registers capped at 128.
-    let two_blocks = vec![shared_table.clone(), "-DFUSE_STEP_MIN_BLOCKS=2".to_string()];
+    let two_blocks = with("-DFUSE_STEP_MIN_BLOCKS=2");
     let mut prefetches = Vec::new();
     let mut registers = Vec::new();
-    for defines in [vec![], vec![shared_table], traced, prefetched, two_blocks] {
+    for defines in [vec![], shared, traced, prefetched, two_blocks] {
         let ptx = compile_ptx(codegen::ONE_LAUNCH_ENTRY, &source, &defines, "sm_90").expect("the step compiles");
         assert!(ptx.contains(&format!(".entry {}(", codegen::ONE_LAUNCH_ENTRY)), "no entry");
         prefetches.push(ptx.matches("prefetch.global.L2").count());

@@ -13,10 +13,16 @@ use std::fmt::Write;
 /// The machinery around the kernels (included twice: before them, its head; after them, the entry).
 pub const ONE_LAUNCH_MACHINERY: &str = include_str!("cuda/one_launch.cuh");
 
-/// Launch records a step kernel copies into shared memory at most (`-DFUSE_STEP_LAUNCHES`, 24 bytes each: 12 KB
+/// Launch records a step kernel copies into shared memory at most (`-DFUSE_STEP_LAUNCHES`, 32 bytes each: 12 KB
 /// beside the task kernels' own static shared memory, under the 48 KB a kernel may have); a step of more reads
 /// them from global memory.
-pub const ONE_LAUNCH_SHARED_LAUNCHES: usize = 512;
+pub const ONE_LAUNCH_SHARED_LAUNCHES: usize = 384;
+
+/// Argument words a step kernel copies into shared memory for each task at most (`-DFUSE_STEP_PARAM_WORDS`, the
+/// step's largest launch's): a task's body then reads its arguments (sizes, strides, pointers: a chain of
+/// dependent reads in every kernel's index arithmetic) there, not from global memory at L2's latency, as a
+/// launch reads its parameters from the constant bank. A step with larger arguments reads them in place.
+pub const ONE_LAUNCH_MAX_PARAM_WORDS: usize = 512;
 
 /// Threads a block of a persistent step at most: a launch of larger blocks stays a launch of its own, so
 /// kernels recorded for one launch take a form within it where they have one.
@@ -31,8 +37,9 @@ pub const ONE_LAUNCH_FILL: u32 = 0xffff_fff0;
 pub const ONE_LAUNCH_COPY: u32 = 0xffff_fff1;
 
 /// One recorded launch as the step kernel reads it (`FuseStepLaunch` in `cuda/one_launch.cuh`): the address of
-/// its argument words, its dispatch case, blocks, threads a block, and whether it waits for the launch before
-/// inside (`fuse_grid_wait`) rather than before it starts. Packed here only, for the runtime's tables.
+/// its argument words, its dispatch case, blocks, threads a block, whether it waits for the launch before
+/// inside (`fuse_grid_wait`) rather than before it starts, and its argument words' count. Packed here only,
+/// for the runtime's tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StepLaunchRecord {
     pub params: u64,
@@ -40,15 +47,17 @@ pub struct StepLaunchRecord {
     pub grid: u32,
     pub threads: u32,
     pub overlap: bool,
+    pub param_words: u32,
 }
 
 impl StepLaunchRecord {
-    /// Its three 64-bit words, as the struct lies in memory (little-endian).
-    pub fn words(&self) -> [u64; 3] {
+    /// Its four 64-bit words, as the struct lies in memory (little-endian).
+    pub fn words(&self) -> [u64; 4] {
         [
             self.params,
             u64::from(self.kernel) | u64::from(self.grid) << 32,
             u64::from(self.threads) | u64::from(self.overlap) << 32,
+            u64::from(self.param_words),
         ]
     }
 }
@@ -218,6 +227,7 @@ mod tests {
             "unsigned grid;",
             "unsigned threads;",
             "unsigned overlap;",
+            "unsigned param_words;",
             "struct FuseStepArgs {",
         ]);
         declared(&[
@@ -229,8 +239,8 @@ mod tests {
             "unsigned long long launch_count;",
             "unsigned long long* trace;",
         ]);
-        let r = StepLaunchRecord { params: 0x1000, kernel: 3, grid: 7, threads: 128, overlap: true };
-        assert_eq!(r.words(), [0x1000, 3 | 7 << 32, 128 | 1 << 32]);
+        let r = StepLaunchRecord { params: 0x1000, kernel: 3, grid: 7, threads: 128, overlap: true, param_words: 9 };
+        assert_eq!(r.words(), [0x1000, 3 | 7 << 32, 128 | 1 << 32, 9]);
         assert_eq!(step_argument_words(1, 2, 3, 4, 5, 6), [1, 2, 3, 4, 5, 6]);
         assert!(ONE_LAUNCH_MACHINERY.contains(&format!("#define FUSE_STEP_TRACE_STAMPS {ONE_LAUNCH_TRACE_STAMPS}")));
     }

@@ -158,6 +158,8 @@ struct FuseStepLaunch {
   unsigned grid;              // its blocks
   unsigned threads;           // threads a block (whole warps, at most the step's)
   unsigned overlap;           // 1: it waits for the launch before in its fuse_grid_wait; 0: before it starts
+  unsigned param_words;       // its argument words (at most FUSE_STEP_PARAM_WORDS where that is set)
+  unsigned pad;
 };
 struct FuseStepArgs {
   const FuseStepLaunch* launches;
@@ -194,8 +196,19 @@ __device__ __forceinline__ void fuse_step_prefetch(unsigned kernel, const void* 
 #define FUSE_STEP_MIN_BLOCKS 1
 #endif
 
+// -DFUSE_STEP_PARAM_WORDS=n (the runtime's: the step's largest launch's argument words): each task's arguments
+// are copied into shared memory as the block sets it up, so that its body reads them there (its index
+// arithmetic is a chain of such reads) rather than from global memory, as a launch reads its parameters from
+// the constant bank.
+#ifndef FUSE_STEP_PARAM_WORDS
+#define FUSE_STEP_PARAM_WORDS 0
+#endif
+
 extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, FUSE_STEP_MIN_BLOCKS) FUSE_STEP_NAME(const FuseStepArgs a) {
   __shared__ unsigned long long fuse_step_epoch;
+#if FUSE_STEP_PARAM_WORDS > 0
+  __shared__ __align__(16) unsigned long long fuse_task_params[FUSE_STEP_PARAM_WORDS];
+#endif
 #if FUSE_STEP_LAUNCHES > 0
   __shared__ FuseStepLaunch fuse_step_table[FUSE_STEP_LAUNCHES];
   for (unsigned i = threadIdx.x; i < FUSE_STEP_LAUNCHES; i += blockDim.x) fuse_step_table[i] = a.launches[i];
@@ -236,6 +249,18 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, FUSE_STEP_MIN_BL
     FUSE_STEP_STAMP(slot, 0);
     if (threadIdx.x == 0) fuse_task_trace = slot;
 #endif
+#if FUSE_STEP_PARAM_WORDS > 0
+    // The task's arguments (the host's, never written by the step) into shared memory, before the waits below
+    // so that their latency overlaps them; every thread is past the previous task's body (the barrier that
+    // ended it), the barrier below orders them before this one.
+    {
+      const unsigned long long* from = (const unsigned long long*)l.params;
+      for (unsigned w = threadIdx.x; w < l.param_words; w += blockDim.x) fuse_task_params[w] = from[w];
+    }
+    const void* const params = fuse_task_params;
+#else
+    const void* const params = (const void*)l.params;
+#endif
     if (threadIdx.x == 0) {
       if (j >= 2) await_launch(j - 2);
       if (j >= 1 && !l.overlap) await_launch(j - 1);
@@ -251,7 +276,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, FUSE_STEP_MIN_BL
     __syncthreads();
     FUSE_STEP_STAMP(slot, 1);
     if (threadIdx.x < l.threads) {
-      fuse_step_run(l.kernel, (const void*)l.params);
+      fuse_step_run(l.kernel, params);
 #if __CUDA_ARCH__ >= 800
       // A kernel's exit drains its copies in flight; a task's return does not, and the next task of the
       // same kernel on this block reuses its shared memory.

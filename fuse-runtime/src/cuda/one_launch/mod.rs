@@ -20,7 +20,7 @@ use crate::graph::OneLaunchReport;
 use crate::{Device, Result};
 use fuse_ir::codegen::{
     one_launch_source, task_refusal, TaskKernel, ONE_LAUNCH_COPY, ONE_LAUNCH_ENTRY, ONE_LAUNCH_FILL,
-    ONE_LAUNCH_MAX_TASK_THREADS, ONE_LAUNCH_SHARED_LAUNCHES,
+    ONE_LAUNCH_MAX_PARAM_WORDS, ONE_LAUNCH_MAX_TASK_THREADS, ONE_LAUNCH_SHARED_LAUNCHES,
 };
 use std::collections::HashMap;
 use tables::StepTables;
@@ -236,6 +236,10 @@ fn persistent_kernel(
         arch,
         argument_words: tables::ARGUMENT_WORDS,
     };
+    let param_words = ops.iter().map(|op| op.words.len()).max().unwrap_or(0);
+    if (1..=ONE_LAUNCH_MAX_PARAM_WORDS).contains(&param_words) {
+        kernel_source.defines.push(format!("-DFUSE_STEP_PARAM_WORDS={param_words}"));
+    }
     if trace.is_some() {
         kernel_source.defines.push("-DFUSE_STEP_TRACE".to_string());
     }
@@ -251,9 +255,9 @@ fn persistent_kernel(
     }
     let gpu = Device::Cuda(device.clone());
     let one_block = LaunchDims { grid: 1, block: threads, cluster: 1, shared_bytes };
-    // The launch table in shared memory sits beside every task kernel's own static shared memory, which may
-    // leave it no room: then the tasks read the table from global memory.
-    let shared_table = |d: &String| d.starts_with("-DFUSE_STEP_LAUNCHES=");
+    // The launch table and the task arguments in shared memory sit beside every task kernel's own static
+    // shared memory, which may leave them no room: then the tasks read them from global memory.
+    let shared_table = |d: &String| d.starts_with("-DFUSE_STEP_LAUNCHES=") || d.starts_with("-DFUSE_STEP_PARAM_WORDS=");
     // Compiled once: sized to one block to ask how many the GPU holds at once, then to those.
     let probe = CustomKernel::new(&gpu, &kernel_source, one_block).or_else(|e| {
         if !kernel_source.defines.iter().any(shared_table) {

@@ -64,8 +64,15 @@ impl StepTables {
             .zip(&offsets)
             .flat_map(|(op, offset)| {
                 let params = params.address() + 8 * *offset as u64;
-                StepLaunchRecord { params, kernel: op.kernel, grid: op.grid, threads: op.threads, overlap: op.overlap }
-                    .words()
+                StepLaunchRecord {
+                    params,
+                    kernel: op.kernel,
+                    grid: op.grid,
+                    threads: op.threads,
+                    overlap: op.overlap,
+                    param_words: op.words.len() as u32,
+                }
+                .words()
             })
             .collect();
         let tasks: Vec<u64> = lists.iter().flatten().map(|&(j, b)| u64::from(j) << 32 | u64::from(b)).collect();
