@@ -66,6 +66,13 @@ pub(crate) fn step_prefetch() -> bool {
     *ON.get_or_init(|| std::env::var("FUSE_STEP_PREFETCH").is_ok_and(|v| ["on", "1", "true"].contains(&v.trim())))
 }
 
+/// `FUSE_STEP_SHARED_PARAMS=on` (or `1`): one-launch step kernels copy each task's arguments into shared memory
+/// as its block sets it up (`-DFUSE_STEP_PARAM_WORDS`). Off by default until it has run on a GPU; for the A/B.
+pub(crate) fn step_shared_params() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FUSE_STEP_SHARED_PARAMS").is_ok_and(|v| ["on", "1", "true"].contains(&v.trim())))
+}
+
 /// `FUSE_STEP_SPLIT_KEYS=N`: the fewest keys a decode attention split covers (but the last) in a step recorded
 /// for one launch, whose splits merge through global memory and a last block (no clusters there); the
 /// library's default otherwise (`fuse_ir::codegen::ATTENTION_DECODE_SPLIT_KEYS`). For the A/B.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The generated one-launch step on the GPU machine (issue 33), after
 # `GPU_BUNDLE_KEEP='^(example-bench_decode|test-(graphs|one_launch_step)-[0-9a-f]+)$' scripts/gpu/gpu-bundle.sh` here:
-#   scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [splits] [blocks] [ab] [trace]
+#   scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [params] [splits] [blocks] [ab] [trace]
 # (with `scripts/gpu/gpu-bundle.sh REV ...` after GPU_BUNDLE_KEEP, bench_decode built at each REV rides along)
 # tests: the one-launch tests (graphs' and fuse-models' one_launch_step, GPU cases) with FUSE_TEST_GPU=1 ->
 # OUTDIR/tests.log;
@@ -12,10 +12,11 @@
 # prefetch: the generated step with FUSE_STEP_PREFETCH off and on, alternated -> OUTDIR/prefetch.log;
 # splits: the generated step with each FUSE_STEP_SPLIT_KEYS of SPLIT_FLOORS, alternated -> OUTDIR/splits.log;
 # blocks: the generated step with FUSE_STEP_BLOCKS_PER_SM 1 and 2, alternated -> OUTDIR/blocks.log;
+# params: the generated step with FUSE_STEP_SHARED_PARAMS off and on, alternated -> OUTDIR/params.log;
 # ab: graph and generated from this tree's bench_decode and each REV's, alternated -> OUTDIR/ab.log;
 # trace: FUSE_STEP_TRACE over the generated step at batch 1 -> OUTDIR/trace.tsv.xz (scripts/gpu/step-trace.py).
 set -uo pipefail
-out=${1:?usage: scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [splits] [blocks] [ab] [trace]}
+out=${1:?usage: scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [params] [splits] [blocks] [ab] [trace]}
 shift
 mkdir -p "$out"
 if [ -f .gpu/bins.tar.xz ]; then tar -C .gpu -xJf .gpu/bins.tar.xz && rm .gpu/bins.tar.xz; fi
@@ -74,6 +75,17 @@ for step in "$@"; do
           echo "== FUSE_STEP_PREFETCH=$on, round $round" >>"$out/prefetch.log"
           FUSE_STEP_PREFETCH=$on FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 100 .gpu/bin/example-bench_decode --batches "${BENCH_BATCHES:-1,16}" \
             --cached "${BENCH_CACHED:-128}" --modes generated --extras off --steps 48 2>&1 | grep -E "^generated " >>"$out/prefetch.log"
+        done
+      done
+      ;;
+    params)
+      # The generated step with its tasks' arguments read in place and copied into shared memory
+      # (FUSE_STEP_SHARED_PARAMS), alternated, twice.
+      for round in 1 2; do
+        for on in off on; do
+          echo "== FUSE_STEP_SHARED_PARAMS=$on, round $round" >>"$out/params.log"
+          FUSE_STEP_SHARED_PARAMS=$on FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 100 .gpu/bin/example-bench_decode --batches "${BENCH_BATCHES:-1,16}" \
+            --cached "${BENCH_CACHED:-128}" --modes generated --extras off --steps 48 2>&1 | grep -E "^generated " >>"$out/params.log"
         done
       done
       ;;

@@ -237,7 +237,7 @@ fn persistent_kernel(
         argument_words: tables::ARGUMENT_WORDS,
     };
     let param_words = ops.iter().map(|op| op.words.len()).max().unwrap_or(0);
-    if (1..=ONE_LAUNCH_MAX_PARAM_WORDS).contains(&param_words) {
+    if crate::env::step_shared_params() && (1..=ONE_LAUNCH_MAX_PARAM_WORDS).contains(&param_words) {
         kernel_source.defines.push(format!("-DFUSE_STEP_PARAM_WORDS={param_words}"));
     }
     if trace.is_some() {
