@@ -505,6 +505,19 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
                                 "-DFUSE_DECODE_PASS_ROWS=2",
                                 ATTENTION_DECODE_EARLY_DEFINE,
                             ]),
+                            // A one-launch step's form: 2 row groups, a split floor and one split for short
+                            // sequences (FUSE_STEP_SPLIT_KEYS, FUSE_STEP_ONE_SPLIT_KEYS).
+                            with(&[
+                                ATTENTION_DECODE_ROPE_DEFINE,
+                                "-DFUSE_DECODE_PASS_ROWS=2",
+                                "-DFUSE_DECODE_ROW_GROUPS=2",
+                                ATTENTION_DECODE_VECTOR_DEFINE,
+                                ATTENTION_DECODE_EARLY_DEFINE,
+                                "-DFUSE_DECODE_EXACT_D=1",
+                                ATTENTION_DECODE_ROPE_VECTOR_DEFINE,
+                                "-DFUSE_DECODE_SPLIT_KEYS=128",
+                                "-DFUSE_DECODE_ONE_SPLIT_KEYS=192",
+                            ]),
                         ]
                     })
                     .collect(),

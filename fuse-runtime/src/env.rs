@@ -100,6 +100,15 @@ pub(crate) fn step_blocks_per_sm() -> u32 {
     })
 }
 
+/// `FUSE_STEP_ONE_SPLIT_KEYS=N`: in a step recorded for one launch, a sequence whose decode attention sees at most
+/// N keys takes one split (no merge); 0 (the default): the split floor alone decides. For the A/B.
+pub(crate) fn step_one_split_keys() -> usize {
+    static KEYS: OnceLock<usize> = OnceLock::new();
+    *KEYS.get_or_init(|| {
+        std::env::var("FUSE_STEP_ONE_SPLIT_KEYS").ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(0)
+    })
+}
+
 /// `FUSE_CPU_AMX`: `off` (or `0`, `false`) keeps the CPU's quantized products off Intel AMX tiles where the CPU
 /// has them (for comparison); anything else or unset lets the library use them.
 pub(crate) fn cpu_amx() -> bool {

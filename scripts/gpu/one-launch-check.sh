@@ -10,7 +10,8 @@
 # finding is in;
 # bench: bench_decode's graph, task-graph and generated modes (BENCH_MODES, BENCH_BATCHES, BENCH_CACHED) -> OUTDIR/bench.log;
 # prefetch: the generated step with FUSE_STEP_PREFETCH off and on, alternated -> OUTDIR/prefetch.log;
-# splits: the generated step with each FUSE_STEP_SPLIT_KEYS of SPLIT_FLOORS, alternated -> OUTDIR/splits.log;
+# splits: the generated step with each FUSE_STEP_SPLIT_KEYS of SPLIT_FLOORS (FUSE_STEP_ONE_SPLIT_KEYS=ONE_SPLIT_KEYS),
+# alternated -> OUTDIR/splits.log;
 # blocks: the generated step with FUSE_STEP_BLOCKS_PER_SM 1 and 2, alternated -> OUTDIR/blocks.log;
 # params: the generated step with FUSE_STEP_SHARED_PARAMS off and on, alternated -> OUTDIR/params.log;
 # ab: graph and generated from this tree's bench_decode and each REV's, alternated -> OUTDIR/ab.log;
@@ -104,8 +105,8 @@ for step in "$@"; do
       # 128 and 1024 cached keys, alternated, twice.
       for round in 1 2; do
         for keys in ${SPLIT_FLOORS:-64 128 256 1024}; do
-          echo "== FUSE_STEP_SPLIT_KEYS=$keys, round $round" >>"$out/splits.log"
-          FUSE_STEP_SPLIT_KEYS=$keys FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 100 .gpu/bin/example-bench_decode --batches "${BENCH_BATCHES:-1,16}" \
+          echo "== FUSE_STEP_SPLIT_KEYS=$keys FUSE_STEP_ONE_SPLIT_KEYS=${ONE_SPLIT_KEYS:-0}, round $round" >>"$out/splits.log"
+          FUSE_STEP_ONE_SPLIT_KEYS=${ONE_SPLIT_KEYS:-0} FUSE_STEP_SPLIT_KEYS=$keys FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 100 .gpu/bin/example-bench_decode --batches "${BENCH_BATCHES:-1,16}" \
             --cached 128,1024 --modes generated --extras off --steps 48 2>&1 | grep -E "^generated " >>"$out/splits.log"
         done
       done

@@ -112,6 +112,10 @@ pub struct AttentionLaunch {
     /// Decode: the fewest keys a split covers but the last (the kernel evens a sequence's keys out over as
     /// many splits as that leaves, `FUSE_DECODE_SPLIT_KEYS`): [`ATTENTION_DECODE_SPLIT_KEYS`] unless asked.
     pub split_floor: usize,
+    /// Decode: a sequence that sees at most so many keys runs in one split, whatever the others (0: none;
+    /// `FUSE_DECODE_ONE_SPLIT_KEYS`): the kernel chooses per sequence on the device, where the launch covers
+    /// the cache's capacity.
+    pub one_split_keys: usize,
 }
 
 impl AttentionLaunch {
@@ -132,12 +136,21 @@ impl AttentionLaunch {
         if self.decode && self.split_floor != ATTENTION_DECODE_SPLIT_KEYS {
             defines.push(format!("-DFUSE_DECODE_SPLIT_KEYS={}", self.split_floor));
         }
+        if self.decode && self.one_split_keys > 0 {
+            defines.push(format!("-DFUSE_DECODE_ONE_SPLIT_KEYS={}", self.one_split_keys));
+        }
         defines
     }
 
     /// Threads a block of the decode kernel.
     pub fn decode_threads(&self) -> u32 {
         ATTENTION_DECODE_THREADS * self.row_groups as u32
+    }
+
+    /// The same launch where a sequence seeing at most `keys` keys takes one split (no partials to merge);
+    /// prefill unchanged.
+    pub fn one_split_up_to(self, keys: usize) -> AttentionLaunch {
+        AttentionLaunch { one_split_keys: if self.decode { keys } else { 0 }, ..self }
     }
 
     /// The same launch with blocks of at most `max_threads` (at least one row group's): as many decode row
@@ -218,6 +231,7 @@ fn launch_with_split_floor(shape: AttentionShape, sm_count: usize, split_floor: 
             exact_d: shape.d == held_d,
             row_groups,
             split_floor,
+            one_split_keys: 0,
         };
     }
     let q_tiles = (shape.queries * group).div_ceil(ATTENTION_ROW_TILE).max(1);
@@ -244,6 +258,7 @@ fn launch_with_split_floor(shape: AttentionShape, sm_count: usize, split_floor: 
         exact_d: shape.d == held_d,
         row_groups: 1,
         split_floor: ATTENTION_DECODE_SPLIT_KEYS,
+        one_split_keys: 0,
     }
 }
 
@@ -348,6 +363,12 @@ mod tests {
         let l = attention_launch_with_split_floor(s, H200_SMS, ATTENTION_DECODE_SPLIT_KEYS);
         assert_eq!(l, attention_launch(s, H200_SMS));
         assert!(!l.defines(DType::BF16).iter().any(|d| d.starts_with("-DFUSE_DECODE_SPLIT_KEYS")));
+        // One split for short sequences: the kernel is told, the grid is not changed.
+        let one = l.one_split_up_to(192);
+        assert_eq!((one.splits, one.items), (l.splits, l.items));
+        assert!(one.defines(DType::BF16).contains(&"-DFUSE_DECODE_ONE_SPLIT_KEYS=192".to_string()));
+        let prefill = attention_launch(shape(1, 32, 8, 512, 512, 64), H200_SMS);
+        assert!(!prefill.decode && prefill.one_split_up_to(192).one_split_keys == 0);
     }
 
     #[test]

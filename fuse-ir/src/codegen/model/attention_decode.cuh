@@ -88,6 +88,11 @@
 #ifndef FUSE_DECODE_SPLIT_KEYS
 #define FUSE_DECODE_SPLIT_KEYS 64
 #endif
+// A sequence that sees at most so many keys takes one split, whatever the grid (0: none; the host's
+// one_split_keys): where merging splits costs more than the keys they share out.
+#ifndef FUSE_DECODE_ONE_SPLIT_KEYS
+#define FUSE_DECODE_ONE_SPLIT_KEYS 0
+#endif
 // 1: the variant with rope and the cache appends fused in (rope_x set); 0: plain attention (rope_x null).
 #ifndef FUSE_DECODE_ROPE
 #define FUSE_DECODE_ROPE 0
@@ -309,6 +314,7 @@ __device__ __forceinline__ FuseDecodeRange fuse_decode_range(unsigned int lens_b
   const unsigned int seen = (unsigned int)max(0, min(r.causal_keys + (int)queries - 1, (int)batch_keys));
   // The splits this sequence uses, evened out; the others do nothing.
   r.used = min(splits, max(1u, (seen + FUSE_DECODE_SPLIT_KEYS - 1) / FUSE_DECODE_SPLIT_KEYS));
+  if (FUSE_DECODE_ONE_SPLIT_KEYS > 0 && seen <= FUSE_DECODE_ONE_SPLIT_KEYS) r.used = 1;
   r.active = split < r.used;
   const unsigned int split_keys = (seen + r.used - 1) / r.used;
   const unsigned int begin = split * split_keys;

@@ -105,6 +105,7 @@ impl Executor<'_> {
         // splits merge without clusters.
         let launch = match self.device.recorder().is_on() {
             true => attention_launch_with_split_floor(shape, self.device.sm_count(), crate::env::step_split_keys())
+                .one_split_up_to(crate::env::step_one_split_keys())
                 .within_threads(ONE_LAUNCH_MAX_TASK_THREADS),
             false => attention_launch(shape, self.device.sm_count()),
         };

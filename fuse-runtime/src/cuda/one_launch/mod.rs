@@ -29,6 +29,10 @@ use tables::StepTables;
 const ONE_LAUNCH_MAX_WAVES: usize = 4;
 /// Blocks a recorded memset or copy is spread over as tasks, at most.
 const MAX_COPY_BLOCKS: usize = 64;
+/// The step kernel's defines (with their value after) that put the launch table and the task arguments in
+/// shared memory: dropped together where the task kernels leave them no room.
+const SHARED_LAUNCHES_DEFINE: &str = "-DFUSE_STEP_LAUNCHES=";
+const SHARED_PARAMS_DEFINE: &str = "-DFUSE_STEP_PARAM_WORDS=";
 
 /// One launch of the rebuilt step, in order.
 pub(crate) enum Item {
@@ -230,7 +234,7 @@ fn persistent_kernel(
         entry: ONE_LAUNCH_ENTRY.to_string(),
         source,
         defines: match ops.len() {
-            n if n <= ONE_LAUNCH_SHARED_LAUNCHES => vec![format!("-DFUSE_STEP_LAUNCHES={n}")],
+            n if n <= ONE_LAUNCH_SHARED_LAUNCHES => vec![format!("{SHARED_LAUNCHES_DEFINE}{n}")],
             _ => Vec::new(),
         },
         arch,
@@ -238,7 +242,7 @@ fn persistent_kernel(
     };
     let param_words = ops.iter().map(|op| op.words.len()).max().unwrap_or(0);
     if crate::env::step_shared_params() && (1..=ONE_LAUNCH_MAX_PARAM_WORDS).contains(&param_words) {
-        kernel_source.defines.push(format!("-DFUSE_STEP_PARAM_WORDS={param_words}"));
+        kernel_source.defines.push(format!("{SHARED_PARAMS_DEFINE}{param_words}"));
     }
     if trace.is_some() {
         kernel_source.defines.push("-DFUSE_STEP_TRACE".to_string());
@@ -257,7 +261,7 @@ fn persistent_kernel(
     let one_block = LaunchDims { grid: 1, block: threads, cluster: 1, shared_bytes };
     // The launch table and the task arguments in shared memory sit beside every task kernel's own static
     // shared memory, which may leave them no room: then the tasks read them from global memory.
-    let shared_table = |d: &String| d.starts_with("-DFUSE_STEP_LAUNCHES=") || d.starts_with("-DFUSE_STEP_PARAM_WORDS=");
+    let shared_table = |d: &String| d.starts_with(SHARED_LAUNCHES_DEFINE) || d.starts_with(SHARED_PARAMS_DEFINE);
     // Compiled once: sized to one block to ask how many the GPU holds at once, then to those.
     let probe = CustomKernel::new(&gpu, &kernel_source, one_block).or_else(|e| {
         if !kernel_source.defines.iter().any(shared_table) {
