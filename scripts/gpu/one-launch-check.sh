@@ -10,8 +10,8 @@
 # finding is in;
 # bench: bench_decode's graph, task-graph and generated modes (BENCH_MODES, BENCH_BATCHES, BENCH_CACHED) -> OUTDIR/bench.log;
 # prefetch: the generated step with FUSE_STEP_PREFETCH off and on, alternated -> OUTDIR/prefetch.log;
-# splits: the generated step with each FUSE_STEP_SPLIT_KEYS of SPLIT_FLOORS (FUSE_STEP_ONE_SPLIT_KEYS=ONE_SPLIT_KEYS),
-# alternated -> OUTDIR/splits.log;
+# splits: the generated step with each floor:one-split-keys pair of SPLITS (FUSE_STEP_SPLIT_KEYS,
+# FUSE_STEP_ONE_SPLIT_KEYS) at 128 and 1024 cached, alternated -> OUTDIR/splits.log;
 # blocks: the generated step with FUSE_STEP_BLOCKS_PER_SM 1 and 2, alternated -> OUTDIR/blocks.log;
 # params: the generated step with FUSE_STEP_SHARED_PARAMS off and on, alternated -> OUTDIR/params.log;
 # ab: graph and generated from this tree's bench_decode and each REV's, alternated -> OUTDIR/ab.log;
@@ -25,6 +25,20 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} FUSE_TEST_GPU=
 graphs=$(ls .gpu/bin/test-graphs-* | head -1)
 model=$(ls .gpu/bin/test-one_launch_step-* | head -1)
 quiet() { grep -v -E '^\s+[0-9]+: |^note: |^stack backtrace|^\s+at '; }
+# alternate LOG CACHED SETTING...: the generated step under each SETTING (environment assignments, separated by
+# spaces), alternated, twice -> OUTDIR/LOG.
+alternate() {
+  local log=$1 cached=$2
+  shift 2
+  for round in 1 2; do
+    for setting in "$@"; do
+      echo "== $setting, round $round" >>"$out/$log"
+      # shellcheck disable=SC2086 # a setting is words
+      env $setting FUSE_TUNE_FILE="$(mktemp -d)/t.tsv" timeout 100 .gpu/bin/example-bench_decode --batches "${BENCH_BATCHES:-1,16}" \
+        --cached "$cached" --modes generated --extras off --steps 48 2>&1 | grep -E "^generated " >>"$out/$log"
+    done
+  done
+}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader >"$out/gpu.txt" 2>&1
 for step in "$@"; do
   case $step in
@@ -69,47 +83,16 @@ for step in "$@"; do
       FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 150 .gpu/bin/example-bench_decode --batches "${BENCH_BATCHES:-1,16}" \
         --cached "${BENCH_CACHED:-128}" --modes "${BENCH_MODES:-graph,task-graph,generated}" --extras off --steps 48 >"$out/bench.log" 2>&1
       ;;
-    prefetch)
-      # The same generated step with and without FUSE_STEP_PREFETCH, alternated, twice.
-      for round in 1 2; do
-        for on in off on; do
-          echo "== FUSE_STEP_PREFETCH=$on, round $round" >>"$out/prefetch.log"
-          FUSE_STEP_PREFETCH=$on FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 100 .gpu/bin/example-bench_decode --batches "${BENCH_BATCHES:-1,16}" \
-            --cached "${BENCH_CACHED:-128}" --modes generated --extras off --steps 48 2>&1 | grep -E "^generated " >>"$out/prefetch.log"
-        done
-      done
-      ;;
-    params)
-      # The generated step with its tasks' arguments read in place and copied into shared memory
-      # (FUSE_STEP_SHARED_PARAMS), alternated, twice.
-      for round in 1 2; do
-        for on in off on; do
-          echo "== FUSE_STEP_SHARED_PARAMS=$on, round $round" >>"$out/params.log"
-          FUSE_STEP_SHARED_PARAMS=$on FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 100 .gpu/bin/example-bench_decode --batches "${BENCH_BATCHES:-1,16}" \
-            --cached "${BENCH_CACHED:-128}" --modes generated --extras off --steps 48 2>&1 | grep -E "^generated " >>"$out/params.log"
-        done
-      done
-      ;;
-    blocks)
-      # The generated step built for 1 and 2 blocks a multiprocessor (FUSE_STEP_BLOCKS_PER_SM), alternated, twice.
-      for round in 1 2; do
-        for n in 1 2; do
-          echo "== FUSE_STEP_BLOCKS_PER_SM=$n, round $round" >>"$out/blocks.log"
-          FUSE_STEP_BLOCKS_PER_SM=$n FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 100 .gpu/bin/example-bench_decode --batches "${BENCH_BATCHES:-1,16}" \
-            --cached "${BENCH_CACHED:-128}" --modes generated --extras off --steps 48 2>&1 | grep -E "^generated " >>"$out/blocks.log"
-        done
-      done
-      ;;
+    prefetch) alternate prefetch.log "${BENCH_CACHED:-128}" FUSE_STEP_PREFETCH=off FUSE_STEP_PREFETCH=on ;;
+    params) alternate params.log "${BENCH_CACHED:-128}" FUSE_STEP_SHARED_PARAMS=off FUSE_STEP_SHARED_PARAMS=on ;;
+    blocks) alternate blocks.log "${BENCH_CACHED:-128}" FUSE_STEP_BLOCKS_PER_SM=1 FUSE_STEP_BLOCKS_PER_SM=2 ;;
     splits)
-      # The generated step with each decode attention split floor (FUSE_STEP_SPLIT_KEYS, SPLIT_FLOORS), at
-      # 128 and 1024 cached keys, alternated, twice.
-      for round in 1 2; do
-        for keys in ${SPLIT_FLOORS:-64 128 256 1024}; do
-          echo "== FUSE_STEP_SPLIT_KEYS=$keys FUSE_STEP_ONE_SPLIT_KEYS=${ONE_SPLIT_KEYS:-0}, round $round" >>"$out/splits.log"
-          FUSE_STEP_ONE_SPLIT_KEYS=${ONE_SPLIT_KEYS:-0} FUSE_STEP_SPLIT_KEYS=$keys FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 100 .gpu/bin/example-bench_decode --batches "${BENCH_BATCHES:-1,16}" \
-            --cached 128,1024 --modes generated --extras off --steps 48 2>&1 | grep -E "^generated " >>"$out/splits.log"
-        done
+      # SPLITS: floor:one-split-keys pairs (FUSE_STEP_SPLIT_KEYS, FUSE_STEP_ONE_SPLIT_KEYS), at 128 and 1024 cached.
+      settings=()
+      for pair in ${SPLITS:-64:0 64:192 256:0 1024:0}; do
+        settings+=("FUSE_STEP_SPLIT_KEYS=${pair%%:*} FUSE_STEP_ONE_SPLIT_KEYS=${pair##*:}")
       done
+      alternate splits.log 128,1024 "${settings[@]}"
       ;;
     ab)
       # The generated step from this tree and from each revision built beside it (gpu-bundle.sh REV ...),
