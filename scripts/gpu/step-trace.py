@@ -9,7 +9,8 @@ table: the step's span; per kernel name, the tasks' body times (median), the wai
 own marks (FUSE_TASK_MARK 0 .. 2, after the wait); per launch
 (the first N), when its first task started, when its last grid wait returned, when its last task ended and
 signalled, and the gap from the launch before's last signal to its own last grid-wait return (the hand-off);
-then the span split by kernel: hand-offs, critical bodies (last wait returning -> last task ending), signals.
+then the span split by kernel: hand-offs, critical bodies (last wait returning -> last task ending), signals;
+then per kernel each phase of a task (to the body, to its wait, to each mark, to its end, to its signal).
 """
 import lzma
 import statistics
@@ -103,6 +104,34 @@ def main():
     print(f"\n{'kernel':60} {'launches':>8} {'span us':>8} {'handoff':>8} {'body':>8} {'signal':>8}")
     for name, (n, span, handoff, body, signal) in sorted(parts.items(), key=lambda kv: -kv[1][1]):
         print(f"{name[:60]:60} {n:8} {span:8.1f} {handoff:8.1f} {body:8.1f} {signal:8.1f}")
+    phases(by_name)
+
+
+# A task's phases, from one stamp to the next written (index into the stamps: setup 3, body 4, grid wait 5,
+# body end 6, signal 7, marks 8 .. 10), in the order they happen.
+PHASES = [("setup", 3), ("body", 4), ("wait", 5), ("mark0", 8), ("mark1", 9), ("mark2", 10), ("end", 6), ("signal", 7)]
+
+
+def phases(by_name):
+    """Per kernel, each phase's time (from the stamp before that the task wrote) as 10th percentile / median /
+    90th percentile in us: what a task spends before its wait, after it, inside the kernel's marks, after
+    its last mark, and signalling."""
+    print(f"\nper task, us from the stamp before (p10 / median / p90; '-' where no task wrote the stamp)")
+    for name, ts in sorted(by_name.items(), key=lambda kv: -len(kv[1])):
+        cells = []
+        for label, k in PHASES[1:]:
+            spans = []
+            for t in ts:
+                if t[k] is None:
+                    continue
+                before = max((t[j] for _, j in PHASES[: PHASES.index((label, k))] if t[j] is not None), default=None)
+                if before is not None:
+                    spans.append((t[k] - before) / 1000)
+            if spans:
+                spans.sort()
+                pick = lambda q: spans[min(len(spans) - 1, int(q * len(spans)))]
+                cells.append(f"{label} {pick(0.1):.2f}/{statistics.median(spans):.2f}/{pick(0.9):.2f}")
+        print(f"  {name[:60]}: " + ", ".join(cells))
 
 
 if __name__ == "__main__":
