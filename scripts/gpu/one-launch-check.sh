@@ -106,9 +106,13 @@ for step in "$@"; do
       done
       ;;
     trace)
-      # Where the generated step's time goes (batch 1): scripts/gpu/step-trace.py here reads the file.
-      FUSE_STEP_TRACE="$out/trace.tsv" FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 90 .gpu/bin/example-bench_decode --batches 1 \
-        --cached "${BENCH_CACHED:-128}" --modes generated --extras off --steps 8 >"$out/trace-bench.log" 2>&1
+      # Where the generated step's time goes (batch 1): scripts/gpu/step-trace.py here reads the file. With
+      # FUSE_DEBUG=3: the template and config each product took (its calls before the step is recorded),
+      # each distinct line counted, at the end of trace-bench.log.
+      FUSE_DEBUG=3 FUSE_STEP_TRACE="$out/trace.tsv" FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 90 .gpu/bin/example-bench_decode \
+        --batches 1 --cached "${BENCH_CACHED:-128}" --modes generated --extras off --steps 8 >/tmp/trace-bench.log 2>&1
+      grep -v "^fuse: " /tmp/trace-bench.log >"$out/trace-bench.log"
+      grep -E "^fuse: .*template" /tmp/trace-bench.log | sed -E 's/^fuse: [^:]*: //' | sort | uniq -c | sort -rn | head -40 >>"$out/trace-bench.log"
       xz -9 "$out/trace.tsv"
       ;;
   esac
