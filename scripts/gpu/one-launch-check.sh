@@ -3,8 +3,8 @@
 # `GPU_BUNDLE_KEEP='^(example-bench_decode|test-(graphs|one_launch_step)-[0-9a-f]+)$' scripts/gpu/gpu-bundle.sh` here:
 #   scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [params] [splits] [blocks] [ab] [trace]
 # (with `scripts/gpu/gpu-bundle.sh REV ...` after GPU_BUNDLE_KEEP, bench_decode built at each REV rides along)
-# tests: the one-launch tests (graphs' and fuse-models' one_launch_step, GPU cases) with FUSE_TEST_GPU=1 ->
-# OUTDIR/tests.log;
+# tests: the one-launch tests (graphs' and fuse-models' one_launch_step, GPU cases) with FUSE_TEST_GPU=1, then
+# the small and quantized models' with STEP_KNOBS -> OUTDIR/tests.log;
 # sanitize: the four compute-sanitizer tools (SANITIZE_TOOLS) over the two-layer model's test (SANITIZE_TEST; fixed GEMM rule;
 # the graph path beside the one-launch step calls cuBLAS) -> OUTDIR/sanitize.txt, with the kernels each
 # finding is in;
@@ -45,6 +45,14 @@ for step in "$@"; do
     tests)
       timeout 60 "$graphs" one_launch --test-threads=1 --nocapture 2>&1 | quiet >>"$out/tests.log"
       timeout 240 "$model" cuda --test-threads=1 --nocapture 2>&1 | quiet >>"$out/tests.log"
+      # The small models again with the step's knobs on (STEP_KNOBS; off by default until measured), and
+      # quantized layers with them.
+      knobs=${STEP_KNOBS-FUSE_STEP_SHARED_PARAMS=on FUSE_STEP_ONE_SPLIT_KEYS=192}
+      if [ -n "$knobs" ]; then
+        echo "== $knobs" >>"$out/tests.log"
+        # shellcheck disable=SC2086 # the knobs are words
+        env $knobs timeout 200 "$model" small quantized --test-threads=1 2>&1 | quiet | grep -E "^test |test result|panicked|differ" >>"$out/tests.log"
+      fi
       # Other GPU tests the bundle kept (GPU_BUNDLE_KEEP), e.g. test-sort for the model kernels' sort.cu, with
       # OTHER_TEST_ARGS (test name filters, say) and OTHER_TEST_TIMEOUT seconds each.
       for t in .gpu/bin/test-*; do
