@@ -86,10 +86,9 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
     let tasks: Vec<TaskKernel<'_>> =
         kernels.iter().map(|(name, source, defines)| TaskKernel { name, source, defines }).collect();
     let source = codegen::one_launch_source(&tasks, 256).expect("every kernel can be a task");
-    // The launch records read from global memory, and copied into shared memory first (the runtime's define);
-    // the builds that time its tasks (FUSE_STEP_TRACE) and fetch each block's next task's weights into L2
-    // (FUSE_STEP_PREFETCH).
-    // With the tasks' arguments copied into shared memory (the runtime's define, the largest it gives).
+    // The launch records and the tasks' arguments read from global memory, and copied into shared memory
+    // first (the runtime's defines, the largest argument it gives); with those, the builds that time its tasks
+    // (FUSE_STEP_TRACE) and fetch each block's next task's weights into L2 (FUSE_STEP_PREFETCH).
     let shared_table = format!("-DFUSE_STEP_LAUNCHES={}", codegen::ONE_LAUNCH_SHARED_LAUNCHES);
     let params = format!("-DFUSE_STEP_PARAM_WORDS={}", codegen::ONE_LAUNCH_MAX_PARAM_WORDS);
     let shared = vec![shared_table, params];

@@ -16,6 +16,10 @@
 //! | `FUSE_CPU_AMX`   | `off`, `0`, `false`; anything else  | on                 | `off` keeps the CPU's 8-bit products at prefill (Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q8_0) off Intel AMX tiles on CPUs that have them (AVX-512 instead; the 32-value types then keep f32 activations) |
 //! | `FUSE_CPU_QUANT` | `q8`; anything else                 | `f32`              | how the CPU multiplies by block-quantized weights: `f32` decodes the blocks to f32 in registers (exact up to summation order: SmolLM2's logits within 2e-6 of transformers'), `q8` quantizes each activation row to 8 bits and uses integer dot products as llama.cpp does (~4e-3 relative error a product, 2.6e-2 on SmolLM2's logits; up to 3x faster for the K types on one core) |
 //! | `FUSE_TEST_GPU`  | `1`; anything else                  | unset              | `fuse::testing::gpu_or_skip` panics instead of skipping when there is no GPU (read on each call) |
+//! | `FUSE_STEP_TRACE` | a path (empty: unset)              | unset              | one-launch step kernels stamp each task and write the times there when dropped |
+//! | `FUSE_STEP_PREFETCH`, `FUSE_STEP_SHARED_PARAMS` | `on`, `1`, `true`; anything else | off | one-launch step mechanisms for an A/B: the next task's weights into L2; each task's arguments in shared memory |
+//! | `FUSE_STEP_SPLIT_KEYS`, `FUSE_STEP_ONE_SPLIT_KEYS` | a number          | 64, 0              | in a step recorded for one launch, the decode attention's split floor, and the keys up to which a sequence takes one split (0: none) |
+//! | `FUSE_STEP_BLOCKS_PER_SM` | 1 to 8                     | 1                  | one-launch step kernels built for so many resident blocks a multiprocessor |
 //!
 //! fuse's own test suites read a few more, there and not here (they configure the tests, not the
 //! library): `FUSE_TEST_NVRTC=1` (a missing NVRTC or ptxas fails `tests/kernels_compile.rs`), `FUSE_PTXAS`
@@ -47,7 +51,7 @@ use std::sync::OnceLock;
 /// them to look, not to benchmark.
 pub fn debug_level() -> u32 {
     static LEVEL: OnceLock<u32> = OnceLock::new();
-    *LEVEL.get_or_init(|| std::env::var("FUSE_DEBUG").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0))
+    *LEVEL.get_or_init(|| number("FUSE_DEBUG").unwrap_or(0))
 }
 
 /// `FUSE_STEP_TRACE=FILE`: one-launch step kernels are built to time each task (`ONE_LAUNCH_TRACE_STAMPS`
@@ -63,14 +67,14 @@ pub(crate) fn step_trace_file() -> Option<&'static str> {
 /// (an H100, 2026-12-06: 976 against 941 us a token at batch 1, the same at 16; BENCHMARKS.md); for the A/B.
 pub(crate) fn step_prefetch() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("FUSE_STEP_PREFETCH").is_ok_and(|v| ["on", "1", "true"].contains(&v.trim())))
+    *ON.get_or_init(|| std::env::var("FUSE_STEP_PREFETCH").is_ok_and(|v| is_on(&v)))
 }
 
 /// `FUSE_STEP_SHARED_PARAMS=on` (or `1`): one-launch step kernels copy each task's arguments into shared memory
 /// as its block sets it up (`-DFUSE_STEP_PARAM_WORDS`). Off by default until it has run on a GPU; for the A/B.
 pub(crate) fn step_shared_params() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("FUSE_STEP_SHARED_PARAMS").is_ok_and(|v| ["on", "1", "true"].contains(&v.trim())))
+    *ON.get_or_init(|| std::env::var("FUSE_STEP_SHARED_PARAMS").is_ok_and(|v| is_on(&v)))
 }
 
 /// `FUSE_STEP_SPLIT_KEYS=N`: the fewest keys a decode attention split covers (but the last) in a step recorded
@@ -79,11 +83,7 @@ pub(crate) fn step_shared_params() -> bool {
 pub(crate) fn step_split_keys() -> usize {
     static KEYS: OnceLock<usize> = OnceLock::new();
     *KEYS.get_or_init(|| {
-        std::env::var("FUSE_STEP_SPLIT_KEYS")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|&n| n > 0)
-            .unwrap_or(fuse_ir::codegen::ATTENTION_DECODE_SPLIT_KEYS)
+        number("FUSE_STEP_SPLIT_KEYS").filter(|&n| n > 0).unwrap_or(fuse_ir::codegen::ATTENTION_DECODE_SPLIT_KEYS)
     })
 }
 
@@ -91,22 +91,14 @@ pub(crate) fn step_split_keys() -> usize {
 /// registers capped to fit), each running a task list of its own; 1 by default. For the A/B.
 pub(crate) fn step_blocks_per_sm() -> u32 {
     static BLOCKS: OnceLock<u32> = OnceLock::new();
-    *BLOCKS.get_or_init(|| {
-        std::env::var("FUSE_STEP_BLOCKS_PER_SM")
-            .ok()
-            .and_then(|v| v.trim().parse::<u32>().ok())
-            .filter(|&n| (1..=8).contains(&n))
-            .unwrap_or(1)
-    })
+    *BLOCKS.get_or_init(|| number("FUSE_STEP_BLOCKS_PER_SM").filter(|n| (1..=8).contains(n)).unwrap_or(1))
 }
 
 /// `FUSE_STEP_ONE_SPLIT_KEYS=N`: in a step recorded for one launch, a sequence whose decode attention sees at most
 /// N keys takes one split (no merge); 0 (the default): the split floor alone decides. For the A/B.
 pub(crate) fn step_one_split_keys() -> usize {
     static KEYS: OnceLock<usize> = OnceLock::new();
-    *KEYS.get_or_init(|| {
-        std::env::var("FUSE_STEP_ONE_SPLIT_KEYS").ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(0)
-    })
+    *KEYS.get_or_init(|| number("FUSE_STEP_ONE_SPLIT_KEYS").unwrap_or(0))
 }
 
 /// `FUSE_CPU_AMX`: `off` (or `0`, `false`) keeps the CPU's quantized products off Intel AMX tiles where the CPU
@@ -137,7 +129,7 @@ pub(crate) fn cpu_quant() -> Option<&'static str> {
 /// microseconds (0: park at once; for measuring what spinning costs threads that share a core with them).
 pub(crate) fn cpu_spin_us() -> Option<u64> {
     static US: OnceLock<Option<u64>> = OnceLock::new();
-    *US.get_or_init(|| std::env::var("FUSE_CPU_SPIN_US").ok().and_then(|v| v.trim().parse().ok()))
+    *US.get_or_init(|| number("FUSE_CPU_SPIN_US"))
 }
 
 /// `FUSE_CPU_TASK_KB`: the least weight bytes (KiB) a task of a CPU quantized product takes (default 0: the
@@ -145,7 +137,7 @@ pub(crate) fn cpu_spin_us() -> Option<u64> {
 /// lose more to sixteen threads' start and join than they gain in bandwidth.
 pub(crate) fn cpu_task_kb() -> usize {
     static KB: OnceLock<usize> = OnceLock::new();
-    *KB.get_or_init(|| std::env::var("FUSE_CPU_TASK_KB").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0))
+    *KB.get_or_init(|| number("FUSE_CPU_TASK_KB").unwrap_or(0))
 }
 
 /// `FUSE_FUSION`: `off`, `0` or `false` run every fused function unfused.
@@ -219,6 +211,16 @@ pub(crate) fn gpu_required() -> bool {
 
 fn is_off(value: &str) -> bool {
     matches!(value.trim().to_ascii_lowercase().as_str(), "off" | "0" | "false")
+}
+
+/// `on`, `1` or `true`: a switch that is off unless set so.
+fn is_on(value: &str) -> bool {
+    matches!(value.trim(), "on" | "1" | "true")
+}
+
+/// The variable `name` as a number (`None` when unset or not one).
+fn number<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
 #[cfg(test)]

@@ -181,17 +181,14 @@ fn shared_stride(d: usize) -> usize {
 /// have no more than [`ATTENTION_DECODE_ROW_GROUP_KEYS`] keys each. Prefill: splits are added while there are fewer than
 /// `BLOCKS_PER_SM` (2) blocks a multiprocessor, up to one per key tile. Either way evened out so that none is empty.
 pub fn attention_launch(shape: AttentionShape, sm_count: usize) -> AttentionLaunch {
-    launch_with_split_floor(shape, sm_count, ATTENTION_DECODE_SPLIT_KEYS)
+    attention_launch_with_split_floor(shape, sm_count, ATTENTION_DECODE_SPLIT_KEYS)
 }
 
 /// [`attention_launch`] with decode splits of at least `split_keys` keys (but the last) rather than
 /// [`ATTENTION_DECODE_SPLIT_KEYS`]: where merging splits costs more than it saves, as in the tasks of a
 /// one-launch step, whose splits merge through global memory and a last block, never a cluster.
 pub fn attention_launch_with_split_floor(shape: AttentionShape, sm_count: usize, split_keys: usize) -> AttentionLaunch {
-    launch_with_split_floor(shape, sm_count, split_keys.max(1))
-}
-
-fn launch_with_split_floor(shape: AttentionShape, sm_count: usize, split_floor: usize) -> AttentionLaunch {
+    let split_floor = split_keys.max(1);
     let group = shape.q_heads / shape.kv_heads.max(1);
     let held_d = ATTENTION_HEAD_DIMS.into_iter().find(|&h| h >= shape.d).unwrap_or(ATTENTION_MAX_HEAD_DIM);
     if shape.queries * group <= ATTENTION_DECODE_ROWS {
