@@ -2,12 +2,15 @@
 //! at its capacity ([b, hkv, capacity, d]). A step writes only its new rows, in place (`slice_set` inside
 //! the attention block), and attention reads the first `len` rows as a view: no copy of the cache and no
 //! allocation for it per token. Its capacity is checked: a prompt or a generation past it is an error.
+//! Each sequence of a batch holds its own number of positions (prompts of different lengths: see
+//! [`super::Llama::forward_sequence`]); a step appends one position to each, at its own.
 
 use fuse::prelude::*;
 
 pub struct KvCache {
     layers: Vec<(Tensor, Tensor)>,
-    len: usize,
+    /// Positions each sequence holds.
+    lens: Vec<usize>,
     capacity: usize,
     batch: usize,
     /// Tells caches apart (a recorded decode step writes the memory of the one it was made for).
@@ -32,16 +35,22 @@ impl KvCache {
         let layers = (0..layers)
             .map(|_| Ok((Tensor::zeros(&shape, dtype, dev)?, Tensor::zeros(&shape, dtype, dev)?)))
             .collect::<Result<Vec<_>>>()?;
-        Ok(KvCache { layers, len: 0, capacity, batch, id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed) })
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(KvCache { layers, lens: vec![0; batch], capacity, batch, id })
     }
 
-    /// Positions held.
+    /// Positions held: the longest sequence's (every sequence's when they advance together).
     pub fn len(&self) -> usize {
-        self.len
+        self.lens.iter().copied().max().unwrap_or(0)
+    }
+
+    /// Positions each sequence holds.
+    pub fn lens(&self) -> &[usize] {
+        &self.lens
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     pub fn capacity(&self) -> usize {
@@ -57,25 +66,43 @@ impl KvCache {
         self.id
     }
 
-    /// Another handle to the same memory (the length stays with this one): what a recorded step reads.
+    /// Another handle to the same memory (the lengths stay with this one): what a recorded step reads.
     pub(crate) fn clone_handles(&self) -> KvCache {
-        KvCache { layers: self.layers.clone(), len: self.len, capacity: self.capacity, batch: self.batch, id: self.id }
+        KvCache {
+            layers: self.layers.clone(),
+            lens: self.lens.clone(),
+            capacity: self.capacity,
+            batch: self.batch,
+            id: self.id,
+        }
     }
 
-    /// Empties the cache (its memory is kept for the next sequence).
+    /// Sequence `seq`'s memory as a cache of one sequence (views of this one's; its length is `seq`'s, and
+    /// stays with the view): what a step over that sequence alone writes into.
+    pub(crate) fn sequence(&self, seq: usize) -> crate::Result<KvCache> {
+        if seq >= self.batch {
+            return Err(crate::Error::BadShape { what: format!("sequence {seq} of a cache of {}", self.batch) });
+        }
+        let one = |t: &Tensor| t.narrow(0, seq, 1);
+        let layers = self.layers.iter().map(|(k, v)| Ok((one(k)?, one(v)?))).collect::<Result<Vec<_>>>()?;
+        Ok(KvCache { layers, lens: vec![self.lens[seq]], capacity: self.capacity, batch: 1, id: self.id })
+    }
+
+    /// Empties the cache (its memory is kept for the next sequences).
     pub fn clear(&mut self) {
-        self.len = 0;
+        self.lens.fill(0);
     }
 
-    /// Forgets the positions from `len` on (kept memory; the next step writes over them).
+    /// Forgets the positions from `len` on, in every sequence (kept memory; the next step writes over them).
     pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+        self.lens.iter_mut().for_each(|l| *l = (*l).min(len));
     }
 
-    /// Checks that `new` more positions fit.
+    /// Checks that `new` more positions fit in every sequence.
     pub fn reserve(&self, new: usize) -> crate::Result<()> {
-        if self.len + new > self.capacity {
-            return Err(crate::Error::CacheFull { capacity: self.capacity, used: self.len, asked: new });
+        let used = self.len();
+        if used + new > self.capacity {
+            return Err(crate::Error::CacheFull { capacity: self.capacity, used, asked: new });
         }
         Ok(())
     }
@@ -91,21 +118,28 @@ impl KvCache {
         (k, v)
     }
 
-    /// Layer `i`'s keys and values so far, [b, hkv, len, d]: views of the cache's memory.
+    /// Layer `i`'s keys and values so far, [b, hkv, len, d] (`len` the longest sequence's: a shorter one's
+    /// rows past its own length hold nothing yet): views of the cache's memory.
     pub fn filled(&self, i: usize) -> Result<(Tensor, Tensor)> {
         let (k, v) = &self.layers[i];
-        Ok((k.narrow(2, 0, self.len)?, v.narrow(2, 0, self.len)?))
+        let len = self.len();
+        Ok((k.narrow(2, 0, len)?, v.narrow(2, 0, len)?))
     }
 
     pub(crate) fn advance(&mut self, new: usize) {
-        self.len += new;
+        self.lens.iter_mut().for_each(|l| *l += new);
     }
 
-    /// Counts `new` positions written by a step run directly ([`super::Llama::step`], which leaves the
-    /// length to its caller).
+    /// Counts `new` positions written into sequence `seq` alone.
+    pub(crate) fn advance_sequence(&mut self, seq: usize, new: usize) {
+        self.lens[seq] += new;
+    }
+
+    /// Counts `new` positions written into every sequence by a step run directly ([`super::Llama::step`],
+    /// which leaves the lengths to its caller).
     pub fn advance_by(&mut self, new: usize) -> crate::Result<()> {
         self.reserve(new)?;
-        self.len += new;
+        self.advance(new);
         Ok(())
     }
 }

@@ -19,9 +19,9 @@ type Capture<'m> = fn(&Device, Box<dyn FnMut() -> fuse::Result<()> + 'm>) -> fus
 pub struct StepInputs {
     /// Token ids, u32 [batch, len].
     ids: Tensor,
-    /// The new positions, u32 [len] (the same for every sequence: they advance together).
+    /// The new positions of each sequence, u32 [batch, len] (each sequence at its own).
     positions: Tensor,
-    /// The first new position, u32 [1]: where the step writes into the cache.
+    /// Each sequence's first new position, u32 [batch]: where the step writes into its rows of the cache.
     at: Tensor,
     /// Positions each sequence attends over once the step is written, u32 [batch].
     lens: Tensor,
@@ -34,33 +34,58 @@ impl StepInputs {
         let zeros = |shape: &[usize]| Tensor::zeros(shape, DType::U32, device);
         Ok(StepInputs {
             ids: zeros(&[batch, len])?,
-            positions: zeros(&[len])?,
-            at: zeros(&[1])?,
+            positions: zeros(&[batch, len])?,
+            at: zeros(&[batch])?,
             lens: zeros(&[batch])?,
             batch,
             len,
         })
     }
 
-    /// Writes the step's inputs: `ids` (batch-major, `batch * len` of them) at positions `pos ..`.
+    /// Writes the step's inputs: `ids` (batch-major, `batch * len` of them) at positions `pos ..` in every
+    /// sequence.
     pub fn set(&self, ids: &[u32], pos: usize) -> Result<()> {
+        self.set_each(ids, &vec![pos; self.batch])
+    }
+
+    /// Writes the step's inputs: `ids` (batch-major, `batch * len` of them), sequence `i`'s at positions
+    /// `starts[i] ..`.
+    pub fn set_each(&self, ids: &[u32], starts: &[usize]) -> Result<()> {
         if ids.len() != self.batch * self.len {
             return Err(Error::BadShape {
                 what: format!("{} token ids for a step of {} x {}", ids.len(), self.batch, self.len),
             });
         }
         self.ids.copy_from_host(ids)?;
-        self.set_positions(pos)
+        self.set_positions_each(starts)
     }
 
-    /// Writes the positions only (the ids are already there: a greedy decoder's step wrote them).
+    /// Writes the positions only, `pos ..` in every sequence (the ids are already there: a greedy decoder's
+    /// step wrote them).
     pub fn set_positions(&self, pos: usize) -> Result<()> {
+        self.set_positions_each(&vec![pos; self.batch])
+    }
+
+    /// Writes the positions only, sequence `i`'s from `starts[i]`.
+    pub fn set_positions_each(&self, starts: &[usize]) -> Result<()> {
+        if starts.len() != self.batch {
+            return Err(Error::BadShape {
+                what: format!("{} positions for a step of {} sequences", starts.len(), self.batch),
+            });
+        }
         let position =
             |p: usize| u32::try_from(p).map_err(|_| Error::BadShape { what: format!("position {p} past u32") });
-        let positions: Vec<u32> = (pos..pos + self.len).map(position).collect::<Result<_>>()?;
+        let mut positions = Vec::with_capacity(self.batch * self.len);
+        for &start in starts {
+            for p in start..start + self.len {
+                positions.push(position(p)?);
+            }
+        }
+        let at: Vec<u32> = starts.iter().map(|&p| position(p)).collect::<Result<_>>()?;
+        let lens: Vec<u32> = starts.iter().map(|&p| position(p + self.len)).collect::<Result<_>>()?;
         self.positions.copy_from_host(&positions)?;
-        self.at.copy_from_host(&[position(pos)?])?;
-        self.lens.copy_from_host(&vec![position(pos + self.len)?; self.batch])?;
+        self.at.copy_from_host(&at)?;
+        self.lens.copy_from_host(&lens)?;
         Ok(())
     }
 }
@@ -94,6 +119,34 @@ impl Llama {
         let logits = self.step(&inputs, cache, fusion)?;
         cache.advance(s);
         Ok(logits.to_vec::<f32>()?)
+    }
+
+    /// Runs `ids` (the next positions of sequence `seq` of `cache`'s batch) through the model, appending to
+    /// that sequence alone, at its own length; returns the logits of the last position (f32, `vocab`). How the
+    /// prompts of a batch, of different lengths, fill one cache before a [`Decoder`] steps them together, each
+    /// at its own position:
+    ///
+    /// ```
+    /// # use fuse_models::llama::{Config, Llama};
+    /// # use fuse::prelude::*;
+    /// let mut config = Config::smollm2_135m();
+    /// (config.hidden, config.intermediate, config.layers, config.vocab) = (128, 256, 2, 512);
+    /// (config.heads, config.kv_heads, config.head_dim) = (4, 2, 32);
+    /// let model = Llama::random(&config, &Device::Cpu, DType::F32, 1)?;
+    /// let mut cache = model.new_batch_cache(2, 16)?;
+    /// model.forward_sequence(0, &[1, 2, 3], &mut cache)?;
+    /// model.forward_sequence(1, &[4], &mut cache)?;
+    /// assert_eq!(cache.lens(), [3, 1]);
+    /// let mut decoder = model.decoder(&cache, Fusion::On)?;
+    /// let logits = decoder.step(&[5, 6], &mut cache)?; // sequence 0 at position 3, sequence 1 at 1
+    /// assert_eq!((logits.len(), cache.lens()), (2 * 512, &[4, 2][..]));
+    /// # Ok::<(), fuse_models::Error>(())
+    /// ```
+    pub fn forward_sequence(&self, seq: usize, ids: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
+        let mut one = cache.sequence(seq)?;
+        let logits = self.forward(ids, &mut one)?;
+        cache.advance_sequence(seq, ids.len());
+        Ok(logits)
     }
 
     /// One step over the tensors of `cache`: the new keys and values are written into it at `inputs`'
@@ -233,7 +286,7 @@ impl Decoder<'_> {
     /// the logits, f32, `vocab` per sequence.
     pub fn step(&mut self, ids: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
         check_ids(ids, self.vocab)?;
-        self.replay_at(cache, |inputs, pos| inputs.set(ids, pos))?;
+        self.replay_at(cache, |inputs, starts| inputs.set_each(ids, starts))?;
         let logits = self.logits.borrow();
         let logits =
             logits.as_ref().ok_or_else(|| Error::BadShape { what: "the recorded step made no logits".into() })?;
@@ -243,17 +296,22 @@ impl Decoder<'_> {
     /// One greedy step ([`Llama::greedy_decoder`]): the tokens the last step picked, at the cache's length,
     /// which grows by one. Queued, not waited for: read [`Decoder::tokens`] to see them.
     pub fn advance(&mut self, cache: &mut KvCache) -> Result<()> {
-        self.replay_at(cache, |inputs, pos| inputs.set_positions(pos))
+        self.replay_at(cache, |inputs, starts| inputs.set_positions_each(starts))
     }
 
-    /// Writes the step's inputs with `write` (given the cache's length), replays the step and counts its
-    /// position in `cache`, which must be the one the step was recorded over.
-    fn replay_at(&mut self, cache: &mut KvCache, write: impl FnOnce(&StepInputs, usize) -> Result<()>) -> Result<()> {
+    /// Writes the step's inputs with `write` (given each sequence's length in the cache: where its new
+    /// position goes), replays the step and counts its position in `cache`, which must be the one the step was
+    /// recorded over.
+    fn replay_at(
+        &mut self,
+        cache: &mut KvCache,
+        write: impl FnOnce(&StepInputs, &[usize]) -> Result<()>,
+    ) -> Result<()> {
         if cache.id() != self.cache_id {
             return Err(Error::BadShape { what: "a decoder steps the cache it was made for, not another".into() });
         }
         cache.reserve(1)?;
-        write(&self.inputs, cache.len())?;
+        write(&self.inputs, cache.lens())?;
         self.graph.replay()?;
         cache.advance(1);
         Ok(())

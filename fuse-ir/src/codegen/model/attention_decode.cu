@@ -92,10 +92,11 @@ FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_de
     const bool rope_low = c0 < d / 2;
     const fuse_elem* const rope_row0 = a.rope_x + b * a.rope_x_strides[0];
     {
-      const unsigned int at = __ldg(a.at), i0 = rope_low ? c0 : c0 - d / 2;
+      // Sequence b's position and table rows (strides 0: one for the batch).
+      const unsigned int at = __ldg(a.at + b * a.at_stride), i0 = rope_low ? c0 : c0 - d / 2;
       uint4 cs_raw[FUSE_DECODE_VECTORS], sn_raw[FUSE_DECODE_VECTORS], key_raw[FUSE_DECODE_VECTORS];
-      fuse_decode_load(a.cos, 1, i0, d, true, true, cs_raw);
-      fuse_decode_load(a.sin, 1, i0, d, true, true, sn_raw);
+      fuse_decode_load(a.cos + b * a.table_batch_strides[0], 1, i0, d, true, true, cs_raw);
+      fuse_decode_load(a.sin + b * a.table_batch_strides[1], 1, i0, d, true, true, sn_raw);
       fuse_decode_load(rope_row0 + (a.k_head0 + g) * a.rope_x_strides[1], 1, c0, d, true, true, key_raw);
       fuse_decode_load(a.v_new + b * a.v_new_strides[0] + g * a.v_new_strides[1], 1, c0, d, true, true, new_value);
       fuse_decode_unpack(cs_raw, rope_cs);
@@ -122,7 +123,9 @@ FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_de
     }
 #elif FUSE_DECODE_ROPE
     {
-      const unsigned int half = d / 2, at = __ldg(a.at);
+      const unsigned int half = d / 2, at = __ldg(a.at + b * a.at_stride);
+      const fuse_elem* const cos_row = a.cos + b * a.table_batch_strides[0];
+      const fuse_elem* const sin_row = a.sin + b * a.table_batch_strides[1];
       const bool appends = (long long)at <= a.room;
       if (appends) {
         at_key = at;
@@ -148,8 +151,8 @@ FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_de
           const unsigned int i = c < half ? c : c - half, other = c < half ? c + half : i;
           own[j] = here ? fuse_model_load(row, c * a.rope_x_strides[3]) : 0.0f;
           partner[j] = here ? fuse_model_load(row, other * a.rope_x_strides[3]) : 0.0f;
-          cs[j] = here ? fuse_model_load(a.cos, i * a.cos_stride) : 0.0f;
-          sn[j] = here ? fuse_model_load(a.sin, i * a.sin_stride) : 0.0f;
+          cs[j] = here ? fuse_model_load(cos_row, i * a.cos_stride) : 0.0f;
+          sn[j] = here ? fuse_model_load(sin_row, i * a.sin_stride) : 0.0f;
           value[j] = here && !is_q ? (unsigned int)a.v_new[b * a.v_new_strides[0] + g * a.v_new_strides[1] + c * a.v_new_strides[3]] : 0u;
         }
 #pragma unroll

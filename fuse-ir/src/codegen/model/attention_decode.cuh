@@ -34,7 +34,8 @@
 // position, queries == 1: a decode step's rope, the two slice_sets of its new key and value rows and
 // attention over the cache in one launch). q is then rope(rope_x) at the query heads, and the new key row of
 // kv head g is rope(rope_x) at head k_head0 + g, the new value row v_new's; both belong at position *at of the
-// caches k and v. Every block of (b, g) computes its rows of q and the new rows into shared memory first (a
+// caches k and v (at[b] and the tables' rows of sequence b where each sequence has its own position: at_stride
+// and table_batch_strides). Every block of (b, g) computes its rows of q and the new rows into shared memory first (a
 // thread an element; in registers, a lane its channels, where every row is vector-loadable:
 // FUSE_DECODE_ROPE_VECTOR), uses the new rows where its keys reach *at instead of reading the cache there, and
 // split 0's block writes them into the caches. So no block reads a row this launch writes. A position past
@@ -182,9 +183,11 @@ struct FuseAttentionDecodeArgs {
   const fuse_elem* sin;
   long long cos_stride;
   long long sin_stride;
+  long long table_batch_strides[2];  // cos's and sin's from one sequence's row to the next's; 0: one row for all
   const fuse_elem* v_new;  // the new value rows [b, kv_heads, 1, d]
   long long v_new_strides[4];
   const unsigned int* at;  // the caches' position of the new rows
+  long long at_stride;     // 1: one position a sequence (a batch at positions of their own); 0: one for all
   long long room;          // the last position the caches have
   // The device's fault record: where an append past `room` and a key count of lens that does not fit are
   // recorded.

@@ -44,7 +44,7 @@ pub(super) struct FusedRope {
 
 /// The words the decode kernel reads after its own for the fused rope and appends (see its
 /// `FuseAttentionDecodeArgs`), or as many zeros for plain attention.
-pub(super) const ROPE_APPEND_WORDS: usize = 18;
+pub(super) const ROPE_APPEND_WORDS: usize = 21;
 
 /// Whether the decode kernel may read `t`'s rows (k or v, 4-D, at `address`) as 16-byte vectors of 8
 /// channels: d a multiple of 8, unit stride along d, and every row starting on a 16-byte boundary (the axes

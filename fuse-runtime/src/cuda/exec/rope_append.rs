@@ -9,7 +9,7 @@
 //! members' path always (for comparison). Fused, nothing reads rope's result itself: its buffer is
 //! allocated (its views give the heads' addresses) but never written.
 
-use super::model_args::{vector_rows, FusedRope, Words, ROPE_APPEND_WORDS};
+use super::model_args::{rows_on_16_bytes, vector_rows, FusedRope, Words, ROPE_APPEND_WORDS};
 use super::Executor;
 use crate::call::Value;
 use crate::{Result, Tensor};
@@ -75,13 +75,22 @@ impl Executor<'_> {
         if !decode {
             return unfit(format!("{q_heads} query heads over {kv_heads} key/value heads: not the decode kernel's"));
         }
-        let tables = cos.shape().len() == 2 && sin.shape().len() == 2;
+        // The tables' row of the new position ([1, d/2]), or one a sequence ([b, 1, d/2]: a batch at positions
+        // of their own, rope's per-batch tables), and one position for all or one a sequence.
+        let (Some(cos_batch), Some(sin_batch)) = (table_batch_stride(&cos, b), table_batch_stride(&sin, b)) else {
+            return unfit(format!("rotary tables {:?} and {:?} for {b} sequences", cos.shape(), sin.shape()));
+        };
         let caches = k_cache.shape() == [b, kv_heads, capacity, d] && v_cache.shape() == k_cache.shape();
-        if d % 2 != 0 || x.numel() == 0 || capacity == 0 || !tables || !caches {
+        if d % 2 != 0 || x.numel() == 0 || capacity == 0 || !caches {
             return unfit(format!("rope's input {:?} and caches {:?}", x.shape(), k_cache.shape()));
         }
-        if at.numel() != 1 || v_new.shape() != [b, kv_heads, 1, d] || self.shape(m.k_view).get(1) != Some(&kv_heads) {
-            return unfit(format!("new value rows {:?} at a position of {} elements", v_new.shape(), at.numel()));
+        let at_stride = match at.numel() {
+            1 => 0,
+            n if n == b && at.shape().len() == 1 => at.strides()[0],
+            _ => return unfit(format!("a position of shape {:?} for {b} sequences", at.shape())),
+        };
+        if v_new.shape() != [b, kv_heads, 1, d] || self.shape(m.k_view).get(1) != Some(&kv_heads) {
+            return unfit(format!("new value rows {:?}", v_new.shape()));
         }
         // The rope's output buffer, for its views' addresses only (never written, never read).
         let rope_out = self.allocate(m.rope)?;
@@ -94,15 +103,17 @@ impl Executor<'_> {
         };
         let mut words = Words::default();
         words.address(self.address(&x)?).counts(x.strides()).counts(&[q_head0, k_head0]);
-        words.address(self.address(&cos)?).address(self.address(&sin)?).counts(&[cos.strides()[1], sin.strides()[1]]);
+        let column = |t: &Tensor| t.strides()[t.shape().len() - 1];
+        words.address(self.address(&cos)?).address(self.address(&sin)?).counts(&[column(&cos), column(&sin)]);
+        words.counts(&[cos_batch, sin_batch]);
         words.address(self.address(&v_new)?).counts(v_new.strides());
         let room = capacity - 1;
-        words.address(self.address(&at)?).count(room);
+        words.address(self.address(&at)?).count(at_stride).count(room);
         debug_assert_eq!(words.0.len(), ROPE_APPEND_WORDS);
         // Vector rows: x's heads and v_new's rows as attention reads its caches' (vector_rows: 4-D, unit
         // stride, aligned rows), the tables' row unit-stride and aligned (a lane reads 8 channels of it from
-        // a multiple of 8).
-        let table_vector = |t: &Tensor, address: u64| t.strides()[1] == 1 && address % 16 == 0;
+        // a multiple of 8; each sequence's row where they have one each).
+        let table_vector = |t: &Tensor, address: u64| rows_on_16_bytes(t, address);
         let vector = vector_rows(&x, self.address(&x)?, d)
             && vector_rows(&v_new, self.address(&v_new)?, d)
             && table_vector(&cos, self.address(&cos)?)
@@ -133,5 +144,15 @@ impl Executor<'_> {
             return Ok(None);
         }
         Ok(Some((offset / strides[1] as u64) as usize))
+    }
+}
+
+/// The elements from one sequence's row of rotary table `t` to the next's: 0 for one row shared by the batch
+/// (`[1, d/2]`), its batch stride for one row a sequence (`[b, 1, d/2]`); `None` for any other shape.
+fn table_batch_stride(t: &Tensor, b: usize) -> Option<usize> {
+    match t.shape() {
+        [1, _] => Some(0),
+        [n, 1, _] if *n == b => Some(if b == 1 { 0 } else { t.strides()[0] }),
+        _ => None,
     }
 }

@@ -1,0 +1,91 @@
+//! A batch of sequences at positions of their own (issue 33, item 5): prompts of different lengths fill one
+//! cache (`Llama::forward_sequence`), then a decoder steps them together, each sequence at its own position
+//! (its rotary rows, its cache row, its key count). Each sequence's logits against the same sequence decoded
+//! alone in a cache of one, step after step: the graph path (calls on the CPU) and, on a GPU, the one-launch
+//! step; batch 4 with prompts of 1, 6, 3 and 11 tokens, f32 and bf16. On a GPU the batch's step also takes as
+//! many launches a layer as a single sequence's: the decode attention kernel with rope and the appends fused
+//! takes each sequence's position itself, rather than the step falling back to its members.
+
+use fuse::prelude::*;
+use fuse_models::llama::{Config, Decoder, KvCache, Llama};
+
+const PROMPTS: [usize; 4] = [1, 6, 3, 11];
+
+fn small() -> Config {
+    let mut config = Config::smollm2_135m();
+    (config.layers, config.vocab) = (2, 10_000);
+    config
+}
+
+/// The prompts (ids of their own each) into one batch cache, sequence by sequence, and each into a cache of
+/// its own; the prompts' last logits agree.
+fn fill(model: &Llama, tolerance: f64) -> (KvCache, Vec<KvCache>) {
+    let vocab = model.config.vocab as u32;
+    let mut batch = model.new_batch_cache(PROMPTS.len(), 48).unwrap();
+    let mut singles = Vec::new();
+    for (b, &len) in PROMPTS.iter().enumerate() {
+        let ids: Vec<u32> = (0..len as u32).map(|i| (i * 7919 + 13 * b as u32 + 1) % vocab).collect();
+        let mut single = model.new_cache(48).unwrap();
+        let want = model.forward(&ids, &mut single).unwrap();
+        let got = model.forward_sequence(b, &ids, &mut batch).unwrap();
+        let error = fuse::rel_l2_error(&got, &want);
+        assert!(error < tolerance, "sequence {b}'s prompt: relative L2 {error:.2e} from its own cache's");
+        singles.push(single);
+    }
+    assert_eq!(batch.lens(), PROMPTS, "each sequence holds its own prompt");
+    (batch, singles)
+}
+
+/// Steps the batch with `decoder` and each sequence alone with the graph path; every sequence's logits agree.
+fn against_singles(model: &Llama, mut decoder: Decoder, batch: &mut KvCache, singles: &mut [KvCache], tolerance: f64) {
+    let vocab = model.config.vocab;
+    let mut alone: Vec<Decoder> = singles.iter().map(|c| model.decoder(c, Fusion::On).unwrap()).collect();
+    for step in 0..6u32 {
+        let tokens: Vec<u32> = (0..PROMPTS.len() as u32).map(|b| (step * 977 + 31 * b + 5) % vocab as u32).collect();
+        let got = decoder.step(&tokens, batch).unwrap();
+        for (b, (single, cache)) in alone.iter_mut().zip(singles.iter_mut()).enumerate() {
+            let want = single.step(&tokens[b..b + 1], cache).unwrap();
+            let error = fuse::rel_l2_error(&got[b * vocab..(b + 1) * vocab], &want);
+            assert!(
+                error < tolerance,
+                "step {step}, sequence {b} at position {}: relative L2 {error:.2e}",
+                cache.len()
+            );
+        }
+    }
+    let expected: Vec<usize> = PROMPTS.iter().map(|p| p + 6).collect();
+    assert_eq!(batch.lens(), expected);
+}
+
+fn ragged(dev: &Device, dtype: DType) {
+    let model = Llama::random(&small(), dev, dtype, 41).expect("the model builds");
+    // bf16: the batch's products take other templates (and sum in other orders) than one sequence's.
+    let tolerance = if dtype == DType::F32 { 1e-4 } else { 3e-2 };
+    let (mut batch, mut singles) = fill(&model, tolerance);
+    // A warm step (kernels compile, paths are tuned) before a decoder records, as for any step; the single
+    // caches' decoders record after their own prompts.
+    let decoder = model.decoder(&batch, Fusion::On).expect("the step records");
+    if dev.is_cuda() {
+        let one = model.decoder(&singles[0], Fusion::On).unwrap();
+        let (many, single) = (decoder.kernel_count().unwrap(), one.kernel_count().unwrap());
+        assert_eq!(many, single, "launches of the batch's step against one sequence's: the fused attention takes both");
+    }
+    against_singles(&model, decoder, &mut batch, &mut singles, tolerance);
+    if dev.is_cuda() && dtype == DType::BF16 {
+        let (mut batch, mut singles) = fill(&model, tolerance);
+        let one = model.one_launch_decoder(&batch, Fusion::On, false).expect("the one-launch step builds");
+        let report = one.one_launch_report().map(|r| (r.as_tasks, r.launches));
+        eprintln!("{dev}: the ragged batch's one-launch step: {report:?} (tasks, launches)");
+        against_singles(&model, one, &mut batch, &mut singles, tolerance);
+    }
+}
+
+fn ragged_f32(dev: &Device) {
+    ragged(dev, DType::F32);
+}
+
+fn ragged_bf16(dev: &Device) {
+    ragged(dev, DType::BF16);
+}
+
+fuse::device_tests!(ragged_f32, ragged_bf16);
