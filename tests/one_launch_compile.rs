@@ -96,11 +96,9 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
     let (traced, prefetched) = (with("-DFUSE_STEP_TRACE"), with("-DFUSE_STEP_PREFETCH"));
     // Two step blocks a multiprocessor (FUSE_STEP_BLOCKS_PER_SM): registers capped at 128.
     let two_blocks = with("-DFUSE_STEP_MIN_BLOCKS=2");
-    // Each task's arguments taken by value (FUSE_STEP_VALUE_PARAMS), from global memory.
-    let by_value = vec!["-DFUSE_STEP_VALUE_PARAMS".to_string()];
     let mut prefetches = Vec::new();
     let mut registers = Vec::new();
-    for defines in [vec![], shared, traced, prefetched, two_blocks, by_value] {
+    for defines in [vec![], shared, traced, prefetched, two_blocks] {
         let ptx = compile_ptx(codegen::ONE_LAUNCH_ENTRY, &source, &defines, "sm_90").expect("the step compiles");
         assert!(ptx.contains(&format!(".entry {}(", codegen::ONE_LAUNCH_ENTRY)), "no entry");
         prefetches.push(ptx.matches("prefetch.global.L2").count());

@@ -13,7 +13,7 @@
 # splits: the generated step with each floor:one-split-keys pair of SPLITS (FUSE_STEP_SPLIT_KEYS,
 # FUSE_STEP_ONE_SPLIT_KEYS) at 128 and 1024 cached, alternated -> OUTDIR/splits.log;
 # blocks: the generated step with FUSE_STEP_BLOCKS_PER_SM 1 and 2, alternated -> OUTDIR/blocks.log;
-# params: the generated step with neither, FUSE_STEP_SHARED_PARAMS and FUSE_STEP_VALUE_PARAMS, alternated -> OUTDIR/params.log;
+# params: the generated step with FUSE_STEP_SHARED_PARAMS off and on, alternated -> OUTDIR/params.log;
 # ab: graph and generated from this tree's bench_decode and each REV's, alternated -> OUTDIR/ab.log;
 # trace: FUSE_STEP_TRACE over the generated step at batch 1 -> OUTDIR/trace.tsv.xz (scripts/gpu/step-trace.py).
 set -uo pipefail
@@ -92,7 +92,7 @@ for step in "$@"; do
         --cached "${BENCH_CACHED:-128}" --modes "${BENCH_MODES:-graph,task-graph,generated}" --extras off --steps 48 >"$out/bench.log" 2>&1
       ;;
     prefetch) alternate prefetch.log "${BENCH_CACHED:-128}" FUSE_STEP_PREFETCH=off FUSE_STEP_PREFETCH=on ;;
-    params) alternate params.log "${BENCH_CACHED:-128}" FUSE_STEP_SHARED_PARAMS=off FUSE_STEP_SHARED_PARAMS=on FUSE_STEP_VALUE_PARAMS=on ;;
+    params) alternate params.log "${BENCH_CACHED:-128}" FUSE_STEP_SHARED_PARAMS=off FUSE_STEP_SHARED_PARAMS=on ;;
     blocks) alternate blocks.log "${BENCH_CACHED:-128}" FUSE_STEP_BLOCKS_PER_SM=1 FUSE_STEP_BLOCKS_PER_SM=2 ;;
     splits)
       # SPLITS: floor:one-split-keys pairs (FUSE_STEP_SPLIT_KEYS, FUSE_STEP_ONE_SPLIT_KEYS), at 128 and 1024 cached.

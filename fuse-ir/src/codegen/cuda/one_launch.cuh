@@ -177,10 +177,6 @@ template <typename T>
 struct fuse_task_param<void(const T&)> {
   typedef T type;
 };
-template <typename T>  // FUSE_STEP_VALUE_PARAMS: by value (a parameter's top-level const is not its type's)
-struct fuse_task_param<void(T)> {
-  typedef T type;
-};
 #define FUSE_TASK_CALL(ns, fn, params) ns::fn(*reinterpret_cast<const fuse_task_param<decltype(ns::fn)>::type*>(params))
 #define FUSE_TASK_PREFETCH(ns, fn, params, block) \
   fuse_task_prefetch(*reinterpret_cast<const fuse_task_param<decltype(ns::fn)>::type*>(params), block)

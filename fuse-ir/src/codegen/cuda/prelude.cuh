@@ -23,15 +23,10 @@
 // Every kernel's entry is written `FUSE_KERNEL(threads[, min blocks]) name(FUSE_KERNEL_PARAM(Args) a)`: an
 // extern "C" kernel taking its arguments by value; or, where the source is compiled as a task of a one-launch
 // step (`FUSE_TASK` defined: fuse-ir's codegen/persistent.rs), a device function the step's tasks call with
-// the arguments in global memory; by value with FUSE_STEP_VALUE_PARAMS (the runtime's A/B): the fields a task
-// uses are then read once as it starts, not again after each barrier (whose memory clobber forces a reload).
+// the arguments in global memory.
 #if defined(FUSE_TASK)
 #define FUSE_KERNEL(...) static __device__ __forceinline__ void
-#if defined(FUSE_STEP_VALUE_PARAMS)
-#define FUSE_KERNEL_PARAM(T) const T
-#else
 #define FUSE_KERNEL_PARAM(T) const T&
-#endif
 #else
 #define FUSE_KERNEL(...) extern "C" __global__ void __launch_bounds__(__VA_ARGS__)
 #define FUSE_KERNEL_PARAM(T) const T

@@ -244,9 +244,6 @@ fn persistent_kernel(
     if crate::env::step_shared_params() && (1..=ONE_LAUNCH_MAX_PARAM_WORDS).contains(&param_words) {
         kernel_source.defines.push(format!("{SHARED_PARAMS_DEFINE}{param_words}"));
     }
-    if crate::env::step_value_params() {
-        kernel_source.defines.push("-DFUSE_STEP_VALUE_PARAMS".to_string());
-    }
     if trace.is_some() {
         kernel_source.defines.push("-DFUSE_STEP_TRACE".to_string());
     }
