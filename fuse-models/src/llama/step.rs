@@ -334,6 +334,11 @@ impl Decoder<'_> {
         Ok(self.graph.kernel_count()?)
     }
 
+    /// The kernels one replay launches, by name, in order (`None` when the step is not recorded).
+    pub fn kernel_names(&self) -> Result<Option<Vec<String>>> {
+        Ok(self.graph.kernel_names()?)
+    }
+
     /// Whether the step is a recorded CUDA graph (false on the CPU and with `FUSE_GRAPHS=off`).
     pub fn is_recorded(&self) -> bool {
         self.graph.is_recorded()
