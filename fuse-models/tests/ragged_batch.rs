@@ -69,7 +69,10 @@ fn ragged(dev: &Device, dtype: DType) {
         // The decode attention with rope and the appends fused takes each sequence's position: no rope kernel.
         let attention = names.iter().filter(|n| *n == "fuse_model_attention_decode").count();
         assert_eq!(attention, model.config.layers, "{names:?}");
-        assert!(!names.iter().any(|n| n == "fuse_model_rope"), "the fused attention fell back to its members: {names:?}");
+        assert!(
+            !names.iter().any(|n| n == "fuse_model_rope"),
+            "the fused attention fell back to its members: {names:?}"
+        );
     }
     against_singles(&model, decoder, &mut batch, &mut singles, tolerance);
     if dev.is_cuda() && dtype == DType::BF16 {

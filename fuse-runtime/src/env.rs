@@ -17,7 +17,8 @@
 //! | `FUSE_CPU_QUANT` | `q8`; anything else                 | `f32`              | how the CPU multiplies by block-quantized weights: `f32` decodes the blocks to f32 in registers (exact up to summation order: SmolLM2's logits within 2e-6 of transformers'), `q8` quantizes each activation row to 8 bits and uses integer dot products as llama.cpp does (~4e-3 relative error a product, 2.6e-2 on SmolLM2's logits; up to 3x faster for the K types on one core) |
 //! | `FUSE_TEST_GPU`  | `1`; anything else                  | unset              | `fuse::testing::gpu_or_skip` panics instead of skipping when there is no GPU (read on each call) |
 //! | `FUSE_STEP_TRACE` | a path (empty: unset)              | unset              | one-launch step kernels stamp each task and write the times there when dropped |
-//! | `FUSE_STEP_PREFETCH`, `FUSE_STEP_SHARED_PARAMS` | `on`, `1`, `true`; anything else | off | one-launch step mechanisms for an A/B: the next task's weights into L2; each task's arguments in shared memory |
+//! | `FUSE_STEP_PREFETCH`     | `on`, `1`, `true`; anything else    | off                | one-launch step kernels fetch the next task's weights into L2 (for an A/B: measured slower) |
+//! | `FUSE_STEP_SHARED_PARAMS` | `off`, `0`, `false`; anything else | on                 | `off` leaves each one-launch step task's arguments in global memory rather than shared (for an A/B) |
 //! | `FUSE_STEP_SPLIT_KEYS`, `FUSE_STEP_ONE_SPLIT_KEYS` | a number          | 64, 0              | in a step recorded for one launch, the decode attention's split floor, and the keys up to which a sequence takes one split (0: none) |
 //! | `FUSE_STEP_BLOCKS_PER_SM` | 1 to 8                     | 1                  | one-launch step kernels built for so many resident blocks a multiprocessor |
 //!
@@ -70,11 +71,13 @@ pub(crate) fn step_prefetch() -> bool {
     *ON.get_or_init(|| std::env::var("FUSE_STEP_PREFETCH").is_ok_and(|v| is_on(&v)))
 }
 
-/// `FUSE_STEP_SHARED_PARAMS=on` (or `1`): one-launch step kernels copy each task's arguments into shared memory
-/// as its block sets it up (`-DFUSE_STEP_PARAM_WORDS`). Off by default until it has run on a GPU; for the A/B.
+/// One-launch step kernels copy each task's arguments into shared memory as its block sets it up
+/// (`-DFUSE_STEP_PARAM_WORDS`), where its index arithmetic reads them; `FUSE_STEP_SHARED_PARAMS=off` (or `0`)
+/// leaves them in global memory (an H100, 2026-12-06: 850 against 959 us a token at batch 1, 1,287 against
+/// 1,403 at 16; BENCHMARKS.md). For the A/B.
 pub(crate) fn step_shared_params() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("FUSE_STEP_SHARED_PARAMS").is_ok_and(|v| is_on(&v)))
+    *ON.get_or_init(|| std::env::var("FUSE_STEP_SHARED_PARAMS").map_or(true, |v| !is_off(&v)))
 }
 
 /// `FUSE_STEP_SPLIT_KEYS=N`: the fewest keys a decode attention split covers (but the last) in a step recorded
