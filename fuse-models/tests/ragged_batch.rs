@@ -4,7 +4,8 @@
 //! alone in a cache of one, step after step: the graph path (calls on the CPU) and, on a GPU, the one-launch
 //! step; batch 4 with prompts of 1, 6, 3 and 11 tokens, f32 and bf16. On a GPU the batch's step launches the
 //! decode attention kernel with rope and the appends fused once a layer and no rope kernel: the kernel takes
-//! each sequence's position itself, rather than the step falling back to its members.
+//! each sequence's position itself, rather than the step falling back to its members. Greedy decoding on the
+//! device, which advances each sequence's position there, picks the tokens a host-driven loop does.
 
 use fuse::prelude::*;
 use fuse_models::llama::{Config, Decoder, KvCache, Llama};
@@ -75,6 +76,7 @@ fn ragged(dev: &Device, dtype: DType) {
         );
     }
     against_singles(&model, decoder, &mut batch, &mut singles, tolerance);
+    greedy_on_the_device(&model, tolerance);
     if dev.is_cuda() && dtype == DType::BF16 {
         let (mut batch, mut singles) = fill(&model, tolerance);
         let one = model.one_launch_decoder(&batch, Fusion::On, false).expect("the one-launch step builds");
@@ -82,6 +84,38 @@ fn ragged(dev: &Device, dtype: DType) {
         eprintln!("{dev}: the ragged batch's one-launch step: {report:?} (tasks, launches)");
         against_singles(&model, one, &mut batch, &mut singles, tolerance);
     }
+}
+
+/// Greedy decoding on the device (`Llama::greedy_decoder`: the step picks the tokens and advances its own
+/// positions, written by the host once) against the same decoding driven from the host (each step's logits
+/// read back, their argmax and the positions written): the same tokens, sequence by sequence.
+fn greedy_on_the_device(model: &Llama, tolerance: f64) {
+    let vocab = model.config.vocab;
+    let start: Vec<u32> = (0..PROMPTS.len() as u32).map(|b| 17 + 101 * b).collect();
+    let (mut device_cache, _) = fill(model, tolerance);
+    let (mut host_cache, _) = fill(model, tolerance);
+    let mut greedy = model.greedy_decoder(&device_cache, Fusion::On).unwrap();
+    let mut host = model.decoder(&host_cache, Fusion::On).unwrap();
+    greedy.set_tokens(&start).unwrap();
+    let mut tokens = start.clone();
+    for step in 0..8 {
+        greedy.advance(&mut device_cache).unwrap();
+        let logits = host.step(&tokens, &mut host_cache).unwrap();
+        tokens = logits.chunks(vocab).map(argmax).collect();
+        assert_eq!(greedy.tokens().unwrap(), tokens, "step {step}");
+    }
+    assert_eq!(device_cache.lens(), host_cache.lens());
+}
+
+/// The first largest value's index (ties: the lowest, as the device's argmax).
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
 }
 
 fn ragged_f32(dev: &Device) {

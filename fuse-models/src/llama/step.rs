@@ -236,6 +236,10 @@ impl Llama {
         let inputs = StepInputs::new(cache.batch(), 1, &self.device)?;
         let logits: Rc<RefCell<Option<Tensor>>> = Rc::new(RefCell::new(None));
         let (step_inputs, out, layers) = (inputs.clone(), logits.clone(), cache.clone_handles());
+        // Each position's successor (entry p holds p + 1, up to the cache's capacity): a greedy step advances
+        // its own positions by gathering from it, on the device.
+        let successors: Vec<u32> = (1..=cache.capacity() as u64 + 1).map(|p| p.min(u32::MAX as u64) as u32).collect();
+        let successors = Tensor::from_vec(successors, &[cache.capacity() + 1], &self.device)?;
         let graph = capture(
             &self.device,
             Box::new(move || -> fuse::Result<()> {
@@ -244,14 +248,23 @@ impl Llama {
                     other => fuse::Error::Capture { what: other.to_string() },
                 })?;
                 if greedy {
-                    let next = logits.argmax(-1)?.reshape(&[step_inputs.batch, 1])?;
+                    let b = step_inputs.batch;
+                    let next = logits.argmax(-1)?.reshape(&[b, 1])?;
                     step_inputs.ids.slice_set(&next, 0, 0)?;
+                    // The next step's positions, each sequence one on, written here: greedy steps follow one
+                    // another with no host write between them (Decoder::advance).
+                    let at = successors.gather(&step_inputs.at, 0)?;
+                    let lens = successors.gather(&step_inputs.lens, 0)?;
+                    step_inputs.positions.slice_set(&at.reshape(&[b, 1])?, 0, 0)?;
+                    step_inputs.at.slice_set(&at, 0, 0)?;
+                    step_inputs.lens.slice_set(&lens, 0, 0)?;
                 }
                 *out.borrow_mut() = Some(logits);
                 Ok(())
             }),
         )?;
-        let decoder = Decoder { graph, inputs, logits, cache_id: cache.id(), vocab: self.config.vocab };
+        let (cache_id, vocab) = (cache.id(), self.config.vocab);
+        let decoder = Decoder { graph, inputs, logits, cache_id, vocab, greedy, device_lens: None };
         if let (true, Some(names)) = (fuse::debug_level() >= 1, decoder.graph.kernel_names()?) {
             let layers = self.layers.len().max(1);
             eprintln!(
@@ -279,6 +292,11 @@ pub struct Decoder<'m> {
     logits: Rc<RefCell<Option<Tensor>>>,
     cache_id: u64,
     vocab: usize,
+    /// Whether the step picks the next tokens and advances its own positions.
+    greedy: bool,
+    /// The cache lengths the step's positions on the device stand at (a greedy step advanced them), where
+    /// known: `advance` writes none while they match.
+    device_lens: Option<Vec<usize>>,
 }
 
 impl Decoder<'_> {
@@ -293,10 +311,13 @@ impl Decoder<'_> {
         Ok(logits.to_vec::<f32>()?)
     }
 
-    /// One greedy step ([`Llama::greedy_decoder`]): the tokens the last step picked, at the cache's length,
-    /// which grows by one. Queued, not waited for: read [`Decoder::tokens`] to see them.
+    /// One greedy step ([`Llama::greedy_decoder`]): the tokens the last step picked, each sequence at its
+    /// length in the cache, which grows by one. Queued, not waited for: read [`Decoder::tokens`] to see them.
+    /// The step advances its own positions on the device, so that after the first, steps follow one another
+    /// with no host write (the positions are written again only where the cache's lengths moved otherwise).
     pub fn advance(&mut self, cache: &mut KvCache) -> Result<()> {
-        self.replay_at(cache, |inputs, starts| inputs.set_positions_each(starts))
+        let current = self.device_lens.as_deref() == Some(cache.lens());
+        self.replay_at(cache, |inputs, starts| if current { Ok(()) } else { inputs.set_positions_each(starts) })
     }
 
     /// Writes the step's inputs with `write` (given each sequence's length in the cache: where its new
@@ -311,9 +332,13 @@ impl Decoder<'_> {
             return Err(Error::BadShape { what: "a decoder steps the cache it was made for, not another".into() });
         }
         cache.reserve(1)?;
+        self.device_lens = None;
         write(&self.inputs, cache.lens())?;
         self.graph.replay()?;
         cache.advance(1);
+        if self.greedy {
+            self.device_lens = Some(cache.lens().to_vec());
+        }
         Ok(())
     }
 
