@@ -19,11 +19,15 @@ type Capture<'m> = fn(&Device, Box<dyn FnMut() -> fuse::Result<()> + 'm>) -> fus
 pub struct StepInputs {
     /// Token ids, u32 [batch, len].
     ids: Tensor,
-    /// The new positions of each sequence, u32 [batch, len] (each sequence at its own).
+    /// The new positions of each sequence, u32 [batch, len] (each sequence at its own): a view of `at` where
+    /// `len` is 1.
     positions: Tensor,
-    /// Each sequence's first new position, u32 [batch]: where the step writes into its rows of the cache.
+    /// `at`, then `lens`, u32 [2, batch]: one write a step from the host, one gather and one copy on the device.
+    state: Tensor,
+    /// Each sequence's first new position, u32 [batch]: where the step writes into its rows of the cache (a
+    /// view of `state`).
     at: Tensor,
-    /// Positions each sequence attends over once the step is written, u32 [batch].
+    /// Positions each sequence attends over once the step is written, u32 [batch] (a view of `state`).
     lens: Tensor,
     batch: usize,
     len: usize,
@@ -32,14 +36,10 @@ pub struct StepInputs {
 impl StepInputs {
     pub fn new(batch: usize, len: usize, device: &Device) -> Result<StepInputs> {
         let zeros = |shape: &[usize]| Tensor::zeros(shape, DType::U32, device);
-        Ok(StepInputs {
-            ids: zeros(&[batch, len])?,
-            positions: zeros(&[batch, len])?,
-            at: zeros(&[batch])?,
-            lens: zeros(&[batch])?,
-            batch,
-            len,
-        })
+        let state = zeros(&[2, batch])?;
+        let (at, lens) = (state.narrow(0, 0, 1)?.reshape(&[batch])?, state.narrow(0, 1, 1)?.reshape(&[batch])?);
+        let positions = if len == 1 { at.reshape(&[batch, 1])? } else { zeros(&[batch, len])? };
+        Ok(StepInputs { ids: zeros(&[batch, len])?, positions, state, at, lens, batch, len })
     }
 
     /// Writes the step's inputs: `ids` (batch-major, `batch * len` of them) at positions `pos ..` in every
@@ -75,17 +75,20 @@ impl StepInputs {
         }
         let position =
             |p: usize| u32::try_from(p).map_err(|_| Error::BadShape { what: format!("position {p} past u32") });
-        let mut positions = Vec::with_capacity(self.batch * self.len);
-        for &start in starts {
-            for p in start..start + self.len {
-                positions.push(position(p)?);
+        if self.len > 1 {
+            let mut positions = Vec::with_capacity(self.batch * self.len);
+            for &start in starts {
+                for p in start..start + self.len {
+                    positions.push(position(p)?);
+                }
             }
+            self.positions.copy_from_host(&positions)?;
         }
-        let at: Vec<u32> = starts.iter().map(|&p| position(p)).collect::<Result<_>>()?;
-        let lens: Vec<u32> = starts.iter().map(|&p| position(p + self.len)).collect::<Result<_>>()?;
-        self.positions.copy_from_host(&positions)?;
-        self.at.copy_from_host(&at)?;
-        self.lens.copy_from_host(&lens)?;
+        // `at` then `lens` (and, for one new position, `positions`, a view of `at`).
+        let at = starts.iter().map(|&p| position(p));
+        let lens = starts.iter().map(|&p| position(p + self.len));
+        let state: Vec<u32> = at.chain(lens).collect::<Result<_>>()?;
+        self.state.copy_from_host(&state)?;
         Ok(())
     }
 }
@@ -251,13 +254,11 @@ impl Llama {
                     let b = step_inputs.batch;
                     let next = logits.argmax(-1)?.reshape(&[b, 1])?;
                     step_inputs.ids.slice_set(&next, 0, 0)?;
-                    // The next step's positions, each sequence one on, written here: greedy steps follow one
-                    // another with no host write between them (Decoder::advance).
-                    let at = successors.gather(&step_inputs.at, 0)?;
-                    let lens = successors.gather(&step_inputs.lens, 0)?;
-                    step_inputs.positions.slice_set(&at.reshape(&[b, 1])?, 0, 0)?;
-                    step_inputs.at.slice_set(&at, 0, 0)?;
-                    step_inputs.lens.slice_set(&lens, 0, 0)?;
+                    // The next step's position and key count of each sequence, one on, written here (the
+                    // positions are a view of them): greedy steps follow one another with no host write
+                    // between them (Decoder::advance).
+                    let next = successors.gather(&step_inputs.state.reshape(&[2 * b])?, 0)?;
+                    step_inputs.state.slice_set(&next.reshape(&[2, b])?, 0, 0)?;
                 }
                 *out.borrow_mut() = Some(logits);
                 Ok(())
