@@ -19,11 +19,11 @@ fn small() -> Config {
 }
 
 /// The prompts (ids of their own each) into one batch cache, sequence by sequence, and each into a cache of
-/// its own; the prompts' last logits agree.
-fn fill(model: &Llama, tolerance: f64) -> (KvCache, Vec<KvCache>) {
+/// its own; the prompts' last logits agree. Returns the two and the prompts.
+fn fill(model: &Llama, tolerance: f64) -> (KvCache, Vec<KvCache>, Vec<Vec<u32>>) {
     let vocab = model.config.vocab as u32;
     let mut batch = model.new_batch_cache(PROMPTS.len(), 48).unwrap();
-    let mut singles = Vec::new();
+    let (mut singles, mut prompts) = (Vec::new(), Vec::new());
     for (b, &len) in PROMPTS.iter().enumerate() {
         let ids: Vec<u32> = (0..len as u32).map(|i| (i * 7919 + 13 * b as u32 + 1) % vocab).collect();
         let mut single = model.new_cache(48).unwrap();
@@ -32,18 +32,29 @@ fn fill(model: &Llama, tolerance: f64) -> (KvCache, Vec<KvCache>) {
         let error = fuse::rel_l2_error(&got, &want);
         assert!(error < tolerance, "sequence {b}'s prompt: relative L2 {error:.2e} from its own cache's");
         singles.push(single);
+        prompts.push(ids);
     }
     assert_eq!(batch.lens(), PROMPTS, "each sequence holds its own prompt");
-    (batch, singles)
+    (batch, singles, prompts)
 }
 
-/// Steps the batch with `decoder` and each sequence alone with the graph path; every sequence's logits agree.
-fn against_singles(model: &Llama, mut decoder: Decoder, batch: &mut KvCache, singles: &mut [KvCache], tolerance: f64) {
+/// Steps the batch with `decoder` and each sequence alone with the graph path; every sequence's logits agree,
+/// and at the end agree with a prefill of the sequence's every token at once (positions written apart from the
+/// decoders' step inputs: what catches a position both decoders would get wrong).
+fn against_singles(
+    model: &Llama,
+    mut decoder: Decoder,
+    (batch, singles, prompts): (&mut KvCache, &mut [KvCache], &[Vec<u32>]),
+    tolerance: f64,
+) {
     let vocab = model.config.vocab;
     let mut alone: Vec<Decoder> = singles.iter().map(|c| model.decoder(c, Fusion::On).unwrap()).collect();
+    let mut histories = prompts.to_vec();
+    let mut got = Vec::new();
     for step in 0..6u32 {
         let tokens: Vec<u32> = (0..PROMPTS.len() as u32).map(|b| (step * 977 + 31 * b + 5) % vocab as u32).collect();
-        let got = decoder.step(&tokens, batch).unwrap();
+        histories.iter_mut().zip(&tokens).for_each(|(h, &t)| h.push(t));
+        got = decoder.step(&tokens, batch).unwrap();
         for (b, (single, cache)) in alone.iter_mut().zip(singles.iter_mut()).enumerate() {
             let want = single.step(&tokens[b..b + 1], cache).unwrap();
             let error = fuse::rel_l2_error(&got[b * vocab..(b + 1) * vocab], &want);
@@ -56,13 +67,19 @@ fn against_singles(model: &Llama, mut decoder: Decoder, batch: &mut KvCache, sin
     }
     let expected: Vec<usize> = PROMPTS.iter().map(|p| p + 6).collect();
     assert_eq!(batch.lens(), expected);
+    for (b, history) in histories.iter().enumerate() {
+        let want = model.forward(history, &mut model.new_cache(48).unwrap()).unwrap();
+        let error = fuse::rel_l2_error(&got[b * vocab..(b + 1) * vocab], &want);
+        // The other products' sums (and f32's TF32 at many rows): a wrong position is off by far more.
+        assert!(error < tolerance.max(5e-2), "sequence {b} against its {} tokens at once: {error:.2e}", history.len());
+    }
 }
 
 fn ragged(dev: &Device, dtype: DType) {
     let model = Llama::random(&small(), dev, dtype, 41).expect("the model builds");
     // bf16: the batch's products take other templates (and sum in other orders) than one sequence's.
     let tolerance = if dtype == DType::F32 { 1e-4 } else { 3e-2 };
-    let (mut batch, mut singles) = fill(&model, tolerance);
+    let (mut batch, mut singles, prompts) = fill(&model, tolerance);
     // A warm step (kernels compile, paths are tuned) before a decoder records, as for any step; the single
     // caches' decoders record after their own prompts.
     let decoder = model.decoder(&batch, Fusion::On).expect("the step records");
@@ -75,14 +92,14 @@ fn ragged(dev: &Device, dtype: DType) {
             "the fused attention fell back to its members: {names:?}"
         );
     }
-    against_singles(&model, decoder, &mut batch, &mut singles, tolerance);
+    against_singles(&model, decoder, (&mut batch, &mut singles, &prompts), tolerance);
     greedy_on_the_device(&model, tolerance);
     if dev.is_cuda() && dtype == DType::BF16 {
-        let (mut batch, mut singles) = fill(&model, tolerance);
+        let (mut batch, mut singles, prompts) = fill(&model, tolerance);
         let one = model.one_launch_decoder(&batch, Fusion::On, false).expect("the one-launch step builds");
         let report = one.one_launch_report().map(|r| (r.as_tasks, r.launches));
         eprintln!("{dev}: the ragged batch's one-launch step: {report:?} (tasks, launches)");
-        against_singles(&model, one, &mut batch, &mut singles, tolerance);
+        against_singles(&model, one, (&mut batch, &mut singles, &prompts), tolerance);
     }
 }
 
@@ -92,8 +109,8 @@ fn ragged(dev: &Device, dtype: DType) {
 fn greedy_on_the_device(model: &Llama, tolerance: f64) {
     let vocab = model.config.vocab;
     let start: Vec<u32> = (0..PROMPTS.len() as u32).map(|b| 17 + 101 * b).collect();
-    let (mut device_cache, _) = fill(model, tolerance);
-    let (mut host_cache, _) = fill(model, tolerance);
+    let (mut device_cache, _, _) = fill(model, tolerance);
+    let (mut host_cache, _, _) = fill(model, tolerance);
     let mut greedy = model.greedy_decoder(&device_cache, Fusion::On).unwrap();
     let mut host = model.decoder(&host_cache, Fusion::On).unwrap();
     greedy.set_tokens(&start).unwrap();
