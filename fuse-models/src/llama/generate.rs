@@ -101,6 +101,14 @@ fn choose(logits: &[f32], sampling: Sampling, rng: &mut SmallRng) -> u32 {
     if temperature <= 0.0 {
         return argmax();
     }
+    top_p_choice(logits, temperature, top_p, rng.gen::<f64>())
+}
+
+/// The top-p draw of `choose` (and of a sampling decoder on the device, `Llama::sampling_decoder`) with its
+/// uniform `u` in [0, 1) given: probabilities `exp((logit - max) / temperature)` (temperature > 0), sorted down
+/// (ties: the lower id first), the fewest whose share reaches `top_p` kept, then the first kept token whose
+/// running sum passes `u` times their mass.
+pub fn top_p_choice(logits: &[f32], temperature: f32, top_p: f32, u: f64) -> u32 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut probs: Vec<(u32, f64)> =
         logits.iter().enumerate().map(|(i, &v)| (i as u32, (((v - max) / temperature) as f64).exp())).collect();
@@ -113,12 +121,12 @@ fn choose(logits: &[f32], sampling: Sampling, rng: &mut SmallRng) -> u32 {
     });
     probs.truncate(cut.map_or(probs.len(), |c| c + 1));
     let mass: f64 = probs.iter().map(|p| p.1).sum();
-    let mut draw = rng.gen::<f64>() * mass;
+    let mut draw = u * mass;
     for &(id, p) in &probs {
         if draw < p {
             return id;
         }
         draw -= p;
     }
-    probs.last().map_or_else(argmax, |p| p.0)
+    probs.last().map_or_else(|| argmax(logits), |p| p.0)
 }

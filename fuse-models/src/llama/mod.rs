@@ -23,6 +23,7 @@ mod one_launch;
 mod qwen2_tests;
 #[cfg(test)]
 mod reference;
+mod sample;
 mod step;
 pub mod step_kernel;
 mod stored;
@@ -31,9 +32,10 @@ mod stored_tests;
 
 pub use block::{AttentionBlock, FfnBlock};
 pub use cache::KvCache;
-pub use generate::{generate, Generated, Sampling};
+pub use generate::{generate, top_p_choice, Generated, Sampling};
 pub use load::{Architecture, Config, Llama};
 pub use one_launch::OneLaunchDecoder;
+pub use sample::sampling_uniforms;
 pub use step::{Decoder, StepInputs};
 pub use step_kernel::{
     DecodeStep, DecodeStepWeights, StepLayout, StepShape, STEP_MAX_POSITIONS, STEP_SHARED_MEMORY_LIMIT, STEP_SHARES,

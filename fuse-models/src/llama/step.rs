@@ -5,7 +5,8 @@
 //! So a decode step is the same GPU work every time, and [`Decoder`] records it once (`fuse::CudaGraph`)
 //! and replays it: one launch per token instead of a few hundred host calls.
 
-use super::{KvCache, Llama};
+use super::sample::Pick;
+use super::{KvCache, Llama, Sampling};
 use crate::{Error, Result};
 use fuse::prelude::*;
 use std::cell::RefCell;
@@ -206,11 +207,31 @@ impl Llama {
         self.decoder_with(cache, fusion, true)
     }
 
+    /// [`Llama::greedy_decoder`] that draws each sequence's next token as `sampling` says (top-p at a
+    /// temperature, seeded; a temperature of 0 is greedy) on the device (`sample.rs`): seeded sampling with no
+    /// host round trip per token. The same seed gives the same tokens; an out-of-range temperature or top-p is
+    /// an error ([`Sampling::check`]).
+    pub fn sampling_decoder<'m>(&'m self, cache: &KvCache, fusion: Fusion, sampling: Sampling) -> Result<Decoder<'m>> {
+        let pick = Pick::new(sampling, cache.batch(), cache.capacity(), &self.device)?;
+        self.record(cache, fusion, Some(pick), CudaGraph::capture)
+    }
+
+    /// [`Llama::sampling_decoder`] whose step runs as one persistent kernel ([`Llama::one_launch_decoder`]).
+    pub fn one_launch_sampling_decoder<'m>(
+        &'m self,
+        cache: &KvCache,
+        fusion: Fusion,
+        sampling: Sampling,
+    ) -> Result<Decoder<'m>> {
+        let pick = Pick::new(sampling, cache.batch(), cache.capacity(), &self.device)?;
+        self.record(cache, fusion, Some(pick), CudaGraph::capture_one_launch)
+    }
+
     /// [`Llama::decoder`] (or, `greedy`, [`Llama::greedy_decoder`]) whose step runs as one persistent
     /// kernel generated from the step's own kernels (`fuse::CudaGraph::capture_one_launch`): the same
     /// logits, bit for bit; [`Decoder::one_launch_report`] says what became tasks and what stayed a launch.
     pub fn one_launch_decoder<'m>(&'m self, cache: &KvCache, fusion: Fusion, greedy: bool) -> Result<Decoder<'m>> {
-        self.record(cache, fusion, greedy, CudaGraph::capture_one_launch)
+        self.record(cache, fusion, greedy.then_some(Pick::Greedy), CudaGraph::capture_one_launch)
     }
 
     /// [`Llama::one_launch_decoder`]'s step kept as the CUDA graph of its recorded kernels
@@ -222,20 +243,23 @@ impl Llama {
         fusion: Fusion,
         greedy: bool,
     ) -> Result<Decoder<'m>> {
-        self.record(cache, fusion, greedy, CudaGraph::capture_one_launch_as_graph)
+        self.record(cache, fusion, greedy.then_some(Pick::Greedy), CudaGraph::capture_one_launch_as_graph)
     }
 
     fn decoder_with<'m>(&'m self, cache: &KvCache, fusion: Fusion, greedy: bool) -> Result<Decoder<'m>> {
-        self.record(cache, fusion, greedy, CudaGraph::capture)
+        self.record(cache, fusion, greedy.then_some(Pick::Greedy), CudaGraph::capture)
     }
 
+    /// Records the decode step over `cache`; with `pick`, the step also picks each sequence's next token,
+    /// writes it as the next step's input and advances its own positions.
     fn record<'m>(
         &'m self,
         cache: &KvCache,
         fusion: Fusion,
-        greedy: bool,
+        pick: Option<Pick>,
         capture: Capture<'m>,
     ) -> Result<Decoder<'m>> {
+        let advances = pick.is_some();
         let inputs = StepInputs::new(cache.batch(), 1, &self.device)?;
         let logits: Rc<RefCell<Option<Tensor>>> = Rc::new(RefCell::new(None));
         let (step_inputs, out, layers) = (inputs.clone(), logits.clone(), cache.clone_handles());
@@ -250,9 +274,9 @@ impl Llama {
                     Error::Fuse(e) => e,
                     other => fuse::Error::Capture { what: other.to_string() },
                 })?;
-                if greedy {
+                if let Some(pick) = &pick {
                     let b = step_inputs.batch;
-                    let next = logits.argmax(-1)?.reshape(&[b, 1])?;
+                    let next = pick.next(&logits, &step_inputs.at)?;
                     step_inputs.ids.slice_set(&next, 0, 0)?;
                     // The next step's position and key count of each sequence, one on, written here (the
                     // positions are a view of them): greedy steps follow one another with no host write
@@ -265,7 +289,7 @@ impl Llama {
             }),
         )?;
         let (cache_id, vocab) = (cache.id(), self.config.vocab);
-        let decoder = Decoder { graph, inputs, logits, cache_id, vocab, greedy, device_lens: None };
+        let decoder = Decoder { graph, inputs, logits, cache_id, vocab, advances, device_lens: None };
         if let (true, Some(names)) = (fuse::debug_level() >= 1, decoder.graph.kernel_names()?) {
             let layers = self.layers.len().max(1);
             eprintln!(
@@ -294,7 +318,7 @@ pub struct Decoder<'m> {
     cache_id: u64,
     vocab: usize,
     /// Whether the step picks the next tokens and advances its own positions.
-    greedy: bool,
+    advances: bool,
     /// The cache lengths the step's positions on the device stand at (a greedy step advanced them), where
     /// known: `advance` writes none while they match.
     device_lens: Option<Vec<usize>>,
@@ -337,10 +361,19 @@ impl Decoder<'_> {
         write(&self.inputs, cache.lens())?;
         self.graph.replay()?;
         cache.advance(1);
-        if self.greedy {
+        if self.advances {
             self.device_lens = Some(cache.lens().to_vec());
         }
         Ok(())
+    }
+
+    /// The last step's logits, f32, `vocab` per sequence (after [`Decoder::advance`]: what its tokens were
+    /// picked from).
+    pub fn logits(&self) -> Result<Vec<f32>> {
+        let logits = self.logits.borrow();
+        let logits =
+            logits.as_ref().ok_or_else(|| Error::BadShape { what: "no step has run: no logits yet".into() })?;
+        Ok(logits.to_vec::<f32>()?)
     }
 
     /// The tokens the next step reads (after a greedy step: the ones it picked), one per sequence.
