@@ -77,7 +77,7 @@ pub(crate) fn step_prefetch() -> bool {
 /// 1,403 at 16; BENCHMARKS.md). For the A/B.
 pub(crate) fn step_shared_params() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("FUSE_STEP_SHARED_PARAMS").map_or(true, |v| !is_off(&v)))
+    *ON.get_or_init(|| !std::env::var("FUSE_STEP_SHARED_PARAMS").is_ok_and(|v| is_off(&v)))
 }
 
 /// `FUSE_STEP_SPLIT_KEYS=N`: the fewest keys a decode attention split covers (but the last) in a step recorded

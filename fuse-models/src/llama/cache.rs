@@ -12,7 +12,6 @@ pub struct KvCache {
     /// Positions each sequence holds.
     lens: Vec<usize>,
     capacity: usize,
-    batch: usize,
     /// Tells caches apart (a recorded decode step writes the memory of the one it was made for).
     id: u64,
 }
@@ -36,7 +35,7 @@ impl KvCache {
             .map(|_| Ok((Tensor::zeros(&shape, dtype, dev)?, Tensor::zeros(&shape, dtype, dev)?)))
             .collect::<Result<Vec<_>>>()?;
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(KvCache { layers, lens: vec![0; batch], capacity, batch, id })
+        Ok(KvCache { layers, lens: vec![0; batch], capacity, id })
     }
 
     /// Positions held: the longest sequence's (every sequence's when they advance together).
@@ -59,7 +58,7 @@ impl KvCache {
 
     /// Sequences held.
     pub fn batch(&self) -> usize {
-        self.batch
+        self.lens.len()
     }
 
     pub(crate) fn id(&self) -> u64 {
@@ -68,24 +67,18 @@ impl KvCache {
 
     /// Another handle to the same memory (the lengths stay with this one): what a recorded step reads.
     pub(crate) fn clone_handles(&self) -> KvCache {
-        KvCache {
-            layers: self.layers.clone(),
-            lens: self.lens.clone(),
-            capacity: self.capacity,
-            batch: self.batch,
-            id: self.id,
-        }
+        KvCache { layers: self.layers.clone(), lens: self.lens.clone(), capacity: self.capacity, id: self.id }
     }
 
     /// Sequence `seq`'s memory as a cache of one sequence (views of this one's; its length is `seq`'s, and
     /// stays with the view): what a step over that sequence alone writes into.
     pub(crate) fn sequence(&self, seq: usize) -> crate::Result<KvCache> {
-        if seq >= self.batch {
-            return Err(crate::Error::BadShape { what: format!("sequence {seq} of a cache of {}", self.batch) });
+        if seq >= self.batch() {
+            return Err(crate::Error::BadShape { what: format!("sequence {seq} of a cache of {}", self.batch()) });
         }
         let one = |t: &Tensor| t.narrow(0, seq, 1);
         let layers = self.layers.iter().map(|(k, v)| Ok((one(k)?, one(v)?))).collect::<Result<Vec<_>>>()?;
-        Ok(KvCache { layers, lens: vec![self.lens[seq]], capacity: self.capacity, batch: 1, id: self.id })
+        Ok(KvCache { layers, lens: vec![self.lens[seq]], capacity: self.capacity, id: self.id })
     }
 
     /// Empties the cache (its memory is kept for the next sequences).

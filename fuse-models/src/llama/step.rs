@@ -263,10 +263,16 @@ impl Llama {
         let inputs = StepInputs::new(cache.batch(), 1, &self.device)?;
         let logits: Rc<RefCell<Option<Tensor>>> = Rc::new(RefCell::new(None));
         let (step_inputs, out, layers) = (inputs.clone(), logits.clone(), cache.clone_handles());
-        // Each position's successor (entry p holds p + 1, up to the cache's capacity): a greedy step advances
-        // its own positions by gathering from it, on the device.
-        let successors: Vec<u32> = (1..=cache.capacity() as u64 + 1).map(|p| p.min(u32::MAX as u64) as u32).collect();
-        let successors = Tensor::from_vec(successors, &[cache.capacity() + 1], &self.device)?;
+        // A step that picks advances its own positions by gathering from each position's successor (entry p
+        // holds p + 1, up to the cache's capacity), on the device.
+        let pick = match pick {
+            Some(pick) => {
+                let successors: Vec<u32> =
+                    (1..=cache.capacity() as u64 + 1).map(|p| p.min(u32::MAX as u64) as u32).collect();
+                Some((pick, Tensor::from_vec(successors, &[cache.capacity() + 1], &self.device)?))
+            }
+            None => None,
+        };
         let graph = capture(
             &self.device,
             Box::new(move || -> fuse::Result<()> {
@@ -274,12 +280,12 @@ impl Llama {
                     Error::Fuse(e) => e,
                     other => fuse::Error::Capture { what: other.to_string() },
                 })?;
-                if let Some(pick) = &pick {
+                if let Some((pick, successors)) = &pick {
                     let b = step_inputs.batch;
                     let next = pick.next(&logits, &step_inputs.at)?;
                     step_inputs.ids.slice_set(&next, 0, 0)?;
                     // The next step's position and key count of each sequence, one on, written here (the
-                    // positions are a view of them): greedy steps follow one another with no host write
+                    // positions are a view of them): steps that pick follow one another with no host write
                     // between them (Decoder::advance).
                     let next = successors.gather(&step_inputs.state.reshape(&[2 * b])?, 0)?;
                     step_inputs.state.slice_set(&next.reshape(&[2, b])?, 0, 0)?;
@@ -319,7 +325,7 @@ pub struct Decoder<'m> {
     vocab: usize,
     /// Whether the step picks the next tokens and advances its own positions.
     advances: bool,
-    /// The cache lengths the step's positions on the device stand at (a greedy step advanced them), where
+    /// The cache lengths the step's positions on the device stand at (a step that picks advanced them), where
     /// known: `advance` writes none while they match.
     device_lens: Option<Vec<usize>>,
 }
@@ -330,13 +336,11 @@ impl Decoder<'_> {
     pub fn step(&mut self, ids: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
         check_ids(ids, self.vocab)?;
         self.replay_at(cache, |inputs, starts| inputs.set_each(ids, starts))?;
-        let logits = self.logits.borrow();
-        let logits =
-            logits.as_ref().ok_or_else(|| Error::BadShape { what: "the recorded step made no logits".into() })?;
-        Ok(logits.to_vec::<f32>()?)
+        self.logits()
     }
 
-    /// One greedy step ([`Llama::greedy_decoder`]): the tokens the last step picked, each sequence at its
+    /// One step of a decoder that picks its tokens ([`Llama::greedy_decoder`], [`Llama::sampling_decoder`]): the
+    /// tokens the last step picked, each sequence at its
     /// length in the cache, which grows by one. Queued, not waited for: read [`Decoder::tokens`] to see them.
     /// The step advances its own positions on the device, so that after the first, steps follow one another
     /// with no host write (the positions are written again only where the cache's lengths moved otherwise).
@@ -372,7 +376,7 @@ impl Decoder<'_> {
     pub fn logits(&self) -> Result<Vec<f32>> {
         let logits = self.logits.borrow();
         let logits =
-            logits.as_ref().ok_or_else(|| Error::BadShape { what: "no step has run: no logits yet".into() })?;
+            logits.as_ref().ok_or_else(|| Error::BadShape { what: "the recorded step made no logits".into() })?;
         Ok(logits.to_vec::<f32>()?)
     }
 
