@@ -123,6 +123,18 @@ fn variants(g: &Graph, spec: &KernelSpec) -> Vec<Vec<String>> {
         let early: Vec<Vec<String>> =
             sets.iter().map(|d| [d.clone(), vec![codegen::EARLY_WEIGHTS_DEFINE.to_string()]].concat()).collect();
         sets.extend(early);
+        // The configs that take an X ring (no X staging, at most 2 X tiles) with one, as a step recorded for
+        // one launch builds them, with and without the early weights and the prologue.
+        let takes_ring = |d: &Vec<String>| {
+            let has = |x: &str| d.iter().any(|s| s == x);
+            has("-DFUSE_SK_XS=0") && (has("-DFUSE_SK_NT=1") || has("-DFUSE_SK_NT=2"))
+        };
+        let ringed: Vec<Vec<String>> = sets
+            .iter()
+            .filter(|d| takes_ring(d))
+            .map(|d| [d.clone(), vec![codegen::X_RING_DEFINE.to_string()]].concat())
+            .collect();
+        sets.extend(ringed);
         sets.extend(quant_variants(spec, &slots, &outs));
         return sets;
     }

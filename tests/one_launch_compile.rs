@@ -51,8 +51,10 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
                     let config = codegen::QuantSkinnyConfig::by_name(name).expect("a config");
                     [base.clone(), config.defines(DType::BF16, w).expect("quantized blocks"), pro.clone()].concat()
                 };
+                // The dense body as a recorded step builds it: an X ring, the first weights before the wait.
+                let ring = [codegen::X_RING_DEFINE, codegen::EARLY_WEIGHTS_DEFINE].map(String::from).to_vec();
                 vec![
-                    [base.clone(), codegen::SKINNY_CONFIGS[0].defines(DType::BF16), pro.clone()].concat(),
+                    [base.clone(), codegen::SKINNY_CONFIGS[0].defines(DType::BF16), pro.clone(), ring].concat(),
                     quant(codegen::QUANT_SKINNY_CONFIGS[0].name, DType::Q4_1),
                     quant("x16r1", DType::Q4_K),
                     quant("x32r2s3", DType::Q8_0),

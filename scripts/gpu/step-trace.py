@@ -4,8 +4,8 @@
     scripts/gpu/step-trace.py TRACE.tsv[.xz] [--launches N]
 
 The file holds one table per persistent kernel dropped (the last replay's tasks): launch, block, name, then
-the stamps in ns (setup, body, grid_wait, body_end, signalled, mark0 .. mark2; '-' where not written). Printed for the last
-table: the step's span; per kernel name, the tasks' body times (median), the wait inside them and the kernel's
+the stamps in ns (setup, body, grid_wait, body_end, signalled, mark0 .. mark2; '-' where not written). Printed for the
+largest table (the step's main kernel): the step's span; per kernel name, the tasks' body times (median), the wait inside them and the kernel's
 own marks (FUSE_TASK_MARK 0 .. 2, after the wait); per launch
 (the first N), when its first task started, when its last grid wait returned, when its last task ended and
 signalled, and the gap from the launch before's last signal to its own last grid-wait return (the hand-off);
@@ -37,9 +37,8 @@ def main():
     if not args:
         sys.exit(__doc__)
     shown = int(args[args.index("--launches") + 1]) if "--launches" in args else 12
-    last = None
-    for last in tables(args[0]):
-        pass
+    # The step's main persistent kernel: the table with the most tasks (a tail kernel after an argmax is small).
+    last = max(list(tables(args[0])), key=len, default=None)
     if not last:
         sys.exit("no tasks in the trace")
     start = min(t[3] for t in last)

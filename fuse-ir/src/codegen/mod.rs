@@ -35,7 +35,7 @@ pub use cuda::{CUDA_PRELUDE, SM90_HEADER};
 pub use gemm::{
     GemmTiling, MmaConfig, QuantSkinnyConfig, SkinnyConfig, WgmmaConfig, EARLY_WEIGHTS_DEFINE, MMA_CONFIGS,
     MMA_QUANT_COLUMN, MMA_QUANT_TEMPLATE, MMA_TEMPLATE, PROLOGUE_MAX_ROWS, QUANT_SKINNY_CONFIGS, QUANT_SKINNY_TEMPLATE,
-    SKINNY_CONFIGS, SKINNY_TEMPLATE, WGMMA_CONFIGS, WGMMA_TEMPLATE,
+    SKINNY_CONFIGS, SKINNY_TEMPLATE, WGMMA_CONFIGS, WGMMA_TEMPLATE, X_RING_DEFINE,
 };
 pub use model::{
     attention_launch, attention_launch_with_split_floor, AttentionLaunch, AttentionShape, ModelKernel,

@@ -24,7 +24,7 @@ pub use mma::{MmaConfig, MMA_CONFIGS, MMA_QUANT_COLUMN, MMA_QUANT_TEMPLATE, MMA_
 pub use prologue::PROLOGUE_MAX_ROWS;
 pub use skinny::{
     QuantSkinnyConfig, SkinnyConfig, EARLY_WEIGHTS_DEFINE, QUANT_SKINNY_CONFIGS, QUANT_SKINNY_TEMPLATE, SKINNY_CONFIGS,
-    SKINNY_TEMPLATE,
+    SKINNY_TEMPLATE, X_RING_DEFINE,
 };
 pub use tiling::GemmTiling;
 pub use wgmma::{WgmmaConfig, WGMMA_CONFIGS, WGMMA_TEMPLATE};

@@ -32,6 +32,11 @@ pub const QUANT_SKINNY_TEMPLATE: &str = concat!(
 /// The define that lets a skinny kernel copy its first weight chunks before it waits for the kernel before it
 /// (only where the host knows that kernel does not write them).
 pub const EARLY_WEIGHTS_DEFINE: &str = "-DFUSE_GEMM_EARLY_W=1";
+/// The define that gives each warp of a skinny kernel an X ring beside its weight ring (X copied with the
+/// weights, S-1 chunks ahead, rather than loaded one chunk ahead): for tasks of a one-launch step, where
+/// the latency of each chunk's load is the task's time and a block has its multiprocessor to itself.
+/// [`SkinnyConfig::shared_bytes_with`] counts its shared memory.
+pub const X_RING_DEFINE: &str = "-DFUSE_SK_XR=1";
 
 /// One config of the template (see its header for what each define does): the defines, the output tile
 /// of one 256-thread block, and the dynamic shared memory it needs.
@@ -114,7 +119,22 @@ impl SkinnyConfig {
     /// Dynamic shared memory of one block, the template's `FUSE_SK_SMEM_BYTES` (U = 1):
     /// `512 * S * (16 * (1 + DUAL) * MT + (XS ? KW * NT : 0))`.
     pub fn shared_bytes(&self, dual: bool) -> usize {
-        let staged = if self.xs { self.kw * self.nt } else { 0 };
+        self.shared_bytes_with(dual, false)
+    }
+
+    /// Whether `-DFUSE_SK_XR=1` gives this config an X ring (no X staging, at most 2 X tiles).
+    pub fn takes_x_ring(&self) -> bool {
+        !self.xs && self.nt <= 2
+    }
+
+    /// [`SkinnyConfig::shared_bytes`] with the X ring of [`X_RING_DEFINE`] when `x_ring` (and the config takes
+    /// one): `+ 512 * S * 8 * NT`.
+    pub fn shared_bytes_with(&self, dual: bool, x_ring: bool) -> usize {
+        let staged = match () {
+            _ if self.xs => self.kw * self.nt,
+            _ if x_ring && self.takes_x_ring() => 8 * self.nt,
+            _ => 0,
+        };
         512 * self.stages * (16 * (1 + usize::from(dual)) * self.mt + staged)
     }
 }
@@ -482,6 +502,11 @@ mod tests {
             assert_eq!(c.workspace_floats(17, 1000, true) > 0, c.splits > 1);
             // The template's header lists each config's shared memory; an H200 block may have 227 KB.
             assert!(c.shared_bytes(true) <= 131072 && c.shared_bytes(false) <= c.shared_bytes(true));
+            // The X ring: a warp's S stages of NT 512-byte fragments, where the config takes one.
+            let ring = if c.takes_x_ring() { 512 * c.stages * 8 * c.nt } else { 0 };
+            assert_eq!(c.shared_bytes_with(true, true), c.shared_bytes(true) + ring, "{}", c.name);
+            assert_eq!(c.shared_bytes_with(false, false), c.shared_bytes(false));
+            assert!(c.shared_bytes_with(true, true) <= 131072);
             assert_eq!(c.defines(DType::BF16)[0], "-DFUSE_SK_DT=2");
             assert_eq!(c.defines(DType::F16)[0], "-DFUSE_SK_DT=1");
         }

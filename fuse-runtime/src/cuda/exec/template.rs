@@ -51,7 +51,15 @@ impl Executor<'_> {
             c.defines(dtype, weights).ok_or_else(|| self.internal(format!("{} of {dtype} by {weights}", path.name())))
         };
         let (tiling, config, defines, shared_bytes): (&dyn GemmTiling, _, _, _) = match path {
-            GemmPath::Skinny(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),
+            GemmPath::Skinny(c) => {
+                // A task of a one-launch step has its multiprocessor to itself: X takes a ring of its own.
+                let x_ring = self.device.recorder().is_on() && c.takes_x_ring();
+                let mut defines = c.defines(dtype);
+                if x_ring {
+                    defines.push(codegen::X_RING_DEFINE.into());
+                }
+                (*c, c.name, defines, c.shared_bytes_with(dual, x_ring))
+            }
             GemmPath::QuantSkinny(c) => (*c, c.name, quant_defines(c)?, c.shared_bytes(gemm.k, weights, dual)),
             GemmPath::Wgmma(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),
             GemmPath::Mma(c) => {

@@ -62,6 +62,11 @@
 //                 1: X is staged through shared memory with cp.async in the same ring as the weights; the NG
 //                 warps of the same kw share one copy (a block-wide barrier per chunk), so X traffic from L2 is
 //                 divided by NG. Pays for M >= 16 with KW <= 2 (dual).                    (default 0)
+//   FUSE_SK_XR    with XS = 0 and NT <= 2 (ignored otherwise): 1: each warp copies its X fragments with cp.async
+//                 into an X ring of its own beside its weight ring, in the same copy groups (S-1 chunks ahead,
+//                 every chunk of a short K at once) rather than loading them one chunk ahead, a round trip to L2
+//                 a chunk. The runtime sets it in a step recorded for one launch (tasks: one block an SM, no
+//                 occupancy to lose to the extra shared memory).                          (default 0)
 //   FUSE_SK_U     16-byte k pieces per thread per chunk (chunk width 32*U). Accepted, not in the set: U=2/4 was
 //                 never faster and was ~2x slower for the single kernel.                  (default 1)
 //   FUSE_SK_MINB  min resident blocks per SM (__launch_bounds__(256, MINB)): bounds the registers
@@ -86,7 +91,7 @@
 //           first launch (each launch leaves them 0 again)
 //   block = 256
 //   dynamic smem bytes = FUSE_SK_SMEM_BYTES (skinny_kernel.cuh defines it from the config and FUSE_SKINNY_DUAL):
-//                      = 512 * S * U * (16 * (1 + DUAL) * MT + (XS ? KW * NT : 0))
+//                      = 512 * S * U * (16 * (1 + DUAL) * MT + (XS ? KW * NT : XR && NT <= 2 ? 8 * NT : 0))
 //   The kernel needs CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES >= that value whenever it is > 48 KB
 //   (set it always: it is harmless below 48 KB) and the same value as sharedMemBytes at launch. Every config
 //   in the set is <= 131072 bytes (H200 limit per block: 232448).

@@ -7,7 +7,7 @@
 #ifndef FUSE_SK_KERNEL_ONCE
 #define FUSE_SK_KERNEL_ONCE
 
-template <int MT, int NT, int KW, int S, int DUAL, int DT, int PF, int XS, int U, int SP>
+template <int MT, int NT, int KW, int S, int DUAL, int DT, int PF, int XS, int U, int SP, int XR>
 __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4* smem, bool first_wave) {
     constexpr int D = DUAL ? 2 : 1;
     constexpr int L = 2 * D * MT;     // 16-byte weight loads per thread per chunk
@@ -18,7 +18,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
     static_assert(S >= 2, "FUSE_SK_S must be >= 2");
     static_assert(MT >= 1 && NT >= 1 && U >= 1 && SP >= 1, "FUSE_SK_MT, NT, U and SP must be >= 1");
     constexpr int CW = 32 * U;  // chunk width in k
-    FuseSkV4* const xring = smem + 8 * S * U * L * 32;  // XS only
+    FuseSkV4* const xring = smem + 8 * S * U * L * 32;  // XS, or XR: after the weight ring
     float(*red)[D][MT][4][32] = reinterpret_cast<float(*)[D][MT][4][32]>(smem);
 
     const int tid = threadIdx.x;
@@ -257,7 +257,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                 }
             }
         } else {
-            // ---- X from L1 / L2 into registers, one chunk ahead ----------------------------------------------
+            // ---- X from L1 / L2 into registers, one chunk ahead, or (XR) through the warp's own X ring ------
             const unsigned short* xp[NT];
             bool xok[NT];
 #pragma unroll
@@ -279,25 +279,64 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                     }
                 }
             };
+            // XR: X ring slot (warp, s, u, j) at ((warp * S + s) * U + u) * NT + j, 32 lanes x 16 B; each lane
+            // copies and reads its own fragment (as the weights: no barrier).
+            const unsigned xw = fuse_smem_addr(xring + (warp * S * U * NT) * 32 + lane);
+            auto issue_x = [&](int c) {
+                const long long k = (long long)c * (CW * KW);
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const bool kok = k + koff + 8 * u < K;
+                    const long long ko = kok ? k + 8 * u : 0;
+#pragma unroll
+                    for (int j = 0; j < NT; ++j)
+                        fuse_cp_async16<0>(xw + (unsigned)((((c % S) * U + u) * NT + j) * 512), xp[j] + ko, (kok && xok[j]) ? 16u : 0u);
+                }
+            };
             if (!early) {
 #pragma unroll
                 for (int s = 0; s < S - 1; ++s) {
-                    if (s < nch) issue_w(s);
+                    if (s < nch) {
+                        issue_w(s);
+                        if (XR) issue_x(s);
+                    }
                     fuse_cp_async_commit();
                 }
+            } else if (XR) {
+                // The weights' first chunks were copied before the grid wait; X's (written by the kernel before)
+                // only now, all in one group, waited for here: one round trip for X's first S-1 chunks, and
+                // from here on chunk c's copies are in the group committed S-1 iterations before it, as without
+                // the early copies.
+#pragma unroll
+                for (int s = 0; s < S - 1; ++s)
+                    if (s < nch) issue_x(s);
+                fuse_cp_async_commit();
+                fuse_cp_async_wait<0>();
             }
             FuseSkV4 xq[U][NT];
-            loadx(0, xq);
+            if (!XR) loadx(0, xq);
 #pragma unroll 1
             for (int c = 0; c < nch; ++c) {
-                if (c + S - 1 < nch) issue_w(c + S - 1);  // into the slot of chunk c-1, which this thread has read
+                if (c + S - 1 < nch) {
+                    issue_w(c + S - 1);  // into the slot of chunk c-1, which this thread has read
+                    if (XR) issue_x(c + S - 1);
+                }
                 fuse_cp_async_commit();
                 FuseSkV4 xc[U][NT];
+                if (XR) {
+                    fuse_cp_async_wait<S - 1>();  // chunk c's weights and X have landed (this thread's copies)
+                    const FuseSkV4* xs = xring + (warp * S * U * NT) * 32 + lane;
 #pragma unroll
-                for (int u = 0; u < U; ++u)
+                    for (int u = 0; u < U; ++u)
 #pragma unroll
-                    for (int j = 0; j < NT; ++j) xc[u][j] = xq[u][j];
-                loadx(c + 1, xq);
+                        for (int j = 0; j < NT; ++j) xc[u][j] = xs[(((c % S) * U + u) * NT + j) * 32];
+                } else {
+#pragma unroll
+                    for (int u = 0; u < U; ++u)
+#pragma unroll
+                        for (int j = 0; j < NT; ++j) xc[u][j] = xq[u][j];
+                    loadx(c + 1, xq);
+                }
 #if FUSE_GEMM_PRO
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
@@ -313,7 +352,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                         }
                 }
 #endif
-                fuse_cp_async_wait<S - 1>();  // chunk c has landed (each thread reads only what it copied itself)
+                if (!XR) fuse_cp_async_wait<S - 1>();  // chunk c has landed (each thread reads only what it copied itself)
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
                     FuseSkV4 wv[D][MT][2];
@@ -473,10 +512,17 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
 #ifndef FUSE_SK_SP
 #define FUSE_SK_SP 1
 #endif
+#ifndef FUSE_SK_XR
+#define FUSE_SK_XR 0
+#endif
+// X through each warp's own ring: without X staging, for at most 2 X tiles (see skinny.cuh).
+#undef FUSE_SK_XR_ON
+#define FUSE_SK_XR_ON (FUSE_SK_XR && !FUSE_SK_XS && FUSE_SK_NT <= 2)
 // Dynamic shared memory bytes the launch must pass (and the kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
 #undef FUSE_SK_SMEM_BYTES
 #define FUSE_SK_SMEM_BYTES \
-    (512 * FUSE_SK_S * FUSE_SK_U * (16 * (1 + FUSE_SKINNY_DUAL) * FUSE_SK_MT + (FUSE_SK_XS ? FUSE_SK_KW * FUSE_SK_NT : 0)))
+    (512 * FUSE_SK_S * FUSE_SK_U *                                                                              \
+     (16 * (1 + FUSE_SKINNY_DUAL) * FUSE_SK_MT + (FUSE_SK_XS ? FUSE_SK_KW * FUSE_SK_NT : FUSE_SK_XR_ON ? 8 * FUSE_SK_NT : 0)))
 
 FUSE_KERNEL(256, FUSE_SK_MINB) FUSE_SKINNY_NAME(FUSE_KERNEL_PARAM(FuseSkinnyParams) fuse_params) {
     FUSE_GEMM_PARAMS(FuseSkinnyParams, p, fuse_params);
@@ -488,7 +534,7 @@ FUSE_KERNEL(256, FUSE_SK_MINB) FUSE_SKINNY_NAME(FUSE_KERNEL_PARAM(FuseSkinnyPara
     unsigned fuse_sk_nsm;
     asm("mov.u32 %0, %%nsmid;" : "=r"(fuse_sk_nsm));
     fuse_sk_body<FUSE_SK_MT, FUSE_SK_NT, FUSE_SK_KW, FUSE_SK_S, FUSE_SKINNY_DUAL, FUSE_SK_DT, FUSE_SK_PF,
-                 FUSE_SK_XS, FUSE_SK_U, FUSE_SK_SP>(p, fuse_sk_dsmem, blockIdx.x < fuse_sk_nsm * FUSE_SK_MINB);
+                 FUSE_SK_XS, FUSE_SK_U, FUSE_SK_SP, FUSE_SK_XR_ON>(p, fuse_sk_dsmem, blockIdx.x < fuse_sk_nsm * FUSE_SK_MINB);
 }
 
 #if defined(FUSE_TASK) && !defined(FUSE_GEMM_PRODUCTS)
