@@ -24,15 +24,43 @@ fn same_logits_and_tokens(dev: &Device, config: &Config, dtype: DType, batch: us
     let expect = if dtype == DType::F32 { Expect::Graph } else { Expect::Tasks };
     // bf16 logits of 30 layers: the kernels' forms sum in other orders than the graph path's.
     let tolerance = if dtype == DType::F32 { 1e-4 } else { 3e-2 };
-    same_as_graphs(dev, &model, batch, expect, tolerance);
+    same_as_graphs(dev, &model, batch, expect, tolerance, SHORT);
 }
+
+/// A case's caches: their capacity, and the positions counted in after the prompt without being written (the
+/// zeros a new cache holds: every path reads the same rows), so that the steps see a long cache.
+#[derive(Clone, Copy)]
+struct Cache {
+    capacity: usize,
+    skipped: usize,
+}
+
+const SHORT: Cache = Cache { capacity: 160, skipped: 0 };
 
 /// The one-launch step of `model` against its kernels as a graph (bit for bit) and the graph path (relative
 /// L2 within `tolerance`; the same greedy tokens).
-fn same_as_graphs(dev: &Device, model: &Llama, batch: usize, expect: Expect, tolerance: f64) {
+fn same_as_graphs(dev: &Device, model: &Llama, batch: usize, expect: Expect, tolerance: f64, at: Cache) {
     let config = &model.config;
     let prompt: Vec<u32> = (0..batch as u32 * 5).map(|i| (i * 7919 + 1) % config.vocab as u32).collect();
-    let mut caches: Vec<_> = (0..3).map(|_| model.new_batch_cache(batch, 160).unwrap()).collect();
+    let mut caches: Vec<_> = (0..3).map(|_| model.new_batch_cache(batch, at.capacity).unwrap()).collect();
+    if at.skipped > 0 {
+        // The skipped rows hold the same random keys and values in every cache (zeros would leave the
+        // attention an average of nothing): the steps' attention weighs thousands of them.
+        for cache in &caches {
+            for (i, (k, v)) in cache.layers().iter().enumerate() {
+                for (j, t) in [k, v].into_iter().enumerate() {
+                    let mut state = 0x9e37_79b9_u32.wrapping_mul(1 + (2 * i + j) as u32);
+                    let values: Vec<half::bf16> = (0..t.numel())
+                        .map(|_| {
+                            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                            half::bf16::from_f32((state >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0)
+                        })
+                        .collect();
+                    t.copy_from_host(&values).unwrap();
+                }
+            }
+        }
+    }
     for cache in &mut caches {
         // The prompt, then a warm one-token step: kernels compile, paths are tuned.
         for (ids, len) in [(&prompt[..], 5), (&vec![30; batch][..], 1)] {
@@ -41,6 +69,7 @@ fn same_as_graphs(dev: &Device, model: &Llama, batch: usize, expect: Expect, tol
             model.step(&inputs, cache, Fusion::On).unwrap();
             cache.advance_by(len).unwrap();
         }
+        cache.advance_by(at.skipped).unwrap();
     }
     let [graphed, kernels, stepped] = &mut caches[..] else { unreachable!() };
     // The graph path (clustered attention, tuned GEMM paths), the one-launch step's own kernels as a graph,
@@ -124,6 +153,15 @@ fn small_smollm2_bf16_batch16(dev: &Device) {
     same_logits_and_tokens(dev, &config, DType::BF16, 16);
 }
 
+/// A cache of 8,192 positions with 8,000 of them in use (issue 33's longest): the decode attention's most
+/// splits, in the step and in the graph path's clusters.
+fn small_smollm2_bf16_long_cache(dev: &Device) {
+    let mut config = Config::smollm2_135m();
+    (config.layers, config.vocab) = (2, 10_000);
+    let model = Llama::random(&config, dev, DType::BF16, 23).expect("the model builds");
+    same_as_graphs(dev, &model, 1, Expect::Tasks, 3e-2, Cache { capacity: 8192, skipped: 8000 });
+}
+
 fn qwen2_bf16(dev: &Device) {
     let mut config = Config::qwen2_5_0_5b();
     config.layers = 4;
@@ -153,9 +191,17 @@ fn quantized(dev: &Device) {
         for dtype in [DType::BF16, DType::F32] {
             eprintln!("{name}, {dtype} activations:");
             let model = Llama::random_stored(&small_llama(), mix, dev, dtype, 29).expect("the model loads");
-            same_as_graphs(dev, &model, 1, Expect::Tasks, 3e-2);
+            same_as_graphs(dev, &model, 1, Expect::Tasks, 3e-2, SHORT);
         }
     }
 }
 
-fuse::device_tests!(small_smollm2_bf16, small_smollm2_bf16_batch16, smollm2_bf16, smollm2_f32, qwen2_bf16, quantized);
+fuse::device_tests!(
+    small_smollm2_bf16,
+    small_smollm2_bf16_batch16,
+    small_smollm2_bf16_long_cache,
+    smollm2_bf16,
+    smollm2_f32,
+    qwen2_bf16,
+    quantized
+);
