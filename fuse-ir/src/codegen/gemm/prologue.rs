@@ -202,9 +202,8 @@ pub(in crate::codegen) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) ->
     let rows_fn = std::mem::take(&mut k.text);
 
     // Eight consecutive columns: the narrow values back from shared memory, each other input's eight
-    // values (`FuseProCols`, loaded by `fuse_gemm_pro8_cols`: one 16-byte load where it is dense along k),
-    // then the wide work the operand needs.
-    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro8_with(const FuseArgs& args, const FuseProRow& p, long long j8, const FuseProCols& cols, float (&a)[8]) {");
+    // values (one 16-byte load where it is dense along k), then the wide work the operand needs.
+    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro8(const FuseArgs& args, const FuseProRow& p, long long j8, float (&a)[8]) {");
     k.line(1, "long long bi[FUSE_NIN], si[FUSE_NIN];");
     for i in 0..slots {
         let s = k.slot(i);
@@ -214,50 +213,19 @@ pub(in crate::codegen) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) ->
     for (q, id) in kept.iter().enumerate() {
         k.line(1, &format!("const float v{} = p.v[{q}];", id.0));
     }
-    let mut wide = open_columns(&mut k, g, pro, &[pro.lhs]);
+    open_columns(&mut k, g, pro, &[pro.lhs]);
     k.line(2, &format!("a[e] = {};", emit::value(g, pro.lhs)));
     k.line(1, "}");
-    k.line(0, "}");
-    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro8(const FuseArgs& args, const FuseProRow& p, long long j8, float (&a)[8]) {");
-    k.line(1, "FuseProCols cols;");
-    k.line(1, "fuse_gemm_pro8_cols(args, p, j8, cols);");
-    k.line(1, "fuse_gemm_pro8_with(args, p, j8, cols, a);");
     k.line(0, "}");
     let apply_fn = std::mem::take(&mut k.text);
 
     let kept_len = kept.len().max(1);
-    let (scaled_fns, scaled_wide) = scaled(g, pro, first_slot).unwrap_or_default();
-    wide.extend(scaled_wide);
-    wide.sort_unstable();
-    wide.dedup();
-    let cols_fns = columns(&k, &wide);
+    let scaled_fns = scaled(g, pro, first_slot).unwrap_or_default();
     format!(
         "#if FUSE_GEMM_PRO\n#define FUSE_GEMM_PRO_ROWS {PROLOGUE_MAX_ROWS}\n\
          struct FuseProRow {{ long long bi[{slots}], si[{slots}]; float v[{kept_len}]; }};\n\
-         __shared__ FuseProRow fuse_pro_row[FUSE_GEMM_PRO_ROWS];\n{READ8}{rows_fn}{cols_fns}{apply_fn}{scaled_fns}#endif  // FUSE_GEMM_PRO\n"
+         __shared__ FuseProRow fuse_pro_row[FUSE_GEMM_PRO_ROWS];\n{READ8}{rows_fn}{apply_fn}{scaled_fns}#endif  // FUSE_GEMM_PRO\n"
     )
-}
-
-/// `FuseProCols`, the eight values from column `j8` on of each input slot (`wide`, prologue input indices)
-/// that the prologue reads per column, and `fuse_gemm_pro8_cols(args, p, j8, cols)`, which loads them: apart
-/// from the work on them, so that a template can load a chunk's ahead of the chunks before it
-/// (`fuse_gemm_pro8_with`, `fuse_gemm_pro8_scaled_with` read them).
-fn columns(k: &RowKernel<'_, '_>, wide: &[usize]) -> String {
-    let mut text = String::from("struct FuseProCols {");
-    for &i in wide {
-        text += &format!(" float in{}[8];", k.slot(i));
-    }
-    if wide.is_empty() {
-        text += " float none;";
-    }
-    text += " };\n";
-    text += "__device__ __forceinline__ void fuse_gemm_pro8_cols(const FuseArgs& args, const FuseProRow& p, long long j8, FuseProCols& cols) {\n";
-    for &i in wide {
-        let s = k.slot(i);
-        text += &format!("  fuse_pro_read8<FUSE_IN{s}>(args.in[{s}], p.bi[{i}], p.si[{i}], j8, cols.in{s});\n");
-    }
-    text += "}\n";
-    text
 }
 
 /// The left operand as a product of factors, split into those that need a reduction (`row`: one value a
@@ -273,25 +241,29 @@ struct Factors {
     row_slots: Vec<usize>,
 }
 
-/// The 8-column loop's head, inside `fuse_gemm_pro8_with` and its scaled form: per element the primary
-/// operand's value (the template's load, so available from here on), each wide input's value (from `cols`,
-/// [`columns`]' struct) and the wide nodes `targets` need. Returns the wide inputs (prologue input indices).
-/// The caller writes the loop's last lines and closes it.
-fn open_columns(k: &mut RowKernel<'_, '_>, g: &Graph, pro: &Prologue, targets: &[NodeId]) -> Vec<usize> {
+/// The 8-column loop's head, inside `fuse_gemm_pro8` and its scaled form: each wide input's 8 values (one
+/// 16-byte load where dense along k), then per element the primary operand's value (the template's load, so
+/// available from here on), the inputs' and the wide nodes `targets` need. The caller writes the loop's last
+/// lines and closes it.
+fn open_columns(k: &mut RowKernel<'_, '_>, g: &Graph, pro: &Prologue, targets: &[NodeId]) {
     let primary = pro.inputs[pro.primary];
     k.available[primary.index()] = true;
     let (wide_slots, wide_nodes) = k.wide_work(targets);
+    for &i in &wide_slots {
+        let s = k.slot(i);
+        k.line(1, &format!("float in{s}[8];"));
+        k.line(1, &format!("fuse_pro_read8<FUSE_IN{s}>(args.in[{s}], bi[{s}], si[{s}], j8, in{s});"));
+    }
     k.line(1, "#pragma unroll");
     k.line(1, "for (int e = 0; e < 8; ++e) {");
     k.line(2, &format!("const float v{} = a[e];", primary.0));
     for &i in &wide_slots {
         let s = k.slot(i);
-        k.line(2, &format!("const float v{} = cols.in{s}[e];", pro.inputs[i].0));
+        k.line(2, &format!("const float v{} = in{s}[e];", pro.inputs[i].0));
     }
     for &n in &wide_nodes {
         k.line(2, &emit::compute(g, n));
     }
-    wide_slots
 }
 
 fn factors(g: &Graph, pro: &Prologue) -> Option<Factors> {
@@ -340,11 +312,10 @@ fn factors(g: &Graph, pro: &Prologue) -> Option<Factors> {
 /// - `fuse_gemm_pro_can_scale(p)`: whether `s`'s other inputs are constant along the row (scalars, or a
 ///   stride of 0 there), which the factoring needs;
 /// - `fuse_gemm_pro_red_init(red)`, `fuse_gemm_pro_red_merge(a, b)`: the reductions' identities and folds;
-/// - `fuse_gemm_pro8_scaled_with(args, p, j8, cols, a, red)`: `h` at 8 columns in place of the primary's
-///   values `a`, given the other inputs there (`cols`, loaded by `fuse_gemm_pro8_cols`), each reduction's
-///   operand folded into `red`;
+/// - `fuse_gemm_pro8_scaled(args, p, j8, a, red)`: `h` at 8 columns in place of the primary's values `a`,
+///   each reduction's operand folded into `red`;
 /// - `fuse_gemm_pro_scale(args, p, n, red)`: `s` from the reductions over all `n` columns.
-fn scaled(g: &Graph, pro: &Prologue, first_slot: usize) -> Option<(String, Vec<usize>)> {
+fn scaled(g: &Graph, pro: &Prologue, first_slot: usize) -> Option<String> {
     let f = factors(g, pro)?;
     let parts = KernelParts { g, name: "", inputs: &pro.inputs, outputs: &[], nodes: &pro.nodes };
     let mut k = RowKernel::new(&parts, first_slot);
@@ -404,13 +375,13 @@ fn scaled(g: &Graph, pro: &Prologue, first_slot: usize) -> Option<(String, Vec<u
     k.line(0, "}");
     // h and the reductions' operands at 8 columns: scalars first, then the other inputs' 8 values, then per
     // element the work on them.
-    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro8_scaled_with(const FuseArgs& args, const FuseProRow& p, long long j8, const FuseProCols& cols, float (&a)[8], float (&red)[FUSE_GEMM_PRO_REDUCTIONS]) {");
+    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro8_scaled(const FuseArgs& args, const FuseProRow& p, long long j8, float (&a)[8], float (&red)[FUSE_GEMM_PRO_REDUCTIONS]) {");
     offsets_from_row(&mut k);
     k.emit_scalar_reads(1);
     k.emit_ready_narrow();
     let targets: Vec<NodeId> =
         f.element.iter().copied().chain(reductions.iter().map(|&(r, _)| g.node(r).args[0])).collect();
-    let wide = open_columns(&mut k, g, pro, &targets);
+    open_columns(&mut k, g, pro, &targets);
     for (q, &(r, op)) in reductions.iter().enumerate() {
         let operand = emit::value(g, g.node(r).args[0]);
         k.line(2, &format!("red[{q}] = {};", fold(op, &format!("red[{q}]"), &operand)));
@@ -436,5 +407,5 @@ fn scaled(g: &Graph, pro: &Prologue, first_slot: usize) -> Option<(String, Vec<u
     let scale: Vec<String> = f.row.iter().map(|&n| emit::value(g, n)).collect();
     k.line(1, &format!("return {};", scale.join(" * ")));
     k.line(0, "}");
-    Some((k.text, wide))
+    Some(k.text)
 }

@@ -33,9 +33,8 @@ pub const QUANT_SKINNY_TEMPLATE: &str = concat!(
 /// (only where the host knows that kernel does not write them).
 pub const EARLY_WEIGHTS_DEFINE: &str = "-DFUSE_GEMM_EARLY_W=1";
 /// The define that gives each warp of a skinny kernel an X ring beside its weight ring (X copied with the
-/// weights, S-1 chunks ahead, rather than loaded one chunk ahead; an in-kernel prologue's column inputs
-/// loaded as far ahead into registers): for tasks of a one-launch step, where the latency of each chunk's
-/// loads is the task's time and a block has its multiprocessor to itself.
+/// weights, S-1 chunks ahead, rather than loaded one chunk ahead): for tasks of a one-launch step, where
+/// the latency of each chunk's load is the task's time and a block has its multiprocessor to itself.
 /// [`SkinnyConfig::shared_bytes_with`] counts its shared memory.
 pub const X_RING_DEFINE: &str = "-DFUSE_SK_XR=1";
 

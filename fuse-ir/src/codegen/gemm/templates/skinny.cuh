@@ -35,9 +35,7 @@
 //   arrays of 256 floats `stride` floats apart in the weight ring, where the main loop writes only after it)
 //   before the main loop; X[m0 + r, kk .. kk + 8] is then what
 //   fuse_gemm_pro8(args, fuse_pro_row[r], kk, a) leaves in `a`, given the values at x there, for every 8
-//   elements the block reads (kk % 8 == 0; elements past M or K stay 0). It is fuse_gemm_pro8_cols(args, row,
-//   kk, cols) (the prologue's other inputs at those columns, into a struct FuseProCols) then
-//   fuse_gemm_pro8_with(args, row, kk, cols, a): with XR the kernel loads a chunk's columns with its X.
+//   elements the block reads (kk % 8 == 0; elements past M or K stay 0).
 //   This file defines (guarded so that it may be included several times with different configs):
 //     struct FuseSkinnyParams { FuseArgs epi; FuseGemmArgs gemm; };
 //     FUSE_KERNEL(256, FUSE_SK_MINB) FUSE_SKINNY_NAME(FUSE_KERNEL_PARAM(FuseSkinnyParams) p);  (the prelude's
@@ -67,9 +65,8 @@
 //   FUSE_SK_XR    with XS = 0 and NT <= 2 (ignored otherwise): 1: each warp copies its X fragments with cp.async
 //                 into an X ring of its own beside its weight ring, in the same copy groups (S-1 chunks ahead,
 //                 every chunk of a short K at once) rather than loading them one chunk ahead, a round trip to L2
-//                 a chunk; an in-kernel prologue's other inputs at those columns (rms_norm's weights) go into
-//                 registers as far ahead. The runtime sets it in a step recorded for one launch (tasks: one
-//                 block an SM, no occupancy to lose to the shared memory and registers). (default 0)
+//                 a chunk. The runtime sets it in a step recorded for one launch (tasks: one block an SM, no
+//                 occupancy to lose to the extra shared memory).                          (default 0)
 //   FUSE_SK_U     16-byte k pieces per thread per chunk (chunk width 32*U). Accepted, not in the set: U=2/4 was
 //                 never faster and was ~2x slower for the single kernel.                  (default 1)
 //   FUSE_SK_MINB  min resident blocks per SM (__launch_bounds__(256, MINB)): bounds the registers
@@ -197,25 +194,15 @@ __device__ __forceinline__ FuseSkV4 fuse_sk_pro8(const FuseArgs& args, const Fus
     fuse_gemm_pro8(args, row, k, a);
     return fuse_sk_pack8<DT>(a);
 }
-// The same, given the prologue's other inputs at those columns (loaded ahead: fuse_gemm_pro8_cols).
-template <int DT>
-__device__ __forceinline__ FuseSkV4 fuse_sk_pro8_with(const FuseArgs& args, const FuseProRow& row, long long k,
-                                                      const FuseProCols& cols, FuseSkV4 v) {
-    float a[8];
-    fuse_sk_unpack8<DT>(v, a);
-    fuse_gemm_pro8_with(args, row, k, cols, a);
-    return fuse_sk_pack8<DT>(a);
-}
 #if defined(FUSE_GEMM_PRO_CAN_SCALE)
 // The same in the scaled form: h in place of X, each reduction's operand folded into `red` (see the
-// generated fuse_gemm_pro8_scaled_with), given the other inputs' columns.
+// generated fuse_gemm_pro8_scaled).
 template <int DT>
-__device__ __forceinline__ FuseSkV4 fuse_sk_pro8_scaled_with(const FuseArgs& args, const FuseProRow& row, long long k,
-                                                             const FuseProCols& cols, FuseSkV4 v,
-                                                             float (&red)[FUSE_GEMM_PRO_REDUCTIONS]) {
+__device__ __forceinline__ FuseSkV4 fuse_sk_pro8_scaled(const FuseArgs& args, const FuseProRow& row, long long k, FuseSkV4 v,
+                                                        float (&red)[FUSE_GEMM_PRO_REDUCTIONS]) {
     float a[8];
     fuse_sk_unpack8<DT>(v, a);
-    fuse_gemm_pro8_scaled_with(args, row, k, cols, a, red);
+    fuse_gemm_pro8_scaled(args, row, k, a, red);
     return fuse_sk_pack8<DT>(a);
 }
 #endif

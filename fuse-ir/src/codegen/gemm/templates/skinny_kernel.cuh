@@ -293,27 +293,6 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                         fuse_cp_async16<0>(xw + (unsigned)((((c % S) * U + u) * NT + j) * 512), xp[j] + ko, (kok && xok[j]) ? 16u : 0u);
                 }
             };
-#if FUSE_GEMM_PRO
-            // XR: the prologue's other inputs at each chunk's columns (rms_norm's weights) loaded with the
-            // chunk's X, S-1 chunks ahead, into registers (a task has its multiprocessor's): one round trip
-            // for the first S-1 chunks' rather than one a chunk. Without XR each chunk loads its own as it
-            // runs (fuse_sk_pro8): measured on an H100, loading them a chunk ahead made the graph slower at
-            // one row (BENCHMARKS.md, thirty-eighth session).
-            FuseProCols pca[XR ? S - 1 : 1][U][NT];
-            auto load_cols = [&](int c, FuseProCols (&pc)[U][NT]) {
-#pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const long long kk = (long long)c * (CW * KW) + koff + 8 * u;
-#pragma unroll
-                    for (int j = 0; j < NT; ++j)
-                        if (c < nch && kk < K && xok[j]) fuse_gemm_pro8_cols(p.epi, pro_row, kk, pc[u][j]);
-                }
-            };
-            if constexpr (XR != 0) {
-#pragma unroll
-                for (int s = 0; s < S - 1; ++s) load_cols(s, pca[s]);
-            }
-#endif
             if (!early) {
 #pragma unroll
                 for (int s = 0; s < S - 1; ++s) {
@@ -359,33 +338,17 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                     loadx(c + 1, xq);
                 }
 #if FUSE_GEMM_PRO
-                // This chunk's columns: out of the pipeline (XR, chunk c + S - 1's into it), or loaded here.
-                FuseProCols pcc[U][NT];
-                if constexpr (XR != 0) {
-#pragma unroll
-                    for (int u = 0; u < U; ++u)
-#pragma unroll
-                        for (int j = 0; j < NT; ++j) pcc[u][j] = pca[0][u][j];
-#pragma unroll
-                    for (int s = 0; s + 2 < S; ++s)
-#pragma unroll
-                        for (int u = 0; u < U; ++u)
-#pragma unroll
-                            for (int j = 0; j < NT; ++j) pca[s][u][j] = pca[s + 1][u][j];
-                    load_cols(c + S - 1, pca[S - 2]);
-                }
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
                     const long long kk = (long long)c * (CW * KW) + koff + 8 * u;
 #pragma unroll
                     for (int j = 0; j < NT; ++j)
                         if (kk < K && xok[j]) {
-                            if constexpr (XR == 0) fuse_gemm_pro8_cols(p.epi, pro_row, kk, pcc[u][j]);
 #if defined(FUSE_GEMM_PRO_CAN_SCALE)
-                            if (pro_scaled) xc[u][j] = fuse_sk_pro8_scaled_with<DT>(p.epi, pro_row, kk, pcc[u][j], xc[u][j], pro_red);
+                            if (pro_scaled) xc[u][j] = fuse_sk_pro8_scaled<DT>(p.epi, pro_row, kk, xc[u][j], pro_red);
                             else
 #endif
-                            xc[u][j] = fuse_sk_pro8_with<DT>(p.epi, pro_row, kk, pcc[u][j], xc[u][j]);
+                            xc[u][j] = fuse_sk_pro8<DT>(p.epi, pro_row, kk, xc[u][j]);
                         }
                 }
 #endif
