@@ -123,11 +123,11 @@ fn variants(g: &Graph, spec: &KernelSpec) -> Vec<Vec<String>> {
         let early: Vec<Vec<String>> =
             sets.iter().map(|d| [d.clone(), vec![codegen::EARLY_WEIGHTS_DEFINE.to_string()]].concat()).collect();
         sets.extend(early);
-        // The configs that take an X ring (no X staging, at most 2 X tiles) with one, as a step recorded for
-        // one launch builds them, with and without the early weights and the prologue.
+        // The configs that take an X ring (`SkinnyConfig::takes_x_ring`) with one, as a step recorded for one
+        // launch builds them, with and without the early weights and the prologue.
         let takes_ring = |d: &Vec<String>| {
-            let has = |x: &str| d.iter().any(|s| s == x);
-            has("-DFUSE_SK_XS=0") && (has("-DFUSE_SK_NT=1") || has("-DFUSE_SK_NT=2"))
+            let config = codegen::SKINNY_CONFIGS.iter().find(|c| c.defines.iter().all(|x| d.iter().any(|s| s == x)));
+            config.is_some_and(|c| c.takes_x_ring())
         };
         let ringed: Vec<Vec<String>> = sets
             .iter()

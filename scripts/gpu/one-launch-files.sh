@@ -28,7 +28,8 @@ make_file() {  # make_file CONFIG TYPE FILE
   esac
 }
 for one in ${*:-qwen2.5-0.5b:q8_0 llama-3.2-1b:q8_0 llama-3.2-1b:q4_k_m}; do
-  config=${one%%:*} type=${one##*:} file=/tmp/${one%%:*}-${one##*:}.gguf
+  config=${one%%:*} type=${one##*:}
+  file=/tmp/$config-$type.gguf
   [ -s "$file" ] || make_file "$config" "$type" "$file" >>"$out/files.log" 2>&1 || continue
   echo "== $config $type ($(du -h "$file" | cut -f1))" >>"$out/files.log"
   FUSE_TUNE_FILE=/tmp/files-tune.tsv timeout "${FILES_TIMEOUT:-240}" .gpu/bin/example-bench_decode --model "$file" \

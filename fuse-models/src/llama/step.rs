@@ -340,8 +340,8 @@ impl Decoder<'_> {
     }
 
     /// One step of a decoder that picks its tokens ([`Llama::greedy_decoder`], [`Llama::sampling_decoder`]): the
-    /// tokens the last step picked, each sequence at its
-    /// length in the cache, which grows by one. Queued, not waited for: read [`Decoder::tokens`] to see them.
+    /// tokens the last step picked, each sequence at its length in the cache, which grows by one. Queued, not
+    /// waited for: read [`Decoder::tokens`] to see them.
     /// The step advances its own positions on the device, so that after the first, steps follow one another
     /// with no host write (the positions are written again only where the cache's lengths moved otherwise).
     pub fn advance(&mut self, cache: &mut KvCache) -> Result<()> {

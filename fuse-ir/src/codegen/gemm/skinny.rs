@@ -130,10 +130,12 @@ impl SkinnyConfig {
     /// [`SkinnyConfig::shared_bytes`] with the X ring of [`X_RING_DEFINE`] when `x_ring` (and the config takes
     /// one): `+ 512 * S * 8 * NT`.
     pub fn shared_bytes_with(&self, dual: bool, x_ring: bool) -> usize {
-        let staged = match () {
-            _ if self.xs => self.kw * self.nt,
-            _ if x_ring && self.takes_x_ring() => 8 * self.nt,
-            _ => 0,
+        let staged = if self.xs {
+            self.kw * self.nt
+        } else if x_ring && self.takes_x_ring() {
+            8 * self.nt
+        } else {
+            0
         };
         512 * self.stages * (16 * (1 + usize::from(dual)) * self.mt + staged)
     }

@@ -280,8 +280,10 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                 }
             };
             // XR: X ring slot (warp, s, u, j) at ((warp * S + s) * U + u) * NT + j, 32 lanes x 16 B; each lane
-            // copies and reads its own fragment (as the weights: no barrier).
-            const unsigned xw = fuse_smem_addr(xring + (warp * S * U * NT) * 32 + lane);
+            // copies and reads its own fragment (as the weights: no barrier). This lane's fragment of chunk c:
+            FuseSkV4* const xwarp = xring + (warp * S * U * NT) * 32 + lane;
+            auto xslot = [&](int c, int u, int j) { return (((c % S) * U + u) * NT + j) * 32; };
+            const unsigned xw = fuse_smem_addr(xwarp);
             auto issue_x = [&](int c) {
                 const long long k = (long long)c * (CW * KW);
 #pragma unroll
@@ -290,7 +292,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                     const long long ko = kok ? k + 8 * u : 0;
 #pragma unroll
                     for (int j = 0; j < NT; ++j)
-                        fuse_cp_async16<0>(xw + (unsigned)((((c % S) * U + u) * NT + j) * 512), xp[j] + ko, (kok && xok[j]) ? 16u : 0u);
+                        fuse_cp_async16<0>(xw + (unsigned)xslot(c, u, j) * 16u, xp[j] + ko, (kok && xok[j]) ? 16u : 0u);
                 }
             };
             if (!early) {
@@ -325,11 +327,10 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                 FuseSkV4 xc[U][NT];
                 if (XR) {
                     fuse_cp_async_wait<S - 1>();  // chunk c's weights and X have landed (this thread's copies)
-                    const FuseSkV4* xs = xring + (warp * S * U * NT) * 32 + lane;
 #pragma unroll
                     for (int u = 0; u < U; ++u)
 #pragma unroll
-                        for (int j = 0; j < NT; ++j) xc[u][j] = xs[(((c % S) * U + u) * NT + j) * 32];
+                        for (int j = 0; j < NT; ++j) xc[u][j] = xwarp[xslot(c, u, j)];
                 } else {
 #pragma unroll
                     for (int u = 0; u < U; ++u)
