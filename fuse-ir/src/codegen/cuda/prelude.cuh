@@ -24,7 +24,7 @@
 // extern "C" kernel taking its arguments by value; or, where the source is compiled as a task of a one-launch
 // step (`FUSE_TASK` defined: fuse-ir's codegen/one_launch.rs), a device function the step's tasks call with
 // the arguments in memory. Not inlined: each body gets its registers allocated as a kernel of its own would
-// (inlined into the step's dispatch, SmolLM2's 15 task kernels spilled 204 / 260 bytes somewhere in the step;
+// (inlined into the step's dispatch, tests/one_launch_compile.rs' 15 task kernels spilled 204 / 260 bytes;
 // called, no dense body spills, and tests/one_launch_compile.rs' five builds take 29 s rather than 41).
 #if defined(FUSE_TASK)
 #define FUSE_KERNEL(...) static __device__ __noinline__ void
