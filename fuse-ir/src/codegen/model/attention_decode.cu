@@ -89,9 +89,6 @@ FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_de
     // query rows), the new key row roped and the new value row, a lane its 8 channels; split 0's first key
     // group appends them.
     float rope_cs[FUSE_DECODE_CHANNELS], rope_sn[FUSE_DECODE_CHANNELS];
-#if FUSE_DECODE_FIRST_Q
-    uint4 first_x_raw[FUSE_DECODE_PASS_ROWS][FUSE_DECODE_VECTORS];
-#endif
     const bool rope_low = c0 < d / 2;
     const fuse_elem* const rope_row0 = a.rope_x + b * a.rope_x_strides[0];
     {
@@ -102,14 +99,6 @@ FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_de
       fuse_decode_load(a.sin + b * a.table_batch_strides[1], 1, i0, d, true, true, sn_raw);
       fuse_decode_load(rope_row0 + (a.k_head0 + g) * a.rope_x_strides[1], 1, c0, d, true, true, key_raw);
       fuse_decode_load(a.v_new + b * a.v_new_strides[0] + g * a.v_new_strides[1], 1, c0, d, true, true, new_value);
-#if FUSE_DECODE_FIRST_Q
-      // The first pass's query rows (rope's input) too: one round trip for all of the item's first loads.
-#pragma unroll
-      for (int r = 0; r < FUSE_DECODE_PASS_ROWS; ++r) {
-        const unsigned int u = warp / FUSE_DECODE_KEY_WARPS * FUSE_DECODE_PASS_ROWS + r, h = g * group + u % group;
-        fuse_decode_load(rope_row0 + (a.q_head0 + h) * a.rope_x_strides[1], 1, c0, d, true, u < rows, first_x_raw[r]);
-      }
-#endif
       fuse_decode_unpack(cs_raw, rope_cs);
       fuse_decode_unpack(sn_raw, rope_sn);
 #pragma unroll
@@ -225,12 +214,6 @@ FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_de
 #if FUSE_DECODE_ROPE_VECTOR
         // q's row roped here: rope's input row of head q_head0 + h (every lane shuffles, rows past the pass too).
         uint4 x_raw[FUSE_DECODE_VECTORS];
-#if FUSE_DECODE_FIRST_Q
-        if (base == 0) {
-#pragma unroll
-          for (int vec = 0; vec < FUSE_DECODE_VECTORS; ++vec) x_raw[vec] = first_x_raw[r][vec];
-        } else
-#endif
         fuse_decode_load(rope_row0 + (a.q_head0 + h) * a.rope_x_strides[1], 1, c0, d, true, here, x_raw);
         unsigned int q_bits[FUSE_DECODE_CHANNELS];
         fuse_decode_rope_lane(x_raw, rope_cs, rope_sn, q_bits);

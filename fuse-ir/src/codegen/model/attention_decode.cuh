@@ -128,10 +128,6 @@
 #if FUSE_DECODE_ROPE_VECTOR && (!FUSE_DECODE_ROPE || !FUSE_DECODE_VECTOR || !FUSE_DECODE_EXACT_D)
 #error "FUSE_DECODE_ROPE_VECTOR is built with FUSE_DECODE_ROPE, FUSE_DECODE_VECTOR and FUSE_DECODE_EXACT_D only"
 #endif
-// 1: with the rope in registers, the first pass's query rows are loaded with the item's other first loads (rope's
-// tables, the new rows): one round trip, not two. Blocks of at most 256 threads only (the 384-thread ones'
-// register cap leaves no room for them).
-#define FUSE_DECODE_FIRST_Q (FUSE_DECODE_ROPE_VECTOR && FUSE_DECODE_ROW_GROUPS <= 2)
 #define FUSE_DECODE_CHANNELS 8
 #ifndef FUSE_ATTENTION_D
 #define FUSE_ATTENTION_D 256
