@@ -42,8 +42,6 @@ __device__ __forceinline__ void fuse_gemm_epilogue(const FuseArgs& a, long long 
     float v = a.dual ? bench_silu(acc0) * acc1 : acc0;
     a.out[row * a.ldc + col] = bench_f2bf(v);
 }
-// The epilogue reads nothing but the accumulators: nothing to send into L1 ahead of it.
-__device__ __forceinline__ void fuse_gemm_epilogue_prefetch(const FuseArgs&, long long, long long) {}
 // What the code generator puts before every GEMM template (fuse-ir's codegen/gemm/skinny.rs, GEMM_COMMON).
 struct FuseGemmArgs {
     const void* x;

@@ -115,32 +115,8 @@ pub(in crate::codegen) fn epilogue_hook(
     s.push_str(
         "__device__ __forceinline__ void fuse_gemm_epilogue(const FuseArgs& args, long long row, long long col,\n\
          \x20                                                  float acc0, float acc1) {\n\
-         \x20 fuse_gemm_store(args, fuse_gemm_row(args, row), col, acc0, acc1);\n}\n",
+         \x20 fuse_gemm_store(args, fuse_gemm_row(args, row), col, acc0, acc1);\n}\n\n",
     );
-    // The lines the epilogue of (row, col) will read (a residual), sent into L1 ahead of it.
-    s.push_str("__device__ __forceinline__ void fuse_gemm_epilogue_prefetch(const FuseArgs& args, long long row, long long col) {\n");
-    s.push_str("  const FuseGemmRow r = fuse_gemm_row(args, row);\n");
-    let prefetch = |s: &mut String, k: usize, indent: &str| {
-        let _ = writeln!(s, "{indent}fuse_prefetch<FUSE_IN{k}>(args.in[{k}], r.bi[{k}] + col * r.si[{k}]);");
-    };
-    if products.is_empty() {
-        for (k, id) in parts.inputs.iter().enumerate() {
-            if !matmuls.contains(id) {
-                prefetch(&mut s, k, "  ");
-            }
-        }
-    } else {
-        s.push_str("  switch (args.product) {\n");
-        for (j, p) in products.iter().enumerate() {
-            let _ = writeln!(s, "  case {j}:");
-            for k in product_reads(parts, p) {
-                prefetch(&mut s, k, "    ");
-            }
-            s.push_str("    break;\n");
-        }
-        s.push_str("  default: break;\n  }\n");
-    }
-    s.push_str("}\n\n");
     s.push_str(GEMM_COMMON);
     s
 }
@@ -154,8 +130,17 @@ fn product_stores(s: &mut String, parts: &KernelParts<'_>, products: &[Product])
     for (j, p) in products.iter().enumerate() {
         let _ = writeln!(s, "  case {j}: {{");
         let _ = writeln!(s, "    const float v{} = acc0;", p.matmul.0);
-        for k in product_reads(parts, p) {
-            let a = parts.inputs[k];
+        let mut read: Vec<NodeId> = Vec::new();
+        for &n in &p.epilogue {
+            for &a in &g.node(n).args {
+                let inside = a == p.matmul || p.epilogue.contains(&a) || matches!(g.op(a), Op::Const(_));
+                if !inside && !read.contains(&a) {
+                    read.push(a);
+                }
+            }
+        }
+        for a in read {
+            let Some(k) = slot(parts.inputs, a) else { continue };
             let _ =
                 writeln!(s, "    const float v{} = {};", a.0, emit::read(k, &format!("r.bi[{k}] + col * r.si[{k}]")));
         }
@@ -170,23 +155,6 @@ fn product_stores(s: &mut String, parts: &KernelParts<'_>, products: &[Product])
         s.push_str("  } break;\n");
     }
     s.push_str("  default: break;\n  }\n");
-}
-
-/// The input slots product `p`'s epilogue reads besides its own product, in first-use order.
-fn product_reads(parts: &KernelParts<'_>, p: &Product) -> Vec<usize> {
-    let g = parts.g;
-    let mut read: Vec<usize> = Vec::new();
-    for &n in &p.epilogue {
-        for &a in &g.node(n).args {
-            let inside = a == p.matmul || p.epilogue.contains(&a) || matches!(g.op(a), Op::Const(_));
-            if let (false, Some(k)) = (inside, parts.inputs.iter().position(|&i| i == a)) {
-                if !read.contains(&k) {
-                    read.push(k);
-                }
-            }
-        }
-    }
-    read
 }
 
 /// The epilogue a skinny kernel runs: input slots (`products[j]` is the slot of matmul j's product) and

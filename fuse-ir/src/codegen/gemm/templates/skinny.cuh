@@ -24,11 +24,8 @@
 //                                                 fuse_ld_cg, fuse_mma_m16n8k16, fuse_unpack, fuse_pack2_cvt
 //     struct FuseGemmArgs { const void* x; const void* w0; const void* w1; long long m, n, k, lda, ldw0, ldw1;
 //                           float* ws; unsigned* counters; };   (ws/counters: only when FUSE_SK_SP > 1)
-//     __device__ __forceinline__ void fuse_gemm_epilogue_prefetch(const FuseArgs& args, long long row, long long col);
 //   fuse_gemm_epilogue is called exactly once per (row < M, col < N) (row = m, col = n); consecutive threads
-//   get consecutive col. Non-dual: acc1 = 0.f. fuse_gemm_epilogue_prefetch(args, row, col) (a hint: it may do
-//   nothing) sends what the epilogue of (row, col) reads into L1; the kernel calls it before its main loop, by
-//   the thread that will run that epilogue, without a K split (SP = 1).
+//   get consecutive col. Non-dual: acc1 = 0.f.
 //   With -DFUSE_GEMM_PRO=1 (an in-kernel prologue: X is computed from the tensor at `x` as it is loaded),
 //   the generated code also defines FUSE_GEMM_PRO_ROWS (>= BM) and
 //     __device__ void fuse_gemm_pro_rows(const FuseArgs& args, long long m0, int rows, long long k, float* part, int stride);

@@ -176,16 +176,6 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
     }
 #endif
 
-    // The epilogue's other inputs (a residual) at this thread's elements of it, sent into L1 now, read after
-    // the main loop (for a K split, the last block's: unknown here).
-    if (SP == 1) {
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-            for (int e = tid; e < 8 * BN; e += 256) {
-                const long long m = m0 + 8 * j + e / BN, n = nblk + e % BN;
-                if (m < M && n < N) fuse_gemm_epilogue_prefetch(p.epi, m, n);
-            }
-    }
     float acc[D][MT][NT][4];
 #pragma unroll
     for (int d = 0; d < D; ++d)
