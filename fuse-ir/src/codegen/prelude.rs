@@ -48,14 +48,6 @@ template <int D> __device__ __forceinline__ float fuse_read(const FuseIn& in, lo
   else if constexpr (D == FUSE_F32) return ((const float*)in.ptr)[off];
   else return fuse_unpack<D>(((const unsigned short*)in.ptr)[off]);
 }
-// The line of element `off` of input slot (dtype code D) sent into L1 (nothing for a scalar or quantized slot),
-// so that a load of it that follows finds it there: issued ahead of the loads, with no register held.
-template <int D> __device__ __forceinline__ void fuse_prefetch(const FuseIn& in, long long off) {
-  if constexpr (D != FUSE_SCALAR && D < FUSE_Q4_0) {
-    const char* p = (const char*)in.ptr + off * (D == FUSE_F32 ? 4 : 2);
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-  }
-}
 template <int D> __device__ __forceinline__ void fuse_write(const FuseOut& out, long long off, float v) {
   if constexpr (D == FUSE_F32) ((float*)out.ptr)[off] = v;
   else ((unsigned short*)out.ptr)[off] = fuse_pack<D>(v);

@@ -88,12 +88,6 @@ __device__ __forceinline__ void fuse_pro_read8(const FuseIn& in, long long b, lo
 #pragma unroll\n\
     for (int e = 0; e < 8; ++e) v[e] = fuse_read<D>(in, b + (j8 + e) * s);\n\
   }\n\
-}\n\
-template <int D>\n\
-__device__ __forceinline__ void fuse_pro_prefetch8(const FuseIn& in, long long b, long long s, long long j8) {\n\
-  const unsigned long long bytes = D == FUSE_F32 ? 4 : 2, at = (unsigned long long)in.ptr;\n\
-  fuse_prefetch<D>(in, b + j8 * s);\n\
-  if (((at + (b + j8 * s) * bytes) ^ (at + (b + (j8 + 7) * s) * bytes)) >> 7) fuse_prefetch<D>(in, b + (j8 + 7) * s);\n\
 }\n";
 
 /// The two functions, for a kernel whose prologue slots start at `first_slot`.
@@ -225,23 +219,12 @@ pub(in crate::codegen) fn hooks(g: &Graph, pro: &Prologue, first_slot: usize) ->
     k.line(0, "}");
     let apply_fn = std::mem::take(&mut k.text);
 
-    // The lines of those inputs' eight values into L1, ahead of fuse_gemm_pro8 (the template issues every
-    // chunk's at once, so that its loop finds them there rather than making one L2 round trip a chunk).
-    k.line(0, "__device__ __forceinline__ void fuse_gemm_pro_prefetch8(const FuseArgs& args, const FuseProRow& p, long long j8) {");
-    let (wide_slots, _) = k.wide_work(&[pro.lhs]);
-    for &i in &wide_slots {
-        let s = k.slot(i);
-        k.line(1, &format!("fuse_pro_prefetch8<FUSE_IN{s}>(args.in[{s}], p.bi[{i}], p.si[{i}], j8);"));
-    }
-    k.line(0, "}");
-    let prefetch_fn = std::mem::take(&mut k.text);
-
     let kept_len = kept.len().max(1);
     let scaled_fns = scaled(g, pro, first_slot).unwrap_or_default();
     format!(
         "#if FUSE_GEMM_PRO\n#define FUSE_GEMM_PRO_ROWS {PROLOGUE_MAX_ROWS}\n\
          struct FuseProRow {{ long long bi[{slots}], si[{slots}]; float v[{kept_len}]; }};\n\
-         __shared__ FuseProRow fuse_pro_row[FUSE_GEMM_PRO_ROWS];\n{READ8}{rows_fn}{apply_fn}{prefetch_fn}{scaled_fns}#endif  // FUSE_GEMM_PRO\n"
+         __shared__ FuseProRow fuse_pro_row[FUSE_GEMM_PRO_ROWS];\n{READ8}{rows_fn}{apply_fn}{scaled_fns}#endif  // FUSE_GEMM_PRO\n"
     )
 }
 

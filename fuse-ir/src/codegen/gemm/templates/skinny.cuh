@@ -35,10 +35,7 @@
 //   arrays of 256 floats `stride` floats apart in the weight ring, where the main loop writes only after it)
 //   before the main loop; X[m0 + r, kk .. kk + 8] is then what
 //   fuse_gemm_pro8(args, fuse_pro_row[r], kk, a) leaves in `a`, given the values at x there, for every 8
-//   elements the block reads (kk % 8 == 0; elements past M or K stay 0); and
-//     __device__ void fuse_gemm_pro_prefetch8(const FuseArgs& args, const FuseProRow& row, long long kk);
-//   which sends what fuse_gemm_pro8 at kk reads besides X (a norm's weights) into L1: the kernel calls it for
-//   every chunk of a thread's row after the row pass, before its main loop.
+//   elements the block reads (kk % 8 == 0; elements past M or K stay 0).
 //   This file defines (guarded so that it may be included several times with different configs):
 //     struct FuseSkinnyParams { FuseArgs epi; FuseGemmArgs gemm; };
 //     FUSE_KERNEL(256, FUSE_SK_MINB) FUSE_SKINNY_NAME(FUSE_KERNEL_PARAM(FuseSkinnyParams) p);  (the prelude's

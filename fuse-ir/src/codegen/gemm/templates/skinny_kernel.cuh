@@ -163,17 +163,6 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
         // This thread's X row (NT = 1 here): its offsets and narrow values stay in registers for the main loop.
         pro_row = fuse_pro_row[g];
     }
-    // The prologue's column inputs (a norm's weights) at every chunk this thread's row reads, sent into L1 now,
-    // all at once: the main loop then finds them there rather than making one L2 round trip a chunk.
-    if (m0 + g < M) {
-#pragma unroll 1
-        for (int c = 0; c < nch; ++c)
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const long long kk = (long long)c * (CW * KW) + koff + 8 * u;
-                if (kk < K) fuse_gemm_pro_prefetch8(p.epi, pro_row, kk);
-            }
-    }
 #endif
 
     float acc[D][MT][NT][4];
