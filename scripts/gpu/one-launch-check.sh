@@ -48,7 +48,7 @@ for step in "$@"; do
       timeout 240 "$model" cuda --test-threads=1 --nocapture 2>&1 | quiet >>"$out/tests.log"
       # The small models again with the step's knobs set otherwise than their defaults (STEP_KNOBS), and
       # quantized layers with them.
-      knobs=${STEP_KNOBS-FUSE_STEP_SHARED_PARAMS=off FUSE_STEP_ONE_SPLIT_KEYS=192}
+      knobs=${STEP_KNOBS-FUSE_STEP_SHARED_PARAMS=off FUSE_STEP_ONE_SPLIT_KEYS=0}
       if [ -n "$knobs" ]; then
         echo "== $knobs" >>"$out/tests.log"
         # shellcheck disable=SC2086 # the knobs are words
@@ -99,7 +99,7 @@ for step in "$@"; do
     splits)
       # SPLITS: floor:one-split-keys pairs (FUSE_STEP_SPLIT_KEYS, FUSE_STEP_ONE_SPLIT_KEYS), at 128 and 1024 cached.
       settings=()
-      for pair in ${SPLITS:-64:0 64:192 256:0 1024:0}; do
+      for pair in ${SPLITS:-64:192 64:0 64:512 256:192}; do
         settings+=("FUSE_STEP_SPLIT_KEYS=${pair%%:*} FUSE_STEP_ONE_SPLIT_KEYS=${pair##*:}")
       done
       alternate splits.log 128,1024 "${settings[@]}"
