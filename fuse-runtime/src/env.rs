@@ -18,7 +18,6 @@
 //! | `FUSE_TEST_GPU`  | `1`; anything else                  | unset              | `fuse::testing::gpu_or_skip` panics instead of skipping when there is no GPU (read on each call) |
 //! | `FUSE_STEP_TRACE` | a path (empty: unset)              | unset              | one-launch step kernels stamp each task and write the times there when dropped |
 //! | `FUSE_STEP_PREFETCH`     | `on`, `1`, `true`; anything else    | off                | one-launch step kernels fetch the next task's weights into L2 (for an A/B: measured slower) |
-//! | `FUSE_STEP_ONE_POLLER`   | `on`, `1`, `true`; anything else    | off                | in a one-launch step task's wait, thread 0 alone polls the counter and tells the other warps through shared memory (for an A/B: not yet measured) |
 //! | `FUSE_STEP_SHARED_PARAMS` | `off`, `0`, `false`; anything else | on                 | `off` leaves each one-launch step task's arguments in global memory rather than shared (for an A/B) |
 //! | `FUSE_STEP_SPLIT_KEYS`, `FUSE_STEP_ONE_SPLIT_KEYS` | a number          | 64, 192            | in a step recorded for one launch, the decode attention's split floor, and the keys up to which a sequence takes one split (0: none) |
 //! | `FUSE_STEP_BLOCKS_PER_SM` | 1 to 8                     | 1                  | one-launch step kernels built for so many resident blocks a multiprocessor |
@@ -70,14 +69,6 @@ pub(crate) fn step_trace_file() -> Option<&'static str> {
 pub(crate) fn step_prefetch() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("FUSE_STEP_PREFETCH").is_ok_and(|v| is_on(&v)))
-}
-
-/// `FUSE_STEP_ONE_POLLER=on` (or `1`): in a one-launch step task's wait, thread 0 alone polls the launch
-/// counter and tells the other warps through shared memory, rather than one lane of each warp polling (8 times
-/// fewer loads of the counter's line from each waiting block). Off by default; for the A/B.
-pub(crate) fn step_one_poller() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("FUSE_STEP_ONE_POLLER").is_ok_and(|v| is_on(&v)))
 }
 
 /// One-launch step kernels copy each task's arguments into shared memory as its block sets it up

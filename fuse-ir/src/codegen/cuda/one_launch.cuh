@@ -80,38 +80,14 @@ __device__ __forceinline__ void fuse_step_wait(const unsigned long long* word, u
     if (++rounds > 8) __nanosleep(64);
   }
 }
-// -DFUSE_STEP_ONE_POLLER (the runtime's, FUSE_STEP_ONE_POLLER=on): thread 0 alone polls the counter in a
-// task's wait and tells the other warps through shared memory (the task's ticket, released at block scope
-// after its acquire at GPU scope: causality carries the producers' writes to them), so that a block sends L2
-// one poll at a time rather than one a warp (the counter's line is every waiting block's).
-#ifdef FUSE_STEP_ONE_POLLER
-// The ticket of the task whose wait thread 0 has done, and the current task's (set with its view above).
-__shared__ unsigned fuse_task_ready, fuse_task_ticket;
-#endif
 // fuse_grid_wait() of a task: one thread of each warp polls (an acquire), the warp's barrier orders the
-// others' later accesses after it; the 32-fold fewer polls leave L2 to the producers' signals. (With
-// FUSE_STEP_ONE_POLLER: thread 0 polls, the other warps wait for its ticket in shared memory.)
+// others' later accesses after it; the 32-fold fewer polls leave L2 to the producers' signals. (Thread 0 alone
+// polling, the other warps waiting for its ticket in shared memory, was slower: docs/persistent-step.md.)
 __device__ __forceinline__ void fuse_task_wait() {
   const unsigned long long* word = fuse_task_wait_word;
   if (word == nullptr) return;
   const unsigned mask = __activemask();
-#ifdef FUSE_STEP_ONE_POLLER
-  if (threadIdx.x == 0) {
-    fuse_step_wait(word, fuse_task_wait_target);
-    asm volatile("st.release.cta.shared.u32 [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(&fuse_task_ready)),
-                 "r"(fuse_task_ticket) : "memory");
-  } else if ((threadIdx.x & 31) == (unsigned)(__ffs(mask) - 1)) {
-    const unsigned ticket = fuse_task_ticket;
-    const unsigned at = (unsigned)__cvta_generic_to_shared(&fuse_task_ready);
-    for (;;) {
-      unsigned ready;
-      asm volatile("ld.acquire.cta.shared.u32 %0, [%1];" : "=r"(ready) : "r"(at) : "memory");
-      if (ready == ticket) break;
-    }
-  }
-#else
   if ((threadIdx.x & 31) == (unsigned)(__ffs(mask) - 1)) fuse_step_wait(word, fuse_task_wait_target);
-#endif
   if (threadIdx.x == 0) fuse_task_thread0_waited = 1;  // lane 0 is its warp's poller whenever it is here
   __syncwarp(mask);
   FUSE_STEP_STAMP(fuse_task_trace, 2);
@@ -248,9 +224,6 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, FUSE_STEP_MIN_BL
   // register live across every task body.
   __shared__ long long seen;
   if (threadIdx.x == 0) seen = -1;
-#ifdef FUSE_STEP_ONE_POLLER
-  if (threadIdx.x == 0) fuse_task_ready = 0;
-#endif
   // Thread 0: launch k done, polled unless already seen ("k done" means every launch before k is, so one
   // index says it all).
   const auto await_launch = [&](unsigned k) {
@@ -299,9 +272,6 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, FUSE_STEP_MIN_BL
       fuse_task_wait_word = j >= 1 && (long long)j - 1 > seen ? a.counters + (j - 1) : nullptr;
       fuse_task_wait_target = j >= 1 ? (epoch + 1) * table[j - 1].grid : 0ull;
       fuse_task_thread0_waited = 0;
-#ifdef FUSE_STEP_ONE_POLLER
-      fuse_task_ticket = i + 1;  // never 0, the ready word's first value
-#endif
       __threadfence_block();
     }
     __syncthreads();

@@ -250,9 +250,6 @@ fn persistent_kernel(
     if crate::env::step_prefetch() {
         kernel_source.defines.push("-DFUSE_STEP_PREFETCH".to_string());
     }
-    if crate::env::step_one_poller() {
-        kernel_source.defines.push("-DFUSE_STEP_ONE_POLLER".to_string());
-    }
     match crate::env::step_blocks_per_sm() {
         1 => {}
         n => kernel_source.defines.push(format!("-DFUSE_STEP_MIN_BLOCKS={n}")),
