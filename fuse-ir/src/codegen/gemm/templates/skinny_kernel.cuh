@@ -165,6 +165,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
     }
 #endif
 
+    FUSE_TASK_MARK(0);  // past the wait and the in-kernel prologue's set-up: the main loop starts
     float acc[D][MT][NT][4];
 #pragma unroll
     for (int d = 0; d < D; ++d)
@@ -366,6 +367,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
                             for (int j = 0; j < NT; ++j)
                                 fuse_sk_mma32<DT>(acc[d][i][j], wv[d][i][0], wv[d][i][1], xc[u][j]);
                 }
+                if (c == 0) FUSE_TASK_MARK(1);  // thread 0's first chunk is done (its X and weights had landed)
             }
         }
         fuse_cp_async_wait<0>();
@@ -409,7 +411,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
         fuse_sk_pro_scale[tid] = fuse_gemm_pro_scale(p.epi, row, K, total);
     }
 #endif
-    FUSE_TASK_MARK(0);  // the main loop is done
+    FUSE_TASK_MARK(2);  // the main loop is done
 
     // Reduce the KW partial sums of each n-group through shared memory (fixed order: deterministic), one 8-row
     // X tile at a time, and call the epilogue with consecutive threads on consecutive columns.
