@@ -3,10 +3,11 @@
 //! (`Llama::one_launch_graph_decoder`: the same logits bit for bit, step after step, and the same greedy
 //! tokens over 64 steps) and against the graph path (itself checked against calls and transformers
 //! elsewhere: logits within the dtype's relative L2, the same greedy tokens). Cases: SmolLM2's shape in bf16
-//! (batch 1; 2 layers at batch 16, and with 8,000 of 8,192 cached positions in use), a Qwen2.5-0.5B-shaped model (biases on q, k, v; 4 of its layers, batch
-//! 4), weights as GGUF files store them (Q4_K_M-like and Q8_0, `Llama::random_stored`); in f32 (cuBLAS's
-//! matmuls, which cannot be tasks) the step stays the recorded graph and says why. On the CPU the decoders
-//! call the step and agree trivially; the GPU case also checks what became tasks.
+//! (batch 1; 2 layers at batch 16, and with 8,000 of 8,192 cached positions in use), a Qwen2.5-0.5B-shaped
+//! model (biases on q, k, v; 4 of its layers, batch 4), weights as GGUF files store them (Q4_K_M-like and
+//! Q8_0, `Llama::random_stored`); in f32 (cuBLAS's matmuls, which cannot be tasks) the step stays the
+//! recorded graph and says why. On the CPU the decoders call the step and agree trivially; the GPU case also
+//! checks what became tasks.
 
 use fuse::prelude::*;
 use fuse_models::llama::{Config, Llama, StepInputs};
