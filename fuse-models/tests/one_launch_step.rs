@@ -197,7 +197,27 @@ fn quantized(dev: &Device) {
     }
 }
 
+/// GGUF files as their users have them (issue 33, item 5: `FUSE_TEST_GGUF=FILE[,FILE...]`, written by
+/// `../shared/peers/llama.cpp/make_gguf.py` on the GPU machine by `scripts/gpu/one-launch-files.sh`): each
+/// loaded as stored with bf16 activations, its step at batch 1, 4 and 16 against the graph path. Without the
+/// variable the case says it skipped.
+fn gguf_files(dev: &Device) {
+    let Ok(files) = std::env::var("FUSE_TEST_GGUF") else {
+        eprintln!("gguf_files on {dev}: skipped (FUSE_TEST_GGUF names no file)");
+        return;
+    };
+    for path in files.split(',').filter(|p| !p.is_empty()) {
+        let file = fuse_models::gguf::GgufFile::open_for(path, dev).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let model = Llama::load_stored_as(&file, dev, DType::BF16).unwrap_or_else(|e| panic!("{path}: {e}"));
+        for batch in [1, 4, 16] {
+            eprintln!("{path}, batch {batch}:");
+            same_as_graphs(dev, &model, batch, Expect::Tasks, 3e-2, SHORT);
+        }
+    }
+}
+
 fuse::device_tests!(
+    gguf_files,
     small_smollm2_bf16,
     small_smollm2_bf16_batch16,
     small_smollm2_bf16_long_cache,

@@ -44,7 +44,7 @@ for step in "$@"; do
   case $step in
     tests)
       timeout 60 "$graphs" one_launch --test-threads=1 --nocapture 2>&1 | quiet >>"$out/tests.log"
-      timeout 240 "$model" cuda --test-threads=1 --nocapture 2>&1 | quiet >>"$out/tests.log"
+      timeout "${MODEL_TEST_TIMEOUT:-240}" "$model" cuda --test-threads=1 --nocapture 2>&1 | quiet >>"$out/tests.log"
       # The small models again with the step's knobs set otherwise than their defaults (STEP_KNOBS), and
       # quantized layers with them.
       knobs=${STEP_KNOBS-FUSE_STEP_SHARED_PARAMS=off FUSE_STEP_ONE_SPLIT_KEYS=0}

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Issue 33, item 5: random-weight Llama-family GGUF files (../shared/peers/llama.cpp/make_gguf.py, carried as
 # .gpu/peers) through the generated one-launch step on the GPU machine, after
-# `GPU_BUNDLE_KEEP='^example-bench_decode$' scripts/gpu/gpu-bundle.sh` here:
+# `GPU_BUNDLE_KEEP='^(example-bench_decode|test-one_launch_step-[0-9a-f]+)$' scripts/gpu/gpu-bundle.sh` here:
 #   [LLAMA_BIN=DIR] scripts/gpu/one-launch-files.sh OUTDIR [CONFIG:TYPE ...]
+#   PREPARE=1 [LLAMA_BIN=DIR] scripts/gpu/one-launch-files.sh OUTDIR [CONFIG:TYPE ...]: only builds llama.cpp into
+#   LLAMA_BIN's tree (/tmp/llama/llama.cpp/build/bin) where it is missing and writes the files (each whole, then
+#   renamed): start it with setsid in the background of one command, and benchmark in the next.
 #   (default qwen2.5-0.5b:q8_0 llama-3.2-1b:q8_0 llama-3.2-1b:q4_k_m)
 # make_gguf.py writes Q8_0 (and f16, Q4_0, Q4_1) itself; other types (Q4_K_M ...) are the f16 file quantized by
 # $LLAMA_BIN/llama-quantize (`.gpu/peers/llama.cpp/build.sh /tmp/llama cuda` builds it in ~5 min: start it in
 # the background first; without LLAMA_BIN those files are skipped). Each file: bench_decode --model FILE, graph
 # and generated, at FILES_BATCHES (1,4,16) and FILES_CACHED (128,1024,4000: the files' context is 4,096), with
 # the generated step's report (what became tasks); with LLAMA_BIN also llama-bench's batch-1 decode on the
-# GPU (-ngl 99 -fa 1 -n 64) -> OUTDIR/files.log.
+# GPU (-ngl 99 -fa 1 -n 64) -> OUTDIR/files.log. Where the bundle kept the one_launch_step test, it first checks
+# each file's generated step against the graph path (its gguf_files case: batch 1, 4, 16, 64 greedy steps).
 set -uo pipefail
 out=${1:?usage: scripts/gpu/one-launch-files.sh OUTDIR [CONFIG:TYPE ...]}
 shift
@@ -27,11 +31,24 @@ make_file() {  # make_file CONFIG TYPE FILE
       "$LLAMA_BIN/llama-quantize" "/tmp/$1-f16.gguf" "$3" "${2^^}" 8 >/dev/null 2>&1 ;;
   esac
 }
+if [ -n "${PREPARE:-}" ]; then
+  LLAMA_BIN=${LLAMA_BIN:-/tmp/llama/llama.cpp/build/bin}
+  [ -x "$LLAMA_BIN/llama-quantize" ] || .gpu/peers/llama.cpp/build.sh /tmp/llama cuda >"$out/llama-build.log" 2>&1
+fi
 for one in ${*:-qwen2.5-0.5b:q8_0 llama-3.2-1b:q8_0 llama-3.2-1b:q4_k_m}; do
   config=${one%%:*} type=${one##*:}
   file=/tmp/$config-$type.gguf
+  if [ -n "${PREPARE:-}" ]; then
+    [ -s "$file" ] || { make_file "$config" "$type" "$file.part" >>"$out/prepare.log" 2>&1 && mv "$file.part" "$file"; }
+    continue
+  fi
   [ -s "$file" ] || make_file "$config" "$type" "$file" >>"$out/files.log" 2>&1 || continue
   echo "== $config $type ($(du -h "$file" | cut -f1))" >>"$out/files.log"
+  for t in .gpu/bin/test-one_launch_step-*; do
+    [ -x "$t" ] || continue
+    FUSE_TEST_GPU=1 FUSE_TEST_GGUF=$file FUSE_TUNE_FILE=/tmp/files-tune.tsv timeout "${FILES_TEST_TIMEOUT:-300}" "$t" gguf_files::cuda \
+      --nocapture 2>&1 | grep -E "^test |test result|panicked|differ|relative|batch [0-9]+:$|as_tasks" >>"$out/files.log"
+  done
   FUSE_TUNE_FILE=/tmp/files-tune.tsv timeout "${FILES_TIMEOUT:-240}" .gpu/bin/example-bench_decode --model "$file" \
     --batches "${FILES_BATCHES:-1,4,16}" --cached "${FILES_CACHED:-128,1024,4000}" --modes graph,generated \
     --extras off --steps 32 2>&1 | grep -v "^fuse: " >>"$out/files.log"
