@@ -125,26 +125,17 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
             }
         }
     }
-    fuse_grid_wait();
-    fuse_grid_release();
 #if FUSE_GEMM_PRO
-    static_assert(BM <= FUSE_GEMM_PRO_ROWS, "the in-kernel prologue holds FUSE_GEMM_PRO_ROWS rows");
-    // The weight ring holds the row pass's partial sums (8 x 256 floats) before the main loop: from its start,
-    // or, when its first chunks were copied early, row r in warp r's last stage (S - 1, which the main loop
-    // fills only after this pass; a stage slot of one warp holds U * L * 32 16-byte vectors, >= 256 floats).
-    static_assert(FUSE_GEMM_PRO_ROWS * 256 * 4 <= 512 * S * U * 16 * (1 + DUAL) * MT, "the ring holds the partials");
-    static_assert(!early || (FUSE_GEMM_PRO_ROWS <= 8 && L * 32 * 4 >= 256), "a warp's last stage holds a row's partials");
     // The scaled form (the generated code's FUSE_GEMM_PRO_CAN_SCALE: X = s * h, s one value a row): h is
     // streamed from the start of the main loop, the reductions fold over what each thread loads, and s
     // multiplies the row's sums before the epilogue: no pass over the rows first. For one 8-row X tile
     // whose row the whole block's K is split over (KW = 8, NT = 1, no X staging, no K split across blocks),
     // and where s's other inputs are constant along every row of the block (checked here, the same answer
     // in every thread). bf16 only: h is rounded to the element type unnormalised, which f16's range (65504)
-    // may not hold where s would have scaled it down.
+    // may not hold where s would have scaled it down. The check and the row's offsets read only the
+    // arguments, never what the kernel before writes: before the grid wait, so that they overlap it.
     FuseProRow pro_row;
 #if defined(FUSE_GEMM_PRO_CAN_SCALE)
-    float pro_red[FUSE_GEMM_PRO_REDUCTIONS];
-    fuse_gemm_pro_red_init(pro_red);
     bool pro_scaled = DT == 2 && KW == 8 && NT == 1 && !XS && SP == 1;
     if (pro_scaled) {
         fuse_gemm_pro_offsets(p.epi, m0 + g < M ? m0 + g : M - 1, pro_row);
@@ -155,6 +146,20 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
     }
 #else
     constexpr bool pro_scaled = false;
+#endif
+#endif
+    fuse_grid_wait();
+    fuse_grid_release();
+#if FUSE_GEMM_PRO
+    static_assert(BM <= FUSE_GEMM_PRO_ROWS, "the in-kernel prologue holds FUSE_GEMM_PRO_ROWS rows");
+    // The weight ring holds the row pass's partial sums (8 x 256 floats) before the main loop: from its start,
+    // or, when its first chunks were copied early, row r in warp r's last stage (S - 1, which the main loop
+    // fills only after this pass; a stage slot of one warp holds U * L * 32 16-byte vectors, >= 256 floats).
+    static_assert(FUSE_GEMM_PRO_ROWS * 256 * 4 <= 512 * S * U * 16 * (1 + DUAL) * MT, "the ring holds the partials");
+    static_assert(!early || (FUSE_GEMM_PRO_ROWS <= 8 && L * 32 * 4 >= 256), "a warp's last stage holds a row's partials");
+#if defined(FUSE_GEMM_PRO_CAN_SCALE)
+    float pro_red[FUSE_GEMM_PRO_REDUCTIONS];
+    fuse_gemm_pro_red_init(pro_red);
 #endif
     if (!pro_scaled) {
         float* const part = reinterpret_cast<float*>(early ? smem + (S - 1) * U * L * 32 : smem);
