@@ -38,12 +38,25 @@ struct Cache {
 
 const SHORT: Cache = Cache { capacity: 160, skipped: 0 };
 
-/// The one-launch step of `model` against its kernels as a graph (bit for bit) and the graph path (relative
-/// L2 within `tolerance`; the same greedy tokens).
-fn same_as_graphs(dev: &Device, model: &Llama, batch: usize, expect: Expect, tolerance: f64, at: Cache) {
+/// The tokens each teacher-forced step of `same_as_graphs` feeds (row `b` of a batch: `(token + 31 b) % vocab`).
+const FORCED: [u32; 8] = [411, 5, 9999, 7, 7, 300, 12, 9000];
+
+fn forced(token: u32, batch: usize, vocab: usize) -> Vec<u32> {
+    (0..batch as u32).map(|b| (token + 31 * b) % vocab as u32).collect()
+}
+
+/// `count` caches of `model` for `batch` sequences, each holding the same prompt and a warm one-token step
+/// (kernels compiled, paths tuned), then `at.skipped` positions counted in.
+fn prepared_caches(
+    dev: &Device,
+    model: &Llama,
+    batch: usize,
+    at: Cache,
+    count: usize,
+) -> Vec<fuse_models::llama::KvCache> {
     let config = &model.config;
     let prompt: Vec<u32> = (0..batch as u32 * 5).map(|i| (i * 7919 + 1) % config.vocab as u32).collect();
-    let mut caches: Vec<_> = (0..3).map(|_| model.new_batch_cache(batch, at.capacity).unwrap()).collect();
+    let mut caches: Vec<_> = (0..count).map(|_| model.new_batch_cache(batch, at.capacity).unwrap()).collect();
     if at.skipped > 0 {
         // The skipped rows hold the same random keys and values in every cache (zeros would leave the
         // attention an average of nothing): the steps' attention weighs thousands of them.
@@ -63,7 +76,6 @@ fn same_as_graphs(dev: &Device, model: &Llama, batch: usize, expect: Expect, tol
         }
     }
     for cache in &mut caches {
-        // The prompt, then a warm one-token step: kernels compile, paths are tuned.
         for (ids, len) in [(&prompt[..], 5), (&vec![30; batch][..], 1)] {
             let inputs = StepInputs::new(batch, len, dev).unwrap();
             inputs.set(ids, cache.len()).unwrap();
@@ -72,6 +84,14 @@ fn same_as_graphs(dev: &Device, model: &Llama, batch: usize, expect: Expect, tol
         }
         cache.advance_by(at.skipped).unwrap();
     }
+    caches
+}
+
+/// The one-launch step of `model` against its kernels as a graph (bit for bit) and the graph path (relative
+/// L2 within `tolerance`; the same greedy tokens, but where the two paths' logits are a near tie).
+fn same_as_graphs(dev: &Device, model: &Llama, batch: usize, expect: Expect, tolerance: f64, at: Cache) {
+    let config = &model.config;
+    let mut caches = prepared_caches(dev, model, batch, at, 3);
     let [graphed, kernels, stepped] = &mut caches[..] else { unreachable!() };
     // The graph path (clustered attention, tuned GEMM paths), the one-launch step's own kernels as a graph,
     // and the one-launch step.
@@ -79,8 +99,8 @@ fn same_as_graphs(dev: &Device, model: &Llama, batch: usize, expect: Expect, tol
     let mut same = model.one_launch_graph_decoder(kernels, Fusion::On, false).expect("the kernels record");
     let mut one = model.one_launch_decoder(stepped, Fusion::On, false).expect("the one-launch step builds");
     check_report(dev, config, expect, batch, &one);
-    for (i, token) in [411u32, 5, 9999, 7, 7, 300, 12, 9000].into_iter().enumerate() {
-        let tokens: Vec<u32> = (0..batch as u32).map(|b| (token + 31 * b) % config.vocab as u32).collect();
+    for (i, token) in FORCED.into_iter().enumerate() {
+        let tokens = forced(token, batch, config.vocab);
         let want = graph.step(&tokens, graphed).unwrap();
         let exact = same.step(&tokens, kernels).unwrap();
         let got = one.step(&tokens, stepped).unwrap();
@@ -107,7 +127,58 @@ fn same_as_graphs(dev: &Device, model: &Llama, batch: usize, expect: Expect, tol
         got.extend(one.tokens().unwrap());
     }
     assert_eq!(got, exact, "greedy tokens on {dev} against the step's kernels as a graph");
-    assert_eq!(got, want, "greedy tokens on {dev} against the graph path");
+    if let Some(first) = got.iter().zip(&want).position(|(a, b)| a != b) {
+        near_tie(dev, model, batch, at, tolerance, &start, &want, &got, first);
+    }
+}
+
+/// Where the one-launch step's greedy tokens first part from the graph path's (index `first` of the tokens,
+/// step-major), both paths' logits there, fed the tokens the two agreed on: the step's token must be its own
+/// logits' maximum and, in the graph path's logits, within the tolerance's share of their spread of the
+/// graph path's choice (a near tie that other summation orders may break either way), else the test fails.
+#[allow(clippy::too_many_arguments)]
+fn near_tie(
+    dev: &Device,
+    model: &Llama,
+    batch: usize,
+    at: Cache,
+    tolerance: f64,
+    start: &[u32],
+    want: &[u32],
+    got: &[u32],
+    first: usize,
+) {
+    let (step, row) = (first / batch, first % batch);
+    let vocab = model.config.vocab;
+    let mut caches = prepared_caches(dev, model, batch, at, 2);
+    let [graphed, stepped] = &mut caches[..] else { unreachable!() };
+    let mut graph = model.decoder(graphed, Fusion::On).unwrap();
+    let mut one = model.one_launch_decoder(stepped, Fusion::On, false).unwrap();
+    let mut inputs: Vec<Vec<u32>> = FORCED.iter().map(|&t| forced(t, batch, vocab)).collect();
+    inputs.push(start.to_vec());
+    inputs.extend((0..step).map(|s| want[s * batch..(s + 1) * batch].to_vec()));
+    let (mut graph_logits, mut step_logits) = (Vec::new(), Vec::new());
+    for tokens in &inputs {
+        graph_logits = graph.step(tokens, graphed).unwrap();
+        step_logits = one.step(tokens, stepped).unwrap();
+    }
+    let (g, s) = (&graph_logits[row * vocab..(row + 1) * vocab], &step_logits[row * vocab..(row + 1) * vocab]);
+    let (chosen, wanted) = (got[first] as usize, want[first] as usize);
+    let argmax = |l: &[f32]| (0..l.len()).fold(0, |best, i| if l[i] > l[best] { i } else { best });
+    assert_eq!(argmax(s), chosen, "step {step}, row {row} on {dev}: the replayed step's logits choose otherwise");
+    assert_eq!(argmax(g), wanted, "step {step}, row {row} on {dev}: the replayed graph path's logits choose otherwise");
+    let mean = g.iter().map(|&v| v as f64).sum::<f64>() / vocab as f64;
+    let spread = (g.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / vocab as f64).sqrt();
+    let gap = (g[wanted] - g[chosen]) as f64;
+    eprintln!(
+        "greedy tokens on {dev} part at step {step}, row {row}: {chosen} against the graph path's {wanted}, \
+         {gap:.3e} apart in its logits (spread {spread:.3e})"
+    );
+    assert!(
+        gap <= tolerance * spread,
+        "greedy tokens on {dev} at step {step}, row {row}: {chosen} against the graph path's {wanted}, {gap:.3e} apart \
+         in its logits, past {tolerance} of their spread {spread:.3e}: not a near tie"
+    );
 }
 
 /// What became tasks: in f32 nothing (cuBLAS's matmuls), in bf16 most launches.

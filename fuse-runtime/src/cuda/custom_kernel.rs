@@ -217,6 +217,31 @@ impl CustomKernel {
         Ok(CustomKernel { dims, ..self })
     }
 
+    /// The same compiled kernel allowed `bytes` of dynamic shared memory instead (an error naming the numbers
+    /// where its static shared memory and `bytes` exceed what a block may have).
+    pub fn with_shared_bytes(self, bytes: u32) -> Result<CustomKernel> {
+        let dims = LaunchDims { shared_bytes: bytes, ..self.dims };
+        dims.check()?;
+        if bytes > 0 {
+            self.function
+                .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32)
+                .map_err(|e| {
+                    let what = format!("{OP} {}: allow {bytes} bytes of shared memory", self.entry);
+                    driver_error(&what, e)
+                })?;
+        }
+        Ok(CustomKernel { dims, ..self })
+    }
+
+    /// Bytes of shared memory the kernel declares statically (every `__shared__` variable of its code).
+    pub fn static_shared_bytes(&self) -> Result<usize> {
+        let bytes = self
+            .function
+            .get_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+            .map_err(|e| driver_error(&format!("{OP} {}: its static shared memory", self.entry), e))?;
+        Ok(bytes.max(0) as usize)
+    }
+
     pub fn dims(&self) -> LaunchDims {
         self.dims
     }

@@ -130,6 +130,18 @@ impl CudaDevice {
         self.state.sm_count
     }
 
+    /// The most shared memory one block may have, static and dynamic together, once a kernel opts in
+    /// (227 KB on an H100 or H200).
+    pub fn max_shared_bytes_per_block(&self) -> Result<usize> {
+        let attribute = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN;
+        let bytes = self
+            .state
+            .ctx
+            .attribute(attribute)
+            .map_err(|e| super::driver::driver_error("reading the shared memory a block may opt in to", e))?;
+        Ok(bytes.max(0) as usize)
+    }
+
     /// Whether fuse's kernels launch with programmatic dependent launch: a kernel may start while the one
     /// before it in the stream finishes, and waits for it before it touches memory. On for sm_90 and
     /// later (the first with `griddepcontrol`) unless `FUSE_PDL=off`.

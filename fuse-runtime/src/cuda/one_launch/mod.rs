@@ -146,25 +146,50 @@ fn flush(
             }
             items.push(Item::Plain(op));
         }
-        _ => {
-            let (kernel, tables) = persistent_kernel(device, run)?;
-            report.as_tasks += run.iter().filter(|(op, _)| op.is_kernel()).count();
-            report.step_kernels += 1;
-            report.blocks.push(tables.blocks());
-            report.task_kernels.push(tables.task_kernels());
-            items.push(Item::Step { kernel, tables });
-            run.clear();
-        }
+        _ => match persistent_kernel(device, run)? {
+            Ok((kernel, tables)) => {
+                report.as_tasks += run.iter().filter(|(op, _)| op.is_kernel()).count();
+                report.step_kernels += 1;
+                report.blocks.push(tables.blocks());
+                report.task_kernels.push(tables.task_kernels());
+                items.push(Item::Step { kernel, tables });
+                run.clear();
+            }
+            Err(room) => {
+                // The launches that need more dynamic shared memory than the step kernel leaves beside its own
+                // static shared memory (every task kernel's `__shared__` variables, each its own) stay launches,
+                // and the work between them runs as steps of fewer kernels (less static memory: they fit).
+                for (op, origin) in std::mem::take(run) {
+                    let needs = match &op {
+                        RecordedOp::Kernel(l) if l.dims.shared_bytes as usize > room => Some(format!(
+                            "{}: {} bytes of dynamic shared memory, past the {room} the step kernel leaves beside its tasks' static shared memory",
+                            l.name, l.dims.shared_bytes
+                        )),
+                        _ => None,
+                    };
+                    match needs {
+                        Some(why) => {
+                            flush(device, run, items, report)?;
+                            report.kept.push(why);
+                            items.push(Item::Plain(op));
+                        }
+                        None => run.push((op, origin)),
+                    }
+                }
+                flush(device, run, items, report)?;
+            }
+        },
     }
     Ok(())
 }
 
 /// The persistent kernel of a run of recorded work, compiled, sized to the blocks the GPU holds at once, and
-/// its tables after the checker passed the schedule.
+/// its tables after the checker passed the schedule; or (`Err`) the dynamic shared memory it leaves its
+/// tasks where one of them needs more.
 fn persistent_kernel(
     device: &CudaDevice,
     run: &[(RecordedOp, Option<KernelOrigin>)],
-) -> Result<(CustomKernel, StepTables)> {
+) -> Result<std::result::Result<(CustomKernel, StepTables), usize>> {
     let threads = run
         .iter()
         .filter_map(|(op, _)| match op {
@@ -258,18 +283,29 @@ fn persistent_kernel(
         eprintln!("fuse: one-launch step kernel ({} launches as tasks):\n{}", ops.len(), kernel_source.source);
     }
     let gpu = Device::Cuda(device.clone());
-    let one_block = LaunchDims { grid: 1, block: threads, cluster: 1, shared_bytes };
+    let one_block = LaunchDims { grid: 1, block: threads, cluster: 1, shared_bytes: 0 };
     // The launch table and the task arguments in shared memory sit beside every task kernel's own static
-    // shared memory, which may leave them no room: then the tasks read them from global memory.
+    // shared memory, which may leave them no room (past the static limit, or beside the largest task's
+    // dynamic shared memory): then the tasks read them from global memory.
     let shared_table = |d: &String| d.starts_with(SHARED_LAUNCHES_DEFINE) || d.starts_with(SHARED_PARAMS_DEFINE);
+    let most = device.max_shared_bytes_per_block()?;
+    let room = |k: &CustomKernel| -> Result<usize> { Ok(most.saturating_sub(k.static_shared_bytes()?)) };
     // Compiled once: sized to one block to ask how many the GPU holds at once, then to those.
-    let probe = CustomKernel::new(&gpu, &kernel_source, one_block).or_else(|e| {
-        if !kernel_source.defines.iter().any(shared_table) {
-            return Err(e);
-        }
+    let mut probe = CustomKernel::new(&gpu, &kernel_source, one_block);
+    let crowded = match &probe {
+        Ok(k) => (shared_bytes as usize) > room(k)?,
+        Err(_) => true,
+    };
+    if crowded && kernel_source.defines.iter().any(shared_table) {
         kernel_source.defines.retain(|d| !shared_table(d));
-        CustomKernel::new(&gpu, &kernel_source, one_block)
-    })?;
+        probe = CustomKernel::new(&gpu, &kernel_source, one_block);
+    }
+    let probe = probe?;
+    let room = room(&probe)?;
+    if shared_bytes as usize > room {
+        return Ok(Err(room));
+    }
+    let probe = probe.with_shared_bytes(shared_bytes)?;
     let total: usize = ops.iter().map(|op| op.grid as usize).sum();
     let resident = probe.max_resident_clusters()? as usize;
     let blocks = resident.min(total).max(1);
@@ -277,7 +313,7 @@ fn persistent_kernel(
     let kernel = probe.with_grid(grid)?;
     kernel.require_co_resident()?;
     let tables = StepTables::build(device, &ops, distinct.len(), blocks, resident, shared_bytes, trace)?;
-    Ok((kernel, tables))
+    Ok(Ok((kernel, tables)))
 }
 
 impl CudaDevice {
