@@ -14,6 +14,7 @@
 # the generated step's report (what became tasks); with LLAMA_BIN also llama-bench's batch-1 decode on the
 # GPU (-ngl 99 -fa 1 -n 64) -> OUTDIR/files.log. Where the bundle kept the one_launch_step test, it first checks
 # each file's generated step against the graph path (its gguf_files case: batch 1, 4, 16, 64 greedy steps).
+# FILES_TRACE=1: each file's generated step traced too (FUSE_STEP_TRACE, batch 1) -> OUTDIR/trace-CONFIG-TYPE.tsv.xz.
 set -uo pipefail
 out=${1:?usage: scripts/gpu/one-launch-files.sh OUTDIR [CONFIG:TYPE ...]}
 shift
@@ -52,6 +53,15 @@ for one in ${*:-qwen2.5-0.5b:q8_0 llama-3.2-1b:q8_0 llama-3.2-1b:q4_k_m}; do
   FUSE_TUNE_FILE=/tmp/files-tune.tsv timeout "${FILES_TIMEOUT:-240}" .gpu/bin/example-bench_decode --model "$file" \
     --batches "${FILES_BATCHES:-1,4,16}" --cached "${FILES_CACHED:-128,1024,4000}" --modes graph,generated \
     --extras off --steps 32 2>&1 | grep -v "^fuse: " >>"$out/files.log"
+  if [ -n "${FILES_TRACE:-}" ]; then
+    # Where the generated step's time goes on this file (batch 1, 128 cached): scripts/gpu/step-trace.py here
+    # reads OUTDIR/trace-CONFIG-TYPE.tsv.xz; the paths the products took (FUSE_DEBUG=3 lines, counted) go
+    # to the end of files.log.
+    FUSE_DEBUG=3 FUSE_STEP_TRACE="$out/trace-$config-$type.tsv" FUSE_TUNE_FILE=/tmp/files-tune.tsv timeout 120 \
+      .gpu/bin/example-bench_decode --model "$file" --batches 1 --cached 128 --modes generated --extras off --steps 8 \
+      2>&1 | grep -E "^fuse: .*(template|path)" | sed -E 's/^fuse: [^:]*: //' | sort | uniq -c | sort -rn | head -20 >>"$out/files.log"
+    [ -s "$out/trace-$config-$type.tsv" ] && xz -9 "$out/trace-$config-$type.tsv"
+  fi
   if [ -x "${LLAMA_BIN:-}/llama-bench" ]; then
     timeout 120 "$LLAMA_BIN/llama-bench" -m "$file" -ngl 99 -fa 1 -p 0 -n 64 -r 3 -o md 2>&1 | grep -E "^\|" >>"$out/files.log"
   fi
