@@ -14,6 +14,7 @@
 # the generated step's report (what became tasks); with LLAMA_BIN also llama-bench's batch-1 decode on the
 # GPU (-ngl 99 -fa 1 -n 64) -> OUTDIR/files.log. Where the bundle kept the one_launch_step test, it first checks
 # each file's generated step against the graph path (its gguf_files case: batch 1, 4, 16, 64 greedy steps).
+# FILES_AB=1: instead of the table, each bench_decode of the bundle (gpu-bundle.sh REV ...) at batch 1, alternated.
 # FILES_TRACE=1: each file's generated step traced too (FUSE_STEP_TRACE, batch 1) -> OUTDIR/trace-CONFIG-TYPE.tsv.xz.
 set -uo pipefail
 out=${1:?usage: scripts/gpu/one-launch-files.sh OUTDIR [CONFIG:TYPE ...]}
@@ -50,9 +51,21 @@ for one in ${*:-qwen2.5-0.5b:q8_0 llama-3.2-1b:q8_0 llama-3.2-1b:q4_k_m}; do
     FUSE_TEST_GPU=1 FUSE_TEST_GGUF=$file FUSE_TUNE_FILE=/tmp/files-tune.tsv timeout "${FILES_TEST_TIMEOUT:-300}" "$t" gguf_files::cuda \
       --nocapture 2>&1 | grep -E "^test |test result|panicked|differ|relative|batch [0-9]+:$|as_tasks" >>"$out/files.log"
   done
-  FUSE_TUNE_FILE=/tmp/files-tune.tsv timeout "${FILES_TIMEOUT:-240}" .gpu/bin/example-bench_decode --model "$file" \
-    --batches "${FILES_BATCHES:-1,4,16}" --cached "${FILES_CACHED:-128,1024,4000}" --modes graph,generated \
-    --extras off --steps 32 2>&1 | grep -v "^fuse: " >>"$out/files.log"
+  if [ -n "${FILES_AB:-}" ]; then
+    # Each bench_decode the bundle holds (gpu-bundle.sh REV ...: the tree's and each revision's), graph and
+    # generated at FILES_AB_BATCHES (1) and 128 cached, alternated twice, in place of the full table.
+    for round in 1 2; do
+      for b in .gpu/bin/example-bench_decode*; do
+        echo "== ${b##*/}, round $round" >>"$out/files.log"
+        FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 150 "$b" --model "$file" --batches "${FILES_AB_BATCHES:-1}" --cached 128 \
+          --modes graph,generated --extras off --steps 32 2>&1 | grep -E "^(graph|generated) " >>"$out/files.log"
+      done
+    done
+  else
+    FUSE_TUNE_FILE=/tmp/files-tune.tsv timeout "${FILES_TIMEOUT:-240}" .gpu/bin/example-bench_decode --model "$file" \
+      --batches "${FILES_BATCHES:-1,4,16}" --cached "${FILES_CACHED:-128,1024,4000}" --modes graph,generated \
+      --extras off --steps 32 2>&1 | grep -v "^fuse: " >>"$out/files.log"
+  fi
   if [ -n "${FILES_TRACE:-}" ]; then
     # Where the generated step's time goes on this file (batch 1, 128 cached): scripts/gpu/step-trace.py here
     # reads OUTDIR/trace-CONFIG-TYPE.tsv.xz; the paths the products took (FUSE_DEBUG=3 lines, counted) go
