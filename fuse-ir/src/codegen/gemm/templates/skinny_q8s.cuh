@@ -117,6 +117,7 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
   for (int s = 0; s < S - 1; ++s) issue(s);
 #endif
   fuse_qx_stage_x<Q, DT, BM>(p, m0, rows, fuse_qx_smem);
+  FUSE_TASK_MARK(0);  // X is staged (8-bit, with its prologue): the stream's main loop starts
   const int xrow = (int)fuse_qx_row_bytes(K);
   float acc[D][R][BM];
   fuse_qg_zero(acc);
@@ -158,8 +159,10 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
     }
     advance(out);
     __syncwarp();  // every lane is done with step s's stage before step s + 1 refills it
+    if (s == 0) FUSE_TASK_MARK(1);  // thread 0's first step is done (its stage had landed)
   }
   fuse_cp_async_wait<0>();
+  FUSE_TASK_MARK(2);  // the stream is done (every set's epilogue run)
 }
 
 FUSE_KERNEL(256, 1) FUSE_SKINNY_NAME(FUSE_KERNEL_PARAM(FuseSkinnyParams) fuse_params) {

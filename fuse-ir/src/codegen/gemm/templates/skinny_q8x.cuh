@@ -364,6 +364,7 @@ __device__ __forceinline__ void fuse_qx_body(const FuseSkinnyParams& p) {
   fuse_grid_wait();
   fuse_grid_release();
   fuse_qx_stage_x<Q, DT, BM>(p, m0, rows, fuse_qx_smem);
+  FUSE_TASK_MARK(0);  // X is staged (8-bit, with its prologue): the main loop starts
   const long long row_bytes = fuse_qx_row_bytes(K);
   float acc[D][R][BM];
   fuse_qg_zero(acc);
@@ -384,6 +385,7 @@ __device__ __forceinline__ void fuse_qx_body(const FuseSkinnyParams& p) {
         for (int i = 0; i < BM; ++i) fuse_qx_dot<Q>(w, fuse_qx_smem + i * row_bytes, K, P, piece, acc[d][r][i]);
       }
   }
+  FUSE_TASK_MARK(2);  // the main loop is done (thread 0's pieces)
   // Lane r * BM + i of the group stores (row m0 + i, column n0 + r).
   float out0, out1;
   fuse_qx_group_sums<L, R, BM, D>(acc, li, out0, out1);

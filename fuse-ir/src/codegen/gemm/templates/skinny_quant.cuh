@@ -124,6 +124,7 @@ __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
     fuse_gemm_pro_rows(p.epi, m0, rows, K, fuse_qg_part, 256);
     __syncthreads();
 #endif
+    FUSE_TASK_MARK(0);  // past the wait and the in-kernel prologue's row pass: the main loop starts
     float acc[D][R][BM];
     fuse_qg_zero(acc);
     const int k_end = (int)K;
@@ -173,6 +174,7 @@ __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
                 }
         }
     }
+    FUSE_TASK_MARK(2);  // the main loop is done (thread 0's units)
     // Every lane gets every sum (a fixed butterfly); lane r * BM + i stores (row m0 + i, column n0 + r).
     float out0 = 0.0f, out1 = 0.0f;
 #pragma unroll
