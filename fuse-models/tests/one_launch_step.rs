@@ -133,9 +133,10 @@ fn same_as_graphs(dev: &Device, model: &Llama, batch: usize, expect: Expect, tol
 }
 
 /// Where the one-launch step's greedy tokens first part from the graph path's (index `first` of the tokens,
-/// step-major), both paths' logits there, fed the tokens the two agreed on: the step's token must be its own
-/// logits' maximum and, in the graph path's logits, within the tolerance's share of their spread of the
-/// graph path's choice (a near tie that other summation orders may break either way), else the test fails.
+/// step-major), both paths' logits replayed there from the tokens the two agreed on: each path's logits must
+/// choose its own token, and in the graph path's logits the step's token must lie within `tolerance` times
+/// their spread (standard deviation) of the graph path's choice: a near tie that another summation order may
+/// break either way. Anything else fails the test.
 #[allow(clippy::too_many_arguments)]
 fn near_tie(
     dev: &Device,

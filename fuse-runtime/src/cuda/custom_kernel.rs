@@ -182,27 +182,19 @@ impl CustomKernel {
             &source.defines,
             &source.arch,
         )?;
-        let what = |attribute: &str| format!("{OP} {}: {attribute}", source.entry);
-        if dims.shared_bytes > 0 {
-            function
-                .set_attribute(
-                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    dims.shared_bytes as i32,
-                )
-                .map_err(|e| driver_error(&what(&format!("allow {} bytes of shared memory", dims.shared_bytes)), e))?;
-        }
         if dims.cluster > PORTABLE_CLUSTER {
             function
                 .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
-                .map_err(|e| driver_error(&what(&format!("allow clusters of {}", dims.cluster)), e))?;
+                .map_err(|e| driver_error(&format!("{OP} {}: allow clusters of {}", source.entry, dims.cluster), e))?;
         }
-        Ok(CustomKernel {
+        let kernel = CustomKernel {
             device: gpu.clone(),
             function,
             entry: source.entry.clone(),
-            dims,
+            dims: LaunchDims { shared_bytes: 0, ..dims },
             argument_words: source.argument_words,
-        })
+        };
+        kernel.with_shared_bytes(dims.shared_bytes)
     }
 
     pub fn device(&self) -> &CudaDevice {
@@ -217,8 +209,8 @@ impl CustomKernel {
         Ok(CustomKernel { dims, ..self })
     }
 
-    /// The same compiled kernel allowed `bytes` of dynamic shared memory instead (an error naming the numbers
-    /// where its static shared memory and `bytes` exceed what a block may have).
+    /// The same compiled kernel allowed `bytes` of dynamic shared memory instead (the driver's error, naming
+    /// `bytes`, where that and its static shared memory exceed what a block may have).
     pub fn with_shared_bytes(self, bytes: u32) -> Result<CustomKernel> {
         let dims = LaunchDims { shared_bytes: bytes, ..self.dims };
         dims.check()?;

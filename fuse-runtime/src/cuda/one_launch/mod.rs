@@ -289,11 +289,11 @@ fn persistent_kernel(
     // dynamic shared memory): then the tasks read them from global memory.
     let shared_table = |d: &String| d.starts_with(SHARED_LAUNCHES_DEFINE) || d.starts_with(SHARED_PARAMS_DEFINE);
     let most = device.max_shared_bytes_per_block()?;
-    let room = |k: &CustomKernel| -> Result<usize> { Ok(most.saturating_sub(k.static_shared_bytes()?)) };
+    let room_beside = |k: &CustomKernel| -> Result<usize> { Ok(most.saturating_sub(k.static_shared_bytes()?)) };
     // Compiled once: sized to one block to ask how many the GPU holds at once, then to those.
     let mut probe = CustomKernel::new(&gpu, &kernel_source, one_block);
     let crowded = match &probe {
-        Ok(k) => (shared_bytes as usize) > room(k)?,
+        Ok(k) => (shared_bytes as usize) > room_beside(k)?,
         Err(_) => true,
     };
     if crowded && kernel_source.defines.iter().any(shared_table) {
@@ -301,7 +301,7 @@ fn persistent_kernel(
         probe = CustomKernel::new(&gpu, &kernel_source, one_block);
     }
     let probe = probe?;
-    let room = room(&probe)?;
+    let room = room_beside(&probe)?;
     if shared_bytes as usize > room {
         return Ok(Err(room));
     }
