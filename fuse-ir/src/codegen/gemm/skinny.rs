@@ -290,11 +290,20 @@ impl QuantSkinnyConfig {
     /// The streaming body's grid for an `m x n` product: one wave of blocks (as many an SM as its shared memory
     /// allows, at most two) for each row block of X, fewer where `n` has fewer sets of rows than 8 warps'
     /// groups would take; `None` for the other bodies (their grid is their tiles) or past the grid limit.
-    pub fn stream_grid(&self, m: usize, n: usize, shared_bytes: usize, sm_count: usize) -> Option<u32> {
+    /// `most_per_sm` caps the blocks an SM (a one-launch step's tasks run one block an SM at a time).
+    pub fn stream_grid(
+        &self,
+        m: usize,
+        n: usize,
+        shared_bytes: usize,
+        sm_count: usize,
+        most_per_sm: usize,
+    ) -> Option<u32> {
         if self.stages == 0 {
             return None;
         }
-        let per_sm = (SM_SHARED_BYTES / (shared_bytes + BLOCK_RESERVED_BYTES)).clamp(1, STREAM_MAX_BLOCKS_PER_SM);
+        let most = most_per_sm.clamp(1, STREAM_MAX_BLOCKS_PER_SM);
+        let per_sm = (SM_SHARED_BYTES / (shared_bytes + BLOCK_RESERVED_BYTES)).clamp(1, most);
         let row_blocks = m.div_ceil(self.rows);
         let wave = (sm_count.max(1) * per_sm).div_ceil(row_blocks);
         let blocks = n.div_ceil(self.cols_per_block()).min(wave).max(1).checked_mul(row_blocks)?;
@@ -483,14 +492,18 @@ mod tests {
         // The 8B gate/up pair (14336 x 4096 Q4_K, dual): X 10 KB + 8 warps x 4 stages x 2 slots: two an SM.
         let bytes = c.shared_bytes(4096, DType::Q4_K, true);
         assert_eq!(bytes, 10240 + 64 * 1184);
-        assert_eq!(c.stream_grid(1, 14336, bytes, 132), Some(264));
+        assert_eq!(c.stream_grid(1, 14336, bytes, 132, usize::MAX), Some(264));
+        // As a one-launch step's tasks (one block an SM): one block an SM.
+        assert_eq!(c.stream_grid(1, 14336, bytes, 132, 1), Some(132));
         // Few rows: a block for each 8 sets; rows of X past the config's: a wave for each row block.
-        assert_eq!(c.stream_grid(1, 20, bytes, 132), Some(3));
+        assert_eq!(c.stream_grid(1, 20, bytes, 132, usize::MAX), Some(3));
         let m4 = QuantSkinnyConfig::by_name("x32r1s4m4").unwrap();
-        assert_eq!(m4.stream_grid(9, 100_000, m4.shared_bytes(4096, DType::Q4_K, false), 132), Some(264));
+        let m4_bytes = m4.shared_bytes(4096, DType::Q4_K, false);
+        assert_eq!(m4.stream_grid(9, 100_000, m4_bytes, 132, usize::MAX), Some(264));
+        assert_eq!(m4.stream_grid(9, 100_000, m4_bytes, 132, 1), Some(132));
         // More shared memory than half an SM's: one block an SM; the other bodies: no such grid.
-        assert_eq!(c.stream_grid(1, 14336, 150 * 1024, 132), Some(132));
-        assert_eq!(QuantSkinnyConfig::by_name("x32r1").unwrap().stream_grid(1, 14336, 0, 132), None);
+        assert_eq!(c.stream_grid(1, 14336, 150 * 1024, 132, usize::MAX), Some(132));
+        assert_eq!(QuantSkinnyConfig::by_name("x32r1").unwrap().stream_grid(1, 14336, 0, 132, usize::MAX), None);
     }
 
     #[test]

@@ -83,9 +83,15 @@ impl Executor<'_> {
             defines,
             arch: arch.to_string(),
             grid: match path {
-                // The streaming body: one wave of blocks sharing the rows, however many tiles.
+                // The streaming body: one wave of blocks sharing the rows, however many tiles; as the tasks of
+                // a one-launch step, the step's blocks an SM (more would run one after another, each stream
+                // starting cold).
                 GemmPath::QuantSkinny(c) if c.stages > 0 => {
-                    c.stream_grid(gemm.m, gemm.n, shared_bytes, self.device.sm_count())
+                    let most = match self.device.recorder().is_on() {
+                        true => crate::env::step_blocks_per_sm() as usize,
+                        false => usize::MAX,
+                    };
+                    c.stream_grid(gemm.m, gemm.n, shared_bytes, self.device.sm_count(), most)
                 }
                 _ => tiling.grid(gemm.m, gemm.n),
             }

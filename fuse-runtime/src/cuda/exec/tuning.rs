@@ -293,6 +293,20 @@ impl Executor<'_> {
     /// the fixed rule's row limits; no split K), else an mma config. `None`: the library, and the step stays a
     /// graph (its report says why).
     fn task_path(&self, index: usize, specs: &[PreparedKernel]) -> Option<GemmPath> {
+        // The tuned path where the results hold one that can be a task (a template without a split K): the
+        // graph path's own kernel, so the step computes what it does.
+        let tuned = self
+            .tune_key(index, specs)
+            .ok()
+            .and_then(|(_, key)| lock(tune::table()).lookup(&key).and_then(GemmPath::parse));
+        let task = |p: &GemmPath| match p {
+            GemmPath::Skinny(c) => c.splits == 1,
+            GemmPath::QuantSkinny(_) | GemmPath::Mma(_) => true,
+            _ => false,
+        };
+        if let Some(path) = tuned.filter(|p| task(p) && self.path_runs(index, specs, p).is_ok()) {
+            return Some(path);
+        }
         if self.quantized_weights(index) {
             let quant = self.quantized_rule(index, specs).map(GemmPath::QuantSkinny);
             return quant.or_else(|| self.quantized_mma_rule(index, specs));
