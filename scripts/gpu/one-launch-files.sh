@@ -49,7 +49,7 @@ for one in ${*:-qwen2.5-0.5b:q8_0 llama-3.2-1b:q8_0 llama-3.2-1b:q4_k_m}; do
   for t in .gpu/bin/test-one_launch_step-*; do
     [ -x "$t" ] || continue
     FUSE_TEST_GPU=1 FUSE_TEST_GGUF=$file FUSE_TUNE_FILE=/tmp/files-tune.tsv timeout "${FILES_TEST_TIMEOUT:-300}" "$t" gguf_files::cuda \
-      --nocapture 2>&1 | grep -E "^test |test result|panicked|differ|relative|batch [0-9]+:$|as_tasks" >>"$out/files.log"
+      --nocapture 2>&1 | grep -E "^test |test result|panicked|differ|relative|batch [0-9]+:$|as_tasks|greedy tokens|choose otherwise|launches become" >>"$out/files.log"
   done
   if [ -n "${FILES_AB:-}" ]; then
     # Each bench_decode the bundle holds (gpu-bundle.sh REV ...: the tree's and each revision's), graph and
