@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The generated one-launch step on the GPU machine (issue 33), after
 # `GPU_BUNDLE_KEEP='^(example-bench_decode|test-(graphs|one_launch_step)-[0-9a-f]+)$' scripts/gpu/gpu-bundle.sh` here:
-#   scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [params] [splits] [blocks] [ab] [trace]
+#   scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [params] [splits] [blocks] [knobs] [ab] [trace]
 # (with `scripts/gpu/gpu-bundle.sh REV ...` after GPU_BUNDLE_KEEP, bench_decode built at each REV rides along)
 # tests: the one-launch tests (graphs' and fuse-models' one_launch_step, GPU cases) with FUSE_TEST_GPU=1, then
 # the small and quantized models' with STEP_KNOBS -> OUTDIR/tests.log;
@@ -14,10 +14,11 @@
 # FUSE_STEP_ONE_SPLIT_KEYS) at 128 and 1024 cached, alternated -> OUTDIR/splits.log;
 # blocks: the generated step with FUSE_STEP_BLOCKS_PER_SM 1 and 2, alternated -> OUTDIR/blocks.log;
 # params: the generated step with FUSE_STEP_SHARED_PARAMS off and on, alternated -> OUTDIR/params.log;
+# knobs: the generated step under each setting of KNOBS ('A=1 B=2;A=0'), alternated -> OUTDIR/knobs.log;
 # ab: graph and generated from this tree's bench_decode and each REV's, alternated -> OUTDIR/ab.log;
 # trace: FUSE_STEP_TRACE over the generated step at batch 1 -> OUTDIR/trace.tsv.xz (scripts/gpu/step-trace.py).
 set -uo pipefail
-out=${1:?usage: scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [params] [splits] [blocks] [ab] [trace]}
+out=${1:?usage: scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [params] [splits] [blocks] [knobs] [ab] [trace]}
 shift
 mkdir -p "$out"
 if [ -f .gpu/bins.tar.xz ]; then tar -C .gpu -xJf .gpu/bins.tar.xz && rm .gpu/bins.tar.xz; fi
@@ -94,6 +95,11 @@ for step in "$@"; do
     prefetch) alternate prefetch.log "${BENCH_CACHED:-128}" FUSE_STEP_PREFETCH=off FUSE_STEP_PREFETCH=on ;;
     params) alternate params.log "${BENCH_CACHED:-128}" FUSE_STEP_SHARED_PARAMS=off FUSE_STEP_SHARED_PARAMS=on ;;
     blocks) alternate blocks.log "${BENCH_CACHED:-128}" FUSE_STEP_BLOCKS_PER_SM=1 FUSE_STEP_BLOCKS_PER_SM=2 ;;
+    knobs)
+      # KNOBS: settings separated by ';' (each environment assignments separated by spaces), alternated.
+      IFS=';' read -r -a settings <<<"${KNOBS:?knobs: set KNOBS='A=1 B=2;A=0'}"
+      alternate knobs.log "${BENCH_CACHED:-128}" "${settings[@]}"
+      ;;
     splits)
       # SPLITS: floor:one-split-keys pairs (FUSE_STEP_SPLIT_KEYS, FUSE_STEP_ONE_SPLIT_KEYS), at 128 and 1024 cached.
       settings=()
