@@ -9,6 +9,8 @@
 //! recorded graph and says why. On the CPU the decoders call the step and agree trivially; the GPU case also
 //! checks what became tasks.
 
+mod common;
+
 use fuse::prelude::*;
 use fuse_models::llama::{Config, Llama, StepInputs};
 
@@ -164,13 +166,20 @@ fn near_tie(
         step_logits = one.step(tokens, stepped).unwrap();
     }
     let (g, s) = (&graph_logits[row * vocab..(row + 1) * vocab], &step_logits[row * vocab..(row + 1) * vocab]);
-    let (chosen, wanted) = (got[first] as usize, want[first] as usize);
-    let argmax = |l: &[f32]| (0..l.len()).fold(0, |best, i| if l[i] > l[best] { i } else { best });
-    assert_eq!(argmax(s), chosen, "step {step}, row {row} on {dev}: the replayed step's logits choose otherwise");
-    assert_eq!(argmax(g), wanted, "step {step}, row {row} on {dev}: the replayed graph path's logits choose otherwise");
+    let (chosen, wanted) = (got[first], want[first]);
+    assert_eq!(
+        common::argmax(s),
+        chosen,
+        "step {step}, row {row} on {dev}: the replayed step's logits choose otherwise"
+    );
+    assert_eq!(
+        common::argmax(g),
+        wanted,
+        "step {step}, row {row} on {dev}: the replayed graph path's logits choose otherwise"
+    );
     let mean = g.iter().map(|&v| v as f64).sum::<f64>() / vocab as f64;
     let spread = (g.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / vocab as f64).sqrt();
-    let gap = (g[wanted] - g[chosen]) as f64;
+    let gap = (g[wanted as usize] - g[chosen as usize]) as f64;
     eprintln!(
         "greedy tokens on {dev} part at step {step}, row {row}: {chosen} against the graph path's {wanted}, \
          {gap:.3e} apart in its logits (spread {spread:.3e})"

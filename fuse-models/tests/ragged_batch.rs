@@ -7,6 +7,8 @@
 //! each sequence's position itself, rather than the step falling back to its members. Greedy decoding on the
 //! device, which advances each sequence's position there, picks the tokens a host-driven loop does.
 
+mod common;
+
 use fuse::prelude::*;
 use fuse_models::llama::{Config, Decoder, KvCache, Llama};
 
@@ -118,21 +120,10 @@ fn greedy_on_the_device(model: &Llama, tolerance: f64) {
     for step in 0..8 {
         greedy.advance(&mut device_cache).unwrap();
         let logits = host.step(&tokens, &mut host_cache).unwrap();
-        tokens = logits.chunks(vocab).map(argmax).collect();
+        tokens = logits.chunks(vocab).map(common::argmax).collect();
         assert_eq!(greedy.tokens().unwrap(), tokens, "step {step}");
     }
     assert_eq!(device_cache.lens(), host_cache.lens());
-}
-
-/// The first largest value's index (ties: the lowest, as the device's argmax).
-fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 fn ragged_f32(dev: &Device) {

@@ -1,4 +1,4 @@
-//! Shared by the tests that need the real model file and the reference JSON.
+//! Shared by fuse-models' tests: the real model file and the reference JSON, and small helpers on logits.
 #![allow(dead_code)] // each test binary uses a part
 
 use std::io::Write;
@@ -50,4 +50,15 @@ pub fn rel_l2(got: &[f64], want: &[f64]) -> f64 {
     let diff: f64 = got.iter().zip(want).map(|(g, w)| (g - w) * (g - w)).sum();
     let norm: f64 = want.iter().map(|w| w * w).sum();
     (diff / norm.max(1e-30)).sqrt()
+}
+
+/// The first largest value's index (ties: the lowest, as the device's argmax): a greedy step's token.
+pub fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
 }
