@@ -220,6 +220,10 @@ fn quant_variants(
     let stream = configs.iter().find(|c| c.stages > 0).expect("a streaming config");
     sets.extend(DType::QUANTIZED.iter().filter(|&&w| w != DType::Q4_K).map(|&w| set(stream, DType::F32, w)));
     sets.push([set(stream, DType::F32, DType::Q6_K), vec![codegen::EARLY_WEIGHTS_DEFINE.to_string()]].concat());
+    // Whole weight rows sent toward L2 before the wait, by the f32 and the 8-bit bodies.
+    for (c, w) in [(&configs[0], DType::Q4_K), (x8, DType::Q6_K), (x8, DType::Q4_0)] {
+        sets.push([set(c, DType::F32, w), vec![codegen::ROW_PREFETCH_DEFINE.to_string()]].concat());
+    }
     sets.push(set(&configs[0], DType::F32, DType::Q8_0));
     sets.push(set(&configs[0], DType::F16, DType::Q6_K));
     if spec.prologue.is_some() {
@@ -228,6 +232,15 @@ fn quant_variants(
         let stream_rows = |n: usize| configs.iter().find(|c| c.rows == n && c.stages > 0).expect("a streaming config");
         for c in [rows(1), rows(8), x8_rows(1), x8_rows(4), stream_rows(1), stream_rows(4)] {
             sets.push([set(c, DType::BF16, DType::Q4_1), vec!["-DFUSE_GEMM_PRO=1".to_string()]].concat());
+        }
+        // The 8-bit bodies' scaled form of the prologue (where the prologue has one), f32 and bf16 activations.
+        for (c, x, w) in [
+            (x8_rows(1), DType::F32, DType::Q4_K),
+            (x8_rows(4), DType::BF16, DType::Q6_K),
+            (stream_rows(1), DType::F32, DType::Q8_0),
+        ] {
+            let scaled = vec!["-DFUSE_GEMM_PRO=1".to_string(), codegen::SCALED_PROLOGUE_DEFINE.to_string()];
+            sets.push([set(c, x, w), scaled].concat());
         }
     }
     sets
@@ -488,6 +501,9 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
                                 "-DFUSE_DECODE_EXACT_D=1",
                                 ATTENTION_DECODE_ROPE_VECTOR_DEFINE,
                             ]),
+                            // Room for 32 splits (a launch of at most 32: the host's held_splits), and 64.
+                            with(&[ATTENTION_DECODE_ROPE_DEFINE, "-DFUSE_DECODE_MAX_SPLITS=32"]),
+                            with(&[ATTENTION_DECODE_CLUSTER_DEFINE, "-DFUSE_DECODE_MAX_SPLITS=64"]),
                             // Row groups (the host's choice for 2 to 4 rows a kv head): SmolLM2's 3 rows side by side, 4
                             // rows in 2 groups of 2 loading early, 2 rows with element-by-element loads.
                             with(&[

@@ -106,6 +106,30 @@ pub(crate) fn step_one_split_keys() -> usize {
     *KEYS.get_or_init(|| number("FUSE_STEP_ONE_SPLIT_KEYS").unwrap_or(192))
 }
 
+/// While the graph path tunes a matmul group at decode rows, the candidates that can be a one-launch step's tasks
+/// are timed again as tasks run (`exec/task_tuning.rs`); `FUSE_TUNE_TASKS=off` (or `0`) leaves that out, and a
+/// recorded step takes the graph path's template. For the A/B.
+pub(crate) fn tune_tasks() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("FUSE_TUNE_TASKS").is_ok_and(|v| is_off(&v)))
+}
+
+/// The quantized skinny template's bodies send their whole weight rows toward L2 before their grid wait
+/// (`fuse_ir::codegen::ROW_PREFETCH_DEFINE`); `FUSE_QUANT_ROW_PREFETCH=off` (or `0`): each lane's first piece
+/// only. For the A/B.
+pub(crate) fn quant_row_prefetch() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("FUSE_QUANT_ROW_PREFETCH").is_ok_and(|v| is_off(&v)))
+}
+
+/// The quantized skinny template's 8-bit bodies take the in-kernel prologue's scaled form where it has one
+/// (`fuse_ir::codegen::SCALED_PROLOGUE_DEFINE`: no row pass before X is staged); `FUSE_QUANT_SCALED=off` (or
+/// `0`): the row pass. For the A/B.
+pub(crate) fn quant_scaled_prologue() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("FUSE_QUANT_SCALED").is_ok_and(|v| is_off(&v)))
+}
+
 /// `FUSE_CPU_AMX`: `off` (or `0`, `false`) keeps the CPU's quantized products off Intel AMX tiles where the CPU
 /// has them (for comparison); anything else or unset lets the library use them.
 pub(crate) fn cpu_amx() -> bool {

@@ -26,6 +26,14 @@ pub(crate) struct TuneKey {
     pub bucket: usize,
 }
 
+impl TuneKey {
+    /// The key of the same group and bucket run as the tasks of a one-launch step (one block a multiprocessor,
+    /// several rounds where the grid is larger): its group's name with `@task` after it.
+    pub fn for_tasks(&self) -> TuneKey {
+        TuneKey { group: format!("{}@task", self.group), ..self.clone() }
+    }
+}
+
 /// One result: the path chosen for a group and shape bucket in an environment, and its measured time.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TuneEntry {

@@ -32,6 +32,12 @@ pub const QUANT_SKINNY_TEMPLATE: &str = concat!(
 /// The define that lets a skinny kernel copy its first weight chunks before it waits for the kernel before it
 /// (only where the host knows that kernel does not write them).
 pub const EARLY_WEIGHTS_DEFINE: &str = "-DFUSE_GEMM_EARLY_W=1";
+/// The quantized bodies (f32 and 8-bit) send their whole weight rows toward L2 before the grid wait, not each
+/// lane's first piece only (`fuse_qg_prefetch_row`).
+pub const ROW_PREFETCH_DEFINE: &str = "-DFUSE_QG_ROW_PREFETCH=1";
+/// The 8-bit bodies take the in-kernel prologue's scaled form where the generated prologue has one (X = s * h:
+/// h staged in one pass, s applied before the epilogue; `skinny_q8x.cuh`).
+pub const SCALED_PROLOGUE_DEFINE: &str = "-DFUSE_QX_SCALED=1";
 /// The define that gives each warp of a skinny kernel an X ring beside its weight ring (X copied with the
 /// weights, S-1 chunks ahead, rather than loaded one chunk ahead): for tasks of a one-launch step, where
 /// the latency of each chunk's load is the task's time and a block has its multiprocessor to itself.

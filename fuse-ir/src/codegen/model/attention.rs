@@ -139,7 +139,17 @@ impl AttentionLaunch {
         if self.decode && self.one_split_keys > 0 {
             defines.push(format!("-DFUSE_DECODE_ONE_SPLIT_KEYS={}", self.one_split_keys));
         }
+        if self.decode && self.held_splits() < ATTENTION_DECODE_MAX_SPLITS {
+            defines.push(format!("-DFUSE_DECODE_MAX_SPLITS={}", self.held_splits()));
+        }
         defines
+    }
+
+    /// The splits a decode build holds room for (`FUSE_DECODE_MAX_SPLITS`): the launch's rounded up to a warp's
+    /// 32, at most [`ATTENTION_DECODE_MAX_SPLITS`]. A step kernel holds every task's static shared memory at
+    /// once: 128 splits' merge weights are 8 KB a block where a launch of 16 splits needs 2.
+    pub fn held_splits(&self) -> usize {
+        self.splits.max(1).next_multiple_of(32).min(ATTENTION_DECODE_MAX_SPLITS)
     }
 
     /// Threads a block of the decode kernel.
@@ -282,6 +292,11 @@ mod tests {
     fn check_decode_splits(s: AttentionShape, l: &AttentionLaunch) {
         assert!(l.decode && l.q_tiles == 1 && l.shared_bytes == 0, "{s:?}: {l:?}");
         assert!(l.splits >= 1 && l.splits <= ATTENTION_DECODE_MAX_SPLITS, "{s:?}: {l:?}");
+        // The build holds room for every split, a warp's 32 at a time, and says so where it holds fewer than 128.
+        let held = l.held_splits();
+        assert!(held >= l.splits && held % 32 == 0 && held <= ATTENTION_DECODE_MAX_SPLITS, "{s:?}: {l:?}");
+        let define = l.defines(DType::BF16).into_iter().find(|d| d.starts_with("-DFUSE_DECODE_MAX_SPLITS="));
+        assert_eq!(define.is_some(), held < ATTENTION_DECODE_MAX_SPLITS, "{s:?}: {l:?}");
         assert!(l.splits * l.split_keys >= s.keys, "{s:?}: {l:?}");
         assert!((l.splits - 1) * l.split_keys < s.keys.max(1), "{s:?}: an empty split {l:?}");
         assert!(l.splits == 1 || l.split_keys >= ATTENTION_DECODE_SPLIT_KEYS, "{s:?}: short splits {l:?}");
@@ -328,6 +343,7 @@ mod tests {
         assert_eq!((l.splits, l.split_keys, l.items, l.counters), (1, 63, 3, 0), "{l:?}");
         let l = attention_launch(shape(1, 9, 3, 1, 128, 64), H200_SMS);
         assert_eq!((l.splits, l.split_keys, l.items, l.counters), (2, 64, 6, 3), "{l:?}");
+        assert!(l.defines(DType::BF16).contains(&"-DFUSE_DECODE_MAX_SPLITS=32".to_string()), "{l:?}");
         // 1072 (a 1024-token cache with room for 48 more): 8 splits of 134, one cluster of each kv head.
         let l = attention_launch(shape(1, 9, 3, 1, 1072, 64), H200_SMS);
         assert_eq!((l.splits, l.split_keys, l.items), (8, 134, 24), "{l:?}");
@@ -407,6 +423,11 @@ mod tests {
         assert_eq!(l.q_tiles, 6);
     }
 
+    /// Whether a define is not the splits a build holds (`held_splits`, checked in `check_decode_splits`).
+    fn not_held(define: &String) -> bool {
+        !define.starts_with("-DFUSE_DECODE_MAX_SPLITS=")
+    }
+
     #[test]
     fn shared_memory_fits_every_head_dimension() {
         let bytes = |d| attention_launch(shape(1, 1, 1, 17, 1, d), H200_SMS).shared_bytes;
@@ -419,12 +440,18 @@ mod tests {
         assert!(bytes(ATTENTION_MAX_HEAD_DIM) <= 163 * 1024, "{}", bytes(ATTENTION_MAX_HEAD_DIM));
         let held = |d| attention_launch(shape(1, 1, 1, 1, 1, d), H200_SMS).held_d;
         assert_eq!([1, 63, 64, 65, 128, 129, 256].map(held), [64, 64, 64, 128, 128, 256, 256]);
-        let defines = attention_launch(shape(1, 1, 1, 1, 1, 100), H200_SMS).defines(DType::BF16);
+        let defines = attention_launch(shape(1, 1, 1, 1, 1, 100), H200_SMS)
+            .defines(DType::BF16)
+            .into_iter()
+            .filter(not_held)
+            .collect::<Vec<_>>();
         assert_eq!(defines, ["-DFUSE_MODEL_DTYPE=2", "-DFUSE_ATTENTION_D=128", "-DFUSE_DECODE_PASS_ROWS=1"]);
         // SmolLM2's 3 query heads a kv head: 3 row groups of one row each (a block of 3 x 128 threads); 4 rows: 2
         // groups of 2; more rows: one group, full passes; prefill: none.
         let launch = |q_heads, queries| attention_launch(shape(1, q_heads, 1, queries, 300, 64), H200_SMS);
-        let pass = |q_heads, queries| launch(q_heads, queries).defines(DType::BF16);
+        let pass = |q_heads, queries| {
+            launch(q_heads, queries).defines(DType::BF16).into_iter().filter(not_held).collect::<Vec<_>>()
+        };
         // d = 64 is the build's: its decode build divides by a constant.
         assert_eq!(
             pass(3, 1)[2..],
@@ -450,7 +477,7 @@ mod tests {
         let within = launch(3, 1).within_threads(256);
         assert_eq!((within.row_groups, within.pass_rows, within.decode_threads()), (2, 2, 256), "{within:?}");
         assert_eq!(
-            within.defines(DType::BF16)[2..],
+            within.defines(DType::BF16).into_iter().filter(not_held).collect::<Vec<_>>()[2..],
             ["-DFUSE_DECODE_PASS_ROWS=2", "-DFUSE_DECODE_EXACT_D=1", "-DFUSE_DECODE_ROW_GROUPS=2"]
         );
         assert_eq!(launch(4, 1).within_threads(256), launch(4, 1));

@@ -84,7 +84,11 @@
 #ifndef FUSE_DECODE_PASS_ROWS
 #define FUSE_DECODE_PASS_ROWS 4
 #endif
+// The most key splits a build merges (its merge weights in shared memory, each lane's share of a row's
+// splits in registers): the library's 128, or the launch's splits rounded up to 32 (the host's held_splits).
+#ifndef FUSE_DECODE_MAX_SPLITS
 #define FUSE_DECODE_MAX_SPLITS 128
+#endif
 // The fewest keys a split covers but the last (the host's split_floor; a build may ask for more).
 #ifndef FUSE_DECODE_SPLIT_KEYS
 #define FUSE_DECODE_SPLIT_KEYS 64

@@ -40,6 +40,7 @@ mod model_args;
 mod products;
 mod rope_append;
 mod sort;
+mod task_tuning;
 mod template;
 mod tuning;
 
@@ -84,6 +85,9 @@ struct Executor<'a> {
     /// The current group's prologue kernel is left to `run_gemm`: the skinny paths run the prologue in
     /// their kernel, the others launch the prologue kernel first (so the tuner times it with them).
     prologue_deferred: bool,
+    /// Templates launch as a one-launch step's tasks would run: in their task forms, one block a
+    /// multiprocessor (`task_tuning.rs`, while timing them so).
+    as_tasks: bool,
     /// Copies (cat parts, slice_set rows) queued to be launched together, and the nodes they write
     /// (`model.rs`: `queue_copy`, `flush_copies`).
     pending_copies: Vec<model::PendingCopy>,
@@ -201,6 +205,7 @@ pub(crate) fn execute(
         path: GemmPath::Cublas,
         path_note: None,
         prologue_deferred: false,
+        as_tasks: false,
         pending_copies: Vec::new(),
         pending_writers: Vec::new(),
         group_path: None,

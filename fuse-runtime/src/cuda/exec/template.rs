@@ -47,20 +47,31 @@ impl Executor<'_> {
         if let Some(why) = path.lacks_room(dual) {
             return Err(Error::unsupported(self.function, "matmul", why));
         }
+        // Recorded for one launch, or timed as its tasks would run (`task_tuning.rs`).
+        let as_task = self.device.recorder().is_on() || self.as_tasks;
         let quant_defines = |c: &fuse_ir::codegen::QuantSkinnyConfig| {
             c.defines(dtype, weights).ok_or_else(|| self.internal(format!("{} of {dtype} by {weights}", path.name())))
         };
         let (tiling, config, defines, shared_bytes): (&dyn GemmTiling, _, _, _) = match path {
             GemmPath::Skinny(c) => {
                 // A task of a one-launch step has its multiprocessor to itself: X takes a ring of its own.
-                let x_ring = self.device.recorder().is_on() && c.takes_x_ring();
+                let x_ring = as_task && c.takes_x_ring();
                 let mut defines = c.defines(dtype);
                 if x_ring {
                     defines.push(codegen::X_RING_DEFINE.into());
                 }
                 (*c, c.name, defines, c.shared_bytes_with(dual, x_ring))
             }
-            GemmPath::QuantSkinny(c) => (*c, c.name, quant_defines(c)?, c.shared_bytes(gemm.k, weights, dual)),
+            GemmPath::QuantSkinny(c) => {
+                let mut defines = quant_defines(c)?;
+                if crate::env::quant_row_prefetch() && c.stages == 0 {
+                    defines.push(codegen::ROW_PREFETCH_DEFINE.into());
+                }
+                if crate::env::quant_scaled_prologue() && c.x8_lanes > 0 {
+                    defines.push(codegen::SCALED_PROLOGUE_DEFINE.into());
+                }
+                (*c, c.name, defines, c.shared_bytes(gemm.k, weights, dual))
+            }
             GemmPath::Wgmma(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),
             GemmPath::Mma(c) => {
                 let defines = c.defines(dtype, weights);
@@ -87,7 +98,7 @@ impl Executor<'_> {
                 // a one-launch step, the step's blocks an SM (more would run one after another, each stream
                 // starting cold).
                 GemmPath::QuantSkinny(c) if c.stages > 0 => {
-                    let most = match self.device.recorder().is_on() {
+                    let most = match as_task {
                         true => crate::env::step_blocks_per_sm() as usize,
                         false => usize::MAX,
                     };
@@ -98,11 +109,26 @@ impl Executor<'_> {
             .ok_or_else(|| self.internal("the template's grid is too large"))?,
             block,
             cluster,
-            shared_bytes,
+            shared_bytes: match self.as_tasks {
+                true => self.one_block_an_sm(shared_bytes)?,
+                false => shared_bytes,
+            },
             workspace_floats: tiling.workspace_floats(gemm.m, gemm.n, dual),
             tiles: tiling.tiles(gemm.m, gemm.n),
             maps,
         })
+    }
+
+    /// The blocks `path`'s template launches for these operands (`weights`: the weights' dtype).
+    pub(super) fn template_grid(
+        &self,
+        path: &GemmPath,
+        gemm: &SkinnyGemm,
+        dtype: DType,
+        weights: DType,
+        dual: bool,
+    ) -> Result<u32> {
+        Ok(self.template_launch(path, gemm, dtype, weights, dual)?.grid)
     }
 
     /// A template kernel (skinny, wgmma or mma): the matmuls and the epilogue in one launch (a MultiGemm

@@ -21,7 +21,7 @@ use crate::cuda::device::CudaDevice;
 use crate::cuda::driver::{driver_error, lock};
 use crate::cuda::gemm::cublas::{plan_gemm, GemmCall};
 use crate::cuda::gemm::lt::lt_matmul;
-use crate::cuda::gemm::skinny::{SkinnyConfig, CONFIGS};
+use crate::cuda::gemm::skinny::CONFIGS;
 use crate::cuda::gemm::wgmma::{self, CONFIGS as WGMMA_CONFIGS};
 use crate::cuda::storage::CudaStorage;
 use crate::tune::{self, AutotuneMode, TuneKey};
@@ -150,7 +150,11 @@ impl Executor<'_> {
         let timed = self.measure(index, specs, &candidates, &key, tune::mode())?;
         let shared = shared || self.device.queueing_threads() > 1;
         let launches: Vec<usize> = timed.iter().map(|(path, _)| self.gemm_launches(index, specs, path)).collect();
-        Ok(self.tuned_path(key, timed, &launches, shared))
+        let path = self.tuned_path(key.clone(), timed, &launches, shared);
+        if self.task_tuning_due(rows, &key) {
+            self.tune_as_tasks(index, specs, &key)?;
+        }
+        Ok(path)
     }
 
     /// The group's path when nothing has to be timed (a forced path, the results table, or the fixed rule
@@ -167,8 +171,15 @@ impl Executor<'_> {
         }
         if self.library_only {
             // Eager ops and the unfused baseline take the library, but weights of quantized blocks few rows
-            // read as stored: cuBLAS would first write the whole weight dequantized, every call.
+            // read as stored: cuBLAS would first write the whole weight dequantized, every call. Those are
+            // also timed as tasks (an eager LM head may be a recorded step's task).
             let quant = self.quantized_rule(index, specs).map(GemmPath::QuantSkinny);
+            if quant.is_some() {
+                let (rows, key) = self.tune_key(index, specs)?;
+                if self.task_tuning_due(rows, &key) && self.values[self.left_operand(index).index()].is_some() {
+                    self.tune_as_tasks(index, specs, &key)?;
+                }
+            }
             return Ok(Some(quant.unwrap_or(GemmPath::Cublas)));
         }
         let skinny = self.template_operands(index, specs, &self.skinny_probe(index));
@@ -194,6 +205,13 @@ impl Executor<'_> {
         let (rows, key) = self.tune_key(index, specs)?;
         let known = lock(tune::table()).lookup(&key).and_then(GemmPath::parse);
         if let Some(path) = known.filter(|p| self.path_runs(index, specs, p).is_ok()) {
+            if self.task_tuning_due(rows, &key) {
+                // Timing runs the group: a deferred prologue runs first (then `choose_path` comes back here).
+                if self.prologue_deferred && self.values[self.left_operand(index).index()].is_none() {
+                    return Ok(None);
+                }
+                self.tune_as_tasks(index, specs, &key)?;
+            }
             self.note(format!("path {} (from the tune results, rows bucket {})", path.name(), key.bucket));
             return Ok(Some(path));
         }
@@ -270,7 +288,7 @@ impl Executor<'_> {
     }
 
     /// Whether the group's (first) weight is of quantized blocks.
-    fn quantized_weights(&self, index: usize) -> bool {
+    pub(super) fn quantized_weights(&self, index: usize) -> bool {
         self.weight_dtype(index).is_some_and(DType::is_quantized)
     }
 
@@ -278,7 +296,7 @@ impl Executor<'_> {
     /// the config can read them (`None` otherwise, and past the configs' rows): at one row the 8-bit bodies
     /// measured fastest where they can read the operands (QUANT_RULE_ONE_ROW), else the first config meant
     /// for its rows.
-    fn quantized_rule(&self, index: usize, specs: &[PreparedKernel]) -> Option<&'static QuantSkinnyConfig> {
+    pub(super) fn quantized_rule(&self, index: usize, specs: &[PreparedKernel]) -> Option<&'static QuantSkinnyConfig> {
         if !self.quantized_weights(index) {
             return None;
         }
@@ -288,38 +306,9 @@ impl Executor<'_> {
         preferred.chain(meant).find(|c| self.path_runs(index, specs, &GemmPath::QuantSkinny(c)).is_ok())
     }
 
-    /// While a step is recorded for one launch (its kernels become tasks, which a library call cannot be): a
-    /// template for the group where one runs: the quantized rules, a skinny config meant for its rows (past
-    /// the fixed rule's row limits; no split K), else an mma config. `None`: the library, and the step stays a
-    /// graph (its report says why).
-    fn task_path(&self, index: usize, specs: &[PreparedKernel]) -> Option<GemmPath> {
-        // The tuned path where the results hold one that can be a task (a template without a split K): the
-        // graph path's own kernel, so the step computes what it does.
-        let tuned = self
-            .tune_key(index, specs)
-            .ok()
-            .and_then(|(_, key)| lock(tune::table()).lookup(&key).and_then(GemmPath::parse));
-        let task = |p: &GemmPath| match p {
-            GemmPath::Skinny(c) => c.splits == 1,
-            GemmPath::QuantSkinny(_) | GemmPath::Mma(_) => true,
-            _ => false,
-        };
-        if let Some(path) = tuned.filter(|p| task(p) && self.path_runs(index, specs, p).is_ok()) {
-            return Some(path);
-        }
-        if self.quantized_weights(index) {
-            let quant = self.quantized_rule(index, specs).map(GemmPath::QuantSkinny);
-            return quant.or_else(|| self.quantized_mma_rule(index, specs));
-        }
-        let rows = self.rows(index);
-        let meant = |c: &&SkinnyConfig| c.fast_rows.0 <= rows && rows <= c.fast_rows.1 && c.splits == 1;
-        let skinny = CONFIGS.iter().filter(meant).map(GemmPath::Skinny);
-        skinny.chain(MMA_CONFIGS.iter().map(GemmPath::Mma)).find(|p| self.path_runs(index, specs, p).is_ok())
-    }
-
     /// The mma config the fixed rule gives quantized weights past the skinny configs' rows, where one can
     /// read them: the first of QUANT_MMA_RULE that runs for the group (`None`: cuBLAS on a dequantized copy).
-    fn quantized_mma_rule(&self, index: usize, specs: &[PreparedKernel]) -> Option<GemmPath> {
+    pub(super) fn quantized_mma_rule(&self, index: usize, specs: &[PreparedKernel]) -> Option<GemmPath> {
         if !self.mma_keeps_precision(index) {
             return None;
         }
@@ -332,20 +321,25 @@ impl Executor<'_> {
     /// forced (`fuse::tune::with_gemm_choice`): a user who keeps f32 activations gets f32 products unasked
     /// (the SmolLM2 test holds f32 runs to 1e-2 of transformers' logits; bf16 GEMM operands over 30 layers were
     /// not measured against it).
-    fn mma_keeps_precision(&self, index: usize) -> bool {
+    pub(super) fn mma_keeps_precision(&self, index: usize) -> bool {
         let dtype = self.dtype(self.plan.groups[index].matmuls[0]);
         MmaConfig::operand_dtype(dtype) == dtype || !self.quantized_weights(index)
     }
 
     /// The rows of the group's product (its left operand's, batches folded).
-    fn rows(&self, index: usize) -> usize {
+    pub(super) fn rows(&self, index: usize) -> usize {
         let shape = self.shape(self.plan.groups[index].matmuls[0]);
         shape.split_last().map_or(0, |(_, rest)| rest.iter().product())
     }
 
     /// Whether `path` can run this group (a template needs its kernel and operands it can read; the wgmma
     /// template an sm_90 GPU; the wgmma and mma templates room for the group's accumulators), or why not.
-    fn path_runs(&self, index: usize, specs: &[PreparedKernel], path: &GemmPath) -> std::result::Result<(), String> {
+    pub(super) fn path_runs(
+        &self,
+        index: usize,
+        specs: &[PreparedKernel],
+        path: &GemmPath,
+    ) -> std::result::Result<(), String> {
         if path.template_role().is_none() {
             return Ok(());
         }
@@ -416,7 +410,7 @@ impl Executor<'_> {
     }
 
     /// Times each candidate (the fastest of several runs after a warm-up), with a progress bar on a terminal.
-    fn measure(
+    pub(super) fn measure(
         &mut self,
         index: usize,
         specs: &[PreparedKernel],
@@ -516,7 +510,7 @@ impl Executor<'_> {
     }
 
     /// The results-table key of this group at this call's shape, and its rows (left operand, batches folded).
-    fn tune_key(&self, index: usize, specs: &[PreparedKernel]) -> Result<(usize, TuneKey)> {
+    pub(super) fn tune_key(&self, index: usize, specs: &[PreparedKernel]) -> Result<(usize, TuneKey)> {
         let group = &self.plan.groups[index];
         let mm = group.matmuls[0];
         let (n, rows) = (self.shape(mm).last().copied().unwrap_or(0), self.rows(index));

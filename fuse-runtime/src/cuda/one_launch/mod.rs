@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use tables::StepTables;
 
 /// Waves (blocks over the GPU's multiprocessors) of a launch run as tasks, at most.
-const ONE_LAUNCH_MAX_WAVES: usize = 4;
+pub(crate) const ONE_LAUNCH_MAX_WAVES: usize = 4;
 /// Blocks a recorded memset or copy is spread over as tasks, at most.
 const MAX_COPY_BLOCKS: usize = 64;
 /// The step kernel's defines (with their value after) that put the launch table and the task arguments in

@@ -110,13 +110,14 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) issue(s);
 #endif
+  const bool scaled = fuse_qx_scaled<DT, BM>(p, m0);
   fuse_grid_wait();
   fuse_grid_release();
 #if !FUSE_GEMM_EARLY_W
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) issue(s);
 #endif
-  fuse_qx_stage_x<Q, DT, BM>(p, m0, rows, fuse_qx_smem);
+  fuse_qx_stage_x<Q, DT, BM>(p, m0, rows, fuse_qx_smem, scaled);
   FUSE_TASK_MARK(0);  // X is staged (8-bit, with its prologue): the stream's main loop starts
   const int xrow = (int)fuse_qx_row_bytes(K);
   float acc[D][R][BM];
@@ -154,7 +155,7 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
       float out0, out1;
       fuse_qx_group_sums<32, R, BM, D>(acc, lane, out0, out1);
       const int r = lane / BM, i = lane % BM;
-      if (r < R && i < rows && has_row(out, r)) fuse_gemm_epilogue(p.epi, m0 + i, (w0 + out.set) * R + r, out0, out1);
+      if (r < R && i < rows && has_row(out, r)) fuse_qx_epilogue(p, scaled, m0, i, (w0 + out.set) * R + r, out0, out1);
       fuse_qg_zero(acc);
     }
     advance(out);

@@ -207,9 +207,52 @@ __device__ __forceinline__ unsigned fuse_qx_pack4(int a, int b, int c, int e) {
   return (unsigned)(a & 0xff) | ((unsigned)(b & 0xff) << 8) | ((unsigned)(c & 0xff) << 16) | ((unsigned)(e & 0xff) << 24);
 }
 
-// The block's rows of X into shared memory as above: 4 lanes a 32-value block, 8 values each.
+// The scaled form of the in-kernel prologue (the generated FUSE_GEMM_PRO_CAN_SCALE: X = s * h with s one
+// value a row, as skinny_kernel.cuh takes it), asked for by -DFUSE_QX_SCALED=1: X is staged as h in one pass,
+// each reduction's operand folded as its values load (a warp's lanes are on one row: K whole 256-value warps),
+// and s multiplies a row's sums before the epilogue; no row pass before staging. Not for f16 (h unnormalised
+// may pass its range), nor where s's other inputs vary along a row (checked from the arguments, before the
+// grid wait). The rounding differs from the row pass's: h is rounded to DT and quantised, not s * h.
+#if FUSE_GEMM_PRO && defined(FUSE_GEMM_PRO_CAN_SCALE) && defined(FUSE_QX_SCALED)
+#define FUSE_QX_SCALES 1
+// Each warp's folds of each row's reductions (lane 0 keeps them, one warp's rows in its own order).
+__shared__ float fuse_qx_red[8][FUSE_GEMM_PRO_ROWS][FUSE_GEMM_PRO_REDUCTIONS];
+// Whether this block takes the scaled form: every thread's answer the same. Before the grid wait: the rows'
+// offsets (into fuse_pro_row) and the check read only the arguments.
+template <int DT, int BM>
+__device__ __forceinline__ bool fuse_qx_can_scale(const FuseSkinnyParams& p, long long m0) {
+  static_assert(BM <= FUSE_GEMM_PRO_ROWS, "the in-kernel prologue holds FUSE_GEMM_PRO_ROWS rows");
+  const int tid = threadIdx.x;
+  bool ok = true;
+  if (tid < BM) {
+    fuse_gemm_pro_offsets(p.epi, m0 + tid < p.gemm.m ? m0 + tid : p.gemm.m - 1, fuse_pro_row[tid]);
+    ok = fuse_gemm_pro_can_scale(fuse_pro_row[tid]);
+  }
+  return __syncthreads_and(ok) && DT != FUSE_F16 && p.gemm.k % 256 == 0;
+}
+// s of the block's row i: the 8 warps' folds merged in warp order (after staging's barrier), then the row's
+// scale, by each thread that stores one of the row's outputs.
+__device__ __forceinline__ float fuse_qx_row_scale(const FuseSkinnyParams& p, int i) {
+  float total[FUSE_GEMM_PRO_REDUCTIONS];
+#pragma unroll
+  for (int q = 0; q < FUSE_GEMM_PRO_REDUCTIONS; ++q) total[q] = fuse_qx_red[0][i][q];
+#pragma unroll
+  for (int w = 1; w < 8; ++w) {
+    float next[FUSE_GEMM_PRO_REDUCTIONS];
+#pragma unroll
+    for (int q = 0; q < FUSE_GEMM_PRO_REDUCTIONS; ++q) next[q] = fuse_qx_red[w][i][q];
+    fuse_gemm_pro_red_merge(total, next);
+  }
+  return fuse_gemm_pro_scale(p.epi, fuse_pro_row[i], p.gemm.k, total);
+}
+#else
+#define FUSE_QX_SCALES 0
+#endif
+
+// The block's rows of X into shared memory as above: 4 lanes a 32-value block, 8 values each (`scaled`: h, and
+// each row's reductions folded into fuse_qx_red).
 template <int Q, int DT, int BM>
-__device__ __forceinline__ void fuse_qx_write_x(const FuseSkinnyParams& p, long long m0, int rows, unsigned char* smem) {
+__device__ __forceinline__ void fuse_qx_write_x(const FuseSkinnyParams& p, long long m0, int rows, unsigned char* smem, bool scaled) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int K = (int)p.gemm.k, P = K / 64, per_row = K / 8;
   const long long row_bytes = fuse_qx_row_bytes(K);
@@ -220,7 +263,26 @@ __device__ __forceinline__ void fuse_qx_write_x(const FuseSkinnyParams& p, long 
     float x[8];
     const int row = i < rows ? i : rows - 1;  // rows past M repeat the last: computed, never stored
     fuse_qg_load_x<DT>(p.gemm.x, (m0 + row) * p.gemm.lda + k8, x);
-#if FUSE_GEMM_PRO
+#if FUSE_QX_SCALES
+    if (scaled) {
+      float red[FUSE_GEMM_PRO_REDUCTIONS];
+      fuse_gemm_pro_red_init(red);
+      fuse_gemm_pro8_scaled(p.epi, fuse_pro_row[row], k8, x, red);
+      // The warp's 256 values are one row's (K % 256 == 0): its lanes' folds merged, kept by lane 0.
+#pragma unroll
+      for (int o = 16; o >= 1; o >>= 1) {
+        float other[FUSE_GEMM_PRO_REDUCTIONS];
+#pragma unroll
+        for (int q = 0; q < FUSE_GEMM_PRO_REDUCTIONS; ++q) other[q] = __shfl_xor_sync(0xffffffffu, red[q], o);
+        fuse_gemm_pro_red_merge(red, other);
+      }
+      if (lane == 0 && on) fuse_gemm_pro_red_merge(fuse_qx_red[warp][i], red);
+    } else {
+      fuse_gemm_pro8(p.epi, fuse_pro_row[row], k8, x);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = fuse_qg_round<DT>(x[e]);
+#elif FUSE_GEMM_PRO
     fuse_gemm_pro8(p.epi, fuse_pro_row[row], k8, x);
 #pragma unroll
     for (int e = 0; e < 8; ++e) x[e] = fuse_qg_round<DT>(x[e]);
@@ -261,17 +323,46 @@ __device__ __forceinline__ void fuse_qx_write_x(const FuseSkinnyParams& p, long 
 }
 
 // The block's rows of X into shared memory (fuse_qx_write_x), after the in-kernel prologue's pass over them
-// where there is one, then a barrier: every warp reads every row.
+// where there is one and the block does not take the scaled form, then a barrier: every warp reads every row.
 template <int Q, int DT, int BM>
-__device__ __forceinline__ void fuse_qx_stage_x(const FuseSkinnyParams& p, long long m0, int rows, unsigned char* smem) {
+__device__ __forceinline__ void fuse_qx_stage_x(const FuseSkinnyParams& p, long long m0, int rows, unsigned char* smem, bool scaled) {
+#if FUSE_QX_SCALES
+  if (scaled && (threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int i = 0; i < BM; ++i) fuse_gemm_pro_red_init(fuse_qx_red[threadIdx.x >> 5][i]);
+  }
+#endif
 #if FUSE_GEMM_PRO
   static_assert(BM <= FUSE_GEMM_PRO_ROWS, "the in-kernel prologue holds FUSE_GEMM_PRO_ROWS rows");
   __shared__ float fuse_qx_part[BM * 256];
-  fuse_gemm_pro_rows(p.epi, m0, rows, (int)p.gemm.k, fuse_qx_part, 256);
-  __syncthreads();
+  if (!scaled) {
+    fuse_gemm_pro_rows(p.epi, m0, rows, (int)p.gemm.k, fuse_qx_part, 256);
+    __syncthreads();
+  }
 #endif
-  fuse_qx_write_x<Q, DT, BM>(p, m0, rows, smem);
+  fuse_qx_write_x<Q, DT, BM>(p, m0, rows, smem, scaled);
   __syncthreads();
+}
+
+// Whether the block takes the scaled form (fuse_qx_can_scale; false without it). Before the grid wait.
+template <int DT, int BM>
+__device__ __forceinline__ bool fuse_qx_scaled(const FuseSkinnyParams& p, long long m0) {
+#if FUSE_QX_SCALES
+  return fuse_qx_can_scale<DT, BM>(p, m0);
+#else
+  return false;
+#endif
+}
+
+// The epilogue of row m0 + i's sums: multiplied by the row's s first where the block took the scaled form.
+__device__ __forceinline__ void fuse_qx_epilogue(const FuseSkinnyParams& p, bool scaled, long long m0, int i, long long n, float out0, float out1) {
+#if FUSE_QX_SCALES
+  if (scaled) {
+    const float s = fuse_qx_row_scale(p, i);
+    out0 *= s, out1 *= s;
+  }
+#endif
+  fuse_gemm_epilogue(p.epi, m0 + i, n, out0, out1);
 }
 
 // X's half h of a piece (run h: its meta {d1, d2, sum of the first 16, of the second 16} and both terms' codes)
@@ -359,11 +450,16 @@ __device__ __forceinline__ void fuse_qx_body(const FuseSkinnyParams& p) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       wrow[d][r] = fuse_qg_weight_row<Q>(p, d, n0 + r);
+#if FUSE_QG_ROW_PREFETCH
+      fuse_qg_prefetch_row<Q>(wrow[d][r], K, li, L);
+#else
       if (li < P) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow[d][r] + (Q >= FUSE_Q4_K ? (li >> 2) * fuse_q_bytes<Q>() : li * 2 * fuse_q_bytes<Q>())));
+#endif
     }
+  const bool scaled = fuse_qx_scaled<DT, BM>(p, m0);
   fuse_grid_wait();
   fuse_grid_release();
-  fuse_qx_stage_x<Q, DT, BM>(p, m0, rows, fuse_qx_smem);
+  fuse_qx_stage_x<Q, DT, BM>(p, m0, rows, fuse_qx_smem, scaled);
   FUSE_TASK_MARK(0);  // X is staged (8-bit, with its prologue): the main loop starts
   const long long row_bytes = fuse_qx_row_bytes(K);
   float acc[D][R][BM];
@@ -390,7 +486,7 @@ __device__ __forceinline__ void fuse_qx_body(const FuseSkinnyParams& p) {
   float out0, out1;
   fuse_qx_group_sums<L, R, BM, D>(acc, li, out0, out1);
   const int r = li / BM, i = li % BM;
-  if (r < R && i < rows && n0 + r < N) fuse_gemm_epilogue(p.epi, m0 + i, n0 + r, out0, out1);
+  if (r < R && i < rows && n0 + r < N) fuse_qx_epilogue(p, scaled, m0, i, n0 + r, out0, out1);
 }
 
 // The kernel's entry is skinny_q8s.cuh's (after the streaming body, which it may call instead).

@@ -76,6 +76,20 @@ __device__ __forceinline__ const unsigned char* fuse_qg_weight_row(const FuseSki
     return (const unsigned char*)(d == 0 ? p.gemm.w0 : p.gemm.w1) + (row * ldw / fuse_q_values<Q>()) * fuse_q_bytes<Q>();
 }
 
+// Weight row `row`'s K values toward L2, its 128-byte lines dealt over `lanes` lanes from `lane` (the first
+// lane's from the row's first byte): sent before the grid wait, the whole row arrives while the kernel (or task)
+// before finishes and X is staged, where the lanes' first pieces alone left the rest to the main loop's loads.
+#ifndef FUSE_QG_ROW_PREFETCH
+#define FUSE_QG_ROW_PREFETCH 0
+#endif
+template <int Q>
+__device__ __forceinline__ void fuse_qg_prefetch_row(const unsigned char* row, long long K, int lane, int lanes) {
+    const long long bytes = (K / fuse_q_values<Q>()) * fuse_q_bytes<Q>();
+    const long long head = (long long)((unsigned long long)row & 127ull);
+    for (long long off = (long long)lane * 128 - head; off < bytes; off += (long long)lanes * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + (off < 0 ? 0 : off)));
+}
+
 // Every accumulator of every body (weights, weight rows, rows of X) to zero.
 template <int D, int R, int BM>
 __device__ __forceinline__ void fuse_qg_zero(float (&acc)[D][R][BM]) {
@@ -110,12 +124,19 @@ __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
         for (int r = 0; r < R; ++r) wp[d][r] = fuse_qg_weight_row<Q>(p, d, n0 + r) + (lane / U) * BYTES;
     // Each lane's first weight bytes toward L2 while the kernel before this one finishes (programmatic
     // dependent launch): a prefetch is a hint, coherent with whatever that kernel writes.
+#if FUSE_QG_ROW_PREFETCH
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+        for (int r = 0; r < R; ++r) fuse_qg_prefetch_row<Q>(fuse_qg_weight_row<Q>(p, d, n0 + r), K, lane, 32);
+#else
     if (first < K) {
 #pragma unroll
         for (int d = 0; d < D; ++d)
 #pragma unroll
             for (int r = 0; r < R; ++r) asm volatile("prefetch.global.L2 [%0];" ::"l"(wp[d][r]));
     }
+#endif
     fuse_grid_wait();
     fuse_grid_release();
 #if FUSE_GEMM_PRO
