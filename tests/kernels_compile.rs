@@ -501,6 +501,24 @@ fn every_model_kernel_compiles_and_assembles_without_spills() {
                                 "-DFUSE_DECODE_EXACT_D=1",
                                 ATTENTION_DECODE_ROPE_VECTOR_DEFINE,
                             ]),
+                            // Row blocks (a one-launch step's tasks): 2 groups of one row, a kv head's rows in 2 blocks,
+                            // with the rope in registers and without.
+                            with(&[
+                                ATTENTION_DECODE_ROPE_DEFINE,
+                                "-DFUSE_DECODE_PASS_ROWS=1",
+                                "-DFUSE_DECODE_ROW_GROUPS=2",
+                                "-DFUSE_DECODE_ROW_BLOCKS=2",
+                                ATTENTION_DECODE_VECTOR_DEFINE,
+                                "-DFUSE_DECODE_EXACT_D=1",
+                                ATTENTION_DECODE_ROPE_VECTOR_DEFINE,
+                                "-DFUSE_DECODE_MAX_SPLITS=32",
+                            ]),
+                            with(&[
+                                ATTENTION_DECODE_ROPE_DEFINE,
+                                "-DFUSE_DECODE_PASS_ROWS=1",
+                                "-DFUSE_DECODE_ROW_GROUPS=2",
+                                "-DFUSE_DECODE_ROW_BLOCKS=4",
+                            ]),
                             // Room for 32 splits (a launch of at most 32: the host's held_splits), and 64.
                             with(&[ATTENTION_DECODE_ROPE_DEFINE, "-DFUSE_DECODE_MAX_SPLITS=32"]),
                             with(&[ATTENTION_DECODE_CLUSTER_DEFINE, "-DFUSE_DECODE_MAX_SPLITS=64"]),

@@ -106,28 +106,41 @@ pub(crate) fn step_one_split_keys() -> usize {
     *KEYS.get_or_init(|| number("FUSE_STEP_ONE_SPLIT_KEYS").unwrap_or(192))
 }
 
-/// While the graph path tunes a matmul group at decode rows, the candidates that can be a one-launch step's tasks
-/// are timed again as tasks run (`exec/task_tuning.rs`); `FUSE_TUNE_TASKS=off` (or `0`) leaves that out, and a
-/// recorded step takes the graph path's template. For the A/B.
+/// `FUSE_TUNE_TASKS=on` (or `1`): while the graph path tunes a matmul group at decode rows, the candidates that
+/// can be a one-launch step's tasks are timed again as tasks run (`exec/task_tuning.rs`), and a recorded step
+/// takes the winner. Off by default: on an H100 (2026-12-07) it took the llama-3.2-1b Q4_K_M file's step from
+/// 1,526 to 1,446-1,512 us at batch 1 and made its batch-16 step one kernel, but fuse-models' `quantized::cuda`
+/// case then failed its greedy-token check against the graph path (not a near tie), not yet understood.
 pub(crate) fn tune_tasks() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !std::env::var("FUSE_TUNE_TASKS").is_ok_and(|v| is_off(&v)))
+    *ON.get_or_init(|| std::env::var("FUSE_TUNE_TASKS").is_ok_and(|v| is_on(&v)))
 }
 
 /// The quantized skinny template's bodies send their whole weight rows toward L2 before their grid wait
 /// (`fuse_ir::codegen::ROW_PREFETCH_DEFINE`); `FUSE_QUANT_ROW_PREFETCH=off` (or `0`): each lane's first piece
-/// only. For the A/B.
+/// only. On by default (a hint: the results are the same bits); measured together with `FUSE_QUANT_SCALED`
+/// (see there). For the A/B.
 pub(crate) fn quant_row_prefetch() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| !std::env::var("FUSE_QUANT_ROW_PREFETCH").is_ok_and(|v| is_off(&v)))
 }
 
-/// The quantized skinny template's 8-bit bodies take the in-kernel prologue's scaled form where it has one
-/// (`fuse_ir::codegen::SCALED_PROLOGUE_DEFINE`: no row pass before X is staged); `FUSE_QUANT_SCALED=off` (or
-/// `0`): the row pass. For the A/B.
+/// `FUSE_QUANT_SCALED=on` (or `1`): the quantized skinny template's 8-bit bodies take the in-kernel prologue's
+/// scaled form where it has one (`fuse_ir::codegen::SCALED_PROLOGUE_DEFINE`: no row pass before X is staged).
+/// Off by default: it rounds h rather than s * h, and the SmolLM2 file's tokens against transformers have not
+/// run with it (with the whole-row prefetch it took the Q4_K_M file's graph from 836 to 757-779 us at batch 1,
+/// H100, 2026-12-07: the two were measured together).
 pub(crate) fn quant_scaled_prologue() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !std::env::var("FUSE_QUANT_SCALED").is_ok_and(|v| is_off(&v)))
+    *ON.get_or_init(|| std::env::var("FUSE_QUANT_SCALED").is_ok_and(|v| is_on(&v)))
+}
+
+/// `FUSE_STEP_ROW_BLOCKS=on` (or `1`): in a step recorded for one launch, the decode attention cuts a kv head's
+/// rows into blocks of one pass, a row group a row (`AttentionLaunch::in_row_blocks`), rather than giving each
+/// of a 256-thread task's row groups several rows a pass. Off by default until measured; for the A/B.
+pub(crate) fn step_row_blocks() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FUSE_STEP_ROW_BLOCKS").is_ok_and(|v| is_on(&v)))
 }
 
 /// `FUSE_CPU_AMX`: `off` (or `0`, `false`) keeps the CPU's quantized products off Intel AMX tiles where the CPU

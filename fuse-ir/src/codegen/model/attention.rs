@@ -116,6 +116,9 @@ pub struct AttentionLaunch {
     /// `FUSE_DECODE_ONE_SPLIT_KEYS`): the kernel chooses per sequence on the device, where the launch covers
     /// the cache's capacity.
     pub one_split_keys: usize,
+    /// Decode: blocks a kv head's rows are cut into, each one pass of its rows (`FUSE_DECODE_ROW_BLOCKS`,
+    /// [`AttentionLaunch::in_row_blocks`]); 1: every block takes all of them.
+    pub row_blocks: usize,
 }
 
 impl AttentionLaunch {
@@ -138,6 +141,9 @@ impl AttentionLaunch {
         }
         if self.decode && self.one_split_keys > 0 {
             defines.push(format!("-DFUSE_DECODE_ONE_SPLIT_KEYS={}", self.one_split_keys));
+        }
+        if self.decode && self.row_blocks > 1 {
+            defines.push(format!("-DFUSE_DECODE_ROW_BLOCKS={}", self.row_blocks));
         }
         if self.decode && self.held_splits() < ATTENTION_DECODE_MAX_SPLITS {
             defines.push(format!("-DFUSE_DECODE_MAX_SPLITS={}", self.held_splits()));
@@ -174,6 +180,22 @@ impl AttentionLaunch {
         let rows_a_head = self.row_groups * self.pass_rows;
         let pass_rows = rows_a_head.div_ceil(groups).clamp(1, ATTENTION_DECODE_PASS_ROWS);
         AttentionLaunch { row_groups: rows_a_head.div_ceil(pass_rows).min(groups), pass_rows, ..self }
+    }
+
+    /// The same decode launch with a kv head's `rows_a_head` rows cut into blocks of one pass each, a row
+    /// group a row, as many groups as `max_threads` holds (at most 2, as `within_threads` has them): where a
+    /// block of at most `max_threads` would otherwise give a group several rows (a one-launch step's 256-thread
+    /// tasks: the llama-3.2-1b files' 4 rows a kv head in 2 groups of 2), each warp's chain of dependent
+    /// instructions is one row's, in more blocks. Not for clusters (their merge is a kv head's block set);
+    /// unchanged for prefill and one row a head.
+    pub fn in_row_blocks(self, rows_a_head: usize, max_threads: u32) -> AttentionLaunch {
+        if !self.decode || rows_a_head < 2 {
+            return self;
+        }
+        let groups = ((max_threads / ATTENTION_DECODE_THREADS).max(1) as usize).min(2).min(rows_a_head);
+        let row_blocks = rows_a_head.div_ceil(groups);
+        let items = self.items / self.row_blocks.max(1) * row_blocks;
+        AttentionLaunch { row_groups: groups, pass_rows: 1, row_blocks, items, ..self }
     }
 }
 
@@ -239,6 +261,7 @@ pub fn attention_launch_with_split_floor(shape: AttentionShape, sm_count: usize,
             row_groups,
             split_floor,
             one_split_keys: 0,
+            row_blocks: 1,
         };
     }
     let q_tiles = (shape.queries * group).div_ceil(ATTENTION_ROW_TILE).max(1);
@@ -266,6 +289,7 @@ pub fn attention_launch_with_split_floor(shape: AttentionShape, sm_count: usize,
         row_groups: 1,
         split_floor: ATTENTION_DECODE_SPLIT_KEYS,
         one_split_keys: 0,
+        row_blocks: 1,
     }
 }
 
@@ -474,6 +498,19 @@ mod tests {
         assert_eq!(pass(1, 17).len(), 2);
         // Within 256 threads (a one-launch step's tasks): 3 rows in 2 groups of passes of 2 (the second holds
         // one row), 4 rows as they were; within 128, one group's passes of all of them.
+        // In row blocks within 256 threads: SmolLM2's 3 rows in blocks of 2 and 1 (a group a row), the 1B's 4 in 2
+        // blocks of 2; twice the items, and a define; one row a head and prefill unchanged.
+        for (q_heads, blocks) in [(3, 2), (4, 2), (2, 1), (8, 4)] {
+            let l = launch(q_heads, 1);
+            let cut = l.in_row_blocks(q_heads, 256);
+            assert_eq!((cut.row_groups, cut.pass_rows, cut.row_blocks), (2, 1, blocks), "{cut:?}");
+            assert_eq!((cut.items, cut.decode_threads()), (l.items * blocks, 256), "{cut:?}");
+            let define = format!("-DFUSE_DECODE_ROW_BLOCKS={blocks}");
+            assert_eq!(cut.defines(DType::BF16).contains(&define), blocks > 1, "{cut:?}");
+        }
+        assert_eq!(launch(1, 1).in_row_blocks(1, 256).row_blocks, 1);
+        let prefill = attention_launch(shape(1, 4, 1, 64, 300, 64), H200_SMS);
+        assert_eq!(prefill.in_row_blocks(4, 256).items, prefill.items);
         let within = launch(3, 1).within_threads(256);
         assert_eq!((within.row_groups, within.pass_rows, within.decode_threads()), (2, 2, 256), "{within:?}");
         assert_eq!(

@@ -12,9 +12,9 @@ FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_de
   {
     const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, d = FUSE_DECODE_EXACT_D ? FUSE_ATTENTION_D : (unsigned int)a.d;
     const unsigned int kv_heads = (unsigned int)a.kv_heads, splits = (unsigned int)a.splits;
-    const unsigned int item = blockIdx.x, split = item % splits, tile = item / splits;
+    const unsigned int item = blockIdx.x, split = item % splits, tile = item / splits / FUSE_DECODE_ROW_BLOCKS;
     const unsigned int g = tile % kv_heads, b = tile / kv_heads;
-    if (item < (unsigned int)a.batch * kv_heads * splits) {
+    if (item < (unsigned int)a.batch * kv_heads * splits * FUSE_DECODE_ROW_BLOCKS) {
       const unsigned int lens_b = a.lens ? __ldg(a.lens + b * a.lens_stride) : (unsigned int)a.keys;
       const FuseDecodeRange range =
           fuse_decode_range(lens_b, (unsigned int)a.keys, (unsigned int)a.queries, a.causal != 0, split, splits, warp % FUSE_DECODE_KEY_WARPS);
@@ -63,7 +63,8 @@ FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_de
   const unsigned int queries = (unsigned int)a.queries, keys = (unsigned int)a.keys;
   const unsigned int group = q_heads / kv_heads, rows = queries * group;
   const unsigned int splits = (unsigned int)a.splits;
-  const unsigned int items = (unsigned int)a.batch * kv_heads * splits;
+  static_assert(FUSE_DECODE_ROW_BLOCKS == 1 || !FUSE_DECODE_CLUSTER, "row blocks merge through the counters");
+  const unsigned int items = (unsigned int)a.batch * kv_heads * splits * FUSE_DECODE_ROW_BLOCKS;
   const unsigned long long all_rows = (unsigned long long)a.batch * q_heads * queries;
   float* const stats = a.partials + all_rows * splits * dp;
   const bool vector = FUSE_DECODE_VECTOR || a.kv_vector != 0;
@@ -71,8 +72,14 @@ FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_de
   const float minus_infinity = __int_as_float(0xff800000);
   const unsigned int no_key = 0xffffffffu;
   for (unsigned int item = blockIdx.x; item < items; item += gridDim.x) {
-    const unsigned int split = item % splits, tile = item / splits;
-    const unsigned int g = tile % kv_heads, b = tile / kv_heads;
+    const unsigned int split = item % splits, row_block = item / splits % FUSE_DECODE_ROW_BLOCKS;
+    const unsigned int tile = item / splits / FUSE_DECODE_ROW_BLOCKS, g = tile % kv_heads, b = tile / kv_heads;
+    // The rows this block takes: all, or its row block's one pass.
+    constexpr unsigned int pass_all = FUSE_DECODE_PASS_ROWS * FUSE_DECODE_ROW_GROUPS;
+    const unsigned int row_begin = FUSE_DECODE_ROW_BLOCKS > 1 ? row_block * pass_all : 0u;
+    const unsigned int row_end = FUSE_DECODE_ROW_BLOCKS > 1 ? min(rows, row_begin + pass_all) : rows;
+    // The block that appends the new rows (and records a position past the caches).
+    const bool appender = split == 0 && row_block == 0;
     // The batch's key count is loaded first and used last: the loads that do not depend on it (rope's)
     // are in flight with it.
     const unsigned int lens_b = a.lens ? __ldg(a.lens + b * a.lens_stride) : keys;
@@ -109,7 +116,7 @@ FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_de
       const bool appends = (long long)at <= a.room;
       if (appends) {
         at_key = at;
-        if (split == 0 && threadIdx.x < FUSE_DECODE_LANES) {
+        if (appender && threadIdx.x < FUSE_DECODE_LANES) {
           // The lane's 8 channels of the new rows at position `at` (vector rows: unit stride, aligned).
 #pragma unroll
           for (int vec = 0; vec < FUSE_DECODE_VECTORS; ++vec) {
@@ -117,7 +124,7 @@ FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_de
             reinterpret_cast<uint4*>(const_cast<fuse_elem*>(v_base) + at * a.v_strides[2] + c0)[vec] = new_value[vec];
           }
         }
-      } else if (split == 0 && threadIdx.x == 0) {
+      } else if (appender && threadIdx.x == 0) {
         fuse_model_fault(a.fault, 2, at, a.room);
       }
     }
@@ -129,7 +136,7 @@ FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_de
       const bool appends = (long long)at <= a.room;
       if (appends) {
         at_key = at;
-      } else if (split == 0 && threadIdx.x == 0) {
+      } else if (appender && threadIdx.x == 0) {
         fuse_model_fault(a.fault, 2, at, a.room);
       }
       const fuse_elem* x = a.rope_x + b * a.rope_x_strides[0];
@@ -167,7 +174,7 @@ FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_de
           } else {
             new_rows[0][c] = bits;
             new_rows[1][c] = value[j];
-            if (split == 0 && appends) {
+            if (appender && appends) {
               const_cast<fuse_elem*>(k_base)[at * a.k_strides[2] + c * a.k_strides[3]] = (fuse_elem)bits;
               const_cast<fuse_elem*>(v_base)[at * a.v_strides[2] + c * a.v_strides[3]] = (fuse_elem)value[j];
             }
@@ -195,7 +202,7 @@ FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_de
     if (!FUSE_DECODE_CLUSTER && !active) continue;
     // A pass: each row group its FUSE_DECODE_PASS_ROWS rows from `base` on (none past the rows: its warps
     // only meet the barriers).
-    for (unsigned int base = 0; active && base < rows; base += FUSE_DECODE_PASS_ROWS * FUSE_DECODE_ROW_GROUPS) {
+    for (unsigned int base = row_begin; active && base < row_end; base += pass_all) {
       const unsigned int first = base + warp / FUSE_DECODE_KEY_WARPS * FUSE_DECODE_PASS_ROWS;
       const unsigned int pass_rows = first < rows ? min(FUSE_DECODE_PASS_ROWS, rows - first) : 0u;
       // The pass's query rows (the lane's 8 channels, scaled), the last key each sees, and the key group's
@@ -462,8 +469,8 @@ FUSE_KERNEL(FUSE_DECODE_THREADS, FUSE_DECODE_MIN_BLOCKS) fuse_model_attention_de
     if (threadIdx.x == 0) {
       __threadfence();  // this block's partials (ordered before by the barrier above) before the count
       const unsigned int arrived = atomicAdd(a.counters + tile, 1u) + 1u;
-      last_block = arrived == used;
-      if (arrived == used) atomicExch(a.counters + tile, 0u);  // zero for the next launch
+      last_block = arrived == used * FUSE_DECODE_ROW_BLOCKS;
+      if (last_block) atomicExch(a.counters + tile, 0u);  // zero for the next launch
     }
     __syncthreads();
     FUSE_TASK_MARK(2);  // the split is counted in

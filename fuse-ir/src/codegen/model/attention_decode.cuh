@@ -71,6 +71,13 @@
 #ifndef FUSE_DECODE_ROW_GROUPS
 #define FUSE_DECODE_ROW_GROUPS 1
 #endif
+// Row blocks (-DFUSE_DECODE_ROW_BLOCKS=n, the host's choice for a one-launch step's tasks): a kv head's rows
+// are cut into n blocks of one pass each (FUSE_DECODE_PASS_ROWS * FUSE_DECODE_ROW_GROUPS rows), each an item of
+// its own: item = ((b * kv_heads + g) * n + row block) * splits + split. They share the (b, g) counter (the last
+// of used * n arrivals merges every row) and only row block 0 of split 0 appends the new rows. Not in clusters.
+#ifndef FUSE_DECODE_ROW_BLOCKS
+#define FUSE_DECODE_ROW_BLOCKS 1
+#endif
 #define FUSE_DECODE_THREADS (32 * FUSE_DECODE_KEY_WARPS * FUSE_DECODE_ROW_GROUPS)
 #define FUSE_DECODE_WARPS (FUSE_DECODE_THREADS / 32)
 #define FUSE_DECODE_ROWS 16

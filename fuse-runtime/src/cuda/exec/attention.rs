@@ -104,9 +104,15 @@ impl Executor<'_> {
         // A step recorded for one launch runs its kernels' blocks as tasks of at most so many threads, whose
         // splits merge without clusters.
         let launch = match self.device.recorder().is_on() {
-            true => attention_launch_with_split_floor(shape, self.device.sm_count(), crate::env::step_split_keys())
-                .one_split_up_to(crate::env::step_one_split_keys())
-                .within_threads(ONE_LAUNCH_MAX_TASK_THREADS),
+            true => {
+                let launch =
+                    attention_launch_with_split_floor(shape, self.device.sm_count(), crate::env::step_split_keys())
+                        .one_split_up_to(crate::env::step_one_split_keys());
+                match crate::env::step_row_blocks() {
+                    true => launch.in_row_blocks(queries * (q_heads / kv_heads.max(1)), ONE_LAUNCH_MAX_TASK_THREADS),
+                    false => launch.within_threads(ONE_LAUNCH_MAX_TASK_THREADS),
+                }
+            }
             false => attention_launch(shape, self.device.sm_count()),
         };
         if rope_append.is_some() && !launch.decode {

@@ -7,7 +7,8 @@
 //! (X's own ring, the streaming body's one block a multiprocessor), with enough dynamic shared memory that
 //! no second block fits beside one, charged [`TASK_ROUND_US`] for each round past the first (a task's set-up
 //! and arguments), and left out past the rounds a step takes as tasks. The winner is kept under the group's
-//! task key (`TuneKey::for_tasks`), which a recording reads before the graph path's.
+//! task key (`TuneKey::for_tasks`), which a recording reads before the graph path's. Only with
+//! `FUSE_TUNE_TASKS=on` (`env::tune_tasks`: off by default, see there).
 
 use super::gemm_path::GemmPath;
 use super::kernels::PreparedKernel;
