@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The generated one-launch step on the GPU machine (issue 33), after
 # `GPU_BUNDLE_KEEP='^(example-bench_decode|test-(graphs|one_launch_step)-[0-9a-f]+)$' scripts/gpu/gpu-bundle.sh` here:
-#   scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [params] [splits] [blocks] [knobs] [ab] [trace]
+#   scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [params] [splits] [blocks] [knobs] [ab] [taskcheck] [trace]
 # (with `scripts/gpu/gpu-bundle.sh REV ...` after GPU_BUNDLE_KEEP, bench_decode built at each REV rides along)
 # tests: the one-launch tests (graphs' and fuse-models' one_launch_step, GPU cases) with FUSE_TEST_GPU=1, then
 # the small and quantized models' with STEP_KNOBS -> OUTDIR/tests.log;
@@ -16,9 +16,11 @@
 # params: the generated step with FUSE_STEP_SHARED_PARAMS off and on, alternated -> OUTDIR/params.log;
 # knobs: the generated step under each setting of KNOBS ('A=1 B=2;A=0'), alternated -> OUTDIR/knobs.log;
 # ab: graph and generated from this tree's bench_decode and each REV's, alternated -> OUTDIR/ab.log;
+# taskcheck: the quantized and small models' one-launch tests under each setting of TASKCHECK, with the paths
+# their products took and the tune file -> OUTDIR/taskcheck.log;
 # trace: FUSE_STEP_TRACE over the generated step at batch 1 -> OUTDIR/trace.tsv.xz (scripts/gpu/step-trace.py).
 set -uo pipefail
-out=${1:?usage: scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [params] [splits] [blocks] [knobs] [ab] [trace]}
+out=${1:?usage: scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [params] [splits] [blocks] [knobs] [ab] [taskcheck] [trace]}
 shift
 mkdir -p "$out"
 if [ -f .gpu/bins.tar.xz ]; then tar -C .gpu -xJf .gpu/bins.tar.xz && rm .gpu/bins.tar.xz; fi
@@ -117,6 +119,23 @@ for step in "$@"; do
           FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout 100 "$b" --batches "${BENCH_BATCHES:-1,16}" --cached "${BENCH_CACHED:-128}" \
             --modes graph,generated --extras off --steps 48 2>&1 | grep -E "^(graph|generated) " >>"$out/ab.log"
         done
+      done
+      ;;
+    taskcheck)
+      # The one-launch tests of quantized and small models under each setting of TASKCHECK (';'-separated, each
+      # environment assignments), each with a fresh tune file and FUSE_DEBUG=3: the test results, the paths
+      # the products took (graph and recorded step, counted) and the tune file's task keys -> OUTDIR/taskcheck.log.
+      # For the settings that are off by default (the forty-second session's quantized::cuda failure).
+      IFS=';' read -r -a settings <<<"${TASKCHECK:-FUSE_TUNE_TASKS=on;FUSE_QUANT_SCALED=on;FUSE_TUNE_TASKS=on FUSE_QUANT_SCALED=on;FUSE_STEP_ROW_BLOCKS=on}"
+      for setting in "${settings[@]}"; do
+        tune=$(mktemp -d)/t.tsv
+        echo "== $setting" >>"$out/taskcheck.log"
+        # shellcheck disable=SC2086 # a setting is words
+        env $setting FUSE_DEBUG=3 FUSE_TUNE_FILE="$tune" timeout "${TASKCHECK_TIMEOUT:-200}" "$model" quantized::cuda small_smollm2_bf16::cuda small_smollm2_bf16_batch16::cuda \
+          --test-threads=1 --nocapture >/tmp/taskcheck.txt 2>&1
+        grep -E "^test |test result|activations:|greedy|relative|panicked" /tmp/taskcheck.txt >>"$out/taskcheck.log"
+        grep -E "^fuse: .*path " /tmp/taskcheck.txt | sed -E 's/^fuse: [^:]*: //; s/ \(tuned: .*//' | sort | uniq -c | sort -rn | head -30 >>"$out/taskcheck.log"
+        [ -f "$tune" ] && cut -f2-5 "$tune" >>"$out/taskcheck.log"
       done
       ;;
     trace)

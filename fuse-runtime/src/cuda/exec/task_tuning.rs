@@ -41,12 +41,16 @@ fn fastest_as_tasks(timed: &[(GemmPath, Option<f64>)], rounds: &[usize], most_ro
 
 impl Executor<'_> {
     /// While a step is recorded for one launch (its kernels become tasks, which a library call cannot be): a
-    /// template for the group where one runs: the one timed as tasks, else the graph path's tuned template
+    /// template for the group where one runs: the one timed as tasks (with task tuning on), else the graph path's tuned template
     /// where it can be a task, else the fixed rule's. `None`: the library, and the step stays a graph (its
     /// report says why).
     pub(super) fn task_path(&self, index: usize, specs: &[PreparedKernel]) -> Option<GemmPath> {
         let key = self.tune_key(index, specs).ok().map(|(_, key)| key);
-        let as_tasks = key.as_ref().and_then(|k| lock(tune::table()).lookup(&k.for_tasks()).and_then(GemmPath::parse));
+        // (A results file may hold task keys from a run with task tuning on: read only while it is on.)
+        let as_tasks = key
+            .as_ref()
+            .filter(|_| crate::env::tune_tasks())
+            .and_then(|k| lock(tune::table()).lookup(&k.for_tasks()).and_then(GemmPath::parse));
         if let Some(path) = as_tasks.filter(|p| can_be_task(p) && self.path_runs(index, specs, p).is_ok()) {
             return Some(path);
         }
