@@ -166,7 +166,7 @@ impl Executor<'_> {
         for run in runs {
             let mut blocks = 0;
             for &j in &run {
-                blocks += self.template_grid(path, &gemms[j], dtype, weight_types[j], dual).ok()? as usize;
+                blocks += self.template_launch(path, &gemms[j], dtype, weight_types[j], dual).ok()?.grid as usize;
             }
             most = most.max(blocks);
         }

@@ -20,11 +20,11 @@ use fuse_ir::infer::broadcast;
 use fuse_ir::DType;
 
 /// How one template config launches for one shape.
-struct TemplateLaunch {
+pub(super) struct TemplateLaunch {
     config: &'static str,
     defines: Vec<String>,
     arch: String,
-    grid: u32,
+    pub(super) grid: u32,
     block: u32,
     cluster: u32,
     shared_bytes: usize,
@@ -36,7 +36,7 @@ struct TemplateLaunch {
 
 impl Executor<'_> {
     /// The launch of `path`'s template for these operands (`weights`: the weights' dtype).
-    fn template_launch(
+    pub(super) fn template_launch(
         &self,
         path: &GemmPath,
         gemm: &SkinnyGemm,
@@ -117,18 +117,6 @@ impl Executor<'_> {
             tiles: tiling.tiles(gemm.m, gemm.n),
             maps,
         })
-    }
-
-    /// The blocks `path`'s template launches for these operands (`weights`: the weights' dtype).
-    pub(super) fn template_grid(
-        &self,
-        path: &GemmPath,
-        gemm: &SkinnyGemm,
-        dtype: DType,
-        weights: DType,
-        dual: bool,
-    ) -> Result<u32> {
-        Ok(self.template_launch(path, gemm, dtype, weights, dual)?.grid)
     }
 
     /// A template kernel (skinny, wgmma or mma): the matmuls and the epilogue in one launch (a MultiGemm
