@@ -135,6 +135,10 @@ for step in "$@"; do
           --test-threads=1 --nocapture >/tmp/taskcheck.txt 2>&1
         grep -E "^test |test result|activations:|greedy|relative|panicked" /tmp/taskcheck.txt >>"$out/taskcheck.log"
         grep -E "^fuse: .*path " /tmp/taskcheck.txt | sed -E 's/^fuse: [^:]*: //; s/ \(tuned: .*//' | sort | uniq -c | sort -rn | head -30 >>"$out/taskcheck.log"
+        # Candidates whose largest difference from the tuner's baseline is 1% of the rms or more.
+        grep -E "^fuse: .*candidate .* against" /tmp/taskcheck.txt |
+          awk '{ for (i = 1; i < NF; i++) if ($i == "difference" && $(i + 1) + 0 >= 0.01) { print; break } }' |
+          sort | uniq -c | head -30 >>"$out/taskcheck.log"
         [ -f "$tune" ] && cut -f2-5 "$tune" >>"$out/taskcheck.log"
       done
       ;;

@@ -129,6 +129,17 @@ fn fastest(xs: &[f64]) -> f64 {
     xs.iter().copied().fold(f64::INFINITY, f64::min)
 }
 
+/// The largest |got - want| over `want`'s root mean square (0 for an empty or all-zero `want`).
+fn largest_difference(got: &[f32], want: &[f32]) -> f64 {
+    let rms = (want.iter().map(|&w| (w as f64).powi(2)).sum::<f64>() / want.len().max(1) as f64).sqrt();
+    let most = got.iter().zip(want).map(|(&g, &w)| (g as f64 - w as f64).abs()).fold(0.0, f64::max);
+    if rms > 0.0 {
+        most / rms
+    } else {
+        0.0
+    }
+}
+
 /// The index of the candidate with the least time plus [`EXTRA_LAUNCH_US`] for each launch past its first
 /// (the first of equals; `None` when none ran).
 fn charged(timed: &[(GemmPath, Option<f64>)], launches: &[usize]) -> Option<usize> {
@@ -449,6 +460,17 @@ impl Executor<'_> {
                         )));
                         for (got, want) in results.iter().zip(want) {
                             let error = crate::rel_l2_error(got, want);
+                            if crate::env::debug_level() >= 3 {
+                                // A few wrong outputs pass the L2 check: the largest difference shows them.
+                                eprintln!(
+                                    "fuse: {}: candidate {} against {}: relative L2 {error:.2e}, largest difference \
+                                     {:.2e} of the rms",
+                                    self.function,
+                                    path.name(),
+                                    candidates[0].name(),
+                                    largest_difference(got, want)
+                                );
+                            }
                             if !(error <= tolerance) {
                                 return Err(self.internal(format!(
                                     "{} disagrees with {}: relative error {error:.2e} > {tolerance:.0e}",
@@ -557,6 +579,15 @@ mod tests {
         let failed = vec![(GemmPath::Cublas, Some(5.0)), (GemmPath::Skinny(&CONFIGS[0]), None)];
         assert_eq!(charged(&failed, &launches), Some(0), "a candidate that failed is never chosen");
         assert_eq!(charged(&[(GemmPath::Cublas, None)], &[1]), None);
+    }
+
+    #[test]
+    fn the_largest_difference_is_over_the_rms() {
+        assert_eq!(largest_difference(&[1.0, 2.0, 3.0], &[1.0, 2.0, 3.0]), 0.0);
+        // rms of [3, 4] is sqrt(12.5); one output off by 1.
+        let d = largest_difference(&[3.0, 5.0], &[3.0, 4.0]);
+        assert!((d - 1.0 / 12.5f64.sqrt()).abs() < 1e-12, "{d}");
+        assert_eq!(largest_difference(&[1.0], &[0.0]), 0.0);
     }
 
     #[test]
