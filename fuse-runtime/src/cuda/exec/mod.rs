@@ -42,6 +42,7 @@ mod rope_append;
 mod sort;
 mod task_tuning;
 mod template;
+mod tune_timing;
 mod tuning;
 
 use crate::call::{infer, input_values, values, GroupRun, Inferred, Value};

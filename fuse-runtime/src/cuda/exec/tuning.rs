@@ -6,11 +6,11 @@
 //! activations, else cuBLAS). The wgmma template is a candidate on sm_90 GPUs only (its configs for many rows
 //! in the full mode only: see `WGMMA_CONFIGS`).
 //!
-//! Timing runs the group's matmul part as it will run, after a warm-up, between CUDA events, with the L2
-//! cache flushed before each repetition, and keeps the fastest repetition (the stream is shared, so another
-//! thread's work can only add time). A candidate that fails to compile or launch, or whose results differ
-//! from cuBLAS's by more than rounding (`agreement`), is skipped and cannot be chosen. The group then runs
-//! once more, for real, on the winner.
+//! Timing (`tune_timing.rs`) runs the group's matmul part as it will run, after a warm-up, between CUDA
+//! events, with the L2 cache flushed before each repetition, and keeps the fastest repetition (the stream is
+//! shared, so another thread's work can only add time). A candidate that fails to compile or launch, or whose
+//! results differ from cuBLAS's by more than rounding (`agreement`), is skipped and cannot be chosen. The
+//! group then runs once more, for real, on the winner.
 
 use super::gemm_path::GemmPath;
 use super::kernels::PreparedKernel;
@@ -18,12 +18,11 @@ use super::Executor;
 use crate::call::Value;
 use crate::cuda::compile::cache::CacheKey;
 use crate::cuda::device::CudaDevice;
-use crate::cuda::driver::{driver_error, lock};
+use crate::cuda::driver::lock;
 use crate::cuda::gemm::cublas::{plan_gemm, GemmCall};
 use crate::cuda::gemm::lt::lt_matmul;
 use crate::cuda::gemm::skinny::CONFIGS;
 use crate::cuda::gemm::wgmma::{self, CONFIGS as WGMMA_CONFIGS};
-use crate::cuda::storage::CudaStorage;
 use crate::tune::{self, AutotuneMode, TuneKey};
 use crate::{Error, Result};
 use fuse_ir::codegen::{MmaConfig, QuantSkinnyConfig, MMA_CONFIGS, QUANT_SKINNY_CONFIGS as QUANT_CONFIGS};
@@ -48,10 +47,6 @@ const QUANT_MMA_RULE: [&str; 3] = ["m128n128", "m128n64", "m64n64"];
 /// Rows past which even the full mode does not time the skinny template (measured 3-10x slower than cuBLAS
 /// from 128 rows on an H200; timing it at thousands of rows only makes start-up slow).
 const FULL_SKINNY_MAX_ROWS: usize = 128;
-/// Elements of each result compared with cuBLAS's while tuning: the first and the last this many (a
-/// wrong tile anywhere in between would be missed, but indexing errors show at both ends; the full copy
-/// of a [4096, 14336] product would cost more than the timing).
-const CHECKED_ELEMENTS: usize = 1 << 20;
 /// cuBLASLt algorithms the fast mode tries (full: all the heuristic returns).
 const FAST_LT_ALGOS: usize = 4;
 /// Rows from which the fast mode times the mma.sync template (its tiles are 64 or 128 rows).
@@ -63,8 +58,6 @@ const MMA_FAST_MIN_ROWS: usize = 64;
 /// H200: the decoder's output projection alone, BENCHMARKS.md). Decides between paths within a few
 /// microseconds of each other (batch 16's decode step took 948 or 1,072 us as the choice fell), nothing else.
 const EXTRA_LAUNCH_US: f64 = 1.0;
-/// Bytes written to flush the L2 cache (60 MB on an H200) before each timed repetition.
-const FLUSH_BYTES: usize = 256 << 20;
 
 /// The environment a result belongs to: GPU, arch, driver, NVRTC and fuse versions.
 fn environment(device: &CudaDevice) -> String {
@@ -80,64 +73,6 @@ fn environment(device: &CudaDevice) -> String {
             format!("{name}|{}|driver {driver}|nvrtc {nvrtc}|fuse {}", device.arch(), env!("CARGO_PKG_VERSION"))
         })
         .clone()
-}
-
-/// A buffer per GPU that timing overwrites to evict the operands from L2.
-fn flush_l2(device: &CudaDevice) -> Result<()> {
-    static BUFFERS: OnceLock<Mutex<BTreeMap<usize, CudaStorage>>> = OnceLock::new();
-    let mut buffers = lock(BUFFERS.get_or_init(|| Mutex::new(BTreeMap::new())));
-    let buffer = match buffers.entry(device.ordinal()) {
-        std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-        std::collections::btree_map::Entry::Vacant(e) => {
-            e.insert(CudaStorage::alloc(device, DType::F32, FLUSH_BYTES / 4)?)
-        }
-    };
-    // SAFETY: the address and length are this live allocation's; queued on the stream everything uses.
-    unsafe {
-        cudarc::driver::result::memset_d8_async(buffer.base_address(), 0x5A, FLUSH_BYTES, device.stream().cu_stream())
-    }
-    .map_err(|e| driver_error("memset", e))
-}
-
-/// How far (relative L2) a candidate's results may be from cuBLAS's: both round the same products to the
-/// output dtype, summed in other orders.
-fn agreement(dtype: DType) -> f64 {
-    match dtype {
-        DType::BF16 => 2e-2,
-        DType::F16 => 5e-3,
-        DType::F32 => 1e-3,
-        // No matmul takes ids (inference refuses them), nor writes blocks; ids would have to agree exactly.
-        DType::U32 => 0.0,
-        _ => 0.0,
-    }
-}
-
-/// The dtype whose precision `path`'s products have for activations of `dtype`, whose agreement it is held
-/// to: the mma template multiplies f32 activations and quantized weights as bf16; cuBLAS as TF32 where `tf32`
-/// (10 bits of mantissa, as f16).
-fn operand_dtype(path: &GemmPath, dtype: DType, tf32: bool) -> DType {
-    match path {
-        GemmPath::Mma(_) => MmaConfig::operand_dtype(dtype),
-        GemmPath::Cublas | GemmPath::CublasSplit | GemmPath::Lt(_) if tf32 => DType::F16,
-        _ => dtype,
-    }
-}
-
-/// The fastest of a candidate's runs: other threads may queue work on the same stream between its events,
-/// which only ever adds time, so the minimum is the least disturbed figure.
-fn fastest(xs: &[f64]) -> f64 {
-    xs.iter().copied().fold(f64::INFINITY, f64::min)
-}
-
-/// The largest |got - want| over `want`'s root mean square (0 for an empty or all-zero `want`).
-fn largest_difference(got: &[f32], want: &[f32]) -> f64 {
-    let rms = (want.iter().map(|&w| (w as f64).powi(2)).sum::<f64>() / want.len().max(1) as f64).sqrt();
-    let most = got.iter().zip(want).map(|(&g, &w)| (g as f64 - w as f64).abs()).fold(0.0, f64::max);
-    if rms > 0.0 {
-        most / rms
-    } else {
-        0.0
-    }
 }
 
 /// The index of the candidate with the least time plus [`EXTRA_LAUNCH_US`] for each launch past its first
@@ -420,117 +355,6 @@ impl Executor<'_> {
         Ok(out)
     }
 
-    /// Times each candidate (the fastest of several runs after a warm-up), with a progress bar on a terminal.
-    pub(super) fn measure(
-        &mut self,
-        index: usize,
-        specs: &[PreparedKernel],
-        candidates: &[GemmPath],
-        key: &TuneKey,
-        mode: AutotuneMode,
-    ) -> Result<Vec<(GemmPath, Option<f64>)>> {
-        let reps = if mode == AutotuneMode::Full { 15 } else { 5 };
-        let bar = indicatif::ProgressBar::new(candidates.len() as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("fuse: tuning {msg} [{bar:30}] {pos}/{len}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar.set_message(format!("{} (rows bucket {})", key.group, key.bucket));
-        // Nothing the timing runs queue may be recorded: the winner runs again afterwards.
-        let (recording, describe) = (self.recording.take(), std::mem::replace(&mut self.describe, false));
-        let device = self.device;
-        let mut timed = Vec::with_capacity(candidates.len());
-        // The first candidate's results (cuBLAS) are what the others must reproduce before they may win.
-        let mut baseline: Option<Vec<Vec<f32>>> = None;
-        for path in candidates {
-            let mut run = || -> Result<f64> {
-                self.run_gemm(index, specs, path)?;
-                let results = self.group_results(index)?;
-                match &baseline {
-                    None => baseline = Some(results),
-                    Some(want) => {
-                        // Held to the coarser rounding of the two paths (TF32 or bf16 operands where they
-                        // round them).
-                        let dtype = self.dtype(self.plan.groups[index].matmuls[0]);
-                        let tf32 = GemmCall::tf32_for(dtype, self.quantized_weights(index), self.rows(index));
-                        let tolerance = agreement(operand_dtype(path, dtype, tf32)).max(agreement(operand_dtype(
-                            &candidates[0],
-                            dtype,
-                            tf32,
-                        )));
-                        for (got, want) in results.iter().zip(want) {
-                            let error = crate::rel_l2_error(got, want);
-                            if crate::env::debug_level() >= 3 {
-                                // A few wrong outputs pass the L2 check: the largest difference shows them.
-                                eprintln!(
-                                    "fuse: {}: candidate {} against {}: relative L2 {error:.2e}, largest difference \
-                                     {:.2e} of the rms",
-                                    self.function,
-                                    path.name(),
-                                    candidates[0].name(),
-                                    largest_difference(got, want)
-                                );
-                            }
-                            if !(error <= tolerance) {
-                                return Err(self.internal(format!(
-                                    "{} disagrees with {}: relative error {error:.2e} > {tolerance:.0e}",
-                                    path.name(),
-                                    candidates[0].name()
-                                )));
-                            }
-                        }
-                    }
-                }
-                let mut samples = Vec::with_capacity(reps);
-                for _ in 0..reps {
-                    flush_l2(device)?;
-                    samples.push(device.time_ms(|| self.run_gemm(index, specs, path))? * 1e3);
-                }
-                Ok(fastest(&samples))
-            };
-            let result = run();
-            if let Err(e) = &result {
-                if crate::env::debug_level() >= 3 {
-                    eprintln!("fuse: {}: candidate {} skipped: {e}", self.function, path.name());
-                }
-                // A failed launch may leave work queued; let it drain before the next candidate.
-                let _ = device.synchronize();
-            }
-            timed.push((path.clone(), result.ok()));
-            bar.inc(1);
-        }
-        bar.finish_and_clear();
-        self.recording = recording;
-        self.describe = describe;
-        Ok(timed)
-    }
-
-    /// The values the group's matmul part wrote (each a fresh dense allocation), as f32 on the host: the
-    /// first and last `CHECKED_ELEMENTS` of each, to compare candidates.
-    fn group_results(&self, index: usize) -> Result<Vec<Vec<f32>>> {
-        let group = &self.plan.groups[index];
-        let mut out = Vec::with_capacity(group.outputs.len());
-        for &o in &group.outputs {
-            let Some(Value::Tensor(t)) = &self.values[o.index()] else { continue };
-            let Some(storage) = t.cuda_storage() else { continue };
-            let n = t.numel();
-            let mut values = Vec::with_capacity(n.min(2 * CHECKED_ELEMENTS));
-            let ranges = if n <= 2 * CHECKED_ELEMENTS {
-                vec![(0, n)]
-            } else {
-                vec![(0, CHECKED_ELEMENTS), (n - CHECKED_ELEMENTS, CHECKED_ELEMENTS)]
-            };
-            for (start, len) in ranges {
-                let data = storage.download_range(t.offset() + start, len)?;
-                let mut part = vec![0.0f32; len];
-                data.as_slice().read_f32(0, 1, &mut part);
-                values.extend(part);
-            }
-            out.push(values);
-        }
-        Ok(out)
-    }
-
     /// The results-table key of this group at this call's shape, and its rows (left operand, batches folded).
     pub(super) fn tune_key(&self, index: usize, specs: &[PreparedKernel]) -> Result<(usize, TuneKey)> {
         let group = &self.plan.groups[index];
@@ -579,20 +403,5 @@ mod tests {
         let failed = vec![(GemmPath::Cublas, Some(5.0)), (GemmPath::Skinny(&CONFIGS[0]), None)];
         assert_eq!(charged(&failed, &launches), Some(0), "a candidate that failed is never chosen");
         assert_eq!(charged(&[(GemmPath::Cublas, None)], &[1]), None);
-    }
-
-    #[test]
-    fn the_largest_difference_is_over_the_rms() {
-        assert_eq!(largest_difference(&[1.0, 2.0, 3.0], &[1.0, 2.0, 3.0]), 0.0);
-        // rms of [3, 4] is sqrt(12.5); one output off by 1.
-        let d = largest_difference(&[3.0, 5.0], &[3.0, 4.0]);
-        assert!((d - 1.0 / 12.5f64.sqrt()).abs() < 1e-12, "{d}");
-        assert_eq!(largest_difference(&[1.0], &[0.0]), 0.0);
-    }
-
-    #[test]
-    fn the_fastest_run_counts() {
-        assert_eq!(fastest(&[3.0, 1.0, 2.0]), 1.0);
-        assert!(agreement(DType::BF16) > agreement(DType::F16) && agreement(DType::F16) > agreement(DType::F32));
     }
 }
