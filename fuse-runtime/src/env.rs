@@ -21,6 +21,10 @@
 //! | `FUSE_STEP_SHARED_PARAMS` | `off`, `0`, `false`; anything else | on                 | `off` leaves each one-launch step task's arguments in global memory rather than shared (for an A/B) |
 //! | `FUSE_STEP_SPLIT_KEYS`, `FUSE_STEP_ONE_SPLIT_KEYS` | a number          | 64, 192            | in a step recorded for one launch, the decode attention's split floor, and the keys up to which a sequence takes one split (0: none) |
 //! | `FUSE_STEP_BLOCKS_PER_SM` | 1 to 8                     | 1                  | one-launch step kernels built for so many resident blocks a multiprocessor |
+//! | `FUSE_STEP_ROW_BLOCKS` | `on`, `1`, `true`; anything else | off               | in a step recorded for one launch, the decode attention cuts a kv head's rows into blocks of one pass (for an A/B: not yet measured) |
+//! | `FUSE_TUNE_TASKS` | `on`, `1`, `true`; anything else  | off                | products at decode rows are also timed as a one-launch step's tasks, which take the winner (off: a test's greedy tokens parted from the graph path's with it) |
+//! | `FUSE_QUANT_ROW_PREFETCH` | `off`, `0`, `false`; anything else | on           | `off`: the quantized skinny bodies send each lane's first weight piece toward L2 before their wait, not whole rows |
+//! | `FUSE_QUANT_SCALED` | `on`, `1`, `true`; anything else | off               | the quantized 8-bit bodies take the in-kernel prologue's scaled form (X staged as h, s applied before the epilogue) |
 //!
 //! fuse's own test suites read a few more, there and not here (they configure the tests, not the
 //! library): `FUSE_TEST_NVRTC=1` (a missing NVRTC or ptxas fails `tests/kernels_compile.rs`), `FUSE_PTXAS`
