@@ -247,6 +247,15 @@ impl QuantSkinnyConfig {
         QUANT_SKINNY_CONFIGS.iter().find(|c| c.name == name)
     }
 
+    /// Whether this config sums every output in the same order as `other`, so that the two give the same
+    /// bits: both f32 bodies (a lane's units of each block in the same order, one warp butterfly, whatever
+    /// the weight rows a warp and the rows of X a block), or 8-bit bodies of as many lanes a weight row
+    /// (a lane's pieces li, li + L, .. each as two halves, then the group's butterfly; the streaming body's
+    /// steps are L = 32's pieces in the same order). A one-launch step may then run either as the graph does.
+    pub fn sums_like(&self, other: &QuantSkinnyConfig) -> bool {
+        self.x8_lanes == other.x8_lanes
+    }
+
     /// The activations' dtype (`-DFUSE_SK_DT`), the weights' block type (`-DFUSE_SK_WQ`), then the config's.
     /// `None` when `weights` is not a block-quantized type or `x` not a float type.
     pub fn defines(&self, x: DType, weights: DType) -> Option<Vec<String>> {
@@ -510,6 +519,12 @@ mod tests {
         // More shared memory than half an SM's: one block an SM; the other bodies: no such grid.
         assert_eq!(c.stream_grid(1, 14336, 150 * 1024, 132, usize::MAX), Some(132));
         assert_eq!(QuantSkinnyConfig::by_name("x32r1").unwrap().stream_grid(1, 14336, 0, 132, usize::MAX), None);
+        // Configs that sum alike: the f32 bodies together, the 8-bit bodies by their lanes a row.
+        let q = |n: &str| QuantSkinnyConfig::by_name(n).unwrap();
+        assert!(
+            q("r1c8").sums_like(q("r4c16")) && q("x32r1").sums_like(q("x32r2s3")) && q("x16r1").sums_like(q("x16r4"))
+        );
+        assert!(!q("r1c8").sums_like(q("x32r1")) && !q("x16r1").sums_like(q("x32r1")));
     }
 
     #[test]

@@ -6,8 +6,10 @@
 //! decode rows, the templates that can be tasks are timed again as they would run there: in their task forms
 //! (X's own ring, the streaming body's one block a multiprocessor), with enough dynamic shared memory that
 //! no second block fits beside one, charged [`TASK_ROUND_US`] for each round past the first (a task's set-up
-//! and arguments), and left out past the rounds a step takes as tasks. The winner is kept under the group's
-//! task key (`TuneKey::for_tasks`), which a recording reads before the graph path's. Only with
+//! and arguments), and left out past the rounds a step takes as tasks. Those that sum every output as the
+//! graph path's kernel does (`QuantSkinnyConfig::sums_like`: the step then computes the graph's bits) win
+//! where any fits, the others only where none does. The winner is kept under the group's task key
+//! (`TuneKey::for_tasks`), which a recording reads before the graph path's. Only with
 //! `FUSE_TUNE_TASKS=on` (`env::tune_tasks`: off by default, see there).
 
 use super::gemm_path::GemmPath;
@@ -30,13 +32,33 @@ const TASK_MMA_MIN_ROWS: usize = 9;
 const TASK_ROUND_US: f64 = 1.0;
 
 /// The index of the candidate with the least time plus [`TASK_ROUND_US`] for each round past the first,
-/// among those of at most `most_rounds` (`None` where none ran or all take more rounds).
-fn fastest_as_tasks(timed: &[(GemmPath, Option<f64>)], rounds: &[usize], most_rounds: usize) -> Option<usize> {
+/// among those of at most `most_rounds`: of those that sum `alike` the first candidate (the graph path's
+/// kernel, so that the step computes the graph's bits) where any fits, else of all (`None` where none ran
+/// or all take more rounds).
+fn fastest_as_tasks(
+    timed: &[(GemmPath, Option<f64>)],
+    rounds: &[usize],
+    alike: &[bool],
+    most_rounds: usize,
+) -> Option<usize> {
     let cost = |i: usize| {
         let t = timed[i].1.filter(|_| (1..=most_rounds).contains(&rounds[i]))?;
         Some(t + TASK_ROUND_US * (rounds[i] - 1) as f64)
     };
-    (0..timed.len()).filter_map(|i| cost(i).map(|c| (i, c))).min_by(|a, b| a.1.total_cmp(&b.1)).map(|(i, _)| i)
+    let best = |among: &dyn Fn(usize) -> bool| {
+        let costs = (0..timed.len()).filter(|&i| among(i)).filter_map(|i| cost(i).map(|c| (i, c)));
+        costs.min_by(|a, b| a.1.total_cmp(&b.1)).map(|(i, _)| i)
+    };
+    best(&|i| alike[i]).or_else(|| best(&|_| true))
+}
+
+/// Whether `path` sums every output as `baseline` does (the same bits): the same template, or quantized
+/// configs that `sums_like` each other.
+fn sums_alike(path: &GemmPath, baseline: &GemmPath) -> bool {
+    match (path, baseline) {
+        (GemmPath::QuantSkinny(a), GemmPath::QuantSkinny(b)) => a.sums_like(b),
+        _ => path == baseline,
+    }
 }
 
 impl Executor<'_> {
@@ -107,7 +129,8 @@ impl Executor<'_> {
         let timed = timed?;
         let shared = shared || self.device.queueing_threads() > 1;
         let most = super::super::one_launch::ONE_LAUNCH_MAX_WAVES;
-        let Some(best) = fastest_as_tasks(&timed, &rounds, most) else { return Ok(()) };
+        let alike: Vec<bool> = candidates.iter().map(|p| sums_alike(p, &candidates[0])).collect();
+        let Some(best) = fastest_as_tasks(&timed, &rounds, &alike, most) else { return Ok(()) };
         let (path, micros) = (timed[best].0.name(), timed[best].1.unwrap_or(f64::NAN));
         let mut table = lock(tune::table());
         match shared {
@@ -202,11 +225,18 @@ mod tests {
     fn rounds_past_the_first_are_charged_and_too_many_left_out() {
         let q = |n: &str| GemmPath::QuantSkinny(fuse_ir::codegen::QuantSkinnyConfig::by_name(n).unwrap());
         let timed = vec![(q("r1c8"), Some(10.0)), (q("x32r1"), Some(9.5)), (q("x16r1"), Some(5.0))];
-        assert_eq!(fastest_as_tasks(&timed, &[1, 2, 5], 4), Some(0), "x32r1 pays a round, x16r1 takes 5");
-        assert_eq!(fastest_as_tasks(&timed, &[1, 1, 4], 4), Some(2), "4 rounds: 8 us charged");
-        assert_eq!(fastest_as_tasks(&timed, &[5, 6, 0], 4), None, "none within the rounds, or unknown");
+        let all = [true; 3];
+        assert_eq!(fastest_as_tasks(&timed, &[1, 2, 5], &all, 4), Some(0), "x32r1 pays a round, x16r1 takes 5");
+        assert_eq!(fastest_as_tasks(&timed, &[1, 1, 4], &all, 4), Some(2), "4 rounds: 8 us charged");
+        assert_eq!(fastest_as_tasks(&timed, &[5, 6, 0], &all, 4), None, "none within the rounds, or unknown");
         let failed = vec![(q("r1c8"), None), (q("x32r1"), Some(30.0))];
-        assert_eq!(fastest_as_tasks(&failed, &[1, 1], 4), Some(1), "a candidate that failed is never chosen");
+        assert_eq!(fastest_as_tasks(&failed, &[1, 1], &[true, true], 4), Some(1), "a failed one is never chosen");
+        // Those that sum like the graph's kernel first; the others only where none of those fits.
+        let alike = [true, false, false];
+        assert_eq!(fastest_as_tasks(&timed, &[1, 1, 1], &alike, 4), Some(0), "the graph's bits, though slower");
+        assert_eq!(fastest_as_tasks(&timed, &[5, 1, 1], &alike, 4), Some(2), "none alike fits: the fastest");
+        assert!(sums_alike(&q("r4c16"), &q("r1c8")) && !sums_alike(&q("x16r1"), &q("r1c8")));
+        assert!(sums_alike(&GemmPath::Cublas, &GemmPath::Cublas) && !sums_alike(&q("r1c8"), &GemmPath::Cublas));
     }
 
     #[test]
