@@ -99,9 +99,29 @@ impl Executor<'_> {
         skinny.chain(MMA_CONFIGS.iter().map(GemmPath::Mma)).find(|p| self.path_runs(index, specs, p).is_ok())
     }
 
+    /// Times the group as tasks (`tune_as_tasks`) where that is due (`task_tuning_due`) and its left operand
+    /// has a value (timing runs the group); `Ok(false)` where it is due but the operand has none yet (a
+    /// deferred prologue's output).
+    pub(super) fn tune_tasks_where_due(
+        &mut self,
+        index: usize,
+        specs: &[PreparedKernel],
+        rows: usize,
+        key: &TuneKey,
+    ) -> Result<bool> {
+        if !self.task_tuning_due(rows, key) {
+            return Ok(true);
+        }
+        if self.values[self.left_operand(index).index()].is_none() {
+            return Ok(false);
+        }
+        self.tune_as_tasks(index, specs, key)?;
+        Ok(true)
+    }
+
     /// Whether the group is still to be timed as tasks under `key` (its graph path's key): decode rows, tuning
     /// on and nothing captured or recorded meanwhile, no path forced, and no result under its task key yet.
-    pub(super) fn task_tuning_due(&self, rows: usize, key: &TuneKey) -> bool {
+    fn task_tuning_due(&self, rows: usize, key: &TuneKey) -> bool {
         let device = self.device;
         crate::env::tune_tasks()
             && rows <= TASK_TUNE_MAX_ROWS
@@ -114,7 +134,7 @@ impl Executor<'_> {
 
     /// Times the group's templates that can be tasks as a step would run them and keeps the fastest under
     /// the task key (see the module doc). Needs the left operand's value (timing runs the group).
-    pub(super) fn tune_as_tasks(&mut self, index: usize, specs: &[PreparedKernel], key: &TuneKey) -> Result<()> {
+    fn tune_as_tasks(&mut self, index: usize, specs: &[PreparedKernel], key: &TuneKey) -> Result<()> {
         let candidates = self.task_candidates(index, specs);
         if candidates.is_empty() {
             return Ok(());

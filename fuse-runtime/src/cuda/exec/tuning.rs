@@ -97,9 +97,7 @@ impl Executor<'_> {
         let shared = shared || self.device.queueing_threads() > 1;
         let launches: Vec<usize> = timed.iter().map(|(path, _)| self.gemm_launches(index, specs, path)).collect();
         let path = self.tuned_path(key.clone(), timed, &launches, shared);
-        if self.task_tuning_due(rows, &key) {
-            self.tune_as_tasks(index, specs, &key)?;
-        }
+        self.tune_tasks_where_due(index, specs, rows, &key)?;
         Ok(path)
     }
 
@@ -120,11 +118,9 @@ impl Executor<'_> {
             // read as stored: cuBLAS would first write the whole weight dequantized, every call. Those are
             // also timed as tasks (an eager LM head may be a recorded step's task).
             let quant = self.quantized_rule(index, specs).map(GemmPath::QuantSkinny);
-            if quant.is_some() {
+            if quant.is_some() && crate::env::tune_tasks() {
                 let (rows, key) = self.tune_key(index, specs)?;
-                if self.task_tuning_due(rows, &key) && self.values[self.left_operand(index).index()].is_some() {
-                    self.tune_as_tasks(index, specs, &key)?;
-                }
+                self.tune_tasks_where_due(index, specs, rows, &key)?;
             }
             return Ok(Some(quant.unwrap_or(GemmPath::Cublas)));
         }
@@ -151,12 +147,9 @@ impl Executor<'_> {
         let (rows, key) = self.tune_key(index, specs)?;
         let known = lock(tune::table()).lookup(&key).and_then(GemmPath::parse);
         if let Some(path) = known.filter(|p| self.path_runs(index, specs, p).is_ok()) {
-            if self.task_tuning_due(rows, &key) {
-                // Timing runs the group: a deferred prologue runs first (then `choose_path` comes back here).
-                if self.prologue_deferred && self.values[self.left_operand(index).index()].is_none() {
-                    return Ok(None);
-                }
-                self.tune_as_tasks(index, specs, &key)?;
+            // Timing runs the group: a deferred prologue runs first (then `choose_path` comes back here).
+            if !self.tune_tasks_where_due(index, specs, rows, &key)? && self.prologue_deferred {
+                return Ok(None);
             }
             self.note(format!("path {} (from the tune results, rows bucket {})", path.name(), key.bucket));
             return Ok(Some(path));
