@@ -109,6 +109,7 @@ fn same_as_graphs(dev: &Device, model: &Llama, batch: usize, expect: Expect, tol
         let differ = exact.iter().zip(&got).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
         assert_eq!(differ, 0, "step {i} on {dev}: {differ} of {} logits differ from its kernels' graph's", got.len());
         let error = fuse::rel_l2_error(&got, &want);
+        eprintln!("step {i}: relative L2 {error:.2e} from the graph path's logits");
         assert!(error < tolerance, "step {i} on {dev}: relative L2 {error:.2e} from the graph path's logits");
     }
     // Greedy on the device, 64 steps each from the same tokens.
@@ -182,7 +183,8 @@ fn near_tie(
     let gap = (g[wanted as usize] - g[chosen as usize]) as f64;
     eprintln!(
         "greedy tokens on {dev} part at step {step}, row {row}: {chosen} against the graph path's {wanted}, \
-         {gap:.3e} apart in its logits (spread {spread:.3e})"
+         {gap:.3e} apart in its logits (spread {spread:.3e}; relative L2 {:.2e})",
+        fuse::rel_l2_error(s, g)
     );
     assert!(
         gap <= tolerance * spread,

@@ -5,7 +5,8 @@
 # (with `scripts/gpu/gpu-bundle.sh REV ...` after GPU_BUNDLE_KEEP, bench_decode built at each REV rides along)
 # tests: the one-launch tests (graphs' and fuse-models' one_launch_step, GPU cases) with FUSE_TEST_GPU=1, then
 # the small and quantized models' with STEP_KNOBS -> OUTDIR/tests.log;
-# sanitize: the four compute-sanitizer tools (SANITIZE_TOOLS) over the two-layer model's test (SANITIZE_TEST; fixed GEMM rule;
+# sanitize: the four compute-sanitizer tools (SANITIZE_TOOLS) over the two-layer model's test (SANITIZE_TEST, of
+# SANITIZE_BIN: another kept test binary, a glob; fixed GEMM rule;
 # the graph path beside the one-launch step calls cuBLAS) -> OUTDIR/sanitize.txt, with the kernels each
 # finding is in;
 # bench: bench_decode's graph, task-graph and generated modes (BENCH_MODES, BENCH_BATCHES, BENCH_CACHED) -> OUTDIR/bench.log;
@@ -16,7 +17,7 @@
 # params: the generated step with FUSE_STEP_SHARED_PARAMS off and on, alternated -> OUTDIR/params.log;
 # knobs: the generated step under each setting of KNOBS ('A=1 B=2;A=0'), alternated -> OUTDIR/knobs.log;
 # ab: graph and generated from this tree's bench_decode and each REV's, alternated -> OUTDIR/ab.log;
-# taskcheck: the quantized and small models' one-launch tests under each setting of TASKCHECK, with the paths
+# taskcheck: the quantized and small models' one-launch tests (TASKCHECK_TESTS) under each setting of TASKCHECK, with the paths
 # their products took and the tune file -> OUTDIR/taskcheck.log;
 # trace: FUSE_STEP_TRACE over the generated step at batch 1 -> OUTDIR/trace.tsv.xz (scripts/gpu/step-trace.py).
 set -uo pipefail
@@ -77,8 +78,9 @@ for step in "$@"; do
           [ -z "${RACECHECK_KERNELS:-}" ] || extra+=(--kernel-name "$RACECHECK_KERNELS")
         fi
         echo "== $tool" >>"$out/sanitize.txt"
+        # shellcheck disable=SC2086 # SANITIZE_BIN is a glob
         FUSE_AUTOTUNE=off FUSE_TUNE_FILE=$(mktemp -d)/t.tsv timeout "${SANITIZE_TIMEOUT:-150}" /usr/local/cuda/bin/compute-sanitizer --tool "$tool" "${extra[@]}" \
-          "$model" "${SANITIZE_TEST:-small_smollm2_bf16::cuda}" --test-threads=1 >/tmp/sanitize-$tool.txt 2>&1
+          ${SANITIZE_BIN:-$model} "${SANITIZE_TEST:-small_smollm2_bf16::cuda}" --test-threads=1 >/tmp/sanitize-$tool.txt 2>&1
         grep -E "SUMMARY|test result" /tmp/sanitize-$tool.txt >>"$out/sanitize.txt"
         # The first findings in fuse's kernels in full (less the host frames; cuBLAS's nvjet and gemv kernels
         # left out) and why the test failed, if it did.
@@ -130,10 +132,11 @@ for step in "$@"; do
       for setting in "${settings[@]}"; do
         tune=$(mktemp -d)/t.tsv
         echo "== $setting" >>"$out/taskcheck.log"
-        # shellcheck disable=SC2086 # a setting is words
-        env $setting FUSE_DEBUG=3 FUSE_TUNE_FILE="$tune" timeout "${TASKCHECK_TIMEOUT:-200}" "$model" quantized::cuda small_smollm2_bf16::cuda small_smollm2_bf16_batch16::cuda \
+        # shellcheck disable=SC2086 # a setting and the test filters are words
+        env $setting FUSE_DEBUG=3 FUSE_TUNE_FILE="$tune" timeout "${TASKCHECK_TIMEOUT:-200}" "$model" \
+          ${TASKCHECK_TESTS:-quantized::cuda small_smollm2_bf16::cuda small_smollm2_bf16_batch16::cuda} \
           --test-threads=1 --nocapture >/tmp/taskcheck.txt 2>&1
-        grep -E "^test |test result|activations:|greedy|relative|panicked" /tmp/taskcheck.txt >>"$out/taskcheck.log"
+        grep -v "^fuse: " /tmp/taskcheck.txt | grep -E "^test |test result|activations:|greedy|relative|panicked" >>"$out/taskcheck.log"
         grep -E "^fuse: .*path " /tmp/taskcheck.txt | sed -E 's/^fuse: [^:]*: //; s/ \(tuned: .*//' | sort | uniq -c | sort -rn | head -30 >>"$out/taskcheck.log"
         # Candidates whose largest difference from the tuner's baseline is 1% of the rms or more.
         grep -E "^fuse: .*candidate .* against" /tmp/taskcheck.txt |
