@@ -118,4 +118,15 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
     // The skinny kernels' own fuse_task_prefetch is found (by argument-dependent lookup), not the no-op.
     assert!(prefetches[3] > prefetches[1], "L2 prefetches without and with FUSE_STEP_PREFETCH: {prefetches:?}");
     assert!(registers[4] <= 128, "two blocks of 256 threads a multiprocessor: {registers:?}");
+    // So are the quantized bodies' (each body's share of rows), in a step of those kernels alone.
+    let quantized: Vec<TaskKernel<'_>> =
+        tasks.iter().filter(|t| t.defines.iter().any(|d| d.contains("FUSE_SK_WQ"))).copied().collect();
+    assert!(quantized.len() >= 3, "the three quantized bodies, of each product: {}", quantized.len());
+    let source = codegen::one_launch_source(&quantized, 256).expect("every kernel can be a task");
+    let counts: Vec<usize> = [vec![], vec!["-DFUSE_STEP_PREFETCH".to_string()]]
+        .iter()
+        .map(|defines| compile_ptx(codegen::ONE_LAUNCH_ENTRY, &source, defines, "sm_90").expect("compiles"))
+        .map(|ptx| ptx.matches("prefetch.global.L2").count())
+        .collect();
+    assert!(counts[1] > counts[0], "quantized bodies' L2 prefetches without and with FUSE_STEP_PREFETCH: {counts:?}");
 }

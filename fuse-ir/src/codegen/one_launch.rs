@@ -172,10 +172,14 @@ pub fn one_launch_source(kernels: &[TaskKernel<'_>], threads: u32) -> Result<Str
     s.push_str("    case FUSE_STEP_COPY: fuse_step_copy((const unsigned long long*)params); break;\n");
     s.push_str("    default: __trap();\n  }\n}\n");
     s.push_str(
-        "__device__ __forceinline__ void fuse_step_prefetch(unsigned kernel, const void* params, unsigned block) {\n  switch (kernel) {\n",
+        "__device__ __forceinline__ void fuse_step_prefetch(unsigned kernel, const void* params, unsigned block, unsigned blocks) {\n  switch (kernel) {\n",
     );
     for (k, kernel) in kernels.iter().enumerate() {
-        let _ = writeln!(s, "    case {k}: FUSE_TASK_PREFETCH(fuse_task_k{k}, {}, params, block); break;", kernel.name);
+        let _ = writeln!(
+            s,
+            "    case {k}: FUSE_TASK_PREFETCH(fuse_task_k{k}, {}, params, block, blocks); break;",
+            kernel.name
+        );
     }
     s.push_str("    default: break;\n  }\n}\n");
     Ok(s)

@@ -40,10 +40,10 @@ __shared__ unsigned long long fuse_task_wait_target;
 __shared__ unsigned fuse_task_thread0_waited;
 
 // -DFUSE_STEP_PREFETCH: as a block sets up a task, it fetches into L2 what its next task will read, where that
-// task's kernel says (a fuse_task_prefetch(const Args&, unsigned block) of its own, found by argument-dependent
-// lookup; this one otherwise, which fetches nothing).
+// task's kernel says (a fuse_task_prefetch(const Args&, unsigned block, unsigned blocks) of its own, found by
+// argument-dependent lookup; this one otherwise, which fetches nothing). `blocks`: the task's launch's grid.
 template <typename T>
-__device__ __forceinline__ void fuse_task_prefetch(const T&, unsigned) {}
+__device__ __forceinline__ void fuse_task_prefetch(const T&, unsigned, unsigned) {}
 
 // -DFUSE_STEP_TRACE: thread 0 writes FUSE_STEP_TRACE_STAMPS global-timer times a task (see the entry).
 #define FUSE_STEP_TRACE_STAMPS 8
@@ -179,11 +179,11 @@ struct fuse_task_param<void(const T&)> {
   typedef T type;
 };
 #define FUSE_TASK_CALL(ns, fn, params) ns::fn(*reinterpret_cast<const fuse_task_param<decltype(ns::fn)>::type*>(params))
-#define FUSE_TASK_PREFETCH(ns, fn, params, block) \
-  fuse_task_prefetch(*reinterpret_cast<const fuse_task_param<decltype(ns::fn)>::type*>(params), block)
+#define FUSE_TASK_PREFETCH(ns, fn, params, block, blocks) \
+  fuse_task_prefetch(*reinterpret_cast<const fuse_task_param<decltype(ns::fn)>::type*>(params), block, blocks)
 
 __device__ __forceinline__ void fuse_step_run(unsigned kernel, const void* params);
-__device__ __forceinline__ void fuse_step_prefetch(unsigned kernel, const void* params, unsigned block);
+__device__ __forceinline__ void fuse_step_prefetch(unsigned kernel, const void* params, unsigned block, unsigned blocks);
 
 // -DFUSE_STEP_LAUNCHES=n (the runtime's, at most FUSE_STEP_SHARED_LAUNCHES): the launch records are copied into
 // shared memory first, so that a task's set-up reads them there rather than from L2.
@@ -242,7 +242,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, FUSE_STEP_MIN_BL
 #ifdef FUSE_STEP_PREFETCH
     if (i + 1 < end) {
       const FuseStepLaunch& n = table[(unsigned)(next >> 32)];
-      fuse_step_prefetch(n.kernel, (const void*)n.params, (unsigned)next);
+      fuse_step_prefetch(n.kernel, (const void*)n.params, (unsigned)next, n.grid);
     }
 #endif
 #ifdef FUSE_STEP_TRACE

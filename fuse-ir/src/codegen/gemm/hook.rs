@@ -36,9 +36,8 @@ struct FuseGemmArgs {
 #endif
 };
 #if defined(FUSE_GEMM_PRODUCTS)
-// The product of this block: its weight, width and stride become w0, n and ldw0; the epilogue runs its nodes.
-__device__ __forceinline__ void fuse_gemm_select(FuseArgs& epi, FuseGemmArgs& gemm) {
-  const long long b = blockIdx.x;
+// The product of block b: its weight, width and stride become w0, n and ldw0; the epilogue runs its nodes.
+__device__ __forceinline__ void fuse_gemm_select(FuseArgs& epi, FuseGemmArgs& gemm, long long b) {
   long long first = 0, next = gemm.first_block[1];
   epi.product = 0;
   gemm.w0 = gemm.wp[0];
@@ -58,7 +57,7 @@ __device__ __forceinline__ void fuse_gemm_select(FuseArgs& epi, FuseGemmArgs& ge
   gemm.block = b - first;
   gemm.blocks = next - first;
 }
-#define FUSE_GEMM_PARAMS(T, p, given) T p = given; fuse_gemm_select(p.epi, p.gemm)
+#define FUSE_GEMM_PARAMS(T, p, given) T p = given; fuse_gemm_select(p.epi, p.gemm, blockIdx.x)
 #define FUSE_GEMM_BLOCK(gemm) ((unsigned)(gemm).block)
 #define FUSE_GEMM_BLOCKS(gemm) ((unsigned)(gemm).blocks)
 #else

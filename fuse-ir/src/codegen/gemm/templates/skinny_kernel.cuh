@@ -549,7 +549,7 @@ FUSE_KERNEL(256, FUSE_SK_MINB) FUSE_SKINNY_NAME(FUSE_KERNEL_PARAM(FuseSkinnyPara
 // As a task of a one-launch step built with FUSE_STEP_PREFETCH: the weight bytes block `block` of this launch
 // reads (its columns' rows over its split of K), fetched into L2 by the step while this step block runs the
 // task before it. Found by argument-dependent lookup (one_launch.cuh's fuse_task_prefetch).
-__device__ __forceinline__ void fuse_task_prefetch(const FuseSkinnyParams& p, unsigned block) {
+__device__ __forceinline__ void fuse_task_prefetch(const FuseSkinnyParams& p, unsigned block, unsigned) {
     constexpr long long BN = 16 * FUSE_SK_MT * (8 / FUSE_SK_KW), BM = 8 * FUSE_SK_NT, CW = 32 * FUSE_SK_U;
     const long long N = p.gemm.n, K = p.gemm.k;
     const long long mblocks = (p.gemm.m + BM - 1) / BM;

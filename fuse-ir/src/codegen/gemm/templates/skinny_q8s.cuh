@@ -166,6 +166,38 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
   FUSE_TASK_MARK(2);  // the stream is done (every set's epilogue run)
 }
 
+#if defined(FUSE_TASK)
+// As a task of a one-launch step built with FUSE_STEP_PREFETCH: the weight rows block `block` of the launch's
+// `blocks` reads (each body's share of rows), fetched into L2 by the step block while it runs the task before
+// this one, so that the weights stream from DRAM while the step waits and computes, not only after its wait.
+// Found by argument-dependent lookup (one_launch.cuh's fuse_task_prefetch).
+__device__ __forceinline__ void fuse_task_prefetch(const FuseSkinnyParams& given, unsigned block, unsigned blocks) {
+#if defined(FUSE_GEMM_PRODUCTS)
+  FuseSkinnyParams p = given;
+  fuse_gemm_select(p.epi, p.gemm, block);
+  block = (unsigned)p.gemm.block, blocks = (unsigned)p.gemm.blocks;
+#else
+  const FuseSkinnyParams& p = given;
+#endif
+  constexpr long long R = FUSE_QG_R;
+  const long long mblocks = (p.gemm.m + FUSE_QG_BM - 1) / FUSE_QG_BM, bn = block / mblocks;
+  if (block % mblocks != 0) return;  // the row blocks of X read the same weights: the first fetches them
+#if defined(FUSE_QS_STAGES)
+  const long long sets = (p.gemm.n + R - 1) / R, nblocks = blocks / mblocks;
+  const long long n0 = sets * bn / nblocks * R, n1 = sets * (bn + 1) / nblocks * R;
+#elif defined(FUSE_QX_LANES)
+  const long long n0 = bn * 8 * (32 / FUSE_QX_LANES) * R, n1 = n0 + 8 * (32 / FUSE_QX_LANES) * R;
+#else
+  const long long n0 = bn * 8 * R, n1 = n0 + 8 * R;
+#endif
+#if defined(FUSE_STEP_THREADS)
+  fuse_qg_prefetch_rows<FUSE_SK_WQ, 1 + FUSE_SKINNY_DUAL>(p, n0, n1, FUSE_STEP_THREADS);
+#else
+  fuse_qg_prefetch_rows<FUSE_SK_WQ, 1 + FUSE_SKINNY_DUAL>(p, n0, n1, 256);
+#endif
+}
+#endif
+
 FUSE_KERNEL(256, 1) FUSE_SKINNY_NAME(FUSE_KERNEL_PARAM(FuseSkinnyParams) fuse_params) {
   FUSE_GEMM_PARAMS(FuseSkinnyParams, p, fuse_params);
 #if defined(FUSE_QS_STAGES)

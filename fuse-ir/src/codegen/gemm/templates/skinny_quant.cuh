@@ -90,6 +90,33 @@ __device__ __forceinline__ void fuse_qg_prefetch_row(const unsigned char* row, l
         asm volatile("prefetch.global.L2 [%0];" ::"l"(row + (off < 0 ? 0 : off)));
 }
 
+// Weight rows [n0, n1) of every weight toward L2 (at most FUSE_QG_TASK_PREFETCH_BYTES in all: one product's
+// share a block ahead fits in L2 beside the current one's), dealt over the step block's threads in 128-byte
+// lines: a one-launch step's next task (FUSE_STEP_PREFETCH, fuse_task_prefetch below).
+#ifndef FUSE_QG_TASK_PREFETCH_BYTES
+#define FUSE_QG_TASK_PREFETCH_BYTES (160 * 1024)
+#endif
+template <int Q, int D>
+__device__ __forceinline__ void fuse_qg_prefetch_rows(const FuseSkinnyParams& p, long long n0, long long n1, int threads) {
+    n1 = n1 < p.gemm.n ? n1 : p.gemm.n;
+    if (n1 <= n0) return;
+    const long long row_bytes = (p.gemm.k / fuse_q_values<Q>()) * fuse_q_bytes<Q>(), cap = FUSE_QG_TASK_PREFETCH_BYTES / D;
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+        const long long stride = ((d == 0 ? p.gemm.ldw0 : p.gemm.ldw1) / fuse_q_values<Q>()) * fuse_q_bytes<Q>();
+        // Rows back to back (a whole tensor's): one run of lines; otherwise a run a row.
+        const bool whole = stride == row_bytes;
+        const long long runs = whole ? 1 : n1 - n0, run = whole ? (n1 - n0) * row_bytes : row_bytes;
+        const unsigned char* const first = fuse_qg_weight_row<Q>(p, d, n0);
+        for (long long r = 0; r < runs && r * run < cap; ++r) {
+            const unsigned char* const at = first + r * stride;
+            const long long head = (long long)((unsigned long long)at & 127ull), end = run < cap ? run : cap;
+            for (long long off = (long long)threadIdx.x * 128 - head; off < end; off += (long long)threads * 128)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(at + (off < 0 ? 0 : off)));
+        }
+    }
+}
+
 // Every accumulator of every body (weights, weight rows, rows of X) to zero.
 template <int D, int R, int BM>
 __device__ __forceinline__ void fuse_qg_zero(float (&acc)[D][R][BM]) {
