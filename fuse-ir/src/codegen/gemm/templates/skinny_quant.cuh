@@ -82,12 +82,15 @@ __device__ __forceinline__ const unsigned char* fuse_qg_weight_row(const FuseSki
 #ifndef FUSE_QG_ROW_PREFETCH
 #define FUSE_QG_ROW_PREFETCH 0
 #endif
+// `bytes` from `at` toward L2, its 128-byte lines dealt over `threads` threads from `thread`.
+__device__ __forceinline__ void fuse_qg_prefetch_lines(const unsigned char* at, long long bytes, int thread, int threads) {
+    const long long head = (long long)((unsigned long long)at & 127ull);
+    for (long long off = (long long)thread * 128 - head; off < bytes; off += (long long)threads * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(at + (off < 0 ? 0 : off)));
+}
 template <int Q>
 __device__ __forceinline__ void fuse_qg_prefetch_row(const unsigned char* row, long long K, int lane, int lanes) {
-    const long long bytes = (K / fuse_q_values<Q>()) * fuse_q_bytes<Q>();
-    const long long head = (long long)((unsigned long long)row & 127ull);
-    for (long long off = (long long)lane * 128 - head; off < bytes; off += (long long)lanes * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + (off < 0 ? 0 : off)));
+    fuse_qg_prefetch_lines(row, (K / fuse_q_values<Q>()) * fuse_q_bytes<Q>(), lane, lanes);
 }
 
 // Weight rows [n0, n1) of every weight toward L2 (at most FUSE_QG_TASK_PREFETCH_BYTES in all: one product's
@@ -108,12 +111,8 @@ __device__ __forceinline__ void fuse_qg_prefetch_rows(const FuseSkinnyParams& p,
         const bool whole = stride == row_bytes;
         const long long runs = whole ? 1 : n1 - n0, run = whole ? (n1 - n0) * row_bytes : row_bytes;
         const unsigned char* const first = fuse_qg_weight_row<Q>(p, d, n0);
-        for (long long r = 0; r < runs && r * run < cap; ++r) {
-            const unsigned char* const at = first + r * stride;
-            const long long head = (long long)((unsigned long long)at & 127ull), end = run < cap ? run : cap;
-            for (long long off = (long long)threadIdx.x * 128 - head; off < end; off += (long long)threads * 128)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(at + (off < 0 ? 0 : off)));
-        }
+        for (long long r = 0; r < runs && r * run < cap; ++r)
+            fuse_qg_prefetch_lines(first + r * stride, run < cap ? run : cap, (int)threadIdx.x, threads);
     }
 }
 
