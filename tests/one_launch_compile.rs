@@ -118,9 +118,15 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
     // The skinny kernels' own fuse_task_prefetch is found (by argument-dependent lookup), not the no-op.
     assert!(prefetches[3] > prefetches[1], "L2 prefetches without and with FUSE_STEP_PREFETCH: {prefetches:?}");
     assert!(registers[4] <= 128, "two blocks of 256 threads a multiprocessor: {registers:?}");
-    // So are the quantized bodies' (each body's share of rows), in a step of those kernels alone.
+    // So are the quantized bodies' (each body's share of rows, at most the runtime's bytes a block), in a step
+    // of those kernels alone.
+    let capped: Vec<(&str, &str, Vec<String>)> = tasks
+        .iter()
+        .filter(|t| t.defines.iter().any(|d| d.contains("FUSE_SK_WQ")))
+        .map(|t| (t.name, t.source, [t.defines, &[format!("{}=198528", codegen::TASK_PREFETCH_BYTES_DEFINE)]].concat()))
+        .collect();
     let quantized: Vec<TaskKernel<'_>> =
-        tasks.iter().filter(|t| t.defines.iter().any(|d| d.contains("FUSE_SK_WQ"))).copied().collect();
+        capped.iter().map(|(name, source, defines)| TaskKernel { name, source, defines }).collect();
     assert!(quantized.len() >= 3, "the three quantized bodies, of each product: {}", quantized.len());
     let source = codegen::one_launch_source(&quantized, 256).expect("every kernel can be a task");
     let counts: Vec<usize> = [vec![], vec!["-DFUSE_STEP_PREFETCH".to_string()]]

@@ -130,6 +130,14 @@ impl CudaDevice {
         self.state.sm_count
     }
 
+    /// The GPU's L2 cache in bytes (50 MB on an H100 or H200).
+    pub(crate) fn l2_bytes(&self) -> Result<usize> {
+        let attribute = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE;
+        let bytes =
+            self.state.ctx.attribute(attribute).map_err(|e| super::driver::driver_error("reading the L2 size", e))?;
+        Ok(bytes.max(0) as usize)
+    }
+
     /// The most shared memory one block may have, static and dynamic together, once a kernel opts in
     /// (227 KB on an H100 or H200).
     pub fn max_shared_bytes_per_block(&self) -> Result<usize> {

@@ -35,6 +35,9 @@ pub const EARLY_WEIGHTS_DEFINE: &str = "-DFUSE_GEMM_EARLY_W=1";
 /// The quantized bodies (f32 and 8-bit) send their whole weight rows toward L2 before the grid wait, not each
 /// lane's first piece only (`fuse_qg_prefetch_row`).
 pub const ROW_PREFETCH_DEFINE: &str = "-DFUSE_QG_ROW_PREFETCH=1";
+/// As a task of a one-launch step built with `FUSE_STEP_PREFETCH`: the most bytes of its weights a step block
+/// fetches toward L2 while it runs the task before (`=N` appended; the template's own default otherwise).
+pub const TASK_PREFETCH_BYTES_DEFINE: &str = "-DFUSE_QG_TASK_PREFETCH_BYTES";
 /// The 8-bit bodies take the in-kernel prologue's scaled form where the generated prologue has one (X = s * h:
 /// h staged in one pass, s applied before the epilogue; `skinny_q8x.cuh`).
 pub const SCALED_PROLOGUE_DEFINE: &str = "-DFUSE_QX_SCALED=1";

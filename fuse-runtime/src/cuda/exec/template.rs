@@ -70,6 +70,12 @@ impl Executor<'_> {
                 if crate::env::quant_scaled_prologue() && c.x8_lanes > 0 {
                     defines.push(codegen::SCALED_PROLOGUE_DEFINE.into());
                 }
+                if as_task && crate::env::step_prefetch() {
+                    // A step block's next task's weights toward L2 (one_launch.cuh): half the L2 over the
+                    // blocks, so that one product ahead fits beside the current one's.
+                    let bytes = self.device.l2_bytes()? / 2 / self.device.sm_count() / 128 * 128;
+                    defines.push(format!("{}={bytes}", codegen::TASK_PREFETCH_BYTES_DEFINE));
+                }
                 (*c, c.name, defines, c.shared_bytes(gemm.k, weights, dual))
             }
             GemmPath::Wgmma(c) => (*c, c.name, c.defines(dtype), c.shared_bytes(dual)),

@@ -93,9 +93,10 @@ __device__ __forceinline__ void fuse_qg_prefetch_row(const unsigned char* row, l
     fuse_qg_prefetch_lines(row, (K / fuse_q_values<Q>()) * fuse_q_bytes<Q>(), lane, lanes);
 }
 
-// Weight rows [n0, n1) of every weight toward L2 (at most FUSE_QG_TASK_PREFETCH_BYTES in all: one product's
-// share a block ahead fits in L2 beside the current one's), dealt over the step block's threads in 128-byte
-// lines: a one-launch step's next task (FUSE_STEP_PREFETCH, fuse_task_prefetch below).
+// Weight rows [n0, n1) of every weight toward L2 (at most FUSE_QG_TASK_PREFETCH_BYTES in all, the runtime's:
+// half the L2 over the multiprocessors, so that one product's share a block ahead fits beside the current
+// one's), dealt over the step block's threads in 128-byte lines: a one-launch step's next task
+// (FUSE_STEP_PREFETCH, fuse_task_prefetch below).
 #ifndef FUSE_QG_TASK_PREFETCH_BYTES
 #define FUSE_QG_TASK_PREFETCH_BYTES (160 * 1024)
 #endif
