@@ -17,11 +17,11 @@
 //! | `FUSE_CPU_QUANT` | `q8`; anything else                 | `f32`              | how the CPU multiplies by block-quantized weights: `f32` decodes the blocks to f32 in registers (exact up to summation order: SmolLM2's logits within 2e-6 of transformers'), `q8` quantizes each activation row to 8 bits and uses integer dot products as llama.cpp does (~4e-3 relative error a product, 2.6e-2 on SmolLM2's logits; up to 3x faster for the K types on one core) |
 //! | `FUSE_TEST_GPU`  | `1`; anything else                  | unset              | `fuse::testing::gpu_or_skip` panics instead of skipping when there is no GPU (read on each call) |
 //! | `FUSE_STEP_TRACE` | a path (empty: unset)              | unset              | one-launch step kernels stamp each task and write the times there when dropped |
-//! | `FUSE_STEP_PREFETCH`     | `on`, `1`, `true`; anything else    | off                | one-launch step kernels fetch the next task's weights into L2 (dense and quantized skinny bodies; for an A/B: slower on SmolLM2's bf16 shape) |
+//! | `FUSE_STEP_PREFETCH`     | `on`, `1`, `true`; anything else    | off                | one-launch step kernels fetch the next task's weights into L2 (dense and quantized skinny bodies; for an A/B: slower on SmolLM2's bf16 shape, +15% on the llama-3.2-1b Q8_0 file) |
 //! | `FUSE_STEP_SHARED_PARAMS` | `off`, `0`, `false`; anything else | on                 | `off` leaves each one-launch step task's arguments in global memory rather than shared (for an A/B) |
 //! | `FUSE_STEP_SPLIT_KEYS`, `FUSE_STEP_ONE_SPLIT_KEYS` | a number          | 64, 192            | in a step recorded for one launch, the decode attention's split floor, and the keys up to which a sequence takes one split (0: none) |
 //! | `FUSE_STEP_BLOCKS_PER_SM` | 1 to 8                     | 1                  | one-launch step kernels built for so many resident blocks a multiprocessor |
-//! | `FUSE_STEP_ROW_BLOCKS` | `on`, `1`, `true`; anything else | off               | in a step recorded for one launch, the decode attention cuts a kv head's rows into blocks of one pass (for an A/B: not yet measured) |
+//! | `FUSE_STEP_ROW_BLOCKS` | `on`, `1`, `true`; anything else | off               | in a step recorded for one launch, the decode attention cuts a kv head's rows into blocks of one pass (the llama-3.2-1b Q8_0 file's step -12% on an H100; off until its racecheck completes) |
 //! | `FUSE_TUNE_TASKS` | `on`, `1`, `true`; anything else  | off                | products at decode rows are also timed as a one-launch step's tasks, which take the winner (off: a test's greedy tokens parted from the graph path's with it) |
 //! | `FUSE_QUANT_ROW_PREFETCH` | `off`, `0`, `false`; anything else | on           | `off`: the quantized skinny bodies send each lane's first weight piece toward L2 before their wait, not whole rows |
 //! | `FUSE_QUANT_SCALED` | `on`, `1`, `true`; anything else | off               | the quantized 8-bit bodies take the in-kernel prologue's scaled form (X staged as h, s applied before the epilogue) |
@@ -141,7 +141,9 @@ pub(crate) fn quant_scaled_prologue() -> bool {
 
 /// `FUSE_STEP_ROW_BLOCKS=on` (or `1`): in a step recorded for one launch, the decode attention cuts a kv head's
 /// rows into blocks of one pass, a row group a row (`AttentionLaunch::in_row_blocks`), rather than giving each
-/// of a 256-thread task's row groups several rows a pass. Off by default until measured; for the A/B.
+/// of a 256-thread task's row groups several rows a pass. H100, 2026-12-07: the llama-3.2-1b Q8_0 file's step
+/// 1,875 -> 1,658 us at batch 1, the one-launch tests passing; off by default until racecheck has run over it
+/// to the end.
 pub(crate) fn step_row_blocks() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("FUSE_STEP_ROW_BLOCKS").is_ok_and(|v| is_on(&v)))
