@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The generated one-launch step on the GPU machine (issue 33), after
 # `GPU_BUNDLE_KEEP='^(example-bench_decode|test-(graphs|one_launch_step)-[0-9a-f]+)$' scripts/gpu/gpu-bundle.sh` here:
-#   scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [params] [splits] [blocks] [knobs] [ab] [taskcheck] [trace]
+#   scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [params] [splits] [blocks] [knobs] [ab] [taskcheck] [trace] [gate]
 # (with `scripts/gpu/gpu-bundle.sh REV ...` after GPU_BUNDLE_KEEP, bench_decode built at each REV rides along)
 # tests: the one-launch tests (graphs' and fuse-models' one_launch_step, GPU cases) with FUSE_TEST_GPU=1, then
 # the small and quantized models' with STEP_KNOBS -> OUTDIR/tests.log;
@@ -19,9 +19,12 @@
 # ab: graph and generated from this tree's bench_decode and each REV's, alternated -> OUTDIR/ab.log;
 # taskcheck: the quantized and small models' one-launch tests (TASKCHECK_TESTS) under each setting of TASKCHECK, with the paths
 # their products took and the tune file -> OUTDIR/taskcheck.log;
-# trace: FUSE_STEP_TRACE over the generated step at batch 1 -> OUTDIR/trace.tsv.xz (scripts/gpu/step-trace.py).
+# trace: FUSE_STEP_TRACE over the generated step at batch 1 -> OUTDIR/trace.tsv.xz (scripts/gpu/step-trace.py);
+# gate: what a setting needs before it goes on by default, with GATE (environment assignments) set: the
+# one-launch tests' GPU cases, then the four sanitizers over GATE_TESTS (each SANITIZE_TIMEOUT, default 300 s)
+# -> OUTDIR/gate.log and OUTDIR/sanitize.txt.
 set -uo pipefail
-out=${1:?usage: scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [params] [splits] [blocks] [knobs] [ab] [taskcheck] [trace]}
+out=${1:?usage: scripts/gpu/one-launch-check.sh OUTDIR [tests] [sanitize] [bench] [prefetch] [params] [splits] [blocks] [knobs] [ab] [taskcheck] [trace] [gate]}
 shift
 mkdir -p "$out"
 if [ -f .gpu/bins.tar.xz ]; then tar -C .gpu -xJf .gpu/bins.tar.xz && rm .gpu/bins.tar.xz; fi
@@ -143,6 +146,16 @@ for step in "$@"; do
           awk '{ for (i = 1; i < NF; i++) if ($i == "difference" && $(i + 1) + 0 >= 0.01) { print; break } }' |
           sort | uniq -c | head -30 >>"$out/taskcheck.log"
         [ -f "$tune" ] && cut -f2-5 "$tune" >>"$out/taskcheck.log"
+      done
+      ;;
+    gate)
+      # shellcheck disable=SC2086 # GATE is words
+      env ${GATE:?gate: set GATE='A=on'} timeout "${GATE_TEST_TIMEOUT:-300}" "$model" cuda --test-threads=1 --nocapture 2>&1 |
+        grep -E "^test |test result|panicked|greedy tokens|choose otherwise|launches become" >>"$out/gate.log"
+      for t in ${GATE_TESTS:-small_smollm2_bf16::cuda quantized::cuda}; do
+        echo "== $GATE over $t" >>"$out/sanitize.txt"
+        # shellcheck disable=SC2086 # GATE is words
+        env $GATE SANITIZE_TEST="$t" SANITIZE_TIMEOUT="${SANITIZE_TIMEOUT:-300}" "$0" "$out" sanitize
       done
       ;;
     trace)
