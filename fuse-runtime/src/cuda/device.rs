@@ -39,6 +39,8 @@ pub(crate) struct DeviceState {
     /// The compute capability's major number (9 for sm_90).
     arch_major: i32,
     sm_count: usize,
+    /// The L2 cache in bytes, read once (each recorded task kernel's prefetch cap comes from it).
+    l2_bytes: usize,
     /// Kernel launches may overlap the kernel before them (see [`CudaDevice::overlaps_launches`]).
     overlap: AtomicBool,
     /// Testing aid: fill every new allocation with NaN bytes.
@@ -131,11 +133,8 @@ impl CudaDevice {
     }
 
     /// The GPU's L2 cache in bytes (50 MB on an H100 or H200).
-    pub(crate) fn l2_bytes(&self) -> Result<usize> {
-        let attribute = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE;
-        let bytes =
-            self.state.ctx.attribute(attribute).map_err(|e| super::driver::driver_error("reading the L2 size", e))?;
-        Ok(bytes.max(0) as usize)
+    pub(crate) fn l2_bytes(&self) -> usize {
+        self.state.l2_bytes
     }
 
     /// The most shared memory one block may have, static and dynamic together, once a kernel opts in
@@ -495,6 +494,9 @@ impl DeviceState {
         let sm_count = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| unavailable("reading the SM count", e))?;
+        let l2_bytes = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
+            .map_err(|e| unavailable("reading the L2 size", e))?;
         keep_freed_memory_pooled(&ctx);
         Ok(DeviceState {
             ordinal,
@@ -502,6 +504,7 @@ impl DeviceState {
             stream,
             arch: format!("sm_{major}{minor}"),
             sm_count: sm_count.max(1) as usize,
+            l2_bytes: l2_bytes.max(0) as usize,
             overlap: AtomicBool::new(major >= 9 && crate::env::launch_overlap()),
             arch_major: major,
             poison: AtomicBool::new(false),

@@ -73,7 +73,7 @@ impl Executor<'_> {
                 if as_task && crate::env::step_prefetch() {
                     // A step block's next task's weights toward L2 (one_launch.cuh): half the L2 over the
                     // blocks, so that one product ahead fits beside the current one's.
-                    let bytes = self.device.l2_bytes()? / 2 / self.device.sm_count() / 128 * 128;
+                    let bytes = self.device.l2_bytes() / 2 / self.device.sm_count() / 128 * 128;
                     defines.push(format!("{}={bytes}", codegen::TASK_PREFETCH_BYTES_DEFINE));
                 }
                 (*c, c.name, defines, c.shared_bytes(gemm.k, weights, dual))

@@ -39,6 +39,11 @@ template <int D, int R> struct FuseQsCursor {
   const unsigned char* row[D][R];
 };
 
+// The sets of R weight rows column block bn of nblocks reads in this body: an even share of the weights' sets.
+__device__ __forceinline__ FuseQgRange fuse_qs_block_sets(long long sets, long long bn, long long nblocks) {
+  return {sets * bn / nblocks, sets * (bn + 1) / nblocks};
+}
+
 template <int Q, int DT, int R, int BM, int DUAL, int S, int SLOT>
 __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
   static_assert(fuse_qx_reads<Q>(), "a block type this body reads");
@@ -55,7 +60,8 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
   const int rows = (int)(M - m0 < BM ? M - m0 : BM);
   // This warp's sets [w0, w0 + T), spr steps each; a row's last step is `last` bytes.
   const long long sets = (N + R - 1) / R;
-  const long long b0 = sets * bn / nblocks, b1 = sets * (bn + 1) / nblocks;
+  const FuseQgRange share = fuse_qs_block_sets(sets, bn, nblocks);
+  const long long b0 = share.first, b1 = share.end;
   const long long w0 = b0 + (b1 - b0) * warp / 8;
   const int T = (int)(b0 + (b1 - b0) * (warp + 1) / 8 - w0);
   const int spr = (P + 31) / 32, total = T * spr;
@@ -179,21 +185,21 @@ __device__ __forceinline__ void fuse_task_prefetch(const FuseSkinnyParams& given
 #else
   const FuseSkinnyParams& p = given;
 #endif
-  constexpr long long R = FUSE_QG_R;
+  constexpr int R = FUSE_QG_R;
   const long long mblocks = (p.gemm.m + FUSE_QG_BM - 1) / FUSE_QG_BM, bn = block / mblocks;
   if (block % mblocks != 0) return;  // the row blocks of X read the same weights: the first fetches them
 #if defined(FUSE_QS_STAGES)
-  const long long sets = (p.gemm.n + R - 1) / R, nblocks = blocks / mblocks;
-  const long long n0 = sets * bn / nblocks * R, n1 = sets * (bn + 1) / nblocks * R;
+  const FuseQgRange sets = fuse_qs_block_sets((p.gemm.n + R - 1) / R, bn, blocks / mblocks);
+  const FuseQgRange rows = {sets.first * R, sets.end * R};
 #elif defined(FUSE_QX_LANES)
-  const long long n0 = bn * 8 * (32 / FUSE_QX_LANES) * R, n1 = n0 + 8 * (32 / FUSE_QX_LANES) * R;
+  const FuseQgRange rows = fuse_qx_block_rows<FUSE_QX_LANES, R>(bn);
 #else
-  const long long n0 = bn * 8 * R, n1 = n0 + 8 * R;
+  const FuseQgRange rows = fuse_qg_block_rows<R>(bn);
 #endif
 #if defined(FUSE_STEP_THREADS)
-  fuse_qg_prefetch_rows<FUSE_SK_WQ, 1 + FUSE_SKINNY_DUAL>(p, n0, n1, FUSE_STEP_THREADS);
+  fuse_qg_prefetch_rows<FUSE_SK_WQ, 1 + FUSE_SKINNY_DUAL>(p, rows.first, rows.end, FUSE_STEP_THREADS);
 #else
-  fuse_qg_prefetch_rows<FUSE_SK_WQ, 1 + FUSE_SKINNY_DUAL>(p, n0, n1, 256);
+  fuse_qg_prefetch_rows<FUSE_SK_WQ, 1 + FUSE_SKINNY_DUAL>(p, rows.first, rows.end, 256);
 #endif
 }
 #endif

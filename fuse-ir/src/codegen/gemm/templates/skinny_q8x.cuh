@@ -431,6 +431,13 @@ __device__ __forceinline__ void fuse_qx_group_sums(const float (&acc)[D][R][BM],
     }
 }
 
+// The weight rows column block bn reads in the 8-bit body (8 warps of 32 / L lane groups of R rows).
+template <int L, int R>
+__device__ __forceinline__ FuseQgRange fuse_qx_block_rows(long long bn) {
+  constexpr int G = 32 / L;
+  return {bn * (8 * G * R), (bn + 1) * (8 * G * R)};
+}
+
 template <int Q, int DT, int L, int R, int BM, int DUAL>
 __device__ __forceinline__ void fuse_qx_body(const FuseSkinnyParams& p) {
   static_assert(fuse_qx_reads<Q>(), "a block type this body reads");
@@ -442,7 +449,7 @@ __device__ __forceinline__ void fuse_qx_body(const FuseSkinnyParams& p) {
   const int K = (int)p.gemm.k, P = K / 64;
   const long long mblocks = (M + BM - 1) / BM;
   const long long m0 = (FUSE_GEMM_BLOCK(p.gemm) % mblocks) * BM;
-  const long long n0 = (FUSE_GEMM_BLOCK(p.gemm) / mblocks) * (8 * G * R) + (long long)(warp * G + g) * R;
+  const long long n0 = fuse_qx_block_rows<L, R>(FUSE_GEMM_BLOCK(p.gemm) / mblocks).first + (long long)(warp * G + g) * R;
   const int rows = (int)(M - m0 < BM ? M - m0 : BM);
   const unsigned char* wrow[D][R];
 #pragma unroll

@@ -128,6 +128,17 @@ __device__ __forceinline__ void fuse_qg_zero(float (&acc)[D][R][BM]) {
             for (int i = 0; i < BM; ++i) acc[d][r][i] = 0.0f;
 }
 
+// A range [first, end) of weight rows, or of sets of them (its end may pass the weights' last).
+struct FuseQgRange {
+    long long first, end;
+};
+// The weight rows column block bn reads in the f32 body (8 warps of R rows): written once for the body and for
+// a one-launch step's fetch of its next task's rows (skinny_q8s.cuh's fuse_task_prefetch).
+template <int R>
+__device__ __forceinline__ FuseQgRange fuse_qg_block_rows(long long bn) {
+    return {bn * (8 * R), (bn + 1) * (8 * R)};
+}
+
 template <int Q, int DT, int R, int BM, int DUAL>
 __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
     constexpr int D = DUAL ? 2 : 1, B = fuse_q_values<Q>(), BYTES = fuse_q_bytes<Q>();
@@ -135,7 +146,8 @@ __device__ __forceinline__ void fuse_qg_body(const FuseSkinnyParams& p) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const long long M = p.gemm.m, N = p.gemm.n, K = p.gemm.k;
     const long long mblocks = (M + BM - 1) / BM;
-    const long long m0 = (FUSE_GEMM_BLOCK(p.gemm) % mblocks) * BM, n0 = (FUSE_GEMM_BLOCK(p.gemm) / mblocks) * (8 * R) + warp * R;
+    const long long m0 = (FUSE_GEMM_BLOCK(p.gemm) % mblocks) * BM;
+    const long long n0 = fuse_qg_block_rows<R>(FUSE_GEMM_BLOCK(p.gemm) / mblocks).first + warp * R;
     const int rows = (int)(M - m0 < BM ? M - m0 : BM);
     // Each lane takes one unit (blocks.cuh: 16 values from 8 whole bytes, two runs of 8) of a block, the same
     // unit of every block it visits, so its weight pointers step by whole blocks and its scales are at the
