@@ -25,6 +25,7 @@
 //! | `FUSE_TUNE_TASKS` | `on`, `1`, `true`; anything else  | off                | products at decode rows are also timed as a one-launch step's tasks, which take the winner (off until `quantized::cuda` runs to the end with it: its greedy tokens parted from the graph path's before configs that sum alike came first) |
 //! | `FUSE_QUANT_ROW_PREFETCH` | `off`, `0`, `false`; anything else | on           | `off`: the quantized skinny bodies send each lane's first weight piece toward L2 before their wait, not whole rows |
 //! | `FUSE_QUANT_SCALED` | `on`, `1`, `true`; anything else | off               | the quantized 8-bit bodies take the in-kernel prologue's scaled form (X staged as h, s applied before the epilogue) |
+//! | `FUSE_QUANT_X_AHEAD` | 1 to 16                          | 1                 | the quantized 8-bit bodies issue the loads of X of so many staging passes before their arithmetic (an A/B: 1 takes a pass at a time) |
 //!
 //! fuse's own test suites read a few more, there and not here (they configure the tests, not the
 //! library): `FUSE_TEST_NVRTC=1` (a missing NVRTC or ptxas fails `tests/kernels_compile.rs`), `FUSE_PTXAS`
@@ -139,6 +140,20 @@ pub(crate) fn quant_row_prefetch() -> bool {
 pub(crate) fn quant_scaled_prologue() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("FUSE_QUANT_SCALED").is_ok_and(|v| is_on(&v)))
+}
+
+/// `FUSE_QUANT_X_AHEAD=N` (1 to 16): the quantized skinny template's 8-bit bodies issue the loads of X of N
+/// staging passes before any pass's arithmetic (`fuse_ir::codegen::X_AHEAD_DEFINE`); 1 (the default, and for
+/// anything else) takes one pass at a time. The same bits either way; for the A/B.
+pub(crate) fn quant_x_ahead() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("FUSE_QUANT_X_AHEAD")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|n| (1..=16).contains(n))
+            .unwrap_or(1)
+    })
 }
 
 /// `FUSE_STEP_ROW_BLOCKS=on` (or `1`): in a step recorded for one launch, the decode attention cuts a kv head's

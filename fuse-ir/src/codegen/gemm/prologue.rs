@@ -304,6 +304,16 @@ fn factors(g: &Graph, pro: &Prologue) -> Option<Factors> {
     usable.then_some(Factors { row, element, row_nodes, row_slots })
 }
 
+/// Row i's folds from a block's 8 warps (`red[w][i]`) merged in warp order, so that every template that
+/// takes the scaled form sums a row's reductions alike.
+const RED_WARPS: &str = "template <int ROWS>\n\
+__device__ __forceinline__ void fuse_gemm_pro_red_warps(const float (&red)[8][ROWS][FUSE_GEMM_PRO_REDUCTIONS], int i, float (&total)[FUSE_GEMM_PRO_REDUCTIONS]) {\n\
+#pragma unroll\n\
+  for (int q = 0; q < FUSE_GEMM_PRO_REDUCTIONS; ++q) total[q] = red[0][i][q];\n\
+#pragma unroll\n\
+  for (int w = 1; w < 8; ++w) fuse_gemm_pro_red_merge(total, red[w][i]);\n\
+}\n";
+
 /// The scaled form of the prologue (`FUSE_GEMM_PRO_CAN_SCALE`), where the left operand is `s * h` with `s`
 /// one value a row (`factors`): the template then streams `h` from the start of its main loop, folds each
 /// reduction's operand over the elements it loads, and multiplies each row's sums by `s` before the
@@ -312,6 +322,7 @@ fn factors(g: &Graph, pro: &Prologue) -> Option<Factors> {
 /// - `fuse_gemm_pro_can_scale(p)`: whether `s`'s other inputs are constant along the row (scalars, or a
 ///   stride of 0 there), which the factoring needs;
 /// - `fuse_gemm_pro_red_init(red)`, `fuse_gemm_pro_red_merge(a, b)`: the reductions' identities and folds;
+///   `fuse_gemm_pro_red_warps(red, i, total)`: row i's folds of 8 warps merged in warp order;
 /// - `fuse_gemm_pro8_scaled(args, p, j8, a, red)`: `h` at 8 columns in place of the primary's values `a`,
 ///   each reduction's operand folded into `red`;
 /// - `fuse_gemm_pro_scale(args, p, n, red)`: `s` from the reductions over all `n` columns.
@@ -373,6 +384,7 @@ fn scaled(g: &Graph, pro: &Prologue, first_slot: usize) -> Option<String> {
         k.line(1, &format!("a[{q}] = {};", fold(op, &format!("a[{q}]"), &format!("b[{q}]"))));
     }
     k.line(0, "}");
+    k.text.push_str(RED_WARPS);
     // h and the reductions' operands at 8 columns: scalars first, then the other inputs' 8 values, then per
     // element the work on them.
     k.line(0, "__device__ __forceinline__ void fuse_gemm_pro8_scaled(const FuseArgs& args, const FuseProRow& p, long long j8, float (&a)[8], float (&red)[FUSE_GEMM_PRO_REDUCTIONS]) {");

@@ -41,6 +41,10 @@ pub const TASK_PREFETCH_BYTES_DEFINE: &str = "-DFUSE_QG_TASK_PREFETCH_BYTES";
 /// The 8-bit bodies take the in-kernel prologue's scaled form where the generated prologue has one (X = s * h:
 /// h staged in one pass, s applied before the epilogue; `skinny_q8x.cuh`).
 pub const SCALED_PROLOGUE_DEFINE: &str = "-DFUSE_QX_SCALED=1";
+/// The 8-bit bodies issue the loads of X of so many of their staging passes (`=N` appended) before any pass's
+/// arithmetic (`fuse_qx_write_x`; 1, one pass at a time, without it): a row of 8,192 values is 4 passes, 16
+/// rows of 2,048 are 16, each a round trip to L2 when taken one at a time.
+pub const X_AHEAD_DEFINE: &str = "-DFUSE_QX_X_AHEAD";
 /// The define that gives each warp of a skinny kernel an X ring beside its weight ring (X copied with the
 /// weights, S-1 chunks ahead, rather than loaded one chunk ahead): for tasks of a one-launch step, where
 /// the latency of each chunk's load is the task's time and a block has its multiprocessor to itself.

@@ -70,6 +70,9 @@ impl Executor<'_> {
                 if crate::env::quant_scaled_prologue() && c.x8_lanes > 0 {
                     defines.push(codegen::SCALED_PROLOGUE_DEFINE.into());
                 }
+                if crate::env::quant_x_ahead() > 1 && c.x8_lanes > 0 {
+                    defines.push(format!("{}={}", codegen::X_AHEAD_DEFINE, crate::env::quant_x_ahead()));
+                }
                 if as_task && crate::env::step_prefetch() {
                     // A step block's next task's weights toward L2 (one_launch.cuh): half the L2 over the
                     // blocks, so that one product ahead fits beside the current one's.

@@ -402,15 +402,7 @@ __device__ __forceinline__ void fuse_sk_body(const FuseSkinnyParams& p, FuseSkV4
     __shared__ float fuse_sk_pro_scale[8];
     if (pro_scaled && tid < 8 && m0 + tid < M) {
         float total[FUSE_GEMM_PRO_REDUCTIONS];
-#pragma unroll
-        for (int q = 0; q < FUSE_GEMM_PRO_REDUCTIONS; ++q) total[q] = fuse_sk_pro_red[0][tid][q];
-#pragma unroll
-        for (int w = 1; w < 8; ++w) {
-            float next[FUSE_GEMM_PRO_REDUCTIONS];
-#pragma unroll
-            for (int q = 0; q < FUSE_GEMM_PRO_REDUCTIONS; ++q) next[q] = fuse_sk_pro_red[w][tid][q];
-            fuse_gemm_pro_red_merge(total, next);
-        }
+        fuse_gemm_pro_red_warps(fuse_sk_pro_red, tid, total);
         FuseProRow row;
         fuse_gemm_pro_offsets(p.epi, m0 + tid, row);
         fuse_sk_pro_scale[tid] = fuse_gemm_pro_scale(p.epi, row, K, total);

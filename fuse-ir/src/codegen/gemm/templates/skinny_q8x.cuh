@@ -23,6 +23,9 @@
 // ---------------------------------------------------------------------------------------------------------
 #ifndef FUSE_QX_ONCE
 #define FUSE_QX_ONCE
+#ifndef FUSE_QX_X_AHEAD
+#define FUSE_QX_X_AHEAD 1
+#endif
 #ifndef FUSE_QX_UNROLL
 #define FUSE_QX_UNROLL 1
 #endif
@@ -234,92 +237,129 @@ __device__ __forceinline__ bool fuse_qx_can_scale(const FuseSkinnyParams& p, lon
 // scale, by each thread that stores one of the row's outputs.
 __device__ __forceinline__ float fuse_qx_row_scale(const FuseSkinnyParams& p, int i) {
   float total[FUSE_GEMM_PRO_REDUCTIONS];
-#pragma unroll
-  for (int q = 0; q < FUSE_GEMM_PRO_REDUCTIONS; ++q) total[q] = fuse_qx_red[0][i][q];
-#pragma unroll
-  for (int w = 1; w < 8; ++w) {
-    float next[FUSE_GEMM_PRO_REDUCTIONS];
-#pragma unroll
-    for (int q = 0; q < FUSE_GEMM_PRO_REDUCTIONS; ++q) next[q] = fuse_qx_red[w][i][q];
-    fuse_gemm_pro_red_merge(total, next);
-  }
+  fuse_gemm_pro_red_warps(fuse_qx_red, i, total);
   return fuse_gemm_pro_scale(p.epi, fuse_pro_row[i], p.gemm.k, total);
 }
 #else
 #define FUSE_QX_SCALES 0
 #endif
 
+// One pass's 8 values of X (its row's `row`, column k8; `on`: its piece exists, stored at row i) into shared
+// memory as above, after the prologue where there is one (`scaled`: h, the row's reductions folded into
+// fuse_qx_red): both terms' codes and, by the first of a 32-value block's 4 lanes, the block's meta.
+template <int Q, int DT>
+__device__ __forceinline__ void fuse_qx_write_pass(const FuseSkinnyParams& p, unsigned char* smem, bool scaled, bool on, int i, int k8,
+                                                   int row, float (&x)[8]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int K = (int)p.gemm.k, P = K / 64;
+  const long long row_bytes = fuse_qx_row_bytes(K);
+#if FUSE_QX_SCALES
+  if (scaled) {
+    float red[FUSE_GEMM_PRO_REDUCTIONS];
+    fuse_gemm_pro_red_init(red);
+    fuse_gemm_pro8_scaled(p.epi, fuse_pro_row[row], k8, x, red);
+    // The warp's 256 values are one row's (K % 256 == 0): its lanes' folds merged, kept by lane 0.
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) {
+      float other[FUSE_GEMM_PRO_REDUCTIONS];
+#pragma unroll
+      for (int q = 0; q < FUSE_GEMM_PRO_REDUCTIONS; ++q) other[q] = __shfl_xor_sync(0xffffffffu, red[q], o);
+      fuse_gemm_pro_red_merge(red, other);
+    }
+    if (lane == 0 && on) fuse_gemm_pro_red_merge(fuse_qx_red[warp][i], red);
+  } else {
+    fuse_gemm_pro8(p.epi, fuse_pro_row[row], k8, x);
+  }
+#pragma unroll
+  for (int e = 0; e < 8; ++e) x[e] = fuse_qg_round<DT>(x[e]);
+#elif FUSE_GEMM_PRO
+  fuse_gemm_pro8(p.epi, fuse_pro_row[row], k8, x);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) x[e] = fuse_qg_round<DT>(x[e]);
+#endif
+  float amax = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  const float d1 = amax / 127.0f, inv1 = amax > 0.0f ? 127.0f / amax : 0.0f;
+  int q1[8];
+  float r[8], rmax = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    q1[e] = __float2int_rn(x[e] * inv1);
+    r[e] = fmaf(-d1, (float)q1[e], x[e]);
+    rmax = fmaxf(rmax, fabsf(r[e]));
+  }
+  rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 1));
+  rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 2));
+  const float d2 = rmax / 127.0f, inv2 = rmax > 0.0f ? 127.0f / rmax : 0.0f;
+  int q2[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) q2[e] = __float2int_rn(r[e] * inv2);
+  const float s8 = ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]));
+  const float s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);
+  const float s16b = __shfl_xor_sync(0xffffffffu, s16, 2);
+  if (on) {
+    int piece, h;
+    fuse_qx_place<Q>(k8 >> 5, piece, h);
+    const int sub = (k8 >> 3) & 3, chunk = 2 * h + (sub >> 1);
+    unsigned char* q = smem + i * row_bytes + (long long)(chunk * P + piece) * 16 + 8 * (sub & 1);
+    *(uint2*)q = make_uint2(fuse_qx_pack4(q1[0], q1[1], q1[2], q1[3]), fuse_qx_pack4(q1[4], q1[5], q1[6], q1[7]));
+    *(uint2*)(q + K) = make_uint2(fuse_qx_pack4(q2[0], q2[1], q2[2], q2[3]), fuse_qx_pack4(q2[4], q2[5], q2[6], q2[7]));
+    if (sub == 0) ((float4*)(smem + i * row_bytes + 2 * K))[h * P + piece] = make_float4(d1, d2, s16, s16b);
+  }
+}
+
 // The block's rows of X into shared memory as above: 4 lanes a 32-value block, 8 values each (`scaled`: h, and
 // each row's reductions folded into fuse_qx_red).
 template <int Q, int DT, int BM>
 __device__ __forceinline__ void fuse_qx_write_x(const FuseSkinnyParams& p, long long m0, int rows, unsigned char* smem, bool scaled) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int K = (int)p.gemm.k, P = K / 64, per_row = K / 8;
-  const long long row_bytes = fuse_qx_row_bytes(K);
-  for (int base = warp * 32; base < BM * per_row; base += 256) {
+  const int per_row = (int)p.gemm.k / 8;
+  const int total = BM * per_row;  // 8-value pieces; a warp takes 32 a pass, the block 256
+  // Where a pass is, for each lane: BM * per_row % 4 == 0, so a block's 4 lanes are all on or all off; rows
+  // past M repeat the last (computed, never stored).
+  auto place = [&](int base, bool& on, int& i, int& k8, int& row) {
     const int idx = base + lane;
-    const bool on = idx < BM * per_row;  // BM * per_row % 4 == 0: a block's 4 lanes are all on or all off
-    const int i = on ? idx / per_row : 0, k8 = on ? (idx % per_row) * 8 : 0;
+    on = idx < total;
+    i = on ? idx / per_row : 0, k8 = on ? (idx % per_row) * 8 : 0;
+    row = i < rows ? i : rows - 1;
+  };
+#if FUSE_QX_X_AHEAD == 1
+  for (int base = warp * 32; base < total; base += 256) {
+    bool on;
+    int i, k8, row;
+    place(base, on, i, k8, row);
     float x[8];
-    const int row = i < rows ? i : rows - 1;  // rows past M repeat the last: computed, never stored
     fuse_qg_load_x<DT>(p.gemm.x, (m0 + row) * p.gemm.lda + k8, x);
-#if FUSE_QX_SCALES
-    if (scaled) {
-      float red[FUSE_GEMM_PRO_REDUCTIONS];
-      fuse_gemm_pro_red_init(red);
-      fuse_gemm_pro8_scaled(p.epi, fuse_pro_row[row], k8, x, red);
-      // The warp's 256 values are one row's (K % 256 == 0): its lanes' folds merged, kept by lane 0.
+    fuse_qx_write_pass<Q, DT>(p, smem, scaled, on, i, k8, row, x);
+  }
+#else
+  // X's loads of FUSE_QX_X_AHEAD passes issued before their arithmetic: each would otherwise wait a round trip
+  // to L2 in turn (a row of 8,192 values is 4 passes, 16 rows of 2,048 are 16).
+  for (int first = warp * 32; first < total; first += 256 * FUSE_QX_X_AHEAD) {
+    float ahead[FUSE_QX_X_AHEAD][8];
 #pragma unroll
-      for (int o = 16; o >= 1; o >>= 1) {
-        float other[FUSE_GEMM_PRO_REDUCTIONS];
-#pragma unroll
-        for (int q = 0; q < FUSE_GEMM_PRO_REDUCTIONS; ++q) other[q] = __shfl_xor_sync(0xffffffffu, red[q], o);
-        fuse_gemm_pro_red_merge(red, other);
-      }
-      if (lane == 0 && on) fuse_gemm_pro_red_merge(fuse_qx_red[warp][i], red);
-    } else {
-      fuse_gemm_pro8(p.epi, fuse_pro_row[row], k8, x);
+    for (int a = 0; a < FUSE_QX_X_AHEAD; ++a) {
+      bool on;
+      int i, k8, row;
+      place(first + 256 * a, on, i, k8, row);
+      if (first + 256 * a < total) fuse_qg_load_x<DT>(p.gemm.x, (m0 + row) * p.gemm.lda + k8, ahead[a]);
     }
 #pragma unroll
-    for (int e = 0; e < 8; ++e) x[e] = fuse_qg_round<DT>(x[e]);
-#elif FUSE_GEMM_PRO
-    fuse_gemm_pro8(p.epi, fuse_pro_row[row], k8, x);
+    for (int a = 0; a < FUSE_QX_X_AHEAD; ++a) {
+      if (first + 256 * a >= total) break;  // the same for the whole warp
+      bool on;
+      int i, k8, row;
+      place(first + 256 * a, on, i, k8, row);
+      float x[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) x[e] = fuse_qg_round<DT>(x[e]);
-#endif
-    float amax = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-    const float d1 = amax / 127.0f, inv1 = amax > 0.0f ? 127.0f / amax : 0.0f;
-    int q1[8];
-    float r[8], rmax = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      q1[e] = __float2int_rn(x[e] * inv1);
-      r[e] = fmaf(-d1, (float)q1[e], x[e]);
-      rmax = fmaxf(rmax, fabsf(r[e]));
-    }
-    rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 1));
-    rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 2));
-    const float d2 = rmax / 127.0f, inv2 = rmax > 0.0f ? 127.0f / rmax : 0.0f;
-    int q2[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) q2[e] = __float2int_rn(r[e] * inv2);
-    const float s8 = ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]));
-    const float s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);
-    const float s16b = __shfl_xor_sync(0xffffffffu, s16, 2);
-    if (on) {
-      int piece, h;
-      fuse_qx_place<Q>(k8 >> 5, piece, h);
-      const int sub = (k8 >> 3) & 3, chunk = 2 * h + (sub >> 1);
-      unsigned char* q = smem + i * row_bytes + (long long)(chunk * P + piece) * 16 + 8 * (sub & 1);
-      *(uint2*)q = make_uint2(fuse_qx_pack4(q1[0], q1[1], q1[2], q1[3]), fuse_qx_pack4(q1[4], q1[5], q1[6], q1[7]));
-      *(uint2*)(q + K) = make_uint2(fuse_qx_pack4(q2[0], q2[1], q2[2], q2[3]), fuse_qx_pack4(q2[4], q2[5], q2[6], q2[7]));
-      if (sub == 0) ((float4*)(smem + i * row_bytes + 2 * K))[h * P + piece] = make_float4(d1, d2, s16, s16b);
+      for (int e = 0; e < 8; ++e) x[e] = ahead[a][e];
+      fuse_qx_write_pass<Q, DT>(p, smem, scaled, on, i, k8, row, x);
     }
   }
+#endif
 }
 
 // The block's rows of X into shared memory (fuse_qx_write_x), after the in-kernel prologue's pass over them
