@@ -21,7 +21,7 @@
 //! | `FUSE_STEP_SHARED_PARAMS` | `off`, `0`, `false`; anything else | on                 | `off` leaves each one-launch step task's arguments in global memory rather than shared (for an A/B) |
 //! | `FUSE_STEP_SPLIT_KEYS`, `FUSE_STEP_ONE_SPLIT_KEYS` | a number          | 64, 192            | in a step recorded for one launch, the decode attention's split floor, and the keys up to which a sequence takes one split (0: none) |
 //! | `FUSE_STEP_BLOCKS_PER_SM` | 1 to 8                     | 1                  | one-launch step kernels built for so many resident blocks a multiprocessor |
-//! | `FUSE_STEP_ROW_BLOCKS` | `on`, `1`, `true`; anything else | off               | in a step recorded for one launch, the decode attention cuts a kv head's rows into blocks of one pass (the llama-3.2-1b Q8_0 file's step -12% on an H100; off until its racecheck completes) |
+//! | `FUSE_STEP_ROW_BLOCKS` | `off`, `0`, `false`; anything else | on             | in a step recorded for one launch, the decode attention cuts a kv head's rows into blocks of one pass (the llama-3.2-1b Q8_0 file's step -12% on an H100); `off` for the A/B |
 //! | `FUSE_TUNE_TASKS` | `on`, `1`, `true`; anything else  | off                | products at decode rows are also timed as a one-launch step's tasks, which take the winner (off until `quantized::cuda` runs to the end with it: its greedy tokens parted from the graph path's before configs that sum alike came first) |
 //! | `FUSE_QUANT_ROW_PREFETCH` | `off`, `0`, `false`; anything else | on           | `off`: the quantized skinny bodies send each lane's first weight piece toward L2 before their wait, not whole rows |
 //! | `FUSE_QUANT_SCALED` | `on`, `1`, `true`; anything else | off               | the quantized 8-bit bodies take the in-kernel prologue's scaled form (X staged as h, s applied before the epilogue) |
@@ -156,14 +156,15 @@ pub(crate) fn quant_x_ahead() -> usize {
     })
 }
 
-/// `FUSE_STEP_ROW_BLOCKS=on` (or `1`): in a step recorded for one launch, the decode attention cuts a kv head's
-/// rows into blocks of one pass, a row group a row (`AttentionLaunch::in_row_blocks`), rather than giving each
-/// of a 256-thread task's row groups several rows a pass. H100, 2026-12-07: the llama-3.2-1b Q8_0 file's step
-/// 1,875 -> 1,658 us at batch 1, the one-launch tests passing; off by default until racecheck has run over it
-/// to the end.
+/// In a step recorded for one launch, the decode attention cuts a kv head's rows into blocks of one pass, a row
+/// group a row (`AttentionLaunch::in_row_blocks`), rather than giving each of a 256-thread task's row groups
+/// several rows a pass; `FUSE_STEP_ROW_BLOCKS=off` (or `0`) for the A/B. On by default since the forty-fourth
+/// session: H100, 2026-12-07, the llama-3.2-1b Q8_0 file's step 1,875 -> 1,658 us at batch 1, the one-launch
+/// tests passing, and memcheck, synccheck, initcheck and racecheck clean over a step whose attention runs in
+/// row blocks (racecheck's hazards all in cuBLAS's kernels).
 pub(crate) fn step_row_blocks() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("FUSE_STEP_ROW_BLOCKS").is_ok_and(|v| is_on(&v)))
+    *ON.get_or_init(|| !std::env::var("FUSE_STEP_ROW_BLOCKS").is_ok_and(|v| is_off(&v)))
 }
 
 /// `FUSE_CPU_AMX`: `off` (or `0`, `false`) keeps the CPU's quantized products off Intel AMX tiles where the CPU
