@@ -220,6 +220,10 @@ fn quant_variants(
     let stream = configs.iter().find(|c| c.stages > 0).expect("a streaming config");
     sets.extend(DType::QUANTIZED.iter().filter(|&&w| w != DType::Q4_K).map(|&w| set(stream, DType::F32, w)));
     sets.push([set(stream, DType::F32, DType::Q6_K), vec![codegen::EARLY_WEIGHTS_DEFINE.to_string()]].concat());
+    // Its bulk copies on mbarriers (sm_90; the cp.async body below), Q6_K's rows not 16-byte aligned, early.
+    let bulk = || codegen::BULK_STREAM_DEFINE.to_string();
+    sets.push([set(stream, DType::F32, DType::Q6_K), vec![bulk(), codegen::EARLY_WEIGHTS_DEFINE.to_string()]].concat());
+    sets.push([set(stream, DType::BF16, DType::Q8_0), vec![bulk()]].concat());
     // Whole weight rows sent toward L2 before the wait, by the f32 and the 8-bit bodies.
     for (c, w) in [(&configs[0], DType::Q4_K), (x8, DType::Q6_K), (x8, DType::Q4_0)] {
         sets.push([set(c, DType::F32, w), vec![codegen::ROW_PREFETCH_DEFINE.to_string()]].concat());
@@ -674,6 +678,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_headers_check(float* out,
   fuse_st_async_v4(fuse_cluster_map(fuse_smem_addr(tile + 4 * (t % 64)), peer), 1u, 2u, 3u, 4u, remote_bar);
   fuse_mbar_arrive_remote(b, peer);
   fuse_cluster_sync();
+  if (t == 0) fuse_mbar_inval(b);
 #endif
   out[t] = v;
 }

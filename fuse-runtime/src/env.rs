@@ -25,6 +25,7 @@
 //! | `FUSE_TUNE_TASKS` | `on`, `1`, `true`; anything else  | off                | products at decode rows are also timed as a one-launch step's tasks, which take the winner (off until `quantized::cuda` runs to the end with it: its greedy tokens parted from the graph path's before configs that sum alike came first) |
 //! | `FUSE_QUANT_ROW_PREFETCH` | `off`, `0`, `false`; anything else | on           | `off`: the quantized skinny bodies send each lane's first weight piece toward L2 before their wait, not whole rows |
 //! | `FUSE_QUANT_SCALED` | `on`, `1`, `true`; anything else | off               | the quantized 8-bit bodies take the in-kernel prologue's scaled form (X staged as h, s applied before the epilogue) |
+//! | `FUSE_QUANT_BULK` | `on`, `1`, `true`; anything else      | off               | on sm_90, the quantized streaming body copies its weights as bulk copies completing on mbarriers (an A/B; not measured yet) |
 //! | `FUSE_QUANT_X_AHEAD` | 1 to 16                          | 1                 | the quantized 8-bit bodies issue the loads of X of so many staging passes before their arithmetic (an A/B: 1 takes a pass at a time) |
 //!
 //! fuse's own test suites read a few more, there and not here (they configure the tests, not the
@@ -140,6 +141,15 @@ pub(crate) fn quant_row_prefetch() -> bool {
 pub(crate) fn quant_scaled_prologue() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("FUSE_QUANT_SCALED").is_ok_and(|v| is_on(&v)))
+}
+
+/// `FUSE_QUANT_BULK=on` (or `1`): on sm_90 and later, the quantized skinny template's streaming body copies
+/// each step's weight rows as bulk copies completing on a barrier a stage (`fuse_ir::codegen::BULK_STREAM_DEFINE`),
+/// not as every lane's cp.async units: the same bytes, so the same bits. Off by default: not measured yet
+/// (written without a GPU in the forty-fourth session).
+pub(crate) fn quant_bulk_stream() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FUSE_QUANT_BULK").is_ok_and(|v| is_on(&v)))
 }
 
 /// `FUSE_QUANT_X_AHEAD=N` (1 to 16): the quantized skinny template's 8-bit bodies issue the loads of X of N

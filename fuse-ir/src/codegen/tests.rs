@@ -78,9 +78,11 @@ fn the_skinny_kernel_feeds_the_accumulators_to_the_epilogue() {
     ] {
         assert!(src.contains(line), "{line} missing from\n{src}");
     }
-    // The two templates come last, whole, the quantized one behind its define.
+    // The two templates come last, whole, the quantized one behind its define (after the sm_90 header, for
+    // its streaming body's bulk copies).
     let templates = format!(
-        "#if defined(FUSE_SK_WQ)\n{}#else\n{}#endif  // FUSE_SK_WQ\n",
+        "#if defined(FUSE_SK_WQ)\n{}{}#else\n{}#endif  // FUSE_SK_WQ\n",
+        crate::codegen::SM90_HEADER,
         crate::codegen::QUANT_SKINNY_TEMPLATE,
         SKINNY_TEMPLATE
     );

@@ -1,7 +1,7 @@
 // fuse's sm_90 header: the Hopper instructions more than one kernel source uses, exported as
 // `fuse_ir::codegen::SM90_HEADER` (after `CUDA_PRELUDE`, in kernels built for sm_90 or sm_90a). It holds:
 //   - mbarriers: init, arrive, arrive with an expected transaction count, arrive on a peer block's barrier,
-//     try_wait / wait on a phase;
+//     try_wait / wait on a phase, inval;
 //   - thread-block clusters: this block's rank, the cluster barrier, mapa (a peer block's shared memory) and
 //     loads from it;
 //   - bulk copies global -> shared completing on an mbarrier (plain and 2-D tensor maps, multicast), L2
@@ -44,6 +44,11 @@ __device__ __forceinline__ bool fuse_mbar_try_wait(unsigned bar, unsigned parity
                : "r"(bar), "r"(parity)
                : "memory");
   return done != 0;
+}
+// Ends a barrier's life (every phase it was armed for complete), so that its word may be initialised afresh:
+// a task's barriers in static shared memory, set up again by the next task of the same kernel.
+__device__ __forceinline__ void fuse_mbar_inval(unsigned bar) {
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 // Returns once the phase of parity `parity` has completed.
 __device__ __forceinline__ void fuse_mbar_wait(unsigned bar, unsigned parity) {

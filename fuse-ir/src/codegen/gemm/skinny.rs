@@ -45,6 +45,9 @@ pub const SCALED_PROLOGUE_DEFINE: &str = "-DFUSE_QX_SCALED=1";
 /// arithmetic (`fuse_qx_write_x`; 1, one pass at a time, without it): a row of 8,192 values is 4 passes, 16
 /// rows of 2,048 are 16, each a round trip to L2 when taken one at a time.
 pub const X_AHEAD_DEFINE: &str = "-DFUSE_QX_X_AHEAD";
+/// The streaming 8-bit body copies each step's rows as bulk copies completing on a barrier a stage, issued by
+/// one lane a warp, rather than as every lane's 16-byte cp.async units (sm_90 and later; `skinny_q8s.cuh`).
+pub const BULK_STREAM_DEFINE: &str = "-DFUSE_QS_BULK=1";
 /// The define that gives each warp of a skinny kernel an X ring beside its weight ring (X copied with the
 /// weights, S-1 chunks ahead, rather than loaded one chunk ahead): for tasks of a one-launch step, where
 /// the latency of each chunk's load is the task's time and a block has its multiprocessor to itself.
@@ -423,6 +426,8 @@ pub(in crate::codegen) fn source(
     let _ = writeln!(s, "#define FUSE_SKINNY_DUAL {}", u8::from(matmuls.len() == 2 && products.is_empty()));
     // Weights of quantized blocks (`-DFUSE_SK_WQ=<type code>`, a runtime choice) or of the activations' dtype.
     s.push_str("#if defined(FUSE_SK_WQ)\n");
+    // The streaming body's bulk copies and mbarriers (`-DFUSE_QS_BULK` on sm_90; unused helpers emit nothing).
+    s.push_str(crate::codegen::SM90_HEADER);
     s.push_str(QUANT_SKINNY_TEMPLATE);
     s.push_str("#else\n");
     s.push_str(SKINNY_TEMPLATE);

@@ -70,6 +70,9 @@ impl Executor<'_> {
                 if crate::env::quant_scaled_prologue() && c.x8_lanes > 0 {
                     defines.push(codegen::SCALED_PROLOGUE_DEFINE.into());
                 }
+                if crate::env::quant_bulk_stream() && c.stages > 0 && self.device.arch_major() >= 9 {
+                    defines.push(codegen::BULK_STREAM_DEFINE.into());
+                }
                 if crate::env::quant_x_ahead() > 1 && c.x8_lanes > 0 {
                     defines.push(format!("{}={}", codegen::X_AHEAD_DEFINE, crate::env::quant_x_ahead()));
                 }

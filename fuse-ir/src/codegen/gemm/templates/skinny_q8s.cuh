@@ -18,6 +18,13 @@
 // tensor) into a slot of FUSE_QS_SLOT bytes; the lanes then read their piece from it at the stretch's offset
 // within its first unit (the same alignment as in memory: skinny_q8x.cuh's loads).
 //
+// With -DFUSE_QS_BULK (sm_90 and later; ignored below): lane 0 of a warp copies a step's stretches as one bulk
+// copy a row, completing on the stage's mbarrier (static shared memory, 8 x S words), rather than every lane
+// copying 16-byte units in cp.async groups: a warp's copies stop costing its lanes instructions, and a stage
+// is complete when its bytes have landed, whoever issued them (which a step's loop issuing the next task's
+// first stages would need; docs/persistent-step.md). The units past a stretch are read, not zero-filled (the
+// allocation's whole 16-byte units: never past it).
+//
 // DEFINES: skinny_q8x.cuh's (FUSE_QX_LANES 32), and FUSE_QS_STAGES S (>= 2), FUSE_QS_SLOT bytes of a slot
 //   (fuse-ir's QuantSkinnyConfig computes it: the step's bytes rounded up to 16, plus 32). Requirements beyond
 //   skinny_q8x.cuh's: each weight's first row 16-byte aligned and its allocation whole 16-byte units (fuse-runtime pads
@@ -27,6 +34,11 @@
 // ---------------------------------------------------------------------------------------------------------
 #ifndef FUSE_QS_ONCE
 #define FUSE_QS_ONCE
+#if defined(FUSE_QS_BULK) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FUSE_QS_BULK_ON 1
+#else
+#define FUSE_QS_BULK_ON 0
+#endif
 
 // Bytes of one row's step: 32 pieces (K types 8 blocks, 32-value types 64 blocks).
 template <int Q> __device__ __forceinline__ constexpr int fuse_qs_step_bytes() {
@@ -70,6 +82,17 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
 #pragma unroll
   for (int d = 0; d < D; ++d) stride[d] = ((d == 0 ? p.gemm.ldw0 : p.gemm.ldw1) / fuse_q_values<Q>()) * fuse_q_bytes<Q>();
   unsigned char* const ring = fuse_qx_smem + BM * fuse_qx_row_bytes(K) + warp * S * STAGE;
+#if FUSE_QS_BULK_ON
+  // A barrier a stage of each warp's ring: one arrival (lane 0's, with the stage's bytes) and the copies' bytes.
+  __shared__ __align__(8) unsigned long long fuse_qs_bars[8][S];
+  const unsigned bars = fuse_smem_addr(&fuse_qs_bars[warp][0]);
+  if (lane == 0) {
+#pragma unroll
+    for (int st = 0; st < S; ++st) fuse_mbar_init(bars + 8 * st, 1);
+    fuse_mbar_init_fence();
+  }
+  __syncwarp();
+#endif
   FuseQsCursor<D, R> in, out;  // the step being copied (S - 1 ahead) and the one being computed
   in.step = 0, in.set = 0;
 #pragma unroll
@@ -93,6 +116,28 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
     if (s < total) {
       unsigned char* const stage = ring + (s % S) * STAGE;
       const int len = in.step == spr - 1 ? last : STEP;
+#if FUSE_QS_BULK_ON
+      if (lane == 0) {
+        // The stage's bytes first (the barrier's arrival), then a copy a row of the whole units that cover it.
+        unsigned bytes = 0;
+#pragma unroll
+        for (int d = 0; d < D; ++d)
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+            if (has_row(in, r)) bytes += ((unsigned)((unsigned long long)(in.row[d][r] + in.step * STEP) & 15ull) + len + 15u) & ~15u;
+        const unsigned bar = bars + 8 * (s % S);
+        fuse_mbar_expect_tx(bar, bytes);
+#pragma unroll
+        for (int d = 0; d < D; ++d)
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            if (!has_row(in, r)) continue;
+            const unsigned char* src = in.row[d][r] + in.step * STEP;
+            const unsigned head = (unsigned)((unsigned long long)src & 15ull);
+            fuse_bulk_copy(fuse_smem_addr(stage + (d * R + r) * SLOT), src - head, (head + len + 15u) & ~15u, bar);
+          }
+      }
+#else
 #pragma unroll
       for (int d = 0; d < D; ++d)
 #pragma unroll
@@ -107,9 +152,12 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
             fuse_cp_async16<1>(dst + 16u * u, a0 + 16 * u, have < 16 ? (unsigned)have : 16u);
           }
         }
+#endif
       advance(in);
     }
+#if !FUSE_QS_BULK_ON
     fuse_cp_async_commit();  // (an empty group past the end: every lane keeps S - 1 groups ahead)
+#endif
   };
   // Where the kernel before this one does not write the weights, the ring starts filling while it finishes.
 #if FUSE_GEMM_EARLY_W
@@ -131,8 +179,12 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
 #pragma unroll 1
   for (int s = 0; s < total; ++s) {
     issue(s + S - 1);
+#if FUSE_QS_BULK_ON
+    fuse_mbar_wait(bars + 8 * (s % S), (unsigned)(s / S) & 1u);  // the stage's bytes have landed
+#else
     fuse_cp_async_wait<S - 1>();  // this lane's copies of step s have landed
     __syncwarp();                 // and every lane's
+#endif
     const int piece = out.step * 32 + lane;
     if (piece < P) {
       const unsigned char* const stage = ring + (s % S) * STAGE;
@@ -168,7 +220,16 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
     __syncwarp();  // every lane is done with step s's stage before step s + 1 refills it
     if (s == 0) FUSE_TASK_MARK(1);  // thread 0's first step is done (its stage had landed)
   }
+#if FUSE_QS_BULK_ON
+  // Every stage issued was waited for: no copy is in flight, and the barriers can end (a task's next run of
+  // this kernel on the block sets them up again).
+  if (lane == 0) {
+#pragma unroll
+    for (int st = 0; st < S; ++st) fuse_mbar_inval(bars + 8 * st);
+  }
+#else
   fuse_cp_async_wait<0>();
+#endif
   FUSE_TASK_MARK(2);  // the stream is done (every set's epilogue run)
 }
 
