@@ -111,6 +111,12 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
   };
   // Row r of a set exists (the last set of the weights may be short).
   auto has_row = [&](const FuseQsCursor<D, R>& c, int r) { return (w0 + c.set) * R + r < N; };
+  // Where weight d's row r of the step being copied starts: its first 16-byte unit, `head` bytes before it.
+  auto stretch = [&](int d, int r, int& head) {
+    const unsigned char* src = in.row[d][r] + in.step * STEP;
+    head = (int)((unsigned long long)src & 15ull);
+    return src - head;
+  };
   // The next step's stretches into its stage as 16-byte units (zero-filled past the stretch), then commit.
   auto issue = [&](int s) {
     if (s < total) {
@@ -119,23 +125,23 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
 #if FUSE_QS_BULK_ON
       if (lane == 0) {
         // The stage's bytes first (the barrier's arrival), then a copy a row of the whole units that cover it.
+        int head;
         unsigned bytes = 0;
 #pragma unroll
         for (int d = 0; d < D; ++d)
 #pragma unroll
           for (int r = 0; r < R; ++r)
-            if (has_row(in, r)) bytes += ((unsigned)((unsigned long long)(in.row[d][r] + in.step * STEP) & 15ull) + len + 15u) & ~15u;
+            if (has_row(in, r)) stretch(d, r, head), bytes += (unsigned)(head + len + 15) & ~15u;
         const unsigned bar = bars + 8 * (s % S);
         fuse_mbar_expect_tx(bar, bytes);
 #pragma unroll
         for (int d = 0; d < D; ++d)
 #pragma unroll
-          for (int r = 0; r < R; ++r) {
-            if (!has_row(in, r)) continue;
-            const unsigned char* src = in.row[d][r] + in.step * STEP;
-            const unsigned head = (unsigned)((unsigned long long)src & 15ull);
-            fuse_bulk_copy(fuse_smem_addr(stage + (d * R + r) * SLOT), src - head, (head + len + 15u) & ~15u, bar);
-          }
+          for (int r = 0; r < R; ++r)
+            if (has_row(in, r)) {
+              const unsigned char* a0 = stretch(d, r, head);
+              fuse_bulk_copy(fuse_smem_addr(stage + (d * R + r) * SLOT), a0, (unsigned)(head + len + 15) & ~15u, bar);
+            }
       }
 #else
 #pragma unroll
@@ -143,9 +149,9 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           if (!has_row(in, r)) continue;
-          const unsigned char* src = in.row[d][r] + in.step * STEP;
-          const int head = (int)((unsigned long long)src & 15ull), end = head + len;
-          const unsigned char* a0 = src - head;
+          int head;
+          const unsigned char* a0 = stretch(d, r, head);
+          const int end = head + len;
           const unsigned dst = fuse_smem_addr(stage + (d * R + r) * SLOT);
           for (int u = lane; 16 * u < end; u += 32) {
             const int have = end - 16 * u;
