@@ -105,6 +105,12 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
     let mut registers = Vec::new();
     for defines in [vec![], shared, traced, prefetched, two_blocks] {
         let ptx = compile_ptx(codegen::ONE_LAUNCH_ENTRY, &source, &defines, "sm_90").expect("the step compiles");
+        // `FUSE_PTX_DUMP=DIR` (as kernels_compile): the first build's PTX to DIR/one_launch_step.ptx, for
+        // `ptxas -v` a function at a time.
+        if let Some(dir) = std::env::var_os("FUSE_PTX_DUMP").filter(|d| !d.is_empty() && defines.is_empty()) {
+            let path = std::path::Path::new(&dir).join("one_launch_step.ptx");
+            std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, &ptx)).expect("the dump is written");
+        }
         assert!(ptx.contains(&format!(".entry {}(", codegen::ONE_LAUNCH_ENTRY)), "no entry");
         prefetches.push(ptx.matches("prefetch.global.L2").count());
         let report = ptxas_check(&ptxas, codegen::ONE_LAUNCH_ENTRY, &ptx, "sm_90").expect("the step assembles");
