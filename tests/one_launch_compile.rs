@@ -46,8 +46,7 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
             Role::Skinny => {
                 let pro: Vec<String> = spec.prologue.iter().map(|_| "-DFUSE_GEMM_PRO=1".to_string()).collect();
                 // The fixed rule's quantized bodies at one row: f32 products of Q4_1 blocks, 8-bit products of
-                // Q4_K blocks in registers, and streamed through shared memory for Q8_0 and Q6_K (GGUF's K-quant
-                // files).
+                // Q4_K blocks in registers, and streamed through shared memory for Q8_0 (GGUF's K-quant files).
                 let quant = |name: &str, w: DType| {
                     let config = codegen::QuantSkinnyConfig::by_name(name).expect("a config");
                     [base.clone(), config.defines(DType::BF16, w).expect("quantized blocks"), pro.clone()].concat()

@@ -124,24 +124,23 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
       const int len = in.step == spr - 1 ? last : STEP;
 #if FUSE_QS_BULK_ON
       if (lane == 0) {
-        // The stage's bytes first (the barrier's arrival), then a copy a row of the whole units that cover it.
-        int head;
+        // A copy a row of the whole units that cover its stretch, then the barrier's one arrival with their
+        // bytes: until it arrives the phase cannot complete, whatever bytes land first (a barrier's transaction
+        // count may go below zero).
+        const unsigned bar = bars + 8 * (s % S);
         unsigned bytes = 0;
 #pragma unroll
         for (int d = 0; d < D; ++d)
 #pragma unroll
           for (int r = 0; r < R; ++r)
-            if (has_row(in, r)) stretch(d, r, head), bytes += (unsigned)(head + len + 15) & ~15u;
-        const unsigned bar = bars + 8 * (s % S);
-        fuse_mbar_expect_tx(bar, bytes);
-#pragma unroll
-        for (int d = 0; d < D; ++d)
-#pragma unroll
-          for (int r = 0; r < R; ++r)
             if (has_row(in, r)) {
+              int head;
               const unsigned char* a0 = stretch(d, r, head);
-              fuse_bulk_copy(fuse_smem_addr(stage + (d * R + r) * SLOT), a0, (unsigned)(head + len + 15) & ~15u, bar);
+              const unsigned units = (unsigned)(head + len + 15) & ~15u;
+              fuse_bulk_copy(fuse_smem_addr(stage + (d * R + r) * SLOT), a0, units, bar);
+              bytes += units;
             }
+        fuse_mbar_expect_tx(bar, bytes);
       }
 #else
 #pragma unroll
