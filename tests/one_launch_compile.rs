@@ -58,8 +58,13 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
                     quant(codegen::QUANT_SKINNY_CONFIGS[0].name, DType::Q4_1),
                     quant("x16r1", DType::Q4_K),
                     quant("x32r2s3", DType::Q8_0),
-                    // The streaming body's bulk copies (FUSE_QUANT_BULK), its barriers in a task's static memory.
-                    [quant("x32r2s3", DType::Q8_0), vec![codegen::BULK_STREAM_DEFINE.to_string()]].concat(),
+                    // The streaming body's bulk copies (FUSE_QUANT_BULK), its barriers in a task's static memory,
+                    // on the host's weights (which a FUSE_STEP_PRELOAD step issues a task ahead).
+                    [
+                        quant("x32r2s3", DType::Q8_0),
+                        [codegen::BULK_STREAM_DEFINE, codegen::EARLY_WEIGHTS_DEFINE].map(String::from).to_vec(),
+                    ]
+                    .concat(),
                 ]
             }
             Role::Wgmma | Role::Mma => continue,
@@ -98,11 +103,13 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
     let shared = vec![shared_table, params];
     let with = |define: &str| [shared.clone(), vec![define.to_string()]].concat();
     let (traced, prefetched) = (with("-DFUSE_STEP_TRACE"), with("-DFUSE_STEP_PREFETCH"));
-    // Two step blocks a multiprocessor (FUSE_STEP_BLOCKS_PER_SM): registers capped at 128.
-    let two_blocks = with("-DFUSE_STEP_MIN_BLOCKS=2");
+    // Two step blocks a multiprocessor (FUSE_STEP_BLOCKS_PER_SM): registers capped at 128. And the next task's
+    // first weight stages issued a task ahead (FUSE_STEP_PRELOAD).
+    let (two_blocks, preloaded) = (with("-DFUSE_STEP_MIN_BLOCKS=2"), with("-DFUSE_STEP_PRELOAD"));
     let mut prefetches = Vec::new();
+    let mut bulk_copies = Vec::new();
     let mut registers = Vec::new();
-    for defines in [vec![], shared, traced, prefetched, two_blocks] {
+    for defines in [vec![], shared, traced, prefetched, two_blocks, preloaded] {
         let ptx = compile_ptx(codegen::ONE_LAUNCH_ENTRY, &source, &defines, "sm_90").expect("the step compiles");
         // `FUSE_PTX_DUMP=DIR` (as kernels_compile): the first build's PTX to DIR/one_launch_step.ptx, for
         // `ptxas -v` a function at a time.
@@ -112,6 +119,7 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
         }
         assert!(ptx.contains(&format!(".entry {}(", codegen::ONE_LAUNCH_ENTRY)), "no entry");
         prefetches.push(ptx.matches("prefetch.global.L2").count());
+        bulk_copies.push(ptx.matches("cp.async.bulk.shared").count());
         let report = ptxas_check(&ptxas, codegen::ONE_LAUNCH_ENTRY, &ptx, "sm_90").expect("the step assembles");
         registers.push(report.registers);
         eprintln!(
@@ -126,6 +134,8 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
     // The skinny kernels' own fuse_task_prefetch is found (by argument-dependent lookup), not the no-op.
     assert!(prefetches[3] > prefetches[1], "L2 prefetches without and with FUSE_STEP_PREFETCH: {prefetches:?}");
     assert!(registers[4] <= 128, "two blocks of 256 threads a multiprocessor: {registers:?}");
+    // The streaming body's own fuse_task_preload is found too: its copies beside the body's.
+    assert!(bulk_copies[5] > bulk_copies[1], "bulk copies without and with FUSE_STEP_PRELOAD: {bulk_copies:?}");
     // So are the quantized bodies' (each body's share of rows, at most the runtime's bytes a block), in a step
     // of those kernels alone.
     let capped: Vec<(&str, &str, Vec<String>)> = tasks

@@ -152,6 +152,16 @@ pub(crate) fn quant_bulk_stream() -> bool {
     *ON.get_or_init(|| std::env::var("FUSE_QUANT_BULK").is_ok_and(|v| is_on(&v)))
 }
 
+/// `FUSE_STEP_PRELOAD=on` (or `1`): as a one-launch step's block sets up a task, it issues the first ring stages
+/// of its next task's weights into dynamic shared memory the current task leaves alone (the step kernel takes
+/// all its blocks may have), where that task is the quantized template's streaming body with bulk-copy stages
+/// (`FUSE_QUANT_BULK`) on weights no kernel writes; `-DFUSE_STEP_PRELOAD`. Off by default: not measured yet
+/// (written without a GPU in the forty-fifth session).
+pub(crate) fn step_preload() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FUSE_STEP_PRELOAD").is_ok_and(|v| is_on(&v)))
+}
+
 /// `FUSE_QUANT_X_AHEAD=N` (1 to 16): the quantized skinny template's 8-bit bodies issue the loads of X of N
 /// staging passes before any pass's arithmetic (`fuse_ir::codegen::X_AHEAD_DEFINE`); 1 (the default, and for
 /// anything else) takes one pass at a time. The same bits either way; for the A/B.

@@ -38,8 +38,8 @@ pub const ONE_LAUNCH_COPY: u32 = 0xffff_fff1;
 
 /// One recorded launch as the step kernel reads it (`FuseStepLaunch` in `cuda/one_launch.cuh`): the address of
 /// its argument words, its dispatch case, blocks, threads a block, whether it waits for the launch before
-/// inside (`fuse_grid_wait`) rather than before it starts, and its argument words' count. Packed here only,
-/// for the runtime's tables.
+/// inside (`fuse_grid_wait`) rather than before it starts, its argument words' count and its bytes of dynamic
+/// shared memory. Packed here only, for the runtime's tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StepLaunchRecord {
     pub params: u64,
@@ -48,6 +48,7 @@ pub struct StepLaunchRecord {
     pub threads: u32,
     pub overlap: bool,
     pub param_words: u32,
+    pub shared_bytes: u32,
 }
 
 impl StepLaunchRecord {
@@ -57,7 +58,7 @@ impl StepLaunchRecord {
             self.params,
             u64::from(self.kernel) | u64::from(self.grid) << 32,
             u64::from(self.threads) | u64::from(self.overlap) << 32,
-            u64::from(self.param_words),
+            u64::from(self.param_words) | u64::from(self.shared_bytes) << 32,
         ]
     }
 }
@@ -182,6 +183,17 @@ pub fn one_launch_source(kernels: &[TaskKernel<'_>], threads: u32) -> Result<Str
         );
     }
     s.push_str("    default: break;\n  }\n}\n");
+    s.push_str(
+        "__device__ __forceinline__ FuseStepPreload fuse_step_preload(unsigned kernel, const void* params, unsigned block,\n    unsigned blocks, unsigned from, unsigned limit) {\n  switch (kernel) {\n",
+    );
+    for (k, kernel) in kernels.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "    case {k}: return FUSE_TASK_PRELOAD(fuse_task_k{k}, {}, params, block, blocks, from, limit);",
+            kernel.name
+        );
+    }
+    s.push_str("    default: return {0u, 0u};\n  }\n}\n");
     Ok(s)
 }
 
@@ -232,6 +244,7 @@ mod tests {
             "unsigned threads;",
             "unsigned overlap;",
             "unsigned param_words;",
+            "unsigned shared;",
             "struct FuseStepArgs {",
         ]);
         declared(&[
@@ -243,8 +256,16 @@ mod tests {
             "unsigned long long launch_count;",
             "unsigned long long* trace;",
         ]);
-        let r = StepLaunchRecord { params: 0x1000, kernel: 3, grid: 7, threads: 128, overlap: true, param_words: 9 };
-        assert_eq!(r.words(), [0x1000, 3 | 7 << 32, 128 | 1 << 32, 9]);
+        let r = StepLaunchRecord {
+            params: 0x1000,
+            kernel: 3,
+            grid: 7,
+            threads: 128,
+            overlap: true,
+            param_words: 9,
+            shared_bytes: 4096,
+        };
+        assert_eq!(r.words(), [0x1000, 3 | 7 << 32, 128 | 1 << 32, 9 | 4096 << 32]);
         assert_eq!(step_argument_words(1, 2, 3, 4, 5, 6), [1, 2, 3, 4, 5, 6]);
         assert!(ONE_LAUNCH_MACHINERY.contains(&format!("#define FUSE_STEP_TRACE_STAMPS {ONE_LAUNCH_TRACE_STAMPS}")));
     }

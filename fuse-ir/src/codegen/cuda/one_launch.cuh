@@ -45,6 +45,23 @@ __shared__ unsigned fuse_task_thread0_waited;
 template <typename T>
 __device__ __forceinline__ void fuse_task_prefetch(const T&, unsigned, unsigned) {}
 
+// -DFUSE_STEP_PRELOAD: as a block sets up a task, it issues the first copies of its next task's weights into
+// dynamic shared memory the current task leaves alone, where that task's kernel says how (a
+// fuse_task_preload(const Args&, unsigned block, unsigned blocks, unsigned from, unsigned limit) of its own,
+// found by argument-dependent lookup, placing them at or past `from` and below `limit`; this one otherwise,
+// which issues nothing). It returns where they went ({0, 0}: nowhere); the next task's body finds the start
+// in fuse_task_ring_at (0: nothing preloaded) and waits for them as for its own.
+struct FuseStepPreload {
+  unsigned at, end;  // the bytes [at, end) of dynamic shared memory the preloaded copies and their task use
+};
+template <typename T>
+__device__ __forceinline__ FuseStepPreload fuse_task_preload(const T&, unsigned, unsigned, unsigned, unsigned) {
+  return {0u, 0u};
+}
+#ifdef FUSE_STEP_PRELOAD
+__shared__ unsigned fuse_task_ring_at;
+#endif
+
 // -DFUSE_STEP_TRACE: thread 0 writes FUSE_STEP_TRACE_STAMPS global-timer times a task (see the entry).
 #define FUSE_STEP_TRACE_STAMPS 8
 #ifdef FUSE_STEP_TRACE
@@ -160,7 +177,7 @@ struct FuseStepLaunch {
   unsigned threads;           // threads a block (whole warps, at most the step's)
   unsigned overlap;           // 1: it waits for the launch before in its fuse_grid_wait; 0: before it starts
   unsigned param_words;       // its argument words (at most FUSE_STEP_PARAM_WORDS where that is set)
-  unsigned pad;
+  unsigned shared;            // its bytes of dynamic shared memory
 };
 struct FuseStepArgs {
   const FuseStepLaunch* launches;
@@ -181,9 +198,14 @@ struct fuse_task_param<void(const T&)> {
 #define FUSE_TASK_CALL(ns, fn, params) ns::fn(*reinterpret_cast<const fuse_task_param<decltype(ns::fn)>::type*>(params))
 #define FUSE_TASK_PREFETCH(ns, fn, params, block, blocks) \
   fuse_task_prefetch(*reinterpret_cast<const fuse_task_param<decltype(ns::fn)>::type*>(params), block, blocks)
+#define FUSE_TASK_PRELOAD(ns, fn, params, block, blocks, from, limit)                                           \
+  fuse_task_preload(*reinterpret_cast<const fuse_task_param<decltype(ns::fn)>::type*>(params), block, blocks, from, \
+                    limit)
 
 __device__ __forceinline__ void fuse_step_run(unsigned kernel, const void* params);
 __device__ __forceinline__ void fuse_step_prefetch(unsigned kernel, const void* params, unsigned block, unsigned blocks);
+__device__ __forceinline__ FuseStepPreload fuse_step_preload(unsigned kernel, const void* params, unsigned block,
+                                                             unsigned blocks, unsigned from, unsigned limit);
 
 // -DFUSE_STEP_LAUNCHES=n (the runtime's, at most FUSE_STEP_SHARED_LAUNCHES): the launch records are copied into
 // shared memory first, so that a task's set-up reads them there rather than from L2.
@@ -232,6 +254,15 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, FUSE_STEP_MIN_BL
       seen = (long long)k;
     }
   };
+#ifdef FUSE_STEP_PRELOAD
+  // Thread 0's: where the task about to run was preloaded (during the one before); the dynamic shared memory
+  // the running task uses (every thread's, after the set-up's barrier).
+  __shared__ FuseStepPreload preloaded;
+  __shared__ unsigned busy;
+  if (threadIdx.x == 0) preloaded = {0u, 0u};
+  unsigned limit;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(limit));
+#endif
   const unsigned begin = a.first[blockIdx.x], end = a.first[blockIdx.x + 1];
   unsigned long long task = begin < end ? a.tasks[begin] : 0ull;
   for (unsigned i = begin; i < end; ++i) {
@@ -272,10 +303,25 @@ extern "C" __global__ void __launch_bounds__(FUSE_STEP_THREADS, FUSE_STEP_MIN_BL
       fuse_task_wait_word = j >= 1 && (long long)j - 1 > seen ? a.counters + (j - 1) : nullptr;
       fuse_task_wait_target = j >= 1 ? (epoch + 1) * table[j - 1].grid : 0ull;
       fuse_task_thread0_waited = 0;
+#ifdef FUSE_STEP_PRELOAD
+      fuse_task_ring_at = preloaded.at;
+      busy = preloaded.at ? preloaded.end : l.shared;
+#endif
       __threadfence_block();
     }
     __syncthreads();
     FUSE_STEP_STAMP(slot, 1);
+#ifdef FUSE_STEP_PRELOAD
+    // The next task's first copies, past what this one uses (not for a task of the same kernel: its
+    // barriers are this one's).
+    {
+      const FuseStepLaunch& n = table[(unsigned)(next >> 32)];
+      const FuseStepPreload r = i + 1 < end && n.kernel != l.kernel
+                                    ? fuse_step_preload(n.kernel, (const void*)n.params, (unsigned)next, n.grid, busy, limit)
+                                    : FuseStepPreload{0u, 0u};
+      if (threadIdx.x == 0) preloaded = r;
+    }
+#endif
     if (threadIdx.x < l.threads) {
       fuse_step_run(l.kernel, params);
 #if __CUDA_ARCH__ >= 800

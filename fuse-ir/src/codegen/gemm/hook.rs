@@ -60,10 +60,17 @@ __device__ __forceinline__ void fuse_gemm_select(FuseArgs& epi, FuseGemmArgs& ge
 #define FUSE_GEMM_PARAMS(T, p, given) T p = given; fuse_gemm_select(p.epi, p.gemm, blockIdx.x)
 #define FUSE_GEMM_BLOCK(gemm) ((unsigned)(gemm).block)
 #define FUSE_GEMM_BLOCKS(gemm) ((unsigned)(gemm).blocks)
+// A one-launch step's view of a task ahead (block `block` of its launch's `blocks`): its product's arguments,
+// and `block`, `blocks` within that product's.
+#define FUSE_GEMM_TASK_PARAMS(T, p, given, block, blocks) \
+  T p = given;                                              \
+  fuse_gemm_select(p.epi, p.gemm, block);                   \
+  block = (unsigned)p.gemm.block, blocks = (unsigned)p.gemm.blocks
 #else
 #define FUSE_GEMM_PARAMS(T, p, given) const T& p = given
 #define FUSE_GEMM_BLOCK(gemm) blockIdx.x
 #define FUSE_GEMM_BLOCKS(gemm) gridDim.x
+#define FUSE_GEMM_TASK_PARAMS(T, p, given, block, blocks) const T& p = given
 #endif
 ";
 

@@ -78,6 +78,8 @@ pub(crate) struct TaskOp {
     pub threads: u32,
     pub overlap: bool,
     pub words: Vec<u64>,
+    /// Its bytes of dynamic shared memory (0 for memsets and copies).
+    pub shared: u32,
 }
 
 /// Why a recorded op cannot be a task (`Err`), or the origin of its kernel (`Ok(None)` for memsets and copies).
@@ -221,6 +223,7 @@ fn persistent_kernel(
                     threads: l.dims.block,
                     overlap: l.dims.overlap,
                     words: l.words.clone(),
+                    shared: l.dims.shared_bytes,
                 }
             }
             (RecordedOp::Fill { address, bytes, value }, _) => TaskOp {
@@ -230,6 +233,7 @@ fn persistent_kernel(
                 threads,
                 overlap: false,
                 words: vec![*address, *bytes as u64, u64::from(*value)],
+                shared: 0,
             },
             (RecordedOp::Copy { from, to, bytes }, _) => TaskOp {
                 name: format!("copy {bytes} bytes"),
@@ -238,6 +242,7 @@ fn persistent_kernel(
                 threads,
                 overlap: false,
                 words: vec![*from, *to, *bytes as u64],
+                shared: 0,
             },
             (RecordedOp::Kernel(l), None) => {
                 return Err(crate::Error::internal("one-launch step", format!("{}: no origin", l.name)))
@@ -275,6 +280,9 @@ fn persistent_kernel(
     if crate::env::step_prefetch() {
         kernel_source.defines.push("-DFUSE_STEP_PREFETCH".to_string());
     }
+    if crate::env::step_preload() {
+        kernel_source.defines.push("-DFUSE_STEP_PRELOAD".to_string());
+    }
     match crate::env::step_blocks_per_sm() {
         1 => {}
         n => kernel_source.defines.push(format!("-DFUSE_STEP_MIN_BLOCKS={n}")),
@@ -305,6 +313,13 @@ fn persistent_kernel(
     if shared_bytes as usize > room {
         return Ok(Err(room));
     }
+    // Preloading: a block's next task's first copies go past what its current task uses, so a step of one
+    // block a multiprocessor takes all the shared memory a block may have (with more, what its largest task
+    // needs, so that as many stay resident).
+    let shared_bytes = match crate::env::step_preload() && crate::env::step_blocks_per_sm() == 1 {
+        true => shared_bytes.max(u32::try_from(room).unwrap_or(u32::MAX)),
+        false => shared_bytes,
+    };
     let probe = probe.with_shared_bytes(shared_bytes)?;
     let total: usize = ops.iter().map(|op| op.grid as usize).sum();
     let resident = probe.max_resident_clusters()? as usize;

@@ -71,6 +71,7 @@ impl StepTables {
                     threads: op.threads,
                     overlap: op.overlap,
                     param_words: op.words.len() as u32,
+                    shared_bytes: op.shared,
                 }
                 .words()
             })

@@ -19,10 +19,11 @@
 // within its first unit (the same alignment as in memory: skinny_q8x.cuh's loads).
 //
 // With -DFUSE_QS_BULK (sm_90 and later; ignored below): lane 0 of a warp copies a step's stretches as one bulk
-// copy a row, completing on the stage's mbarrier (static shared memory, 8 x S words), rather than every lane
-// copying 16-byte units in cp.async groups: a warp's copies stop costing its lanes instructions, and a stage
-// is complete when its bytes have landed, whoever issued them (which a step's loop issuing the next task's
-// first stages would need; docs/persistent-step.md). The units past a stretch are read, not zero-filled (the
+// copy a row, completing on the stage's mbarrier (static shared memory at namespace scope, 8 x S words),
+// rather than every lane copying 16-byte units in cp.async groups: a warp's copies stop costing its lanes
+// instructions, and a stage is complete when its bytes have landed, whoever issued them: so a one-launch step
+// built with FUSE_STEP_PRELOAD issues a task's first stages while the task before it runs
+// (fuse_task_preload below; docs/persistent-step.md). The units past a stretch are read, not zero-filled (the
 // allocation's whole 16-byte units: never past it).
 //
 // DEFINES: skinny_q8x.cuh's (FUSE_QX_LANES 32), and FUSE_QS_STAGES S (>= 2), FUSE_QS_SLOT bytes of a slot
@@ -56,6 +57,126 @@ __device__ __forceinline__ FuseQgRange fuse_qs_block_sets(long long sets, long l
   return {sets * bn / nblocks, sets * (bn + 1) / nblocks};
 }
 
+// One warp's share of a streaming body (the sets it takes, its steps, its ring) and the cursor of the step it
+// copies next: what the body and a one-launch step's preload of the body's first stages (fuse_task_preload)
+// compute alike.
+template <int Q, int D, int R, int S, int SLOT> struct FuseQsWarp {
+  static constexpr int STEP = fuse_qs_step_bytes<Q>(), STAGE = D * R * SLOT;
+  long long w0, N;
+  int T, spr, total, last;
+  long long stride[D];  // bytes from one weight row to the next
+  unsigned char* ring;  // this warp's S stages
+  FuseQsCursor<D, R> in;
+
+  // Warp `warp`'s share of column block bn of nblocks; its ring at `ring_base` (the block's rings).
+  __device__ __forceinline__ FuseQsWarp(const FuseSkinnyParams& p, long long bn, long long nblocks, int warp,
+                                        unsigned char* ring_base) {
+    N = p.gemm.n;
+    const int K = (int)p.gemm.k, P = K / 64;
+    // This warp's sets [w0, w0 + T), spr steps each; a row's last step is `last` bytes.
+    const FuseQgRange share = fuse_qs_block_sets((N + R - 1) / R, bn, nblocks);
+    const long long b0 = share.first, b1 = share.end;
+    w0 = b0 + (b1 - b0) * warp / 8;
+    T = (int)(b0 + (b1 - b0) * (warp + 1) / 8 - w0);
+    spr = (P + 31) / 32, total = T * spr;
+    last = (K / fuse_q_values<Q>()) * fuse_q_bytes<Q>() - (spr - 1) * STEP;
+#pragma unroll
+    for (int d = 0; d < D; ++d) stride[d] = ((d == 0 ? p.gemm.ldw0 : p.gemm.ldw1) / fuse_q_values<Q>()) * fuse_q_bytes<Q>();
+    ring = ring_base + warp * S * STAGE;
+    in.step = 0, in.set = 0;
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+      for (int r = 0; r < R; ++r) in.row[d][r] = fuse_qg_weight_row<Q>(p, d, w0 * R + r);
+  }
+  __device__ __forceinline__ void advance(FuseQsCursor<D, R>& c) const {
+    if (++c.step == spr) {
+      c.step = 0, ++c.set;
+#pragma unroll
+      for (int d = 0; d < D; ++d)
+#pragma unroll
+        for (int r = 0; r < R; ++r) c.row[d][r] += R * stride[d];
+    }
+  }
+  // Row r of a set exists (the last set of the weights may be short).
+  __device__ __forceinline__ bool has_row(const FuseQsCursor<D, R>& c, int r) const { return (w0 + c.set) * R + r < N; }
+  // Where weight d's row r of the step being copied starts: its first 16-byte unit, `head` bytes before it.
+  __device__ __forceinline__ const unsigned char* stretch(int d, int r, int& head) const {
+    const unsigned char* src = in.row[d][r] + in.step * STEP;
+    head = (int)((unsigned long long)src & 15ull);
+    return src - head;
+  }
+  // Step s (the one `in` is at, s < total) into its stage, then `in` moves on. With bulk copies lane 0 alone
+  // issues them, completing on the stage's barrier of `bars`; otherwise each lane its 16-byte units.
+  __device__ __forceinline__ void copy(int s, int lane, unsigned bars) {
+    unsigned char* const stage = ring + (s % S) * STAGE;
+    const int len = in.step == spr - 1 ? last : STEP;
+#if FUSE_QS_BULK_ON
+    if (lane == 0) {
+      // A copy a row of the whole units that cover its stretch, then the barrier's one arrival with their
+      // bytes: until it arrives the phase cannot complete, whatever bytes land first (a barrier's transaction
+      // count may go below zero).
+      const unsigned bar = bars + 8 * (s % S);
+      unsigned bytes = 0;
+#pragma unroll
+      for (int d = 0; d < D; ++d)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          if (has_row(in, r)) {
+            int head;
+            const unsigned char* a0 = stretch(d, r, head);
+            const unsigned units = (unsigned)(head + len + 15) & ~15u;
+            fuse_bulk_copy(fuse_smem_addr(stage + (d * R + r) * SLOT), a0, units, bar);
+            bytes += units;
+          }
+      fuse_mbar_expect_tx(bar, bytes);
+    }
+#else
+    (void)bars;
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (!has_row(in, r)) continue;
+        int head;
+        const unsigned char* a0 = stretch(d, r, head);
+        const int end = head + len;
+        const unsigned dst = fuse_smem_addr(stage + (d * R + r) * SLOT);
+        for (int u = lane; 16 * u < end; u += 32) {
+          const int have = end - 16 * u;
+          fuse_cp_async16<1>(dst + 16u * u, a0 + 16 * u, have < 16 ? (unsigned)have : 16u);
+        }
+      }
+#endif
+    advance(in);
+  }
+};
+
+#if FUSE_QS_BULK_ON && defined(FUSE_QS_STAGES)
+// A barrier a stage of each warp's ring: one arrival (lane 0's, with the stage's bytes) and the copies' bytes.
+// At namespace scope (in a one-launch step, the task kernel's namespace), so that a step's preload arms the
+// same barriers the body waits on.
+__shared__ __align__(8) unsigned long long fuse_qs_bars[8][FUSE_QS_STAGES];
+// Lane 0 sets up its warp's barriers (before any copy completes on them).
+__device__ __forceinline__ unsigned fuse_qs_warp_bars(int warp, int lane, bool fresh) {
+  const unsigned bars = fuse_smem_addr(&fuse_qs_bars[warp][0]);
+  if (fresh && lane == 0) {
+#pragma unroll
+    for (int st = 0; st < FUSE_QS_STAGES; ++st) fuse_mbar_init(bars + 8 * st, 1);
+    fuse_mbar_init_fence();
+  }
+  return bars;
+}
+#endif
+
+// The ring's offset in dynamic shared memory where a one-launch step preloaded this task's first S - 1 stages
+// (fuse_task_preload: their copies issued, their barriers armed); 0 where it did not.
+#if FUSE_QS_BULK_ON && defined(FUSE_TASK) && defined(FUSE_STEP_PRELOAD)
+#define FUSE_QS_PRELOADED fuse_task_ring_at
+#else
+#define FUSE_QS_PRELOADED 0u
+#endif
+
 template <int Q, int DT, int R, int BM, int DUAL, int S, int SLOT>
 __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
   static_assert(fuse_qx_reads<Q>(), "a block type this body reads");
@@ -65,116 +186,48 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
   constexpr int STAGE = D * R * SLOT;  // one stage of a warp's ring
   extern __shared__ __align__(16) unsigned char fuse_qx_smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const long long M = p.gemm.m, N = p.gemm.n;
+  const long long M = p.gemm.m;
   const int K = (int)p.gemm.k, P = K / 64;
   const long long mblocks = (M + BM - 1) / BM, nblocks = FUSE_GEMM_BLOCKS(p.gemm) / mblocks;
   const long long m0 = (FUSE_GEMM_BLOCK(p.gemm) % mblocks) * BM, bn = FUSE_GEMM_BLOCK(p.gemm) / mblocks;
   const int rows = (int)(M - m0 < BM ? M - m0 : BM);
-  // This warp's sets [w0, w0 + T), spr steps each; a row's last step is `last` bytes.
-  const long long sets = (N + R - 1) / R;
-  const FuseQgRange share = fuse_qs_block_sets(sets, bn, nblocks);
-  const long long b0 = share.first, b1 = share.end;
-  const long long w0 = b0 + (b1 - b0) * warp / 8;
-  const int T = (int)(b0 + (b1 - b0) * (warp + 1) / 8 - w0);
-  const int spr = (P + 31) / 32, total = T * spr;
-  const int row_bytes = (K / fuse_q_values<Q>()) * fuse_q_bytes<Q>(), last = row_bytes - (spr - 1) * STEP;
-  long long stride[D];  // bytes from one weight row to the next
-#pragma unroll
-  for (int d = 0; d < D; ++d) stride[d] = ((d == 0 ? p.gemm.ldw0 : p.gemm.ldw1) / fuse_q_values<Q>()) * fuse_q_bytes<Q>();
-  unsigned char* const ring = fuse_qx_smem + BM * fuse_qx_row_bytes(K) + warp * S * STAGE;
+  const unsigned preloaded = FUSE_QS_PRELOADED;
+  FuseQsWarp<Q, D, R, S, SLOT> w(p, bn, nblocks, warp,
+                                 fuse_qx_smem + (preloaded ? preloaded : BM * fuse_qx_row_bytes(K)));
+  const int total = w.total;
 #if FUSE_QS_BULK_ON
-  // A barrier a stage of each warp's ring: one arrival (lane 0's, with the stage's bytes) and the copies' bytes.
-  __shared__ __align__(8) unsigned long long fuse_qs_bars[8][S];
-  const unsigned bars = fuse_smem_addr(&fuse_qs_bars[warp][0]);
-  if (lane == 0) {
-#pragma unroll
-    for (int st = 0; st < S; ++st) fuse_mbar_init(bars + 8 * st, 1);
-    fuse_mbar_init_fence();
-  }
+  static_assert(S == FUSE_QS_STAGES, "the barriers' stages");
+  const unsigned bars = fuse_qs_warp_bars(warp, lane, preloaded == 0);
   __syncwarp();
-#endif
-  FuseQsCursor<D, R> in, out;  // the step being copied (S - 1 ahead) and the one being computed
-  in.step = 0, in.set = 0;
-#pragma unroll
-  for (int d = 0; d < D; ++d)
-#pragma unroll
-    for (int r = 0; r < R; ++r) in.row[d][r] = fuse_qg_weight_row<Q>(p, d, w0 * R + r);
-  out = in;
-  auto advance = [&](FuseQsCursor<D, R>& c) {
-    if (++c.step == spr) {
-      c.step = 0, ++c.set;
-#pragma unroll
-      for (int d = 0; d < D; ++d)
-#pragma unroll
-        for (int r = 0; r < R; ++r) c.row[d][r] += R * stride[d];
-    }
-  };
-  // Row r of a set exists (the last set of the weights may be short).
-  auto has_row = [&](const FuseQsCursor<D, R>& c, int r) { return (w0 + c.set) * R + r < N; };
-  // Where weight d's row r of the step being copied starts: its first 16-byte unit, `head` bytes before it.
-  auto stretch = [&](int d, int r, int& head) {
-    const unsigned char* src = in.row[d][r] + in.step * STEP;
-    head = (int)((unsigned long long)src & 15ull);
-    return src - head;
-  };
-  // The next step's stretches into its stage as 16-byte units (zero-filled past the stretch), then commit.
-  auto issue = [&](int s) {
-    if (s < total) {
-      unsigned char* const stage = ring + (s % S) * STAGE;
-      const int len = in.step == spr - 1 ? last : STEP;
-#if FUSE_QS_BULK_ON
-      if (lane == 0) {
-        // A copy a row of the whole units that cover its stretch, then the barrier's one arrival with their
-        // bytes: until it arrives the phase cannot complete, whatever bytes land first (a barrier's transaction
-        // count may go below zero).
-        const unsigned bar = bars + 8 * (s % S);
-        unsigned bytes = 0;
-#pragma unroll
-        for (int d = 0; d < D; ++d)
-#pragma unroll
-          for (int r = 0; r < R; ++r)
-            if (has_row(in, r)) {
-              int head;
-              const unsigned char* a0 = stretch(d, r, head);
-              const unsigned units = (unsigned)(head + len + 15) & ~15u;
-              fuse_bulk_copy(fuse_smem_addr(stage + (d * R + r) * SLOT), a0, units, bar);
-              bytes += units;
-            }
-        fuse_mbar_expect_tx(bar, bytes);
-      }
 #else
-#pragma unroll
-      for (int d = 0; d < D; ++d)
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          if (!has_row(in, r)) continue;
-          int head;
-          const unsigned char* a0 = stretch(d, r, head);
-          const int end = head + len;
-          const unsigned dst = fuse_smem_addr(stage + (d * R + r) * SLOT);
-          for (int u = lane; 16 * u < end; u += 32) {
-            const int have = end - 16 * u;
-            fuse_cp_async16<1>(dst + 16u * u, a0 + 16 * u, have < 16 ? (unsigned)have : 16u);
-          }
-        }
+  const unsigned bars = 0;
 #endif
-      advance(in);
-    }
+  FuseQsCursor<D, R> out = w.in;  // the step being computed (w.in: the one being copied, S - 1 ahead)
+  // The next step into its stage (the cp.async form commits a group each call, empty past the end: every
+  // lane keeps S - 1 groups ahead).
+  auto issue = [&](int s) {
+    if (s < total) w.copy(s, lane, bars);
 #if !FUSE_QS_BULK_ON
-    fuse_cp_async_commit();  // (an empty group past the end: every lane keeps S - 1 groups ahead)
+    fuse_cp_async_commit();
 #endif
   };
-  // Where the kernel before this one does not write the weights, the ring starts filling while it finishes.
-#if FUSE_GEMM_EARLY_W
+  // The first S - 1 steps: already in flight where the step preloaded them (`in` moves past them), else
+  // issued here; where the kernel before this one does not write the weights, while it finishes.
+  auto first_stages = [&]() {
 #pragma unroll
-  for (int s = 0; s < S - 1; ++s) issue(s);
+    for (int s = 0; s < S - 1; ++s) {
+      if (!preloaded) issue(s);
+      else if (s < total) w.advance(w.in);
+    }
+  };
+#if FUSE_GEMM_EARLY_W
+  first_stages();
 #endif
   const bool scaled = fuse_qx_scaled<DT, BM>(p, m0);
   fuse_grid_wait();
   fuse_grid_release();
 #if !FUSE_GEMM_EARLY_W
-#pragma unroll
-  for (int s = 0; s < S - 1; ++s) issue(s);
+  first_stages();
 #endif
   fuse_qx_stage_x<Q, DT, BM>(p, m0, rows, fuse_qx_smem, scaled);
   FUSE_TASK_MARK(0);  // X is staged (8-bit, with its prologue): the stream's main loop starts
@@ -192,14 +245,14 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
 #endif
     const int piece = out.step * 32 + lane;
     if (piece < P) {
-      const unsigned char* const stage = ring + (s % S) * STAGE;
+      const unsigned char* const stage = w.ring + (s % S) * STAGE;
       unsigned words[D][R][WORDS];
 #pragma unroll
       for (int d = 0; d < D; ++d)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const int head = (int)((unsigned long long)(out.row[d][r] + out.step * STEP) & 15ull);
-          if (has_row(out, r)) fuse_qx_fetch<Q>(stage + (d * R + r) * SLOT + head, lane, words[d][r]);
+          if (w.has_row(out, r)) fuse_qx_fetch<Q>(stage + (d * R + r) * SLOT + head, lane, words[d][r]);
         }
 #pragma unroll
       for (int i = 0; i < BM; ++i)
@@ -210,18 +263,18 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
           for (int d = 0; d < D; ++d)
 #pragma unroll
             for (int r = 0; r < R; ++r)
-              if (has_row(out, r)) fuse_qx_dot_half<Q>(fuse_qx_decode<Q>(words[d][r], piece), h, x, acc[d][r][i]);
+              if (w.has_row(out, r)) fuse_qx_dot_half<Q>(fuse_qx_decode<Q>(words[d][r], piece), h, x, acc[d][r][i]);
         }
     }
-    if (out.step == spr - 1) {
+    if (out.step == w.spr - 1) {
       // The set's last step: its sums, stored by lane r * BM + i, then a fresh set.
       float out0, out1;
       fuse_qx_group_sums<32, R, BM, D>(acc, lane, out0, out1);
       const int r = lane / BM, i = lane % BM;
-      if (r < R && i < rows && has_row(out, r)) fuse_qx_epilogue(p, scaled, m0, i, (w0 + out.set) * R + r, out0, out1);
+      if (r < R && i < rows && w.has_row(out, r)) fuse_qx_epilogue(p, scaled, m0, i, (w.w0 + out.set) * R + r, out0, out1);
       fuse_qg_zero(acc);
     }
-    advance(out);
+    w.advance(out);
     __syncwarp();  // every lane is done with step s's stage before step s + 1 refills it
     if (s == 0) FUSE_TASK_MARK(1);  // thread 0's first step is done (its stage had landed)
   }
@@ -244,13 +297,7 @@ __device__ __forceinline__ void fuse_qs_body(const FuseSkinnyParams& p) {
 // this one, so that the weights stream from DRAM while the step waits and computes, not only after its wait.
 // Found by argument-dependent lookup (one_launch.cuh's fuse_task_prefetch).
 __device__ __forceinline__ void fuse_task_prefetch(const FuseSkinnyParams& given, unsigned block, unsigned blocks) {
-#if defined(FUSE_GEMM_PRODUCTS)
-  FuseSkinnyParams p = given;
-  fuse_gemm_select(p.epi, p.gemm, block);
-  block = (unsigned)p.gemm.block, blocks = (unsigned)p.gemm.blocks;
-#else
-  const FuseSkinnyParams& p = given;
-#endif
+  FUSE_GEMM_TASK_PARAMS(FuseSkinnyParams, p, given, block, blocks);
   constexpr int R = FUSE_QG_R;
   const long long mblocks = (p.gemm.m + FUSE_QG_BM - 1) / FUSE_QG_BM, bn = block / mblocks;
   if (block % mblocks != 0) return;  // the row blocks of X read the same weights: the first fetches them
@@ -267,6 +314,31 @@ __device__ __forceinline__ void fuse_task_prefetch(const FuseSkinnyParams& given
 #else
   fuse_qg_prefetch_rows<FUSE_SK_WQ, 1 + FUSE_SKINNY_DUAL>(p, rows.first, rows.end, 256);
 #endif
+}
+#endif
+
+#if defined(FUSE_TASK) && defined(FUSE_STEP_PRELOAD) && defined(FUSE_QS_STAGES) && FUSE_QS_BULK_ON && FUSE_GEMM_EARLY_W
+// As a task of a one-launch step built with FUSE_STEP_PRELOAD, where the weights are the host's (never
+// written by a kernel): block `block` of the launch's `blocks` issues its warps' first S - 1 stages into a
+// ring at or past `from` (the dynamic shared memory the task running now uses) and below `limit`, while that
+// task runs; the body then finds them in flight on its barriers (FUSE_QS_PRELOADED). Returns the ring's
+// place, or {0, 0} where it does not fit. Found by argument-dependent lookup (one_launch.cuh's).
+__device__ __forceinline__ FuseStepPreload fuse_task_preload(const FuseSkinnyParams& given, unsigned block,
+                                                             unsigned blocks, unsigned from, unsigned limit) {
+  FUSE_GEMM_TASK_PARAMS(FuseSkinnyParams, p, given, block, blocks);
+  constexpr int BM = FUSE_QG_BM, R = FUSE_QG_R, D = 1 + FUSE_SKINNY_DUAL, S = FUSE_QS_STAGES, SLOT = FUSE_QS_SLOT;
+  const unsigned x_bytes = (unsigned)(BM * fuse_qx_row_bytes((int)p.gemm.k));
+  const unsigned at = ((from > x_bytes ? from : x_bytes) + 127u) & ~127u, ring_bytes = 8u * S * D * R * SLOT;
+  if (at + ring_bytes > limit) return {0u, 0u};
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (warp < 8 && lane == 0) {
+    extern __shared__ __align__(16) unsigned char fuse_qx_smem[];
+    const long long mblocks = (p.gemm.m + BM - 1) / BM;
+    FuseQsWarp<FUSE_SK_WQ, D, R, S, SLOT> w(p, block / mblocks, blocks / mblocks, warp, fuse_qx_smem + at);
+    const unsigned bars = fuse_qs_warp_bars(warp, lane, true);
+    for (int s = 0; s < S - 1 && s < w.total; ++s) w.copy(s, lane, bars);
+  }
+  return {at, at + ring_bytes};
 }
 #endif
 
