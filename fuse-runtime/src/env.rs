@@ -18,6 +18,7 @@
 //! | `FUSE_TEST_GPU`  | `1`; anything else                  | unset              | `fuse::testing::gpu_or_skip` panics instead of skipping when there is no GPU (read on each call) |
 //! | `FUSE_STEP_TRACE` | a path (empty: unset)              | unset              | one-launch step kernels stamp each task and write the times there when dropped |
 //! | `FUSE_STEP_PREFETCH`     | `on`, `1`, `true`; anything else    | off                | one-launch step kernels fetch the next task's weights into L2 (dense and quantized skinny bodies; for an A/B: slower on SmolLM2's bf16 shape, +15% on the llama-3.2-1b Q8_0 file) |
+//! | `FUSE_STEP_PRELOAD`      | `on`, `1`, `true`; anything else    | off                | with `FUSE_QUANT_BULK`, one-launch step kernels issue the next task's first weight stages into shared memory during the current task (an A/B: slower on the llama-3.2-1b Q8_0 file) |
 //! | `FUSE_STEP_SHARED_PARAMS` | `off`, `0`, `false`; anything else | on                 | `off` leaves each one-launch step task's arguments in global memory rather than shared (for an A/B) |
 //! | `FUSE_STEP_SPLIT_KEYS`, `FUSE_STEP_ONE_SPLIT_KEYS` | a number          | 64, 192            | in a step recorded for one launch, the decode attention's split floor, and the keys up to which a sequence takes one split (0: none) |
 //! | `FUSE_STEP_BLOCKS_PER_SM` | 1 to 8                     | 1                  | one-launch step kernels built for so many resident blocks a multiprocessor |
@@ -25,8 +26,8 @@
 //! | `FUSE_TUNE_TASKS` | `on`, `1`, `true`; anything else  | off                | products at decode rows are also timed as a one-launch step's tasks, which take the winner (off until `quantized::cuda` runs to the end with it: its greedy tokens parted from the graph path's before configs that sum alike came first) |
 //! | `FUSE_QUANT_ROW_PREFETCH` | `off`, `0`, `false`; anything else | on           | `off`: the quantized skinny bodies send each lane's first weight piece toward L2 before their wait, not whole rows |
 //! | `FUSE_QUANT_SCALED` | `on`, `1`, `true`; anything else | off               | the quantized 8-bit bodies take the in-kernel prologue's scaled form (X staged as h, s applied before the epilogue) |
-//! | `FUSE_QUANT_BULK` | `on`, `1`, `true`; anything else      | off               | on sm_90, the quantized streaming body copies its weights as bulk copies completing on mbarriers (an A/B; not measured yet) |
-//! | `FUSE_QUANT_X_AHEAD` | 1 to 16                          | 1                 | the quantized 8-bit bodies issue the loads of X of so many staging passes before their arithmetic (an A/B: 1 takes a pass at a time) |
+//! | `FUSE_QUANT_BULK` | `on`, `1`, `true`; anything else      | off               | on sm_90, the quantized streaming body copies its weights as bulk copies completing on mbarriers (an A/B: the same time as cp.async units on an H100) |
+//! | `FUSE_QUANT_X_AHEAD` | 1 to 16                          | 1                 | the quantized 8-bit bodies issue the loads of X of so many staging passes before their arithmetic (an A/B: 1 takes a pass at a time; 4 measured slower) |
 //!
 //! fuse's own test suites read a few more, there and not here (they configure the tests, not the
 //! library): `FUSE_TEST_NVRTC=1` (a missing NVRTC or ptxas fails `tests/kernels_compile.rs`), `FUSE_PTXAS`
@@ -145,8 +146,8 @@ pub(crate) fn quant_scaled_prologue() -> bool {
 
 /// `FUSE_QUANT_BULK=on` (or `1`): on sm_90 and later, the quantized skinny template's streaming body copies
 /// each step's weight rows as bulk copies completing on a barrier a stage (`fuse_ir::codegen::BULK_STREAM_DEFINE`),
-/// not as every lane's cp.async units: the same bytes, so the same bits. Off by default: not measured yet
-/// (written without a GPU in the forty-fourth session).
+/// not as every lane's cp.async units: the same bytes, so the same bits. Off by default: the same time (an H100,
+/// 2026-12-07: the llama-3.2-1b Q8_0 file's step 1,675 against 1,669 us; BENCHMARKS.md).
 pub(crate) fn quant_bulk_stream() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("FUSE_QUANT_BULK").is_ok_and(|v| is_on(&v)))
@@ -155,8 +156,8 @@ pub(crate) fn quant_bulk_stream() -> bool {
 /// `FUSE_STEP_PRELOAD=on` (or `1`): as a one-launch step's block sets up a task, it issues the first ring stages
 /// of its next task's weights into dynamic shared memory the current task leaves alone (the step kernel takes
 /// all its blocks may have), where that task is the quantized template's streaming body with bulk-copy stages
-/// (`FUSE_QUANT_BULK`) on weights no kernel writes; `-DFUSE_STEP_PRELOAD`. Off by default: not measured yet
-/// (written without a GPU in the forty-fifth session).
+/// (`FUSE_QUANT_BULK`) on weights no kernel writes; `-DFUSE_STEP_PRELOAD`. Off by default: slower (an H100,
+/// 2026-12-07: the llama-3.2-1b Q8_0 file's step 1,834 against 1,675 us with bulk stages alone; BENCHMARKS.md).
 pub(crate) fn step_preload() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("FUSE_STEP_PRELOAD").is_ok_and(|v| is_on(&v)))
