@@ -105,11 +105,14 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
     let (traced, prefetched) = (with("-DFUSE_STEP_TRACE"), with("-DFUSE_STEP_PREFETCH"));
     // Two step blocks a multiprocessor (FUSE_STEP_BLOCKS_PER_SM): registers capped at 128. And the next task's
     // first weight stages issued a task ahead (FUSE_STEP_PRELOAD).
+    // And the task bodies inlined into the dispatch (FUSE_STEP_INLINE), not called.
     let (two_blocks, preloaded) = (with("-DFUSE_STEP_MIN_BLOCKS=2"), with("-DFUSE_STEP_PRELOAD"));
+    let inlined = with("-DFUSE_STEP_INLINE_TASKS");
     let mut prefetches = Vec::new();
     let mut bulk_copies = Vec::new();
     let mut registers = Vec::new();
-    for defines in [vec![], shared, traced, prefetched, two_blocks, preloaded] {
+    let mut spills = Vec::new();
+    for defines in [vec![], shared, traced, prefetched, two_blocks, preloaded, inlined] {
         let ptx = compile_ptx(codegen::ONE_LAUNCH_ENTRY, &source, &defines, "sm_90").expect("the step compiles");
         // `FUSE_PTX_DUMP=DIR` (as kernels_compile): the first build's PTX to DIR/one_launch_step.ptx, for
         // `ptxas -v` a function at a time.
@@ -122,6 +125,7 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
         bulk_copies.push(ptx.matches("cp.async.bulk.shared").count());
         let report = ptxas_check(&ptxas, codegen::ONE_LAUNCH_ENTRY, &ptx, "sm_90").expect("the step assembles");
         registers.push(report.registers);
+        spills.push(report.spill_stores);
         eprintln!(
             "one_launch_compile {defines:?}: {} task kernels, {} registers, {} bytes of stack, spills {}/{}",
             tasks.len(),
@@ -134,6 +138,8 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
     // The skinny kernels' own fuse_task_prefetch is found (by argument-dependent lookup), not the no-op.
     assert!(prefetches[3] > prefetches[1], "L2 prefetches without and with FUSE_STEP_PREFETCH: {prefetches:?}");
     assert!(registers[4] <= 128, "two blocks of 256 threads a multiprocessor: {registers:?}");
+    // Inlined, the bodies are not held to disjoint bands of registers (the prelude's FUSE_KERNEL): fewer spills.
+    assert!(spills[6] < spills[1], "spill stores called and inlined: {spills:?}");
     // The streaming body's own fuse_task_preload is found too: its copies beside the body's.
     assert!(bulk_copies[5] > bulk_copies[1], "bulk copies without and with FUSE_STEP_PRELOAD: {bulk_copies:?}");
     // So are the quantized bodies' (each body's share of rows, at most the runtime's bytes a block), in a step

@@ -18,6 +18,7 @@
 //! | `FUSE_TEST_GPU`  | `1`; anything else                  | unset              | `fuse::testing::gpu_or_skip` panics instead of skipping when there is no GPU (read on each call) |
 //! | `FUSE_STEP_TRACE` | a path (empty: unset)              | unset              | one-launch step kernels stamp each task and write the times there when dropped |
 //! | `FUSE_STEP_PREFETCH`     | `on`, `1`, `true`; anything else    | off                | one-launch step kernels fetch the next task's weights into L2 (dense and quantized skinny bodies; for an A/B: slower on SmolLM2's bf16 shape, +15% on the llama-3.2-1b Q8_0 file) |
+//! | `FUSE_STEP_INLINE`       | `on`, `1`, `true`; anything else    | off                | one-launch step kernels inline their task bodies rather than call them (an A/B: fewer spills in a step of many kernels) |
 //! | `FUSE_STEP_PRELOAD`      | `on`, `1`, `true`; anything else    | off                | with `FUSE_QUANT_BULK`, one-launch step kernels issue the next task's first weight stages into shared memory during the current task (an A/B: slower on the llama-3.2-1b Q8_0 file) |
 //! | `FUSE_STEP_SHARED_PARAMS` | `off`, `0`, `false`; anything else | on                 | `off` leaves each one-launch step task's arguments in global memory rather than shared (for an A/B) |
 //! | `FUSE_STEP_SPLIT_KEYS`, `FUSE_STEP_ONE_SPLIT_KEYS` | a number          | 64, 192            | in a step recorded for one launch, the decode attention's split floor, and the keys up to which a sequence takes one split (0: none) |
@@ -151,6 +152,15 @@ pub(crate) fn quant_scaled_prologue() -> bool {
 pub(crate) fn quant_bulk_stream() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("FUSE_QUANT_BULK").is_ok_and(|v| is_on(&v)))
+}
+
+/// `FUSE_STEP_INLINE=on` (or `1`): a one-launch step kernel's task bodies are inlined into its dispatch
+/// (`-DFUSE_STEP_INLINE_TASKS`) rather than called: ptxas gives called bodies disjoint bands of registers, which
+/// shrink as the step holds more kernels (the prelude's FUSE_KERNEL says what was measured). Off by default:
+/// not timed yet (forty-fifth session).
+pub(crate) fn step_inline_tasks() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FUSE_STEP_INLINE").is_ok_and(|v| is_on(&v)))
 }
 
 /// `FUSE_STEP_PRELOAD=on` (or `1`): as a one-launch step's block sets up a task, it issues the first ring stages

@@ -23,10 +23,17 @@
 // Every kernel's entry is written `FUSE_KERNEL(threads[, min blocks]) name(FUSE_KERNEL_PARAM(Args) a)`: an
 // extern "C" kernel taking its arguments by value; or, where the source is compiled as a task of a one-launch
 // step (`FUSE_TASK` defined: fuse-ir's codegen/one_launch.rs), a device function the step's tasks call with
-// the arguments in memory. Not inlined: each body gets its registers allocated as a kernel of its own would
-// (inlined into the step's dispatch, tests/one_launch_compile.rs' 15 task kernels spilled 204 / 260 bytes;
-// called, no dense body spills, and tests/one_launch_compile.rs' five builds take 29 s rather than 41).
-#if defined(FUSE_TASK)
+// the arguments in memory. Called, not inlined, by default (with 15 task kernels, inlined into the step's
+// dispatch they spilled 204 / 260 bytes, called none). But ptxas gives the called bodies of one step disjoint
+// bands of registers beside a shared few (forty-fifth session, SASS: 4 copies of one streaming body, each 48 of
+// its own), so each body's share shrinks as the step holds more kernels: one body alone in a step takes 151
+// registers, 4 copies spill 60-108 bytes each, 8 copies 144; inlined, 148 registers and no spill at any count
+// (with 17 task kernels tests/one_launch_compile.rs' step spills 552 / 680 bytes called, 208 / 280 inlined).
+// -DFUSE_STEP_INLINE_TASKS (the runtime's FUSE_STEP_INLINE) inlines them.
+#if defined(FUSE_TASK) && defined(FUSE_STEP_INLINE_TASKS)
+#define FUSE_KERNEL(...) static __device__ __forceinline__ void
+#define FUSE_KERNEL_PARAM(T) const T&
+#elif defined(FUSE_TASK)
 #define FUSE_KERNEL(...) static __device__ __noinline__ void
 #define FUSE_KERNEL_PARAM(T) const T&
 #else

@@ -280,6 +280,9 @@ fn persistent_kernel(
     if crate::env::step_prefetch() {
         kernel_source.defines.push("-DFUSE_STEP_PREFETCH".to_string());
     }
+    if crate::env::step_inline_tasks() {
+        kernel_source.defines.push("-DFUSE_STEP_INLINE_TASKS".to_string());
+    }
     if crate::env::step_preload() {
         kernel_source.defines.push("-DFUSE_STEP_PRELOAD".to_string());
     }
