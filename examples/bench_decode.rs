@@ -167,12 +167,13 @@ fn decode(model: &Llama, cache: &mut KvCache, cached: usize, steps: usize, mode:
         };
         if let (Some(report), "generated") = (decoder.one_launch_report(), mode) {
             eprintln!(
-                "generated step, batch {b}, {cached} cached: {} of {} launches as tasks of {} persistent kernel(s) on {:?} blocks ({:?} task kernels), {} launches a step; kept: {:?}",
+                "generated step, batch {b}, {cached} cached: {} of {} launches as tasks of {} persistent kernel(s) on {:?} blocks ({:?} task kernels, {:?} bytes of local memory a thread), {} launches a step; kept: {:?}",
                 report.as_tasks,
                 report.launches,
                 report.step_kernels,
                 report.blocks,
                 report.task_kernels,
+                report.local_bytes,
                 report.launches_per_step(),
                 report.kept
             );

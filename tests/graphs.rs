@@ -146,6 +146,9 @@ fn a_step_captured_for_one_launch_writes_what_the_graph_writes(dev: &Device) {
                 eprintln!("one-launch step on {dev} ({dtype}): {report:?}");
                 let stays = report.kept.first().is_some_and(|k| k.contains("stays the recorded graph"));
                 assert!(stays || report.kept.iter().any(|k| k.contains("argmax")), "{report:?}");
+                // Each persistent kernel's figures, one each.
+                let kernels = report.step_kernels;
+                assert!(report.blocks.len() == kernels && report.local_bytes.len() == kernels, "{report:?}");
             }
             None => assert!(!dev.is_cuda() || std::env::var("FUSE_GRAPHS").is_ok(), "a GPU capture reports"),
         }

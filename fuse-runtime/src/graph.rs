@@ -55,6 +55,9 @@ pub struct OneLaunchReport {
     pub blocks: Vec<usize>,
     /// Distinct kernels each persistent kernel runs tasks of.
     pub task_kernels: Vec<usize>,
+    /// Bytes of local memory a thread of each persistent kernel takes (its stack: registers spilled by its
+    /// task bodies, and their calls), as the driver compiled it.
+    pub local_bytes: Vec<usize>,
     /// Each launch that stays its own, with why (`"name: reason"`), or why the whole step stays the
     /// recorded graph.
     pub kept: Vec<String>,

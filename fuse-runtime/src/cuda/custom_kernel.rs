@@ -234,6 +234,15 @@ impl CustomKernel {
         Ok(bytes.max(0) as usize)
     }
 
+    /// Bytes of local memory a thread takes (spilled registers, the stack of its calls).
+    pub fn local_bytes(&self) -> Result<usize> {
+        let bytes = self
+            .function
+            .get_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)
+            .map_err(|e| driver_error(&format!("{OP} {}: its local memory", self.entry), e))?;
+        Ok(bytes.max(0) as usize)
+    }
+
     pub fn dims(&self) -> LaunchDims {
         self.dims
     }

@@ -154,6 +154,7 @@ fn flush(
                 report.step_kernels += 1;
                 report.blocks.push(tables.blocks());
                 report.task_kernels.push(tables.task_kernels());
+                report.local_bytes.push(kernel.local_bytes()?);
                 items.push(Item::Step { kernel, tables });
                 run.clear();
             }
