@@ -246,12 +246,6 @@ fn quant_variants(
             let scaled = vec!["-DFUSE_GEMM_PRO=1".to_string(), codegen::SCALED_PROLOGUE_DEFINE.to_string()];
             sets.push([set(c, x, w), scaled].concat());
         }
-        // X's loads of several staging passes issued first (FUSE_QUANT_X_AHEAD), with and without the prologue.
-        let ahead = |n: usize| format!("{}={n}", codegen::X_AHEAD_DEFINE);
-        for (c, x, w, n) in [(x8_rows(4), DType::BF16, DType::Q8_0, 4), (stream_rows(4), DType::F32, DType::Q4_K, 8)] {
-            sets.push([set(c, x, w), vec!["-DFUSE_GEMM_PRO=1".to_string(), ahead(n)]].concat());
-            sets.push([set(c, x, w), vec![ahead(n)]].concat());
-        }
     }
     sets
 }

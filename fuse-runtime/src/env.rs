@@ -28,7 +28,6 @@
 //! | `FUSE_QUANT_ROW_PREFETCH` | `off`, `0`, `false`; anything else | on           | `off`: the quantized skinny bodies send each lane's first weight piece toward L2 before their wait, not whole rows |
 //! | `FUSE_QUANT_SCALED` | `on`, `1`, `true`; anything else | off               | the quantized 8-bit bodies take the in-kernel prologue's scaled form (X staged as h, s applied before the epilogue) |
 //! | `FUSE_QUANT_BULK` | `on`, `1`, `true`; anything else      | off               | on sm_90, the quantized streaming body copies its weights as bulk copies completing on mbarriers (an A/B: the same time as cp.async units on an H100) |
-//! | `FUSE_QUANT_X_AHEAD` | 1 to 16                          | 1                 | the quantized 8-bit bodies issue the loads of X of so many staging passes before their arithmetic (an A/B: 1 takes a pass at a time; 4 measured slower) |
 //!
 //! fuse's own test suites read a few more, there and not here (they configure the tests, not the
 //! library): `FUSE_TEST_NVRTC=1` (a missing NVRTC or ptxas fails `tests/kernels_compile.rs`), `FUSE_PTXAS`
@@ -171,20 +170,6 @@ pub(crate) fn step_inline_tasks() -> bool {
 pub(crate) fn step_preload() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("FUSE_STEP_PRELOAD").is_ok_and(|v| is_on(&v)))
-}
-
-/// `FUSE_QUANT_X_AHEAD=N` (1 to 16): the quantized skinny template's 8-bit bodies issue the loads of X of N
-/// staging passes before any pass's arithmetic (`fuse_ir::codegen::X_AHEAD_DEFINE`); 1 (the default, and for
-/// anything else) takes one pass at a time. The same bits either way; for the A/B.
-pub(crate) fn quant_x_ahead() -> usize {
-    static N: OnceLock<usize> = OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("FUSE_QUANT_X_AHEAD")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .filter(|n| (1..=16).contains(n))
-            .unwrap_or(1)
-    })
 }
 
 /// In a step recorded for one launch, the decode attention cuts a kv head's rows into blocks of one pass, a row

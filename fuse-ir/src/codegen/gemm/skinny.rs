@@ -41,10 +41,6 @@ pub const TASK_PREFETCH_BYTES_DEFINE: &str = "-DFUSE_QG_TASK_PREFETCH_BYTES";
 /// The 8-bit bodies take the in-kernel prologue's scaled form where the generated prologue has one (X = s * h:
 /// h staged in one pass, s applied before the epilogue; `skinny_q8x.cuh`).
 pub const SCALED_PROLOGUE_DEFINE: &str = "-DFUSE_QX_SCALED=1";
-/// The 8-bit bodies issue the loads of X of so many of their staging passes (`=N` appended) before any pass's
-/// arithmetic (`fuse_qx_write_x`; 1, one pass at a time, without it): a row of 8,192 values is 4 passes, 16
-/// rows of 2,048 are 16, each a round trip to L2 when taken one at a time.
-pub const X_AHEAD_DEFINE: &str = "-DFUSE_QX_X_AHEAD";
 /// The streaming 8-bit body copies each step's rows as bulk copies completing on a barrier a stage, issued by
 /// one lane a warp, rather than as every lane's 16-byte cp.async units (sm_90 and later; `skinny_q8s.cuh`).
 pub const BULK_STREAM_DEFINE: &str = "-DFUSE_QS_BULK=1";

@@ -73,10 +73,6 @@ impl Executor<'_> {
                 if crate::env::quant_bulk_stream() && c.stages > 0 && self.device.arch_major() >= 9 {
                     defines.push(codegen::BULK_STREAM_DEFINE.into());
                 }
-                let x_ahead = crate::env::quant_x_ahead();
-                if x_ahead > 1 && c.x8_lanes > 0 {
-                    defines.push(format!("{}={x_ahead}", codegen::X_AHEAD_DEFINE));
-                }
                 if as_task && crate::env::step_prefetch() {
                     // A step block's next task's weights toward L2 (one_launch.cuh): half the L2 over the
                     // blocks, so that one product ahead fits beside the current one's.

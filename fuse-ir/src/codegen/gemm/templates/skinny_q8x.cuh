@@ -23,9 +23,6 @@
 // ---------------------------------------------------------------------------------------------------------
 #ifndef FUSE_QX_ONCE
 #define FUSE_QX_ONCE
-#ifndef FUSE_QX_X_AHEAD
-#define FUSE_QX_X_AHEAD 1
-#endif
 #ifndef FUSE_QX_UNROLL
 #define FUSE_QX_UNROLL 1
 #endif
@@ -326,7 +323,6 @@ __device__ __forceinline__ void fuse_qx_write_x(const FuseSkinnyParams& p, long 
     i = on ? idx / per_row : 0, k8 = on ? (idx % per_row) * 8 : 0;
     row = i < rows ? i : rows - 1;
   };
-#if FUSE_QX_X_AHEAD == 1
   for (int base = warp * 32; base < total; base += 256) {
     bool on;
     int i, k8, row;
@@ -335,31 +331,6 @@ __device__ __forceinline__ void fuse_qx_write_x(const FuseSkinnyParams& p, long 
     fuse_qg_load_x<DT>(p.gemm.x, (m0 + row) * p.gemm.lda + k8, x);
     fuse_qx_write_pass<Q, DT>(p, smem, scaled, on, i, k8, row, x);
   }
-#else
-  // X's loads of FUSE_QX_X_AHEAD passes issued before their arithmetic: each would otherwise wait a round trip
-  // to L2 in turn (a row of 8,192 values is 4 passes, 16 rows of 2,048 are 16).
-  for (int first = warp * 32; first < total; first += 256 * FUSE_QX_X_AHEAD) {
-    float ahead[FUSE_QX_X_AHEAD][8];
-#pragma unroll
-    for (int a = 0; a < FUSE_QX_X_AHEAD; ++a) {
-      bool on;
-      int i, k8, row;
-      place(first + 256 * a, on, i, k8, row);
-      if (first + 256 * a < total) fuse_qg_load_x<DT>(p.gemm.x, (m0 + row) * p.gemm.lda + k8, ahead[a]);
-    }
-#pragma unroll
-    for (int a = 0; a < FUSE_QX_X_AHEAD; ++a) {
-      if (first + 256 * a >= total) break;  // the same for the whole warp
-      bool on;
-      int i, k8, row;
-      place(first + 256 * a, on, i, k8, row);
-      float x[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) x[e] = ahead[a][e];
-      fuse_qx_write_pass<Q, DT>(p, smem, scaled, on, i, k8, row, x);
-    }
-  }
-#endif
 }
 
 // The block's rows of X into shared memory (fuse_qx_write_x), after the in-kernel prologue's pass over them
