@@ -163,37 +163,29 @@ pub fn one_launch_source(kernels: &[TaskKernel<'_>], threads: u32) -> Result<Str
     }
     s.push('\n');
     s.push_str(ONE_LAUNCH_MACHINERY);
-    s.push_str(
+    // The dispatches: a switch over the task kernels, a case each (`case(k, name)`), then the others.
+    let mut dispatch = |head: &str, case: &dyn Fn(usize, &str) -> String, others: &str| {
+        s.push_str(head);
+        for (k, kernel) in kernels.iter().enumerate() {
+            let _ = writeln!(s, "    case {k}: {}", case(k, kernel.name));
+        }
+        s.push_str(others);
+    };
+    dispatch(
         "\n__device__ __forceinline__ void fuse_step_run(unsigned kernel, const void* params) {\n  switch (kernel) {\n",
+        &|k, name| format!("FUSE_TASK_CALL(fuse_task_k{k}, {name}, params); break;"),
+        "    case FUSE_STEP_FILL: fuse_step_fill((const unsigned long long*)params); break;\n    case FUSE_STEP_COPY: fuse_step_copy((const unsigned long long*)params); break;\n    default: __trap();\n  }\n}\n",
     );
-    for (k, kernel) in kernels.iter().enumerate() {
-        let _ = writeln!(s, "    case {k}: FUSE_TASK_CALL(fuse_task_k{k}, {}, params); break;", kernel.name);
-    }
-    s.push_str("    case FUSE_STEP_FILL: fuse_step_fill((const unsigned long long*)params); break;\n");
-    s.push_str("    case FUSE_STEP_COPY: fuse_step_copy((const unsigned long long*)params); break;\n");
-    s.push_str("    default: __trap();\n  }\n}\n");
-    s.push_str(
+    dispatch(
         "__device__ __forceinline__ void fuse_step_prefetch(unsigned kernel, const void* params, unsigned block, unsigned blocks) {\n  switch (kernel) {\n",
+        &|k, name| format!("FUSE_TASK_PREFETCH(fuse_task_k{k}, {name}, params, block, blocks); break;"),
+        "    default: break;\n  }\n}\n",
     );
-    for (k, kernel) in kernels.iter().enumerate() {
-        let _ = writeln!(
-            s,
-            "    case {k}: FUSE_TASK_PREFETCH(fuse_task_k{k}, {}, params, block, blocks); break;",
-            kernel.name
-        );
-    }
-    s.push_str("    default: break;\n  }\n}\n");
-    s.push_str(
+    dispatch(
         "__device__ __forceinline__ FuseStepPreload fuse_step_preload(unsigned kernel, const void* params, unsigned block,\n    unsigned blocks, unsigned from, unsigned limit) {\n  switch (kernel) {\n",
+        &|k, name| format!("return FUSE_TASK_PRELOAD(fuse_task_k{k}, {name}, params, block, blocks, from, limit);"),
+        "    default: return {0u, 0u};\n  }\n}\n",
     );
-    for (k, kernel) in kernels.iter().enumerate() {
-        let _ = writeln!(
-            s,
-            "    case {k}: return FUSE_TASK_PRELOAD(fuse_task_k{k}, {}, params, block, blocks, from, limit);",
-            kernel.name
-        );
-    }
-    s.push_str("    default: return {0u, 0u};\n  }\n}\n");
     Ok(s)
 }
 

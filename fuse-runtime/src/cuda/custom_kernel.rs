@@ -227,19 +227,20 @@ impl CustomKernel {
 
     /// Bytes of shared memory the kernel declares statically (every `__shared__` variable of its code).
     pub fn static_shared_bytes(&self) -> Result<usize> {
-        let bytes = self
-            .function
-            .get_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
-            .map_err(|e| driver_error(&format!("{OP} {}: its static shared memory", self.entry), e))?;
-        Ok(bytes.max(0) as usize)
+        self.byte_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, "its static shared memory")
     }
 
     /// Bytes of local memory a thread takes (spilled registers, the stack of its calls).
     pub fn local_bytes(&self) -> Result<usize> {
+        self.byte_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, "its local memory")
+    }
+
+    /// A size the driver reports of the compiled function (`what` names it in the error).
+    fn byte_attribute(&self, attribute: CUfunction_attribute, what: &str) -> Result<usize> {
         let bytes = self
             .function
-            .get_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)
-            .map_err(|e| driver_error(&format!("{OP} {}: its local memory", self.entry), e))?;
+            .get_attribute(attribute)
+            .map_err(|e| driver_error(&format!("{OP} {}: {what}", self.entry), e))?;
         Ok(bytes.max(0) as usize)
     }
 
