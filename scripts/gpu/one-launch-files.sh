@@ -15,7 +15,8 @@
 # GPU (-ngl 99 -fa 1 -n 64) -> OUTDIR/files.log. Where the bundle kept the one_launch_step test, it first checks
 # each file's generated step against the graph path (its gguf_files case: batch 1, 4, 16, 64 greedy steps).
 # FILES_AB=1: instead of the table, each bench_decode of the bundle (gpu-bundle.sh REV ...) at batch 1, alternated;
-# with FILES_AB_KNOBS='A=1 B=2;A=0' the tree's bench_decode under each setting instead.
+# with FILES_AB_KNOBS='A=1 B=2;A=0' the tree's bench_decode under each setting instead. FILES_AB_ROUNDS (2):
+# how many times; FILES_AB_MODES (graph,generated): generated alone halves a short loan's time.
 # FILES_TRACE=1: each file's generated step traced too (FUSE_STEP_TRACE, batch 1) -> OUTDIR/trace-CONFIG-TYPE.tsv.xz.
 set -uo pipefail
 out=${1:?usage: scripts/gpu/one-launch-files.sh OUTDIR [CONFIG:TYPE ...]}
@@ -64,13 +65,14 @@ for one in ${*:-qwen2.5-0.5b:q8_0 llama-3.2-1b:q8_0 llama-3.2-1b:q4_k_m}; do
     else
       for b in .gpu/bin/example-bench_decode*; do runs+=("|$b"); done
     fi
-    for round in 1 2; do
+    for round in $(seq "${FILES_AB_ROUNDS:-2}"); do
       for run in "${runs[@]}"; do
         setting=${run%%|*} b=${run#*|}
         echo "== ${b##*/} ${setting}, round $round" >>"$out/files.log"
         # shellcheck disable=SC2086 # a setting is words
         env $setting FUSE_TUNE_FILE="$(mktemp -d)/t.tsv" timeout 150 "$b" --model "$file" --batches "${FILES_AB_BATCHES:-1}" \
-          --cached 128 --modes graph,generated --extras off --steps 32 2>&1 | grep -E "^(graph|generated) " >>"$out/files.log"
+          --cached 128 --modes "${FILES_AB_MODES:-graph,generated}" --extras off --steps 32 2>&1 |
+          grep -E "^(graph|generated) " >>"$out/files.log"
       done
     done
   else
