@@ -103,9 +103,9 @@ fn a_step_of_a_blocks_kernels_compiles_as_one_launch() {
     let shared = vec![shared_table, params];
     let with = |define: &str| [shared.clone(), vec![define.to_string()]].concat();
     let (traced, prefetched) = (with("-DFUSE_STEP_TRACE"), with("-DFUSE_STEP_PREFETCH"));
-    // Two step blocks a multiprocessor (FUSE_STEP_BLOCKS_PER_SM): registers capped at 128. And the next task's
-    // first weight stages issued a task ahead (FUSE_STEP_PRELOAD).
-    // And the task bodies inlined into the dispatch (FUSE_STEP_INLINE), not called.
+    // Two step blocks a multiprocessor (FUSE_STEP_BLOCKS_PER_SM): registers capped at 128; the next task's first
+    // weight stages issued a task ahead (FUSE_STEP_PRELOAD); the task bodies inlined into the dispatch
+    // (FUSE_STEP_INLINE), not called.
     let (two_blocks, preloaded) = (with("-DFUSE_STEP_MIN_BLOCKS=2"), with("-DFUSE_STEP_PRELOAD"));
     let inlined = with("-DFUSE_STEP_INLINE_TASKS");
     let mut prefetches = Vec::new();

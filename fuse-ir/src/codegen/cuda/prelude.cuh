@@ -28,13 +28,15 @@
 // bands of registers beside a shared few (forty-fifth session, SASS: 4 copies of one streaming body, each 48 of
 // its own), so each body's share shrinks as the step holds more kernels: one body alone in a step takes 151
 // registers, 4 copies spill 60-108 bytes each, 8 copies 144; inlined, 148 registers and no spill at any count
-// (with 17 task kernels tests/one_launch_compile.rs' step spills 552 / 680 bytes called, 208 / 280 inlined).
+// (with 17 task kernels tests/one_launch_compile.rs' step spills 552 / 680 bytes called, 208 / 280 inlined;
+// 540 / 672 and 264 / 340 with the launch table and arguments in shared memory).
 // -DFUSE_STEP_INLINE_TASKS (the runtime's FUSE_STEP_INLINE) inlines them.
-#if defined(FUSE_TASK) && defined(FUSE_STEP_INLINE_TASKS)
+#if defined(FUSE_TASK)
+#if defined(FUSE_STEP_INLINE_TASKS)
 #define FUSE_KERNEL(...) static __device__ __forceinline__ void
-#define FUSE_KERNEL_PARAM(T) const T&
-#elif defined(FUSE_TASK)
+#else
 #define FUSE_KERNEL(...) static __device__ __noinline__ void
+#endif
 #define FUSE_KERNEL_PARAM(T) const T&
 #else
 #define FUSE_KERNEL(...) extern "C" __global__ void __launch_bounds__(__VA_ARGS__)

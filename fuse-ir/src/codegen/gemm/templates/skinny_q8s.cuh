@@ -98,6 +98,8 @@ template <int Q, int D, int R, int S, int SLOT> struct FuseQsWarp {
         for (int r = 0; r < R; ++r) c.row[d][r] += R * stride[d];
     }
   }
+  // Bytes of the rings of a block's 8 warps.
+  static __device__ __forceinline__ constexpr unsigned block_ring() { return 8u * S * STAGE; }
   // Row r of a set exists (the last set of the weights may be short).
   __device__ __forceinline__ bool has_row(const FuseQsCursor<D, R>& c, int r) const { return (w0 + c.set) * R + r < N; }
   // Where weight d's row r of the step being copied starts: its first 16-byte unit, `head` bytes before it.
@@ -326,19 +328,20 @@ __device__ __forceinline__ void fuse_task_prefetch(const FuseSkinnyParams& given
 __device__ __forceinline__ FuseStepPreload fuse_task_preload(const FuseSkinnyParams& given, unsigned block,
                                                              unsigned blocks, unsigned from, unsigned limit) {
   FUSE_GEMM_TASK_PARAMS(FuseSkinnyParams, p, given, block, blocks);
-  constexpr int BM = FUSE_QG_BM, R = FUSE_QG_R, D = 1 + FUSE_SKINNY_DUAL, S = FUSE_QS_STAGES, SLOT = FUSE_QS_SLOT;
+  constexpr int BM = FUSE_QG_BM;
+  typedef FuseQsWarp<FUSE_SK_WQ, 1 + FUSE_SKINNY_DUAL, FUSE_QG_R, FUSE_QS_STAGES, FUSE_QS_SLOT> Warp;
   const unsigned x_bytes = (unsigned)(BM * fuse_qx_row_bytes((int)p.gemm.k));
-  const unsigned at = ((from > x_bytes ? from : x_bytes) + 127u) & ~127u, ring_bytes = 8u * S * D * R * SLOT;
-  if (at + ring_bytes > limit) return {0u, 0u};
+  const unsigned at = ((from > x_bytes ? from : x_bytes) + 127u) & ~127u;
+  if (at + Warp::block_ring() > limit) return {0u, 0u};
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (warp < 8 && lane == 0) {
     extern __shared__ __align__(16) unsigned char fuse_qx_smem[];
     const long long mblocks = (p.gemm.m + BM - 1) / BM;
-    FuseQsWarp<FUSE_SK_WQ, D, R, S, SLOT> w(p, block / mblocks, blocks / mblocks, warp, fuse_qx_smem + at);
+    Warp w(p, block / mblocks, blocks / mblocks, warp, fuse_qx_smem + at);
     const unsigned bars = fuse_qs_warp_bars(warp, lane, true);
-    for (int s = 0; s < S - 1 && s < w.total; ++s) w.copy(s, lane, bars);
+    for (int s = 0; s < FUSE_QS_STAGES - 1 && s < w.total; ++s) w.copy(s, lane, bars);
   }
-  return {at, at + ring_bytes};
+  return {at, at + Warp::block_ring()};
 }
 #endif
 
