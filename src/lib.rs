@@ -150,9 +150,9 @@ pub use fuse_ir as ir;
 pub mod prelude {
     pub use fuse_macros::fuse;
     pub use fuse_runtime::{
-        abs, attention, attention_len, cat, cos, embedding, exp, gelu, gelu_erf, gelu_tanh, log, maximum, minimum,
-        recip, relu, rms_norm, rope, rsqrt, sigmoid, silu, sin, softmax, sqr, sqrt, square, tanh, trunc, Axis,
-        CudaGraph, DType, Device, Error, FusedFn, Fusion, Result, SliceOffset, Tensor,
+        abs, all_reduce_sum, attention, attention_len, cat, cos, embedding, exp, gelu, gelu_erf, gelu_tanh, log,
+        maximum, minimum, recip, relu, rms_norm, rope, rsqrt, sigmoid, silu, sin, softmax, sqr, sqrt, square, tanh,
+        trunc, Axis, CudaGraph, DType, Device, Error, FusedFn, Fusion, Result, SliceOffset, Tensor,
     };
 }
 

@@ -1,6 +1,6 @@
 //! The ops a whole model needs beyond pointwise work, reductions and matmul: `embedding`, `argmax`,
-//! `cumsum`, `arg_sort_last_dim`, `gather`, `unfold` (convolutions), `rope` and `attention` (with
-//! `attention_len`). Each is one node (`Op::Model`), planned as a group of its own;
+//! `cumsum`, `arg_sort_last_dim`, `gather`, `unfold` (convolutions), `rope`, `attention` (with
+//! `attention_len`) and the tensor-parallel `all_reduce_sum`. Each is one node (`Op::Model`), planned as a group of its own;
 //! this file defines each once: its name and text form, its shapes and dtypes, and (in
 //! `model_op/reference.rs`) its f64 meaning.
 
@@ -53,10 +53,15 @@ pub enum ModelOp {
     /// or [co, c / groups, kh, kw] (read for their shape only) give [groups, b, ol, kc] or [groups, b, oh, ow,
     /// kc]; the four sizes are arguments (see [`unfold::Unfold`]). `spatial`: 1 or 2, which of the two.
     Unfold { spatial: u8 },
+    /// `all_reduce_sum(&x)`: x summed over the ranks of the tensor-parallel group the call runs in
+    /// (`fuse::parallel`), every rank getting the same sum, in x's shape and dtype. Each rank holds a part of a
+    /// sum (the output of a GEMM whose K axis was split across the ranks); the sum is what one device holding
+    /// the whole weight computes. Its meaning on one rank (the reference interpreter's) is x itself.
+    AllReduceSum,
 }
 
 impl ModelOp {
-    pub const ALL: [ModelOp; 14] = [
+    pub const ALL: [ModelOp; 15] = [
         ModelOp::Embedding,
         ModelOp::Argmax,
         ModelOp::Cumsum,
@@ -71,11 +76,12 @@ impl ModelOp {
         ModelOp::Attention { causal: true, with_lens: false },
         ModelOp::Attention { causal: false, with_lens: true },
         ModelOp::Attention { causal: true, with_lens: true },
+        ModelOp::AllReduceSum,
     ];
 
     pub fn arity(self) -> usize {
         match self {
-            ModelOp::Argmax | ModelOp::Cumsum | ModelOp::ArgSort { .. } => 1,
+            ModelOp::Argmax | ModelOp::Cumsum | ModelOp::ArgSort { .. } | ModelOp::AllReduceSum => 1,
             ModelOp::Embedding | ModelOp::Gather | ModelOp::ArgTopK => 2,
             ModelOp::Rope => 3,
             ModelOp::Attention { with_lens, .. } => 4 + with_lens as usize,
@@ -96,6 +102,7 @@ impl ModelOp {
             ModelOp::Unfold { .. } => "unfold",
             ModelOp::Rope => "rope",
             ModelOp::Attention { .. } => "attention",
+            ModelOp::AllReduceSum => "all_reduce_sum",
         }
     }
 
@@ -131,6 +138,7 @@ impl ModelOp {
                 _ => None,
             },
             "rope" => Some(ModelOp::Rope),
+            "all_reduce_sum" => Some(ModelOp::AllReduceSum),
             "attention" => {
                 let causal = match words.next()? {
                     "causal=true" => true,
@@ -164,6 +172,7 @@ impl ModelOp {
                 Some((&n, rest)) if n > 0 => Ok(rest.iter().copied().chain([1]).collect()),
                 _ => Err(InferError::Rank { needs: "a last axis of at least one element", shape: args[0].to_vec() }),
             },
+            ModelOp::AllReduceSum => Ok(args[0].to_vec()),
             ModelOp::Cumsum => match args[0].last() {
                 Some(_) => Ok(args[0].to_vec()),
                 None => Err(InferError::Rank { needs: "a tensor of at least one axis", shape: args[0].to_vec() }),
@@ -266,7 +275,7 @@ impl ModelOp {
                 got => Err(InferError::OperandDType { operand: "ids", expected: "u32", got }),
             },
             ModelOp::Argmax => float("x", args[0]).map(|_| Some(DType::U32)),
-            ModelOp::Cumsum | ModelOp::Unfold { .. } => float("x", args[0]).map(Some),
+            ModelOp::Cumsum | ModelOp::Unfold { .. } | ModelOp::AllReduceSum => float("x", args[0]).map(Some),
             ModelOp::ArgSort { .. } | ModelOp::ArgTopK => float("x", args[0]).map(|_| Some(DType::U32)),
             ModelOp::Gather => {
                 if args[1] != Some(DType::U32) {

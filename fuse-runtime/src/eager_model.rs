@@ -1,6 +1,7 @@
 //! The model ops as eager functions: `embedding(&ids, &table)`, `x.argmax(-1)`, `x.cumsum(axis)`, the sorts
 //! (`x.arg_sort_last_dim(asc)`, `sort_last_dim`, `topk`), `x.gather(&indexes, axis)`, `rope(&x, &cos, &sin)`,
-//! `attention(&q, &k, &v, scale, causal)` and `attention_len(&q, &k, &v, &lens, scale, causal)`. Like every eager op, each builds a one-op graph and runs it through
+//! `attention(&q, &k, &v, scale, causal)`, `attention_len(&q, &k, &v, &lens, scale, causal)` and
+//! `all_reduce_sum(&x)` (tensor parallelism, `parallel.rs`). Like every eager op, each builds a one-op graph and runs it through
 //! the executor, so `#[fuse]` and eager code share one implementation (and one definition: `fuse_ir::ModelOp`).
 
 use crate::eager::{run, Operand};
@@ -66,6 +67,14 @@ pub fn attention_len(
     run(&operands, |g, i| {
         g.model(ModelOp::Attention { causal, with_lens: true }, &[i[0], i[1], i[2], i[3], i[4]], &label)
     })
+}
+
+/// `x` summed over the ranks of the tensor-parallel group this thread runs in ([`crate::parallel::Group::run`]),
+/// every rank getting the same sum in x's shape and dtype: what joins the partial outputs of a row-parallel
+/// product. Inside `#[fuse]` it is a planned step of the call like any other model op. Outside a group it is
+/// an error (a group of one rank returns x's values).
+pub fn all_reduce_sum(x: &Tensor) -> Result<Tensor> {
+    run(&[("x", Operand::Tensor(x))], |g, i| g.model(ModelOp::AllReduceSum, &[i[0]], "all_reduce_sum(x)"))
 }
 
 impl Tensor {

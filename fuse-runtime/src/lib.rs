@@ -43,6 +43,7 @@ mod host;
 pub mod host_profile;
 mod layout;
 mod operators;
+pub mod parallel;
 mod quantized;
 mod recycle;
 mod reference;
@@ -69,7 +70,7 @@ pub use eager::{
     abs, cos, exp, gelu, gelu_erf, gelu_tanh, log, maximum, minimum, recip, relu, rms_norm, rsqrt, sigmoid, silu, sin,
     softmax, sqr, sqrt, square, tanh, trunc,
 };
-pub use eager_model::{attention, attention_len, embedding, rope};
+pub use eager_model::{all_reduce_sum, attention, attention_len, embedding, rope};
 pub use eager_views::{cat, Axis, SliceOffset};
 pub use element::Element;
 pub use error::{Error, Result};

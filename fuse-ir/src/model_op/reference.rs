@@ -12,6 +12,8 @@ pub fn eval(op: ModelOp, args: &[&Array], shape: Vec<usize>) -> Result<Array, In
         ModelOp::Argmax => argmax(args[0]),
         ModelOp::Rope => rope(args[0], args[1], args[2]),
         ModelOp::Cumsum => cumsum(args[0]),
+        // One rank's sum is its own part: the reference is a group of one.
+        ModelOp::AllReduceSum => args[0].data.clone(),
         ModelOp::ArgSort { ascending } => arg_sort(args[0], ascending),
         ModelOp::ArgTopK => {
             let (n, k) = (args[0].shape.last().copied().unwrap_or(1).max(1), *shape.last().unwrap_or(&0));

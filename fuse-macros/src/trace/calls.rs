@@ -322,8 +322,12 @@ impl Tracer<'_> {
                 self.record_kind(Kind::Tensor);
                 Some(id)
             }
-            Function::Embedding | Function::Rope => {
-                let op = if function == Function::Embedding { ModelOp::Embedding } else { ModelOp::Rope };
+            Function::Embedding | Function::Rope | Function::AllReduceSum => {
+                let op = match function {
+                    Function::Embedding => ModelOp::Embedding,
+                    Function::Rope => ModelOp::Rope,
+                    _ => ModelOp::AllReduceSum,
+                };
                 let tensors = self.tensor_operands(&args, call, &name)?;
                 Some(self.push(Op::Model(op), &tensors, call, Kind::Tensor))
             }

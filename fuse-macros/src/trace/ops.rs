@@ -174,6 +174,8 @@ pub enum Function {
     },
     /// `cat(&[&a, &b, ..], axis)` (`views.rs`).
     Cat,
+    /// `all_reduce_sum(x)`: the sum over a tensor-parallel group's ranks.
+    AllReduceSum,
 }
 
 impl Function {
@@ -186,13 +188,14 @@ impl Function {
             "attention" => Some(Function::Attention { with_lens: false }),
             "attention_len" => Some(Function::Attention { with_lens: true }),
             "cat" => Some(Function::Cat),
+            "all_reduce_sum" => Some(Function::AllReduceSum),
             _ => unary(name).map(Function::Unary).or_else(|| elementwise_binary(name).map(Function::Binary)),
         }
     }
 
     pub fn arity(self) -> usize {
         match self {
-            Function::Unary(_) | Function::Softmax => 1,
+            Function::Unary(_) | Function::Softmax | Function::AllReduceSum => 1,
             Function::Binary(_) | Function::Embedding | Function::Cat => 2,
             Function::RmsNorm | Function::Rope => 3,
             Function::Attention { with_lens } => 5 + with_lens as usize,
@@ -206,6 +209,7 @@ impl Function {
             Function::Softmax => "`softmax(x)`".into(),
             Function::RmsNorm => "`rms_norm(x, weight, eps)`".into(),
             Function::Embedding => "`embedding(ids, table)`".into(),
+            Function::AllReduceSum => "`all_reduce_sum(x)`".into(),
             Function::Rope => "`rope(x, cos, sin)`".into(),
             Function::Attention { with_lens: false } => {
                 "`attention(q, k, v, scale, causal)` (`causal`: `true` or `false`)".into()
@@ -266,8 +270,18 @@ pub fn supported_methods() -> String {
 /// For messages: every supported function.
 pub fn supported_functions() -> String {
     let mut names: Vec<String> = callable_unary().map(|u| format!("`{}`", u.name())).collect();
-    let others =
-        ["maximum", "minimum", "softmax", "rms_norm", "embedding", "rope", "attention", "attention_len", "cat"];
+    let others = [
+        "maximum",
+        "minimum",
+        "softmax",
+        "rms_norm",
+        "embedding",
+        "rope",
+        "attention",
+        "attention_len",
+        "cat",
+        "all_reduce_sum",
+    ];
     names.extend(others.iter().map(|s| format!("`{s}`")));
     names.join(", ")
 }
@@ -359,9 +373,18 @@ mod tests {
         ] {
             assert!(Method::from_name(name).is_some(), "{name}");
         }
-        for name in
-            ["softmax", "rms_norm", "maximum", "minimum", "embedding", "rope", "attention", "attention_len", "cat"]
-        {
+        for name in [
+            "softmax",
+            "rms_norm",
+            "maximum",
+            "minimum",
+            "embedding",
+            "rope",
+            "attention",
+            "attention_len",
+            "cat",
+            "all_reduce_sum",
+        ] {
             assert!(Function::from_name(name).is_some(), "{name}");
         }
         assert_eq!(Method::from_name("neg"), None);

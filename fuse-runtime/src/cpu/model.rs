@@ -1,4 +1,5 @@
-//! Model groups on the CPU: `embedding`, `argmax`, `cumsum` and `rope` here, `arg_sort_last_dim` and
+//! Model groups on the CPU: `embedding`, `argmax`, `cumsum`, `rope` and `all_reduce_sum` (through
+//! `parallel.rs`) here, `arg_sort_last_dim` and
 //! `gather` in `sort.rs`, `unfold` in `unfold.rs`, `attention` in `attention.rs` (the key
 //! counts of `attention_len` are read and checked here). Each group is one model op; it reads its operands
 //! densely in f32 (ids and key counts as u32, embedding rows in their own dtype), computes with rayon when
@@ -55,6 +56,10 @@ pub(super) fn run_model(info: &CallInfo<'_>, resolve: &dyn Fn(NodeId) -> Result<
         ModelOp::Gather => super::sort::gather(&tensor(0)?, &tensor(1)?, dtype, |error| {
             node_error(function, g, NodeError { node: id, error })
         })?,
+        ModelOp::AllReduceSum => {
+            let x = tensor(0)?;
+            from_f32(dtype, crate::parallel::all_reduce_sum_f32(dense_f32(&x)?, x.shape(), dtype)?)
+        }
         ModelOp::Cumsum => {
             let x = tensor(0)?;
             from_f32(dtype, cumsum(&dense_f32(&x)?, x.shape().last().copied().unwrap_or(1)))

@@ -159,6 +159,11 @@ impl Executor<'_> {
             // Two launches and scratch memory of its own (`attention.rs`).
             return self.run_attention_node(id, None);
         }
+        if op == ModelOp::AllReduceSum {
+            let reason = "across GPUs it needs the NCCL communicator, which is not built yet: run the group on the \
+                          CPU (fuse::parallel::Group::cpu)";
+            return Err(Error::unsupported(self.function, op.name(), reason));
+        }
         if let ModelOp::ArgSort { .. } | ModelOp::ArgTopK = op {
             // Launches of their own (`sort.rs`).
             return self.run_sort(id);
@@ -280,7 +285,7 @@ impl Executor<'_> {
                 }
                 (ModelKernel::Rope, x.dtype(), blocks(pairs, ModelKernel::Rope.block_threads()), pairs)
             }
-            ModelOp::Attention { .. } | ModelOp::ArgSort { .. } | ModelOp::ArgTopK => {
+            ModelOp::Attention { .. } | ModelOp::ArgSort { .. } | ModelOp::ArgTopK | ModelOp::AllReduceSum => {
                 return Err(self.internal("attention and the sorts have launches of their own"))
             }
         };

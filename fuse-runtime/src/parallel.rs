@@ -1,0 +1,315 @@
+//! Tensor parallelism (Megatron-style) over the ranks of a group: each rank holds a shard of every weight
+//! (column-parallel products split along N, row-parallel ones along K), runs the same `#[fuse]` code on it,
+//! and joins the row-parallel products' partial sums with [`all_reduce_sum`](crate::all_reduce_sum), a
+//! planned step of the fused call like any other model op.
+//!
+//! One thread a rank ([`Group::run`]): the rank a thread belongs to is bound to the thread while its closure
+//! runs, so the model's code names no communicator (a `#[fuse]` function takes tensors and scalars) and the
+//! same function runs on every rank. This form of the group is the CPU's: its ranks are threads of this
+//! process that sum through shared memory, in rank order, so every rank gets the same bits and the result
+//! does not depend on which rank arrives first. It is the reference for the GPU form (one GPU a rank,
+//! NCCL through cudarc), which is not built yet.
+//!
+//! ```
+//! # use fuse_runtime as fuse; // the facade crate `fuse` re-exports this one
+//! use fuse::parallel::Group;
+//! use fuse::{all_reduce_sum, silu, Device, Tensor};
+//!
+//! // The Llama MLP on one rank's shards (inside `#[fuse]` the same ops fuse as usual, the sum a step of
+//! // its own): [out, in] weights, gate and up split along their outputs (this rank's columns of the
+//! // hidden layer), down along its inputs (this rank's part of every output, summed over the ranks).
+//! fn mlp(x: &Tensor, gate: &Tensor, up: &Tensor, down: &Tensor) -> fuse::Result<Tensor> {
+//!     let h = (silu(&x.matmul(&gate.t()?)?)? * x.matmul(&up.t()?)?)?;
+//!     all_reduce_sum(&h.matmul(&down.t()?)?)
+//! }
+//!
+//! # fn main() -> fuse::Result<()> {
+//! let dev = Device::Cpu;
+//! let w = |rows: usize, cols: usize, seed: u64| Tensor::randn_seeded(0.0, 0.1, &[rows, cols], seed, &dev);
+//! let (x, gate, up, down) = (w(3, 8, 1)?, w(16, 8, 2)?, w(16, 8, 3)?, w(8, 16, 4)?);
+//! let whole = Group::cpu(1)?.run(|_| mlp(&x, &gate, &up, &down))?.remove(0);
+//! let parts = Group::cpu(2)?.run(|rank| {
+//!     let (gate, up) = (rank.column_parallel(&gate)?, rank.column_parallel(&up)?);
+//!     mlp(&x, &gate, &up, &rank.row_parallel(&down)?)
+//! })?;
+//! for y in parts {
+//!     assert!(fuse::rel_l2_error(&y.to_vec::<f32>()?, &whole.to_vec::<f32>()?) < 1e-5);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+use crate::{Device, Error, Result, Tensor};
+use fuse_ir::DType;
+use std::cell::RefCell;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+const OP: &str = "all_reduce_sum";
+
+/// The ranks of a tensor-parallel group. [`Group::run`] runs a closure once a rank, each on its own thread.
+#[derive(Clone, Debug)]
+pub struct Group {
+    world: usize,
+}
+
+impl Group {
+    /// A group of `world` ranks on the CPU: threads of this process (each rank's work may itself use every
+    /// core: the ranks are for tensor-parallel code and its checks, not for speed on one machine's CPU).
+    pub fn cpu(world: usize) -> Result<Group> {
+        if world == 0 {
+            return Err(Error::InvalidArgument { op: "Group::cpu", reason: "a group needs at least one rank".into() });
+        }
+        Ok(Group { world })
+    }
+
+    /// The number of ranks.
+    pub fn world(&self) -> usize {
+        self.world
+    }
+
+    /// Runs `f` once a rank, on one thread each, the thread bound to its rank (so that
+    /// [`all_reduce_sum`](crate::all_reduce_sum) in anything `f` calls sums over the group), and returns
+    /// each rank's result in rank order. Every rank must make the same collective calls in the same order:
+    /// a rank whose closure ends (returns, fails or panics) while others wait in a collective it never
+    /// entered makes theirs fail, saying which rank left, rather than wait forever. The first error in rank
+    /// order is returned; a rank's panic is an error naming the rank.
+    pub fn run<T: Send>(&self, f: impl Fn(&Rank) -> Result<T> + Sync) -> Result<Vec<T>> {
+        if bound().is_some() {
+            return Err(Error::InvalidArgument {
+                op: "Group::run",
+                reason: "called from a rank of a group: groups do not nest".into(),
+            });
+        }
+        let collective = Arc::new(Collective::new(self.world));
+        let f = &f;
+        let outcomes: Vec<Result<T>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..self.world)
+                .map(|index| {
+                    let rank = Rank { index, world: self.world, device: Device::Cpu, collective: collective.clone() };
+                    scope.spawn(move || {
+                        let _leaves = Leaves(rank.collective.clone(), index);
+                        BOUND.with(|b| *b.borrow_mut() = Some(rank.clone()));
+                        let result = f(&rank);
+                        BOUND.with(|b| *b.borrow_mut() = None);
+                        result
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .enumerate()
+                .map(|(index, h)| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::Internal { function: format!("rank {index}"), message: "the rank panicked".into() })
+                    })
+                })
+                .collect()
+        });
+        outcomes.into_iter().collect()
+    }
+}
+
+/// One rank of a running [`Group`]: its index, the group's size, its device, and its shards of the weights.
+#[derive(Clone)]
+pub struct Rank {
+    index: usize,
+    world: usize,
+    device: Device,
+    collective: Arc<Collective>,
+}
+
+impl std::fmt::Debug for Rank {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Rank {} of {} on {:?}", self.index, self.world, self.device)
+    }
+}
+
+impl Rank {
+    /// This rank's index, 0 to `world() - 1`.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The group's number of ranks.
+    pub fn world(&self) -> usize {
+        self.world
+    }
+
+    /// The device this rank computes on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// This rank's part of `w` along `axis`: the `index()`-th of `world()` equal slices, as a dense tensor of
+    /// its own (so the whole weight can be dropped). An error names the shape when the axis does not divide
+    /// by the group's size or does not exist.
+    pub fn shard(&self, w: &Tensor, axis: usize) -> Result<Tensor> {
+        let shape = w.shape();
+        let Some(&n) = shape.get(axis) else {
+            return Err(Error::InvalidArgument {
+                op: "Rank::shard",
+                reason: format!("axis {axis} of a tensor of shape {shape:?}"),
+            });
+        };
+        if n % self.world != 0 {
+            return Err(Error::InvalidArgument {
+                op: "Rank::shard",
+                reason: format!(
+                    "axis {axis} of shape {shape:?} ({n}) does not divide into {} equal parts, one a rank",
+                    self.world
+                ),
+            });
+        }
+        let part = n / self.world;
+        w.narrow(axis, self.index * part, part)?.contiguous()
+    }
+
+    /// A column-parallel product's weight in the `[out, in]` layout checkpoints store (`x.matmul(&w.t())`):
+    /// this rank's rows of it, so its product is this rank's slice of the output's columns (gate, up, and
+    /// the query, key and value projections, whose heads then split with them).
+    pub fn column_parallel(&self, w: &Tensor) -> Result<Tensor> {
+        self.shard(w, 0)
+    }
+
+    /// A row-parallel product's weight in the `[out, in]` layout: this rank's columns of it (the inputs the
+    /// column-parallel product before it left on this rank), so its product is this rank's part of every
+    /// output, summed over the ranks by `all_reduce_sum` (down, and the attention's output projection).
+    pub fn row_parallel(&self, w: &Tensor) -> Result<Tensor> {
+        self.shard(w, w.shape().len().max(1) - 1)
+    }
+}
+
+thread_local! {
+    static BOUND: RefCell<Option<Rank>> = const { RefCell::new(None) };
+}
+
+/// The rank this thread runs as, inside [`Group::run`].
+fn bound() -> Option<Rank> {
+    BOUND.with(|b| b.borrow().clone())
+}
+
+/// Sums `values` (this rank's part, of `shape` and `dtype`) over the ranks of the group this thread runs in:
+/// every rank gets the sum of the parts in rank order, in f32. An error outside a group, or when the ranks'
+/// parts differ in shape or dtype, or a rank left the group before joining this sum.
+pub(crate) fn all_reduce_sum_f32(values: Vec<f32>, shape: &[usize], dtype: DType) -> Result<Vec<f32>> {
+    let rank = bound().ok_or_else(|| Error::Unsupported {
+        function: OP.to_string(),
+        op: OP,
+        reason: "called outside a tensor-parallel group: run it inside fuse::parallel::Group::run (a group of one \
+                 rank sums one part)"
+            .into(),
+    })?;
+    rank.collective.all_reduce(rank.index, Part { shape: shape.to_vec(), dtype, values })
+}
+
+/// One rank's contribution to a sum.
+struct Part {
+    shape: Vec<usize>,
+    dtype: DType,
+    values: Vec<f32>,
+}
+
+/// The CPU group's meeting point: each sum is a round; the last rank to arrive adds the parts in rank
+/// order and every rank takes the result; a round starts only after every rank took the last one's.
+struct Collective {
+    world: usize,
+    state: Mutex<Round>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Round {
+    parts: Vec<Option<Part>>,
+    /// The finished round's sum (or why it failed), until every rank has taken it.
+    result: Option<std::result::Result<Arc<Vec<f32>>, String>>,
+    takers_left: usize,
+    /// Rounds finished so far.
+    finished: u64,
+    /// Ranks whose closures have ended, in the order they did (the first is the one to name: its peers
+    /// that fail because of it leave after it).
+    left: Vec<usize>,
+}
+
+impl Collective {
+    fn new(world: usize) -> Collective {
+        let round = Round { parts: (0..world).map(|_| None).collect(), ..Round::default() };
+        Collective { world, state: Mutex::new(round), changed: Condvar::new() }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Round> {
+        // A rank that panicked inside a sum leaves the state consistent (it only ever pushes its part).
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn wait<'a>(&self, guard: MutexGuard<'a, Round>) -> MutexGuard<'a, Round> {
+        self.changed.wait(guard).unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn all_reduce(&self, index: usize, part: Part) -> Result<Vec<f32>> {
+        let failed = |reason: String| Error::InvalidArgument { op: OP, reason };
+        let mut round = self.lock();
+        // The previous round's result still being taken: wait for it to clear.
+        while round.result.is_some() {
+            round = self.wait(round);
+        }
+        round.parts[index] = Some(part);
+        let arrived = round.parts.iter().filter(|p| p.is_some()).count();
+        let started = round.finished;
+        if arrived == self.world {
+            let parts: Vec<Part> = round.parts.iter_mut().map(|p| p.take().expect("every part")).collect();
+            round.result = Some(sum_in_rank_order(&parts).map(Arc::new));
+            round.takers_left = self.world;
+            round.finished += 1;
+            self.changed.notify_all();
+        } else {
+            while round.finished == started {
+                if let Some(&gone) = round.left.first() {
+                    round.parts[index] = None;
+                    return Err(failed(format!(
+                        "rank {index} waits for rank {gone}, which left the group (its closure ended) without \
+                         joining this sum: every rank must make the same collective calls"
+                    )));
+                }
+                round = self.wait(round);
+            }
+        }
+        let result = round.result.clone().expect("a finished round's result");
+        round.takers_left -= 1;
+        if round.takers_left == 0 {
+            round.result = None;
+            self.changed.notify_all();
+        }
+        result.map(|sum| sum.to_vec()).map_err(failed)
+    }
+
+    /// Rank `index`'s closure ended: ranks waiting for it in a round it never joined fail.
+    fn leave(&self, index: usize) {
+        self.lock().left.push(index);
+        self.changed.notify_all();
+    }
+}
+
+/// Marks its rank as gone when its thread's closure ends, however it ends.
+struct Leaves(Arc<Collective>, usize);
+
+impl Drop for Leaves {
+    fn drop(&mut self) {
+        self.0.leave(self.1);
+    }
+}
+
+/// The parts added in rank order (the same bits on every rank), or why they cannot be added.
+fn sum_in_rank_order(parts: &[Part]) -> std::result::Result<Vec<f32>, String> {
+    let first = &parts[0];
+    if let Some((r, p)) = parts.iter().enumerate().find(|(_, p)| p.shape != first.shape || p.dtype != first.dtype) {
+        return Err(format!(
+            "the ranks' parts differ: rank 0 has {:?} {:?}, rank {r} {:?} {:?}",
+            first.dtype, first.shape, p.dtype, p.shape
+        ));
+    }
+    let mut sum = first.values.clone();
+    for p in &parts[1..] {
+        sum.iter_mut().zip(&p.values).for_each(|(s, v)| *s += v);
+    }
+    Ok(sum)
+}

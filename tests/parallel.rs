@@ -1,0 +1,269 @@
+//! Tensor parallelism on the CPU's group of ranks (issue 34, `fuse::parallel`): a Llama MLP and a grouped-query
+//! attention block, their weights sharded column- and row-parallel, each rank's fused and unfused result
+//! against the reference interpreter of the same block on the whole weights (f64), at 1, 2 and 3 ranks, odd
+//! row counts, f32 and bf16; and the errors: shards that do not divide, a sum outside a group, ranks whose
+//! parts differ, a rank that leaves before a sum its peers wait in, nested groups.
+
+use fuse::parallel::{Group, Rank};
+use fuse::prelude::*;
+use fuse::testing::{assert_close, random, TestRng};
+use fuse::{Arg, Fusion};
+
+#[fuse]
+fn mlp(x: &Tensor, gate: &Tensor, up: &Tensor, down: &Tensor) -> Result<Tensor> {
+    let h = silu(x.matmul(&gate.t())) * x.matmul(&up.t());
+    Ok(h.matmul(&down.t()))
+}
+
+/// `mlp` with the row-parallel product's partial sums joined.
+#[fuse]
+fn mlp_parallel(x: &Tensor, gate: &Tensor, up: &Tensor, down: &Tensor) -> Result<Tensor> {
+    let h = silu(x.matmul(&gate.t())) * x.matmul(&up.t());
+    Ok(all_reduce_sum(&h.matmul(&down.t())))
+}
+
+/// Causal grouped-query self-attention over `s` positions of one sequence, `hq` query heads over `hkv`
+/// key/value heads of size `d`, then the output projection and the residual added by the caller's shard:
+/// the heads a rank holds are the heads its q/k/v rows give it.
+#[fuse]
+fn attention_block(
+    x: &Tensor,
+    wq: &Tensor,
+    wk: &Tensor,
+    wv: &Tensor,
+    wo: &Tensor,
+    s: usize,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    scale: f32,
+) -> Result<Tensor> {
+    let q = x.matmul(&wq.t()).reshape(&[1, s, hq, d]).transpose(1, 2);
+    let k = x.matmul(&wk.t()).reshape(&[1, s, hkv, d]).transpose(1, 2);
+    let v = x.matmul(&wv.t()).reshape(&[1, s, hkv, d]).transpose(1, 2);
+    let o = attention(&q, &k, &v, scale, true).transpose(1, 2).reshape(&[s, hq * d]);
+    Ok(x + o.matmul(&wo.t()))
+}
+
+/// `attention_block` on a rank's heads: the output projection's partial sums joined before the residual.
+#[fuse]
+fn attention_block_parallel(
+    x: &Tensor,
+    wq: &Tensor,
+    wk: &Tensor,
+    wv: &Tensor,
+    wo: &Tensor,
+    s: usize,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    scale: f32,
+) -> Result<Tensor> {
+    let q = x.matmul(&wq.t()).reshape(&[1, s, hq, d]).transpose(1, 2);
+    let k = x.matmul(&wk.t()).reshape(&[1, s, hkv, d]).transpose(1, 2);
+    let v = x.matmul(&wv.t()).reshape(&[1, s, hkv, d]).transpose(1, 2);
+    let o = attention(&q, &k, &v, scale, true).transpose(1, 2).reshape(&[s, hq * d]);
+    Ok(x + all_reduce_sum(&o.matmul(&wo.t())))
+}
+
+/// Each rank's result of `f` on `args(rank)`, fused and unfused, against `want` (the whole block's reference).
+fn check_ranks(
+    what: &str,
+    world: usize,
+    f: &fuse::FusedFn,
+    args: impl Fn(&Rank) -> fuse::Result<(Vec<Tensor>, Vec<f64>)> + Sync,
+    want: &Tensor,
+    dtype: DType,
+) {
+    let dev = Device::Cpu;
+    for fusion in [Fusion::On, Fusion::Off] {
+        let results = Group::cpu(world)
+            .expect("a group")
+            .run(|rank| {
+                let (tensors, scalars) = args(rank)?;
+                let mut call: Vec<Arg<'_>> = tensors.iter().map(Arg::Tensor).collect();
+                call.extend(scalars.iter().map(|&v| Arg::Scalar(v)));
+                Ok(f.call_with(&call, fusion)?.remove(0))
+            })
+            .unwrap_or_else(|e| panic!("{what}, {world} ranks ({fusion:?}): {e}"));
+        assert_eq!(results.len(), world);
+        for (r, got) in results.iter().enumerate() {
+            assert_close(&format!("{what}, rank {r} of {world} ({fusion:?})"), got, want, dtype, &dev);
+            // Every rank adds the parts in the same order: the same bits.
+            assert_eq!(got.to_vec::<f32>().unwrap(), results[0].to_vec::<f32>().unwrap(), "{what}: rank {r}");
+        }
+    }
+}
+
+#[test]
+fn a_sharded_mlp_matches_the_whole_one() {
+    let dev = Device::Cpu;
+    let mut rng = TestRng::new(34);
+    for dtype in [DType::F32, DType::BF16] {
+        for (rows, hidden, inter) in [(1, 24, 36), (5, 40, 60), (7, 16, 48)] {
+            let t = |rng: &mut TestRng, shape: &[usize], scale: f32| random(rng, shape, dtype, -scale, scale, &dev);
+            let x = t(&mut rng, &[rows, hidden], 1.0);
+            let gate = t(&mut rng, &[inter, hidden], 0.3);
+            let up = t(&mut rng, &[inter, hidden], 0.3);
+            let down = t(&mut rng, &[hidden, inter], 0.3);
+            let whole = [&x, &gate, &up, &down].map(Arg::Tensor);
+            let want = fuse::reference(&mlp_fused(), &whole).expect("the reference").remove(0);
+            for world in [1, 2, 3] {
+                let args = |rank: &Rank| {
+                    let shards = vec![
+                        x.clone(),
+                        rank.column_parallel(&gate)?,
+                        rank.column_parallel(&up)?,
+                        rank.row_parallel(&down)?,
+                    ];
+                    Ok((shards, vec![]))
+                };
+                let what = format!("mlp {dtype} [{rows}, {hidden}] x {inter}");
+                check_ranks(&what, world, &mlp_parallel_fused(), args, &want, dtype);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_sharded_attention_block_matches_the_whole_one() {
+    let dev = Device::Cpu;
+    let mut rng = TestRng::new(35);
+    // (positions, query heads, key/value heads, head size): the heads split with the ranks, each rank taking
+    // whole key/value groups (hq / world query heads over hkv / world key/value heads).
+    for (s, hq, hkv, d) in [(5, 6, 2, 8), (3, 12, 6, 4)] {
+        let hidden = 24;
+        let dtype = DType::F32;
+        let t = |rng: &mut TestRng, shape: &[usize], scale: f32| random(rng, shape, dtype, -scale, scale, &dev);
+        let x = t(&mut rng, &[s, hidden], 1.0);
+        let wq = t(&mut rng, &[hq * d, hidden], 0.3);
+        let wk = t(&mut rng, &[hkv * d, hidden], 0.3);
+        let wv = t(&mut rng, &[hkv * d, hidden], 0.3);
+        let wo = t(&mut rng, &[hidden, hq * d], 0.3);
+        let scale = 1.0 / (d as f64).sqrt();
+        let sizes = |heads: usize, kv: usize| {
+            [s, heads, kv, d].map(|v| v as f64).into_iter().chain([scale]).collect::<Vec<f64>>()
+        };
+        let mut whole: Vec<Arg<'_>> = [&x, &wq, &wk, &wv, &wo].map(Arg::Tensor).to_vec();
+        whole.extend(sizes(hq, hkv).into_iter().map(Arg::Scalar));
+        let want = fuse::reference(&attention_block_fused(), &whole).expect("the reference").remove(0);
+        for world in [1, 2] {
+            let args = |rank: &Rank| {
+                let shards = vec![
+                    x.clone(),
+                    rank.column_parallel(&wq)?,
+                    rank.column_parallel(&wk)?,
+                    rank.column_parallel(&wv)?,
+                    rank.row_parallel(&wo)?,
+                ];
+                Ok((shards, sizes(hq / world, hkv / world)))
+            };
+            let what = format!("attention s={s} hq={hq} hkv={hkv} d={d}");
+            check_ranks(&what, world, &attention_block_parallel_fused(), args, &want, dtype);
+        }
+    }
+}
+
+#[test]
+fn the_eager_sum_adds_every_ranks_part() {
+    let sums = Group::cpu(3)
+        .unwrap()
+        .run(|rank| {
+            let part = Tensor::from_vec(vec![rank.index() as f32 + 1.0, 10.0], &[1, 2], rank.device())?;
+            all_reduce_sum(&part)?.to_vec::<f32>()
+        })
+        .expect("three ranks");
+    assert_eq!(sums, vec![vec![6.0, 30.0]; 3]);
+}
+
+#[test]
+fn shards_that_do_not_divide_are_errors_naming_the_shape() {
+    let w = Tensor::from_vec(vec![0.0f32; 5 * 4], &[5, 4], &Device::Cpu).unwrap();
+    let errors = Group::cpu(2).unwrap().run(|rank| Ok(rank.column_parallel(&w).map(|_| ()))).unwrap();
+    for e in errors {
+        let text = e.expect_err("5 rows in 2 parts").to_string();
+        assert!(text.contains("[5, 4]") && text.contains("2 equal parts"), "{text}");
+    }
+    let errors = Group::cpu(3).unwrap().run(|rank| Ok(rank.row_parallel(&w).map(|_| ()))).unwrap();
+    assert!(errors.iter().all(|e| e.is_err()), "4 columns in 3 parts");
+    let text = Group::cpu(2).unwrap().run(|rank| rank.shard(&w, 2)).unwrap_err().to_string();
+    assert!(text.contains("axis 2"), "{text}");
+    assert!(Group::cpu(0).is_err(), "a group of no ranks");
+}
+
+#[test]
+fn a_sum_outside_a_group_is_an_error() {
+    let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2], &Device::Cpu).unwrap();
+    let text = all_reduce_sum(&x).unwrap_err().to_string();
+    assert!(text.contains("Group::run"), "{text}");
+    let text = mlp_parallel(
+        &x.reshape(&[1, 2]).unwrap(),
+        &x.reshape(&[1, 2]).unwrap(),
+        &x.reshape(&[1, 2]).unwrap(),
+        &x.reshape(&[2, 1]).unwrap(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(text.contains("outside a tensor-parallel group"), "{text}");
+}
+
+#[test]
+fn ranks_whose_parts_differ_all_fail() {
+    let outcomes = Group::cpu(2)
+        .unwrap()
+        .run(|rank| {
+            let n = 2 + rank.index();
+            let part = Tensor::from_vec(vec![1.0f32; n], &[n], rank.device())?;
+            Ok(all_reduce_sum(&part).map(|_| ()))
+        })
+        .unwrap();
+    for outcome in outcomes {
+        let text = outcome.expect_err("shapes [2] and [3]").to_string();
+        assert!(text.contains("[2]") && text.contains("[3]"), "{text}");
+    }
+}
+
+#[test]
+fn a_rank_that_leaves_early_fails_its_peers_instead_of_hanging() {
+    let outcomes = Group::cpu(3)
+        .unwrap()
+        .run(|rank| {
+            let part = Tensor::from_vec(vec![1.0f32; 4], &[4], rank.device())?;
+            // Rank 1 makes one sum fewer than the others.
+            let sums = if rank.index() == 1 { 1 } else { 2 };
+            let mut last = part;
+            for _ in 0..sums {
+                last = match all_reduce_sum(&last) {
+                    Ok(t) => t,
+                    Err(e) => return Ok(Err(e.to_string())),
+                };
+            }
+            Ok(Ok(last.to_vec::<f32>()?))
+        })
+        .unwrap();
+    assert_eq!(outcomes[1], Ok(vec![3.0; 4]), "the first sum completes on every rank");
+    for r in [0, 2] {
+        let text = outcomes[r].clone().expect_err("rank 1 left before the second sum");
+        assert!(text.contains("rank 1") && text.contains("left the group"), "rank {r}: {text}");
+    }
+    // A rank's error before any sum is returned, and its peers' sums fail rather than wait.
+    let text = Group::cpu(2)
+        .unwrap()
+        .run(|rank| {
+            if rank.index() == 0 {
+                return Err(fuse::Error::InvalidArgument { op: "test", reason: "rank 0 fails first".into() });
+            }
+            all_reduce_sum(&Tensor::from_vec(vec![1.0f32], &[1], rank.device())?).map(|_| ())
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("rank 0 fails first"), "{text}");
+}
+
+#[test]
+fn groups_do_not_nest() {
+    let outcomes = Group::cpu(2).unwrap().run(|_| Ok(Group::cpu(2)?.run(|_| Ok(())).map(|_| ()))).unwrap();
+    for outcome in outcomes {
+        assert!(outcome.unwrap_err().to_string().contains("do not nest"));
+    }
+}
