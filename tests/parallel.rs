@@ -267,3 +267,85 @@ fn groups_do_not_nest() {
         assert!(outcome.unwrap_err().to_string().contains("do not nest"));
     }
 }
+
+/// A GPU group of `world` ranks on GPUs 0 .. world, or `None` after saying why not: no GPU (`FUSE_TEST_GPU=1`
+/// makes that a failure), fewer GPUs than ranks (`FUSE_TEST_GPUS=N`, N >= world, makes that a failure: the
+/// 2-GPU machine's runner sets it), or no NCCL where a GPU is (a failure with `FUSE_TEST_GPU=1`).
+fn gpu_group(world: usize) -> Option<Group> {
+    use std::io::Write as _;
+    fuse::testing::gpu_or_skip()?;
+    let required = std::env::var("FUSE_TEST_GPUS").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
+    if let Err(e) = Device::cuda(world - 1) {
+        assert!(required < world, "FUSE_TEST_GPUS={required} but GPU {} cannot start: {e}", world - 1);
+        let _ = writeln!(std::io::stderr(), "skipped: {world} ranks need {world} GPUs ({e})");
+        return None;
+    }
+    let group = Group::cuda(&(0..world).collect::<Vec<_>>()).expect("a GPU group");
+    // NCCL loads when a group runs: a missing library is an error then, which says so.
+    match group.run(|_| Ok(())) {
+        Ok(_) => Some(group),
+        Err(e) => {
+            let required = std::env::var("FUSE_TEST_GPU").is_ok_and(|v| v == "1");
+            assert!(!required, "FUSE_TEST_GPU=1 but a GPU group of {world} cannot start: {e}");
+            let _ = writeln!(std::io::stderr(), "skipped: a GPU group of {world} cannot start ({e})");
+            None
+        }
+    }
+}
+
+/// The sharded MLP on a GPU group against the whole one's reference (bf16 and f32, through NCCL on each
+/// rank's stream), at `world` ranks.
+fn gpu_mlp(world: usize) {
+    let Some(group) = gpu_group(world) else { return };
+    let mut rng = TestRng::new(36);
+    for dtype in [DType::F32, DType::BF16] {
+        let (rows, hidden, inter) = (5, 64, 96);
+        let cpu = Device::Cpu;
+        let t = |rng: &mut TestRng, shape: &[usize], scale: f32| random(rng, shape, dtype, -scale, scale, &cpu);
+        let (x, gate) = (t(&mut rng, &[rows, hidden], 1.0), t(&mut rng, &[inter, hidden], 0.3));
+        let (up, down) = (t(&mut rng, &[inter, hidden], 0.3), t(&mut rng, &[hidden, inter], 0.3));
+        let whole = [&x, &gate, &up, &down].map(Arg::Tensor);
+        let want = fuse::reference(&mlp_fused(), &whole).expect("the reference").remove(0);
+        for fusion in [Fusion::On, Fusion::Off] {
+            let results = group
+                .run(|rank| {
+                    let dev = rank.device();
+                    let shards = [
+                        x.to_device(dev)?,
+                        rank.column_parallel(&gate)?.to_device(dev)?,
+                        rank.column_parallel(&up)?.to_device(dev)?,
+                        rank.row_parallel(&down)?.to_device(dev)?,
+                    ];
+                    let y = mlp_parallel_fused().call_with(&shards.each_ref().map(Arg::Tensor), fusion)?.remove(0);
+                    y.to_device(&Device::Cpu)
+                })
+                .unwrap_or_else(|e| panic!("mlp on {world} GPUs ({dtype}, {fusion:?}): {e}"));
+            for (r, got) in results.iter().enumerate() {
+                let gpu = Device::cuda(0).expect("a GPU");
+                let what = format!("mlp {dtype}, rank {r} of {world} GPUs ({fusion:?})");
+                // The GPU's tolerance (its silu), the result read back to the CPU.
+                let (g, w) = (got.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+                let (err, tol) = (fuse::rel_l2_error(&g, &w), fuse::testing::tolerance(dtype, &gpu));
+                assert!(err <= tol, "{what}: relative error {err:.3e} > {tol:.1e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_sharded_mlp_on_one_gpu_through_nccl() {
+    gpu_mlp(1);
+}
+
+#[test]
+fn a_sharded_mlp_on_two_gpus_through_nccl() {
+    gpu_mlp(2);
+}
+
+#[test]
+fn a_gpu_tensor_in_a_cpu_group_is_an_error() {
+    let Some(gpu) = fuse::testing::gpu_or_skip() else { return };
+    let x = Tensor::from_vec(vec![1.0f32; 4], &[4], &gpu).unwrap();
+    let text = Group::cpu(1).unwrap().run(|_| all_reduce_sum(&x)).unwrap_err().to_string();
+    assert!(text.contains("Group::cuda"), "{text}");
+}

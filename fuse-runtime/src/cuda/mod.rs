@@ -30,6 +30,8 @@ pub(crate) mod driver;
 pub(crate) mod exec;
 mod gemm;
 mod interop;
+#[cfg(feature = "cuda")]
+pub(crate) mod nccl;
 mod one_launch;
 mod queueing;
 pub(crate) mod recorder;

@@ -45,6 +45,31 @@ impl Executor<'_> {
         }
     }
 
+    /// `all_reduce_sum`: NCCL's sum over this thread's GPU group (`fuse::parallel`), queued on the device's
+    /// stream from x into a fresh output.
+    fn run_all_reduce(&mut self, id: NodeId) -> Result<()> {
+        let x = self.tensor_arg(self.graph.node(id).args[0], "x")?;
+        if !x.is_contiguous() {
+            let reason = "sums a dense tensor on the GPU, not a strided view: call .contiguous() on it first";
+            return Err(Error::unsupported(self.function, "all_reduce_sum", reason));
+        }
+        let out = self.allocate(id)?;
+        if x.numel() > 0 {
+            let (send, recv) = (self.address(&x)?, self.address(&out)?);
+            #[cfg(feature = "cuda")]
+            crate::parallel::nccl_all_reduce_sum(send, recv, x.numel(), x.dtype(), self.device)?;
+            #[cfg(not(feature = "cuda"))]
+            {
+                let _ = (send, recv);
+                let reason = "this build links CUDA as candle does, without NCCL (the `cuda` feature brings it)";
+                return Err(Error::unsupported(self.function, "all_reduce_sum", reason));
+            }
+            self.queued = true;
+        }
+        self.values[id.index()] = Some(Value::Tensor(out));
+        Ok(())
+    }
+
     /// Rank checks the kernels' fixed layouts need (inference allows any rank).
     pub(super) fn fits_layout(&self, op: &'static str, t: &Tensor) -> Result<()> {
         if t.shape().len() > MODEL_RANK {
@@ -160,9 +185,7 @@ impl Executor<'_> {
             return self.run_attention_node(id, None);
         }
         if op == ModelOp::AllReduceSum {
-            let reason = "across GPUs it needs the NCCL communicator, which is not built yet: run the group on the \
-                          CPU (fuse::parallel::Group::cpu)";
-            return Err(Error::unsupported(self.function, op.name(), reason));
+            return self.run_all_reduce(id);
         }
         if let ModelOp::ArgSort { .. } | ModelOp::ArgTopK = op {
             // Launches of their own (`sort.rs`).
