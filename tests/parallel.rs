@@ -165,6 +165,49 @@ fn a_sharded_attention_block_matches_the_whole_one() {
 }
 
 #[test]
+fn a_sharded_mlp_of_quantized_weights_matches_the_whole_one() {
+    use fuse::ir::quant::random_blocks;
+    let dev = Device::Cpu;
+    let blocks = |dtype: DType, rows: usize, cols: usize, seed: u64| {
+        let count = rows * cols / dtype.block().unwrap().elements;
+        Tensor::from_blocks(dtype, &[rows, cols], random_blocks(dtype, count, seed), &dev).unwrap()
+    };
+    let mut rng = TestRng::new(37);
+    // Q8_0 splits its 32-value blocks, Q4_K its 256-value ones, along K (down) at 2 ranks: 512 columns.
+    for dtype in [DType::Q8_0, DType::Q4_K] {
+        let (rows, hidden, inter) = (3, 512, 512);
+        let x = random(&mut rng, &[rows, hidden], DType::F32, -1.0, 1.0, &dev);
+        let (gate, up, down) =
+            (blocks(dtype, inter, hidden, 1), blocks(dtype, inter, hidden, 2), blocks(dtype, hidden, inter, 3));
+        let whole = mlp(&x, &gate, &up, &down).expect("the whole MLP").to_vec::<f32>().unwrap();
+        let results = Group::cpu(2)
+            .unwrap()
+            .run(|rank| {
+                let (g, u, d) = (rank.column_parallel(&gate)?, rank.column_parallel(&up)?, rank.row_parallel(&down)?);
+                assert_eq!((g.dtype(), d.dtype(), d.shape()), (dtype, dtype, &[hidden, inter / 2][..]));
+                // The shard's blocks are the whole weight's, as stored.
+                let part = |t: &Tensor| t.to_dtype(DType::F32).and_then(|t| t.to_vec::<f32>());
+                let want = down.to_dtype(DType::F32)?.narrow(1, rank.index() * inter / 2, inter / 2)?.contiguous()?;
+                assert_eq!(part(&d)?, want.to_vec::<f32>()?, "{dtype} rank {}: the down shard", rank.index());
+                mlp_parallel(&x, &g, &u, &d)?.to_vec::<f32>()
+            })
+            .expect("two ranks");
+        for (r, got) in results.iter().enumerate() {
+            // The ranks' partial sums in another order than one product's: f32 rounding apart.
+            let err = fuse::rel_l2_error(got, &whole);
+            assert!(err < 1e-4, "{dtype} mlp, rank {r} of 2: relative error {err:.3e} against the whole weights");
+        }
+    }
+    // A part that would cut a block is an error naming the shape: 512 Q4_K columns in 4 parts of 128.
+    let w = blocks(DType::Q4_K, 2, 512, 4);
+    let errors = Group::cpu(4).unwrap().run(|rank| Ok(rank.row_parallel(&w).map(|_| ()))).unwrap();
+    for e in errors {
+        let text = e.expect_err("128-value parts of 256-value blocks").to_string();
+        assert!(text.contains("[2, 512]") && text.contains("on a block"), "{text}");
+    }
+}
+
+#[test]
 fn the_eager_sum_adds_every_ranks_part() {
     let sums = Group::cpu(3)
         .unwrap()

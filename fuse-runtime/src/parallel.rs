@@ -202,8 +202,9 @@ impl Rank {
     }
 
     /// This rank's part of `w` along `axis`: the `index()`-th of `world()` equal slices, as a dense tensor of
-    /// its own (so the whole weight can be dropped). An error names the shape when the axis does not divide
-    /// by the group's size or does not exist.
+    /// its own (so the whole weight can be dropped). Block-quantized weights (a GGUF file's, on the CPU) keep
+    /// their blocks as stored; cut along their last axis, each part must hold whole blocks. An error names
+    /// the shape when the axis does not divide by the group's size, cuts a block, or does not exist.
     pub fn shard(&self, w: &Tensor, axis: usize) -> Result<Tensor> {
         let shape = w.shape();
         let Some(&n) = shape.get(axis) else {
@@ -222,6 +223,11 @@ impl Rank {
             });
         }
         let part = n / self.world;
+        // Blocks cut along their rows' axis are copied block by block (`contiguous` reads no blocks); along
+        // any other they are whole rows, a view that is already dense.
+        if w.dtype().block().is_some() && axis + 1 == shape.len() {
+            return w.block_columns(self.index * part, part);
+        }
         w.narrow(axis, self.index * part, part)?.contiguous()
     }
 

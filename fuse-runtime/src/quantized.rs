@@ -69,6 +69,48 @@ impl Tensor {
         }
     }
 
+    /// Columns `start .. start + len` of every row of a block-quantized CPU tensor `[.., n]` (its last axis
+    /// dense), as a tensor of its own, the bytes copied: a row-parallel shard of a weight as a file stores it
+    /// (`fuse::parallel`). Both ends on block boundaries, else an error naming the shape.
+    pub(crate) fn block_columns(&self, start: usize, len: usize) -> Result<Tensor> {
+        let (dtype, shape) = (self.dtype(), self.shape());
+        let invalid = |reason: String| Err(Error::InvalidArgument { op: "Rank::shard", reason });
+        let (Some(block), Some(&n)) = (dtype.block(), shape.last()) else {
+            return invalid(format!("a {dtype} tensor of shape {shape:?} is not block-quantized"));
+        };
+        if start % block.elements != 0 || len % block.elements != 0 || start + len > n {
+            return invalid(format!(
+                "columns {start}..{} of a {dtype} tensor of shape {shape:?}: a shard of blocks of {} values must \
+                 start and end on a block",
+                start + len,
+                block.elements
+            ));
+        }
+        let Storage::Cpu(cpu) = self.storage() else {
+            return invalid(format!(
+                "a {dtype} tensor on the GPU: shard block-quantized weights on the CPU, then move each to its rank"
+            ));
+        };
+        if !self.is_contiguous() {
+            return invalid(format!("a strided view of {dtype} blocks, shape {shape:?}"));
+        }
+        let read = cpu.read();
+        let crate::host::CpuSlice::Blocks(_, bytes) = read.slice() else {
+            return invalid(format!("a {dtype} tensor without block bytes"));
+        };
+        let bytes_of = |elements: usize| elements / block.elements * block.bytes;
+        let (row, first, take, base) = (bytes_of(n), bytes_of(start), bytes_of(len), bytes_of(self.offset()));
+        let rows = self.numel() / n.max(1);
+        let mut out = Vec::with_capacity(rows * take);
+        for r in 0..rows {
+            let at = base + r * row + first;
+            out.extend_from_slice(&bytes[at..at + take]);
+        }
+        let mut part = shape.to_vec();
+        *part.last_mut().expect("a last axis") = len;
+        Tensor::from_blocks(dtype, &part, out, &Device::Cpu)
+    }
+
     /// Whether this is a CPU tensor whose block-quantized bytes are another owner's, read in place.
     pub fn reads_blocks_in_place(&self) -> bool {
         match self.storage() {
