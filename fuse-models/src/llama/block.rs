@@ -143,3 +143,47 @@ impl FfnBlock {
         Ok(x + (silu(h.matmul(&self.gate.t())) * h.matmul(&self.up.t())).matmul(&self.down.t()))
     }
 }
+
+/// The blocks on one rank of a tensor-parallel group (`fuse::parallel`, [`crate::llama::Llama::shard`]): the
+/// rank's heads and its columns of the FFN's hidden layer; each block's last product (the output projection,
+/// down) gives this rank's part of every output, which `all_reduce_sum` adds over the ranks before the
+/// residual. `width` is the rank's hq * d (the columns of its attention output).
+impl AttentionBlock {
+    #[fuse]
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_parallel(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        at: &Tensor,
+        lens: &Tensor,
+        b: usize,
+        s: usize,
+        hq: usize,
+        hkv: usize,
+        heads: usize,
+        hqk: usize,
+        d: usize,
+        width: usize,
+    ) -> Result<Tensor> {
+        let h = rms_norm(x, &self.norm, self.eps);
+        let qkv = h.matmul(&self.wqkv.t()).reshape(&[b, s, heads, d]);
+        let qk = rope(&qkv.narrow(2, 0, hqk).transpose(1, 2), cos, sin);
+        let k_cache = k_cache.slice_set(&qk.narrow(1, hq, hkv), 2, at);
+        let v_cache = v_cache.slice_set(&qkv.narrow(2, hqk, hkv).transpose(1, 2), 2, at);
+        let a = attention_len(&qk.narrow(1, 0, hq), &k_cache, &v_cache, lens, self.scale, true);
+        let o = a.transpose(1, 2).reshape(&[b, s, width]);
+        Ok(x + all_reduce_sum(&o.matmul(&self.wo.t())))
+    }
+}
+
+impl FfnBlock {
+    #[fuse]
+    pub fn forward_parallel(&self, x: &Tensor) -> Result<Tensor> {
+        let h = rms_norm(x, &self.norm, self.eps);
+        Ok(x + all_reduce_sum(&(silu(h.matmul(&self.gate.t())) * h.matmul(&self.up.t())).matmul(&self.down.t())))
+    }
+}

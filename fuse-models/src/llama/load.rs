@@ -174,6 +174,13 @@ pub(super) struct SplitV {
     pub bv: Tensor,
 }
 
+/// Which rank of how many a sharded model is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorParallel {
+    pub index: usize,
+    pub world: usize,
+}
+
 /// The weights of every layer, the embedding, the LM head and the rotary tables, on one device.
 pub struct Llama {
     pub config: Config,
@@ -192,6 +199,8 @@ pub struct Llama {
     pub(super) sin: Tensor,
     pub(super) device: Device,
     pub(super) dtype: DType,
+    /// The rank this model is a shard for (`Llama::shard`): its blocks sum their last products over the group.
+    pub(super) tensor_parallel: Option<TensorParallel>,
 }
 
 impl Llama {
@@ -227,6 +236,7 @@ impl Llama {
             device: device.clone(),
             dtype,
             config,
+            tensor_parallel: None,
         })
     }
 
@@ -275,6 +285,7 @@ impl Llama {
             device: device.clone(),
             dtype,
             config: c,
+            tensor_parallel: None,
         })
     }
 

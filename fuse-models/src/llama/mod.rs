@@ -9,6 +9,8 @@
 //!   every layer with a [`KvCache`] and returns the last position's logits.
 //! - [`generate`]: prefill the prompt in one pass, then decode one token at a time (greedy, or temperature
 //!   and top-p sampling with a seed), stopping at eos or a token budget.
+//! - [`Llama::shard`]: a rank's share of the model for tensor parallelism (`fuse::parallel`), whose blocks
+//!   sum their last products over the ranks.
 //! - [`OneLaunchDecoder`]: greedy decoding with the whole decode step as one launch (an sm_90 GPU, batch 1):
 //!   the kernel of `step_kernel/` ([`DecodeStep`], a custom kernel on `fuse::custom_kernel`) on weights
 //!   [`DecodeStepWeights`] packs from the file's Q4_1 blocks at the offsets of its [`StepLayout`].
@@ -19,6 +21,7 @@ mod generate;
 mod image;
 mod load;
 mod one_launch;
+mod parallel;
 #[cfg(test)]
 mod qwen2_tests;
 #[cfg(test)]
@@ -33,7 +36,7 @@ mod stored_tests;
 pub use block::{AttentionBlock, FfnBlock};
 pub use cache::KvCache;
 pub use generate::{generate, top_p_choice, Generated, Sampling};
-pub use load::{Architecture, Config, Llama};
+pub use load::{Architecture, Config, Llama, TensorParallel};
 pub use one_launch::OneLaunchDecoder;
 pub use sample::sampling_uniforms;
 pub use step::{Decoder, StepInputs};

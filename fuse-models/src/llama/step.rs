@@ -173,6 +173,25 @@ impl Llama {
             let (at, lens) = (&inputs.at, &inputs.lens);
             let (heads, hqk) = (c.heads + 2 * c.kv_heads, c.heads + c.kv_heads);
             let y = match (bias, self.split_v.get(i).and_then(Option::as_ref)) {
+                // A shard's attention output is its own heads' columns; the block sums its projection.
+                _ if self.tensor_parallel.is_some() => attention.forward_parallel_with(
+                    &x,
+                    &cos,
+                    &sin,
+                    k_cache,
+                    v_cache,
+                    at,
+                    lens,
+                    b,
+                    s,
+                    c.heads,
+                    c.kv_heads,
+                    heads,
+                    hqk,
+                    c.head_dim,
+                    c.heads * c.head_dim,
+                    fusion,
+                )?,
                 (_, Some(v)) => attention.forward_split_with(
                     &x, &v.wv, &v.bqk, &v.bv, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, hqk,
                     c.head_dim, c.hidden, fusion,
@@ -186,7 +205,10 @@ impl Llama {
                     c.head_dim, c.hidden, fusion,
                 )?,
             };
-            x = ffn.forward_with(&y, fusion)?;
+            x = match self.tensor_parallel {
+                Some(_) => ffn.forward_parallel_with(&y, fusion)?,
+                None => ffn.forward_with(&y, fusion)?,
+            };
         }
         let last = x.narrow(1, s - 1, 1)?;
         Ok(rms_norm(&last, &self.output_norm, c.eps)?.matmul(&self.head().t()?)?)

@@ -86,7 +86,20 @@ impl Llama {
         let output = lm_head(file, &tensor)?;
         let output_norm = tensor("output_norm.weight")?;
         let device = device.clone();
-        Ok(Llama { config, embedding, output, layers, biases, split_v, output_norm, cos, sin, device, dtype })
+        Ok(Llama {
+            config,
+            embedding,
+            output,
+            layers,
+            biases,
+            split_v,
+            output_norm,
+            cos,
+            sin,
+            device,
+            dtype,
+            tensor_parallel: None,
+        })
     }
 }
 

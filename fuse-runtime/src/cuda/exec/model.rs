@@ -48,6 +48,11 @@ impl Executor<'_> {
     /// `all_reduce_sum`: NCCL's sum over this thread's GPU group (`fuse::parallel`), queued on the device's
     /// stream from x into a fresh output.
     fn run_all_reduce(&mut self, id: NodeId) -> Result<()> {
+        if self.device.recorder().is_on() {
+            // A recorded step replays kernels, fills and copies: a sum through NCCL would be left out.
+            let reason = "cannot be part of a step recorded for one launch (its sum is NCCL's, not a kernel)";
+            return Err(Error::unsupported(self.function, "all_reduce_sum", reason));
+        }
         let x = self.tensor_arg(self.graph.node(id).args[0], "x")?;
         if !x.is_contiguous() {
             let reason = "sums a dense tensor on the GPU, not a strided view: call .contiguous() on it first";
