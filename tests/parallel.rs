@@ -232,6 +232,15 @@ fn shards_that_do_not_divide_are_errors_naming_the_shape() {
     let text = Group::cpu(2).unwrap().run(|rank| rank.shard(&w, 2)).unwrap_err().to_string();
     assert!(text.contains("axis 2"), "{text}");
     assert!(Group::cpu(0).is_err(), "a group of no ranks");
+    // A stacked weight's parts: each rank its slice of every part, in order; parts that do not add up or
+    // divide are errors naming them.
+    let stack = Tensor::from_vec((0..6 * 2).map(|v| v as f32).collect::<Vec<_>>(), &[6, 2], &Device::Cpu).unwrap();
+    let parts = Group::cpu(2).unwrap().run(|rank| rank.shard_stacked(&stack, 0, &[4, 2])?.to_vec::<f32>()).unwrap();
+    assert_eq!(parts, [vec![0., 1., 2., 3., 8., 9.], vec![4., 5., 6., 7., 10., 11.]]);
+    for bad in [&[4usize, 1][..], &[3, 3]] {
+        let text = Group::cpu(2).unwrap().run(|rank| rank.shard_stacked(&stack, 0, bad)).unwrap_err().to_string();
+        assert!(text.contains(&format!("{bad:?}")), "{text}");
+    }
 }
 
 #[test]

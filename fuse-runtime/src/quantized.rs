@@ -111,6 +111,39 @@ impl Tensor {
         Tensor::from_blocks(dtype, &part, out, &Device::Cpu)
     }
 
+    /// The rows `start .. start + len` of each of `slices`, one after the other, of a block-quantized CPU
+    /// matrix `[rows, n]`, as a matrix of its own (the bytes copied): a rank's part of a stacked weight as a file
+    /// stores it (`fuse::parallel`).
+    pub(crate) fn block_rows(&self, slices: &[(usize, usize)]) -> Result<Tensor> {
+        let (dtype, shape) = (self.dtype(), self.shape());
+        let invalid = |reason: String| Err(Error::InvalidArgument { op: "Rank::shard_stacked", reason });
+        let (Some(block), &[rows, n]) = (dtype.block(), shape) else {
+            return invalid(format!("a {dtype} tensor of shape {shape:?} is not a block-quantized matrix"));
+        };
+        if let Some(&(start, len)) = slices.iter().find(|(start, len)| start + len > rows) {
+            return invalid(format!("rows {start}..{} of a {dtype} matrix of shape {shape:?}", start + len));
+        }
+        let Storage::Cpu(cpu) = self.storage() else {
+            return invalid(format!(
+                "a {dtype} tensor on the GPU: shard block-quantized weights on the CPU, then move each to its rank"
+            ));
+        };
+        if !self.is_contiguous() {
+            return invalid(format!("a strided view of {dtype} blocks, shape {shape:?}"));
+        }
+        let read = cpu.read();
+        let crate::host::CpuSlice::Blocks(_, bytes) = read.slice() else {
+            return invalid(format!("a {dtype} tensor without block bytes"));
+        };
+        let row = n / block.elements * block.bytes;
+        let base = self.offset() / block.elements * block.bytes;
+        let mut out = Vec::with_capacity(slices.iter().map(|s| s.1).sum::<usize>() * row);
+        for &(start, len) in slices {
+            out.extend_from_slice(&bytes[base + start * row..base + (start + len) * row]);
+        }
+        Tensor::from_blocks(dtype, &[slices.iter().map(|s| s.1).sum(), n], out, &Device::Cpu)
+    }
+
     /// Whether this is a CPU tensor whose block-quantized bytes are another owner's, read in place.
     pub fn reads_blocks_in_place(&self) -> bool {
         match self.storage() {

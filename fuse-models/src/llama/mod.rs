@@ -16,6 +16,7 @@
 //!   [`DecodeStepWeights`] packs from the file's Q4_1 blocks at the offsets of its [`StepLayout`].
 
 mod block;
+mod block_parallel;
 mod cache;
 mod generate;
 mod image;

@@ -5,6 +5,7 @@
 //! summed over the ranks (`forward_parallel`), so every rank ends each layer with the whole residual stream
 //! and computes the same logits as the whole model, up to the order of the sums.
 
+use super::load::SplitV;
 use super::{AttentionBlock, FfnBlock, Llama, TensorParallel};
 use crate::{Error, Result};
 use fuse::parallel::Rank;
@@ -13,9 +14,10 @@ use fuse::prelude::*;
 impl Llama {
     /// This model's shard for `rank` (call it inside `fuse::parallel::Group::run`, once a rank), on the rank's
     /// device: its [`Config`](super::Config) has `heads`, `kv_heads` and `intermediate` divided by the
-    /// group's size (its caches hold its key/value heads), `hidden` whole. An error where those do not divide,
-    /// and for what is not sharded yet: q/k/v biases (Qwen2), a v projection apart from q and k, and q/k/v
-    /// weights of quantized blocks (a model loaded with `load_stored`; `Llama::load` dequantizes).
+    /// group's size (its caches hold its key/value heads), `hidden` whole; q/k/v biases (Qwen2) and a v
+    /// projection apart from q and k are cut with their heads. Block-quantized weights (`load_stored`) shard
+    /// as stored from a model on the CPU (load it there, shard, and each rank's part moves to its device). An
+    /// error where the heads or the FFN's columns do not divide, or a part would cut a block.
     pub fn shard(&self, rank: &Rank) -> Result<Llama> {
         let (c, world, index) = (&self.config, rank.world(), rank.index());
         let unsupported = |what: String| Err(Error::InvalidArgument { what: format!("tensor parallelism: {what}") });
@@ -27,24 +29,24 @@ impl Llama {
                 return unsupported(format!("{n} {what} do not divide into {world} ranks"));
             }
         }
-        if self.biases.iter().any(Option::is_some) || self.split_v.iter().any(Option::is_some) {
-            return unsupported("q/k/v biases (Qwen2) and a v projection apart are not sharded yet".into());
-        }
         let device = rank.device();
         let on = |t: &Tensor| -> Result<Tensor> { Ok(t.to_device(device)?) };
         let (d, hq, hkv) = (c.head_dim, c.heads / world, c.kv_heads / world);
+        // The stacked q|k|v rows (and biases): this rank's query heads, then its key and value heads.
+        let (q_rows, kv_rows) = (c.heads * d, c.kv_heads * d);
+        let stacked = |t: &Tensor, parts: &[usize]| -> Result<Tensor> { on(&rank.shard_stacked(t, 0, parts)?) };
         let mut layers = Vec::with_capacity(self.layers.len());
-        for (a, f) in &self.layers {
-            if a.wqkv.dtype().block().is_some() {
-                return unsupported(format!("q/k/v weights of {} blocks are not sharded yet", a.wqkv.dtype()));
-            }
-            // The stacked q|k|v rows: this rank's query heads, then its key and value heads.
-            let rows = |start: usize, heads: usize| a.wqkv.narrow(0, start * d, heads * d);
-            let (q, k) = (rows(index * hq, hq)?, rows(c.heads + index * hkv, hkv)?);
-            let v = rows(c.heads + c.kv_heads + index * hkv, hkv)?;
+        let (mut biases, mut split_v) = (Vec::with_capacity(self.layers.len()), Vec::with_capacity(self.split_v.len()));
+        for (i, (a, f)) in self.layers.iter().enumerate() {
+            let split = self.split_v.get(i).and_then(Option::as_ref);
+            // With v apart, `wqkv` stacks q and k only.
+            let qkv_parts: &[usize] = match split {
+                Some(_) => &[q_rows, kv_rows],
+                None => &[q_rows, kv_rows, kv_rows],
+            };
             let attention = AttentionBlock {
                 norm: on(&a.norm)?,
-                wqkv: on(&cat(&[&q, &k, &v], 0)?)?,
+                wqkv: stacked(&a.wqkv, qkv_parts)?,
                 wo: on(&rank.row_parallel(&a.wo)?)?,
                 eps: a.eps,
                 scale: a.scale,
@@ -57,6 +59,20 @@ impl Llama {
                 eps: f.eps,
             };
             layers.push((attention, ffn));
+            biases.push(self.biases.get(i).and_then(Option::as_ref).map(|b| stacked(b, qkv_parts)).transpose()?);
+            if !self.split_v.is_empty() {
+                split_v.push(
+                    split
+                        .map(|v| -> Result<SplitV> {
+                            Ok(SplitV {
+                                wv: on(&rank.column_parallel(&v.wv)?)?,
+                                bqk: stacked(&v.bqk, &[q_rows, kv_rows])?,
+                                bv: on(&rank.column_parallel(&v.bv)?)?,
+                            })
+                        })
+                        .transpose()?,
+                );
+            }
         }
         let mut config = c.clone();
         (config.heads, config.kv_heads, config.intermediate) = (hq, hkv, c.intermediate / world);
@@ -65,8 +81,8 @@ impl Llama {
             embedding: on(&self.embedding)?,
             output: self.output.as_ref().map(on).transpose()?,
             layers,
-            biases: vec![None; self.layers.len()],
-            split_v: Vec::new(),
+            biases,
+            split_v,
             output_norm: on(&self.output_norm)?,
             cos: on(&self.cos)?,
             sin: on(&self.sin)?,

@@ -172,37 +172,33 @@ impl Llama {
             let (k_cache, v_cache) = cache.layer(i);
             let (at, lens) = (&inputs.at, &inputs.lens);
             let (heads, hqk) = (c.heads + 2 * c.kv_heads, c.heads + c.kv_heads);
-            let y = match (bias, self.split_v.get(i).and_then(Option::as_ref)) {
-                // A shard's attention output is its own heads' columns; the block sums its projection.
-                _ if self.tensor_parallel.is_some() => attention.forward_parallel_with(
-                    &x,
-                    &cos,
-                    &sin,
-                    k_cache,
-                    v_cache,
-                    at,
-                    lens,
-                    b,
-                    s,
-                    c.heads,
-                    c.kv_heads,
-                    heads,
-                    hqk,
-                    c.head_dim,
-                    c.heads * c.head_dim,
-                    fusion,
-                )?,
-                (_, Some(v)) => attention.forward_split_with(
+            let split = self.split_v.get(i).and_then(Option::as_ref);
+            // A shard's attention output is its own heads' columns (`width`); its blocks sum their last product.
+            let (parallel, width) = (self.tensor_parallel.is_some(), c.heads * c.head_dim);
+            let y = match (bias, split, parallel) {
+                (_, Some(v), false) => attention.forward_split_with(
                     &x, &v.wv, &v.bqk, &v.bv, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, hqk,
                     c.head_dim, c.hidden, fusion,
                 )?,
-                (None, None) => attention.forward_with(
+                (_, Some(v), true) => attention.forward_split_parallel_with(
+                    &x, &v.wv, &v.bqk, &v.bv, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, hqk,
+                    c.head_dim, width, fusion,
+                )?,
+                (None, None, false) => attention.forward_with(
                     &x, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, heads, hqk, c.head_dim,
                     c.hidden, fusion,
                 )?,
-                (Some(bqkv), None) => attention.forward_biased_with(
+                (None, None, true) => attention.forward_parallel_with(
+                    &x, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, heads, hqk, c.head_dim,
+                    width, fusion,
+                )?,
+                (Some(bqkv), None, false) => attention.forward_biased_with(
                     &x, bqkv, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, heads, hqk,
                     c.head_dim, c.hidden, fusion,
+                )?,
+                (Some(bqkv), None, true) => attention.forward_biased_parallel_with(
+                    &x, bqkv, &cos, &sin, k_cache, v_cache, at, lens, b, s, c.heads, c.kv_heads, heads, hqk,
+                    c.head_dim, width, fusion,
                 )?,
             };
             x = match self.tensor_parallel {

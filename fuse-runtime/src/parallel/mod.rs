@@ -42,12 +42,15 @@
 //! # }
 //! ```
 
-use crate::{Device, Error, Result, Tensor};
+use crate::{Device, Error, Result};
 use fuse_ir::DType;
 use std::cell::RefCell;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 
-const OP: &str = "all_reduce_sum";
+mod collective;
+mod shard;
+
+use collective::{Collective, Leaves, Part, OP};
 
 /// The ranks of a tensor-parallel group. [`Group::run`] runs a closure once a rank, each on its own thread.
 #[derive(Clone, Debug)]
@@ -200,50 +203,6 @@ impl Rank {
     pub fn device(&self) -> &Device {
         &self.device
     }
-
-    /// This rank's part of `w` along `axis`: the `index()`-th of `world()` equal slices, as a dense tensor of
-    /// its own (so the whole weight can be dropped). Block-quantized weights (a GGUF file's, on the CPU) keep
-    /// their blocks as stored; cut along their last axis, each part must hold whole blocks. An error names
-    /// the shape when the axis does not divide by the group's size, cuts a block, or does not exist.
-    pub fn shard(&self, w: &Tensor, axis: usize) -> Result<Tensor> {
-        let shape = w.shape();
-        let Some(&n) = shape.get(axis) else {
-            return Err(Error::InvalidArgument {
-                op: "Rank::shard",
-                reason: format!("axis {axis} of a tensor of shape {shape:?}"),
-            });
-        };
-        if n % self.world != 0 {
-            return Err(Error::InvalidArgument {
-                op: "Rank::shard",
-                reason: format!(
-                    "axis {axis} of shape {shape:?} ({n}) does not divide into {} equal parts, one a rank",
-                    self.world
-                ),
-            });
-        }
-        let part = n / self.world;
-        // Blocks cut along their rows' axis are copied block by block (`contiguous` reads no blocks); along
-        // any other they are whole rows, a view that is already dense.
-        if w.dtype().block().is_some() && axis + 1 == shape.len() {
-            return w.block_columns(self.index * part, part);
-        }
-        w.narrow(axis, self.index * part, part)?.contiguous()
-    }
-
-    /// A column-parallel product's weight in the `[out, in]` layout checkpoints store (`x.matmul(&w.t())`):
-    /// this rank's rows of it, so its product is this rank's slice of the output's columns (gate, up, and
-    /// the query, key and value projections, whose heads then split with them).
-    pub fn column_parallel(&self, w: &Tensor) -> Result<Tensor> {
-        self.shard(w, 0)
-    }
-
-    /// A row-parallel product's weight in the `[out, in]` layout: this rank's columns of it (the inputs the
-    /// column-parallel product before it left on this rank), so its product is this rank's part of every
-    /// output, summed over the ranks by `all_reduce_sum` (down, and the attention's output projection).
-    pub fn row_parallel(&self, w: &Tensor) -> Result<Tensor> {
-        self.shard(w, w.shape().len().max(1) - 1)
-    }
 }
 
 /// What a rank's thread is bound to while its closure runs.
@@ -310,116 +269,4 @@ pub(crate) fn nccl_all_reduce_sum(
 pub(crate) fn all_reduce_sum_f32(values: Vec<f32>, shape: &[usize], dtype: DType) -> Result<Vec<f32>> {
     let rank = bound().ok_or_else(outside_a_group)?;
     rank.collective.all_reduce(rank.index, Part { shape: shape.to_vec(), dtype, values })
-}
-
-/// One rank's contribution to a sum.
-struct Part {
-    shape: Vec<usize>,
-    dtype: DType,
-    values: Vec<f32>,
-}
-
-/// The CPU group's meeting point: each sum is a round; the last rank to arrive adds the parts in rank
-/// order and every rank takes the result; a round starts only after every rank took the last one's.
-struct Collective {
-    world: usize,
-    state: Mutex<Round>,
-    changed: Condvar,
-}
-
-#[derive(Default)]
-struct Round {
-    parts: Vec<Option<Part>>,
-    /// The finished round's sum (or why it failed), until every rank has taken it.
-    result: Option<std::result::Result<Arc<Vec<f32>>, String>>,
-    takers_left: usize,
-    /// Rounds finished so far.
-    finished: u64,
-    /// Ranks whose closures have ended, in the order they did (the first is the one to name: its peers
-    /// that fail because of it leave after it).
-    left: Vec<usize>,
-}
-
-impl Collective {
-    fn new(world: usize) -> Collective {
-        let round = Round { parts: (0..world).map(|_| None).collect(), ..Round::default() };
-        Collective { world, state: Mutex::new(round), changed: Condvar::new() }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Round> {
-        // A rank that panicked inside a sum leaves the state consistent (it only ever pushes its part).
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn wait<'a>(&self, guard: MutexGuard<'a, Round>) -> MutexGuard<'a, Round> {
-        self.changed.wait(guard).unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn all_reduce(&self, index: usize, part: Part) -> Result<Vec<f32>> {
-        let failed = |reason: String| Error::InvalidArgument { op: OP, reason };
-        let mut round = self.lock();
-        // The previous round's result still being taken: wait for it to clear.
-        while round.result.is_some() {
-            round = self.wait(round);
-        }
-        round.parts[index] = Some(part);
-        let arrived = round.parts.iter().filter(|p| p.is_some()).count();
-        let started = round.finished;
-        if arrived == self.world {
-            let parts: Vec<Part> = round.parts.iter_mut().map(|p| p.take().expect("every part")).collect();
-            round.result = Some(sum_in_rank_order(&parts).map(Arc::new));
-            round.takers_left = self.world;
-            round.finished += 1;
-            self.changed.notify_all();
-        } else {
-            while round.finished == started {
-                if let Some(&gone) = round.left.first() {
-                    round.parts[index] = None;
-                    return Err(failed(format!(
-                        "rank {index} waits for rank {gone}, which left the group (its closure ended) without \
-                         joining this sum: every rank must make the same collective calls"
-                    )));
-                }
-                round = self.wait(round);
-            }
-        }
-        let result = round.result.clone().expect("a finished round's result");
-        round.takers_left -= 1;
-        if round.takers_left == 0 {
-            round.result = None;
-            self.changed.notify_all();
-        }
-        result.map(|sum| sum.to_vec()).map_err(failed)
-    }
-
-    /// Rank `index`'s closure ended: ranks waiting for it in a round it never joined fail.
-    fn leave(&self, index: usize) {
-        self.lock().left.push(index);
-        self.changed.notify_all();
-    }
-}
-
-/// Marks its rank as gone when its thread's closure ends, however it ends.
-struct Leaves(Arc<Collective>, usize);
-
-impl Drop for Leaves {
-    fn drop(&mut self) {
-        self.0.leave(self.1);
-    }
-}
-
-/// The parts added in rank order (the same bits on every rank), or why they cannot be added.
-fn sum_in_rank_order(parts: &[Part]) -> std::result::Result<Vec<f32>, String> {
-    let first = &parts[0];
-    if let Some((r, p)) = parts.iter().enumerate().find(|(_, p)| p.shape != first.shape || p.dtype != first.dtype) {
-        return Err(format!(
-            "the ranks' parts differ: rank 0 has {:?} {:?}, rank {r} {:?} {:?}",
-            first.dtype, first.shape, p.dtype, p.shape
-        ));
-    }
-    let mut sum = first.values.clone();
-    for p in &parts[1..] {
-        sum.iter_mut().zip(&p.values).for_each(|(s, v)| *s += v);
-    }
-    Ok(sum)
 }
