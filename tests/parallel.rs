@@ -23,48 +23,64 @@ fn mlp_parallel(x: &Tensor, gate: &Tensor, up: &Tensor, down: &Tensor) -> Result
 }
 
 /// Causal grouped-query self-attention over `s` positions of one sequence, `hq` query heads over `hkv`
-/// key/value heads of size `d`, then the output projection and the residual added by the caller's shard:
-/// the heads a rank holds are the heads its q/k/v rows give it.
+/// key/value heads of size `d`, then the output projection and the residual: the whole block, and its twin on
+/// a rank's heads (the heads its q/k/v rows give it), the projection's partial sums joined before the residual.
 #[fuse]
-fn attention_block(
-    x: &Tensor,
-    wq: &Tensor,
-    wk: &Tensor,
-    wv: &Tensor,
-    wo: &Tensor,
-    s: usize,
-    hq: usize,
-    hkv: usize,
-    d: usize,
-    scale: f32,
-) -> Result<Tensor> {
-    let q = x.matmul(&wq.t()).reshape(&[1, s, hq, d]).transpose(1, 2);
-    let k = x.matmul(&wk.t()).reshape(&[1, s, hkv, d]).transpose(1, 2);
-    let v = x.matmul(&wv.t()).reshape(&[1, s, hkv, d]).transpose(1, 2);
-    let o = attention(&q, &k, &v, scale, true).transpose(1, 2).reshape(&[s, hq * d]);
-    Ok(x + o.matmul(&wo.t()))
-}
+mod blocks {
+    use fuse::prelude::*;
 
-/// `attention_block` on a rank's heads: the output projection's partial sums joined before the residual.
-#[fuse]
-fn attention_block_parallel(
-    x: &Tensor,
-    wq: &Tensor,
-    wk: &Tensor,
-    wv: &Tensor,
-    wo: &Tensor,
-    s: usize,
-    hq: usize,
-    hkv: usize,
-    d: usize,
-    scale: f32,
-) -> Result<Tensor> {
-    let q = x.matmul(&wq.t()).reshape(&[1, s, hq, d]).transpose(1, 2);
-    let k = x.matmul(&wk.t()).reshape(&[1, s, hkv, d]).transpose(1, 2);
-    let v = x.matmul(&wv.t()).reshape(&[1, s, hkv, d]).transpose(1, 2);
-    let o = attention(&q, &k, &v, scale, true).transpose(1, 2).reshape(&[s, hq * d]);
-    Ok(x + all_reduce_sum(&o.matmul(&wo.t())))
+    /// The heads' attention output, [s, hq * d].
+    #[allow(clippy::too_many_arguments)]
+    fn heads(
+        x: &Tensor,
+        wq: &Tensor,
+        wk: &Tensor,
+        wv: &Tensor,
+        s: usize,
+        hq: usize,
+        hkv: usize,
+        d: usize,
+        scale: f32,
+    ) -> Result<Tensor> {
+        let q = x.matmul(&wq.t()).reshape(&[1, s, hq, d]).transpose(1, 2);
+        let k = x.matmul(&wk.t()).reshape(&[1, s, hkv, d]).transpose(1, 2);
+        let v = x.matmul(&wv.t()).reshape(&[1, s, hkv, d]).transpose(1, 2);
+        Ok(attention(&q, &k, &v, scale, true).transpose(1, 2).reshape(&[s, hq * d]))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_block(
+        x: &Tensor,
+        wq: &Tensor,
+        wk: &Tensor,
+        wv: &Tensor,
+        wo: &Tensor,
+        s: usize,
+        hq: usize,
+        hkv: usize,
+        d: usize,
+        scale: f32,
+    ) -> Result<Tensor> {
+        Ok(x + heads(x, wq, wk, wv, s, hq, hkv, d, scale).matmul(&wo.t()))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_block_parallel(
+        x: &Tensor,
+        wq: &Tensor,
+        wk: &Tensor,
+        wv: &Tensor,
+        wo: &Tensor,
+        s: usize,
+        hq: usize,
+        hkv: usize,
+        d: usize,
+        scale: f32,
+    ) -> Result<Tensor> {
+        Ok(x + all_reduce_sum(&heads(x, wq, wk, wv, s, hq, hkv, d, scale).matmul(&wo.t())))
+    }
 }
+use blocks::{attention_block_fused, attention_block_parallel_fused};
 
 /// Each rank's result of `f` on `args(rank)`, fused and unfused, against `want` (the whole block's reference).
 fn check_ranks(

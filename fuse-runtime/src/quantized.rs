@@ -74,41 +74,25 @@ impl Tensor {
     /// (`fuse::parallel`). Both ends on block boundaries, else an error naming the shape.
     pub(crate) fn block_columns(&self, start: usize, len: usize) -> Result<Tensor> {
         let (dtype, shape) = (self.dtype(), self.shape());
-        let invalid = |reason: String| Err(Error::InvalidArgument { op: "Rank::shard", reason });
         let (Some(block), Some(&n)) = (dtype.block(), shape.last()) else {
-            return invalid(format!("a {dtype} tensor of shape {shape:?} is not block-quantized"));
+            return shard_error("Rank::shard", format!("a {dtype} tensor of shape {shape:?} is not block-quantized"));
         };
         if start % block.elements != 0 || len % block.elements != 0 || start + len > n {
-            return invalid(format!(
+            let reason = format!(
                 "columns {start}..{} of a {dtype} tensor of shape {shape:?}: a shard of blocks of {} values must \
                  start and end on a block",
                 start + len,
                 block.elements
-            ));
+            );
+            return shard_error("Rank::shard", reason);
         }
-        let Storage::Cpu(cpu) = self.storage() else {
-            return invalid(format!(
-                "a {dtype} tensor on the GPU: shard block-quantized weights on the CPU, then move each to its rank"
-            ));
-        };
-        if !self.is_contiguous() {
-            return invalid(format!("a strided view of {dtype} blocks, shape {shape:?}"));
-        }
-        let read = cpu.read();
-        let crate::host::CpuSlice::Blocks(_, bytes) = read.slice() else {
-            return invalid(format!("a {dtype} tensor without block bytes"));
-        };
         let bytes_of = |elements: usize| elements / block.elements * block.bytes;
-        let (row, first, take, base) = (bytes_of(n), bytes_of(start), bytes_of(len), bytes_of(self.offset()));
-        let rows = self.numel() / n.max(1);
-        let mut out = Vec::with_capacity(rows * take);
-        for r in 0..rows {
-            let at = base + r * row + first;
-            out.extend_from_slice(&bytes[at..at + take]);
-        }
+        let (first, take, rows) = (bytes_of(start), bytes_of(len), self.numel() / n.max(1));
         let mut part = shape.to_vec();
         *part.last_mut().expect("a last axis") = len;
-        Tensor::from_blocks(dtype, &part, out, &Device::Cpu)
+        self.copied_blocks("Rank::shard", &part, |bytes, row| {
+            (0..rows).flat_map(|r| &bytes[r * row + first..r * row + first + take]).copied().collect()
+        })
     }
 
     /// The rows `start .. start + len` of each of `slices`, one after the other, of a block-quantized CPU
@@ -116,32 +100,45 @@ impl Tensor {
     /// stores it (`fuse::parallel`).
     pub(crate) fn block_rows(&self, slices: &[(usize, usize)]) -> Result<Tensor> {
         let (dtype, shape) = (self.dtype(), self.shape());
-        let invalid = |reason: String| Err(Error::InvalidArgument { op: "Rank::shard_stacked", reason });
-        let (Some(block), &[rows, n]) = (dtype.block(), shape) else {
-            return invalid(format!("a {dtype} tensor of shape {shape:?} is not a block-quantized matrix"));
+        let &[rows, n] = shape else {
+            return shard_error("Rank::shard_stacked", format!("a {dtype} tensor of shape {shape:?} is not a matrix"));
         };
         if let Some(&(start, len)) = slices.iter().find(|(start, len)| start + len > rows) {
-            return invalid(format!("rows {start}..{} of a {dtype} matrix of shape {shape:?}", start + len));
+            let reason = format!("rows {start}..{} of a {dtype} matrix of shape {shape:?}", start + len);
+            return shard_error("Rank::shard_stacked", reason);
         }
+        let part = [slices.iter().map(|s| s.1).sum(), n];
+        self.copied_blocks("Rank::shard_stacked", &part, |bytes, row| {
+            slices.iter().flat_map(|&(start, len)| &bytes[start * row..(start + len) * row]).copied().collect()
+        })
+    }
+
+    /// A tensor of `shape` holding the bytes `copy` picks from this dense block-quantized CPU tensor's (from
+    /// its first block on, with a row's bytes): what the shards above share, an error for anything else.
+    fn copied_blocks(
+        &self,
+        op: &'static str,
+        shape: &[usize],
+        copy: impl FnOnce(&[u8], usize) -> Vec<u8>,
+    ) -> Result<Tensor> {
+        let dtype = self.dtype();
+        let (Some(block), Some(&n)) = (dtype.block(), self.shape().last()) else {
+            return shard_error(op, format!("a {dtype} tensor is not block-quantized"));
+        };
         let Storage::Cpu(cpu) = self.storage() else {
-            return invalid(format!(
-                "a {dtype} tensor on the GPU: shard block-quantized weights on the CPU, then move each to its rank"
-            ));
+            let reason =
+                format!("a {dtype} tensor on the GPU: shard block-quantized weights on the CPU, then move each");
+            return shard_error(op, reason);
         };
         if !self.is_contiguous() {
-            return invalid(format!("a strided view of {dtype} blocks, shape {shape:?}"));
+            return shard_error(op, format!("a strided view of {dtype} blocks, shape {:?}", self.shape()));
         }
         let read = cpu.read();
         let crate::host::CpuSlice::Blocks(_, bytes) = read.slice() else {
-            return invalid(format!("a {dtype} tensor without block bytes"));
+            return shard_error(op, format!("a {dtype} tensor without block bytes"));
         };
-        let row = n / block.elements * block.bytes;
         let base = self.offset() / block.elements * block.bytes;
-        let mut out = Vec::with_capacity(slices.iter().map(|s| s.1).sum::<usize>() * row);
-        for &(start, len) in slices {
-            out.extend_from_slice(&bytes[base + start * row..base + (start + len) * row]);
-        }
-        Tensor::from_blocks(dtype, &[slices.iter().map(|s| s.1).sum(), n], out, &Device::Cpu)
+        Tensor::from_blocks(dtype, shape, copy(&bytes[base..], n / block.elements * block.bytes), &Device::Cpu)
     }
 
     /// Whether this is a CPU tensor whose block-quantized bytes are another owner's, read in place.
@@ -151,6 +148,10 @@ impl Tensor {
             Storage::Cuda(_) => false,
         }
     }
+}
+
+fn shard_error(op: &'static str, reason: String) -> Result<Tensor> {
+    Err(Error::InvalidArgument { op, reason })
 }
 
 fn check_blocks(dtype: DType, shape: &[usize], bytes: usize) -> Result<()> {
