@@ -248,6 +248,9 @@ fn shards_that_do_not_divide_are_errors_naming_the_shape() {
     let text = Group::cpu(2).unwrap().run(|rank| rank.shard(&w, 2)).unwrap_err().to_string();
     assert!(text.contains("axis 2"), "{text}");
     assert!(Group::cpu(0).is_err(), "a group of no ranks");
+    let text = Group::cuda(&[0, 1, 0]).unwrap_err().to_string();
+    assert!(text.contains("GPU 0 is rank 0 and rank 2"), "{text}");
+    assert!(Group::cuda(&[]).is_err(), "a group of no GPUs");
     // A stacked weight's parts: each rank its slice of every part, in order; parts that do not add up or
     // divide are errors naming them.
     let stack = Tensor::from_vec((0..6 * 2).map(|v| v as f32).collect::<Vec<_>>(), &[6, 2], &Device::Cpu).unwrap();

@@ -69,8 +69,7 @@ impl Tensor {
         }
     }
 
-    /// Columns `start .. start + len` of every row of a block-quantized CPU tensor `[.., n]` (its last axis
-    /// dense), as a tensor of its own, the bytes copied: a row-parallel shard of a weight as a file stores it
+    /// Columns `start .. start + len` of every row of a dense block-quantized tensor `[.., n]`, as a tensor of its own, the bytes copied: a row-parallel shard of a weight as a file stores it
     /// (`fuse::parallel`). Both ends on block boundaries, else an error naming the shape.
     pub(crate) fn block_columns(&self, start: usize, len: usize) -> Result<Tensor> {
         let (dtype, shape) = (self.dtype(), self.shape());
@@ -95,7 +94,7 @@ impl Tensor {
         })
     }
 
-    /// The rows `start .. start + len` of each of `slices`, one after the other, of a block-quantized CPU
+    /// The rows `start .. start + len` of each of `slices`, one after the other, of a dense block-quantized
     /// matrix `[rows, n]`, as a matrix of its own (the bytes copied): a rank's part of a stacked weight as a file
     /// stores it (`fuse::parallel`).
     pub(crate) fn block_rows(&self, slices: &[(usize, usize)]) -> Result<Tensor> {
@@ -113,32 +112,18 @@ impl Tensor {
         })
     }
 
-    /// A tensor of `shape` holding the bytes `copy` picks from this dense block-quantized CPU tensor's (from
-    /// its first block on, with a row's bytes): what the shards above share, an error for anything else.
+    /// A tensor of `shape`, on this one's device, holding the bytes `copy` picks from this dense
+    /// block-quantized tensor's (given them and a row's bytes): what the shards above share.
     fn copied_blocks(
         &self,
         op: &'static str,
         shape: &[usize],
         copy: impl FnOnce(&[u8], usize) -> Vec<u8>,
     ) -> Result<Tensor> {
-        let dtype = self.dtype();
-        let (Some(block), Some(&n)) = (dtype.block(), self.shape().last()) else {
-            return shard_error(op, format!("a {dtype} tensor is not block-quantized"));
-        };
-        let Storage::Cpu(cpu) = self.storage() else {
-            let reason =
-                format!("a {dtype} tensor on the GPU: shard block-quantized weights on the CPU, then move each");
-            return shard_error(op, reason);
-        };
-        if !self.is_contiguous() {
-            return shard_error(op, format!("a strided view of {dtype} blocks, shape {:?}", self.shape()));
-        }
-        let read = cpu.read();
-        let crate::host::CpuSlice::Blocks(_, bytes) = read.slice() else {
-            return shard_error(op, format!("a {dtype} tensor without block bytes"));
-        };
-        let base = self.offset() / block.elements * block.bytes;
-        Tensor::from_blocks(dtype, shape, copy(&bytes[base..], n / block.elements * block.bytes), &Device::Cpu)
+        let (dtype, n) = (self.dtype(), self.shape().last().copied().unwrap_or(0));
+        let row = dtype.storage_bytes(n).unwrap_or(0);
+        let bytes = crate::tensor::with_dense_blocks(self, op, |bytes| copy(bytes, row))?;
+        Tensor::from_blocks(dtype, shape, bytes, self.device())
     }
 
     /// Whether this is a CPU tensor whose block-quantized bytes are another owner's, read in place.

@@ -385,10 +385,21 @@ impl fmt::Debug for Tensor {
 /// The blocks of a dense, block-aligned view of a block-quantized tensor, copied (what moving one between
 /// devices needs). A transposed or strided view has no such bytes: it is an error saying so.
 fn dense_blocks(t: &Tensor, dtype: DType) -> Result<Blocks> {
-    let block = dtype.block().expect("a block type");
+    let bytes = with_dense_blocks(t, "to_device", <[u8]>::to_vec)?;
+    Ok(Blocks::new(dtype, BlockBytes::Owned(bytes)))
+}
+
+/// `f` of the bytes of `t`, a dense, block-aligned view of a block-quantized tensor (read in place on the
+/// CPU, downloaded from a GPU): what copying its blocks, whole or in parts, reads. A transposed or strided view
+/// has no such bytes: an error saying so, `op` the caller.
+pub(crate) fn with_dense_blocks<R>(t: &Tensor, op: &'static str, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+    let dtype = t.dtype();
+    let Some(block) = dtype.block() else {
+        return Err(Error::InvalidArgument { op, reason: format!("a {dtype} tensor is not block-quantized") });
+    };
     if !t.is_contiguous() || t.layout().offset % block.elements != 0 {
         return Err(Error::InvalidArgument {
-            op: "to_device",
+            op,
             reason: format!(
                 "a {dtype} view of shape {:?} that is not dense whole blocks (a transposed or strided view) cannot \
                  be copied as blocks: copy the tensor it views, or dequantize it first with .to_dtype(..)",
@@ -398,15 +409,14 @@ fn dense_blocks(t: &Tensor, dtype: DType) -> Result<Blocks> {
     }
     let first = t.layout().offset / block.elements * block.bytes;
     let len = dtype.storage_bytes(t.numel()).expect("whole blocks");
-    let bytes = match t.storage() {
+    Ok(match t.storage() {
         Storage::Cpu(cpu) => match cpu.read().slice() {
-            CpuSlice::Blocks(_, bytes) => bytes[first..first + len].to_vec(),
+            CpuSlice::Blocks(_, bytes) => f(&bytes[first..first + len]),
             _ => unreachable!("a block dtype's storage holds blocks"),
         },
         Storage::Cuda(gpu) => match gpu.download_range(t.layout().offset, t.numel())? {
-            CpuData::Blocks(b) => b.bytes().to_vec(),
+            CpuData::Blocks(b) => f(b.bytes()),
             _ => unreachable!("a block dtype's storage holds blocks"),
         },
-    };
-    Ok(Blocks::new(dtype, BlockBytes::Owned(bytes)))
+    })
 }

@@ -267,22 +267,24 @@ pub fn supported_methods() -> String {
     names.join(", ")
 }
 
+/// The functions besides the unary ones, as messages name them.
+const OTHER_FUNCTIONS: [&str; 10] = [
+    "maximum",
+    "minimum",
+    "softmax",
+    "rms_norm",
+    "embedding",
+    "rope",
+    "attention",
+    "attention_len",
+    "cat",
+    "all_reduce_sum",
+];
+
 /// For messages: every supported function.
 pub fn supported_functions() -> String {
     let mut names: Vec<String> = callable_unary().map(|u| format!("`{}`", u.name())).collect();
-    let others = [
-        "maximum",
-        "minimum",
-        "softmax",
-        "rms_norm",
-        "embedding",
-        "rope",
-        "attention",
-        "attention_len",
-        "cat",
-        "all_reduce_sum",
-    ];
-    names.extend(others.iter().map(|s| format!("`{s}`")));
+    names.extend(OTHER_FUNCTIONS.iter().map(|s| format!("`{s}`")));
     names.join(", ")
 }
 
@@ -373,18 +375,8 @@ mod tests {
         ] {
             assert!(Method::from_name(name).is_some(), "{name}");
         }
-        for name in [
-            "softmax",
-            "rms_norm",
-            "maximum",
-            "minimum",
-            "embedding",
-            "rope",
-            "attention",
-            "attention_len",
-            "cat",
-            "all_reduce_sum",
-        ] {
+        // Every function the messages name is one.
+        for name in OTHER_FUNCTIONS {
             assert!(Function::from_name(name).is_some(), "{name}");
         }
         assert_eq!(Method::from_name("neg"), None);

@@ -16,7 +16,7 @@ impl Llama {
     /// device: its [`Config`](super::Config) has `heads`, `kv_heads` and `intermediate` divided by the
     /// group's size (its caches hold its key/value heads), `hidden` whole; q/k/v biases (Qwen2) and a v
     /// projection apart from q and k are cut with their heads. Block-quantized weights (`load_stored`) shard
-    /// as stored from a model on the CPU (load it there, shard, and each rank's part moves to its device). An
+    /// as stored (a model on the CPU moves only each rank's part to its device). An
     /// error where the heads or the FFN's columns do not divide, or a part would cut a block.
     pub fn shard(&self, rank: &Rank) -> Result<Llama> {
         let (c, world, index) = (&self.config, rank.world(), rank.index());

@@ -90,11 +90,10 @@ impl Group {
         if ordinals.is_empty() {
             return bad("a group needs at least one GPU".into());
         }
-        if let Some((i, o)) = ordinals.iter().enumerate().find(|(i, o)| ordinals[..*i].contains(o)) {
-            return bad(format!(
-                "GPU {o} is rank {} and rank {i}: one rank a GPU",
-                ordinals.iter().position(|x| x == o).unwrap_or(0)
-            ));
+        let twice =
+            ordinals.iter().enumerate().find_map(|(i, o)| Some((ordinals[..i].iter().position(|x| x == o)?, i)));
+        if let Some((first, again)) = twice {
+            return bad(format!("GPU {} is rank {first} and rank {again}: one rank a GPU", ordinals[again]));
         }
         if cfg!(not(feature = "cuda")) {
             return Err(Error::CudaUnavailable {

@@ -5,10 +5,11 @@ use super::Rank;
 use crate::{Error, Result, Tensor};
 
 impl Rank {
-    /// This rank's part of `w` along `axis`: the `index()`-th of `world()` equal slices, as a dense tensor of
-    /// its own (so the whole weight can be dropped). Block-quantized weights (a GGUF file's, on the CPU) keep
-    /// their blocks as stored; cut along their last axis, each part must hold whole blocks. An error names
-    /// the shape when the axis does not divide by the group's size, cuts a block, or does not exist.
+    /// This rank's part of `w` along `axis`: the `index()`-th of `world()` equal slices. A slice that is
+    /// already dense (rows of a row-major matrix) is a view of `w`, no copy (moved to another device, only the
+    /// slice travels); any other is a dense copy. Block-quantized weights keep their blocks as stored; cut
+    /// along their last axis, each part must hold whole blocks. An error names the shape when the axis does
+    /// not divide by the group's size, cuts a block, or does not exist.
     pub fn shard(&self, w: &Tensor, axis: usize) -> Result<Tensor> {
         let shape = w.shape();
         let Some(&n) = shape.get(axis) else {
