@@ -314,7 +314,7 @@ impl Executor<'_> {
                 (ModelKernel::Rope, x.dtype(), blocks(pairs, ModelKernel::Rope.block_threads()), pairs)
             }
             ModelOp::Attention { .. } | ModelOp::ArgSort { .. } | ModelOp::ArgTopK | ModelOp::AllReduceSum => {
-                return Err(self.internal("attention and the sorts have launches of their own"))
+                return Err(self.internal("attention, the sorts and the sum are run on their own"))
             }
         };
         if items > 0 {
